@@ -1,0 +1,3 @@
+from fitplan.cli import main
+
+raise SystemExit(main())

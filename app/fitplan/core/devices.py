@@ -1,0 +1,68 @@
+"""Devices an estimate is made for: GPUs (detected or hypothetical), RPC servers, and the host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+class DeviceKind(StrEnum):
+    GPU = "gpu"
+    CPU = "cpu"  # host RAM
+
+
+class Vendor(StrEnum):
+    NVIDIA = "nvidia"
+    AMD = "amd"
+    APPLE = "apple"  # unified memory
+    INTEL = "intel"
+    RPC = "rpc"  # a ggml-rpc-server; `host` holds host:port
+    GENERIC = "generic"
+    HOST = "host"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One memory pool llama.cpp allocates in."""
+
+    name: str  # "CUDA0", "RTX 4090", "Host"
+    kind: DeviceKind
+    total_bytes: int
+    free_bytes: int
+    vendor: Vendor = Vendor.GENERIC
+    hypothetical: bool = False  # added by the user, not detected
+    backend_name: str = ""  # llama.cpp's device name ("CUDA0", "RPC0"...); empty = derived
+    host: str = ""  # for RPC devices: "host:port"
+    unified_memory: bool = False  # Apple Silicon: the GPU pool is carved out of host RAM
+    detail: str = ""  # driver, compute capability, PCI bus... for display
+
+
+def assumed_gpu(name: str, gib: float, vendor: Vendor = Vendor.NVIDIA) -> Device:
+    """A hypothetical GPU of `gib` GiB, entirely free ("24 GiB GPU")."""
+    total = int(gib * GIB)
+    return Device(name=name, kind=DeviceKind.GPU, total_bytes=total, free_bytes=total, vendor=vendor, hypothetical=True)
+
+
+def host_device(total_bytes: int, free_bytes: int | None = None) -> Device:
+    return Device(
+        name="Host",
+        kind=DeviceKind.CPU,
+        total_bytes=total_bytes,
+        free_bytes=total_bytes if free_bytes is None else free_bytes,
+        vendor=Vendor.HOST,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """The GPUs in llama.cpp's enumeration order (RPC first, then local GPUs) plus the host."""
+
+    gpus: tuple[Device, ...]
+    host: Device
+
+    @property
+    def all(self) -> tuple[Device, ...]:
+        return (*self.gpus, self.host)

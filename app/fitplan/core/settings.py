@@ -1,0 +1,105 @@
+"""LaunchSettings: the llama.cpp settings an estimate is for, with the defaults of the targeted build (515e85511).
+
+Field names follow llama.cpp's `common_params`. Defaults are llama-server's unless a field says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FlashAttn(StrEnum):
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class SplitMode(StrEnum):
+    NONE = "none"
+    LAYER = "layer"
+    ROW = "row"
+    TENSOR = "tensor"
+
+
+class LoadMode(StrEnum):
+    AUTO = "auto"
+    NONE = "none"
+    MMAP = "mmap"
+    MLOCK = "mlock"
+    MMAP_MLOCK = "mmap+mlock"
+    DIO = "dio"
+
+
+class Tool(StrEnum):
+    """Which llama.cpp program runs the model: it decides the logits reservation (n_outputs_max)."""
+
+    SERVER = "llama-server"
+    CLI = "llama-cli"
+    FIT_PARAMS = "llama-fit-params"
+
+
+class MmprojPlacement(StrEnum):
+    GPU = "gpu"
+    CPU = "cpu"
+    NONE = "none"
+
+
+#: Every -ctk/-ctv value mainline llama.cpp accepts (common/arg.cpp:kv_cache_types).
+KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+#: Sentinels for n_gpu_layers.
+NGL_AUTO = -1  # "auto": --fit decides (all layers when --fit is off)
+NGL_ALL = -2  # "all"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorOverride:
+    """One `-ot PATTERN=BUFT` entry: tensors whose name matches `pattern` (std::regex_search) go to `buffer_type`."""
+
+    pattern: str
+    buffer_type: str  # "CPU", "CUDA0", ...
+
+
+@dataclass(frozen=True, slots=True)
+class DraftSettings:
+    model_path: str
+    n_gpu_layers: int = NGL_AUTO  # -ngld
+    cache_type_k: str = "f16"  # -ctkd
+    cache_type_v: str = "f16"  # -ctvd
+    n_max: int = 3  # --spec-draft-n-max
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSettings:
+    n_ctx: int = 0  # -c; 0 = the model's training context
+    n_parallel: int = -1  # -np; -1 = server auto: 4 slots with a unified KV cache
+    kv_unified: bool | None = None  # -kvu / -no-kvu; None = the program's default (server: on when -np is auto)
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: FlashAttn = FlashAttn.AUTO
+    n_batch: int = 2048  # -b
+    n_ubatch: int = 512  # -ub
+    n_gpu_layers: int = NGL_AUTO  # -ngl: N, NGL_AUTO or NGL_ALL
+    n_cpu_moe: int = 0  # --n-cpu-moe N: expert tensors of the first N layers on the CPU
+    cpu_moe: bool = False  # --cpu-moe: all expert tensors on the CPU
+    tensor_overrides: tuple[TensorOverride, ...] = ()  # -ot, in order; the first match wins
+    split_mode: SplitMode = SplitMode.LAYER
+    tensor_split: tuple[float, ...] = ()  # -ts; empty = by free memory
+    main_gpu: int = 0
+    devices: tuple[str, ...] | None = None  # -dev; None = all GPUs, () = none ("-dev none")
+    swa_full: bool = False
+    load_mode: LoadMode = LoadMode.AUTO
+    no_kv_offload: bool = False  # -nkvo
+    op_offload: bool = True
+    repack: bool = True
+    no_host: bool = False
+    mmproj_path: str | None = None
+    mmproj: MmprojPlacement = MmprojPlacement.GPU
+    draft: DraftSettings | None = None
+    tool: Tool = Tool.SERVER
+    cache_ram_mib: int = 8192  # --cache-ram
+    ctx_checkpoints: int = 32  # --ctx-checkpoints, per slot
+    fit: bool = True  # --fit on|off
+    fit_target_mib: tuple[int, ...] = (1024,)  # --fit-target, per device
+    embedding: bool = False
