@@ -39,6 +39,15 @@ class Tool(StrEnum):
     FIT_PARAMS = "llama-fit-params"
 
 
+class Engine(StrEnum):
+    """Which llama.cpp variant runs the model: it changes cache layouts, defaults and flag spellings."""
+
+    LLAMA_CPP = "llama.cpp"  # mainline at the targeted commit
+    IK_LLAMA = "ik_llama.cpp"
+    BEELLAMA = "beellama"  # beellama.cpp with KVarN caches
+    OLLAMA = "ollama"
+
+
 class MmprojPlacement(StrEnum):
     GPU = "gpu"
     CPU = "cpu"
@@ -103,3 +112,14 @@ class LaunchSettings:
     fit: bool = True  # --fit on|off
     fit_target_mib: tuple[int, ...] = (1024,)  # --fit-target, per device
     embedding: bool = False
+    engine: Engine = Engine.LLAMA_CPP
+    # ik_llama.cpp only
+    mla_mode: int = 3  # -mla 0/1/2/3
+    attn_max_batch_mib: int = 0  # -amb N (MiB); 0 = no cap
+    fused_moe: bool = True  # -fmoe / -no-fmoe
+    run_time_repack: bool = False  # -rtr (forces weights into anonymous RAM)
+    # beellama.cpp only
+    kv_tail_tokens: int = 0  # --kv-tail-tokens (0 = the intrinsic 128-token tail for KVarN caches)
+    kv_tail_type: str = ""  # --kv-tail-type; "" = f16 for KVarN caches, bf16 for standard ones
+    # ollama only: OLLAMA_GPU_OVERHEAD in bytes (reserved per GPU)
+    gpu_overhead_bytes: int = 0
