@@ -1,0 +1,441 @@
+"""What the llama.cpp forks allocate differently from mainline: ik_llama.cpp, beellama.cpp (KVarN), ollama.
+
+Sources (read, not guessed): `../shared/docs/forks-memory.md` and the forks' code it cites:
+- ik_llama.cpp HEAD 8337e4c: src/llama.cpp `llama_kv_cache_init`, src/llama-model.cpp `llama_model::cache_size`,
+  src/graphs/build_deepseek2.cpp (-amb), ggml/src/ggml.c type_traits (row_meta per row).
+- beellama.cpp v0.4.4-v0.4.6: src/llama-kvarn.cpp `llama_kvarn_make_layout`, src/llama-kv-cache-kvarn.cpp
+  `kvarn_record_bytes` and the `llama_kv_cache_kvarn` constructor, src/llama-kv-cache-tail.cpp.
+- ollama fb30760 (2026-08-21): server/routes.go (VRAM-tier default context), llm/llama_server.go (the llama-server
+  command it builds), envconfig/config.go (OLLAMA_* variables and their defaults).
+
+Everything here is pure arithmetic on a ModelProfile; the estimator places each layer's bytes on its device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fitplan.core.errors import SettingsError
+from fitplan.core.profile import LayerProfile, ModelProfile
+from fitplan.core.settings import Engine
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+# --------------------------------------------------------------------------------------------------------------
+# Cache element sizes. (block size, bytes per block, bytes of metadata per row)
+# --------------------------------------------------------------------------------------------------------------
+
+#: mainline -ctk/-ctv types (common/arg.cpp:kv_cache_types) as (blck, type_size, row_meta).
+_MAINLINE_CACHE_TYPES: dict[str, tuple[int, int, int]] = {
+    "f32": (1, 4, 0),
+    "f16": (1, 2, 0),
+    "bf16": (1, 2, 0),
+    "q8_0": (32, 34, 0),
+    "q4_0": (32, 18, 0),
+    "q4_1": (32, 20, 0),
+    "iq4_nl": (32, 18, 0),
+    "q5_0": (32, 22, 0),
+    "q5_1": (32, 24, 0),
+}
+
+#: ik_llama.cpp adds q6_0 and q8_KV (8 bytes of row metadata: row bytes = 8 + 32 * n / 32).
+_IK_CACHE_TYPES: dict[str, tuple[int, int, int]] = {
+    **_MAINLINE_CACHE_TYPES,
+    "q6_0": (32, 26, 0),
+    "q8_kv": (32, 32, 8),
+}
+
+#: beellama.cpp's extra standard cache types (docs/beellama-args.md): q2_0 is its internal Q2_0S.
+#: Block layouts from its ggml/src/ggml-common.h static_asserts: block_q2_0s = half + 32/4 (10 B), block_q2_1 =
+#: 2 halves + 32/4 (12), block_q3_0 = half + 32/8 + 32/4 (14), block_q3_1 (16), block_q6_0 = half + 32/2 + 32/4 (26),
+#: block_q6_1 (28); all with 32 elements per block.
+_BEELLAMA_CACHE_TYPES: dict[str, tuple[int, int, int]] = {
+    **_MAINLINE_CACHE_TYPES,
+    "q2_0": (32, 10, 0),
+    "q2_1": (32, 12, 0),
+    "q3_0": (32, 14, 0),
+    "q3_1": (32, 16, 0),
+    "q6_0": (32, 26, 0),
+    "q6_1": (32, 28, 0),
+}
+
+#: KVarN payload bits per element (there is no kvarn7).
+KVARN_BITS: dict[str, int] = {"kvarn2": 2, "kvarn3": 3, "kvarn4": 4, "kvarn5": 5, "kvarn6": 6, "kvarn8": 8}
+
+KVARN_GROUP = 128  # tokens per record group and elements per head slice
+KVARN_STAGE_BYTES_PER_SLICE_GROUP = 128 * 128 * 2  # one F16 staging group: 128 dims x 128 tokens
+
+
+def cache_types(engine: Engine) -> tuple[str, ...]:
+    """Every -ctk/-ctv value the engine accepts."""
+    if engine is Engine.IK_LLAMA:
+        return tuple(_IK_CACHE_TYPES)
+    if engine is Engine.BEELLAMA:
+        return (*_BEELLAMA_CACHE_TYPES, *KVARN_BITS)
+    return tuple(_MAINLINE_CACHE_TYPES)
+
+
+def cache_row_bytes(engine: Engine, type_name: str, n: int) -> int:
+    """Bytes of one cache row of `n` elements of a standard (non-KVarN) cache type."""
+    table = {
+        Engine.IK_LLAMA: _IK_CACHE_TYPES,
+        Engine.BEELLAMA: _BEELLAMA_CACHE_TYPES,
+    }.get(engine, _MAINLINE_CACHE_TYPES)
+    key = type_name.lower()
+    if key not in table:
+        raise SettingsError(f"{engine.value} does not accept cache type {type_name!r}")
+    blck, size, meta = table[key]
+    if n % blck:
+        raise SettingsError(f"cache type {type_name} needs a row length divisible by {blck}, got {n}")
+    return meta + n // blck * size
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Result type
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCachePart:
+    """One tensor family of a fork's cache, with its bytes per layer."""
+
+    name: str  # "K (MLA latent)", "KVarN records", "KVarN stage", "KVarN tail", ...
+    per_layer: tuple[tuple[int, int], ...]  # (layer index, bytes)
+    explanation: str
+    transient: bool = False  # scratch that exists only while a prompt is processed (not a persistent buffer)
+
+    @property
+    def bytes(self) -> int:
+        return sum(b for _, b in self.per_layer)
+
+
+def _pad(x: int, n: int) -> int:
+    return (x + n - 1) // n * n
+
+
+def _kv_layers(profile: ModelProfile) -> tuple[LayerProfile, ...]:
+    return tuple(layer for layer in profile.layers if layer.has_kv and not layer.is_nextn)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ik_llama.cpp
+# --------------------------------------------------------------------------------------------------------------
+
+
+def ik_effective_mla_mode(profile: ModelProfile, mla_mode: int) -> int:
+    """ik forces non-MLA models to -mla 0 (src/llama.cpp, llama_new_context_with_model)."""
+    if not profile.is_mla:
+        return 0
+    if mla_mode not in (0, 1, 2, 3):
+        raise SettingsError(f"-mla must be 0, 1, 2 or 3, got {mla_mode}")
+    return mla_mode
+
+
+def ik_kv_cache(
+    profile: ModelProfile,
+    kv_size: int,
+    *,
+    mla_mode: int = 3,
+    flash_attn: bool = True,
+    type_k: str = "f16",
+    type_v: str = "f16",
+) -> tuple[EngineCachePart, ...]:
+    """ik_llama.cpp's KV cache (src/llama.cpp llama_kv_cache_init).
+
+    MLA models with -mla >= 1 keep ONE latent tensor per layer, [kv_lora_rank + n_rot, kv_size]; its type is -ctk
+    with FA on, and with FA off -ctk for -mla 1 but -ctv for -mla 2/3. Only -mla 1 without FA adds a transposed V
+    cache [kv_lora_rank * kv_size] of type -ctv. -mla 0 (and every non-MLA model) is the standard K + V layout.
+    """
+    mode = ik_effective_mla_mode(profile, mla_mode)
+    eng = Engine.IK_LLAMA
+    layers = _kv_layers(profile)
+    if mode == 0:
+        if profile.mla is not None:
+            # decompressed heads: K = n_head * key_length_mla, V = n_head * value_length_mla
+            k_rows = [(la.index, la.n_head * profile.mla.key_length_mla) for la in layers]
+            v_rows = [(la.index, la.n_head * profile.mla.value_length_mla) for la in layers]
+        else:
+            k_rows = [(la.index, la.n_embd_k_gqa) for la in layers]
+            v_rows = [(la.index, la.n_embd_v_gqa) for la in layers]
+        k = EngineCachePart(
+            "K",
+            tuple((i, cache_row_bytes(eng, type_k, n) * kv_size) for i, n in k_rows),
+            f"{len(layers)} layers x {kv_size} cells x K row of {type_k}",
+        )
+        v = EngineCachePart(
+            "V",
+            tuple((i, cache_row_bytes(eng, type_v, n) * kv_size) for i, n in v_rows),
+            f"{len(layers)} layers x {kv_size} cells x V row of {type_v}",
+        )
+        return (k, v)
+    assert profile.mla is not None
+    width = profile.mla.kv_lora_rank + profile.mla.n_rot
+    latent_type = type_k if flash_attn or mode == 1 else type_v
+    row = cache_row_bytes(eng, latent_type, width)
+    parts = [
+        EngineCachePart(
+            "K (MLA latent)",
+            tuple((la.index, row * kv_size) for la in layers),
+            f"{len(layers)} layers x {kv_size} cells x {width} ({profile.mla.kv_lora_rank}+{profile.mla.n_rot}) "
+            f"{latent_type} = {row} B/row (-mla {mode}, K-only)",
+        )
+    ]
+    if mode == 1 and not flash_attn:
+        vrow = cache_row_bytes(eng, type_v, profile.mla.kv_lora_rank)
+        parts.append(
+            EngineCachePart(
+                "V^T (MLA)",
+                tuple((la.index, vrow * kv_size) for la in layers),
+                f"-mla 1 without FA keeps a transposed V: {profile.mla.kv_lora_rank} x {kv_size} {type_v} per layer",
+            )
+        )
+    return tuple(parts)
+
+
+def ik_pad_context(n_ctx: int, flash_attn: bool) -> int:
+    """ik pads the context to 256 with FA and to 32 without."""
+    return _pad(n_ctx, 256 if flash_attn else 32)
+
+
+def ik_attention_intermediate_bytes(
+    profile: ModelProfile,
+    n_kv: int,
+    n_tokens: int,
+    *,
+    mla_mode: int,
+    flash_attn: bool,
+    amb_mib: int,
+) -> int:
+    """The largest attention intermediate of one layer, with -amb splitting heads so that a chunk stays <= amb.
+
+    Non-FA: KQ = n_kv * n_tokens * n_head * 4 bytes. MLA 2/3 with FA on a prompt (n_tokens >= 128): the
+    decompressed wkv_b product X = n_head * (128 + 128) * n_kv * 4 bytes. ik processes heads in chunks so each
+    chunk is at most amb MiB (values under 128 are raised to 128; 0 = no cap).
+    """
+    n_head = max((la.n_head for la in profile.layers), default=0)
+    if n_head == 0:
+        return 0
+    if not flash_attn:
+        per_head = n_kv * n_tokens * 4
+    elif profile.is_mla and mla_mode in (2, 3) and n_tokens >= 128:
+        assert profile.mla is not None
+        per_head = (profile.mla.key_length_mla - profile.mla.n_rot + profile.mla.value_length_mla) * n_kv * 4
+    else:
+        return 0
+    full = per_head * n_head
+    if amb_mib <= 0:
+        return full
+    cap = max(amb_mib, 128) * MIB
+    heads_per_chunk = max(1, min(n_head, cap // per_head))
+    return per_head * heads_per_chunk
+
+
+# --------------------------------------------------------------------------------------------------------------
+# beellama.cpp KVarN
+# --------------------------------------------------------------------------------------------------------------
+
+
+def kvarn_record_bytes(bits: int) -> int:
+    """One side's record: 128 dims x 128 tokens packed at `bits` (2048*bits bytes) + three fp16 vectors of 128."""
+    return 128 * 128 * bits // 8 + 3 * 128 * 2
+
+
+def kvarn_promote(type_k: str, type_v: str) -> tuple[str, str]:
+    """If only one side is kvarnN the other is promoted to the same width (src/llama-kvarn.cpp)."""
+    k_is, v_is = type_k in KVARN_BITS, type_v in KVARN_BITS
+    if k_is and not v_is:
+        return type_k, type_k
+    if v_is and not k_is:
+        return type_v, type_v
+    return type_k, type_v
+
+
+def kvarn_tail_rows(request: int, window: int, rollback_rows: int = 1) -> int:
+    """Tail rows per sequence: N + R with N = max(min(128, W), min(roundup128(request), W)); 0 = intrinsic 128."""
+    n = max(min(KVARN_GROUP, window), min(_pad(request, KVARN_GROUP), window)) if request > 0 else min(128, window)
+    return n + rollback_rows
+
+
+def beellama_kv_cache(
+    profile: ModelProfile,
+    *,
+    n_ctx_seq: int,
+    n_stream: int,
+    n_seq_max: int,
+    kv_unified: bool,
+    n_ubatch: int,
+    type_k: str,
+    type_v: str,
+    tail_tokens: int = 0,
+    tail_type: str = "",
+    swa_full: bool = False,
+    rollback_rows: int = 1,
+    layers: tuple[LayerProfile, ...] | None = None,
+) -> tuple[EngineCachePart, ...]:
+    """beellama.cpp's cache (src/llama-kv-cache-kvarn.cpp) for KVarN types, or a standard cache plus its tail.
+
+    Per KV layer and side, with `slices = head_dim / 128` and `h = n_head_kv * slices`:
+    - records: I8 [record_bytes, h, G * n_stream], G = ceil(kv_size / 128) (SWA: ceil(min(kv, n_swa)/128) +
+      ceil(n_ubatch/128));
+    - stage: F16 32768 * h * stage_groups * n_stream bytes, stage_groups = 2 * (unified ? n_seq_max : 1) + 1
+      (the +1 is the permanent 128-token sink; SWA: 2 groups, one stream);
+    - exact tail: [n_embd_gqa, (N + R) * n_seq_max] of the tail type (f16 for KVarN).
+    A group whose tail covers its whole window (N == W) is one plain F16/BF16 cache instead.
+    """
+    type_k, type_v = kvarn_promote(type_k, type_v)
+    kv_layers = layers if layers is not None else _kv_layers(profile)
+    is_kvarn = type_k in KVARN_BITS
+    ttype = tail_type or ("f16" if is_kvarn else "bf16")
+    tail_elt = 4 if ttype == "f32" else 2
+    records: list[tuple[int, int]] = []
+    stage: list[tuple[int, int]] = []
+    tail: list[tuple[int, int]] = []
+    body: list[tuple[int, int]] = []
+    for la in kv_layers:
+        swa = la.is_swa and not swa_full and profile.n_swa > 0
+        window = profile.n_swa if swa else n_ctx_seq
+        streams = 1 if swa else n_stream
+        for hd, tname in ((la.n_embd_head_k, type_k), (la.n_embd_head_v, type_v)):
+            width = hd * la.n_head_kv
+            if width == 0:
+                continue
+            if is_kvarn:
+                if hd not in (128, 256, 512):
+                    raise SettingsError(f"KVarN caches need a head size of 128, 256 or 512 (layer {la.index}: {hd})")
+                n_tail = kvarn_tail_rows(tail_tokens, window, rollback_rows)
+                if n_tail - rollback_rows >= window:
+                    # the whole window is tail: one plain cache (SWA: a bodyless ring of W + R rows per sequence)
+                    rows = (window + rollback_rows) * n_seq_max if swa else n_ctx_seq * n_stream
+                    body.append((la.index, width * tail_elt * rows))
+                    continue
+                h = la.n_head_kv * (hd // 128)
+                if swa:
+                    groups = math.ceil(min(n_ctx_seq, profile.n_swa) / 128) + math.ceil(n_ubatch / 128)
+                    stage_groups = 2
+                else:
+                    groups = math.ceil(n_ctx_seq / 128)
+                    stage_groups = 2 * (n_seq_max if kv_unified else 1) + 1
+                bits = KVARN_BITS[tname]
+                records.append((la.index, kvarn_record_bytes(bits) * h * groups * streams))
+                stage.append((la.index, KVARN_STAGE_BYTES_PER_SLICE_GROUP * h * stage_groups * streams))
+                tail.append((la.index, width * tail_elt * n_tail * n_seq_max))
+            else:
+                cells = n_ctx_seq * n_stream
+                if swa:
+                    cells = _pad(min(n_ctx_seq, profile.n_swa * (n_seq_max if kv_unified else 1) + n_ubatch), 256)
+                    cells *= 1 if kv_unified else n_stream
+                body.append((la.index, cache_row_bytes(Engine.BEELLAMA, tname, width) * cells))
+                if tail_tokens > 0:
+                    n_tail = kvarn_tail_rows(tail_tokens, window, rollback_rows)
+                    tail.append((la.index, width * tail_elt * n_tail * n_seq_max))
+    parts: list[EngineCachePart] = []
+    if records:
+        parts.append(EngineCachePart("KVarN records", _merge(records), f"{type_k}/{type_v} records, "
+                                     f"{kvarn_record_bytes(KVARN_BITS[type_k])} B per 128x128 record (K)"))
+        parts.append(EngineCachePart("KVarN stage", _merge(stage), "F16 staging groups (sink + tail groups)"))
+    if body:
+        parts.append(EngineCachePart("KV", _merge(body), f"standard cache body ({type_k}/{type_v})"))
+    if tail:
+        parts.append(EngineCachePart("KVarN tail" if is_kvarn else "KV tail", _merge(tail),
+                                     f"exact {ttype} tail, (N+R) rows per sequence"))
+    return tuple(parts)
+
+
+def _merge(rows: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: dict[int, int] = {}
+    for i, b in rows:
+        out[i] = out.get(i, 0) + b
+    return tuple(sorted(out.items()))
+
+
+#: GGML_CUDA_FATTN_KVARN_WINDOW_CHUNK per beellama version (v0.4.5 halved it: Anbeeld issue #140).
+KVARN_WINDOW_CHUNK = {"0.4.3": 65536, "0.4.4": 65536, "0.4.5": 32768, "0.4.6": 65536}
+
+
+def kvarn_materialization_window_bytes(
+    profile: ModelProfile, n_kv: int, n_stream: int, chunk: int = 65536
+) -> int:
+    """CUDA multi-token KVarN prefill dequantizes the active span into F16 pool scratch (transient):
+    min(n_kv, CHUNK) * n_head_kv * n_stream * (Dk + Dv) * 2 bytes, the largest over the attention layers.
+    """
+    best = 0
+    for la in _kv_layers(profile):
+        best = max(best, min(n_kv, chunk) * la.n_head_kv * n_stream * (la.n_embd_head_k + la.n_embd_head_v) * 2)
+    return best
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ollama
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaConfig:
+    """What an ollama user sets: environment variables and Modelfile parameters."""
+
+    num_ctx: int = 0  # PARAMETER num_ctx / OLLAMA_CONTEXT_LENGTH; 0 = the VRAM-tier default
+    num_parallel: int = 1  # OLLAMA_NUM_PARALLEL (default 1)
+    kv_cache_type: str = ""  # OLLAMA_KV_CACHE_TYPE ("" = f16)
+    flash_attention: bool | None = None  # OLLAMA_FLASH_ATTENTION; None = auto where supported
+    gpu_overhead_bytes: int = 0  # OLLAMA_GPU_OVERHEAD, reserved per GPU
+    num_gpu: int = -1  # PARAMETER num_gpu; -1 = let llama-server fit it
+    num_batch: int = 512  # PARAMETER num_batch (ollama's default 512 is passed as -b and -ub)
+
+
+def ollama_default_num_ctx(total_vram_bytes: int, gpu_overhead_bytes: int = 0, n_gpus: int = 1) -> int:
+    """server/routes.go: 262144 from 47 GiB of VRAM (minus OLLAMA_GPU_OVERHEAD per GPU), 32768 from 23 GiB, else 4096."""
+    vram = total_vram_bytes - gpu_overhead_bytes * n_gpus
+    if vram >= 47 * GIB:
+        return 262144
+    if vram >= 23 * GIB:
+        return 32768
+    return 4096
+
+
+def ollama_llama_server_args(cfg: OllamaConfig, n_ctx_train: int, total_vram_bytes: int, n_gpus: int) -> list[str]:
+    """The memory-relevant part of the llama-server command ollama builds (llm/llama_server.go)."""
+    num_ctx = cfg.num_ctx or ollama_default_num_ctx(total_vram_bytes, cfg.gpu_overhead_bytes, n_gpus)
+    if n_ctx_train > 0:
+        num_ctx = min(num_ctx, n_ctx_train)  # server/sched.go caps the automatic context at the trained length
+    args = ["-c", str(num_ctx * cfg.num_parallel), "-np", str(cfg.num_parallel)]
+    if cfg.kv_cache_type:
+        args += ["--cache-type-k", cfg.kv_cache_type, "--cache-type-v", cfg.kv_cache_type]
+    if cfg.flash_attention is None:
+        args += ["--flash-attn", "auto"]
+    else:
+        args += ["--flash-attn", "on" if cfg.flash_attention else "off"]
+    if cfg.num_batch > 0:
+        args += ["-b", str(cfg.num_batch), "-ub", str(cfg.num_batch)]
+    if cfg.num_gpu >= 0:
+        args += ["-ngl", str(cfg.num_gpu)]
+    return args
+
+
+def ollama_environment(cfg: OllamaConfig) -> dict[str, str]:
+    """Environment variables for `ollama serve` that reproduce the configuration."""
+    env: dict[str, str] = {}
+    if cfg.num_parallel != 1:
+        env["OLLAMA_NUM_PARALLEL"] = str(cfg.num_parallel)
+    if cfg.kv_cache_type and cfg.kv_cache_type != "f16":
+        env["OLLAMA_KV_CACHE_TYPE"] = cfg.kv_cache_type
+    if cfg.flash_attention is not None:
+        env["OLLAMA_FLASH_ATTENTION"] = "1" if cfg.flash_attention else "0"
+    if cfg.gpu_overhead_bytes:
+        env["OLLAMA_GPU_OVERHEAD"] = str(cfg.gpu_overhead_bytes)
+    if cfg.num_ctx:
+        env["OLLAMA_CONTEXT_LENGTH"] = str(cfg.num_ctx)
+    return env
+
+
+def ollama_modelfile(model_ref: str, cfg: OllamaConfig) -> str:
+    """A Modelfile pinning the context and GPU layers for a model."""
+    lines = [f"FROM {model_ref}"]
+    if cfg.num_ctx:
+        lines.append(f"PARAMETER num_ctx {cfg.num_ctx}")
+    if cfg.num_gpu >= 0:
+        lines.append(f"PARAMETER num_gpu {cfg.num_gpu}")
+    if cfg.num_batch != 512:
+        lines.append(f"PARAMETER num_batch {cfg.num_batch}")
+    return "\n".join(lines) + "\n"
