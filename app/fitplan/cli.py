@@ -1,17 +1,21 @@
 """The `fitplan` command: no arguments opens the window; subcommands work headless.
 
 Each subcommand lives in `fitplan.commands.<name>` and exposes `register(subparsers)`; the registered handler
-returns the exit code: 0 ok, 1 does not fit (where that is the question), 2 bad input.
+(`set_defaults(handler=...)`) returns the exit code: 0 ok, 1 does not fit (where that is the question), 2 bad input.
+Shared output conventions (colour, tables, JSON, errors on stderr) are in `fitplan.commands._output`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from fitplan import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT, __version__
+from fitplan.commands import _output as out
 from fitplan.core.errors import FitplanError
 
 #: Subcommand modules, in the order `--help` lists them.
@@ -25,7 +29,21 @@ EPILOG = """examples:
   fitplan command model.gguf --shell powershell
   fitplan scan ~/models --json
   fitplan gpus
+
+every subcommand takes --json (one JSON document on stdout) and --help (its own examples).
+
+exit status:
+  0  success (and, for estimate/plan, the model fits)
+  1  the model does not fit
+  2  bad input: unreadable file, unknown flag, invalid setting
+
+environment:
+  NO_COLOR=1   never colour the output (colour is also off when stdout is not a terminal)
 """
+
+
+def version_text() -> str:
+    return f"fitplan {__version__} (estimates llama.cpp commit {LLAMA_CPP_COMMIT}, build {LLAMA_CPP_BUILD})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,11 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"fitplan {__version__} (estimates llama.cpp commit {LLAMA_CPP_COMMIT}, build {LLAMA_CPP_BUILD})",
-    )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -49,27 +63,41 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    # Keep the line breaks of each subcommand's "examples:" epilog.
+    for subparser in sub.choices.values():
+        if subparser.epilog and subparser.formatter_class is argparse.HelpFormatter:
+            subparser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default: `sys.argv[1:]`) and return the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if not args_list:
         from fitplan.gui.app import main as gui_main
 
-        return gui_main([])
+        return int(gui_main([]))
     parser = build_parser()
-    args, extra = parser.parse_known_args(args_list)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return 2
-    if extra and not getattr(args, "accepts_extra", False):
-        parser.error("unrecognized arguments: " + " ".join(extra))
+    try:
+        args, extra = parser.parse_known_args(args_list)
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return out.EXIT_BAD_INPUT
+        if extra and not getattr(args, "accepts_extra", False):
+            parser.error("unrecognized arguments: " + " ".join(extra))
+    except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else out.EXIT_BAD_INPUT
     try:
         return int(handler(args, extra))
     except FitplanError as exc:
-        print(f"fitplan: error: {exc}", file=sys.stderr)
-        return 2
+        return out.error(str(exc))
+    except BrokenPipeError:  # `fitplan scan | head`: the reader left; say nothing more on stdout
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return out.EXIT_OK
+    except OSError as exc:  # a path that does not exist, a folder we may not read...
+        where = f"{exc.filename}: " if exc.filename else ""
+        return out.error(f"{where}{exc.strerror or exc}")
     except KeyboardInterrupt:
         return 130

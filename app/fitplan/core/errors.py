@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fitplan.core.gguf_header import GGUFHeader
+
 
 class FitplanError(Exception):
     """Base class of every error fitplan reports to the user."""
@@ -22,9 +27,12 @@ class GGUFError(FitplanError):
 class IncompleteModelError(GGUFError):
     """The file is shorter than its declared tensor data (an interrupted download)."""
 
-    def __init__(self, source: str, expected_size: int, actual_size: int) -> None:
+    def __init__(
+        self, source: str, expected_size: int, actual_size: int, header: GGUFHeader | None = None
+    ) -> None:
         self.expected_size = expected_size
         self.actual_size = actual_size
+        self.header = header  # the header as read, for showing partial downloads
         missing = expected_size - actual_size
         super().__init__(
             f"incomplete download: {actual_size} of {expected_size} bytes present, {missing} bytes missing",

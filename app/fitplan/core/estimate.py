@@ -68,6 +68,8 @@ class ResolvedContext:
     n_outputs_max: int
     flash_attn: bool
     n_gpu_layers: int  # resolved count, including the output layer (0..n_layer_all+1)
+    n_rs_seq: int = 0  # recurrent rollback snapshots per sequence (speculative decoding on rollback-capable archs)
+    embeddings: bool = False  # the context returns embeddings (--embedding): the output buffer holds them too
 
 
 @dataclass(frozen=True, slots=True)

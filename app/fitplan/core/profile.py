@@ -82,6 +82,8 @@ class LayerProfile:
     n_embd_r: int = 0  # recurrent "r" (conv / token-shift) state, f32 elements per sequence
     n_embd_s: int = 0  # recurrent "s" (ssm / wkv) state, f32 elements per sequence
     n_expert_used: int = 0
+    n_embd_p: int = 0  # qwen4exp PLE conv history, f32 elements per sequence (its own recurrent tensor)
+    has_indexer: bool = False  # owns a row in a sparse-attention indexer cache (DSA, MSA, k-pool indexers)
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -170,6 +172,7 @@ class ModelProfile:
     is_mmproj: bool = False  # a multimodal projector file (general.architecture == "clip")
     quant_mix: tuple[tuple[str, int], ...] = ()  # (type name, bytes) sorted by bytes desc
     warnings: tuple[str, ...] = ()
+    indexer_head_size: int = 0  # elements per indexer-cache row (key_length x k-pool row count); 0 = no indexer cache
 
     @property
     def is_moe(self) -> bool:

@@ -1,0 +1,174 @@
+"""Output conventions shared by every subcommand: colour, tables, sizes, JSON and errors.
+
+Conventions (see `fitplan --help`):
+
+* results go to stdout, diagnostics and errors to stderr (`error()`, `warn()`);
+* exit codes: `EXIT_OK` (0), `EXIT_DOES_NOT_FIT` (1, only where fitting is the question), `EXIT_BAD_INPUT` (2);
+* colour only when the stream is a terminal and neither `NO_COLOR` (https://no-color.org) is set nor `TERM=dumb`;
+* `--json` prints one JSON document on stdout (`print_json`), no colour, no tables, nothing else on stdout.
+
+Typical use in a handler::
+
+    from fitplan.commands import _output as out
+
+    if args.json:
+        out.print_json({"devices": estimate.devices})
+        return out.EXIT_OK
+    print(out.table(["device", "used"], [[d.device.name, out.size(d.used_bytes)] for d in estimate.devices],
+                    align="lr"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import PurePath
+from typing import Any, TextIO
+
+EXIT_OK = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_BAD_INPUT = 2
+
+# SGR codes of the few styles the CLI uses.
+BOLD = "1"
+DIM = "2"
+RED = "31"
+GREEN = "32"
+YELLOW = "33"
+CYAN = "36"
+
+_CSI = "\x1b["
+
+
+def use_color(stream: TextIO | None = None) -> bool:
+    """True when ANSI colour may be written to `stream` (stdout by default)."""
+    stream = sys.stdout if stream is None else stream
+    if os.environ.get("NO_COLOR", ""):
+        return False
+    if os.environ.get("TERM", "") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None or not isatty():
+        return False
+    if os.name == "nt":
+        # Classic consoles print escape codes literally; Windows Terminal and ConEmu/ANSICON render them.
+        return any(k in os.environ for k in ("WT_SESSION", "ANSICON", "ConEmuANSI", "TERM"))
+    return True
+
+
+def style(text: str, *codes: str, stream: TextIO | None = None) -> str:
+    """`text` wrapped in the SGR `codes` when `use_color(stream)`, else `text` unchanged."""
+    if not codes or not use_color(stream):
+        return text
+    return f"{_CSI}{';'.join(codes)}m{text}{_CSI}0m"
+
+
+def visible_len(text: str) -> int:
+    """Length of `text` on screen, ignoring SGR escape sequences."""
+    n = 0
+    i = 0
+    while i < len(text):
+        if text.startswith(_CSI, i):
+            end = text.find("m", i)
+            if end != -1:
+                i = end + 1
+                continue
+        n += 1
+        i += 1
+    return n
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str = "", gap: int = 2,
+          stream: TextIO | None = None) -> str:
+    """A plain-text table: a bold header line, then one line per row, columns padded to the widest cell.
+
+    `align` holds one letter per column, "l" or "r" (missing letters mean "l"). Cells are `str()`-ed; cells may
+    already contain colour from `style()`, which does not count towards the width.
+    """
+    body = [[str(c) for c in row] for row in rows]
+    ncols = max([len(headers), *(len(r) for r in body)])
+    head = [*headers, *[""] * (ncols - len(headers))]
+    body = [[*r, *[""] * (ncols - len(r))] for r in body]
+    widths = [max(visible_len(r[i]) for r in [head, *body]) for i in range(ncols)]
+    sep = " " * gap
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for i, cell in enumerate(cells):
+            pad = " " * (widths[i] - visible_len(cell))
+            out.append(pad + cell if align[i:i + 1] == "r" else cell + pad)
+        return sep.join(out).rstrip()
+
+    lines = [style(line(head), BOLD, stream=stream)] if any(head) else []
+    lines.extend(line(r) for r in body)
+    return "\n".join(lines)
+
+
+def size(n_bytes: int | float, precision: int = 2) -> str:
+    """Binary-prefixed size as llama.cpp prints it: "1.50 GiB", "512.00 MiB", "123 B". Negative sizes keep their sign."""
+    sign = "-" if n_bytes < 0 else ""
+    value = float(abs(n_bytes))
+    if value < 1024:
+        return f"{sign}{int(value)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{sign}{value:.{precision}f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def mib(n_bytes: int | float) -> str:
+    """Size in MiB with two decimals, the unit llama.cpp's memory breakdown uses ("1234.56 MiB")."""
+    return f"{n_bytes / (1 << 20):.2f} MiB"
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from dataclasses, enums, paths, mappings and sequences (recursively).
+
+    Dataclasses become objects of their fields (in declaration order); enums their value; paths strings;
+    tuples, lists, sets and frozensets lists (sets sorted for stable output); bytes raise TypeError.
+    """
+    if obj is None or isinstance(obj, bool | int | float | str):
+        if isinstance(obj, enum.Enum):
+            return obj.value
+        return obj
+    if isinstance(obj, enum.Enum):
+        return to_jsonable(obj.value)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, Mapping):
+        return {str(to_jsonable(k)): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, set | frozenset):
+        return sorted((to_jsonable(v) for v in obj), key=repr)
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def dumps_json(obj: Any) -> str:
+    """The JSON text `print_json` writes (indented, keys in insertion order, no NaN)."""
+    return json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def print_json(obj: Any, stream: TextIO | None = None) -> None:
+    """Write `obj` as one JSON document (see `to_jsonable`) and a newline to stdout."""
+    stream = sys.stdout if stream is None else stream
+    stream.write(dumps_json(obj) + "\n")
+    stream.flush()
+
+
+def error(message: str) -> int:
+    """Print "fitplan: error: message" on stderr and return `EXIT_BAD_INPUT`, for `return out.error(...)`."""
+    print(style("fitplan: error:", RED, BOLD, stream=sys.stderr) + f" {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def warn(message: str) -> None:
+    """Print "fitplan: warning: message" on stderr."""
+    print(style("fitplan: warning:", YELLOW, stream=sys.stderr) + f" {message}", file=sys.stderr)

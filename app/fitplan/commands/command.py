@@ -1,0 +1,53 @@
+"""`fitplan command MODEL [llama-server flags...]`: only the planned llama-server command, quoted for a shell
+(the platform's unless `--shell`), or with `--preset` the same plan as a `--models-preset` INI section."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from fitplan.commands import _output as out
+from fitplan.commands.plan import add_common_arguments, build_request, command_argv, make_plan, preset_text
+from fitplan.core.devices import Machine
+from fitplan.core.shell import Shell, default_shell, join
+
+EXAMPLES = """examples:
+  fitplan command model.gguf                           the command for this machine, for this platform's shell
+  fitplan command model.gguf --shell cmd -c 16384      for cmd.exe, with the context pinned
+  fitplan command model.gguf --preset --name qwen3     a [qwen3] section for llama-server --models-preset
+"""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "command",
+        help="print only the llama-server command of the plan (or its preset INI section)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add_common_arguments(p)
+    p.add_argument("--shell", choices=[s.value for s in Shell], help="shell to quote for (default: this platform's)")
+    p.add_argument("--multiline", action="store_true", help="one flag per line, with the shell's continuations")
+    p.add_argument("--preset", action="store_true", help="print a llama-server models preset (INI) section instead")
+    p.add_argument("--name", help="the preset section name (default: the model file name without .gguf)")
+    p.set_defaults(handler=run, accepts_extra=True)
+
+
+def _default_name(model: str) -> str:
+    base = os.path.basename(model)
+    return base[:-5] if base.lower().endswith(".gguf") else base
+
+
+def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
+    req = build_request(args, extra, machine)
+    p = make_plan(req)
+    if not p.fits:
+        out.warn(p.binding)
+    if args.preset:
+        print(preset_text(req, p, args.name or _default_name(args.model)), end="")
+    else:
+        shell = Shell(args.shell) if args.shell else default_shell()
+        print(join(command_argv(req, p, args.program), shell, multiline=args.multiline))
+    return out.EXIT_OK if p.fits else out.EXIT_DOES_NOT_FIT

@@ -1,0 +1,258 @@
+"""`fitplan estimate MODEL [llama-server flags...]`: the memory llama.cpp will allocate, per device and term.
+
+Flags are llama-server's own spellings (see `fitplan.core.flags`). Devices: `--assume-gpu NAME=SIZE` (repeatable),
+else the GPUs this machine has; `-dev none` means no GPU. Exit code 0 when everything fits, 1 when it does not,
+2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from typing import Any
+
+from fitplan.commands import _output as out
+from fitplan.core.devices import MIB, Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.errors import FitplanError, FlagError
+from fitplan.core.estimate import Estimate, TermKind
+from fitplan.core.estimator import estimate
+from fitplan.core.flags import ParsedFlags, parse_flags
+from fitplan.core.profile import ModelProfile
+from fitplan.core.settings import Tool
+
+EXAMPLES = """examples:
+  fitplan estimate model.gguf -c 32768 -np 1 --assume-gpu "RTX 4090=24GiB"
+  fitplan estimate model.gguf -c 65536 -ctk q8_0 -ctv q8_0 -ngl 40 --assume-gpu 24GiB --json
+  fitplan estimate model.gguf -dev none -c 8192          (no GPU: host RAM only)
+  fitplan estimate model.gguf --n-cpu-moe 20 --assume-gpu 2x24GiB -ts 1,1
+"""
+
+TERM_KEYS: tuple[TermKind, ...] = (
+    TermKind.WEIGHTS,
+    TermKind.KV,
+    TermKind.RECURRENT,
+    TermKind.COMPUTE,
+    TermKind.OUTPUT,
+    TermKind.MMPROJ,
+    TermKind.DRAFT,
+    TermKind.RESERVE,
+)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "estimate",
+        help="memory per device and term for a model with llama-server flags",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
+    p.add_argument(
+        "--assume-gpu",
+        action="append",
+        default=[],
+        metavar="NAME=SIZE",
+        help="plan for this GPU instead of the detected ones (24GiB, 24G, 24, 24000MiB; NAME=SIZE or SIZE; "
+        "repeatable, '2x24GiB' for two)",
+    )
+    p.add_argument(
+        "--tool",
+        choices=[t.value for t in Tool],
+        default=Tool.SERVER.value,
+        help="the llama.cpp program that will run the model (decides the logits reservation)",
+    )
+    p.add_argument(
+        "--reserve", type=float, metavar="MIB", help="runtime reserve per GPU in MiB (default: assumed)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(handler=run, accepts_extra=True)
+
+
+def load_profile(path: str) -> ModelProfile:
+    from fitplan.commands.inspect import load_files
+    from fitplan.core.profile_builder import build_profile
+
+    return build_profile(load_files(path))
+
+
+def machine_for(parsed: ParsedFlags, assume: list[str]) -> tuple[Machine, list[str]]:
+    """The devices to estimate for, and notes about how they were found."""
+    notes: list[str] = []
+    host = _host()
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 0, 0, Vendor.RPC, host=h) for i, h in enumerate(parsed.rpc_servers)
+    )
+    if rpc:
+        notes.append("RPC servers' memory is unknown here: their rows show use only")
+    if parsed.settings.devices == ():
+        return Machine(rpc, host), notes
+    if assume:
+        try:
+            from fitplan.core.hardware import assumed_devices
+        except ImportError as exc:  # pragma: no cover - the hardware package ships with fitplan
+            raise FlagError(f"--assume-gpu needs fitplan.core.hardware: {exc}") from None
+        try:
+            gpus = assumed_devices(assume)
+        except FitplanError:
+            raise
+        except ValueError as exc:
+            raise FlagError(f"--assume-gpu: {exc}") from None
+        return Machine((*rpc, *gpus), host), notes
+    try:
+        from fitplan.core.hardware import detect_hardware, machine_from
+    except ImportError:
+        notes.append("GPU detection unavailable: host RAM only")
+        return Machine(rpc, host), notes
+    result = detect_hardware()
+    detected = machine_from(result)
+    notes.extend(result.problems)
+    h = detected.host if detected.host.total_bytes else host
+    return Machine((*rpc, *detected.gpus), h), notes
+
+
+def _host() -> Device:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return host_device(0, 0)
+    return host_device(int(total), int(avail))
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    try:
+        parsed = parse_flags(extra)
+    except FlagError as exc:
+        return out.error(str(exc))
+    model = args.model or parsed.model_path
+    if not model:
+        return out.error("no model: give MODEL or -m MODEL")
+    settings = dataclasses.replace(parsed.settings, tool=Tool(args.tool))
+    profile = load_profile(model)
+    mmproj = load_profile(settings.mmproj_path) if settings.mmproj_path else None
+    draft = load_profile(settings.draft.model_path) if settings.draft is not None else None
+    machine, notes = machine_for(parsed, list(args.assume_gpu))
+    reserve = None if args.reserve is None else int(args.reserve * MIB)
+    est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve)
+    fits = est.fits()
+    if args.json:
+        out.print_json(to_json(model, profile, est, parsed, notes))
+    else:
+        print_table(model, profile, est, parsed, notes)
+    return out.EXIT_OK if fits else out.EXIT_DOES_NOT_FIT
+
+
+def to_json(
+    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
+) -> dict[str, object]:
+    ctx = est.context
+    s = est.settings
+    return {
+        "model": {
+            "path": model,
+            "architecture": profile.architecture,
+            "name": profile.name,
+            "file_type": profile.file_type,
+            "file_size": profile.file_size,
+            "n_params": profile.n_params,
+            "n_layer": profile.n_layer,
+            "n_ctx_train": profile.n_ctx_train,
+            "verified_architecture": profile.verified_architecture,
+        },
+        "settings": {
+            "n_ctx": ctx.n_ctx,
+            "n_ctx_seq": ctx.n_ctx_seq,
+            "n_parallel": ctx.n_seq_max,
+            "kv_unified": ctx.kv_unified,
+            "cache_type_k": s.cache_type_k,
+            "cache_type_v": s.cache_type_v,
+            "flash_attn": ctx.flash_attn,
+            "n_batch": ctx.n_batch,
+            "n_ubatch": ctx.n_ubatch,
+            "n_gpu_layers": ctx.n_gpu_layers,
+            "n_outputs_max": ctx.n_outputs_max,
+            "tool": s.tool.value,
+        },
+        "devices": [
+            {
+                "name": d.device.name,
+                "kind": d.device.kind.value,
+                "total_bytes": d.device.total_bytes,
+                "free_bytes": d.device.free_bytes,
+                "terms": {k.value: d.bytes_of(k) for k in TERM_KEYS},
+                "used_bytes": d.used_bytes,
+                "breakdown": [
+                    {
+                        "kind": t.kind.value,
+                        "label": t.label or t.kind.value,
+                        "bytes": t.bytes,
+                        "explanation": t.explanation,
+                    }
+                    for t in d.terms
+                ],
+            }
+            for d in est.devices
+        ],
+        "fits": est.fits(),
+        "host_runtime": [
+            {"name": b.name, "max_bytes": b.max_bytes, "explanation": b.explanation} for b in est.host_runtime
+        ],
+        "weights_file_backed": est.weights_file_backed,
+        "warnings": list(est.warnings),
+        "assumptions": list(est.assumptions),
+        "notes": notes,
+        "ignored_flags": list(parsed.ignored),
+        "unmodelled_flags": list(parsed.unmodelled),
+    }
+
+
+def _m(n: int) -> str:
+    return f"{n / MIB:.2f}"
+
+
+def print_table(
+    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
+) -> None:
+    ctx = est.context
+    print(
+        out.style(f"{os.path.basename(model)}", out.BOLD) + f"  {profile.architecture}, {profile.file_type}, "
+        f"{out.size(profile.file_size)}"
+    )
+    print(
+        f"context {ctx.n_ctx} ({ctx.n_seq_max} slot{'s' if ctx.n_seq_max != 1 else ''}, "
+        f"{'unified' if ctx.kv_unified else f'{ctx.n_ctx_seq} per slot'}), "
+        f"KV {est.settings.cache_type_k}/{est.settings.cache_type_v}, flash attention "
+        f"{'on' if ctx.flash_attn else 'off'}, batch {ctx.n_batch}/{ctx.n_ubatch}, "
+        f"{ctx.n_gpu_layers}/{profile.n_layer_all + 1} layers on GPU"
+    )
+    print()
+    kinds = [k for k in TERM_KEYS if any(d.bytes_of(k) for d in est.devices)]
+    headers = ["device", *[k.value for k in kinds], "used", "free", ""]
+    rows: list[list[object]] = []
+    for d in est.devices:
+        cap = d.device.free_bytes
+        ok = d.used_bytes <= cap
+        mark = out.style("fits", out.GREEN) if ok else out.style("DOES NOT FIT", out.RED, out.BOLD)
+        if d.device.total_bytes == 0:
+            mark = out.style("size unknown", out.YELLOW)
+        rows.append([d.device.name, *[_m(d.bytes_of(k)) for k in kinds], _m(d.used_bytes), _m(cap), mark])
+    print(out.table(headers, rows, align="l" + "r" * (len(kinds) + 2) + "l"))
+    print("(MiB)")
+    for b in est.host_runtime:
+        bound = "no limit" if b.max_bytes < 0 else f"up to {out.size(b.max_bytes)}"
+        print(f"host, while running: {b.name} {bound} ({b.explanation})")
+    if not est.weights_file_backed:
+        print("host weights are anonymous memory (-lm none): they cannot be paged out")
+    for w in est.warnings:
+        out.warn(w)
+    for a in est.assumptions:
+        print(out.style(f"assumption: {a}", out.DIM))
+    for n in notes:
+        print(out.style(f"note: {n}", out.DIM))
+    if parsed.ignored:
+        print(out.style("ignored (no effect on memory): " + " ".join(parsed.ignored), out.DIM))
+    if parsed.unmodelled:
+        out.warn("not modelled (they do change memory): " + " ".join(parsed.unmodelled))

@@ -1,0 +1,320 @@
+"""`fitplan plan MODEL [llama-server flags...]`: the fastest placement and the largest context that fit, and the
+llama-server command for them.
+
+Flags after MODEL use llama-server's own spellings and are pins: `-c 32768` fixes the context, `-ngl 20` the layers,
+`-ctk q8_0` the cache type, and so on; everything not given is chosen by the planner. The command it prints can be
+fed back unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fitplan.commands import _output as out
+from fitplan.core.command import annotate, first_shard, given_keys, plan_to_args, to_preset_ini
+from fitplan.core.devices import MIB, Machine
+from fitplan.core.errors import FlagError
+from fitplan.core.flags import parse_flags
+from fitplan.core.planner import EstimateFn, MarginPolicy, Pins, Plan, default_estimate_fn, plan
+from fitplan.core.profile import ModelProfile
+from fitplan.core.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
+from fitplan.core.settings import NGL_AUTO, LaunchSettings
+from fitplan.core.shell import Shell, default_shell, join
+
+EXAMPLES = """examples:
+  fitplan plan model.gguf                                   plan for the GPUs of this machine
+  fitplan plan model.gguf --assume-gpu "RTX 4090"           plan for a GPU you do not have
+  fitplan plan model.gguf -c 32768 -ctk q8_0 -ctv q8_0      pin the context and cache types
+  fitplan plan model.gguf --rpc 192.168.1.20:50052=24GiB    add a GPU served by ggml-rpc-server
+  fitplan plan model.gguf --min-ctx 16384 --json
+"""
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a .gguf file (any shard of a split model)")
+    p.add_argument(
+        "--assume-gpu",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help='plan for these GPUs instead of the detected ones ("RTX 4090", "24GiB", "NAME=24GiB", "2x RTX 3090")',
+    )
+    p.add_argument(
+        "--rpc",
+        dest="rpc_specs",
+        action="append",
+        default=[],
+        metavar="HOST:PORT=SIZE",
+        help="a ggml-rpc-server device and its memory; repeat the endpoint for a second device of that server",
+    )
+    p.add_argument("--margin", type=int, default=1024, metavar="MiB", help="memory left free per GPU (default 1024)")
+    p.add_argument("--host-margin", type=int, default=1024, metavar="MiB", help="host RAM left free (default 1024)")
+    p.add_argument("--use-total", action="store_true", help="plan against total memory instead of free memory")
+    p.add_argument("--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount")
+    p.add_argument("--min-ctx", type=int, metavar="N", help="keep at least N tokens of context")
+    p.add_argument("--all-on-gpu", action="store_true", help="never move weights to the CPU")
+    p.add_argument("--mmproj-file", metavar="FILE", help="estimate this multimodal projector (same as --mmproj)")
+    p.add_argument("--program", default="llama-server", help="the program in the command (default llama-server)")
+    p.add_argument(
+        "--header-only",
+        action="store_true",
+        help="accept a file shorter than its tensor data (a download in progress): only the header is needed",
+    )
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="the largest context and fastest placement that fit, with the llama-server command",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add_common_arguments(p)
+    p.add_argument("--shell", choices=[s.value for s in Shell], help="shell to quote the command for")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(handler=run, accepts_extra=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Shared by `plan` and `command`
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    profile: ModelProfile
+    machine: Machine
+    pins: Pins
+    margin: MarginPolicy
+    rpc: tuple[RpcServer, ...]
+    model_arg: str
+    estimate_fn: EstimateFn
+    ignored: tuple[str, ...]
+    unmodelled: tuple[str, ...]
+
+
+def load_profile(path: str, header_only: bool = False) -> ModelProfile:
+    """A model's profile from its headers: a local file (any shard) or an http(s) URL."""
+    from fitplan.core.profile_builder import build_profile
+
+    if path.startswith(("http://", "https://")):
+        from fitplan.core.remote import open_remote_model
+
+        return build_profile(open_remote_model(path, os.environ.get("HF_TOKEN") or None))
+    from fitplan.core.gguf_reader import open_model
+
+    return build_profile(open_model(path, find_mmproj=False, allow_incomplete=header_only))
+
+
+def load_single(path: str, header_only: bool = False) -> ModelProfile:
+    from fitplan.core.gguf_reader import read_header
+    from fitplan.core.profile_builder import build_profile
+
+    return build_profile(read_header(path, allow_incomplete=header_only))
+
+
+def detect_machine(assume: Sequence[str], host_ram: str | None) -> Machine:
+    from fitplan.core.hardware import HardwareConfig, detect_hardware, parse_assumed_gpu
+    from fitplan.core.hardware.catalog import parse_size
+    from fitplan.core.hardware.probe import ProbeResult
+
+    ram = None
+    if host_ram is not None:
+        ram = parse_size(host_ram)
+        if ram is None or ram <= 0:
+            raise FlagError(f"--host-ram {host_ram!r}: not a memory size like 64GiB")
+    try:
+        hyp = tuple(parse_assumed_gpu(s) for s in assume)
+    except ValueError as exc:
+        raise FlagError(f"--assume-gpu: {exc}") from None
+    config = HardwareConfig(use_detected=not assume, hypothetical=hyp, host_ram_bytes=ram)
+    needs_probe = not assume or ram is None
+    detected = detect_hardware() if needs_probe else ProbeResult()
+    return config.machine(detected)
+
+
+def pins_from_flags(settings: LaunchSettings, given: frozenset[str], min_ctx: int | None, all_on_gpu: bool) -> Pins:
+    """Pins: the settings as parsed, with a pin for each placement-relevant flag the user wrote."""
+    base = dataclasses.replace(settings, n_gpu_layers=NGL_AUTO, tensor_split=(), n_cpu_moe=0)
+    return Pins(
+        base=base,
+        n_ctx=settings.n_ctx if "n_ctx" in given else None,
+        min_ctx=min_ctx,
+        n_parallel=settings.n_parallel if "n_parallel" in given else None,
+        kv_unified=settings.kv_unified if given & {"kv_unified", "no_kv_unified"} else None,
+        cache_type_k=settings.cache_type_k if "cache_type_k" in given else None,
+        cache_type_v=settings.cache_type_v if "cache_type_v" in given else None,
+        n_gpu_layers=settings.n_gpu_layers if "n_gpu_layers" in given and settings.n_gpu_layers != NGL_AUTO else None,
+        tensor_split=settings.tensor_split if "tensor_split" in given else None,
+        n_cpu_moe=settings.n_cpu_moe if "n_cpu_moe" in given else None,
+        mmproj=settings.mmproj if given & {"no_mmproj_offload", "mmproj_offload"} else None,
+        all_weights_on_gpu=all_on_gpu,
+    )
+
+
+def build_request(args: argparse.Namespace, extra: Sequence[str], machine: Machine | None = None) -> PlanRequest:
+    parsed = parse_flags(list(extra))
+    if parsed.model_path is not None:
+        raise FlagError("give the model once, as the first argument (not with -m)")
+    if parsed.rpc_servers:
+        raise FlagError("--rpc needs the memory of each device here: --rpc HOST:PORT=SIZE (one per device)")
+    settings = parsed.settings
+    if args.mmproj_file:
+        settings = dataclasses.replace(settings, mmproj_path=args.mmproj_file)
+    given = given_keys(extra)
+    pins = pins_from_flags(settings, given, args.min_ctx, args.all_on_gpu)
+    profile = load_profile(args.model, args.header_only)
+    mmproj = load_single(settings.mmproj_path, args.header_only) if settings.mmproj_path else None
+    draft = load_profile(settings.draft.model_path, args.header_only) if settings.draft is not None else None
+    rpc = rpc_devices(args.rpc_specs)
+    base_machine = machine if machine is not None else detect_machine(args.assume_gpu, args.host_ram)
+    full = with_rpc(base_machine, rpc)
+    margin = MarginPolicy(
+        gpu_margin_bytes=args.margin * MIB,
+        use_free=not args.use_total,
+        host_margin_bytes=args.host_margin * MIB,
+        check_host=full.host.total_bytes > 0,
+    )
+    return PlanRequest(
+        profile=profile,
+        machine=full,
+        pins=pins,
+        margin=margin,
+        rpc=rpc,
+        model_arg=args.model,
+        estimate_fn=default_estimate_fn(mmproj=mmproj, draft=draft),
+        ignored=parsed.ignored,
+        unmodelled=parsed.unmodelled,
+    )
+
+
+def make_plan(req: PlanRequest) -> Plan:
+    return plan(req.profile, req.machine, req.pins, margin=req.margin, estimate_fn=req.estimate_fn)
+
+
+def command_argv(req: PlanRequest, p: Plan, program: str) -> tuple[str, ...]:
+    return plan_to_args(p, first_shard(req.model_arg), program=program, rpc_servers=_endpoints(req))
+
+
+def _endpoints(req: PlanRequest) -> tuple[str, ...]:
+    v = rpc_flag_value(req.rpc)
+    return tuple(v.split(",")) if v else ()
+
+
+def preset_text(req: PlanRequest, p: Plan, name: str) -> str:
+    return to_preset_ini(
+        p, name, os.path.abspath(first_shard(req.model_arg)), rpc_servers=_endpoints(req), comment=p.binding
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -> dict[str, object]:
+    devices = []
+    for u in p.context.usage:
+        devices.append(
+            {
+                "device": u.label,
+                "name": u.device.name,
+                "used_bytes": u.used_bytes,
+                "capacity_bytes": u.capacity_bytes,
+                "headroom_bytes": u.headroom_bytes,
+                "fits": u.fits,
+            }
+        )
+    return {
+        "model": req.profile.path,
+        "fits": p.fits,
+        "binding": p.binding,
+        "n_ctx": p.settings.n_ctx,
+        "context_step": p.context.step,
+        "context_cap": p.context.cap,
+        "capped_by_training": p.context.capped_by_training,
+        "placement": p.placement,
+        "devices": devices,
+        "shortfalls": [
+            {"device": s.label, "used_bytes": s.used_bytes, "capacity_bytes": s.capacity_bytes, "over_bytes": s.over_bytes}
+            for s in p.shortfalls
+        ],
+        "notes": list(p.notes),
+        "ignored_flags": list(req.ignored),
+        "unmodelled_flags": list(req.unmodelled),
+        "argv": list(argv),
+        "command": join(argv, shell),
+        "shell": shell.value,
+        "rpc_hosts": [{"endpoint": h.endpoint, "argv": list(h.argv)} for h in rpc_server_commands(req.rpc)],
+    }
+
+
+def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -> str:
+    lines: list[str] = []
+    prof = req.profile
+    name = prof.name or os.path.basename(prof.path)
+    head = f"{name}  ({prof.architecture}, {prof.file_type}, weights {out.size(prof.weight_bytes)})"
+    lines.append(out.style(head, out.BOLD))
+    verdict = out.style("fits", out.GREEN) if p.fits else out.style("does not fit", out.RED, out.BOLD)
+    lines.append(f"plan: {verdict}: {p.binding}")
+    if p.fits:
+        lines.append(f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap})")
+    lines.append(f"placement: {p.placement.description}")
+    lines.append("")
+    rows = []
+    for u in p.context.usage:
+        rows.append(
+            [
+                u.label,
+                out.size(u.used_bytes),
+                out.size(u.capacity_bytes) if u.checked else "not checked",
+                out.size(u.headroom_bytes),
+                "ok" if u.fits else out.style("OVER", out.RED),
+            ]
+        )
+    lines.append(out.table(["device", "uses", "may use", "left", ""], rows, align="lrrrl"))
+    for n in p.notes:
+        lines.append(f"note: {n}")
+    if req.unmodelled:
+        lines.append("not modelled (memory not estimated): " + ", ".join(req.unmodelled))
+    if req.ignored:
+        lines.append("kept as given (no memory effect): " + ", ".join(req.ignored))
+    lines.append("")
+    lines.append(f"command ({shell.value}):")
+    lines.append(join(argv, shell, multiline=True))
+    hosts = rpc_server_commands(req.rpc)
+    if hosts:
+        lines.append("")
+        lines.append("on each RPC host:")
+        for h in hosts:
+            lines.append(f"  {h.endpoint}:  {join(h.argv, shell)}")
+        lines.append(out.style("warning: " + hosts[0].warning, out.YELLOW))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
+    req = build_request(args, extra, machine)
+    p = make_plan(req)
+    shell = Shell(args.shell) if args.shell else default_shell()
+    argv = command_argv(req, p, args.program)
+    if args.json:
+        out.print_json(plan_to_dict(req, p, argv, shell))
+    else:
+        print(format_text(req, p, argv, shell))
+        if p.fits:
+            notes = annotate(p, None, req.profile, req.machine, req.estimate_fn).notes
+            if notes:
+                print("")
+                print("what the flags do:")
+                for n in notes:
+                    flag = f"{n.flag} {n.value}" if n.value is not None else n.flag
+                    print(f"  {flag}: {n.note}")
+    sys.stdout.flush()
+    return out.EXIT_OK if p.fits else out.EXIT_DOES_NOT_FIT

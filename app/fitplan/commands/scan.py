@@ -1,0 +1,223 @@
+"""`fitplan scan [DIR...] [--json]`: the GGUF models in the given folders (default: the usual download places),
+with architecture, quantization, size, parameters, and whether each fits this machine at its default context."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fitplan.commands import _output as out
+from fitplan.core.devices import Machine
+from fitplan.core.library import (
+    JsonScanIndex,
+    LibraryModel,
+    LibraryRoot,
+    LibraryScanner,
+    RootKind,
+    ScanResult,
+    default_index_path,
+    default_roots,
+)
+from fitplan.core.library.model import ScanProgress
+from fitplan.core.library.scanner import HeaderReader, ProgressCallback
+
+EPILOG = """examples:
+  fitplan scan                        the Hugging Face cache, llama.cpp, LM Studio and ollama folders
+  fitplan scan ~/models /data/gguf    these folders only
+  fitplan scan ~/models --json        {"models": [...], "skipped": [{"path", "reason"}]}
+  fitplan scan --assume-gpu "2x RTX 3090"   fit against GPUs you do not have
+"""
+
+#: Fit answer when the estimate cannot be made (estimator missing, or the model cannot be profiled).
+UNKNOWN = None
+
+FitCheck = Callable[[LibraryModel], "FitAnswer"]
+
+
+@dataclass(frozen=True, slots=True)
+class FitAnswer:
+    fits: bool | None  # None: unknown
+    reason: str = ""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "scan",
+        help="list the GGUF models in folders (default: the usual download places)",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dirs", nargs="*", metavar="DIR", help="folders (or files) to scan")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--no-fit", action="store_true", help="do not estimate whether each model fits")
+    p.add_argument(
+        "--assume-gpu",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help='plan for these GPUs instead of the detected ones ("RTX 4090", "24GiB", "2x RTX 3090")',
+    )
+    p.add_argument("--margin-mib", type=int, default=0, help="memory to leave free on every device (MiB)")
+    p.set_defaults(handler=run, accepts_extra=False)
+
+
+def roots_for(dirs: Sequence[str]) -> tuple[LibraryRoot, ...]:
+    if dirs:
+        return tuple(LibraryRoot(os.path.abspath(os.path.expanduser(d)), RootKind.FOLDER) for d in dirs)
+    return default_roots()
+
+
+def _index_path() -> Path:
+    env = os.environ.get("FITPLAN_CACHE_DIR")
+    return Path(env) / "scan-index.json" if env else default_index_path()
+
+
+def machine_for(assume: Sequence[str]) -> Machine:
+    from fitplan.core.hardware import HardwareConfig, detect_hardware, parse_assumed_gpu
+
+    detected = detect_hardware()
+    if not assume:
+        return HardwareConfig().machine(detected)
+    config = HardwareConfig(use_detected=False, hypothetical=tuple(parse_assumed_gpu(s) for s in assume))
+    return config.machine(detected)
+
+
+def estimator_fit_check(machine: Machine, margin_bytes: int) -> FitCheck:
+    """Fits at the model's default context with llama-server's defaults, through the project's estimator."""
+
+    def check(model: LibraryModel) -> FitAnswer:
+        try:
+            from fitplan.core.estimator import estimate
+            from fitplan.core.gguf_header import ModelFiles
+            from fitplan.core.profile_builder import build_profile
+            from fitplan.core.profile_cache import cached_read_header
+            from fitplan.core.settings import LaunchSettings
+        except ImportError as exc:
+            return FitAnswer(UNKNOWN, f"estimator unavailable: {exc}")
+        try:
+            shards = tuple(cached_read_header(p) for p in model.shard_paths)
+            profile = build_profile(ModelFiles(shards=shards))
+            mmproj = build_profile(cached_read_header(model.mmproj_path)) if model.mmproj_path else None
+            est = estimate(profile, LaunchSettings(), machine, mmproj=mmproj)
+        except Exception as exc:  # one model the estimator cannot handle must not stop the listing
+            return FitAnswer(UNKNOWN, f"{type(exc).__name__}: {exc}")
+        return FitAnswer(est.fits(margin_bytes))
+
+    return check
+
+
+def model_to_dict(m: LibraryModel, fit: FitAnswer | None) -> dict[str, object]:
+    return {
+        "path": m.path,
+        "display_name": m.display_name,
+        "source": m.root_kind.value,
+        "architecture": m.architecture,
+        "name": m.name,
+        "file_type": m.file_type,
+        "file_size": m.file_size,
+        "n_params": m.n_params,
+        "n_ctx_train": m.n_ctx_train,
+        "n_layer": m.n_layer,
+        "shard_paths": list(m.shard_paths),
+        "mmproj_path": m.mmproj_path,
+        "aliases": list(m.aliases),
+        "fits": fit.fits if fit is not None else None,
+        "fit_note": fit.reason if fit is not None else "not checked",
+    }
+
+
+def _params(n: int) -> str:
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+class ProgressLine:
+    """A one-line "scanning: N files, M models" on a terminal, redrawn at most every `interval` seconds."""
+
+    def __init__(self, stream: Any, interval: float = 0.2, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.clock = clock
+        self._last = -interval
+        self.shown = False
+
+    def __call__(self, p: ScanProgress) -> None:
+        now = self.clock()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        self.stream.write(f"\rscanning: {p.files_seen} files, {p.models_found} models, {p.skipped} skipped")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+def format_text(result: ScanResult, fits: Sequence[FitAnswer | None]) -> str:
+    rows = []
+    for m, fit in zip(result.models, fits, strict=True):
+        answer = "?" if fit is None or fit.fits is None else ("yes" if fit.fits else "no")
+        extra = " +mmproj" if m.mmproj_path else ""
+        shards = f" ({len(m.shard_paths)} files)" if len(m.shard_paths) > 1 else ""
+        rows.append(
+            [m.display_name + shards + extra, m.architecture, m.file_type, out.size(m.file_size), _params(m.n_params),
+             m.n_ctx_train, answer]
+        )
+    lines = [out.table(["model", "arch", "quant", "size", "params", "ctx", "fits"], rows, align="lllrrrl")]
+    if not result.models:
+        lines = ["No model found."]
+    if result.skipped:
+        lines.append("")
+        lines.append(f"skipped {len(result.skipped)}:")
+        lines.extend(f"  {s.path}: {s.reason}" for s in result.skipped)
+    return "\n".join(lines)
+
+
+def run(
+    args: argparse.Namespace,
+    extra: list[str],
+    reader: HeaderReader | None = None,
+    fit_check: FitCheck | None = None,
+) -> int:
+    roots = roots_for(args.dirs)
+    scanner = LibraryScanner(reader=reader, index=JsonScanIndex(_index_path()))
+    progress = ProgressLine(sys.stderr) if not args.json and sys.stderr.isatty() else None
+    on_progress: ProgressCallback | None = progress
+    try:
+        result = scanner.scan(roots, on_progress=on_progress)
+    finally:
+        if progress is not None:
+            progress.clear()
+    fits: list[FitAnswer | None]
+    if args.no_fit:
+        fits = [None] * len(result.models)
+    else:
+        check = fit_check if fit_check is not None else estimator_fit_check(
+            machine_for(args.assume_gpu), args.margin_mib * (1 << 20)
+        )
+        fits = [check(m) for m in result.models]
+    if args.json:
+        out.print_json(
+            {
+                "models": [model_to_dict(m, f) for m, f in zip(result.models, fits, strict=True)],
+                "skipped": [{"path": s.path, "reason": s.reason} for s in result.skipped],
+            }
+        )
+    else:
+        print(format_text(result, fits))
+    named_missing = [s for s in result.skipped if s.reason == "folder not found"]
+    if args.dirs and len(named_missing) == len(args.dirs):
+        return out.error("none of the folders exist: " + ", ".join(args.dirs))
+    return 0

@@ -1,0 +1,409 @@
+"""The estimate: per device, per term, the memory llama.cpp allocates for a model with given launch settings.
+
+Terms (see `fitplan.core.estimate.TermKind`):
+
+* weights: `fitplan.core.weights.place_weights` (per buffer type, llama.cpp's placement rules);
+* kv / recurrent: the caches of `fitplan.core.context_memory`, each layer's share on that layer's device (or the
+  host with `-nkvo`);
+* compute: `fitplan.core.compute.compute_buffers`, one per backend;
+* output: the host logits/embeddings buffer (not part of llama.cpp's memory breakdown);
+* mmproj: the projector's weights on its device plus its warm-up compute buffer;
+* draft: a draft model's own weights, KV and compute at the target's context;
+* reserve: the assumed per-GPU runtime reserve (`fitplan.core.reserve`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from fitplan.core import context_memory
+from fitplan.core.compute import ComputeBuffer, ComputeInputs, compute_buffers
+from fitplan.core.devices import MIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.errors import SettingsError
+from fitplan.core.estimate import (
+    DeviceEstimate,
+    Estimate,
+    HostRuntimeBound,
+    ResolvedContext,
+    Term,
+    TermKind,
+)
+from fitplan.core.profile import ModelProfile, TensorRole
+from fitplan.core.reserve import default_reserve_bytes, reserve_explanation
+from fitplan.core.settings import (
+    KV_CACHE_TYPES,
+    NGL_ALL,
+    NGL_AUTO,
+    LaunchSettings,
+    MmprojPlacement,
+    SplitMode,
+)
+from fitplan.core.weights import (
+    CPU_ALIGNMENT,
+    DEFAULT_CPU_FEATURES,
+    CpuFeatures,
+    WeightPlacement,
+    active_gpus,
+    effective_overrides,
+    gpu_backend,
+    machine_index,
+    pad,
+    place_weights,
+)
+
+#: Patches assumed for an mmproj whose header gives no position-embedding table (a 448x448 image, 14-pixel patches).
+MMPROJ_DEFAULT_PATCHES = 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Parts:
+    """Per-device term lists while building an estimate: index = active GPU index, last = host."""
+
+    terms: list[list[Term]]
+
+    def add(self, dev: int | None, term: Term) -> None:
+        if term.bytes:
+            self.terms[-1 if dev is None else dev].append(term)
+
+
+def validate_settings(profile: ModelProfile, settings: LaunchSettings) -> None:
+    """Reject what llama.cpp refuses (`llama_init_from_model`), with the reason."""
+    for flag, t in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
+        if t not in KV_CACHE_TYPES:
+            raise SettingsError(
+                f"{flag} {t}: not a KV cache type llama.cpp accepts ({', '.join(KV_CACHE_TYPES)})"
+            )
+    if settings.n_ubatch <= 0 or settings.n_batch <= 0:
+        raise SettingsError("-b and -ub must be positive")
+
+
+def _cache_device(placement: WeightPlacement, settings: LaunchSettings, layer: int) -> int | None:
+    if settings.no_kv_offload:
+        return None
+    if layer >= len(placement.layer_device):
+        return placement.output_device
+    return placement.layer_device[layer]
+
+
+def estimate(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    *,
+    mmproj: ModelProfile | None = None,
+    draft: ModelProfile | None = None,
+    reserve_bytes: int | None = None,
+    cpu: CpuFeatures = DEFAULT_CPU_FEATURES,
+) -> Estimate:
+    """Everything llama.cpp allocates for `profile` with `settings` on `machine`, per device and term."""
+    validate_settings(profile, settings)
+    gpus = active_gpus(settings, machine)
+    placement = place_weights(
+        profile, settings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
+    )
+    warnings: list[str] = list(profile.warnings)
+    assumptions: list[str] = []
+    if not profile.verified_architecture:
+        warnings.append(
+            f"architecture {profile.architecture!r} is not known to this version: generic estimate from the "
+            "standard keys (KV for every layer, dense FFN)"
+        )
+    if settings.n_gpu_layers == NGL_AUTO and gpus:
+        assumptions.append(
+            "-ngl auto: estimated with all layers on the GPUs; with --fit on llama.cpp may move layers to the CPU "
+            "(see the plan)"
+            if settings.fit
+            else "-ngl auto with --fit off: all layers on the GPUs"
+        )
+
+    ctx = _resolve(profile, settings, placement)
+    parts = _Parts([[] for _ in range(len(gpus) + 1)])
+    names = [gpu_backend(d, machine_index(machine, d)).buffer_type for d in gpus]
+
+    # Weights, one term per buffer type.
+    for b in placement.buffers:
+        where = "host" if b.device is None else names[b.device]
+        kind_note = ""
+        if b.buffer_type == "CPU_Mapped":
+            kind_note = ", mmap'd from the file (evictable page cache)"
+        elif b.buffer_type == "CPU_REPACK":
+            kind_note = ", repacked copies for the CPU kernels (anonymous memory)"
+        parts.add(
+            b.device,
+            Term(
+                TermKind.WEIGHTS,
+                b.bytes,
+                f"{b.n_tensors} tensors in {b.buffer_type} on {where}, each padded to the buffer's alignment"
+                f"{kind_note}",
+                label=b.buffer_type,
+            ),
+        )
+
+    # KV cache and recurrent state.
+    caches = context_memory.context_caches(profile, ctx, settings)
+    for cache in caches:
+        per_dev: dict[int | None, int] = {}
+        for layer, nbytes in cache.layer_bytes:
+            dev = _cache_device(placement, settings, layer)
+            per_dev[dev] = per_dev.get(dev, 0) + nbytes
+        for dev, nbytes in per_dev.items():
+            parts.add(
+                dev, Term(cache.kind, nbytes, _cache_explanation(cache, placement, settings, dev), cache.name)
+            )
+
+    # Output buffer (host, never in llama.cpp's breakdown).
+    out_bytes = context_memory.output_buffer_bytes(profile, ctx)
+    parts.add(
+        None,
+        Term(
+            TermKind.OUTPUT,
+            out_bytes,
+            f"logits buffer: 4 B x n_vocab {profile.n_vocab} x up to {ctx.n_outputs_max} outputs (host)",
+        ),
+    )
+
+    # Compute buffers.
+    n_kv_base, n_kv_swa = _mask_cells(caches, ctx)
+    cinputs = ComputeInputs(
+        n_tok=min(ctx.n_ctx, ctx.n_ubatch),
+        n_out=min(min(ctx.n_ctx, ctx.n_ubatch), ctx.n_outputs_max),
+        n_kv_base=n_kv_base,
+        n_kv_swa=n_kv_swa,
+        flash_attn=ctx.flash_attn,
+        cache_type_k=settings.cache_type_k,
+        cache_type_v=settings.cache_type_v,
+        op_offload=settings.op_offload,
+        pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
+    )
+    cbufs = compute_buffers(profile, cinputs, placement, tuple(d.vendor for d in gpus))
+    for cb in cbufs:
+        parts.add(cb.device, _compute_term(cb, cinputs))
+    if gpus:
+        assumptions.append(
+            "GPU compute buffers: the split of graph tensors between GPU and host follows the scheduler's rules; "
+            "it was checked against CPU runs only"
+        )
+
+    # mmproj.
+    if mmproj is not None:
+        _add_mmproj(parts, mmproj, settings, gpus, ctx, assumptions)
+
+    # Draft model: same n_ctx as the target, its own cache types and -ngld.
+    if draft is not None and settings.draft is not None:
+        _add_draft(parts, draft, settings, machine, ctx, cpu)
+
+    # Runtime reserve on each GPU in use.
+    for gi, d in enumerate(gpus):
+        if not parts.terms[gi]:
+            continue
+        rb = reserve_bytes if reserve_bytes is not None else default_reserve_bytes(d)
+        parts.add(gi, Term(TermKind.RESERVE, rb, reserve_explanation(d, rb, reserve_bytes is not None)))
+    if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC) for d in gpus):
+        assumptions.append("runtime reserve per CUDA GPU assumed 512 MiB (context, cuBLAS workspace, pool)")
+
+    if settings.n_ctx > profile.n_ctx_train > 0:
+        warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
+
+    devices = _assemble(machine, gpus, parts)
+    host_runtime = _host_runtime(profile, settings, ctx, caches)
+    return Estimate(
+        settings=settings,
+        context=ctx,
+        devices=devices,
+        host_runtime=host_runtime,
+        weights_file_backed=placement.file_backed,
+        warnings=tuple(warnings),
+        assumptions=tuple(assumptions),
+    )
+
+
+def _resolve(profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement) -> ResolvedContext:
+    ctx = context_memory.resolve_context(profile, settings)
+    return dataclasses.replace(ctx, n_gpu_layers=placement.n_gpu_layers)
+
+
+def _pipeline_parallel(
+    profile: ModelProfile, settings: LaunchSettings, gpus: Sequence[Device], placement: WeightPlacement
+) -> bool:
+    """`llama_context` turns pipeline parallelism on for >1 device, every layer offloaded, split mode layer, KV
+    offloaded and no tensor overrides (async compute and events are assumed, as CUDA and RPC have them)."""
+    return (
+        len(gpus) > 1
+        and placement.n_gpu_layers > profile.n_layer_all
+        and settings.split_mode is SplitMode.LAYER
+        and not settings.no_kv_offload
+        and not effective_overrides(settings)
+        and all(d.vendor is not Vendor.APPLE for d in gpus)
+    )
+
+
+def _cache_explanation(
+    cache: context_memory.CacheAllocation,
+    placement: WeightPlacement,
+    settings: LaunchSettings,
+    dev: int | None,
+) -> str:
+    n_layers = sum(1 for il, _ in cache.layer_bytes if _cache_device(placement, settings, il) == dev)
+    if cache.kind is TermKind.RECURRENT:
+        return f"{n_layers} recurrent layers x {cache.cells} rows (R + S state, f32)"
+    types = f"K {cache.type_k}" + (f", V {cache.type_v}" if cache.type_v else " (no V: MLA)")
+    streams = f" x {cache.n_stream} streams" if cache.n_stream > 1 else ""
+    return f"{n_layers} layers x {cache.cells} cells{streams}, {types}"
+
+
+def _mask_cells(caches: Sequence[context_memory.CacheAllocation], ctx: ResolvedContext) -> tuple[int, int]:
+    """KV cells per stream of the base cache and of the SWA cache (what the masks span)."""
+    base = swa = 0
+    for c in caches:
+        if c.kind is not TermKind.KV or not c.layer_rows or c.name.endswith("(indexer)"):
+            continue
+        if c.cell_rule is context_memory.CellRule.SWA:
+            swa = max(swa, c.cells)
+        else:
+            base = max(base, c.cells)
+    del ctx
+    return base, swa
+
+
+def _compute_term(cb: ComputeBuffer, ci: ComputeInputs) -> Term:
+    return Term(
+        TermKind.COMPUTE,
+        cb.bytes,
+        f"graph reserve for {ci.n_tok} tokens, {ci.n_out} outputs: {cb.explain()}",
+    )
+
+
+def _add_mmproj(
+    parts: _Parts,
+    mmproj: ModelProfile,
+    settings: LaunchSettings,
+    gpus: Sequence[Device],
+    ctx: ResolvedContext,
+    assumptions: list[str],
+) -> None:
+    on_gpu = settings.mmproj is MmprojPlacement.GPU and bool(gpus)
+    dev: int | None = 0 if on_gpu else None
+    align = gpu_backend(gpus[0], 0).alignment if on_gpu else CPU_ALIGNMENT
+    wbytes = sum(pad(t.n_bytes, align) for t in mmproj.tensors)
+    where = gpu_backend(gpus[0], 0).buffer_type if on_gpu else "CPU"
+    parts.add(
+        dev,
+        Term(
+            TermKind.MMPROJ, wbytes, f"projector weights, one buffer on {where} (no mmap)", "mmproj weights"
+        ),
+    )
+    # Warm-up compute: the vision tower over one image of `n_patches` tokens.
+    n_patches = MMPROJ_DEFAULT_PATCHES
+    for t in mmproj.tensors:
+        if (t.role is TensorRole.POS_EMBD or "position_embd" in t.name) and len(t.shape) >= 2:
+            n_patches = t.shape[1]
+            break
+    n_embd = mmproj.n_embd
+    n_ff = max((lp.n_ff for lp in mmproj.layers), default=4 * n_embd)
+    n_head = max((lp.n_head for lp in mmproj.layers), default=16)
+    act = 4 * n_patches * (5 * n_embd + 3 * n_ff)
+    attn = 0 if ctx.flash_attn else 4 * n_patches * n_patches * n_head
+    cbytes = act + attn
+    parts.add(
+        dev,
+        Term(
+            TermKind.MMPROJ,
+            cbytes,
+            f"projector warm-up compute (approximation): {n_patches} patches x (5 x {n_embd} + 3 x {n_ff}) f32"
+            + ("" if ctx.flash_attn else f" + {n_head}-head attention scores"),
+            "mmproj compute",
+        ),
+    )
+    assumptions.append(
+        "mmproj compute buffer approximated from the vision tower's shapes; real images larger than the warm-up "
+        "image grow it"
+    )
+
+
+def _add_draft(
+    parts: _Parts,
+    draft: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    ctx: ResolvedContext,
+    cpu: CpuFeatures,
+) -> None:
+    ds = settings.draft
+    assert ds is not None
+    dsettings = dataclasses.replace(
+        settings,
+        n_ctx=ctx.n_ctx,
+        n_gpu_layers=NGL_ALL if ds.n_gpu_layers == NGL_AUTO else ds.n_gpu_layers,
+        cache_type_k=ds.cache_type_k,
+        cache_type_v=ds.cache_type_v,
+        tensor_overrides=(),
+        n_cpu_moe=0,
+        cpu_moe=False,
+        draft=None,
+        mmproj_path=None,
+    )
+    sub = estimate(draft, dsettings, machine, reserve_bytes=0, cpu=cpu)
+    gpus = active_gpus(settings, machine)
+    for i, de in enumerate(sub.devices):
+        if de.device.kind is DeviceKind.CPU:
+            dev: int | None = None
+        else:
+            dev = next((j for j, g in enumerate(gpus) if g is de.device), None)
+            if dev is None:
+                continue
+        total = de.used_bytes
+        detail = ", ".join(f"{k.value} {de.bytes_of(k) / MIB:.1f} MiB" for k in TermKind if de.bytes_of(k))
+        parts.add(
+            dev, Term(TermKind.DRAFT, total, f"draft model {draft.name or draft.path}: {detail}", "draft")
+        )
+        del i
+
+
+def _assemble(machine: Machine, gpus: Sequence[Device], parts: _Parts) -> tuple[DeviceEstimate, ...]:
+    out: list[DeviceEstimate] = []
+    for d in machine.gpus:
+        idx = next((j for j, g in enumerate(gpus) if g is d), None)
+        terms = tuple(parts.terms[idx]) if idx is not None else ()
+        out.append(DeviceEstimate(d, terms))
+    out.append(DeviceEstimate(machine.host, tuple(parts.terms[-1])))
+    return tuple(out)
+
+
+def _host_runtime(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    ctx: ResolvedContext,
+    caches: Sequence[context_memory.CacheAllocation],
+) -> tuple[HostRuntimeBound, ...]:
+    bounds: list[HostRuntimeBound] = []
+    if settings.cache_ram_mib != 0:
+        if settings.cache_ram_mib < 0:
+            bounds.append(
+                HostRuntimeBound("prompt cache", -1, "--cache-ram -1: no limit on the host prompt cache")
+            )
+        else:
+            bounds.append(
+                HostRuntimeBound(
+                    "prompt cache",
+                    settings.cache_ram_mib * MIB,
+                    f"--cache-ram {settings.cache_ram_mib} MiB: saved prompts' KV state, filled as requests arrive",
+                )
+            )
+    per_seq = 0
+    for c in caches:
+        if c.kind is TermKind.RECURRENT:
+            per_seq += c.row_bytes_total * (1 + ctx.n_rs_seq)
+        elif c.cell_rule is context_memory.CellRule.SWA:
+            per_seq += c.row_bytes_total * min(c.cells, profile.n_swa + ctx.n_ubatch)
+    if per_seq and settings.ctx_checkpoints > 0:
+        n_slots = ctx.n_seq_max
+        bounds.append(
+            HostRuntimeBound(
+                "context checkpoints",
+                per_seq * settings.ctx_checkpoints * n_slots,
+                f"up to {settings.ctx_checkpoints} checkpoints x {n_slots} slots x {per_seq / MIB:.1f} MiB "
+                "(one sequence's SWA / recurrent state)",
+            )
+        )
+    return tuple(bounds)

@@ -1,0 +1,77 @@
+"""What this machine has: GPUs (NVIDIA via NVML, AMD via sysfs, Apple Silicon via Metal), host RAM, and the
+hypothetical GPUs the user plans for. Every source sits behind the `DeviceProbe` interface so tests use fakes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from fitplan.core.hardware.amd import AmdSysfsProbe
+from fitplan.core.hardware.apple import AppleSiliconProbe, estimated_metal_working_set
+from fitplan.core.hardware.catalog import (
+    AssumedGpuError,
+    CatalogGpu,
+    GpuCatalog,
+    assumed_devices,
+    load_catalog,
+    parse_assumed_gpu,
+)
+from fitplan.core.hardware.config import AssumedGpu, HardwareConfig
+from fitplan.core.hardware.host import HostMemoryProbe
+from fitplan.core.hardware.nvidia import NvmlProbe
+from fitplan.core.hardware.probe import (
+    DetectedGpu,
+    DeviceProbe,
+    FakeProbe,
+    HostMemory,
+    ProbeResult,
+    machine_from,
+    merge_results,
+    run_probes,
+)
+
+__all__ = [
+    "AmdSysfsProbe",
+    "AppleSiliconProbe",
+    "AssumedGpu",
+    "AssumedGpuError",
+    "CatalogGpu",
+    "DetectedGpu",
+    "DeviceProbe",
+    "FakeProbe",
+    "GpuCatalog",
+    "HardwareConfig",
+    "HostMemory",
+    "HostMemoryProbe",
+    "NvmlProbe",
+    "ProbeResult",
+    "assumed_devices",
+    "default_probes",
+    "detect_hardware",
+    "estimated_metal_working_set",
+    "load_catalog",
+    "machine_from",
+    "merge_results",
+    "parse_assumed_gpu",
+    "run_probes",
+]
+
+
+def default_probes(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> tuple[DeviceProbe, ...]:
+    """The probes that make sense on `platform`, in llama.cpp's GPU order (CUDA, then ROCm, then Metal), then RAM."""
+    environ = os.environ if env is None else env
+    probes: list[DeviceProbe] = []
+    if platform != "darwin":
+        probes.append(NvmlProbe(environ))
+    if platform.startswith("linux"):
+        probes.append(AmdSysfsProbe(env=environ))
+    if platform == "darwin":
+        probes.append(AppleSiliconProbe(platform))
+    probes.append(HostMemoryProbe(platform))
+    return tuple(probes)
+
+
+def detect_hardware(probes: Sequence[DeviceProbe] | None = None) -> ProbeResult:
+    """Run the probes (the defaults for this platform unless given): GPUs, host RAM, and why anything is missing."""
+    return run_probes(default_probes() if probes is None else probes)

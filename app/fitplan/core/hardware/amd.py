@@ -1,0 +1,105 @@
+"""AMD GPUs on Linux, read from the amdgpu driver's sysfs files (no ROCm needed).
+
+For each `class/drm/cardN` whose `device/vendor` is 0x1002: `device/mem_info_vram_total` and
+`device/mem_info_vram_used` (bytes), the name from `device/product_name` when the driver fills it (it is empty
+on most consumer boards), otherwise the PCI ids ("AMD GPU 1002:744c"). Devices are taken in PCI bus order, as
+HIP enumerates them by default, then `ROCR_VISIBLE_DEVICES` and `HIP_VISIBLE_DEVICES` (applied in that order, each
+indexing the list the previous one left) keep and reorder them; they are numbered ROCm0, ROCm1, ... afterwards.
+Only numeric indices are understood: a UUID entry stops the list with a problem line saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from fitplan.core.devices import Device, DeviceKind, Vendor
+from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
+
+AMD_PCI_VENDOR = "0x1002"
+_CARD_RE = re.compile(r"^card\d+$")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _slot(dev_dir: Path) -> str:
+    uevent = _read(dev_dir / "uevent") or ""
+    for line in uevent.splitlines():
+        if line.startswith("PCI_SLOT_NAME="):
+            return line.split("=", 1)[1].strip().lower()
+    try:
+        return dev_dir.resolve().name.lower()
+    except OSError:
+        return ""
+
+
+class AmdSysfsProbe:
+    name = "AMD"
+
+    def __init__(self, sysfs_root: str | Path = "/sys", env: Mapping[str, str] | None = None) -> None:
+        self._root = Path(sysfs_root)
+        self._env = os.environ if env is None else env
+
+    def probe(self) -> ProbeResult:
+        drm = self._root / "class" / "drm"
+        try:
+            cards = sorted(p for p in drm.iterdir() if _CARD_RE.match(p.name))
+        except OSError:
+            return ProbeResult()  # no DRM class: not Linux, or no GPU driver at all; nothing to say
+        found: list[tuple[str, str, int, int]] = []
+        problems: list[str] = []
+        for card in cards:
+            dev_dir = card / "device"
+            if (_read(dev_dir / "vendor") or "").lower() != AMD_PCI_VENDOR:
+                continue
+            total_s = _read(dev_dir / "mem_info_vram_total")
+            used_s = _read(dev_dir / "mem_info_vram_used")
+            slot = _slot(dev_dir)
+            if total_s is None or not total_s.isdigit():
+                problems.append(f"AMD: {card.name} ({slot}): no readable mem_info_vram_total (amdgpu driver?)")
+                continue
+            total = int(total_s)
+            used = int(used_s) if used_s is not None and used_s.isdigit() else 0
+            name = _read(dev_dir / "product_name") or ""
+            if not name:
+                device_id = (_read(dev_dir / "device") or "").lower().removeprefix("0x")
+                name = f"AMD GPU 1002:{device_id}" if device_id else "AMD GPU"
+            found.append((slot, name, total, used))
+        visible = sorted(found)
+        for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+            if var in self._env:
+                visible = _apply_visible(visible, var, self._env[var], problems)
+        gpus: list[DetectedGpu] = []
+        for index, (slot, name, total, used) in enumerate(visible):
+            dev = Device(
+                name=name,
+                kind=DeviceKind.GPU,
+                total_bytes=total,
+                free_bytes=max(0, total - used),
+                vendor=Vendor.AMD,
+                backend_name=f"ROCm{index}",
+                detail=f"PCI {slot}" if slot else "",
+            )
+            gpus.append(DetectedGpu(device=dev, key=f"pci:{slot}", index=index, pci_bus_id=slot, used_bytes=used))
+        return ProbeResult(gpus=tuple(gpus), problems=tuple(problems))
+
+
+def _apply_visible(
+    gpus: list[tuple[str, str, int, int]], var: str, value: str, problems: list[str]
+) -> list[tuple[str, str, int, int]]:
+    out: list[tuple[str, str, int, int]] = []
+    used: set[int] = set()
+    for entry in (e.strip() for e in value.split(",") if value.strip()):
+        if not entry.isdigit() or int(entry) >= len(gpus) or int(entry) in used:
+            problems.append(f"AMD: {var} entry {entry!r} is not a GPU index fitplan can match: it and the rest are ignored")
+            break
+        used.add(int(entry))
+        out.append(gpus[int(entry)])
+    return out

@@ -1,0 +1,204 @@
+"""Hypothetical GPUs: the bundled catalog (`fitplan/data/gpu_catalog.json`) and `--assume-gpu` specs.
+
+Spec grammar (case-insensitive, spaces optional):
+
+    [N x] NAME              "RTX 4090", "2x RTX 3090", "A100 40GB", "M2 Max 64GB"
+    [N x] SIZE              "24GiB", "2 x 24GB"
+    [N x] NAME=SIZE         "RTX 4090=24GiB", "my card=11.5GiB"
+
+SIZE is a number with an optional unit: GiB/GB/G (the default), MiB/MB/M, TiB/TB/T. GPU memory is sold in binary
+units ("24 GB" boards have 24 GiB), so GB is read as GiB and MB as MiB. A NAME may end with a SIZE to pick one of
+the catalog's configurations ("A100 80GB"); without one, the catalog's most common configuration is used.
+Apple Silicon entries are unified memory: the GPU gets macOS's default Metal working set of that RAM
+(`estimated_metal_working_set`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from fitplan.core.devices import GIB, Device, Vendor
+from fitplan.core.errors import FitplanError
+from fitplan.core.hardware.apple import estimated_metal_working_set
+from fitplan.core.hardware.config import AssumedGpu
+
+_UNITS = {"": GIB, "g": GIB, "gb": GIB, "gib": GIB, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|m|tib|tb|t)?\s*$", re.IGNORECASE)
+_TRAILING_SIZE_RE = re.compile(r"^(.*?)[\s\-_]*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|tib|tb)\s*$", re.IGNORECASE)
+_COUNT_RE = re.compile(r"^\s*(\d+)\s*(?:[\*×]\s*|x(?:\s+|(?=\d)))(.+)$", re.IGNORECASE)
+_VENDOR_WORDS = ("nvidia", "geforce", "amd", "radeon", "intel", "apple", "tesla", "instinct")
+_FAMILY_PREFIXES = ("rtx", "gtx", "rx", "arc", "mi")
+
+
+class AssumedGpuError(FitplanError):
+    """An --assume-gpu spec that names no known GPU or has no readable size."""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogGpu:
+    name: str
+    vendor: Vendor
+    segment: str  # consumer, workstation, datacenter, apple
+    memory_gib: tuple[float, ...]  # configurations sold, most common first
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def unified_memory(self) -> bool:
+        return self.vendor is Vendor.APPLE
+
+    @property
+    def memory_bytes(self) -> int:
+        """What the GPU can allocate in its most common configuration (Apple: the Metal working set)."""
+        return self.assumed().memory_bytes
+
+    def assumed(self, memory_gib: float | None = None) -> AssumedGpu:
+        gib = self.memory_gib[0] if memory_gib is None else memory_gib
+        ram = int(gib * GIB)
+        if self.unified_memory:
+            return AssumedGpu(
+                name=f"{self.name} {gib:g} GiB",
+                memory_bytes=estimated_metal_working_set(ram),
+                vendor=self.vendor,
+                unified_ram_bytes=ram,
+            )
+        name = self.name if len(self.memory_gib) == 1 else f"{self.name} {gib:g} GiB"
+        return AssumedGpu(name=name, memory_bytes=ram, vendor=self.vendor)
+
+
+def normalise_name(name: str) -> str:
+    """Lowercase alphanumerics without vendor words: "NVIDIA GeForce RTX 4090" -> "rtx4090"."""
+    words = re.findall(r"[a-z0-9]+", name.lower())
+    return "".join(w for w in words if w not in _VENDOR_WORDS)
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes of "24GiB", "24 GB", "11.5", "24576MiB"; None when it is not a size."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        return None
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCatalog:
+    gpus: tuple[CatalogGpu, ...]
+
+    def __iter__(self) -> Iterator[CatalogGpu]:
+        return iter(self.gpus)
+
+    def __len__(self) -> int:
+        return len(self.gpus)
+
+    @classmethod
+    def from_json(cls, text: str) -> GpuCatalog:
+        doc = json.loads(text)
+        out = []
+        for row in doc["gpus"]:
+            out.append(
+                CatalogGpu(
+                    name=str(row["name"]),
+                    vendor=Vendor(row["vendor"]),
+                    segment=str(row.get("segment", "")),
+                    memory_gib=tuple(float(x) for x in row["memory_gib"]),
+                    aliases=tuple(str(a) for a in row.get("aliases", ())),
+                )
+            )
+        return cls(tuple(out))
+
+    def _index(self) -> dict[str, list[CatalogGpu]]:
+        index: dict[str, list[CatalogGpu]] = {}
+        for gpu in self.gpus:
+            keys = {normalise_name(gpu.name), *(normalise_name(a) for a in gpu.aliases)}
+            for key in list(keys):
+                for prefix in _FAMILY_PREFIXES:  # "4090" for "RTX 4090", "7900xtx" for "RX 7900 XTX"
+                    if key.startswith(prefix) and key[len(prefix):][:1].isdigit():
+                        keys.add(key[len(prefix):])
+            for key in keys:
+                index.setdefault(key, []).append(gpu)
+        return index
+
+    def find(self, name: str) -> CatalogGpu | None:
+        """The catalog GPU called `name` (any spelling the index knows); error if the name is ambiguous."""
+        hits = self._index().get(normalise_name(name), [])
+        exact = [g for g in hits if normalise_name(g.name) == normalise_name(name)]
+        if len(exact) == 1:
+            return exact[0]
+        if len(hits) > 1:
+            raise AssumedGpuError(f"{name!r} could be " + " or ".join(g.name for g in hits))
+        return hits[0] if hits else None
+
+    def search(self, text: str) -> tuple[CatalogGpu, ...]:
+        """GPUs whose normalised name contains the normalised text (for pickers)."""
+        key = normalise_name(text)
+        return tuple(g for g in self.gpus if key in normalise_name(g.name))
+
+
+@cache
+def load_catalog() -> GpuCatalog:
+    text = resources.files("fitplan").joinpath("data/gpu_catalog.json").read_text(encoding="utf-8")
+    return GpuCatalog.from_json(text)
+
+
+def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGpu:
+    """One `--assume-gpu` spec as an AssumedGpu (see the module docstring for the grammar)."""
+    cat = catalog if catalog is not None else load_catalog()
+    text = spec.strip()
+    if not text:
+        raise AssumedGpuError("empty GPU spec")
+    count = 1
+    m = _COUNT_RE.match(text)
+    if m and _find_quiet(cat, text) is None:
+        count = int(m.group(1))
+        text = m.group(2).strip()
+        if count < 1:
+            raise AssumedGpuError(f"{spec!r}: the GPU count must be at least 1")
+    if "=" in text:
+        name, _, size_text = text.partition("=")
+        size = parse_size(size_text)
+        if size is None or size <= 0:
+            raise AssumedGpuError(f"{spec!r}: {size_text.strip()!r} is not a memory size (e.g. 24GiB)")
+        gpu = _find_quiet(cat, name)
+        vendor = gpu.vendor if gpu is not None else Vendor.GENERIC
+        label = name.strip() or f"{size / GIB:g} GiB GPU"
+        if gpu is not None and gpu.unified_memory:
+            base = gpu.assumed(size / GIB)
+            return AssumedGpu(base.name, base.memory_bytes, vendor, count, base.unified_ram_bytes)
+        return AssumedGpu(name=label, memory_bytes=size, vendor=vendor, count=count)
+    size = parse_size(text) if _find_quiet(cat, text) is None else None
+    if size is not None:
+        if size <= 0:
+            raise AssumedGpuError(f"{spec!r}: the memory size must be positive")
+        return AssumedGpu(name=f"{size / GIB:g} GiB GPU", memory_bytes=size, vendor=Vendor.GENERIC, count=count)
+    gpu = _find_quiet(cat, text)
+    memory_gib: float | None = None
+    if gpu is None:
+        tm = _TRAILING_SIZE_RE.match(text)
+        if tm:
+            gpu = cat.find(tm.group(1))
+            bytes_ = parse_size(tm.group(2) + tm.group(3))
+            memory_gib = bytes_ / GIB if bytes_ else None
+    if gpu is None:
+        raise AssumedGpuError(f"{spec!r}: unknown GPU; give its memory as NAME=SIZE (e.g. \"{text}=16GiB\")")
+    base = gpu.assumed(memory_gib)
+    return AssumedGpu(base.name, base.memory_bytes, base.vendor, count, base.unified_ram_bytes)
+
+
+def _find_quiet(cat: GpuCatalog, name: str) -> CatalogGpu | None:
+    try:
+        return cat.find(name)
+    except AssumedGpuError:
+        return None
+
+
+def assumed_devices(specs: list[str] | tuple[str, ...], catalog: GpuCatalog | None = None) -> tuple[Device, ...]:
+    """Every device of every spec, in order ("2x RTX 3090" gives two)."""
+    out: list[Device] = []
+    for spec in specs:
+        out.extend(parse_assumed_gpu(spec, catalog).devices())
+    return tuple(out)

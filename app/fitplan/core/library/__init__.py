@@ -1,0 +1,45 @@
+"""The model library: where models are on this machine, and a cached, cancellable, streaming scan of them."""
+
+from __future__ import annotations
+
+from fitplan.core.library.index import (
+    IndexEntry,
+    JsonScanIndex,
+    MemoryScanIndex,
+    ScanIndex,
+    default_index_path,
+)
+from fitplan.core.library.locations import dedupe_roots, default_roots, hf_hub_cache, llamacpp_legacy_cache
+from fitplan.core.library.model import (
+    FileSummary,
+    LibraryModel,
+    LibraryRoot,
+    RootKind,
+    ScanProgress,
+    ScanResult,
+    SkippedFile,
+)
+from fitplan.core.library.scanner import HeaderReader, LibraryScanner, ScanEvent, summarise_header
+
+__all__ = [
+    "FileSummary",
+    "HeaderReader",
+    "IndexEntry",
+    "JsonScanIndex",
+    "LibraryModel",
+    "LibraryRoot",
+    "LibraryScanner",
+    "MemoryScanIndex",
+    "RootKind",
+    "ScanEvent",
+    "ScanIndex",
+    "ScanProgress",
+    "ScanResult",
+    "SkippedFile",
+    "dedupe_roots",
+    "default_index_path",
+    "default_roots",
+    "hf_hub_cache",
+    "llamacpp_legacy_cache",
+    "summarise_header",
+]

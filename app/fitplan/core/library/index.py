@@ -1,0 +1,137 @@
+"""The scan index: what a scan learned about each GGUF file, kept on disk so an unchanged file is never re-read.
+
+An entry is keyed by the file's identity (device and inode, so a file reached through two links or two roots is
+one entry) and is valid only while the file keeps its size and modification time (nanoseconds). It holds either
+the file's `FileSummary` or the reason it could not be read as a model (a file that is not GGUF stays unread too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from fitplan.core.library.model import FileSummary
+
+INDEX_SCHEMA = 1
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    size: int
+    mtime_ns: int
+    summary: FileSummary | None = None
+    error: str = ""  # why the file is not a usable model, when summary is None
+    path: str = ""  # where the file was seen (to forget entries of deleted files)
+
+
+class ScanIndex(Protocol):
+    def get(self, key: str, size: int, mtime_ns: int) -> IndexEntry | None: ...
+
+    def put(self, key: str, entry: IndexEntry) -> None: ...
+
+    def save(self) -> None: ...
+
+
+class MemoryScanIndex:
+    """An index that lives as long as the object (tests; a scan with no cache folder)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, IndexEntry] = {}
+
+    def get(self, key: str, size: int, mtime_ns: int) -> IndexEntry | None:
+        e = self.entries.get(key)
+        return e if e is not None and e.size == size and e.mtime_ns == mtime_ns else None
+
+    def put(self, key: str, entry: IndexEntry) -> None:
+        self.entries[key] = entry
+
+    def save(self) -> None:
+        return None
+
+
+class JsonScanIndex(MemoryScanIndex):
+    """The index as one JSON file, loaded on creation and written atomically by `save` (only if it changed).
+
+    A missing, unreadable or foreign file starts an empty index: the cache can always be rebuilt. On save, entries
+    not used since loading whose file no longer exists are dropped, so the index does not grow without bound.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._dirty = False
+        self._used: set[str] = set()
+        self._load()
+
+    def get(self, key: str, size: int, mtime_ns: int) -> IndexEntry | None:
+        e = super().get(key, size, mtime_ns)
+        if e is not None:
+            self._used.add(key)
+        return e
+
+    def _load(self) -> None:
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if not isinstance(doc, dict) or doc.get("schema") != INDEX_SCHEMA or not isinstance(doc.get("files"), dict):
+            return
+        for key, row in doc["files"].items():
+            try:
+                summary = FileSummary.from_dict(row["summary"]) if row.get("summary") is not None else None
+                self.entries[str(key)] = IndexEntry(
+                    size=int(row["size"]),
+                    mtime_ns=int(row["mtime_ns"]),
+                    summary=summary,
+                    error=str(row.get("error", "")),
+                    path=str(row.get("path", "")),
+                )
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+
+    def put(self, key: str, entry: IndexEntry) -> None:
+        self._used.add(key)
+        if self.entries.get(key) != entry:
+            self.entries[key] = entry
+            self._dirty = True
+
+    def _forget_deleted(self) -> None:
+        for key in [k for k in self.entries if k not in self._used]:
+            if not os.path.exists(self.entries[key].path):
+                del self.entries[key]
+                self._dirty = True
+
+    def save(self) -> None:
+        self._forget_deleted()
+        if not self._dirty:
+            return
+        files = {
+            key: {
+                "size": e.size,
+                "mtime_ns": e.mtime_ns,
+                "summary": e.summary.to_dict() if e.summary is not None else None,
+                "error": e.error,
+                "path": e.path,
+            }
+            for key, e in self.entries.items()
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".scan-index-", suffix=".json", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"schema": INDEX_SCHEMA, "files": files}, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._dirty = False
+
+
+def default_index_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("fitplan", appauthor=False)) / "scan-index.json"

@@ -1,0 +1,520 @@
+"""Scan model folders: every GGUF model once, split sets as one model, projectors attached, partial downloads skipped.
+
+* Folders are walked depth first in name order; symlinked folders and files are followed, and each folder and
+  each file (by device and inode) is visited once, so link loops end and a blob reached through several hub
+  snapshots, or through two roots, is one model. Hidden folders (".git", ".cache") and the `blobs` folder of a
+  hub repository (it holds the same files under hash names) are not entered.
+* A folder is handled as one batch: its files are summarised, `NAME-0000k-of-0000n.gguf` files are grouped into
+  one model (a set missing a shard is skipped and says which), and a projector (`general.architecture == "clip"`)
+  is attached to every model of its folder (the layout of Hugging Face repos and LM Studio folders).
+* An ollama store (a folder holding `manifests/` and `blobs/`) is read through its manifests: the
+  `application/vnd.ollama.image.model` layer is the model, `...image.projector` its projector, `NAME:TAG` its name.
+* Partial downloads are skipped with the reason: names ending in .part/.incomplete/.downloading/
+  .downloadInProgress/.crdownload/.tmp, ollama's `-partial` blobs, hub blobs `HASH.incomplete` that start with
+  the GGUF magic, hub links to blobs not there yet, and files shorter than their header declares
+  (IncompleteModelError).
+* Each file's summary is kept in a `ScanIndex` (keyed by device:inode, valid while size and mtime are unchanged),
+  so rescanning an unchanged library reads no header.
+* `iter_scan` yields each model or skipped file as soon as its folder is done, calls `on_progress` after every
+  file, and stops at the next file once `cancel` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat as stat_mod
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fitplan.core.errors import GGUFError, IncompleteModelError
+from fitplan.core.gguf_header import GGUFHeader
+from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
+from fitplan.core.library.model import (
+    FileSummary,
+    LibraryModel,
+    LibraryRoot,
+    RootKind,
+    ScanProgress,
+    ScanResult,
+    SkippedFile,
+)
+
+HeaderReader = Callable[[str], GGUFHeader]
+ProgressCallback = Callable[[ScanProgress], None]
+ScanEvent = LibraryModel | SkippedFile
+
+PARTIAL_SUFFIXES = (".part", ".incomplete", ".downloading", ".downloadinprogress", ".crdownload", ".tmp")
+SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+OLLAMA_PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
+OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
+
+
+def default_reader() -> HeaderReader:
+    """The project's GGUF header reader through its on-disk profile cache, so a model the scan has read opens
+    without reading its header again (imported only when a header has to be read)."""
+    from fitplan.core.profile_cache import cached_read_header
+
+    return cached_read_header
+
+
+def file_type_name(header: GGUFHeader) -> str:
+    """general.file_type as llama.cpp names it ("Q4_K_M"); else the type holding most bytes of matrix tensors."""
+    import gguf
+
+    ft = header.metadata.get("general.file_type")
+    if isinstance(ft, int) and not isinstance(ft, bool):
+        try:
+            name = gguf.LlamaFileType(ft & ~1024).name  # 1024: the "guessed" flag
+        except ValueError:
+            return f"type {ft}"
+        return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    by_type: dict[int, int] = {}
+    for t in header.tensors:
+        if len(t.shape) >= 2:
+            by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.n_bytes
+    if not by_type:
+        return ""
+    top = max(by_type, key=lambda k: by_type[k])
+    try:
+        return gguf.GGMLQuantizationType(top).name
+    except ValueError:
+        return f"type {top}"
+
+
+def summarise_header(header: GGUFHeader) -> FileSummary:
+    arch = header.architecture
+    n_params = 0
+    for t in header.tensors:
+        n = 1
+        for d in t.shape:
+            n *= d
+        n_params += n
+    split_count = header.get_int("split.count", 1)
+    return FileSummary(
+        architecture=arch,
+        name=header.get_str("general.name"),
+        file_type=file_type_name(header),
+        n_params=n_params,
+        n_ctx_train=header.get_int(f"{arch}.context_length"),
+        n_layer=header.get_int(f"{arch}.block_count"),
+        split_no=header.get_int("split.no", 0),
+        split_count=split_count if split_count > 0 else 1,
+        expected_size=header.expected_file_size,
+        is_mmproj=arch == "clip",
+        header_bytes=header.header_bytes_read,
+    )
+
+
+def _is_partial_name(name: str) -> bool:
+    low = name.lower()
+    return ".gguf" in low and low.endswith(PARTIAL_SUFFIXES)
+
+
+def _incomplete_reason(size: int, expected: int) -> str:
+    return f"incomplete download: {size} of {expected} bytes present, {expected - size} bytes missing"
+
+
+@dataclass
+class _Found:
+    path: str
+    st: os.stat_result
+    summary: FileSummary
+
+
+@dataclass
+class _Counters:
+    files_seen: int = 0
+    models: int = 0
+    skipped: int = 0
+    headers_read: int = 0
+    header_bytes: int = 0
+
+
+@dataclass
+class _ScanState:
+    cancel: threading.Event | None
+    on_progress: ProgressCallback | None
+    seen_files: set[tuple[int, int]] = field(default_factory=set)
+    seen_dirs: set[tuple[int, int]] = field(default_factory=set)
+    counters: _Counters = field(default_factory=_Counters)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def progress(self, current: str) -> None:
+        if self.on_progress is not None:
+            c = self.counters
+            self.on_progress(
+                ScanProgress(c.files_seen, c.models, c.skipped, c.headers_read, c.header_bytes, current)
+            )
+
+
+class LibraryScanner:
+    """Scans roots for models. `reader` reads one GGUF header (injected so tests can count reads); `index` caches."""
+
+    def __init__(self, reader: HeaderReader | None = None, index: ScanIndex | None = None) -> None:
+        self._reader = reader
+        self.index: ScanIndex = index if index is not None else MemoryScanIndex()
+        self.last_counters = _Counters()
+
+    # -- public -------------------------------------------------------------------------------------------------
+
+    def iter_scan(
+        self,
+        roots: Iterable[LibraryRoot],
+        cancel: threading.Event | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Iterator[ScanEvent]:
+        state = _ScanState(cancel, on_progress)
+        self.last_counters = state.counters
+        try:
+            for root in roots:
+                if state.cancelled:
+                    return
+                for event in self._scan_root(root, state):
+                    if isinstance(event, LibraryModel):
+                        state.counters.models += 1
+                    else:
+                        state.counters.skipped += 1
+                    yield event
+        finally:
+            self.index.save()
+
+    def scan(
+        self,
+        roots: Iterable[LibraryRoot],
+        cancel: threading.Event | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> ScanResult:
+        models: list[LibraryModel] = []
+        skipped: list[SkippedFile] = []
+        for event in self.iter_scan(roots, cancel, on_progress):
+            (models if isinstance(event, LibraryModel) else skipped).append(event)  # type: ignore[arg-type]
+        c = self.last_counters
+        return ScanResult(
+            models=tuple(models),
+            skipped=tuple(skipped),
+            headers_read=c.headers_read,
+            header_bytes_read=c.header_bytes,
+            cancelled=cancel is not None and cancel.is_set(),
+        )
+
+    # -- roots ----------------------------------------------------------------------------------------------------
+
+    def _scan_root(self, root: LibraryRoot, state: _ScanState) -> Iterator[ScanEvent]:
+        path = Path(root.path)
+        try:
+            st = path.stat()
+        except OSError:
+            if root.kind is RootKind.FOLDER:
+                yield SkippedFile(root.path, "folder not found")
+            return
+        if stat_mod.S_ISREG(st.st_mode):  # a file named directly
+            found = self._summarise_files([(str(path), st)], state)
+            yield from self._batch_events(str(path.parent), found, root, state)
+            return
+        if (path / "manifests").is_dir() and (path / "blobs").is_dir():
+            yield from self._scan_ollama(path, root, state)
+            return
+        yield from self._walk(path, root, state)
+
+    def _walk(self, top: Path, root: LibraryRoot, state: _ScanState) -> Iterator[ScanEvent]:
+        try:
+            top_st = top.stat()
+        except OSError as exc:
+            yield SkippedFile(str(top), f"unreadable folder: {exc.strerror or exc}")
+            return
+        if (top_st.st_dev, top_st.st_ino) in state.seen_dirs:
+            return
+        state.seen_dirs.add((top_st.st_dev, top_st.st_ino))
+        stack = [str(top)]
+        while stack:
+            if state.cancelled:
+                return
+            folder = stack.pop()
+            state.progress(folder)
+            try:
+                with os.scandir(folder) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as exc:
+                yield SkippedFile(folder, f"unreadable folder: {exc.strerror or exc}")
+                continue
+            names = {e.name for e in entries}
+            if folder != str(top) and "manifests" in names and "blobs" in names:
+                yield from self._scan_ollama(Path(folder), root, state)  # an ollama store inside a folder
+                continue
+            files: list[tuple[str, os.stat_result]] = []
+            subdirs: list[str] = []
+            in_hub_repo = os.path.basename(folder).startswith("models--")
+            for e in entries:
+                try:
+                    is_dir = e.is_dir()
+                    is_file = not is_dir and e.is_file()
+                except OSError:
+                    is_dir = is_file = False
+                if is_dir:
+                    if in_hub_repo and e.name == "blobs":
+                        yield from _hub_partial_blobs(e.path)
+                        continue
+                    if e.name.startswith("."):
+                        continue
+                    try:
+                        dst = e.stat()
+                    except OSError as exc:
+                        yield SkippedFile(e.path, f"unreadable folder: {exc.strerror or exc}")
+                        continue
+                    ident = (dst.st_dev, dst.st_ino)
+                    if ident in state.seen_dirs:
+                        continue  # a link loop, or a folder already scanned through another path
+                    state.seen_dirs.add(ident)
+                    subdirs.append(e.path)
+                    continue
+                low = e.name.lower()
+                if _is_partial_name(e.name):
+                    state.counters.files_seen += 1
+                    yield SkippedFile(e.path, "partial download")
+                elif low.endswith(".gguf"):
+                    if not is_file:
+                        state.counters.files_seen += 1
+                        yield SkippedFile(e.path, "link to a file that is not there (download not finished?)")
+                        continue
+                    try:
+                        files.append((e.path, e.stat()))
+                    except OSError as exc:
+                        yield SkippedFile(e.path, f"unreadable: {exc.strerror or exc}")
+            if files:
+                found = self._summarise_files(files, state)
+                yield from self._batch_events(folder, found, root, state)
+            stack.extend(reversed(subdirs))
+
+    # -- files ----------------------------------------------------------------------------------------------------
+
+    def _summarise_files(
+        self, files: list[tuple[str, os.stat_result]], state: _ScanState
+    ) -> list[_Found | SkippedFile]:
+        out: list[_Found | SkippedFile] = []
+        for path, st in files:
+            if state.cancelled:
+                break
+            ident = (st.st_dev, st.st_ino)
+            if ident in state.seen_files:
+                continue
+            state.seen_files.add(ident)
+            state.counters.files_seen += 1
+            result = self._summary_of(path, st, state)
+            state.progress(path)
+            if isinstance(result, str):
+                out.append(SkippedFile(path, result))
+            elif st.st_size < result.expected_size:
+                out.append(SkippedFile(path, _incomplete_reason(st.st_size, result.expected_size)))
+            else:
+                out.append(_Found(path, st, result))
+        return out
+
+    def _summary_of(self, path: str, st: os.stat_result, state: _ScanState) -> FileSummary | str:
+        key = f"{st.st_dev}:{st.st_ino}"
+        cached = self.index.get(key, st.st_size, st.st_mtime_ns)
+        if cached is not None:
+            return cached.summary if cached.summary is not None else cached.error
+        if self._reader is None:
+            self._reader = default_reader()
+        state.counters.headers_read += 1
+        try:
+            header = self._reader(path)
+        except IncompleteModelError as exc:
+            reason = _incomplete_reason(exc.actual_size, exc.expected_size)
+            self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path))
+            return reason
+        except GGUFError as exc:
+            reason = f"not a readable GGUF file: {exc.problem}"
+            self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path))
+            return reason
+        except OSError as exc:
+            return f"unreadable: {exc.strerror or exc}"  # may be transient (permissions): not cached
+        state.counters.header_bytes += header.header_bytes_read
+        summary = summarise_header(header)
+        self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, summary, "", path))
+        return summary
+
+    # -- grouping -------------------------------------------------------------------------------------------------
+
+    def _batch_events(
+        self, folder: str, found: list[_Found | SkippedFile], root: LibraryRoot, state: _ScanState
+    ) -> Iterator[ScanEvent]:
+        models: list[_Found] = []
+        projectors: list[_Found] = []
+        splits: dict[tuple[str, int], dict[int, _Found]] = {}
+        for f in found:
+            if isinstance(f, SkippedFile):
+                yield f
+                continue
+            name = os.path.basename(f.path)
+            m = SPLIT_RE.match(name)
+            if f.summary.is_mmproj:
+                projectors.append(f)
+            elif m and int(m.group("count")) > 1:
+                splits.setdefault((m.group("prefix"), int(m.group("count"))), {})[int(m.group("no"))] = f
+            elif f.summary.split_count > 1:
+                yield SkippedFile(f.path, "one part of a split model whose file names do not follow -0000k-of-0000n")
+            else:
+                models.append(f)
+        mmproj = projectors[0].path if projectors else None
+        if projectors and not models and not splits:
+            for p in projectors:
+                yield SkippedFile(p.path, "projector (mmproj) with no model in its folder")
+        groups: list[tuple[str, list[_Found]]] = [(f.path, [f]) for f in models]
+        for (prefix, count), parts in splits.items():
+            missing = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1) if i not in parts]
+            if missing:
+                for f in parts.values():
+                    yield SkippedFile(f.path, "missing shard(s): " + ", ".join(missing))
+                continue
+            shards = [parts[i] for i in range(1, count + 1)]
+            groups.append((shards[0].path, shards))
+        for _, shards in sorted(groups, key=lambda g: g[0]):
+            yield self._model(shards, root, mmproj)
+
+    @staticmethod
+    def _model(
+        shards: list[_Found], root: LibraryRoot, mmproj: str | None, display: str = "", aliases: tuple[str, ...] = ()
+    ) -> LibraryModel:
+        first = shards[0]
+        s = first.summary
+        return LibraryModel(
+            path=first.path,
+            shard_paths=tuple(f.path for f in shards),
+            display_name=display or display_name(first.path, root),
+            root_kind=root.kind,
+            architecture=s.architecture,
+            name=s.name,
+            file_type=s.file_type,
+            file_size=sum(f.st.st_size for f in shards),
+            n_params=sum(f.summary.n_params for f in shards),
+            n_ctx_train=s.n_ctx_train,
+            n_layer=s.n_layer,
+            mmproj_path=mmproj,
+            aliases=aliases,
+        )
+
+    # -- ollama ---------------------------------------------------------------------------------------------------
+
+    def _scan_ollama(self, store: Path, root: LibraryRoot, state: _ScanState) -> Iterator[ScanEvent]:
+        manifests = store / "manifests"
+        blobs = store / "blobs"
+        by_digest: dict[str, list[tuple[str, str | None, str]]] = {}  # model digest -> (name, projector, manifest)
+        for dirpath, dirnames, filenames in os.walk(manifests, onerror=None):
+            dirnames.sort()
+            for fn in sorted(filenames):
+                mpath = os.path.join(dirpath, fn)
+                parsed = parse_ollama_manifest(mpath, manifests)
+                if isinstance(parsed, str):
+                    yield SkippedFile(mpath, parsed)
+                    continue
+                name, model_digest, projector_digest = parsed
+                by_digest.setdefault(model_digest, []).append((name, projector_digest, mpath))
+        try:
+            partials = sorted(p for p in os.listdir(blobs) if p.endswith("-partial"))
+        except OSError as exc:
+            yield SkippedFile(str(blobs), f"unreadable folder: {exc.strerror or exc}")
+            return
+        for p in partials:
+            yield SkippedFile(str(blobs / p), "partial download (ollama pull not finished)")
+        for digest, tags in sorted(by_digest.items(), key=lambda kv: kv[1][0][0]):
+            if state.cancelled:
+                return
+            names = tuple(t[0] for t in tags)
+            blob = blobs / digest.replace(":", "-")
+            try:
+                st = blob.stat()
+            except OSError:
+                yield SkippedFile(tags[0][2], f"model blob {blob.name} is missing")
+                continue
+            found = self._summarise_files([(str(blob), st)], state)
+            if not found:
+                continue  # the same blob was already seen through another root
+            f = found[0]
+            if isinstance(f, SkippedFile):
+                yield SkippedFile(f.path, f"{names[0]}: {f.reason}")
+                continue
+            projector = next((t[1] for t in tags if t[1]), None)
+            mmproj = str(blobs / projector.replace(":", "-")) if projector else None
+            if mmproj is not None and not os.path.exists(mmproj):
+                mmproj = None
+            yield self._model([f], root, mmproj, display=names[0], aliases=names[1:])
+
+
+def _hub_partial_blobs(blobs: str) -> Iterator[SkippedFile]:
+    """Hub downloads in progress (`blobs/HASH.incomplete`) that are GGUF files: their snapshot link comes last."""
+    try:
+        names = sorted(n for n in os.listdir(blobs) if n.endswith(".incomplete"))
+    except OSError:
+        return
+    repo = os.path.basename(os.path.dirname(blobs)).removeprefix("models--").replace("--", "/")
+    for n in names:
+        path = os.path.join(blobs, n)
+        try:
+            with open(path, "rb") as f:
+                magic = f.read(4)
+        except OSError:
+            continue
+        if magic == b"GGUF":
+            yield SkippedFile(path, f"partial download ({repo}, Hugging Face hub)")
+
+
+def parse_ollama_manifest(path: str, manifests_root: Path) -> tuple[str, str, str | None] | str:
+    """(NAME:TAG, model layer digest, projector digest) of one manifest, or why it cannot be used."""
+    rel = Path(os.path.relpath(path, manifests_root)).parts
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        return f"unreadable ollama manifest: {exc}"
+    layers = doc.get("layers") if isinstance(doc, dict) else None
+    if not isinstance(layers, list):
+        return "ollama manifest without layers"
+    model = projector = None
+    for layer in layers:
+        if not isinstance(layer, dict):
+            continue
+        digest = layer.get("digest")
+        if layer.get("mediaType") == OLLAMA_MODEL_LAYER and isinstance(digest, str):
+            model = digest
+        elif layer.get("mediaType") == OLLAMA_PROJECTOR_LAYER and isinstance(digest, str):
+            projector = digest
+    if model is None:
+        return "ollama manifest without a model layer"
+    return ollama_name(rel), model, projector
+
+
+def ollama_name(parts: tuple[str, ...]) -> str:
+    """manifests/HOST/NAMESPACE/NAME/TAG -> "NAME:TAG" for the default registry and library, else the full name."""
+    if len(parts) < 2:
+        return ":".join(parts)
+    *repo, tag = parts
+    if len(repo) >= 3 and repo[0] == OLLAMA_DEFAULT_HOST:
+        repo = repo[1:]
+        if repo[0] == "library":
+            repo = repo[1:]
+    return "/".join(repo) + ":" + tag
+
+
+_HUB_RE = re.compile(r"(?:^|/)models--(?P<repo>[^/]+)/snapshots/[^/]+/(?P<rest>.+)$")
+
+
+def display_name(path: str, root: LibraryRoot) -> str:
+    """"org/repo: file.gguf" inside a hub cache, else the path under its root."""
+    posix = path.replace(os.sep, "/")
+    m = _HUB_RE.search(posix)
+    if m:
+        return m.group("repo").replace("--", "/") + ": " + m.group("rest")
+    try:
+        rel = os.path.relpath(path, root.path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel.replace(os.sep, "/")

@@ -1,0 +1,66 @@
+"""Entry point of the planner window: `fitplan` with no arguments, or `fitplan-gui [MODEL]`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fitplan.core.user_settings import load_user_settings
+
+
+def create_app(argv: Sequence[str] = ()) -> object:
+    """The QApplication (created once), with HiDPI and system colours honoured."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    existing = QApplication.instance()
+    if existing is not None:
+        return existing
+    QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+    app = QApplication(["fitplan", *argv])
+    app.setApplicationName("fitplan")
+    app.setOrganizationName("fitplan")
+    app.setDesktopFileName("fitplan")
+    return app
+
+
+def configure_pyqtgraph() -> None:
+    import pyqtgraph as pg
+
+    from fitplan.gui.theme import is_dark
+
+    pg.setConfigOptions(antialias=True, background=None, foreground="w" if is_dark() else "k")
+
+
+def build_window(config_dir: Path | None = None, backend: object | None = None) -> tuple[object, str | None]:
+    """The window and the message about set-aside settings (if any); shared by main(), benches and tests."""
+    from fitplan.gui.backend import Backend
+    from fitplan.gui.main_window import MainWindow
+
+    configure_pyqtgraph()
+    loaded = load_user_settings(config_dir)
+    window = MainWindow(backend if isinstance(backend, Backend) else Backend(), loaded.settings, config_dir)
+    if loaded.message:
+        window.banner.show_message("warning", loaded.message)
+    return window, loaded.message
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    app = create_app(args)
+    from PySide6.QtWidgets import QApplication
+
+    from fitplan.gui.main_window import MainWindow
+
+    window, _message = build_window()
+    assert isinstance(window, MainWindow)
+    window.show()
+    window.planner.start(args[0] if args else None)
+    assert isinstance(app, QApplication)
+    return int(app.exec())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

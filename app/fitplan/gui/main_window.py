@@ -1,0 +1,196 @@
+"""The planner window: a composition root that builds the panels, lays them out and wires them to the planner."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGroupBox,
+    QMainWindow,
+    QScrollArea,
+    QSplitter,
+    QStatusBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fitplan.core.user_settings import UserSettings
+from fitplan.gui.backend import Backend
+from fitplan.gui.controller import Panels, Planner
+from fitplan.gui.panels.banner import MessageBanner
+from fitplan.gui.panels.chart import ChartPanel
+from fitplan.gui.panels.command import CommandPanel
+from fitplan.gui.panels.hardware import HardwarePanel
+from fitplan.gui.panels.models import ModelsPanel
+from fitplan.gui.panels.settings import SettingsPanel
+from fitplan.gui.panels.summary import SummaryPanel
+from fitplan.gui.panels.verdict import VerdictPanel
+
+MIN_SIZE = (1024, 640)
+DEFAULT_SIZE = (1280, 800)
+
+
+def _group(title: str, widget: QWidget) -> QGroupBox:
+    box = QGroupBox(title)
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(6, 6, 6, 6)
+    layout.addWidget(widget)
+    return box
+
+
+def dropped_sources(urls: list[str], local_files: list[str]) -> list[str]:
+    """What a drop opens: local .gguf files, and remote http(s) URLs ending in .gguf (order kept)."""
+    out = [f for f in local_files if f.lower().endswith(".gguf")]
+    out += [u for u in urls if u.startswith(("http://", "https://")) and ".gguf" in u.lower()]
+    return out
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, backend: Backend, user: UserSettings, config_dir: Path | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("fitplan — will this model fit?")
+        self.setMinimumSize(*MIN_SIZE)
+        self.resize(*DEFAULT_SIZE)
+        self.setAcceptDrops(True)
+
+        self.models = ModelsPanel()
+        self.summary = SummaryPanel()
+        self.hardware = HardwarePanel(backend.catalog())
+        self.settings = SettingsPanel()
+        self.chart = ChartPanel()
+        self.verdict = VerdictPanel()
+        self.command = CommandPanel()
+        self.banner = MessageBanner()
+        self.setStatusBar(QStatusBar())
+
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(_group("Models", self.models))
+        left.addWidget(_group("Model", self.summary))
+        left.setStretchFactor(0, 3)
+        left.setStretchFactor(1, 2)
+
+        centre = QWidget()
+        centre_layout = QVBoxLayout(centre)
+        centre_layout.setContentsMargins(0, 0, 0, 0)
+        centre_layout.addWidget(self.banner)
+        centre_layout.addWidget(self.verdict)
+        centre_layout.addWidget(_group("Memory by context", self.chart), 1)
+        centre_layout.addWidget(_group("Command", self.command))
+        self.command.text.setMaximumHeight(self.command.text.fontMetrics().lineSpacing() * 7)
+
+        right_inner = QWidget()
+        right_layout = QVBoxLayout(right_inner)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(_group("Hardware", self.hardware))
+        right_layout.addWidget(_group("Settings", self.settings))
+        right_layout.addStretch(1)
+        right = QScrollArea()
+        right.setWidget(right_inner)
+        right.setWidgetResizable(True)
+        right.setFrameShape(QScrollArea.Shape.NoFrame)
+        right.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        right.setMinimumWidth(300)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("main-splitter")
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(centre)
+        self.splitter.addWidget(right)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setStretchFactor(2, 0)
+        self.splitter.setSizes([330, 600, 350])
+        self.splitter.setChildrenCollapsible(False)
+        self.setCentralWidget(self.splitter)
+
+        self.planner = Planner(
+            backend,
+            Panels(self.models, self.summary, self.hardware, self.settings, self.chart, self.verdict, self.command,
+                   self.banner, self.statusBar()),
+            user,
+            config_dir,
+            self,
+        )
+        self._build_menus()
+        self._set_tab_order()
+        if user.window_geometry:
+            self.restoreGeometry(QByteArray.fromBase64(user.window_geometry.encode()))
+        if user.window_state:
+            self.restoreState(QByteArray.fromBase64(user.window_state.encode()))
+
+    def _build_menus(self) -> None:
+        menu = self.menuBar().addMenu("&File")
+        open_action = QAction("&Open model…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Open))
+        open_action.triggered.connect(self.models.ask_open_file)
+        url_action = QAction("Open &URL…", self)
+        url_action.triggered.connect(self.models.ask_open_url)
+        folder_action = QAction("Add &folder…", self)
+        folder_action.triggered.connect(self.models.ask_add_folder)
+        bin_action = QAction("Set llama.cpp &build folder…", self)
+        bin_action.triggered.connect(self._ask_llama_dir)
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
+        quit_action.triggered.connect(self.close)
+        for a in (open_action, url_action, folder_action, bin_action, quit_action):
+            menu.addAction(a)
+        plan = self.menuBar().addMenu("&Plan")
+        copy_action = QAction("&Copy command", self, shortcut=QKeySequence("Ctrl+Shift+C"))
+        copy_action.triggered.connect(self.planner.copy_command)
+        ctx_action = QAction("Focus &context", self, shortcut=QKeySequence("Ctrl+L"))
+        ctx_action.triggered.connect(self.settings.focus_context)
+        for a in (copy_action, ctx_action):
+            plan.addAction(a)
+            self.addAction(a)
+        self.addAction(open_action)
+        self.actions_by_name = {"open": open_action, "copy": copy_action, "context": ctx_action}
+
+    def _set_tab_order(self) -> None:
+        m, s, c = self.models, self.settings, self.command
+        chain: list[QWidget] = [
+            m.open_button, m.url_button, m.folder_button, m.recent_button, m.filter_box, m.table,
+            s.context_slider, s.context_box, s.cache_k, s.cache_v, s.slots, s.unified, s.flash, s.mmproj,
+            s.gpu_layers, s.cpu_moe, s.margin, s.advanced,
+            self.hardware.list, self.hardware.catalog, self.hardware.add_catalog, self.hardware.size_box,
+            self.hardware.add_size, self.hardware.remove,
+            self.chart.device_box, c.shell, c.copy_button, c.text,
+        ]
+        for a, b in itertools.pairwise(chain):
+            self.setTabOrder(a, b)
+
+    def _ask_llama_dir(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "llama.cpp build folder (with llama-server)")
+        if folder:
+            self.planner.set_llama_bin_dir(folder)
+
+    # -- drag and drop -------------------------------------------------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if self._sources(event):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        sources = self._sources(event)
+        if not sources:
+            return
+        event.acceptProposedAction()
+        for source in sources:
+            self.planner.open(source)
+
+    @staticmethod
+    def _sources(event: QDragEnterEvent | QDropEvent) -> list[str]:
+        mime = event.mimeData()
+        local = [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
+        remote = [u.toString() for u in mime.urls() if not u.isLocalFile()]
+        if not mime.hasUrls() and mime.hasText():
+            remote = [line.strip() for line in mime.text().splitlines() if line.strip()]
+        return dropped_sources(remote, local)
+
+    # -- lifetime ------------------------------------------------------------------------------------------------
+    def closeEvent(self, event: QCloseEvent) -> None:
+        geometry = bytes(self.saveGeometry().toBase64().data()).decode()
+        state = bytes(self.saveState().toBase64().data()).decode()
+        self.planner.save(geometry, state)
+        self.planner.shutdown()
+        super().closeEvent(event)

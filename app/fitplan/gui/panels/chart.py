@@ -1,0 +1,217 @@
+"""Chart: memory against context for one device, stacked by term, with capacity, margin and the chosen context.
+
+Every plot item is created once in `__init__`; updates only call `setData` / `setValue` / `setRegion`. The x axis is
+log2(context) with ticks labelled in tokens (4K, 32K, 128K...).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from fitplan.core.devices import GIB
+from fitplan.core.estimate import TERM_ORDER, TermKind
+from fitplan.gui.backend import CurveData, fmt_ctx, term_label
+from fitplan.gui.theme import (
+    CAPACITY_COLOUR,
+    CONTEXT_LINE_COLOUR,
+    MARGIN_COLOUR,
+    TERM_COLOURS,
+)
+
+TICK_CONTEXTS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
+MAJOR_TICKS = (1024, 4096, 32768, 131072, 1048576)
+
+
+def _ticks(lo: float, hi: float) -> list[list[tuple[float, str]]]:
+    major = [(math.log2(c), fmt_ctx(c)) for c in MAJOR_TICKS if lo - 0.01 <= math.log2(c) <= hi + 0.01]
+    minor = [(math.log2(c), fmt_ctx(c)) for c in TICK_CONTEXTS if c not in MAJOR_TICKS and lo <= math.log2(c) <= hi]
+    return [major, minor]
+
+
+def legend_html(kinds: list[TermKind]) -> str:
+    """Coloured squares and names, in stacking order (bottom band first)."""
+    return "&nbsp;&nbsp; ".join(
+        f'<span style="color:{TERM_COLOURS[k]}; font-size:large">&#9632;</span>&nbsp;{term_label(k)}' for k in kinds
+    )
+
+
+class ChartPanel(QWidget):
+    context_dragged = Signal(int)  # the user dragged the vertical context line
+    device_changed = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._curve: CurveData | None = None
+        self._margin = 0
+        self._x = np.zeros(0)
+        self._device = 0
+        self._setting_context = False
+        self._max_context = 0
+        self._legend_kinds: tuple[TermKind, ...] = ()
+
+        self.device_box = QComboBox()
+        self.device_box.setToolTip("Which device's memory the chart shows")
+        self.device_box.currentIndexChanged.connect(self._device_chosen)
+        self.readout = QLabel("")
+        self.readout.setWordWrap(True)
+        self.readout.setMinimumHeight(self.readout.fontMetrics().height() * 2)
+
+        self.plot = pg.PlotWidget()
+        self.plot.setMinimumHeight(180)
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        item = self.plot.getPlotItem()
+        item.setLabel("left", "GiB")
+        item.setLabel("bottom", "context (tokens)")
+        item.showGrid(x=True, y=True, alpha=0.15)
+        self.legend = QLabel("")
+        self.legend.setWordWrap(True)
+        self.legend.setToolTip("Each coloured band is one part of the memory llama.cpp allocates on this device")
+
+        # Stacked areas: each term's item fills from 0 to the cumulative top; lower terms are drawn above.
+        self.areas: dict[TermKind, pg.PlotDataItem] = {}
+        for z, kind in enumerate(TERM_ORDER):
+            colour = QColor(TERM_COLOURS[kind])
+            fill = QColor(colour)
+            fill.setAlpha(215)
+            area = pg.PlotDataItem(
+                [0.0], [0.0], pen=pg.mkPen(colour, width=1), fillLevel=0.0, fillBrush=pg.mkBrush(fill),
+            )
+            area.setZValue(-z)
+            self.plot.addItem(area)
+            self.areas[kind] = area
+        self.capacity = pg.InfiniteLine(
+            angle=0, pen=pg.mkPen(CAPACITY_COLOUR, width=2),
+            label="free {value:.1f} GiB", labelOpts={"position": 0.08, "color": CAPACITY_COLOUR, "anchors": [(0, 1), (0, 1)]},
+        )
+        self.margin_line = pg.InfiniteLine(
+            angle=0, pen=pg.mkPen(MARGIN_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+        )
+        self.context_line = pg.InfiniteLine(
+            angle=90, movable=True, pen=pg.mkPen(CONTEXT_LINE_COLOUR, width=2),
+            hoverPen=pg.mkPen(CONTEXT_LINE_COLOUR, width=4),
+            label="", labelOpts={"position": 0.95, "color": CONTEXT_LINE_COLOUR},
+        )
+        self.context_line.setToolTip("The chosen context: drag to change it")
+        self.too_big = pg.LinearRegionItem(
+            values=(20, 21), movable=False, brush=pg.mkBrush(QColor(213, 94, 0, 45)), pen=pg.mkPen(None),
+        )
+        self.too_big.setZValue(5)
+        for line in (self.capacity, self.margin_line):
+            self.plot.addItem(line, ignoreBounds=True)
+        self.plot.addItem(self.too_big, ignoreBounds=True)
+        self.plot.addItem(self.context_line, ignoreBounds=True)
+        self.context_line.sigPositionChanged.connect(self._line_moved)
+        self.plot.scene().sigMouseMoved.connect(self._hover)
+
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(QLabel("Device:"))
+        top.addWidget(self.device_box, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.readout)
+
+    # -- data ----------------------------------------------------------------------------------------------------
+    def set_curve(self, curve: CurveData, margin_bytes: int, max_context: int) -> None:
+        names = [d.name for d in curve.devices]
+        if names != [self.device_box.itemText(i) for i in range(self.device_box.count())]:
+            self.device_box.blockSignals(True)
+            self.device_box.clear()
+            self.device_box.addItems(names)
+            self._device = min(self._device, len(names) - 1)
+            self.device_box.setCurrentIndex(self._device)
+            self.device_box.blockSignals(False)
+        self._curve = curve
+        self._margin = margin_bytes
+        self._x = np.log2(curve.contexts.astype(np.float64))
+        self._max_context = max_context
+        self._redraw()
+
+    def _redraw(self) -> None:
+        curve = self._curve
+        if curve is None or not len(self._x):
+            return
+        d = self._device
+        cumulative = np.zeros(len(self._x))
+        shown = []
+        for t, kind in enumerate(TERM_ORDER):
+            cumulative = cumulative + curve.bytes[d, t] / GIB
+            self.areas[kind].setData(self._x, cumulative.copy())
+            visible = bool(curve.bytes[d, t].any())
+            self.areas[kind].setVisible(visible)
+            if visible:
+                shown.append(kind)
+        if tuple(shown) != self._legend_kinds:
+            self.legend.setText(legend_html(shown))
+            self._legend_kinds = tuple(shown)
+        device = curve.devices[d]
+        free = device.free_bytes / GIB
+        self.capacity.setValue(free)
+        self.margin_line.setValue(max(0.0, (device.free_bytes - self._margin) / GIB))
+        self.margin_line.setVisible(device.kind.value == "gpu" and self._margin > 0)
+        lo, hi = float(self._x[0]), float(self._x[-1])
+        item = self.plot.getPlotItem()
+        item.setXRange(lo, hi + 0.25, padding=0.0)
+        item.setYRange(0, max(free, float(cumulative.max())) * 1.08, padding=0.0)
+        item.getAxis("bottom").setTicks(_ticks(lo, hi))
+        start = math.log2(self._max_context) if self._max_context else lo
+        self.too_big.setRegion((start, hi))
+        self.too_big.setVisible(start < hi)
+        self.too_big.setToolTip(
+            f"Past {fmt_ctx(self._max_context)} the plan no longer fits" if self._max_context else "Nothing fits"
+        )
+
+    def set_context(self, n_ctx: int) -> None:
+        self._setting_context = True
+        self.context_line.setValue(math.log2(max(1, n_ctx)))
+        self.context_line.label.setFormat(fmt_ctx(n_ctx))
+        self._setting_context = False
+
+    def _line_moved(self) -> None:
+        n = round(2 ** float(self.context_line.value()))
+        self.context_line.label.setFormat(fmt_ctx(n))
+        if not self._setting_context:
+            self.context_dragged.emit(n)
+
+    def _device_chosen(self, index: int) -> None:
+        if index >= 0:
+            self._device = index
+            self._redraw()
+            self.device_changed.emit(index)
+
+    def select_device(self, index: int) -> None:
+        if 0 <= index < self.device_box.count():
+            self.device_box.setCurrentIndex(index)
+
+    # -- hover ---------------------------------------------------------------------------------------------------
+    def readout_at(self, x: float) -> str:
+        curve = self._curve
+        if curve is None or not len(self._x):
+            return ""
+        i = int(np.argmin(np.abs(self._x - x)))
+        d = self._device
+        parts = [
+            f"{term_label(kind)} {curve.bytes[d, t, i] / GIB:.2f}"
+            for t, kind in enumerate(TERM_ORDER)
+            if curve.bytes[d, t, i]
+        ]
+        total = curve.bytes[d, :, i].sum() / GIB
+        return f"At {fmt_ctx(int(curve.contexts[i]))}: total {total:.2f} GiB = " + " + ".join(parts) + " (GiB)"
+
+    def _hover(self, pos: QPointF) -> None:
+        vb = self.plot.getPlotItem().getViewBox()
+        if not self.plot.sceneBoundingRect().contains(pos):
+            return
+        x = vb.mapSceneToView(pos).x()
+        self.readout.setText(self.readout_at(x))

@@ -1,0 +1,183 @@
+"""Hardware: detected GPUs and host RAM, hypothetical GPUs from the catalog or by size, which to plan for."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.user_settings import HypotheticalDevice
+from fitplan.gui.backend import Detection
+
+DEVICE_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+def _describe(d: Device) -> str:
+    tag = "  (hypothetical)" if d.hypothetical else ""
+    if d.free_bytes == d.total_bytes:
+        return f"{d.name}: {d.total_bytes / GIB:.1f} GiB{tag}"
+    return f"{d.name}: {d.free_bytes / GIB:.1f} GiB free of {d.total_bytes / GIB:.1f} GiB{tag}"
+
+
+class HardwarePanel(QWidget):
+    devices_changed = Signal()
+
+    def __init__(self, catalog: tuple[tuple[str, int, Vendor], ...], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._detected: tuple[Device, ...] = ()
+        self._host: Device | None = None
+        self.host_label = QLabel("System RAM: detecting…")
+        self.host_label.setToolTip("Host memory: holds the layers not offloaded, the embeddings and the output buffer")
+        self.list = QListWidget()
+        self.list.setToolTip("Tick the GPUs to plan for. Hypothetical GPUs are assumed entirely free.")
+        self.list.itemChanged.connect(lambda _item: self.devices_changed.emit())
+        self.list.setMinimumHeight(60)
+        self.list.setMaximumHeight(130)
+        self.empty_hint = QLabel("No GPU detected: add a hypothetical one below to plan for it.")
+        self.empty_hint.setWordWrap(True)
+
+        self.catalog = QComboBox()
+        for name, size, vendor in catalog:
+            self.catalog.addItem(f"{name} ({size / GIB:.0f} GiB)", (name, size, vendor.value))
+        self.catalog.setToolTip("A GPU model from the catalog, to plan for a card you do not have")
+        self.add_catalog = QPushButton("Add")
+        self.add_catalog.setToolTip("Add the chosen GPU as a hypothetical device")
+        self.add_catalog.clicked.connect(self._add_from_catalog)
+        self.size_box = QDoubleSpinBox(suffix=" GiB", decimals=1, minimum=1.0, maximum=1024.0, value=24.0)
+        self.size_box.setToolTip("Memory of a hypothetical GPU of any size")
+        self.add_size = QPushButton("Add by size")
+        self.add_size.setToolTip("Add a hypothetical GPU with this much memory, entirely free")
+        self.add_size.clicked.connect(self._add_by_size)
+        self.remove = QPushButton("Remove")
+        self.remove.setToolTip("Remove the selected hypothetical GPU")
+        self.remove.clicked.connect(self._remove_selected)
+
+        row1 = QHBoxLayout()
+        row1.addWidget(self.catalog, 1)
+        row1.addWidget(self.add_catalog)
+        row2 = QHBoxLayout()
+        row2.addWidget(self.size_box, 1)
+        row2.addWidget(self.add_size)
+        row2.addWidget(self.remove)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.host_label)
+        layout.addWidget(self.empty_hint)
+        layout.addWidget(self.list)
+        layout.addLayout(row1)
+        layout.addLayout(row2)
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    def set_detection(self, detection: Detection) -> None:
+        self._detected = detection.gpus
+        self._host = detection.host
+        if detection.host.total_bytes:
+            self.host_label.setText(
+                f"System RAM: {detection.host.free_bytes / GIB:.1f} GiB free of "
+                f"{detection.host.total_bytes / GIB:.1f} GiB"
+            )
+        else:
+            self.host_label.setText("System RAM: unknown")
+        self._rebuild(self.hypothetical(), self.planned_names())
+
+    def set_hypothetical(self, devices: tuple[HypotheticalDevice, ...], planned: tuple[str, ...] | None) -> None:
+        self._rebuild(devices, planned)
+
+    def _rebuild(self, hypothetical: tuple[HypotheticalDevice, ...], planned: tuple[str, ...] | None) -> None:
+        self.list.blockSignals(True)
+        self.list.clear()
+        for d in self._detected:
+            self._add_item(d, planned)
+        for h in hypothetical:
+            self._add_item(_device_of(h), planned)
+        self.list.blockSignals(False)
+        self.empty_hint.setVisible(self.list.count() == 0 and self._host is not None)
+        self.list.setVisible(self.list.count() > 0)
+        self.devices_changed.emit()
+
+    def _add_item(self, device: Device, planned: tuple[str, ...] | None) -> None:
+        item = QListWidgetItem(_describe(device))
+        item.setData(DEVICE_ROLE, device)
+        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+        checked = planned is None or device.name in planned
+        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+        self.list.addItem(item)
+
+    def devices(self) -> list[tuple[Device, bool]]:
+        out = []
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            out.append((item.data(DEVICE_ROLE), item.checkState() == Qt.CheckState.Checked))
+        return out
+
+    def hypothetical(self) -> tuple[HypotheticalDevice, ...]:
+        return tuple(
+            HypotheticalDevice(d.name, d.total_bytes, d.vendor.value) for d, _on in self.devices() if d.hypothetical
+        )
+
+    def planned_names(self) -> tuple[str, ...] | None:
+        devs = self.devices()
+        if not devs:
+            return None
+        names = tuple(d.name for d, on in devs if on)
+        return None if len(names) == len(devs) else names
+
+    def machine(self) -> Machine | None:
+        if self._host is None:
+            return None
+        return Machine(tuple(d for d, on in self.devices() if on), self._host)
+
+    # -- actions -------------------------------------------------------------------------------------------------
+    def _unique(self, name: str) -> str:
+        taken = {d.name for d, _on in self.devices()}
+        if name not in taken:
+            return name
+        n = 2
+        while f"{name} #{n}" in taken:
+            n += 1
+        return f"{name} #{n}"
+
+    def add_hypothetical(self, name: str, total_bytes: int, vendor: str = "nvidia") -> None:
+        h = (*self.hypothetical(), HypotheticalDevice(self._unique(name), total_bytes, vendor))
+        planned = self.planned_names()
+        if planned is not None:
+            planned = (*planned, h[-1].name)
+        self._rebuild(h, planned)
+
+    def _add_from_catalog(self) -> None:
+        data = self.catalog.currentData()
+        if data:
+            name, size, vendor = data
+            self.add_hypothetical(name, int(size), vendor)
+
+    def _add_by_size(self) -> None:
+        gib = self.size_box.value()
+        self.add_hypothetical(f"{gib:g} GiB GPU", int(gib * GIB))
+
+    def _remove_selected(self) -> None:
+        item = self.list.currentItem()
+        if item is None:
+            return
+        device: Device = item.data(DEVICE_ROLE)
+        if not device.hypothetical:
+            return
+        remaining = tuple(h for h in self.hypothetical() if h.name != device.name)
+        self._rebuild(remaining, self.planned_names())
+
+
+def _device_of(h: HypotheticalDevice) -> Device:
+    try:
+        vendor = Vendor(h.vendor)
+    except ValueError:
+        vendor = Vendor.GENERIC
+    return Device(h.name, DeviceKind.GPU, h.total_bytes, h.total_bytes, vendor, hypothetical=True)

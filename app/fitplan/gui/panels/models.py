@@ -1,0 +1,214 @@
+"""Models panel: the library list (name, architecture, quant, size, params, fit), a filter, and ways to open more."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLineEdit,
+    QMenu,
+    QPushButton,
+    QTableView,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fitplan.gui.backend import LoadedModel, VerdictLevel
+
+NAME_WIDTH = 170
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+PATH_ROLE = Qt.ItemDataRole.UserRole + 2
+FIT_BADGES = {VerdictLevel.FITS: "✔ fits", VerdictLevel.OFFLOAD: "◐ partial", VerdictLevel.NO_FIT: "✘ no", "": "…"}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    path: str
+    name: str
+    arch: str
+    quant: str
+    size: int
+    params: int
+    fit: str = ""  # a VerdictLevel, "" when not estimated yet
+
+    @staticmethod
+    def of(model: LoadedModel) -> ModelRow:
+        p = model.profile
+        return ModelRow(model.source, p.name, p.architecture, p.file_type, p.file_size, p.n_params)
+
+
+class ModelTableModel(QAbstractTableModel):
+    HEADERS = ("Name", "Arch", "Quant", "Size", "Params", "Fit")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows: list[ModelRow] = []
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+        if not index.isValid():
+            return None
+        row = self._rows[index.row()]
+        col = index.column()
+        if role == PATH_ROLE:
+            return row.path
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row.path
+        if role == SORT_ROLE:
+            return (row.name.lower(), row.arch, row.quant, row.size, row.params, row.fit)[col]
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == 3:
+                return f"{row.size / (1 << 30):.1f} GiB"
+            if col == 4:
+                return f"{row.params / 1e9:.1f}B"
+            return (row.name, row.arch, row.quant, "", "", FIT_BADGES.get(row.fit, ""))[col]
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def add(self, row: ModelRow) -> None:
+        for i, existing in enumerate(self._rows):
+            if existing.path == row.path:
+                self._rows[i] = row
+                self.dataChanged.emit(self.index(i, 0), self.index(i, len(self.HEADERS) - 1))
+                return
+        self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows))
+        self._rows.append(row)
+        self.endInsertRows()
+
+    def set_fit(self, path: str, fit: str) -> None:
+        for i, existing in enumerate(self._rows):
+            if existing.path == path:
+                self._rows[i] = replace(existing, fit=fit)
+                self.dataChanged.emit(self.index(i, 5), self.index(i, 5))
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self._rows]
+
+
+class ModelsPanel(QWidget):
+    open_requested = Signal(str)  # a path or URL
+    folder_added = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = ModelTableModel()
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.proxy.setFilterKeyColumn(-1)
+        self.proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+
+        self.filter_box = QLineEdit(placeholderText="Filter models")
+        self.filter_box.setClearButtonEnabled(True)
+        self.filter_box.setToolTip("Show only models whose name, architecture or quant contains this text")
+        self.filter_box.textChanged.connect(self.proxy.setFilterFixedString)
+
+        self.open_button = QPushButton("Open…")
+        self.open_button.setToolTip("Open a .gguf file (Ctrl+O). Split models: open the first shard.")
+        self.open_button.clicked.connect(self.ask_open_file)
+        self.url_button = QPushButton("URL…")
+        self.url_button.setToolTip("Read a model's header from a URL (only the header is downloaded)")
+        self.url_button.clicked.connect(self.ask_open_url)
+        self.folder_button = QPushButton("Add folder…")
+        self.folder_button.setToolTip("Scan a folder (and its subfolders) for .gguf models")
+        self.folder_button.clicked.connect(self.ask_add_folder)
+        self.recent_button = QToolButton()
+        self.recent_button.setText("Recent")
+        self.recent_button.setToolTip("Models you opened recently")
+        self.recent_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.recent_menu = QMenu(self)
+        self.recent_button.setMenu(self.recent_menu)
+
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        for col in range(1, len(ModelTableModel.HEADERS)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        header.resizeSection(0, NAME_WIDTH)
+        self.table.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.table.activated.connect(self._activated)
+        self.table.clicked.connect(self._activated)
+
+        buttons = QHBoxLayout()
+        buttons.setContentsMargins(0, 0, 0, 0)
+        for b in (self.open_button, self.url_button, self.folder_button, self.recent_button):
+            buttons.addWidget(b)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(buttons)
+        layout.addWidget(self.filter_box)
+        layout.addWidget(self.table)
+
+    def add_model(self, model: LoadedModel) -> None:
+        self.model.add(ModelRow.of(model))
+
+    def set_fit(self, path: str, level: str) -> None:
+        self.model.set_fit(path, level)
+
+    def select(self, path: str) -> None:
+        for row in range(self.proxy.rowCount()):
+            idx = self.proxy.index(row, 0)
+            if idx.data(PATH_ROLE) == path:
+                self.table.selectRow(row)
+                return
+
+    def set_recent(self, paths: tuple[str, ...]) -> None:
+        self.recent_menu.clear()
+        for p in paths:
+            action = QAction(p, self.recent_menu)
+            action.triggered.connect(lambda _checked=False, path=p: self.open_requested.emit(path))
+            self.recent_menu.addAction(action)
+        self.recent_button.setEnabled(bool(paths))
+
+    def _activated(self, index: QModelIndex) -> None:
+        path = index.data(PATH_ROLE)
+        if isinstance(path, str):
+            self.open_requested.emit(path)
+
+    def ask_open_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.open_requested.emit(path)
+
+    def ask_open_url(self) -> None:
+        url, ok = QInputDialog.getText(self, "Open a model by URL", "URL of a .gguf file (https://…):")
+        if ok and url.strip():
+            self.open_requested.emit(url.strip())
+
+    def ask_add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of models")
+        if folder:
+            self.folder_added.emit(folder)

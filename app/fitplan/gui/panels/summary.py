@@ -1,0 +1,50 @@
+"""Model summary: what the header says, in words."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
+
+from fitplan.core.devices import GIB
+from fitplan.gui.backend import LoadedModel, fmt_ctx, layer_makeup
+
+
+class SummaryPanel(QWidget):
+    FIELDS = ("Model", "Architecture", "Parameters", "File size", "Quant mix", "Trained context", "Layers", "Projector")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QFormLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.values: dict[str, QLabel] = {}
+        for name in self.FIELDS:
+            label = QLabel("—")
+            label.setWordWrap(True)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.values[name] = label
+            layout.addRow(name + ":", label)
+
+    def set_model(self, model: LoadedModel) -> None:
+        p = model.profile
+        arch = p.architecture
+        if not p.verified_architecture:
+            arch += "  (unverified architecture: estimate from generic keys)"
+        mix_total = sum(n for _t, n in p.quant_mix) or 1
+        mix = ", ".join(f"{t} {100 * n / mix_total:.0f}%" for t, n in p.quant_mix[:4] if n * 100 >= mix_total)
+        if model.mmproj is not None:
+            proj = f"yes, {model.mmproj.weight_bytes / GIB:.2f} GiB ({model.mmproj.path.rsplit('/', 1)[-1]})"
+        else:
+            proj = "none found next to the model"
+        values = {
+            "Model": p.name,
+            "Architecture": arch,
+            "Parameters": f"{p.n_params / 1e9:.2f} B",
+            "File size": f"{p.file_size / GIB:.2f} GiB",
+            "Quant mix": f"{p.file_type}: {mix}" if mix else p.file_type,
+            "Trained context": fmt_ctx(p.n_ctx_train),
+            "Layers": layer_makeup(p),
+            "Projector": proj,
+        }
+        for name, text in values.items():
+            self.values[name].setText(text)

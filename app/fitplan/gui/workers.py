@@ -1,0 +1,206 @@
+"""Work off the GUI thread: one long-lived estimator on a QThread, and one-shot jobs on the QThreadPool.
+
+The estimator always computes from the newest request: the GUI thread drops each request into a one-slot mailbox
+(under a lock) and pokes the worker with a queued signal; when the worker wakes it takes whatever is newest, so a
+burst of slider moves costs one computation, not one per move. Results carry the request id back; the window keeps
+only the result of its newest request. Errors travel as signals; nothing is swallowed.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, QThread, QThreadPool, Signal, Slot
+
+from fitplan.core.errors import FitplanError
+from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """A failure to show the user: what was being done, and the message."""
+
+    what: str
+    message: str
+    request_id: int = 0
+    expected: bool = True  # a FitplanError (bad file, bad setting) rather than a bug
+
+
+def describe(what: str, exc: BaseException, request_id: int = 0) -> JobError:
+    if isinstance(exc, FitplanError):
+        return JobError(what, str(exc), request_id, True)
+    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return JobError(what, f"unexpected error: {detail}", request_id, False)
+
+
+class EstimatorWorker(QObject):
+    """Lives on its own QThread; `wake` is connected with a queued connection from the GUI thread."""
+
+    finished = Signal(object)  # PlanOutcome
+    failed = Signal(object)  # JobError
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._pending: PlanRequest | None = None
+
+    def post(self, request: PlanRequest) -> None:
+        """Called from the GUI thread: replace whatever is waiting with `request`."""
+        with self._lock:
+            self._pending = request
+
+    @Slot()
+    def wake(self) -> None:
+        with self._lock:
+            request, self._pending = self._pending, None
+        if request is None:
+            return  # an earlier wake already took the newest request
+        try:
+            outcome = self._backend.plan(request)
+        except Exception as exc:  # shown to the user by the one error sink
+            self.failed.emit(describe("Estimate", exc, request.request_id))
+            return
+        self.finished.emit(outcome)
+
+
+class Estimator(QObject):
+    """The GUI-side handle: `submit()` a request, get `result` for the newest one only."""
+
+    result = Signal(object)  # PlanOutcome of the newest request
+    error = Signal(object)  # JobError
+    _wake = Signal()
+
+    def __init__(self, backend: Backend, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thread = QThread()
+        self._thread.setObjectName("fitplan-estimator")
+        self._worker = EstimatorWorker(backend)
+        self._worker.moveToThread(self._thread)
+        self._wake.connect(self._worker.wake)  # cross-thread: queued
+        self._worker.finished.connect(self._on_finished)
+        self._worker.failed.connect(self._on_failed)
+        self._latest = 0
+        self._thread.start()
+
+    @property
+    def latest_id(self) -> int:
+        return self._latest
+
+    def next_id(self) -> int:
+        self._latest += 1
+        return self._latest
+
+    def submit(self, request: PlanRequest) -> None:
+        self._latest = max(self._latest, request.request_id)
+        self._worker.post(request)
+        self._wake.emit()
+
+    @Slot(object)
+    def _on_finished(self, outcome: PlanOutcome) -> None:
+        if outcome.request_id == self._latest:
+            self.result.emit(outcome)
+
+    @Slot(object)
+    def _on_failed(self, err: JobError) -> None:
+        if err.request_id == self._latest:
+            self.error.emit(err)
+
+    def shutdown(self) -> None:
+        self._thread.quit()
+        self._thread.wait(5000)
+
+
+class _JobSignals(QObject):
+    done = Signal(int, object)
+    failed = Signal(int, object)
+    progress = Signal(int, object)
+
+
+class Job(QRunnable):
+    """A one-shot call on the thread pool: `fn(progress)` returns a value or raises."""
+
+    def __init__(self, token: int, what: str, fn: Callable[[Callable[[Any], None]], Any], signals: _JobSignals) -> None:
+        super().__init__()
+        self.token = token
+        self.what = what
+        self.fn = fn
+        self.signals = signals
+        self.setAutoDelete(True)
+
+    def run(self) -> None:
+        try:
+            value = self.fn(lambda item: self.signals.progress.emit(self.token, item))
+        except Exception as exc:  # shown to the user by the one error sink
+            self.signals.failed.emit(self.token, describe(self.what, exc))
+            return
+        self.signals.done.emit(self.token, value)
+
+
+@dataclass
+class _Callbacks:
+    on_done: Callable[[Any], None]
+    on_progress: Callable[[Any], None] | None
+
+
+class Jobs(QObject):
+    """Starts one-shot jobs; their results come back on the GUI thread (queued into this object's slots)."""
+
+    error = Signal(object)  # JobError, for the one place that shows errors
+
+    def __init__(self, pool: QThreadPool | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pool = pool or QThreadPool.globalInstance()
+        self._signals = _JobSignals()
+        self._signals.done.connect(self._on_done)
+        self._signals.failed.connect(self._on_failed)
+        self._signals.progress.connect(self._on_progress)
+        self._callbacks: dict[int, _Callbacks] = {}
+        self._next = 0
+        self._cancel_flags: list[threading.Event] = []
+
+    @property
+    def running(self) -> int:
+        return len(self._callbacks)
+
+    def start(
+        self,
+        what: str,
+        fn: Callable[[Callable[[Any], None]], Any],
+        on_done: Callable[[Any], None],
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> None:
+        self._next += 1
+        self._callbacks[self._next] = _Callbacks(on_done, on_progress)
+        self._pool.start(Job(self._next, what, fn, self._signals))
+
+    @Slot(int, object)
+    def _on_done(self, token: int, value: object) -> None:
+        cb = self._callbacks.pop(token, None)
+        if cb is not None:
+            cb.on_done(value)
+
+    @Slot(int, object)
+    def _on_failed(self, token: int, err: object) -> None:
+        self._callbacks.pop(token, None)
+        self.error.emit(err)
+
+    @Slot(int, object)
+    def _on_progress(self, token: int, item: object) -> None:
+        cb = self._callbacks.get(token)
+        if cb is not None and cb.on_progress is not None:
+            cb.on_progress(item)
+
+    def cancel_flag(self) -> threading.Event:
+        flag = threading.Event()
+        self._cancel_flags.append(flag)
+        return flag
+
+    def shutdown(self) -> None:
+        for flag in self._cancel_flags:
+            flag.set()
+        self._pool.waitForDone(5000)

@@ -1,0 +1,399 @@
+"""The planner against a small, fully known estimator: every expected number is derived in a comment.
+
+The fake estimator (`fake_estimate`) follows llama.cpp's placement rules (layer split, `-ngl` from the back,
+`--n-cpu-moe` from the front, n_ctx padding and streams) with round per-layer sizes, so the solver's answers can be
+worked out by hand. Tests against the real estimator are in test_plan_real.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
+from fitplan.core.estimate import DeviceEstimate, Estimate, ResolvedContext, Term, TermKind
+from fitplan.core.planner import (
+    ContextFit,
+    MarginPolicy,
+    Pins,
+    context_step,
+    kv_streams,
+    max_context_that_fits,
+    plan,
+)
+from fitplan.core.profile import LayerKind, LayerProfile, ModelProfile, TensorProfile, TensorRole
+from fitplan.core.settings import NGL_ALL, NGL_AUTO, LaunchSettings, Tool
+
+KIB = 1 << 10
+
+# Model sizes used throughout (dense unless experts are given).
+LAYER = 100 * MIB  # non-expert weights of one layer
+OUTPUT = 300 * MIB  # output layer weights
+EMBD = 200 * MIB  # token embeddings (always on the host)
+KV_CELL_LAYER = 4 * KIB  # KV bytes per cell per layer
+GPU_COMPUTE = 500 * MIB  # compute buffer of each GPU in use
+HOST_COMPUTE = 100 * MIB
+
+
+def make_profile(n_layer: int = 32, n_ctx_train: int = 32768, expert: int = 0, layer: int = LAYER) -> ModelProfile:
+    tensors: list[TensorProfile] = [
+        TensorProfile("token_embd.weight", 1, "F16", (1,), EMBD, None, TensorRole.TOKEN_EMBD),
+        TensorProfile("output.weight", 1, "F16", (1,), OUTPUT, None, TensorRole.OUTPUT),
+    ]
+    layers = []
+    for i in range(n_layer):
+        tensors.append(TensorProfile(f"blk.{i}.attn_q.weight", 1, "F16", (1,), layer, i, TensorRole.ATTENTION))
+        if expert:
+            tensors.append(
+                TensorProfile(f"blk.{i}.ffn_up_exps.weight", 1, "F16", (1,), expert, i, TensorRole.EXPERTS)
+            )
+        layers.append(LayerProfile(i, LayerKind.FULL, 8, 8, 128, 128, 0, has_kv=True, is_moe=bool(expert)))
+    return ModelProfile(
+        path="/m/model.gguf",
+        shard_paths=("/m/model.gguf",),
+        architecture="llama",
+        name="test",
+        file_type="F16",
+        file_size=sum(t.n_bytes for t in tensors),
+        n_params=0,
+        n_layer=n_layer,
+        n_layer_all=n_layer,
+        n_nextn=0,
+        n_embd=1024,
+        n_vocab=1000,
+        n_ctx_train=n_ctx_train,
+        layers=tuple(layers),
+        tensors=tuple(tensors),
+    )
+
+
+def _layer_devices(n_layer_all: int, ngl: int, fractions: list[float]) -> list[int | None]:
+    """llama.cpp's rule: offload from the back; layer il goes to the first device whose cumulative share exceeds
+    (il - i_gpu_start) / act."""
+    i_gpu_start = max(n_layer_all + 1 - ngl, 0)
+    act = min(ngl, n_layer_all + 1)
+    out: list[int | None] = []
+    for il in range(n_layer_all + 1):
+        if il < i_gpu_start or not fractions:
+            out.append(None)
+            continue
+        x = (il - i_gpu_start) / act
+        out.append(next((d for d, f in enumerate(fractions) if f > x), len(fractions) - 1))
+    return out
+
+
+def fake_estimate(profile: ModelProfile, settings: LaunchSettings, machine: Machine) -> Estimate:
+    gpus = machine.gpus
+    L = profile.n_layer_all
+    if not gpus:
+        ngl = 0
+    elif settings.n_gpu_layers in (NGL_ALL, NGL_AUTO):
+        ngl = L + 1
+    else:
+        ngl = min(settings.n_gpu_layers, L + 1)
+    shares = list(settings.tensor_split) or [float(d.free_bytes) for d in gpus]
+    shares += [0.0] * (len(gpus) - len(shares))
+    total = sum(shares)
+    cum, acc = [], 0.0
+    for s in shares:
+        acc += s
+        cum.append(acc / total)
+    devs = _layer_devices(L, ngl, cum)
+    used: list[int] = [0] * (len(gpus) + 1)  # last = host
+
+    def at(dev: int | None) -> int:
+        return len(gpus) if dev is None else dev
+
+    for t in profile.tensors:
+        if t.role is TensorRole.TOKEN_EMBD:
+            used[-1] += t.n_bytes
+        elif t.role is TensorRole.OUTPUT:
+            used[at(devs[L])] += t.n_bytes
+        elif t.role is TensorRole.EXPERTS and t.layer is not None and (settings.cpu_moe or t.layer < settings.n_cpu_moe):
+            used[-1] += t.n_bytes
+        elif t.layer is not None:
+            used[at(devs[t.layer])] += t.n_bytes
+    # context: padded to 256 per stream (n_parallel auto on the server = one unified stream)
+    n_ctx = settings.n_ctx or profile.n_ctx_train
+    streams = kv_streams(settings)
+    n_ctx_seq = math.ceil((math.ceil(n_ctx / 256) * 256 // streams) / 256) * 256 if streams > 1 else 0
+    n_ctx = n_ctx_seq * streams if streams > 1 else math.ceil(n_ctx / 256) * 256
+    for il in range(L):
+        used[at(devs[il])] += KV_CELL_LAYER * n_ctx
+    for gi in range(len(gpus)):
+        if used[gi]:
+            used[gi] += GPU_COMPUTE
+    used[-1] += HOST_COMPUTE
+    devices = tuple(
+        DeviceEstimate(d, (Term(TermKind.WEIGHTS, used[i], "fake"),)) for i, d in enumerate((*gpus, machine.host))
+    )
+    ctx = ResolvedContext(n_ctx, n_ctx, 1, streams, streams == 1, 512, 512, 1, True, ngl)
+    return Estimate(settings=settings, context=ctx, devices=devices)
+
+
+def machine(*gib: float, host_gib: float = 64) -> Machine:
+    return Machine(gpus=tuple(assumed_gpu(f"G{i}", g) for i, g in enumerate(gib)), host=host_device(int(host_gib * GIB)))
+
+
+def used_on(est: Estimate | None, index: int) -> int:
+    assert est is not None
+    return est.devices[index].used_bytes
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# max_context_that_fits
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_largest_context_is_exact() -> None:
+    # GPU 8 GiB, margin 1 GiB -> 7168 MiB usable. Fixed use: 32 x 100 + 300 output + 500 compute = 4000 MiB.
+    # KV: 32 layers x 4 KiB = 128 KiB per cell -> (7168 - 4000) MiB / 128 KiB = 25344 cells = 99 x 256.
+    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
+    assert fit.fits
+    assert fit.step == 256
+    assert fit.n_ctx == 25344
+    assert not fit.capped_by_training
+    assert fit.binding_label == "GPU0 (G0)"
+    assert "limited by GPU0 (G0) memory" in fit.describe()
+    # one step more does not fit: 4000 MiB + 25600 x 128 KiB = 7200 MiB > 7168 MiB
+    assert used_on(fit.next_estimate, 0) == 7200 * MIB
+    assert used_on(fit.estimate, 0) == 7168 * MIB
+
+
+@pytest.mark.parametrize("gib", [5, 6.5, 8, 11, 23.7])
+def test_one_step_more_does_not_fit(gib: float) -> None:
+    prof = make_profile(n_ctx_train=1 << 20)
+    m = machine(gib)
+    fit = max_context_that_fits(prof, LaunchSettings(), m, estimate_fn=fake_estimate)
+    margin = MarginPolicy()
+    assert fit.fits
+    at = fake_estimate(prof, dataclasses.replace(LaunchSettings(), n_ctx=fit.n_ctx), m)
+    nxt = fake_estimate(prof, dataclasses.replace(LaunchSettings(), n_ctx=fit.n_ctx + fit.step), m)
+    assert at.devices[0].used_bytes <= margin.capacity(m.gpus[0], 0)
+    assert nxt.devices[0].used_bytes > margin.capacity(m.gpus[0], 0)
+    assert fit.n_ctx % 256 == 0
+
+
+def test_context_capped_at_training_length() -> None:
+    fit = max_context_that_fits(make_profile(n_ctx_train=16384), LaunchSettings(), machine(24), estimate_fn=fake_estimate)
+    assert fit.n_ctx == 16384
+    assert fit.capped_by_training
+    assert fit.next_estimate is None
+    assert "capped at the model's training length" in fit.describe()
+
+
+def test_training_length_off_the_grid_rounds_down() -> None:
+    # 40000 is not a multiple of 256: the largest grid point within it is 156 x 256 = 39936
+    fit = max_context_that_fits(make_profile(n_ctx_train=40000), LaunchSettings(), machine(48), estimate_fn=fake_estimate)
+    assert fit.n_ctx == 39936
+
+
+def test_streams_multiply_the_step() -> None:
+    # -np 4 without -kvu: 4 streams, step 1024; the KV still has n_ctx cells in total, so the bound is the same
+    # 25344 cells, rounded down to the 1024 grid: 24576.
+    s = LaunchSettings(n_parallel=4)
+    assert kv_streams(s) == 4
+    assert context_step(s) == 1024
+    fit = max_context_that_fits(make_profile(), s, machine(8), estimate_fn=fake_estimate)
+    assert fit.step == 1024
+    assert fit.n_ctx == 24576
+    # and the cap is the training length per stream: 4 x 32768
+    assert fit.cap == 131072
+
+
+def test_stream_rules() -> None:
+    assert kv_streams(LaunchSettings()) == 1  # server, -np auto: unified
+    assert kv_streams(LaunchSettings(n_parallel=2)) == 2  # explicit -np: not unified
+    assert kv_streams(LaunchSettings(n_parallel=2, kv_unified=True)) == 1
+    assert kv_streams(LaunchSettings(n_parallel=-1, kv_unified=False)) == 1  # auto forces unified
+    assert kv_streams(LaunchSettings(n_parallel=-1, tool=Tool.CLI)) == 1
+
+
+def test_nothing_fits_reports_shortfall() -> None:
+    # 4 GiB GPU -> 3072 MiB usable; at one step (256 cells x 128 KiB = 32 MiB) the GPU needs 4032 MiB: 960 MiB short
+    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(4), estimate_fn=fake_estimate)
+    assert not fit.fits
+    assert fit.n_ctx == 0
+    assert len(fit.shortfalls) == 1
+    assert fit.shortfalls[0].label == "GPU0 (G0)"
+    assert fit.shortfalls[0].over_bytes == 960 * MIB
+    assert "short by 960 MiB" in fit.describe()
+
+
+def test_margin_and_total_memory() -> None:
+    # use the total instead of free: a GPU with 2 GiB taken by another program
+    gpu = Device("busy", DeviceKind.GPU, 8 * GIB, 6 * GIB, Vendor.NVIDIA)
+    m = Machine((gpu,), host_device(64 * GIB))
+    by_free = max_context_that_fits(make_profile(), LaunchSettings(), m, estimate_fn=fake_estimate)
+    by_total = max_context_that_fits(
+        make_profile(), LaunchSettings(), m, MarginPolicy(use_free=False), estimate_fn=fake_estimate
+    )
+    # free: (6144 - 1024 - 4000) MiB / 128 KiB = 8960 = 35 x 256; total: 25344 as above
+    assert by_free.n_ctx == 8960
+    assert by_total.n_ctx == 25344
+    # a 2048 MiB margin: (8192 - 2048 - 4000) MiB / 128 KiB = 17152 = 67 x 256
+    wide = max_context_that_fits(
+        make_profile(), LaunchSettings(), m, MarginPolicy(gpu_margin_bytes=2048 * MIB, use_free=False), fake_estimate
+    )
+    assert wide.n_ctx == 17152
+
+
+def test_host_is_checked() -> None:
+    # no GPU: everything on the host. 8 GiB RAM, 1 GiB margin -> 7168 MiB. Fixed: 3200 + 300 + 200 embd + 100 compute
+    # = 3800 MiB; KV 128 KiB per cell -> 3368 MiB / 128 KiB = 26944 cells -> 105 x 256 = 26880
+    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(host_gib=8), estimate_fn=fake_estimate)
+    assert fit.n_ctx == 26880
+    assert fit.binding_label == "host RAM"
+
+
+def test_binary_search_is_cheap() -> None:
+    fit = max_context_that_fits(make_profile(n_ctx_train=1 << 20), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
+    # 4096 grid points: two ends, ~12 bisection steps, the next step
+    assert fit.evaluations <= 16
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_plan_everything_on_one_gpu() -> None:
+    p = plan(make_profile(), machine(8), estimate_fn=fake_estimate)
+    assert p.fits
+    assert p.settings.n_gpu_layers == NGL_ALL
+    assert p.settings.n_ctx == 25344
+    assert p.settings.fit is False
+    assert p.placement.cpu_layers == 0
+    assert p.binding == "context limited by GPU0 (G0) memory"
+    assert p.placement.description == "all layers on the GPU"
+
+
+def test_plan_moves_whole_layers_to_cpu() -> None:
+    # 4 GiB GPU (3072 MiB usable), at the 4096-token minimum each layer costs 100 MiB + 4096 x 4 KiB = 116 MiB.
+    # k layers + output + compute: 300 + 500 + 116 k <= 3072 -> k = 19 (3004 MiB; 20 would be 3120 MiB).
+    # -ngl counts the output: 20. 32 - 19 = 13 layers stay on the CPU.
+    p = plan(make_profile(), machine(4), estimate_fn=fake_estimate)
+    assert p.fits
+    assert p.settings.n_gpu_layers == 20
+    assert p.placement.cpu_layers == 13
+    # the context then grows: 300 + 19 x 100 + 500 = 2700 MiB fixed, 19 x 4 KiB = 76 KiB per cell,
+    # 372 MiB / 76 KiB = 5012 cells -> 19 x 256 = 4864
+    assert p.settings.n_ctx == 4864
+    assert p.binding == "context limited by GPU0 (G0) memory; 13 of 32 layers on CPU"
+    # one more layer does not fit at the minimum context
+    more = fake_estimate(make_profile(), dataclasses.replace(p.settings, n_gpu_layers=21, n_ctx=4096), machine(4))
+    assert more.devices[0].used_bytes > 3072 * MIB
+
+
+def test_plan_moves_experts_before_layers() -> None:
+    # MoE: 32 layers of 20 MiB attention + 200 MiB experts. All on an 8 GiB GPU at 4096 tokens:
+    # 32 x 220 + 300 + 500 + 32 x 16 (KV) = 8352 MiB > 7168: 1184 MiB over -> ceil(1184 / 200) = 6 expert layers
+    prof = make_profile(expert=200 * MIB, layer=20 * MIB)
+    p = plan(prof, machine(8), estimate_fn=fake_estimate)
+    assert p.fits
+    assert p.settings.n_cpu_moe == 6
+    assert p.settings.n_gpu_layers == NGL_ALL
+    assert p.placement.cpu_expert_layers == 6
+    assert p.placement.cpu_layers == 0
+    # context: fixed 32 x 20 + 26 x 200 + 300 + 500 = 6640 MiB; 528 MiB / 128 KiB = 4224 cells -> 16 x 256 = 4096
+    assert p.settings.n_ctx == 4096
+    assert p.binding == "context limited by GPU0 (G0) memory; 6 expert layers on CPU"
+    # 5 expert layers on the CPU would not fit at 4096 tokens: 8352 - 1000 = 7352 MiB
+    five = fake_estimate(prof, dataclasses.replace(p.settings, n_cpu_moe=5, n_ctx=4096), machine(8))
+    assert five.devices[0].used_bytes == 7352 * MIB
+
+
+def test_plan_moe_falls_back_to_layers_then_puts_experts_back() -> None:
+    # 3 GiB GPU (2048 MiB usable). With every expert on the CPU, a GPU layer costs 20 + 16 = 36 MiB at 4096 tokens:
+    # 300 + 500 + 36 k <= 2048 -> k = 34 > 32, so all layers fit with experts on the CPU and no layer moves.
+    # Then experts come back while they fit: ncmoe = n puts 32 - n expert layers (200 MiB) on the GPU:
+    # 800 + 32 x 36 + 200 (32 - n) <= 2048 -> 32 - n <= 0.48 -> n = 32.
+    prof = make_profile(expert=200 * MIB, layer=20 * MIB)
+    p = plan(prof, machine(3), estimate_fn=fake_estimate)
+    assert p.settings.n_cpu_moe == 32
+    assert p.settings.n_gpu_layers == NGL_ALL
+    # 2 GiB GPU (1024 MiB usable): 800 + 36 k <= 1024 -> k = 6 layers, -ngl 7; the 26 CPU layers keep their experts
+    # on the CPU anyway; the 6 GPU layers could take experts back only if 224 MiB were left: 1024 - 1016 = 8 MiB.
+    p2 = plan(prof, machine(2), estimate_fn=fake_estimate)
+    assert p2.settings.n_gpu_layers == 7
+    assert p2.placement.cpu_layers == 26
+    assert p2.placement.cpu_expert_layers == 6
+    assert "26 of 32 layers on CPU" in p2.binding
+
+
+def test_plan_splits_two_gpus() -> None:
+    m = machine(8, 4)
+    prof = make_profile(n_ctx_train=1 << 20)
+    p = plan(prof, m, estimate_fn=fake_estimate)
+    assert p.fits
+    split = p.placement.tensor_split
+    assert len(split) == 2
+    assert sum(split) == 33  # 32 layers + output
+    assert split[0] > split[1]
+    assert p.settings.tensor_split == tuple(float(x) for x in split)
+    margin = MarginPolicy()
+    for i, g in enumerate(m.gpus):
+        assert used_on(p.estimate, i) <= margin.capacity(g, i)
+    # balancing never does worse than the proportional split (7168 : 3072 -> 23 : 10 layers)
+    prop = max_context_that_fits(
+        prof, dataclasses.replace(p.settings, tensor_split=(23.0, 10.0)), m, estimate_fn=fake_estimate
+    )
+    assert p.settings.n_ctx >= prop.n_ctx
+    # one step more does not fit with the chosen split
+    assert p.context.next_estimate is not None
+    assert not p.context.next_estimate.fits(1024 * MIB)
+
+
+def test_pinned_all_weights_on_gpu_reports_shortfall() -> None:
+    # all on a 4 GiB GPU at 4096 tokens: 3200 + 300 + 500 + 512 = 4512 MiB vs 3072 usable: 1440 MiB short
+    p = plan(make_profile(), machine(4), Pins(all_weights_on_gpu=True), estimate_fn=fake_estimate)
+    assert not p.fits
+    assert p.shortfalls[0].label == "GPU0 (G0)"
+    assert p.shortfalls[0].over_bytes == 1440 * MIB
+    assert p.binding.startswith("does not fit with all weights on the GPU at the minimum context 4096")
+    assert "GPU0 (G0) short by 1440 MiB" in p.binding
+
+
+def test_pinned_context_and_min_context() -> None:
+    p = plan(make_profile(), machine(8), Pins(n_ctx=8192), estimate_fn=fake_estimate)
+    assert p.fits
+    assert p.settings.n_ctx == 8192
+    assert p.binding == "context pinned at 8192"
+    # at least 16384 tokens on a 4 GiB GPU: 300 + 500 + k (100 + 64) <= 3072 -> k = 13, -ngl 14
+    q = plan(make_profile(), machine(4), Pins(min_ctx=16384), estimate_fn=fake_estimate)
+    assert q.settings.n_gpu_layers == 14
+    assert q.settings.n_ctx >= 16384
+    # a pinned context that cannot fit even on the CPU
+    r = plan(make_profile(), machine(4, host_gib=4), Pins(n_ctx=32768), estimate_fn=fake_estimate)
+    assert not r.fits
+    assert any(s.label == "host RAM" for s in r.shortfalls)
+
+
+def test_pinned_layers_and_experts_are_kept() -> None:
+    prof = make_profile(expert=200 * MIB, layer=20 * MIB)
+    p = plan(prof, machine(8), Pins(n_cpu_moe=10, n_gpu_layers=30), estimate_fn=fake_estimate)
+    assert p.settings.n_cpu_moe == 10
+    assert p.settings.n_gpu_layers == 30
+    assert p.fits
+
+
+def test_plan_without_gpu() -> None:
+    p = plan(make_profile(), machine(host_gib=8), estimate_fn=fake_estimate)
+    assert p.fits
+    assert p.settings.n_gpu_layers == 0
+    assert p.settings.n_ctx == 26880  # as in test_host_is_checked
+    assert "no GPU" in " ".join(p.notes)
+
+
+def test_plan_context_capped() -> None:
+    p = plan(make_profile(n_ctx_train=8192), machine(24), estimate_fn=fake_estimate)
+    assert p.settings.n_ctx == 8192
+    assert p.binding == "context capped at the model's training length (8192)"
+
+
+def test_context_fit_type() -> None:
+    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
+    assert isinstance(fit, ContextFit)
+    assert [u.label for u in fit.usage] == ["GPU0 (G0)", "host RAM"]

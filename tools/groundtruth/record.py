@@ -1,0 +1,641 @@
+"""Record what llama.cpp (commit 515e85511, build 11434) allocates, as JSON fixtures.
+
+Runs `membreak` (tools/groundtruth/membreak.cpp, a dry run like common/fit.cpp that prints
+llama_get_memory_breakdown in bytes) and `llama-server` over grids of models and settings, and writes one JSON file
+per model and grid under tests/fixtures/llamacpp/<grid>/. The schema is described in tools/groundtruth/README.md.
+
+Usage (after tools/groundtruth/build_llamacpp.sh BUILD_DIR):
+    python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt [--grids archs,sparse,placement,server]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sparse_models  # noqa: E402
+
+LLAMA_CPP = {"commit": "515e85511", "build": 11434}
+SCHEMA_VERSION = 1
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "llamacpp"
+MODELS_DIR = FIXTURES / "models"
+HEADER_LIMIT = 300 * 1024
+
+# ------------------------------------------------------------------------------------------------ log parsing
+
+RE_KV_SIZE = re.compile(
+    r"^llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
+    r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB")
+RE_CREATING = re.compile(r"^\w+: creating +(.+?)(?:, size = \d+ cells)?$")
+RE_RS_SIZE = re.compile(
+    r"^llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) rs_seq\), "
+    r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB(?:, P \((\w+)\): +([\d.]+) MiB)?")
+RE_OUTPUT = re.compile(r"^llama_context: +(\S+) +output buffer size = +([\d.]+) MiB")
+RE_CTX_PARAM = re.compile(r"^llama_context: (n_\w+|kv_unified|flash_attn|causal_attn) += (\S+)")
+RE_OFFLOADED = re.compile(r"^load_tensors: offloaded (\d+)/(\d+) layers to GPU")
+RE_LAYER_DEV = re.compile(r"^load_tensors: layer +(\d+) assigned to device (\S+), is_swa = (\d)")
+RE_KV_LAYER_DEV = re.compile(r"^llama_kv_cache: layer +(\d+): dev = (\S+)")
+RE_RS_LAYER_DEV = re.compile(r"^llama_memory_recurrent,? layer +(\d+): dev = (\S+)")
+RE_MODEL_BUF = re.compile(r"^load_tensors: +(\S+) model buffer size = +([\d.]+) MiB")
+RE_COMPUTE_BUF = re.compile(r"^sched_reserve: +(\S+) compute buffer size = +([\d.]+) MiB")
+RE_KV_BUF = re.compile(r"^llama_kv_cache: +(\S+) KV buffer size = +([\d.]+) MiB")
+RE_RS_BUF = re.compile(r"^llama_memory_recurrent: +(\S+) RS buffer size = +([\d.]+) MiB")
+RE_FA = re.compile(r": Flash Attention (enabled|not supported, set to disabled)$|(enabling flash_attn since .*)")
+RE_WORST = re.compile(r"^sched_reserve: worst-case: n_tokens = (\d+), n_seqs = (\d+), n_outputs = (\d+)")
+RE_GRAPH = re.compile(r"^sched_reserve: graph: nodes = (\d+), splits = (\d+)")
+RE_CLIP_MODEL = re.compile(r"^load_hparams: model size: +([\d.]+) MiB")
+RE_CLIP_COMPUTE = re.compile(r"^reserve_compute_meta: +(\S+) compute buffer size = +([\d.]+) MiB")
+RE_BREAKDOWN = re.compile(r"^common_memory_breakdown_print: \|\s+-\s+(.+?)\s+\|(.*)\|\s*$")
+
+
+def _compress_devs(devs: dict[int, str]) -> list[list[Any]]:
+    """{layer: dev} -> [[first, last, dev], ...] runs."""
+    runs: list[list[Any]] = []
+    for il in sorted(devs):
+        d = devs[il]
+        if runs and runs[-1][2] == d and runs[-1][1] == il - 1:
+            runs[-1][1] = il
+        else:
+            runs.append([il, il, d])
+    return runs
+
+
+def parse_log(lines: Iterable[str]) -> dict[str, Any]:
+    kv: list[dict[str, Any]] = []
+    rs: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"kv": kv, "rs": rs, "output": [], "ctx_params": {}, "log_buffers": []}
+    pending_cache = "kv"
+    layer_dev: dict[int, str] = {}
+    layer_swa: dict[int, int] = {}
+    kv_dev: list[dict[int, str]] = []
+    rs_dev: dict[int, str] = {}
+    for line in lines:
+        line = line.rstrip()
+        if m := RE_CREATING.match(line):
+            label = m.group(1)
+            pending_cache = {"non-SWA KV cache": "base", "SWA KV cache": "swa"}.get(label, label)
+            kv_dev.append({})
+            continue
+        if m := RE_KV_LAYER_DEV.match(line):
+            if not kv_dev:
+                kv_dev.append({})
+            kv_dev[-1][int(m.group(1))] = m.group(2)
+            continue
+        if m := RE_KV_SIZE.match(line):
+            kv.append({
+                "cache": pending_cache, "size_mib": float(m.group(1)), "cells": int(m.group(2)),
+                "layers": int(m.group(3)), "seqs": int(m.group(4)), "n_seq_max": int(m.group(5)),
+                "type_k": m.group(6), "k_mib": float(m.group(7)), "type_v": m.group(8), "v_mib": float(m.group(9)),
+                "layer_devices": _compress_devs(kv_dev[-1]) if kv_dev else [],
+            })
+            pending_cache = "kv"
+            continue
+        if m := RE_RS_LAYER_DEV.match(line):
+            rs_dev[int(m.group(1))] = m.group(2)
+            continue
+        if m := RE_RS_SIZE.match(line):
+            rs.append({
+                "size_mib": float(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
+                "seqs": int(m.group(4)), "rs_seq": int(m.group(5)), "type_r": m.group(6),
+                "r_mib": float(m.group(7)), "type_s": m.group(8), "s_mib": float(m.group(9)),
+                "type_p": m.group(10), "p_mib": float(m.group(11)) if m.group(11) else None,
+                "layer_devices": _compress_devs(rs_dev),
+            })
+            continue
+        if m := RE_OUTPUT.match(line):
+            out["output"].append({"buffer_type": m.group(1), "mib": float(m.group(2))})
+            continue
+        if m := RE_CTX_PARAM.match(line):
+            v = m.group(2)
+            out["ctx_params"][m.group(1)] = int(v) if v.isdigit() else v
+            continue
+        if m := RE_OFFLOADED.match(line):
+            out["offloaded_layers"] = [int(m.group(1)), int(m.group(2))]
+            continue
+        if m := RE_LAYER_DEV.match(line):
+            layer_dev[int(m.group(1))] = m.group(2)
+            layer_swa[int(m.group(1))] = int(m.group(3))
+            continue
+        for rx, kind in ((RE_MODEL_BUF, "model"), (RE_COMPUTE_BUF, "compute"), (RE_KV_BUF, "kv"),
+                         (RE_RS_BUF, "rs")):
+            if m := rx.match(line):
+                out["log_buffers"].append({"kind": kind, "buffer_type": m.group(1), "mib": float(m.group(2))})
+                break
+        if m := RE_FA.search(line):
+            out["flash_attn_resolved"] = ("enabled" if m.group(1) == "enabled" else "disabled") if m.group(1) \
+                else m.group(2)
+        if m := RE_WORST.match(line):
+            out["worst_case"] = {"n_tokens": int(m.group(1)), "n_seqs": int(m.group(2)),
+                                 "n_outputs": int(m.group(3))}
+        if m := RE_GRAPH.match(line):
+            out["graph"] = {"nodes": int(m.group(1)), "splits": int(m.group(2))}
+    out["layer_devices"] = _compress_devs(layer_dev)
+    out["swa_layers"] = [il for il in sorted(layer_swa) if layer_swa[il]]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ runners
+
+
+class Env:
+    def __init__(self, build: Path, work: Path, membreak: Path | None = None) -> None:
+        self.build = build
+        self.bin = build / "bin"
+        self.membreak = membreak or build / "bin" / "membreak"
+        self.work = work
+        self.env = dict(os.environ)
+        self.env["LD_LIBRARY_PATH"] = str(self.bin) + os.pathsep + self.env.get("LD_LIBRARY_PATH", "")
+
+
+def run_membreak(env: Env, model: Path, args: Sequence[str], server_defaults: bool = False,
+                 timeout: float = 300.0) -> tuple[list[str], dict[str, Any] | None, str]:
+    argv = [str(env.membreak)] + (["--server-defaults"] if server_defaults else []) + ["-m", str(model)] + list(args)
+    p = subprocess.run(argv, capture_output=True, text=True, env=env.env, timeout=timeout, check=False)
+    if p.returncode != 0:
+        return argv, None, p.stderr[-2000:]
+    return argv, json.loads(p.stdout), ""
+
+
+def _display_argv(argv: Sequence[str], env: Env) -> list[str]:
+    """Command line as recorded: binaries by name, model paths by file name."""
+    out: list[str] = []
+    for a in argv:
+        if a.startswith(str(env.bin)) or a == str(env.membreak):
+            a = os.path.basename(a)
+        elif a.startswith(str(env.work)):
+            a = "$MODELS/" + os.path.relpath(a, env.work)
+        out.append(a)
+    return out
+
+
+def settings_from(args: Sequence[str], server_defaults: bool, resolved: dict[str, Any]) -> dict[str, Any]:
+    """The requested settings, as the llama-server flags say (None = not given, the default applies)."""
+    a = list(args)
+
+    def val(*flags: str) -> str | None:
+        for f in flags:
+            if f in a:
+                return a[a.index(f) + 1]
+        return None
+
+    def num(*flags: str) -> int | None:
+        v = val(*flags)
+        return int(v) if v is not None else None
+
+    ts = val("-ts", "--tensor-split")
+    overrides = [a[i + 1] for i, x in enumerate(a) if x in ("-ot", "--override-tensor")]
+    kvu: bool | None = True if "-kvu" in a else (False if "-no-kvu" in a else None)
+    return {
+        "n_ctx": num("-c", "--ctx-size"),
+        "n_parallel": num("-np", "--parallel"),
+        "kv_unified": kvu,
+        "type_k": val("-ctk", "--cache-type-k") or "f16",
+        "type_v": val("-ctv", "--cache-type-v") or "f16",
+        "flash_attn": val("-fa", "--flash-attn") or "auto",
+        "n_batch": num("-b", "--batch-size"),
+        "n_ubatch": num("-ub", "--ubatch-size"),
+        "n_outputs_max": resolved.get("n_outputs_max_param"),
+        "swa_full": "--swa-full" in a,
+        "n_gpu_layers": val("-ngl", "--gpu-layers", "--n-gpu-layers"),
+        "tensor_split": [float(x) for x in ts.split(",")] if ts else None,
+        "overrides": overrides,
+        "n_cpu_moe": num("-ncmoe", "--n-cpu-moe"),
+        "cpu_moe": "-cmoe" in a or "--cpu-moe" in a,
+        "devices": val("--rpc"),
+        "server_defaults": server_defaults,
+        "fit": False,
+    }
+
+
+def _error_text(stderr: str) -> str:
+    """The library's own error lines (and membreak's verdict) from a failed run."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if re.search(r"error|failed|exception|not supported|does not support|requires", ln, re.I)]
+    return " | ".join(keep[-3:]) if keep else (lines[-1] if lines else "failed")
+
+
+def case_from_membreak(env: Env, case_id: str, model: Path, args: Sequence[str],
+                       server_defaults: bool = False) -> dict[str, Any]:
+    argv, data, err = run_membreak(env, model, args, server_defaults)
+    rec_args = [x.replace(str(env.work), "$MODELS") for x in args]
+    if data is None:
+        return {"id": case_id, "command": _display_argv(argv, env),
+                "settings": settings_from(rec_args, server_defaults, {}),
+                "error": _error_text(err)}
+    parsed = parse_log(data["log"])
+    resolved = dict(data["resolved"])
+    cp = parsed["ctx_params"]
+    for k in ("n_outputs_max", "n_outputs_max_per_seq", "n_rs_seq"):
+        if k in cp:
+            resolved[k] = cp[k]
+    if "flash_attn_resolved" in parsed:
+        resolved["flash_attn_resolved"] = parsed["flash_attn_resolved"]
+    if "offloaded_layers" in parsed:
+        resolved["offloaded_layers"] = parsed["offloaded_layers"]
+    resolved["devices"] = data["devices"]
+    results = {
+        "buffers": [{"device": b["device"], "buffer_type": b["buffer_type"], "is_host": b["is_host"],
+                     "model": b["model"], "context": b["context"], "compute": b["compute"]}
+                    for b in sorted(data["buffers"], key=lambda b: (b["device"] or "", b["buffer_type"]))],
+        "kv": parsed["kv"],
+        "rs": parsed["rs"],
+        "output_bytes": None,
+        "output_mib": parsed["output"][0]["mib"] if parsed["output"] else None,
+        "layer_devices": parsed["layer_devices"],
+        "swa_layers": parsed["swa_layers"],
+        "worst_case": parsed.get("worst_case"),
+        "graph": parsed.get("graph"),
+        "resolved": resolved,
+    }
+    return {"id": case_id, "command": _display_argv(argv, env),
+            "settings": settings_from(rec_args, server_defaults, resolved), "results": results}
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def fixture_doc(tool: str, model: dict[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": SCHEMA_VERSION, "llama_cpp": LLAMA_CPP, "tool": tool, "model": model, "cases": cases}
+
+
+def _dump(obj: Any, indent: int = 0) -> str:
+    """JSON with one line per small object (buffers, caches, settings rows) and nesting for the rest."""
+    one = json.dumps(obj)
+    if len(one) + indent <= 230 or not isinstance(obj, (dict, list)) or not obj:
+        return one
+    pad = " " * (indent + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(k)}: {_dump(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + _dump(v, indent + 1) for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+def write_fixture(grid: str, name: str, doc: dict[str, Any]) -> Path:
+    path = FIXTURES / grid / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_dump(doc) + "\n")
+    return path
+
+
+def header_copy(src: Path, dst_name: str) -> str | None:
+    """Copy the header (KV + tensor infos, up to the data offset) of ``src`` to the fixture models dir."""
+    from gguf import GGUFReader
+
+    r = GGUFReader(src)
+    n = int(r.data_offset)
+    if n > HEADER_LIMIT:
+        return None
+    dst = MODELS_DIR / dst_name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as f:
+        dst.write_bytes(f.read(n))
+    return os.path.relpath(dst, FIXTURES)
+
+
+# ------------------------------------------------------------------------------------------------ grids
+
+ARCH_SETTINGS: list[tuple[str, list[str]]] = [
+    ("c512-np1", ["-c", "512", "-np", "1"]),
+    ("c1024-np2-nokvu", ["-c", "1024", "-np", "2", "-no-kvu"]),
+    ("c512-np1-fa-off", ["-c", "512", "-np", "1", "-fa", "off"]),
+]
+
+
+def grid_archs(env: Env, only: list[str] | None) -> None:
+    arch_dir = env.work / "archs"
+    if not arch_dir.exists() or not any(arch_dir.glob("*.gguf")):
+        arch_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(env.bin / "test-llama-archs"), "-o", str(arch_dir)], env=env.env, check=True,
+                       capture_output=True)
+    for gguf_path in sorted(arch_dir.glob("*.gguf")):
+        name = gguf_path.stem
+        if only and name not in only:
+            continue
+        cases = [case_from_membreak(env, cid, gguf_path, args) for cid, args in ARCH_SETTINGS]
+        model = {"generator": "test-llama-archs -o DIR", "name": name, "config": None,
+                 "path_hint": f"archs/{gguf_path.name}", "file_bytes": gguf_path.stat().st_size,
+                 "header": header_copy(gguf_path, f"archs/{name}.header.gguf")}
+        write_fixture("archs", name, fixture_doc("membreak", model, cases))
+        print("archs", name, sum(1 for c in cases if "error" not in c), "/", len(cases), flush=True)
+
+
+def sparse_model(env: Env, name: str, vocab: str = "none") -> tuple[Path, dict[str, Any]]:
+    out = env.work / "sparse"
+    path = sparse_models.generate(name, out, vocab=vocab)
+    # the header-only copy is always the vocab="none" variant (real-length token arrays would make it megabytes);
+    # with vocab="spm" the model differs from it only in the tokenizer.ggml.* keys
+    hdr = sparse_models.generate(name, MODELS_DIR / "sparse", header_only=True)
+    model = {"generator": "tools/groundtruth/sparse_models.py", "name": name,
+             "config": {"vocab": vocab, **sparse_models.CONFIGS[name]},
+             "path_hint": os.path.relpath(path, env.work), "file_bytes": path.stat().st_size,
+             "header": os.path.relpath(hdr, FIXTURES), "header_vocab": "none"}
+    return path, model
+
+
+SWA_MODELS = {"gemma-3-27b", "gpt-oss-20b"}
+
+
+def sparse_settings(name: str, n_ctx_train: int) -> list[tuple[str, list[str], bool]]:
+    """(id, args, server_defaults) for grid b."""
+    out: list[tuple[str, list[str], bool]] = []
+    ctxs = sorted({4096, 32768, n_ctx_train})
+    for c in ctxs:
+        for np_, kvu in ((1, None), (4, True), (4, False)):
+            for fa in ("on", "off"):
+                args = ["-c", str(c), "-np", str(np_), "-fa", fa]
+                if kvu is not None:
+                    args.append("-kvu" if kvu else "-no-kvu")
+                kid = f"c{c}-np{np_}" + ("" if kvu is None else ("-kvu" if kvu else "-nokvu")) + f"-fa{fa}"
+                out.append((kid, args, False))
+    for c in (4096, 32768):
+        for ct in ("q8_0", "q4_0"):
+            for np_ in (1, 4):
+                args = ["-c", str(c), "-np", str(np_), "-kvu", "-fa", "on", "-ctk", ct, "-ctv", ct]
+                out.append((f"c{c}-np{np_}-kvu-faon-{ct}", args, False))
+        out.append((f"c{c}-np1-faon-ctk-q8_0-ctv-f16", ["-c", str(c), "-np", "1", "-fa", "on", "-ctk", "q8_0"],
+                    False))
+    for c in (4096, 32768):
+        for fa in ("on", "off"):
+            out.append((f"c{c}-np1-fa{fa}-ub2048", ["-c", str(c), "-np", "1", "-fa", fa, "-b", "2048", "-ub", "2048"],
+                        False))
+    out.append(("c4096-np1-faon-b4096-ub4096", ["-c", "4096", "-np", "1", "-fa", "on", "-b", "4096", "-ub", "4096"],
+                False))
+    if name in SWA_MODELS:
+        for c in (4096, 32768):
+            for np_, kvu in ((1, None), (4, True), (4, False)):
+                args = ["-c", str(c), "-np", str(np_), "-fa", "on", "--swa-full"]
+                if kvu is not None:
+                    args.append("-kvu" if kvu else "-no-kvu")
+                kid = f"c{c}-np{np_}" + ("" if kvu is None else ("-kvu" if kvu else "-nokvu")) + "-faon-swafull"
+                out.append((kid, args, False))
+    # llama-server defaults: -np auto (4 slots, unified KV), n_outputs_max from the server's output limits
+    for c in (4096, 32768):
+        out.append((f"server-defaults-c{c}", ["-c", str(c)], True))
+    return out
+
+
+def grid_sparse(env: Env, only: list[str] | None) -> None:
+    for name in sparse_models.BUILDERS:
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name)
+        ctx_train = sparse_models.CONFIGS[name]["max_position_embeddings"]
+        assert isinstance(ctx_train, int)
+        cases = []
+        t0 = time.time()
+        for cid, args, sd in sparse_settings(name, ctx_train):
+            cases.append(case_from_membreak(env, cid, path, args, server_defaults=sd))
+        write_fixture("sparse", name, fixture_doc("membreak", model, cases))
+        print("sparse", name, sum(1 for c in cases if "error" not in c), "/", len(cases),
+              f"{time.time() - t0:.1f}s", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RpcServers:
+    def __init__(self, env: Env, n: int = 2) -> None:
+        self.env = env
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.ports: list[int] = []
+
+    def __enter__(self) -> RpcServers:
+        for _ in range(self.n):
+            port = free_port()
+            p = subprocess.Popen([str(self.env.bin / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
+                                 env=self.env.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.procs.append(p)
+            self.ports.append(port)
+        for port in self.ports:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        break
+                except OSError:
+                    time.sleep(0.2)
+        return self
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+PLACEMENT_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gemma-3-27b", "gpt-oss-20b", "qwen3-next-80b-a3b"]
+
+
+def placement_settings(name: str, n_layer: int, moe: bool) -> list[tuple[str, list[str]]]:
+    base = ["-c", "8192", "-np", "1", "-fa", "on"]
+    out: list[tuple[str, list[str]]] = []
+    for ngl in sorted({0, 1, n_layer // 2, n_layer, n_layer + 1}):
+        out.append((f"ngl{ngl}", base + ["-ngl", str(ngl)]))
+    out.append(("ngl-all-ts1,1", base + ["-ngl", "999", "-ts", "1,1"]))
+    out.append(("ngl-all-ts3,1", base + ["-ngl", "999", "-ts", "3,1"]))
+    out.append((f"ngl{n_layer // 2}-ts3,1", base + ["-ngl", str(n_layer // 2), "-ts", "3,1"]))
+    out.append(("ngl-all-ts1,0", base + ["-ngl", "999", "-ts", "1,0"]))
+    out.append(("ngl-all-np4-kvu-c32768", ["-c", "32768", "-np", "4", "-kvu", "-fa", "on", "-ngl", "999"]))
+    out.append(("ngl-all-fa-off", ["-c", "8192", "-np", "1", "-fa", "off", "-ngl", "999"]))
+    if moe:
+        out.append(("ngl-all-cmoe", base + ["-ngl", "999", "-cmoe"]))
+        for n in (1, n_layer // 2, n_layer):
+            out.append((f"ngl-all-ncmoe{n}", base + ["-ngl", "999", "-ncmoe", str(n)]))
+        out.append(("ngl-all-ot-exps-cpu", base + ["-ngl", "999", "-ot", r"\.ffn_(up|down|gate)_exps=CPU"]))
+    else:
+        out.append(("ngl-all-ot-ffn-cpu", base + ["-ngl", "999", "-ot", r"\.ffn_(up|down|gate)\.=CPU"]))
+    out.append(("ngl-all-ot-blk0-rpc1", base + ["-ngl", "999", "-ot", r"blk\.0\.=RPC1_BUFT"]))
+    return out
+
+
+def grid_placement(env: Env, only: list[str] | None) -> None:
+    with RpcServers(env, 2) as rpc:
+        for name in PLACEMENT_MODELS:
+            if only and name not in only:
+                continue
+            path, model = sparse_model(env, name)
+            cfg = sparse_models.CONFIGS[name]
+            n_layer = cfg["num_hidden_layers"]
+            assert isinstance(n_layer, int)
+            moe = any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+            cases = []
+            t0 = time.time()
+            for cid, args in placement_settings(name, n_layer, moe):
+                args = [a.replace("RPC1_BUFT", f"RPC0[127.0.0.1:{rpc.ports[1]}]") for a in args]
+                case = case_from_membreak(env, cid, path, ["--rpc", rpc.endpoints] + args)
+                # the ports change from run to run: record them symbolically (P1, P2)
+                text = json.dumps(case)
+                for i, port in enumerate(rpc.ports):
+                    text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:P{i + 1}")
+                case = json.loads(text)
+                case["settings"]["devices"] = "rpc:127.0.0.1:P1,127.0.0.1:P2"
+                cases.append(case)
+            write_fixture("placement", name, fixture_doc("membreak", model, cases))
+            print("placement", name, sum(1 for c in cases if "error" not in c), "/", len(cases),
+                  f"{time.time() - t0:.1f}s", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ server grid
+
+SERVER_DONE = re.compile(r"server is listening|main: model loaded|starting the main loop|all slots are idle")
+
+
+def run_server(env: Env, model: Path, args: Sequence[str], timeout: float = 600.0) -> tuple[list[str], list[str]]:
+    port = free_port()
+    argv = [str(env.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "-lv", "4", "-t", "2"] + list(args)
+    p = subprocess.Popen(argv, env=env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    deadline = time.time() + timeout
+    assert p.stdout is not None
+    try:
+        for line in p.stdout:
+            lines.append(line.rstrip("\n"))
+            if SERVER_DONE.search(line) or time.time() > deadline:
+                break
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            rest, _ = p.communicate(timeout=20)
+            lines.extend(rest.splitlines())
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+    return argv, lines
+
+
+RE_SRV_PREFIX = re.compile(r"^\S+ [A-Z] ")  # common log prefix "0.00.123.456 I "
+
+
+def case_from_server(env: Env, case_id: str, model: Path, args: Sequence[str]) -> dict[str, Any]:
+    argv, raw = run_server(env, model, args)
+    lines = [RE_SRV_PREFIX.sub("", ln) for ln in raw]
+    parsed = parse_log(lines)
+    clip: list[dict[str, Any]] = []
+    breakdown: list[dict[str, Any]] = []
+    for ln in lines:
+        if m := RE_CLIP_MODEL.match(ln):
+            clip.append({"kind": "model", "buffer_type": None, "mib": float(m.group(1))})
+        elif m := RE_CLIP_COMPUTE.match(ln):
+            clip.append({"kind": "compute", "buffer_type": m.group(1), "mib": float(m.group(2))})
+        elif m := RE_BREAKDOWN.match(ln):
+            breakdown.append({"row": m.group(1), "values_mib": [int(x) for x in re.findall(r"\d+", m.group(2))]})
+    cp = parsed["ctx_params"]
+    resolved = {k: cp[k] for k in ("n_ctx", "n_ctx_seq", "n_seq_max", "n_batch", "n_ubatch", "n_outputs_max",
+                                  "n_outputs_max_per_seq", "kv_unified", "flash_attn", "n_rs_seq") if k in cp}
+    if "flash_attn_resolved" in parsed:
+        resolved["flash_attn_resolved"] = parsed["flash_attn_resolved"]
+    rec_args = [x.replace(str(env.work), "$MODELS") for x in args]
+    ok = bool(parsed["log_buffers"])
+    results = {
+        "buffers_mib": parsed["log_buffers"],
+        "kv": parsed["kv"],
+        "rs": parsed["rs"],
+        "output_bytes": None,
+        "output_mib": parsed["output"][0]["mib"] if parsed["output"] else None,
+        "mmproj_buffers_mib": clip,
+        "breakdown_mib": breakdown,
+        "worst_case": parsed.get("worst_case"),
+        "resolved": resolved,
+    }
+    case: dict[str, Any] = {"id": case_id, "command": _display_argv(argv, env),
+                            "settings": settings_from(rec_args, "-np" not in args, resolved), "results": results}
+    case["command"] = [x if not x.isdigit() or i == 0 or case["command"][i - 1] != "--port" else "PORT"
+                       for i, x in enumerate(case["command"])]
+    if not ok:
+        case["error"] = "no buffer lines in the server log: " + " | ".join(raw[-3:])
+    return case
+
+
+# (text model, mmproj or None, case id, extra args). -nr (no CPU repacking) and mmap keep the real allocations small;
+# --no-warmup is left out where an mmproj is loaded, since clip reserves its compute buffer during the warmup.
+SERVER_CASES: list[tuple[str, str | None, str, list[str]]] = [
+    ("llama-3.1-8b", None, "server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr", "--no-warmup"]),
+    ("llama-3.1-8b", None, "server-defaults-c16384", ["-c", "16384", "-fit", "off", "-nr", "--no-warmup"]),
+    ("llama-3.1-8b", None, "np1-c4096", ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--no-warmup"]),
+    ("llama-3.1-8b", None, "np4-nokvu-c8192", ["-c", "8192", "-np", "4", "-no-kvu", "-fit", "off", "-nr",
+                                               "--no-warmup"]),
+    ("llama-3.1-8b", "mmproj-llava-llama-3-8b", "mmproj-server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr"]),
+    ("granite-4.0-h-tiny", None, "server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr", "--no-warmup"]),
+    ("qwen2.5-vl-7b", "mmproj-qwen2.5-vl-7b", "mmproj-server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr"]),
+    ("gemma-3-27b", "mmproj-gemma-3-27b", "mmproj-server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr"]),
+]
+
+
+def grid_server(env: Env, only: list[str] | None) -> None:
+    by_model: dict[str, list[tuple[str | None, str, list[str]]]] = {}
+    for name, mmproj, cid, args in SERVER_CASES:
+        by_model.setdefault(name, []).append((mmproj, cid, args))
+    for name, cases_spec in by_model.items():
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name, vocab="spm")
+        cases = []
+        for mmproj, cid, args in cases_spec:
+            extra = list(args)
+            if mmproj:
+                mm_path = sparse_models.generate(mmproj, env.work / "sparse")
+                hdr = sparse_models.generate(mmproj, MODELS_DIR / "sparse", header_only=True)
+                extra = ["--mmproj", str(mm_path), *extra]
+            t0 = time.time()
+            case = case_from_server(env, cid, path, extra)
+            if mmproj:
+                case["mmproj"] = {"generator": "tools/groundtruth/sparse_models.py", "name": mmproj,
+                                  "config": sparse_models.MMPROJ_CONFIGS[mmproj],
+                                  "file_bytes": mm_path.stat().st_size,
+                                  "header": os.path.relpath(hdr, FIXTURES)}
+            cases.append(case)
+            print("server", name, cid, "error" not in case, f"{time.time() - t0:.1f}s", flush=True)
+        write_fixture("server", name, fixture_doc("llama-server", model, cases))
+
+
+GRIDS = {"archs": grid_archs, "sparse": grid_sparse, "placement": grid_placement, "server": grid_server}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", type=Path, required=True, help="llama.cpp build dir (bin/ has the binaries)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/fitplan-groundtruth"),
+                    help="scratch dir for generated models (sparse files)")
+    ap.add_argument("--membreak", type=Path, default=None, help="membreak binary (default: BUILD/bin/membreak)")
+    ap.add_argument("--grids", default="archs,sparse,placement,server")
+    ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
+    args = ap.parse_args(argv)
+    env = Env(args.build.resolve(), args.work.resolve(), args.membreak.resolve() if args.membreak else None)
+    env.work.mkdir(parents=True, exist_ok=True)
+    if not env.membreak.exists():
+        print(f"{env.membreak} is missing: run tools/groundtruth/build_llamacpp.sh first", file=sys.stderr)
+        return 2
+    for g in args.grids.split(","):
+        GRIDS[g](env, args.only)
+    shutil.rmtree(env.work / "tmp", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
