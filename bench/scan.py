@@ -136,10 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         warm = LibraryScanner(index=JsonScanIndex(index_path)).scan(roots)
         t_warm = time.perf_counter() - t
 
+        from fitplan.core.profile_cache import cached_read_header
+
+        t = time.perf_counter()
+        LibraryScanner(reader=cached_read_header, index=JsonScanIndex(cache / "index-2.json")).scan(roots)
+        t_cold_cache = time.perf_counter() - t
+
         print(f"cold scan: {t_cold:.3f} s  models {len(cold.models)}  skipped {len(cold.skipped)}  "
               f"headers read {cold.headers_read}  header bytes read {cold.header_bytes_read:,}")
         print(f"warm scan: {t_warm:.3f} s  models {len(warm.models)}  skipped {len(warm.skipped)}  "
               f"headers read {warm.headers_read}  header bytes read {warm.header_bytes_read:,}")
+        print(f"cold scan also filling the profile cache (what `fitplan scan` does before its fit check): {t_cold_cache:.3f} s")
         ok = warm.models == cold.models and warm.skipped == cold.skipped and warm.headers_read == 0
         print("warm scan returns the same models as the cold one:", "yes" if ok else "NO")
         print(f"goals: cold < 5 s {'met' if t_cold < 5 else 'MISSED'}, warm < 0.3 s {'met' if t_warm < 0.3 else 'MISSED'}")

@@ -75,7 +75,11 @@ def test_defaults_are_left_out() -> None:
     assert plan_to_args(LaunchSettings(), "m.gguf") == ("llama-server", "-m", "m.gguf")
     # -kvu only with an explicit -np: with -np auto the server forces a unified cache anyway
     assert plan_to_args(LaunchSettings(kv_unified=True), None, program="") == ()
-    assert plan_to_args(LaunchSettings(n_parallel=2, kv_unified=True), None, program="") == ("-np", "2", "-kvu")
+    assert plan_to_args(LaunchSettings(n_parallel=2, kv_unified=True), None, program="") == (
+        "-np",
+        "2",
+        "-kvu",
+    )
 
 
 def test_every_memory_flag_is_written() -> None:
@@ -89,7 +93,7 @@ def test_every_memory_flag_is_written() -> None:
         n_batch=1024,
         n_ubatch=256,
         n_gpu_layers=20,
-        tensor_overrides=(TensorOverride(r"blk\.(1|2)\.ffn_.*=CPU".split("=")[0], "CPU"),),
+        tensor_overrides=(TensorOverride(r"blk\.(1|2)\.ffn_.*", "CPU"),),
         split_mode=SplitMode.ROW,
         tensor_split=(3.0, 1.5),
         main_gpu=1,
@@ -101,7 +105,9 @@ def test_every_memory_flag_is_written() -> None:
         no_host=True,
         mmproj_path="/m/mmproj-F16.gguf",
         mmproj=MmprojPlacement.CPU,
-        draft=DraftSettings("/m/draft.gguf", n_gpu_layers=99, cache_type_k="q8_0", cache_type_v="q8_0", n_max=8),
+        draft=DraftSettings(
+            "/m/draft.gguf", n_gpu_layers=99, cache_type_k="q8_0", cache_type_v="q8_0", n_max=8
+        ),
         spec_draft_n_max=8,  # parse_flags keeps --spec-draft-n-max in both places
         cache_ram_mib=0,
         ctx_checkpoints=4,
@@ -131,7 +137,7 @@ def test_every_memory_flag_is_written() -> None:
 )
 @pytest.mark.parametrize("shell", list(Shell))
 def test_command_round_trip_through_every_shell(settings: LaunchSettings, shell: Shell) -> None:
-    path = "C:\\My Models\\it's 100% \"real\".gguf" if shell is not Shell.SH else "/my models/it's $x.gguf"
+    path = 'C:\\My Models\\it\'s 100% "real".gguf' if shell is not Shell.SH else "/my models/it's $x.gguf"
     text = join(plan_to_args(settings, path), shell, multiline=True)
     imported = import_command(text, shell)
     assert imported.settings == settings
@@ -169,7 +175,9 @@ def _read_preset(text: str) -> dict[str, dict[str, str]]:
 
 
 def test_preset_golden() -> None:
-    text = to_preset_ini(PLANNED, "qwen3-30b", "/models/Qwen3-30B-A3B-Q4_K_M.gguf", comment="3 expert layers on CPU")
+    text = to_preset_ini(
+        PLANNED, "qwen3-30b", "/models/Qwen3-30B-A3B-Q4_K_M.gguf", comment="3 expert layers on CPU"
+    )
     assert text == (
         "; 3 expert layers on CPU\n"
         "[qwen3-30b]\n"
@@ -317,20 +325,26 @@ def test_given_keys() -> None:
 def test_annotate_against_the_real_estimator() -> None:
     from fitplan.core.estimator import estimate
 
-    profile = build_profile(open_model(SPARSE / "llama-3.1-8b.header.gguf", find_mmproj=False, allow_incomplete=True))
+    profile = build_profile(
+        open_model(SPARSE / "llama-3.1-8b.header.gguf", find_mmproj=False, allow_incomplete=True)
+    )
     machine = Machine((assumed_gpu("A", 24),), host_device(64 * GIB))
 
     def fn(p, s, m):  # type: ignore[no-untyped-def]
         return estimate(p, s, m)
 
-    s = LaunchSettings(n_ctx=8192, n_parallel=1, cache_type_k="q8_0", cache_type_v="q8_0", n_gpu_layers=20, fit=False)
+    s = LaunchSettings(
+        n_ctx=8192, n_parallel=1, cache_type_k="q8_0", cache_type_v="q8_0", n_gpu_layers=20, fit=False
+    )
     cmd = annotate(s, "/m/llama.gguf", profile, machine, fn)
     assert cmd.argv == plan_to_args(s, "/m/llama.gguf")
     by_flag = {n.flag: n for n in cmd.notes}
     # each note is the difference to the same launch with that one flag at its default
     gpu = sum(d.used_bytes for d in estimate(profile, s, machine).devices[:-1])
     f16_k = dataclasses.replace(s, cache_type_k="f16")
-    assert by_flag["-ctk"].gpu_delta_bytes == gpu - sum(d.used_bytes for d in estimate(profile, f16_k, machine).devices[:-1])
+    assert by_flag["-ctk"].gpu_delta_bytes == gpu - sum(
+        d.used_bytes for d in estimate(profile, f16_k, machine).devices[:-1]
+    )
     assert by_flag["-ctk"].gpu_delta_bytes < 0
     assert by_flag["-ctk"].note.startswith("saves ")
     # -ngl 20 keeps 13 layers off the GPU: it saves GPU memory and costs host memory

@@ -31,12 +31,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 MIB = 1 << 20
 CPU_ALIGNMENT = 32  # ggml/src/ggml-impl.h TENSOR_ALIGNMENT: the fixtures are CPU runs
 
-#: Architectures whose memory module fitplan does not reproduce, with the reason.
-KNOWN_MISMATCHES = {
-    "deepseek4": "DeepSeek-V4 builds llama_kv_cache_dsv4 (compressed + SWA K-only caches), which is not modelled",
-}
-
-
 def _fixture_files() -> list[Path]:
     return sorted(p for grid in ("archs", "sparse", "placement") for p in (FIXTURES / grid).glob("*.json"))
 
@@ -89,7 +83,7 @@ def _compare_case(profile: ModelProfile, case: dict[str, Any]) -> list[str]:
             problems.append(f"{field}: fitplan {getattr(ctx, field)}, llama.cpp {want[field]}")
     caches = context_caches(profile, ctx, settings)
     kv: list[CacheAllocation] = [c for c in caches if c.kind is TermKind.KV]
-    rs: list[CacheAllocation] = [c for c in caches if c.kind is TermKind.RECURRENT]
+    rs: list[CacheAllocation] = [c for c in caches if c.name == "llama_memory_recurrent"]
     got_kv = [(c.cells, c.n_layers) for c in kv]
     want_kv = [(k["cells"], k["layers"]) for k in res["kv"]]
     if got_kv != want_kv:
@@ -123,15 +117,7 @@ def _compare_case(profile: ModelProfile, case: dict[str, Any]) -> list[str]:
 
 
 def _params() -> list[Any]:
-    params = []
-    for path in _fixture_files():
-        arch_name = json.loads(path.read_text())["model"]["name"]
-        marks = []
-        for arch, why in KNOWN_MISMATCHES.items():
-            if arch_name.startswith(arch + "-"):
-                marks.append(pytest.mark.xfail(reason=why, strict=True))
-        params.append(pytest.param(path, id=f"{path.parent.name}/{path.stem}", marks=marks))
-    return params
+    return [pytest.param(path, id=f"{path.parent.name}/{path.stem}") for path in _fixture_files()]
 
 
 def test_fixtures_present() -> None:

@@ -23,6 +23,10 @@ from fitplan.core.settings import (
 ARG_CPP = Path("/work/llama/src/common/arg.cpp")
 
 
+def _argv(line: str) -> list[str]:
+    return line.split(" ")
+
+
 def test_defaults_are_the_server_defaults() -> None:
     p = parse_flags([])
     assert p.settings == LaunchSettings()
@@ -30,10 +34,12 @@ def test_defaults_are_the_server_defaults() -> None:
 
 
 def test_short_and_long_forms() -> None:
-    short = parse_flags("-m m.gguf -c 32768 -np 2 -kvu -ctk q8_0 -ctv q8_0 -fa on -b 1024 -ub 256".split())
+    short = parse_flags(_argv("-m m.gguf -c 32768 -np 2 -kvu -ctk q8_0 -ctv q8_0 -fa on -b 1024 -ub 256"))
     long = parse_flags(
-        "--model m.gguf --ctx-size 32768 --parallel 2 --kv-unified --cache-type-k q8_0 --cache-type-v q8_0 "
-        "--flash-attn on --batch-size 1024 --ubatch-size 256".split()
+        _argv(
+            "--model m.gguf --ctx-size 32768 --parallel 2 --kv-unified --cache-type-k q8_0 --cache-type-v q8_0 "
+            "--flash-attn on --batch-size 1024 --ubatch-size 256"
+        )
     )
     assert short == long
     s = short.settings
@@ -74,7 +80,9 @@ def test_n_cpu_ffn_becomes_overrides() -> None:
 def test_device_and_offload_switches() -> None:
     assert parse_flags(["-dev", "none"]).settings.devices == ()
     assert parse_flags(["-dev", "CUDA0,CUDA1"]).settings.devices == ("CUDA0", "CUDA1")
-    s = parse_flags(["-nkvo", "--no-op-offload", "--no-repack", "--no-host", "--swa-full", "-lm", "none"]).settings
+    s = parse_flags(
+        ["-nkvo", "--no-op-offload", "--no-repack", "--no-host", "--swa-full", "-lm", "none"]
+    ).settings
     assert s.no_kv_offload and not s.op_offload and not s.repack and s.no_host and s.swa_full
     assert s.load_mode is LoadMode.NONE
     assert not parse_flags(["-nkvo", "-kvo"]).settings.no_kv_offload
@@ -83,15 +91,19 @@ def test_device_and_offload_switches() -> None:
 
 def test_mmproj_draft_and_server_memory_flags() -> None:
     p = parse_flags(
-        "--mmproj p.gguf --no-mmproj-offload -md d.gguf -ngld 10 -ctkd q8_0 -ctvd q4_0 --spec-draft-n-max 5 "
-        "--cache-ram 4096 --ctx-checkpoints 8 --fit off --fit-target 512,1024 --embedding "
-        "--spec-type draft-mtp".split()
+        _argv(
+            "--mmproj p.gguf --no-mmproj-offload -md d.gguf -ngld 10 -ctkd q8_0 -ctvd q4_0 --spec-draft-n-max 5 "
+            "--cache-ram 4096 --ctx-checkpoints 8 --fit off --fit-target 512,1024 --embedding --spec-type draft-mtp"
+        )
     )
     s = p.settings
     assert s.mmproj_path == "p.gguf" and s.mmproj is MmprojPlacement.CPU
     assert s.draft is not None
     assert (s.draft.model_path, s.draft.n_gpu_layers, s.draft.cache_type_k, s.draft.cache_type_v) == (
-        "d.gguf", 10, "q8_0", "q4_0"
+        "d.gguf",
+        10,
+        "q8_0",
+        "q4_0",
     )
     assert s.draft.n_max == 5 and s.spec_draft_n_max == 5
     assert (s.cache_ram_mib, s.ctx_checkpoints, s.fit, s.fit_target_mib) == (4096, 8, False, (512, 1024))
@@ -104,7 +116,9 @@ def test_rpc_servers() -> None:
 
 
 def test_ignored_flags_consume_their_values() -> None:
-    p = parse_flags(["-t", "8", "--host", "0.0.0.0", "--port", "8080", "--temp", "0.7", "--metrics", "-c", "512"])
+    p = parse_flags(
+        ["-t", "8", "--host", "0.0.0.0", "--port", "8080", "--temp", "0.7", "--metrics", "-c", "512"]
+    )
     assert p.ignored == ("-t 8", "--host 0.0.0.0", "--port 8080", "--temp 0.7", "--metrics")
     assert p.settings.n_ctx == 512
 

@@ -261,3 +261,44 @@ def test_sparse_gemma3_header_matches_published_shapes(tmp_path: Path) -> None:
     assert tensors["blk.61.attn_k.weight"] == [5376, 16 * 128]
     assert "blk.62.attn_k.weight" not in tensors
     assert r.fields["gemma3.attention.sliding_window"].contents() == 1024
+
+
+def _case(grid: str, model: str, case_id: str) -> dict[str, Any]:
+    doc = _load(FIXTURES / grid / f"{model}.json")
+    for case in doc["cases"]:
+        if case["id"] == case_id:
+            assert isinstance(case, dict) and "results" in case, case.get("error")
+            return case
+    raise AssertionError(f"no case {case_id} in {grid}/{model}")
+
+
+def _context_bytes(case: dict[str, Any]) -> int:
+    return sum(b["context"] for b in case["results"]["buffers"])
+
+
+def test_recorded_kv_matches_hand_derivation() -> None:
+    """Spot checks of the recordings against the KV formula (docs: llamacpp-memory-model.md section 9)."""
+    # Llama-3.1-8B, c=32768, f16: 32 layers x 32768 cells x (K+V = 2 x 8 heads x 128 x 2 B) = 4 GiB
+    assert _context_bytes(_case("sparse", "llama-3.1-8b", "c32768-np1-faon")) == 32 * 32768 * 2 * 8 * 128 * 2
+    # Gemma-3-27B, c=32768: 10 full layers x 32768 cells + 52 SWA layers x PAD(1024 + 512, 256) = 1536 cells,
+    # each cell 2 x 16 heads x 128 x 2 B = 8192 B per layer
+    case = _case("sparse", "gemma-3-27b", "c32768-np1-faon")
+    assert _context_bytes(case) == (10 * 32768 + 52 * 1536) * 8192
+    assert [(kv["cache"], kv["cells"], kv["layers"]) for kv in case["results"]["kv"]] == [
+        ("base", 32768, 10), ("swa", 1536, 52)]
+    # DeepSeek-V2-Lite (MLA), c=32768, f16: 27 layers x 32768 cells x 576 x 2 B, no V cache
+    assert _context_bytes(_case("sparse", "deepseek-v2-lite", "c32768-np1-faon")) == 27 * 32768 * 576 * 2
+    # -np 4 without a unified cache: 4 streams of c/4 cells; same total for a plain model
+    case = _case("sparse", "llama-3.1-8b", "c32768-np4-nokvu-faon")
+    assert case["results"]["kv"][0]["cells"] == 8192 and case["results"]["kv"][0]["seqs"] == 4
+    assert _context_bytes(case) == 32 * 32768 * 2 * 8 * 128 * 2
+
+
+def test_recorded_server_defaults() -> None:
+    """llama-server without -np: 4 slots, unified KV, 4 outputs reserved (membreak --server-defaults agrees)."""
+    res = _case("sparse", "llama-3.1-8b", "server-defaults-c4096")["results"]["resolved"]
+    assert (res["n_seq_max"], res["kv_unified"], res["n_outputs_max"]) == (4, True, 4)
+    server = _case("server", "llama-3.1-8b", "server-defaults-c4096")["results"]
+    assert (server["resolved"]["n_seq_max"], server["resolved"]["n_outputs_max"]) == (4, 4)
+    # logits buffer: n_vocab 128256 x 4 outputs x 4 B = 1.957 MiB, logged with 2 decimals
+    assert server["output_mib"] == round(128256 * 4 * 4 / MIB, 2)

@@ -84,6 +84,33 @@ def test_unknown_architecture_is_flagged(tmp_path: Path, capsys: pytest.CaptureF
     assert "not known to llama.cpp" in out
 
 
+def test_truncated_download_is_inspected_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_model(tmp_path / "m.gguf", n_layer=2, arch="llama")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 1000])
+    assert main(["inspect", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["n_layer"] == 2
+    assert len(doc["incomplete"]) == 1
+    assert "incomplete download" in captured.err
+
+
+def test_mmproj_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "mmproj.gguf"
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_file_type(1)
+    w.add_tensor("v.patch_embd.weight", np.zeros((16, 3, 14, 14), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert main(["inspect", str(path)]) == 0
+    assert "multimodal projector" in capsys.readouterr().out
+    doc = run_json(capsys, str(path))
+    assert doc["is_mmproj"] is True and doc["layers"] == [] and doc["n_params"] == 16 * 3 * 14 * 14
+
+
 def test_missing_file_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(tmp_path / "nope.gguf")]) == 2
     assert "error" in capsys.readouterr().err

@@ -97,6 +97,18 @@ def test_projector_is_attached_to_the_models_of_its_folder(tmp_path: Path) -> No
     assert reasons(r) == {"mmproj.gguf": "projector (mmproj) with no model in its folder"}
 
 
+def test_named_projectors_pair_by_name_in_a_flat_folder(tmp_path: Path) -> None:
+    write_model(tmp_path / "gemma-3-4b-it-Q4_K_M.gguf")
+    write_model(tmp_path / "llama-3.1-8b-Q4_K_M.gguf")
+    f16 = write_mmproj(tmp_path / "mmproj-gemma-3-4b-it-f16.gguf")
+    write_mmproj(tmp_path / "mmproj-gemma-3-4b-it-f32.gguf")
+    r = scan([folder(tmp_path)], CountingReader())
+    assert [(os.path.basename(m.path), m.mmproj_path) for m in r.models] == [
+        ("gemma-3-4b-it-Q4_K_M.gguf", str(f16)),  # f16 preferred over f32 (the reader's ranking)
+        ("llama-3.1-8b-Q4_K_M.gguf", None),
+    ]
+
+
 def test_partial_downloads_are_skipped_with_a_reason(tmp_path: Path) -> None:
     write_model(tmp_path / "good.gguf")
     full = write_model(tmp_path / "cut.gguf", truncate_by=100)
@@ -321,3 +333,16 @@ def test_index_forgets_deleted_files(tmp_path: Path) -> None:
     LibraryScanner(CountingReader(), JsonScanIndex(index_path)).scan([folder(tmp_path / "lib")])
     kept = sorted(os.path.basename(e["path"]) for e in json.loads(index_path.read_text())["files"].values())
     assert kept == ["elsewhere.gguf", "keep.gguf"]
+
+
+def test_cancel_inside_a_folder_drops_the_half_read_folder(tmp_path: Path) -> None:
+    for i in (1, 2, 3):
+        write_model(tmp_path / f"big-{i:05d}-of-00003.gguf", split=(i - 1, 3))
+    cancel = threading.Event()
+
+    def on_progress(p: ScanProgress) -> None:
+        if p.headers_read == 1:
+            cancel.set()
+
+    r = LibraryScanner(CountingReader(), MemoryScanIndex()).scan([folder(tmp_path)], cancel, on_progress)
+    assert r.cancelled and r.models == () and r.skipped == ()  # not "missing shard(s)"

@@ -37,14 +37,18 @@ GPU_COMPUTE = 500 * MIB  # compute buffer of each GPU in use
 HOST_COMPUTE = 100 * MIB
 
 
-def make_profile(n_layer: int = 32, n_ctx_train: int = 32768, expert: int = 0, layer: int = LAYER) -> ModelProfile:
+def make_profile(
+    n_layer: int = 32, n_ctx_train: int = 32768, expert: int = 0, layer: int = LAYER
+) -> ModelProfile:
     tensors: list[TensorProfile] = [
         TensorProfile("token_embd.weight", 1, "F16", (1,), EMBD, None, TensorRole.TOKEN_EMBD),
         TensorProfile("output.weight", 1, "F16", (1,), OUTPUT, None, TensorRole.OUTPUT),
     ]
     layers = []
     for i in range(n_layer):
-        tensors.append(TensorProfile(f"blk.{i}.attn_q.weight", 1, "F16", (1,), layer, i, TensorRole.ATTENTION))
+        tensors.append(
+            TensorProfile(f"blk.{i}.attn_q.weight", 1, "F16", (1,), layer, i, TensorRole.ATTENTION)
+        )
         if expert:
             tensors.append(
                 TensorProfile(f"blk.{i}.ffn_up_exps.weight", 1, "F16", (1,), expert, i, TensorRole.EXPERTS)
@@ -111,7 +115,11 @@ def fake_estimate(profile: ModelProfile, settings: LaunchSettings, machine: Mach
             used[-1] += t.n_bytes
         elif t.role is TensorRole.OUTPUT:
             used[at(devs[L])] += t.n_bytes
-        elif t.role is TensorRole.EXPERTS and t.layer is not None and (settings.cpu_moe or t.layer < settings.n_cpu_moe):
+        elif (
+            t.role is TensorRole.EXPERTS
+            and t.layer is not None
+            and (settings.cpu_moe or t.layer < settings.n_cpu_moe)
+        ):
             used[-1] += t.n_bytes
         elif t.layer is not None:
             used[at(devs[t.layer])] += t.n_bytes
@@ -127,14 +135,17 @@ def fake_estimate(profile: ModelProfile, settings: LaunchSettings, machine: Mach
             used[gi] += GPU_COMPUTE
     used[-1] += HOST_COMPUTE
     devices = tuple(
-        DeviceEstimate(d, (Term(TermKind.WEIGHTS, used[i], "fake"),)) for i, d in enumerate((*gpus, machine.host))
+        DeviceEstimate(d, (Term(TermKind.WEIGHTS, used[i], "fake"),))
+        for i, d in enumerate((*gpus, machine.host))
     )
     ctx = ResolvedContext(n_ctx, n_ctx, 1, streams, streams == 1, 512, 512, 1, True, ngl)
     return Estimate(settings=settings, context=ctx, devices=devices)
 
 
 def machine(*gib: float, host_gib: float = 64) -> Machine:
-    return Machine(gpus=tuple(assumed_gpu(f"G{i}", g) for i, g in enumerate(gib)), host=host_device(int(host_gib * GIB)))
+    return Machine(
+        gpus=tuple(assumed_gpu(f"G{i}", g) for i, g in enumerate(gib)), host=host_device(int(host_gib * GIB))
+    )
 
 
 def used_on(est: Estimate | None, index: int) -> int:
@@ -177,7 +188,9 @@ def test_one_step_more_does_not_fit(gib: float) -> None:
 
 
 def test_context_capped_at_training_length() -> None:
-    fit = max_context_that_fits(make_profile(n_ctx_train=16384), LaunchSettings(), machine(24), estimate_fn=fake_estimate)
+    fit = max_context_that_fits(
+        make_profile(n_ctx_train=16384), LaunchSettings(), machine(24), estimate_fn=fake_estimate
+    )
     assert fit.n_ctx == 16384
     assert fit.capped_by_training
     assert fit.next_estimate is None
@@ -186,7 +199,9 @@ def test_context_capped_at_training_length() -> None:
 
 def test_training_length_off_the_grid_rounds_down() -> None:
     # 40000 is not a multiple of 256: the largest grid point within it is 156 x 256 = 39936
-    fit = max_context_that_fits(make_profile(n_ctx_train=40000), LaunchSettings(), machine(48), estimate_fn=fake_estimate)
+    fit = max_context_that_fits(
+        make_profile(n_ctx_train=40000), LaunchSettings(), machine(48), estimate_fn=fake_estimate
+    )
     assert fit.n_ctx == 39936
 
 
@@ -235,7 +250,11 @@ def test_margin_and_total_memory() -> None:
     assert by_total.n_ctx == 25344
     # a 2048 MiB margin: (8192 - 2048 - 4000) MiB / 128 KiB = 17152 = 67 x 256
     wide = max_context_that_fits(
-        make_profile(), LaunchSettings(), m, MarginPolicy(gpu_margin_bytes=2048 * MIB, use_free=False), fake_estimate
+        make_profile(),
+        LaunchSettings(),
+        m,
+        MarginPolicy(gpu_margin_bytes=2048 * MIB, use_free=False),
+        fake_estimate,
     )
     assert wide.n_ctx == 17152
 
@@ -243,13 +262,17 @@ def test_margin_and_total_memory() -> None:
 def test_host_is_checked() -> None:
     # no GPU: everything on the host. 8 GiB RAM, 1 GiB margin -> 7168 MiB. Fixed: 3200 + 300 + 200 embd + 100 compute
     # = 3800 MiB; KV 128 KiB per cell -> 3368 MiB / 128 KiB = 26944 cells -> 105 x 256 = 26880
-    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(host_gib=8), estimate_fn=fake_estimate)
+    fit = max_context_that_fits(
+        make_profile(), LaunchSettings(), machine(host_gib=8), estimate_fn=fake_estimate
+    )
     assert fit.n_ctx == 26880
     assert fit.binding_label == "host RAM"
 
 
 def test_binary_search_is_cheap() -> None:
-    fit = max_context_that_fits(make_profile(n_ctx_train=1 << 20), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
+    fit = max_context_that_fits(
+        make_profile(n_ctx_train=1 << 20), LaunchSettings(), machine(8), estimate_fn=fake_estimate
+    )
     # 4096 grid points: two ends, ~12 bisection steps, the next step
     assert fit.evaluations <= 16
 
@@ -283,7 +306,9 @@ def test_plan_moves_whole_layers_to_cpu() -> None:
     assert p.settings.n_ctx == 4864
     assert p.binding == "context limited by GPU0 (G0) memory; 13 of 32 layers on CPU"
     # one more layer does not fit at the minimum context
-    more = fake_estimate(make_profile(), dataclasses.replace(p.settings, n_gpu_layers=21, n_ctx=4096), machine(4))
+    more = fake_estimate(
+        make_profile(), dataclasses.replace(p.settings, n_gpu_layers=21, n_ctx=4096), machine(4)
+    )
     assert more.devices[0].used_bytes > 3072 * MIB
 
 
@@ -397,3 +422,42 @@ def test_context_fit_type() -> None:
     fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
     assert isinstance(fit, ContextFit)
     assert [u.label for u in fit.usage] == ["GPU0 (G0)", "host RAM"]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        LaunchSettings(),
+        LaunchSettings(n_parallel=3),
+        LaunchSettings(n_parallel=3, kv_unified=True),
+        LaunchSettings(n_parallel=-1, kv_unified=False),
+        LaunchSettings(n_parallel=2, tool=Tool.CLI),
+        LaunchSettings(tool=Tool.FIT_PARAMS),
+    ],
+)
+def test_streams_agree_with_the_context_resolver(settings: LaunchSettings) -> None:
+    from fitplan.core.context_memory import resolve_context
+
+    resolved = resolve_context(make_profile(), dataclasses.replace(settings, n_ctx=10000))
+    assert kv_streams(settings) == resolved.n_stream
+    # and a grid point is allocated exactly: no padding left to add
+    on_grid = resolve_context(make_profile(), dataclasses.replace(settings, n_ctx=7 * context_step(settings)))
+    assert on_grid.n_ctx == 7 * context_step(settings)
+
+
+def test_mmproj_pin_reaches_the_settings() -> None:
+    from fitplan.core.settings import MmprojPlacement
+
+    base = LaunchSettings(mmproj_path="/m/mmproj.gguf")
+    p = plan(make_profile(), machine(8), Pins(base=base, mmproj=MmprojPlacement.CPU), estimate_fn=fake_estimate)
+    assert p.settings.mmproj is MmprojPlacement.CPU
+    assert p.settings.mmproj_path == "/m/mmproj.gguf"
+
+
+def test_minimum_context_is_per_sequence() -> None:
+    # -np 4 without -kvu: 4 streams; the 4096-token floor is per sequence, 16384 cells in total (as --fit-ctx x
+    # n_stream). On a 4 GiB GPU: 300 + 500 + k (100 + 16384 x 4 KiB = 64 MiB) <= 3072 -> k = 13, -ngl 14.
+    p = plan(make_profile(), machine(4), Pins(n_parallel=4), estimate_fn=fake_estimate)
+    assert p.settings.n_gpu_layers == 14
+    assert p.settings.n_ctx >= 16384
+    assert p.settings.n_ctx % 1024 == 0

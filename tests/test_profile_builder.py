@@ -363,6 +363,22 @@ def test_nextn_layers_are_excluded_from_the_trunk() -> None:
     assert not p.layers[3].has_kv and p.layers[3].is_nextn
 
 
+def test_graniteswitch_router_layer_keeps_its_kv() -> None:
+    p = build_profile(make_header("graniteswitch", dense(3)))
+    # models/granite-switch.cpp: n_layer_all = 3 + 1, n_layer_nextn = 1, the router layer has 1 head and 1 KV head
+    assert (p.n_layer, p.n_layer_all) == (3, 4)
+    router = p.layers[3]
+    assert (router.n_head, router.n_head_kv, router.n_ff, router.kind, router.has_kv) == (1, 1, 0, LayerKind.FULL, True)
+    assert not router.is_nextn
+
+
+def test_nanbeige_loops_repeat_the_layers() -> None:
+    meta = dense(2, **{"num_loops": 3, "attention.head_count_kv": arr([2, 4])})
+    p = build_profile(make_header("nanbeige", meta))
+    assert p.n_layer == 6
+    assert [ly.n_head_kv for ly in p.layers] == [2, 4] * 3
+
+
 def test_experts_and_per_layer_expert_used_count() -> None:
     meta = dense(
         2,

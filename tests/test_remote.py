@@ -19,6 +19,7 @@ from fitplan.core.gguf_reader import read_header
 from fitplan.core.remote import (
     FIRST_CHUNK_REMOTE,
     HttpRangeSource,
+    hf_resolve_url,
     open_remote_model,
     read_remote_header,
     split_shard_urls,
@@ -245,3 +246,11 @@ def test_split_shard_urls() -> None:
         "https://huggingface.co/o/r/resolve/main/Q4/M-00002-of-00002.gguf?download=true",
     )
     assert split_shard_urls("https://x/y/model.gguf") is None
+
+
+def test_hf_resolve_url() -> None:
+    assert (
+        hf_resolve_url("unsloth/Qwen3-8B-GGUF", "Q4_K_M/Qwen3-8B Q4_K_M.gguf")
+        == "https://huggingface.co/unsloth/Qwen3-8B-GGUF/resolve/main/Q4_K_M/Qwen3-8B%20Q4_K_M.gguf"
+    )
+    assert hf_resolve_url("o/r", "m.gguf", revision="refs/pr/1").endswith("/o/r/resolve/refs%2Fpr%2F1/m.gguf")

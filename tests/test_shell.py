@@ -148,7 +148,7 @@ WINDOWS = (
     "-ot",
     "blk\\.(1|2)\\.ffn_.*_exps=CPU",
     "--alias",
-    "100% it's \"fast\"!",
+    '100% it\'s "fast"!',
 )
 
 
@@ -185,7 +185,10 @@ def test_golden_cmd() -> None:
         '"C:\\Program Files\\llama.cpp\\llama-server.exe" -m "D:\\My Models\\gemma-3-27b-it-Q4_K_M.gguf" '
         '-ot blk\\.^(1^|2^)\\.ffn_.*_exps=CPU --alias ^"100^% it\'s \\^"fast\\^"^!^"'
     )
-    assert join(TYPICAL[:3], Shell.CMD, multiline=True) == "llama-server ^\n  -m /models/Qwen3-30B-A3B-Q4_K_M.gguf"
+    assert (
+        join(TYPICAL[:3], Shell.CMD, multiline=True)
+        == "llama-server ^\n  -m /models/Qwen3-30B-A3B-Q4_K_M.gguf"
+    )
 
 
 def test_quote_single_words() -> None:
@@ -222,8 +225,16 @@ def test_sh_paste_with_env_continuations_comments_and_pipes() -> None:
         "  -c 16384 --alias it\\'s  2>&1 | tee server.log\n"
     )
     assert split_commands(text, Shell.SH) == (
-        ("CUDA_VISIBLE_DEVICES=0,1", "./build/bin/llama-server", "-m", "$HOME/models/My Model.gguf", "-c", "16384",
-         "--alias", "it's"),
+        (
+            "CUDA_VISIBLE_DEVICES=0,1",
+            "./build/bin/llama-server",
+            "-m",
+            "$HOME/models/My Model.gguf",
+            "-c",
+            "16384",
+            "--alias",
+            "it's",
+        ),
         ("tee", "server.log"),
     )
     assert split("a 'b''c' \"d\\\"e\" f\\ g $'h\\ti'", Shell.SH) == ("a", "bc", 'd"e', "f g", "h\ti")
@@ -233,9 +244,9 @@ def test_sh_paste_with_env_continuations_comments_and_pipes() -> None:
 def test_powershell_paste() -> None:
     text = (
         "$env:CUDA_VISIBLE_DEVICES = '0'\r\n"
-        "& \"C:\\llama\\llama-server.exe\" `\r\n"
+        '& "C:\\llama\\llama-server.exe" `\r\n'
         "  -m 'D:\\models\\it''s.gguf' `\r\n"
-        "  -c 8192 --alias \"a`\"b\" # trailing comment\r\n"
+        '  -c 8192 --alias "a`"b" # trailing comment\r\n'
     )
     assert split_commands(text, Shell.POWERSHELL) == (
         ("$env:CUDA_VISIBLE_DEVICES", "=", "0"),
@@ -254,7 +265,15 @@ def test_cmd_paste() -> None:
     assert split_commands(text, Shell.CMD) == (
         ("echo", "off"),
         ("set", "CUDA_VISIBLE_DEVICES=0"),
-        ("C:\\llama\\llama-server.exe", "-m", "D:\\My Models\\m.gguf", "-c", "8192", "-ot", "blk\\.(0|1)\\.ffn=CPU"),
+        (
+            "C:\\llama\\llama-server.exe",
+            "-m",
+            "D:\\My Models\\m.gguf",
+            "-c",
+            "8192",
+            "-ot",
+            "blk\\.(0|1)\\.ffn=CPU",
+        ),
         ("echo", "done"),
     )
 

@@ -153,7 +153,9 @@ def test_choices_per_model_and_launch_settings() -> None:
     assert launch.n_ctx == 8192
     assert launch.flash_attn is FlashAttn.OFF
     assert launch.mmproj is MmprojPlacement.NONE
-    assert launch.mmproj_path == "/mmproj.gguf"
+    assert launch.mmproj_path is None  # "not loaded": no --mmproj at all
+    on_gpu = ModelChoices(mmproj="gpu").to_launch_settings(mmproj_path="/mmproj.gguf")
+    assert on_gpu.mmproj is MmprojPlacement.GPU and on_gpu.mmproj_path == "/mmproj.gguf"
 
 
 def test_config_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,7 +158,9 @@ def test_override_to_gpu_and_unknown_buffer(llama8b: ModelProfile) -> None:
 
 def test_split_mode_none_and_device_filters(llama8b: ModelProfile) -> None:
     machine = Machine(_cuda(2), HOST)
-    p = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL, split_mode=SplitMode.NONE, main_gpu=1), machine)
+    p = place_weights(
+        llama8b, LaunchSettings(n_gpu_layers=NGL_ALL, split_mode=SplitMode.NONE, main_gpu=1), machine
+    )
     # Only -mg 1 is kept: it is device 0 of the placement, and keeps its llama.cpp name.
     assert {(b.buffer_type, b.device) for b in p.buffers if b.device is not None} == {("CUDA1", 0)}
     assert p.device_bytes(0) > 4 * GIB
@@ -170,7 +172,9 @@ def test_split_mode_none_and_device_filters(llama8b: ModelProfile) -> None:
 
 def _nextn_profile() -> ModelProfile:
     def t(name: str, layer: int | None, role: TensorRole, shape: tuple[int, ...]) -> TensorProfile:
-        return TensorProfile(name, 0, "F32", shape, 4 * shape[0] * (shape[1] if len(shape) > 1 else 1), layer, role)
+        return TensorProfile(
+            name, 0, "F32", shape, 4 * shape[0] * (shape[1] if len(shape) > 1 else 1), layer, role
+        )
 
     tensors = (
         t("token_embd.weight", None, TensorRole.TOKEN_EMBD, (64, 100)),

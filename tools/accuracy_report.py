@@ -63,6 +63,7 @@ class CaseResult:
     devices: tuple[DeviceResult, ...] = ()
     error: str = ""  # the estimator failed
     expected_error: str = ""  # llama.cpp refused the settings (the estimate must refuse them too)
+    mib_precision: bool = False  # the recording has MiB with two decimals (server logs), not bytes
 
     @property
     def key(self) -> str:
@@ -90,7 +91,9 @@ class CaseResult:
 
     @property
     def context_exact(self) -> bool:
-        return all(d.context[0] == d.context[1] for d in self.devices)
+        """Byte-exact, or to the log's precision (0.01 MiB) for server recordings."""
+        tol = MIB // 100 if self.mib_precision else 0
+        return all(abs(d.context[0] - d.context[1]) <= tol for d in self.devices)
 
 
 def fixture_files() -> list[Path]:
@@ -128,13 +131,21 @@ def _machine(resolved: dict[str, object]) -> Machine:
 
 
 def settings_args(command: list[str]) -> tuple[list[str], bool]:
+    """The llama-server flags of a recorded command line, and whether llama-server's own defaults apply."""
     args = list(command[1:])
-    server = "--server-defaults" in args
+    server = "--server-defaults" in args or command[0] == "llama-server"
     args = [a for a in args if a != "--server-defaults"]
     if "-m" in args:
         i = args.index("-m")
         del args[i : i + 2]
     return args, server
+
+
+def _header_for(path_arg: str) -> Path:
+    """The header-only copy of a recorded model path ($MODELS/sparse/x.gguf or its .spm variant)."""
+    rel = path_arg.replace("$MODELS/", "")
+    rel = rel.removesuffix(".gguf").removesuffix(".spm")
+    return FIXTURES / "models" / f"{rel}.header.gguf"
 
 
 def _rpc_buffer_names(machine: Machine, rpc: tuple[str, ...]) -> Machine:
@@ -156,6 +167,7 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
         arch = profile.architecture
         parsed = parse_flags(args)
         settings = dataclasses.replace(parsed.settings, tool=Tool.SERVER if server else Tool.FIT_PARAMS)
+        mmproj = load_profile(_header_for(settings.mmproj_path)) if settings.mmproj_path else None
         results = case.get("results")
         resolved = results.get("resolved", {}) if isinstance(results, dict) else {}
         assert isinstance(resolved, dict)
@@ -164,14 +176,64 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
             try:
                 estimate(profile, settings, machine, cpu=RECORDING_CPU)
             except FitplanError as exc:
-                return CaseResult(grid, model_name, arch, str(case["id"]), expected_error=str(case["error"]),
-                                  error=f"refused: {exc}")
+                return CaseResult(
+                    grid,
+                    model_name,
+                    arch,
+                    str(case["id"]),
+                    expected_error=str(case["error"]),
+                    error=f"refused: {exc}",
+                )
             return CaseResult(grid, model_name, arch, str(case["id"]), expected_error=str(case["error"]))
-        est = estimate(profile, settings, machine, cpu=RECORDING_CPU)
+        est = estimate(profile, settings, machine, cpu=RECORDING_CPU, mmproj=mmproj)
     except FitplanError as exc:
         return CaseResult(grid, model_name, arch, str(case["id"]), error=f"{type(exc).__name__}: {exc}")
     assert isinstance(results, dict)
+    if "buffers_mib" in results:
+        return CaseResult(
+            grid, model_name, arch, str(case["id"]), devices=_compare_server(results, est), mib_precision=True
+        )
     return CaseResult(grid, model_name, arch, str(case["id"]), devices=_compare(results, est))
+
+
+def _round_mib(n: int) -> int:
+    """A byte count as llama-server's log prints it (MiB with two decimals), back in bytes."""
+    return round(round(n / MIB, 2) * MIB)
+
+
+def _compare_server(results: dict[str, object], est: Estimate) -> tuple[DeviceResult, ...]:
+    """llama-server logs (MiB, two decimals, CPU only): model, KV and compute buffers, output and mmproj."""
+    real = {"model": 0.0, "kv": 0.0, "rs": 0.0, "compute": 0.0, "output": 0.0}
+    bufs = results["buffers_mib"]
+    assert isinstance(bufs, list)
+    for b in bufs:
+        real[str(b["kind"])] += float(b["mib"])
+    mm = results.get("mmproj_buffers_mib") or []
+    assert isinstance(mm, list)
+    host = est.devices[-1]
+    out = [
+        DeviceResult(
+            "Host",
+            (round(real["model"] * MIB), _round_mib(host.bytes_of(TermKind.WEIGHTS))),
+            (
+                round((real["kv"] + real["rs"]) * MIB),
+                _round_mib(host.bytes_of(TermKind.KV) + host.bytes_of(TermKind.RECURRENT)),
+            ),
+            (round(real["compute"] * MIB), _round_mib(host.bytes_of(TermKind.COMPUTE))),
+        )
+    ]
+    if mm:
+        mw = sum(float(b["mib"]) for b in mm if b["kind"] == "model")
+        mc = sum(float(b["mib"]) for b in mm if b["kind"] == "compute")
+        terms = [t for t in host.terms if t.kind is TermKind.MMPROJ]
+        ew = sum(t.bytes for t in terms if t.label == "mmproj weights")
+        ec = sum(t.bytes for t in terms if t.label == "mmproj compute")
+        out.append(
+            DeviceResult(
+                "mmproj", (round(mw * MIB), _round_mib(ew)), (0, 0), (round(mc * MIB), _round_mib(ec))
+            )
+        )
+    return tuple(out)
 
 
 def _compare(results: dict[str, object], est: Estimate) -> tuple[DeviceResult, ...]:
@@ -205,7 +267,7 @@ def all_results() -> Iterator[CaseResult]:
     for path in fixture_files():
         data = json.loads(path.read_text())
         model = data["model"]
-        header = FIXTURES / model["header"]
+        header = FIXTURES / model["header"] if model.get("header") else _header_for(str(model["path_hint"]))
         for case in data["cases"]:
             yield run_case(path.parent.name, str(model["name"]), header, case)
 

@@ -111,7 +111,7 @@ def cmd_test(args: list[str]) -> int:
         failed.append("ruff")
     if timed("mypy", [str(PY), "-m", "mypy"]) != 0:
         failed.append("mypy")
-    rc = timed("pytest", [str(PY), "-m", "pytest", "-q", *args], env=env)
+    rc = timed("pytest", [str(PY), "-m", "pytest", "-q", "--durations=10", *args], env=env)
     if rc == PYTEST_NO_TESTS:
         # A run that tested nothing must not pass CI silently; a hand-picked selection says what it matched.
         print("pytest collected no tests: check the paths or -k/-m selection", file=sys.stderr)

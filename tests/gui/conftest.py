@@ -10,8 +10,8 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from fitplan.core.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
-from fitplan.gui.backend import Backend, Detection  # noqa: E402
+from fitplan.core.devices import GIB, Device, DeviceKind, Vendor, host_device
+from fitplan.gui.backend import Backend, Detection
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "resources" / "examples"
@@ -52,8 +52,8 @@ def make_window(qtbot: object, detection: Detection, config: Path) -> object:
 def window(qtbot: object, private_config: Path) -> Iterator[object]:
     """The window on the 8B example with one 24 GiB GPU, after its first estimate arrived."""
     w = make_window(qtbot, ONE_GPU, private_config)
-    with qtbot.waitSignal(w.planner.outcome_shown, timeout=15000):  # type: ignore[attr-defined]
-        w.show()
-        w.planner.start()
+    w.show()  # type: ignore[attr-defined]
+    w.planner.start()  # type: ignore[attr-defined]
+    qtbot.waitUntil(w.planner.settled, timeout=15000)  # type: ignore[attr-defined]
     yield w
     w.close()

@@ -31,10 +31,10 @@ def drop(window: MainWindow, paths: list[str]) -> None:
     window.dropEvent(event)
 
 
-def wait_outcome(qtbot: Any, window: MainWindow) -> Any:
-    with qtbot.waitSignal(window.planner.outcome_shown, timeout=TIMEOUT) as blocker:
-        pass
-    return blocker.args[0]
+def wait_settled(qtbot: Any, window: MainWindow) -> Any:
+    """Wait until the newest request has its answer on screen; return that outcome."""
+    qtbot.waitUntil(lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT)
+    return window.planner.outcome
 
 
 def test_opens_on_the_example_model_when_the_user_has_none(window: MainWindow) -> None:
@@ -80,9 +80,8 @@ def test_vision_model_pairs_its_projector_and_puts_it_in_the_command(qtbot: Any,
     assert out is not None
     assert out.estimate.devices[0].bytes_of(TermKind.MMPROJ) > 0
     # Projector not loaded: gone from the command and from the estimate.
-    with qtbot.waitSignal(window.planner.outcome_shown, timeout=TIMEOUT):
-        window.settings.mmproj.setCurrentIndex(window.settings.mmproj.findData("none"))
-    out = window.planner.outcome
+    window.settings.mmproj.setCurrentIndex(window.settings.mmproj.findData("none"))
+    out = wait_settled(qtbot, window)
     assert "--mmproj" not in out.args
     assert all(d.bytes_of(TermKind.MMPROJ) == 0 for d in out.estimate.devices)
 
@@ -94,35 +93,32 @@ def test_context_slider_moves_the_chart_line_at_once_and_the_command_after(qtbot
     # The line follows the input before any estimate comes back.
     assert window.chart.context_line.value() == pytest.approx(13.0)  # log2(8192)
     assert window.settings.context_box.value() == 8192
-    out = wait_outcome(qtbot, window)
+    out = wait_settled(qtbot, window)
     assert out.estimate.settings.n_ctx == 8192
     assert "8192" in window.command.text.toPlainText()
 
 
 def test_dragging_the_chart_line_sets_the_context(qtbot: Any, window: MainWindow) -> None:
-    with qtbot.waitSignal(window.planner.outcome_shown, timeout=TIMEOUT):
-        window.chart.context_line.setValue(16.0)  # what a drag does: log2(65536)
+    window.chart.context_line.setValue(16.0)  # what a drag does: log2(65536)
     assert window.settings.context_box.value() == 65536
-    assert window.planner.outcome.estimate.settings.n_ctx == 65536
+    assert wait_settled(qtbot, window).estimate.settings.n_ctx == 65536
 
 
 def test_exact_context_box_and_ctrl_l(qtbot: Any, window: MainWindow) -> None:
     window.activateWindow()
     window.actions_by_name["context"].trigger()
     assert window.settings.context_box.hasFocus() or QApplication.focusWidget() is not None
-    with qtbot.waitSignal(window.planner.outcome_shown, timeout=TIMEOUT):
-        window.settings.context_box.setValue(12544)  # 49 x 256
-    assert window.planner.outcome.estimate.settings.n_ctx == 12544
+    window.settings.context_box.setValue(12544)  # 49 x 256
+    assert wait_settled(qtbot, window).estimate.settings.n_ctx == 12544
 
 
 def test_q8_kv_cache_costs_17_32_of_f16(qtbot: Any, window: MainWindow) -> None:
     before = window.planner.outcome
     kv_f16 = sum(d.bytes_of(TermKind.KV) for d in before.estimate.devices)
-    with qtbot.waitSignal(window.planner.outcome_shown, timeout=TIMEOUT,
-                          check_params_cb=lambda o: o.estimate.settings.cache_type_v == "q8_0"):
-        window.settings.flash.setCurrentIndex(window.settings.flash.findData("on"))
-        window.settings.cache_k.setCurrentText("q8_0")
-        window.settings.cache_v.setCurrentText("q8_0")
+    window.settings.flash.setCurrentIndex(window.settings.flash.findData("on"))
+    window.settings.cache_k.setCurrentText("q8_0")
+    window.settings.cache_v.setCurrentText("q8_0")
+    assert wait_settled(qtbot, window).estimate.settings.cache_type_v == "q8_0"
     kv_q8 = sum(d.bytes_of(TermKind.KV) for d in window.planner.outcome.estimate.devices)
     # q8_0 stores 32 elements in 34 bytes, f16 in 64: the cache shrinks to 34/64 = 17/32.
     assert kv_q8 * 32 == kv_f16 * 17
@@ -135,29 +131,28 @@ def test_quantized_v_without_flash_attention_is_explained(qtbot: Any, window: Ma
     window.settings.cache_v.setCurrentText("q8_0")
     qtbot.waitUntil(lambda: window.banner.isVisible() and window.banner.level == "error", timeout=TIMEOUT)
     assert "flash attention" in window.banner.text()
-    with qtbot.waitSignal(window.planner.outcome_shown, timeout=TIMEOUT):
-        window.settings.flash.setCurrentIndex(window.settings.flash.findData("on"))
+    window.settings.flash.setCurrentIndex(window.settings.flash.findData("on"))
+    wait_settled(qtbot, window)
     assert not window.banner.isVisible()
 
 
 def test_add_a_hypothetical_gpu_plans_for_it(qtbot: Any, private_config: Path) -> None:
     w = make_window(qtbot, NO_GPU, private_config)
-    with qtbot.waitSignal(w.planner.outcome_shown, timeout=TIMEOUT):
-        w.show()
-        w.planner.start(str(LLAMA))
+    w.show()
+    w.planner.start(str(LLAMA))
+    wait_settled(qtbot, w)
     assert w.banner.level == "info" and "No GPU detected" in w.banner.text()
-    assert [d.kind.value for d in w.planner.outcome.estimate.settings and [
-        de.device for de in w.planner.outcome.estimate.devices]] == ["cpu"]
+    assert [de.device.kind.value for de in w.planner.outcome.estimate.devices] == ["cpu"]
     w.hardware.size_box.setValue(12.0)
-    with qtbot.waitSignal(w.planner.outcome_shown, timeout=TIMEOUT):
-        w.hardware.add_size.click()
+    w.hardware.add_size.click()
+    wait_settled(qtbot, w)
     devices = [de.device for de in w.planner.outcome.estimate.devices]
     assert [d.name for d in devices] == ["12 GiB GPU", "Host"]
     assert devices[0].total_bytes == 12 * GIB and devices[0].hypothetical
     assert w.chart.device_box.count() == 2
     # Unticking it plans for the host only again.
-    with qtbot.waitSignal(w.planner.outcome_shown, timeout=TIMEOUT):
-        w.hardware.list.item(0).setCheckState(Qt.CheckState.Unchecked)
+    w.hardware.list.item(0).setCheckState(Qt.CheckState.Unchecked)
+    wait_settled(qtbot, w)
     assert [de.device.name for de in w.planner.outcome.estimate.devices] == ["Host"]
     w.close()
     saved = json.loads((private_config / "settings.json").read_text())
@@ -256,16 +251,15 @@ def test_folder_scan_adds_every_model(qtbot: Any, window: MainWindow) -> None:
 
 def test_window_remembers_settings_per_model(qtbot: Any, private_config: Path) -> None:
     w = make_window(qtbot, NO_GPU, private_config)
-    with qtbot.waitSignal(w.planner.outcome_shown, timeout=TIMEOUT):
-        w.show()
-        w.planner.start(str(LLAMA))
-    with qtbot.waitSignal(w.planner.outcome_shown, timeout=TIMEOUT):
-        w.settings.context_box.setValue(4096)
-    w.close()
+    w.show()
+    w.planner.start(str(LLAMA))
+    wait_settled(qtbot, w)
+    w.settings.context_box.setValue(4096)
+    w.close()  # before the debounced estimate: the choice must still be saved
     again = make_window(qtbot, NO_GPU, private_config)
-    with qtbot.waitSignal(again.planner.outcome_shown, timeout=TIMEOUT):
-        again.show()
-        again.planner.start()
+    again.show()
+    again.planner.start()
+    wait_settled(qtbot, again)
     assert again.settings.context_box.value() == 4096
     assert again.planner.model.source == str(LLAMA)
     again.close()

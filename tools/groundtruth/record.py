@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sparse_models  # noqa: E402
+import sparse_models
 
 LLAMA_CPP = {"commit": "515e85511", "build": 11434}
 SCHEMA_VERSION = 1
@@ -120,7 +120,7 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
             continue
         if m := RE_CTX_PARAM.match(line):
             v = m.group(2)
-            out["ctx_params"][m.group(1)] = int(v) if v.isdigit() else v
+            out["ctx_params"][m.group(1)] = int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
             continue
         if m := RE_OFFLOADED.match(line):
             out["offloaded_layers"] = [int(m.group(1)), int(m.group(2))]
@@ -374,6 +374,8 @@ def sparse_settings(name: str, n_ctx_train: int) -> list[tuple[str, list[str], b
                         False))
     out.append(("c4096-np1-faon-b4096-ub4096", ["-c", "4096", "-np", "1", "-fa", "on", "-b", "4096", "-ub", "4096"],
                 False))
+    # no CPU repacking: every weight in the plain CPU buffer
+    out.append(("c4096-np1-faon-norepack", ["-c", "4096", "-np", "1", "-fa", "on", "-nr"], False))
     if name in SWA_MODELS:
         for c in (4096, 32768):
             for np_, kvu in ((1, None), (4, True), (4, False)):
@@ -448,28 +450,32 @@ class RpcServers:
                 p.kill()
 
 
-PLACEMENT_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gemma-3-27b", "gpt-oss-20b", "qwen3-next-80b-a3b"]
+PLACEMENT_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gemma-3-27b", "gpt-oss-20b", "qwen3-next-80b-a3b",
+                    "deepseek-v2-lite", "granite-4.0-h-tiny"]
 
 
 def placement_settings(name: str, n_layer: int, moe: bool) -> list[tuple[str, list[str]]]:
     base = ["-c", "8192", "-np", "1", "-fa", "on"]
     out: list[tuple[str, list[str]]] = []
     for ngl in sorted({0, 1, n_layer // 2, n_layer, n_layer + 1}):
-        out.append((f"ngl{ngl}", base + ["-ngl", str(ngl)]))
-    out.append(("ngl-all-ts1,1", base + ["-ngl", "999", "-ts", "1,1"]))
-    out.append(("ngl-all-ts3,1", base + ["-ngl", "999", "-ts", "3,1"]))
-    out.append((f"ngl{n_layer // 2}-ts3,1", base + ["-ngl", str(n_layer // 2), "-ts", "3,1"]))
-    out.append(("ngl-all-ts1,0", base + ["-ngl", "999", "-ts", "1,0"]))
+        out.append((f"ngl{ngl}", [*base, "-ngl", str(ngl)]))
+    out.append(("ngl-all-ts1,1", [*base, "-ngl", "999", "-ts", "1,1"]))
+    out.append(("ngl-all-ts3,1", [*base, "-ngl", "999", "-ts", "3,1"]))
+    out.append((f"ngl{n_layer // 2}-ts3,1", [*base, "-ngl", str(n_layer // 2), "-ts", "3,1"]))
+    out.append(("ngl-all-ts1,0", [*base, "-ngl", "999", "-ts", "1,0"]))
     out.append(("ngl-all-np4-kvu-c32768", ["-c", "32768", "-np", "4", "-kvu", "-fa", "on", "-ngl", "999"]))
     out.append(("ngl-all-fa-off", ["-c", "8192", "-np", "1", "-fa", "off", "-ngl", "999"]))
     if moe:
-        out.append(("ngl-all-cmoe", base + ["-ngl", "999", "-cmoe"]))
+        out.append(("ngl-all-cmoe", [*base, "-ngl", "999", "-cmoe"]))
         for n in (1, n_layer // 2, n_layer):
-            out.append((f"ngl-all-ncmoe{n}", base + ["-ngl", "999", "-ncmoe", str(n)]))
-        out.append(("ngl-all-ot-exps-cpu", base + ["-ngl", "999", "-ot", r"\.ffn_(up|down|gate)_exps=CPU"]))
+            out.append((f"ngl-all-ncmoe{n}", [*base, "-ngl", "999", "-ncmoe", str(n)]))
+        out.append(("ngl-all-ot-exps-cpu", [*base, "-ngl", "999", "-ot", r"\.ffn_(up|down|gate)_exps=CPU"]))
     else:
-        out.append(("ngl-all-ot-ffn-cpu", base + ["-ngl", "999", "-ot", r"\.ffn_(up|down|gate)\.=CPU"]))
-    out.append(("ngl-all-ot-blk0-rpc1", base + ["-ngl", "999", "-ot", r"blk\.0\.=RPC1_BUFT"]))
+        out.append(("ngl-all-ot-ffn-cpu", [*base, "-ngl", "999", "-ot", r"\.ffn_(up|down|gate)\.=CPU"]))
+    out.append(("ngl-all-nkvo", [*base, "-ngl", "999", "-nkvo"]))
+    out.append(("ngl-all-sm-none-mg1", [*base, "-ngl", "999", "-sm", "none", "-mg", "1"]))
+    out.append(("ngl-all-dev-rpc1", [*base, "-ngl", "999", "-dev", "RPC1"]))
+    out.append(("ngl-all-ot-blk0-rpc1", [*base, "-ngl", "999", "-ot", r"blk\.0\.=RPC1_BUFT"]))
     return out
 
 
@@ -487,7 +493,7 @@ def grid_placement(env: Env, only: list[str] | None) -> None:
             t0 = time.time()
             for cid, args in placement_settings(name, n_layer, moe):
                 args = [a.replace("RPC1_BUFT", f"RPC0[127.0.0.1:{rpc.ports[1]}]") for a in args]
-                case = case_from_membreak(env, cid, path, ["--rpc", rpc.endpoints] + args)
+                case = case_from_membreak(env, cid, path, ["--rpc", rpc.endpoints, *args])
                 # the ports change from run to run: record them symbolically (P1, P2)
                 text = json.dumps(case)
                 for i, port in enumerate(rpc.ports):
@@ -507,8 +513,7 @@ SERVER_DONE = re.compile(r"server is listening|main: model loaded|starting the m
 
 def run_server(env: Env, model: Path, args: Sequence[str], timeout: float = 600.0) -> tuple[list[str], list[str]]:
     port = free_port()
-    argv = [str(env.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "-lv", "4", "-t", "2"] + list(args)
+    argv = [str(env.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-lv", "4", "-t", "2", *list(args)]
     p = subprocess.Popen(argv, env=env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.time() + timeout

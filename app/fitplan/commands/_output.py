@@ -132,12 +132,10 @@ def to_jsonable(obj: Any) -> Any:
     Dataclasses become objects of their fields (in declaration order); enums their value; paths strings;
     tuples, lists, sets and frozensets lists (sets sorted for stable output); bytes raise TypeError.
     """
-    if obj is None or isinstance(obj, bool | int | float | str):
-        if isinstance(obj, enum.Enum):
-            return obj.value
-        return obj
-    if isinstance(obj, enum.Enum):
+    if isinstance(obj, enum.Enum):  # before the scalars: a StrEnum is also a str
         return to_jsonable(obj.value)
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, PurePath):

@@ -28,10 +28,19 @@ def register(subparsers: Any) -> None:
         allow_abbrev=False,
     )
     add_common_arguments(p)
-    p.add_argument("--shell", choices=[s.value for s in Shell], help="shell to quote for (default: this platform's)")
-    p.add_argument("--multiline", action="store_true", help="one flag per line, with the shell's continuations")
-    p.add_argument("--preset", action="store_true", help="print a llama-server models preset (INI) section instead")
+    p.add_argument(
+        "--shell", choices=[s.value for s in Shell], help="shell to quote for (default: this platform's)"
+    )
+    p.add_argument(
+        "--multiline", action="store_true", help="one flag per line, with the shell's continuations"
+    )
+    p.add_argument(
+        "--preset", action="store_true", help="print a llama-server models preset (INI) section instead"
+    )
     p.add_argument("--name", help="the preset section name (default: the model file name without .gguf)")
+    p.add_argument(
+        "--json", action="store_true", help="print the argv, the quoted command and the preset as JSON"
+    )
     p.set_defaults(handler=run, accepts_extra=True)
 
 
@@ -45,7 +54,20 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     p = make_plan(req)
     if not p.fits:
         out.warn(p.binding)
-    if args.preset:
+    if args.json:
+        shell = Shell(args.shell) if args.shell else default_shell()
+        argv = command_argv(req, p, args.program)
+        out.print_json(
+            {
+                "fits": p.fits,
+                "binding": p.binding,
+                "argv": list(argv),
+                "shell": shell.value,
+                "command": join(argv, shell, multiline=args.multiline),
+                "preset": preset_text(req, p, args.name or _default_name(args.model)),
+            }
+        )
+    elif args.preset:
         print(preset_text(req, p, args.name or _default_name(args.model)), end="")
     else:
         shell = Shell(args.shell) if args.shell else default_shell()

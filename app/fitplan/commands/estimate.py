@@ -122,7 +122,20 @@ def _host() -> Device:
     return host_device(int(total), int(avail))
 
 
+def split_model_flag(model: str | None, extra: list[str]) -> tuple[str | None, list[str]]:
+    """Give `-m PATH` back its PATH: argparse takes the first bare word as MODEL even when it followed `-m`."""
+    extra = list(extra)
+    for flag in ("-m", "--model"):
+        if model is not None and flag in extra:
+            i = extra.index(flag)
+            if i + 1 >= len(extra) or extra[i + 1].startswith("-"):
+                extra.insert(i + 1, model)
+                model = None
+    return model, extra
+
+
 def run(args: argparse.Namespace, extra: list[str]) -> int:
+    args.model, extra = split_model_flag(args.model, extra)
     try:
         parsed = parse_flags(extra)
     except FlagError as exc:

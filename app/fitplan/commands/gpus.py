@@ -9,7 +9,6 @@ from fitplan.commands import _output as out
 from fitplan.core.devices import GIB
 from fitplan.core.hardware import DetectedGpu, DeviceProbe, ProbeResult, detect_hardware
 
-
 EPILOG = """examples:
   fitplan gpus                 GPUs (memory, driver, compute capability, PCI bus), host RAM, and what was not found
   fitplan gpus --json          the same as one JSON document

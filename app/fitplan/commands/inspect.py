@@ -44,7 +44,16 @@ def load_files(model: str) -> ModelFiles:
         return open_remote_model(model, os.environ.get("HF_TOKEN") or None)
     from fitplan.core.gguf_reader import open_model
 
-    return open_model(model, find_mmproj=False)
+    return open_model(model, find_mmproj=False, allow_incomplete=True)
+
+
+def incomplete_shards(files: ModelFiles) -> list[str]:
+    """Shards shorter than the tensor data their header declares (interrupted downloads)."""
+    return [
+        f"{h.source}: {h.file_size} of {h.expected_file_size} bytes present (incomplete download)"
+        for h in files.shards
+        if h.file_size is not None and h.file_size < h.expected_file_size
+    ]
 
 
 def layer_to_dict(ly: LayerProfile) -> dict[str, object]:
@@ -165,9 +174,15 @@ def format_text(p: ModelProfile, all_layers: bool = False) -> str:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    profile = build_profile(load_files(args.model))
+    files = load_files(args.model)
+    profile = build_profile(files)
+    incomplete = incomplete_shards(files)
     if args.json:
-        out.print_json(profile_to_dict(profile))
+        doc = profile_to_dict(profile)
+        doc["incomplete"] = incomplete
+        out.print_json(doc)
     else:
         print(format_text(profile, all_layers=args.layers))
+    for problem in incomplete:
+        out.warn(problem)
     return out.EXIT_OK

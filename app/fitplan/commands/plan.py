@@ -53,14 +53,26 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT=SIZE",
         help="a ggml-rpc-server device and its memory; repeat the endpoint for a second device of that server",
     )
-    p.add_argument("--margin", type=int, default=1024, metavar="MiB", help="memory left free per GPU (default 1024)")
-    p.add_argument("--host-margin", type=int, default=1024, metavar="MiB", help="host RAM left free (default 1024)")
-    p.add_argument("--use-total", action="store_true", help="plan against total memory instead of free memory")
-    p.add_argument("--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount")
+    p.add_argument(
+        "--margin", type=int, default=1024, metavar="MiB", help="memory left free per GPU (default 1024)"
+    )
+    p.add_argument(
+        "--host-margin", type=int, default=1024, metavar="MiB", help="host RAM left free (default 1024)"
+    )
+    p.add_argument(
+        "--use-total", action="store_true", help="plan against total memory instead of free memory"
+    )
+    p.add_argument(
+        "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
+    )
     p.add_argument("--min-ctx", type=int, metavar="N", help="keep at least N tokens of context")
     p.add_argument("--all-on-gpu", action="store_true", help="never move weights to the CPU")
-    p.add_argument("--mmproj-file", metavar="FILE", help="estimate this multimodal projector (same as --mmproj)")
-    p.add_argument("--program", default="llama-server", help="the program in the command (default llama-server)")
+    p.add_argument(
+        "--mmproj-file", metavar="FILE", help="estimate this multimodal projector (same as --mmproj)"
+    )
+    p.add_argument(
+        "--program", default="llama-server", help="the program in the command (default llama-server)"
+    )
     p.add_argument(
         "--header-only",
         action="store_true",
@@ -140,7 +152,9 @@ def detect_machine(assume: Sequence[str], host_ram: str | None) -> Machine:
     return config.machine(detected)
 
 
-def pins_from_flags(settings: LaunchSettings, given: frozenset[str], min_ctx: int | None, all_on_gpu: bool) -> Pins:
+def pins_from_flags(
+    settings: LaunchSettings, given: frozenset[str], min_ctx: int | None, all_on_gpu: bool
+) -> Pins:
     """Pins: the settings as parsed, with a pin for each placement-relevant flag the user wrote."""
     base = dataclasses.replace(settings, n_gpu_layers=NGL_AUTO, tensor_split=(), n_cpu_moe=0)
     return Pins(
@@ -151,7 +165,9 @@ def pins_from_flags(settings: LaunchSettings, given: frozenset[str], min_ctx: in
         kv_unified=settings.kv_unified if given & {"kv_unified", "no_kv_unified"} else None,
         cache_type_k=settings.cache_type_k if "cache_type_k" in given else None,
         cache_type_v=settings.cache_type_v if "cache_type_v" in given else None,
-        n_gpu_layers=settings.n_gpu_layers if "n_gpu_layers" in given and settings.n_gpu_layers != NGL_AUTO else None,
+        n_gpu_layers=settings.n_gpu_layers
+        if "n_gpu_layers" in given and settings.n_gpu_layers != NGL_AUTO
+        else None,
         tensor_split=settings.tensor_split if "tensor_split" in given else None,
         n_cpu_moe=settings.n_cpu_moe if "n_cpu_moe" in given else None,
         mmproj=settings.mmproj if given & {"no_mmproj_offload", "mmproj_offload"} else None,
@@ -159,7 +175,9 @@ def pins_from_flags(settings: LaunchSettings, given: frozenset[str], min_ctx: in
     )
 
 
-def build_request(args: argparse.Namespace, extra: Sequence[str], machine: Machine | None = None) -> PlanRequest:
+def build_request(
+    args: argparse.Namespace, extra: Sequence[str], machine: Machine | None = None
+) -> PlanRequest:
     parsed = parse_flags(list(extra))
     if parsed.model_path is not None:
         raise FlagError("give the model once, as the first argument (not with -m)")
@@ -243,7 +261,12 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         "placement": p.placement,
         "devices": devices,
         "shortfalls": [
-            {"device": s.label, "used_bytes": s.used_bytes, "capacity_bytes": s.capacity_bytes, "over_bytes": s.over_bytes}
+            {
+                "device": s.label,
+                "used_bytes": s.used_bytes,
+                "capacity_bytes": s.capacity_bytes,
+                "over_bytes": s.over_bytes,
+            }
             for s in p.shortfalls
         ],
         "notes": list(p.notes),
@@ -265,7 +288,9 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
     verdict = out.style("fits", out.GREEN) if p.fits else out.style("does not fit", out.RED, out.BOLD)
     lines.append(f"plan: {verdict}: {p.binding}")
     if p.fits:
-        lines.append(f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap})")
+        lines.append(
+            f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap})"
+        )
     lines.append(f"placement: {p.placement.description}")
     lines.append("")
     rows = []

@@ -192,6 +192,11 @@ def run(
     fit_check: FitCheck | None = None,
 ) -> int:
     roots = roots_for(args.dirs)
+    if reader is None and not args.no_fit:
+        # the fit check reads the headers again through the profile cache: let the scan fill it
+        from fitplan.core.profile_cache import cached_read_header
+
+        reader = cached_read_header
     scanner = LibraryScanner(reader=reader, index=JsonScanIndex(_index_path()))
     progress = ProgressLine(sys.stderr) if not args.json and sys.stderr.isatty() else None
     on_progress: ProgressCallback | None = progress

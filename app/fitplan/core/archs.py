@@ -65,7 +65,7 @@ RS_ROLLBACK_ARCHS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 #: Speculative types that make common/common.h:common_params_speculative::need_n_rs_seq return --spec-draft-n-max.
-RS_SEQ_SPEC_TYPES: frozenset[str] = frozenset({"draft-mtp", "eagle3", "dflash", "dspark"})
+RS_SEQ_SPEC_TYPES: frozenset[str] = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
 
 #: Archs whose load_arch_hparams reads `{arch}.attention.key_length_mla` / `value_length_mla` (src/models/*.cpp).
 #: For every other arch those keys are ignored, so the model never runs MLA.
@@ -82,8 +82,6 @@ FLASH_ATTN_FORCED_OFF_ARCHS: frozenset[str] = frozenset({"grok"})
 #: Archs whose memory module llama.cpp builds in a way fitplan only approximates (the listed caches are
 #: modelled as plain KV / recurrent caches; see `unmodelled_memory`).
 APPROXIMATE_MEMORY_ARCHS: dict[str, str] = {
-    # src/llama-kv-cache-dsv4.cpp: compressed cache with its own layout
-    "deepseek4": "DeepSeek-V4 compressed KV cache (llama_kv_cache_dsv4) is not modelled",
     # src/llama-model.cpp:create_memory: shares the target model's KV cache
     "gemma4-assistant": "gemma4-assistant shares the target model's KV cache",
     "dflash": "dflash draft caches are not modelled",
@@ -198,6 +196,7 @@ class MemoryLayout(StrEnum):
     DSA = "dsa"  # llama_kv_cache_dsa: MLA K-only cache + indexer K cache
     DSA_ISWA = "dsa_iswa"  # llama_kv_cache_dsa_iswa: non-SWA MLA cache + indexer cache + SWA MLA cache
     MSA = "msa"  # llama_kv_cache_msa: main KV cache + indexer K/V cache (one key head)
+    DSV4 = "dsv4"  # llama_kv_cache_dsv4: raw SWA K cache, CSA/HCA compressed K caches, indexer, compressor states
 
 
 #: Attention filter of the hybrid memory (create_memory): which layers get KV.
@@ -218,6 +217,8 @@ def memory_layout(arch: str) -> MemoryLayout:
         return MemoryLayout.DSA_ISWA
     if arch == "minimax-m3":
         return MemoryLayout.MSA
+    if arch == "deepseek4":
+        return MemoryLayout.DSV4
     if arch in RECURRENT_ARCHS:
         return MemoryLayout.RECURRENT
     if arch in HYBRID_ARCHS:
@@ -262,3 +263,8 @@ def swa_pattern(n_layer: int, n_layer_all: int, n_pattern: int, dense_first: boo
 #: caches (src/llama-model.cpp:create_memory), with `indexer_kpool_row` values per row when k-pooling is on
 #: (src/llama-memory-hybrid-idx.cpp; glm5-next: key | gate | pooled = 3 (hparams default), qwen4exp: key | pooled = 2).
 HYBRID_IDX_KPOOL_ROW: dict[str, int] = {"glm5-next": 3, "qwen4exp": 2}
+
+#: src/llama-kv-cache-dsv4.cpp: DSV4_CSA_RATIO / DSV4_HCA_RATIO, the attention.compress_ratios values of the
+#: compressed-sparse (with a lightning indexer) and heavily-compressed layers.
+DSV4_CSA_RATIO = 4
+DSV4_HCA_RATIO = 128

@@ -100,7 +100,9 @@ def _items(
     out: list[_Item] = []
 
     def add(key: str, flag: str, value: str | None, ini_key: str, ini_value: str | None = None) -> None:
-        out.append(_Item(key, flag, value, ini_key, ini_value if ini_value is not None else (value or "true")))
+        out.append(
+            _Item(key, flag, value, ini_key, ini_value if ini_value is not None else (value or "true"))
+        )
 
     if model_path:
         add("model", "-m", first_shard(model_path), "model")
@@ -205,9 +207,13 @@ def plan_to_args(
 
 def _check_ini_value(key: str, value: str) -> None:
     if any(c in value for c in ";#\n\r"):
-        raise FlagError(f"preset key {key}: the value {value!r} holds ';', '#' or a line break, which INI cannot keep")
+        raise FlagError(
+            f"preset key {key}: the value {value!r} holds ';', '#' or a line break, which INI cannot keep"
+        )
     if value != value.strip(" \t"):
-        raise FlagError(f"preset key {key}: the value {value!r} starts or ends with a blank, which INI would drop")
+        raise FlagError(
+            f"preset key {key}: the value {value!r} starts or ends with a blank, which INI would drop"
+        )
 
 
 def to_preset_ini(
@@ -220,7 +226,9 @@ def to_preset_ini(
 ) -> str:
     """One `[name]` section of a llama-server models preset (INI) with the same settings as `plan_to_args`."""
     if not name or "]" in name or "\n" in name or name != name.strip():
-        raise FlagError(f"preset name {name!r}: must be non-empty, without ']' or line breaks or outer blanks")
+        raise FlagError(
+            f"preset name {name!r}: must be non-empty, without ']' or line breaks or outer blanks"
+        )
     lines: list[str] = []
     if comment:
         lines.extend("; " + c for c in comment.splitlines())
@@ -313,8 +321,12 @@ def annotate(
         alt = _without(s, it.key)
         if alt is None:
             if it.key == "n_ctx":
-                kv = sum(t.bytes for d in base.devices for t in d.terms if t.kind.value in ("kv", "recurrent"))
-                notes.append(ArgNote(it.flag, it.value, 0, 0, f"{s.n_ctx} tokens: KV cache and state take {_mib(kv)}"))
+                kv = sum(
+                    t.bytes for d in base.devices for t in d.terms if t.kind.value in ("kv", "recurrent")
+                )
+                notes.append(
+                    ArgNote(it.flag, it.value, 0, 0, f"{s.n_ctx} tokens: KV cache and state take {_mib(kv)}")
+                )
             elif it.key == "fit":
                 notes.append(ArgNote(it.flag, it.value, 0, 0, "the plan fixes context and placement"))
             continue

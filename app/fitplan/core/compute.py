@@ -30,6 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 from fitplan.core.devices import Vendor
 from fitplan.core.profile import LayerKind, ModelProfile, TensorRole
 from fitplan.core.weights import WeightPlacement, row_bytes
@@ -117,7 +120,9 @@ def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
         dense = 3 * lp.n_ff
         if lp.is_moe and moe is not None:
             used = lp.n_expert_used or moe.n_expert_used
-            f = used * (3 * moe.n_ff_exp + profile.n_embd)
+            # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
+            n_ff_exp = moe.n_ff_exp or lp.n_ff
+            f = used * (3 * n_ff_exp + profile.n_embd)
             if moe.n_ff_shexp and moe.n_expert_shared:
                 f = max(f, 3 * moe.n_ff_shexp * moe.n_expert_shared)
             dense = f  # the dense n_ff of a MoE layer is not used there
@@ -136,6 +141,297 @@ def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], l
     return base, swa
 
 
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells."""
+
+    a_base: int = 0
+    a_swa: int = 0
+    c: int = 0
+
+    def at(self, n_kv_base: int, n_kv_swa: int) -> int:
+        return self.a_base * n_kv_base + self.a_swa * n_kv_swa + self.c
+
+
+def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
+    return max((a.at(nb, ns) for a in affs), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class _DevicePlan:
+    """The compute buffer of one backend as functions of the KV cells (built once per placement)."""
+
+    device: int | None
+    layer_phase: bool  # the device runs layers (attention or FFN)
+    masks: Affine
+    v_idxs: int
+    blocks_label: str
+    blocks: int
+    ffn: int
+    kq: tuple[Affine, ...]  # KQ scores + Q per layer group (max of)
+    mla_v: Affine
+    fa_copies: tuple[Affine, ...]  # CUDA f16 K/V copies per layer (max of)
+    logits: int  # > 0 on the output device
+    out_block: int
+    pp_extra: Affine
+    op_offload_copy: int
+    host_inputs: bool  # the host with no layers: graph inputs only
+
+
+class ComputePlan:
+    """Everything the compute buffers depend on except the KV cells, resolved once for a placement.
+
+    `evaluate(n_kv_base, n_kv_swa)` is a handful of integer operations per backend, so a whole context curve is
+    cheap; `compute_buffers` is the one-shot form.
+    """
+
+    def __init__(
+        self,
+        profile: ModelProfile,
+        inputs: ComputeInputs,
+        placement: WeightPlacement,
+        gpu_vendors: tuple[Vendor, ...] = (),
+    ) -> None:
+        self.inputs = inputs
+        n_tok, n_out = inputs.n_tok, inputs.n_out
+        fa = inputs.flash_attn
+        n_gpu = len(gpu_vendors)
+        trunk = [lp.index for lp in profile.layers if not lp.is_nextn and lp.index < profile.n_layer]
+        by_dev: dict[int | None, list[int]] = {}
+        for il in trunk:
+            by_dev.setdefault(placement.layer_device[il], []).append(il)
+        out_dev = placement.output_device
+        mask_elt = F16 if fa else F32
+        embd_block = F32 * profile.n_embd * n_tok
+        logits = F32 * profile.n_vocab * n_out
+        v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
+
+        def masks(layers: list[int]) -> Affine:
+            if not profile.has_memory:
+                return Affine(c=mask_elt * n_tok * n_tok) if layers else Affine()
+            base, swa = _attn_layers(profile, layers)
+            return Affine(
+                a_base=mask_elt * n_tok if base else 0,
+                a_swa=mask_elt * n_tok if swa else 0,
+            )
+
+        def kq(layers: list[int]) -> tuple[Affine, ...]:
+            if fa:
+                return ()
+            base, swa = _attn_layers(profile, layers)
+            out: set[Affine] = set()
+            for group, is_swa in ((base, False), (swa, True)):
+                for il in group:
+                    lp = profile.layers[il]
+                    a = F32 * n_tok * lp.n_head
+                    # Q (permuted, in the cache's K row width) is live while KQ is; MLA adds the absorbed q_nope.
+                    q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
+                    if profile.mla is not None:
+                        q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
+                    if not profile.has_memory:
+                        out.add(Affine(c=a * n_tok + q))
+                    elif is_swa:
+                        out.add(Affine(a_swa=a, c=q))
+                    else:
+                        out.add(Affine(a_base=a, c=q))
+            return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+        def mla_v(layers: list[int]) -> Affine:
+            if fa or profile.mla is None or not _attn_layers(profile, layers)[0]:
+                return Affine()
+            return Affine(a_base=row_bytes(kv_type_id(inputs.cache_type_k), profile.mla.kv_lora_rank))
+
+        def v_idxs(layers: list[int]) -> int:
+            if fa or not profile.has_memory:
+                return 0
+            base, swa = _attn_layers(profile, layers)
+            return I64 * n_tok * v_gqa_max if (base or swa) else 0
+
+        def fa_copies(layers: list[int]) -> tuple[Affine, ...]:
+            if not fa or (inputs.cache_type_k == "f16" and inputs.cache_type_v == "f16"):
+                return ()
+            base, swa = _attn_layers(profile, layers)
+            out: set[Affine] = set()
+            for il in base + swa:
+                lp = profile.layers[il]
+                k = F16 * lp.n_embd_k_gqa if inputs.cache_type_k != "f16" else 0
+                v = F16 * lp.n_embd_v_gqa if inputs.cache_type_v != "f16" else 0
+                out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
+            return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
+
+        offload_gpu0 = bool(
+            n_gpu
+            and inputs.op_offload
+            and n_tok >= OP_OFFLOAD_MIN_BATCH
+            and gpu_vendors[0] in OP_OFFLOAD_VENDORS
+        )
+        # Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when
+        # op offload takes host-resident matrix multiplications there.
+        ffn_dev = _ffn_devices(profile, placement)
+        if offload_gpu0:
+            ffn_dev = {il: (0 if d is None else d) for il, d in ffn_dev.items()}
+        ffn_by_dev: dict[int | None, list[int]] = {}
+        for il in trunk:
+            ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
+        op_copy = _largest_host_weight_group(profile, placement) if offload_gpu0 else 0
+
+        plans: list[_DevicePlan] = []
+        for gi in range(n_gpu):
+            layers = by_dev.get(gi, [])
+            flayers = ffn_by_dev.get(gi, [])
+            has_out = out_dev == gi
+            runs = bool(layers or flayers)
+            cuda = gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
+            pp = inputs.pipeline_parallel and (runs or has_out)
+            m = masks(layers)
+            plans.append(
+                _DevicePlan(
+                    device=gi,
+                    layer_phase=runs,
+                    masks=m if runs else Affine(),
+                    v_idxs=v_idxs(layers) if runs else 0,
+                    blocks_label="layer input + residual",
+                    blocks=GPU_LAYER_BLOCKS * embd_block if runs else 0,
+                    ffn=_ffn_transient(profile, flayers, n_tok),
+                    kq=kq(layers),
+                    mla_v=mla_v(layers),
+                    fa_copies=fa_copies(layers) if cuda else (),
+                    logits=logits if has_out else 0,
+                    out_block=embd_block if has_out else 0,
+                    # GGML_SCHED_MAX_COPIES = 4: every split input (masks, the hidden state handed over) is kept
+                    # 4 times instead of once.
+                    pp_extra=Affine(
+                        (PIPELINE_COPIES - 1) * m.a_base,
+                        (PIPELINE_COPIES - 1) * m.a_swa,
+                        (PIPELINE_COPIES - 1) * (m.c + embd_block),
+                    )
+                    if pp
+                    else Affine(),
+                    op_offload_copy=op_copy if gi == 0 else 0,
+                    host_inputs=False,
+                )
+            )
+        host_layers = by_dev.get(None, [])
+        host_flayers = ffn_by_dev.get(None, [])
+        runs = bool(host_layers or host_flayers)
+        n_copies = PIPELINE_COPIES if inputs.pipeline_parallel and not runs else 1
+        m = masks(trunk)
+        if runs:
+            blocks = (RESIDUAL_BLOCKS if host_layers else HOST_INPUT_BLOCKS) * embd_block
+            label = "embeddings + residual activations"
+        else:
+            # Graph inputs (embeddings input, masks) in n_copies, the token-embedding get_rows output and the blocks
+            # the recordings show next to them; pipeline parallelism adds two more.
+            blocks = (n_copies - 1 + HOST_INPUT_BLOCKS + (2 if n_copies > 1 else 0)) * embd_block
+            label = "embeddings input + get_rows"
+        plans.append(
+            _DevicePlan(
+                device=None,
+                layer_phase=runs,
+                masks=Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c),
+                v_idxs=n_copies * v_idxs(trunk),
+                blocks_label=label,
+                blocks=blocks,
+                ffn=_ffn_transient(profile, host_flayers, n_tok),
+                kq=kq(host_layers),
+                mla_v=mla_v(host_layers),
+                fa_copies=(),
+                logits=logits if out_dev is None else 0,
+                out_block=0,
+                pp_extra=Affine(),
+                op_offload_copy=0,
+                host_inputs=not runs,
+            )
+        )
+        self.plans = tuple(plans)
+
+    def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
+        return tuple(_evaluate(p, n_kv_base, n_kv_swa) for p in self.plans)
+
+    def totals_array(self, n_kv_base: NDArray[np.int64], n_kv_swa: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Bytes per backend (rows: GPUs in order, then the host) for arrays of KV cells: the vectorised form of
+        `evaluate`, term for term (tests check they agree)."""
+        return np.stack([_total_array(p, n_kv_base, n_kv_swa) for p in self.plans])
+
+
+def _transient(p: _DevicePlan, nb: int, ns: int) -> tuple[str, int]:
+    att = _max_at(p.kq, nb, ns)
+    if att > p.ffn:
+        return "KQ scores + Q", att
+    return "FFN intermediates", p.ffn
+
+
+def _aff(a: Affine, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+    return a.a_base * nb + a.a_swa * ns + a.c
+
+
+def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+    out = np.zeros_like(nb)
+    for a in affs:
+        out = np.maximum(out, _aff(a, nb, ns))
+    return out
+
+
+def _total_array(p: _DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+    att = _max_aff(p.kq, nb, ns)
+    trans = np.where(att > p.ffn, att, p.ffn)
+    if p.device is None:
+        total = _aff(p.masks, nb, ns) + p.v_idxs + p.blocks + _aff(p.mla_v, nb, ns)
+        if p.logits:
+            trans = (
+                np.where(p.logits >= trans, p.logits, trans) if p.layer_phase else np.full_like(nb, p.logits)
+            )
+        elif not p.layer_phase:
+            trans = np.zeros_like(nb)
+        return total + trans
+    out = p.logits + p.out_block
+    if p.layer_phase:
+        layer = (
+            _aff(p.masks, nb, ns)
+            + p.v_idxs
+            + p.blocks
+            + trans
+            + _aff(p.mla_v, nb, ns)
+            + _max_aff(p.fa_copies, nb, ns)
+        )
+        phase = np.where(layer >= out, layer, out)
+    else:
+        phase = np.full_like(nb, out)
+    return phase + _aff(p.pp_extra, nb, ns) + p.op_offload_copy
+
+
+def _evaluate(p: _DevicePlan, nb: int, ns: int) -> ComputeBuffer:
+    parts: list[ComputePart]
+    if p.device is None:
+        parts = [
+            ComputePart("masks", p.masks.at(nb, ns)),
+            ComputePart("v_idxs", p.v_idxs),
+            ComputePart(p.blocks_label, p.blocks),
+            ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
+        ]
+        trans: tuple[str, int] | None = _transient(p, nb, ns) if p.layer_phase else None
+        if p.logits and (trans is None or p.logits >= trans[1]):
+            trans = ("logits", p.logits)
+        if trans is not None:
+            parts.append(ComputePart(*trans))
+    else:
+        layer: list[ComputePart] = []
+        if p.layer_phase:
+            layer = [
+                ComputePart("masks (copy)", p.masks.at(nb, ns)),
+                ComputePart("v_idxs (copy)", p.v_idxs),
+                ComputePart(p.blocks_label, p.blocks),
+                ComputePart(*_transient(p, nb, ns)),
+                ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
+                ComputePart("FA f16 K/V copies", _max_at(p.fa_copies, nb, ns)),
+            ]
+        out = [ComputePart("logits", p.logits), ComputePart("output norm", p.out_block)] if p.logits else []
+        parts = layer if _sum(layer) >= _sum(out) else out
+        parts.append(ComputePart("pipeline-parallel input copies", p.pp_extra.at(nb, ns)))
+        parts.append(ComputePart("op-offload weight copy", p.op_offload_copy))
+    return ComputeBuffer(p.device, tuple(x for x in parts if x.bytes))
+
+
 def compute_buffers(
     profile: ModelProfile,
     inputs: ComputeInputs,
@@ -143,185 +439,47 @@ def compute_buffers(
     gpu_vendors: tuple[Vendor, ...] = (),
 ) -> tuple[ComputeBuffer, ...]:
     """The compute buffer of every backend: one per GPU in use (in order), then the host's."""
-    n_tok, n_out = inputs.n_tok, inputs.n_out
-    fa = inputs.flash_attn
-    n_gpu = len(gpu_vendors)
-    trunk = [lp.index for lp in profile.layers if not lp.is_nextn and lp.index < profile.n_layer]
-    by_dev: dict[int | None, list[int]] = {}
-    for il in trunk:
-        by_dev.setdefault(placement.layer_device[il], []).append(il)
-    out_dev = placement.output_device
-    mask_elt = F16 if fa else F32
-    embd_block = F32 * profile.n_embd * n_tok
-    logits = F32 * profile.n_vocab * n_out
-    v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
-
-    def masks(layers: list[int]) -> int:
-        if not profile.has_memory:
-            return mask_elt * n_tok * n_tok if layers else 0
-        base, swa = _attn_layers(profile, layers)
-        total = 0
-        if base and inputs.n_kv_base:
-            total += mask_elt * inputs.n_kv_base * n_tok
-        if swa and inputs.n_kv_swa:
-            total += mask_elt * inputs.n_kv_swa * n_tok
-        return total
-
-    def kq(layers: list[int]) -> int:
-        if fa:
-            return 0
-        base, swa = _attn_layers(profile, layers)
-        best = 0
-        for group, n_kv in (
-            (base, inputs.n_kv_base if profile.has_memory else n_tok),
-            (swa, inputs.n_kv_swa),
-        ):
-            for il in group:
-                lp = profile.layers[il]
-                scores = F32 * n_kv * n_tok * lp.n_head
-                # Q (permuted, in the cache's K row width) is live while KQ is; MLA adds the absorbed q_nope.
-                q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
-                if profile.mla is not None:
-                    q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
-                best = max(best, scores + q)
-        return best
-
-    def mla_v_copy(layers: list[int]) -> int:
-        if fa or profile.mla is None:
-            return 0
-        base, _ = _attn_layers(profile, layers)
-        if not base:
-            return 0
-        return row_bytes(kv_type_id(inputs.cache_type_k), profile.mla.kv_lora_rank) * inputs.n_kv_base
-
-    def v_idxs(layers: list[int]) -> int:
-        if fa or not profile.has_memory:
-            return 0
-        base, swa = _attn_layers(profile, layers)
-        return I64 * n_tok * v_gqa_max if (base or swa) else 0
-
-    def cuda_fa_copies(layers: list[int]) -> int:
-        if not fa or (inputs.cache_type_k == "f16" and inputs.cache_type_v == "f16"):
-            return 0
-        base, swa = _attn_layers(profile, layers)
-        best = 0
-        for il in base + swa:
-            lp = profile.layers[il]
-            n_kv = inputs.n_kv_swa if lp.is_swa else inputs.n_kv_base
-            k = F16 * lp.n_embd_k_gqa * n_kv if inputs.cache_type_k != "f16" else 0
-            v = F16 * lp.n_embd_v_gqa * n_kv if inputs.cache_type_v != "f16" else 0
-            best = max(best, k + v)
-        return best
-
-    def transient(att_layers: list[int], ffn_layers: list[int]) -> ComputePart:
-        ffn = _ffn_transient(profile, ffn_layers, n_tok)
-        att = kq(att_layers)
-        if att > ffn:
-            return ComputePart("KQ scores + Q", att)
-        return ComputePart("FFN intermediates", ffn)
-
-    offload_gpu0 = bool(
-        n_gpu and inputs.op_offload and n_tok >= OP_OFFLOAD_MIN_BATCH and gpu_vendors[0] in OP_OFFLOAD_VENDORS
-    )
-    # Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when op
-    # offload takes host-resident matrix multiplications there.
-    ffn_dev = _ffn_devices(profile, placement, trunk)
-    if offload_gpu0:
-        ffn_dev = {il: (0 if d is None else d) for il, d in ffn_dev.items()}
-    ffn_by_dev: dict[int | None, list[int]] = {}
-    for il in trunk:
-        ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
-    host_weight_copy = _largest_host_weight_group(profile, placement) if offload_gpu0 else 0
-
-    buffers: list[ComputeBuffer] = []
-    for gi in range(n_gpu):
-        layers = by_dev.get(gi, [])
-        flayers = ffn_by_dev.get(gi, [])
-        has_out = out_dev == gi
-        parts: list[ComputePart] = []
-        layer_phase: list[ComputePart] = []
-        if layers or flayers:
-            layer_phase = [
-                ComputePart("masks (copy)", masks(layers)),
-                ComputePart("v_idxs (copy)", v_idxs(layers)),
-                ComputePart("layer input + residual", GPU_LAYER_BLOCKS * embd_block),
-                transient(layers, flayers),
-                ComputePart("MLA V copy", mla_v_copy(layers)),
-            ]
-            if gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC):
-                layer_phase.append(ComputePart("FA f16 K/V copies", cuda_fa_copies(layers)))
-        out_phase = [ComputePart("logits", logits), ComputePart("output norm", embd_block)] if has_out else []
-        parts = layer_phase if _sum(layer_phase) >= _sum(out_phase) else out_phase
-        if inputs.pipeline_parallel and (layers or has_out):
-            # GGML_SCHED_MAX_COPIES = 4: every split input (masks, the hidden state handed over) is kept 4 times.
-            extra = (PIPELINE_COPIES - 1) * (masks(layers) + embd_block)
-            parts = [*parts, ComputePart("pipeline-parallel input copies", extra)]
-        if gi == 0 and host_weight_copy:
-            parts = [*parts, ComputePart("op-offload weight copy", host_weight_copy)]
-        buffers.append(ComputeBuffer(gi, tuple(p for p in parts if p.bytes)))
-
-    host_layers = by_dev.get(None, [])
-    host_flayers = ffn_by_dev.get(None, [])
-    hparts: list[ComputePart]
-    trans: ComputePart | None = None
-    if host_layers or host_flayers:
-        blocks = RESIDUAL_BLOCKS if host_layers else HOST_INPUT_BLOCKS
-        hparts = [
-            ComputePart("masks", masks(trunk)),
-            ComputePart("v_idxs", v_idxs(trunk)),
-            ComputePart("embeddings + residual activations", blocks * embd_block),
-            ComputePart("MLA V copy", mla_v_copy(host_layers)),
-        ]
-        trans = transient(host_layers, host_flayers)
-    else:
-        n = PIPELINE_COPIES if inputs.pipeline_parallel else 1
-        hparts = [
-            ComputePart("graph inputs (masks)", n * masks(trunk)),
-            ComputePart("v_idxs", n * v_idxs(trunk)),
-            ComputePart("embeddings input + get_rows", (n - 1 + HOST_INPUT_BLOCKS) * embd_block),
-        ]
-        if inputs.pipeline_parallel:
-            hparts.append(ComputePart("pipeline-parallel activations", 2 * embd_block))
-    if out_dev is None and (trans is None or logits >= trans.bytes):
-        trans = ComputePart("logits", logits)
-    if trans is not None:
-        hparts.append(trans)
-    buffers.append(ComputeBuffer(None, tuple(p for p in hparts if p.bytes)))
-    return tuple(buffers)
+    return ComputePlan(profile, inputs, placement, gpu_vendors).evaluate(inputs.n_kv_base, inputs.n_kv_swa)
 
 
 def _sum(parts: list[ComputePart]) -> int:
     return sum(p.bytes for p in parts)
 
 
-def _ffn_devices(
-    profile: ModelProfile, placement: WeightPlacement, trunk: list[int]
-) -> dict[int, int | None]:
-    """Device of each layer's FFN / expert matrices (they can differ from the layer's device with -ot/-cmoe)."""
-    layer_of = {t.name: t.layer for t in profile.tensors}
-    role_of = {t.name: t.role for t in profile.tensors}
-    out: dict[int, int | None] = {}
+_DERIVED: dict[int, tuple[WeightPlacement, dict[int, int | None], int]] = {}
+
+
+def _placement_facts(placement: WeightPlacement) -> tuple[dict[int, int | None], int]:
+    """Per placement (cached: placements are reused across contexts): the device of each layer's FFN / expert
+    matrices (an override can move them off the layer's device), and the largest group of host-resident matrix
+    weights one layer multiplies (what op offload copies to the GPU)."""
+    hit = _DERIVED.get(id(placement))
+    if hit is not None and hit[0] is placement:
+        return hit[1], hit[2]
+    ffn: dict[int, int | None] = {}
+    host_group: dict[int | None, int] = {}
+    ffn_role, exp_role = TensorRole.FFN, TensorRole.EXPERTS
     for p in placement.tensors:
-        il = layer_of.get(p.name)
-        if il is None or role_of.get(p.name) not in (TensorRole.FFN, TensorRole.EXPERTS):
-            continue
-        if role_of.get(p.name) is TensorRole.EXPERTS or il not in out:
-            out[il] = p.device
-    del trunk
-    return out
+        role = p.role
+        il = p.layer
+        if il is not None and (role is ffn_role or role is exp_role) and (role is exp_role or il not in ffn):
+            ffn[il] = p.device
+        if p.device is None and p.matrix and not p.duplicate:
+            host_group[il] = host_group.get(il, 0) + p.n_bytes
+    largest = max(host_group.values(), default=0)
+    if len(_DERIVED) >= 16:
+        _DERIVED.pop(next(iter(_DERIVED)))
+    _DERIVED[id(placement)] = (placement, ffn, largest)
+    return ffn, largest
+
+
+def _ffn_devices(profile: ModelProfile, placement: WeightPlacement) -> dict[int, int | None]:
+    """Device of each layer's FFN / expert matrices (they can differ from the layer's device with -ot/-cmoe)."""
+    del profile
+    return _placement_facts(placement)[0]
 
 
 def _largest_host_weight_group(profile: ModelProfile, placement: WeightPlacement) -> int:
     """Bytes of the largest set of host-resident matrix weights one layer multiplies (op offload copies them)."""
-    by_name = {t.name: t for t in profile.tensors}
-    per_layer: dict[int | None, int] = {}
-    for p in placement.tensors:
-        if p.device is not None or p.duplicate:
-            continue
-        t = by_name.get(p.name)
-        if t is None or t.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD, TensorRole.NORM):
-            continue
-        if len([d for d in t.shape if d > 1]) < 2 or not t.name.endswith(".weight"):
-            continue
-        per_layer[t.layer] = per_layer.get(t.layer, 0) + t.n_bytes
-    return max(per_layer.values(), default=0)
+    del profile
+    return _placement_facts(placement)[1]

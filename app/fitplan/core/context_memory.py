@@ -11,8 +11,9 @@ Pure functions, no I/O. Sources (llama.cpp root):
   tools/server/server.cpp + server-context.cpp:server_output_limits (server defaults).
 
 Fast path for many context lengths: the per-cell row bytes of every cache do not depend on n_ctx, only its cell
-count does. Call `context_caches` once, then `CacheAllocation.bytes_at(ctx)` / `layer_bytes_at(ctx)` for each
-`ResolvedContext` (from `resolve_context` with another n_ctx): every cache's bytes are
+count does. Call `context_caches` once, then `CacheAllocation.bytes_at(ctx)` (or `.at(ctx).layer_bytes` for the
+per-layer split) for each `ResolvedContext` from `resolve_context` with another n_ctx, the other settings unchanged
+(the row bytes depend on the cache types and on flash attention): every cache's bytes are
 `row_bytes_total * cells_at(ctx) * n_stream_at(ctx)`, a few integer operations per cache.
 """
 
@@ -48,6 +49,7 @@ class CellRule(StrEnum):
     CONTEXT = "context"  # n_ctx_seq cells per stream
     SWA = "swa"  # PAD(min(n_ctx_seq, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256); n_ctx_seq with --swa-full
     SEQUENCES = "sequences"  # recurrent rows: max(1, n_seq_max) * (1 + n_rs_seq), independent of n_ctx
+    COMPRESSED = "compressed"  # DeepSeek-V4: PAD(max(1, ceil(n_ctx_seq / compress_ratio)), 256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,8 @@ class CacheAllocation:
     swa_full: bool = False
     #: (layer, bytes per row) of a third tensor some layers carry (qwen4exp's PLE conv history, "P" in the log)
     layer_extra: tuple[tuple[int, int], ...] = ()
+    compress_ratio: int = 0  # COMPRESSED rule
+    per_sequence_streams: bool = False  # one stream per sequence even with a unified context (DeepSeek-V4)
 
     @property
     def k_bytes(self) -> int:
@@ -112,11 +116,15 @@ class CacheAllocation:
         if self.cell_rule is CellRule.CONTEXT:
             return ctx.n_ctx_seq
         if self.cell_rule is CellRule.SWA:
-            return swa_cells(ctx, self.n_swa, self.swa_full)
+            return swa_cells(ctx, self.n_swa, self.swa_full, ctx.kv_unified and not self.per_sequence_streams)
+        if self.cell_rule is CellRule.COMPRESSED:
+            return compressed_cells(ctx.n_ctx_seq, self.compress_ratio)
         return max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq)
 
     def n_stream_at(self, ctx: ResolvedContext) -> int:
-        return 1 if self.kind is TermKind.RECURRENT else ctx.n_stream
+        if self.kind is TermKind.RECURRENT:
+            return 1
+        return ctx.n_seq_max if self.per_sequence_streams else ctx.n_stream
 
     def bytes_at(self, ctx: ResolvedContext) -> int:
         """This cache's bytes for another resolved context (same settings otherwise)."""
@@ -126,12 +134,18 @@ class CacheAllocation:
         return replace(self, cells=self.cells_at(ctx), n_stream=self.n_stream_at(ctx))
 
 
-def swa_cells(ctx: ResolvedContext, n_swa: int, swa_full: bool) -> int:
+def swa_cells(ctx: ResolvedContext, n_swa: int, swa_full: bool, unified: bool | None = None) -> int:
     """src/llama-kv-cache-iswa.cpp: SWA cache cells per stream."""
     if swa_full:
         return ctx.n_ctx_seq
-    per = n_swa * (ctx.n_seq_max if ctx.kv_unified else 1) + ctx.n_ubatch
+    unified = ctx.kv_unified if unified is None else unified
+    per = n_swa * (ctx.n_seq_max if unified else 1) + ctx.n_ubatch
     return pad(min(ctx.n_ctx_seq, per))
+
+
+def compressed_cells(n_ctx_seq: int, ratio: int) -> int:
+    """src/llama-kv-cache-dsv4.cpp: GGML_PAD(dsv4_comp_size(kv_size, ratio), 256)."""
+    return pad(max(1, (n_ctx_seq + ratio - 1) // ratio))
 
 
 # -- resolved context -------------------------------------------------------------------------------------------
@@ -201,14 +215,16 @@ def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> Resolved
     n_ubatch_param = settings.n_ubatch
     n_parallel = settings.n_parallel
     kv_unified = bool(settings.kv_unified)
-    if settings.tool is Tool.SERVER:
-        if settings.embedding and n_batch_param > n_ubatch_param:
-            n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
-        if n_parallel < 0:
+    # llama-cli runs the server in-process (tools/cli/cli-server.h: llama_server(params)) with its own defaults
+    server_code = settings.tool in (Tool.SERVER, Tool.CLI)
+    if n_parallel < 0:
+        if settings.tool is Tool.SERVER:
             n_parallel = SERVER_AUTO_PARALLEL  # server.cpp: "-np auto" = 4 slots, kv_unified forced on
             kv_unified = True
-    elif n_parallel < 0:
-        n_parallel = 1  # common/common.h: n_parallel = 1 outside the server
+        else:
+            n_parallel = 1  # common/common.h: n_parallel = 1 (only llama-server defaults to auto)
+    if server_code and settings.embedding and n_batch_param > n_ubatch_param:
+        n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
     n_seq_max = max(1, n_parallel)
     if n_seq_max > LLAMA_MAX_SEQ:
         raise SettingsError(f"n_seq_max must be <= {LLAMA_MAX_SEQ}")
@@ -222,10 +238,12 @@ def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> Resolved
     n_batch = min(n_ctx, n_batch_param) if profile.causal_attn else n_batch_param
     n_ubatch = min(n_batch, n_ubatch_param if n_ubatch_param > 0 else n_batch_param)
 
-    # n_outputs_max: the server asks for min(n_batch, n_parallel * (1 + n_draft)); others pass 0 = n_batch
-    if settings.tool is Tool.SERVER:
-        if settings.embedding or profile.pooling_type not in (0, -1):
-            requested = n_batch_param  # server_output_limits: {n_batch, 1}
+    # n_outputs_max: the server (and llama-cli) asks for min(n_batch, n_parallel * (1 + n_draft)); llama-fit-params
+    # and the other common tools pass 0 = n_batch
+    if server_code:
+        if settings.embedding:
+            # server_output_limits: {n_batch, 1} (it looks at the --pooling flag, not the model's pooling type)
+            requested = n_batch_param
         else:
             per_seq = 1 + speculative_n_max(settings)
             requested = max(1, min(n_batch_param, n_parallel * per_seq))
@@ -342,6 +360,8 @@ def context_caches(
 
     has_indexer = profile.indexer_head_size > 0 and any(ly.has_indexer for ly in profile.layers)
     split_swa = profile.swa_type is not SwaType.NONE
+    if layout is archs.MemoryLayout.DSV4:
+        return _dsv4_caches(profile, ctx, settings, tk, tk_name)
     if layout is archs.MemoryLayout.DSA_ISWA:
         # src/llama-kv-cache-dsa-iswa.cpp: non-SWA MLA cache, its indexer, then the window-sized SWA cache
         out.append(kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT))
@@ -376,6 +396,77 @@ def context_caches(
         if has_indexer and layout is archs.MemoryLayout.HYBRID:
             out.append(indexer())  # llama_memory_hybrid_idx creates its indexer after the hybrid caches
     return tuple(out)
+
+
+def _dsv4_caches(
+    profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings, tk: int, tk_name: str
+) -> tuple[CacheAllocation, ...]:
+    """src/llama-kv-cache-dsv4.cpp:llama_kv_cache_dsv4::llama_kv_cache_dsv4. Every cache is K-only and keeps one
+    stream per sequence ("unified_raw = false"); the compressor states are f32 and sized per sequence."""
+    swa_unified_cells = swa_cells(ctx, profile.n_swa, settings.swa_full, unified=False)
+    n_seq = ctx.n_seq_max
+
+    def k_only(
+        name: str, layers: list[LayerProfile], rule: CellRule, cells: int, width: int = 0, ratio: int = 0
+    ) -> CacheAllocation:
+        return CacheAllocation(
+            name=name,
+            kind=TermKind.KV,
+            cells=cells,
+            n_stream=n_seq,
+            type_k=tk_name,
+            type_v="",
+            layer_rows=tuple((ly.index, _row_size(tk, width or ly.n_embd_k_gqa), 0) for ly in layers),
+            cell_rule=rule,
+            n_swa=profile.n_swa,
+            swa_full=settings.swa_full,
+            compress_ratio=ratio,
+            per_sequence_streams=True,
+        )
+
+    layers = list(profile.layers)
+    csa = [ly for ly in layers if ly.compress_ratio == archs.DSV4_CSA_RATIO]
+    hca = [ly for ly in layers if ly.compress_ratio == archs.DSV4_HCA_RATIO]
+    caches = [
+        k_only("llama_kv_cache (non-SWA)", [ly for ly in layers if not ly.is_swa], CellRule.CONTEXT, ctx.n_ctx_seq),
+        k_only("llama_kv_cache (SWA)", [ly for ly in layers if ly.is_swa], CellRule.SWA, swa_unified_cells),
+        k_only(
+            "llama_kv_cache (CSA)", csa, CellRule.COMPRESSED, compressed_cells(ctx.n_ctx_seq, 4), ratio=4
+        ),
+        k_only(
+            "llama_kv_cache (HCA)", hca, CellRule.COMPRESSED, compressed_cells(ctx.n_ctx_seq, 128), ratio=128
+        ),
+        k_only(
+            "llama_kv_cache (indexer)",
+            [ly for ly in layers if ly.has_indexer],
+            CellRule.COMPRESSED,
+            compressed_cells(ctx.n_ctx_seq, 4),
+            width=profile.indexer_head_size,
+            ratio=4,
+        ),
+    ]
+    # llama_dsv4_comp_state: per trunk layer, kv and score tensors [n_embd_state, state_size, planes] in f32
+    head_k = layers[0].n_embd_head_k if layers else 0  # hparams.n_embd_head_k() = layer 0's (an SWA layer)
+    rows = max(1, n_seq) * (1 + ctx.n_rs_seq)
+    for name, group, width, size in (
+        ("dsv4 CSA compressor state", csa, 2 * head_k, 2 * archs.DSV4_CSA_RATIO),
+        ("dsv4 HCA compressor state", hca, head_k, archs.DSV4_HCA_RATIO),
+        ("dsv4 indexer compressor state", csa, 2 * profile.indexer_head_size, 2 * archs.DSV4_CSA_RATIO),
+    ):
+        per_row = F32_BYTES * width * size
+        caches.append(
+            CacheAllocation(
+                name=name,
+                kind=TermKind.RECURRENT,
+                cells=rows,
+                n_stream=1,
+                type_k="f32",
+                type_v="f32",
+                layer_rows=tuple((ly.index, per_row, per_row) for ly in group if not ly.is_nextn),
+                cell_rule=CellRule.SEQUENCES,
+            )
+        )
+    return tuple(caches)
 
 
 def kv_bytes(profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings) -> int:

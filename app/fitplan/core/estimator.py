@@ -29,7 +29,7 @@ from fitplan.core.estimate import (
     Term,
     TermKind,
 )
-from fitplan.core.profile import ModelProfile, TensorRole
+from fitplan.core.profile import ModelProfile
 from fitplan.core.reserve import default_reserve_bytes, reserve_explanation
 from fitplan.core.settings import (
     KV_CACHE_TYPES,
@@ -152,30 +152,22 @@ def estimate(
                 dev, Term(cache.kind, nbytes, _cache_explanation(cache, placement, settings, dev), cache.name)
             )
 
-    # Output buffer (host, never in llama.cpp's breakdown).
+    # Output buffer (host, never in llama.cpp's breakdown): created for n_seq_max outputs, it grows only for
+    # requests that ask for every token's logits.
     out_bytes = context_memory.output_buffer_bytes(profile, ctx)
+    grown = context_memory.output_buffer_bytes(profile, ctx, grown=True)
     parts.add(
         None,
         Term(
             TermKind.OUTPUT,
             out_bytes,
-            f"logits buffer: 4 B x n_vocab {profile.n_vocab} x up to {ctx.n_outputs_max} outputs (host)",
+            f"logits buffer: 4 B x n_vocab {profile.n_vocab} x {ctx.n_seq_max} outputs (host); grows to "
+            f"{grown / MIB:.1f} MiB if a request asks for all {max(ctx.n_outputs_max, ctx.n_seq_max)} logits",
         ),
     )
 
     # Compute buffers.
-    n_kv_base, n_kv_swa = _mask_cells(caches, ctx)
-    cinputs = ComputeInputs(
-        n_tok=min(ctx.n_ctx, ctx.n_ubatch),
-        n_out=min(min(ctx.n_ctx, ctx.n_ubatch), ctx.n_outputs_max),
-        n_kv_base=n_kv_base,
-        n_kv_swa=n_kv_swa,
-        flash_attn=ctx.flash_attn,
-        cache_type_k=settings.cache_type_k,
-        cache_type_v=settings.cache_type_v,
-        op_offload=settings.op_offload,
-        pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
-    )
+    cinputs = compute_inputs(profile, settings, ctx, caches, gpus, placement)
     cbufs = compute_buffers(profile, cinputs, placement, tuple(d.vendor for d in gpus))
     for cb in cbufs:
         parts.add(cb.device, _compute_term(cb, cinputs))
@@ -221,6 +213,30 @@ def estimate(
 def _resolve(profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement) -> ResolvedContext:
     ctx = context_memory.resolve_context(profile, settings)
     return dataclasses.replace(ctx, n_gpu_layers=placement.n_gpu_layers)
+
+
+def compute_inputs(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    ctx: ResolvedContext,
+    caches: Sequence[context_memory.CacheAllocation],
+    gpus: Sequence[Device],
+    placement: WeightPlacement,
+) -> ComputeInputs:
+    """What the compute reserve depends on, for this context."""
+    n_kv_base, n_kv_swa = _mask_cells(caches, ctx)
+    n_tok = min(ctx.n_ctx, ctx.n_ubatch)
+    return ComputeInputs(
+        n_tok=n_tok,
+        n_out=min(n_tok, ctx.n_outputs_max),
+        n_kv_base=n_kv_base,
+        n_kv_swa=n_kv_swa,
+        flash_attn=ctx.flash_attn,
+        cache_type_k=settings.cache_type_k,
+        cache_type_v=settings.cache_type_v,
+        op_offload=settings.op_offload,
+        pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
+    )
 
 
 def _pipeline_parallel(
@@ -293,31 +309,46 @@ def _add_mmproj(
             TermKind.MMPROJ, wbytes, f"projector weights, one buffer on {where} (no mmap)", "mmproj weights"
         ),
     )
-    # Warm-up compute: the vision tower over one image of `n_patches` tokens.
-    n_patches = MMPROJ_DEFAULT_PATCHES
-    for t in mmproj.tensors:
-        if (t.role is TensorRole.POS_EMBD or "position_embd" in t.name) and len(t.shape) >= 2:
-            n_patches = t.shape[1]
-            break
-    n_embd = mmproj.n_embd
-    n_ff = max((lp.n_ff for lp in mmproj.layers), default=4 * n_embd)
-    n_head = max((lp.n_head for lp in mmproj.layers), default=16)
-    act = 4 * n_patches * (5 * n_embd + 3 * n_ff)
-    attn = 0 if ctx.flash_attn else 4 * n_patches * n_patches * n_head
-    cbytes = act + attn
+    # Warm-up compute (tools/mtmd/clip.cpp reserves the graph of one warm-up image): the raw image input, then the
+    # larger of one vision block's live set and the projector's.
+    cbytes, detail = mmproj_compute(mmproj, ctx.flash_attn)
     parts.add(
         dev,
         Term(
-            TermKind.MMPROJ,
-            cbytes,
-            f"projector warm-up compute (approximation): {n_patches} patches x (5 x {n_embd} + 3 x {n_ff}) f32"
-            + ("" if ctx.flash_attn else f" + {n_head}-head attention scores"),
-            "mmproj compute",
+            TermKind.MMPROJ, cbytes, f"projector warm-up compute (approximation): {detail}", "mmproj compute"
         ),
     )
     assumptions.append(
         "mmproj compute buffer approximated from the vision tower's shapes; real images larger than the warm-up "
         "image grow it"
+    )
+
+
+def mmproj_compute(mmproj: ModelProfile, flash_attn: bool) -> tuple[int, str]:
+    """Bytes of the projector's warm-up compute buffer, read from the tensor shapes, and how it was computed.
+
+    The vision tower's sizes come from its tensors: `v.position_embd` [n_embd, n_pos] (n_pos = patches, plus the
+    class token), `v.patch_embd` [p, p, 3, n_embd] (patch size p), `v.blk.0.ffn_up` [n_embd, n_ff] and the
+    projector matrices `mm.*` (widest output = projection width). Live at the peak: the raw f32 image
+    (`4 * 3 * image_size^2`), then either one block (residual, norm output, FFN up: `4 * n_pos * (2 n_embd + n_ff)`,
+    plus the attention scores `4 * n_pos^2 * n_head` without flash attention) or the projector (input and two
+    projection-wide activations: `4 * n_pos * (n_embd + 2 proj)`). Checked against a LLaVA-1.5 CLIP projector.
+    """
+    shapes = {t.name: t.shape for t in mmproj.tensors}
+    pos = shapes.get("v.position_embd.weight")
+    n_embd = pos[0] if pos else mmproj.n_embd
+    n_pos = pos[1] if pos and len(pos) > 1 else MMPROJ_DEFAULT_PATCHES
+    patch = shapes.get("v.patch_embd.weight", (14,))[0]
+    up = shapes.get("v.blk.0.ffn_up.weight")
+    n_ff = up[1] if up and len(up) > 1 else 4 * n_embd
+    n_head = max(1, n_embd // 64)
+    proj = max((s[1] for n, s in shapes.items() if n.startswith("mm.") and len(s) > 1), default=n_embd)
+    side = round(max(n_pos - 1, 1) ** 0.5) * patch
+    raw = 4 * 3 * side * side
+    block = 4 * n_pos * (2 * n_embd + n_ff) + (0 if flash_attn else 4 * n_pos * n_pos * n_head)
+    projector = 4 * n_pos * (n_embd + 2 * proj)
+    return raw + max(block, projector), (
+        f"image {side}x{side} ({n_pos} positions, width {n_embd}, FFN {n_ff}, projection {proj})"
     )
 
 

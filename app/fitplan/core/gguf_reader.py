@@ -112,7 +112,12 @@ class ByteSource(Protocol):
 
     @property
     def first_chunk(self) -> int:
-        """How many bytes to ask for first (later reads double the prefix)."""
+        """How many bytes to ask for first."""
+        ...
+
+    @property
+    def growth(self) -> int:
+        """Each further read grows the prefix read so far by this factor (at least)."""
         ...
 
     def read(self, offset: int, length: int) -> bytes:
@@ -126,7 +131,7 @@ class FileSource:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = os.fspath(path)
         try:
-            self._f = open(self._path, "rb")  # noqa: SIM115 (closed by close()/context manager)
+            self._f = open(self._path, "rb", buffering=0)  # noqa: SIM115 (closed by close()/context manager)
             self._size = os.fstat(self._f.fileno()).st_size
         except OSError as e:
             raise GGUFError(f"cannot open: {e.strerror or e}", None, self._path) from e
@@ -143,10 +148,20 @@ class FileSource:
     def first_chunk(self) -> int:
         return FIRST_CHUNK_LOCAL
 
+    @property
+    def growth(self) -> int:
+        return 4  # local reads are cheap: fewer, larger reads copy less
+
     def read(self, offset: int, length: int) -> bytes:
         try:
             self._f.seek(offset)
-            return self._f.read(length)
+            data = self._f.read(length)
+            while 0 < len(data) < length:  # an unbuffered read may return less: read on to `length` or EOF
+                more = self._f.read(length - len(data))
+                if not more:
+                    break
+                data += more
+            return data
         except OSError as e:
             raise GGUFError(f"read failed: {e.strerror or e}", offset, self._path) from e
 
@@ -191,7 +206,7 @@ class _Parser:
             raise self.err(
                 f"header would exceed {MAX_HEADER_BYTES_UNKNOWN_SIZE} bytes while reading {what}", at
             )
-        want = max(end, 2 * have, self.source.first_chunk)
+        want = max(end, self.source.growth * have, self.source.first_chunk)
         if size is not None:
             want = min(want, size)
         elif want > MAX_HEADER_BYTES_UNKNOWN_SIZE:
@@ -307,25 +322,45 @@ class _Parser:
     def skip_strings(self, pos: int, n: int, what: str) -> int:
         """Walk `n` length-prefixed strings without building them; returns the offset after the last one.
 
-        Errors name the offset of the first string (a bad length shows only when a later read falls off the end).
+        The hot loop is unrolled by 8 and does no bounds checks: reading past the buffer raises, and the block is
+        then redone one string at a time, growing the buffer (or failing past the end of the file). Errors name the
+        offset of the first string (a bad length shows only when a later read falls off the end).
         """
-        unpack = self.structs[T_UINT64].unpack_from
+        u = self.structs[T_UINT64].unpack_from
         first = pos
         if n:
             self.need(min(pos + 8 * n, pos + self.remaining(pos)), what, first)
         buf = self.buf
         done = 0
         while done < n:
-            j = done
+            k = done
+            bp = pos
             try:
-                for j in range(done, n):  # noqa: B007 (j is read after an exception, to resume)
-                    pos += 8 + unpack(buf, pos)[0]
+                stop = done + ((n - done) & ~7)
+                for k in range(done, stop, 8):
+                    bp = pos
+                    pos += u(buf, pos)[0] + 8
+                    pos += u(buf, pos)[0] + 8
+                    pos += u(buf, pos)[0] + 8
+                    pos += u(buf, pos)[0] + 8
+                    pos += u(buf, pos)[0] + 8
+                    pos += u(buf, pos)[0] + 8
+                    pos += u(buf, pos)[0] + 8
+                    pos += u(buf, pos)[0] + 8
+                k = done = stop
+                bp = pos
+                for k in range(stop, n):
+                    bp = pos
+                    pos += u(buf, pos)[0] + 8
                 done = n
             except (struct.error, OverflowError):
-                # string j's length lies beyond the buffer: grow it (or fail: past the end of the file)
-                done = j
-                self.need(pos + 8, f"{what} element {j} length", first)
-                buf = self.buf
+                # a length lies beyond the buffer: redo this block one string at a time, growing the buffer
+                done, pos = k, bp
+                for _ in range(min(8, n - done)):
+                    self.need(pos + 8, f"{what} element {done} length", first)
+                    buf = self.buf
+                    pos += u(buf, pos)[0] + 8
+                    done += 1
         self.need(pos, f"{what} element {n - 1}", first)
         return pos
 

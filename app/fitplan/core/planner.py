@@ -11,8 +11,9 @@ Two entry points:
   everything on the GPUs; then (MoE models) the expert tensors of the first layers to the CPU (`--n-cpu-moe`),
   layer by layer; then whole layers to the CPU (`-ngl`). With several GPUs the layers are split in proportion to
   each GPU's usable memory and then balanced layer by layer (`-ts`, as layer counts). The context is kept at least
-  `MIN_PLAN_CTX` (or the pinned minimum) while choosing the placement, as llama.cpp's `--fit` lowers the context to
-  `--fit-ctx` (4096) before it moves layers; the largest context for the chosen placement is then reported.
+  `MIN_PLAN_CTX` per sequence (or the pinned minimum) while choosing the placement, as llama.cpp's `--fit` lowers
+  the context to `--fit-ctx` (4096) x n_stream before it moves layers; the largest context for the chosen placement
+  is then reported.
 
 The estimate itself is injected (`EstimateFn`): by default `fitplan.core.estimator.estimate`.
 """
@@ -126,7 +127,8 @@ class DeviceUse:
 
     @property
     def fits(self) -> bool:
-        return not self.checked or self.used_bytes <= self.capacity_bytes
+        """Within capacity; a device that holds nothing always fits (its margin may exceed its free memory)."""
+        return not self.checked or self.used_bytes == 0 or self.used_bytes <= self.capacity_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +186,7 @@ class Pins:
 
     base: LaunchSettings = field(default_factory=LaunchSettings)
     n_ctx: int | None = None  # -c (0 = the training context)
-    min_ctx: int | None = None  # "context at least N"
+    min_ctx: int | None = None  # "context at least N" tokens per sequence (x n_stream without a unified cache)
     n_parallel: int | None = None  # -np
     kv_unified: bool | None = None  # -kvu / -no-kvu
     cache_type_k: str | None = None
@@ -481,7 +483,9 @@ class _Solver:
             return None
         return _proportional_split(min(ngl, self.L + 1), self.caps)
 
-    def balance(self, ngl: int, ncmoe: int, split: tuple[int, ...] | None, n_ctx: int) -> tuple[int, ...] | None:
+    def balance(
+        self, ngl: int, ncmoe: int, split: tuple[int, ...] | None, n_ctx: int
+    ) -> tuple[int, ...] | None:
         """Move layers one at a time from the GPU with the least headroom to the one with the most, while the
         smallest headroom grows."""
         if split is None or not self.split_free:
@@ -519,7 +523,9 @@ class _Solver:
         return False, split
 
 
-def _describe_placement(profile: ModelProfile, ngl: int, ncmoe: int, split: tuple[int, ...], n_gpus: int) -> Placement:
+def _describe_placement(
+    profile: ModelProfile, ngl: int, ncmoe: int, split: tuple[int, ...], n_gpus: int
+) -> Placement:
     L = profile.n_layer_all
     act = min(ngl, L + 1)
     cpu_layers = min(profile.n_layer, max(0, L + 1 - act))
@@ -602,8 +608,9 @@ def plan(
         need_ctx = pinned_ctx
     else:
         pinned_ctx = None
-        want = pins.min_ctx if pins.min_ctx is not None else min(MIN_PLAN_CTX, cap)
-        need_ctx = max(step, math.ceil(want / step) * step)
+        streams = kv_streams(base)
+        want = pins.min_ctx if pins.min_ctx is not None else min(MIN_PLAN_CTX, cap // streams)
+        need_ctx = max(1, math.ceil(want / CTX_PAD)) * CTX_PAD * streams  # per sequence, as --fit-ctx
         if need_ctx > cap:
             notes.append(
                 f"the minimum context {want} is above the model's training length {profile.n_ctx_train}: "
@@ -613,8 +620,10 @@ def plan(
 
     solver = _Solver(ev, base, pins, need_ctx)
     L = profile.n_layer_all
-    has_gpu = bool(machine.gpus) and base.devices != () and not (
-        base.split_mode is SplitMode.NONE and base.main_gpu < 0
+    has_gpu = (
+        bool(machine.gpus)
+        and base.devices != ()
+        and not (base.split_mode is SplitMode.NONE and base.main_gpu < 0)
     )
     moe_flags = _moe_layer_flags(profile)
     moe_layers = [i for i, f in enumerate(moe_flags) if f]
@@ -682,13 +691,18 @@ def plan(
                         back = _smallest_true(min(first_gpu_layer, ncmoe_cpu), ncmoe_cpu, back_ok)
                         if back is not None:
                             chosen = (best_ngl, back, found_m[back])
+                    # Experts of layers that are on the CPU anyway need no --n-cpu-moe.
+                    if is_moe and not ncmoe_pinned and chosen[1] <= max(0, L + 1 - best_ngl):
+                        chosen = (chosen[0], 0, chosen[2])
 
     if chosen is None:
         ngl_t, ncmoe_t, split_t = last_tried
         s = solver.settings(ngl_t, ncmoe_t, split_t, need_ctx)
         est, usage = ev(s)
         shorts = _shortfalls(usage)
-        placement = _describe_placement(profile, ngl_t if has_gpu else 0, ncmoe_t, split_t or (), len(machine.gpus))
+        placement = _describe_placement(
+            profile, ngl_t if has_gpu else 0, ncmoe_t, split_t or (), len(machine.gpus)
+        )
         what = f"-c {need_ctx}" if pinned_ctx is not None else f"the minimum context {need_ctx}"
         lead = "does not fit"
         if pins.all_weights_on_gpu:

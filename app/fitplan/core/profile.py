@@ -84,6 +84,7 @@ class LayerProfile:
     n_expert_used: int = 0
     n_embd_p: int = 0  # qwen4exp PLE conv history, f32 elements per sequence (its own recurrent tensor)
     has_indexer: bool = False  # owns a row in a sparse-attention indexer cache (DSA, MSA, k-pool indexers)
+    compress_ratio: int = 0  # DeepSeek-V4 attention.compress_ratios[il] (4 = CSA, 128 = HCA, 0 = window only)
 
     @property
     def n_embd_k_gqa(self) -> int:

@@ -312,6 +312,20 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
             n_ff = (n_ff[:phys]) * loops
             n_expert_used = (n_expert_used[:phys]) * loops
             n_layer_all = phys * loops
+            zeros = [0] * n_layer_all
+
+    # graniteswitch (models/granite-switch.cpp): a single-head router attention layer is appended at index n_real;
+    # llama.cpp repurposes n_layer_nextn = 1 for it, but the trunk attends it, so it keeps its KV (router_layer)
+    router_layer = -1
+    if arch == "graniteswitch":
+        router_layer = n_layer_all - n_nextn
+        n_layer_all = router_layer + 1
+        n_nextn = 1
+        n_head = [*n_head[:router_layer], 1]
+        n_head_kv = [*n_head_kv[:router_layer], 1]
+        n_ff = [*n_ff[:router_layer], 0]
+        n_expert_used = [*n_expert_used[:router_layer], 0]
+        zeros = [0] * n_layer_all
 
     n_layer = n_layer_all - n_nextn
 
@@ -473,7 +487,7 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
     holds_rs = [False] * n_layer_all
     indexer = [False] * n_layer_all
     if layout is archs.MemoryLayout.KV:
-        trunk_only = n_nextn > 0 and n_layer > 0
+        trunk_only = n_nextn > 0 and n_layer > 0 and router_layer < 0
         for il in range(n_layer_all):
             own = kv_from_start < 0 or il < kv_from_start
             has_kv[il] = own and (not trunk_only or il < n_layer)
@@ -495,6 +509,8 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
                     holds_rs[il] = is_recr[il] and n_ff[il] == 0
                 else:
                     holds_rs[il] = is_recr[il]
+    elif layout is archs.MemoryLayout.DSV4:
+        has_kv = [True] * n_layer_all  # the raw cache has no layer filter (hparams_raw.n_layer_nextn = 0)
     elif layout in (archs.MemoryLayout.DSA, archs.MemoryLayout.DSA_ISWA, archs.MemoryLayout.MSA):
         # deepseek32/glm-dsa/dots3note: filter_mla keeps the trunk when there are NextN layers; hy_v4 and
         # minimax-m3 pass no filter
@@ -525,6 +541,10 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
             indexer[il] = not is_recr[il] and typed(il, True)
         elif arch == "qwen4exp":
             indexer[il] = idx_head > 0 and not is_recr[il]
+    ratios_v4 = meta.key_or_arr("attention.compress_ratios", n_layer_all, zeros) if arch == "deepseek4" else zeros
+    if arch == "deepseek4":
+        # src/llama-kv-cache-dsv4.cpp: the lightning indexer follows the CSA layers (over all n_layer_all layers)
+        indexer = [r == archs.DSV4_CSA_RATIO for r in ratios_v4]
     if arch in archs.HYBRID_IDX_KPOOL_ROW:
         if arch == "glm5-next":
             kpool = meta.num("attention.indexer.kpool")
@@ -541,7 +561,7 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         swa = is_swa[il]
         hk = head_k_swa if swa else head_k
         hv = head_v_swa if swa else head_v
-        nextn = il >= n_layer
+        nextn = il >= n_layer and il != router_layer
         kv_source: int | None = None
         if nextn:
             kind = LayerKind.NEXTN
@@ -578,6 +598,7 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
                 n_expert_used=n_expert_used[il],
                 n_embd_p=ple_state if holds_rs[il] and il in ple_layers else 0,
                 has_indexer=indexer[il],
+                compress_ratio=ratios_v4[il],
             )
         )
 

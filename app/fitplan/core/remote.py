@@ -22,6 +22,7 @@ __all__ = [
     "FIRST_CHUNK_REMOTE",
     "HttpRangeSource",
     "RemoteHTTPError",
+    "hf_resolve_url",
     "open_remote_model",
     "read_remote_header",
     "split_shard_urls",
@@ -64,6 +65,10 @@ class HttpRangeSource:
     @property
     def first_chunk(self) -> int:
         return FIRST_CHUNK_REMOTE
+
+    @property
+    def growth(self) -> int:
+        return 2  # each request fetches only what the doubled prefix lacks
 
     def read(self, offset: int, length: int) -> bytes:
         if length <= 0:
@@ -146,6 +151,15 @@ def read_remote_header(
     src = HttpRangeSource(url, token, timeout=timeout)
     # The remote file is complete by definition (we never see a partial upload); size checks still apply.
     return parse_header(src, keep_arrays=keep_arrays, array_limit=array_limit, allow_incomplete=True)
+
+
+HF_ENDPOINT = "https://huggingface.co"
+
+
+def hf_resolve_url(repo_id: str, filename: str, revision: str = "main", endpoint: str = HF_ENDPOINT) -> str:
+    """The Hugging Face download URL of a file in a model repository ("org/name", "sub/dir/model.gguf")."""
+    q = urllib.parse.quote
+    return f"{endpoint.rstrip('/')}/{q(repo_id)}/resolve/{q(revision, safe='')}/{q(filename)}"
 
 
 def split_shard_urls(url: str, count: int | None = None) -> tuple[str, ...] | None:

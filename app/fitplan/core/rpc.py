@@ -42,8 +42,9 @@ RPC_SECURITY_WARNING = (
     "and allow only the main host through the firewall."
 )
 
+
 def parse_size(text: str) -> int:
-    """"24GiB", "24 GB", "24576MiB", "24" (GiB) -> bytes, as `--assume-gpu` reads sizes."""
+    """Bytes of a size such as 24GiB, 24 GB, 24576MiB or 24 (GiB), read as `--assume-gpu` reads sizes."""
     from fitplan.core.hardware.catalog import parse_size as parse
 
     n = parse(text)
@@ -113,7 +114,9 @@ def rpc_devices(specs: Sequence[str]) -> tuple[RpcServer, ...]:
         first = parse_rpc_spec(spec)
         k = count.get(first.endpoint, 0)
         count[first.endpoint] = k + 1
-        out.append(RpcServer(first.host, first.port, first.total_bytes, first.free_bytes, k, first.description))
+        out.append(
+            RpcServer(first.host, first.port, first.total_bytes, first.free_bytes, k, first.description)
+        )
     return tuple(out)
 
 

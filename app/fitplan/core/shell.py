@@ -13,6 +13,10 @@ everything else is quoted in the one form of that shell that is literal:
   This is the interactive prompt's form: inside a .bat file `%` must be doubled instead. Line breaks and carriage
   returns cannot be passed through cmd.exe at all; rendering one raises `ShellSyntaxError`.
 
+Caveat for PowerShell 5.1 (Windows PowerShell): when it passes arguments on to a native program it drops empty
+arguments and mangles embedded double quotes (fixed in PowerShell 7.3, `$PSNativeCommandArgumentPassing`). The
+rendering is exact at the PowerShell language level; llama-server arguments rarely need either.
+
 Splitting implements the rules a pasted command needs: quotes, escapes, line continuations (`\\` in sh, a backtick
 in PowerShell, `^` in cmd), comments, and statement separators (newline, `;`, `&&`, `|` ...), so a paste such as
 `$env:CUDA_VISIBLE_DEVICES=0; llama-server ...` splits into two commands. Variables are never expanded: `$HOME` or
@@ -310,7 +314,17 @@ def _split_sh(text: str) -> tuple[tuple[str, ...], ...]:
     return tuple(acc.commands)
 
 
-_ANSI_C = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "v": "\v"}
+_ANSI_C = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "v": "\v",
+}
 
 
 def _sh_ansi_c(text: str, i: int, acc: _Commands) -> int:
@@ -336,7 +350,17 @@ def _sh_ansi_c(text: str, i: int, acc: _Commands) -> int:
     raise ShellSyntaxError("unterminated $'...' quote")
 
 
-_PS_ESCAPES = {"0": "\x00", "a": "\a", "b": "\b", "e": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+_PS_ESCAPES = {
+    "0": "\x00",
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+}
 
 
 def _ps_escape(text: str, i: int) -> tuple[str, int]:

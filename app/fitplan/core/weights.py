@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gguf.constants import GGMLQuantizationType
 
@@ -135,6 +135,10 @@ class TensorPlacement:
     device: int | None  # GPU index, None = host
     alloc_bytes: int  # padded as the buffer type pads it
     duplicate: bool = False  # the tied-embedding copy for the output layer
+    layer: int | None = None  # the tensor's blk index
+    role: TensorRole = TensorRole.OTHER
+    n_bytes: int = 0  # ggml_nbytes (unpadded)
+    matrix: bool = False  # a MUL_MAT / MUL_MAT_ID weight
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +284,10 @@ def _trim(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(s)
 
 
+_PLACEMENT_CACHE: dict[tuple[object, ...], tuple[ModelProfile, Machine, WeightPlacement]] = {}
+_PLACEMENT_CACHE_SIZE = 16
+
+
 def place_weights(
     profile: ModelProfile,
     settings: LaunchSettings,
@@ -292,8 +300,30 @@ def place_weights(
     """Place every tensor of `profile` as llama.cpp would with `settings` on `machine`.
 
     `gpu_build` says whether the llama.cpp build has a GPU backend (decides pinned host vs CPU_REPACK); by default
-    it is true when the machine has a GPU.
+    it is true when the machine has a GPU. The context size does not change the placement, so results are kept for
+    the last few (profile, machine, settings) and reused across contexts.
     """
+    key_settings = settings if settings.n_ctx == 0 else replace(settings, n_ctx=0)
+    key = (id(profile), id(machine), key_settings, cpu, gpu_build, load_mtp)
+    hit = _PLACEMENT_CACHE.get(key)
+    if hit is not None and hit[0] is profile and hit[1] is machine:
+        return hit[2]
+    placement = _place_weights(profile, settings, machine, cpu=cpu, gpu_build=gpu_build, load_mtp=load_mtp)
+    if len(_PLACEMENT_CACHE) >= _PLACEMENT_CACHE_SIZE:
+        _PLACEMENT_CACHE.pop(next(iter(_PLACEMENT_CACHE)))
+    _PLACEMENT_CACHE[key] = (profile, machine, placement)
+    return placement
+
+
+def _place_weights(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    *,
+    cpu: CpuFeatures = DEFAULT_CPU_FEATURES,
+    gpu_build: bool | None = None,
+    load_mtp: bool = False,
+) -> WeightPlacement:
     gpus = active_gpus(settings, machine)
     backends = [gpu_backend(d, machine_index(machine, d)) for d in gpus]
     if gpu_build is None:
@@ -315,10 +345,12 @@ def place_weights(
     by_buft = {b.buffer_type: (i, b) for i, b in enumerate(backends)}
     overrides = [(re.compile(o.pattern), o.buffer_type) for o in effective_overrides(settings)]
 
-    def cpu_choice(t: TensorProfile) -> tuple[str, None, int]:
+    quantized: dict[int, bool] = {}
+
+    def cpu_choice(t: TensorProfile, matrix: bool) -> tuple[str, None, int]:
         if host_pinned is not None:
             return host_pinned, None, pad(t.n_bytes, CPU_ALIGNMENT)
-        if use_repack and _is_matrix_weight(t):
+        if use_repack and matrix:
             mult = cpu.repack_row_multiple(t.ggml_type)
             ne1 = t.shape[1] if len(t.shape) > 1 else 1
             if mult is not None and ne1 % mult == 0:
@@ -328,15 +360,20 @@ def place_weights(
     def gpu_choice(t: TensorProfile, gi: int) -> tuple[str, int, int]:
         b = backends[gi]
         size = t.n_bytes
-        if b.row_padding and is_quantized(t.ggml_type) and t.shape and t.shape[0] % b.row_padding:
+        q = quantized.get(t.ggml_type)
+        if q is None:
+            q = quantized[t.ggml_type] = is_quantized(t.ggml_type)
+        if b.row_padding and q and t.shape and t.shape[0] % b.row_padding:
             size += row_bytes(t.ggml_type, b.row_padding - t.shape[0] % b.row_padding)
         return b.buffer_type, gi, pad(size, b.alignment)
 
-    def choose(t: TensorProfile, layer_index: int | None, name: str) -> tuple[str, int | None, int]:
-        for rx, buft in overrides:
+    def choose(
+        t: TensorProfile, layer_index: int | None, name: str, matrix: bool
+    ) -> tuple[str, int | None, int]:
+        for rx, buft in overrides if overrides else ():
             if rx.search(name):
                 if buft == CPU_BUFT:
-                    return cpu_choice(t)
+                    return cpu_choice(t, matrix)
                 if buft not in by_buft:
                     raise SettingsError(
                         f"-ot {rx.pattern}={buft}: unknown buffer type (have: CPU, {_names(gpus)})"
@@ -344,7 +381,7 @@ def place_weights(
                 return gpu_choice(t, by_buft[buft][0])
         dev = None if layer_index is None else devs[layer_index]
         if dev is None:
-            return cpu_choice(t)
+            return cpu_choice(t, matrix)
         return gpu_choice(t, dev)
 
     placed: list[TensorPlacement] = []
@@ -362,8 +399,9 @@ def place_weights(
             li = t.layer
         else:
             li = L  # output layer (and non-block heads)
-        buft, dev, size = choose(t, li, t.name)
-        placed.append(TensorPlacement(t.name, buft, dev, size))
+        matrix = _is_matrix_weight(t)
+        buft, dev, size = choose(t, li, t.name, matrix)
+        placed.append(TensorPlacement(t.name, buft, dev, size, False, t.layer, t.role, t.n_bytes, matrix))
         if (
             t.role is TensorRole.TOKEN_EMBD
             and t.name == "token_embd.weight"
@@ -380,9 +418,21 @@ def place_weights(
                 layer=None,
                 role=TensorRole.OUTPUT,
             )
-            obuft, odev, osize = choose(dup, L, t.name)
+            obuft, odev, osize = choose(dup, L, t.name, True)
             if obuft != buft:
-                placed.append(TensorPlacement(t.name + " (output copy)", obuft, odev, osize, duplicate=True))
+                placed.append(
+                    TensorPlacement(
+                        t.name + " (output copy)",
+                        obuft,
+                        odev,
+                        osize,
+                        True,
+                        None,
+                        TensorRole.OUTPUT,
+                        t.n_bytes,
+                        True,
+                    )
+                )
 
     # Sum per buffer type; with mmap the host CPU buffer is the mapped file.
     sizes: dict[tuple[str, int | None], list[int]] = {}

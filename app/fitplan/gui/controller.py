@@ -115,6 +115,11 @@ class Planner(QObject):
         if first:
             self.open(first)
 
+    def settled(self) -> bool:
+        """No job running and the newest request answered (tests and benches wait for this)."""
+        out = self.outcome
+        return self.jobs.running == 0 and out is not None and out.request_id == self.estimator.latest_id
+
     def shutdown(self) -> None:
         self._debounce.stop()
         self.estimator.shutdown()
@@ -275,6 +280,8 @@ class Planner(QObject):
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save(self, geometry: str, state: str) -> None:
+        if self.model is not None:
+            self.user = self.user.with_choices(self.model.source, self.p.settings.choices())
         self.user = replace(self.user, window_geometry=geometry, window_state=state)
         try:
             save_user_settings(self.user, self.config_dir)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThread, QThreadPool, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, QThread, QThreadPool, Signal, Slot
 
 from fitplan.core.errors import FitplanError
 from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest
@@ -86,6 +86,9 @@ class Estimator(QObject):
         self._worker.failed.connect(self._on_failed)
         self._latest = 0
         self._thread.start()
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)  # never leave the thread running past the event loop
 
     @property
     def latest_id(self) -> int:
@@ -111,8 +114,9 @@ class Estimator(QObject):
             self.error.emit(err)
 
     def shutdown(self) -> None:
-        self._thread.quit()
-        self._thread.wait(5000)
+        if self._thread.isRunning():
+            self._thread.quit()
+            self._thread.wait(5000)
 
 
 class _JobSignals(QObject):
@@ -121,24 +125,14 @@ class _JobSignals(QObject):
     progress = Signal(int, object)
 
 
-class Job(QRunnable):
-    """A one-shot call on the thread pool: `fn(progress)` returns a value or raises."""
-
-    def __init__(self, token: int, what: str, fn: Callable[[Callable[[Any], None]], Any], signals: _JobSignals) -> None:
-        super().__init__()
-        self.token = token
-        self.what = what
-        self.fn = fn
-        self.signals = signals
-        self.setAutoDelete(True)
-
-    def run(self) -> None:
-        try:
-            value = self.fn(lambda item: self.signals.progress.emit(self.token, item))
-        except Exception as exc:  # shown to the user by the one error sink
-            self.signals.failed.emit(self.token, describe(self.what, exc))
-            return
-        self.signals.done.emit(self.token, value)
+def run_job(token: int, what: str, fn: Callable[[Callable[[Any], None]], Any], signals: _JobSignals) -> None:
+    """The body of a one-shot job, on a pool thread: results and errors leave only as signals."""
+    try:
+        value = fn(lambda item: signals.progress.emit(token, item))
+    except Exception as exc:  # shown to the user by the one error sink
+        signals.failed.emit(token, describe(what, exc))
+        return
+    signals.done.emit(token, value)
 
 
 @dataclass
@@ -176,7 +170,8 @@ class Jobs(QObject):
     ) -> None:
         self._next += 1
         self._callbacks[self._next] = _Callbacks(on_done, on_progress)
-        self._pool.start(Job(self._next, what, fn, self._signals))
+        token, signals = self._next, self._signals
+        self._pool.start(lambda: run_job(token, what, fn, signals))
 
     @Slot(int, object)
     def _on_done(self, token: int, value: object) -> None:

@@ -5,8 +5,8 @@
   snapshots, or through two roots, is one model. Hidden folders (".git", ".cache") and the `blobs` folder of a
   hub repository (it holds the same files under hash names) are not entered.
 * A folder is handled as one batch: its files are summarised, `NAME-0000k-of-0000n.gguf` files are grouped into
-  one model (a set missing a shard is skipped and says which), and a projector (`general.architecture == "clip"`)
-  is attached to every model of its folder (the layout of Hugging Face repos and LM Studio folders).
+  one model (a set missing a shard is skipped and says which), and each model gets the projector
+  (`general.architecture == "clip"`) of its folder that matches it (`pick_projector`).
 * An ollama store (a folder holding `manifests/` and `blobs/`) is read through its manifests: the
   `application/vnd.ollama.image.model` layer is the model, `...image.projector` its projector, `NAME:TAG` its name.
 * Partial downloads are skipped with the reason: names ending in .part/.incomplete/.downloading/
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from fitplan.core.errors import GGUFError, IncompleteModelError
 from fitplan.core.gguf_header import GGUFHeader
+from fitplan.core.gguf_reader import mmproj_match_key, name_tokens
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
 from fitplan.core.library.model import (
     FileSummary,
@@ -55,11 +56,12 @@ OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
 
 
 def default_reader() -> HeaderReader:
-    """The project's GGUF header reader through its on-disk profile cache, so a model the scan has read opens
-    without reading its header again (imported only when a header has to be read)."""
-    from fitplan.core.profile_cache import cached_read_header
+    """The project's GGUF header reader (imported only when a header has to be read). A caller that will open the
+    models afterwards can pass `fitplan.core.profile_cache.cached_read_header` instead, so that the headers read
+    by the scan land in the profile cache (it costs a cache write per file: about a quarter of a cold scan)."""
+    from fitplan.core.gguf_reader import read_header
 
-    return cached_read_header
+    return read_header
 
 
 def file_type_name(header: GGUFHeader) -> str:
@@ -217,7 +219,8 @@ class LibraryScanner:
             return
         if stat_mod.S_ISREG(st.st_mode):  # a file named directly
             found = self._summarise_files([(str(path), st)], state)
-            yield from self._batch_events(str(path.parent), found, root, state)
+            if found is not None:
+                yield from self._batch_events(str(path.parent), found, root, state)
             return
         if (path / "manifests").is_dir() and (path / "blobs").is_dir():
             yield from self._scan_ollama(path, root, state)
@@ -290,6 +293,8 @@ class LibraryScanner:
                         yield SkippedFile(e.path, f"unreadable: {exc.strerror or exc}")
             if files:
                 found = self._summarise_files(files, state)
+                if found is None:
+                    return
                 yield from self._batch_events(folder, found, root, state)
             stack.extend(reversed(subdirs))
 
@@ -297,11 +302,13 @@ class LibraryScanner:
 
     def _summarise_files(
         self, files: list[tuple[str, os.stat_result]], state: _ScanState
-    ) -> list[_Found | SkippedFile]:
+    ) -> list[_Found | SkippedFile] | None:
+        """The files' summaries (or why each is skipped); None when cancelled before the last one (a folder half
+        read would show split sets as missing shards)."""
         out: list[_Found | SkippedFile] = []
         for path, st in files:
             if state.cancelled:
-                break
+                return None
             ident = (st.st_dev, st.st_ino)
             if ident in state.seen_files:
                 continue
@@ -364,7 +371,6 @@ class LibraryScanner:
                 yield SkippedFile(f.path, "one part of a split model whose file names do not follow -0000k-of-0000n")
             else:
                 models.append(f)
-        mmproj = projectors[0].path if projectors else None
         if projectors and not models and not splits:
             for p in projectors:
                 yield SkippedFile(p.path, "projector (mmproj) with no model in its folder")
@@ -377,8 +383,9 @@ class LibraryScanner:
                 continue
             shards = [parts[i] for i in range(1, count + 1)]
             groups.append((shards[0].path, shards))
-        for _, shards in sorted(groups, key=lambda g: g[0]):
-            yield self._model(shards, root, mmproj)
+        proj_paths = [p.path for p in projectors]
+        for first, shards in sorted(groups, key=lambda g: g[0]):
+            yield self._model(shards, root, pick_projector(first, proj_paths))
 
     @staticmethod
     def _model(
@@ -436,6 +443,8 @@ class LibraryScanner:
                 yield SkippedFile(tags[0][2], f"model blob {blob.name} is missing")
                 continue
             found = self._summarise_files([(str(blob), st)], state)
+            if found is None:
+                return
             if not found:
                 continue  # the same blob was already seen through another root
             f = found[0]
@@ -447,6 +456,24 @@ class LibraryScanner:
             if mmproj is not None and not os.path.exists(mmproj):
                 mmproj = None
             yield self._model([f], root, mmproj, display=names[0], aliases=names[1:])
+
+
+def pick_projector(model_path: str, projectors: list[str]) -> str | None:
+    """The projector of the model's folder that belongs to it, best match first (the reader's ranking).
+
+    A projector whose name has no model words ("mmproj-F16.gguf", the layout of a Hugging Face repo) goes with
+    every model of its folder; a named one ("mmproj-gemma-3-4b-f16.gguf") only with models whose name starts
+    with the same word, so a flat folder of unrelated models does not pair them with a stranger's projector.
+    """
+    model = os.path.basename(model_path)
+    first_word = name_tokens(model)[:1]
+    fitting = [
+        p for p in projectors
+        if not name_tokens(os.path.basename(p)) or name_tokens(os.path.basename(p))[:1] == first_word
+    ]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda p: mmproj_match_key(model, os.path.basename(p)))
 
 
 def _hub_partial_blobs(blobs: str) -> Iterator[SkippedFile]:

@@ -36,6 +36,7 @@ class HardwarePanel(QWidget):
         super().__init__(parent)
         self._detected: tuple[Device, ...] = ()
         self._host: Device | None = None
+        self._items: list[Device] = []  # the device of each list row (rows carry their index)
         self.host_label = QLabel("System RAM: detecting…")
         self.host_label.setToolTip("Host memory: holds the layers not offloaded, the embeddings and the output buffer")
         self.list = QListWidget()
@@ -96,6 +97,7 @@ class HardwarePanel(QWidget):
     def _rebuild(self, hypothetical: tuple[HypotheticalDevice, ...], planned: tuple[str, ...] | None) -> None:
         self.list.blockSignals(True)
         self.list.clear()
+        self._items = []
         for d in self._detected:
             self._add_item(d, planned)
         for h in hypothetical:
@@ -107,7 +109,8 @@ class HardwarePanel(QWidget):
 
     def _add_item(self, device: Device, planned: tuple[str, ...] | None) -> None:
         item = QListWidgetItem(_describe(device))
-        item.setData(DEVICE_ROLE, device)
+        item.setData(DEVICE_ROLE, len(self._items))
+        self._items.append(device)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         checked = planned is None or device.name in planned
         item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
@@ -117,7 +120,7 @@ class HardwarePanel(QWidget):
         out = []
         for i in range(self.list.count()):
             item = self.list.item(i)
-            out.append((item.data(DEVICE_ROLE), item.checkState() == Qt.CheckState.Checked))
+            out.append((self._items[int(item.data(DEVICE_ROLE))], item.checkState() == Qt.CheckState.Checked))
         return out
 
     def hypothetical(self) -> tuple[HypotheticalDevice, ...]:
@@ -168,7 +171,7 @@ class HardwarePanel(QWidget):
         item = self.list.currentItem()
         if item is None:
             return
-        device: Device = item.data(DEVICE_ROLE)
+        device = self._items[int(item.data(DEVICE_ROLE))]
         if not device.hypothetical:
             return
         remaining = tuple(h for h in self.hypothetical() if h.name != device.name)

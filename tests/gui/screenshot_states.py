@@ -1,0 +1,190 @@
+"""Open the window in its main states on a real X display and save a PNG of each, with layout checks.
+
+Run by tests/gui/test_screenshots.py under Xvfb (QT_QPA_PLATFORM=xcb):
+
+    python tests/gui/screenshot_states.py OUT_DIR
+
+Writes OUT_DIR/<state>.png and OUT_DIR/report.json: per state, the window size, the grey-level standard deviation of
+the picture (a blank window is ~0) and the visible widgets that are clipped (outside the window, or squeezed below
+their minimum size hint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QLabel,
+    QLineEdit,
+    QSpinBox,
+    QWidget,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "app"))
+
+from fitplan.core.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
+from fitplan.core.user_settings import UserSettings  # noqa: E402
+from fitplan.gui.app import configure_pyqtgraph, create_app  # noqa: E402
+from fitplan.gui.backend import Backend, Detection  # noqa: E402
+from fitplan.gui.main_window import MainWindow  # noqa: E402
+
+EXAMPLES = ROOT / "resources" / "examples"
+LLAMA = EXAMPLES / "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+QWEN = EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.gguf"
+GEMMA = EXAMPLES / "gemma-3-12b-it-Q4_K_M.gguf"
+DEEPSEEK = EXAMPLES / "DeepSeek-V2-Lite-Chat-Q4_K_M.gguf"
+
+
+def gpu(name: str, gib: float, free_gib: float | None = None) -> Device:
+    free = gib if free_gib is None else free_gib
+    return Device(name, DeviceKind.GPU, int(gib * GIB), int(free * GIB), Vendor.NVIDIA)
+
+
+DESKTOP = Detection((gpu("RTX 4090", 24, 22.5),), host_device(64 * GIB, 52 * GIB))
+SMALL_GPU = Detection((gpu("RTX 4070", 12, 11.2),), host_device(64 * GIB, 52 * GIB))
+TOO_SMALL = Detection((gpu("RTX 3050", 8, 7.5),), host_device(16 * GIB, 6 * GIB))
+TWO_GPUS = Detection((gpu("RTX 3090", 24, 23.2), gpu("RTX 3090", 24, 23.4)), host_device(128 * GIB, 100 * GIB))
+
+
+def settle(app: QApplication, window: MainWindow, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        app.processEvents()
+        if window.planner.settled() and not window.planner._debounce.isActive():
+            break
+        time.sleep(0.01)
+    for _ in range(5):  # let layouts and repaints finish
+        app.processEvents()
+        time.sleep(0.02)
+
+
+def clipped_widgets(window: MainWindow) -> list[str]:
+    """Visible leaf controls that stick out of the window or are narrower/shorter than their minimum hint."""
+    out = []
+    win = window.rect()
+    for w in window.findChildren(QWidget):
+        if not w.isVisible() or not isinstance(w, (QAbstractButton, QLabel, QComboBox, QLineEdit, QSpinBox)):
+            continue
+        if isinstance(w, QLabel) and (w.wordWrap() or not w.text()):
+            continue
+        if isinstance(w, QLineEdit) and isinstance(w.parentWidget(), (QAbstractSpinBox, QComboBox)):
+            continue  # the editor inside a spin box or combo box: its parent is checked
+        scrolled = _inside_scroll_area(w)
+        top_left = w.mapTo(window, w.rect().topLeft())
+        bottom_right = w.mapTo(window, w.rect().bottomRight())
+        hint = w.minimumSizeHint()
+        name = f"{type(w).__name__}({_text_of(w)!r})"
+        if not scrolled and not (win.contains(top_left) and win.contains(bottom_right)):
+            out.append(f"{name} outside the window")
+        elif w.width() + 1 < hint.width() or w.height() + 1 < hint.height():
+            out.append(f"{name} squeezed to {w.width()}x{w.height()} < {hint.width()}x{hint.height()}")
+    return out
+
+
+def _inside_scroll_area(w: QWidget) -> bool:
+    from PySide6.QtWidgets import QAbstractScrollArea
+
+    p = w.parentWidget()
+    while p is not None:
+        if isinstance(p, QAbstractScrollArea):
+            return True
+        p = p.parentWidget()
+    return False
+
+
+def _text_of(w: QWidget) -> str:
+    for attr in ("text", "currentText"):
+        fn = getattr(w, attr, None)
+        if callable(fn):
+            value = fn()
+            if isinstance(value, str):
+                return value[:30]
+    return ""
+
+
+def grey_std(image: QImage) -> float:
+    img = image.convertToFormat(QImage.Format.Format_Grayscale8)
+    ptr = img.constBits()
+    arr = np.frombuffer(ptr, dtype=np.uint8, count=img.bytesPerLine() * img.height())
+    return float(arr.reshape(img.height(), img.bytesPerLine())[:, : img.width()].std())
+
+
+def shoot(
+    app: QApplication,
+    out: Path,
+    name: str,
+    detection: Detection,
+    model: Path | str,
+    size: tuple[int, int] = (1280, 800),
+    prepare: Callable[[MainWindow], None] | None = None,
+) -> dict[str, object]:
+    config = Path(tempfile.mkdtemp(prefix="fitplan-shot-"))
+    window = MainWindow(Backend(probe=lambda: detection), UserSettings(), config)
+    window.resize(*size)
+    window.show()
+    window.planner.start(str(model))
+    settle(app, window)
+    if prepare is not None:
+        prepare(window)
+        settle(app, window)
+    image = window.grab().toImage()
+    path = out / f"{name}.png"
+    image.save(str(path))
+    result: dict[str, object] = {
+        "file": path.name,
+        "size": [window.width(), window.height()],
+        "grey_std": grey_std(image),
+        "clipped": clipped_widgets(window),
+        "verdict": window.verdict.label.text(),
+        "banner": window.banner.text(),
+    }
+    window.close()
+    window.deleteLater()
+    app.processEvents()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    dark = "--dark" in argv
+    app = create_app()
+    assert isinstance(app, QApplication)
+    if dark:
+        app.setStyle("Fusion")
+        app.styleHints().setColorScheme(Qt.ColorScheme.Dark)
+    configure_pyqtgraph()
+    os.environ.setdefault("FITPLAN_CONFIG_DIR", tempfile.mkdtemp(prefix="fitplan-shot-cfg-"))
+    report: dict[str, object] = {}
+    states: list[tuple[str, Detection, Path | str, tuple[int, int], Callable[[MainWindow], None] | None]] = [
+        ("main", DESKTOP, LLAMA, (1280, 800), None),
+        ("moe-partial-offload", SMALL_GPU, QWEN, (1280, 800), None),
+        ("does-not-fit", TOO_SMALL, QWEN, (1280, 800), None),
+        ("vision-two-gpus", TWO_GPUS, GEMMA, (1280, 800), None),
+        ("mla-minimum-size", DESKTOP, DEEPSEEK, (1024, 640), None),
+        ("error-banner", DESKTOP, LLAMA, (1280, 800), lambda w: w.planner.open(str(ROOT / "README.md"))),
+    ]
+    if dark:
+        states = [("main-dark", DESKTOP, LLAMA, (1280, 800), None)]
+    for name, det, model, size, prepare in states:
+        report[name] = shoot(app, out, name, det, model, size, prepare)
+    (out / ("report-dark.json" if dark else "report.json")).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,195 @@
+"""End-to-end estimates (fitplan.core.estimator) on the header copies of the recorded models.
+
+Expected numbers are derived in the comments from the model shapes and llama.cpp's rules; the recorded llama.cpp
+runs themselves are compared in tests/test_accuracy.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from fitplan.core.devices import GIB, MIB, Device, Machine, assumed_gpu, host_device
+from fitplan.core.errors import SettingsError
+from fitplan.core.estimate import Estimate, TermKind
+from fitplan.core.estimator import estimate, mmproj_compute
+from fitplan.core.gguf_reader import read_header
+from fitplan.core.profile import ModelProfile
+from fitplan.core.profile_builder import build_profile
+from fitplan.core.reserve import DEFAULT_CUDA_RESERVE
+from fitplan.core.settings import (
+    NGL_ALL,
+    DraftSettings,
+    FlashAttn,
+    LaunchSettings,
+    MmprojPlacement,
+    Tool,
+)
+
+MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
+HOST = host_device(64 * GIB)
+
+
+def _profile(name: str) -> ModelProfile:
+    return build_profile(read_header(MODELS / f"{name}.header.gguf", allow_incomplete=True))
+
+
+@pytest.fixture(scope="module")
+def llama8b() -> ModelProfile:
+    return _profile("llama-3.1-8b")
+
+
+@pytest.fixture(scope="module")
+def gemma27b() -> ModelProfile:
+    return _profile("gemma-3-27b")
+
+
+def _gpu(gib: float = 24, name: str = "RTX 4090") -> Device:
+    return dataclasses.replace(assumed_gpu(name, gib), backend_name="CUDA0")
+
+
+def _host(e: Estimate):  # type: ignore[no-untyped-def]
+    return e.devices[-1]
+
+
+def test_full_offload_on_one_gpu(llama8b: ModelProfile) -> None:
+    s = LaunchSettings(n_ctx=32768, n_gpu_layers=NGL_ALL)
+    e = estimate(llama8b, s, Machine((_gpu(),), HOST))
+    gpu, host = e.devices
+    # KV: 32 layers x 32768 cells x (8 heads x 128 x 2 B) x 2 (K and V) = 4096 MiB, all on the GPU.
+    assert gpu.bytes_of(TermKind.KV) == 4096 * MIB
+    assert host.bytes_of(TermKind.KV) == 0
+    # Only token_embd stays on the host: q4_K [4096, 128256] = 4096/256 * 144 * 128256 bytes.
+    assert host.bytes_of(TermKind.WEIGHTS) == 4096 // 256 * 144 * 128256
+    assert gpu.bytes_of(TermKind.RESERVE) == DEFAULT_CUDA_RESERVE
+    # Server default: 4 slots, n_outputs_max = 4: logits 4 B x 128256 x 4 on the host.
+    assert host.bytes_of(TermKind.OUTPUT) == 4 * 128256 * 4
+    assert e.context.n_gpu_layers == 33
+    assert e.fits()
+    assert all(t.explanation for d in e.devices for t in d.terms)
+
+
+def test_partial_offload_splits_kv_by_layer(llama8b: ModelProfile) -> None:
+    # -ngl 17: the output layer and blocks 16..31 on the GPU, so 16 of 32 layers' KV (128 MiB each at 32768 cells).
+    e = estimate(llama8b, LaunchSettings(n_ctx=32768, n_gpu_layers=17), Machine((_gpu(),), HOST))
+    gpu, host = e.devices
+    assert gpu.bytes_of(TermKind.KV) == 16 * 128 * MIB
+    assert host.bytes_of(TermKind.KV) == 16 * 128 * MIB
+
+
+def test_no_kv_offload_puts_kv_on_host(llama8b: ModelProfile) -> None:
+    e = estimate(llama8b, LaunchSettings(n_ctx=32768, no_kv_offload=True), Machine((_gpu(),), HOST))
+    assert e.devices[0].bytes_of(TermKind.KV) == 0
+    assert e.devices[1].bytes_of(TermKind.KV) == 4096 * MIB
+
+
+def test_cpu_only_machine_has_no_reserve(llama8b: ModelProfile) -> None:
+    e = estimate(llama8b, LaunchSettings(n_ctx=8192), Machine((), HOST))
+    assert len(e.devices) == 1
+    assert e.devices[0].bytes_of(TermKind.RESERVE) == 0
+    assert e.context.n_gpu_layers == 0
+    # A GPU that is not used (-dev none) gets no terms at all.
+    e = estimate(llama8b, LaunchSettings(n_ctx=8192, devices=()), Machine((_gpu(),), HOST))
+    assert e.devices[0].used_bytes == 0
+
+
+def test_user_reserve_replaces_the_assumption(llama8b: ModelProfile) -> None:
+    e = estimate(llama8b, LaunchSettings(n_ctx=4096), Machine((_gpu(),), HOST), reserve_bytes=300 * MIB)
+    assert e.devices[0].bytes_of(TermKind.RESERVE) == 300 * MIB
+    assert not any("runtime reserve" in a for a in e.assumptions)
+
+
+def test_does_not_fit_on_a_small_gpu(llama8b: ModelProfile) -> None:
+    e = estimate(llama8b, LaunchSettings(n_ctx=131072, n_gpu_layers=NGL_ALL), Machine((_gpu(8),), HOST))
+    assert not e.fits()
+    assert "auto" not in " ".join(e.assumptions)  # -ngl was given
+
+
+def test_ngl_auto_is_all_layers_with_an_assumption(llama8b: ModelProfile) -> None:
+    e = estimate(llama8b, LaunchSettings(n_ctx=4096), Machine((_gpu(),), HOST))
+    assert e.context.n_gpu_layers == 33
+    assert any("-ngl auto" in a for a in e.assumptions)
+
+
+def test_settings_llama_cpp_refuses(llama8b: ModelProfile) -> None:
+    machine = Machine((), HOST)
+    with pytest.raises(SettingsError):
+        estimate(llama8b, LaunchSettings(cache_type_v="q8_0", flash_attn=FlashAttn.OFF), machine)
+    with pytest.raises(SettingsError):
+        estimate(llama8b, LaunchSettings(cache_type_k="q3_K"), machine)
+
+
+def test_unknown_architecture_is_flagged(llama8b: ModelProfile) -> None:
+    odd = dataclasses.replace(llama8b, verified_architecture=False, architecture="llama-next")
+    e = estimate(odd, LaunchSettings(n_ctx=4096), Machine((), HOST))
+    assert any("not known" in w for w in e.warnings)
+    assert e.devices[0].bytes_of(TermKind.KV) > 0
+
+
+def test_host_runtime_bounds(gemma27b: ModelProfile) -> None:
+    e = estimate(gemma27b, LaunchSettings(n_ctx=32768), Machine((), HOST))
+    bounds = {b.name: b.max_bytes for b in e.host_runtime}
+    assert bounds["prompt cache"] == 8192 * MIB
+    # One sequence's SWA state: 52 SWA layers x (16 KV heads x 128 x 2 B x 2) = 8192 B per cell, over
+    # min(SWA cells, window 1024 + ubatch 512) = 1536 cells: 52 * 8192 * 1536 bytes; x 32 checkpoints x 4 slots.
+    assert bounds["context checkpoints"] == 52 * 8192 * 1536 * 32 * 4
+    e = estimate(gemma27b, LaunchSettings(n_ctx=32768, cache_ram_mib=0, ctx_checkpoints=0), Machine((), HOST))
+    assert e.host_runtime == ()
+
+
+def test_tied_embedding_copy_counts_on_the_gpu(gemma27b: ModelProfile) -> None:
+    e = estimate(gemma27b, LaunchSettings(n_ctx=4096, n_gpu_layers=NGL_ALL), Machine((_gpu(48),), HOST))
+    gpu, host = e.devices
+    # The GPU holds every block, the output norm and a copy of token_embd (792,917,248 B with CUDA padding, see
+    # test_weights); the host keeps the input copy.
+    assert gpu.bytes_of(TermKind.WEIGHTS) > host.bytes_of(TermKind.WEIGHTS) > 0
+
+
+def test_mmproj_weights_and_compute(llama8b: ModelProfile) -> None:
+    mm = _profile("mmproj-llava-llama-3-8b")
+    on_gpu = estimate(llama8b, LaunchSettings(n_ctx=4096), Machine((_gpu(),), HOST), mmproj=mm)
+    gw = [t for t in on_gpu.devices[0].terms if t.label == "mmproj weights"]
+    assert gw and gw[0].bytes >= sum(t.n_bytes for t in mm.tensors)
+    on_cpu = estimate(
+        llama8b, LaunchSettings(n_ctx=4096, mmproj=MmprojPlacement.CPU), Machine((_gpu(),), HOST), mmproj=mm
+    )
+    assert on_cpu.devices[0].bytes_of(TermKind.MMPROJ) == 0
+    assert on_cpu.devices[1].bytes_of(TermKind.MMPROJ) > 0
+    # CLIP ViT-L/14 at 336 px: 577 positions, width 1024, FFN 4096, projector to 4096. Raw image 4*3*336*336 =
+    # 1,354,752 B; projector live set 4*577*(1024 + 2*4096) = 21,270,528 B > one block 4*577*(2048+4096).
+    cbytes, _ = mmproj_compute(mm, flash_attn=True)
+    assert cbytes == 4 * 3 * 336 * 336 + 4 * 577 * (1024 + 2 * 4096)
+
+
+def test_draft_model_uses_the_target_context(llama8b: ModelProfile) -> None:
+    draft = _profile("qwen3-8b")
+    s = LaunchSettings(
+        n_ctx=8192, draft=DraftSettings(model_path="d.gguf", cache_type_k="q8_0", cache_type_v="q8_0")
+    )
+    e = estimate(llama8b, s, Machine((_gpu(48),), HOST), draft=draft)
+    alone = estimate(
+        draft,
+        dataclasses.replace(s, draft=None, cache_type_k="q8_0", cache_type_v="q8_0", n_gpu_layers=NGL_ALL),
+        Machine((_gpu(48),), HOST),
+        reserve_bytes=0,
+    )
+    assert e.devices[0].bytes_of(TermKind.DRAFT) == alone.devices[0].used_bytes
+    assert e.devices[1].bytes_of(TermKind.DRAFT) == alone.devices[1].used_bytes
+
+
+def test_tool_changes_the_logits_reservation(llama8b: ModelProfile) -> None:
+    server = estimate(llama8b, LaunchSettings(n_ctx=8192, n_parallel=1), Machine((), HOST))
+    fitp = estimate(
+        llama8b, LaunchSettings(n_ctx=8192, n_parallel=1, tool=Tool.FIT_PARAMS), Machine((), HOST)
+    )
+    # llama-server reserves logits for 1 output, llama-fit-params for n_batch = 2048 (capped by n_ubatch 512 in
+    # the compute graph): 4 B x 128256 x 512 = 250.5 MiB of logits there.
+    assert (
+        fitp.devices[0].bytes_of(TermKind.COMPUTE) - server.devices[0].bytes_of(TermKind.COMPUTE) > 160 * MIB
+    )
+    # The output buffer starts at n_seq_max = 1 output for both (it grows only for all-logits requests).
+    assert (
+        fitp.devices[0].bytes_of(TermKind.OUTPUT) == server.devices[0].bytes_of(TermKind.OUTPUT) == 4 * 128256
+    )
