@@ -37,7 +37,20 @@ def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, dic
 
 def test_json_document(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = _json(
-        capsys, ["estimate", str(model), "-c", "32768", "-np", "1", "--assume-gpu", "RTX 4090=24GiB", "-t", "8", "--json"]
+        capsys,
+        [
+            "estimate",
+            str(model),
+            "-c",
+            "32768",
+            "-np",
+            "1",
+            "--assume-gpu",
+            "RTX 4090=24GiB",
+            "-t",
+            "8",
+            "--json",
+        ],
     )
     assert rc == 0
     assert doc["fits"] is True
@@ -51,7 +64,16 @@ def test_json_document(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     devices = doc["devices"]
     assert isinstance(devices, list) and [d["kind"] for d in devices] == ["gpu", "cpu"]
     gpu = devices[0]
-    assert set(gpu["terms"]) == {"weights", "kv", "recurrent", "compute", "output", "mmproj", "draft", "reserve"}
+    assert set(gpu["terms"]) == {
+        "weights",
+        "kv",
+        "recurrent",
+        "compute",
+        "output",
+        "mmproj",
+        "draft",
+        "reserve",
+    }
     assert gpu["terms"]["kv"] == 4096 * 2**20  # 32 layers x 32768 cells x 4096 B
     assert gpu["used_bytes"] == sum(gpu["terms"].values())
     assert gpu["total_bytes"] == 24 * 2**30
@@ -84,7 +106,18 @@ def test_no_gpu(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_model_via_dash_m_and_tool(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = _json(
         capsys,
-        ["estimate", "-m", str(model), "-c", "4096", "--tool", "llama-fit-params", "--assume-gpu", "24", "--json"],
+        [
+            "estimate",
+            "-m",
+            str(model),
+            "-c",
+            "4096",
+            "--tool",
+            "llama-fit-params",
+            "--assume-gpu",
+            "24",
+            "--json",
+        ],
     )
     assert rc == 0
     s = doc["settings"]

@@ -67,6 +67,11 @@ SETTINGS_KEYS: dict[str, tuple[type, ...]] = {
     "n_cpu_moe": (int, type(None)),
     "cpu_moe": (bool,),
     "devices": (str, type(None)),
+    "device": (str, type(None)),
+    "split_mode": (str, type(None)),
+    "main_gpu": (int, type(None)),
+    "kv_offload": (bool,),
+    "repack": (bool,),
     "server_defaults": (bool,),
     "fit": (bool,),
 }

@@ -77,6 +77,13 @@ def test_text_output_lists_layers(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert text.count("full") >= 3  # summary line plus one row per layer
 
 
+def test_text_output_shows_the_kind_of_each_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_model(tmp_path / "m.gguf", n_layer=6, sliding_window=512)
+    assert main(["inspect", str(path)]) == 0
+    # sliding_window_pattern 3: SWA iff il % 3 < 2
+    assert "0-1 swa, 2 full, 3-4 swa, 5 full" in capsys.readouterr().out
+
+
 def test_unknown_architecture_is_flagged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_model(tmp_path / "m.gguf", n_layer=1, arch="futurenet")
     assert main(["inspect", str(path)]) == 0

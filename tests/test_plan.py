@@ -449,7 +449,9 @@ def test_mmproj_pin_reaches_the_settings() -> None:
     from fitplan.core.settings import MmprojPlacement
 
     base = LaunchSettings(mmproj_path="/m/mmproj.gguf")
-    p = plan(make_profile(), machine(8), Pins(base=base, mmproj=MmprojPlacement.CPU), estimate_fn=fake_estimate)
+    p = plan(
+        make_profile(), machine(8), Pins(base=base, mmproj=MmprojPlacement.CPU), estimate_fn=fake_estimate
+    )
     assert p.settings.mmproj is MmprojPlacement.CPU
     assert p.settings.mmproj_path == "/m/mmproj.gguf"
 

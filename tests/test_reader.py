@@ -262,7 +262,7 @@ def test_structural_errors(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match="not a power of two"):
         read_header(align)
     align_type = RawGGUF().add("general.alignment", GGUFValueType.UINT64, struct.pack("<Q", 64))
-    with pytest.raises(GGUFError, match="general.alignment must be a uint32, not uint64"):
+    with pytest.raises(GGUFError, match=r"general\.alignment must be a uint32, not uint64"):
         read_header(align_type.write(tmp_path / "align64.gguf"))
     unknown = RawGGUF().add_tensor("w", (32,), 77, 0).write(tmp_path / "type.gguf", 64)
     with pytest.raises(GGUFError, match="unknown ggml type 77"):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage
+from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import (
     QAbstractButton,
     QAbstractSpinBox,
@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QLabel,
     QLineEdit,
+    QScrollArea,
     QSpinBox,
     QWidget,
 )
@@ -60,6 +61,19 @@ TOO_SMALL = Detection((gpu("RTX 3050", 8, 7.5),), host_device(16 * GIB, 6 * GIB)
 TWO_GPUS = Detection((gpu("RTX 3090", 24, 23.2), gpu("RTX 3090", 24, 23.4)), host_device(128 * GIB, 100 * GIB))
 
 
+def dark_palette() -> QPalette:
+    p = QPalette()
+    roles = QPalette.ColorRole
+    for role, colour in (
+        (roles.Window, "#2b2b2b"), (roles.WindowText, "#e6e6e6"), (roles.Base, "#1e1e1e"),
+        (roles.AlternateBase, "#2f2f2f"), (roles.Text, "#e6e6e6"), (roles.Button, "#353535"),
+        (roles.ButtonText, "#e6e6e6"), (roles.Highlight, "#2a6bb3"), (roles.HighlightedText, "#ffffff"),
+        (roles.ToolTipBase, "#3a3a3a"), (roles.ToolTipText, "#e6e6e6"), (roles.PlaceholderText, "#9a9a9a"),
+    ):
+        p.setColor(role, QColor(colour))
+    return p
+
+
 def settle(app: QApplication, window: MainWindow, timeout: float = 20.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -83,27 +97,32 @@ def clipped_widgets(window: MainWindow) -> list[str]:
             continue
         if isinstance(w, QLineEdit) and isinstance(w.parentWidget(), (QAbstractSpinBox, QComboBox)):
             continue  # the editor inside a spin box or combo box: its parent is checked
-        scrolled = _inside_scroll_area(w)
+        area = _scroll_area_of(w)
         top_left = w.mapTo(window, w.rect().topLeft())
         bottom_right = w.mapTo(window, w.rect().bottomRight())
         hint = w.minimumSizeHint()
         name = f"{type(w).__name__}({_text_of(w)!r})"
-        if not scrolled and not (win.contains(top_left) and win.contains(bottom_right)):
+        if area is not None:
+            # Inside a scroll area: may scroll vertically, must fit the viewport's width.
+            port = area.viewport()
+            left = w.mapTo(port, w.rect().topLeft()).x()
+            right = w.mapTo(port, w.rect().bottomRight()).x()
+            if left < 0 or right >= port.width():
+                out.append(f"{name} cut off at the side of its scroll area")
+        elif not (win.contains(top_left) and win.contains(bottom_right)):
             out.append(f"{name} outside the window")
         elif w.width() + 1 < hint.width() or w.height() + 1 < hint.height():
             out.append(f"{name} squeezed to {w.width()}x{w.height()} < {hint.width()}x{hint.height()}")
     return out
 
 
-def _inside_scroll_area(w: QWidget) -> bool:
-    from PySide6.QtWidgets import QAbstractScrollArea
-
+def _scroll_area_of(w: QWidget) -> QScrollArea | None:
     p = w.parentWidget()
     while p is not None:
-        if isinstance(p, QAbstractScrollArea):
-            return True
+        if isinstance(p, QScrollArea):
+            return p
         p = p.parentWidget()
-    return False
+    return None
 
 
 def _text_of(w: QWidget) -> str:
@@ -165,8 +184,10 @@ def main(argv: list[str]) -> int:
     app = create_app()
     assert isinstance(app, QApplication)
     if dark:
+        # What a dark desktop theme hands Qt: Fusion with a dark palette (Xvfb has no platform theme to ask).
         app.setStyle("Fusion")
         app.styleHints().setColorScheme(Qt.ColorScheme.Dark)
+        app.setPalette(dark_palette())
     configure_pyqtgraph()
     os.environ.setdefault("FITPLAN_CONFIG_DIR", tempfile.mkdtemp(prefix="fitplan-shot-cfg-"))
     report: dict[str, object] = {}

@@ -215,6 +215,11 @@ def settings_from(args: Sequence[str], server_defaults: bool, resolved: dict[str
         "n_cpu_moe": num("-ncmoe", "--n-cpu-moe"),
         "cpu_moe": "-cmoe" in a or "--cpu-moe" in a,
         "devices": val("--rpc"),
+        "device": val("-dev", "--device"),
+        "split_mode": val("-sm", "--split-mode"),
+        "main_gpu": num("-mg", "--main-gpu"),
+        "kv_offload": not ("-nkvo" in a or "--no-kv-offload" in a),
+        "repack": not ("-nr" in a or "--no-repack" in a),
         "server_defaults": server_defaults,
         "fit": False,
     }

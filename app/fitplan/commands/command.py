@@ -23,6 +23,9 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "command",
         help="print only the llama-server command of the plan (or its preset INI section)",
+        description="The llama-server command of `fitplan plan`, quoted for a shell. Any llama-server flags after "
+        "MODEL are pins, so a printed command can be fed back.",
+        usage="fitplan command MODEL [llama-server flags...] [options]",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,

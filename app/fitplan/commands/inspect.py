@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections import Counter
 from typing import Any
 
@@ -119,6 +120,20 @@ def _kind_summary(p: ModelProfile) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def layer_runs(p: ModelProfile, limit: int = 12) -> str:
+    """The attention kind of each layer as runs: "0-4 swa, 5 full, 6-10 swa, ..."."""
+    runs: list[tuple[int, int, str]] = []
+    for ly in p.layers:
+        if runs and runs[-1][2] == ly.kind.value and runs[-1][1] == ly.index - 1:
+            runs[-1] = (runs[-1][0], ly.index, ly.kind.value)
+        else:
+            runs.append((ly.index, ly.index, ly.kind.value))
+    parts = [f"{a} {k}" if a == b else f"{a}-{b} {k}" for a, b, k in runs[:limit]]
+    if len(runs) > limit:
+        parts.append(f"... ({len(runs) - limit} more runs, see --layers)")
+    return ", ".join(parts)
+
+
 def format_text(p: ModelProfile, all_layers: bool = False) -> str:
     lines: list[str] = []
     arch = p.architecture + ("" if p.verified_architecture else " (not known to llama.cpp)")
@@ -135,6 +150,8 @@ def format_text(p: ModelProfile, all_layers: bool = False) -> str:
         rows.append(["train context", str(p.n_ctx_train)])
         layer_line = f"{p.n_layer}" + (f" + {p.n_nextn} NextN/MTP" if p.n_nextn else "")
         rows.append(["layers", f"{layer_line}: {_kind_summary(p)}"])
+        if len({ly.kind for ly in p.layers}) > 1:
+            rows.append(["layer kinds", layer_runs(p)])
         rows.append(["embedding", f"{p.n_embd}, vocab {p.n_vocab}" + (", tied output" if p.tied_embeddings else "")])
         if p.swa_type.value != "none":
             rows.append(["sliding window", f"{p.n_swa} ({p.swa_type.value})"])
@@ -183,6 +200,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         out.print_json(doc)
     else:
         print(format_text(profile, all_layers=args.layers))
+    sys.stdout.flush()
     for problem in incomplete:
         out.warn(problem)
     return out.EXIT_OK

@@ -65,7 +65,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
     )
-    p.add_argument("--min-ctx", type=int, metavar="N", help="keep at least N tokens of context")
+    p.add_argument(
+        "--min-ctx", type=int, metavar="N", help="keep at least N tokens of context (per sequence)"
+    )
     p.add_argument("--all-on-gpu", action="store_true", help="never move weights to the CPU")
     p.add_argument(
         "--mmproj-file", metavar="FILE", help="estimate this multimodal projector (same as --mmproj)"
@@ -84,6 +86,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "plan",
         help="the largest context and fastest placement that fit, with the llama-server command",
+        description="The fastest placement and the largest context that fit, and the llama-server command. "
+        "Any llama-server flags after MODEL (-c, -np, -ctk, -ngl, -ts, --n-cpu-moe, -fa ...) are pins: the plan "
+        "keeps them and chooses the rest.",
+        usage="fitplan plan MODEL [llama-server flags...] [options]",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,

@@ -57,7 +57,7 @@ MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024
 #: ggml's GGML_MAX_DIMS.
 MAX_DIMS = 4
 #: Upper bound on a header when the source cannot say how big it is (a remote server that hides the file size).
-MAX_HEADER_BYTES_UNKNOWN_SIZE = 512 * 1024 * 1024
+MAX_HEADER_BYTES_UNKNOWN_SIZE = 256 * 1024 * 1024
 
 FIRST_CHUNK_LOCAL = 1024 * 1024
 
@@ -337,7 +337,7 @@ class _Parser:
             bp = pos
             try:
                 stop = done + ((n - done) & ~7)
-                for k in range(done, stop, 8):
+                for k in range(done, stop, 8):  # noqa: B007 (k is read after an exception, to resume)
                     bp = pos
                     pos += u(buf, pos)[0] + 8
                     pos += u(buf, pos)[0] + 8
@@ -349,7 +349,7 @@ class _Parser:
                     pos += u(buf, pos)[0] + 8
                 k = done = stop
                 bp = pos
-                for k in range(stop, n):
+                for k in range(stop, n):  # noqa: B007 (as above)
                     bp = pos
                     pos += u(buf, pos)[0] + 8
                 done = n
@@ -400,7 +400,9 @@ class _Parser:
                 raise self.err(f"duplicate metadata key {key!r}", key_at)
             vtype = self.u32(pos, f"type of {key!r}")
             if key == "general.alignment" and vtype != T_UINT32:
-                raise self.err(f"general.alignment must be a uint32, not {_TYPE_NAMES.get(vtype, vtype)}", pos)
+                raise self.err(
+                    f"general.alignment must be a uint32, not {_TYPE_NAMES.get(vtype, vtype)}", pos
+                )
             value, pos = self.value(vtype, pos + 4, key in keep_arrays, 0, repr(key))
             metadata[key] = value
 

@@ -186,7 +186,7 @@ class Pins:
 
     base: LaunchSettings = field(default_factory=LaunchSettings)
     n_ctx: int | None = None  # -c (0 = the training context)
-    min_ctx: int | None = None  # "context at least N" tokens per sequence (x n_stream without a unified cache)
+    min_ctx: int | None = None  # "context at least N" tokens per sequence (x n_stream if not unified)
     n_parallel: int | None = None  # -np
     kv_unified: bool | None = None  # -kvu / -no-kvu
     cache_type_k: str | None = None

@@ -256,14 +256,19 @@ class Backend:
 
     @staticmethod
     def catalog() -> tuple[tuple[str, int, Vendor], ...]:
+        """GPUs to offer as hypothetical devices: consumer cards first, bigger memory first."""
         cat = _module("fitplan.core.hardware.catalog")
-        if cat is not None and hasattr(cat, "load_catalog"):
-            try:
-                entries = cat.load_catalog()
-                return tuple((e.name, int(e.memory_bytes), Vendor(e.vendor)) for e in entries)
-            except (AttributeError, TypeError, ValueError, OSError):
-                pass
-        return tuple((n, int(g * GIB), v) for n, g, v in FALLBACK_CATALOG)
+        if cat is None:
+            return tuple((n, int(g * GIB), v) for n, g, v in FALLBACK_CATALOG)
+        order = {"consumer": 0, "workstation": 1, "datacenter": 2, "apple": 3}
+        rows: list[tuple[int, float, str, Vendor]] = []
+        for gpu in cat.load_catalog().gpus:
+            sizes = gpu.memory_gib
+            for gib in sizes:
+                name = gpu.name if len(sizes) == 1 else f"{gpu.name} {gib:g}GB"
+                rows.append((order.get(gpu.segment, 4), -gib, name, gpu.vendor))
+        rows.sort()
+        return tuple((name, int(-neg * GIB), vendor) for _seg, neg, name, vendor in rows)
 
     # -- estimates -----------------------------------------------------------------------------------------------
     @staticmethod

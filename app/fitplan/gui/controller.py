@@ -224,8 +224,10 @@ class Planner(QObject):
         if outcome.curve is not None:
             p.chart.set_curve(outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context)
         p.chart.set_context(outcome.estimate.settings.n_ctx)
-        detail = " ".join(outcome.estimate.assumptions[:1])
-        p.verdict.set_verdict(outcome.verdict, detail)
+        rough = [a for a in outcome.estimate.assumptions if a.startswith("Rough estimate")]
+        p.verdict.set_verdict(outcome.verdict, " ".join(rough + list(outcome.notes)))
+        p.verdict.setToolTip("Assumptions behind this estimate:\n• " + "\n• ".join(outcome.estimate.assumptions)
+                             if outcome.estimate.assumptions else "")
         p.command.set_command(self.backend.render_command(outcome.args, p.command.current_shell()))
         if self.model is not None:
             p.models.set_fit(self.model.source, outcome.verdict.level)

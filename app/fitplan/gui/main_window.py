@@ -32,6 +32,7 @@ from fitplan.gui.panels.verdict import VerdictPanel
 
 MIN_SIZE = (1024, 640)
 DEFAULT_SIZE = (1280, 800)
+COMMAND_LINES = 6
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -80,7 +81,8 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(self.verdict)
         centre_layout.addWidget(_group("Memory by context", self.chart), 1)
         centre_layout.addWidget(_group("Command", self.command))
-        self.command.text.setMaximumHeight(self.command.text.fontMetrics().lineSpacing() * 7)
+        lines = self.command.text.fontMetrics().lineSpacing()
+        self.command.text.setFixedHeight(lines * COMMAND_LINES + 2 * self.command.text.frameWidth() + 12)
 
         right_inner = QWidget()
         right_layout = QVBoxLayout(right_inner)
@@ -93,7 +95,7 @@ class MainWindow(QMainWindow):
         right.setWidgetResizable(True)
         right.setFrameShape(QScrollArea.Shape.NoFrame)
         right.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        right.setMinimumWidth(300)
+        right.setMinimumWidth(right_inner.minimumSizeHint().width() + right.verticalScrollBar().sizeHint().width() + 4)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("main-splitter")
@@ -103,7 +105,7 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
-        self.splitter.setSizes([330, 600, 350])
+        self.splitter.setSizes([410, 540, 330])
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
 

@@ -24,6 +24,9 @@ from fitplan.gui.theme import (
     TERM_COLOURS,
 )
 
+X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
+Y_HEADROOM = 1.15  # room above the capacity line for its label
+HOVER_HINT = "Hover over the chart to read every part of the memory at that context."
 TICK_CONTEXTS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 MAJOR_TICKS = (1024, 4096, 32768, 131072, 1048576)
 
@@ -58,7 +61,7 @@ class ChartPanel(QWidget):
         self.device_box = QComboBox()
         self.device_box.setToolTip("Which device's memory the chart shows")
         self.device_box.currentIndexChanged.connect(self._device_chosen)
-        self.readout = QLabel("")
+        self.readout = QLabel(HOVER_HINT)
         self.readout.setWordWrap(True)
         self.readout.setMinimumHeight(self.readout.fontMetrics().height() * 2)
 
@@ -162,8 +165,8 @@ class ChartPanel(QWidget):
         self.margin_line.setVisible(device.kind.value == "gpu" and self._margin > 0)
         lo, hi = float(self._x[0]), float(self._x[-1])
         item = self.plot.getPlotItem()
-        item.setXRange(lo, hi + 0.25, padding=0.0)
-        item.setYRange(0, max(free, float(cumulative.max())) * 1.08, padding=0.0)
+        item.setXRange(lo, hi + X_PAD, padding=0.0)
+        item.setYRange(0, max(free, float(cumulative.max())) * Y_HEADROOM, padding=0.0)
         item.getAxis("bottom").setTicks(_ticks(lo, hi))
         start = math.log2(self._max_context) if self._max_context else lo
         self.too_big.setRegion((start, hi))

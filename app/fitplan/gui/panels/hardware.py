@@ -20,6 +20,8 @@ from fitplan.core.user_settings import HypotheticalDevice
 from fitplan.gui.backend import Detection
 
 DEVICE_ROLE = Qt.ItemDataRole.UserRole + 1
+LIST_MAX_ROWS = 5
+CATALOG_MIN_CHARS = 14
 
 
 def _describe(d: Device) -> str:
@@ -42,14 +44,15 @@ class HardwarePanel(QWidget):
         self.list = QListWidget()
         self.list.setToolTip("Tick the GPUs to plan for. Hypothetical GPUs are assumed entirely free.")
         self.list.itemChanged.connect(lambda _item: self.devices_changed.emit())
-        self.list.setMinimumHeight(60)
-        self.list.setMaximumHeight(130)
+        self.list.setUniformItemSizes(True)
         self.empty_hint = QLabel("No GPU detected: add a hypothetical one below to plan for it.")
         self.empty_hint.setWordWrap(True)
 
         self.catalog = QComboBox()
         for name, size, vendor in catalog:
             self.catalog.addItem(f"{name} ({size / GIB:.0f} GiB)", (name, size, vendor.value))
+        self.catalog.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.catalog.setMinimumContentsLength(CATALOG_MIN_CHARS)
         self.catalog.setToolTip("A GPU model from the catalog, to plan for a card you do not have")
         self.add_catalog = QPushButton("Add")
         self.add_catalog.setToolTip("Add the chosen GPU as a hypothetical device")
@@ -105,6 +108,9 @@ class HardwarePanel(QWidget):
         self.list.blockSignals(False)
         self.empty_hint.setVisible(self.list.count() == 0 and self._host is not None)
         self.list.setVisible(self.list.count() > 0)
+        rows = min(LIST_MAX_ROWS, max(1, self.list.count()))
+        row_height = self.list.sizeHintForRow(0) if self.list.count() else self.fontMetrics().height() + 4
+        self.list.setFixedHeight(rows * row_height + 2 * self.list.frameWidth() + 2)
         self.devices_changed.emit()
 
     def _add_item(self, device: Device, planned: tuple[str, ...] | None) -> None:

@@ -30,10 +30,16 @@ from PySide6.QtWidgets import (
 
 from fitplan.gui.backend import LoadedModel, VerdictLevel
 
-NAME_WIDTH = 170
+NAME_MIN_WIDTH = 120
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
-FIT_BADGES = {VerdictLevel.FITS: "✔ fits", VerdictLevel.OFFLOAD: "◐ partial", VerdictLevel.NO_FIT: "✘ no", "": "…"}
+FIT_BADGES = {VerdictLevel.FITS: "✔", VerdictLevel.OFFLOAD: "◐", VerdictLevel.NO_FIT: "✘", "": ""}
+FIT_WORDS = {
+    VerdictLevel.FITS: "fits on the planned devices",
+    VerdictLevel.OFFLOAD: "fits only with part of it on the CPU",
+    VerdictLevel.NO_FIT: "does not fit",
+    "": "not estimated yet (open it to estimate)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +55,12 @@ class ModelRow:
     @staticmethod
     def of(model: LoadedModel) -> ModelRow:
         p = model.profile
-        return ModelRow(model.source, p.name, p.architecture, p.file_type, p.file_size, p.n_params)
+        return ModelRow(model.source, p.name, p.architecture, p.file_type, max(p.file_size, p.weight_bytes), p.n_params)
 
 
 class ModelTableModel(QAbstractTableModel):
     HEADERS = ("Name", "Arch", "Quant", "Size", "Params", "Fit")
+    ALIGN_RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
     def __init__(self) -> None:
         super().__init__()
@@ -78,7 +85,7 @@ class ModelTableModel(QAbstractTableModel):
         if role == PATH_ROLE:
             return row.path
         if role == Qt.ItemDataRole.ToolTipRole:
-            return row.path
+            return f"{row.name}\n{row.path}\n{FIT_WORDS.get(row.fit, '')}"
         if role == SORT_ROLE:
             return (row.name.lower(), row.arch, row.quant, row.size, row.params, row.fit)[col]
         if role == Qt.ItemDataRole.DisplayRole:
@@ -87,8 +94,8 @@ class ModelTableModel(QAbstractTableModel):
             if col == 4:
                 return f"{row.params / 1e9:.1f}B"
             return (row.name, row.arch, row.quant, "", "", FIT_BADGES.get(row.fit, ""))[col]
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4, 5):
+            return self.ALIGN_RIGHT
         return None
 
     def add(self, row: ModelRow) -> None:
@@ -156,8 +163,9 @@ class ModelsPanel(QWidget):
         header = self.table.horizontalHeader()
         for col in range(1, len(ModelTableModel.HEADERS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
-        header.resizeSection(0, NAME_WIDTH)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(NAME_MIN_WIDTH // 4)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.table.activated.connect(self._activated)
         self.table.clicked.connect(self._activated)

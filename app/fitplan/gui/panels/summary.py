@@ -6,7 +6,20 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
 from fitplan.core.devices import GIB
+from fitplan.core.profile import ModelProfile
 from fitplan.gui.backend import LoadedModel, fmt_ctx, layer_makeup
+
+
+def model_bytes(p: ModelProfile) -> int:
+    """The model's size on disk; a header-only example declares its tensor data without carrying it."""
+    return max(p.file_size, p.weight_bytes)
+
+
+def file_size_text(p: ModelProfile) -> str:
+    text = f"{model_bytes(p) / GIB:.2f} GiB"
+    if p.file_size < p.weight_bytes:
+        text += " (header-only example: tensor data declared, not present)"
+    return text
 
 
 class SummaryPanel(QWidget):
@@ -40,7 +53,7 @@ class SummaryPanel(QWidget):
             "Model": p.name,
             "Architecture": arch,
             "Parameters": f"{p.n_params / 1e9:.2f} B",
-            "File size": f"{p.file_size / GIB:.2f} GiB",
+            "File size": file_size_text(p),
             "Quant mix": f"{p.file_type}: {mix}" if mix else p.file_type,
             "Trained context": fmt_ctx(p.n_ctx_train),
             "Layers": layer_makeup(p),

@@ -1,0 +1,101 @@
+"""Screenshots of the main states on a real X server (Xvfb), checked for blank or clipped windows.
+
+The PNGs land in tests/_artifacts/screenshots/ (git-ignored) for people to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.screenshot, pytest.mark.gui]
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "_artifacts" / "screenshots"
+SCRIPT = Path(__file__).with_name("screenshot_states.py")
+#: A picture of one flat colour has a grey-level standard deviation of 0; a window with text, a chart and
+#: controls measures 30-45 on the 0-255 scale. Anything under 10 is a blank or nearly blank window.
+MIN_GREY_STD = 10.0
+STATES = ("main", "moe-partial-offload", "does-not-fit", "vision-two-gpus", "mla-minimum-size", "error-banner")
+
+
+@pytest.fixture(scope="module")
+def display() -> Iterator[str]:
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        pytest.skip("Xvfb is not installed (tools/dev.py test installs it on Debian-like systems)")
+    for number in range(90, 140):
+        if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
+            break
+    else:
+        pytest.skip("no free X display number")
+    proc = subprocess.Popen(
+        [xvfb, f":{number}", "-screen", "0", "1920x1200x24", "-nolisten", "tcp"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not Path(f"/tmp/.X11-unix/X{number}").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.skip(f"Xvfb :{number} did not start")
+            time.sleep(0.05)
+        yield f":{number}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _run(display: str, *extra: str) -> None:
+    env = dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb")
+    env.pop("WAYLAND_DISPLAY", None)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(OUT), *extra], env=env, capture_output=True, text=True, timeout=180
+    )
+    if "could not connect to display" in done.stderr or "xcb" in done.stderr and done.returncode != 0:
+        pytest.skip(f"Qt's xcb platform cannot start here: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def report(display: str) -> dict[str, dict[str, object]]:
+    OUT.mkdir(parents=True, exist_ok=True)
+    _run(display)
+    data: dict[str, dict[str, object]] = json.loads((OUT / "report.json").read_text())
+    return data
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_state_is_drawn_and_nothing_is_clipped(report: dict[str, dict[str, object]], state: str) -> None:
+    shot = report[state]
+    assert (OUT / str(shot["file"])).stat().st_size > 10_000
+    assert float(shot["grey_std"]) > MIN_GREY_STD  # type: ignore[arg-type]
+    assert shot["clipped"] == []
+
+
+def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None:
+    assert str(report["main"]["verdict"]).startswith("Fits:")
+    assert str(report["moe-partial-offload"]["verdict"]).startswith("Fits only with")
+    assert str(report["does-not-fit"]["verdict"]).startswith("Does not fit")
+    assert "not a GGUF file" in str(report["error-banner"]["banner"])
+    assert report["mla-minimum-size"]["size"] == [1024, 640]
+
+
+def test_dark_theme(display: str) -> None:
+    _run(display, "--dark")
+    shot = json.loads((OUT / "report-dark.json").read_text())["main-dark"]
+    assert float(shot["grey_std"]) > MIN_GREY_STD
+    assert shot["clipped"] == []
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(OUT / "main-dark.png"))
+    # The window background of a dark theme is dark: sample the status bar's left end.
+    assert image.pixelColor(4, image.height() - 4).lightness() < 128

@@ -1,0 +1,138 @@
+"""Compute buffer structure (fitplan.core.compute): which graph tensors land on which backend.
+
+Single-backend and RPC multi-device sizes are compared with the llama.cpp recordings in tests/test_accuracy.py;
+these tests pin the structure, with the sizes derived in the comments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitplan.core.compute import ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
+from fitplan.core.gguf_reader import read_header
+from fitplan.core.profile import ModelProfile
+from fitplan.core.profile_builder import build_profile
+from fitplan.core.settings import NGL_ALL, LaunchSettings, TensorOverride
+from fitplan.core.weights import place_weights
+
+MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
+HOST = host_device(64 * GIB)
+
+
+@pytest.fixture(scope="module")
+def llama8b() -> ModelProfile:
+    return build_profile(read_header(MODELS / "llama-3.1-8b.header.gguf", allow_incomplete=True))
+
+
+def _cuda(n: int) -> tuple[Device, ...]:
+    return tuple(dataclasses.replace(assumed_gpu(f"G{i}", 24), backend_name=f"CUDA{i}") for i in range(n))
+
+
+def _inputs(**kw: object) -> ComputeInputs:
+    base = dict(n_tok=512, n_out=512, n_kv_base=8192, n_kv_swa=0, flash_attn=True, cache_type_k="f16",
+                cache_type_v="f16")  # fmt: skip
+    base.update(kw)
+    return ComputeInputs(**base)  # type: ignore[arg-type]
+
+
+def _parts(buf) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {p.label: p.bytes for p in buf.parts}
+
+
+def test_single_backend_llama(llama8b: ModelProfile) -> None:
+    machine = Machine((), HOST)
+    pl = place_weights(llama8b, LaunchSettings(), machine)
+    (host,) = compute_buffers(llama8b, _inputs(), pl)
+    parts = _parts(host)
+    # Logits f32 [128256, 512] = 250.5 MiB beat the FFN intermediates (3 x 14336 x 512 x 4 B = 84 MiB).
+    assert parts["logits"] == 4 * 128256 * 512
+    # FA on: the f16 mask [8192 cells, 512 tokens].
+    assert parts["masks"] == 2 * 8192 * 512
+    # Recorded by llama.cpp for this model at -c 8192 (fit-params): 298.52 MiB; here 298.50 (the 0.02 MiB are
+    # token ids, positions and indices).
+    assert host.bytes == int(298.5 * MIB)
+    (host,) = compute_buffers(llama8b, _inputs(n_out=4), pl)
+    assert _parts(host)["FFN intermediates"] == 4 * 512 * 3 * 14336
+
+
+def test_flash_attention_off_adds_kq(llama8b: ModelProfile) -> None:
+    pl = place_weights(llama8b, LaunchSettings(), Machine((), HOST))
+    (host,) = compute_buffers(llama8b, _inputs(flash_attn=False, n_out=4), pl)
+    parts = _parts(host)
+    # KQ f32 [8192, 512, 32 heads] = 512 MiB plus Q [128 x 32 heads x 512] f32 = 8 MiB; the mask is f32.
+    assert parts["KQ scores + Q"] == 4 * 8192 * 512 * 32 + 4 * 512 * 32 * 128
+    assert parts["masks"] == 4 * 8192 * 512
+
+
+def test_op_offload_copies_the_largest_host_weight_group(llama8b: ModelProfile) -> None:
+    machine = Machine(_cuda(1), HOST)
+    pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=0), machine)
+    vendors = (Vendor.GENERIC,)
+    gpu, _host = compute_buffers(llama8b, _inputs(), pl, vendors)
+    # The largest host matrix group is output.weight, q6_K [4096, 128256]: 4096/256 * 210 * 128256 bytes.
+    assert _parts(gpu)["op-offload weight copy"] == 4096 // 256 * 210 * 128256
+    # Batches under 32 tokens stay on the CPU; --no-op-offload turns it off; RPC backends never offload ops.
+    gpu, _ = compute_buffers(llama8b, _inputs(n_tok=16, n_out=16), pl, vendors)
+    assert "op-offload weight copy" not in _parts(gpu)
+    gpu, _ = compute_buffers(llama8b, _inputs(op_offload=False), pl, vendors)
+    assert "op-offload weight copy" not in _parts(gpu)
+    gpu, _ = compute_buffers(llama8b, _inputs(), pl, (Vendor.RPC,))
+    assert gpu.bytes == 0
+
+
+def test_cuda_flash_attention_copies_for_quantized_kv(llama8b: ModelProfile) -> None:
+    machine = Machine(_cuda(1), HOST)
+    pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), machine)
+    q8 = _inputs(cache_type_k="q8_0", cache_type_v="q8_0", n_out=1)  # 1 output: the layers' phase is the peak
+    gpu, _ = compute_buffers(llama8b, q8, pl, (Vendor.NVIDIA,))
+    # One layer's K and V views as f16: 2 x (8 x 128) x 8192 cells x 2 B = 32 MiB.
+    assert _parts(gpu)["FA f16 K/V copies"] == 2 * 2 * 1024 * 8192
+    gpu, _ = compute_buffers(llama8b, _inputs(n_out=1), pl, (Vendor.NVIDIA,))
+    assert "FA f16 K/V copies" not in _parts(gpu)
+    gpu, _ = compute_buffers(llama8b, q8, pl, (Vendor.RPC,))
+    assert "FA f16 K/V copies" not in _parts(gpu)
+
+
+def test_multi_device_split(llama8b: ModelProfile) -> None:
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(2)
+    )
+    machine = Machine(rpc, HOST)
+    pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=16), machine)
+    g0, g1, host = compute_buffers(llama8b, _inputs(), pl, (Vendor.RPC, Vendor.RPC))
+    # Recorded (-c 8192 -ngl 16, two RPC servers): RPC0 108.01, RPC1 258.50, host 132.02 MiB.
+    assert g0.bytes == 108 * MIB  # mask copy 8 + hidden state and residual 2 x 8 + FFN 84
+    assert g1.bytes == int(258.5 * MIB)  # logits 250.5 + output norm 8
+    assert host.bytes == 132 * MIB  # mask 8 + 5 x 8 + FFN 84
+    # Pipeline parallelism keeps 4 copies of every split input on each GPU.
+    pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), machine)
+    pp = compute_buffers(llama8b, _inputs(pipeline_parallel=True), pl, (Vendor.RPC, Vendor.RPC))
+    assert _parts(pp[0])["pipeline-parallel input copies"] == 3 * (2 * 8192 * 512 + 4 * 4096 * 512)
+
+
+def test_ffn_follows_its_weights(llama8b: ModelProfile) -> None:
+    rpc = (Device("RPC0", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host="h:0"),)
+    s = LaunchSettings(
+        n_gpu_layers=NGL_ALL, tensor_overrides=(TensorOverride(r"\.ffn_(up|down|gate)\.", "CPU"),)
+    )
+    pl = place_weights(llama8b, s, Machine(rpc, HOST))
+    gpu, host = compute_buffers(llama8b, _inputs(n_out=1), pl, (Vendor.RPC,))
+    assert "FFN intermediates" not in _parts(gpu)
+    assert _parts(host)["FFN intermediates"] == 4 * 512 * 3 * 14336
+
+
+def test_vectorised_totals_match(llama8b: ModelProfile) -> None:
+    machine = Machine(_cuda(2), HOST)
+    pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=20), machine)
+    for fa in (True, False):
+        plan = ComputePlan(llama8b, _inputs(flash_attn=fa), pl, (Vendor.NVIDIA, Vendor.NVIDIA))
+        nb = np.array([256, 512, 4096, 100000], dtype=np.int64)
+        ns = np.array([0, 256, 1536, 4608], dtype=np.int64)
+        arr = plan.totals_array(nb, ns)
+        for i in range(nb.size):
+            assert [b.bytes for b in plan.evaluate(int(nb[i]), int(ns[i]))] == list(arr[:, i])
