@@ -102,8 +102,6 @@ CONFIGS: dict[str, dict[str, object]] = {
         "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_expand": 2,
         "layer_types": "attention at layers 5, 15, 25, 35; mamba2 elsewhere",
         "attention_layers": [5, 15, 25, 35], "tie_word_embeddings": True,
-        "embedding_multiplier": 12.0, "logits_scaling": 6.0, "residual_multiplier": 0.22,
-        "attention_multiplier": 0.0078125,
     },
     "qwen2.5-vl-7b": {
         "source": "Qwen/Qwen2.5-VL-7B-Instruct config.json (text part)",
@@ -553,10 +551,7 @@ def build_granite_4_0_h_tiny() -> ModelSpec:
     spec.a("ssm.group_count", n_group)
     spec.a("ssm.time_step_rank", n_ssm_head)
     spec.a("ssm.inner_size", d_inner)
-    spec.a("embedding_scale", _f(cfg, "embedding_multiplier"))
-    spec.a("logit_scale", _f(cfg, "logits_scaling"))
-    spec.a("residual_scale", _f(cfg, "residual_multiplier"))
-    spec.a("attention.scale", _f(cfg, "attention_multiplier"))
+    # the embedding/residual/attention/logit multipliers change no memory and are left out
     _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=True)
     d_in_proj = 2 * d_inner + 2 * n_group * d_state + n_ssm_head
     for il in range(n_layer):
