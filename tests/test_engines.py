@@ -220,3 +220,54 @@ def test_ollama_builds_llama_server_args_and_exports():
     assert env == {"OLLAMA_NUM_PARALLEL": "2", "OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": "1"}
     mf = ollama_modelfile("llama3.1:8b", OllamaConfig(num_ctx=16384, num_gpu=20))
     assert mf == "FROM llama3.1:8b\nPARAMETER num_ctx 16384\nPARAMETER num_gpu 20\n"
+
+
+# --- through context_memory (what the estimator calls) -----------------------------------------------------------
+
+def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
+    from fitplan.core.context_memory import context_caches, resolve_context
+    from fitplan.core.settings import LaunchSettings
+
+    p = qwen36_27b()
+    bee = LaunchSettings(engine=Engine.BEELLAMA, n_ctx=50000, n_parallel=1, cache_type_k="kvarn4",
+                         cache_type_v="kvarn4", kv_tail_tokens=128)
+    ctx = resolve_context(p, bee)
+    assert ctx.n_ctx == 50176
+    caches = context_caches(p, ctx, bee)
+    kv = sum(c.bytes for c in caches if c.kind.value == "kv") / MIB
+    assert abs(kv - (857.5 + 24 + 8.0625)) < 1e-9
+    # the fast path (row bytes x cells at another context) equals a fresh computation there
+    for n in (65536, 100000, 131072):
+        other = resolve_context(p, _replace(bee, n_ctx=n))
+        fresh = sum(c.bytes for c in context_caches(p, other, _replace(bee, n_ctx=n)))
+        assert sum(c.bytes_at(other) for c in caches) == fresh
+
+    ik = LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=32768, n_parallel=1, cache_type_k="q8_0",
+                        cache_type_v="q8_0", mla_mode=2)
+    dctx = resolve_context(deepseek(61), ik)
+    assert round(sum(c.bytes for c in context_caches(deepseek(61), dctx, ik)) / MIB, 2) == 1166.62
+
+
+def test_fork_settings_are_validated():
+    from fitplan.core.context_memory import resolve_context
+    from fitplan.core.settings import FlashAttn, LaunchSettings
+
+    with pytest.raises(SettingsError):
+        resolve_context(qwen36_27b(), LaunchSettings(cache_type_k="kvarn4"))  # mainline has no KVarN
+    with pytest.raises(SettingsError):
+        resolve_context(qwen36_27b(), LaunchSettings(engine=Engine.IK_LLAMA, cache_type_k="kvarn4"))
+    ok = resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000, flash_attn=FlashAttn.OFF,
+                                                      cache_type_k="q8_0", cache_type_v="q8_0"))
+    assert ok.n_ctx == 1024 and not ok.flash_attn  # ik pads to 32 without FA (1000 -> 1024)
+    assert resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000,
+                                                        flash_attn=FlashAttn.OFF)).n_ctx == 1024
+    assert resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1010,
+                                                        flash_attn=FlashAttn.OFF)).n_ctx == 1024
+    assert resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1030,
+                                                        flash_attn=FlashAttn.OFF)).n_ctx == 1056
+
+
+def _replace(settings, **kw):
+    import dataclasses
+
+    return dataclasses.replace(settings, **kw)

@@ -27,7 +27,7 @@ from fitplan.core.errors import SettingsError
 from fitplan.core.estimate import ResolvedContext, TermKind
 from fitplan.core.ggml_types import get_type, type_id
 from fitplan.core.profile import LayerProfile, ModelProfile, SwaType
-from fitplan.core.settings import KV_CACHE_TYPES, FlashAttn, LaunchSettings, Tool
+from fitplan.core.settings import KV_CACHE_TYPES, Engine, FlashAttn, LaunchSettings, Tool
 
 #: llama.cpp pads n_ctx (and the SWA cache) to this many cells (llama_context::llama_context, kv-cache-iswa).
 N_CTX_PAD = 256
@@ -50,6 +50,8 @@ class CellRule(StrEnum):
     SWA = "swa"  # PAD(min(n_ctx_seq, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256); n_ctx_seq with --swa-full
     SEQUENCES = "sequences"  # recurrent rows: max(1, n_seq_max) * (1 + n_rs_seq), independent of n_ctx
     COMPRESSED = "compressed"  # DeepSeek-V4: PAD(max(1, ceil(n_ctx_seq / compress_ratio)), 256)
+    FIXED = "fixed"  # a fork's buffer whose size does not follow the context (KVarN stage and tail): one "cell"
+    KVARN_SWA = "kvarn_swa"  # beellama KVarN SWA records: 128 * (ceil(min(n_ctx_seq, n_swa)/128) + ceil(n_ubatch/128))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +121,14 @@ class CacheAllocation:
             return swa_cells(ctx, self.n_swa, self.swa_full, ctx.kv_unified and not self.per_sequence_streams)
         if self.cell_rule is CellRule.COMPRESSED:
             return compressed_cells(ctx.n_ctx_seq, self.compress_ratio)
+        if self.cell_rule is CellRule.FIXED:
+            return 1
+        if self.cell_rule is CellRule.KVARN_SWA:
+            return 128 * (-(-min(ctx.n_ctx_seq, self.n_swa) // 128) + -(-ctx.n_ubatch // 128))
         return max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq)
 
     def n_stream_at(self, ctx: ResolvedContext) -> int:
-        if self.kind is TermKind.RECURRENT:
+        if self.kind is TermKind.RECURRENT or self.cell_rule in (CellRule.FIXED, CellRule.KVARN_SWA):
             return 1
         return ctx.n_seq_max if self.per_sequence_streams else ctx.n_stream
 
@@ -176,9 +182,18 @@ def n_rs_seq(profile: ModelProfile, settings: LaunchSettings) -> int:
     return max(0, n_max)
 
 
+def _is_fork(settings: LaunchSettings) -> bool:
+    """ik_llama.cpp and beellama.cpp size their caches themselves (fitplan.core.engines); ollama runs mainline."""
+    return settings.engine in (Engine.IK_LLAMA, Engine.BEELLAMA)
+
+
 def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     """src/llama-context.cpp:llama_init_from_model rules; FA "auto" resolves to on (the probe keeps it on for CPU,
     CUDA and Metal with common head sizes)."""
+    if _is_fork(settings):
+        from fitplan.core import engines
+
+        return engines.resolve_flash_attn(profile, settings)
     tk = _cache_type(settings.cache_type_k, "K")
     tv = _cache_type(settings.cache_type_v, "V")
     fa = settings.flash_attn
@@ -251,12 +266,15 @@ def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> Resolved
         requested = 0
     n_outputs_max = n_batch if requested == 0 or profile.has_encoder else requested
 
-    n_ctx = pad(n_ctx)
+    flash_attn = resolve_flash_attn(profile, settings)
+    # ik_llama.cpp pads the context to 256 with flash attention and to 32 without
+    ctx_pad = 32 if settings.engine is Engine.IK_LLAMA and not flash_attn else N_CTX_PAD
+    n_ctx = pad(n_ctx, ctx_pad)
     if kv_unified:
         n_ctx_seq = n_ctx
         n_stream = 1
     else:
-        n_ctx_seq = pad(n_ctx // n_seq_max)
+        n_ctx_seq = pad(n_ctx // n_seq_max, ctx_pad)
         n_ctx = n_ctx_seq * n_seq_max
         n_stream = n_seq_max
     return ResolvedContext(
@@ -268,7 +286,7 @@ def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> Resolved
         n_batch=n_batch,
         n_ubatch=n_ubatch,
         n_outputs_max=n_outputs_max,
-        flash_attn=resolve_flash_attn(profile, settings),
+        flash_attn=flash_attn,
         n_gpu_layers=settings.n_gpu_layers,
         n_rs_seq=n_rs_seq(profile, settings),
         embeddings=settings.embedding,
@@ -306,6 +324,10 @@ def context_caches(
     profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
 ) -> tuple[CacheAllocation, ...]:
     """Every cache llama.cpp's create_memory builds for this context, in creation order."""
+    if _is_fork(settings):
+        from fitplan.core import engines
+
+        return engines.fork_context_caches(profile, ctx, settings)
     layout = archs.memory_layout(profile.architecture)
     if layout is archs.MemoryLayout.NONE or not profile.layers:
         return ()

@@ -13,12 +13,13 @@ Everything here is pure arithmetic on a ModelProfile; the estimator places each 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from fitplan.core.context_memory import CacheAllocation, CellRule, context_caches
 from fitplan.core.errors import SettingsError
+from fitplan.core.estimate import ResolvedContext, TermKind
 from fitplan.core.profile import LayerProfile, ModelProfile
-from fitplan.core.settings import Engine
+from fitplan.core.settings import Engine, FlashAttn, LaunchSettings
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -133,6 +134,44 @@ def ik_effective_mla_mode(profile: ModelProfile, mla_mode: int) -> int:
     return mla_mode
 
 
+def ik_caches(profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings) -> tuple[CacheAllocation, ...]:
+    """ik_llama.cpp's KV cache (src/llama.cpp llama_kv_cache_init), every layer at the full context.
+
+    MLA models with -mla >= 1 keep ONE latent tensor per layer, [kv_lora_rank + n_rot, kv_size]; its type is -ctk
+    with FA on, and with FA off -ctk for -mla 1 but -ctv for -mla 2/3. Only -mla 1 without FA adds a transposed V
+    cache [kv_lora_rank * kv_size] of type -ctv. -mla 0 (and every non-MLA model) is the standard K + V layout;
+    an MLA model at -mla 0 caches the decompressed heads (n_head x key_length_mla, n_head x value_length_mla).
+    SWA layers are sized to the full context (ik's --swa-compress, off by default, shrinks them; not modelled).
+    """
+    mode = ik_effective_mla_mode(profile, settings.mla_mode)
+    eng = Engine.IK_LLAMA
+    type_k, type_v = settings.cache_type_k, settings.cache_type_v
+    layers = _kv_layers(profile)
+    rows: list[tuple[int, int, int]] = []
+    if mode == 0:
+        for la in layers:
+            if profile.mla is not None:
+                k_n, v_n = la.n_head * profile.mla.key_length_mla, la.n_head * profile.mla.value_length_mla
+            else:
+                k_n, v_n = la.n_embd_k_gqa, la.n_embd_v_gqa
+            rows.append((la.index, cache_row_bytes(eng, type_k, k_n), cache_row_bytes(eng, type_v, v_n)))
+        name = "KV self"
+    else:
+        assert profile.mla is not None
+        width = profile.mla.kv_lora_rank + profile.mla.n_rot
+        latent_type = type_k if ctx.flash_attn or mode == 1 else type_v
+        k_row = cache_row_bytes(eng, latent_type, width)
+        v_row = cache_row_bytes(eng, type_v, profile.mla.kv_lora_rank) if mode == 1 and not ctx.flash_attn else 0
+        rows = [(la.index, k_row, v_row) for la in layers]
+        type_k, type_v = latent_type, (type_v if v_row else "")
+        name = f"KV self (-mla {mode}, c^KV{' + kv^T' if v_row else ''})"
+    alloc = CacheAllocation(
+        name=name, kind=TermKind.KV, cells=ctx.n_ctx_seq, n_stream=ctx.n_stream, type_k=type_k, type_v=type_v,
+        layer_rows=tuple(rows),
+    )
+    return (alloc,)
+
+
 def ik_kv_cache(
     profile: ModelProfile,
     kv_size: int,
@@ -142,55 +181,19 @@ def ik_kv_cache(
     type_k: str = "f16",
     type_v: str = "f16",
 ) -> tuple[EngineCachePart, ...]:
-    """ik_llama.cpp's KV cache (src/llama.cpp llama_kv_cache_init).
-
-    MLA models with -mla >= 1 keep ONE latent tensor per layer, [kv_lora_rank + n_rot, kv_size]; its type is -ctk
-    with FA on, and with FA off -ctk for -mla 1 but -ctv for -mla 2/3. Only -mla 1 without FA adds a transposed V
-    cache [kv_lora_rank * kv_size] of type -ctv. -mla 0 (and every non-MLA model) is the standard K + V layout.
-    """
-    mode = ik_effective_mla_mode(profile, mla_mode)
-    eng = Engine.IK_LLAMA
-    layers = _kv_layers(profile)
-    if mode == 0:
-        if profile.mla is not None:
-            # decompressed heads: K = n_head * key_length_mla, V = n_head * value_length_mla
-            k_rows = [(la.index, la.n_head * profile.mla.key_length_mla) for la in layers]
-            v_rows = [(la.index, la.n_head * profile.mla.value_length_mla) for la in layers]
-        else:
-            k_rows = [(la.index, la.n_embd_k_gqa) for la in layers]
-            v_rows = [(la.index, la.n_embd_v_gqa) for la in layers]
-        k = EngineCachePart(
-            "K",
-            tuple((i, cache_row_bytes(eng, type_k, n) * kv_size) for i, n in k_rows),
-            f"{len(layers)} layers x {kv_size} cells x K row of {type_k}",
-        )
-        v = EngineCachePart(
-            "V",
-            tuple((i, cache_row_bytes(eng, type_v, n) * kv_size) for i, n in v_rows),
-            f"{len(layers)} layers x {kv_size} cells x V row of {type_v}",
-        )
-        return (k, v)
-    assert profile.mla is not None
-    width = profile.mla.kv_lora_rank + profile.mla.n_rot
-    latent_type = type_k if flash_attn or mode == 1 else type_v
-    row = cache_row_bytes(eng, latent_type, width)
-    parts = [
-        EngineCachePart(
-            "K (MLA latent)",
-            tuple((la.index, row * kv_size) for la in layers),
-            f"{len(layers)} layers x {kv_size} cells x {width} ({profile.mla.kv_lora_rank}+{profile.mla.n_rot}) "
-            f"{latent_type} = {row} B/row (-mla {mode}, K-only)",
-        )
-    ]
-    if mode == 1 and not flash_attn:
-        vrow = cache_row_bytes(eng, type_v, profile.mla.kv_lora_rank)
-        parts.append(
-            EngineCachePart(
-                "V^T (MLA)",
-                tuple((la.index, vrow * kv_size) for la in layers),
-                f"-mla 1 without FA keeps a transposed V: {profile.mla.kv_lora_rank} x {kv_size} {type_v} per layer",
-            )
-        )
+    """`ik_caches` for an explicit cache size, split into its K (latent) and V tensors."""
+    ctx = ResolvedContext(
+        n_ctx=kv_size, n_ctx_seq=kv_size, n_seq_max=1, n_stream=1, kv_unified=True, n_batch=512, n_ubatch=512,
+        n_outputs_max=1, flash_attn=flash_attn, n_gpu_layers=-1,
+    )
+    settings = LaunchSettings(engine=Engine.IK_LLAMA, mla_mode=mla_mode, cache_type_k=type_k, cache_type_v=type_v)
+    (alloc,) = ik_caches(profile, ctx, settings)
+    k = tuple((i, kr * kv_size) for i, kr, _ in alloc.layer_rows)
+    v = tuple((i, vr * kv_size) for i, _, vr in alloc.layer_rows if vr)
+    latent = profile.is_mla and ik_effective_mla_mode(profile, mla_mode) > 0
+    parts = [EngineCachePart("K (MLA latent)" if latent else "K", k, f"{alloc.name}: K rows of {alloc.type_k}")]
+    if v:
+        parts.append(EngineCachePart("V^T (MLA)" if latent else "V", v, f"{alloc.name}: V rows of {alloc.type_v}"))
     return tuple(parts)
 
 
@@ -258,6 +261,91 @@ def kvarn_tail_rows(request: int, window: int, rollback_rows: int = 1) -> int:
     return n + rollback_rows
 
 
+def beellama_caches(
+    profile: ModelProfile,
+    ctx: ResolvedContext,
+    settings: LaunchSettings,
+    layers: tuple[LayerProfile, ...] | None = None,
+    rollback_rows: int = 1,
+) -> tuple[CacheAllocation, ...]:
+    """beellama.cpp's KV caches (src/llama-kv-cache-kvarn.cpp) for KVarN types, or a standard cache plus its tail.
+
+    Per KV layer and side, with `slices = head_dim / 128` and `h = n_head_kv * slices`:
+    - records: I8 [record_bytes, h, G * n_stream], G = ceil(kv_size / 128), i.e. (16 * bits + 6) * h bytes per
+      cell; SWA layers: G = ceil(min(kv, n_swa)/128) + ceil(n_ubatch/128) in one stream;
+    - stage: F16 32768 * h * stage_groups * n_stream bytes, stage_groups = 2 * (unified ? n_seq_max : 1) + 1
+      (the +1 is the permanent 128-token sink; SWA: 2 groups, one stream);
+    - exact tail: [n_embd_gqa, (N + R) * n_seq_max] of the tail type (f16 for KVarN, bf16 for standard caches).
+    A group whose tail covers its whole window (N == W) is one plain F16/BF16 cache instead (SWA: a bodyless ring
+    of W + R rows per sequence). R (rollback rows) is 1 unless speculative rollback asks for more.
+    """
+    type_k, type_v = kvarn_promote(settings.cache_type_k, settings.cache_type_v)
+    kv_layers = layers if layers is not None else _kv_layers(profile)
+    is_kvarn = type_k in KVARN_BITS
+    ttype = settings.kv_tail_type or ("f16" if is_kvarn else "bf16")
+    tail_elt = 4 if ttype == "f32" else 2
+    tail_request = settings.kv_tail_tokens
+    n_seq = ctx.n_seq_max
+    # group name -> (cell rule, layer -> [K bytes, V bytes] per cell)
+    groups: dict[str, tuple[CellRule, dict[int, list[int]]]] = {}
+
+    def add(group: str, rule: CellRule, layer: int, side: int, value: int) -> None:
+        rows = groups.setdefault(group, (rule, {}))[1].setdefault(layer, [0, 0])
+        rows[side] += value
+
+    for la in kv_layers:
+        swa = la.is_swa and not settings.swa_full and profile.n_swa > 0
+        window = profile.n_swa if swa else ctx.n_ctx_seq
+        for side, (hd, tname) in enumerate(((la.n_embd_head_k, type_k), (la.n_embd_head_v, type_v))):
+            width = hd * la.n_head_kv
+            if width == 0:
+                continue
+            if is_kvarn:
+                if hd not in (128, 256, 512):
+                    raise SettingsError(f"KVarN caches need a head size of 128, 256 or 512 (layer {la.index}: {hd})")
+                n_tail = kvarn_tail_rows(tail_request, window, rollback_rows)
+                if n_tail - rollback_rows >= window:
+                    if swa:
+                        add("KV (SWA ring)", CellRule.FIXED, la.index, side,
+                            width * tail_elt * (window + rollback_rows) * n_seq)
+                    else:
+                        add("KV", CellRule.CONTEXT, la.index, side, width * tail_elt)
+                    continue
+                h = la.n_head_kv * (hd // 128)
+                per_cell = (16 * KVARN_BITS[tname] + 6) * h  # record_bytes * h / 128 tokens
+                if swa:
+                    add("KVarN records (SWA)", CellRule.KVARN_SWA, la.index, side, per_cell)
+                    stage = KVARN_STAGE_BYTES_PER_SLICE_GROUP * h * 2
+                else:
+                    add("KVarN records", CellRule.CONTEXT, la.index, side, per_cell)
+                    stage_groups = 2 * (n_seq if ctx.kv_unified else 1) + 1
+                    stage = KVARN_STAGE_BYTES_PER_SLICE_GROUP * h * stage_groups * ctx.n_stream
+                add("KVarN stage", CellRule.FIXED, la.index, side, stage)
+                add("KVarN tail", CellRule.FIXED, la.index, side, width * tail_elt * n_tail * n_seq)
+            else:
+                row = cache_row_bytes(Engine.BEELLAMA, tname, width)
+                add("KV (SWA)" if swa else "KV", CellRule.SWA if swa else CellRule.CONTEXT, la.index, side, row)
+                if tail_request > 0:
+                    n_tail = kvarn_tail_rows(tail_request, window, rollback_rows)
+                    add("KV tail", CellRule.FIXED, la.index, side, width * tail_elt * n_tail * n_seq)
+    out: list[CacheAllocation] = []
+    for name, (rule, rows) in groups.items():
+        alloc = CacheAllocation(
+            name=name,
+            kind=TermKind.KV,
+            cells=1,
+            n_stream=1,
+            type_k=ttype if "tail" in name or "ring" in name else type_k,
+            type_v=ttype if "tail" in name or "ring" in name else type_v,
+            layer_rows=tuple((i, kv[0], kv[1]) for i, kv in sorted(rows.items())),
+            cell_rule=rule,
+            n_swa=profile.n_swa,
+            swa_full=settings.swa_full,
+        )
+        out.append(alloc.at(ctx))
+    return tuple(out)
+
+
 def beellama_kv_cache(
     profile: ModelProfile,
     *,
@@ -274,73 +362,23 @@ def beellama_kv_cache(
     rollback_rows: int = 1,
     layers: tuple[LayerProfile, ...] | None = None,
 ) -> tuple[EngineCachePart, ...]:
-    """beellama.cpp's cache (src/llama-kv-cache-kvarn.cpp) for KVarN types, or a standard cache plus its tail.
-
-    Per KV layer and side, with `slices = head_dim / 128` and `h = n_head_kv * slices`:
-    - records: I8 [record_bytes, h, G * n_stream], G = ceil(kv_size / 128) (SWA: ceil(min(kv, n_swa)/128) +
-      ceil(n_ubatch/128));
-    - stage: F16 32768 * h * stage_groups * n_stream bytes, stage_groups = 2 * (unified ? n_seq_max : 1) + 1
-      (the +1 is the permanent 128-token sink; SWA: 2 groups, one stream);
-    - exact tail: [n_embd_gqa, (N + R) * n_seq_max] of the tail type (f16 for KVarN).
-    A group whose tail covers its whole window (N == W) is one plain F16/BF16 cache instead.
-    """
-    type_k, type_v = kvarn_promote(type_k, type_v)
-    kv_layers = layers if layers is not None else _kv_layers(profile)
-    is_kvarn = type_k in KVARN_BITS
-    ttype = tail_type or ("f16" if is_kvarn else "bf16")
-    tail_elt = 4 if ttype == "f32" else 2
-    records: list[tuple[int, int]] = []
-    stage: list[tuple[int, int]] = []
-    tail: list[tuple[int, int]] = []
-    body: list[tuple[int, int]] = []
-    for la in kv_layers:
-        swa = la.is_swa and not swa_full and profile.n_swa > 0
-        window = profile.n_swa if swa else n_ctx_seq
-        streams = 1 if swa else n_stream
-        for hd, tname in ((la.n_embd_head_k, type_k), (la.n_embd_head_v, type_v)):
-            width = hd * la.n_head_kv
-            if width == 0:
-                continue
-            if is_kvarn:
-                if hd not in (128, 256, 512):
-                    raise SettingsError(f"KVarN caches need a head size of 128, 256 or 512 (layer {la.index}: {hd})")
-                n_tail = kvarn_tail_rows(tail_tokens, window, rollback_rows)
-                if n_tail - rollback_rows >= window:
-                    # the whole window is tail: one plain cache (SWA: a bodyless ring of W + R rows per sequence)
-                    rows = (window + rollback_rows) * n_seq_max if swa else n_ctx_seq * n_stream
-                    body.append((la.index, width * tail_elt * rows))
-                    continue
-                h = la.n_head_kv * (hd // 128)
-                if swa:
-                    groups = math.ceil(min(n_ctx_seq, profile.n_swa) / 128) + math.ceil(n_ubatch / 128)
-                    stage_groups = 2
-                else:
-                    groups = math.ceil(n_ctx_seq / 128)
-                    stage_groups = 2 * (n_seq_max if kv_unified else 1) + 1
-                bits = KVARN_BITS[tname]
-                records.append((la.index, kvarn_record_bytes(bits) * h * groups * streams))
-                stage.append((la.index, KVARN_STAGE_BYTES_PER_SLICE_GROUP * h * stage_groups * streams))
-                tail.append((la.index, width * tail_elt * n_tail * n_seq_max))
-            else:
-                cells = n_ctx_seq * n_stream
-                if swa:
-                    cells = _pad(min(n_ctx_seq, profile.n_swa * (n_seq_max if kv_unified else 1) + n_ubatch), 256)
-                    cells *= 1 if kv_unified else n_stream
-                body.append((la.index, cache_row_bytes(Engine.BEELLAMA, tname, width) * cells))
-                if tail_tokens > 0:
-                    n_tail = kvarn_tail_rows(tail_tokens, window, rollback_rows)
-                    tail.append((la.index, width * tail_elt * n_tail * n_seq_max))
-    parts: list[EngineCachePart] = []
-    if records:
-        parts.append(EngineCachePart("KVarN records", _merge(records), f"{type_k}/{type_v} records, "
-                                     f"{kvarn_record_bytes(KVARN_BITS[type_k])} B per 128x128 record (K)"))
-        parts.append(EngineCachePart("KVarN stage", _merge(stage), "F16 staging groups (sink + tail groups)"))
-    if body:
-        parts.append(EngineCachePart("KV", _merge(body), f"standard cache body ({type_k}/{type_v})"))
-    if tail:
-        parts.append(EngineCachePart("KVarN tail" if is_kvarn else "KV tail", _merge(tail),
-                                     f"exact {ttype} tail, (N+R) rows per sequence"))
-    return tuple(parts)
+    """`beellama_caches` for explicit context numbers, as one EngineCachePart per tensor family."""
+    ctx = ResolvedContext(
+        n_ctx=n_ctx_seq * n_stream, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max, n_stream=n_stream,
+        kv_unified=kv_unified, n_batch=n_ubatch, n_ubatch=n_ubatch, n_outputs_max=n_seq_max, flash_attn=True,
+        n_gpu_layers=-1,
+    )
+    settings = LaunchSettings(
+        engine=Engine.BEELLAMA, cache_type_k=type_k, cache_type_v=type_v, kv_tail_tokens=tail_tokens,
+        kv_tail_type=tail_type, swa_full=swa_full,
+    )
+    parts: dict[str, list[tuple[int, int]]] = {}
+    for alloc in beellama_caches(profile, ctx, settings, layers, rollback_rows):
+        family = alloc.name.replace(" (SWA)", "").replace(" (SWA ring)", "")
+        parts.setdefault(family, []).extend(alloc.layer_bytes)
+    return tuple(
+        EngineCachePart(name, _merge(rows), f"{name} ({type_k}/{type_v})") for name, rows in parts.items()
+    )
 
 
 def _merge(rows: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -439,3 +477,35 @@ def ollama_modelfile(model_ref: str, cfg: OllamaConfig) -> str:
     if cfg.num_batch != 512:
         lines.append(f"PARAMETER num_batch {cfg.num_batch}")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Dispatch from fitplan.core.context_memory
+# --------------------------------------------------------------------------------------------------------------
+
+
+def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
+    """Flash attention for the forks: both default to on ("auto" resolves on, as in mainline); the cache types must
+    be ones the fork accepts, and a quantized V cache without FA is refused except for ik's MLA latent cache."""
+    allowed = cache_types(settings.engine)
+    for which, t in (("K", settings.cache_type_k), ("V", settings.cache_type_v)):
+        if t.lower() not in allowed:
+            raise SettingsError(f"{settings.engine.value} has no {which} cache type {t!r}; allowed: {', '.join(allowed)}")
+    on = settings.flash_attn is not FlashAttn.OFF
+    v_quantized = settings.cache_type_v.lower() not in ("f32", "f16", "bf16")
+    mla_latent = settings.engine is Engine.IK_LLAMA and profile.is_mla and settings.mla_mode > 0
+    if not on and v_quantized and not mla_latent:
+        raise SettingsError(f"a quantized V cache ({settings.cache_type_v}) requires flash attention")
+    return on
+
+
+def fork_context_caches(
+    profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
+) -> tuple[CacheAllocation, ...]:
+    """The caches of ik_llama.cpp or beellama.cpp: their own KV layout, mainline's recurrent state."""
+    kv = ik_caches(profile, ctx, settings) if settings.engine is Engine.IK_LLAMA else beellama_caches(
+        profile, ctx, settings
+    )
+    mainline = LaunchSettings(engine=Engine.LLAMA_CPP, cache_type_k="f16", cache_type_v="f16")
+    recurrent = tuple(c for c in context_caches(profile, ctx, mainline) if c.kind is TermKind.RECURRENT)
+    return (*kv, *recurrent)
