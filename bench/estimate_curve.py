@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         curve = estimate_curve(profile, settings, machine, CONTEXTS)
         cold = time.perf_counter() - t
         warm = _best(lambda p=profile: estimate_curve(p, settings, machine, CONTEXTS), ns.runs)
-        one = _best(lambda p=profile: estimate(p, dataclasses.replace(settings, n_ctx=32768), machine), ns.runs)
+        one = _best(
+            lambda p=profile: estimate(p, dataclasses.replace(settings, n_ctx=32768), machine), ns.runs
+        )
         mismatches = 0
         for i, c in enumerate(CONTEXTS):
             e = estimate(profile, dataclasses.replace(settings, n_ctx=c), machine)

@@ -109,10 +109,15 @@ def test_multi_device_split(llama8b: ModelProfile) -> None:
     assert g0.bytes == 108 * MIB  # mask copy 8 + hidden state and residual 2 x 8 + FFN 84
     assert g1.bytes == int(258.5 * MIB)  # logits 250.5 + output norm 8
     assert host.bytes == 132 * MIB  # mask 8 + 5 x 8 + FFN 84
-    # Pipeline parallelism keeps 4 copies of every split input on each GPU.
+    # Pipeline parallelism keeps 4 copies of every split input on each GPU: recorded (-c 8192, every layer on the
+    # two RPC servers) RPC0 244.05, RPC1 354.55, host 112.08 MiB.
     pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), machine)
-    pp = compute_buffers(llama8b, _inputs(pipeline_parallel=True), pl, (Vendor.RPC, Vendor.RPC))
-    assert _parts(pp[0])["pipeline-parallel input copies"] == 3 * (2 * 8192 * 512 + 4 * 4096 * 512)
+    g0, g1, host = compute_buffers(llama8b, _inputs(pipeline_parallel=True), pl, (Vendor.RPC, Vendor.RPC))
+    # First GPU: layer phase 8 + 5 x 8 + 84 = 132, plus 4 masks (32) and 10 hidden-state blocks (80).
+    assert _parts(g0)["pipeline-parallel input copies"] == 4 * (2 * 8192 * 512) + 10 * (4 * 4096 * 512)
+    assert g0.bytes == 244 * MIB
+    assert g1.bytes == int(354.5 * MIB)  # logits 250.5 + 8, plus 4 masks (32) and 8 blocks (64)
+    assert host.bytes == 112 * MIB  # 4 x (mask 8 + embeddings input 8) + get_rows and 5 more blocks (48)
 
 
 def test_ffn_follows_its_weights(llama8b: ModelProfile) -> None:

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from fitplan.core.errors import GGUFError
 from fitplan.core.gguf_header import GGUFHeader
-from fitplan.core.gguf_reader import MAX_ARRAY_DEPTH, MAX_HEADER_BYTES_UNKNOWN_SIZE, parse_header
+from fitplan.core.gguf_reader import MAX_ARRAY_DEPTH, MAX_HEADER_BYTES, parse_header
 
 
 class BytesSource:
@@ -173,7 +173,23 @@ def test_absurd_counts_fail_cleanly(data: bytes, problem: str) -> None:
         with pytest.raises(GGUFError, match=problem):
             parse_header(src)
         # never asked for the absurd amount: at most the file, or the cap when the size is unknown
-        assert src.largest_read <= (len(src.data) if known else MAX_HEADER_BYTES_UNKNOWN_SIZE)
+        assert src.largest_read <= (len(src.data) if known else MAX_HEADER_BYTES)
+
+
+def test_header_size_is_capped() -> None:
+    # 2^26 empty strings claim 512 MiB: plausible for a big file, but past the header cap, so refused before reading
+    data = _preamble(0, 1) + _s(b"t") + struct.pack("<IIQ", GGUFValueType.ARRAY, GGUFValueType.STRING, 2**26)
+
+    class Huge(BytesSource):
+        @property
+        def size(self) -> int | None:
+            return 2**40  # a 1 TiB file
+
+    src = Huge(data + b"\0" * 1024)
+    with pytest.raises(GGUFError, match=r"array of 67108864 strings exceeds the (\d+) bytes left") as e:
+        parse_header(src)
+    assert int(e.value.problem.split("exceeds the ")[1].split()[0]) < MAX_HEADER_BYTES
+    assert src.largest_read < 1024 * 1024
 
 
 def _nested(depth: int) -> bytes:

@@ -21,7 +21,7 @@ from gguf import GGUFReader
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "llamacpp"
-GRIDS = ("archs", "sparse", "placement", "server")
+GRIDS = ("archs", "sparse", "placement", "server", "fitparams")
 FIXTURE_FILES = sorted(p for g in GRIDS for p in (FIXTURES / g).glob("*.json"))
 MIB = 1 << 20
 
@@ -152,7 +152,7 @@ def test_fixture_schema(path: Path) -> None:
     doc = _load(path)
     assert doc["schema"] == 1
     assert doc["llama_cpp"] == {"commit": "515e85511", "build": 11434}
-    assert doc["tool"] in ("membreak", "llama-server")
+    assert doc["tool"] in ("membreak", "llama-server", "llama-fit-params")
     model = doc["model"]
     assert isinstance(model["generator"], str) and model["generator"]
     assert model["name"] == path.stem
@@ -180,13 +180,21 @@ def test_fixture_schema(path: Path) -> None:
         n_ok += 1
         if doc["tool"] == "membreak":
             _check_membreak_results(case)
-        else:
+        elif doc["tool"] == "llama-server":
             _check_server_results(case)
+        else:
+            rows = case["results"]["rows_mib"]
+            assert rows and rows[-1]["device"] == "Host"
+            for row in rows:
+                assert set(row) == {"device", "model", "context", "compute"}
+                assert all(_is_int(row[k]) and row[k] >= 0 for k in ("model", "context", "compute"))
     assert n_ok >= 1
 
 
 def _expand_header(header: Path, file_bytes: int, tmp_path: Path) -> Path:
     """The header-only copy, extended (sparse) to the full file size so that GGUFReader can map the tensors."""
+    if sys.platform == "win32":
+        pytest.skip("extending to a sparse file of the model's size needs a POSIX file system")
     dst = tmp_path / header.name
     shutil.copyfile(header, dst)
     os.truncate(dst, file_bytes)
@@ -241,10 +249,9 @@ def test_sparse_headers_are_reproducible(tmp_path: Path) -> None:
     sparse = [h for h in HEADERS if h[3] == "tools/groundtruth/sparse_models.py"]
     assert len(sparse) >= 8
     for header, name, file_bytes, _gen in sparse:
-        out = sm.generate(name, tmp_path, header_only=True)
+        out, layout = sm.generate_with_layout(name, tmp_path, header_only=True)
         assert out.read_bytes() == header.read_bytes(), name
-        full = sm.generate(name, tmp_path / "full")
-        assert full.stat().st_size == file_bytes, name
+        assert layout["full_bytes"] == file_bytes, name
 
 
 def test_sparse_config_table_is_complete() -> None:
@@ -307,3 +314,48 @@ def test_recorded_server_defaults() -> None:
     assert (server["resolved"]["n_seq_max"], server["resolved"]["n_outputs_max"]) == (4, 4)
     # logits buffer: n_vocab 128256 x 4 outputs x 4 B = 1.957 MiB, logged with 2 decimals
     assert server["output_mib"] == round(128256 * 4 * 4 / MIB, 2)
+
+
+FITP_FILES = sorted((FIXTURES / "fitparams").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", FITP_FILES, ids=_ids(FITP_FILES))
+def test_membreak_agrees_with_llama_fit_params(path: Path) -> None:
+    """membreak's byte breakdown, summed like common/fit.cpp does and floored to MiB, is what llama-fit-params
+    printed for the same settings: Host = the is_host buffer types, a device row = its non-host buffer types
+    (CPU_REPACK belongs to no model device and is in neither)."""
+    compared = 0
+    for case in _load(path)["cases"]:
+        if "error" in case:
+            continue
+        grid_model, case_id = case["membreak_case"].split("#")
+        grid, model = grid_model.split("/")
+        buffers = _case(grid, model, case_id)["results"]["buffers"]
+        for row in case["results"]["rows_mib"]:
+            if row["device"] == "Host":
+                mine = [b for b in buffers if b["is_host"]]
+            else:
+                mine = [b for b in buffers if b["device"] == row["device"] and not b["is_host"]]
+            for k in ("model", "context", "compute"):
+                assert sum(b[k] for b in mine) // MIB == row[k], (case["id"], row, k)
+        compared += 1
+    assert compared >= 3
+
+
+def test_output_buffer_holds_the_logits_of_n_seq_max_rows() -> None:
+    """The host output buffer reserved at context creation: n_vocab x n_seq_max x 4 B of logits
+    (src/llama-context.cpp: output_reserve(n_seq_max)); logged in MiB with 2 decimals."""
+    n = 0
+    for p in FIXTURE_FILES:
+        doc = _load(p)
+        for case in doc["cases"]:
+            if "results" not in case or doc["tool"] == "llama-fit-params":
+                continue
+            r = case["results"]
+            if doc["tool"] == "membreak":
+                n_vocab, n_seq = r["resolved"]["n_vocab"], r["resolved"]["n_seq_max"]
+            else:
+                n_vocab, n_seq = doc["model"]["config"]["vocab_size"], r["resolved"]["n_seq_max"]
+            assert r["output_mib"] == round(n_vocab * n_seq * 4 / MIB, 2), (p.name, case["id"])
+            n += 1
+    assert n > 800

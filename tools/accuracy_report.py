@@ -109,10 +109,13 @@ def load_profile(header: Path) -> ModelProfile:
     return _PROFILES[header]
 
 
-def _machine(resolved: dict[str, object]) -> Machine:
+def _machine(resolved: dict[str, object], rpc: tuple[str, ...] = ()) -> Machine:
     gpus: list[Device] = []
     devs = resolved.get("devices") or []
     assert isinstance(devs, list)
+    if rpc:
+        # Every --rpc server is a device; -dev / -sm none may have kept fewer in the recording.
+        devs = [{"name": f"RPC{i}", "description": h} for i, h in enumerate(rpc)]
     for d in devs:
         assert isinstance(d, dict)
         # RPC servers on the recording host all report the host's memory: equal default splits.
@@ -171,7 +174,7 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
         results = case.get("results")
         resolved = results.get("resolved", {}) if isinstance(results, dict) else {}
         assert isinstance(resolved, dict)
-        machine = _rpc_buffer_names(_machine(resolved), parsed.rpc_servers)
+        machine = _rpc_buffer_names(_machine(resolved, parsed.rpc_servers), parsed.rpc_servers)
         if "error" in case:
             try:
                 estimate(profile, settings, machine, cpu=RECORDING_CPU)
@@ -189,11 +192,48 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
     except FitplanError as exc:
         return CaseResult(grid, model_name, arch, str(case["id"]), error=f"{type(exc).__name__}: {exc}")
     assert isinstance(results, dict)
+    if "rows_mib" in results:
+        return CaseResult(grid, model_name, arch, str(case["id"]), devices=_compare_fit_params(results, est))
     if "buffers_mib" in results:
         return CaseResult(
             grid, model_name, arch, str(case["id"]), devices=_compare_server(results, est), mib_precision=True
         )
     return CaseResult(grid, model_name, arch, str(case["id"]), devices=_compare(results, est))
+
+
+def _floor_mib(n: int) -> int:
+    return n // MIB * MIB
+
+
+def _compare_fit_params(results: dict[str, object], est: Estimate) -> tuple[DeviceResult, ...]:
+    """llama-fit-params stdout: whole MiB (rounded down) per device; its Host row leaves CPU_REPACK out."""
+    rows = results["rows_mib"]
+    assert isinstance(rows, list)
+    real = {str(r["device"]): r for r in rows}
+    out: list[DeviceResult] = []
+    for de in est.devices:
+        host = de.device.kind is DeviceKind.CPU
+        name = "Host" if host else de.device.name
+        r = real.get(name)
+        if r is None:
+            continue
+        weights = de.bytes_of(TermKind.WEIGHTS)
+        if host:
+            weights -= sum(
+                t.bytes for t in de.terms if t.kind is TermKind.WEIGHTS and t.label == "CPU_REPACK"
+            )
+        out.append(
+            DeviceResult(
+                name,
+                (int(r["model"]) * MIB, _floor_mib(weights)),
+                (
+                    int(r["context"]) * MIB,
+                    _floor_mib(de.bytes_of(TermKind.KV) + de.bytes_of(TermKind.RECURRENT)),
+                ),
+                (int(r["compute"]) * MIB, _floor_mib(de.bytes_of(TermKind.COMPUTE))),
+            )
+        )
+    return tuple(out)
 
 
 def _round_mib(n: int) -> int:
@@ -364,6 +404,23 @@ MODEL_NOTES = """\
   CUDA-only parts (flash-attention f16 copies of quantized K/V, op-offload weight copies into the first GPU's compute
   buffer) are read from the CUDA source and not measured.
 * **Runtime reserve** (`fitplan.core.reserve`): an assumption, not measurable without a GPU.
+* **mmproj** compute: an approximation from the vision tower's tensor shapes (raw image, one block or the
+  projector); it matches a LLaVA-1.5 CLIP projector, and is far under for projectors whose warm-up image is
+  large (Qwen2-VL).
+
+## Known gaps (compute)
+
+* **Architecture smoke models** (`archs` grid: hidden size 256, vocabulary 128, two layers). Their compute
+  buffers are a few MiB, where graph details the structural model does not name weigh 10-90%: recurrent scans and
+  convolutions of gated delta nets and linear attention (qwen35, qwen3next smoke model, kimi-linear), DSA
+  indexer scores (deepseek32, glm-dsa, dots3note, hy_v4), DeepSeek-V4's compressed cache, qwen4exp's per-layer
+  embeddings, parallel attention + FFN blocks (command-r, cohere2), non-gated FFNs (starcoder2, nemotron, arcee).
+* **Pipeline parallelism** (every layer on two or more devices): llama.cpp keeps four copies of every split input
+  as never-freed graph outputs. The model adds four copies of the masks and a number of `[n_embd, n_tok]`
+  hidden-state blocks per GPU taken from the two-server RPC recordings (10 on the first GPU, 8 on the output GPU,
+  9 when one GPU has both); it is unverified for three or more GPUs.
+* **Partial layouts with `-nkvo`, `-cmoe`, `-ot`**: which ops run where follows the weights and the KV buffers;
+  the GPU side is 5-20% off in several recordings.
 """
 
 

@@ -29,6 +29,7 @@ EPILOG = """examples:
   fitplan command model.gguf --shell powershell
   fitplan scan ~/models --json
   fitplan gpus
+  fitplan verify model.gguf -c 16384 --llama-bin ~/llama.cpp/build/bin   compare with llama.cpp itself
 
 every subcommand takes --json (one JSON document on stdout) and --help (its own examples).
 

@@ -60,7 +60,7 @@ def _run(display: str, *extra: str) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), str(OUT), *extra], env=env, capture_output=True, text=True, timeout=180
     )
-    if "could not connect to display" in done.stderr or "xcb" in done.stderr and done.returncode != 0:
+    if "could not connect to display" in done.stderr or ("xcb" in done.stderr and done.returncode != 0):
         pytest.skip(f"Qt's xcb platform cannot start here: {done.stderr.strip()[-300:]}")
     assert done.returncode == 0, done.stderr[-3000:]
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from gguf import GGUFWriter
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
@@ -96,6 +97,16 @@ def test_context_slider_moves_the_chart_line_at_once_and_the_command_after(qtbot
     out = wait_settled(qtbot, window)
     assert out.estimate.settings.n_ctx == 8192
     assert "8192" in window.command.text.toPlainText()
+
+
+def test_hover_readout_names_every_term_at_the_pointer(window: MainWindow) -> None:
+    out = window.planner.outcome
+    assert out is not None and out.curve is not None
+    i = len(out.curve.contexts) // 2
+    text = window.chart.readout_at(float(np.log2(out.curve.contexts[i])))
+    total = out.curve.bytes[0, :, i].sum() / GIB
+    assert text.startswith("At ") and f"total {total:.2f} GiB" in text
+    assert "Weights" in text and "KV cache" in text
 
 
 def test_dragging_the_chart_line_sets_the_context(qtbot: Any, window: MainWindow) -> None:
@@ -213,10 +224,13 @@ def test_unknown_architecture_is_flagged(qtbot: Any, window: MainWindow, tmp_pat
     w.write_tensors_to_file()
     w.close()
     window.planner.open(str(path))
-    qtbot.waitUntil(lambda: window.banner.isVisible() and window.banner.level in ("warning", "error"),
-                    timeout=TIMEOUT)
-    text = window.banner.text().lower()
-    assert "mysterynet" in text or "architecture" in text
+    qtbot.waitUntil(lambda: window.banner.isVisible() and window.banner.level == "warning", timeout=TIMEOUT)
+    assert "mysterynet" in window.banner.text()
+    assert window.banner.text().count("mysterynet") == 1
+    assert "unverified architecture" in window.summary.values["Architecture"].text()
+    # The app keeps working: the estimate for it arrives.
+    wait_settled(qtbot, window)
+    assert window.planner.outcome.estimate.settings.n_ctx == 4096  # min(32768, trained 4096)
 
 
 def test_unreachable_url_shows_a_message(qtbot: Any, window: MainWindow) -> None:
@@ -286,3 +300,37 @@ def test_minimum_size_and_tab_order(window: MainWindow) -> None:
         widget = widget.nextInFocusChain()
     assert window.models.filter_box in chain and window.models.table in chain
     assert window.settings.context_slider.nextInFocusChain() is window.settings.context_box
+
+
+def test_an_interrupted_download_is_not_mistaken_for_an_example(
+    qtbot: Any, window: MainWindow, tmp_path: Path
+) -> None:
+    # The same header without the header-only flag: the file now lacks 4.6 GiB of declared tensor data.
+    data = LLAMA.read_bytes().replace(b"fitplan.header_only", b"fitplan.header_xxxx")
+    partial = tmp_path / "partial.gguf"
+    partial.write_bytes(data)
+    window.planner.open(str(partial))
+    qtbot.waitUntil(lambda: window.banner.level == "error" and window.banner.isVisible(), timeout=TIMEOUT)
+    assert "incomplete download" in window.banner.text()
+
+
+def test_follows_a_switch_to_a_dark_theme(qtbot: Any, window: MainWindow) -> None:
+    from PySide6.QtGui import QColor, QPalette
+
+    from fitplan.gui.theme import VERDICT_COLOURS
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    light_palette = app.palette()
+    level = window.verdict.level
+    assert VERDICT_COLOURS[level][0] in window.verdict.styleSheet()
+    dark = QPalette(light_palette)
+    dark.setColor(QPalette.ColorRole.Window, QColor("#202020"))
+    dark.setColor(QPalette.ColorRole.WindowText, QColor("#e0e0e0"))
+    try:
+        app.setPalette(dark)
+        qtbot.waitUntil(lambda: VERDICT_COLOURS[level][1] in window.verdict.styleSheet(), timeout=TIMEOUT)
+        axis = window.chart.plot.getPlotItem().getAxis("bottom")
+        assert axis.textPen().color().name() == "#e0e0e0"
+    finally:
+        app.setPalette(light_palette)

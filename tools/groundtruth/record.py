@@ -135,8 +135,8 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
                 out["log_buffers"].append({"kind": kind, "buffer_type": m.group(1), "mib": float(m.group(2))})
                 break
         if m := RE_FA.search(line):
-            out["flash_attn_resolved"] = ("enabled" if m.group(1) == "enabled" else "disabled") if m.group(1) \
-                else m.group(2)
+            # "enabled" / "disabled" when auto was resolved; "enabled" when llama.cpp forced it on
+            out["flash_attn_resolved"] = "disabled" if m.group(1) and m.group(1) != "enabled" else "enabled"
         if m := RE_WORST.match(line):
             out["worst_case"] = {"n_tokens": int(m.group(1)), "n_seqs": int(m.group(2)),
                                  "n_outputs": int(m.group(3))}
@@ -351,7 +351,7 @@ def sparse_model(env: Env, name: str, vocab: str = "none") -> tuple[Path, dict[s
     return path, model
 
 
-SWA_MODELS = {"gemma-3-27b", "gpt-oss-20b"}
+SWA_MODELS = {"gemma-3-27b", "gpt-oss-20b", "llama-4-scout-17b-16e"}
 
 
 def sparse_settings(name: str, n_ctx_train: int) -> list[tuple[str, list[str], bool]]:
@@ -379,6 +379,10 @@ def sparse_settings(name: str, n_ctx_train: int) -> list[tuple[str, list[str], b
                         False))
     out.append(("c4096-np1-faon-b4096-ub4096", ["-c", "4096", "-np", "1", "-fa", "on", "-b", "4096", "-ub", "4096"],
                 False))
+    # quantized V cache without flash attention (off: refused or overridden; auto: resolved)
+    for fa in ("off", "auto"):
+        out.append((f"c4096-np1-fa{fa}-q8_0", ["-c", "4096", "-np", "1", "-fa", fa, "-ctk", "q8_0", "-ctv", "q8_0"],
+                    False))
     # no CPU repacking: every weight in the plain CPU buffer
     out.append(("c4096-np1-faon-norepack", ["-c", "4096", "-np", "1", "-fa", "on", "-nr"], False))
     if name in SWA_MODELS:
@@ -456,7 +460,7 @@ class RpcServers:
 
 
 PLACEMENT_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gemma-3-27b", "gpt-oss-20b", "qwen3-next-80b-a3b",
-                    "deepseek-v2-lite", "granite-4.0-h-tiny"]
+                    "deepseek-v2-lite", "granite-4.0-h-tiny", "llama-4-scout-17b-16e"]
 
 
 def placement_settings(name: str, n_layer: int, moe: bool) -> list[tuple[str, list[str]]]:
@@ -624,7 +628,86 @@ def grid_server(env: Env, only: list[str] | None) -> None:
         write_fixture("server", name, fixture_doc("llama-server", model, cases))
 
 
-GRIDS = {"archs": grid_archs, "sparse": grid_sparse, "placement": grid_placement, "server": grid_server}
+# ------------------------------------------------------------------------------------------------ fit-params grid
+# llama-fit-params -fitp on prints, per device, the dry-run breakdown in MiB (integer division). The same settings
+# as some membreak cases, so the tests can check membreak against the official tool.
+
+FITP_SPARSE_IDS = ["c4096-np1-faon", "c32768-np1-faoff", "c32768-np4-nokvu-faon", "c4096-np1-faon-ub2048"]
+FITP_PLACEMENT: dict[str, list[str]] = {
+    "llama-3.1-8b": ["ngl16", "ngl-all-ts3,1", "ngl-all-ot-ffn-cpu"],
+    "qwen3-30b-a3b": ["ngl24", "ngl-all-ncmoe24", "ngl-all-cmoe"],
+    "gemma-3-27b": ["ngl31", "ngl-all-ts1,1"],
+}
+RE_FITP_ROW = re.compile(r"^(\S+) (\d+) (\d+) (\d+)\s*$")
+
+
+def run_fit_params(env: Env, model: Path, args: Sequence[str]) -> tuple[list[str], list[dict[str, Any]], str]:
+    # llama-fit-params has no -kvu/-no-kvu flag; its KV cache is never unified (the same as -no-kvu)
+    assert "-kvu" not in args
+    args = [a for a in args if a != "-no-kvu"]
+    argv = [str(env.bin / "llama-fit-params"), "-m", str(model), *args, "-fitp", "on"]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env.env, timeout=300, check=False)
+    rows = []
+    for ln in p.stdout.splitlines():
+        if m := RE_FITP_ROW.match(ln):
+            rows.append({"device": m.group(1), "model": int(m.group(2)), "context": int(m.group(3)),
+                         "compute": int(m.group(4))})
+    err = "" if p.returncode == 0 and rows else (p.stderr.strip().splitlines() or ["failed"])[-1]
+    return argv, rows, err
+
+
+def _fitp_case(env: Env, grid: str, name: str, cid: str, path: Path, args: list[str],
+               rpc: RpcServers | None) -> dict[str, Any]:
+    argv, rows, err = run_fit_params(env, path, args)
+    case: dict[str, Any] = {"id": f"{grid}-{cid}", "command": _display_argv(argv, env),
+                            "settings": settings_from([x.replace(str(env.work), "$MODELS") for x in args], False, {}),
+                            "membreak_case": f"{grid}/{name}#{cid}"}
+    if err:
+        case["error"] = err
+    else:
+        case["results"] = {"rows_mib": rows}
+    if rpc is not None:
+        text = json.dumps(case)
+        for i, port in enumerate(rpc.ports):
+            text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:P{i + 1}")
+        case = json.loads(text)
+        case["settings"]["devices"] = "rpc:127.0.0.1:P1,127.0.0.1:P2"
+    return case
+
+
+def grid_fitparams(env: Env, only: list[str] | None) -> None:
+    per_model: dict[str, list[dict[str, Any]]] = {}
+    models: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for name in sparse_models.BUILDERS:
+        if only and name not in only:
+            continue
+        models[name] = sparse_model(env, name)
+        ctx_train = sparse_models.CONFIGS[name]["max_position_embeddings"]
+        assert isinstance(ctx_train, int)
+        settings = {cid: args for cid, args, _sd in sparse_settings(name, ctx_train)}
+        for cid in FITP_SPARSE_IDS:
+            per_model.setdefault(name, []).append(
+                _fitp_case(env, "sparse", name, cid, models[name][0], settings[cid], None))
+    with RpcServers(env, 2) as rpc:
+        for name, ids in FITP_PLACEMENT.items():
+            if only and name not in only:
+                continue
+            cfg = sparse_models.CONFIGS[name]
+            n_layer = cfg["num_hidden_layers"]
+            assert isinstance(n_layer, int)
+            moe = any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+            settings = dict(placement_settings(name, n_layer, moe))
+            for cid in ids:
+                args = ["--rpc", rpc.endpoints, *settings[cid]]
+                per_model.setdefault(name, []).append(
+                    _fitp_case(env, "placement", name, cid, models[name][0], args, rpc))
+    for name, cases in per_model.items():
+        write_fixture("fitparams", name, fixture_doc("llama-fit-params", models[name][1], cases))
+        print("fitparams", name, sum(1 for c in cases if "error" not in c), "/", len(cases), flush=True)
+
+
+GRIDS = {"archs": grid_archs, "sparse": grid_sparse, "placement": grid_placement, "server": grid_server,
+         "fitparams": grid_fitparams}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -633,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/fitplan-groundtruth"),
                     help="scratch dir for generated models (sparse files)")
     ap.add_argument("--membreak", type=Path, default=None, help="membreak binary (default: BUILD/bin/membreak)")
-    ap.add_argument("--grids", default="archs,sparse,placement,server")
+    ap.add_argument("--grids", default="archs,sparse,placement,server,fitparams")
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)
     env = Env(args.build.resolve(), args.work.resolve(), args.membreak.resolve() if args.membreak else None)

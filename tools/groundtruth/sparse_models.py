@@ -103,6 +103,15 @@ CONFIGS: dict[str, dict[str, object]] = {
         "layer_types": "attention at layers 5, 15, 25, 35; mamba2 elsewhere",
         "attention_layers": [5, 15, 25, 35], "tie_word_embeddings": True,
     },
+    "llama-4-scout-17b-16e": {
+        "source": "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (text_config)",
+        "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16,
+        "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "vocab_size": 202048,
+        "max_position_embeddings": 10485760, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+        "attention_chunk_size": 8192, "layer_types": "chunked attention, every 4th layer global (no RoPE)",
+        "tie_word_embeddings": False,
+    },
     "qwen2.5-vl-7b": {
         "source": "Qwen/Qwen2.5-VL-7B-Instruct config.json (text part)",
         "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
@@ -605,6 +614,40 @@ def build_qwen2_5_vl_7b() -> ModelSpec:
     return spec
 
 
+def build_llama_4_scout() -> ModelSpec:
+    cfg = _c("llama-4-scout-17b-16e")
+    spec = ModelSpec("llama-4-scout-17b-16e", "llama4")
+    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
+    n_head, n_kv, hd = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads"), _i(cfg, "head_dim")
+    n_ff_exp, n_expert = _i(cfg, "intermediate_size"), _i(cfg, "num_local_experts")
+    step = _i(cfg, "interleave_moe_layer_step")
+    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
+    spec.a("feed_forward_length", _i(cfg, "intermediate_size_mlp"))
+    spec.a("expert_feed_forward_length", n_ff_exp)
+    spec.a("interleave_moe_layer_step", step)
+    spec.a("attention.head_count", n_head)
+    spec.a("attention.head_count_kv", n_kv)
+    spec.a("rope.dimension_count", hd)
+    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
+    spec.a("expert_count", n_expert)
+    spec.a("expert_used_count", _i(cfg, "num_experts_per_tok"))
+    # no sliding_window key: llama.cpp then uses chunked attention, chunk 8192, 3 chunked : 1 global
+    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=False)
+    for il in range(n_layer):
+        spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
+        _attn_std(spec, il, n_embd, n_head, n_kv, hd)
+        spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
+        if (il + 1) % step == 0:
+            _ffn_moe(spec, il, n_embd, n_ff_exp, n_expert)
+            spec.t(f"blk.{il}.ffn_gate_shexp.weight", (n_embd, n_ff_exp), "ffn_gate")
+            spec.t(f"blk.{il}.ffn_up_shexp.weight", (n_embd, n_ff_exp), "ffn_up")
+            spec.t(f"blk.{il}.ffn_down_shexp.weight", (n_ff_exp, n_embd), "ffn_down")
+        else:
+            _ffn_dense(spec, il, n_embd, _i(cfg, "intermediate_size_mlp"))
+    return spec
+
+
 def _vit_common(spec: ModelSpec, cfg: dict[str, object], *, gelu: bool) -> None:
     spec.s("general.name", spec.name)
     spec.u32("general.file_type", 1)  # F16
@@ -722,6 +765,7 @@ BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "qwen3-next-80b-a3b": build_qwen3_next_80b_a3b,
     "granite-4.0-h-tiny": build_granite_4_0_h_tiny,
     "qwen2.5-vl-7b": build_qwen2_5_vl_7b,
+    "llama-4-scout-17b-16e": build_llama_4_scout,
 }
 
 
@@ -738,7 +782,8 @@ def _spm_vocab(spec: ModelSpec, n_vocab: int) -> None:
 def write_gguf(spec: ModelSpec, path: Path, *, vocab: str = "none", header_only: bool = False) -> dict[str, int]:
     """Write ``spec`` to ``path``: sparse full-size file, or only the header (KV + tensor infos).
 
-    Returns {"header_bytes", "data_offset", "file_bytes", "weights_bytes"}.
+    Returns {"header_bytes", "data_offset", "file_bytes" (as written), "full_bytes" (size of the sparse file),
+    "weights_bytes"}.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     w = GGUFWriter(path, spec.arch)
@@ -774,15 +819,21 @@ def write_gguf(spec: ModelSpec, path: Path, *, vocab: str = "none", header_only:
     file_bytes = header_bytes if header_only else data_offset + data_size
     os.truncate(path, file_bytes)
     return {"header_bytes": header_bytes, "data_offset": data_offset, "file_bytes": file_bytes,
-            "weights_bytes": weights}
+            "full_bytes": data_offset + data_size, "weights_bytes": weights}
 
 
-def generate(name: str, out_dir: Path, *, vocab: str = "none", header_only: bool = False) -> Path:
+def generate_with_layout(name: str, out_dir: Path, *, vocab: str = "none",
+                         header_only: bool = False) -> tuple[Path, dict[str, int]]:
+    """Write model ``name`` (a key of BUILDERS or MMPROJ_BUILDERS); return its path and write_gguf's layout."""
     spec = BUILDERS[name]() if name in BUILDERS else MMPROJ_BUILDERS[name]()
     suffix = "" if vocab == "none" or spec.arch == "clip" else f".{vocab}"
     path = out_dir / (f"{name}{suffix}.header.gguf" if header_only else f"{name}{suffix}.gguf")
-    write_gguf(spec, path, vocab=vocab, header_only=header_only)
-    return path
+    layout = write_gguf(spec, path, vocab=vocab, header_only=header_only)
+    return path, layout
+
+
+def generate(name: str, out_dir: Path, *, vocab: str = "none", header_only: bool = False) -> Path:
+    return generate_with_layout(name, out_dir, vocab=vocab, header_only=header_only)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

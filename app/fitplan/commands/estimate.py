@@ -114,12 +114,13 @@ def machine_for(parsed: ParsedFlags, assume: list[str]) -> tuple[Machine, list[s
 
 
 def _host() -> Device:
+    """Host RAM: total and available (MemAvailable on Linux), 0 when unknown."""
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
+        from fitplan.core.hardware import HostMemoryProbe
+    except ImportError:  # pragma: no cover - the hardware package ships with fitplan
         return host_device(0, 0)
-    return host_device(int(total), int(avail))
+    mem = HostMemoryProbe().read()
+    return host_device(mem.total_bytes, mem.available_bytes) if mem else host_device(0, 0)
 
 
 def split_model_flag(model: str | None, extra: list[str]) -> tuple[str | None, list[str]]:
@@ -210,9 +211,11 @@ def to_json(
             for d in est.devices
         ],
         "fits": est.fits(),
-        "host_runtime": [
-            {"name": b.name, "max_bytes": b.max_bytes, "explanation": b.explanation} for b in est.host_runtime
-        ],
+        # Host RAM llama-server fills while it runs, each bound under its own key (-1 = no limit).
+        "host_runtime": {
+            b.name.replace(" ", "_"): {"max_bytes": b.max_bytes, "explanation": b.explanation}
+            for b in est.host_runtime
+        },
         "weights_file_backed": est.weights_file_backed,
         "warnings": list(est.warnings),
         "assumptions": list(est.assumptions),

@@ -53,6 +53,11 @@ GPU_LAYER_BLOCKS = 2
 HOST_INPUT_BLOCKS = 4
 #: `ggml-backend.cpp:GGML_SCHED_MAX_COPIES`: copies of every graph and split input with pipeline parallelism.
 PIPELINE_COPIES = 4
+#: Hidden-state blocks pipeline parallelism adds per GPU, as the two-server RPC recordings show them (the four
+#: copies of the handed-over hidden state plus the activations that can no longer reuse the copies' space).
+PP_BLOCKS_FIRST = 10
+PP_BLOCKS_FIRST_AND_OUTPUT = 9
+PP_BLOCKS_OTHER = 8
 #: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
 
@@ -85,6 +90,7 @@ class ComputeInputs:
     cache_type_k: str
     cache_type_v: str
     op_offload: bool = True
+    n_seqs: int = 1  # sequences in the reserved batch (n_seq_max): recurrent states are per sequence
     pipeline_parallel: bool = (
         False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
     )
@@ -111,23 +117,67 @@ class ComputeBuffer:
         return " + ".join(f"{p.label} {p.bytes / 2**20:.1f} MiB" for p in self.parts if p.bytes)
 
 
+#: Blocks of `[n_embd, n_tok]` freed just before the FFN (the FFN norm output and its neighbour) that form one hole:
+#: an FFN intermediate no larger than this is placed there instead of at the end of the buffer.
+FFN_HOLE_BLOCKS = 2
+
+
 def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
-    """Largest FFN intermediate set of the given layers: gate + up + GLU output, MoE per used expert."""
+    """Largest FFN intermediate set of the given layers, f32.
+
+    Dense: gate, up and the GLU output `[n_ff, n_tok]` are live together (the down projection comes after gate and
+    up are freed). MoE: up, gate, GLU output `[n_ff_exp, n_used, n_tok]` and the experts' down projections
+    `[n_embd, n_used, n_tok]`. The last of them to be allocated goes into the two-block hole the FFN norm leaves
+    when it fits there (small FFNs), so it adds nothing.
+    """
     best = 0
     moe = profile.moe
+    hole = FFN_HOLE_BLOCKS * profile.n_embd
     for il in layers:
         lp = profile.layers[il]
-        dense = 3 * lp.n_ff
         if lp.is_moe and moe is not None:
             used = lp.n_expert_used or moe.n_expert_used
             # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
             n_ff_exp = moe.n_ff_exp or lp.n_ff
-            f = used * (3 * n_ff_exp + profile.n_embd)
+            up, down = used * n_ff_exp, used * profile.n_embd
+            f = 3 * up + (0 if down <= hole else down)
             if moe.n_ff_shexp and moe.n_expert_shared:
                 f = max(f, 3 * moe.n_ff_shexp * moe.n_expert_shared)
-            dense = f  # the dense n_ff of a MoE layer is not used there
-        best = max(best, F32 * n_tok * dense)
+        else:
+            f = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0)
+        best = max(best, F32 * n_tok * f)
     return best
+
+
+#: Architectures whose recurrent layers are Mamba-1 / Mamba-2 blocks (the SSM scan below); gated delta nets, RWKV,
+#: short convolutions and linear attention have other graphs and are not modelled here.
+MAMBA_ARCHS = frozenset(
+    {"mamba", "mamba2", "jamba", "falcon-h1", "nemotron_h", "nemotron_h_moe", "granitehybrid", "plamo2"}
+)
+
+
+def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """Live set of one Mamba block during the selective scan, f32 (src/models/graph-context-mamba.cpp).
+
+    Mamba-2 (`ssm.group_count` > 0): the input projection zxBCdt `[2 d_inner + 2 n_group d_state + n_head, n_tok]`,
+    the conv input (conv state + xBC, `[d_conv - 1 + n_tok / n_seqs, channels, n_seqs]`), the conv output
+    `[channels, n_tok]` (channels = d_inner + 2 n_group d_state) and the scan output (y `[d_inner, n_tok]` plus the
+    final states `[d_state, d_inner, n_seqs]`). Mamba-1: zx `[2 d_inner, n_tok]`, the conv output `[d_inner, n_tok]`,
+    x_db `[dt_rank + 2 d_state, n_tok]`, dt `[d_inner, n_tok]` and the scan output.
+    """
+    ssm = profile.ssm
+    if ssm is None or profile.architecture not in MAMBA_ARCHS or not ssm.d_inner:
+        return 0
+    scan = n_tok * ssm.d_inner + ssm.d_state * ssm.d_inner * n_seqs
+    if ssm.n_group:
+        channels = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
+        in_proj = 2 * ssm.d_inner + 2 * ssm.n_group * ssm.d_state + ssm.dt_rank
+        conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * channels * n_seqs
+        floats = in_proj * n_tok + conv_in + channels * n_tok + scan
+    else:
+        floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + (ssm.dt_rank + 2 * ssm.d_state) * n_tok
+        floats += ssm.d_inner * n_tok + scan
+    return F32 * floats
 
 
 def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], list[int]]:
@@ -216,24 +266,30 @@ class ComputePlan:
             )
 
         def kq(layers: list[int]) -> tuple[Affine, ...]:
-            if fa:
-                return ()
             base, swa = _attn_layers(profile, layers)
             out: set[Affine] = set()
             for group, is_swa in ((base, False), (swa, True)):
                 for il in group:
                     lp = profile.layers[il]
-                    a = F32 * n_tok * lp.n_head
-                    # Q (permuted, in the cache's K row width) is live while KQ is; MLA adds the absorbed q_nope.
+                    # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
+                    # absorbed q_nope [kv_lora_rank, n_head, n_tok].
                     q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
                     if profile.mla is not None:
                         q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
+                    if fa:
+                        # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
+                        out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
+                        continue
+                    a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
                     if not profile.has_memory:
                         out.add(Affine(c=a * n_tok + q))
                     elif is_swa:
                         out.add(Affine(a_swa=a, c=q))
                     else:
                         out.add(Affine(a_base=a, c=q))
+            ssm = _ssm_transient(profile, n_tok, inputs.n_seqs)
+            if ssm and any(profile.layers[il].is_recurrent for il in layers):
+                out.add(Affine(c=ssm))
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
         def mla_v(layers: list[int]) -> Affine:
@@ -281,6 +337,9 @@ class ComputePlan:
             flayers = ffn_by_dev.get(gi, [])
             has_out = out_dev == gi
             runs = bool(layers or flayers)
+            # The GPU that runs the first layer takes the embeddings from the host: it holds the same residual
+            # blocks as a single backend does (the recordings with one RPC device show five).
+            first = bool(trunk) and placement.layer_device[trunk[0]] == gi
             cuda = gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
             pp = inputs.pipeline_parallel and (runs or has_out)
             m = masks(layers)
@@ -291,19 +350,21 @@ class ComputePlan:
                     masks=m if runs else Affine(),
                     v_idxs=v_idxs(layers) if runs else 0,
                     blocks_label="layer input + residual",
-                    blocks=GPU_LAYER_BLOCKS * embd_block if runs else 0,
+                    blocks=(RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) * embd_block if runs else 0,
                     ffn=_ffn_transient(profile, flayers, n_tok),
                     kq=kq(layers),
                     mla_v=mla_v(layers),
                     fa_copies=fa_copies(layers) if cuda else (),
                     logits=logits if has_out else 0,
-                    out_block=embd_block if has_out else 0,
-                    # GGML_SCHED_MAX_COPIES = 4: every split input (masks, the hidden state handed over) is kept
-                    # 4 times instead of once.
+                    out_block=(RESIDUAL_BLOCKS if first else 1) * embd_block if has_out else 0,
+                    # GGML_SCHED_MAX_COPIES = 4: the split inputs (masks, the hidden state handed over) are kept
+                    # 4 times as graph outputs, never freed, so the activations cannot reuse their space either.
+                    # The RPC recordings show 4 x masks + 8 blocks on the output GPU, + 10 on the first GPU, + 9
+                    # when one GPU has both.
                     pp_extra=Affine(
-                        (PIPELINE_COPIES - 1) * m.a_base,
-                        (PIPELINE_COPIES - 1) * m.a_swa,
-                        (PIPELINE_COPIES - 1) * (m.c + embd_block),
+                        PIPELINE_COPIES * m.a_base,
+                        PIPELINE_COPIES * m.a_swa,
+                        PIPELINE_COPIES * m.c + _pp_blocks(first, has_out) * embd_block,
                     )
                     if pp
                     else Affine(),
@@ -322,7 +383,7 @@ class ComputePlan:
         else:
             # Graph inputs (embeddings input, masks) in n_copies, the token-embedding get_rows output and the blocks
             # the recordings show next to them; pipeline parallelism adds two more.
-            blocks = (n_copies - 1 + HOST_INPUT_BLOCKS + (2 if n_copies > 1 else 0)) * embd_block
+            blocks = (n_copies - 1 + HOST_INPUT_BLOCKS + (3 if n_copies > 1 else 0)) * embd_block
             label = "embeddings input + get_rows"
         plans.append(
             _DevicePlan(
@@ -357,7 +418,9 @@ class ComputePlan:
 def _transient(p: _DevicePlan, nb: int, ns: int) -> tuple[str, int]:
     att = _max_at(p.kq, nb, ns)
     if att > p.ffn:
-        return "KQ scores + Q", att
+        return (
+            "KQ scores + Q" if p.kq and any(a.a_base or a.a_swa for a in p.kq) else "attention / SSM scan"
+        ), att
     return "FFN intermediates", p.ffn
 
 
@@ -440,6 +503,13 @@ def compute_buffers(
 ) -> tuple[ComputeBuffer, ...]:
     """The compute buffer of every backend: one per GPU in use (in order), then the host's."""
     return ComputePlan(profile, inputs, placement, gpu_vendors).evaluate(inputs.n_kv_base, inputs.n_kv_swa)
+
+
+def _pp_blocks(first: bool, has_out: bool) -> int:
+    """`[n_embd, n_tok]` blocks pipeline parallelism adds on a GPU (RPC recordings, see docs/accuracy.md)."""
+    if first:
+        return PP_BLOCKS_FIRST_AND_OUTPUT if has_out else PP_BLOCKS_FIRST
+    return PP_BLOCKS_OTHER
 
 
 def _sum(parts: list[ComputePart]) -> int:

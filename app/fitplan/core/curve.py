@@ -48,7 +48,8 @@ class Curve:
     kinds: tuple[TermKind, ...] = TERM_ORDER
 
     def term(self, device: int, kind: TermKind) -> NDArray[np.int64]:
-        return self.bytes[device, _KIND_INDEX[kind]]
+        row: NDArray[np.int64] = self.bytes[device, _KIND_INDEX[kind]]
+        return row
 
     def used(self) -> NDArray[np.int64]:
         """Bytes per device and context, shape (devices, contexts)."""
@@ -114,7 +115,7 @@ def estimate_curve(
             reserve_bytes=reserve_bytes,
             cpu=cpu,
         )
-        _fill(out, i, e)
+        _fill(out, int(i), e)
         n_ctx_out[i] = e.context.n_ctx
     idx = np.flatnonzero(regular)
     if idx.size == 0:
@@ -149,9 +150,9 @@ def estimate_curve(
         streams = np.fromiter((cache.n_stream_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
         extra = dict(cache.layer_extra)
         per_dev: dict[int | None, int] = {}
-        for il, k, v in cache.layer_rows:
+        for il, k_row, v_row in cache.layer_rows:
             dev = None if settings.no_kv_offload else _layer_dev(placement.layer_device, il)
-            per_dev[dev] = per_dev.get(dev, 0) + k + v + extra.get(il, 0)
+            per_dev[dev] = per_dev.get(dev, 0) + k_row + v_row + extra.get(il, 0)
         for dev, row in per_dev.items():
             out[dev_row[dev], _KIND_INDEX[cache.kind], idx] += row * cells * streams
         if cache.kind is TermKind.KV and cache.layer_rows and not cache.name.endswith("(indexer)"):

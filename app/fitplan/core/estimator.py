@@ -235,6 +235,7 @@ def compute_inputs(
         cache_type_k=settings.cache_type_k,
         cache_type_v=settings.cache_type_v,
         op_offload=settings.op_offload,
+        n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
     )
 

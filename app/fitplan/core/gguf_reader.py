@@ -56,8 +56,9 @@ MAX_STRING_LENGTH = 1024 * 1024 * 1024
 MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024
 #: ggml's GGML_MAX_DIMS.
 MAX_DIMS = 4
-#: Upper bound on a header when the source cannot say how big it is (a remote server that hides the file size).
-MAX_HEADER_BYTES_UNKNOWN_SIZE = 256 * 1024 * 1024
+#: Upper bound on a header (metadata + tensor infos). Real ones stay under ~20 MB (a 262k-token vocabulary is 16 MB);
+#: the cap keeps a hostile count in a large file from reading gigabytes of tensor data as "strings".
+MAX_HEADER_BYTES = 256 * 1024 * 1024
 
 FIRST_CHUNK_LOCAL = 1024 * 1024
 
@@ -202,15 +203,12 @@ class _Parser:
             raise self.err(
                 f"file ends at byte {size} inside the header while reading {what} ({end} needed)", at
             )
-        if size is None and end > MAX_HEADER_BYTES_UNKNOWN_SIZE:
-            raise self.err(
-                f"header would exceed {MAX_HEADER_BYTES_UNKNOWN_SIZE} bytes while reading {what}", at
-            )
+        if end > MAX_HEADER_BYTES:
+            raise self.err(f"header would exceed {MAX_HEADER_BYTES} bytes while reading {what}", at)
         want = max(end, self.source.growth * have, self.source.first_chunk)
         if size is not None:
             want = min(want, size)
-        elif want > MAX_HEADER_BYTES_UNKNOWN_SIZE:
-            want = MAX_HEADER_BYTES_UNKNOWN_SIZE
+        want = min(want, MAX_HEADER_BYTES)
         more = self.source.read(have, want - have)
         self.buf += more
         self.size = self.source.size  # a remote source learns its size from the first answer
@@ -218,13 +216,10 @@ class _Parser:
             raise self.err(f"file ends at byte {len(self.buf)} inside the header while reading {what}", at)
 
     def remaining(self, pos: int) -> int:
-        """Bytes left after `pos` (a generous bound when the size is unknown)."""
-        if self.size is not None:
+        """Bytes the header may still use after `pos`: to the end of the file, and never past MAX_HEADER_BYTES."""
+        if self.size is not None and self.size < MAX_HEADER_BYTES:
             return self.size - pos
-        return MAX_HEADER_BYTES_UNKNOWN_SIZE - pos
-
-    def st(self, vtype: int) -> struct.Struct:
-        return self.structs[vtype]
+        return MAX_HEADER_BYTES - pos
 
     # -- primitives ---------------------------------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from fitplan.core.user_settings import load_user_settings
 
+GUI_SWITCH_INTERVAL_S = 0.001
+
 
 def create_app(argv: Sequence[str] = ()) -> object:
     """The QApplication (created once), with HiDPI and system colours honoured."""
@@ -18,6 +20,9 @@ def create_app(argv: Sequence[str] = ()) -> object:
     existing = QApplication.instance()
     if existing is not None:
         return existing
+    # The estimator thread is pure Python: hand the interpreter back to the GUI thread every millisecond (default
+    # 5 ms) so input and painting never wait long behind a computation.
+    sys.setswitchinterval(GUI_SWITCH_INTERVAL_S)
     QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
     app = QApplication(["fitplan", *argv])
     app.setApplicationName("fitplan")
@@ -47,17 +52,27 @@ def build_window(config_dir: Path | None = None, backend: object | None = None) 
     return window, loaded.message
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    app = create_app(args)
-    from PySide6.QtWidgets import QApplication
+def launch(argv: Sequence[str] = ()) -> tuple[object, object]:
+    """Create the application and show the window; model, GPU and scan jobs start once it has painted."""
+    app = create_app(argv)
+    from PySide6.QtCore import QTimer
 
     from fitplan.gui.main_window import MainWindow
 
     window, _message = build_window()
     assert isinstance(window, MainWindow)
     window.show()
-    window.planner.start(args[0] if args else None)
+    initial = argv[0] if argv else None
+    # Let the first paint happen before the worker threads compete with it for the interpreter.
+    QTimer.singleShot(0, lambda: window.planner.start(initial))
+    return app, window
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    app, _window = launch(args)
+    from PySide6.QtWidgets import QApplication
+
     assert isinstance(app, QApplication)
     return int(app.exec())
 

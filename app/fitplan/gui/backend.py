@@ -23,6 +23,9 @@ from fitplan.core.profile import LayerKind, ModelProfile
 from fitplan.core.settings import NGL_AUTO, FlashAttn, LaunchSettings, MmprojPlacement
 from fitplan.gui import fallback
 
+#: Metadata key of the header-only example models (tools/make_examples.py): no tensor data follows the header.
+HEADER_ONLY_KEY = "fitplan.header_only"
+
 #: Contexts the chart samples (log-spaced, multiples of 256).
 CURVE_POINTS = 72
 MIN_CONTEXT = 256
@@ -58,6 +61,7 @@ class LoadedModel:
     profile: ModelProfile
     mmproj: ModelProfile | None = None
     warnings: tuple[str, ...] = ()
+    mmproj_note: str = ""  # why a projector found next to the model was not paired with it
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,7 @@ class Backend:
     def __init__(self, probe: Callable[[], Detection] | None = None, *, use_core: bool = True) -> None:
         self._probe = probe or self._probe_system
         self._use_core = use_core  # False: the rough stand-ins only (development of the window itself)
+        self._curve_cache: tuple[object, CurveData] | None = None  # used by the estimator thread only
 
     def _core(self, name: str) -> ModuleType | None:
         return _module(name) if self._use_core else None
@@ -171,11 +176,20 @@ class Backend:
         if profile.is_mmproj:
             raise GGUFError("this is a multimodal projector (mmproj); open the language model it belongs to", None,
                             str(path))
-        mm = self._build_profile(files.mmproj) if files.mmproj is not None else None
         warnings = list(profile.warnings)
-        if not profile.verified_architecture:
+        mm = None
+        note = ""
+        if files.mmproj is not None:
+            width = files.mmproj.get_int("clip.vision.projection_dim", 0)
+            if width and profile.n_embd and width != profile.n_embd:
+                # The projector found next to the model feeds another model: leave it out of the plan.
+                note = (f"{Path(files.mmproj.source).name} is next to it but projects to {width}-wide "
+                        f"embeddings, not this model's {profile.n_embd}")
+            else:
+                mm = self._build_profile(files.mmproj)
+        if not profile.verified_architecture and not any(profile.architecture in w for w in warnings):
             warnings.append(f"Unverified architecture '{profile.architecture}': memory estimated from generic keys.")
-        return LoadedModel(str(path), profile, mm, tuple(warnings))
+        return LoadedModel(str(path), profile, mm, tuple(warnings), note)
 
     def _open_local(self, path: str) -> Any:
         reader = self._core("fitplan.core.gguf_reader")
@@ -183,14 +197,13 @@ class Backend:
             return fallback.open_model(path)
         try:
             return reader.open_model(path)
-        except IncompleteModelError:
-            # Header-only example files (fitplan.header_only = true) are complete by declaration.
-            header = fallback.read_header(path)
-            mm_path = fallback.find_mmproj_for(path)
-            mm = fallback.read_header(mm_path) if mm_path else None
-            from fitplan.core.gguf_header import ModelFiles
-
-            return ModelFiles((header,), mm)
+        except IncompleteModelError as exc:
+            # A header-only example (fitplan.header_only = true, see tools/make_examples.py) is complete by
+            # declaration; any other short file is an interrupted download and the error stands.
+            header = getattr(exc, "header", None)
+            if header is None or header.metadata.get(HEADER_ONLY_KEY) is not True:
+                raise
+            return reader.open_model(path, allow_incomplete=True)
 
     def _load_remote(self, url: str) -> LoadedModel:
         remote = self._core("fitplan.core.remote")
@@ -296,11 +309,37 @@ class Backend:
         return model.mmproj
 
     def curve(self, model: LoadedModel, settings: LaunchSettings, machine: Machine) -> CurveData:
+        """Memory at CURVE_POINTS contexts. It does not depend on the chosen context, so while only the context
+        changes (a slider drag) the last curve is reused."""
         top = max(131072, model.profile.n_ctx_train, settings.n_ctx)
-        grid = np.unique(
-            (np.geomspace(MIN_CONTEXT, top, CURVE_POINTS) // CONTEXT_STEP * CONTEXT_STEP).astype(np.int64)
-        )
-        grid = grid[grid >= MIN_CONTEXT]
+        key = (model.source, id(model.profile), replace(settings, n_ctx=0), machine, top)
+        if self._curve_cache is not None and self._curve_cache[0] == key:
+            return self._curve_cache[1]
+        curve = self._compute_curve(model, settings, machine, top)
+        self._curve_cache = (key, curve)
+        return curve
+
+    def _compute_curve(self, model: LoadedModel, settings: LaunchSettings, machine: Machine, top: int) -> CurveData:
+        grid = self.curve_contexts(top)
+        curve_mod = self._core("fitplan.core.curve")
+        if curve_mod is not None:
+            self._check_settings(settings)
+            c = curve_mod.estimate_curve(
+                model.profile, settings, machine, [int(n) for n in grid], mmproj=self._mmproj_for(model, settings)
+            )
+            return CurveData(np.asarray(c.contexts, dtype=np.int64), tuple(c.devices), np.asarray(c.bytes))
+        return self._curve_by_estimates(model, settings, machine, grid)
+
+    @staticmethod
+    def curve_contexts(top: int) -> np.ndarray:
+        """CURVE_POINTS log-spaced contexts from MIN_CONTEXT to `top`, multiples of CONTEXT_STEP."""
+        grid = np.unique((np.geomspace(MIN_CONTEXT, top, CURVE_POINTS) // CONTEXT_STEP * CONTEXT_STEP).astype(np.int64))
+        result: np.ndarray = grid[grid >= MIN_CONTEXT]
+        return result
+
+    def _curve_by_estimates(
+        self, model: LoadedModel, settings: LaunchSettings, machine: Machine, grid: np.ndarray
+    ) -> CurveData:
         devices = machine.all
         data = np.zeros((len(devices), len(TERM_ORDER), len(grid)), dtype=np.int64)
         for c, n_ctx in enumerate(grid):

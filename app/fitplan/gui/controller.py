@@ -7,6 +7,7 @@ goes to the estimator thread or the job pool; every error ends in `show_error`.
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,15 @@ from PySide6.QtWidgets import QStatusBar
 from fitplan.core.devices import MIB
 from fitplan.core.errors import GGUFError
 from fitplan.core.user_settings import ModelChoices, UserSettings, save_user_settings
-from fitplan.gui.backend import Backend, Detection, LoadedModel, PlanOutcome, PlanRequest, fmt_ctx
+from fitplan.gui.backend import (
+    Backend,
+    Detection,
+    LoadedModel,
+    PlanOutcome,
+    PlanRequest,
+    VerdictLevel,
+    fmt_ctx,
+)
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
 from fitplan.gui.panels.command import CommandPanel
@@ -30,17 +39,31 @@ from fitplan.gui.workers import Estimator, JobError, Jobs
 
 #: Settings changes are coalesced for this long before an estimate is requested (the chart line moves at once).
 DEBOUNCE_MS = 30
+MAX_WAIT_MS = 150
 DEFAULT_CONTEXT = 32768
 EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 
 
 def examples_dir() -> Path | None:
-    """The bundled header-only example models (a source checkout's resources/examples, or package data)."""
+    """The bundled header-only example models (package data, or a source checkout's resources/examples)."""
     here = Path(__file__).resolve()
-    for candidate in (here.parents[3] / "resources" / "examples", here.parents[1] / "data" / "examples"):
+    candidates = [here.parents[3] / "resources" / "examples"]
+    try:
+        from fitplan import bundled
+    except ImportError:
+        pass
+    else:
+        candidates.insert(0, bundled.examples_dir())
+    for candidate in candidates:
         if (candidate / EXAMPLE_MODEL).is_file():
             return candidate
     return None
+
+
+def most_overfull(outcome: PlanOutcome) -> int:
+    """Index of the device that is most over its free memory in the outcome's estimate (what to show first)."""
+    devices = outcome.estimate.devices
+    return max(range(len(devices)), key=lambda i: devices[i].used_bytes - devices[i].device.free_bytes)
 
 
 @dataclass
@@ -84,12 +107,13 @@ class Planner(QObject):
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(DEBOUNCE_MS)
         self._debounce.timeout.connect(self.request_estimate)
+        self._pending_since: float | None = None  # when the first change of the current burst came in
 
         p = panels
         p.models.open_requested.connect(self.open)
         p.models.folder_added.connect(self.add_folder)
         p.hardware.devices_changed.connect(self._devices_changed)
-        p.settings.changed.connect(self._debounce.start)
+        p.settings.changed.connect(self.schedule_estimate)
         p.settings.context_moved.connect(p.chart.set_context)
         p.chart.context_dragged.connect(p.settings.set_context)
         p.command.shell_changed.connect(self._shell_changed)
@@ -128,7 +152,8 @@ class Planner(QObject):
     # -- models --------------------------------------------------------------------------------------------------
     def open(self, source: str) -> None:
         self.p.status.showMessage(f"Reading the header of {source}…")
-        self.jobs.start(f"Opening {source}", lambda _progress: self.backend.load(source), self._loaded)
+        name = source if source.startswith(("http://", "https://")) else Path(source).name
+        self.jobs.start(f"Opening {name}", lambda _progress: self.backend.load(source), self._loaded)
 
     def _loaded(self, model: LoadedModel) -> None:
         self.model = model
@@ -199,7 +224,7 @@ class Planner(QObject):
     def _devices_changed(self) -> None:
         hw = self.p.hardware
         self.user = replace(self.user, hypothetical_devices=hw.hypothetical(), planned_devices=hw.planned_names())
-        self._debounce.start()
+        self.schedule_estimate()
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def current_request(self) -> PlanRequest | None:
@@ -213,7 +238,19 @@ class Planner(QObject):
             self.estimator.next_id(), self.model, choices.to_launch_settings(mm), machine, choices.margin_mib * MIB
         )
 
+    def schedule_estimate(self) -> None:
+        """Coalesce a burst of changes; during a long drag still estimate every MAX_WAIT_MS."""
+        now = time.monotonic()
+        if self._pending_since is None:
+            self._pending_since = now
+        if (now - self._pending_since) * 1000 >= MAX_WAIT_MS:
+            self._debounce.stop()
+            self.request_estimate()
+        else:
+            self._debounce.start()
+
     def request_estimate(self) -> None:
+        self._pending_since = None
         request = self.current_request()
         if request is not None:
             self.estimator.submit(request)
@@ -223,6 +260,8 @@ class Planner(QObject):
         p = self.p
         if outcome.curve is not None:
             p.chart.set_curve(outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context)
+            if outcome.verdict.level == VerdictLevel.NO_FIT:
+                p.chart.select_device(most_overfull(outcome))
         p.chart.set_context(outcome.estimate.settings.n_ctx)
         rough = [a for a in outcome.estimate.assumptions if a.startswith("Rough estimate")]
         p.verdict.set_verdict(outcome.verdict, " ".join(rough + list(outcome.notes)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtCore import QByteArray, QEvent, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -188,6 +188,15 @@ class MainWindow(QMainWindow):
         if not mime.hasUrls() and mime.hasText():
             remote = [line.strip() for line in mime.text().splitlines() if line.strip()]
         return dropped_sources(remote, local)
+
+    # -- theme ---------------------------------------------------------------------------------------------------
+    def changeEvent(self, event: QEvent) -> None:
+        """Follow a switch of the system's light/dark theme while running."""
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self.verdict.apply_theme()
+            self.banner.apply_theme()
+            self.chart.apply_theme()
+        super().changeEvent(event)
 
     # -- lifetime ------------------------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:

@@ -8,8 +8,10 @@ only the result of its newest request. Errors travel as signals; nothing is swal
 
 from __future__ import annotations
 
+import atexit
 import threading
 import traceback
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +70,12 @@ class EstimatorWorker(QObject):
         self.finished.emit(outcome)
 
 
+def _shutdown_if_alive(ref: weakref.ref[Estimator]) -> None:
+    estimator = ref()
+    if estimator is not None:
+        estimator.shutdown()
+
+
 class Estimator(QObject):
     """The GUI-side handle: `submit()` a request, get `result` for the newest one only."""
 
@@ -89,6 +97,8 @@ class Estimator(QObject):
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)  # never leave the thread running past the event loop
+        ref = weakref.ref(self)
+        atexit.register(_shutdown_if_alive, ref)  # scripts that never run exec()
 
     @property
     def latest_id(self) -> int:
@@ -114,7 +124,11 @@ class Estimator(QObject):
             self.error.emit(err)
 
     def shutdown(self) -> None:
-        if self._thread.isRunning():
+        try:
+            running = self._thread.isRunning()
+        except RuntimeError:  # the C++ thread object is already gone
+            return
+        if running:
             self._thread.quit()
             self._thread.wait(5000)
 

@@ -35,10 +35,13 @@ class MessageBanner(QFrame):
 
     def show_message(self, level: str, text: str) -> None:
         self.level = level
-        light, dark = LEVEL_COLOURS.get(level, LEVEL_COLOURS["info"])
-        self.setStyleSheet(f"QFrame#banner {{ background: {dark if is_dark() else light}; border-radius: 4px; }}")
+        self.apply_theme()
         self.label.setText(text)
         self.show()
+
+    def apply_theme(self) -> None:
+        light, dark = LEVEL_COLOURS.get(self.level, LEVEL_COLOURS["info"])
+        self.setStyleSheet(f"QFrame#banner {{ background: {dark if is_dark() else light}; border-radius: 4px; }}")
 
     def text(self) -> str:
         return self.label.text() if self.isVisible() else ""

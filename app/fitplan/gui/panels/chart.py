@@ -22,6 +22,7 @@ from fitplan.gui.theme import (
     CONTEXT_LINE_COLOUR,
     MARGIN_COLOUR,
     TERM_COLOURS,
+    foreground,
 )
 
 X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
@@ -82,10 +83,9 @@ class ChartPanel(QWidget):
         self.areas: dict[TermKind, pg.PlotDataItem] = {}
         for z, kind in enumerate(TERM_ORDER):
             colour = QColor(TERM_COLOURS[kind])
-            fill = QColor(colour)
-            fill.setAlpha(215)
+            fill = QColor(colour)  # opaque: the bands overlap, each drawn from 0 up to its cumulative top
             area = pg.PlotDataItem(
-                [0.0], [0.0], pen=pg.mkPen(colour, width=1), fillLevel=0.0, fillBrush=pg.mkBrush(fill),
+                [0.0], [0.0], pen=pg.mkPen(colour, width=1), fillLevel=0.0, fillBrush=pg.mkBrush(fill), antialias=False,
             )
             area.setZValue(-z)
             self.plot.addItem(area)
@@ -124,6 +124,14 @@ class ChartPanel(QWidget):
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.legend)
         layout.addWidget(self.readout)
+
+    def apply_theme(self) -> None:
+        """Axis and text colours from the current palette (light or dark)."""
+        pen = pg.mkPen(foreground())
+        for name in ("left", "bottom"):
+            axis = self.plot.getPlotItem().getAxis(name)
+            axis.setPen(pen)
+            axis.setTextPen(pen)
 
     # -- data ----------------------------------------------------------------------------------------------------
     def set_curve(self, curve: CurveData, margin_bytes: int, max_context: int) -> None:

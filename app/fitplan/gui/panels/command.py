@@ -27,6 +27,7 @@ class CommandPanel(QWidget):
         super().__init__(parent)
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.text.setPlaceholderText("The llama-server command for the plan appears here.")
         self.text.setToolTip("The llama-server command line that launches this plan")

@@ -47,6 +47,8 @@ class SummaryPanel(QWidget):
         mix = ", ".join(f"{t} {100 * n / mix_total:.0f}%" for t, n in p.quant_mix[:4] if n * 100 >= mix_total)
         if model.mmproj is not None:
             proj = f"yes, {model.mmproj.weight_bytes / GIB:.2f} GiB ({model.mmproj.path.rsplit('/', 1)[-1]})"
+        elif model.mmproj_note:
+            proj = f"none ({model.mmproj_note})"
         else:
             proj = "none found next to the model"
         values = {

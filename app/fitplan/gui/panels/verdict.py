@@ -31,5 +31,11 @@ class VerdictPanel(QFrame):
         self.label.setText(verdict.text)
         self.detail.setText(detail)
         self.detail.setVisible(bool(detail))
-        colour = verdict_colour(verdict.level).name()
+        self.apply_theme()
+
+    def apply_theme(self) -> None:
+        """Colour for the current level in the current (light or dark) palette."""
+        if not self.level:
+            return
+        colour = verdict_colour(self.level).name()
         self.setStyleSheet(f"QFrame#verdict {{ background: {colour}; border-radius: 6px; }}")

@@ -1,0 +1,246 @@
+"""`fitplan verify MODEL [llama-server flags...]`: the estimate next to llama.cpp's own dry run.
+
+Runs `llama-fit-params` (found on PATH or in `--llama-bin DIR`) with the same memory flags, `-fitp on -v`, reads
+its per-device memory (stdout: `DEVICE model context compute` in MiB; stderr: the memory breakdown table, with
+extra rows such as CPU_REPACK, and the `compute buffer size` lines) and prints the estimate for the same program
+(`--tool llama-fit-params`: its logits reservation is n_batch, its context is not unified) term by term with the
+difference. Exit 0 when the comparison ran, 2 when it could not (no binary, bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fitplan.commands import _output as out
+from fitplan.commands.estimate import load_profile, machine_for, split_model_flag
+from fitplan.core.devices import MIB, DeviceKind
+from fitplan.core.errors import FlagError
+from fitplan.core.estimate import Estimate, TermKind
+from fitplan.core.estimator import estimate
+from fitplan.core.flags import _BY_NAME, parse_flags
+from fitplan.core.settings import Tool
+from fitplan.core.weights import CpuFeatures
+
+BINARY = "llama-fit-params"
+#: Memory flags llama-fit-params does not register (server-only in common/arg.cpp): not passed on.
+SERVER_ONLY_KEYS = frozenset(
+    {
+        "kv_unified", "no_kv_unified", "cache_ram_mib", "ctx_checkpoints", "embedding", "mmproj_path",
+        "no_mmproj_offload", "mmproj_offload", "draft_model", "draft_ngl", "draft_n_max", "spec_types", "model",
+    }
+)  # fmt: skip
+
+_DEVICE_LINE = re.compile(r"^\s*(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
+_BREAKDOWN = re.compile(r"\|\s+-\s+(.+?)\s+\|.*?(\d+)\s+=\s+(\d+)\s+\+\s+(\d+)\s+\+\s+(\d+)")
+_COMPUTE = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One llama.cpp row: MiB of model, context and compute."""
+
+    name: str
+    model: float
+    context: float
+    compute: float
+
+
+EXAMPLES = """examples:
+  fitplan verify model.gguf -c 32768 -ngl 99
+  fitplan verify model.gguf -c 8192 -ctk q8_0 -ctv q8_0 --llama-bin ~/llama.cpp/build/bin
+  fitplan verify model.gguf -c 16384 -dev none --json
+"""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "verify",
+        help="compare the estimate with llama.cpp's own dry run (llama-fit-params)",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
+    p.add_argument("--llama-bin", type=Path, help=f"folder holding {BINARY} (default: search PATH)")
+    p.add_argument("--assume-gpu", action="append", default=[], metavar="NAME=SIZE", help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for llama.cpp")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(handler=run, accepts_extra=True)
+
+
+def find_binary(llama_bin: Path | None) -> str | None:
+    if llama_bin is not None:
+        cand = llama_bin / BINARY
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+        return None
+    return shutil.which(BINARY)
+
+
+def fit_params_args(extra: list[str]) -> list[str]:
+    """The user's flags that llama-fit-params understands and that change memory."""
+    outv: list[str] = []
+    i = 0
+    while i < len(extra):
+        a = extra[i]
+        flag = a.split("=", 1)[0] if a.startswith("--") else a
+        spec = _BY_NAME.get(flag)
+        n = 1 if spec is not None and spec.takes_value and "=" not in a else 0
+        if spec is not None and spec.key not in SERVER_ONLY_KEYS:
+            outv.extend(extra[i : i + 1 + n])
+        i += 1 + n if spec is not None else 1
+    return outv
+
+
+def parse_output(stdout: str, stderr: str) -> tuple[list[Measured], dict[str, float]]:
+    """Rows per device (stdout, then extra breakdown rows such as CPU_REPACK) and the exact compute lines."""
+    rows: dict[str, Measured] = {}
+    for line in stdout.splitlines():
+        m = _DEVICE_LINE.match(line)
+        if m:
+            rows[m.group(1)] = Measured(m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4)))
+    for line in stderr.splitlines():
+        m = _BREAKDOWN.search(line)
+        if m:
+            name = m.group(1).split(" (")[0].strip()
+            if name not in rows:
+                rows[name] = Measured(name, float(m.group(3)), float(m.group(4)), float(m.group(5)))
+    compute = {m.group(1): float(m.group(2)) for m in (_COMPUTE.search(x) for x in stderr.splitlines()) if m}
+    return list(rows.values()), compute
+
+
+def detect_cpu_features() -> CpuFeatures:
+    """The repack-relevant features of this CPU (Linux /proc/cpuinfo; AVX2 assumed elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return CpuFeatures()
+    flags = set(re.findall(r"\b(avx2|avx512f|asimddp|i8mm)\b", text))
+    return CpuFeatures(
+        avx2="avx2" in flags,
+        avx512="avx512f" in flags,
+        neon_dotprod="asimddp" in flags,
+        neon_i8mm="i8mm" in flags,
+    )
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    args.model, extra = split_model_flag(args.model, extra)
+    try:
+        parsed = parse_flags(extra)
+    except FlagError as exc:
+        return out.error(str(exc))
+    model = args.model or parsed.model_path
+    if not model:
+        return out.error("no model: give MODEL or -m MODEL")
+    exe = find_binary(args.llama_bin)
+    if exe is None:
+        where = f"in {args.llama_bin}" if args.llama_bin else "on PATH"
+        return out.error(
+            f"{BINARY} not found {where}. It is built with llama.cpp (cmake --build build --target "
+            f"{BINARY}); give its folder with --llama-bin DIR."
+        )
+    settings = dataclasses.replace(parsed.settings, tool=Tool.FIT_PARAMS, kv_unified=False)
+    profile = load_profile(model)
+    machine, notes = machine_for(parsed, list(args.assume_gpu))
+    est = estimate(profile, settings, machine, cpu=detect_cpu_features())
+    cmd = [exe, "-m", model, *fit_params_args(extra), "-fitp", "on", "-v"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return out.error(f"could not run {BINARY}: {exc}")
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return out.error(f"{BINARY} failed (exit {proc.returncode}): " + " | ".join(tail))
+    rows, compute = parse_output(proc.stdout, proc.stderr)
+    if not rows:
+        return out.error(f"{BINARY} printed no memory rows; its output was:\n{proc.stdout.strip()}")
+    table = compare_rows(est, rows)
+    if args.json:
+        out.print_json(
+            {
+                "command": cmd,
+                "rows": [
+                    {"device": d, "term": t, "estimate_mib": round(m, 2), "llamacpp_mib": r}
+                    for d, t, m, r in table
+                ],
+                "llamacpp_compute_mib": compute,
+                "notes": notes,
+            }
+        )
+        return out.EXIT_OK
+    print("$ " + " ".join(cmd))
+    print(compare_table(table, compute))
+    for n in notes:
+        print(out.style(f"note: {n}", out.DIM))
+    print(
+        out.style(
+            "llama.cpp rounds down to whole MiB; the output buffer and the runtime reserve are not in its numbers "
+            "and are left out here; CPU_REPACK is a row of its own.",
+            out.DIM,
+        )
+    )
+    return out.EXIT_OK
+
+
+def compare_rows(est: Estimate, rows: list[Measured]) -> list[tuple[str, str, float, float | None]]:
+    """(device, term, estimate MiB, llama.cpp MiB or None) for every device the estimate uses."""
+    gpu_rows = [r for r in rows if r.name not in ("Host", "CPU_REPACK")]
+    by_name = {r.name: r for r in rows}
+    table: list[tuple[str, str, float, float | None]] = []
+    gi = 0
+    for de in est.devices:
+        if de.device.kind is DeviceKind.CPU:
+            real = by_name.get("Host")
+            name = "Host"
+            repack = sum(t.bytes for t in de.terms if t.kind is TermKind.WEIGHTS and t.label == "CPU_REPACK")
+            weights = de.bytes_of(TermKind.WEIGHTS) - repack
+        else:
+            if not de.terms:
+                continue
+            real = gpu_rows[gi] if gi < len(gpu_rows) else None
+            gi += 1
+            name = de.device.name
+            repack = 0
+            weights = de.bytes_of(TermKind.WEIGHTS)
+        ctxb = de.bytes_of(TermKind.KV) + de.bytes_of(TermKind.RECURRENT)
+        comp = de.bytes_of(TermKind.COMPUTE)
+        table.append((name, "weights", weights / MIB, real.model if real else None))
+        table.append((name, "kv + recurrent", ctxb / MIB, real.context if real else None))
+        table.append((name, "compute", comp / MIB, real.compute if real else None))
+        if repack or "CPU_REPACK" in by_name:
+            r = by_name.get("CPU_REPACK")
+            table.append(("CPU_REPACK", "weights", repack / MIB, r.model if r else None))
+    return table
+
+
+def compare_table(table: list[tuple[str, str, float, float | None]], compute: dict[str, float]) -> str:
+    """Estimate vs llama.cpp per device and term (MiB)."""
+    lines = [
+        out.table(
+            ["device", "term", "estimate", "llama.cpp", "difference"],
+            [_row(*r) for r in table],
+            align="llrrr",
+        )
+    ]
+    if compute:
+        exact = ", ".join(f"{k} {v:.2f}" for k, v in compute.items())
+        lines.append(f"llama.cpp compute buffers (MiB, from its log): {exact}")
+    return "\n".join(lines)
+
+
+def _row(device: str, term: str, m: float, theirs: float | None) -> list[object]:
+    if theirs is None:
+        return [device, term, f"{m:.2f}", "-", ""]
+    diff = m - theirs
+    rel = f" ({diff / theirs:+.1%})" if theirs else ""
+    return [device, term, f"{m:.2f}", f"{theirs:.0f}", f"{diff:+.2f}{rel}"]

@@ -1,0 +1,154 @@
+"""The window's facade over the core, without a window: loading, pairing, curves, verdicts, the rough fallback."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.errors import IncompleteModelError, SettingsError
+from fitplan.core.estimate import TERM_ORDER, TermKind
+from fitplan.core.settings import FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.gui import fallback
+from fitplan.gui.backend import Backend, PlanRequest, VerdictLevel, layer_makeup
+
+from .conftest import DEEPSEEK, GEMMA, LLAMA, QWEN_MOE
+
+BASE = LaunchSettings(n_ctx=32768, n_parallel=1, kv_unified=False, fit=False)
+
+
+def gpu(name: str, gib: float) -> Device:
+    return Device(name, DeviceKind.GPU, int(gib * GIB), int(gib * GIB), Vendor.NVIDIA)
+
+
+def machine(*gpus: Device, host_gib: float = 64) -> Machine:
+    return Machine(gpus, host_device(int(host_gib * GIB)))
+
+
+@pytest.fixture(scope="module")
+def backend() -> Backend:
+    return Backend(probe=lambda: pytest.fail("no probing in these tests"))
+
+
+@pytest.mark.parametrize(
+    ("path", "makeup"),
+    [
+        (LLAMA, "32 layers: 32 full attention"),
+        (QWEN_MOE, "48 layers: 48 full attention; 128 experts, 8 used per token"),
+        # gemma3: every 6th layer (il % 6 == 5) is global, the rest use the 1024-token window.
+        (GEMMA, "48 layers: 40 sliding-window attention, 8 full attention"),
+        (DEEPSEEK, "27 layers: 27 latent attention (MLA); 64 experts, 6 used per token"),
+    ],
+)
+def test_examples_load_and_read_as_published(backend: Backend, path: Path, makeup: str) -> None:
+    model = backend.load(str(path))
+    assert layer_makeup(model.profile) == makeup
+    assert model.warnings == ()
+
+
+def test_projector_pairs_only_with_a_model_of_its_width(backend: Backend) -> None:
+    gemma = backend.load(str(GEMMA))
+    assert gemma.mmproj is not None and gemma.mmproj.is_mmproj
+    llama = backend.load(str(LLAMA))
+    assert llama.mmproj is None
+    # The gemma projector (3840 wide) lies in the same folder as the 4096-wide Llama.
+    assert "3840" in llama.mmproj_note and "4096" in llama.mmproj_note
+
+
+def test_interrupted_download_is_still_an_error(backend: Backend, tmp_path: Path) -> None:
+    partial = tmp_path / "partial.gguf"
+    partial.write_bytes(LLAMA.read_bytes().replace(b"fitplan.header_only", b"fitplan.header_xxxx"))
+    with pytest.raises(IncompleteModelError):
+        backend.load(str(partial))
+
+
+def test_curve_matches_the_estimate_at_its_contexts(backend: Backend) -> None:
+    model = backend.load(str(GEMMA))
+    m = machine(gpu("RTX 4090", 24))
+    settings = replace(BASE, mmproj_path=model.mmproj.path if model.mmproj else None)
+    curve = backend.curve(model, settings, m)
+    assert list(curve.contexts) == sorted(set(curve.contexts)) and all(c % 256 == 0 for c in curve.contexts)
+    for i in (0, len(curve.contexts) // 2, len(curve.contexts) - 1):
+        est = backend.estimate(model, replace(settings, n_ctx=int(curve.contexts[i])), m)
+        for d, dev in enumerate(est.devices):
+            for t, kind in enumerate(TERM_ORDER):
+                assert curve.bytes[d, t, i] == dev.bytes_of(kind), (i, dev.device.name, kind)
+
+
+def test_curve_is_reused_while_only_the_context_changes(backend: Backend) -> None:
+    model = backend.load(str(LLAMA))
+    m = machine(gpu("RTX 4090", 24))
+    first = backend.curve(model, BASE, m)
+    assert backend.curve(model, replace(BASE, n_ctx=8192), m) is first
+    assert backend.curve(model, replace(BASE, cache_type_k="q8_0"), m) is not first
+
+
+def test_verdicts(backend: Backend) -> None:
+    llama = backend.load(str(LLAMA))
+    fits = backend.plan(PlanRequest(1, llama, BASE, machine(gpu("RTX 4090", 24))))
+    assert fits.verdict.level == VerdictLevel.FITS
+    assert fits.verdict.text.startswith("Fits:") and "RTX 4090" in fits.verdict.text
+    assert fits.max_context >= 32768 and fits.max_context % 256 == 0
+
+    qwen = backend.load(str(QWEN_MOE))
+    partial = backend.plan(PlanRequest(2, qwen, BASE, machine(gpu("RTX 4070", 12))))
+    assert partial.verdict.level == VerdictLevel.OFFLOAD
+    assert "--n-cpu-moe" in partial.args
+    assert partial.plan_settings is not None and partial.plan_settings.n_cpu_moe > 0
+
+    none = backend.plan(PlanRequest(3, qwen, BASE, machine(gpu("RTX 3050", 8), host_gib=8)))
+    assert none.verdict.level == VerdictLevel.NO_FIT
+    assert none.verdict.text.startswith("Does not fit") and none.max_context == 0
+
+
+def test_projector_not_loaded_is_out_of_the_estimate(backend: Backend) -> None:
+    gemma = backend.load(str(GEMMA))
+    assert gemma.mmproj is not None
+    m = machine(gpu("RTX 4090", 24))
+    on = backend.estimate(gemma, replace(BASE, mmproj_path=gemma.mmproj.path), m)
+    off = backend.estimate(gemma, replace(BASE, mmproj_path=gemma.mmproj.path, mmproj=MmprojPlacement.NONE), m)
+    assert on.devices[0].bytes_of(TermKind.MMPROJ) >= gemma.mmproj.weight_bytes
+    assert all(d.bytes_of(TermKind.MMPROJ) == 0 for d in off.devices)
+
+
+def test_quantized_v_without_flash_attention_is_refused(backend: Backend) -> None:
+    llama = backend.load(str(LLAMA))
+    with pytest.raises(SettingsError, match="flash attention"):
+        backend.estimate(llama, replace(BASE, cache_type_v="q8_0", flash_attn=FlashAttn.OFF), machine())
+
+
+def test_rough_fallback_reads_the_same_header_as_the_core_reader(backend: Backend) -> None:
+    core = backend.load(str(DEEPSEEK)).profile
+    rough = Backend(use_core=False).load(str(DEEPSEEK)).profile
+    assert [t.name for t in rough.tensors] == [t.name for t in core.tensors]
+    assert [t.n_bytes for t in rough.tensors] == [t.n_bytes for t in core.tensors]
+    assert (rough.n_layer, rough.n_embd, rough.n_vocab) == (core.n_layer, core.n_embd, core.n_vocab)
+
+
+def test_rough_fallback_kv_is_exact_and_says_it_is_rough() -> None:
+    rough = Backend(use_core=False)
+    llama = rough.load(str(LLAMA))
+    est = rough.estimate(llama, BASE, machine(gpu("RTX 4090", 24)))
+    # Llama-3.1-8B: 32 layers x 32768 cells x (8 KV heads x 128) x 2 (K and V) x 2 bytes (f16) = 4096 MiB.
+    assert sum(d.bytes_of(TermKind.KV) for d in est.devices) == 32 * 32768 * 8 * 128 * 2 * 2 == 4096 * MIB
+    assert est.assumptions == (fallback.ROUGH,)
+
+
+def test_hostile_header_gives_a_clear_error(tmp_path: Path) -> None:
+    from fitplan.core.errors import GGUFError
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (1 << 62).to_bytes(8, "little") + bytes(8))
+    with pytest.raises(GGUFError):
+        Backend().load(str(bad))
+    with pytest.raises(GGUFError, match="implausible"):
+        Backend(use_core=False).load(str(bad))
+
+
+def test_curve_contexts_are_log_spaced_multiples_of_256() -> None:
+    grid = Backend.curve_contexts(131072)
+    assert grid[0] == 256 and grid[-1] == 131072
+    assert np.all(grid % 256 == 0) and np.all(np.diff(grid) > 0)
