@@ -170,6 +170,14 @@ def test_add_a_hypothetical_gpu_plans_for_it(qtbot: Any, private_config: Path) -
     assert saved["hypothetical_devices"] == [{"name": "12 GiB GPU", "total_bytes": 12 * GIB, "vendor": "nvidia"}]
     assert saved["planned_devices"] == []
     assert saved["recent_files"][0] == str(LLAMA)
+    # Next start: the hypothetical GPU is back, still unticked.
+    again = make_window(qtbot, NO_GPU, private_config)
+    again.show()
+    again.planner.start()
+    wait_settled(qtbot, again)
+    assert [(d.name, on) for d, on in again.hardware.devices()] == [("12 GiB GPU", False)]
+    assert [de.device.name for de in again.planner.outcome.estimate.devices] == ["Host"]
+    again.close()
 
 
 def test_copy_command_shortcut(window: MainWindow) -> None:
@@ -253,7 +261,9 @@ def test_filter_box_filters_the_library(qtbot: Any, window: MainWindow) -> None:
     assert window.models.proxy.rowCount() == 1
 
 
-def test_folder_scan_adds_every_model(qtbot: Any, window: MainWindow) -> None:
+def test_folder_scan_adds_every_model_with_a_fit_badge(qtbot: Any, window: MainWindow) -> None:
+    from fitplan.gui.panels.models import FIT_BADGES
+
     qtbot.waitUntil(lambda: window.planner.jobs.running == 0, timeout=TIMEOUT)
     window.planner.add_folder(str(LLAMA.parent))
     qtbot.waitUntil(lambda: window.models.model.rowCount() >= 4 and window.planner.jobs.running == 0,
@@ -261,6 +271,13 @@ def test_folder_scan_adds_every_model(qtbot: Any, window: MainWindow) -> None:
     names = {Path(p).name for p in window.models.model.paths()}
     assert not any("mmproj" in n for n in names)
     assert str(LLAMA.parent) in window.planner.user.folders
+    model = window.models.model
+    badges = {model.index(r, 0).data(Qt.ItemDataRole.UserRole + 2): model.index(r, 5).data()
+              for r in range(model.rowCount())}
+    assert set(badges.values()) <= {FIT_BADGES[VerdictLevel.FITS], FIT_BADGES[VerdictLevel.OFFLOAD],
+                                    FIT_BADGES[VerdictLevel.NO_FIT]}
+    # Llama-3.1-8B at 32K: 4.6 GiB of weights + 4 GiB of f16 KV cache, well inside 22 GiB free.
+    assert badges[str(LLAMA)] == FIT_BADGES[VerdictLevel.FITS]
 
 
 def test_window_remembers_settings_per_model(qtbot: Any, private_config: Path) -> None:

@@ -256,12 +256,21 @@ class ComputePlan:
         logits = F32 * profile.n_vocab * n_out
         v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
 
+        # DSA lightning indexer (src/models/deepseek32.cpp): its queries [head_size, n_indexer_head, n_tok] before and
+        # after the Hadamard rotation are live together; it has its own f16 mask over the base cache.
+        idx_heads = max(
+            (t.shape[1] for t in profile.tensors if t.name.endswith("indexer.proj.weight") and len(t.shape) > 1),
+            default=0,
+        )
+        idx_q = 2 * F32 * n_tok * idx_heads * profile.indexer_head_size
+
         def masks(layers: list[int]) -> Affine:
             if not profile.has_memory:
                 return Affine(c=mask_elt * n_tok * n_tok) if layers else Affine()
             base, swa = _attn_layers(profile, layers)
+            lid = F16 * n_tok if idx_q and any(profile.layers[il].has_indexer for il in layers) else 0
             return Affine(
-                a_base=mask_elt * n_tok if base else 0,
+                a_base=(mask_elt * n_tok if base else 0) + lid,
                 a_swa=mask_elt * n_tok if swa else 0,
             )
 
@@ -290,6 +299,8 @@ class ComputePlan:
             ssm = _ssm_transient(profile, n_tok, inputs.n_seqs)
             if ssm and any(profile.layers[il].is_recurrent for il in layers):
                 out.add(Affine(c=ssm))
+            if idx_q and any(profile.layers[il].has_indexer for il in layers):
+                out.add(Affine(c=idx_q))
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
         def mla_v(layers: list[int]) -> Affine:

@@ -11,7 +11,11 @@ Mirrors `src/llama-model.cpp:llama_model_base::load_tensors` and
 * a missing `output.weight` makes llama.cpp duplicate `token_embd` for the output layer;
 * NextN / MTP blocks are skipped (no memory) unless MTP is loaded;
 * `-ot` overrides are searched in order with regex search, the first match wins; an override to `CPU` reruns the
-  selection over the CPU buffer list (so the pinned host buffer or CPU_REPACK can still apply);
+  selection over the CPU buffer list (so the pinned host buffer or CPU_REPACK can still apply). llama.cpp uses
+  `std::regex_search` (ECMAScript grammar); Python's `re.search` agrees on the patterns people write for tensor
+  names (literals, `\\.`, classes, groups, alternation, `*+?{}`, anchors). It differs on ECMAScript-only syntax
+  such as `\\cX` control escapes, `(?<name>...)` named groups (Python wants `(?P<name>...)`), and `[^]`; such
+  patterns raise a `FlagError` when parsed rather than matching differently;
 * the CPU buffer list is `[pinned host of the first GPU that has one, unless --no-host] + [CPU_REPACK, unless
   --no-repack] + [CPU]`; CPU_REPACK only takes 2-D matrix weights (3-D expert stacks) of repackable types.
 

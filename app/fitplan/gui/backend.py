@@ -421,6 +421,10 @@ class Backend:
         return PlanOutcome(request.request_id, est, verdict, max_ctx, tuple(args), curve, plan_settings,
                            tuple(plan.notes))
 
+    def fit_level(self, request: PlanRequest) -> str:
+        """Only the verdict level (for the library's fit badges); never uses the estimator thread's curve cache."""
+        return self.plan(replace(request, with_curve=False)).verdict.level
+
     def _plan_fallback(self, request: PlanRequest) -> PlanOutcome:
         model, settings, machine, margin = request.model, request.settings, request.machine, request.margin_bytes
         est = self.estimate(model, settings, machine)

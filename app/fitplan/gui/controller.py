@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QStatusBar
 
 from fitplan.core.devices import MIB
-from fitplan.core.errors import GGUFError
+from fitplan.core.errors import FitplanError, GGUFError
 from fitplan.core.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.gui.backend import (
     Backend,
@@ -40,6 +40,7 @@ from fitplan.gui.workers import Estimator, JobError, Jobs
 #: Settings changes are coalesced for this long before an estimate is requested (the chart line moves at once).
 DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
+BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 DEFAULT_CONTEXT = 32768
 EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 
@@ -103,11 +104,17 @@ class Planner(QObject):
         self.estimator = Estimator(backend, self)
         self.jobs = Jobs(parent=self)
         self._scan_errors: list[str] = []
+        self.library: dict[str, LoadedModel] = {}  # every model in the list, by path or URL
+        self._badge_generation = 0
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(DEBOUNCE_MS)
         self._debounce.timeout.connect(self.request_estimate)
         self._pending_since: float | None = None  # when the first change of the current burst came in
+        self._badge_timer = QTimer(self)
+        self._badge_timer.setSingleShot(True)
+        self._badge_timer.setInterval(BADGE_DELAY_MS)
+        self._badge_timer.timeout.connect(self.refresh_badges)
 
         p = panels
         p.models.open_requested.connect(self.open)
@@ -158,6 +165,7 @@ class Planner(QObject):
     def _loaded(self, model: LoadedModel) -> None:
         self.model = model
         p = self.p
+        self.library[model.source] = model
         p.models.add_model(model)
         p.models.select(model.source)
         p.summary.set_model(model)
@@ -194,12 +202,14 @@ class Planner(QObject):
 
     def _scanned(self, item: LoadedModel | GGUFError) -> None:
         if isinstance(item, LoadedModel):
+            self.library.setdefault(item.source, item)
             self.p.models.add_model(item)
         else:
             self._scan_errors.append(str(item))
 
     def _scan_done(self, folder: str, n: int) -> None:
         self.p.status.showMessage(f"Scanned {folder}: {n} file(s)", 5000)
+        self.refresh_badges()
         if self._scan_errors:
             more = f" (and {len(self._scan_errors) - 1} more)" if len(self._scan_errors) > 1 else ""
             self.p.banner.show_message("warning", f"Some files could not be read: {self._scan_errors[0]}{more}")
@@ -207,8 +217,7 @@ class Planner(QObject):
     # -- hardware ------------------------------------------------------------------------------------------------
     def _detected(self, detection: Detection) -> None:
         self.detection = detection
-        self.p.hardware.set_detection(detection)
-        self.p.hardware.set_hypothetical(self.user.hypothetical_devices, self.user.planned_devices)
+        self.p.hardware.set_detection(detection, self.user.hypothetical_devices, self.user.planned_devices)
         gpus = len(detection.gpus)
         self.p.status.showMessage(f"Found {gpus} GPU(s)", 4000)
         if not detection.gpus:
@@ -225,6 +234,7 @@ class Planner(QObject):
         hw = self.p.hardware
         self.user = replace(self.user, hypothetical_devices=hw.hypothetical(), planned_devices=hw.planned_names())
         self.schedule_estimate()
+        self._badge_timer.start()
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def current_request(self) -> PlanRequest | None:
@@ -254,6 +264,39 @@ class Planner(QObject):
         request = self.current_request()
         if request is not None:
             self.estimator.submit(request)
+
+    def refresh_badges(self) -> None:
+        """Estimate, off the GUI thread, whether each library model fits the planned devices (its saved settings)."""
+        machine = self.p.hardware.machine()
+        if machine is None or not self.library:
+            return
+        self._badge_generation += 1
+        generation = self._badge_generation
+        jobs = []
+        for source, model in self.library.items():
+            choices = self.user.model_choices.get(source) or ModelChoices(
+                n_ctx=min(DEFAULT_CONTEXT, max(256, model.profile.n_ctx_train))
+            )
+            mm = model.mmproj.path if model.mmproj is not None else None
+            jobs.append(PlanRequest(0, model, choices.to_launch_settings(mm), machine, choices.margin_mib * MIB,
+                                    with_curve=False))
+
+        def work(_progress: Any) -> dict[str, str]:
+            levels = {}
+            for request in jobs:
+                try:
+                    levels[request.model.source] = self.backend.fit_level(request)
+                except FitplanError:
+                    levels[request.model.source] = ""
+            return levels
+
+        self.jobs.start("Fit badges", work, lambda levels: self._badges(generation, levels))
+
+    def _badges(self, generation: int, levels: dict[str, str]) -> None:
+        if generation != self._badge_generation:
+            return  # the hardware changed since: a newer refresh is on its way
+        for source, level in levels.items():
+            self.p.models.set_fit(source, level)
 
     def _show_outcome(self, outcome: PlanOutcome) -> None:
         self.outcome = outcome

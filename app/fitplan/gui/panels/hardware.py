@@ -82,7 +82,15 @@ class HardwarePanel(QWidget):
         layout.addLayout(row2)
 
     # -- state ---------------------------------------------------------------------------------------------------
-    def set_detection(self, detection: Detection) -> None:
+    def set_detection(
+        self,
+        detection: Detection,
+        hypothetical: tuple[HypotheticalDevice, ...] | None = None,
+        planned: tuple[str, ...] | None = None,
+    ) -> None:
+        """Show the detected devices plus `hypothetical` ones (default: those shown now), ticking `planned`."""
+        if hypothetical is None:
+            hypothetical, planned = self.hypothetical(), self.planned_names()
         self._detected = detection.gpus
         self._host = detection.host
         if detection.host.total_bytes:
@@ -92,7 +100,7 @@ class HardwarePanel(QWidget):
             )
         else:
             self.host_label.setText("System RAM: unknown")
-        self._rebuild(self.hypothetical(), self.planned_names())
+        self._rebuild(hypothetical, planned)
 
     def set_hypothetical(self, devices: tuple[HypotheticalDevice, ...], planned: tuple[str, ...] | None) -> None:
         self._rebuild(devices, planned)
