@@ -83,7 +83,8 @@ def test_json_document(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert gpu["total_bytes"] == 24 * 2**30
     assert doc["ignored_flags"] == ["-t 8"]
     runtime = doc["host_runtime"]
-    assert isinstance(runtime, dict) and set(runtime) == {"prompt_cache"}  # no SWA/recurrent state: no checkpoints
+    # No SWA or recurrent state: no context checkpoints, only the prompt cache.
+    assert isinstance(runtime, dict) and set(runtime) == {"prompt_cache"}
     assert runtime["prompt_cache"]["max_bytes"] == 8192 * 2**20
 
 

@@ -138,6 +138,7 @@ def test_unmodelled_memory_flags_are_reported_apart() -> None:
         (["-c"], "missing value"),
         (["-ot", "no-equals-sign"], "PATTERN=BUFFER_TYPE"),
         (["-ot", "blk[=CPU"], "bad regular expression"),
+        (["-ot", "(?<x>blk)=CPU"], "bad regular expression"),  # ECMAScript named group: not Python syntax
         (["-ncmoe", "-1"], ">= 0"),
         (["-lm", "mmapp"], "not one of"),
         (["--fit", "maybe"], "on or off"),

@@ -234,7 +234,6 @@ def test_unknown_architecture_is_flagged(qtbot: Any, window: MainWindow, tmp_pat
     window.planner.open(str(path))
     qtbot.waitUntil(lambda: window.banner.isVisible() and window.banner.level == "warning", timeout=TIMEOUT)
     assert "mysterynet" in window.banner.text()
-    assert window.banner.text().count("mysterynet") == 1
     assert "unverified architecture" in window.summary.values["Architecture"].text()
     # The app keeps working: the estimate for it arrives.
     wait_settled(qtbot, window)

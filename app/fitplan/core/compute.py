@@ -9,21 +9,26 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
 * graph inputs, allocated in the host backend and copied to each GPU that uses them: the KQ masks
   (`[n_kv, n_tok]`, f16 with flash attention, f32 without; one per distinct mask: base cache and SWA cache), the
   `v_idxs` of the transposed V cache without flash attention (`n_tok x n_embd_v_gqa` int64);
-* the token embeddings `get_rows` (`[n_embd, n_tok]`) on the host, where `token_embd` lives;
-* the residual-stream activations of one layer: five `[n_embd, n_tok]` blocks live at once (residual input,
-  norm output, attention output, the residual sum, and the FFN input);
-* the largest transient of one layer, which never coexists with the logits: the FFN intermediates (gate, up and the
-  GLU output: `3 x n_ff x n_tok`; MoE: `n_used x (3 x n_ff_exp + n_embd) x n_tok`) or, without flash attention,
-  the KQ scores `[n_kv, n_tok, n_head]` (softmax runs in place);
-* the logits `[n_vocab, n_out]` on the output layer's device;
-* with `--op-offload` and `n_ubatch >= 32`, the copy into the first GPU's compute buffer of the largest group of
-  host-resident matrix weights one layer multiplies;
-* CUDA only, with a quantized K or V cache and flash attention: the f16 copies of one layer's whole K and V views the
-  FA kernel allocates (`ggml_cuda_flash_attn_ext_get_alloc_size`);
-* MLA without flash attention: the contiguous copy of V (`n_kv x kv_lora_rank`, K cache type).
+* `[n_embd, n_tok]` blocks: on the backend that runs the first layer five are live at the peak (the embeddings
+  input and the token-embedding rows, which stay allocated, the residual stream and the two-block hole the FFN
+  norm output leaves); a GPU that receives the hidden state from another device holds two;
+* the largest transient of one layer, which never coexists with the logits: the FFN intermediates (gate, up and
+  the GLU output `[n_ff, n_tok]`; MoE: up, gate, GLU `[n_ff_exp, n_used, n_tok]` and the experts' down outputs
+  `[n_embd, n_used, n_tok]`; the last one goes into the two-block hole when it fits there), the attention (Q and
+  the flash-attention output; without flash attention the KQ scores `[n_kv, n_tok, n_head]`, softmax in place),
+  a Mamba block's selective scan, or the DSA indexer's queries;
+* the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
+* with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
+  not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
+* CUDA only, with a quantized K or V cache and flash attention: the f16 copies of one layer's whole K and V views
+  the FA kernel allocates (`ggml_cuda_flash_attn_ext_get_alloc_size`);
+* MLA without flash attention: the contiguous copy of V (`n_kv x kv_lora_rank`, K cache type);
+* pipeline parallelism: four copies of every split input (see `PP_BLOCKS_*`).
 
-Checked against CPU dry runs (single backend). How the terms split between a GPU and the host is read from the
-scheduler source, not measured (no GPU was available): see `docs/accuracy.md`.
+Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
+servers as extra devices (layer splits, overrides, pipeline parallelism). Read from the source only, no GPU being
+available: the CUDA-specific parts (op-offload weight copies, FA f16 copies, the 128-byte alignment of CUDA
+buffers). See `docs/accuracy.md`.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ F16 = 2
 I64 = 8
 #: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
 OP_OFFLOAD_MIN_BATCH = 32
-#: Activation blocks `[n_embd, n_tok]` live at the peak of one layer (residual in, norm out, attention out, sum,
-#: FFN input): the structure the CPU dry runs show, within one block.
+#: Activation blocks `[n_embd, n_tok]` on the backend that runs the first layer: the embeddings input and the
+#: token-embedding rows (kept allocated through the graph), the residual stream (the FFN input) and the two-block
+#: hole the FFN norm output leaves (FFN_HOLE_BLOCKS); the CPU dry runs show exactly this for dense and MoE models.
 RESIDUAL_BLOCKS = 5
 #: On a GPU that does not hold the input embeddings: the hidden state handed over from the previous device and the
 #: residual stream (the RPC recordings show two blocks besides the masks and the transient).
@@ -145,9 +151,18 @@ def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
                 f = max(f, 3 * moe.n_ff_shexp * moe.n_expert_shared)
         else:
             f = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0)
+        if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
+            f += profile.n_embd  # the attention output waits for the FFN (both read the same norm output)
         best = max(best, F32 * n_tok * f)
     return best
 
+
+#: Architectures whose blocks run attention and FFN in parallel from one norm output and add both to the residual
+#: (src/models/command-r.cpp, cohere2.cpp): the attention output stays allocated through the FFN.
+PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe"})
+
+#: Architectures with DeepSeek-V3.2's lightning indexer graph (src/models/deepseek32.cpp and its copies).
+DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
 
 #: Architectures whose recurrent layers are Mamba-1 / Mamba-2 blocks (the SSM scan below); gated delta nets, RWKV,
 #: short convolutions and linear attention have other graphs and are not modelled here.
@@ -185,8 +200,10 @@ def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], l
     swa: list[int] = []
     for il in layers:
         lp = profile.layers[il]
-        if lp.kind in (LayerKind.RECURRENT, LayerKind.NONE, LayerKind.NEXTN) or lp.n_head == 0:
+        if lp.kind in (LayerKind.RECURRENT, LayerKind.NEXTN) or lp.n_head == 0:
             continue
+        if lp.kind is LayerKind.NONE and profile.has_memory:
+            continue  # an MLP-only layer; in models without a memory module every layer attends without a cache
         (swa if lp.is_swa else base).append(il)
     return base, swa
 
@@ -258,9 +275,17 @@ class ComputePlan:
 
         # DSA lightning indexer (src/models/deepseek32.cpp): its queries [head_size, n_indexer_head, n_tok] before and
         # after the Hadamard rotation are live together; it has its own f16 mask over the base cache.
-        idx_heads = max(
-            (t.shape[1] for t in profile.tensors if t.name.endswith("indexer.proj.weight") and len(t.shape) > 1),
-            default=0,
+        idx_heads = (
+            max(
+                (
+                    t.shape[1]
+                    for t in profile.tensors
+                    if t.name.endswith("indexer.proj.weight") and len(t.shape) > 1
+                ),
+                default=0,
+            )
+            if profile.architecture in DSA_ARCHS
+            else 0
         )
         idx_q = 2 * F32 * n_tok * idx_heads * profile.indexer_head_size
 
@@ -285,6 +310,9 @@ class ComputePlan:
                     q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
                     if profile.mla is not None:
                         q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
+                    if not profile.has_memory:
+                        # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
+                        q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
                     if fa:
                         # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
                         out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
+import numpy as np
+
 from fitplan.core import ggml_types
 from fitplan.core.errors import GGUFError, IncompleteModelError, MissingShardError
 from fitplan.core.gguf_header import (
@@ -61,6 +63,9 @@ MAX_DIMS = 4
 MAX_HEADER_BYTES = 256 * 1024 * 1024
 
 FIRST_CHUNK_LOCAL = 1024 * 1024
+#: Skipped string arrays at least this long are walked in bulk with numpy, in windows of this many bytes.
+BULK_WALK_MIN_STRINGS = 4096
+BULK_WALK_WINDOW = 256 * 1024
 
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = range(8)
 T_STRING, T_ARRAY, T_UINT64, T_INT64, T_FLOAT64 = range(8, 13)
@@ -317,14 +322,29 @@ class _Parser:
     def skip_strings(self, pos: int, n: int, what: str) -> int:
         """Walk `n` length-prefixed strings without building them; returns the offset after the last one.
 
-        The hot loop is unrolled by 8 and does no bounds checks: reading past the buffer raises, and the block is
-        then redone one string at a time, growing the buffer (or failing past the end of the file). Errors name the
-        offset of the first string (a bad length shows only when a later read falls off the end).
+        Long arrays go through `_walk_strings_bulk` (numpy), short ones through `_walk_strings_loop`. Errors name
+        the offset of the first string (a bad length shows only when a later read falls off the end).
         """
-        u = self.structs[T_UINT64].unpack_from
         first = pos
         if n:
             self.need(min(pos + 8 * n, pos + self.remaining(pos)), what, first)
+        if n >= BULK_WALK_MIN_STRINGS:
+            pos = self._walk_strings_bulk(pos, n, what, first)
+        else:
+            pos = self._walk_strings_loop(pos, n, what, first)
+        self.need(pos, f"{what} element {n - 1}", first)
+        return pos
+
+    def _step_string(self, pos: int, k: int, what: str, first: int) -> int:
+        """One string, growing the buffer as needed: the offset after string `k` that starts at `pos`."""
+        self.need(pos + 8, f"{what} element {k} length", first)
+        length: int = self.structs[T_UINT64].unpack_from(self.buf, pos)[0]
+        return pos + 8 + length
+
+    def _walk_strings_loop(self, pos: int, n: int, what: str, first: int) -> int:
+        """The plain walk, unrolled by 8 with no bounds checks: reading past the buffer raises, and the block is
+        then redone one string at a time, growing the buffer (or failing past the end of the file)."""
+        u = self.structs[T_UINT64].unpack_from
         buf = self.buf
         done = 0
         while done < n:
@@ -349,14 +369,40 @@ class _Parser:
                     pos += u(buf, pos)[0] + 8
                 done = n
             except (struct.error, OverflowError):
-                # a length lies beyond the buffer: redo this block one string at a time, growing the buffer
                 done, pos = k, bp
                 for _ in range(min(8, n - done)):
-                    self.need(pos + 8, f"{what} element {done} length", first)
-                    buf = self.buf
-                    pos += u(buf, pos)[0] + 8
+                    pos = self._step_string(pos, done, what, first)
                     done += 1
-        self.need(pos, f"{what} element {n - 1}", first)
+                buf = self.buf
+        return pos
+
+    def _walk_strings_bulk(self, pos: int, n: int, what: str, first: int) -> int:
+        """The walk in bulk: in a window of the buffer, every offset whose u64 reads below 256 (a short string's
+        length prefix: seven zero high bytes) is a candidate; starting from the true position, consecutive
+        candidates each pointing exactly at the next one (c + 8 + len(c) == next c) are consecutive strings, so a
+        whole run is taken at once. A candidate that does not chain (zero bytes inside a string, an empty string)
+        ends the run at the true position after it; a string of 256+ bytes is stepped over one at a time."""
+        dt = np.dtype(self.byte_order + "u8")
+        done = 0
+        while done < n:
+            buf = self.buf
+            hi = min(len(buf) - 7, pos + BULK_WALK_WINDOW)
+            if hi - pos >= 64:
+                v = np.ndarray((hi - pos,), dtype=dt, buffer=buf, offset=pos, strides=(1,))
+                cand = np.flatnonzero(v < 256)
+                if len(cand) and cand[0] == 0:
+                    nxt = cand + v[cand].astype(np.int64) + 8
+                    breaks = np.flatnonzero(nxt[:-1] != cand[1:])
+                    run = int(breaks[0]) if len(breaks) else len(cand) - 1  # cand[0..run] chain
+                    left = n - done
+                    if left <= run:
+                        return pos + int(cand[left])
+                    pos += int(nxt[run])
+                    done += run + 1
+                    continue
+            for _ in range(min(16, n - done)):
+                pos = self._step_string(pos, done, what, first)
+                done += 1
         return pos
 
     # -- the header ---------------------------------------------------------------------------------------------

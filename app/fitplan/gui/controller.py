@@ -153,6 +153,7 @@ class Planner(QObject):
 
     def shutdown(self) -> None:
         self._debounce.stop()
+        self._badge_timer.stop()
         self.estimator.shutdown()
         self.jobs.shutdown()
 

@@ -139,14 +139,23 @@ class _JobSignals(QObject):
     progress = Signal(int, object)
 
 
-def run_job(token: int, what: str, fn: Callable[[Callable[[Any], None]], Any], signals: _JobSignals) -> None:
+def run_job(
+    token: int, what: str, fn: Callable[[Callable[[Any], None]], Any], signals: _JobSignals, stop: threading.Event
+) -> None:
     """The body of a one-shot job, on a pool thread: results and errors leave only as signals."""
+
+    def progress(item: object) -> None:
+        if not stop.is_set():
+            signals.progress.emit(token, item)
+
     try:
-        value = fn(lambda item: signals.progress.emit(token, item))
+        value = fn(progress)
     except Exception as exc:  # shown to the user by the one error sink
-        signals.failed.emit(token, describe(what, exc))
+        if not stop.is_set():
+            signals.failed.emit(token, describe(what, exc))
         return
-    signals.done.emit(token, value)
+    if not stop.is_set():  # after shutdown nobody is listening (the window may be gone)
+        signals.done.emit(token, value)
 
 
 @dataclass
@@ -170,6 +179,7 @@ class Jobs(QObject):
         self._callbacks: dict[int, _Callbacks] = {}
         self._next = 0
         self._cancel_flags: list[threading.Event] = []
+        self._stopped = threading.Event()
 
     @property
     def running(self) -> int:
@@ -182,10 +192,12 @@ class Jobs(QObject):
         on_done: Callable[[Any], None],
         on_progress: Callable[[Any], None] | None = None,
     ) -> None:
+        if self._stopped.is_set():
+            return
         self._next += 1
         self._callbacks[self._next] = _Callbacks(on_done, on_progress)
-        token, signals = self._next, self._signals
-        self._pool.start(lambda: run_job(token, what, fn, signals))
+        token, signals, stop = self._next, self._signals, self._stopped
+        self._pool.start(lambda: run_job(token, what, fn, signals, stop))
 
     @Slot(int, object)
     def _on_done(self, token: int, value: object) -> None:
@@ -210,6 +222,9 @@ class Jobs(QObject):
         return flag
 
     def shutdown(self) -> None:
+        """Cancel scans, stop delivering results, wait for running jobs (they finish quietly)."""
+        self._stopped.set()
         for flag in self._cancel_flags:
             flag.set()
         self._pool.waitForDone(5000)
+        self._callbacks.clear()

@@ -39,6 +39,20 @@ if [ ! -f "$SRC/src/llama.cpp" ]; then
 fi
 echo "ik_llama.cpp source: $SRC"
 
+# The sdist leaves out common/cmake/build-info-gen-cpp.cmake, which the `common` library's build runs to write
+# common/build-info.cpp; stand in with a script that fills build-info.cpp.in with the identified commit.
+GEN="$SRC/common/cmake/build-info-gen-cpp.cmake"
+if [ ! -f "$GEN" ]; then
+    mkdir -p "$(dirname "$GEN")"
+    cat > "$GEN" <<'CMAKE'
+set(BUILD_NUMBER 0)
+set(BUILD_COMMIT "55d3c05bf7b377deaa5dc84d255d9740a345a206")
+set(BUILD_COMPILER "${CMAKE_C_COMPILER_ID} ${CMAKE_C_COMPILER_VERSION}")
+set(BUILD_TARGET "cpu")
+configure_file("${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp.in" "${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp")
+CMAKE
+fi
+
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     # CPU only; shared libraries so that ikkv can stand in for ggml_backend_buffer_clear (see ikkv.cpp).
     # GGML_IQK_FA_ALL_QUANTS=OFF only drops the CPU flash-attention kernels for q4_0/q4_1/iq4_nl caches

@@ -1,0 +1,129 @@
+"""fitplan.core.engines.ik_kv_cache against what ik_llama.cpp really allocated.
+
+The fixtures in tests/fixtures/ik_llama/ were recorded by tools/groundtruth/ik/record_ik.py with ik_llama.cpp
+55d3c05bf (the tree vendored in the ik-llama-cpp-python 0.1.5 sdist): exact ggml_nbytes of every K/V cache tensor
+of a context created on sparse DeepSeek-V2-Lite files, over -mla 0-3 x -fa on/off x f16/q8_0/q8_KV x 4k/32k.
+The profile comes from the header-only copy of the same file, committed next to the fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fitplan.core.engines import EngineCachePart, ik_effective_mla_mode, ik_kv_cache, ik_pad_context
+from fitplan.core.gguf_reader import read_header
+from fitplan.core.profile import ModelProfile
+from fitplan.core.profile_builder import build_profile
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ik_llama"
+FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))
+MIB = 1 << 20
+
+#: engines.ik_kv_cache part names by cache side
+K_PARTS = {"K", "K (MLA latent)"}
+V_PARTS = {"V", "V^T (MLA)"}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@cache
+def _profile(header: str) -> ModelProfile:
+    return build_profile(read_header(FIXTURES / header, allow_incomplete=True))
+
+
+def _known_wrong(model: str, case: dict[str, Any]) -> str | None:
+    """Why engines.ik_kv_cache disagrees with the recording, for the cases where it does (see the report in
+    tools/groundtruth/ik/README.md); None where it must match."""
+    return None
+
+
+def _cases() -> list[Any]:
+    out = []
+    for path in FIXTURE_FILES:
+        doc = _load(path)
+        model = doc["model"]["name"]
+        for case in doc["cases"]:
+            if "error" in case:
+                continue
+            reason = _known_wrong(model, case)
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            out.append(pytest.param(doc["model"]["header"], case, id=f"{model}/{case['id']}", marks=marks))
+    return out
+
+
+CASES = _cases()
+
+
+def test_fixtures_present() -> None:
+    names = {_load(p)["model"]["name"] for p in FIXTURE_FILES}
+    assert {"deepseek-v2-lite", "deepseek-v2-lite-legacy"} <= names
+    assert len(CASES) >= 2 * 48
+
+
+def _sides(parts: tuple[EngineCachePart, ...]) -> tuple[int, int]:
+    assert {p.name for p in parts} <= K_PARTS | V_PARTS, [p.name for p in parts]
+    k = sum(p.bytes for p in parts if p.name in K_PARTS)
+    v = sum(p.bytes for p in parts if p.name in V_PARTS)
+    return k, v
+
+
+@pytest.mark.parametrize(("header", "case"), CASES)
+def test_ik_kv_cache_matches_recording(header: str, case: dict[str, Any]) -> None:
+    profile = _profile(header)
+    s, res, r = case["settings"], case["resolved"], case["results"]
+    fa = s["flash_attn"] == "on"
+    # the context ik sized the cache for
+    assert ik_pad_context(s["n_ctx"], fa) == res["kv_size"]
+    # the -mla mode ik ran with
+    assert ik_effective_mla_mode(profile, s["mla"]) == res["mla_attn"]
+    parts = ik_kv_cache(
+        profile, res["kv_size"], mla_mode=s["mla"], flash_attn=fa, type_k=s["type_k"], type_v=s["type_v"]
+    )
+    k, v = _sides(parts)
+    assert (k, v) == (r["k_bytes"], r["v_bytes"])
+    # per layer too: every recorded layer tensor against the estimate for that layer
+    per_layer = {i: b for p in parts if p.name in K_PARTS for i, b in p.per_layer}
+    assert per_layer == dict.fromkeys(r["k"]["layers"], r["k"]["bytes_per_layer"])
+
+
+# ------------------------------------------------------------------------------------------------ fixture sanity
+
+
+def _mib2(n: int) -> float:
+    return round(n / MIB, 2)
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=[p.stem for p in FIXTURE_FILES])
+def test_fixture_consistent(path: Path) -> None:
+    """Recorded exact bytes against the MiB ik logged in the same run, and the per-layer tensors against the sums."""
+    doc = _load(path)
+    assert doc["schema"] == 1
+    assert re.fullmatch(r"[0-9a-f]{40}", doc["ik_llama_cpp"]["commit"])
+    assert (FIXTURES / doc["model"]["header"]).is_file()
+    ids = [c["id"] for c in doc["cases"]]
+    assert len(ids) == len(set(ids))
+    for case in doc["cases"]:
+        if "error" in case:
+            continue
+        r = case["results"]
+        for side in ("k", "v"):
+            t = r[side]
+            if t is None:
+                assert r[f"{side}_bytes"] == 0
+            else:
+                assert t["bytes_per_layer"] * len(t["layers"]) == r[f"{side}_bytes"], case["id"]
+        line = r["kv_self"]
+        total = r["k_bytes"] + r["v_bytes"]
+        # ik logs (float)bytes / (1024.0f * 1024.0f) with %7.2f
+        assert line["total_mib"] == pytest.approx(_mib2(total), abs=0.011), case["id"]
+        assert sum(b["bytes"] for b in r["kv_buffers"]) >= total
