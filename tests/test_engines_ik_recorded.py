@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from fitplan.core.engines import EngineCachePart, ik_effective_mla_mode, ik_kv_cache, ik_pad_context
+from fitplan.core.errors import SettingsError
 from fitplan.core.gguf_reader import read_header
 from fitplan.core.profile import ModelProfile
 from fitplan.core.profile_builder import build_profile
@@ -41,10 +42,46 @@ def _profile(header: str) -> ModelProfile:
     return build_profile(read_header(FIXTURES / header, allow_incomplete=True))
 
 
+LEGACY_MLA = (
+    "legacy DeepSeek GGUF (attn_kv_b, 16 KV heads of 192/128, no key_length_mla): profile_builder gives no MlaParams, "
+    "so ik_effective_mla_mode returns 0 and ik_kv_cache predicts the K+V layout (16*192 + 16*128 per cell); ik treats "
+    "every deepseek2 model as MLA (src/llama.cpp llama_kv_cache_init: is_mla_attn = arch == DEEPSEEK2 || GLM_DSA || "
+    "MISTRAL4), derives wk_b/wv_b from attn_kv_b at load (llm_prepare_mla) and keeps the 576-wide latent for -mla 1-3"
+)
+Q8KV_PER_HEAD = (
+    "-mla 0 with -ctk q8_KV: ik's K cache is [n_embd_head_k, n_head_kv * kv_size] (src/llama.cpp "
+    "llama_kv_cache_init), so every head's 192-element row carries its own 8-byte q8_KV row header: 16 * (8 + 192) "
+    "= 3200 B per cell and layer; ik_kv_cache puts one header on the whole 16*192 row (8 + 3072 = 3080 B)"
+)
+V_Q8KV_ABORT = (
+    "-mla 0 with -ctv q8_KV: ik's V cache is one 1-D tensor of n_embd_v_gqa * kv_size elements (8 + 2048 * kv_size "
+    "bytes, a single q8_KV row header), but the graph addresses V cells at ggml_row_size(q8_KV, n_embd_v_gqa) = "
+    "8 + 2048 B each (src/llama-build-context.cpp, the V store view), which overruns the tensor: ik aborts at "
+    "context creation (ggml.c GGML_ASSERT in the view bounds check); ik_kv_cache accepts the setting"
+)
+V_QUANT_NO_FA = (
+    "ik refuses a quantized V cache without flash attention (common/common.cpp: 'Quantized V cache cannot be used "
+    "without flash attention'); ik_kv_cache accepts the setting"
+)
+
+
 def _known_wrong(model: str, case: dict[str, Any]) -> str | None:
-    """Why engines.ik_kv_cache disagrees with the recording, for the cases where it does (see the report in
-    tools/groundtruth/ik/README.md); None where it must match."""
+    """Why engines.ik_kv_cache disagrees with the recording, for the cases where it does; None where it must match."""
+    s = case["settings"]
+    if model == "deepseek-v2-lite-legacy" and s["mla"] > 0:
+        return LEGACY_MLA
+    if s["mla"] == 0 and s["type_k"] == "q8_KV":
+        return Q8KV_PER_HEAD
     return None
+
+
+def _refusal_reason(case: dict[str, Any]) -> str:
+    s = case["settings"]
+    if s["flash_attn"] == "off":
+        assert "Quantized V cache cannot be used without flash attention" in case["error"]
+        return V_QUANT_NO_FA
+    assert s["mla"] == 0 and s["type_v"] == "q8_KV" and "GGML_ASSERT" in case["error"]
+    return V_Q8KV_ABORT
 
 
 def _cases() -> list[Any]:
@@ -61,13 +98,29 @@ def _cases() -> list[Any]:
     return out
 
 
+def _refusals() -> list[Any]:
+    out = []
+    for path in FIXTURE_FILES:
+        doc = _load(path)
+        for case in doc["cases"]:
+            if "error" in case:
+                mark = pytest.mark.xfail(strict=True, reason=_refusal_reason(case))
+                out.append(
+                    pytest.param(
+                        doc["model"]["header"], case, id=f"{doc['model']['name']}/{case['id']}", marks=mark
+                    )
+                )
+    return out
+
+
 CASES = _cases()
+REFUSALS = _refusals()
 
 
 def test_fixtures_present() -> None:
     names = {_load(p)["model"]["name"] for p in FIXTURE_FILES}
     assert {"deepseek-v2-lite", "deepseek-v2-lite-legacy"} <= names
-    assert len(CASES) >= 2 * 48
+    assert len(CASES) >= 2 * 46  # 48 grid cases per model, 2 of which ik aborts on (V cache q8_KV at -mla 0)
 
 
 def _sides(parts: tuple[EngineCachePart, ...]) -> tuple[int, int]:
@@ -96,6 +149,21 @@ def test_ik_kv_cache_matches_recording(header: str, case: dict[str, Any]) -> Non
     assert per_layer == dict.fromkeys(r["k"]["layers"], r["k"]["bytes_per_layer"])
 
 
+@pytest.mark.parametrize(("header", "case"), REFUSALS)
+def test_ik_refusals_rejected(header: str, case: dict[str, Any]) -> None:
+    """Settings ik_llama.cpp refused (it exited before allocating): fitplan should refuse them too."""
+    s = case["settings"]
+    with pytest.raises(SettingsError):
+        ik_kv_cache(
+            _profile(header),
+            ik_pad_context(s["n_ctx"], s["flash_attn"] == "on"),
+            mla_mode=s["mla"],
+            flash_attn=s["flash_attn"] == "on",
+            type_k=s["type_k"],
+            type_v=s["type_v"],
+        )
+
+
 # ------------------------------------------------------------------------------------------------ fixture sanity
 
 
@@ -109,21 +177,34 @@ def test_fixture_consistent(path: Path) -> None:
     doc = _load(path)
     assert doc["schema"] == 1
     assert re.fullmatch(r"[0-9a-f]{40}", doc["ik_llama_cpp"]["commit"])
-    assert (FIXTURES / doc["model"]["header"]).is_file()
+    profile = _profile(doc["model"]["header"])
+    assert profile.architecture == "deepseek2"
     ids = [c["id"] for c in doc["cases"]]
     assert len(ids) == len(set(ids))
     for case in doc["cases"]:
+        cid = case["id"]
+        assert case["command"][0] == "ikkv"
         if "error" in case:
+            assert "results" not in case
             continue
-        r = case["results"]
+        r, res, s = case["results"], case["resolved"], case["settings"]
+        assert res["flash_attn"] == (s["flash_attn"] == "on"), cid
+        assert r["k"]["layers"] == list(range(profile.n_layer)), cid
         for side in ("k", "v"):
             t = r[side]
             if t is None:
-                assert r[f"{side}_bytes"] == 0
+                assert r[f"{side}_bytes"] == 0, cid
             else:
-                assert t["bytes_per_layer"] * len(t["layers"]) == r[f"{side}_bytes"], case["id"]
+                assert t["bytes_per_layer"] * len(t["layers"]) == r[f"{side}_bytes"], cid
+        # ik logs (float)bytes / (1024.0f * 1024.0f) with %7.2f
         line = r["kv_self"]
         total = r["k_bytes"] + r["v_bytes"]
-        # ik logs (float)bytes / (1024.0f * 1024.0f) with %7.2f
-        assert line["total_mib"] == pytest.approx(_mib2(total), abs=0.011), case["id"]
-        assert sum(b["bytes"] for b in r["kv_buffers"]) >= total
+        assert line["total_mib"] == pytest.approx(_mib2(total), abs=0.011), cid
+        first = line["k_mib"] if "k_mib" in line else line["ckv_mib"]
+        assert first == pytest.approx(_mib2(r["k_bytes"]), abs=0.011), cid
+        # the backend buffer holds every cache tensor (each padded to the buffer alignment)
+        assert len(r["kv_buffers"]) == len(r["kv_buffers_mib"]) == 1, cid
+        buf = r["kv_buffers"][0]["bytes"]
+        assert total <= buf < total + 2 * profile.n_layer * 64, cid
+        assert r["kv_buffers_mib"][0]["mib"] == pytest.approx(_mib2(buf), abs=0.011), cid
+        assert len(r["compute_buffers_mib"]) == 1, cid

@@ -463,3 +463,78 @@ def test_minimum_context_is_per_sequence() -> None:
     assert p.settings.n_gpu_layers == 14
     assert p.settings.n_ctx >= 16384
     assert p.settings.n_ctx % 1024 == 0
+
+
+# Fields the plan itself decides; every other LaunchSettings field must come out as the pins' base put it in.
+PLANNED_FIELDS = frozenset({"n_ctx", "n_gpu_layers", "n_cpu_moe", "tensor_split", "fit"})
+
+
+def _not_default(name: str, default: object) -> object:
+    """A value other than the default for a LaunchSettings field (fork fields spelled out, the rest by type)."""
+    from enum import Enum
+
+    from fitplan.core.settings import DraftSettings, Engine, TensorOverride
+
+    explicit: dict[str, object] = {
+        "engine": Engine.BEELLAMA,
+        "cache_type_k": "kvarn4",
+        "cache_type_v": "kvarn4",
+        "kv_tail_tokens": 1024,
+        "kv_tail_type": "q8_0",
+        "mla_mode": 1,
+        "attn_max_batch_mib": 512,
+        "gpu_overhead_bytes": 256 * MIB,
+        "kv_unified": True,
+        "devices": ("G0",),
+        "mmproj_path": "/m/mmproj.gguf",
+        "draft": DraftSettings("/m/draft.gguf"),
+        "tensor_overrides": (TensorOverride("blk\\.0\\.", "CPU"),),
+        "spec_types": ("ngram-simple",),
+        "fit_target_mib": (512,),
+    }
+    if name in explicit:
+        return explicit[name]
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, Enum):
+        return next(m for m in type(default) if m != default)
+    if isinstance(default, int):
+        return default + 3
+    if isinstance(default, str):
+        return default + "_q8_0" if default else "q8_0"
+    raise AssertionError(f"no test value for LaunchSettings.{name} = {default!r}: add one to `explicit`")
+
+
+def test_every_other_setting_passes_through() -> None:
+    """The engine, its fork fields (ik_llama.cpp's -mla/-amb/-fmoe/-rtr, beellama's KVarN tail, ollama's overhead)
+    and every other base setting reach the planned settings unchanged, whatever the plan decides."""
+    defaults = LaunchSettings()
+    changes = {
+        f.name: _not_default(f.name, getattr(defaults, f.name))
+        for f in dataclasses.fields(LaunchSettings)
+        if f.name not in PLANNED_FIELDS
+    }
+    base = dataclasses.replace(defaults, **changes)  # type: ignore[arg-type]
+    for name in changes:
+        assert getattr(base, name) != getattr(defaults, name), name
+    for m in (machine(8), machine(2), machine(8, 4), machine()):
+        p = plan(make_profile(), m, Pins(base=base), estimate_fn=fake_estimate)
+        for name in changes:
+            assert getattr(p.settings, name) == getattr(base, name), name
+        assert p.settings.fit is False
+
+
+def test_no_kv_offload_pin_reaches_the_settings() -> None:
+    p = plan(make_profile(), machine(8), Pins(no_kv_offload=True), estimate_fn=fake_estimate)
+    assert p.settings.no_kv_offload is True
+    q = plan(
+        make_profile(), machine(8), Pins(base=LaunchSettings(no_kv_offload=True)), estimate_fn=fake_estimate
+    )
+    assert q.settings.no_kv_offload is True
+    r = plan(
+        make_profile(),
+        machine(8),
+        Pins(base=LaunchSettings(no_kv_offload=True), no_kv_offload=False),
+        estimate_fn=fake_estimate,
+    )
+    assert r.settings.no_kv_offload is False

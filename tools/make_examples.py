@@ -13,6 +13,8 @@ Quantization mixes follow llama.cpp's Q4_K_M recipe (`src/llama-quant.cpp`): Q4_
 and for attn_v / ffn_down on the "more bits" layers (the first and last eighth, and every third layer between), with
 K-quant fallbacks (Q4_K -> Q5_0, Q6_K -> Q8_0) for rows that are not a multiple of 256; norms, biases and routers F32.
 
+The convention and the list of examples are described in docs/examples.md.
+
     python tools/make_examples.py [OUT_DIR]
 """
 

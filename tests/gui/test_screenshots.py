@@ -54,8 +54,9 @@ def display() -> Iterator[str]:
         proc.wait(10)
 
 
-def _run(display: str, *extra: str) -> None:
-    env = dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb")
+def _run(display: str, home: Path, *extra: str) -> None:
+    env = dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb", HOME=str(home), FITPLAN_CONFIG_DIR=str(home / "cfg"),
+               XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
     env.pop("WAYLAND_DISPLAY", None)
     done = subprocess.run(
         [sys.executable, str(SCRIPT), str(OUT), *extra], env=env, capture_output=True, text=True, timeout=180
@@ -66,9 +67,15 @@ def _run(display: str, *extra: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def report(display: str) -> dict[str, dict[str, object]]:
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A throw-away home for the window process: nothing it writes reaches the real one."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="module")
+def report(display: str, home: Path) -> dict[str, dict[str, object]]:
     OUT.mkdir(parents=True, exist_ok=True)
-    _run(display)
+    _run(display, home)
     data: dict[str, dict[str, object]] = json.loads((OUT / "report.json").read_text())
     return data
 
@@ -89,8 +96,8 @@ def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None
     assert report["mla-minimum-size"]["size"] == [1024, 640]
 
 
-def test_dark_theme(display: str) -> None:
-    _run(display, "--dark")
+def test_dark_theme(display: str, home: Path) -> None:
+    _run(display, home, "--dark")
     shot = json.loads((OUT / "report-dark.json").read_text())["main-dark"]
     assert float(shot["grey_std"]) > MIN_GREY_STD
     assert shot["clipped"] == []

@@ -350,3 +350,18 @@ def test_follows_a_switch_to_a_dark_theme(qtbot: Any, window: MainWindow) -> Non
         assert axis.textPen().color().name() == "#e0e0e0"
     finally:
         app.setPalette(light_palette)
+
+
+def test_verify_button_only_with_a_local_llama_cpp_build(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    assert window.command.verify_button.isHidden()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    window.planner.set_llama_bin_dir(str(empty))
+    assert window.command.verify_button.isHidden()
+    assert window.banner.level == "warning" and "llama-server" in window.banner.text()
+    build = tmp_path / "bin"
+    build.mkdir()
+    (build / "llama-server").write_text("")
+    window.planner.set_llama_bin_dir(str(build))
+    assert not window.command.verify_button.isHidden()
+    assert window.planner.user.llama_bin_dir == str(build)

@@ -8,7 +8,16 @@ import os
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.commands.plan import add_common_arguments, build_request, command_argv, make_plan, preset_text
+from fitplan.commands.plan import (
+    add_common_arguments,
+    build_request,
+    command_argv,
+    make_plan,
+    ollama_json,
+    ollama_of,
+    ollama_text,
+    preset_text,
+)
 from fitplan.core.devices import Machine
 from fitplan.core.shell import Shell, default_shell, join
 
@@ -16,6 +25,8 @@ EXAMPLES = """examples:
   fitplan command model.gguf                           the command for this machine, for this platform's shell
   fitplan command model.gguf --shell cmd -c 16384      for cmd.exe, with the context pinned
   fitplan command model.gguf --preset --name qwen3     a [qwen3] section for llama-server --models-preset
+  fitplan command --engine ik_llama.cpp model.gguf     ik_llama.cpp's llama-server (-mla 3 -fmoe ...)
+  fitplan command --engine ollama model.gguf           OLLAMA_* variables and a Modelfile
 """
 
 
@@ -57,19 +68,28 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     p = make_plan(req)
     if not p.fits:
         out.warn(p.binding)
+    exp = ollama_of(req, p)
     if args.json:
         shell = Shell(args.shell) if args.shell else default_shell()
         argv = command_argv(req, p, args.program)
-        out.print_json(
-            {
-                "fits": p.fits,
-                "binding": p.binding,
-                "argv": list(argv),
-                "shell": shell.value,
-                "command": join(argv, shell, multiline=args.multiline),
-                "preset": preset_text(req, p, args.name or _default_name(args.model)),
-            }
-        )
+        doc: dict[str, object] = {
+            "fits": p.fits,
+            "binding": p.binding,
+            "engine": p.settings.engine.value,
+            "argv": list(argv),
+            "shell": shell.value,
+            "command": join(argv, shell, multiline=args.multiline),
+            "preset": preset_text(req, p, args.name or _default_name(args.model)),
+        }
+        if exp is not None:
+            doc["ollama"] = ollama_json(exp, shell)
+        out.print_json(doc)
+    elif exp is not None:
+        if args.preset:
+            return out.error(
+                "--preset is for llama-server; with --engine ollama the command prints a Modelfile"
+            )
+        print(ollama_text(exp, Shell(args.shell) if args.shell else default_shell()))
     elif args.preset:
         print(preset_text(req, p, args.name or _default_name(args.model)), end="")
     else:

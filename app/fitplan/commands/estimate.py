@@ -19,13 +19,16 @@ from fitplan.core.estimate import Estimate, TermKind
 from fitplan.core.estimator import estimate
 from fitplan.core.flags import ParsedFlags, parse_flags
 from fitplan.core.profile import ModelProfile
-from fitplan.core.settings import Tool
+from fitplan.core.settings import Engine, LaunchSettings, Tool
 
 EXAMPLES = """examples:
   fitplan estimate model.gguf -c 32768 -np 1 --assume-gpu "RTX 4090=24GiB"
   fitplan estimate model.gguf -c 65536 -ctk q8_0 -ctv q8_0 -ngl 40 --assume-gpu 24GiB --json
   fitplan estimate model.gguf -dev none -c 8192          (no GPU: host RAM only)
   fitplan estimate model.gguf --n-cpu-moe 20 --assume-gpu 2x24GiB -ts 1,1
+  fitplan estimate --engine ik_llama.cpp deepseek.gguf -mla 3 -amb 512 -c 32768
+  fitplan estimate --engine beellama qwen.gguf -ctk kvarn4 -ctv kvarn4 --kv-tail-tokens 1024
+  fitplan estimate --engine ollama model.gguf OLLAMA_KV_CACHE_TYPE=q8_0 --num-ctx 32768
 """
 
 TERM_KEYS: tuple[TermKind, ...] = (
@@ -67,11 +70,37 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--reserve", type=float, metavar="MIB", help="runtime reserve per GPU in MiB (default: assumed)"
     )
+    add_engine_argument(p)
+    p.add_argument(
+        "--header-only",
+        action="store_true",
+        help="accept a file shorter than its tensor data (a header fixture or a download in progress)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=run, accepts_extra=True)
 
 
-def load_profile(path: str) -> ModelProfile:
+def add_engine_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=[e.value for e in Engine],
+        default=None,
+        help="the llama.cpp variant that runs the model (default llama.cpp); its own flags are accepted after MODEL "
+        "(ik_llama.cpp: -mla -amb -fmoe -rtr; beellama: kvarnN cache types, --kv-tail-tokens; ollama: OLLAMA_*=V, "
+        "--num-ctx, --num-parallel, --kv-cache-type, --flash-attention, --gpu-overhead, --num-gpu)",
+    )
+
+
+def engine_of(args: argparse.Namespace) -> Engine | None:
+    value = getattr(args, "engine", None)
+    return Engine(value) if value else None
+
+
+def load_profile(path: str, header_only: bool = False) -> ModelProfile:
+    if header_only:
+        from fitplan.commands.plan import load_profile as load_header
+
+        return load_header(path, header_only=True)
     from fitplan.commands.inspect import load_files
     from fitplan.core.profile_builder import build_profile
 
@@ -138,16 +167,17 @@ def split_model_flag(model: str | None, extra: list[str]) -> tuple[str | None, l
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     args.model, extra = split_model_flag(args.model, extra)
     try:
-        parsed = parse_flags(extra)
+        parsed = parse_flags(extra, engine=engine_of(args))
     except FlagError as exc:
         return out.error(str(exc))
     model = args.model or parsed.model_path
     if not model:
         return out.error("no model: give MODEL or -m MODEL")
     settings = dataclasses.replace(parsed.settings, tool=Tool(args.tool))
-    profile = load_profile(model)
-    mmproj = load_profile(settings.mmproj_path) if settings.mmproj_path else None
-    draft = load_profile(settings.draft.model_path) if settings.draft is not None else None
+    ho = bool(getattr(args, "header_only", False))
+    profile = load_profile(model, ho)
+    mmproj = load_profile(settings.mmproj_path, ho) if settings.mmproj_path else None
+    draft = load_profile(settings.draft.model_path, ho) if settings.draft is not None else None
     machine, notes = machine_for(parsed, list(args.assume_gpu))
     reserve = None if args.reserve is None else int(args.reserve * MIB)
     est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve)
@@ -189,6 +219,8 @@ def to_json(
             "n_gpu_layers": ctx.n_gpu_layers,
             "n_outputs_max": ctx.n_outputs_max,
             "tool": s.tool.value,
+            "engine": s.engine.value,
+            **engine_settings_json(s),
         },
         "devices": [
             {
@@ -207,6 +239,11 @@ def to_json(
                     }
                     for t in d.terms
                 ],
+                # scratch needed only while a prompt is processed: not in used_bytes
+                "transient": [
+                    {"label": t.label or t.kind.value, "bytes": t.bytes, "explanation": t.explanation}
+                    for t in d.transient
+                ],
             }
             for d in est.devices
         ],
@@ -223,6 +260,28 @@ def to_json(
         "ignored_flags": list(parsed.ignored),
         "unmodelled_flags": list(parsed.unmodelled),
     }
+
+
+def engine_settings_json(s: LaunchSettings) -> dict[str, object]:
+    """The settings only the selected engine has."""
+    if s.engine is Engine.IK_LLAMA:
+        return {
+            "mla_mode": s.mla_mode,
+            "attn_max_batch_mib": s.attn_max_batch_mib,
+            "fused_moe": s.fused_moe,
+            "run_time_repack": s.run_time_repack,
+        }
+    if s.engine is Engine.BEELLAMA:
+        return {
+            "kv_tail_tokens": s.kv_tail_tokens,
+            "kv_tail_tokens_swa": s.kv_tail_tokens_swa,
+            "kv_tail_type": s.kv_tail_type,
+            "cache_type_k_swa": s.cache_type_k_swa,
+            "cache_type_v_swa": s.cache_type_v_swa,
+        }
+    if s.engine is Engine.OLLAMA:
+        return {"gpu_overhead_bytes": s.gpu_overhead_bytes}
+    return {}
 
 
 def _m(n: int) -> str:
@@ -243,6 +302,7 @@ def print_table(
         f"KV {est.settings.cache_type_k}/{est.settings.cache_type_v}, flash attention "
         f"{'on' if ctx.flash_attn else 'off'}, batch {ctx.n_batch}/{ctx.n_ubatch}, "
         f"{ctx.n_gpu_layers}/{profile.n_layer_all + 1} layers on GPU"
+        + (f", engine {est.settings.engine.value}" if est.settings.engine is not Engine.LLAMA_CPP else "")
     )
     print()
     kinds = [k for k in TERM_KEYS if any(d.bytes_of(k) for d in est.devices)]
@@ -257,6 +317,11 @@ def print_table(
         rows.append([d.device.name, *[_m(d.bytes_of(k)) for k in kinds], _m(d.used_bytes), _m(cap), mark])
     print(out.table(headers, rows, align="l" + "r" * (len(kinds) + 2) + "l"))
     print("(MiB)")
+    for d in est.devices:
+        for t in d.transient:
+            print(
+                f"{d.device.name}, while a prompt is processed: {t.label} {_m(t.bytes)} MiB more ({t.explanation})"
+            )
     for b in est.host_runtime:
         bound = "no limit" if b.max_bytes < 0 else f"up to {out.size(b.max_bytes)}"
         print(f"host, while running: {b.name} {bound} ({b.explanation})")

@@ -17,14 +17,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.core.command import annotate, first_shard, given_keys, plan_to_args, to_preset_ini
+from fitplan.commands.estimate import add_engine_argument, engine_of
+from fitplan.core.command import (
+    OllamaExport,
+    annotate,
+    env_lines,
+    first_shard,
+    given_keys,
+    ollama_export,
+    plan_to_args,
+    to_preset_ini,
+)
 from fitplan.core.devices import MIB, Machine
 from fitplan.core.errors import FlagError
 from fitplan.core.flags import parse_flags
 from fitplan.core.planner import EstimateFn, MarginPolicy, Pins, Plan, default_estimate_fn, plan
 from fitplan.core.profile import ModelProfile
 from fitplan.core.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
-from fitplan.core.settings import NGL_AUTO, LaunchSettings
+from fitplan.core.settings import NGL_AUTO, Engine, LaunchSettings
 from fitplan.core.shell import Shell, default_shell, join
 
 EXAMPLES = """examples:
@@ -33,6 +43,8 @@ EXAMPLES = """examples:
   fitplan plan model.gguf -c 32768 -ctk q8_0 -ctv q8_0      pin the context and cache types
   fitplan plan model.gguf --rpc 192.168.1.20:50052=24GiB    add a GPU served by ggml-rpc-server
   fitplan plan model.gguf --min-ctx 16384 --json
+  fitplan plan --engine ik_llama.cpp deepseek.gguf -amb 512      ik_llama.cpp: -mla 3 -fmoe in the command
+  fitplan plan --engine ollama model.gguf --kv-cache-type q8_0     ollama: environment variables and a Modelfile
 """
 
 
@@ -75,6 +87,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--program", default="llama-server", help="the program in the command (default llama-server)"
     )
+    add_engine_argument(p)
     p.add_argument(
         "--header-only",
         action="store_true",
@@ -184,7 +197,7 @@ def pins_from_flags(
 def build_request(
     args: argparse.Namespace, extra: Sequence[str], machine: Machine | None = None
 ) -> PlanRequest:
-    parsed = parse_flags(list(extra))
+    parsed = parse_flags(list(extra), engine=engine_of(args))
     if parsed.model_path is not None:
         raise FlagError("give the model once, as the first argument (not with -m)")
     if parsed.rpc_servers:
@@ -225,6 +238,38 @@ def make_plan(req: PlanRequest) -> Plan:
 
 def command_argv(req: PlanRequest, p: Plan, program: str) -> tuple[str, ...]:
     return plan_to_args(p, first_shard(req.model_arg), program=program, rpc_servers=_endpoints(req))
+
+
+def ollama_of(req: PlanRequest, p: Plan) -> OllamaExport | None:
+    """For the ollama engine: the environment and Modelfile that make ollama run the plan."""
+    if p.settings.engine is not Engine.OLLAMA:
+        return None
+    return ollama_export(p, os.path.abspath(first_shard(req.model_arg)))
+
+
+def ollama_text(exp: OllamaExport, shell: Shell) -> str:
+    """The ollama instructions: environment for `ollama serve`, the Modelfile, and `ollama create`."""
+    lines = []
+    if exp.environment:
+        lines.append(f"environment of `ollama serve` ({shell.value}):")
+        lines.append(env_lines(exp.environment, shell))
+        lines.append("ollama serve")
+        lines.append("")
+    lines.append("Modelfile:")
+    lines.append(exp.modelfile.rstrip("\n"))
+    lines.append("")
+    lines.append(join(exp.create_argv(), shell))
+    return "\n".join(lines)
+
+
+def ollama_json(exp: OllamaExport, shell: Shell) -> dict[str, object]:
+    return {
+        "environment": dict(exp.environment),
+        "environment_script": env_lines(exp.environment, shell),
+        "modelfile": exp.modelfile,
+        "model_name": exp.model_name,
+        "create_argv": list(exp.create_argv()),
+    }
 
 
 def _endpoints(req: PlanRequest) -> tuple[str, ...]:
@@ -278,6 +323,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         "notes": list(p.notes),
         "ignored_flags": list(req.ignored),
         "unmodelled_flags": list(req.unmodelled),
+        "engine": p.settings.engine.value,
         "argv": list(argv),
         "command": join(argv, shell),
         "shell": shell.value,
@@ -318,6 +364,10 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
     if req.ignored:
         lines.append("kept as given (no memory effect): " + ", ".join(req.ignored))
     lines.append("")
+    exp = ollama_of(req, p)
+    if exp is not None:
+        lines.append(ollama_text(exp, shell))
+        return "\n".join(lines)
     lines.append(f"command ({shell.value}):")
     lines.append(join(argv, shell, multiline=True))
     hosts = rpc_server_commands(req.rpc)
@@ -336,7 +386,11 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     shell = Shell(args.shell) if args.shell else default_shell()
     argv = command_argv(req, p, args.program)
     if args.json:
-        out.print_json(plan_to_dict(req, p, argv, shell))
+        doc = plan_to_dict(req, p, argv, shell)
+        exp = ollama_of(req, p)
+        if exp is not None:
+            doc["ollama"] = ollama_json(exp, shell)
+        out.print_json(doc)
     else:
         print(format_text(req, p, argv, shell))
         if p.fits:

@@ -24,32 +24,37 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fitplan.core import engines
 from fitplan.core.devices import MIB, DeviceKind, Machine
 from fitplan.core.errors import FlagError
 from fitplan.core.estimate import Estimate
-from fitplan.core.flags import MEMORY_FLAGS, parse_flags
+from fitplan.core.flags import ENGINE_FLAGS, MEMORY_FLAGS, OLLAMA_ENV, parse_flags
 from fitplan.core.planner import EstimateFn, Plan
 from fitplan.core.profile import ModelProfile
 from fitplan.core.settings import (
     NGL_ALL,
     NGL_AUTO,
+    Engine,
     FlashAttn,
     LaunchSettings,
     LoadMode,
     MmprojPlacement,
     Tool,
 )
-from fitplan.core.shell import Shell, detect_shell, split_commands
+from fitplan.core.shell import Shell, detect_shell, quote, split_commands
 
 __all__ = [
     "DEFAULTS",
     "ArgNote",
     "ImportedCommand",
     "LaunchCommand",
+    "OllamaExport",
     "annotate",
+    "env_lines",
     "first_shard",
     "given_keys",
     "import_command",
+    "ollama_export",
     "plan_to_args",
     "to_preset_ini",
 ]
@@ -117,7 +122,13 @@ def _items(
     if s.kv_unified is True and s.n_parallel >= 0:
         add("kv_unified", "-kvu", None, "kv-unified", "true")
     if s.n_gpu_layers != NGL_AUTO:
-        add("n_gpu_layers", "-ngl", _ngl(s.n_gpu_layers), "n-gpu-layers")
+        # ik_llama.cpp's -ngl takes a number only: 999 = every layer
+        ngl = (
+            str(IK_NGL_ALL)
+            if s.engine is Engine.IK_LLAMA and s.n_gpu_layers == NGL_ALL
+            else _ngl(s.n_gpu_layers)
+        )
+        add("n_gpu_layers", "-ngl", ngl, "n-gpu-layers")
     if s.split_mode is not DEFAULTS.split_mode:
         add("split_mode", "-sm", s.split_mode.value, "split-mode")
     if s.tensor_split:
@@ -137,7 +148,9 @@ def _items(
         add("cache_type_k", "-ctk", s.cache_type_k, "cache-type-k")
     if s.cache_type_v != DEFAULTS.cache_type_v:
         add("cache_type_v", "-ctv", s.cache_type_v, "cache-type-v")
-    if s.flash_attn is not FlashAttn.AUTO:
+    if s.flash_attn is not FlashAttn.AUTO and not (
+        s.engine is Engine.IK_LLAMA and s.flash_attn is FlashAttn.ON
+    ):
         add("flash_attn", "-fa", s.flash_attn.value, "flash-attn")
     if s.n_batch != DEFAULTS.n_batch:
         add("n_batch", "-b", str(s.n_batch), "batch-size")
@@ -149,7 +162,13 @@ def _items(
         add("no_kv_offload", "-nkvo", None, "kv-offload", "false")
     if s.swa_full:
         add("swa_full", "--swa-full", None, "swa-full", "true")
-    if s.load_mode is not LoadMode.AUTO:
+    if s.load_mode is not LoadMode.AUTO and s.engine is Engine.IK_LLAMA:
+        # ik_llama.cpp has the older switches: --no-mmap, --mlock
+        if s.load_mode in (LoadMode.NONE, LoadMode.DIO, LoadMode.MLOCK) and not s.run_time_repack:
+            add("load_mode", "--no-mmap", None, "no-mmap", "true")
+        if s.load_mode in (LoadMode.MLOCK, LoadMode.MMAP_MLOCK):
+            add("load_mode", "--mlock", None, "mlock", "true")
+    elif s.load_mode is not LoadMode.AUTO:
         add("load_mode", "-lm", s.load_mode.value, "load-mode")
     if not s.op_offload:
         add("op_offload", "--no-op-offload", None, "op-offload", "false")
@@ -178,10 +197,63 @@ def _items(
             add("draft.n_max", "--spec-draft-n-max", str(d.n_max), "spec-draft-n-max")
     elif s.spec_draft_n_max != DEFAULTS.spec_draft_n_max:
         add("spec_draft_n_max", "--spec-draft-n-max", str(s.spec_draft_n_max), "spec-draft-n-max")
-    if not s.fit:
+    out.extend(_engine_items(s))
+    if s.engine is Engine.IK_LLAMA:
+        pass  # ik_llama.cpp has no --fit: nothing re-plans the placement
+    elif not s.fit:
         add("fit", "--fit", "off", "fit")
     elif s.fit_target_mib != DEFAULTS.fit_target_mib:
         add("fit_target_mib", "-fitt", ",".join(str(x) for x in s.fit_target_mib), "fit-target")
+    return out
+
+
+#: `-ngl` for every layer in ik_llama.cpp (its parser takes an integer; more than the model has = all).
+IK_NGL_ALL = 999
+
+
+def _engine_items(s: LaunchSettings) -> list[_Item]:
+    """The flags only the selected engine has (ik_llama.cpp, beellama.cpp), in that engine's spelling."""
+    out: list[_Item] = []
+    if s.engine is Engine.IK_LLAMA:
+        out.append(_Item("mla_mode", "-mla", str(s.mla_mode), "mla-use", str(s.mla_mode)))
+        if s.attn_max_batch_mib > 0:
+            v = str(s.attn_max_batch_mib)
+            out.append(_Item("attn_max_batch_mib", "-amb", v, "attention-max-batch", v))
+        if s.fused_moe:
+            out.append(_Item("fused_moe", "-fmoe", None, "fused-moe", "true"))
+        else:
+            out.append(_Item("fused_moe", "-no-fmoe", None, "fused-moe", "false"))
+        if s.run_time_repack:
+            out.append(_Item("run_time_repack", "-rtr", None, "run-time-repack", "true"))
+    elif s.engine is Engine.BEELLAMA:
+        if s.cache_type_k_swa:
+            out.append(
+                _Item(
+                    "cache_type_k_swa",
+                    "--cache-type-k-swa",
+                    s.cache_type_k_swa,
+                    "cache-type-k-swa",
+                    s.cache_type_k_swa,
+                )
+            )
+            v = s.cache_type_v_swa or s.cache_type_k_swa
+            out.append(_Item("cache_type_v_swa", "--cache-type-v-swa", v, "cache-type-v-swa", v))
+        if s.kv_tail_tokens > 0 or s.kv_tail_tokens_swa >= 0:
+            v = str(s.kv_tail_tokens)
+            if s.kv_tail_tokens_swa >= 0:
+                v = f"full={s.kv_tail_tokens},swa={s.kv_tail_tokens_swa}"
+            out.append(_Item("kv_tail_tokens", "--kv-tail-tokens", v, "kv-tail-tokens", v))
+        if s.kv_tail_type:
+            out.append(
+                _Item("kv_tail_type", "--kv-tail-type", s.kv_tail_type, "kv-tail-type", s.kv_tail_type)
+            )
+        if s.draft is None and "draft-mtp" in s.spec_types:
+            if s.mtp_cache_type_k != "f16":
+                v = s.mtp_cache_type_k
+                out.append(_Item("mtp_cache_type_k", "--spec-draft-type-k", v, "spec-draft-type-k", v))
+            if s.mtp_cache_type_v != "f16":
+                v = s.mtp_cache_type_v
+                out.append(_Item("mtp_cache_type_v", "--spec-draft-type-v", v, "spec-draft-type-v", v))
     return out
 
 
@@ -243,6 +315,59 @@ def to_preset_ini(
         _check_ini_value(k, v)
         lines.append(f"{k} = {v}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# ollama: environment variables and a Modelfile instead of a llama-server command
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaExport:
+    """What makes ollama run a plan: `ollama serve` with these variables, and a model created from the Modelfile."""
+
+    environment: tuple[tuple[str, str], ...]
+    modelfile: str
+    model_name: str
+
+    def create_argv(self, modelfile_path: str = "Modelfile") -> tuple[str, ...]:
+        return ("ollama", "create", self.model_name, "-f", modelfile_path)
+
+
+_ENV_VALUE = re.compile(r"[A-Za-z0-9_.:+-]*")
+
+
+def ollama_export(source: Plan | LaunchSettings, model_path: str, model_name: str = "") -> OllamaExport:
+    """The ollama environment (`OLLAMA_*`) and Modelfile (`PARAMETER num_ctx`, `num_gpu`) for the settings.
+
+    `num_gpu` is the plan's resolved layer count when it has an estimate ("all" becomes the model's layers + 1)."""
+    s = _settings_of(source)
+    cfg = engines.ollama_config(s)
+    if isinstance(source, Plan) and source.estimate is not None and s.n_gpu_layers == NGL_ALL:
+        cfg = dataclasses.replace(cfg, num_gpu=source.estimate.context.n_gpu_layers)
+    env = tuple(engines.ollama_environment(cfg).items())
+    name = model_name or re.sub(
+        r"[^a-z0-9_.-]+", "-", re.split(r"[\\/]", model_path)[-1].lower().removesuffix(".gguf")
+    )
+    return OllamaExport(env, engines.ollama_modelfile(first_shard(model_path), cfg), name or "model")
+
+
+def env_lines(env: Sequence[tuple[str, str]], shell: Shell | str) -> str:
+    """Environment assignments for the shell: `export A=1` (sh), `$env:A = '1'` (PowerShell), `set A=1` (cmd)."""
+    sh = Shell(shell)
+    lines: list[str] = []
+    for name, value in env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise FlagError(f"{name!r} is not an environment variable name")
+        if sh is Shell.SH:
+            lines.append(f"export {name}={quote(value, sh)}")
+        elif sh is Shell.POWERSHELL:
+            lines.append(f"$env:{name} = '{value.replace(chr(39), chr(39) * 2)}'")
+        else:
+            if not _ENV_VALUE.fullmatch(value):
+                raise FlagError(f"{name}={value!r}: cmd.exe's set cannot carry this value unquoted")
+            lines.append(f"set {name}={value}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -353,6 +478,17 @@ def annotate(
 # ---------------------------------------------------------------------------------------------------------------------
 
 _SPELLINGS: dict[str, str] = {name: spec.key for spec in MEMORY_FLAGS for name in spec.names}
+#: ollama's settings pin the same llama-server settings.
+_OLLAMA_PINS: dict[str, tuple[str, ...]] = {
+    "ollama_num_ctx": ("n_ctx",),
+    "ollama_num_parallel": ("n_parallel",),
+    "ollama_kv_cache_type": ("cache_type_k", "cache_type_v"),
+    "ollama_num_gpu": ("n_gpu_layers",),
+}
+_SPELLINGS_FORK: dict[str, tuple[str, ...]] = {
+    **{name: _OLLAMA_PINS.get(spec.key, (spec.key,)) for _, spec in ENGINE_FLAGS for name in spec.names},
+    **{env: _OLLAMA_PINS.get(key, (key,)) for env, key in OLLAMA_ENV.items()},
+}
 
 
 def given_keys(args: Sequence[str]) -> frozenset[str]:
@@ -363,6 +499,7 @@ def given_keys(args: Sequence[str]) -> frozenset[str]:
         key = _SPELLINGS.get(name)
         if key is not None:
             out.add(key)
+        out.update(_SPELLINGS_FORK.get(name.split("=", 1)[0] if name.startswith("OLLAMA_") else name, ()))
     return frozenset(out)
 
 

@@ -23,7 +23,8 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
 * CUDA only, with a quantized K or V cache and flash attention: the f16 copies of one layer's whole K and V views
   the FA kernel allocates (`ggml_cuda_flash_attn_ext_get_alloc_size`);
 * MLA without flash attention: the contiguous copy of V (`n_kv x kv_lora_rank`, K cache type);
-* pipeline parallelism: four copies of every split input (see `PP_BLOCKS_*`).
+* pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
+  freed, below the rest of the graph (see `PIPELINE_COPIES`).
 
 Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
 servers as extra devices (layer splits, overrides, pipeline parallelism). Read from the source only, no GPU being
@@ -44,6 +45,7 @@ from fitplan.core.weights import WeightPlacement, row_bytes
 
 F32 = 4
 F16 = 2
+I32 = 4
 I64 = 8
 #: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
 OP_OFFLOAD_MIN_BATCH = 32
@@ -57,13 +59,30 @@ GPU_LAYER_BLOCKS = 2
 #: Host with no layers: the embeddings input, the token-embedding get_rows output and the two blocks the recordings
 #: show next to them.
 HOST_INPUT_BLOCKS = 4
-#: `ggml-backend.cpp:GGML_SCHED_MAX_COPIES`: copies of every graph and split input with pipeline parallelism.
+#: `ggml-backend.cpp:GGML_SCHED_MAX_COPIES`: with pipeline parallelism the scheduler makes this many copies of
+#: every graph input (on the host) and of every split input (on the backend that reads it), flagged as graph inputs
+#: and outputs so the allocator places them first and never frees them; the rest of the graph is allocated after.
 PIPELINE_COPIES = 4
-#: Hidden-state blocks pipeline parallelism adds per GPU, as the two-server RPC recordings show them (the four
-#: copies of the handed-over hidden state plus the activations that can no longer reuse the copies' space).
-PP_BLOCKS_FIRST = 10
-PP_BLOCKS_FIRST_AND_OUTPUT = 9
-PP_BLOCKS_OTHER = 8
+#: Split inputs that carry the hidden state, per copy. The GPU that runs the first layer reads three
+#: `[n_embd, n_tok]` tensors computed on the host: the embeddings input of a mixed batch (`inp_mixed_embd`), the
+#: token-embedding rows of the mixed batch and those of the plain batch (`embd`). Every later GPU reads two from the
+#: previous device: the last layer's output (`l_out`, the residual) and the weightless norm of the next layer's
+#: input, which the scheduler runs where its source is.
+PP_INPUT_BLOCKS_FIRST = 3
+PP_INPUT_BLOCKS_OTHER = 2
+#: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
+#: (`node_2`), the two-block hole of the FFN norm and the attention output; on a later GPU the hole and the
+#: attention output. (Measured with the allocator's debug dump: the dumps list every live tensor at each new peak.)
+PP_LAYER_BLOCKS_FIRST = 4
+PP_LAYER_BLOCKS_OTHER = 3
+#: The output phase on the first GPU (all layers there, the other devices empty): the copy of the embeddings
+#: input stays, next to the output norm's block.
+PP_OUTPUT_BLOCKS_FIRST = 2
+#: Host graph inputs of `[n_embd, n_tok]`: the embeddings input and the mixed-batch embeddings input.
+HOST_GRAPH_INPUT_BLOCKS = 2
+#: Per token, the small graph inputs a backend with attention layers reads: positions (i32) and the K and V
+#: row indices (i64 each, flash attention; without it V's indices are per element, `v_idxs` below).
+SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
 #: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
 
@@ -129,32 +148,73 @@ FFN_HOLE_BLOCKS = 2
 
 
 def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
-    """Largest FFN intermediate set of the given layers, f32.
+    """Largest FFN intermediate set of the given layers, f32 (see `_ffn_layer`)."""
+    return max((_ffn_layer(profile, il, n_tok)[0] for il in layers), default=0)
+
+
+def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int]:
+    """One layer's FFN intermediate set and its first (largest-shape) intermediate, bytes f32.
 
     Dense: gate, up and the GLU output `[n_ff, n_tok]` are live together (the down projection comes after gate and
     up are freed). MoE: up, gate, GLU output `[n_ff_exp, n_used, n_tok]` and the experts' down projections
     `[n_embd, n_used, n_tok]`. The last of them to be allocated goes into the two-block hole the FFN norm leaves
     when it fits there (small FFNs), so it adds nothing.
     """
-    best = 0
     moe = profile.moe
     hole = FFN_HOLE_BLOCKS * profile.n_embd
-    for il in layers:
-        lp = profile.layers[il]
-        if lp.is_moe and moe is not None:
-            used = lp.n_expert_used or moe.n_expert_used
-            # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
-            n_ff_exp = moe.n_ff_exp or lp.n_ff
-            up, down = used * n_ff_exp, used * profile.n_embd
-            f = 3 * up + (0 if down <= hole else down)
-            if moe.n_ff_shexp and moe.n_expert_shared:
-                f = max(f, 3 * moe.n_ff_shexp * moe.n_expert_shared)
-        else:
-            f = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0)
-        if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
-            f += profile.n_embd  # the attention output waits for the FFN (both read the same norm output)
-        best = max(best, F32 * n_tok * f)
-    return best
+    lp = profile.layers[il]
+    if lp.is_moe and moe is not None:
+        used = lp.n_expert_used or moe.n_expert_used
+        # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
+        n_ff_exp = moe.n_ff_exp or lp.n_ff
+        up, down = used * n_ff_exp, used * profile.n_embd
+        f, first = 3 * up + (0 if down <= hole else down), up
+        shared = moe.n_ff_shexp * moe.n_expert_shared
+        if 3 * shared > f:
+            f, first = 3 * shared, shared
+    elif il in _layer_shapes(profile).gated:
+        f, first = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0), lp.n_ff
+    else:
+        # no gate (build_ffn without `gate`): only the up projection `[n_ff, n_tok]`, its bias, scale and
+        # activation computed in place; it goes into the hole when it fits
+        f = first = 0 if lp.n_ff <= hole else lp.n_ff
+    if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
+        f += profile.n_embd  # the attention output waits for the FFN (both read the same norm output)
+    return F32 * n_tok * f, F32 * n_tok * first
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerShapes:
+    """Per-layer graph facts read from the tensor list (cached per profile)."""
+
+    gated: frozenset[int]  # dense FFN with a gate: `ffn_gate`, or `ffn_up` holding gate and up (2 x n_ff rows)
+    qkv_rows: dict[int, int]  # fused `attn_qkv` output width per layer
+
+
+_SHAPES: dict[int, tuple[ModelProfile, _LayerShapes]] = {}
+
+
+def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
+    hit = _SHAPES.get(id(profile))
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    gated: set[int] = set()
+    qkv: dict[int, int] = {}
+    for t in profile.tensors:
+        il = t.layer
+        if il is None or il >= len(profile.layers) or len(t.shape) < 2:
+            continue
+        if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
+            gated.add(il)
+        elif t.name.endswith(".ffn_up.weight") and profile.layers[il].n_ff and t.shape[1] >= 2 * profile.layers[il].n_ff:
+            gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
+        elif t.name.endswith(".attn_qkv.weight"):
+            qkv[il] = t.shape[1]
+    out = _LayerShapes(frozenset(gated), qkv)
+    if len(_SHAPES) >= 16:
+        _SHAPES.pop(next(iter(_SHAPES)))
+    _SHAPES[id(profile)] = (profile, out)
+    return out
 
 
 #: Architectures whose blocks run attention and FFN in parallel from one norm output and add both to the residual
@@ -243,6 +303,11 @@ class _DevicePlan:
     pp_extra: Affine
     op_offload_copy: int
     host_inputs: bool  # the host with no layers: graph inputs only
+    # The FFN of the device's last layer runs after the last use of the masks and V's indices: its first
+    # intermediate reuses their space (with the freed token-embedding rows next to it) when it fits there.
+    ffn_last: int = 0
+    ffn_last_first: int = 0
+    last_hole: Affine = Affine()
 
 
 class ComputePlan:
@@ -299,6 +364,8 @@ class ComputePlan:
                 a_swa=mask_elt * n_tok if swa else 0,
             )
 
+        shapes = _layer_shapes(profile)
+
         def kq(layers: list[int]) -> tuple[Affine, ...]:
             base, swa = _attn_layers(profile, layers)
             out: set[Affine] = set()
@@ -313,6 +380,17 @@ class ComputePlan:
                     if not profile.has_memory:
                         # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
                         q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+                    qkv = shapes.qkv_rows.get(il, 0)
+                    if qkv:
+                        # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
+                        out.add(Affine(c=F32 * n_tok * qkv))
+                    elif profile.mla is None:
+                        # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
+                        # goes into the one-block hole the mixed batch's token rows leave (freed after the first
+                        # layer's input is assembled)
+                        kv_min = min(lp.n_embd_k_gqa, lp.n_embd_v_gqa)
+                        q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
+                        out.add(Affine(c=F32 * n_tok * (q_k_v - (kv_min if kv_min <= profile.n_embd else 0))))
                     if fa:
                         # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
                         out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
@@ -342,6 +420,13 @@ class ComputePlan:
             base, swa = _attn_layers(profile, layers)
             return I64 * n_tok * v_gqa_max if (base or swa) else 0
 
+        def small_inputs(layers: list[int]) -> int:
+            base, swa = _attn_layers(profile, layers)
+            if not (base or swa) or not profile.has_memory:
+                return 0
+            # positions (i32) and K's row indices (i64); V's (i64) too with flash attention (else `v_idxs`)
+            return n_tok * (SMALL_INPUT_BYTES_PER_TOKEN - (0 if fa else I64))
+
         def fa_copies(layers: list[int]) -> tuple[Affine, ...]:
             if not fa or (inputs.cache_type_k == "f16" and inputs.cache_type_v == "f16"):
                 return ()
@@ -353,6 +438,26 @@ class ComputePlan:
                 v = F16 * lp.n_embd_v_gqa if inputs.cache_type_v != "f16" else 0
                 out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
+
+        def split_last(
+            layers: list[int], flayers: list[int], m: Affine, vi: int
+        ) -> tuple[int, int, int, Affine]:
+            """(FFN of the other layers, FFN of the last layer, its first intermediate, the hole it can use)."""
+            base, swa = _attn_layers(profile, layers)
+            last = max(flayers, default=-1)
+            if (
+                last < 0
+                or last != max(base + swa, default=-2)
+                or not (m.a_base or m.a_swa or m.c or vi)
+                or profile.architecture in PARALLEL_ATTN_FFN_ARCHS  # the attention output is still live
+            ):
+                return _ffn_transient(profile, flayers, n_tok), 0, 0, Affine()
+            f, first = _ffn_layer(profile, last, n_tok)
+            rest = _ffn_transient(profile, [il for il in flayers if il != last], n_tok)
+            # the device's input block (embeddings or the handed-over hidden state) is freed after its first layer
+            freed_input = embd_block if min(layers) != last else 0
+            # one contiguous region: the base mask (not both masks of an iSWA model: they are not adjacent)
+            return rest, f, first, Affine(m.a_base, 0, m.c + vi + freed_input)
 
         offload_gpu0 = bool(
             n_gpu
@@ -382,31 +487,43 @@ class ComputePlan:
             cuda = gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
             pp = inputs.pipeline_parallel and (runs or has_out)
             m = masks(layers)
+            vi = v_idxs(layers) if runs else 0
+            blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) if runs else 0
+            out_blocks = RESIDUAL_BLOCKS if first else 1
+            pp_extra = Affine()
+            if pp:
+                # Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's
+                # indices, the small inputs, the hidden-state blocks, and the output ids on the output GPU. The
+                # layer phase then adds its own blocks; the output phase its norm output and the logits.
+                small = small_inputs(layers) + (I32 * n_out if has_out else 0)
+                hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * embd_block
+                pp_extra = Affine(
+                    PIPELINE_COPIES * m.a_base,
+                    PIPELINE_COPIES * m.a_swa,
+                    PIPELINE_COPIES * (m.c + vi + small + hidden),
+                )
+                m, vi = Affine(), 0
+                blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
+                out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+            ffn_rest, ffn_last, ffn_first, hole = split_last(layers, flayers, m, vi)
             plans.append(
                 _DevicePlan(
                     device=gi,
                     layer_phase=runs,
                     masks=m if runs else Affine(),
-                    v_idxs=v_idxs(layers) if runs else 0,
+                    v_idxs=vi,
                     blocks_label="layer input + residual",
-                    blocks=(RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) * embd_block if runs else 0,
-                    ffn=_ffn_transient(profile, flayers, n_tok),
+                    blocks=blocks * embd_block if runs else 0,
+                    ffn=ffn_rest,
+                    ffn_last=ffn_last,
+                    ffn_last_first=ffn_first,
+                    last_hole=hole,
                     kq=kq(layers),
                     mla_v=mla_v(layers),
                     fa_copies=fa_copies(layers) if cuda else (),
                     logits=logits if has_out else 0,
-                    out_block=(RESIDUAL_BLOCKS if first else 1) * embd_block if has_out else 0,
-                    # GGML_SCHED_MAX_COPIES = 4: the split inputs (masks, the hidden state handed over) are kept
-                    # 4 times as graph outputs, never freed, so the activations cannot reuse their space either.
-                    # The RPC recordings show 4 x masks + 8 blocks on the output GPU, + 10 on the first GPU, + 9
-                    # when one GPU has both.
-                    pp_extra=Affine(
-                        PIPELINE_COPIES * m.a_base,
-                        PIPELINE_COPIES * m.a_swa,
-                        PIPELINE_COPIES * m.c + _pp_blocks(first, has_out) * embd_block,
-                    )
-                    if pp
-                    else Affine(),
+                    out_block=out_blocks * embd_block if has_out else 0,
+                    pp_extra=pp_extra,
                     op_offload_copy=op_copy if gi == 0 else 0,
                     host_inputs=False,
                 )
@@ -420,10 +537,16 @@ class ComputePlan:
             blocks = (RESIDUAL_BLOCKS if host_layers else HOST_INPUT_BLOCKS) * embd_block
             label = "embeddings + residual activations"
         else:
-            # Graph inputs (embeddings input, masks) in n_copies, the token-embedding get_rows output and the blocks
-            # the recordings show next to them; pipeline parallelism adds two more.
-            blocks = (n_copies - 1 + HOST_INPUT_BLOCKS + (3 if n_copies > 1 else 0)) * embd_block
+            # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
+            # and the two token-embedding get_rows outputs.
+            blocks = (n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * embd_block
+            if n_copies > 1:
+                blocks += n_copies * (small_inputs(trunk) + I32 * n_out)
             label = "embeddings input + get_rows"
+        host_m = Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c)
+        ffn_rest, ffn_last, ffn_first, hole = split_last(
+            host_layers, host_flayers, host_m if host_layers else Affine(), n_copies * v_idxs(trunk)
+        )
         plans.append(
             _DevicePlan(
                 device=None,
@@ -432,7 +555,10 @@ class ComputePlan:
                 v_idxs=n_copies * v_idxs(trunk),
                 blocks_label=label,
                 blocks=blocks,
-                ffn=_ffn_transient(profile, host_flayers, n_tok),
+                ffn=ffn_rest,
+                ffn_last=ffn_last,
+                ffn_last_first=ffn_first,
+                last_hole=hole,
                 kq=kq(host_layers),
                 mla_v=mla_v(host_layers),
                 fa_copies=(),
@@ -454,13 +580,20 @@ class ComputePlan:
         return np.stack([_total_array(p, n_kv_base, n_kv_swa) for p in self.plans])
 
 
+def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
+    if not p.ffn_last:
+        return 0
+    return p.ffn_last - (p.ffn_last_first if p.ffn_last_first <= p.last_hole.at(nb, ns) else 0)
+
+
 def _transient(p: _DevicePlan, nb: int, ns: int) -> tuple[str, int]:
     att = _max_at(p.kq, nb, ns)
-    if att > p.ffn:
+    ffn = max(p.ffn, _last_ffn(p, nb, ns))
+    if att > ffn:
         return (
             "KQ scores + Q" if p.kq and any(a.a_base or a.a_swa for a in p.kq) else "attention / SSM scan"
         ), att
-    return "FFN intermediates", p.ffn
+    return "FFN intermediates", ffn
 
 
 def _aff(a: Affine, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -476,7 +609,11 @@ def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int
 
 def _total_array(p: _DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
     att = _max_aff(p.kq, nb, ns)
-    trans = np.where(att > p.ffn, att, p.ffn)
+    ffn = np.full_like(nb, p.ffn)
+    if p.ffn_last:
+        fits = p.ffn_last_first <= _aff(p.last_hole, nb, ns)
+        ffn = np.maximum(ffn, np.where(fits, p.ffn_last - p.ffn_last_first, p.ffn_last))
+    trans = np.where(att > ffn, att, ffn)
     if p.device is None:
         total = _aff(p.masks, nb, ns) + p.v_idxs + p.blocks + _aff(p.mla_v, nb, ns)
         if p.logits:
@@ -542,13 +679,6 @@ def compute_buffers(
 ) -> tuple[ComputeBuffer, ...]:
     """The compute buffer of every backend: one per GPU in use (in order), then the host's."""
     return ComputePlan(profile, inputs, placement, gpu_vendors).evaluate(inputs.n_kv_base, inputs.n_kv_swa)
-
-
-def _pp_blocks(first: bool, has_out: bool) -> int:
-    """`[n_embd, n_tok]` blocks pipeline parallelism adds on a GPU (RPC recordings, see docs/accuracy.md)."""
-    if first:
-        return PP_BLOCKS_FIRST_AND_OUTPUT if has_out else PP_BLOCKS_FIRST
-    return PP_BLOCKS_OTHER
 
 
 def _sum(parts: list[ComputePart]) -> int:

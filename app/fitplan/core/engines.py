@@ -13,6 +13,7 @@ Everything here is pure arithmetic on a ModelProfile; the estimator places each 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from fitplan.core.context_memory import CacheAllocation, CellRule, context_caches
@@ -134,7 +135,9 @@ def ik_effective_mla_mode(profile: ModelProfile, mla_mode: int) -> int:
     return mla_mode
 
 
-def ik_caches(profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings) -> tuple[CacheAllocation, ...]:
+def ik_caches(
+    profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
+) -> tuple[CacheAllocation, ...]:
     """ik_llama.cpp's KV cache (src/llama.cpp llama_kv_cache_init), every layer at the full context.
 
     MLA models with -mla >= 1 keep ONE latent tensor per layer, [kv_lora_rank + n_rot, kv_size]; its type is -ctk
@@ -161,12 +164,19 @@ def ik_caches(profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSetti
         width = profile.mla.kv_lora_rank + profile.mla.n_rot
         latent_type = type_k if ctx.flash_attn or mode == 1 else type_v
         k_row = cache_row_bytes(eng, latent_type, width)
-        v_row = cache_row_bytes(eng, type_v, profile.mla.kv_lora_rank) if mode == 1 and not ctx.flash_attn else 0
+        v_row = (
+            cache_row_bytes(eng, type_v, profile.mla.kv_lora_rank) if mode == 1 and not ctx.flash_attn else 0
+        )
         rows = [(la.index, k_row, v_row) for la in layers]
         type_k, type_v = latent_type, (type_v if v_row else "")
         name = f"KV self (-mla {mode}, c^KV{' + kv^T' if v_row else ''})"
     alloc = CacheAllocation(
-        name=name, kind=TermKind.KV, cells=ctx.n_ctx_seq, n_stream=ctx.n_stream, type_k=type_k, type_v=type_v,
+        name=name,
+        kind=TermKind.KV,
+        cells=ctx.n_ctx_seq,
+        n_stream=ctx.n_stream,
+        type_k=type_k,
+        type_v=type_v,
         layer_rows=tuple(rows),
     )
     return (alloc,)
@@ -183,17 +193,31 @@ def ik_kv_cache(
 ) -> tuple[EngineCachePart, ...]:
     """`ik_caches` for an explicit cache size, split into its K (latent) and V tensors."""
     ctx = ResolvedContext(
-        n_ctx=kv_size, n_ctx_seq=kv_size, n_seq_max=1, n_stream=1, kv_unified=True, n_batch=512, n_ubatch=512,
-        n_outputs_max=1, flash_attn=flash_attn, n_gpu_layers=-1,
+        n_ctx=kv_size,
+        n_ctx_seq=kv_size,
+        n_seq_max=1,
+        n_stream=1,
+        kv_unified=True,
+        n_batch=512,
+        n_ubatch=512,
+        n_outputs_max=1,
+        flash_attn=flash_attn,
+        n_gpu_layers=-1,
     )
-    settings = LaunchSettings(engine=Engine.IK_LLAMA, mla_mode=mla_mode, cache_type_k=type_k, cache_type_v=type_v)
+    settings = LaunchSettings(
+        engine=Engine.IK_LLAMA, mla_mode=mla_mode, cache_type_k=type_k, cache_type_v=type_v
+    )
     (alloc,) = ik_caches(profile, ctx, settings)
     k = tuple((i, kr * kv_size) for i, kr, _ in alloc.layer_rows)
     v = tuple((i, vr * kv_size) for i, _, vr in alloc.layer_rows if vr)
     latent = profile.is_mla and ik_effective_mla_mode(profile, mla_mode) > 0
-    parts = [EngineCachePart("K (MLA latent)" if latent else "K", k, f"{alloc.name}: K rows of {alloc.type_k}")]
+    parts = [
+        EngineCachePart("K (MLA latent)" if latent else "K", k, f"{alloc.name}: K rows of {alloc.type_k}")
+    ]
     if v:
-        parts.append(EngineCachePart("V^T (MLA)" if latent else "V", v, f"{alloc.name}: V rows of {alloc.type_v}"))
+        parts.append(
+            EngineCachePart("V^T (MLA)" if latent else "V", v, f"{alloc.name}: V rows of {alloc.type_v}")
+        )
     return tuple(parts)
 
 
@@ -257,7 +281,11 @@ def kvarn_promote(type_k: str, type_v: str) -> tuple[str, str]:
 
 def kvarn_tail_rows(request: int, window: int, rollback_rows: int = 1) -> int:
     """Tail rows per sequence: N + R with N = max(min(128, W), min(roundup128(request), W)); 0 = intrinsic 128."""
-    n = max(min(KVARN_GROUP, window), min(_pad(request, KVARN_GROUP), window)) if request > 0 else min(128, window)
+    n = (
+        max(min(KVARN_GROUP, window), min(_pad(request, KVARN_GROUP), window))
+        if request > 0
+        else min(128, window)
+    )
     return n + rollback_rows
 
 
@@ -279,64 +307,101 @@ def beellama_caches(
     A group whose tail covers its whole window (N == W) is one plain F16/BF16 cache instead (SWA: a bodyless ring
     of W + R rows per sequence). R (rollback rows) is 1 unless speculative rollback asks for more.
     """
-    type_k, type_v = kvarn_promote(settings.cache_type_k, settings.cache_type_v)
     kv_layers = layers if layers is not None else _kv_layers(profile)
-    is_kvarn = type_k in KVARN_BITS
-    ttype = settings.kv_tail_type or ("f16" if is_kvarn else "bf16")
-    tail_elt = 4 if ttype == "f32" else 2
-    tail_request = settings.kv_tail_tokens
     n_seq = ctx.n_seq_max
-    # group name -> (cell rule, layer -> [K bytes, V bytes] per cell)
-    groups: dict[str, tuple[CellRule, dict[int, list[int]]]] = {}
+    # group name -> (cell rule, K type, V type, layer -> [K bytes, V bytes] per cell)
+    groups: dict[str, tuple[CellRule, str, str, dict[int, list[int]]]] = {}
 
-    def add(group: str, rule: CellRule, layer: int, side: int, value: int) -> None:
-        rows = groups.setdefault(group, (rule, {}))[1].setdefault(layer, [0, 0])
+    def add(group: str, rule: CellRule, types: tuple[str, str], layer: int, side: int, value: int) -> None:
+        rows = groups.setdefault(group, (rule, types[0], types[1], {}))[3].setdefault(layer, [0, 0])
         rows[side] += value
 
     for la in kv_layers:
         swa = la.is_swa and not settings.swa_full and profile.n_swa > 0
         window = profile.n_swa if swa else ctx.n_ctx_seq
+        if swa and settings.cache_type_k_swa:
+            type_k, type_v = kvarn_promote(
+                settings.cache_type_k_swa, settings.cache_type_v_swa or settings.cache_type_k_swa
+            )
+        else:
+            type_k, type_v = kvarn_promote(settings.cache_type_k, settings.cache_type_v)
+        is_kvarn = type_k in KVARN_BITS
+        ttype = settings.kv_tail_type or ("f16" if is_kvarn else "bf16")
+        tail_elt = 4 if ttype == "f32" else 2
+        tail_types = (ttype, ttype)
+        tail_request = settings.kv_tail_tokens
+        if swa and settings.kv_tail_tokens_swa >= 0:
+            tail_request = settings.kv_tail_tokens_swa
         for side, (hd, tname) in enumerate(((la.n_embd_head_k, type_k), (la.n_embd_head_v, type_v))):
             width = hd * la.n_head_kv
             if width == 0:
                 continue
             if is_kvarn:
                 if hd not in (128, 256, 512):
-                    raise SettingsError(f"KVarN caches need a head size of 128, 256 or 512 (layer {la.index}: {hd})")
+                    raise SettingsError(
+                        f"KVarN caches need a head size of 128, 256 or 512 (layer {la.index}: {hd})"
+                    )
                 n_tail = kvarn_tail_rows(tail_request, window, rollback_rows)
                 if n_tail - rollback_rows >= window:
                     if swa:
-                        add("KV (SWA ring)", CellRule.FIXED, la.index, side,
-                            width * tail_elt * (window + rollback_rows) * n_seq)
+                        add(
+                            "KV (SWA ring)",
+                            CellRule.FIXED,
+                            tail_types,
+                            la.index,
+                            side,
+                            width * tail_elt * (window + rollback_rows) * n_seq,
+                        )
                     else:
-                        add("KV", CellRule.CONTEXT, la.index, side, width * tail_elt)
+                        add("KV", CellRule.CONTEXT, tail_types, la.index, side, width * tail_elt)
                     continue
                 h = la.n_head_kv * (hd // 128)
                 per_cell = (16 * KVARN_BITS[tname] + 6) * h  # record_bytes * h / 128 tokens
                 if swa:
-                    add("KVarN records (SWA)", CellRule.KVARN_SWA, la.index, side, per_cell)
+                    add("KVarN records (SWA)", CellRule.KVARN_SWA, (type_k, type_v), la.index, side, per_cell)
                     stage = KVARN_STAGE_BYTES_PER_SLICE_GROUP * h * 2
                 else:
-                    add("KVarN records", CellRule.CONTEXT, la.index, side, per_cell)
+                    add("KVarN records", CellRule.CONTEXT, (type_k, type_v), la.index, side, per_cell)
                     stage_groups = 2 * (n_seq if ctx.kv_unified else 1) + 1
                     stage = KVARN_STAGE_BYTES_PER_SLICE_GROUP * h * stage_groups * ctx.n_stream
-                add("KVarN stage", CellRule.FIXED, la.index, side, stage)
-                add("KVarN tail", CellRule.FIXED, la.index, side, width * tail_elt * n_tail * n_seq)
+                add("KVarN stage", CellRule.FIXED, ("f16", "f16"), la.index, side, stage)
+                add(
+                    "KVarN tail",
+                    CellRule.FIXED,
+                    tail_types,
+                    la.index,
+                    side,
+                    width * tail_elt * n_tail * n_seq,
+                )
             else:
                 row = cache_row_bytes(Engine.BEELLAMA, tname, width)
-                add("KV (SWA)" if swa else "KV", CellRule.SWA if swa else CellRule.CONTEXT, la.index, side, row)
+                add(
+                    "KV (SWA)" if swa else "KV",
+                    CellRule.SWA if swa else CellRule.CONTEXT,
+                    (type_k, type_v),
+                    la.index,
+                    side,
+                    row,
+                )
                 if tail_request > 0:
                     n_tail = kvarn_tail_rows(tail_request, window, rollback_rows)
-                    add("KV tail", CellRule.FIXED, la.index, side, width * tail_elt * n_tail * n_seq)
+                    add(
+                        "KV tail",
+                        CellRule.FIXED,
+                        tail_types,
+                        la.index,
+                        side,
+                        width * tail_elt * n_tail * n_seq,
+                    )
     out: list[CacheAllocation] = []
-    for name, (rule, rows) in groups.items():
+    for name, (rule, tk, tv, rows) in groups.items():
         alloc = CacheAllocation(
             name=name,
             kind=TermKind.KV,
             cells=1,
             n_stream=1,
-            type_k=ttype if "tail" in name or "ring" in name else type_k,
-            type_v=ttype if "tail" in name or "ring" in name else type_v,
+            type_k=tk,
+            type_v=tv,
             layer_rows=tuple((i, kv[0], kv[1]) for i, kv in sorted(rows.items())),
             cell_rule=rule,
             n_swa=profile.n_swa,
@@ -364,13 +429,24 @@ def beellama_kv_cache(
 ) -> tuple[EngineCachePart, ...]:
     """`beellama_caches` for explicit context numbers, as one EngineCachePart per tensor family."""
     ctx = ResolvedContext(
-        n_ctx=n_ctx_seq * n_stream, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max, n_stream=n_stream,
-        kv_unified=kv_unified, n_batch=n_ubatch, n_ubatch=n_ubatch, n_outputs_max=n_seq_max, flash_attn=True,
+        n_ctx=n_ctx_seq * n_stream,
+        n_ctx_seq=n_ctx_seq,
+        n_seq_max=n_seq_max,
+        n_stream=n_stream,
+        kv_unified=kv_unified,
+        n_batch=n_ubatch,
+        n_ubatch=n_ubatch,
+        n_outputs_max=n_seq_max,
+        flash_attn=True,
         n_gpu_layers=-1,
     )
     settings = LaunchSettings(
-        engine=Engine.BEELLAMA, cache_type_k=type_k, cache_type_v=type_v, kv_tail_tokens=tail_tokens,
-        kv_tail_type=tail_type, swa_full=swa_full,
+        engine=Engine.BEELLAMA,
+        cache_type_k=type_k,
+        cache_type_v=type_v,
+        kv_tail_tokens=tail_tokens,
+        kv_tail_type=tail_type,
+        swa_full=swa_full,
     )
     parts: dict[str, list[tuple[int, int]]] = {}
     for alloc in beellama_caches(profile, ctx, settings, layers, rollback_rows):
@@ -393,15 +469,139 @@ KVARN_WINDOW_CHUNK = {"0.4.3": 65536, "0.4.4": 65536, "0.4.5": 32768, "0.4.6": 6
 
 
 def kvarn_materialization_window_bytes(
-    profile: ModelProfile, n_kv: int, n_stream: int, chunk: int = 65536
+    profile: ModelProfile,
+    n_kv: int,
+    n_stream: int,
+    chunk: int = 65536,
+    layers: frozenset[int] | None = None,
 ) -> int:
     """CUDA multi-token KVarN prefill dequantizes the active span into F16 pool scratch (transient):
-    min(n_kv, CHUNK) * n_head_kv * n_stream * (Dk + Dv) * 2 bytes, the largest over the attention layers.
+    min(n_kv, CHUNK) * n_head_kv * n_stream * (Dk + Dv) * 2 bytes, the largest over the attention layers (or over
+    `layers`, the attention layers one device holds: the pool keeps its high-water mark per device).
     """
     best = 0
     for la in _kv_layers(profile):
-        best = max(best, min(n_kv, chunk) * la.n_head_kv * n_stream * (la.n_embd_head_k + la.n_embd_head_v) * 2)
+        if layers is not None and la.index not in layers:
+            continue
+        best = max(
+            best, min(n_kv, chunk) * la.n_head_kv * n_stream * (la.n_embd_head_k + la.n_embd_head_v) * 2
+        )
     return best
+
+
+def uses_kvarn(settings: LaunchSettings) -> bool:
+    """Whether beellama.cpp builds a KVarN cache for the settings (either side, or the SWA types, is kvarnN)."""
+    if settings.engine is not Engine.BEELLAMA:
+        return False
+    kinds = (
+        settings.cache_type_k,
+        settings.cache_type_v,
+        settings.cache_type_k_swa,
+        settings.cache_type_v_swa,
+    )
+    return any(t in KVARN_BITS for t in kinds)
+
+
+def mtp_layers(profile: ModelProfile) -> tuple[LayerProfile, ...]:
+    """The NextN/MTP layers an MTP draft context caches (il >= n_layer)."""
+    return tuple(la for la in profile.layers if la.has_kv and (la.is_nextn or la.index >= profile.n_layer))
+
+
+def beellama_mtp_caches(
+    profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
+) -> tuple[CacheAllocation, ...]:
+    """beellama.cpp's MTP draft context: the same cache code over the NextN layers only, at the target's context,
+    with the draft cache types (`--spec-draft-type-k/-v`, default f16)."""
+    layers = mtp_layers(profile)
+    if not layers:
+        return ()
+    draft = LaunchSettings(
+        engine=Engine.BEELLAMA,
+        cache_type_k=settings.mtp_cache_type_k,
+        cache_type_v=settings.mtp_cache_type_v,
+        kv_tail_tokens=settings.kv_tail_tokens,
+        kv_tail_type=settings.kv_tail_type,
+        swa_full=settings.swa_full,
+    )
+    return beellama_caches(profile, ctx, draft, layers)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Engine defaults
+# --------------------------------------------------------------------------------------------------------------
+
+#: `--kv-tail-tokens auto`: 1024 tokens per group (beellama docs/beellama-args.md).
+KV_TAIL_AUTO = 1024
+
+
+def engine_base_settings(engine: Engine, base: LaunchSettings | None = None) -> LaunchSettings:
+    """The settings an engine starts from before the user's flags: its own defaults where they differ from
+    mainline llama-server's.
+
+    * ik_llama.cpp: flash attention on, `-mla 3`, fused MoE on (the LaunchSettings defaults already say so);
+    * beellama.cpp: mainline's defaults;
+    * ollama: one slot with a non-unified cache, `-b 512 -ub 512`, and n_ctx 0 meaning ollama's VRAM-tier default
+      (resolved against the machine by `ollama_resolve`).
+    """
+    s = dataclasses.replace(base or LaunchSettings(), engine=engine)
+    if engine is Engine.IK_LLAMA:
+        return dataclasses.replace(
+            s, flash_attn=FlashAttn.ON if s.flash_attn is FlashAttn.AUTO else s.flash_attn
+        )
+    if engine is Engine.OLLAMA:
+        return dataclasses.replace(s, n_parallel=1, kv_unified=False, n_batch=512, n_ubatch=512)
+    return s
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaResolved:
+    settings: LaunchSettings
+    num_ctx: int  # per slot, as ollama passes it (PARAMETER num_ctx)
+    automatic: bool  # num_ctx came from the VRAM tier
+    note: str
+
+
+def ollama_resolve(
+    profile: ModelProfile, settings: LaunchSettings, total_vram_bytes: int, n_gpus: int
+) -> OllamaResolved:
+    """The llama-server settings ollama runs for `settings` (engine ollama): `-np` auto becomes one slot, the cache
+    is not unified, and n_ctx 0 becomes the VRAM-tier num_ctx (capped at the training context) times the slots."""
+    n_par = settings.n_parallel if settings.n_parallel > 0 else 1
+    kvu = bool(settings.kv_unified) if settings.kv_unified is not None else False
+    automatic = settings.n_ctx <= 0
+    if automatic:
+        num_ctx = ollama_default_num_ctx(total_vram_bytes, settings.gpu_overhead_bytes, n_gpus)
+        tier = num_ctx
+        if profile.n_ctx_train > 0:
+            num_ctx = min(num_ctx, profile.n_ctx_train)
+        note = (
+            f"ollama: num_ctx {num_ctx} from its VRAM tier ({tier} for {total_vram_bytes / GIB:.1f} GiB of VRAM"
+            f"{' less OLLAMA_GPU_OVERHEAD' if settings.gpu_overhead_bytes else ''}"
+            f"{', capped at the training context' if num_ctx < tier else ''}), -c {num_ctx * n_par} -np {n_par}"
+        )
+    else:
+        num_ctx = max(1, settings.n_ctx // n_par)
+        note = f"ollama: num_ctx {num_ctx} per slot, -c {num_ctx * n_par} -np {n_par}"
+    resolved = dataclasses.replace(settings, n_ctx=num_ctx * n_par, n_parallel=n_par, kv_unified=kvu)
+    return OllamaResolved(
+        resolved, num_ctx, automatic, note + f", {'unified' if kvu else 'non-unified'} cache"
+    )
+
+
+def ollama_config(settings: LaunchSettings) -> OllamaConfig:
+    """The ollama configuration (environment and Modelfile) that makes ollama run `settings`."""
+    n_par = settings.n_parallel if settings.n_parallel > 0 else 1
+    kv = settings.cache_type_k if settings.cache_type_k != "f16" else ""
+    fa = None if settings.flash_attn is FlashAttn.AUTO else settings.flash_attn is FlashAttn.ON
+    return OllamaConfig(
+        num_ctx=settings.n_ctx // n_par if settings.n_ctx > 0 else 0,
+        num_parallel=n_par,
+        kv_cache_type=kv,
+        flash_attention=fa,
+        gpu_overhead_bytes=settings.gpu_overhead_bytes,
+        num_gpu=settings.n_gpu_layers if settings.n_gpu_layers >= 0 else -1,
+        num_batch=settings.n_batch,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -432,11 +632,15 @@ def ollama_default_num_ctx(total_vram_bytes: int, gpu_overhead_bytes: int = 0, n
     return 4096
 
 
-def ollama_llama_server_args(cfg: OllamaConfig, n_ctx_train: int, total_vram_bytes: int, n_gpus: int) -> list[str]:
+def ollama_llama_server_args(
+    cfg: OllamaConfig, n_ctx_train: int, total_vram_bytes: int, n_gpus: int
+) -> list[str]:
     """The memory-relevant part of the llama-server command ollama builds (llm/llama_server.go)."""
     num_ctx = cfg.num_ctx or ollama_default_num_ctx(total_vram_bytes, cfg.gpu_overhead_bytes, n_gpus)
     if n_ctx_train > 0:
-        num_ctx = min(num_ctx, n_ctx_train)  # server/sched.go caps the automatic context at the trained length
+        num_ctx = min(
+            num_ctx, n_ctx_train
+        )  # server/sched.go caps the automatic context at the trained length
     args = ["-c", str(num_ctx * cfg.num_parallel), "-np", str(cfg.num_parallel)]
     if cfg.kv_cache_type:
         args += ["--cache-type-k", cfg.kv_cache_type, "--cache-type-v", cfg.kv_cache_type]
@@ -490,7 +694,9 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     allowed = cache_types(settings.engine)
     for which, t in (("K", settings.cache_type_k), ("V", settings.cache_type_v)):
         if t.lower() not in allowed:
-            raise SettingsError(f"{settings.engine.value} has no {which} cache type {t!r}; allowed: {', '.join(allowed)}")
+            raise SettingsError(
+                f"{settings.engine.value} has no {which} cache type {t!r}; allowed: {', '.join(allowed)}"
+            )
     on = settings.flash_attn is not FlashAttn.OFF
     v_quantized = settings.cache_type_v.lower() not in ("f32", "f16", "bf16")
     mla_latent = settings.engine is Engine.IK_LLAMA and profile.is_mla and settings.mla_mode > 0
@@ -503,8 +709,10 @@ def fork_context_caches(
     profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
 ) -> tuple[CacheAllocation, ...]:
     """The caches of ik_llama.cpp or beellama.cpp: their own KV layout, mainline's recurrent state."""
-    kv = ik_caches(profile, ctx, settings) if settings.engine is Engine.IK_LLAMA else beellama_caches(
-        profile, ctx, settings
+    kv = (
+        ik_caches(profile, ctx, settings)
+        if settings.engine is Engine.IK_LLAMA
+        else beellama_caches(profile, ctx, settings)
     )
     mainline = LaunchSettings(engine=Engine.LLAMA_CPP, cache_type_k="f16", cache_type_v="f16")
     recurrent = tuple(c for c in context_caches(profile, ctx, mainline) if c.kind is TermKind.RECURRENT)

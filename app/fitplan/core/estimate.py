@@ -36,6 +36,8 @@ class Term:
 class DeviceEstimate:
     device: Device
     terms: tuple[Term, ...]
+    # scratch that exists only while a prompt is processed (beellama's KVarN window): shown, not in used_bytes
+    transient: tuple[Term, ...] = ()
 
     @property
     def used_bytes(self) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from fitplan.core import context_memory
+from fitplan.core import context_memory, engines
 from fitplan.core.compute import ComputeBuffer, ComputeInputs, compute_buffers
 from fitplan.core.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.errors import SettingsError
@@ -32,10 +32,11 @@ from fitplan.core.estimate import (
 from fitplan.core.profile import ModelProfile
 from fitplan.core.reserve import default_reserve_bytes, reserve_explanation
 from fitplan.core.settings import (
-    KV_CACHE_TYPES,
     NGL_ALL,
     NGL_AUTO,
+    Engine,
     LaunchSettings,
+    LoadMode,
     MmprojPlacement,
     SplitMode,
 )
@@ -61,18 +62,24 @@ class _Parts:
     """Per-device term lists while building an estimate: index = active GPU index, last = host."""
 
     terms: list[list[Term]]
+    transient: list[list[Term]] = dataclasses.field(default_factory=list)
 
     def add(self, dev: int | None, term: Term) -> None:
         if term.bytes:
             self.terms[-1 if dev is None else dev].append(term)
 
+    def add_transient(self, dev: int | None, term: Term) -> None:
+        if term.bytes:
+            self.transient[-1 if dev is None else dev].append(term)
+
 
 def validate_settings(profile: ModelProfile, settings: LaunchSettings) -> None:
-    """Reject what llama.cpp refuses (`llama_init_from_model`), with the reason."""
+    """Reject what llama.cpp (or the selected engine) refuses (`llama_init_from_model`), with the reason."""
+    allowed = engines.cache_types(settings.engine)
     for flag, t in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
-        if t not in KV_CACHE_TYPES:
+        if t.lower() not in allowed:
             raise SettingsError(
-                f"{flag} {t}: not a KV cache type llama.cpp accepts ({', '.join(KV_CACHE_TYPES)})"
+                f"{flag} {t}: not a KV cache type {settings.engine.value} accepts ({', '.join(allowed)})"
             )
     if settings.n_ubatch <= 0 or settings.n_batch <= 0:
         raise SettingsError("-b and -ub must be positive")
@@ -99,11 +106,12 @@ def estimate(
     """Everything llama.cpp allocates for `profile` with `settings` on `machine`, per device and term."""
     validate_settings(profile, settings)
     gpus = active_gpus(settings, machine)
+    assumptions: list[str] = []
+    settings, wsettings = _engine_settings(profile, settings, gpus, assumptions)
     placement = place_weights(
-        profile, settings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
+        profile, wsettings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
     )
     warnings: list[str] = list(profile.warnings)
-    assumptions: list[str] = []
     if not profile.verified_architecture:
         warnings.append(
             f"architecture {profile.architecture!r} is not known to this version: generic estimate from the "
@@ -118,7 +126,7 @@ def estimate(
         )
 
     ctx = _resolve(profile, settings, placement)
-    parts = _Parts([[] for _ in range(len(gpus) + 1)])
+    parts = _Parts([[] for _ in range(len(gpus) + 1)], [[] for _ in range(len(gpus) + 1)])
     names = [gpu_backend(d, machine_index(machine, d)).buffer_type for d in gpus]
 
     # Weights, one term per buffer type.
@@ -151,6 +159,11 @@ def estimate(
             parts.add(
                 dev, Term(cache.kind, nbytes, _cache_explanation(cache, placement, settings, dev), cache.name)
             )
+
+    if settings.engine is Engine.BEELLAMA:
+        _add_beellama_extras(parts, profile, settings, ctx, placement, gpus, names, assumptions)
+    elif settings.engine is Engine.IK_LLAMA:
+        _ik_assumptions(profile, settings, ctx, assumptions)
 
     # Output buffer (host, never in llama.cpp's breakdown): created for n_seq_max outputs, it grows only for
     # requests that ask for every token's logits.
@@ -190,7 +203,13 @@ def estimate(
         if not parts.terms[gi]:
             continue
         rb = reserve_bytes if reserve_bytes is not None else default_reserve_bytes(d)
-        parts.add(gi, Term(TermKind.RESERVE, rb, reserve_explanation(d, rb, reserve_bytes is not None)))
+        explanation = reserve_explanation(d, rb, reserve_bytes is not None)
+        if settings.engine is Engine.OLLAMA and settings.gpu_overhead_bytes:
+            rb += settings.gpu_overhead_bytes
+            explanation += (
+                f" + OLLAMA_GPU_OVERHEAD {settings.gpu_overhead_bytes / MIB:.0f} MiB (ollama keeps it free)"
+            )
+        parts.add(gi, Term(TermKind.RESERVE, rb, explanation))
     if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC) for d in gpus):
         assumptions.append("runtime reserve per CUDA GPU assumed 512 MiB (context, cuBLAS workspace, pool)")
 
@@ -208,6 +227,110 @@ def estimate(
         warnings=tuple(warnings),
         assumptions=tuple(assumptions),
     )
+
+
+def _engine_settings(
+    profile: ModelProfile, settings: LaunchSettings, gpus: Sequence[Device], assumptions: list[str]
+) -> tuple[LaunchSettings, LaunchSettings]:
+    """What the engine makes of the settings: (settings the context is built from, settings the weights are placed
+    with). ollama resolves its VRAM-tier context and one non-unified slot; ik_llama.cpp's -rtr loads without mmap."""
+    if settings.engine is Engine.OLLAMA:
+        vram = sum(d.total_bytes for d in gpus)
+        res = engines.ollama_resolve(profile, settings, vram, len(gpus))
+        assumptions.append(res.note)
+        return res.settings, res.settings
+    if settings.engine is Engine.IK_LLAMA and settings.run_time_repack:
+        assumptions.append(
+            "ik_llama.cpp -rtr: CPU-side weights are repacked at load (same bytes) and --no-mmap is forced: they "
+            "are anonymous RAM, not page cache"
+        )
+        return settings, dataclasses.replace(settings, load_mode=LoadMode.NONE)
+    return settings, settings
+
+
+def _ik_assumptions(
+    profile: ModelProfile, settings: LaunchSettings, ctx: ResolvedContext, assumptions: list[str]
+) -> None:
+    mode = engines.ik_effective_mla_mode(profile, settings.mla_mode)
+    if profile.is_mla:
+        assumptions.append(f"ik_llama.cpp -mla {mode}: KV cache laid out by ik's llama_kv_cache_init")
+    if settings.fused_moe and profile.is_moe:
+        assumptions.append(
+            "ik_llama.cpp -fmoe: fused up/gate MoE kernels (no separate up and gate intermediates)"
+        )
+    inter = engines.ik_attention_intermediate_bytes(
+        profile,
+        ctx.n_ctx_seq,
+        min(ctx.n_ctx, ctx.n_ubatch),
+        mla_mode=mode,
+        flash_attn=ctx.flash_attn,
+        amb_mib=settings.attn_max_batch_mib,
+    )
+    if inter:
+        cap = f"-amb {settings.attn_max_batch_mib}" if settings.attn_max_batch_mib else "no -amb cap"
+        assumptions.append(
+            f"ik_llama.cpp compute buffers are estimated with mainline llama.cpp's graph; ik's largest attention "
+            f"intermediate per layer is {inter / MIB:.1f} MiB ({cap})"
+        )
+
+
+def _add_beellama_extras(
+    parts: _Parts,
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    ctx: ResolvedContext,
+    placement: WeightPlacement,
+    gpus: Sequence[Device],
+    names: Sequence[str],
+    assumptions: list[str],
+) -> None:
+    """beellama.cpp: the MTP draft context's caches and the KVarN prefill window (transient) per CUDA GPU."""
+    if "draft-mtp" in settings.spec_types:
+        for cache in engines.beellama_mtp_caches(profile, ctx, settings):
+            per_dev: dict[int | None, int] = {}
+            for layer, nbytes in cache.layer_bytes:
+                dev = _cache_device(placement, settings, layer)
+                per_dev[dev] = per_dev.get(dev, 0) + nbytes
+            for dev, nbytes in per_dev.items():
+                parts.add(
+                    dev,
+                    Term(
+                        TermKind.DRAFT,
+                        nbytes,
+                        f"MTP draft context: {cache.name} of the NextN layers at {ctx.n_ctx_seq} cells, K "
+                        f"{cache.type_k}, V {cache.type_v}",
+                        f"MTP draft {cache.name}",
+                    ),
+                )
+    if not engines.uses_kvarn(settings) or settings.no_kv_offload:
+        return
+    chunk = engines.KVARN_WINDOW_CHUNK["0.4.6"]
+    for gi, d in enumerate(gpus):
+        if d.vendor not in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC):
+            continue
+        layers = frozenset(
+            la.index
+            for la in profile.layers
+            if la.has_kv and _cache_device(placement, settings, la.index) == gi
+        )
+        if not layers:
+            continue
+        w = engines.kvarn_materialization_window_bytes(profile, ctx.n_ctx_seq, ctx.n_stream, chunk, layers)
+        parts.add_transient(
+            gi,
+            Term(
+                TermKind.KV,
+                w,
+                f"KVarN prefill window: min(n_kv {ctx.n_ctx_seq}, chunk {chunk}) x n_head_kv x {ctx.n_stream} "
+                "streams x (Dk + Dv) x 2 B of F16 scratch in the CUDA pool, while a prompt is processed",
+                "KVarN window (transient)",
+            ),
+        )
+        assumptions.append(
+            f"beellama KVarN: {names[gi]} also needs a transient {w / MIB:.0f} MiB prefill window (CUDA pool "
+            f"scratch, chunk {chunk} tokens; {engines.KVARN_WINDOW_CHUNK['0.4.5']} in v0.4.5): not in the "
+            "persistent total"
+        )
 
 
 def _resolve(profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement) -> ResolvedContext:
@@ -397,8 +520,13 @@ def _assemble(machine: Machine, gpus: Sequence[Device], parts: _Parts) -> tuple[
     for d in machine.gpus:
         idx = next((j for j, g in enumerate(gpus) if g is d), None)
         terms = tuple(parts.terms[idx]) if idx is not None else ()
-        out.append(DeviceEstimate(d, terms))
-    out.append(DeviceEstimate(machine.host, tuple(parts.terms[-1])))
+        transient = tuple(parts.transient[idx]) if idx is not None and parts.transient else ()
+        out.append(DeviceEstimate(d, terms, transient))
+    out.append(
+        DeviceEstimate(
+            machine.host, tuple(parts.terms[-1]), tuple(parts.transient[-1]) if parts.transient else ()
+        )
+    )
     return tuple(out)
 
 

@@ -14,12 +14,13 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from fitplan.core import engines
 from fitplan.core.errors import FlagError
 from fitplan.core.settings import (
-    KV_CACHE_TYPES,
     NGL_ALL,
     NGL_AUTO,
     DraftSettings,
+    Engine,
     FlashAttn,
     LaunchSettings,
     LoadMode,
@@ -94,6 +95,44 @@ MEMORY_FLAGS: tuple[FlagSpec, ...] = (
 #: key -> spec, and every spelling -> spec.
 FLAG_BY_KEY: dict[str, FlagSpec] = {f.key: f for f in MEMORY_FLAGS}
 _BY_NAME: dict[str, FlagSpec] = {n: f for f in MEMORY_FLAGS for n in f.names}
+
+#: The flags only one engine has (`--engine` selects it), with every spelling that engine registers.
+#: ik_llama.cpp: common/common.cpp; beellama.cpp: docs/beellama-args.md; ollama: its environment variables and
+#: Modelfile parameters, spelled as flags (`--num-ctx` = PARAMETER num_ctx, `--gpu-overhead` = OLLAMA_GPU_OVERHEAD).
+ENGINE_FLAGS: tuple[tuple[Engine, FlagSpec], ...] = (
+    (Engine.IK_LLAMA, FlagSpec("mla_mode", ("-mla", "--mla-use"), True)),
+    (Engine.IK_LLAMA, FlagSpec("attn_max_batch_mib", ("-amb", "--attention-max-batch"), True)),
+    (Engine.IK_LLAMA, FlagSpec("fused_moe", ("-fmoe", "--fused-moe"), False)),
+    (Engine.IK_LLAMA, FlagSpec("no_fused_moe", ("-no-fmoe", "--no-fused-moe"), False)),
+    (Engine.IK_LLAMA, FlagSpec("run_time_repack", ("-rtr", "--run-time-repack"), False)),
+    (Engine.IK_LLAMA, FlagSpec("no_flash_attn", ("-no-fa", "--no-flash-attn"), False)),
+    (Engine.IK_LLAMA, FlagSpec("no_mmap", ("--no-mmap",), False)),
+    (Engine.IK_LLAMA, FlagSpec("mlock", ("--mlock",), False)),
+    (Engine.BEELLAMA, FlagSpec("kv_tail_tokens", ("--kv-tail-tokens",), True)),
+    (Engine.BEELLAMA, FlagSpec("kv_tail_type", ("--kv-tail-type",), True)),
+    (Engine.BEELLAMA, FlagSpec("cache_type_k_swa", ("--cache-type-k-swa",), True)),
+    (Engine.BEELLAMA, FlagSpec("cache_type_v_swa", ("--cache-type-v-swa",), True)),
+    (Engine.OLLAMA, FlagSpec("ollama_num_ctx", ("--num-ctx",), True)),
+    (Engine.OLLAMA, FlagSpec("ollama_num_parallel", ("--num-parallel",), True)),
+    (Engine.OLLAMA, FlagSpec("ollama_kv_cache_type", ("--kv-cache-type",), True)),
+    (Engine.OLLAMA, FlagSpec("ollama_flash_attention", ("--flash-attention",), True)),
+    (Engine.OLLAMA, FlagSpec("gpu_overhead_bytes", ("--gpu-overhead",), True)),
+    (Engine.OLLAMA, FlagSpec("ollama_num_gpu", ("--num-gpu",), True)),
+    (Engine.OLLAMA, FlagSpec("ollama_num_batch", ("--num-batch",), True)),
+)
+_ENGINE_BY_NAME: dict[str, tuple[Engine, FlagSpec]] = {n: (e, f) for e, f in ENGINE_FLAGS for n in f.names}
+
+#: The environment variables ollama reads that change memory, and the flag each is the same as.
+OLLAMA_ENV: dict[str, str] = {
+    "OLLAMA_CONTEXT_LENGTH": "ollama_num_ctx",
+    "OLLAMA_NUM_PARALLEL": "ollama_num_parallel",
+    "OLLAMA_KV_CACHE_TYPE": "ollama_kv_cache_type",
+    "OLLAMA_FLASH_ATTENTION": "ollama_flash_attention",
+    "OLLAMA_GPU_OVERHEAD": "gpu_overhead_bytes",
+}
+_OLLAMA_ASSIGN = re.compile(r"(OLLAMA_[A-Z0-9_]+)=(.*)", re.S)
+
+ENGINE_FLAG = "--engine"
 
 #: Flags llama.cpp accepts that change memory in ways this version does not model; accepted, reported as ignored.
 UNMODELLED_MEMORY_FLAGS: frozenset[str] = frozenset(
@@ -263,10 +302,50 @@ def _overrides(flag: str, value: str) -> list[TensorOverride]:
     return out
 
 
-def parse_flags(argv: Sequence[str], base: LaunchSettings | None = None) -> ParsedFlags:
-    """Parse llama-server arguments (without the program name) into settings."""
+def parse_engine(value: str) -> Engine:
+    """An `--engine` value: llama.cpp, ik_llama.cpp, beellama or ollama (a few common aliases accepted)."""
+    aliases = {
+        "mainline": "llama.cpp",
+        "llamacpp": "llama.cpp",
+        "ik": "ik_llama.cpp",
+        "ik_llama": "ik_llama.cpp",
+        "beellama.cpp": "beellama",
+    }
+    v = aliases.get(value.lower(), value.lower())
+    try:
+        return Engine(v)
+    except ValueError:
+        raise FlagError(f"--engine: {value!r} is not one of {', '.join(e.value for e in Engine)}") from None
+
+
+def _find_engine(args: Sequence[str]) -> Engine | None:
+    found: Engine | None = None
+    for i, a in enumerate(args):
+        if a == ENGINE_FLAG:
+            if i + 1 >= len(args):
+                raise FlagError("--engine: missing value")
+            found = parse_engine(args[i + 1])
+        elif a.startswith(ENGINE_FLAG + "="):
+            found = parse_engine(a.split("=", 1)[1])
+    return found
+
+
+def parse_flags(
+    argv: Sequence[str], base: LaunchSettings | None = None, engine: Engine | None = None
+) -> ParsedFlags:
+    """Parse llama-server arguments (without the program name) into settings.
+
+    The engine is `--engine` in `argv`, else `engine`, else the base's. Choosing an engine other than the base's
+    starts from that engine's defaults (`fitplan.core.engines.engine_base_settings`); the engine's own flags are
+    accepted only when it is selected.
+    """
+    chosen = _find_engine(argv) or engine
     s = base or LaunchSettings()
+    if chosen is not None and (base is None or chosen is not base.engine):
+        s = engines.engine_base_settings(chosen, s)
+    eng = s.engine
     upd: dict[str, object] = {}
+    ollama: dict[str, str] = {}
     overrides: list[TensorOverride] = list(s.tensor_overrides)
     cpu_ffn: list[TensorOverride] = []
     model: str | None = None
@@ -291,6 +370,33 @@ def parse_flags(argv: Sequence[str], base: LaunchSettings | None = None) -> Pars
         flag, inline = raw, None
         if raw.startswith("--") and "=" in raw:
             flag, inline = raw.split("=", 1)
+        if flag == ENGINE_FLAG:
+            if inline is None:
+                take(flag)
+            continue
+        m = _OLLAMA_ASSIGN.fullmatch(raw)
+        if m is not None:
+            if eng is not Engine.OLLAMA:
+                raise FlagError(f"{m.group(1)} is an environment variable of ollama: add --engine ollama")
+            key = OLLAMA_ENV.get(m.group(1))
+            if key is None:
+                ignored.append(raw)
+            else:
+                ollama[key] = m.group(2)
+            continue
+        fork = _ENGINE_BY_NAME.get(flag)
+        if fork is not None:
+            owner, fspec = fork
+            if owner is not eng:
+                raise FlagError(
+                    f"{flag} is a flag of {owner.value} only: add --engine {owner.value} (engine now: {eng.value})"
+                )
+            fv = "" if not fspec.takes_value else (inline if inline is not None else take(flag))
+            if owner is Engine.OLLAMA:
+                ollama[fspec.key] = fv
+            else:
+                _apply_fork(fspec.key, flag, fv, upd)
+            continue
         spec = _BY_NAME.get(flag)
         if spec is None:
             if flag in _IGNORED_ARITY:
@@ -301,10 +407,18 @@ def parse_flags(argv: Sequence[str], base: LaunchSettings | None = None) -> Pars
                 continue
             raise FlagError(f"unknown flag {flag!r}: not a llama-server flag of llama.cpp build 11434")
         v = "" if not spec.takes_value else (inline if inline is not None else take(flag))
-        _apply(spec.key, flag, v, upd, overrides, cpu_ffn, rpc, draft)
+        _apply(spec.key, flag, v, upd, overrides, cpu_ffn, rpc, draft, eng)
         if spec.key == "model":
             model = v
 
+    if ollama:
+        _apply_ollama(ollama, upd, s)
+    if "draft_model" not in draft:
+        # an MTP draft context (no draft model) takes -ctkd / -ctvd
+        if "draft_type_k" in draft:
+            upd["mtp_cache_type_k"] = draft["draft_type_k"]
+        if "draft_type_v" in draft:
+            upd["mtp_cache_type_v"] = draft["draft_type_v"]
     overrides.extend(cpu_ffn)
     upd["tensor_overrides"] = tuple(overrides)
     if "draft_model" in draft:
@@ -328,6 +442,7 @@ def _apply(
     cpu_ffn: list[TensorOverride],
     rpc: list[str],
     draft: dict[str, object],
+    engine: Engine = Engine.LLAMA_CPP,
 ) -> None:
     simple_int: dict[str, Callable[[str], object]] = {
         "n_ctx": lambda x: max(0, _int(flag, x)),
@@ -347,7 +462,7 @@ def _apply(
     elif key == "no_kv_unified":
         upd["kv_unified"] = False
     elif key in ("cache_type_k", "cache_type_v"):
-        upd[key] = _choice(flag, v, KV_CACHE_TYPES)
+        upd[key] = cache_type_choice(flag, v, engine)
     elif key == "flash_attn":
         lv = v.lower()
         if lv in _TRUTHY:
@@ -414,7 +529,7 @@ def _apply(
     elif key == "draft_ngl":
         draft[key] = _ngl(flag, v)
     elif key in ("draft_type_k", "draft_type_v"):
-        draft[key] = _choice(flag, v, KV_CACHE_TYPES)
+        draft[key] = cache_type_choice(flag, v, engine)
     elif key == "draft_n_max":
         draft[key] = _int(flag, v)
         upd["spec_draft_n_max"] = draft[key]
@@ -439,3 +554,121 @@ def _apply(
         upd[key] = True
     else:  # pragma: no cover - the table and this function are kept in step by the tests
         raise FlagError(f"{flag}: not handled")
+
+
+#: How each engine spells a cache type in its own parser (ik's `q8_KV`); everything else is lower case.
+_CANONICAL_CACHE_TYPE: dict[str, str] = {"q8_kv": "q8_KV"}
+
+
+def cache_type_choice(flag: str, value: str, engine: Engine) -> str:
+    """A -ctk/-ctv value the engine accepts, in the engine's own spelling; a fork's type with another engine is an
+    error naming the engine that has it."""
+    low = value.lower()
+    allowed = engines.cache_types(engine)
+    if low in allowed:
+        return _CANONICAL_CACHE_TYPE.get(low, low)
+    owners = [e.value for e in Engine if e is not engine and low in engines.cache_types(e)]
+    if owners:
+        raise FlagError(
+            f"{flag}: cache type {value!r} is a type of {' / '.join(owners)} only: add --engine {owners[0]}"
+        )
+    raise FlagError(f"{flag}: {value!r} is not one of {', '.join(allowed)}")
+
+
+def _tail_tokens(flag: str, value: str) -> tuple[int, int]:
+    """`--kv-tail-tokens N|auto|full=N,swa=M`: (full-attention tail, SWA tail or -1 = the same)."""
+
+    def one(x: str) -> int:
+        if x.lower() == "auto":
+            return engines.KV_TAIL_AUTO
+        n = _int(flag, x)
+        if n < 0:
+            raise FlagError(f"{flag}: must be >= 0")
+        return n
+
+    if "=" not in value:
+        return one(value), -1
+    full, swa = 0, -1
+    for item in value.split(","):
+        name, _, x = item.partition("=")
+        if name == "full":
+            full = one(x)
+        elif name == "swa":
+            swa = one(x)
+        else:
+            raise FlagError(f"{flag}: {item!r} is not full=N or swa=N")
+    return full, swa
+
+
+def _apply_fork(key: str, flag: str, v: str, upd: dict[str, object]) -> None:
+    """An ik_llama.cpp or beellama.cpp flag."""
+    if key == "mla_mode":
+        n = _int(flag, v)
+        if n not in (0, 1, 2, 3):
+            raise FlagError(f"{flag}: must be 0, 1, 2 or 3 (got {n})")
+        upd[key] = n
+    elif key == "attn_max_batch_mib":
+        n = _int(flag, v)
+        if n < 0:
+            raise FlagError(f"{flag}: must be >= 0")
+        upd[key] = n
+    elif key == "fused_moe":
+        upd[key] = True
+    elif key == "no_fused_moe":
+        upd["fused_moe"] = False
+    elif key == "run_time_repack":
+        upd[key] = True
+    elif key == "no_flash_attn":
+        upd["flash_attn"] = FlashAttn.OFF
+    elif key == "no_mmap":
+        upd["load_mode"] = LoadMode.MLOCK if upd.get("load_mode") is LoadMode.MMAP_MLOCK else LoadMode.NONE
+    elif key == "mlock":
+        upd["load_mode"] = LoadMode.MLOCK if upd.get("load_mode") is LoadMode.NONE else LoadMode.MMAP_MLOCK
+    elif key == "kv_tail_tokens":
+        upd["kv_tail_tokens"], upd["kv_tail_tokens_swa"] = _tail_tokens(flag, v)
+    elif key == "kv_tail_type":
+        upd[key] = _choice(flag, v.lower(), ("f32", "f16", "bf16"))
+    elif key in ("cache_type_k_swa", "cache_type_v_swa"):
+        upd[key] = _choice(flag, v.lower(), tuple(engines.KVARN_BITS))
+    else:  # pragma: no cover - ENGINE_FLAGS and this function are kept in step by the tests
+        raise FlagError(f"{flag}: not handled")
+
+
+def _apply_ollama(values: dict[str, str], upd: dict[str, object], base: LaunchSettings) -> None:
+    """ollama's settings (flags or OLLAMA_* assignments) as the llama-server settings ollama runs with."""
+    if "ollama_num_parallel" in values:
+        n = _int("--num-parallel", values["ollama_num_parallel"])
+        if n < 1:
+            raise FlagError("--num-parallel / OLLAMA_NUM_PARALLEL: must be >= 1")
+        upd["n_parallel"] = n
+        upd["kv_unified"] = False
+    if "ollama_num_ctx" in values:
+        n = _int("--num-ctx", values["ollama_num_ctx"])
+        if n < 0:
+            raise FlagError("--num-ctx / OLLAMA_CONTEXT_LENGTH: must be >= 0")
+        par = upd.get("n_parallel", base.n_parallel)
+        assert isinstance(par, int)
+        upd["n_ctx"] = n * max(1, par)
+    if "ollama_kv_cache_type" in values:
+        t = cache_type_choice("--kv-cache-type", values["ollama_kv_cache_type"], Engine.OLLAMA)
+        upd["cache_type_k"] = upd["cache_type_v"] = t
+    if "ollama_flash_attention" in values:
+        lv = values["ollama_flash_attention"].lower()
+        if lv in _TRUTHY:
+            upd["flash_attn"] = FlashAttn.ON
+        elif lv in _FALSEY:
+            upd["flash_attn"] = FlashAttn.OFF
+        else:
+            raise FlagError(f"--flash-attention / OLLAMA_FLASH_ATTENTION: expected 0 or 1, got {lv!r}")
+    if "gpu_overhead_bytes" in values:
+        n = _int("--gpu-overhead", values["gpu_overhead_bytes"])
+        if n < 0:
+            raise FlagError("--gpu-overhead / OLLAMA_GPU_OVERHEAD: must be >= 0 bytes")
+        upd["gpu_overhead_bytes"] = n
+    if "ollama_num_gpu" in values:
+        upd["n_gpu_layers"] = _ngl("--num-gpu", values["ollama_num_gpu"])
+    if "ollama_num_batch" in values:
+        n = _int("--num-batch", values["ollama_num_batch"])
+        if n < 1:
+            raise FlagError("--num-batch: must be >= 1")
+        upd["n_batch"] = upd["n_ubatch"] = n

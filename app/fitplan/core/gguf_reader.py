@@ -63,9 +63,12 @@ MAX_DIMS = 4
 MAX_HEADER_BYTES = 256 * 1024 * 1024
 
 FIRST_CHUNK_LOCAL = 1024 * 1024
-#: Skipped string arrays at least this long are walked in bulk with numpy, in windows of this many bytes.
+#: Skipped string arrays at least this long are walked in bulk with numpy (see `_Parser._walk_strings_bulk`).
 BULK_WALK_MIN_STRINGS = 4096
-BULK_WALK_WINDOW = 256 * 1024
+BULK_WALK_MIN_WINDOW = 8 * 1024
+BULK_WALK_MAX_WINDOW = 256 * 1024
+BULK_WALK_SHORT_RUN = 64  # runs shorter than this (strings) hand a stretch to the plain loop
+BULK_WALK_LOOP_STRETCH = 512
 
 T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = range(8)
 T_STRING, T_ARRAY, T_UINT64, T_INT64, T_FLOAT64 = range(8, 13)
@@ -341,7 +344,7 @@ class _Parser:
         length: int = self.structs[T_UINT64].unpack_from(self.buf, pos)[0]
         return pos + 8 + length
 
-    def _walk_strings_loop(self, pos: int, n: int, what: str, first: int) -> int:
+    def _walk_strings_loop(self, pos: int, n: int, what: str, first: int, base: int = 0) -> int:
         """The plain walk, unrolled by 8 with no bounds checks: reading past the buffer raises, and the block is
         then redone one string at a time, growing the buffer (or failing past the end of the file)."""
         u = self.structs[T_UINT64].unpack_from
@@ -371,7 +374,7 @@ class _Parser:
             except (struct.error, OverflowError):
                 done, pos = k, bp
                 for _ in range(min(8, n - done)):
-                    pos = self._step_string(pos, done, what, first)
+                    pos = self._step_string(pos, base + done, what, first)
                     done += 1
                 buf = self.buf
         return pos
@@ -381,12 +384,15 @@ class _Parser:
         length prefix: seven zero high bytes) is a candidate; starting from the true position, consecutive
         candidates each pointing exactly at the next one (c + 8 + len(c) == next c) are consecutive strings, so a
         whole run is taken at once. A candidate that does not chain (zero bytes inside a string, an empty string)
-        ends the run at the true position after it; a string of 256+ bytes is stepped over one at a time."""
+        ends the run at the true position after it. Windows grow while runs fill them and shrink at breaks; where
+        runs stay short (many empty, zero-filled or 256+ byte strings) a stretch is walked by the plain loop, so
+        awkward data costs about what the loop costs."""
         dt = np.dtype(self.byte_order + "u8")
         done = 0
+        window = BULK_WALK_MIN_WINDOW
         while done < n:
             buf = self.buf
-            hi = min(len(buf) - 7, pos + BULK_WALK_WINDOW)
+            hi = min(len(buf) - 7, pos + window)
             if hi - pos >= 64:
                 v = np.ndarray((hi - pos,), dtype=dt, buffer=buf, offset=pos, strides=(1,))
                 cand = np.flatnonzero(v < 256)
@@ -399,10 +405,16 @@ class _Parser:
                         return pos + int(cand[left])
                     pos += int(nxt[run])
                     done += run + 1
-                    continue
-            for _ in range(min(16, n - done)):
-                pos = self._step_string(pos, done, what, first)
-                done += 1
+                    if not len(breaks):
+                        window = min(2 * window, BULK_WALK_MAX_WINDOW)
+                        continue
+                    window = BULK_WALK_MIN_WINDOW
+                    if run >= BULK_WALK_SHORT_RUN:
+                        continue
+            # a short run, a long string or the end of the buffer: a stretch with the plain loop
+            k = min(BULK_WALK_LOOP_STRETCH, n - done)
+            pos = self._walk_strings_loop(pos, k, what, first, base=done)
+            done += k
         return pos
 
     # -- the header ---------------------------------------------------------------------------------------------

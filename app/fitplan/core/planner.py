@@ -181,7 +181,8 @@ class ContextFit:
 class Pins:
     """The user's fixed choices. None = let the planner choose (or keep llama-server's default).
 
-    `base` carries every other setting unchanged (flash attention, batch sizes, paths, draft, devices ...).
+    `base` carries every other setting unchanged (flash attention, batch sizes, paths, draft, devices, the engine
+    and its own fields ...): the plan only sets the context, the placement (-ngl, --n-cpu-moe, -ts) and --fit off.
     """
 
     base: LaunchSettings = field(default_factory=LaunchSettings)
@@ -196,6 +197,7 @@ class Pins:
     n_cpu_moe: int | None = None  # --n-cpu-moe
     mmproj: MmprojPlacement | None = None
     all_weights_on_gpu: bool = False  # "keep all weights on GPU": never move experts or layers to the CPU
+    no_kv_offload: bool | None = None  # -nkvo: the KV cache stays in host memory (the solver never picks it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +463,7 @@ class _Solver:
             and base.split_mode is SplitMode.LAYER
             and base.devices is None
         )
+        self.balanced: dict[tuple[int, int], tuple[int, ...]] = {}  # (ngl, ncmoe) -> balanced split
 
     def settings(self, ngl: int, ncmoe: int, split: tuple[int, ...] | None, n_ctx: int) -> LaunchSettings:
         ts: tuple[float, ...]
@@ -486,8 +489,12 @@ class _Solver:
     def balance(
         self, ngl: int, ncmoe: int, split: tuple[int, ...] | None, n_ctx: int
     ) -> tuple[int, ...] | None:
-        """Move layers one at a time from the GPU with the least headroom to the one with the most, while the
-        smallest headroom grows."""
+        """Move layers from the GPU with the least headroom to the one with the most while the smallest headroom
+        grows; stop where moving one more layer no longer helps.
+
+        When one layer helps, the headroom it shifts predicts how many layers would even out the two GPUs; that
+        jump is tried once and kept when it leaves more headroom on the tightest GPU than the single move (a
+        few estimates instead of one per layer when the split starts far from its balance)."""
         if split is None or not self.split_free:
             return split
         counts = list(split)
@@ -509,17 +516,53 @@ class _Solver:
             new = heads(trial)
             if min(new) <= min(cur):
                 break
+            gain, loss = new[lo] - cur[lo], cur[hi] - new[hi]  # what one layer gives `lo` and takes from `hi`
+            if gain > 0 and loss >= 0:
+                # d layers (if each weighs like this one): lo's headroom rises to hi's, or to the next tightest GPU
+                others = [cur[i] for i in range(n_gpu) if i not in (lo, hi)]
+                jump = (cur[hi] - cur[lo]) // (gain + loss)
+                if others:
+                    jump = min(jump, (min(others) - cur[lo]) // gain)
+                jump = min(jump, counts[lo])
+                if jump > 1:
+                    far = list(counts)
+                    far[lo] -= jump
+                    far[hi] += jump
+                    far_heads = heads(far)
+                    if min(far_heads) > min(new):
+                        trial, new = far, far_heads
             counts, cur = trial, new
         return tuple(counts)
 
+    def start_split(self, ngl: int, ncmoe: int) -> tuple[int, ...] | None:
+        """Where balancing starts: the balanced split of the nearest placement already tried (moving a few experts
+        or layers shifts the balance by a few layers), else the split by capacity. Layers added or removed go to
+        or come from the first GPUs, as -ngl offloads from the back."""
+        if not self.split_free or not self.balanced:
+            return self.initial_split(ngl)
+        g, n = min(self.balanced, key=lambda k: (abs(k[0] - ngl), abs(k[1] - ncmoe), k))
+        counts = list(self.balanced[(g, n)])
+        diff = min(ngl, self.L + 1) - sum(counts)
+        if diff > 0:
+            counts[0] += diff
+        for i in range(len(counts)):
+            if diff >= 0:
+                break
+            take = min(counts[i], -diff)
+            counts[i] -= take
+            diff += take
+        return tuple(counts)
+
     def fits(self, ngl: int, ncmoe: int, n_ctx: int) -> tuple[bool, tuple[int, ...] | None]:
-        split = self.initial_split(ngl)
+        split = self.start_split(ngl, ncmoe)
         if self.ev.fits(self.settings(ngl, ncmoe, split, n_ctx)):
             return True, split
-        if split is not None:
-            split = self.balance(ngl, ncmoe, split, n_ctx)
-            if self.ev.fits(self.settings(ngl, ncmoe, split, n_ctx)):
-                return True, split
+        if split is not None and self.split_free:
+            balanced = self.balance(ngl, ncmoe, split, n_ctx) or split
+            self.balanced[(ngl, ncmoe)] = balanced
+            if self.ev.fits(self.settings(ngl, ncmoe, balanced, n_ctx)):
+                return True, balanced
+            return False, balanced
         return False, split
 
 
@@ -568,6 +611,8 @@ def _base_settings(pins: Pins) -> LaunchSettings:
         changes["cache_type_v"] = pins.cache_type_v
     if pins.mmproj is not None:
         changes["mmproj"] = pins.mmproj
+    if pins.no_kv_offload is not None:
+        changes["no_kv_offload"] = pins.no_kv_offload
     if pins.tensor_split is not None:
         changes["tensor_split"] = pins.tensor_split
     if pins.n_cpu_moe is not None:

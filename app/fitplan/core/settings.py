@@ -123,5 +123,11 @@ class LaunchSettings:
     # beellama.cpp only
     kv_tail_tokens: int = 0  # --kv-tail-tokens (0 = the intrinsic 128-token tail for KVarN caches)
     kv_tail_type: str = ""  # --kv-tail-type; "" = f16 for KVarN caches, bf16 for standard ones
+    kv_tail_tokens_swa: int = -1  # --kv-tail-tokens full=N,swa=M: M; -1 = the same as kv_tail_tokens
+    cache_type_k_swa: str = ""  # --cache-type-k-swa (kvarnN) for SWA layers; "" = cache_type_k
+    cache_type_v_swa: str = ""  # --cache-type-v-swa; "" = cache_type_v
+    # an MTP draft context (--spec-type draft-mtp without a draft model): its -ctkd / -ctvd
+    mtp_cache_type_k: str = "f16"
+    mtp_cache_type_v: str = "f16"
     # ollama only: OLLAMA_GPU_OVERHEAD in bytes (reserved per GPU)
     gpu_overhead_bytes: int = 0

@@ -11,6 +11,23 @@ from fitplan.core.user_settings import load_user_settings
 GUI_SWITCH_INTERVAL_S = 0.001
 
 
+def known_binding_problem() -> str | None:
+    """A Qt binding release known to crash this interpreter, with what to install instead (None when fine).
+
+    PySide6 6.12.0 releases one reference to True/None (and other shared objects) too many on every signal it
+    emits. From Python 3.12 those objects are immortal and nothing happens; on Python 3.11 the interpreter aborts
+    ("Fatal Python error: bool_dealloc") after a few thousand signals: seconds of dragging a slider.
+    """
+    import PySide6
+
+    if sys.version_info < (3, 12) and PySide6.__version__ == "6.12.0":
+        return (
+            "PySide6 6.12.0 crashes Python 3.11 after a few thousand signals (a reference-counting bug in the "
+            "binding): install PySide6-Essentials 6.11 (pip install 'PySide6-Essentials<6.12') or use Python 3.12+."
+        )
+    return None
+
+
 def create_app(argv: Sequence[str] = ()) -> object:
     """The QApplication (created once), with HiDPI and system colours honoured."""
     from PySide6.QtCore import Qt
@@ -49,6 +66,10 @@ def build_window(config_dir: Path | None = None, backend: object | None = None) 
     window = MainWindow(backend if isinstance(backend, Backend) else Backend(), loaded.settings, config_dir)
     if loaded.message:
         window.banner.show_message("warning", loaded.message)
+    problem = known_binding_problem()
+    if problem:
+        print(f"fitplan: warning: {problem}", file=sys.stderr)
+        window.banner.show_message("warning", problem)
     return window, loaded.message
 
 

@@ -303,12 +303,12 @@ class Planner(QObject):
         self.outcome = outcome
         p = self.p
         if outcome.curve is not None:
-            p.chart.set_curve(outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context)
+            trained = self.model.profile.n_ctx_train if self.model is not None else 0
+            p.chart.set_curve(outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context, trained)
             if outcome.verdict.level == VerdictLevel.NO_FIT:
                 p.chart.select_device(most_overfull(outcome))
         p.chart.set_context(outcome.estimate.settings.n_ctx)
-        rough = [a for a in outcome.estimate.assumptions if a.startswith("Rough estimate")]
-        p.verdict.set_verdict(outcome.verdict, " ".join(rough + list(outcome.notes)))
+        p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
         p.verdict.setToolTip("Assumptions behind this estimate:\n• " + "\n• ".join(outcome.estimate.assumptions)
                              if outcome.estimate.assumptions else "")
         p.command.set_command(self.backend.render_command(outcome.args, p.command.current_shell()))

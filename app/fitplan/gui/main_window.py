@@ -32,7 +32,7 @@ from fitplan.gui.panels.verdict import VerdictPanel
 
 MIN_SIZE = (1024, 640)
 DEFAULT_SIZE = (1280, 800)
-COMMAND_LINES = 6
+COMMAND_LINES = 7
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -70,9 +70,15 @@ class MainWindow(QMainWindow):
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(_group("Models", self.models))
-        left.addWidget(_group("Model", self.summary))
-        left.setStretchFactor(0, 3)
-        left.setStretchFactor(1, 2)
+        summary_scroll = QScrollArea()
+        summary_scroll.setWidget(self.summary)
+        summary_scroll.setWidgetResizable(True)
+        summary_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        summary_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        left.addWidget(_group("Model", summary_scroll))
+        left.setStretchFactor(0, 1)  # the model list takes what the summary does not need
+        left.setStretchFactor(1, 0)
+        left.setChildrenCollapsible(False)
 
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
@@ -102,10 +108,12 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(left)
         self.splitter.addWidget(centre)
         self.splitter.addWidget(right)
-        self.splitter.setStretchFactor(0, 0)
+        # Narrower windows take from the model list and the chart alike; the settings column keeps its width.
+        self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
         self.splitter.setSizes([410, 540, 330])
+        left.setSizes([400, self.summary.sizeHint().height() + 40])
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
 

@@ -88,7 +88,7 @@ static std::string json_str(const std::string & s) {
 }
 
 static void print_tensors(const char * key, const std::vector<ggml_tensor *> & ts) {
-    printf("  %s: [", key);
+    printf("  \"%s\": [", key);
     bool first = true;
     for (size_t i = 0; i < ts.size(); ++i) {
         const ggml_tensor * t = ts[i];

@@ -44,7 +44,7 @@ IK_LLAMA = {
 MARKER = "@@IKKV-JSON@@"
 
 RE_KV_SELF = re.compile(
-    r"KV self size = +([\d.]+) MiB, (?:K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
+    r"KV self size += +([\d.]+) MiB, (?:K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
     r"|c\^KV \((\w+)\): +([\d.]+) MiB, kv\^T(?: \((\w+)\): +([\d.]+) MiB|: not used))"
 )
 RE_KV_BUF = re.compile(r"llama_kv_cache_init: +(\S+) KV buffer size = +([\d.]+) MiB")
@@ -106,13 +106,26 @@ def _summarize(tensors: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+RE_FAILURE = re.compile(r"GGML_ASSERT|GGML_ABORT|what\(\)|error|failed", re.IGNORECASE)
+
+
+def _failure(proc: subprocess.CompletedProcess[str]) -> str:
+    """The lines that say why ik stopped (an abort prints a backtrace after them), with host paths cut."""
+    lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines()]
+    keep = [
+        re.sub(r"\S*/vendor/ik_llama\.cpp/", "", ln)
+        for ln in lines
+        if RE_FAILURE.search(ln) and not ln.startswith("#")
+    ]
+    return f"exit {proc.returncode}: " + " | ".join(keep[-3:])
+
+
 def run_case(ikkv: Path, model: Path, args: list[str], threads: int) -> dict[str, Any]:
     argv = [str(ikkv), "-m", str(model), "-t", str(threads), *args]
     t0 = time.time()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if MARKER not in proc.stdout:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-        return {"error": "ikkv exited with " + str(proc.returncode) + ": " + " | ".join(tail)}
+        return {"error": _failure(proc)}
     pre, _, js = proc.stdout.partition(MARKER)
     data = json.loads(js)
     log: list[str] = data["log"]

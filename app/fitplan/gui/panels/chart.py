@@ -57,6 +57,7 @@ class ChartPanel(QWidget):
         self._device = 0
         self._setting_context = False
         self._max_context = 0
+        self._n_ctx_train = 0
         self._legend_kinds: tuple[TermKind, ...] = ()
 
         self.device_box = QComboBox()
@@ -103,6 +104,12 @@ class ChartPanel(QWidget):
             label="", labelOpts={"position": 0.95, "color": CONTEXT_LINE_COLOUR},
         )
         self.context_line.setToolTip("The chosen context: drag to change it")
+        self.trained = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen("#999999", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            label="trained {value:.0f}", labelOpts={"position": 0.04, "color": "#ffffff", "fill": (60, 60, 60, 190)},
+        )
+        self.trained.setToolTip("The model's training context: longer contexts may degrade quality")
+        self.plot.addItem(self.trained, ignoreBounds=True)
         self.too_big = pg.LinearRegionItem(
             values=(20, 21), movable=False, brush=pg.mkBrush(QColor(213, 94, 0, 45)), pen=pg.mkPen(None),
         )
@@ -134,7 +141,7 @@ class ChartPanel(QWidget):
             axis.setTextPen(pen)
 
     # -- data ----------------------------------------------------------------------------------------------------
-    def set_curve(self, curve: CurveData, margin_bytes: int, max_context: int) -> None:
+    def set_curve(self, curve: CurveData, margin_bytes: int, max_context: int, n_ctx_train: int = 0) -> None:
         names = [d.name for d in curve.devices]
         if names != [self.device_box.itemText(i) for i in range(self.device_box.count())]:
             self.device_box.blockSignals(True)
@@ -147,6 +154,7 @@ class ChartPanel(QWidget):
         self._margin = margin_bytes
         self._x = np.log2(curve.contexts.astype(np.float64))
         self._max_context = max_context
+        self._n_ctx_train = n_ctx_train
         self._redraw()
 
     def _redraw(self) -> None:
@@ -176,6 +184,10 @@ class ChartPanel(QWidget):
         item.setXRange(lo, hi + X_PAD, padding=0.0)
         item.setYRange(0, max(free, float(cumulative.max())) * Y_HEADROOM, padding=0.0)
         item.getAxis("bottom").setTicks(_ticks(lo, hi))
+        trained = math.log2(self._n_ctx_train) if self._n_ctx_train > 0 else hi + 1
+        self.trained.setVisible(trained < hi)
+        self.trained.setValue(trained)
+        self.trained.label.setFormat(f"trained {fmt_ctx(self._n_ctx_train)}")
         start = math.log2(self._max_context) if self._max_context else lo
         self.too_big.setRegion((start, hi))
         self.too_big.setVisible(start < hi)

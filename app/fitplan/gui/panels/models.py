@@ -12,7 +12,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -31,6 +31,8 @@ from PySide6.QtWidgets import (
 from fitplan.gui.backend import LoadedModel, VerdictLevel
 
 NAME_MIN_WIDTH = 120
+NARROW_WIDTH = 380  # below this the panel shows name, quant, size and fit only
+OPTIONAL_COLUMNS = (1, 4)  # Arch, Params
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
 FIT_BADGES = {VerdictLevel.FITS: "✔", VerdictLevel.OFFLOAD: "◐", VerdictLevel.NO_FIT: "✘", "": ""}
@@ -85,7 +87,8 @@ class ModelTableModel(QAbstractTableModel):
         if role == PATH_ROLE:
             return row.path
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{row.name}\n{row.path}\n{FIT_WORDS.get(row.fit, '')}"
+            return (f"{row.name}\n{row.arch}, {row.params / 1e9:.1f}B parameters, {row.quant}\n{row.path}\n"
+                    f"{FIT_WORDS.get(row.fit, '')}")
         if role == SORT_ROLE:
             return (row.name.lower(), row.arch, row.quant, row.size, row.params, row.fit)[col]
         if role == Qt.ItemDataRole.DisplayRole:
@@ -179,6 +182,13 @@ class ModelsPanel(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.filter_box)
         layout.addWidget(self.table)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """Narrow: hide the architecture and parameter columns (both stay in the tooltip and the summary)."""
+        narrow = event.size().width() < NARROW_WIDTH
+        for col in OPTIONAL_COLUMNS:
+            self.table.setColumnHidden(col, narrow)
+        super().resizeEvent(event)
 
     def add_model(self, model: LoadedModel) -> None:
         self.model.add(ModelRow.of(model))

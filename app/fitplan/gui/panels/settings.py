@@ -101,11 +101,15 @@ class SettingsPanel(QWidget):
         )
         self.gpu_layers = QSpinBox(minimum=-1, maximum=999)
         self.gpu_layers.setSpecialValueText("all (auto)")
-        self.gpu_layers.setToolTip("Layers on the GPU (-ngl): each layer not offloaded moves its weights and KV to RAM")
+        self.gpu_layers.setToolTip(
+            "Layers on the GPU (-ngl): each layer not offloaded moves its weights and KV to RAM. "
+            "all (auto): everything on the GPU if it fits, else as many layers as fit"
+        )
         self.cpu_moe = QSpinBox(minimum=0, maximum=999)
+        self.cpu_moe.setSpecialValueText("auto")
         self.cpu_moe.setToolTip(
             "Experts on CPU (--n-cpu-moe N): the expert weights of the first N layers stay in RAM; "
-            "attention and KV stay on the GPU"
+            "attention and KV stay on the GPU. auto: as few as needed to fit"
         )
         self.batch = QSpinBox(minimum=32, maximum=65536, singleStep=256)
         self.batch.setToolTip("Logical batch (-b): tokens per decode call; caps the micro-batch")
