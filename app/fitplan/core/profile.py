@@ -173,6 +173,9 @@ class ModelProfile:
     is_mmproj: bool = False  # a multimodal projector file (general.architecture == "clip")
     quant_mix: tuple[tuple[str, int], ...] = ()  # (type name, bytes) sorted by bytes desc
     warnings: tuple[str, ...] = ()
+    #: attention.kv_lora_rank even when the GGUF lacks the *_mla keys (legacy DeepSeek files): mainline then runs
+    #: them non-MLA, but ik_llama.cpp still keeps the latent cache (it decides MLA by architecture)
+    kv_lora_rank: int = 0
     indexer_head_size: int = 0  # elements per indexer-cache row (key_length x k-pool row count); 0 = no indexer cache
 
     @property

@@ -649,6 +649,7 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         swa_type=swa_type,
         n_swa=n_swa,
         mla=mla,
+        kv_lora_rank=kv_lora_rank,
         moe=moe,
         ssm=ssm,
         rope=rope,
