@@ -109,15 +109,51 @@ def test_multi_device_split(llama8b: ModelProfile) -> None:
     assert g0.bytes == 108 * MIB  # mask copy 8 + hidden state and residual 2 x 8 + FFN 84
     assert g1.bytes == int(258.5 * MIB)  # logits 250.5 + output norm 8
     assert host.bytes == 132 * MIB  # mask 8 + 5 x 8 + FFN 84
-    # Pipeline parallelism keeps 4 copies of every split input on each GPU: recorded (-c 8192, every layer on the
-    # two RPC servers) RPC0 244.05, RPC1 354.55, host 112.08 MiB.
+    # Pipeline parallelism: the scheduler keeps GGML_SCHED_MAX_COPIES = 4 copies of every split input, never freed,
+    # below the rest of the graph. Recorded (-c 8192, every layer on the two RPC servers): RPC0 244.05,
+    # RPC1 354.55, host 112.08 MiB.
     pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), machine)
     g0, g1, host = compute_buffers(llama8b, _inputs(pipeline_parallel=True), pl, (Vendor.RPC, Vendor.RPC))
-    # First GPU: layer phase 8 + 5 x 8 + 84 = 132, plus 4 masks (32) and 10 hidden-state blocks (80).
-    assert _parts(g0)["pipeline-parallel input copies"] == 4 * (2 * 8192 * 512) + 10 * (4 * 4096 * 512)
-    assert g0.bytes == 244 * MIB
-    assert g1.bytes == int(354.5 * MIB)  # logits 250.5 + 8, plus 4 masks (32) and 8 blocks (64)
-    assert host.bytes == 112 * MIB  # 4 x (mask 8 + embeddings input 8) + get_rows and 5 more blocks (48)
+    small = 512 * (4 + 8 + 8)  # positions i32, K and V row indices i64 (flash attention)
+    block = 4 * 4096 * 512  # [n_embd, n_tok] f32 = 8 MiB
+    # First GPU: 4 x (mask 8 + small + the three embeddings blocks from the host), then the layer phase:
+    # the embeddings copy, the two-block hole, the attention output (4 blocks) and the FFN (3 x 28 MiB).
+    assert _parts(g0)["pipeline-parallel input copies"] == 4 * (2 * 8192 * 512 + small + 3 * block)
+    assert g0.bytes == 244 * MIB + 4 * small  # 244.039 MiB
+    # Output GPU: 4 x (mask + small + out_ids i32 + l_out and the next norm from RPC0), then logits 250.5 + 8:
+    # 354.5469 MiB, the recorded bytes exactly.
+    assert g1.bytes == int(354.5 * MIB) + 4 * (small + 4 * 512)
+    assert g1.bytes == int(354.546875 * MIB)
+    # Host: 4 x (mask 8 + embeddings inputs 2 x 8 + small + out_ids) + the two get_rows outputs (16).
+    assert host.bytes == 112 * MIB + 4 * (small + 4 * 512)
+
+
+def test_pipeline_parallel_three_devices(llama8b: ModelProfile) -> None:
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(3)
+    )
+    pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), Machine(rpc, HOST))
+    bufs = compute_buffers(llama8b, _inputs(pipeline_parallel=True), pl, (Vendor.RPC,) * 3)
+    # Measured with three loopback RPC servers (-c 8192 -fa on, every layer offloaded): 244.055, 204.039,
+    # 354.547 and 112.078 MiB. The middle GPU: 4 x (mask 8 + 2 hidden blocks 16 + small) + 3 blocks + FFN 84.
+    small = 512 * (4 + 8 + 8)
+    assert [b.bytes for b in bufs[:3]] == [
+        244 * MIB + 4 * small,
+        204 * MIB + 4 * small,
+        int(354.5 * MIB) + 4 * (small + 4 * 512),
+    ]
+
+
+def test_pipeline_parallel_copies_follow_the_masks(llama8b: ModelProfile) -> None:
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(2)
+    )
+    pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), Machine(rpc, HOST))
+    g0, _, _ = compute_buffers(
+        llama8b, _inputs(pipeline_parallel=True, n_kv_base=32768), pl, (Vendor.RPC, Vendor.RPC)
+    )
+    # -c 32768 -np 4 -kvu recorded RPC0 340.05 MiB: 4 x (mask 32 + 3 blocks 24 + small) + 4 blocks 32 + FFN 84.
+    assert g0.bytes == 340 * MIB + 4 * 512 * 20
 
 
 def test_ffn_follows_its_weights(llama8b: ModelProfile) -> None:
@@ -141,3 +177,65 @@ def test_vectorised_totals_match(llama8b: ModelProfile) -> None:
         arr = plan.totals_array(nb, ns)
         for i in range(nb.size):
             assert [b.bytes for b in plan.evaluate(int(nb[i]), int(ns[i]))] == list(arr[:, i])
+
+
+def _smoke(name: str) -> ModelProfile:
+    path = MODELS.parent / "archs" / f"{name}.header.gguf"
+    return build_profile(read_header(path, allow_incomplete=True))
+
+
+def _single(profile: ModelProfile, **kw: object) -> dict[str, int]:
+    pl = place_weights(profile, LaunchSettings(), Machine((), HOST))
+    (host,) = compute_buffers(profile, _inputs(**{"n_kv_base": 512, "n_out": 1, **kw}), pl)
+    return _parts(host)
+
+
+def test_ungated_ffn_is_one_up_projection() -> None:
+    # starcoder2 (no ffn_gate): the up projection [384, 512] fits the two-block hole, so attention is the peak:
+    # Q + the FA output, 2 x 256 x 512 x 4 B = 1 MiB. Recorded: 4.02 MiB (the 0.02 are token ids and indices).
+    parts = _single(_smoke("starcoder2-dense"))
+    assert "FFN intermediates" not in parts
+    assert sum(parts.values()) == 4 * MIB  # mask 0.5 + 5 blocks 2.5 + 1
+
+
+def test_fused_qkv_output_is_live_whole() -> None:
+    # gpt2's attn_qkv output [3 x 256, 512] f32 = 1.5 MiB; recorded 4.52 MiB.
+    parts = _single(_smoke("gpt2-dense"))
+    assert parts["attention / SSM scan"] == 4 * 768 * 512
+
+
+def test_last_layer_ffn_reuses_the_freed_masks() -> None:
+    # deepseek smoke model, -fa off: layer 1 (MoE, 2 experts x 384) is the last to read the f32 mask (1 MiB) and
+    # V's indices (512 x 256 x 8 B = 1 MiB); with the embeddings block freed after layer 0 they leave 2.5 MiB,
+    # where the first expert intermediate (1.5 MiB) goes: 3 x 1.5 - 1.5 = 3 MiB. Recorded: 7.52 MiB.
+    parts = _single(_smoke("deepseek-moe"), flash_attn=False)
+    assert parts["FFN intermediates"] == 3 * MIB
+    assert sum(parts.values()) == int(7.5 * MIB)
+    # With flash attention the f16 mask (0.5 MiB) + the block leave 1 MiB: no room, the full 4.5 MiB set.
+    assert _single(_smoke("deepseek-moe"))["FFN intermediates"] == int(4.5 * MIB)
+
+
+def test_mamba2_scan_takes_the_conv_input_space() -> None:
+    # d_inner 512, d_state 128, 2 groups, 2 heads, d_conv 4: zxBCdt 1538 x 512, conv output 1024 x 512 and the
+    # conv input 515 x 1024 (the scan output, 512 x 512 + 128 x 512, then fits in its space). Recorded 10.035 MiB.
+    floats = 1538 * 512 + 1024 * 512 + 515 * 1024
+    assert _single(_smoke("granitehybrid-dense"))["attention / SSM scan"] == 4 * floats
+    # Without attention layers no freed mask can take the contiguous copy of z [512, 512]: it goes on top.
+    # Recorded 10.525 MiB.
+    parts = _single(_smoke("mamba2-dense"), n_kv_base=0)
+    assert parts["attention / SSM scan"] == 4 * (floats + 512 * 512)
+
+
+def test_ik_attention_max_batch_caps_kq() -> None:
+    profile = build_profile(read_header(MODELS / "deepseek-v2-lite.header.gguf", allow_incomplete=True))
+    pl = place_weights(profile, LaunchSettings(), Machine((), HOST))
+    off = {"flash_attn": False, "n_kv_base": 32768, "n_out": 4}
+    (mainline,) = compute_buffers(profile, _inputs(**off), pl)
+    (ik,) = compute_buffers(profile, _inputs(ik_attention=True, **off), pl)
+    (capped,) = compute_buffers(profile, _inputs(ik_attention=True, ik_amb_mib=256, **off), pl)
+    # KQ [32768 cells, 512 tokens, 16 heads] f32: 64 MiB a head, 1 GiB uncapped in both; -amb 256 computes it in
+    # chunks of 4 heads (256 MiB), the rest of the term (Q) unchanged.
+    kq = "KQ scores + Q"
+    assert _parts(mainline)[kq] == _parts(ik)[kq]
+    assert _parts(ik)[kq] - _parts(capped)[kq] == 1024 * MIB - 256 * MIB
+    assert ik.bytes - capped.bytes == 768 * MIB

@@ -16,7 +16,7 @@ from fitplan.core.estimator import estimate
 from fitplan.core.gguf_reader import read_header
 from fitplan.core.profile import ModelProfile
 from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import NGL_ALL, DraftSettings, FlashAttn, LaunchSettings, Tool
+from fitplan.core.settings import NGL_ALL, DraftSettings, Engine, FlashAttn, LaunchSettings, Tool
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(64 * GIB)
@@ -54,6 +54,13 @@ def _assert_equal(profile: ModelProfile, settings: LaunchSettings, machine: Mach
         ("gpt-oss-20b", LaunchSettings(flash_attn=FlashAttn.OFF), 0),
         ("deepseek-v2-lite", LaunchSettings(n_gpu_layers=10), 2),
         ("granite-4.0-h-tiny", LaunchSettings(), 1),
+        ("llama-3.1-8b", LaunchSettings(n_gpu_layers=NGL_ALL), 2),  # pipeline parallelism
+        (
+            "deepseek-v2-lite",
+            LaunchSettings(engine=Engine.IK_LLAMA, attn_max_batch_mib=256, flash_attn=FlashAttn.OFF),
+            1,
+        ),
+        ("deepseek-v2-lite", LaunchSettings(engine=Engine.IK_LLAMA, attn_max_batch_mib=128), 0),
     ],
 )
 def test_curve_equals_estimate(model: str, settings: LaunchSettings, n_gpus: int) -> None:

@@ -538,3 +538,17 @@ def test_no_kv_offload_pin_reaches_the_settings() -> None:
         estimate_fn=fake_estimate,
     )
     assert r.settings.no_kv_offload is False
+
+
+def test_ik_llama_without_flash_attention_has_a_finer_grid() -> None:
+    from fitplan.core.settings import Engine, FlashAttn
+
+    ik_off = LaunchSettings(engine=Engine.IK_LLAMA, flash_attn=FlashAttn.OFF, n_parallel=1)
+    assert context_step(ik_off) == 32
+    assert context_step(dataclasses.replace(ik_off, n_parallel=3)) == 3 * 32
+    assert context_step(dataclasses.replace(ik_off, flash_attn=FlashAttn.ON)) == 256
+    assert context_step(dataclasses.replace(ik_off, engine=Engine.LLAMA_CPP)) == 256
+    # "auto" resolves with the profile (ik_llama.cpp turns it on); without one only an explicit -fa off counts
+    ik_auto = dataclasses.replace(ik_off, flash_attn=FlashAttn.AUTO)
+    assert context_step(ik_auto) == 256
+    assert context_step(ik_auto, make_profile()) == 256

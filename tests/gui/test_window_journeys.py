@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +253,49 @@ def test_unreachable_url_shows_a_message(qtbot: Any, window: MainWindow) -> None
     qtbot.waitUntil(lambda: window.banner.level == "error" and window.banner.isVisible(), timeout=TIMEOUT)
     assert "127.0.0.1" in window.banner.text()
     assert window.planner.model is not None and window.planner.model.source == str(LLAMA)
+
+
+class _RangeServer(http.server.BaseHTTPRequestHandler):
+    """Serves the example folder with HTTP byte ranges, as model hosts do."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = LLAMA.parent / self.path.lstrip("/")
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        m = re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if m is None:
+            self.send_error(416)
+            return
+        first = int(m.group(1))
+        last = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+        chunk = data[first : last + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+        self.send_header("Content-Length", str(len(chunk)))
+        self.end_headers()
+        self.wfile.write(chunk)
+
+
+def test_open_a_model_by_url(qtbot: Any, window: MainWindow) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RangeServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{DEEPSEEK.name}"
+        with qtbot.waitSignal(window.planner.model_loaded, timeout=TIMEOUT):
+            drop(window, [url])
+        assert window.summary.values["Model"].text() == "DeepSeek V2 Lite Chat"
+        assert url in window.models.model.paths()
+        assert window.planner.user.recent_files[0] == url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 def test_filter_box_filters_the_library(qtbot: Any, window: MainWindow) -> None:

@@ -393,7 +393,7 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
         out.print_json(doc)
     else:
         print(format_text(req, p, argv, shell))
-        if p.fits:
+        if p.fits and p.settings.engine is not Engine.OLLAMA:
             notes = annotate(p, None, req.profile, req.machine, req.estimate_fn).notes
             if notes:
                 print("")

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fitplan.core.devices import Vendor
+from fitplan.core.engines import ik_attention_intermediate_bytes
 from fitplan.core.profile import LayerKind, ModelProfile, TensorRole
 from fitplan.core.weights import WeightPlacement, row_bytes
 
@@ -119,6 +120,11 @@ class ComputeInputs:
     pipeline_parallel: bool = (
         False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
     )
+    # ik_llama.cpp: the attention intermediate (KQ without flash attention, the decompressed MLA product with it)
+    # is computed in head chunks of at most -amb MiB (`engines.ik_attention_intermediate_bytes`)
+    ik_attention: bool = False
+    ik_amb_mib: int = 0
+    ik_mla_mode: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +193,8 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int]:
 class _LayerShapes:
     """Per-layer graph facts read from the tensor list (cached per profile)."""
 
-    gated: frozenset[int]  # dense FFN with a gate: `ffn_gate`, or `ffn_up` holding gate and up (2 x n_ff rows)
+    # dense FFN with a gate: `ffn_gate`, or `ffn_up` holding gate and up (2 x n_ff rows)
+    gated: frozenset[int]
     qkv_rows: dict[int, int]  # fused `attn_qkv` output width per layer
 
 
@@ -206,7 +213,11 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
             continue
         if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
             gated.add(il)
-        elif t.name.endswith(".ffn_up.weight") and profile.layers[il].n_ff and t.shape[1] >= 2 * profile.layers[il].n_ff:
+        elif (
+            t.name.endswith(".ffn_up.weight")
+            and profile.layers[il].n_ff
+            and t.shape[1] >= 2 * profile.layers[il].n_ff
+        ):
             gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
         elif t.name.endswith(".attn_qkv.weight"):
             qkv[il] = t.shape[1]
@@ -231,14 +242,16 @@ MAMBA_ARCHS = frozenset(
 )
 
 
-def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bool = True) -> int:
     """Live set of one Mamba block during the selective scan, f32 (src/models/graph-context-mamba.cpp).
 
-    Mamba-2 (`ssm.group_count` > 0): the input projection zxBCdt `[2 d_inner + 2 n_group d_state + n_head, n_tok]`,
-    the conv input (conv state + xBC, `[d_conv - 1 + n_tok / n_seqs, channels, n_seqs]`), the conv output
-    `[channels, n_tok]` (channels = d_inner + 2 n_group d_state) and the scan output (y `[d_inner, n_tok]` plus the
-    final states `[d_state, d_inner, n_seqs]`). Mamba-1: zx `[2 d_inner, n_tok]`, the conv output `[d_inner, n_tok]`,
-    x_db `[dt_rank + 2 d_state, n_tok]`, dt `[d_inner, n_tok]` and the scan output.
+    Mamba-2 (`ssm.group_count` > 0): the input projection zxBCdt `[2 d_inner + 2 n_group d_state + n_head, n_tok]`
+    and the conv output `[channels, n_tok]` (channels = d_inner + 2 n_group d_state) stay live through the scan;
+    before them the conv input (conv state + xBC, `[d_conv - 1 + n_tok / n_seqs, channels, n_seqs]`), freed after
+    the convolution, and after it the scan output (y `[d_inner, n_tok]` plus the final states
+    `[d_state, d_inner, n_seqs]`) take the same space. Mamba-1: zx `[2 d_inner, n_tok]` and the conv output
+    `[d_inner, n_tok]`, then the conv input, or x_db `[dt_rank + 2 d_state, n_tok]`, dt `[d_inner, n_tok]` and the
+    scan output.
     """
     ssm = profile.ssm
     if ssm is None or profile.architecture not in MAMBA_ARCHS or not ssm.d_inner:
@@ -248,10 +261,21 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
         channels = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
         in_proj = 2 * ssm.d_inner + 2 * ssm.n_group * ssm.d_state + ssm.dt_rank
         conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * channels * n_seqs
-        floats = in_proj * n_tok + conv_in + channels * n_tok + scan
+        # The conv input is freed after the convolution; the scan output takes its place when it fits there,
+        # else it goes above and the conv input's space stays a hole. After the scan, the contiguous copy of z
+        # `[d_inner, n_tok]` (for the gated output) needs a free block: what the scan left of the conv input's
+        # space, or, on a backend with attention layers, the space of the masks freed after the last of them.
+        z = ssm.d_inner * n_tok
+        if scan > conv_in:
+            floats = in_proj * n_tok + channels * n_tok + conv_in + scan
+        else:
+            floats = in_proj * n_tok + channels * n_tok + conv_in
+            if not attention and conv_in - scan < z:
+                floats += z
     else:
-        floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + (ssm.dt_rank + 2 * ssm.d_state) * n_tok
-        floats += ssm.d_inner * n_tok + scan
+        conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * ssm.d_inner * n_seqs
+        x_db_dt = (ssm.dt_rank + 2 * ssm.d_state) * n_tok + ssm.d_inner * n_tok
+        floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + max(conv_in, x_db_dt + scan)
     return F32 * floats
 
 
@@ -308,6 +332,8 @@ class _DevicePlan:
     ffn_last: int = 0
     ffn_last_first: int = 0
     last_hole: Affine = Affine()
+    # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
+    ik_groups: tuple[tuple[bool, int], ...] = ()
 
 
 class ComputePlan:
@@ -366,6 +392,13 @@ class ComputePlan:
 
         shapes = _layer_shapes(profile)
 
+        ik_q: set[tuple[bool, int]] = set()
+
+        def ik_groups(layers: list[int]) -> tuple[tuple[bool, int], ...]:
+            ik_q.clear()
+            kq(layers)
+            return tuple(sorted(ik_q))
+
         def kq(layers: list[int]) -> tuple[Affine, ...]:
             base, swa = _attn_layers(profile, layers)
             out: set[Affine] = set()
@@ -394,17 +427,25 @@ class ComputePlan:
                     if fa:
                         # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
                         out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
+                        if inputs.ik_attention and profile.mla is not None:
+                            ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
                         continue
                     a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
+                    if inputs.ik_attention and profile.has_memory:
+                        ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
+                        continue
                     if not profile.has_memory:
                         out.add(Affine(c=a * n_tok + q))
                     elif is_swa:
                         out.add(Affine(a_swa=a, c=q))
                     else:
                         out.add(Affine(a_base=a, c=q))
-            ssm = _ssm_transient(profile, n_tok, inputs.n_seqs)
+            # Hybrid layers (falcon-h1) run attention and the SSM side by side from one norm output: the masks
+            # stay live through the SSM and the attention output waits for it.
+            parallel = any(profile.layers[il].kind is LayerKind.HYBRID for il in layers)
+            ssm = _ssm_transient(profile, n_tok, inputs.n_seqs, bool(base or swa) and not parallel)
             if ssm and any(profile.layers[il].is_recurrent for il in layers):
-                out.add(Affine(c=ssm))
+                out.add(Affine(c=ssm + (F32 * n_tok * profile.n_embd if parallel else 0)))
             if idx_q and any(profile.layers[il].has_indexer for il in layers):
                 out.add(Affine(c=idx_q))
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
@@ -456,8 +497,7 @@ class ComputePlan:
             rest = _ffn_transient(profile, [il for il in flayers if il != last], n_tok)
             # the device's input block (embeddings or the handed-over hidden state) is freed after its first layer
             freed_input = embd_block if min(layers) != last else 0
-            # one contiguous region: the base mask (not both masks of an iSWA model: they are not adjacent)
-            return rest, f, first, Affine(m.a_base, 0, m.c + vi + freed_input)
+            return rest, f, first, Affine(m.a_base, m.a_swa, m.c + vi + freed_input)
 
         offload_gpu0 = bool(
             n_gpu
@@ -518,6 +558,7 @@ class ComputePlan:
                     ffn_last=ffn_last,
                     ffn_last_first=ffn_first,
                     last_hole=hole,
+                    ik_groups=ik_groups(layers) if inputs.ik_attention else (),
                     kq=kq(layers),
                     mla_v=mla_v(layers),
                     fa_copies=fa_copies(layers) if cuda else (),
@@ -539,13 +580,21 @@ class ComputePlan:
         else:
             # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
             # and the two token-embedding get_rows outputs.
-            blocks = (n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * embd_block
+            blocks = (
+                n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
+            ) * embd_block
             if n_copies > 1:
                 blocks += n_copies * (small_inputs(trunk) + I32 * n_out)
             label = "embeddings input + get_rows"
         host_m = Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c)
+        # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
+        # last layer
+        host_last = bool(trunk) and placement.layer_device[trunk[-1]] is None
         ffn_rest, ffn_last, ffn_first, hole = split_last(
-            host_layers, host_flayers, host_m if host_layers else Affine(), n_copies * v_idxs(trunk)
+            host_layers,
+            host_flayers,
+            host_m if host_last else Affine(),
+            n_copies * v_idxs(trunk) if host_last else 0,
         )
         plans.append(
             _DevicePlan(
@@ -559,6 +608,7 @@ class ComputePlan:
                 ffn_last=ffn_last,
                 ffn_last_first=ffn_first,
                 last_hole=hole,
+                ik_groups=ik_groups(host_layers) if inputs.ik_attention else (),
                 kq=kq(host_layers),
                 mla_v=mla_v(host_layers),
                 fa_copies=(),
@@ -570,14 +620,43 @@ class ComputePlan:
             )
         )
         self.plans = tuple(plans)
+        self._profile = profile
 
     def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
-        return tuple(_evaluate(p, n_kv_base, n_kv_swa) for p in self.plans)
+        return tuple(_evaluate(p, n_kv_base, n_kv_swa, self._ik(p, n_kv_base, n_kv_swa)) for p in self.plans)
+
+    def _ik(self, p: _DevicePlan, nb: int, ns: int) -> int:
+        """ik_llama.cpp's chunked attention intermediate plus Q, largest over the device's attention groups."""
+        ci = self.inputs
+        return max(
+            (
+                q
+                + ik_attention_intermediate_bytes(
+                    self._profile,
+                    ns if is_swa else nb,
+                    ci.n_tok,
+                    mla_mode=ci.ik_mla_mode,
+                    flash_attn=ci.flash_attn,
+                    amb_mib=ci.ik_amb_mib,
+                )
+                for is_swa, q in p.ik_groups
+            ),
+            default=0,
+        )
 
     def totals_array(self, n_kv_base: NDArray[np.int64], n_kv_swa: NDArray[np.int64]) -> NDArray[np.int64]:
         """Bytes per backend (rows: GPUs in order, then the host) for arrays of KV cells: the vectorised form of
         `evaluate`, term for term (tests check they agree)."""
-        return np.stack([_total_array(p, n_kv_base, n_kv_swa) for p in self.plans])
+        rows = []
+        for p in self.plans:
+            ik = None
+            if p.ik_groups:
+                ik = np.array(
+                    [self._ik(p, int(b), int(w)) for b, w in zip(n_kv_base, n_kv_swa, strict=True)],
+                    dtype=np.int64,
+                )
+            rows.append(_total_array(p, n_kv_base, n_kv_swa, ik))
+        return np.stack(rows)
 
 
 def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
@@ -586,13 +665,12 @@ def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
     return p.ffn_last - (p.ffn_last_first if p.ffn_last_first <= p.last_hole.at(nb, ns) else 0)
 
 
-def _transient(p: _DevicePlan, nb: int, ns: int) -> tuple[str, int]:
-    att = _max_at(p.kq, nb, ns)
+def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
+    att = max(_max_at(p.kq, nb, ns), ik)
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
-        return (
-            "KQ scores + Q" if p.kq and any(a.a_base or a.a_swa for a in p.kq) else "attention / SSM scan"
-        ), att
+        scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
+        return ("KQ scores + Q" if scores else "attention / SSM scan"), att
     return "FFN intermediates", ffn
 
 
@@ -607,8 +685,12 @@ def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int
     return out
 
 
-def _total_array(p: _DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+def _total_array(
+    p: _DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64], ik: NDArray[np.int64] | None = None
+) -> NDArray[np.int64]:
     att = _max_aff(p.kq, nb, ns)
+    if ik is not None:
+        att = np.maximum(att, ik)
     ffn = np.full_like(nb, p.ffn)
     if p.ffn_last:
         fits = p.ffn_last_first <= _aff(p.last_hole, nb, ns)
@@ -639,7 +721,7 @@ def _total_array(p: _DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64]) -
     return phase + _aff(p.pp_extra, nb, ns) + p.op_offload_copy
 
 
-def _evaluate(p: _DevicePlan, nb: int, ns: int) -> ComputeBuffer:
+def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
     parts: list[ComputePart]
     if p.device is None:
         parts = [
@@ -648,7 +730,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int) -> ComputeBuffer:
             ComputePart(p.blocks_label, p.blocks),
             ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
         ]
-        trans: tuple[str, int] | None = _transient(p, nb, ns) if p.layer_phase else None
+        trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
         if p.logits and (trans is None or p.logits >= trans[1]):
             trans = ("logits", p.logits)
         if trans is not None:
@@ -660,7 +742,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int) -> ComputeBuffer:
                 ComputePart("masks (copy)", p.masks.at(nb, ns)),
                 ComputePart("v_idxs (copy)", p.v_idxs),
                 ComputePart(p.blocks_label, p.blocks),
-                ComputePart(*_transient(p, nb, ns)),
+                ComputePart(*_transient(p, nb, ns, ik)),
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
                 ComputePart("FA f16 K/V copies", _max_at(p.fa_copies, nb, ns)),
             ]

@@ -30,7 +30,7 @@ from fitplan.core.errors import SettingsError
 from fitplan.core.estimate import TERM_ORDER, Estimate, ResolvedContext, TermKind
 from fitplan.core.estimator import compute_inputs, estimate
 from fitplan.core.profile import ModelProfile
-from fitplan.core.settings import NGL_ALL, NGL_AUTO, LaunchSettings
+from fitplan.core.settings import NGL_ALL, NGL_AUTO, Engine, LaunchSettings
 from fitplan.core.weights import DEFAULT_CPU_FEATURES, CpuFeatures, active_gpus, place_weights
 
 N_CTX_PAD = 256
@@ -69,14 +69,16 @@ class Curve:
 
 
 def _resolved_n_ctx(
-    profile: ModelProfile, ref: ResolvedContext, contexts: NDArray[np.int64]
+    profile: ModelProfile, ref: ResolvedContext, contexts: NDArray[np.int64], ik: bool = False
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """n_ctx and n_ctx_seq for each requested context, with the reference's streams (llama_context padding)."""
+    """n_ctx and n_ctx_seq for each requested context, with the reference's streams (llama_context padding;
+    ik_llama.cpp pads to 32 cells without flash attention, as `context_memory.resolve_context` does)."""
+    step = 32 if ik and not ref.flash_attn else N_CTX_PAD
     n = np.where(contexts > 0, contexts, profile.n_ctx_train)
-    n_ctx = (n + N_CTX_PAD - 1) // N_CTX_PAD * N_CTX_PAD
+    n_ctx = (n + step - 1) // step * step
     if ref.kv_unified:
         return n_ctx, n_ctx
-    seq = (n_ctx // ref.n_seq_max + N_CTX_PAD - 1) // N_CTX_PAD * N_CTX_PAD
+    seq = (n_ctx // ref.n_seq_max + step - 1) // step * step
     return seq * ref.n_seq_max, seq
 
 
@@ -131,7 +133,7 @@ def estimate_curve(
         for k in (TermKind.WEIGHTS, TermKind.OUTPUT, TermKind.MMPROJ, TermKind.RESERVE):
             out[d, _KIND_INDEX[k], idx] = de.bytes_of(k)
 
-    n_ctx, n_ctx_seq = _resolved_n_ctx(profile, ref.context, ctxs[idx])
+    n_ctx, n_ctx_seq = _resolved_n_ctx(profile, ref.context, ctxs[idx], settings.engine is Engine.IK_LLAMA)
     n_ctx_out[idx] = n_ctx
     gpus = active_gpus(settings, machine)
     dev_row = _device_rows(machine, gpus)

@@ -32,6 +32,7 @@ from fitplan.core.estimate import (
 from fitplan.core.profile import ModelProfile
 from fitplan.core.reserve import default_reserve_bytes, reserve_explanation
 from fitplan.core.settings import (
+    KV_CACHE_TYPES,
     NGL_ALL,
     NGL_AUTO,
     Engine,
@@ -355,12 +356,25 @@ def compute_inputs(
         n_kv_base=n_kv_base,
         n_kv_swa=n_kv_swa,
         flash_attn=ctx.flash_attn,
-        cache_type_k=settings.cache_type_k,
-        cache_type_v=settings.cache_type_v,
+        cache_type_k=_graph_cache_type(settings.cache_type_k),
+        cache_type_v=_graph_cache_type(settings.cache_type_v),
         op_offload=settings.op_offload,
         n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
+        ik_attention=settings.engine is Engine.IK_LLAMA,
+        ik_amb_mib=settings.attn_max_batch_mib,
+        ik_mla_mode=engines.ik_effective_mla_mode(profile, settings.mla_mode),
     )
+
+
+def _graph_cache_type(name: str) -> str:
+    """The mainline cache type the compute graph is sized with: a fork's own type maps to the mainline type of the
+    same role (ik's q8_KV and q6_0 and beellama's q2_0..q6_1 to q8_0; KVarN, read as F16 windows, to f16)."""
+    if name in KV_CACHE_TYPES:
+        return name
+    if name.lower() in engines.KVARN_BITS:
+        return "f16"
+    return "q8_0"
 
 
 def _pipeline_parallel(

@@ -5,8 +5,12 @@ Two entry points:
 * `max_context_that_fits`: for fixed settings, the largest `-c` on llama.cpp's padded grid whose estimate keeps every
   device under its capacity minus a margin. The grid step is 256 cells per stream (`llama_context`: n_ctx is padded to
   256; without a unified KV cache each of the n_seq_max streams gets `PAD(n_ctx / n_seq_max, 256)` cells), so the step
-  is 256 x n_stream. Memory grows with the context, so a binary search over the grid finds the exact largest point:
-  one step more does not fit. The search is capped at the model's training context (per stream).
+  is 256 x n_stream (ik_llama.cpp without flash attention pads to 32: 32 x n_stream). Memory grows with the context,
+  so a binary search over the grid finds the exact largest point: one step more does not fit. The search is capped
+  at the model's training context (per stream). (`fitplan.core.curve.estimate_curve` gives the same numbers for many
+  contexts at once, but one `estimate()` at a fixed placement reuses the cached weight placement and costs well under
+  a millisecond, so the ~log2(grid) estimates of the search are cheaper than one curve: measured 2-12 ms against
+  3-35 ms for 64-point curves, on 1-3 GPUs.)
 * `plan`: the user pins what they care about (`Pins`); the solver picks the rest for speed, in this order:
   everything on the GPUs; then (MoE models) the expert tensors of the first layers to the CPU (`--n-cpu-moe`),
   layer by layer; then whole layers to the CPU (`-ngl`). With several GPUs the layers are split in proportion to
@@ -29,7 +33,16 @@ from typing import Protocol
 from fitplan.core.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.estimate import Estimate
 from fitplan.core.profile import ModelProfile, TensorRole
-from fitplan.core.settings import NGL_ALL, NGL_AUTO, LaunchSettings, MmprojPlacement, SplitMode, Tool
+from fitplan.core.settings import (
+    NGL_ALL,
+    NGL_AUTO,
+    Engine,
+    FlashAttn,
+    LaunchSettings,
+    MmprojPlacement,
+    SplitMode,
+    Tool,
+)
 
 __all__ = [
     "CTX_PAD",
@@ -42,6 +55,7 @@ __all__ = [
     "Placement",
     "Plan",
     "Shortfall",
+    "context_pad",
     "context_step",
     "default_estimate_fn",
     "device_label",
@@ -52,6 +66,8 @@ __all__ = [
 
 #: llama_context pads n_ctx (per stream) to a multiple of 256.
 CTX_PAD = 256
+#: ik_llama.cpp pads it to 32 without flash attention.
+IK_CTX_PAD_NO_FA = 32
 #: The smallest context the placement search keeps (llama.cpp's `--fit-ctx` default).
 MIN_PLAN_CTX = 4096
 #: llama-server's slot count when `-np` is auto (server.cpp: n_parallel = 4 with a unified KV cache).
@@ -155,7 +171,7 @@ class ContextFit:
     """The largest context that fits, for fixed placement settings."""
 
     n_ctx: int  # the largest fitting -c on the grid; 0 when not even one step fits
-    step: int  # grid step: 256 x n_stream
+    step: int  # grid step: 256 (32 for ik_llama.cpp without flash attention) x n_stream
     cap: int  # the largest context searched: the training context (per stream) on the grid
     capped_by_training: bool  # the cap itself fits: more memory would not raise the context
     estimate: Estimate | None  # at n_ctx, or at one step when nothing fits
@@ -258,14 +274,29 @@ def kv_streams(settings: LaunchSettings) -> int:
     return 1 if unified else n_seq
 
 
-def context_step(settings: LaunchSettings) -> int:
-    return CTX_PAD * kv_streams(settings)
+def context_pad(settings: LaunchSettings, profile: ModelProfile | None = None) -> int:
+    """Cells per stream n_ctx is padded to: 256, or 32 for ik_llama.cpp without flash attention (which needs the
+    profile to resolve "auto"; without one, only an explicit -fa off counts)."""
+    if settings.engine is not Engine.IK_LLAMA:
+        return CTX_PAD
+    if profile is None:
+        flash = settings.flash_attn is not FlashAttn.OFF
+    else:
+        from fitplan.core.context_memory import resolve_flash_attn
+
+        flash = resolve_flash_attn(profile, settings)
+    return CTX_PAD if flash else IK_CTX_PAD_NO_FA
+
+
+def context_step(settings: LaunchSettings, profile: ModelProfile | None = None) -> int:
+    return context_pad(settings, profile) * kv_streams(settings)
 
 
 def training_cap(profile: ModelProfile, settings: LaunchSettings) -> int:
     """The largest grid context within the training length per stream (at least one step)."""
-    per_stream = (profile.n_ctx_train // CTX_PAD) * CTX_PAD if profile.n_ctx_train > 0 else 0
-    return max(CTX_PAD, per_stream) * kv_streams(settings)
+    pad = context_pad(settings, profile)
+    per_stream = (profile.n_ctx_train // pad) * pad if profile.n_ctx_train > 0 else 0
+    return max(pad, per_stream) * kv_streams(settings)
 
 
 def _usage(est: Estimate, machine: Machine, margin: MarginPolicy) -> tuple[DeviceUse, ...]:
@@ -353,7 +384,7 @@ def _smallest_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
 
 
 def _context_fit(ev: _Evaluator, settings: LaunchSettings, *, min_ctx: int = 0) -> ContextFit:
-    step = context_step(settings)
+    step = context_step(settings, ev.profile)
     cap = training_cap(ev.profile, settings)
     k_max = max(1, cap // step)
     k_min = max(1, math.ceil(min_ctx / step)) if min_ctx > 0 else 1
@@ -646,7 +677,7 @@ def plan(
     notes: list[str] = []
     est: Estimate | None
 
-    step = context_step(base)
+    step = context_step(base, profile)
     cap = training_cap(profile, base)
     if pins.n_ctx is not None:
         pinned_ctx = pins.n_ctx if pins.n_ctx > 0 else profile.n_ctx_train

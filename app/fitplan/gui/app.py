@@ -9,6 +9,7 @@ from pathlib import Path
 from fitplan.core.user_settings import load_user_settings
 
 GUI_SWITCH_INTERVAL_S = 0.001
+SIGNAL_POLL_MS = 250
 
 
 def known_binding_problem() -> str | None:
@@ -91,10 +92,18 @@ def launch(argv: Sequence[str] = ()) -> tuple[object, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    app, _window = launch(args)
-    from PySide6.QtWidgets import QApplication
+    app, window = launch(args)
+    import signal
 
-    assert isinstance(app, QApplication)
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    assert isinstance(app, QApplication) and isinstance(window, QWidget)
+    # Ctrl+C in the terminal closes the window properly (settings saved); the timer lets Python see the signal.
+    signal.signal(signal.SIGINT, lambda *_: window.close())
+    wake = QTimer()
+    wake.timeout.connect(lambda: None)
+    wake.start(SIGNAL_POLL_MS)
     return int(app.exec())
 
 

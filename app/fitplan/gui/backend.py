@@ -28,6 +28,7 @@ CURVE_POINTS = 72
 MIN_CONTEXT = 256
 CONTEXT_STEP = 256
 
+
 @dataclass(frozen=True, slots=True)
 class LoadedModel:
     source: str
@@ -58,6 +59,8 @@ class CurveData:
 
 
 class VerdictLevel:
+    """How the plan fits, for the verdict colour and the library's fit badge."""
+
     FITS = "fits"
     OFFLOAD = "offload"
     NO_FIT = "no_fit"

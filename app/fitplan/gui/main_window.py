@@ -127,6 +127,11 @@ class MainWindow(QMainWindow):
         )
         self._build_menus()
         self._set_tab_order()
+        for widget, name in (
+            (self.verdict, "Verdict"), (self.chart.plot, "Memory by context chart"), (self.command.text, "Command"),
+            (self.models.table, "Models"), (self.hardware.list, "Devices to plan for"), (self.banner, "Message"),
+        ):
+            widget.setAccessibleName(name)
         if user.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(user.window_geometry.encode()))
         if user.window_state:
