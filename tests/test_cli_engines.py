@@ -43,12 +43,29 @@ def _device(doc: dict[str, object], index: int) -> dict[str, object]:
 def test_estimate_ik_on_the_header_fixture(capsys: pytest.CaptureFixture[str]):
     """The issue's command: ik_llama.cpp, -mla 3 -amb 512 at 32K on DeepSeek-V2-Lite's header."""
     rc, doc = _json(
-        capsys, ["estimate", "--engine", "ik_llama.cpp", DEEPSEEK, "-mla", "3", "-amb", "512", "-c", "32768", "--json"]
+        capsys,
+        [
+            "estimate",
+            "--engine",
+            "ik_llama.cpp",
+            DEEPSEEK,
+            "-mla",
+            "3",
+            "-amb",
+            "512",
+            "-c",
+            "32768",
+            "--json",
+        ],
     )
     assert rc == 0
     settings = doc["settings"]
     assert isinstance(settings, dict)
-    assert settings["engine"] == "ik_llama.cpp" and settings["mla_mode"] == 3 and settings["attn_max_batch_mib"] == 512
+    assert (
+        settings["engine"] == "ik_llama.cpp"
+        and settings["mla_mode"] == 3
+        and settings["attn_max_batch_mib"] == 512
+    )
     # no GPU detected: the cache is on the host; 576 * 2 B * 27 layers * 32768 cells = 972 MiB (ik disc. #354)
     host = _device(doc, -1)
     terms = host["terms"]
@@ -91,7 +108,13 @@ def test_estimate_ollama_json(capsys: pytest.CaptureFixture[str]):
     s = doc["settings"]
     assert isinstance(s, dict)
     # 24 GiB: ollama's 32768 tier (under the 40960 training context), one slot, not unified, -b/-ub 512
-    assert (s["n_ctx"], s["n_parallel"], s["kv_unified"], s["n_batch"], s["n_ubatch"]) == (32768, 1, False, 512, 512)
+    assert (s["n_ctx"], s["n_parallel"], s["kv_unified"], s["n_batch"], s["n_ubatch"]) == (
+        32768,
+        1,
+        False,
+        512,
+        512,
+    )
     assert (s["cache_type_k"], s["cache_type_v"]) == ("q8_0", "q8_0")
     assert any("VRAM tier" in a for a in doc["assumptions"])  # type: ignore[union-attr]
 

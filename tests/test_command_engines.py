@@ -17,7 +17,20 @@ def _args(*argv: str) -> tuple[str, ...]:
 
 def test_ik_command_writes_mla_amb_fmoe():
     argv = _args("--engine", "ik_llama.cpp", "-c", "32768", "-amb", "512", "-ngl", "all", "--fit", "off")
-    assert argv == ("llama-server", "-m", "m.gguf", "-c", "32768", "-ngl", "999", "-mla", "3", "-amb", "512", "-fmoe")
+    assert argv == (
+        "llama-server",
+        "-m",
+        "m.gguf",
+        "-c",
+        "32768",
+        "-ngl",
+        "999",
+        "-mla",
+        "3",
+        "-amb",
+        "512",
+        "-fmoe",
+    )
     # FA on is ik's default (not written); off is
     assert "-fa" not in argv
     off = _args("--engine", "ik_llama.cpp", "-fa", "off", "-no-fmoe", "-rtr", "-mla", "1")
@@ -112,6 +125,20 @@ def test_env_lines_quote_and_refuse():
 
 
 def test_ollama_settings_pin_like_llama_server_flags():
-    keys = given_keys(["--num-ctx", "8192", "OLLAMA_KV_CACHE_TYPE=q8_0", "--num-parallel", "2", "--num-gpu", "10"])
+    keys = given_keys(
+        ["--num-ctx", "8192", "OLLAMA_KV_CACHE_TYPE=q8_0", "--num-parallel", "2", "--num-gpu", "10"]
+    )
     assert {"n_ctx", "cache_type_k", "cache_type_v", "n_parallel", "n_gpu_layers"} <= keys
     assert "cache_type_k" in given_keys(["OLLAMA_KV_CACHE_TYPE=q4_0"])
+
+
+def test_import_an_ik_command():
+    from fitplan.core.command import import_command
+
+    imp = import_command(
+        "./llama-server -m ds.gguf -c 32768 -mla 3 -amb 512 -fmoe -ngl 999", engine=Engine.IK_LLAMA
+    )
+    s = imp.settings
+    assert (s.engine, s.mla_mode, s.attn_max_batch_mib, s.n_ctx) == (Engine.IK_LLAMA, 3, 512, 32768)
+    with pytest.raises(FlagError, match=r"--engine ik_llama\.cpp"):
+        import_command("llama-server -m ds.gguf -mla 3")

@@ -51,16 +51,29 @@ def qwen36_27b(nextn: bool = False) -> ModelProfile:
         full = (i + 1) % 4 == 0
         layers.append(
             LayerProfile(
-                index=i, kind=LayerKind.FULL if full else LayerKind.RECURRENT, n_head=24,
-                n_head_kv=4 if full else 0, n_embd_head_k=256, n_embd_head_v=256, n_ff=17408, has_kv=full,
+                index=i,
+                kind=LayerKind.FULL if full else LayerKind.RECURRENT,
+                n_head=24,
+                n_head_kv=4 if full else 0,
+                n_embd_head_k=256,
+                n_embd_head_v=256,
+                n_ff=17408,
+                has_kv=full,
                 is_recurrent=not full,
             )
         )
     if nextn:
         layers.append(
             LayerProfile(
-                index=64, kind=LayerKind.NEXTN, n_head=24, n_head_kv=4, n_embd_head_k=256, n_embd_head_v=256,
-                n_ff=17408, has_kv=True, is_nextn=True,
+                index=64,
+                kind=LayerKind.NEXTN,
+                n_head=24,
+                n_head_kv=4,
+                n_embd_head_k=256,
+                n_embd_head_v=256,
+                n_ff=17408,
+                has_kv=True,
+                is_nextn=True,
             )
         )
     return ModelProfile(
@@ -83,7 +96,9 @@ def test_ik_defaults_are_fa_on_and_mla_3():
 
 def test_ik_deepseek_lite_32k_kv_through_the_estimate():
     """ik discussion #354: DeepSeek-Lite at 32K with FlashMLA: K-only cache 972 MiB (576 * 2 B * 27 * 32768)."""
-    est = estimate(fixture("deepseek-v2-lite"), settings("--engine", "ik_llama.cpp", "-c", "32768"), machine(24))
+    est = estimate(
+        fixture("deepseek-v2-lite"), settings("--engine", "ik_llama.cpp", "-c", "32768"), machine(24)
+    )
     assert kv_bytes(est) / MIB == 972.0
     mainline = estimate(fixture("deepseek-v2-lite"), settings("-c", "32768"), machine(24))
     assert any("-mla 3" in a for a in est.assumptions)
@@ -92,7 +107,9 @@ def test_ik_deepseek_lite_32k_kv_through_the_estimate():
 
 def test_ik_mla1_without_fa_adds_the_transposed_v_cache():
     """ik PR #240 layout at 32K: c^KV q8_KV 584 B/row + kv^T f16 512 * 2 B/row, 27 layers x 32768 cells."""
-    s = settings("--engine", "ik_llama.cpp", "-c", "32768", "-mla", "1", "-fa", "off", "-ctk", "q8_KV", "-np", "1")
+    s = settings(
+        "--engine", "ik_llama.cpp", "-c", "32768", "-mla", "1", "-fa", "off", "-ctk", "q8_KV", "-np", "1"
+    )
     est = estimate(fixture("deepseek-v2-lite"), s, machine(24))
     assert kv_bytes(est) == 27 * 32768 * (584 + 1024)
 
@@ -214,14 +231,22 @@ def test_ollama_defaults_from_the_engine():
 def test_ollama_vram_tier_context_in_the_estimate(gpus: tuple[float, ...], n_ctx: int):
     est = estimate(fixture("qwen3-8b"), settings("--engine", "ollama"), machine(*gpus))
     ctx = est.context
-    assert (ctx.n_ctx, ctx.n_seq_max, ctx.kv_unified, ctx.n_batch, ctx.n_ubatch) == (n_ctx, 1, False, 512, 512)
+    assert (ctx.n_ctx, ctx.n_seq_max, ctx.kv_unified, ctx.n_batch, ctx.n_ubatch) == (
+        n_ctx,
+        1,
+        False,
+        512,
+        512,
+    )
     # qwen3-8b: 36 layers x 8 KV heads x 128 x (K + V) x 2 B = 147456 B per cell
     assert kv_bytes(est) == 147456 * n_ctx
     assert any(f"num_ctx {n_ctx}" in a for a in est.assumptions)
 
 
 def test_ollama_slots_multiply_the_context_and_are_not_unified():
-    s = settings("--engine", "ollama", "OLLAMA_NUM_PARALLEL=2", "--num-ctx", "8192", "OLLAMA_KV_CACHE_TYPE=q8_0")
+    s = settings(
+        "--engine", "ollama", "OLLAMA_NUM_PARALLEL=2", "--num-ctx", "8192", "OLLAMA_KV_CACHE_TYPE=q8_0"
+    )
     est = estimate(fixture("qwen3-8b"), s, machine(24))
     ctx = est.context
     assert (ctx.n_ctx, ctx.n_ctx_seq, ctx.n_stream, ctx.kv_unified) == (16384, 8192, 2, False)
@@ -233,7 +258,9 @@ def test_ollama_gpu_overhead_is_part_of_the_reserve_and_lowers_the_tier():
     s = settings("--engine", "ollama", "OLLAMA_GPU_OVERHEAD=2147483648")
     est = estimate(fixture("qwen3-8b"), s, machine(24))
     assert est.devices[0].bytes_of(TermKind.RESERVE) == 512 * MIB + 2 * GIB
-    assert "OLLAMA_GPU_OVERHEAD" in next(t.explanation for t in est.devices[0].terms if t.kind is TermKind.RESERVE)
+    assert "OLLAMA_GPU_OVERHEAD" in next(
+        t.explanation for t in est.devices[0].terms if t.kind is TermKind.RESERVE
+    )
     assert est.context.n_ctx == 4096  # 24 GiB - 2 GiB = 22 GiB: under the 23 GiB tier
 
 
@@ -249,10 +276,9 @@ def test_mainline_reserve_and_context_are_unchanged_by_ollama_fields():
 
 def test_cache_types_are_checked_per_engine():
     p = fixture("qwen3-8b")
-    with pytest.raises(SettingsError, match="llama.cpp accepts"):
+    with pytest.raises(SettingsError, match=r"llama\.cpp accepts"):
         validate_settings(p, LaunchSettings(cache_type_k="kvarn4"))
     validate_settings(p, LaunchSettings(engine=Engine.BEELLAMA, cache_type_k="kvarn4", cache_type_v="kvarn4"))
     validate_settings(p, LaunchSettings(engine=Engine.IK_LLAMA, cache_type_k="q8_KV"))
-    with pytest.raises(SettingsError, match="ik_llama.cpp accepts"):
+    with pytest.raises(SettingsError, match=r"ik_llama\.cpp accepts"):
         validate_settings(p, LaunchSettings(engine=Engine.IK_LLAMA, cache_type_k="kvarn4"))
-

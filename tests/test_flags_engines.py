@@ -7,7 +7,14 @@ import re
 import pytest
 
 from fitplan.core.errors import FlagError
-from fitplan.core.flags import ENGINE_FLAGS, MEMORY_FLAGS, OLLAMA_ENV, _IGNORED_ARITY, parse_engine, parse_flags
+from fitplan.core.flags import (
+    _IGNORED_ARITY,
+    ENGINE_FLAGS,
+    MEMORY_FLAGS,
+    OLLAMA_ENV,
+    parse_engine,
+    parse_flags,
+)
 from fitplan.core.settings import NGL_ALL, Engine, FlashAttn, LaunchSettings, LoadMode
 
 
@@ -90,7 +97,7 @@ def test_fork_flag_with_mainline_names_the_engine(argv: list[str], owner: str):
 
 
 def test_fork_flag_with_another_fork_is_refused():
-    with pytest.raises(FlagError, match="ik_llama.cpp only.*engine now: beellama"):
+    with pytest.raises(FlagError, match=r"ik_llama\.cpp only.*engine now: beellama"):
         parse_flags(["--engine", "beellama", "-mla", "3"])
 
 

@@ -206,7 +206,7 @@ def test_corrupt_index_file_is_rebuilt(tmp_path: Path) -> None:
     reader = CountingReader()
     LibraryScanner(reader, JsonScanIndex(index_path)).scan([folder(tmp_path / "lib")])
     assert reader.calls == 1
-    assert json.loads(index_path.read_text())["schema"] == 1
+    assert json.loads(index_path.read_text())["schema"] == INDEX_SCHEMA
 
 
 def test_results_stream_folder_by_folder(tmp_path: Path) -> None:

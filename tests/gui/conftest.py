@@ -57,7 +57,9 @@ def make_window(qtbot: object, detection: Detection, config: Path) -> object:
     from fitplan.gui.main_window import MainWindow
 
     configure_pyqtgraph()
-    window = MainWindow(Backend(probe=lambda: detection), load_user_settings(config).settings, config)
+    # The library holds the bundled examples and the test's folders only, never the download places of this machine.
+    backend = Backend(probe=lambda: detection, library_places=lambda: ())
+    window = MainWindow(backend, load_user_settings(config).settings, config)
     qtbot.addWidget(window)  # type: ignore[attr-defined]
     return window
 

@@ -326,7 +326,10 @@ def print_table(
         bound = "no limit" if b.max_bytes < 0 else f"up to {out.size(b.max_bytes)}"
         print(f"host, while running: {b.name} {bound} ({b.explanation})")
     if not est.weights_file_backed:
-        print("host weights are anonymous memory (-lm none): they cannot be paged out")
+        why = (
+            "-rtr" if est.settings.run_time_repack and est.settings.engine is Engine.IK_LLAMA else "-lm none"
+        )
+        print(f"host weights are anonymous memory ({why}): they cannot be paged out")
     for w in est.warnings:
         out.warn(w)
     for a in est.assumptions:

@@ -548,8 +548,11 @@ def _env_of(cmd: tuple[str, ...]) -> list[tuple[str, str]]:
     return []
 
 
-def import_command(text: str, shell: Shell | str | None = None) -> ImportedCommand:
-    """A pasted llama-server command (sh, PowerShell or cmd.exe; detected when `shell` is None) as settings."""
+def import_command(
+    text: str, shell: Shell | str | None = None, engine: Engine | None = None
+) -> ImportedCommand:
+    """A pasted llama-server command (sh, PowerShell or cmd.exe; detected when `shell` is None) as settings, for
+    `engine` (or the `--engine` the paste carries; default mainline llama.cpp)."""
     sh = detect_shell(text) if shell is None else Shell(shell)
     commands = split_commands(text, sh)
     env: list[tuple[str, str]] = []
@@ -576,7 +579,7 @@ def import_command(text: str, shell: Shell | str | None = None) -> ImportedComma
         env.extend(_env_of(cmd))
     if chosen is None:
         raise FlagError("no llama-server command found in the pasted text")
-    parsed = parse_flags(chosen, LaunchSettings(tool=tool))
+    parsed = parse_flags(chosen, LaunchSettings(tool=tool), engine=engine)
     return ImportedCommand(
         shell=sh,
         program=program,

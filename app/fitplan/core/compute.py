@@ -120,6 +120,7 @@ class ComputeInputs:
     pipeline_parallel: bool = (
         False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
     )
+    n_stream: int = 1  # KV streams (n_seq_max without a unified cache): n_kv_* are cells per stream
     # ik_llama.cpp: the attention intermediate (KQ without flash attention, the decompressed MLA product with it)
     # is computed in head chunks of at most -amb MiB (`engines.ik_attention_intermediate_bytes`)
     ik_attention: bool = False
@@ -158,8 +159,9 @@ def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
     return max((_ffn_layer(profile, il, n_tok)[0] for il in layers), default=0)
 
 
-def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int]:
-    """One layer's FFN intermediate set and its first (largest-shape) intermediate, bytes f32.
+def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, int]:
+    """One layer's FFN intermediate set, its first (largest-shape) intermediate and the input it holds through the
+    experts (llama4's router-weighted copy of the FFN input), bytes f32.
 
     Dense: gate, up and the GLU output `[n_ff, n_tok]` are live together (the down projection comes after gate and
     up are freed). MoE: up, gate, GLU output `[n_ff_exp, n_used, n_tok]` and the experts' down projections
@@ -169,15 +171,23 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int]:
     moe = profile.moe
     hole = FFN_HOLE_BLOCKS * profile.n_embd
     lp = profile.layers[il]
+    held = 0
+    if profile.architecture in DENSE_FFN_GRAPH_ARCHS and il not in _layer_shapes(profile).dense_up:
+        return 0, 0, 0  # the graph calls the dense FFN with no matrices: nothing but an in-place activation
     if lp.is_moe and moe is not None:
         used = lp.n_expert_used or moe.n_expert_used
         # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
         n_ff_exp = moe.n_ff_exp or lp.n_ff
         up, down = used * n_ff_exp, used * profile.n_embd
-        f, first = 3 * up + (0 if down <= hole else down), up
+        # the experts' down outputs are allocated after gate and up are freed: they go into that space (two
+        # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
+        f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
         shared = moe.n_ff_shexp * moe.n_expert_shared
         if 3 * shared > f:
             f, first = 3 * shared, shared
+        if profile.architecture in WEIGHT_BEFORE_FFN_ARCHS:
+            # the router-weighted input [n_embd, n_used, n_tok] feeds gate and up
+            held = used * profile.n_embd
     elif il in _layer_shapes(profile).gated:
         f, first = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0), lp.n_ff
     else:
@@ -186,7 +196,7 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int]:
         f = first = 0 if lp.n_ff <= hole else lp.n_ff
     if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
         f += profile.n_embd  # the attention output waits for the FFN (both read the same norm output)
-    return F32 * n_tok * f, F32 * n_tok * first
+    return F32 * n_tok * (f + held), F32 * n_tok * first, F32 * n_tok * held
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +206,7 @@ class _LayerShapes:
     # dense FFN with a gate: `ffn_gate`, or `ffn_up` holding gate and up (2 x n_ff rows)
     gated: frozenset[int]
     qkv_rows: dict[int, int]  # fused `attn_qkv` output width per layer
+    dense_up: frozenset[int] = frozenset()  # layers with a dense `ffn_up` matrix
 
 
 _SHAPES: dict[int, tuple[ModelProfile, _LayerShapes]] = {}
@@ -207,10 +218,13 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
         return hit[1]
     gated: set[int] = set()
     qkv: dict[int, int] = {}
+    up: set[int] = set()
     for t in profile.tensors:
         il = t.layer
         if il is None or il >= len(profile.layers) or len(t.shape) < 2:
             continue
+        if t.name.endswith(".ffn_up.weight"):
+            up.add(il)
         if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
             gated.add(il)
         elif (
@@ -221,7 +235,7 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
             gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
         elif t.name.endswith(".attn_qkv.weight"):
             qkv[il] = t.shape[1]
-    out = _LayerShapes(frozenset(gated), qkv)
+    out = _LayerShapes(frozenset(gated), qkv, frozenset(up))
     if len(_SHAPES) >= 16:
         _SHAPES.pop(next(iter(_SHAPES)))
     _SHAPES[id(profile)] = (profile, out)
@@ -230,7 +244,23 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
 
 #: Architectures whose blocks run attention and FFN in parallel from one norm output and add both to the residual
 #: (src/models/command-r.cpp, cohere2.cpp): the attention output stays allocated through the FFN.
-PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe"})
+PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe", "plamo"})
+
+#: Architectures whose graph only builds the dense FFN (src/models/refact.cpp calls build_ffn with ffn_up, ffn_gate
+#: and ffn_down): a MoE file's expert matrices are loaded but never multiplied, so such layers add no intermediates.
+DENSE_FFN_GRAPH_ARCHS = frozenset({"refact"})
+
+#: `llm_graph_context::build_moe_ffn`: llama4 scales the FFN input by the router weights before the experts, a
+#: `[n_embd, n_expert_used, n_tok]` copy that stays live while gate and up run.
+WEIGHT_BEFORE_FFN_ARCHS = frozenset({"llama4"})
+
+#: Architectures that keep the (normed) input embeddings live through every layer for a skip connection added to
+#: each layer's output (src/models/talkie.cpp `embd_skip`): one more `[n_embd, n_tok]` block in the layer phase.
+EMBD_SKIP_ARCHS = frozenset({"talkie"})
+
+#: Architectures with a fused QKV projection and no rope (src/models/{gpt2,bloom,jais,mpt,starcoder}.cpp): Q, K
+#: and V are views of the projection's output, which therefore stays live through the attention.
+NO_ROPE_QKV_ARCHS = frozenset({"gpt2", "bloom", "jais", "mpt", "starcoder"})
 
 #: Architectures with DeepSeek-V3.2's lightning indexer graph (src/models/deepseek32.cpp and its copies).
 DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
@@ -327,11 +357,9 @@ class _DevicePlan:
     pp_extra: Affine
     op_offload_copy: int
     host_inputs: bool  # the host with no layers: graph inputs only
-    # The FFN of the device's last layer runs after the last use of the masks and V's indices: its first
-    # intermediate reuses their space (with the freed token-embedding rows next to it) when it fits there.
-    ffn_last: int = 0
-    ffn_last_first: int = 0
-    last_hole: Affine = Affine()
+    # (FFN, first intermediate, hole) of the layers that run after the last use of a mask and V's indices: the
+    # first intermediate reuses their space when it fits there.
+    ffn_holes: tuple[tuple[int, int, int, Affine], ...] = ()
     # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
     ik_groups: tuple[tuple[bool, int], ...] = ()
 
@@ -379,6 +407,12 @@ class ComputePlan:
             else 0
         )
         idx_q = 2 * F32 * n_tok * idx_heads * profile.indexer_head_size
+        if idx_q and profile.mla is not None:
+            # the indexer's queries come from the compressed query qr [q_lora_rank, n_tok], which stays live for
+            # the main query, next to the absorbed Q [n_embd_head_k, n_head, n_tok] (measured: both are live at
+            # the indexer's peak)
+            idx_q += F32 * n_tok * profile.mla.q_lora_rank
+            idx_q += F32 * n_tok * max((lp.n_head * lp.n_embd_head_k for lp in profile.layers), default=0)
 
         def masks(layers: list[int]) -> Affine:
             if not profile.has_memory:
@@ -414,6 +448,8 @@ class ComputePlan:
                         # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
                         q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
                     qkv = shapes.qkv_rows.get(il, 0)
+                    if qkv and not fa and profile.architecture in NO_ROPE_QKV_ARCHS:
+                        q = F32 * n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
                     if qkv:
                         # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
                         out.add(Affine(c=F32 * n_tok * qkv))
@@ -431,6 +467,10 @@ class ComputePlan:
                             ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
                         continue
                     a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
+                    if qkv and profile.architecture not in NO_ROPE_QKV_ARCHS:
+                        # the roped Q of a fused projection takes the attention norm's block (the norm has one
+                        # reader, freed before the QKV output is split): only what exceeds a block is added
+                        q = max(0, q - F32 * n_tok * profile.n_embd)
                     if inputs.ik_attention and profile.has_memory:
                         ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
                         continue
@@ -453,13 +493,16 @@ class ComputePlan:
         def mla_v(layers: list[int]) -> Affine:
             if fa or profile.mla is None or not _attn_layers(profile, layers)[0]:
                 return Affine()
-            return Affine(a_base=row_bytes(kv_type_id(inputs.cache_type_k), profile.mla.kv_lora_rank))
+            # the contiguous copy of V (the latent rows of every stream's cells)
+            row = row_bytes(kv_type_id(inputs.cache_type_k), profile.mla.kv_lora_rank)
+            return Affine(a_base=row * inputs.n_stream)
 
         def v_idxs(layers: list[int]) -> int:
-            if fa or not profile.has_memory:
-                return 0
+            if fa or not profile.has_memory or profile.mla is not None:
+                return 0  # MLA caches have no V: V is a view of the latent K rows
             base, swa = _attn_layers(profile, layers)
-            return I64 * n_tok * v_gqa_max if (base or swa) else 0
+            # one per cache (an iSWA model has two: the base and the SWA cache's)
+            return I64 * n_tok * v_gqa_max * ((1 if base else 0) + (1 if swa else 0))
 
         def small_inputs(layers: list[int]) -> int:
             base, swa = _attn_layers(profile, layers)
@@ -480,24 +523,42 @@ class ComputePlan:
                 out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
 
-        def split_last(
+        def ffn_holes(
             layers: list[int], flayers: list[int], m: Affine, vi: int
-        ) -> tuple[int, int, int, Affine]:
-            """(FFN of the other layers, FFN of the last layer, its first intermediate, the hole it can use)."""
+        ) -> tuple[int, tuple[tuple[int, int, int, Affine], ...]]:
+            """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
+            of those that can: a mask and V's indices are freed after the last layer that reads them, so that
+            layer's FFN can put its first intermediate in their space (with the device's input block, freed after
+            its first layer, next to them)."""
             base, swa = _attn_layers(profile, layers)
-            last = max(flayers, default=-1)
             if (
-                last < 0
-                or last != max(base + swa, default=-2)
-                or not (m.a_base or m.a_swa or m.c or vi)
+                not (m.a_base or m.a_swa or m.c or vi)
+                or not (base or swa)
                 or profile.architecture in PARALLEL_ATTN_FFN_ARCHS  # the attention output is still live
             ):
-                return _ffn_transient(profile, flayers, n_tok), 0, 0, Affine()
-            f, first = _ffn_layer(profile, last, n_tok)
-            rest = _ffn_transient(profile, [il for il in flayers if il != last], n_tok)
-            # the device's input block (embeddings or the handed-over hidden state) is freed after its first layer
-            freed_input = embd_block if min(layers) != last else 0
-            return rest, f, first, Affine(m.a_base, m.a_swa, m.c + vi + freed_input)
+                return _ffn_transient(profile, flayers, n_tok), ()
+            v_one = vi // ((1 if base else 0) + (1 if swa else 0))
+            rest: list[int] = []
+            holes: set[tuple[int, int, int, Affine]] = set()
+            big = len(profile.layers)
+            last_base = max(base, default=-1) if base else big
+            last_swa = max(swa, default=-1) if swa else big
+            for il in flayers:
+                # inputs freed by the end of this layer's attention (freed neighbours merge into one block)
+                freed_base, freed_swa = il >= last_base, il >= last_swa
+                if not (freed_base or freed_swa):
+                    rest.append(il)
+                    continue
+                f, first, held = _ffn_layer(profile, il, n_tok)
+                freed_input = embd_block if il != min(layers) else 0
+                hole = Affine(
+                    m.a_base if freed_base else 0,
+                    m.a_swa if freed_swa else 0,
+                    (m.c if freed_base else 0) + v_one * (int(freed_base) + int(freed_swa)) + freed_input,
+                )
+                holes.add((f, first, held, hole))
+            key = lambda h: (h[0], h[1], h[2], h[3].a_base, h[3].a_swa, h[3].c)  # noqa: E731
+            return _ffn_transient(profile, rest, n_tok), tuple(sorted(holes, key=key))
 
         offload_gpu0 = bool(
             n_gpu
@@ -515,6 +576,7 @@ class ComputePlan:
             ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
         op_copy = _largest_host_weight_group(profile, placement) if offload_gpu0 else 0
 
+        skip = 1 if profile.architecture in EMBD_SKIP_ARCHS else 0
         plans: list[_DevicePlan] = []
         for gi in range(n_gpu):
             layers = by_dev.get(gi, [])
@@ -528,7 +590,7 @@ class ComputePlan:
             pp = inputs.pipeline_parallel and (runs or has_out)
             m = masks(layers)
             vi = v_idxs(layers) if runs else 0
-            blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) if runs else 0
+            blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + skip if runs else 0
             out_blocks = RESIDUAL_BLOCKS if first else 1
             pp_extra = Affine()
             if pp:
@@ -545,7 +607,7 @@ class ComputePlan:
                 m, vi = Affine(), 0
                 blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
                 out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
-            ffn_rest, ffn_last, ffn_first, hole = split_last(layers, flayers, m, vi)
+            ffn_rest, holes = ffn_holes(layers, flayers, m, vi)
             plans.append(
                 _DevicePlan(
                     device=gi,
@@ -555,9 +617,7 @@ class ComputePlan:
                     blocks_label="layer input + residual",
                     blocks=blocks * embd_block if runs else 0,
                     ffn=ffn_rest,
-                    ffn_last=ffn_last,
-                    ffn_last_first=ffn_first,
-                    last_hole=hole,
+                    ffn_holes=holes,
                     ik_groups=ik_groups(layers) if inputs.ik_attention else (),
                     kq=kq(layers),
                     mla_v=mla_v(layers),
@@ -575,7 +635,7 @@ class ComputePlan:
         n_copies = PIPELINE_COPIES if inputs.pipeline_parallel and not runs else 1
         m = masks(trunk)
         if runs:
-            blocks = (RESIDUAL_BLOCKS if host_layers else HOST_INPUT_BLOCKS) * embd_block
+            blocks = ((RESIDUAL_BLOCKS + skip) if host_layers else HOST_INPUT_BLOCKS) * embd_block
             label = "embeddings + residual activations"
         else:
             # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
@@ -590,7 +650,7 @@ class ComputePlan:
         # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
         # last layer
         host_last = bool(trunk) and placement.layer_device[trunk[-1]] is None
-        ffn_rest, ffn_last, ffn_first, hole = split_last(
+        ffn_rest, holes = ffn_holes(
             host_layers,
             host_flayers,
             host_m if host_last else Affine(),
@@ -605,9 +665,7 @@ class ComputePlan:
                 blocks_label=label,
                 blocks=blocks,
                 ffn=ffn_rest,
-                ffn_last=ffn_last,
-                ffn_last_first=ffn_first,
-                last_hole=hole,
+                ffn_holes=holes,
                 ik_groups=ik_groups(host_layers) if inputs.ik_attention else (),
                 kq=kq(host_layers),
                 mla_v=mla_v(host_layers),
@@ -659,10 +717,17 @@ class ComputePlan:
         return np.stack(rows)
 
 
+def _reuse(first: int, held: int, room: int) -> int:
+    """What of the first intermediate and the held block fits into the freed inputs' space (the larger first)."""
+    if first + held <= room:
+        return first + held
+    if first <= room:
+        return first
+    return held if held <= room else 0
+
+
 def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
-    if not p.ffn_last:
-        return 0
-    return p.ffn_last - (p.ffn_last_first if p.ffn_last_first <= p.last_hole.at(nb, ns) else 0)
+    return max((f - _reuse(first, held, hole.at(nb, ns)) for f, first, held, hole in p.ffn_holes), default=0)
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
@@ -692,9 +757,14 @@ def _total_array(
     if ik is not None:
         att = np.maximum(att, ik)
     ffn = np.full_like(nb, p.ffn)
-    if p.ffn_last:
-        fits = p.ffn_last_first <= _aff(p.last_hole, nb, ns)
-        ffn = np.maximum(ffn, np.where(fits, p.ffn_last - p.ffn_last_first, p.ffn_last))
+    for f, first, held, hole in p.ffn_holes:
+        room = _aff(hole, nb, ns)
+        reuse = np.where(
+            first + held <= room,
+            first + held,
+            np.where(first <= room, first, np.where(held <= room, held, 0)),
+        )
+        ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
     if p.device is None:
         total = _aff(p.masks, nb, ns) + p.v_idxs + p.blocks + _aff(p.mla_v, nb, ns)

@@ -361,6 +361,7 @@ def compute_inputs(
         op_offload=settings.op_offload,
         n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
+        n_stream=ctx.n_stream,
         ik_attention=settings.engine is Engine.IK_LLAMA,
         ik_amb_mib=settings.attn_max_batch_mib,
         ik_mla_mode=engines.ik_effective_mla_mode(profile, settings.mla_mode),

@@ -725,9 +725,11 @@ def plan(
         if ok:
             chosen = last_tried
         elif not pins.all_weights_on_gpu:
-            # 2. MoE: experts of the first layers to the CPU, layer by layer.
+            # 2. MoE: experts of the first layers to the CPU, layer by layer. From 1: below the first MoE layer
+            # --n-cpu-moe moves no expert, but any tensor override turns off pipeline parallelism (llama_context),
+            # which makes the compute buffers of several GPUs smaller: less lost than moving experts.
             if is_moe and not ncmoe_pinned:
-                lo = moe_layers[0] + 1
+                lo = 1
                 hi = moe_layers[-1] + 1
                 found: dict[int, tuple[int, ...] | None] = {}
 
@@ -838,6 +840,12 @@ def plan(
         reasons.insert(0, f"context limited by {cf.binding_label} memory")
     if not has_gpu:
         notes.append("no GPU: everything runs on the CPU")
+    if has_gpu and is_moe and not ncmoe_pinned and 0 < ncmoe_c <= moe_layers[0]:
+        notes.append(
+            f"--n-cpu-moe {ncmoe_c} moves no expert tensor (the first MoE layer is {moe_layers[0]}) but, as any "
+            "tensor override, turns off pipeline parallelism: smaller compute buffers on the GPUs, slower prompt "
+            "processing"
+        )
     if pins.n_ctx is None and (placement.cpu_layers or placement.cpu_expert_layers) and has_gpu:
         notes.append(
             f"placement chosen to keep at least {need_ctx} tokens of context; a smaller context could keep more "

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fitplan.core.settings import KV_CACHE_TYPES, FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.engines import cache_types
+from fitplan.core.settings import Engine, FlashAttn, LaunchSettings, MmprojPlacement
 
 #: Bump when a field changes meaning; adding a field with a default does not need a bump.
 SCHEMA_VERSION = 1
@@ -26,6 +27,8 @@ SETTINGS_FILE = "settings.json"
 ENV_CONFIG_DIR = "FITPLAN_CONFIG_DIR"
 MAX_RECENT = 10
 SHELLS: tuple[str, ...] = ("sh", "powershell", "cmd")
+#: beellama.cpp's --kv-tail-type values ("" = its default: f16 for KVarN caches, bf16 for standard ones).
+KV_TAIL_TYPES: tuple[str, ...] = ("", "f16", "bf16", "f32")
 
 
 class SettingsFormatError(ValueError):
@@ -48,10 +51,24 @@ class ModelChoices:
     n_batch: int = 2048
     n_ubatch: int = 512
     margin_mib: int = 1024
+    engine: str = Engine.LLAMA_CPP.value
+    # ik_llama.cpp
+    mla_mode: int = 3  # -mla
+    attn_max_batch_mib: int = 0  # -amb, 0 = no cap
+    fused_moe: bool = True  # -fmoe
+    run_time_repack: bool = False  # -rtr
+    # beellama.cpp
+    kv_tail_tokens: int = 0  # --kv-tail-tokens
+    kv_tail_type: str = ""  # --kv-tail-type, "" = the engine's default
+    # ollama
+    ollama_auto_ctx: bool = False  # no num_ctx: ollama picks it from its VRAM tier
+    gpu_overhead_mib: int = 0  # OLLAMA_GPU_OVERHEAD
 
     def to_launch_settings(self, mmproj_path: str | None = None) -> LaunchSettings:
+        engine = Engine(self.engine)
+        ollama = engine is Engine.OLLAMA
         return LaunchSettings(
-            n_ctx=self.n_ctx,
+            n_ctx=0 if ollama and self.ollama_auto_ctx else self.n_ctx,
             n_parallel=self.n_parallel,
             kv_unified=self.kv_unified,
             cache_type_k=self.cache_type_k,
@@ -64,6 +81,14 @@ class ModelChoices:
             mmproj_path=None if self.mmproj == MmprojPlacement.NONE.value else mmproj_path,
             mmproj=MmprojPlacement(self.mmproj),
             fit=False,
+            engine=engine,
+            mla_mode=self.mla_mode,
+            attn_max_batch_mib=self.attn_max_batch_mib,
+            fused_moe=self.fused_moe,
+            run_time_repack=self.run_time_repack,
+            kv_tail_tokens=self.kv_tail_tokens,
+            kv_tail_type=self.kv_tail_type,
+            gpu_overhead_bytes=self.gpu_overhead_mib << 20 if ollama else 0,
         )
 
 
@@ -150,13 +175,19 @@ def _choices_from(raw: object, key: str) -> ModelChoices:
         if name in obj:
             kwargs[name] = _expect(obj[name], type(getattr(defaults, name)), f"{key}.{name}")
     choices = ModelChoices(**kwargs)
-    if choices.cache_type_k not in KV_CACHE_TYPES or choices.cache_type_v not in KV_CACHE_TYPES:
-        raise SettingsFormatError(f"{key}: unknown KV cache type")
     try:
         FlashAttn(choices.flash_attn)
         MmprojPlacement(choices.mmproj)
+        engine = Engine(choices.engine)
     except ValueError as exc:
         raise SettingsFormatError(f"{key}: {exc}") from exc
+    allowed = cache_types(engine)
+    if choices.cache_type_k not in allowed or choices.cache_type_v not in allowed:
+        raise SettingsFormatError(f"{key}: unknown KV cache type for {engine.value}")
+    if choices.mla_mode not in (0, 1, 2, 3):
+        raise SettingsFormatError(f"{key}: -mla must be 0-3, got {choices.mla_mode}")
+    if choices.kv_tail_type not in KV_TAIL_TYPES:
+        raise SettingsFormatError(f"{key}: unknown KV tail type {choices.kv_tail_type!r}")
     return choices
 
 

@@ -6,10 +6,12 @@ estimator, planner, curve, hardware probes) are imported on first use, in that t
 
 from __future__ import annotations
 
-import os
+import re
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,11 +19,15 @@ from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.errors import FitplanError, GGUFError, IncompleteModelError, SettingsError
 from fitplan.core.estimate import Estimate, TermKind
 from fitplan.core.gguf_header import GGUFHeader, ModelFiles
+from fitplan.core.library.model import HEADER_ONLY_KEY, LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.profile import LayerKind, ModelProfile
-from fitplan.core.settings import NGL_AUTO, FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.settings import NGL_AUTO, Engine, FlashAttn, LaunchSettings, MmprojPlacement
 
-#: Metadata key of the header-only example models (tools/make_examples.py): no tensor data follows the header.
-HEADER_ONLY_KEY = "fitplan.header_only"
+if TYPE_CHECKING:
+    from fitplan.core.library.scanner import LibraryScanner
+
+#: The model the window opens when the user has none: a header-only example (resources/examples).
+EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 
 #: Contexts the chart samples (log-spaced, multiples of 256).
 CURVE_POINTS = 72
@@ -95,6 +101,20 @@ class PlanOutcome:
     curve: CurveData | None = None
     plan_settings: LaunchSettings | None = None  # the settings the command line launches (after offload)
     notes: tuple[str, ...] = field(default=())
+    ollama: OllamaSetup | None = None  # engine ollama: its environment and Modelfile instead of a command line
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaSetup:
+    """What makes ollama run the plan: `ollama serve` with `environment`, a model created from `modelfile`."""
+
+    environment: tuple[tuple[str, str], ...]
+    modelfile: str
+    create_argv: tuple[str, ...]
+
+
+def is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
 
 
 def fmt_gib(n: int | float) -> str:
@@ -128,12 +148,30 @@ def layer_makeup(profile: ModelProfile) -> str:
     return f"{len(profile.layers)} layers: " + ", ".join(parts) + tail
 
 
-class Backend:
-    """Blocking operations behind one interface; tests pass fakes for the probe and the clock-free parts."""
+def examples_dir() -> Path | None:
+    """The bundled header-only example models (package data, or a source checkout's resources/examples)."""
+    from fitplan import bundled
 
-    def __init__(self, probe: Callable[[], Detection] | None = None) -> None:
+    candidates = [bundled.examples_dir(), Path(__file__).resolve().parents[3] / "resources" / "examples"]
+    for candidate in candidates:
+        if (candidate / EXAMPLE_MODEL).is_file():
+            return candidate
+    return None
+
+
+class Backend:
+    """Blocking operations behind one interface; tests pass fakes for the probe and the library's default places."""
+
+    def __init__(
+        self,
+        probe: Callable[[], Detection] | None = None,
+        library_places: Callable[[], tuple[LibraryRoot, ...]] | None = None,
+    ) -> None:
         self._probe = probe or self._probe_system
+        self._library_places = library_places
         self._curve_cache: tuple[object, CurveData] | None = None  # used by the estimator thread only
+        self._scanner: LibraryScanner | None = None
+        self._scan_lock = threading.Lock()  # one scan at a time: they share the scanner's on-disk index
 
     # -- models --------------------------------------------------------------------------------------------------
     def load(self, source: str) -> LoadedModel:
@@ -194,21 +232,31 @@ class Backend:
 
         return build_profile(files)
 
-    def scan(self, folder: str, cancelled: Callable[[], bool]) -> Iterator[LoadedModel | GGUFError]:
-        """Every model under `folder` (projectors and later shards skipped), errors as items, stops on cancel."""
-        for root, _dirs, names in os.walk(folder):
-            for name in sorted(names):
-                if cancelled():
-                    return
-                low = name.lower()
-                if not low.endswith(".gguf") or "mmproj" in low or ("-of-" in low and "-00001-of-" not in low):
-                    continue
-                try:
-                    yield self.load(os.path.join(root, name))
-                except GGUFError as exc:
-                    yield exc
-                except FitplanError as exc:
-                    yield GGUFError(str(exc), None, os.path.join(root, name))
+    # -- library ------------------------------------------------------------------------------------------------
+    def library_roots(self, folders: tuple[str, ...]) -> tuple[LibraryRoot, ...]:
+        """The bundled examples, the user's folders, then the usual download places (Hugging Face, llama.cpp,
+        LM Studio, ollama; absent ones are skipped by the scan)."""
+        from fitplan.core.library import dedupe_roots, default_roots
+
+        roots: list[LibraryRoot] = []
+        examples = examples_dir()
+        if examples is not None:
+            roots.append(LibraryRoot(str(examples), RootKind.EXAMPLES))
+        roots += [LibraryRoot(str(Path(f).expanduser()), RootKind.FOLDER) for f in folders]
+        roots += (self._library_places or default_roots)()
+        return dedupe_roots(roots)
+
+    def scan_library(
+        self, roots: tuple[LibraryRoot, ...], cancel: threading.Event
+    ) -> Iterator[LibraryModel | SkippedFile]:
+        """Models (split sets as one, projectors attached) and skipped files as each folder is done; unchanged
+        files are answered from the scan index without reading their header. Stops soon after `cancel` is set."""
+        from fitplan.core.library import JsonScanIndex, LibraryScanner, default_index_path
+
+        with self._scan_lock:
+            if self._scanner is None:
+                self._scanner = LibraryScanner(index=JsonScanIndex(default_index_path()))
+            yield from self._scanner.iter_scan(roots, cancel)
 
     # -- hardware ------------------------------------------------------------------------------------------------
     def detect(self) -> Detection:
@@ -240,6 +288,8 @@ class Backend:
     # -- estimates -----------------------------------------------------------------------------------------------
     @staticmethod
     def _check_settings(settings: LaunchSettings) -> None:
+        if settings.engine is Engine.IK_LLAMA:
+            return  # ik_llama.cpp's MLA latent cache takes a quantized V without FA: the estimator decides
         if settings.cache_type_v not in ("f16", "f32", "bf16") and settings.flash_attn is FlashAttn.OFF:
             raise SettingsError(
                 f"A quantized V cache ({settings.cache_type_v}) needs flash attention; llama.cpp refuses it with "
@@ -291,6 +341,16 @@ class Backend:
 
         model, settings, machine = request.model, request.settings, request.machine
         self._check_settings(settings)
+        notes: list[str] = []
+        export_settings = settings
+        if settings.engine is Engine.OLLAMA and settings.n_ctx <= 0:
+            # ollama picks num_ctx from the VRAM of the GPUs: plan at that context, export without pinning it.
+            from fitplan.core import engines
+
+            vram = sum(d.total_bytes for d in machine.gpus)
+            resolved = engines.ollama_resolve(model.profile, settings, vram, len(machine.gpus))
+            settings = resolved.settings
+            notes.append(resolved.note + ".")
         margin = planner.MarginPolicy(gpu_margin_bytes=request.margin_bytes)
         mmproj = self._mmproj_for(model, settings)
         pins = planner.Pins(
@@ -337,8 +397,12 @@ class Backend:
             verdict = replace(verdict, text=f"{verdict.text} {more}")
         curve = self.curve(model, plan_settings, machine) if request.with_curve else None
         args = self.command_args(model, plan_settings)
+        ollama = None
+        if settings.engine is Engine.OLLAMA:
+            auto = export_settings.n_ctx <= 0
+            ollama = self.ollama_setup(model, replace(plan_settings, n_ctx=0) if auto else plan_settings)
         return PlanOutcome(
-            request.request_id, est, verdict, max_ctx, args, curve, plan_settings, tuple(plan.notes)
+            request.request_id, est, verdict, max_ctx, args, curve, plan_settings, (*notes, *plan.notes), ollama
         )
 
     def fit_level(self, request: PlanRequest) -> str:
@@ -348,15 +412,54 @@ class Backend:
     # -- command -------------------------------------------------------------------------------------------------
     @staticmethod
     def command_args(model: LoadedModel, settings: LaunchSettings) -> tuple[str, ...]:
+        """The llama-server argv; a model given by URL is passed as `-mu URL` (llama-server downloads it), since
+        `-m` takes a local path only."""
         from fitplan.core.command import plan_to_args
 
-        return plan_to_args(settings, model.source)
+        args = list(plan_to_args(settings, model.source))
+        if is_url(model.source):
+            for i in range(len(args) - 1):
+                if args[i] == "-m" and args[i + 1] == model.source:
+                    args[i] = "-mu"
+                    break
+        return tuple(args)
+
+    @staticmethod
+    def ollama_setup(model: LoadedModel, settings: LaunchSettings) -> OllamaSetup:
+        from fitplan.core.command import ollama_export
+
+        export = ollama_export(settings, model.source)
+        return OllamaSetup(export.environment, export.modelfile, export.create_argv())
 
     @staticmethod
     def render_command(args: tuple[str, ...], shell: str) -> str:
         from fitplan.core.shell import join
 
         return join(list(args), shell, multiline=True)
+
+    @staticmethod
+    def render_ollama(setup: OllamaSetup, shell: str) -> str:
+        """The environment of the ollama server as the shell sets it, a command that writes the Modelfile, and the
+        commands that create and run the model."""
+        from fitplan.core.command import env_lines
+        from fitplan.core.shell import join
+
+        remark = "REM" if shell == "cmd" else "#"
+        lines = [f"{remark} Environment of the ollama server (set before ollama serve, or in its service):"]
+        env = env_lines(setup.environment, shell)
+        lines.append(env if env else f"{remark}   (none needed: ollama's defaults)")
+        lines.append(f"{remark} Modelfile:")
+        body = setup.modelfile.rstrip("\n").splitlines()
+        if shell == "sh":
+            lines += ["cat > Modelfile <<'EOF'", *body, "EOF"]
+        elif shell == "powershell":
+            lines += ["@'", *body, "'@ | Set-Content Modelfile"]
+        else:
+            escaped = [re.sub(r"([&|<>^%])", r"^\1", line) for line in body]
+            lines += [f"{'>' if i == 0 else '>>'} Modelfile echo {line}" for i, line in enumerate(escaped)]
+        lines.append(join(list(setup.create_argv), shell))
+        lines.append(join(["ollama", "run", setup.create_argv[2]], shell))
+        return "\n".join(lines)
 
     @staticmethod
     def llama_server_in(bin_dir: str) -> str | None:

@@ -16,15 +16,19 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QStatusBar
 
 from fitplan.core.devices import MIB
-from fitplan.core.errors import FitplanError, GGUFError
+from fitplan.core.errors import FitplanError
+from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
+from fitplan.core.settings import Engine
 from fitplan.core.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.gui.backend import (
+    EXAMPLE_MODEL,
     Backend,
     Detection,
     LoadedModel,
     PlanOutcome,
     PlanRequest,
     VerdictLevel,
+    examples_dir,
     fmt_ctx,
 )
 from fitplan.gui.panels.banner import MessageBanner
@@ -42,23 +46,6 @@ DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
 BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 DEFAULT_CONTEXT = 32768
-EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
-
-
-def examples_dir() -> Path | None:
-    """The bundled header-only example models (package data, or a source checkout's resources/examples)."""
-    here = Path(__file__).resolve()
-    candidates = [here.parents[3] / "resources" / "examples"]
-    try:
-        from fitplan import bundled
-    except ImportError:
-        pass
-    else:
-        candidates.insert(0, bundled.examples_dir())
-    for candidate in candidates:
-        if (candidate / EXAMPLE_MODEL).is_file():
-            return candidate
-    return None
 
 
 def most_overfull(outcome: PlanOutcome) -> int:
@@ -104,7 +91,8 @@ class Planner(QObject):
         self.estimator = Estimator(backend, self)
         self.jobs = Jobs(parent=self)
         self._scan_errors: list[str] = []
-        self.library: dict[str, LoadedModel] = {}  # every model in the list, by path or URL
+        self._scans_done = 0
+        self.library: dict[str, LoadedModel | LibraryModel] = {}  # every model in the list, by path or URL
         self._badge_generation = 0
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
@@ -131,14 +119,14 @@ class Planner(QObject):
 
         p.models.set_recent(user.recent_files)
         p.command.set_shell(user.shell)
-        p.command.set_verify_available(backend.llama_server_in(user.llama_bin_dir) is not None)
+        self._llama_server = backend.llama_server_in(user.llama_bin_dir)
+        p.command.set_verify_available(self._llama_server is not None)
 
     # -- start ---------------------------------------------------------------------------------------------------
     def start(self, initial: str | None = None) -> None:
         self.p.status.showMessage("Detecting GPUs…")
         self.jobs.start("GPU detection", lambda _progress: self.backend.detect(), self._detected)
-        for folder in self.user.folders:
-            self.add_folder(folder, remember=False)
+        self.scan_library(self.backend.library_roots(self.user.folders), announce=False)
         first = initial or self.user.last_model
         if not first or (not first.startswith(("http://", "https://")) and not Path(first).is_file()):
             ex = examples_dir()
@@ -172,7 +160,7 @@ class Planner(QObject):
         p.summary.set_model(model)
         choices = self.user.model_choices.get(model.source)
         if choices is None:
-            choices = ModelChoices(n_ctx=min(DEFAULT_CONTEXT, max(256, model.profile.n_ctx_train)))
+            choices = self.default_choices(model)
         p.settings.set_model(model.profile, model.mmproj is not None, choices)
         p.chart.set_context(choices.n_ctx)
         self.user = self.user.with_recent(model.source)
@@ -188,32 +176,42 @@ class Planner(QObject):
     def add_folder(self, folder: str, remember: bool = True) -> None:
         if remember and folder not in self.user.folders:
             self.user = replace(self.user, folders=(*self.user.folders, folder))
+        self.scan_library((LibraryRoot(folder, RootKind.FOLDER),), announce=True)
+
+    def scan_library(self, roots: tuple[LibraryRoot, ...], announce: bool) -> None:
+        """Scan `roots` off the GUI thread; each model joins the list as its folder is done. `announce`: the user
+        asked for this scan, so files that could not be used are reported in the banner (else in the status bar)."""
         flag = self.jobs.cancel_flag()
-        self._scan_errors = []
+        errors: list[str] = []
+        label = roots[0].path if len(roots) == 1 else "the model library"
 
         def scan(progress: Any) -> int:
             n = 0
-            for item in self.backend.scan(folder, flag.is_set):
+            for item in self.backend.scan_library(roots, flag):
                 progress(item)
-                n += 1
+                n += isinstance(item, LibraryModel)
             return n
 
-        self.p.status.showMessage(f"Scanning {folder}…")
-        self.jobs.start(f"Scanning {folder}", scan, lambda n: self._scan_done(folder, n), self._scanned)
+        def scanned(item: LibraryModel | SkippedFile) -> None:
+            if isinstance(item, LibraryModel):
+                if item.path not in self.library:
+                    self.library[item.path] = item
+                self.p.models.add_entry(item)
+            else:
+                errors.append(f"{item.path}: {item.reason}")
 
-    def _scanned(self, item: LoadedModel | GGUFError) -> None:
-        if isinstance(item, LoadedModel):
-            self.library.setdefault(item.source, item)
-            self.p.models.add_model(item)
-        else:
-            self._scan_errors.append(str(item))
+        self.p.status.showMessage(f"Scanning {label}…")
+        self.jobs.start(f"Scanning {label}", scan, lambda n: self._scan_done(label, n, errors, announce), scanned)
 
-    def _scan_done(self, folder: str, n: int) -> None:
-        self.p.status.showMessage(f"Scanned {folder}: {n} file(s)", 5000)
+    def _scan_done(self, label: str, n: int, errors: list[str], announce: bool) -> None:
+        self._scan_errors = errors
+        self._scans_done += 1
+        skipped = f", {len(errors)} file(s) skipped" if errors else ""
+        self.p.status.showMessage(f"Scanned {label}: {n} model(s){skipped}", 5000)
         self.refresh_badges()
-        if self._scan_errors:
-            more = f" (and {len(self._scan_errors) - 1} more)" if len(self._scan_errors) > 1 else ""
-            self.p.banner.show_message("warning", f"Some files could not be read: {self._scan_errors[0]}{more}")
+        if errors and announce:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            self.p.banner.show_message("warning", f"Some files could not be used: {errors[0]}{more}")
 
     # -- hardware ------------------------------------------------------------------------------------------------
     def _detected(self, detection: Detection) -> None:
@@ -230,6 +228,8 @@ class Planner(QObject):
             )
         self.hardware_ready.emit()
         self.request_estimate()
+        if self._scans_done:
+            self.refresh_badges()  # the scan ended first: its models wait for the hardware
 
     def _devices_changed(self) -> None:
         hw = self.p.hardware
@@ -267,33 +267,44 @@ class Planner(QObject):
             self.estimator.submit(request)
 
     def refresh_badges(self) -> None:
-        """Estimate, off the GUI thread, whether each library model fits the planned devices (its saved settings)."""
+        """Estimate, off the GUI thread, whether each library model fits the planned devices (its saved settings).
+        Models the scan found but nobody opened yet have their header read first."""
         machine = self.p.hardware.machine()
         if machine is None or not self.library:
             return
         self._badge_generation += 1
         generation = self._badge_generation
-        jobs = []
-        for source, model in self.library.items():
-            choices = self.user.model_choices.get(source) or ModelChoices(
-                n_ctx=min(DEFAULT_CONTEXT, max(256, model.profile.n_ctx_train))
-            )
-            mm = model.mmproj.path if model.mmproj is not None else None
-            jobs.append(PlanRequest(0, model, choices.to_launch_settings(mm), machine, choices.margin_mib * MIB,
-                                    with_curve=False))
+        entries = list(self.library.items())
+        choices = {source: self.user.model_choices.get(source) for source, _ in entries}
+        margin = {source: (c or ModelChoices()).margin_mib * MIB for source, c in choices.items()}
 
-        def work(_progress: Any) -> dict[str, str]:
-            levels = {}
-            for request in jobs:
+        def work(_progress: Any) -> tuple[dict[str, str], dict[str, LoadedModel]]:
+            levels: dict[str, str] = {}
+            loaded: dict[str, LoadedModel] = {}
+            for source, entry in entries:
                 try:
-                    levels[request.model.source] = self.backend.fit_level(request)
+                    model = entry if isinstance(entry, LoadedModel) else self.backend.load(source)
+                    if not isinstance(entry, LoadedModel):
+                        loaded[source] = model
+                    c = choices[source] or self.default_choices(model)
+                    mm = model.mmproj.path if model.mmproj is not None else None
+                    request = PlanRequest(0, model, c.to_launch_settings(mm), machine, margin[source],
+                                          with_curve=False)
+                    levels[source] = self.backend.fit_level(request)
                 except FitplanError:
-                    levels[request.model.source] = ""
-            return levels
+                    levels[source] = ""
+            return levels, loaded
 
-        self.jobs.start("Fit badges", work, lambda levels: self._badges(generation, levels))
+        self.jobs.start("Fit badges", work, lambda result: self._badges(generation, *result))
 
-    def _badges(self, generation: int, levels: dict[str, str]) -> None:
+    @staticmethod
+    def default_choices(model: LoadedModel) -> ModelChoices:
+        return ModelChoices(n_ctx=min(DEFAULT_CONTEXT, max(256, model.profile.n_ctx_train)))
+
+    def _badges(self, generation: int, levels: dict[str, str], loaded: dict[str, LoadedModel]) -> None:
+        for source, model in loaded.items():
+            if not isinstance(self.library.get(source), LoadedModel):
+                self.library[source] = model
         if generation != self._badge_generation:
             return  # the hardware changed since: a newer refresh is on its way
         for source, level in levels.items():
@@ -311,7 +322,7 @@ class Planner(QObject):
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
         p.verdict.setToolTip("Assumptions behind this estimate:\n• " + "\n• ".join(outcome.estimate.assumptions)
                              if outcome.estimate.assumptions else "")
-        p.command.set_command(self.backend.render_command(outcome.args, p.command.current_shell()))
+        self._show_command(outcome, p.command.current_shell())
         if self.model is not None:
             p.models.set_fit(self.model.source, outcome.verdict.level)
         if outcome.estimate.warnings:
@@ -330,7 +341,22 @@ class Planner(QObject):
     def _shell_changed(self, shell: str) -> None:
         self.user = replace(self.user, shell=shell)
         if self.outcome is not None:
-            self.p.command.set_command(self.backend.render_command(self.outcome.args, shell))
+            self._show_command(self.outcome, shell)
+
+    def _show_command(self, outcome: PlanOutcome, shell: str) -> None:
+        """The llama-server line, or for ollama its environment, Modelfile and create command."""
+        engine = outcome.plan_settings.engine if outcome.plan_settings is not None else Engine.LLAMA_CPP
+        try:
+            if outcome.ollama is not None:
+                text = self.backend.render_ollama(outcome.ollama, shell)
+            else:
+                text = self.backend.render_command(outcome.args, shell)
+        except FitplanError as exc:
+            text = ""
+            self.p.banner.show_message("warning", f"The command cannot be written for this shell: {exc}")
+        self.p.command.set_command(text, engine)
+        # llama-fit-params verifies mainline llama.cpp's allocation only.
+        self.p.command.set_verify_available(self._llama_server is not None and engine is Engine.LLAMA_CPP)
 
     def copy_command(self) -> None:
         self.p.command.copy()
@@ -338,7 +364,8 @@ class Planner(QObject):
 
     def set_llama_bin_dir(self, folder: str) -> None:
         self.user = replace(self.user, llama_bin_dir=folder)
-        found = self.backend.llama_server_in(folder) is not None
+        self._llama_server = self.backend.llama_server_in(folder)
+        found = self._llama_server is not None
         self.p.command.set_verify_available(found)
         if not found:
             self.p.banner.show_message("warning", f"No llama-server in {folder}; verification stays off.")

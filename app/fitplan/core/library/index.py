@@ -16,7 +16,7 @@ from typing import Protocol
 
 from fitplan.core.library.model import FileSummary
 
-INDEX_SCHEMA = 1
+INDEX_SCHEMA = 2  # 2: header-only files are models (schema 1 cached them as incomplete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +132,10 @@ class JsonScanIndex(MemoryScanIndex):
 
 
 def default_index_path() -> Path:
+    """`$FITPLAN_CACHE_DIR/scan-index.json` when set, else in the user's cache folder."""
+    env = os.environ.get("FITPLAN_CACHE_DIR")
+    if env:
+        return Path(env) / "scan-index.json"
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("fitplan", appauthor=False)) / "scan-index.json"

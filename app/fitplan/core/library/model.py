@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+#: Metadata key of a header-only GGUF file (a bool): the file ends where its tensor data would start, on purpose
+#: (fitplan's bundled examples, tools/make_examples.py). Such a file is complete, not an interrupted download.
+HEADER_ONLY_KEY = "fitplan.header_only"
+
 
 class RootKind(StrEnum):
     HUGGINGFACE = "huggingface"  # a Hugging Face hub cache (models--org--repo/snapshots/REV/...)
@@ -12,6 +16,7 @@ class RootKind(StrEnum):
     LMSTUDIO = "lmstudio"
     OLLAMA = "ollama"  # an ollama store: manifests/ + blobs/
     FOLDER = "folder"  # a folder the user added
+    EXAMPLES = "examples"  # the header-only example models bundled with fitplan
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,7 @@ class FileSummary:
     expected_size: int  # bytes the header declares (data offset + tensor data)
     is_mmproj: bool
     header_bytes: int  # bytes read to parse the header
+    header_only: bool = False  # HEADER_ONLY_KEY is set: complete without its tensor data
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -49,6 +55,7 @@ class FileSummary:
             "expected_size": self.expected_size,
             "is_mmproj": self.is_mmproj,
             "header_bytes": self.header_bytes,
+            "header_only": self.header_only,
         }
 
     @classmethod
@@ -77,6 +84,7 @@ class FileSummary:
             expected_size=i("expected_size"),
             is_mmproj=d["is_mmproj"] is True,
             header_bytes=i("header_bytes"),
+            header_only=d.get("header_only") is True,
         )
 
 
@@ -95,6 +103,8 @@ class LibraryModel:
     n_layer: int
     mmproj_path: str | None = None
     aliases: tuple[str, ...] = ()  # other names of the same file (ollama tags sharing a blob)
+    expected_size: int = 0  # bytes the headers declare, all shards (a header-only file is smaller on disk)
+    header_only: bool = False  # a header-only file (HEADER_ONLY_KEY): its size is the declared one
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@
 * Partial downloads are skipped with the reason: names ending in .part/.incomplete/.downloading/
   .downloadInProgress/.crdownload/.tmp, ollama's `-partial` blobs, hub blobs `HASH.incomplete` that start with
   the GGUF magic, hub links to blobs not there yet, and files shorter than their header declares
-  (IncompleteModelError).
+  (IncompleteModelError), unless the header says it is header-only on purpose (`fitplan.header_only = true`,
+  fitplan's bundled examples): such a file is a model whose size is the declared one.
 * Each file's summary is kept in a `ScanIndex` (keyed by device:inode, valid while size and mtime are unchanged),
   so rescanning an unchanged library reads no header.
 * `iter_scan` yields each model or skipped file as soon as its folder is done, calls `on_progress` after every
@@ -35,6 +36,7 @@ from fitplan.core.gguf_header import GGUFHeader
 from fitplan.core.gguf_reader import mmproj_match_key, name_tokens
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
 from fitplan.core.library.model import (
+    HEADER_ONLY_KEY,
     FileSummary,
     LibraryModel,
     LibraryRoot,
@@ -88,7 +90,7 @@ def file_type_name(header: GGUFHeader) -> str:
         return f"type {top}"
 
 
-def summarise_header(header: GGUFHeader) -> FileSummary:
+def summarise_header(header: GGUFHeader, header_only: bool = False) -> FileSummary:
     arch = header.architecture
     n_params = 0
     for t in header.tensors:
@@ -109,6 +111,7 @@ def summarise_header(header: GGUFHeader) -> FileSummary:
         expected_size=header.expected_file_size,
         is_mmproj=arch == "clip",
         header_bytes=header.header_bytes_read,
+        header_only=header_only,
     )
 
 
@@ -318,7 +321,7 @@ class LibraryScanner:
             state.progress(path)
             if isinstance(result, str):
                 out.append(SkippedFile(path, result))
-            elif st.st_size < result.expected_size:
+            elif st.st_size < result.expected_size and not result.header_only:
                 out.append(SkippedFile(path, _incomplete_reason(st.st_size, result.expected_size)))
             else:
                 out.append(_Found(path, st, result))
@@ -335,6 +338,12 @@ class LibraryScanner:
         try:
             header = self._reader(path)
         except IncompleteModelError as exc:
+            short = exc.header
+            if short is not None and short.metadata.get(HEADER_ONLY_KEY) is True:
+                state.counters.header_bytes += short.header_bytes_read
+                summary = summarise_header(short, header_only=True)
+                self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, summary, "", path))
+                return summary
             reason = _incomplete_reason(exc.actual_size, exc.expected_size)
             self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path))
             return reason
@@ -407,6 +416,8 @@ class LibraryScanner:
             n_layer=s.n_layer,
             mmproj_path=mmproj,
             aliases=aliases,
+            expected_size=sum(f.summary.expected_size for f in shards),
+            header_only=any(f.summary.header_only for f in shards),
         )
 
     # -- ollama ---------------------------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""Command: the llama-server line for the current plan, per shell, with a copy button."""
+"""Command: the launch command for the current plan, per shell, with a copy button.
+
+llama.cpp, ik_llama.cpp and beellama.cpp get their llama-server line (each in its own flag spelling); ollama gets the
+environment of its server, a Modelfile and the `ollama create` command.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fitplan.core.settings import Engine
 from fitplan.core.user_settings import SHELLS
 
 SHELL_LABELS = {"sh": "bash / zsh", "powershell": "PowerShell", "cmd": "cmd.exe"}
@@ -65,9 +70,16 @@ class CommandPanel(QWidget):
         if i >= 0:
             self.shell.setCurrentIndex(i)
 
-    def set_command(self, text: str) -> None:
+    def set_command(self, text: str, engine: Engine = Engine.LLAMA_CPP) -> None:
         self.text.setPlainText(text)
         self.copied.setText("")
+        if engine is Engine.OLLAMA:
+            self.text.setToolTip(
+                "ollama: the server's environment variables (OLLAMA_*), the Modelfile (PARAMETER num_ctx, num_gpu) "
+                "and the commands that create and run the model with them"
+            )
+        else:
+            self.text.setToolTip(f"The llama-server command line ({engine.value}) that launches this plan")
 
     def set_verify_available(self, available: bool) -> None:
         self.verify_button.setVisible(available)

@@ -1,4 +1,8 @@
-"""Models panel: the library list (name, architecture, quant, size, params, fit), a filter, and ways to open more."""
+"""Models panel: the library list (name, architecture, quant, size, params, fit), a filter, and ways to open more.
+
+The list holds the bundled header-only examples (marked "example"), the models of the user's folders and of the
+usual download places (found by `fitplan.core.library`), and every model opened by path or URL.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QAction, QResizeEvent
+from PySide6.QtGui import QAction, QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -28,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fitplan.core.library.model import LibraryModel, RootKind
 from fitplan.gui.backend import LoadedModel, VerdictLevel
 
 NAME_MIN_WIDTH = 120
@@ -53,11 +58,26 @@ class ModelRow:
     size: int
     params: int
     fit: str = ""  # a VerdictLevel, "" when not estimated yet
+    example: bool = False  # a bundled header-only example
+    projector: bool = False  # a vision projector goes with it
 
     @staticmethod
     def of(model: LoadedModel) -> ModelRow:
         p = model.profile
-        return ModelRow(model.source, p.name, p.architecture, p.file_type, max(p.file_size, p.weight_bytes), p.n_params)
+        return ModelRow(model.source, p.name, p.architecture, p.file_type, max(p.file_size, p.weight_bytes), p.n_params,
+                        projector=model.mmproj is not None)
+
+    @staticmethod
+    def of_entry(entry: LibraryModel) -> ModelRow:
+        size = entry.expected_size if entry.header_only else entry.file_size
+        return ModelRow(entry.path, entry.name or entry.display_name, entry.architecture, entry.file_type, size,
+                        entry.n_params, example=entry.root_kind is RootKind.EXAMPLES,
+                        projector=entry.mmproj_path is not None)
+
+    @property
+    def label(self) -> str:
+        """The name as the list shows it: "+ projector" for a vision pair, "(example)" for a bundled example."""
+        return self.name + (" + projector" if self.projector else "") + (" (example)" if self.example else "")
 
 
 class ModelTableModel(QAbstractTableModel):
@@ -87,16 +107,22 @@ class ModelTableModel(QAbstractTableModel):
         if role == PATH_ROLE:
             return row.path
         if role == Qt.ItemDataRole.ToolTipRole:
-            return (f"{row.name}\n{row.arch}, {row.params / 1e9:.1f}B parameters, {row.quant}\n{row.path}\n"
-                    f"{FIT_WORDS.get(row.fit, '')}")
+            extra = "\nHeader-only example bundled with fitplan (no weights, real memory figures)" if row.example else ""
+            pair = "\nwith its vision projector (mmproj)" if row.projector else ""
+            return (f"{row.name}\n{row.arch}, {row.params / 1e9:.1f}B parameters, {row.quant}{pair}\n{row.path}\n"
+                    f"{FIT_WORDS.get(row.fit, '')}{extra}")
+        if role == Qt.ItemDataRole.FontRole and row.example and col == 0:
+            font = QFont()
+            font.setItalic(True)
+            return font
         if role == SORT_ROLE:
-            return (row.name.lower(), row.arch, row.quant, row.size, row.params, row.fit)[col]
+            return (row.label.lower(), row.arch, row.quant, row.size, row.params, row.fit)[col]
         if role == Qt.ItemDataRole.DisplayRole:
             if col == 3:
                 return f"{row.size / (1 << 30):.1f} GiB"
             if col == 4:
                 return f"{row.params / 1e9:.1f}B"
-            return (row.name, row.arch, row.quant, "", "", FIT_BADGES.get(row.fit, ""))[col]
+            return (row.label, row.arch, row.quant, "", "", FIT_BADGES.get(row.fit, ""))[col]
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (3, 4, 5):
             return self.ALIGN_RIGHT
         return None
@@ -104,7 +130,9 @@ class ModelTableModel(QAbstractTableModel):
     def add(self, row: ModelRow) -> None:
         for i, existing in enumerate(self._rows):
             if existing.path == row.path:
-                self._rows[i] = row
+                # what the scan knew (an example, its projector) and the last fit badge stay
+                self._rows[i] = replace(row, example=existing.example or row.example,
+                                        projector=existing.projector or row.projector, fit=row.fit or existing.fit)
                 self.dataChanged.emit(self.index(i, 0), self.index(i, len(self.HEADERS) - 1))
                 return
         self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows))
@@ -192,6 +220,9 @@ class ModelsPanel(QWidget):
 
     def add_model(self, model: LoadedModel) -> None:
         self.model.add(ModelRow.of(model))
+
+    def add_entry(self, entry: LibraryModel) -> None:
+        self.model.add(ModelRow.of_entry(entry))
 
     def set_fit(self, path: str, level: str) -> None:
         self.model.set_fit(path, level)
