@@ -88,10 +88,14 @@ def test_ik_deepseek_r1_q8_0_mla2(ctx, expected_mib):
 
 def test_ik_mla_without_fa_uses_ctv_for_modes_2_and_3():
     p = deepseek(27)
-    mode2 = ik_kv_cache(p, 1024, mla_mode=2, flash_attn=False, type_k="f16", type_v="q8_0")
-    assert len(mode2) == 1 and mode2[0].bytes == 27 * 1024 * 612
-    mode1 = ik_kv_cache(p, 1024, mla_mode=1, flash_attn=False, type_k="f16", type_v="q8_0")
-    assert mode1[0].bytes == 27 * 1024 * 576 * 2 and mode1[1].bytes == 27 * 1024 * 512 // 32 * 34
+    # -mla 2 without FA: the latent takes -ctv (f16: 576 * 2 B), not -ctk (q8_0 would be 612 B)
+    mode2 = ik_kv_cache(p, 1024, mla_mode=2, flash_attn=False, type_k="q8_0", type_v="f16")
+    assert len(mode2) == 1 and mode2[0].bytes == 27 * 1024 * 576 * 2
+    # -mla 1 without FA: the latent takes -ctk (q8_0: 576 / 32 * 34 = 612 B) plus a transposed f16 V of 512
+    mode1 = ik_kv_cache(p, 1024, mla_mode=1, flash_attn=False, type_k="q8_0", type_v="f16")
+    assert mode1[0].bytes == 27 * 1024 * 612 and mode1[1].bytes == 27 * 1024 * 512 * 2
+    with pytest.raises(SettingsError):  # ik refuses a quantized V cache without FA
+        ik_kv_cache(p, 1024, mla_mode=2, flash_attn=False, type_k="q8_0", type_v="q8_0")
 
 
 def test_ik_mla0_is_decompressed_heads():
@@ -256,8 +260,11 @@ def test_fork_settings_are_validated():
         resolve_context(qwen36_27b(), LaunchSettings(cache_type_k="kvarn4"))  # mainline has no KVarN
     with pytest.raises(SettingsError):
         resolve_context(qwen36_27b(), LaunchSettings(engine=Engine.IK_LLAMA, cache_type_k="kvarn4"))
+    with pytest.raises(SettingsError):  # ik refuses a quantized V cache without FA, MLA or not
+        resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000, flash_attn=FlashAttn.OFF,
+                                                     cache_type_k="q8_0", cache_type_v="q8_0"))
     ok = resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000, flash_attn=FlashAttn.OFF,
-                                                      cache_type_k="q8_0", cache_type_v="q8_0"))
+                                                      cache_type_k="q8_0", cache_type_v="f16"))
     assert ok.n_ctx == 1024 and not ok.flash_attn  # ik pads to 32 without FA (1000 -> 1024)
     assert resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000,
                                                         flash_attn=FlashAttn.OFF)).n_ctx == 1024

@@ -42,17 +42,6 @@ def _profile(header: str) -> ModelProfile:
     return build_profile(read_header(FIXTURES / header, allow_incomplete=True))
 
 
-LEGACY_MLA = (
-    "legacy DeepSeek GGUF (attn_kv_b, 16 KV heads of 192/128, no key_length_mla): profile_builder gives no MlaParams, "
-    "so ik_effective_mla_mode returns 0 and ik_kv_cache predicts the K+V layout (16*192 + 16*128 per cell); ik treats "
-    "every deepseek2 model as MLA (src/llama.cpp llama_kv_cache_init: is_mla_attn = arch == DEEPSEEK2 || GLM_DSA || "
-    "MISTRAL4), derives wk_b/wv_b from attn_kv_b at load (llm_prepare_mla) and keeps the 576-wide latent for -mla 1-3"
-)
-Q8KV_PER_HEAD = (
-    "-mla 0 with -ctk q8_KV: ik's K cache is [n_embd_head_k, n_head_kv * kv_size] (src/llama.cpp "
-    "llama_kv_cache_init), so every head's 192-element row carries its own 8-byte q8_KV row header: 16 * (8 + 192) "
-    "= 3200 B per cell and layer; ik_kv_cache puts one header on the whole 16*192 row (8 + 3072 = 3080 B)"
-)
 V_Q8KV_ABORT = (
     "-mla 0 with -ctv q8_KV: ik's V cache is one 1-D tensor of n_embd_v_gqa * kv_size elements (8 + 2048 * kv_size "
     "bytes, a single q8_KV row header), but the graph addresses V cells at ggml_row_size(q8_KV, n_embd_v_gqa) = "
@@ -65,17 +54,8 @@ V_QUANT_NO_FA = (
 )
 
 
-def _known_wrong(model: str, case: dict[str, Any]) -> str | None:
-    """Why engines.ik_kv_cache disagrees with the recording, for the cases where it does; None where it must match."""
-    s = case["settings"]
-    if model == "deepseek-v2-lite-legacy" and s["mla"] > 0:
-        return LEGACY_MLA
-    if s["mla"] == 0 and s["type_k"] == "q8_KV":
-        return Q8KV_PER_HEAD
-    return None
-
-
 def _refusal_reason(case: dict[str, Any]) -> str:
+    """Which of ik's two refusals the recorded error is (the explanations are the reasons fitplan gives)."""
     s = case["settings"]
     if s["flash_attn"] == "off":
         assert "Quantized V cache cannot be used without flash attention" in case["error"]
@@ -92,9 +72,7 @@ def _cases() -> list[Any]:
         for case in doc["cases"]:
             if "error" in case:
                 continue
-            reason = _known_wrong(model, case)
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            out.append(pytest.param(doc["model"]["header"], case, id=f"{model}/{case['id']}", marks=marks))
+            out.append(pytest.param(doc["model"]["header"], case, id=f"{model}/{case['id']}"))
     return out
 
 
@@ -104,12 +82,8 @@ def _refusals() -> list[Any]:
         doc = _load(path)
         for case in doc["cases"]:
             if "error" in case:
-                mark = pytest.mark.xfail(strict=True, reason=_refusal_reason(case))
-                out.append(
-                    pytest.param(
-                        doc["model"]["header"], case, id=f"{doc['model']['name']}/{case['id']}", marks=mark
-                    )
-                )
+                _refusal_reason(case)  # asserts the recorded error is one of the two known refusals
+                out.append(pytest.param(doc["model"]["header"], case, id=f"{doc['model']['name']}/{case['id']}"))
     return out
 
 

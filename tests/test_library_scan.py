@@ -14,6 +14,7 @@ import pytest
 from fitplan.core.errors import GGUFError
 from fitplan.core.gguf_header import GGUFHeader, GGUFTensorInfo
 from fitplan.core.library import (
+    INDEX_SCHEMA,
     JsonScanIndex,
     LibraryModel,
     LibraryRoot,
@@ -346,3 +347,64 @@ def test_cancel_inside_a_folder_drops_the_half_read_folder(tmp_path: Path) -> No
 
     r = LibraryScanner(CountingReader(), MemoryScanIndex()).scan([folder(tmp_path)], cancel, on_progress)
     assert r.cancelled and r.models == () and r.skipped == ()  # not "missing shard(s)"
+
+
+def test_header_only_file_is_a_model_not_an_incomplete_download(tmp_path: Path) -> None:
+    # 2 f32 tensors of 64 elements: 2 * 64 * 4 = 512 bytes of tensor data, all cut off; the second file is cut the
+    # same way but lacks fitplan.header_only, so it stays an interrupted download.
+    kept = write_model(tmp_path / "lib" / "example.gguf", truncate_by=512, header_only=True)
+    write_model(tmp_path / "lib" / "cut.gguf", truncate_by=512)
+    index = MemoryScanIndex()
+    r = scan([folder(tmp_path / "lib")], CountingReader(), index)
+    assert [m.path for m in r.models] == [str(kept)]
+    model = r.models[0]
+    assert model.header_only
+    assert model.file_size == kept.stat().st_size
+    assert model.expected_size == kept.stat().st_size + 512
+    assert [Path(s.path).name for s in r.skipped] == ["cut.gguf"]
+    assert r.skipped[0].reason.startswith("incomplete download")
+    # The index remembers it as a model: a rescan reads no header and finds it again.
+    reader = CountingReader()
+    again = scan([folder(tmp_path / "lib")], reader, index)
+    assert reader.calls == 0
+    assert [m.path for m in again.models] == [str(kept)] and again.models[0].header_only
+
+
+def test_header_only_flag_survives_the_index_file(tmp_path: Path) -> None:
+    write_model(tmp_path / "lib" / "example.gguf", truncate_by=512, header_only=True)
+    index_path = tmp_path / "idx.json"
+    LibraryScanner(CountingReader(), JsonScanIndex(index_path)).scan([folder(tmp_path / "lib")])
+    reader = CountingReader()
+    r = LibraryScanner(reader, JsonScanIndex(index_path)).scan([folder(tmp_path / "lib")])
+    assert reader.calls == 0
+    assert len(r.models) == 1 and r.models[0].header_only
+
+
+def test_index_of_an_older_schema_is_not_trusted(tmp_path: Path) -> None:
+    # Schema 1 cached header-only files as incomplete downloads; such an index is dropped and the file read again.
+    path = write_model(tmp_path / "lib" / "example.gguf", truncate_by=512, header_only=True)
+    st = path.stat()
+    index_path = tmp_path / "idx.json"
+    stale = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "summary": None, "error": "incomplete", "path": str(path)}
+    index_path.write_text(json.dumps({"schema": 1, "files": {f"{st.st_dev}:{st.st_ino}": stale}}))
+    reader = CountingReader()
+    r = LibraryScanner(reader, JsonScanIndex(index_path)).scan([folder(tmp_path / "lib")])
+    assert reader.calls == 1
+    assert len(r.models) == 1 and r.skipped == ()
+
+
+def test_bundled_examples_are_four_models_with_gemma_holding_its_projector() -> None:
+    examples = Path(__file__).resolve().parents[1] / "resources" / "examples"
+    r = scan([LibraryRoot(str(examples), RootKind.EXAMPLES)], CountingReader())
+    assert r.skipped == ()
+    by_name = {Path(m.path).name: m for m in r.models}
+    assert sorted(by_name) == [
+        "DeepSeek-V2-Lite-Chat-Q4_K_M.gguf",
+        "Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        "Qwen3-30B-A3B-Q4_K_M.gguf",
+        "gemma-3-12b-it-Q4_K_M.gguf",
+    ]
+    assert all(m.header_only and m.root_kind is RootKind.EXAMPLES for m in r.models)
+    assert [Path(m.mmproj_path).name for m in r.models if m.mmproj_path] == ["mmproj-gemma-3-12b-it-F16.gguf"]
+    # Each header declares far more tensor data than the file holds (18-40 KB of header each).
+    assert all(m.expected_size > 1000 * m.file_size for m in r.models)

@@ -27,8 +27,10 @@ def write_model(
     split: tuple[int, int] | None = None,
     file_type: int | None = FTYPE_Q4_K_M,
     truncate_by: int = 0,
+    header_only: bool = False,
 ) -> Path:
-    """A GGUF file with `n_layer` f32 tensors of `n_elements` each (split=(no, count) writes split.* keys)."""
+    """A GGUF file with `n_layer` f32 tensors of `n_elements` each (split=(no, count) writes split.* keys;
+    header_only sets `fitplan.header_only = true`, as the bundled examples do)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     w = GGUFWriter(str(path), arch)
     w.add_name(name)
@@ -39,6 +41,8 @@ def write_model(
     if split is not None:
         w.add_uint16("split.no", split[0])
         w.add_uint16("split.count", split[1])
+    if header_only:
+        w.add_bool("fitplan.header_only", True)
     for i in range(n_layer):
         w.add_tensor(f"blk.{i}.attn_q.weight", np.ones((n_elements,), dtype=np.float32))
     w.write_header_to_file()

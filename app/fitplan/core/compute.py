@@ -589,8 +589,13 @@ class ComputePlan:
             cuda = gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
             pp = inputs.pipeline_parallel and (runs or has_out)
             m = masks(layers)
+            if runs and not pp:
+                # the copies of the small split inputs: positions, K/V row indices, the output ids
+                m = Affine(m.a_base, m.a_swa, m.c + small_inputs(layers) + (I32 * n_out if has_out else 0))
             vi = v_idxs(layers) if runs else 0
             blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + skip if runs else 0
+            if first and layers and not flayers and not profile.is_moe:
+                blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
             out_blocks = RESIDUAL_BLOCKS if first else 1
             pp_extra = Affine()
             if pp:
@@ -634,8 +639,19 @@ class ComputePlan:
         runs = bool(host_layers or host_flayers)
         n_copies = PIPELINE_COPIES if inputs.pipeline_parallel and not runs else 1
         m = masks(trunk)
+        # the small graph inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
+        # positions, K/V row indices and the output ids
+        host_small = small_inputs(trunk) + I32 * n_out + (2 * I32 + I64) * n_tok
+        if n_copies == 1:
+            m = Affine(m.a_base, m.a_swa, m.c + host_small)
+        ffn_only = runs and not host_layers and not profile.is_moe
         if runs:
-            blocks = ((RESIDUAL_BLOCKS + skip) if host_layers else HOST_INPUT_BLOCKS) * embd_block
+            if not ffn_only:
+                blocks = ((RESIDUAL_BLOCKS + skip) if host_layers else HOST_INPUT_BLOCKS) * embd_block
+            else:
+                # only dense FFNs (their weights kept on the host): the embeddings input and the FFN input's copy
+                # stay; the token-embedding rows went to the first GPU before (the input phase, in `kq` below)
+                blocks = HOST_GRAPH_INPUT_BLOCKS * embd_block
             label = "embeddings + residual activations"
         else:
             # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
@@ -644,7 +660,7 @@ class ComputePlan:
                 n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
             ) * embd_block
             if n_copies > 1:
-                blocks += n_copies * (small_inputs(trunk) + I32 * n_out)
+                blocks += n_copies * host_small
             label = "embeddings input + get_rows"
         host_m = Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c)
         # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
@@ -667,7 +683,9 @@ class ComputePlan:
                 ffn=ffn_rest,
                 ffn_holes=holes,
                 ik_groups=ik_groups(host_layers) if inputs.ik_attention else (),
-                kq=kq(host_layers),
+                kq=kq(host_layers)
+                if not ffn_only
+                else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * embd_block),),
                 mla_v=mla_v(host_layers),
                 fa_copies=(),
                 logits=logits if out_dev is None else 0,

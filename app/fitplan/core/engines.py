@@ -126,9 +126,25 @@ def _kv_layers(profile: ModelProfile) -> tuple[LayerProfile, ...]:
 # --------------------------------------------------------------------------------------------------------------
 
 
+#: ik decides MLA by architecture (src/llama.cpp llama_kv_cache_init: is_mla_attn = arch == DEEPSEEK2 || GLM_DSA ||
+#: MISTRAL4) and derives wk_b/wv_b from attn_kv_b at load, so legacy GGUFs without the *_mla keys run MLA too.
+IK_MLA_ARCHS = frozenset({"deepseek2", "glm-dsa", "mistral4"})
+
+
+def ik_is_mla(profile: ModelProfile) -> bool:
+    return profile.is_mla or (profile.architecture in IK_MLA_ARCHS and profile.kv_lora_rank > 0)
+
+
+def _ik_latent_dims(profile: ModelProfile) -> tuple[int, int]:
+    """(kv_lora_rank, n_rot) of the latent cache row; legacy GGUFs give the rope part as rope.dimension_count."""
+    if profile.mla is not None:
+        return profile.mla.kv_lora_rank, profile.mla.n_rot
+    return profile.kv_lora_rank, profile.rope.dimension_count
+
+
 def ik_effective_mla_mode(profile: ModelProfile, mla_mode: int) -> int:
     """ik forces non-MLA models to -mla 0 (src/llama.cpp, llama_new_context_with_model)."""
-    if not profile.is_mla:
+    if not ik_is_mla(profile):
         return 0
     if mla_mode not in (0, 1, 2, 3):
         raise SettingsError(f"-mla must be 0, 1, 2 or 3, got {mla_mode}")
@@ -149,24 +165,31 @@ def ik_caches(
     mode = ik_effective_mla_mode(profile, settings.mla_mode)
     eng = Engine.IK_LLAMA
     type_k, type_v = settings.cache_type_k, settings.cache_type_v
+    if not ctx.flash_attn and type_v.lower() not in ("f32", "f16", "bf16"):
+        # common/common.cpp: "Quantized V cache cannot be used without flash attention" (recorded: ik exits)
+        raise SettingsError(f"ik_llama.cpp refuses a quantized V cache ({type_v}) without flash attention")
     layers = _kv_layers(profile)
     rows: list[tuple[int, int, int]] = []
     if mode == 0:
+        if type_v.lower() == "q8_kv":
+            # the V cache is one 1-D tensor with a single row header, but the graph addresses V cells at
+            # ggml_row_size(q8_KV, n_embd_v_gqa): the view overruns it and ik aborts at context creation (recorded)
+            raise SettingsError("ik_llama.cpp aborts with a q8_KV V cache at -mla 0; use q8_0 or f16 for -ctv")
         for la in layers:
             if profile.mla is not None:
-                k_n, v_n = la.n_head * profile.mla.key_length_mla, la.n_head * profile.mla.value_length_mla
+                heads, k_head, v_n = la.n_head, profile.mla.key_length_mla, la.n_head * profile.mla.value_length_mla
             else:
-                k_n, v_n = la.n_embd_k_gqa, la.n_embd_v_gqa
-            rows.append((la.index, cache_row_bytes(eng, type_k, k_n), cache_row_bytes(eng, type_v, v_n)))
+                heads, k_head, v_n = la.n_head_kv, la.n_embd_head_k, la.n_embd_v_gqa
+            # K is [n_embd_head_k, n_head_kv * kv_size]: one row (and one q8_KV row header) per head and cell
+            k_row = heads * cache_row_bytes(eng, type_k, k_head)
+            rows.append((la.index, k_row, cache_row_bytes(eng, type_v, v_n)))
         name = "KV self"
     else:
-        assert profile.mla is not None
-        width = profile.mla.kv_lora_rank + profile.mla.n_rot
+        rank, n_rot = _ik_latent_dims(profile)
+        width = rank + n_rot
         latent_type = type_k if ctx.flash_attn or mode == 1 else type_v
         k_row = cache_row_bytes(eng, latent_type, width)
-        v_row = (
-            cache_row_bytes(eng, type_v, profile.mla.kv_lora_rank) if mode == 1 and not ctx.flash_attn else 0
-        )
+        v_row = cache_row_bytes(eng, type_v, rank) if mode == 1 and not ctx.flash_attn else 0
         rows = [(la.index, k_row, v_row) for la in layers]
         type_k, type_v = latent_type, (type_v if v_row else "")
         name = f"KV self (-mla {mode}, c^KV{' + kv^T' if v_row else ''})"
@@ -698,9 +721,7 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
                 f"{settings.engine.value} has no {which} cache type {t!r}; allowed: {', '.join(allowed)}"
             )
     on = settings.flash_attn is not FlashAttn.OFF
-    v_quantized = settings.cache_type_v.lower() not in ("f32", "f16", "bf16")
-    mla_latent = settings.engine is Engine.IK_LLAMA and profile.is_mla and settings.mla_mode > 0
-    if not on and v_quantized and not mla_latent:
+    if not on and settings.cache_type_v.lower() not in ("f32", "f16", "bf16"):
         raise SettingsError(f"a quantized V cache ({settings.cache_type_v}) requires flash attention")
     return on
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fitplan.core.library.index import (
+    INDEX_SCHEMA,
     IndexEntry,
     JsonScanIndex,
     MemoryScanIndex,
@@ -11,6 +12,7 @@ from fitplan.core.library.index import (
 )
 from fitplan.core.library.locations import dedupe_roots, default_roots, hf_hub_cache, llamacpp_legacy_cache
 from fitplan.core.library.model import (
+    HEADER_ONLY_KEY,
     FileSummary,
     LibraryModel,
     LibraryRoot,
@@ -22,6 +24,8 @@ from fitplan.core.library.model import (
 from fitplan.core.library.scanner import HeaderReader, LibraryScanner, ScanEvent, summarise_header
 
 __all__ = [
+    "HEADER_ONLY_KEY",
+    "INDEX_SCHEMA",
     "FileSummary",
     "HeaderReader",
     "IndexEntry",
