@@ -78,24 +78,31 @@ def test_kv_and_recurrent_state_exact(summary) -> None:  # type: ignore[no-untyp
     assert not summary.context_misses, "KV / recurrent state differ:\n" + _fmt(summary.context_misses)
 
 
-#: The issue's compute targets are not met yet on the whole set: the architecture smoke models of
-#: test-llama-archs (hidden size 256, vocabulary 128) weigh graph details the structural model leaves out
-#: (DSA indexers, gated delta nets, per-architecture extra tensors). docs/accuracy.md has the per-architecture table; this test turns into a failure (strict
-#: xfail) the day the targets are met, so that the marker gets removed.
+#: What is left of the issue's compute targets (docs/accuracy.md, "Known gaps", has the reason per family): 39
+#: recordings are more than 10% under and 61 totals more than 2% under. All but 7 of them are architecture smoke
+#: models of test-llama-archs (hidden size 256, vocabulary 128) whose graphs have features the structural model does
+#: not name (qwen4exp, glm5-next, deepseek4, kimi-linear/kimi-k3, qwen35, minimax-01, hrm_text, minicpm3, DSA
+#: indexer top-k masks, ...); the other 7 are granite-4.0-h-tiny layer splits over RPC (where the output GPU's
+#: logits are placed above a fragmented Mamba layer phase) and the Qwen2.5-VL projector's warm-up image. These
+#: tests turn into failures (strict xfail) the day the targets are met, so that the markers get removed.
 COMPUTE_TARGET_GAP = (
-    "compute within 5% on ~82% of all recordings (target 90%): the architecture smoke models miss (65% of them "
-    "within 5%); see docs/accuracy.md"
+    "39 recordings more than 10% under (32 architecture smoke models, 6 granite-4.0-h-tiny RPC splits, the "
+    "Qwen2.5-VL projector); see docs/accuracy.md"
 )
+TOTALS_GAP = "61 totals more than 2% under, all of them smoke models or the projector; see docs/accuracy.md"
 
 
-@pytest.mark.xfail(strict=True, reason=COMPUTE_TARGET_GAP)
-def test_compute_targets(summary) -> None:  # type: ignore[no-untyped-def]
+def test_compute_share_within_tolerance(summary) -> None:  # type: ignore[no-untyped-def]
     share = summary.compute_share_ok
     msg = (
         f"compute within {report.COMPUTE_TOLERANCE:.0%} on {share:.1%} of {len(summary.measured)} cases "
         f"(target {report.COMPUTE_SHARE:.0%}); misses:\n" + _fmt(summary.compute_misses)
     )
     assert share >= report.COMPUTE_SHARE, msg
+
+
+@pytest.mark.xfail(strict=True, reason=COMPUTE_TARGET_GAP)
+def test_compute_never_far_under(summary) -> None:  # type: ignore[no-untyped-def]
     assert not summary.compute_far_under, "compute more than 10% under:\n" + _fmt(summary.compute_far_under)
 
 
@@ -111,9 +118,6 @@ def test_compute_targets_on_realistic_models(summary) -> None:  # type: ignore[n
     assert not totals_under, "totals more than 2% under:\n" + _fmt(totals_under)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="totals follow compute on the smoke models (weights of a few MiB): " + COMPUTE_TARGET_GAP,
-)
+@pytest.mark.xfail(strict=True, reason=TOTALS_GAP)
 def test_totals_never_far_under(summary) -> None:  # type: ignore[no-untyped-def]
     assert not summary.total_far_under, "totals more than 2% under:\n" + _fmt(summary.total_far_under)

@@ -122,7 +122,7 @@ def cmd_test(args: list[str]) -> int:
 
 
 def main() -> int:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036  (this script must explain itself on an older Python)
         sys.exit(f"fitplan needs Python 3.11 or newer; this is {sys.version.split()[0]} ({sys.executable})")
     if len(sys.argv) < 2 or sys.argv[1] not in ("run", "test"):
         print(__doc__)

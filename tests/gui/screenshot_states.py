@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app"))
 
 from fitplan.core.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
+from fitplan.core.settings import Engine  # noqa: E402
 from fitplan.core.user_settings import UserSettings  # noqa: E402
 from fitplan.gui.app import configure_pyqtgraph, create_app  # noqa: E402
 from fitplan.gui.backend import Backend, Detection  # noqa: E402
@@ -152,7 +153,8 @@ def shoot(
     prepare: Callable[[MainWindow], None] | None = None,
 ) -> dict[str, object]:
     config = Path(tempfile.mkdtemp(prefix="fitplan-shot-"))
-    window = MainWindow(Backend(probe=lambda: detection), UserSettings(), config)
+    # The library: the bundled examples only (never the download folders of the machine taking the pictures).
+    window = MainWindow(Backend(probe=lambda: detection, library_places=lambda: ()), UserSettings(), config)
     window.resize(*size)
     window.show()
     window.planner.start(str(model))
@@ -170,11 +172,38 @@ def shoot(
         "clipped": clipped_widgets(window),
         "verdict": window.verdict.label.text(),
         "banner": window.banner.text(),
+        "command": window.command.text.toPlainText(),
     }
     window.close()
     window.deleteLater()
     app.processEvents()
     return result
+
+
+def engine(name: Engine, then: Callable[[MainWindow], None] | None = None) -> Callable[[MainWindow], None]:
+    """A `prepare` step: pick the engine in the Settings panel, then apply `then` once its estimate is in."""
+
+    def prepare(window: MainWindow) -> None:
+        combo = window.settings.engine
+        combo.setCurrentIndex(combo.findData(name.value))
+        if then is not None:
+            app = QApplication.instance()
+            assert isinstance(app, QApplication)
+            settle(app, window)
+            then(window)
+
+    return prepare
+
+
+def kvarn4(window: MainWindow) -> None:
+    window.settings.cache_k.setCurrentText("kvarn4")
+    window.settings.cache_v.setCurrentText("kvarn4")
+
+
+def ollama_two_slots(window: MainWindow) -> None:
+    window.settings.slots.setValue(2)
+    window.settings.cache_k.setCurrentText("q8_0")
+    window.settings.overhead.setValue(512)
 
 
 def main(argv: list[str]) -> int:
@@ -198,6 +227,10 @@ def main(argv: list[str]) -> int:
         ("vision-two-gpus", TWO_GPUS, GEMMA, (1280, 800), None),
         ("mla-minimum-size", DESKTOP, DEEPSEEK, (1024, 640), None),
         ("error-banner", DESKTOP, LLAMA, (1280, 800), lambda w: w.planner.open(str(ROOT / "README.md"))),
+        ("deepseek-llamacpp", DESKTOP, DEEPSEEK, (1280, 800), None),
+        ("deepseek-ik-mla3", DESKTOP, DEEPSEEK, (1280, 800), engine(Engine.IK_LLAMA)),
+        ("beellama-kvarn4", DESKTOP, LLAMA, (1280, 800), engine(Engine.BEELLAMA, kvarn4)),
+        ("ollama", DESKTOP, LLAMA, (1280, 800), engine(Engine.OLLAMA, ollama_two_slots)),
     ]
     if dark:
         states = [("main-dark", DESKTOP, LLAMA, (1280, 800), None)]

@@ -24,7 +24,18 @@ SCRIPT = Path(__file__).with_name("screenshot_states.py")
 #: A picture of one flat colour has a grey-level standard deviation of 0; a window with text, a chart and
 #: controls measures 30-45 on the 0-255 scale. Anything under 10 is a blank or nearly blank window.
 MIN_GREY_STD = 10.0
-STATES = ("main", "moe-partial-offload", "does-not-fit", "vision-two-gpus", "mla-minimum-size", "error-banner")
+STATES = (
+    "main",
+    "moe-partial-offload",
+    "does-not-fit",
+    "vision-two-gpus",
+    "mla-minimum-size",
+    "error-banner",
+    "deepseek-llamacpp",
+    "deepseek-ik-mla3",
+    "beellama-kvarn4",
+    "ollama",
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +67,10 @@ def display() -> Iterator[str]:
 
 def _run(display: str, home: Path, *extra: str) -> None:
     env = dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb", HOME=str(home), FITPLAN_CONFIG_DIR=str(home / "cfg"),
-               XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
+               XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"), FITPLAN_CACHE_DIR=str(home / "fitplan-cache"))
     env.pop("WAYLAND_DISPLAY", None)
+    for name in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "LLAMA_CACHE", "OLLAMA_MODELS"):
+        env.pop(name, None)  # nothing points the window at this machine's model folders
     done = subprocess.run(
         [sys.executable, str(SCRIPT), str(OUT), *extra], env=env, capture_output=True, text=True, timeout=180
     )
@@ -94,6 +107,11 @@ def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None
     assert str(report["does-not-fit"]["verdict"]).startswith("Does not fit")
     assert "not a GGUF file" in str(report["error-banner"]["banner"])
     assert report["mla-minimum-size"]["size"] == [1024, 640]
+    assert "-mla 3" in str(report["deepseek-ik-mla3"]["command"])
+    assert "-mla" not in str(report["deepseek-llamacpp"]["command"])
+    assert "-ctk kvarn4" in str(report["beellama-kvarn4"]["command"])
+    ollama = str(report["ollama"]["command"])
+    assert "export OLLAMA_NUM_PARALLEL=2" in ollama and "PARAMETER num_ctx" in ollama
 
 
 def test_dark_theme(display: str, home: Path) -> None:

@@ -292,6 +292,11 @@ def test_open_a_model_by_url(qtbot: Any, window: MainWindow) -> None:
         assert window.summary.values["Model"].text() == "DeepSeek V2 Lite Chat"
         assert url in window.models.model.paths()
         assert window.planner.user.recent_files[0] == url
+        # llama-server takes a URL with -mu (--model-url) and downloads it; -m takes a local path only.
+        wait_settled(qtbot, window)
+        args = window.planner.outcome.args
+        assert args[args.index("-mu") + 1] == url
+        assert "-m" not in args
     finally:
         server.shutdown()
         server.server_close()

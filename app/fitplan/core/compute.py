@@ -8,15 +8,20 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
 
 * graph inputs, allocated in the host backend and copied to each GPU that uses them: the KQ masks
   (`[n_kv, n_tok]`, f16 with flash attention, f32 without; one per distinct mask: base cache and SWA cache), the
-  `v_idxs` of the transposed V cache without flash attention (`n_tok x n_embd_v_gqa` int64);
+  `v_idxs` of the transposed V cache without flash attention (`n_tok x n_embd_v_gqa` int64, one per cache; none
+  for MLA, whose V is a view of K), and the small ones (token ids, positions, K/V row indices, output ids). A mask
+  and its indices are freed after the last layer that reads them: that layer's FFN puts its first intermediate in
+  their space when it fits;
 * `[n_embd, n_tok]` blocks: on the backend that runs the first layer five are live at the peak (the embeddings
   input and the token-embedding rows, which stay allocated, the residual stream and the two-block hole the FFN
   norm output leaves); a GPU that receives the hidden state from another device holds two;
 * the largest transient of one layer, which never coexists with the logits: the FFN intermediates (gate, up and
   the GLU output `[n_ff, n_tok]`; MoE: up, gate, GLU `[n_ff_exp, n_used, n_tok]` and the experts' down outputs
-  `[n_embd, n_used, n_tok]`; the last one goes into the two-block hole when it fits there), the attention (Q and
-  the flash-attention output; without flash attention the KQ scores `[n_kv, n_tok, n_head]`, softmax in place),
-  a Mamba block's selective scan, or the DSA indexer's queries;
+  `[n_embd, n_used, n_tok]`, which take gate's and up's space when they fit; no gate: the up projection only),
+  the attention (Q and the flash-attention output, or Q, K and V before they are stored, or a fused QKV output;
+  without flash attention the KQ scores `[n_kv, n_tok, n_head]`, softmax in place), a Mamba block (input
+  projection, conv output, then the conv input or the scan output in the same space), or the DSA indexer's
+  queries with the compressed query;
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
   not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
@@ -27,7 +32,8 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   freed, below the rest of the graph (see `PIPELINE_COPIES`).
 
 Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
-servers as extra devices (layer splits, overrides, pipeline parallelism). Read from the source only, no GPU being
+servers as extra devices (layer splits, overrides, pipeline parallelism); the placement of the terms was checked
+against the graph allocator's debug list of live tensors at each peak. Read from the source only, no GPU being
 available: the CUDA-specific parts (op-offload weight copies, FA f16 copies, the 128-byte alignment of CUDA
 buffers). See `docs/accuracy.md`.
 """
@@ -357,6 +363,7 @@ class _DevicePlan:
     pp_extra: Affine
     op_offload_copy: int
     host_inputs: bool  # the host with no layers: graph inputs only
+    small_inputs: int = 0  # token ids, positions, K/V row indices, output ids
     # (FFN, first intermediate, hole) of the layers that run after the last use of a mask and V's indices: the
     # first intermediate reuses their space when it fits there.
     ffn_holes: tuple[tuple[int, int, int, Affine], ...] = ()
@@ -589,9 +596,8 @@ class ComputePlan:
             cuda = gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
             pp = inputs.pipeline_parallel and (runs or has_out)
             m = masks(layers)
-            if runs and not pp:
-                # the copies of the small split inputs: positions, K/V row indices, the output ids
-                m = Affine(m.a_base, m.a_swa, m.c + small_inputs(layers) + (I32 * n_out if has_out else 0))
+            # the copies of the small split inputs: positions, K/V row indices, the output ids
+            small = small_inputs(layers) + (I32 * n_out if has_out else 0) if runs and not pp else 0
             vi = v_idxs(layers) if runs else 0
             blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + skip if runs else 0
             if first and layers and not flayers and not profile.is_moe:
@@ -602,23 +608,26 @@ class ComputePlan:
                 # Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's
                 # indices, the small inputs, the hidden-state blocks, and the output ids on the output GPU. The
                 # layer phase then adds its own blocks; the output phase its norm output and the logits.
-                small = small_inputs(layers) + (I32 * n_out if has_out else 0)
+                pp_small = small_inputs(layers) + (I32 * n_out if has_out else 0)
+                if first:
+                    pp_small += I64 * n_tok  # the mixed batch's slots: its rows are set on the first GPU
                 hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * embd_block
                 pp_extra = Affine(
                     PIPELINE_COPIES * m.a_base,
                     PIPELINE_COPIES * m.a_swa,
-                    PIPELINE_COPIES * (m.c + vi + small + hidden),
+                    PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
                 )
                 m, vi = Affine(), 0
                 blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
                 out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
-            ffn_rest, holes = ffn_holes(layers, flayers, m, vi)
+            ffn_rest, holes = ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
             plans.append(
                 _DevicePlan(
                     device=gi,
                     layer_phase=runs,
                     masks=m if runs else Affine(),
                     v_idxs=vi,
+                    small_inputs=small,
                     blocks_label="layer input + residual",
                     blocks=blocks * embd_block if runs else 0,
                     ffn=ffn_rest,
@@ -642,8 +651,6 @@ class ComputePlan:
         # the small graph inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
         # positions, K/V row indices and the output ids
         host_small = small_inputs(trunk) + I32 * n_out + (2 * I32 + I64) * n_tok
-        if n_copies == 1:
-            m = Affine(m.a_base, m.a_swa, m.c + host_small)
         ffn_only = runs and not host_layers and not profile.is_moe
         if runs:
             if not ffn_only:
@@ -662,7 +669,9 @@ class ComputePlan:
             if n_copies > 1:
                 blocks += n_copies * host_small
             label = "embeddings input + get_rows"
-        host_m = Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c)
+        host_m = Affine(
+            n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c + (host_small if n_copies == 1 else 0)
+        )
         # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
         # last layer
         host_last = bool(trunk) and placement.layer_device[trunk[-1]] is None
@@ -678,6 +687,7 @@ class ComputePlan:
                 layer_phase=runs,
                 masks=Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c),
                 v_idxs=n_copies * v_idxs(trunk),
+                small_inputs=host_small if n_copies == 1 else 0,
                 blocks_label=label,
                 blocks=blocks,
                 ffn=ffn_rest,
@@ -785,7 +795,7 @@ def _total_array(
         ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
     if p.device is None:
-        total = _aff(p.masks, nb, ns) + p.v_idxs + p.blocks + _aff(p.mla_v, nb, ns)
+        total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns)
         if p.logits:
             trans = (
                 np.where(p.logits >= trans, p.logits, trans) if p.layer_phase else np.full_like(nb, p.logits)
@@ -798,6 +808,7 @@ def _total_array(
         layer = (
             _aff(p.masks, nb, ns)
             + p.v_idxs
+            + p.small_inputs
             + p.blocks
             + trans
             + _aff(p.mla_v, nb, ns)
@@ -815,6 +826,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
         parts = [
             ComputePart("masks", p.masks.at(nb, ns)),
             ComputePart("v_idxs", p.v_idxs),
+            ComputePart("token ids, positions, indices", p.small_inputs),
             ComputePart(p.blocks_label, p.blocks),
             ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
         ]
@@ -829,6 +841,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
             layer = [
                 ComputePart("masks (copy)", p.masks.at(nb, ns)),
                 ComputePart("v_idxs (copy)", p.v_idxs),
+                ComputePart("positions, indices (copy)", p.small_inputs),
                 ComputePart(p.blocks_label, p.blocks),
                 ComputePart(*_transient(p, nb, ns, ik)),
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),

@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fitplan.core.engines import cache_types
-from fitplan.core.settings import Engine, FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.settings import KV_CACHE_TYPES, Engine, FlashAttn, LaunchSettings, MmprojPlacement
 
 #: Bump when a field changes meaning; adding a field with a default does not need a bump.
 SCHEMA_VERSION = 1
@@ -29,6 +28,16 @@ MAX_RECENT = 10
 SHELLS: tuple[str, ...] = ("sh", "powershell", "cmd")
 #: beellama.cpp's --kv-tail-type values ("" = its default: f16 for KVarN caches, bf16 for standard ones).
 KV_TAIL_TYPES: tuple[str, ...] = ("", "f16", "bf16", "f32")
+
+
+def engine_cache_types(engine: Engine) -> tuple[str, ...]:
+    """`fitplan.core.engines.cache_types`, without importing it (and the GGUF tables behind it) for mainline
+    llama.cpp, whose list is `KV_CACHE_TYPES`: the window reads its settings before its first paint."""
+    if engine is Engine.LLAMA_CPP:
+        return KV_CACHE_TYPES
+    from fitplan.core.engines import cache_types
+
+    return cache_types(engine)
 
 
 class SettingsFormatError(ValueError):
@@ -181,7 +190,7 @@ def _choices_from(raw: object, key: str) -> ModelChoices:
         engine = Engine(choices.engine)
     except ValueError as exc:
         raise SettingsFormatError(f"{key}: {exc}") from exc
-    allowed = cache_types(engine)
+    allowed = engine_cache_types(engine)
     if choices.cache_type_k not in allowed or choices.cache_type_v not in allowed:
         raise SettingsFormatError(f"{key}: unknown KV cache type for {engine.value}")
     if choices.mla_mode not in (0, 1, 2, 3):

@@ -445,10 +445,9 @@ class Backend:
         from fitplan.core.shell import join
 
         remark = "REM" if shell == "cmd" else "#"
-        lines = [f"{remark} Environment of the ollama server (set before ollama serve, or in its service):"]
+        lines = [f"{remark} Environment of the ollama server (ollama serve, or its service):"]
         env = env_lines(setup.environment, shell)
         lines.append(env if env else f"{remark}   (none needed: ollama's defaults)")
-        lines.append(f"{remark} Modelfile:")
         body = setup.modelfile.rstrip("\n").splitlines()
         if shell == "sh":
             lines += ["cat > Modelfile <<'EOF'", *body, "EOF"]

@@ -319,6 +319,8 @@ class Planner(QObject):
             if outcome.verdict.level == VerdictLevel.NO_FIT:
                 p.chart.select_device(most_overfull(outcome))
         p.chart.set_context(outcome.estimate.settings.n_ctx)
+        if p.settings.context_is_automatic():
+            p.settings.show_context(outcome.estimate.settings.n_ctx)
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
         p.verdict.setToolTip("Assumptions behind this estimate:\n• " + "\n• ".join(outcome.estimate.assumptions)
                              if outcome.estimate.assumptions else "")

@@ -23,7 +23,7 @@ from fitplan.gui.backend import Backend
 from fitplan.gui.controller import Panels, Planner
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
-from fitplan.gui.panels.command import CommandPanel
+from fitplan.gui.panels.command import MIN_LINES, CommandPanel
 from fitplan.gui.panels.hardware import HardwarePanel
 from fitplan.gui.panels.models import ModelsPanel
 from fitplan.gui.panels.settings import SettingsPanel
@@ -32,7 +32,6 @@ from fitplan.gui.panels.verdict import VerdictPanel
 
 MIN_SIZE = (1024, 640)
 DEFAULT_SIZE = (1280, 800)
-COMMAND_LINES = 7
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -87,8 +86,7 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(self.verdict)
         centre_layout.addWidget(_group("Memory by context", self.chart), 1)
         centre_layout.addWidget(_group("Command", self.command))
-        lines = self.command.text.fontMetrics().lineSpacing()
-        self.command.text.setFixedHeight(lines * COMMAND_LINES + 2 * self.command.text.frameWidth() + 12)
+        self.command.set_visible_lines(MIN_LINES)
 
         right_inner = QWidget()
         right_layout = QVBoxLayout(right_inner)
@@ -101,7 +99,11 @@ class MainWindow(QMainWindow):
         right.setWidgetResizable(True)
         right.setFrameShape(QScrollArea.Shape.NoFrame)
         right.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        right.setMinimumWidth(right_inner.minimumSizeHint().width() + right.verticalScrollBar().sizeHint().width() + 4)
+        # Wide enough for the controls of every engine (each shows its own rows).
+        extra = max(0, self.settings.engine_rows_width() - self.settings.minimumSizeHint().width())
+        right.setMinimumWidth(
+            right_inner.minimumSizeHint().width() + extra + right.verticalScrollBar().sizeHint().width() + 4
+        )
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("main-splitter")
@@ -113,7 +115,7 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
         self.splitter.setSizes([410, 540, 330])
-        left.setSizes([400, self.summary.sizeHint().height() + 40])
+        left.setSizes([430, 330])  # the summary (about 11 rows) without scrolling at the default size
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
 

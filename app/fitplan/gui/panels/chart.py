@@ -39,9 +39,11 @@ def _ticks(lo: float, hi: float) -> list[list[tuple[float, str]]]:
 
 
 def legend_html(kinds: list[TermKind]) -> str:
-    """Coloured squares and names, in stacking order (bottom band first)."""
+    """Coloured squares and names, in stacking order (bottom band first); lines break between entries only."""
     return "&nbsp;&nbsp; ".join(
-        f'<span style="color:{TERM_COLOURS[k]}; font-size:large">&#9632;</span>&nbsp;{term_label(k)}' for k in kinds
+        f'<span style="color:{TERM_COLOURS[k]}; font-size:large">&#9632;</span>&nbsp;'
+        + term_label(k).replace(" ", "&nbsp;")
+        for k in kinds
     )
 
 

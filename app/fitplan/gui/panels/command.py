@@ -22,6 +22,8 @@ from fitplan.core.settings import Engine
 from fitplan.core.user_settings import SHELLS
 
 SHELL_LABELS = {"sh": "bash / zsh", "powershell": "PowerShell", "cmd": "cmd.exe"}
+MIN_LINES = 7  # the text is as tall as what it shows, within these bounds (the chart above takes the rest)
+MAX_LINES = 12
 
 
 class CommandPanel(QWidget):
@@ -62,6 +64,12 @@ class CommandPanel(QWidget):
         layout.addLayout(row)
         layout.addWidget(self.text)
 
+    def set_visible_lines(self, lines: int) -> None:
+        """Make the text `lines` lines tall, plus room for the horizontal scroll bar a long path brings."""
+        spacing = self.text.fontMetrics().lineSpacing()
+        bar = self.text.horizontalScrollBar().sizeHint().height()
+        self.text.setFixedHeight(spacing * lines + 2 * self.text.frameWidth() + 8 + bar)
+
     def current_shell(self) -> str:
         return str(self.shell.currentData())
 
@@ -73,6 +81,7 @@ class CommandPanel(QWidget):
     def set_command(self, text: str, engine: Engine = Engine.LLAMA_CPP) -> None:
         self.text.setPlainText(text)
         self.copied.setText("")
+        self.set_visible_lines(min(MAX_LINES, max(MIN_LINES, len(text.splitlines()))))
         if engine is Engine.OLLAMA:
             self.text.setToolTip(
                 "ollama: the server's environment variables (OLLAMA_*), the Modelfile (PARAMETER num_ctx, num_gpu) "

@@ -36,7 +36,7 @@ from fitplan.core.library.model import LibraryModel, RootKind
 from fitplan.gui.backend import LoadedModel, VerdictLevel
 
 NAME_MIN_WIDTH = 120
-NARROW_WIDTH = 380  # below this the panel shows name, quant, size and fit only
+NARROW_WIDTH = 520  # below this the panel shows name, quant, size and fit only
 OPTIONAL_COLUMNS = (1, 4)  # Arch, Params
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -76,8 +76,8 @@ class ModelRow:
 
     @property
     def label(self) -> str:
-        """The name as the list shows it: "+ projector" for a vision pair, "(example)" for a bundled example."""
-        return self.name + (" + projector" if self.projector else "") + (" (example)" if self.example else "")
+        """The name as the list shows it: "+ vision" for a model with its projector, "(example)" for a bundled example."""
+        return self.name + (" + vision" if self.projector else "") + (" (example)" if self.example else "")
 
 
 class ModelTableModel(QAbstractTableModel):

@@ -21,10 +21,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fitplan.core.engines import cache_types
 from fitplan.core.profile import ModelProfile
 from fitplan.core.settings import Engine, FlashAttn, MmprojPlacement
-from fitplan.core.user_settings import KV_TAIL_TYPES, ModelChoices
+from fitplan.core.user_settings import KV_TAIL_TYPES, ModelChoices, engine_cache_types
 
 SLIDER_STEPS = 1000
 CONTEXT_MIN = 256
@@ -41,10 +40,10 @@ ENGINE_LABELS = {
     Engine.OLLAMA: "ollama",
 }
 MLA_MODES = {
-    0: "0: no MLA (full K and V heads)",
-    1: "1: latent cache + transposed V",
-    2: "2: latent cache",
-    3: "3: latent cache (default)",
+    0: "0: full K and V",
+    1: "1: latent + V copy",
+    2: "2: latent",
+    3: "3: latent (default)",
 }
 
 
@@ -168,7 +167,7 @@ class SettingsPanel(QWidget):
             "default: f16 for KVarN caches, bf16 for standard ones."
         )
         # ollama
-        self.ollama_auto = QCheckBox("ollama picks num_ctx (VRAM tier)")
+        self.ollama_auto = QCheckBox("Automatic (VRAM tier)")
         self.ollama_auto.setToolTip(
             "No num_ctx: ollama sets the context from the GPUs' total memory (4K under 23 GiB, 32K from 23 GiB, "
             "256K from 47 GiB, capped at the training length), and the KV cache follows it"
@@ -250,7 +249,7 @@ class SettingsPanel(QWidget):
         return self._engine
 
     def _fill_cache_types(self, engine: Engine) -> None:
-        types = cache_types(engine)
+        types = engine_cache_types(engine)
         for box in (self.cache_k, self.cache_v):
             keep = box.currentText()
             box.blockSignals(True)
@@ -274,11 +273,22 @@ class SettingsPanel(QWidget):
         self._updating = False
         self.changed.emit()
 
-    def _apply_engine(self, engine: Engine) -> None:
+    def engine_rows_width(self) -> int:
+        """The widest this panel needs to be over all engines (the window sizes its settings column by it)."""
+        current = self._engine
+        widest = 0
+        for engine in Engine:
+            self._apply_engine(engine, fill_types=False)  # the type names are no wider than mainline's "iq4_nl"
+            widest = max(widest, self.minimumSizeHint().width())
+        self._apply_engine(current, fill_types=False)
+        return widest
+
+    def _apply_engine(self, engine: Engine, fill_types: bool = True) -> None:
         """Show the engine's controls, hide the others, and word the shared ones as the engine spells them."""
         self._engine = engine
         ik, bee, ollama = engine is Engine.IK_LLAMA, engine is Engine.BEELLAMA, engine is Engine.OLLAMA
-        self._fill_cache_types(engine)
+        if fill_types:
+            self._fill_cache_types(engine)
         form = self._form
         form.setRowVisible(self.ollama_auto, ollama)
         form.setRowVisible(self.overhead, ollama)
@@ -368,7 +378,7 @@ class SettingsPanel(QWidget):
         self._emit()
 
     def _set_context_enabled(self) -> None:
-        auto = self._engine is Engine.OLLAMA and self.ollama_auto.isChecked()
+        auto = self.context_is_automatic()
         self.context_slider.setEnabled(not auto)
         self.context_box.setEnabled(not auto)
 
@@ -460,6 +470,16 @@ class SettingsPanel(QWidget):
         self.context_slider.setValue(self.context_slider.position_of(n_ctx))
         self._updating = False
         self.changed.emit()
+
+    def show_context(self, n_ctx: int) -> None:
+        """Show a context the engine chose (ollama's automatic num_ctx) without announcing a change."""
+        self._updating = True
+        self.context_box.setValue(n_ctx)
+        self.context_slider.setValue(self.context_slider.position_of(n_ctx))
+        self._updating = False
+
+    def context_is_automatic(self) -> bool:
+        return self._engine is Engine.OLLAMA and self.ollama_auto.isChecked()
 
     def _slider_moved(self, position: int) -> None:
         if self._updating:
