@@ -350,3 +350,15 @@ def test_annotate_against_the_real_estimator() -> None:
     # -ngl 20 keeps 13 layers off the GPU: it saves GPU memory and costs host memory
     assert by_flag["-ngl"].gpu_delta_bytes < 0 < by_flag["-ngl"].host_delta_bytes
     assert "KV cache" in by_flag["-c"].note
+
+
+def test_a_model_url_is_passed_with_mu_not_m():
+    """llama-server's -m takes a local path; a URL is downloaded with -mu (--model-url)."""
+    from fitplan.core.command import plan_to_args
+    from fitplan.core.settings import LaunchSettings
+
+    url = "https://huggingface.co/org/repo/resolve/main/model-00002-of-00003.gguf"
+    argv = plan_to_args(LaunchSettings(), url)
+    assert argv[1:3] == ("-mu", "https://huggingface.co/org/repo/resolve/main/model-00001-of-00003.gguf")
+    assert "-m" not in argv
+    assert plan_to_args(LaunchSettings(), "/models/x.gguf")[1:3] == ("-m", "/models/x.gguf")

@@ -12,6 +12,7 @@ from fitplan.commands import _output as out
 from fitplan.core.gguf_header import ModelFiles
 from fitplan.core.profile import LayerProfile, ModelProfile
 from fitplan.core.profile_builder import build_profile
+from fitplan.core.remote import is_url
 
 EXAMPLES = """examples:
   fitplan inspect model.gguf
@@ -33,13 +34,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run, accepts_extra=False)
 
 
-def _is_url(s: str) -> bool:
-    return s.startswith(("http://", "https://"))
 
 
 def load_files(model: str) -> ModelFiles:
     """Read the headers of a local model (all shards) or a remote one (HTTP range requests)."""
-    if _is_url(model):
+    if is_url(model):
         from fitplan.core.remote import open_remote_model
 
         return open_remote_model(model, os.environ.get("HF_TOKEN") or None)

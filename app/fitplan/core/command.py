@@ -31,6 +31,7 @@ from fitplan.core.estimate import Estimate
 from fitplan.core.flags import ENGINE_FLAGS, MEMORY_FLAGS, OLLAMA_ENV, parse_flags
 from fitplan.core.planner import EstimateFn, Plan
 from fitplan.core.profile import ModelProfile
+from fitplan.core.remote import is_url
 from fitplan.core.settings import (
     NGL_ALL,
     NGL_AUTO,
@@ -109,7 +110,9 @@ def _items(
             _Item(key, flag, value, ini_key, ini_value if ini_value is not None else (value or "true"))
         )
 
-    if model_path:
+    if model_path and is_url(model_path):
+        add("model", "-mu", first_shard(model_path), "model-url")  # -m takes a local path; -mu downloads
+    elif model_path:
         add("model", "-m", first_shard(model_path), "model")
     if s.mmproj_path and s.mmproj is not MmprojPlacement.NONE:
         add("mmproj_path", "--mmproj", s.mmproj_path, "mmproj")

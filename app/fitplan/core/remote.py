@@ -129,6 +129,11 @@ class HttpRangeSource:
         self.read(0, 1)
 
 
+def is_url(source: str) -> bool:
+    """True for an http(s) address (read remotely; llama-server takes it as `-mu`, not `-m`)."""
+    return source.startswith(("http://", "https://"))
+
+
 def _http_problem(code: int, has_token: bool) -> str:
     if code == 401:
         return "HTTP 401: authentication required" + ("" if has_token else " (pass a Hugging Face token)")

@@ -113,10 +113,6 @@ class OllamaSetup:
     create_argv: tuple[str, ...]
 
 
-def is_url(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
-
-
 def fmt_gib(n: int | float) -> str:
     return f"{n / GIB:.1f} GiB"
 
@@ -412,17 +408,10 @@ class Backend:
     # -- command -------------------------------------------------------------------------------------------------
     @staticmethod
     def command_args(model: LoadedModel, settings: LaunchSettings) -> tuple[str, ...]:
-        """The llama-server argv; a model given by URL is passed as `-mu URL` (llama-server downloads it), since
-        `-m` takes a local path only."""
+        """The llama-server argv (a model given by URL is passed as `-mu URL`)."""
         from fitplan.core.command import plan_to_args
 
-        args = list(plan_to_args(settings, model.source))
-        if is_url(model.source):
-            for i in range(len(args) - 1):
-                if args[i] == "-m" and args[i + 1] == model.source:
-                    args[i] = "-mu"
-                    break
-        return tuple(args)
+        return plan_to_args(settings, model.source)
 
     @staticmethod
     def ollama_setup(model: LoadedModel, settings: LaunchSettings) -> OllamaSetup:
