@@ -10,7 +10,9 @@ creates that many dummy tokens, ``src/llama-vocab.cpp``), so the header stays sm
 an exact prefix of the sparse file. ``--vocab spm`` writes real-length SentencePiece-style token arrays instead
 (needed by llama-server, which tokenizes at startup).
 
-Deterministic: the same name and options always give the same bytes.
+Deterministic: the same name and options always give the same bytes. ``tools/make_examples.py`` takes the
+configurations of the models it shares with this table, and writes its headers with ``write_header``: a change
+here must leave both the fixtures and ``resources/examples/`` byte-identical.
 
 Usage:
     python tools/groundtruth/sparse_models.py OUT_DIR [--only NAME ...] [--vocab none|spm] [--header-only]
@@ -22,7 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,27 +227,56 @@ class ModelSpec:
         self.tensors.append((name, ne, fit_type(qtype, ne[0])))
 
 
-def _c(name: str) -> dict[str, object]:
-    return CONFIGS[name]
-
-
-def _common(spec: ModelSpec, cfg: dict[str, object], n_ctx_train: int, ftype: int = FTYPE_Q4_K_M) -> None:
+def _begin(name: str, arch: str, ftype: int = FTYPE_Q4_K_M) -> tuple[dict[str, object], ModelSpec]:
+    """The configuration of model ``name`` and its spec with the keys every model starts with."""
+    cfg = CONFIGS[name]
+    spec = ModelSpec(name, arch)
     spec.s("general.name", spec.name)
     spec.u32("general.file_type", ftype)
     spec.u32("general.quantization_version", 2)
-    spec.a("vocab_size", int(cfg["vocab_size"]))  # type: ignore[call-overload]
-    spec.a("context_length", n_ctx_train)
-    spec.a("embedding_length", int(cfg["hidden_size"]))  # type: ignore[call-overload]
-    spec.a("block_count", int(cfg["num_hidden_layers"]))  # type: ignore[call-overload]
+    spec.a("vocab_size", cfg_int(cfg, "vocab_size"))
+    spec.a("context_length", cfg_int(cfg, "max_position_embeddings"))
+    spec.a("embedding_length", cfg_int(cfg, "hidden_size"))
+    spec.a("block_count", cfg_int(cfg, "num_hidden_layers"))
+    return cfg, spec
 
 
-def _i(cfg: dict[str, object], key: str) -> int:
+def _attn_keys(spec: ModelSpec, cfg: dict[str, object]) -> None:
+    """feed_forward_length, the head counts, the RoPE base and the norm epsilon, in the converter's order."""
+    spec.a("feed_forward_length", cfg_int(cfg, "intermediate_size"))
+    spec.a("attention.head_count", cfg_int(cfg, "num_attention_heads"))
+    spec.a("attention.head_count_kv", cfg_int(cfg, "num_key_value_heads"))
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
+
+
+def _expert_keys(spec: ModelSpec, cfg: dict[str, object], n_expert: int) -> None:
+    spec.a("expert_count", n_expert)
+    spec.a("expert_used_count", cfg_int(cfg, "num_experts_per_tok"))
+
+
+def _ssm_keys(spec: ModelSpec, d_conv: int, d_state: int, n_group: int, dt_rank: int, d_inner: int) -> None:
+    spec.a("ssm.conv_kernel", d_conv)
+    spec.a("ssm.state_size", d_state)
+    spec.a("ssm.group_count", n_group)
+    spec.a("ssm.time_step_rank", dt_rank)
+    spec.a("ssm.inner_size", d_inner)
+
+
+def attn_dims(cfg: dict[str, object]) -> tuple[int, int, int, int, int]:
+    """n_embd, n_layer, n_head, n_head_kv and the head size (hidden_size / heads where no head_dim is given)."""
+    n_embd, n_head = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "num_attention_heads")
+    hd = cfg_int(cfg, "head_dim") if "head_dim" in cfg else n_embd // n_head
+    return n_embd, cfg_int(cfg, "num_hidden_layers"), n_head, cfg_int(cfg, "num_key_value_heads"), hd
+
+
+def cfg_int(cfg: dict[str, object], key: str) -> int:
     v = cfg[key]
     assert isinstance(v, int)
     return v
 
 
-def _f(cfg: dict[str, object], key: str) -> float:
+def cfg_float(cfg: dict[str, object], key: str) -> float:
     v = cfg[key]
     assert isinstance(v, float)
     return v
@@ -271,6 +302,12 @@ def _ffn_moe(spec: ModelSpec, il: int, n_embd: int, n_ff_exp: int, n_expert: int
     spec.t(f"blk.{il}.ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), "exps_down")
 
 
+def _ffn_shexp(spec: ModelSpec, il: int, n_embd: int, n_ff_sh: int) -> None:
+    spec.t(f"blk.{il}.ffn_gate_shexp.weight", (n_embd, n_ff_sh), "ffn_gate")
+    spec.t(f"blk.{il}.ffn_up_shexp.weight", (n_embd, n_ff_sh), "ffn_up")
+    spec.t(f"blk.{il}.ffn_down_shexp.weight", (n_ff_sh, n_embd), "ffn_down")
+
+
 def _embd_out(spec: ModelSpec, n_embd: int, n_vocab: int, tied: bool) -> None:
     spec.t("token_embd.weight", (n_embd, n_vocab), "token_embd")
     spec.t("output_norm.weight", (n_embd,))
@@ -279,45 +316,30 @@ def _embd_out(spec: ModelSpec, n_embd: int, n_vocab: int, tied: bool) -> None:
 
 
 def build_llama_3_1_8b() -> ModelSpec:
-    cfg = _c("llama-3.1-8b")
-    spec = ModelSpec("llama-3.1-8b", "llama")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv, hd = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads"), _i(cfg, "head_dim")
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
-    spec.a("feed_forward_length", _i(cfg, "intermediate_size"))
-    spec.a("attention.head_count", n_head)
-    spec.a("attention.head_count_kv", n_kv)
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
+    cfg, spec = _begin("llama-3.1-8b", "llama")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    _attn_keys(spec, cfg)
     spec.a("rope.dimension_count", hd)
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=False)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=False)
     spec.t("rope_freqs.weight", (hd // 2,))
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
         _attn_std(spec, il, n_embd, n_head, n_kv, hd)
         spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
-        _ffn_dense(spec, il, n_embd, _i(cfg, "intermediate_size"))
+        _ffn_dense(spec, il, n_embd, cfg_int(cfg, "intermediate_size"))
     return spec
 
 
 def _qwen3_like(name: str, moe: bool) -> ModelSpec:
-    cfg = _c(name)
-    spec = ModelSpec(name, "qwen3moe" if moe else "qwen3")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv, hd = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads"), _i(cfg, "head_dim")
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
-    spec.a("feed_forward_length", _i(cfg, "intermediate_size"))
-    spec.a("attention.head_count", n_head)
-    spec.a("attention.head_count_kv", n_kv)
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
+    cfg, spec = _begin(name, "qwen3moe" if moe else "qwen3")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    _attn_keys(spec, cfg)
     spec.a("attention.key_length", hd)
     spec.a("attention.value_length", hd)
     if moe:
-        spec.a("expert_count", _i(cfg, "num_experts"))
-        spec.a("expert_used_count", _i(cfg, "num_experts_per_tok"))
-        spec.a("expert_feed_forward_length", _i(cfg, "moe_intermediate_size"))
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=False)
+        _expert_keys(spec, cfg, cfg_int(cfg, "num_experts"))
+        spec.a("expert_feed_forward_length", cfg_int(cfg, "moe_intermediate_size"))
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=False)
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
         _attn_std(spec, il, n_embd, n_head, n_kv, hd)
@@ -325,9 +347,9 @@ def _qwen3_like(name: str, moe: bool) -> ModelSpec:
         spec.t(f"blk.{il}.attn_k_norm.weight", (hd,))
         spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
         if moe:
-            _ffn_moe(spec, il, n_embd, _i(cfg, "moe_intermediate_size"), _i(cfg, "num_experts"))
+            _ffn_moe(spec, il, n_embd, cfg_int(cfg, "moe_intermediate_size"), cfg_int(cfg, "num_experts"))
         else:
-            _ffn_dense(spec, il, n_embd, _i(cfg, "intermediate_size"))
+            _ffn_dense(spec, il, n_embd, cfg_int(cfg, "intermediate_size"))
     return spec
 
 
@@ -340,23 +362,20 @@ def build_qwen3_30b_a3b() -> ModelSpec:
 
 
 def build_gemma_3_27b() -> ModelSpec:
-    cfg = _c("gemma-3-27b")
-    spec = ModelSpec("gemma-3-27b", "gemma3")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv, hd = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads"), _i(cfg, "head_dim")
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
-    spec.a("feed_forward_length", _i(cfg, "intermediate_size"))
+    cfg, spec = _begin("gemma-3-27b", "gemma3")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    spec.a("feed_forward_length", cfg_int(cfg, "intermediate_size"))
     spec.a("attention.head_count", n_head)
     spec.a("attention.head_count_kv", n_kv)
     spec.a("attention.key_length", hd)
     spec.a("attention.value_length", hd)
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
-    spec.a("attention.sliding_window", _i(cfg, "sliding_window"))
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
+    spec.a("attention.sliding_window", cfg_int(cfg, "sliding_window"))
     spec.a("rope.scaling.type", "linear")
-    spec.a("rope.scaling.factor", _f(cfg, "rope_scaling_factor"))
+    spec.a("rope.scaling.factor", cfg_float(cfg, "rope_scaling_factor"))
     # the converter writes no sliding_window_pattern key for gemma3: llama.cpp defaults to 6 (load_swa_pattern)
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=True)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=True)
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
         _attn_std(spec, il, n_embd, n_head, n_kv, hd)
@@ -364,18 +383,15 @@ def build_gemma_3_27b() -> ModelSpec:
         spec.t(f"blk.{il}.attn_q_norm.weight", (hd,))
         spec.t(f"blk.{il}.attn_k_norm.weight", (hd,))
         spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
-        _ffn_dense(spec, il, n_embd, _i(cfg, "intermediate_size"))
+        _ffn_dense(spec, il, n_embd, cfg_int(cfg, "intermediate_size"))
         spec.t(f"blk.{il}.post_ffw_norm.weight", (n_embd,))
     return spec
 
 
 def build_gpt_oss_20b() -> ModelSpec:
-    cfg = _c("gpt-oss-20b")
-    spec = ModelSpec("gpt-oss-20b", "gpt-oss")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv, hd = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads"), _i(cfg, "head_dim")
-    n_ff_exp, n_expert = _i(cfg, "intermediate_size"), _i(cfg, "num_local_experts")
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"), ftype=38)  # LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+    cfg, spec = _begin("gpt-oss-20b", "gpt-oss", ftype=38)  # LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    n_ff_exp, n_expert = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts")
     spec.a("feed_forward_length", n_ff_exp)
     spec.a("expert_feed_forward_length", n_ff_exp)
     spec.a("attention.head_count", n_head)
@@ -383,15 +399,14 @@ def build_gpt_oss_20b() -> ModelSpec:
     spec.a("attention.key_length", hd)
     spec.a("attention.value_length", hd)
     spec.a("rope.dimension_count", hd)
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
-    spec.a("attention.sliding_window", _i(cfg, "sliding_window"))
-    spec.a("expert_count", n_expert)
-    spec.a("expert_used_count", _i(cfg, "num_experts_per_tok"))
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
+    spec.a("attention.sliding_window", cfg_int(cfg, "sliding_window"))
+    _expert_keys(spec, cfg, n_expert)
     spec.a("rope.scaling.type", "yarn")
     spec.a("rope.scaling.factor", 32.0)
     spec.a("rope.scaling.original_context_length", 4096)
-    n_vocab = _i(cfg, "vocab_size")
+    n_vocab = cfg_int(cfg, "vocab_size")
     spec.tq("token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
     spec.t("output_norm.weight", (n_embd,))
     spec.tq("output.weight", (n_embd, n_vocab), Q.Q8_0)
@@ -419,16 +434,14 @@ def build_gpt_oss_20b() -> ModelSpec:
 
 
 def build_deepseek_v2_lite() -> ModelSpec:
-    cfg = _c("deepseek-v2-lite")
-    spec = ModelSpec("deepseek-v2-lite", "deepseek2")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head = _i(cfg, "num_attention_heads")
-    kv_lora, nope, rope, v_hd = (_i(cfg, "kv_lora_rank"), _i(cfg, "qk_nope_head_dim"),
-                                 _i(cfg, "qk_rope_head_dim"), _i(cfg, "v_head_dim"))
-    n_ff_exp, n_expert, n_shared = (_i(cfg, "moe_intermediate_size"), _i(cfg, "n_routed_experts"),
-                                    _i(cfg, "n_shared_experts"))
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
-    spec.a("feed_forward_length", _i(cfg, "intermediate_size"))
+    cfg, spec = _begin("deepseek-v2-lite", "deepseek2")
+    n_embd, n_layer = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "num_hidden_layers")
+    n_head = cfg_int(cfg, "num_attention_heads")
+    kv_lora, nope, rope, v_hd = (cfg_int(cfg, "kv_lora_rank"), cfg_int(cfg, "qk_nope_head_dim"),
+                                 cfg_int(cfg, "qk_rope_head_dim"), cfg_int(cfg, "v_head_dim"))
+    n_ff_exp, n_expert, n_shared = (cfg_int(cfg, "moe_intermediate_size"), cfg_int(cfg, "n_routed_experts"),
+                                    cfg_int(cfg, "n_shared_experts"))
+    spec.a("feed_forward_length", cfg_int(cfg, "intermediate_size"))
     spec.a("attention.head_count", n_head)
     # modern (MLA) GGUF layout: one latent "head" of kv_lora_rank + rope for K, kv_lora_rank for V
     spec.a("attention.head_count_kv", 1)
@@ -438,21 +451,20 @@ def build_deepseek_v2_lite() -> ModelSpec:
     spec.a("attention.value_length_mla", v_hd)
     spec.a("attention.kv_lora_rank", kv_lora)
     spec.a("rope.dimension_count", rope)
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
-    spec.a("leading_dense_block_count", _i(cfg, "first_k_dense_replace"))
-    spec.a("expert_count", n_expert)
-    spec.a("expert_used_count", _i(cfg, "num_experts_per_tok"))
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
+    spec.a("leading_dense_block_count", cfg_int(cfg, "first_k_dense_replace"))
+    _expert_keys(spec, cfg, n_expert)
     spec.a("expert_shared_count", n_shared)
     spec.a("expert_feed_forward_length", n_ff_exp)
-    spec.a("expert_weights_scale", _f(cfg, "routed_scaling_factor"))
+    spec.a("expert_weights_scale", cfg_float(cfg, "routed_scaling_factor"))
     spec.a("expert_weights_norm", False)
     spec.a("expert_gating_func", 1)  # softmax
     spec.a("rope.scaling.type", "yarn")
     spec.a("rope.scaling.factor", 40.0)
     spec.a("rope.scaling.original_context_length", 4096)
     spec.a("rope.scaling.yarn_log_multiplier", 0.0707)
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=False)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=False)
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
         spec.t(f"blk.{il}.attn_kv_a_norm.weight", (kv_lora,))
@@ -462,48 +474,38 @@ def build_deepseek_v2_lite() -> ModelSpec:
         spec.t(f"blk.{il}.attn_v_b.weight", (kv_lora, v_hd, n_head), "attn_v")
         spec.t(f"blk.{il}.attn_output.weight", (n_head * v_hd, n_embd), "attn_output")
         spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
-        if il < _i(cfg, "first_k_dense_replace"):
-            _ffn_dense(spec, il, n_embd, _i(cfg, "intermediate_size"))
+        if il < cfg_int(cfg, "first_k_dense_replace"):
+            _ffn_dense(spec, il, n_embd, cfg_int(cfg, "intermediate_size"))
         else:
             _ffn_moe(spec, il, n_embd, n_ff_exp, n_expert)
-            spec.t(f"blk.{il}.ffn_gate_shexp.weight", (n_embd, n_ff_exp * n_shared), "ffn_gate")
-            spec.t(f"blk.{il}.ffn_up_shexp.weight", (n_embd, n_ff_exp * n_shared), "ffn_up")
-            spec.t(f"blk.{il}.ffn_down_shexp.weight", (n_ff_exp * n_shared, n_embd), "ffn_down")
+            _ffn_shexp(spec, il, n_embd, n_ff_exp * n_shared)
     return spec
 
 
 def build_qwen3_next_80b_a3b() -> ModelSpec:
-    cfg = _c("qwen3-next-80b-a3b")
-    spec = ModelSpec("qwen3-next-80b-a3b", "qwen3next")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv, hd = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads"), _i(cfg, "head_dim")
-    n_ff_exp, n_expert = _i(cfg, "moe_intermediate_size"), _i(cfg, "num_experts")
-    n_ff_sh = _i(cfg, "shared_expert_intermediate_size")
-    d_conv = _i(cfg, "linear_conv_kernel_dim")
-    head_k, head_v = _i(cfg, "linear_key_head_dim"), _i(cfg, "linear_value_head_dim")
-    n_kh, n_vh = _i(cfg, "linear_num_key_heads"), _i(cfg, "linear_num_value_heads")
-    interval = _i(cfg, "full_attention_interval")
+    cfg, spec = _begin("qwen3-next-80b-a3b", "qwen3next")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    n_ff_exp, n_expert = cfg_int(cfg, "moe_intermediate_size"), cfg_int(cfg, "num_experts")
+    n_ff_sh = cfg_int(cfg, "shared_expert_intermediate_size")
+    d_conv = cfg_int(cfg, "linear_conv_kernel_dim")
+    head_k, head_v = cfg_int(cfg, "linear_key_head_dim"), cfg_int(cfg, "linear_value_head_dim")
+    n_kh, n_vh = cfg_int(cfg, "linear_num_key_heads"), cfg_int(cfg, "linear_num_value_heads")
+    interval = cfg_int(cfg, "full_attention_interval")
     key_dim, value_dim = head_k * n_kh, head_v * n_vh
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
-    spec.a("feed_forward_length", _i(cfg, "intermediate_size"))
+    spec.a("feed_forward_length", cfg_int(cfg, "intermediate_size"))
     spec.a("attention.head_count", n_head)
     spec.a("attention.head_count_kv", n_kv)
     spec.a("attention.key_length", hd)
     spec.a("attention.value_length", hd)
     spec.a("rope.dimension_count", int(hd * 0.25))
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
-    spec.a("expert_count", n_expert)
-    spec.a("expert_used_count", _i(cfg, "num_experts_per_tok"))
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
+    _expert_keys(spec, cfg, n_expert)
     spec.a("expert_feed_forward_length", n_ff_exp)
     spec.a("expert_shared_feed_forward_length", n_ff_sh)
-    spec.a("ssm.conv_kernel", d_conv)
-    spec.a("ssm.state_size", head_k)
-    spec.a("ssm.group_count", n_kh)
-    spec.a("ssm.time_step_rank", n_vh)
-    spec.a("ssm.inner_size", value_dim)
+    _ssm_keys(spec, d_conv, head_k, n_kh, n_vh, value_dim)
     spec.a("full_attention_interval", interval)
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=False)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=False)
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
         spec.t(f"blk.{il}.post_attention_norm.weight", (n_embd,))
@@ -525,43 +527,32 @@ def build_qwen3_next_80b_a3b() -> ModelSpec:
             spec.t(f"blk.{il}.ssm_out.weight", (value_dim, n_embd), "attn_output")
         _ffn_moe(spec, il, n_embd, n_ff_exp, n_expert)
         spec.t(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,))
-        spec.t(f"blk.{il}.ffn_gate_shexp.weight", (n_embd, n_ff_sh), "ffn_gate")
-        spec.t(f"blk.{il}.ffn_up_shexp.weight", (n_embd, n_ff_sh), "ffn_up")
-        spec.t(f"blk.{il}.ffn_down_shexp.weight", (n_ff_sh, n_embd), "ffn_down")
+        _ffn_shexp(spec, il, n_embd, n_ff_sh)
     return spec
 
 
 def build_granite_4_0_h_tiny() -> ModelSpec:
-    cfg = _c("granite-4.0-h-tiny")
-    spec = ModelSpec("granite-4.0-h-tiny", "granitehybrid")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads")
-    hd = n_embd // n_head
-    n_ff_exp, n_expert, n_ff_sh = (_i(cfg, "intermediate_size"), _i(cfg, "num_local_experts"),
-                                   _i(cfg, "shared_intermediate_size"))
-    d_conv, d_state = _i(cfg, "mamba_d_conv"), _i(cfg, "mamba_d_state")
-    n_ssm_head, n_group = _i(cfg, "mamba_n_heads"), _i(cfg, "mamba_n_groups")
-    d_inner = _i(cfg, "mamba_expand") * n_embd
+    cfg, spec = _begin("granite-4.0-h-tiny", "granitehybrid")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    n_ff_exp, n_expert, n_ff_sh = (cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts"),
+                                   cfg_int(cfg, "shared_intermediate_size"))
+    d_conv, d_state = cfg_int(cfg, "mamba_d_conv"), cfg_int(cfg, "mamba_d_state")
+    n_ssm_head, n_group = cfg_int(cfg, "mamba_n_heads"), cfg_int(cfg, "mamba_n_groups")
+    d_inner = cfg_int(cfg, "mamba_expand") * n_embd
     attn_layers = cfg["attention_layers"]
     assert isinstance(attn_layers, list)
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
     spec.a("feed_forward_length", n_ff_exp)
     spec.a("attention.head_count", n_head)
     spec.arr_u32(f"{spec.arch}.attention.head_count_kv",
                  [n_kv if il in attn_layers else 0 for il in range(n_layer)])
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
     spec.a("rope.dimension_count", hd)
     spec.a("rope.scaling.finetuned", False)  # position_embedding_type "nope"
-    spec.a("expert_count", n_expert)
-    spec.a("expert_used_count", _i(cfg, "num_experts_per_tok"))
+    _expert_keys(spec, cfg, n_expert)
     spec.a("expert_shared_feed_forward_length", n_ff_sh)
-    spec.a("ssm.conv_kernel", d_conv)
-    spec.a("ssm.state_size", d_state)
-    spec.a("ssm.group_count", n_group)
-    spec.a("ssm.time_step_rank", n_ssm_head)
-    spec.a("ssm.inner_size", d_inner)
+    _ssm_keys(spec, d_conv, d_state, n_group, n_ssm_head, d_inner)
     # the embedding/residual/attention/logit multipliers change no memory and are left out
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=True)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=True)
     d_in_proj = 2 * d_inner + 2 * n_group * d_state + n_ssm_head
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
@@ -577,32 +568,19 @@ def build_granite_4_0_h_tiny() -> ModelSpec:
             spec.t(f"blk.{il}.ssm_norm.weight", (d_inner // n_group, n_group))
             spec.t(f"blk.{il}.ssm_out.weight", (d_inner, n_embd), "attn_output")
         spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
-        spec.t(f"blk.{il}.ffn_gate_inp.weight", (n_embd, n_expert))
-        spec.t(f"blk.{il}.ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), "exps")
-        spec.t(f"blk.{il}.ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), "exps")
-        spec.t(f"blk.{il}.ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), "exps_down")
-        spec.t(f"blk.{il}.ffn_gate_shexp.weight", (n_embd, n_ff_sh), "ffn_gate")
-        spec.t(f"blk.{il}.ffn_up_shexp.weight", (n_embd, n_ff_sh), "ffn_up")
-        spec.t(f"blk.{il}.ffn_down_shexp.weight", (n_ff_sh, n_embd), "ffn_down")
+        _ffn_moe(spec, il, n_embd, n_ff_exp, n_expert)
+        _ffn_shexp(spec, il, n_embd, n_ff_sh)
     return spec
 
 
 def build_qwen2_5_vl_7b() -> ModelSpec:
-    cfg = _c("qwen2.5-vl-7b")
-    spec = ModelSpec("qwen2.5-vl-7b", "qwen2vl")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads")
-    hd = n_embd // n_head
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
-    spec.a("feed_forward_length", _i(cfg, "intermediate_size"))
-    spec.a("attention.head_count", n_head)
-    spec.a("attention.head_count_kv", n_kv)
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
+    cfg, spec = _begin("qwen2.5-vl-7b", "qwen2vl")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    _attn_keys(spec, cfg)
     sections = cfg["mrope_section"]
     assert isinstance(sections, list)
     spec.arr_u32(f"{spec.arch}.rope.dimension_sections", [*sections, 0])
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=False)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=False)
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
         _attn_std(spec, il, n_embd, n_head, n_kv, hd)
@@ -610,41 +588,35 @@ def build_qwen2_5_vl_7b() -> ModelSpec:
         spec.t(f"blk.{il}.attn_k.bias", (n_kv * hd,))
         spec.t(f"blk.{il}.attn_v.bias", (n_kv * hd,))
         spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
-        _ffn_dense(spec, il, n_embd, _i(cfg, "intermediate_size"))
+        _ffn_dense(spec, il, n_embd, cfg_int(cfg, "intermediate_size"))
     return spec
 
 
 def build_llama_4_scout() -> ModelSpec:
-    cfg = _c("llama-4-scout-17b-16e")
-    spec = ModelSpec("llama-4-scout-17b-16e", "llama4")
-    n_embd, n_layer = _i(cfg, "hidden_size"), _i(cfg, "num_hidden_layers")
-    n_head, n_kv, hd = _i(cfg, "num_attention_heads"), _i(cfg, "num_key_value_heads"), _i(cfg, "head_dim")
-    n_ff_exp, n_expert = _i(cfg, "intermediate_size"), _i(cfg, "num_local_experts")
-    step = _i(cfg, "interleave_moe_layer_step")
-    _common(spec, cfg, _i(cfg, "max_position_embeddings"))
-    spec.a("feed_forward_length", _i(cfg, "intermediate_size_mlp"))
+    cfg, spec = _begin("llama-4-scout-17b-16e", "llama4")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    n_ff_exp, n_expert = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts")
+    step = cfg_int(cfg, "interleave_moe_layer_step")
+    spec.a("feed_forward_length", cfg_int(cfg, "intermediate_size_mlp"))
     spec.a("expert_feed_forward_length", n_ff_exp)
     spec.a("interleave_moe_layer_step", step)
     spec.a("attention.head_count", n_head)
     spec.a("attention.head_count_kv", n_kv)
     spec.a("rope.dimension_count", hd)
-    spec.a("rope.freq_base", _f(cfg, "rope_theta"))
-    spec.a("attention.layer_norm_rms_epsilon", _f(cfg, "rms_norm_eps"))
-    spec.a("expert_count", n_expert)
-    spec.a("expert_used_count", _i(cfg, "num_experts_per_tok"))
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
+    _expert_keys(spec, cfg, n_expert)
     # no sliding_window key: llama.cpp then uses chunked attention, chunk 8192, 3 chunked : 1 global
-    _embd_out(spec, n_embd, _i(cfg, "vocab_size"), tied=False)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=False)
     for il in range(n_layer):
         spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
         _attn_std(spec, il, n_embd, n_head, n_kv, hd)
         spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
         if (il + 1) % step == 0:
             _ffn_moe(spec, il, n_embd, n_ff_exp, n_expert)
-            spec.t(f"blk.{il}.ffn_gate_shexp.weight", (n_embd, n_ff_exp), "ffn_gate")
-            spec.t(f"blk.{il}.ffn_up_shexp.weight", (n_embd, n_ff_exp), "ffn_up")
-            spec.t(f"blk.{il}.ffn_down_shexp.weight", (n_ff_exp, n_embd), "ffn_down")
+            _ffn_shexp(spec, il, n_embd, n_ff_exp)
         else:
-            _ffn_dense(spec, il, n_embd, _i(cfg, "intermediate_size_mlp"))
+            _ffn_dense(spec, il, n_embd, cfg_int(cfg, "intermediate_size_mlp"))
     return spec
 
 
@@ -653,14 +625,14 @@ def _vit_common(spec: ModelSpec, cfg: dict[str, object], *, gelu: bool) -> None:
     spec.u32("general.file_type", 1)  # F16
     spec.b("clip.has_vision_encoder", True)
     spec.s("clip.projector_type", str(cfg["projector_type"]))
-    spec.u32("clip.vision.embedding_length", _i(cfg, "hidden_size"))
-    spec.u32("clip.vision.feed_forward_length", _i(cfg, "intermediate_size"))
-    spec.u32("clip.vision.block_count", _i(cfg, "num_hidden_layers"))
-    spec.u32("clip.vision.attention.head_count", _i(cfg, "num_attention_heads"))
-    spec.f32("clip.vision.attention.layer_norm_epsilon", _f(cfg, "layer_norm_eps"))
-    spec.u32("clip.vision.projection_dim", _i(cfg, "text_hidden_size"))
-    spec.u32("clip.vision.image_size", _i(cfg, "image_size"))
-    spec.u32("clip.vision.patch_size", _i(cfg, "patch_size"))
+    spec.u32("clip.vision.embedding_length", cfg_int(cfg, "hidden_size"))
+    spec.u32("clip.vision.feed_forward_length", cfg_int(cfg, "intermediate_size"))
+    spec.u32("clip.vision.block_count", cfg_int(cfg, "num_hidden_layers"))
+    spec.u32("clip.vision.attention.head_count", cfg_int(cfg, "num_attention_heads"))
+    spec.f32("clip.vision.attention.layer_norm_epsilon", cfg_float(cfg, "layer_norm_eps"))
+    spec.u32("clip.vision.projection_dim", cfg_int(cfg, "text_hidden_size"))
+    spec.u32("clip.vision.image_size", cfg_int(cfg, "image_size"))
+    spec.u32("clip.vision.patch_size", cfg_int(cfg, "patch_size"))
     spec.kv.append(("clip.vision.image_mean", [0.5, 0.5, 0.5], GGUFValueType.ARRAY, GGUFValueType.FLOAT32))
     spec.kv.append(("clip.vision.image_std", [0.5, 0.5, 0.5], GGUFValueType.ARRAY, GGUFValueType.FLOAT32))
     if gelu:
@@ -669,9 +641,9 @@ def _vit_common(spec: ModelSpec, cfg: dict[str, object], *, gelu: bool) -> None:
         spec.b("clip.use_silu", True)
 
 
-def _vit_blocks(spec: ModelSpec, cfg: dict[str, object], *, ln_bias: bool, gated: bool) -> None:
-    d, ff = _i(cfg, "hidden_size"), _i(cfg, "intermediate_size")
-    for il in range(_i(cfg, "num_hidden_layers")):
+def vit_blocks(spec: ModelSpec, cfg: dict[str, object], *, ln_bias: bool, gated: bool) -> None:
+    d, ff = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "intermediate_size")
+    for il in range(cfg_int(cfg, "num_hidden_layers")):
         for w in ("attn_q", "attn_k", "attn_v", "attn_out"):
             spec.tq(f"v.blk.{il}.{w}.weight", (d, d), Q.F16)
             spec.t(f"v.blk.{il}.{w}.bias", (d,))
@@ -691,16 +663,16 @@ def _vit_blocks(spec: ModelSpec, cfg: dict[str, object], *, ln_bias: bool, gated
 def build_mmproj_gemma_3_27b() -> ModelSpec:
     cfg = MMPROJ_CONFIGS["mmproj-gemma-3-27b"]
     spec = ModelSpec("mmproj-gemma-3-27b", "clip")
-    d, p = _i(cfg, "hidden_size"), _i(cfg, "patch_size")
-    n_pos = (_i(cfg, "image_size") // p) ** 2
+    d, p = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size")
+    n_pos = (cfg_int(cfg, "image_size") // p) ** 2
     _vit_common(spec, cfg, gelu=True)
     spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
     spec.t("v.patch_embd.bias", (d,))
     spec.tq("v.position_embd.weight", (d, n_pos), Q.F16)
-    _vit_blocks(spec, cfg, ln_bias=True, gated=False)
+    vit_blocks(spec, cfg, ln_bias=True, gated=False)
     spec.t("v.post_ln.weight", (d,))
     spec.t("v.post_ln.bias", (d,))
-    spec.tq("mm.input_projection.weight", (_i(cfg, "text_hidden_size"), d), Q.F16)
+    spec.tq("mm.input_projection.weight", (cfg_int(cfg, "text_hidden_size"), d), Q.F16)
     spec.t("mm.soft_emb_norm.weight", (d,))
     return spec
 
@@ -708,8 +680,8 @@ def build_mmproj_gemma_3_27b() -> ModelSpec:
 def build_mmproj_llava_llama_3_8b() -> ModelSpec:
     cfg = MMPROJ_CONFIGS["mmproj-llava-llama-3-8b"]
     spec = ModelSpec("mmproj-llava-llama-3-8b", "clip")
-    d, p, n_out = _i(cfg, "hidden_size"), _i(cfg, "patch_size"), _i(cfg, "text_hidden_size")
-    n_pos = (_i(cfg, "image_size") // p) ** 2 + 1
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    n_pos = (cfg_int(cfg, "image_size") // p) ** 2 + 1
     _vit_common(spec, cfg, gelu=False)
     spec.kv = [kv for kv in spec.kv if kv[0] != "clip.use_silu"]  # CLIP uses quick-GELU (the default)
     spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
@@ -717,7 +689,7 @@ def build_mmproj_llava_llama_3_8b() -> ModelSpec:
     spec.tq("v.position_embd.weight", (d, n_pos), Q.F16)
     spec.t("v.pre_ln.weight", (d,))
     spec.t("v.pre_ln.bias", (d,))
-    _vit_blocks(spec, cfg, ln_bias=True, gated=False)
+    vit_blocks(spec, cfg, ln_bias=True, gated=False)
     spec.tq("mm.0.weight", (d, n_out), Q.F16)
     spec.t("mm.0.bias", (n_out,))
     spec.tq("mm.2.weight", (n_out, n_out), Q.F16)
@@ -728,17 +700,17 @@ def build_mmproj_llava_llama_3_8b() -> ModelSpec:
 def build_mmproj_qwen2_5_vl_7b() -> ModelSpec:
     cfg = MMPROJ_CONFIGS["mmproj-qwen2.5-vl-7b"]
     spec = ModelSpec("mmproj-qwen2.5-vl-7b", "clip")
-    d, p, n_out = _i(cfg, "hidden_size"), _i(cfg, "patch_size"), _i(cfg, "text_hidden_size")
-    merge = _i(cfg, "spatial_merge_size")
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    merge = cfg_int(cfg, "spatial_merge_size")
     full = cfg["fullatt_block_indexes"]
     assert isinstance(full, list)
     _vit_common(spec, cfg, gelu=False)
     spec.u32("clip.vision.spatial_merge_size", merge)
     spec.u32("clip.vision.n_wa_pattern", full[0] + 1)
-    spec.u32("clip.vision.window_size", _i(cfg, "window_size"))
+    spec.u32("clip.vision.window_size", cfg_int(cfg, "window_size"))
     spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
     spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
-    _vit_blocks(spec, cfg, ln_bias=False, gated=True)
+    vit_blocks(spec, cfg, ln_bias=False, gated=True)
     spec.t("v.post_ln.weight", (d,))
     d_merge = d * merge * merge
     spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
@@ -779,29 +751,17 @@ def _spm_vocab(spec: ModelSpec, n_vocab: int) -> None:
     spec.kv.append(("tokenizer.ggml.token_type", types, GGUFValueType.ARRAY, GGUFValueType.INT32))
 
 
-def write_gguf(spec: ModelSpec, path: Path, *, vocab: str = "none", header_only: bool = False) -> dict[str, int]:
-    """Write ``spec`` to ``path``: sparse full-size file, or only the header (KV + tensor infos).
+KeyValue = tuple[str, object, GGUFValueType, GGUFValueType | None]
 
-    Returns {"header_bytes", "data_offset", "file_bytes" (as written), "full_bytes" (size of the sparse file),
-    "weights_bytes"}.
+
+def write_header(spec: ModelSpec, path: Path, extra_kv: Sequence[KeyValue] = ()) -> tuple[int, int, int]:
+    """Write the header of ``spec`` to ``path``: its metadata, then ``extra_kv``, then its tensor infos.
+
+    Returns (header bytes, the data alignment, bytes of tensor data the infos declare); nothing follows the header.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     w = GGUFWriter(path, spec.arch)
-    for key, val, vtype, sub in spec.kv:
+    for key, val, vtype, sub in [*spec.kv, *extra_kv]:
         w.add_key_value(key, val, vtype, sub_type=sub)
-    n_vocab = CONFIGS[spec.name]["vocab_size"] if spec.name in CONFIGS else 0
-    assert isinstance(n_vocab, int)
-    if spec.arch == "clip":
-        pass
-    elif vocab == "spm":
-        w.add_key_value("tokenizer.ggml.model", "llama", GGUFValueType.STRING)
-        _spm_vocab(spec_copy := ModelSpec(spec.name, spec.arch), n_vocab)
-        for key, val, vtype, sub in spec_copy.kv:
-            w.add_key_value(key, val, vtype, sub_type=sub)
-    elif vocab == "none":
-        w.add_key_value("tokenizer.ggml.model", "none", GGUFValueType.STRING)
-    else:
-        raise ValueError(f"unknown vocab mode {vocab!r}")
     weights = 0
     for name, ne, qtype in spec.tensors:
         nbytes = tensor_nbytes(qtype, ne)
@@ -813,7 +773,29 @@ def write_gguf(spec: ModelSpec, path: Path, *, vocab: str = "none", header_only:
     assert w.fout is not None
     header_bytes = w.fout[0].tell()
     w.close()
-    align = w.data_alignment
+    return header_bytes, w.data_alignment, weights
+
+
+def write_gguf(spec: ModelSpec, path: Path, *, vocab: str = "none", header_only: bool = False) -> dict[str, int]:
+    """Write ``spec`` to ``path``: sparse full-size file, or only the header (KV + tensor infos).
+
+    Returns {"header_bytes", "data_offset", "file_bytes" (as written), "full_bytes" (size of the sparse file),
+    "weights_bytes"}.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n_vocab = CONFIGS[spec.name]["vocab_size"] if spec.name in CONFIGS else 0
+    assert isinstance(n_vocab, int)
+    tokenizer = ModelSpec(spec.name, spec.arch)
+    if spec.arch == "clip":
+        pass
+    elif vocab == "spm":
+        tokenizer.s("tokenizer.ggml.model", "llama")
+        _spm_vocab(tokenizer, n_vocab)
+    elif vocab == "none":
+        tokenizer.s("tokenizer.ggml.model", "none")
+    else:
+        raise ValueError(f"unknown vocab mode {vocab!r}")
+    header_bytes, align, weights = write_header(spec, path, tokenizer.kv)
     data_offset = (header_bytes + align - 1) // align * align
     data_size = sum((tensor_nbytes(q, ne) + align - 1) // align * align for _, ne, q in spec.tensors)
     file_bytes = header_bytes if header_only else data_offset + data_size

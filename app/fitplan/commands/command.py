@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from fitplan.commands import _output as out
+from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import (
     add_common_arguments,
     build_request,
@@ -31,15 +32,14 @@ EXAMPLES = """examples:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    p = add_flags_parser(
+        subparsers,
         "command",
-        help="print only the llama-server command of the plan (or its preset INI section)",
-        description="The llama-server command of `fitplan plan`, quoted for a shell. Any llama-server flags after "
+        "print only the llama-server command of the plan (or its preset INI section)",
+        "The llama-server command of `fitplan plan`, quoted for a shell. Any llama-server flags after "
         "MODEL are pins, so a printed command can be fed back.",
+        EXAMPLES,
         usage="fitplan command MODEL [llama-server flags...] [options]",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
     )
     add_common_arguments(p)
     p.add_argument(

@@ -43,15 +43,26 @@ TERM_KEYS: tuple[TermKind, ...] = (
 )
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "estimate",
-        help="memory per device and term for a model with llama-server flags",
-        description=__doc__,
-        epilog=EXAMPLES,
+def add_flags_parser(
+    subparsers: Any, name: str, summary: str, description: str | None, epilog: str, usage: str | None = None
+) -> argparse.ArgumentParser:
+    """The parser of a subcommand that reads llama-server's own flags after MODEL: no abbreviated options (a
+    prefix of one of ours must stay a llama-server flag), and the examples of `epilog` kept as written."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=summary,
+        description=description,
+        usage=usage,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    return parser
+
+
+def register(subparsers: Any) -> None:
+    summary = "memory per device and term for a model with llama-server flags"
+    p = add_flags_parser(subparsers, "estimate", summary, __doc__, EXAMPLES)
     p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
     p.add_argument(
         "--assume-gpu",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.commands.estimate import add_engine_argument, engine_of
+from fitplan.commands.estimate import add_engine_argument, add_flags_parser, engine_of
 from fitplan.core.command import (
     OllamaExport,
     annotate,
@@ -96,16 +96,15 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    p = add_flags_parser(
+        subparsers,
         "plan",
-        help="the largest context and fastest placement that fit, with the llama-server command",
-        description="The fastest placement and the largest context that fit, and the llama-server command. "
+        "the largest context and fastest placement that fit, with the llama-server command",
+        "The fastest placement and the largest context that fit, and the llama-server command. "
         "Any llama-server flags after MODEL (-c, -np, -ctk, -ngl, -ts, --n-cpu-moe, -fa ...) are pins: the plan "
         "keeps them and chooses the rest.",
+        EXAMPLES,
         usage="fitplan plan MODEL [llama-server flags...] [options]",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
     )
     add_common_arguments(p)
     p.add_argument("--shell", choices=[s.value for s in Shell], help="shell to quote the command for")

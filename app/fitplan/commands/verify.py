@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.commands.estimate import load_profile, machine_for, split_model_flag
+from fitplan.commands.estimate import add_flags_parser, load_profile, machine_for, split_model_flag
 from fitplan.core.devices import MIB, DeviceKind
 from fitplan.core.errors import FlagError
 from fitplan.core.estimate import Estimate, TermKind
@@ -61,14 +61,8 @@ EXAMPLES = """examples:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "verify",
-        help="compare the estimate with llama.cpp's own dry run (llama-fit-params)",
-        description=__doc__,
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    summary = "compare the estimate with llama.cpp's own dry run (llama-fit-params)"
+    p = add_flags_parser(subparsers, "verify", summary, __doc__, EXAMPLES)
     p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
     p.add_argument("--llama-bin", type=Path, help=f"folder holding {BINARY} (default: search PATH)")
     p.add_argument("--assume-gpu", action="append", default=[], metavar="NAME=SIZE", help=argparse.SUPPRESS)

@@ -352,14 +352,7 @@ def _largest_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
         return None
     if pred(hi):
         return hi
-    good, bad = lo, hi
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if pred(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
+    return _bisect(lo, hi, pred)
 
 
 def _smallest_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
@@ -368,8 +361,12 @@ def _smallest_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
         return None
     if pred(lo):
         return lo
-    bad, good = lo, hi
-    while good - bad > 1:
+    return _bisect(hi, lo, pred)
+
+
+def _bisect(good: int, bad: int, pred: Callable[[int], bool]) -> int:
+    """The x next to the boundary on `good`'s side, for pred(good) true and pred(bad) false (either order)."""
+    while abs(bad - good) > 1:
         mid = (good + bad) // 2
         if pred(mid):
             good = mid
@@ -629,25 +626,26 @@ def _describe_placement(
     )
 
 
+#: the Pins fields that, when set, are copied into the LaunchSettings field of the same name
+_PINNED_SETTINGS = (
+    "n_parallel",
+    "kv_unified",
+    "cache_type_k",
+    "cache_type_v",
+    "mmproj",
+    "no_kv_offload",
+    "tensor_split",
+    "n_cpu_moe",
+)
+
+
 def _base_settings(pins: Pins) -> LaunchSettings:
     s = pins.base
     changes: dict[str, object] = {"fit": False}
-    if pins.n_parallel is not None:
-        changes["n_parallel"] = pins.n_parallel
-    if pins.kv_unified is not None:
-        changes["kv_unified"] = pins.kv_unified
-    if pins.cache_type_k is not None:
-        changes["cache_type_k"] = pins.cache_type_k
-    if pins.cache_type_v is not None:
-        changes["cache_type_v"] = pins.cache_type_v
-    if pins.mmproj is not None:
-        changes["mmproj"] = pins.mmproj
-    if pins.no_kv_offload is not None:
-        changes["no_kv_offload"] = pins.no_kv_offload
-    if pins.tensor_split is not None:
-        changes["tensor_split"] = pins.tensor_split
-    if pins.n_cpu_moe is not None:
-        changes["n_cpu_moe"] = pins.n_cpu_moe
+    for name in _PINNED_SETTINGS:
+        value = getattr(pins, name)
+        if value is not None:
+            changes[name] = value
     return dataclasses.replace(s, **changes)  # type: ignore[arg-type]
 
 

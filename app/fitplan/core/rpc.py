@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fitplan.core.devices import Device, DeviceKind, Machine, Vendor
 from fitplan.core.errors import FlagError
@@ -144,18 +144,7 @@ def with_rpc(machine: Machine, servers: Sequence[RpcServer]) -> Machine:
     local: list[Device] = []
     for i, d in enumerate(machine.gpus):
         if not d.backend_name and d.vendor is not Vendor.RPC:
-            d = Device(
-                name=d.name,
-                kind=d.kind,
-                total_bytes=d.total_bytes,
-                free_bytes=d.free_bytes,
-                vendor=d.vendor,
-                hypothetical=d.hypothetical,
-                backend_name=gpu_backend(d, i).buffer_type,
-                host=d.host,
-                unified_memory=d.unified_memory,
-                detail=d.detail,
-            )
+            d = replace(d, backend_name=gpu_backend(d, i).buffer_type)
         local.append(d)
     return Machine(gpus=(*(s.device() for s in servers), *local), host=machine.host)
 

@@ -226,6 +226,16 @@ class _Commands:
         self.words = []
 
 
+def _skip_redirect_or_comment(text: str, i: int, acc: _Commands) -> int | None:
+    """The index after a redirection or `#` comment at `i` (read alike by both shells), or None for neither."""
+    if text[i] in "<>":
+        return _redirect(text, i, acc)
+    if text[i] == "#" and not acc.in_word:
+        end = text.find("\n", i)
+        return len(text) if end < 0 else end
+    return None
+
+
 def _redirect(text: str, i: int, acc: _Commands) -> int:
     """A redirection at `i` (`>`, `>>`, `2>&1`, `<`): drop it and its target; returns the index after it."""
     n = len(text)
@@ -301,12 +311,9 @@ def _split_sh(text: str) -> tuple[tuple[str, ...], ...]:
             acc.end_command()
             i += 1
             continue
-        if c in "<>":
-            i = _redirect(text, i, acc)
-            continue
-        if c == "#" and not acc.in_word:
-            end = text.find("\n", i)
-            i = n if end < 0 else end
+        skipped = _skip_redirect_or_comment(text, i, acc)
+        if skipped is not None:
+            i = skipped
             continue
         acc.add(c)
         i += 1
@@ -378,6 +385,32 @@ def _ps_escape(text: str, i: int) -> tuple[str, int]:
     return e, i + 2
 
 
+def _ps_quoted(text: str, i: int, acc: _Commands, quotes: frozenset[str], kind: str) -> int:
+    """Add the string quoted from `text[i]` to the current word; returns the index after its closing quote.
+
+    A doubled quote stands for one; inside double quotes (`kind` "double") a backtick escapes.
+    """
+    n = len(text)
+    i += 1
+    acc.add("")
+    while True:
+        if i >= n:
+            raise ShellSyntaxError(f"unterminated {kind} quote")
+        d = text[i]
+        if d in quotes:
+            if i + 1 < n and text[i + 1] in quotes:
+                acc.add(text[i + 1])
+                i += 2
+                continue
+            return i + 1
+        if kind == "double" and d == "`" and i + 1 < n:
+            ch, i = _ps_escape(text, i)
+            acc.add(ch)
+            continue
+        acc.add(d)
+        i += 1
+
+
 def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
     acc = _Commands()
     i, n = 0, len(text)
@@ -396,43 +429,11 @@ def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
             acc.add(ch)
             continue
         if c in _PS_SINGLE_QUOTES:
-            i += 1
-            acc.add("")
-            while True:
-                if i >= n:
-                    raise ShellSyntaxError("unterminated single quote")
-                d = text[i]
-                if d in _PS_SINGLE_QUOTES:
-                    if i + 1 < n and text[i + 1] in _PS_SINGLE_QUOTES:
-                        acc.add(text[i + 1])
-                        i += 2
-                        continue
-                    i += 1
-                    break
-                acc.add(d)
-                i += 1
+            i = _ps_quoted(text, i, acc, _PS_SINGLE_QUOTES, "single")
             at_statement_start = False
             continue
         if c in _PS_DOUBLE_QUOTES:
-            i += 1
-            acc.add("")
-            while True:
-                if i >= n:
-                    raise ShellSyntaxError("unterminated double quote")
-                d = text[i]
-                if d in _PS_DOUBLE_QUOTES:
-                    if i + 1 < n and text[i + 1] in _PS_DOUBLE_QUOTES:
-                        acc.add(text[i + 1])
-                        i += 2
-                        continue
-                    i += 1
-                    break
-                if d == "`" and i + 1 < n:
-                    ch, i = _ps_escape(text, i)
-                    acc.add(ch)
-                    continue
-                acc.add(d)
-                i += 1
+            i = _ps_quoted(text, i, acc, _PS_DOUBLE_QUOTES, "double")
             at_statement_start = False
             continue
         if c == "\n" or c in ";|" or (c == "&" and text.startswith("&&", i)):
@@ -452,12 +453,9 @@ def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
             end = text.find("#>", i + 2)
             i = n if end < 0 else end + 2
             continue
-        if c in "<>":
-            i = _redirect(text, i, acc)
-            continue
-        if c == "#" and not acc.in_word:
-            end = text.find("\n", i)
-            i = n if end < 0 else end
+        skipped = _skip_redirect_or_comment(text, i, acc)
+        if skipped is not None:
+            i = skipped
             continue
         acc.add(c)
         at_statement_start = False

@@ -312,7 +312,7 @@ def place_weights(
     hit = _PLACEMENT_CACHE.get(key)
     if hit is not None and hit[0] is profile and hit[1] is machine:
         return hit[2]
-    placement = _place_weights(profile, settings, machine, cpu=cpu, gpu_build=gpu_build, load_mtp=load_mtp)
+    placement = _place_weights(profile, settings, machine, cpu, gpu_build, load_mtp)
     if len(_PLACEMENT_CACHE) >= _PLACEMENT_CACHE_SIZE:
         _PLACEMENT_CACHE.pop(next(iter(_PLACEMENT_CACHE)))
     _PLACEMENT_CACHE[key] = (profile, machine, placement)
@@ -323,10 +323,9 @@ def _place_weights(
     profile: ModelProfile,
     settings: LaunchSettings,
     machine: Machine,
-    *,
-    cpu: CpuFeatures = DEFAULT_CPU_FEATURES,
-    gpu_build: bool | None = None,
-    load_mtp: bool = False,
+    cpu: CpuFeatures,
+    gpu_build: bool | None,
+    load_mtp: bool,
 ) -> WeightPlacement:
     gpus = active_gpus(settings, machine)
     backends = [gpu_backend(d, machine_index(machine, d)) for d in gpus]

@@ -24,20 +24,14 @@ LEGACY = "deepseek-v2-lite-legacy"
 _MODERN_ONLY_KEYS = ("deepseek2.attention.key_length_mla", "deepseek2.attention.value_length_mla")
 
 
-def _int(cfg: dict[str, object], key: str) -> int:
-    v = cfg[key]
-    assert isinstance(v, int)
-    return v
-
-
 def build_deepseek_v2_lite_legacy() -> sparse_models.ModelSpec:
     modern = sparse_models.build_deepseek_v2_lite()
     cfg = sparse_models.CONFIGS["deepseek-v2-lite"]
-    n_head = _int(cfg, "num_attention_heads")
-    nope = _int(cfg, "qk_nope_head_dim")
-    rope = _int(cfg, "qk_rope_head_dim")
-    v_hd = _int(cfg, "v_head_dim")
-    kv_lora = _int(cfg, "kv_lora_rank")
+    n_head = sparse_models.cfg_int(cfg, "num_attention_heads")
+    nope = sparse_models.cfg_int(cfg, "qk_nope_head_dim")
+    rope = sparse_models.cfg_int(cfg, "qk_rope_head_dim")
+    v_hd = sparse_models.cfg_int(cfg, "v_head_dim")
+    kv_lora = sparse_models.cfg_int(cfg, "kv_lora_rank")
     legacy_values = {
         "deepseek2.attention.head_count_kv": n_head,  # num_key_value_heads = 16 in config.json
         "deepseek2.attention.key_length": nope + rope,
