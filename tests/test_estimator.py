@@ -157,10 +157,12 @@ def test_mmproj_weights_and_compute(llama8b: ModelProfile) -> None:
     )
     assert on_cpu.devices[0].bytes_of(TermKind.MMPROJ) == 0
     assert on_cpu.devices[1].bytes_of(TermKind.MMPROJ) > 0
-    # CLIP ViT-L/14 at 336 px: 577 positions, width 1024, FFN 4096, projector to 4096. Raw image 4*3*336*336 =
-    # 1,354,752 B; projector live set 4*577*(1024 + 2*4096) = 21,270,528 B > one block 4*577*(2048+4096).
+    # CLIP ViT-L/14 at 336 px: 577 positions (576 patches + class token), width 1024, projector to 4096. Graph
+    # inputs: raw image 4*3*336*336 = 1,354,752 B, positions 4*577 = 2,308 B (2,336 padded to 32), patch indices
+    # 4*576 = 2,304 B; then the projector's input [1024, 576] and its two [4096, 576] activations. 22,593,056 B is
+    # llama.cpp's 21.55 MiB (the allocator's peak, to the byte).
     cbytes, _ = mmproj_compute(mm, flash_attn=True)
-    assert cbytes == 4 * 3 * 336 * 336 + 4 * 577 * (1024 + 2 * 4096)
+    assert cbytes == 1_354_752 + 2_336 + 2_304 + 4 * 576 * (1024 + 2 * 4096) == 22_593_056
 
 
 def test_draft_model_uses_the_target_context(llama8b: ModelProfile) -> None:

@@ -510,3 +510,34 @@ def test_cross_check_detects_differences(tmp_path: Path) -> None:
     t0 = dataclasses.replace(h.tensors[0], n_bytes=1)
     bad = dataclasses.replace(h, tensors=(t0, *h.tensors[1:]))
     assert len(diff_against_gguf_py(p, bad)) == 1
+
+
+def test_header_only_files_are_complete_by_declaration(tmp_path):
+    """A file marked fitplan.header_only (the bundled examples) is a complete header, sized as declared; the same
+    file without the key is an interrupted download."""
+    import gguf
+    import numpy as np
+
+    from fitplan.core.errors import IncompleteModelError
+    from fitplan.core.gguf_header import HEADER_ONLY_KEY, ModelFiles
+    from fitplan.core.gguf_reader import read_header
+
+    def write(path, header_only):
+        w = gguf.GGUFWriter(str(path), "llama")
+        if header_only:
+            w.add_bool(HEADER_ONLY_KEY, True)
+        w.add_tensor("token_embd.weight", np.zeros((64, 32), dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        w.close()
+
+    marked, plain = tmp_path / "marked.gguf", tmp_path / "plain.gguf"
+    write(marked, True)
+    write(plain, False)
+    h = read_header(marked)
+    assert h.header_only and h.file_size is not None and h.file_size < h.expected_file_size
+    assert h.declared_file_size == h.expected_file_size == h.data_offset + 64 * 32 * 4
+    assert ModelFiles(shards=(h,)).file_size == h.expected_file_size
+    with pytest.raises(IncompleteModelError):
+        read_header(plain)

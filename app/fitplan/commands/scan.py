@@ -122,6 +122,8 @@ def model_to_dict(m: LibraryModel, fit: FitAnswer | None) -> dict[str, object]:
         "name": m.name,
         "file_type": m.file_type,
         "file_size": m.file_size,
+        "header_only": m.header_only,  # a header written without tensor data on purpose (bundled examples)
+        "declared_size": m.expected_size,
         "n_params": m.n_params,
         "n_ctx_train": m.n_ctx_train,
         "n_layer": m.n_layer,
@@ -172,7 +174,7 @@ def format_text(result: ScanResult, fits: Sequence[FitAnswer | None]) -> str:
         extra = " +mmproj" if m.mmproj_path else ""
         shards = f" ({len(m.shard_paths)} files)" if len(m.shard_paths) > 1 else ""
         rows.append(
-            [m.display_name + shards + extra, m.architecture, m.file_type, out.size(m.file_size), _params(m.n_params),
+            [m.display_name + shards + extra, m.architecture, m.file_type, out.size(m.expected_size if m.header_only else m.file_size), _params(m.n_params),
              m.n_ctx_train, answer]
         )
     lines = [out.table(["model", "arch", "quant", "size", "params", "ctx", "fits"], rows, align="lllrrrl")]

@@ -160,6 +160,53 @@ class ComputeBuffer:
 FFN_HOLE_BLOCKS = 2
 
 
+def _below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """Bytes that stay under the logits on a later GPU whose last layer is a MoE with a shared expert (read from
+    the allocator's trace of deepseek-v2-lite split over two devices).
+
+    The shared expert reads the FFN norm output after the routed experts, so the FFN input and the norm output
+    stay live while the sum of the routed experts is allocated: no freed block below fits it, and it lands right
+    above the experts' down outputs `[n_embd, n_used, n_tok]`, which took the space of gate and up (the rest of
+    that space joins the free end of the buffer once the GLU output above it is freed). The residual, the output
+    norm and the logits then follow in that sum's place. Under them: the two blocks, the router's probabilities
+    and top-k indices `[n_expert, n_tok]` and weights `[n_used, n_tok]`, and the down outputs. Without a shared expert (gpt-oss, Qwen3-MoE) the
+    norm output is freed after up and the sum takes its place; llama4's router-weighted input leaves a block-sized
+    hole too.
+    """
+    moe = profile.moe
+    lp = profile.layers[il]
+    if not (lp.is_moe and moe is not None) or profile.architecture in WEIGHT_BEFORE_FFN_ARCHS:
+        return 0
+    if il not in _layer_shapes(profile).shexp:
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+    down = F32 * n_tok * used * profile.n_embd
+    if down > 2 * up:
+        # the down outputs go above the GLU output and gate + up leave a hole the sum can take (Qwen3-Next);
+        # where the logits then go is not modelled (granite-4.0-h-tiny: above the down outputs all the same)
+        return 0
+    router = 2 * F32 * n_tok * moe.n_expert + F32 * n_tok * used
+    return 2 * F32 * n_tok * profile.n_embd + router + down
+
+
+def _routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """Bytes under the logits on a GPU that holds the output layer and no block (`-ngl 1`), when the last block is a
+    MoE without a shared expert (read from the allocator's traces of qwen3-30b-a3b and gpt-oss-20b).
+
+    The ops after the experts' down projection carry no weights, so the scheduler runs them with the output
+    layer: the down outputs `[n_embd, n_used, n_tok]`, the router weights `[n_used, n_tok]` and the FFN input are
+    copied in, and the sum of the experts (then the residual, the output norm and the logits in its place) lands
+    above them. A shared expert's matrix keeps the sum where the experts ran.
+    """
+    moe = profile.moe
+    lp = profile.layers[il]
+    if not (lp.is_moe and moe is not None) or il in _layer_shapes(profile).shexp:
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    return F32 * n_tok * (used * profile.n_embd + used + profile.n_embd)
+
+
 def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
     """Largest FFN intermediate set of the given layers, f32 (see `_ffn_layer`)."""
     return max((_ffn_layer(profile, il, n_tok)[0] for il in layers), default=0)
@@ -213,6 +260,7 @@ class _LayerShapes:
     gated: frozenset[int]
     qkv_rows: dict[int, int]  # fused `attn_qkv` output width per layer
     dense_up: frozenset[int] = frozenset()  # layers with a dense `ffn_up` matrix
+    shexp: frozenset[int] = frozenset()  # layers with a shared expert (`ffn_up_shexp`)
 
 
 _SHAPES: dict[int, tuple[ModelProfile, _LayerShapes]] = {}
@@ -225,10 +273,13 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
     gated: set[int] = set()
     qkv: dict[int, int] = {}
     up: set[int] = set()
+    shexp: set[int] = set()
     for t in profile.tensors:
         il = t.layer
         if il is None or il >= len(profile.layers) or len(t.shape) < 2:
             continue
+        if t.name.endswith(".ffn_up_shexp.weight"):
+            shexp.add(il)
         if t.name.endswith(".ffn_up.weight"):
             up.add(il)
         if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
@@ -241,7 +292,7 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
             gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
         elif t.name.endswith(".attn_qkv.weight"):
             qkv[il] = t.shape[1]
-    out = _LayerShapes(frozenset(gated), qkv, frozenset(up))
+    out = _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp))
     if len(_SHAPES) >= 16:
         _SHAPES.pop(next(iter(_SHAPES)))
     _SHAPES[id(profile)] = (profile, out)
@@ -249,8 +300,8 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
 
 
 #: Architectures whose blocks run attention and FFN in parallel from one norm output and add both to the residual
-#: (src/models/command-r.cpp, cohere2.cpp): the attention output stays allocated through the FFN.
-PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe", "plamo"})
+#: (src/models/command-r.cpp, cohere2.cpp, phi2.cpp): the attention output stays allocated through the FFN.
+PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe", "plamo", "phi2"})
 
 #: Architectures whose graph only builds the dense FFN (src/models/refact.cpp calls build_ffn with ffn_up, ffn_gate
 #: and ffn_down): a MoE file's expert matrices are loaded but never multiplied, so such layers add no intermediates.
@@ -369,6 +420,15 @@ class _DevicePlan:
     ffn_holes: tuple[tuple[int, int, int, Affine], ...] = ()
     # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
     ik_groups: tuple[tuple[bool, int], ...] = ()
+    # DSA top-k masks (src/llama-graph.cpp build_attn with top_k): a zero-filled f32 [1, min(n_kv, top_k), n_tok]
+    # leaf per layer, allocated up front: bytes per kept cell, and the top_k cap
+    dsa_zeros: int = 0
+    dsa_top_k: int = 0
+    # on a later GPU whose last layer is a MoE with a shared expert: that layer's tensors under the logits
+    out_below: int = 0
+
+    def zeros_at(self, nb: int) -> int:
+        return self.dsa_zeros * min(nb, self.dsa_top_k)
 
 
 class ComputePlan:
@@ -420,6 +480,13 @@ class ComputePlan:
             # the indexer's peak)
             idx_q += F32 * n_tok * profile.mla.q_lora_rank
             idx_q += F32 * n_tok * max((lp.n_head * lp.n_embd_head_k for lp in profile.layers), default=0)
+
+        dsa_top_k = profile.indexer_top_k if profile.architecture in DSA_ARCHS else 0
+
+        def dsa_zeros(layers: list[int]) -> int:
+            # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
+            # indices, but builds its own mask); sliding-window layers have none
+            return F32 * n_tok * len(_attn_layers(profile, layers)[0]) if dsa_top_k else 0
 
         def masks(layers: list[int]) -> Affine:
             if not profile.has_memory:
@@ -495,6 +562,10 @@ class ComputePlan:
                 out.add(Affine(c=ssm + (F32 * n_tok * profile.n_embd if parallel else 0)))
             if idx_q and any(profile.layers[il].has_indexer for il in layers):
                 out.add(Affine(c=idx_q))
+            if profile.architecture in PARALLEL_ATTN_FFN_ARCHS and (base or swa) and fa:
+                # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
+                # peak: Q, K and V above the norm output); without flash attention the recordings match without it
+                out = {Affine(a.a_base, a.a_swa, a.c + embd_block) for a in out}
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
         def mla_v(layers: list[int]) -> Affine:
@@ -584,6 +655,7 @@ class ComputePlan:
         op_copy = _largest_host_weight_group(profile, placement) if offload_gpu0 else 0
 
         skip = 1 if profile.architecture in EMBD_SKIP_ARCHS else 0
+        below_logits = _below_logits(profile, trunk[-1], n_tok) if trunk else 0
         plans: list[_DevicePlan] = []
         for gi in range(n_gpu):
             layers = by_dev.get(gi, [])
@@ -603,6 +675,10 @@ class ComputePlan:
             if first and layers and not flayers and not profile.is_moe:
                 blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
             out_blocks = RESIDUAL_BLOCKS if first else 1
+            # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
+            out_extra = below_logits if not first and trunk and placement.layer_device[trunk[-1]] == gi else 0
+            if has_out and not runs and trunk:
+                out_extra = _routed_sum_inputs(profile, trunk[-1], n_tok)
             pp_extra = Affine()
             if pp:
                 # Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's
@@ -620,6 +696,7 @@ class ComputePlan:
                 m, vi = Affine(), 0
                 blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
                 out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+                out_extra = 0
             ffn_rest, holes = ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
             plans.append(
                 _DevicePlan(
@@ -633,11 +710,14 @@ class ComputePlan:
                     ffn=ffn_rest,
                     ffn_holes=holes,
                     ik_groups=ik_groups(layers) if inputs.ik_attention else (),
+                    dsa_zeros=dsa_zeros(layers),
+                    dsa_top_k=dsa_top_k,
                     kq=kq(layers),
                     mla_v=mla_v(layers),
                     fa_copies=fa_copies(layers) if cuda else (),
                     logits=logits if has_out else 0,
                     out_block=out_blocks * embd_block if has_out else 0,
+                    out_below=out_extra if has_out else 0,
                     pp_extra=pp_extra,
                     op_offload_copy=op_copy if gi == 0 else 0,
                     host_inputs=False,
@@ -693,6 +773,8 @@ class ComputePlan:
                 ffn=ffn_rest,
                 ffn_holes=holes,
                 ik_groups=ik_groups(host_layers) if inputs.ik_attention else (),
+                dsa_zeros=dsa_zeros(host_layers),
+                dsa_top_k=dsa_top_k,
                 kq=kq(host_layers)
                 if not ffn_only
                 else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * embd_block),),
@@ -794,8 +876,9 @@ def _total_array(
         )
         ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
+    zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros
     if p.device is None:
-        total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns)
+        total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns) + zeros
         if p.logits:
             trans = (
                 np.where(p.logits >= trans, p.logits, trans) if p.layer_phase else np.full_like(nb, p.logits)
@@ -803,7 +886,7 @@ def _total_array(
         elif not p.layer_phase:
             trans = np.zeros_like(nb)
         return total + trans
-    out = p.logits + p.out_block
+    out = p.logits + p.out_block + p.out_below
     if p.layer_phase:
         layer = (
             _aff(p.masks, nb, ns)
@@ -813,6 +896,7 @@ def _total_array(
             + trans
             + _aff(p.mla_v, nb, ns)
             + _max_aff(p.fa_copies, nb, ns)
+            + zeros
         )
         phase = np.where(layer >= out, layer, out)
     else:
@@ -829,6 +913,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
             ComputePart("token ids, positions, indices", p.small_inputs),
             ComputePart(p.blocks_label, p.blocks),
             ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
+            ComputePart("DSA top-k zeros", p.zeros_at(nb)),
         ]
         trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
         if p.logits and (trans is None or p.logits >= trans[1]):
@@ -846,8 +931,17 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
                 ComputePart(*_transient(p, nb, ns, ik)),
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
                 ComputePart("FA f16 K/V copies", _max_at(p.fa_copies, nb, ns)),
+                ComputePart("DSA top-k zeros", p.zeros_at(nb)),
             ]
-        out = [ComputePart("logits", p.logits), ComputePart("output norm", p.out_block)] if p.logits else []
+        out = (
+            [
+                ComputePart("logits", p.logits),
+                ComputePart("output norm", p.out_block),
+                ComputePart("last MoE layer under the logits", p.out_below),
+            ]
+            if p.logits
+            else []
+        )
         parts = layer if _sum(layer) >= _sum(out) else out
         parts.append(ComputePart("pipeline-parallel input copies", p.pp_extra.at(nb, ns)))
         parts.append(ComputePart("op-offload weight copy", p.op_offload_copy))

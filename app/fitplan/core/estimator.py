@@ -257,7 +257,8 @@ def _ik_assumptions(
         assumptions.append(f"ik_llama.cpp -mla {mode}: KV cache laid out by ik's llama_kv_cache_init")
     if settings.fused_moe and profile.is_moe:
         assumptions.append(
-            "ik_llama.cpp -fmoe: fused up/gate MoE kernels (no separate up and gate intermediates)"
+            "ik_llama.cpp -fmoe: fused up/gate MoE kernels; the compute buffer still counts separate up and gate "
+            "intermediates (mainline's graph), so it errs high there"
         )
     inter = engines.ik_attention_intermediate_bytes(
         profile,
@@ -270,8 +271,9 @@ def _ik_assumptions(
     if inter:
         cap = f"-amb {settings.attn_max_batch_mib}" if settings.attn_max_batch_mib else "no -amb cap"
         assumptions.append(
-            f"ik_llama.cpp compute buffers are estimated with mainline llama.cpp's graph; ik's largest attention "
-            f"intermediate per layer is {inter / MIB:.1f} MiB ({cap})"
+            f"ik_llama.cpp compute buffers follow mainline llama.cpp's graph with ik's attention intermediate per "
+            f"layer, {inter / MIB:.1f} MiB ({cap}), in place of mainline's KQ scores; ik's other graph differences "
+            "(fewer blocks next to the logits, the decompressed MLA K/V at -mla 2/3) are not modelled"
         )
 
 
@@ -448,46 +450,112 @@ def _add_mmproj(
             TermKind.MMPROJ, wbytes, f"projector weights, one buffer on {where} (no mmap)", "mmproj weights"
         ),
     )
-    # Warm-up compute (tools/mtmd/clip.cpp reserves the graph of one warm-up image): the raw image input, then the
-    # larger of one vision block's live set and the projector's.
-    cbytes, detail = mmproj_compute(mmproj, ctx.flash_attn)
-    parts.add(
-        dev,
-        Term(
-            TermKind.MMPROJ, cbytes, f"projector warm-up compute (approximation): {detail}", "mmproj compute"
-        ),
-    )
-    assumptions.append(
-        "mmproj compute buffer approximated from the vision tower's shapes; real images larger than the warm-up "
-        "image grow it"
-    )
+    # Warm-up compute (tools/mtmd/clip.cpp reserves the graph of one warm-up image).
+    cbytes, detail = mmproj_compute(mmproj, ctx.flash_attn, align)
+    parts.add(dev, Term(TermKind.MMPROJ, cbytes, f"projector warm-up compute: {detail}", "mmproj compute"))
+    if detail.endswith("approximation)"):
+        assumptions.append(
+            "mmproj compute buffer approximated from the vision tower's shapes (only LLaVA MLP, Gemma 3 and "
+            "Qwen2.5-VL projector graphs are modelled)"
+        )
+    assumptions.append("mmproj compute is the warm-up image's; real images larger than it grow the buffer")
 
 
-def mmproj_compute(mmproj: ModelProfile, flash_attn: bool) -> tuple[int, str]:
-    """Bytes of the projector's warm-up compute buffer, read from the tensor shapes, and how it was computed.
+#: tools/mtmd/clip.cpp load_hparams: Qwen2-VL, Qwen2.5-VL and Qwen3-VL warm up with an image of 46 x 46 merged
+#: tokens ("avoid OOM on warmup"), whatever the image size key says.
+QWEN_VL_WARMUP_SIDE = 46
 
-    The vision tower's sizes come from its tensors: `v.position_embd` [n_embd, n_pos] (n_pos = patches, plus the
-    class token), `v.patch_embd` [p, p, 3, n_embd] (patch size p), `v.blk.0.ffn_up` [n_embd, n_ff] and the
-    projector matrices `mm.*` (widest output = projection width). Live at the peak: the raw f32 image
-    (`4 * 3 * image_size^2`), then either one block (residual, norm output, FFN up: `4 * n_pos * (2 n_embd + n_ff)`,
-    plus the attention scores `4 * n_pos^2 * n_head` without flash attention) or the projector (input and two
-    projection-wide activations: `4 * n_pos * (n_embd + 2 proj)`). Checked against a LLaVA-1.5 CLIP projector.
+
+def _pad(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIGNMENT) -> tuple[int, str]:
+    """Bytes of the projector's warm-up compute buffer (clip.cpp reserves the graph of one warm-up image).
+
+    Three vision graphs are named tensor by tensor, from the allocator's list of live tensors at each new peak
+    (`ggml-base` built with GGML_ALLOCATOR_DEBUG, the projector loaded through libmtmd), with `E` one
+    `[n_embd, n_pos]` f32 block, `F` one `[n_ff, n_pos]` FFN intermediate and `KQ` the `[n_pos, n_pos, n_head]`
+    f32 scores of an attention without flash attention:
+
+    * LLaVA's MLP projector (`mlp`, models/llava.cpp): the graph inputs (raw image, positions, patch indices) stay
+      at the bottom; the peak is a block's FFN above four blocks (`4E + F`, one of them the hole the patch
+      embedding left, a row shorter: no class token) or, without flash attention, the scores above five
+      (`5E + KQ`), or the projector: its input (the `n_pos - 1` patch rows, the class token dropped) and its two
+      projection-wide activations.
+    * Gemma 3's SigLIP tower (`gemma3`, models/siglip.cpp): the inputs are freed before the blocks and their
+      space reused; `3E + F` (residual, a one-block hole, the FFN norm, FFN up) or `6E + KQ`.
+    * Qwen2.5-VL (`qwen2.5vl_merger`, models/qwen2vl.cpp, warm-up image 46 x 46 merged tokens): the inputs
+      (raw image, window indices, M-RoPE positions and the f32 `[n_pos, n_pos]` window mask) stay at the bottom;
+      with flash attention the mask's f16 copy is allocated above four blocks in the first block (no hole fits it)
+      and lives until the last windowed block, and the next FFN's SwiGLU output lands above it (its gate and up
+      take the f32 mask's space): `inputs + 4E + mask16 + F`; without it, `inputs + 5E + KQ`.
+
+    Other projectors: the raw f32 image, then the larger of one block's live set (`2E + F`, plus `KQ` without
+    flash attention) and the projector's (`4 * n_pos * (n_embd + 2 proj)`), an approximation read from the
+    tensor shapes (`v.position_embd` gives n_pos, `v.blk.0.ffn_up` n_ff, the widest `mm.*` matrix the width).
     """
     shapes = {t.name: t.shape for t in mmproj.tensors}
+    clip = mmproj.clip
+    if clip is not None and clip.n_embd > 0 and clip.patch_size > 0 and clip.n_head > 0:
+        n_embd, n_ff, n_head, patch = clip.n_embd, clip.n_ff, clip.n_head, clip.patch_size
+        ptype = clip.projector_type
+        fa = "flash attention" if flash_attn else "no flash attention"
+        if ptype == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
+            merge = clip.spatial_merge_size or 2
+            side = QWEN_VL_WARMUP_SIDE * merge * patch
+            n_pos = (side // patch) ** 2
+            e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
+            # inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask, window_idx
+            inputs = sum(
+                _pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
+            )
+            body = 4 * e + _pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
+            return inputs + body, (
+                f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
+                "inputs with the window mask, its f16 copy, four blocks and the FFN"
+            )
+        n_side = clip.image_size // patch
+        n_pos = n_side * n_side
+        if ptype == "gemma3":
+            e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
+            body = 3 * e + f if flash_attn else 6 * e + kq
+            return body, (
+                f"SigLIP warm-up image {clip.image_size}x{clip.image_size} ({n_pos} patches, width {n_embd}, "
+                f"FFN {n_ff}, {fa})"
+            )
+        if ptype == "mlp":
+            n_tok = n_pos + (1 if "v.class_embd" in shapes else 0)
+            mm0 = shapes.get("mm.0.weight")
+            proj = mm0[1] if mm0 and len(mm0) > 1 else clip.projection_dim
+            e, f, kq = 4 * n_tok * n_embd, 4 * n_tok * n_ff, 4 * n_tok * n_tok * n_head
+            # inp_raw, positions (n_tok i32), patches (n_pos i32)
+            inputs = sum(_pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
+            # the patch embedding before the class token is joined ([n_embd, n_pos]) leaves a hole among the blocks
+            e_patch = 4 * n_pos * n_embd
+            block = 3 * e + e_patch + f if flash_attn else 4 * e + e_patch + kq
+            projector = e_patch + 2 * 4 * n_pos * proj
+            return inputs + max(block, projector), (
+                f"CLIP warm-up image {clip.image_size}x{clip.image_size} ({n_tok} positions, width {n_embd}, "
+                f"FFN {n_ff}, projection {proj}, {fa})"
+            )
     pos = shapes.get("v.position_embd.weight")
-    n_embd = pos[0] if pos else mmproj.n_embd
+    n_embd = pos[0] if pos else (clip.n_embd if clip else mmproj.n_embd)
     n_pos = pos[1] if pos and len(pos) > 1 else MMPROJ_DEFAULT_PATCHES
     patch = shapes.get("v.patch_embd.weight", (14,))[0]
+    if clip is not None and clip.projector_type in ("qwen2vl_merger", "qwen3vl_merger"):
+        merge = clip.spatial_merge_size or 2
+        n_pos = (QWEN_VL_WARMUP_SIDE * merge) ** 2
     up = shapes.get("v.blk.0.ffn_up.weight")
     n_ff = up[1] if up and len(up) > 1 else 4 * n_embd
-    n_head = max(1, n_embd // 64)
+    n_head = clip.n_head if clip and clip.n_head else max(1, n_embd // 64)
     proj = max((s[1] for n, s in shapes.items() if n.startswith("mm.") and len(s) > 1), default=n_embd)
     side = round(max(n_pos - 1, 1) ** 0.5) * patch
     raw = 4 * 3 * side * side
     block = 4 * n_pos * (2 * n_embd + n_ff) + (0 if flash_attn else 4 * n_pos * n_pos * n_head)
     projector = 4 * n_pos * (n_embd + 2 * proj)
     return raw + max(block, projector), (
-        f"image {side}x{side} ({n_pos} positions, width {n_embd}, FFN {n_ff}, projection {proj})"
+        f"image {side}x{side} ({n_pos} positions, width {n_embd}, FFN {n_ff}, projection {proj}; approximation)"
     )
 
 

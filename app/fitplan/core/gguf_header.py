@@ -13,6 +13,10 @@ from typing import Union
 #: only their element type and length are kept.
 DEFAULT_ARRAY_LIMIT = 4096
 
+#: A metadata key fitplan's bundled examples carry: the file is a header on purpose (no tensor data), so it is complete
+#: and its size is the declared one. docs/examples.md.
+HEADER_ONLY_KEY = "fitplan.header_only"
+
 
 @dataclass(frozen=True, slots=True)
 class GGUFArray:
@@ -59,6 +63,18 @@ class GGUFHeader:
     def expected_file_size(self) -> int:
         return self.data_offset + self.data_size
 
+    @property
+    def header_only(self) -> bool:
+        """A header written without its tensor data on purpose (HEADER_ONLY_KEY): complete, sized as declared."""
+        return self.metadata.get(HEADER_ONLY_KEY) is True
+
+    @property
+    def declared_file_size(self) -> int:
+        """The size of the file this header describes: the real size, or the declared one for header-only files."""
+        if self.header_only or self.file_size is None:
+            return self.expected_file_size
+        return self.file_size
+
     def get_int(self, key: str, default: int = 0) -> int:
         v = self.metadata.get(key)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
@@ -81,4 +97,4 @@ class ModelFiles:
 
     @property
     def file_size(self) -> int:
-        return sum(h.file_size or h.expected_file_size for h in self.shards)
+        return sum(h.declared_file_size for h in self.shards)

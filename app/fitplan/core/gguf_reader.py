@@ -527,7 +527,7 @@ class _Parser:
             file_size=self.size,
             header_bytes_read=len(self.buf),
         )
-        if self.size is not None and not allow_incomplete:
+        if self.size is not None and not allow_incomplete and not header.header_only:
             expected_size = header.expected_file_size
             if self.size < expected_size:
                 raise IncompleteModelError(self.source.name, expected_size, self.size, header=header)

@@ -138,6 +138,22 @@ class RopeParams:
 
 
 @dataclass(frozen=True, slots=True)
+class ClipParams:
+    """A projector's vision tower (`clip.*` keys of an mmproj file), as tools/mtmd/clip.cpp's load_hparams reads it."""
+
+    projector_type: str = ""  # clip.projector_type ("mlp", "gemma3", "qwen2.5vl_merger", ...)
+    image_size: int = 0  # clip.vision.image_size
+    patch_size: int = 0  # clip.vision.patch_size
+    n_embd: int = 0  # clip.vision.embedding_length
+    n_ff: int = 0  # clip.vision.feed_forward_length
+    n_head: int = 0  # clip.vision.attention.head_count
+    n_layer: int = 0  # clip.vision.block_count
+    projection_dim: int = 0  # clip.vision.projection_dim (the text model's width)
+    spatial_merge_size: int = 0  # clip.vision.spatial_merge_size (0 = absent)
+    n_wa_pattern: int = 0  # clip.vision.n_wa_pattern: every n-th block has full attention, the rest windows
+
+
+@dataclass(frozen=True, slots=True)
 class ModelProfile:
     """A model as the estimator sees it. Built from GGUF metadata and tensor infos only."""
 
@@ -177,6 +193,9 @@ class ModelProfile:
     #: them non-MLA, but ik_llama.cpp still keeps the latent cache (it decides MLA by architecture)
     kv_lora_rank: int = 0
     indexer_head_size: int = 0  # elements per indexer-cache row (key_length x k-pool row count); 0 = no indexer cache
+    clip: ClipParams | None = None  # the vision tower of an mmproj file
+    #: attention.indexer.top_k: KV cells a DSA indexer keeps per token (0 = no top-k mask)
+    indexer_top_k: int = 0
 
     @property
     def is_moe(self) -> bool:

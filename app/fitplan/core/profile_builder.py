@@ -16,6 +16,7 @@ from fitplan.core.archs import RecurrentRule, SwaRule
 from fitplan.core.ggml_types import file_type_label, type_name
 from fitplan.core.gguf_header import GGUFArray, GGUFHeader, MetadataValue, ModelFiles
 from fitplan.core.profile import (
+    ClipParams,
     LayerKind,
     LayerProfile,
     MlaParams,
@@ -243,6 +244,18 @@ def _mmproj_profile(headers: Sequence[GGUFHeader], file_size: int) -> ModelProfi
         alignment=h.get_int("general.alignment", 32),
         is_mmproj=True,
         quant_mix=mix,
+        clip=ClipParams(
+            projector_type=h.get_str("clip.projector_type"),
+            image_size=h.get_int("clip.vision.image_size"),
+            patch_size=h.get_int("clip.vision.patch_size"),
+            n_embd=h.get_int("clip.vision.embedding_length"),
+            n_ff=h.get_int("clip.vision.feed_forward_length"),
+            n_head=h.get_int("clip.vision.attention.head_count"),
+            n_layer=h.get_int("clip.vision.block_count"),
+            projection_dim=h.get_int("clip.vision.projection_dim"),
+            spatial_merge_size=h.get_int("clip.vision.spatial_merge_size"),
+            n_wa_pattern=h.get_int("clip.vision.n_wa_pattern"),
+        ),
     )
 
 
@@ -663,4 +676,5 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         quant_mix=mix,
         warnings=tuple(warnings),
         indexer_head_size=idx_width if any(indexer) else 0,
+        indexer_top_k=meta.num("attention.indexer.top_k"),
     )

@@ -32,8 +32,10 @@ def known_binding_problem() -> str | None:
 def create_app(argv: Sequence[str] = ()) -> object:
     """The QApplication (created once), with HiDPI and system colours honoured."""
     from PySide6.QtCore import Qt
-    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtGui import QGuiApplication, QIcon
     from PySide6.QtWidgets import QApplication
+
+    from fitplan import bundled
 
     existing = QApplication.instance()
     if existing is not None:
@@ -45,7 +47,13 @@ def create_app(argv: Sequence[str] = ()) -> object:
     app = QApplication(["fitplan", *argv])
     app.setApplicationName("fitplan")
     app.setOrganizationName("fitplan")
-    app.setDesktopFileName("fitplan")
+    app.setDesktopFileName(bundled.ICON_NAME)  # matches packaging/linux/<ICON_NAME>.desktop
+    icon = QIcon()
+    for size in (16, 24, 32, 48, 64, 128, 256):
+        path = bundled.icon_png(size)
+        if path.is_file():
+            icon.addFile(str(path))
+    app.setWindowIcon(icon)
     return app
 
 

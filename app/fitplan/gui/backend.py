@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor
-from fitplan.core.errors import FitplanError, GGUFError, IncompleteModelError, SettingsError
+from fitplan.core.errors import FitplanError, GGUFError, SettingsError
 from fitplan.core.estimate import Estimate, TermKind
 from fitplan.core.gguf_header import GGUFHeader, ModelFiles
-from fitplan.core.library.model import HEADER_ONLY_KEY, LibraryModel, LibraryRoot, RootKind, SkippedFile
+from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.profile import LayerKind, ModelProfile
 from fitplan.core.settings import NGL_AUTO, Engine, FlashAttn, LaunchSettings, MmprojPlacement
 
@@ -200,15 +200,9 @@ class Backend:
     def _open_local(path: str) -> ModelFiles:
         from fitplan.core import gguf_reader as reader
 
-        try:
-            return reader.open_model(path)
-        except IncompleteModelError as exc:
-            # A header-only example (fitplan.header_only = true, see tools/make_examples.py) is complete by
-            # declaration; any other short file is an interrupted download and the error stands.
-            header = getattr(exc, "header", None)
-            if header is None or header.metadata.get(HEADER_ONLY_KEY) is not True:
-                raise
-            return reader.open_model(path, allow_incomplete=True)
+        # a header-only example (fitplan.header_only, tools/make_examples.py) is complete for the reader; any other
+        # short file is an interrupted download and raises IncompleteModelError
+        return reader.open_model(path)
 
     def _load_remote(self, url: str) -> LoadedModel:
         from fitplan.core import remote

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fitplan.core.gguf_header import HEADER_ONLY_KEY
 from fitplan.core.library.index import (
     INDEX_SCHEMA,
     IndexEntry,
@@ -12,7 +13,6 @@ from fitplan.core.library.index import (
 )
 from fitplan.core.library.locations import dedupe_roots, default_roots, hf_hub_cache, llamacpp_legacy_cache
 from fitplan.core.library.model import (
-    HEADER_ONLY_KEY,
     FileSummary,
     LibraryModel,
     LibraryRoot,

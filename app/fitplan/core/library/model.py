@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-#: Metadata key of a header-only GGUF file (a bool): the file ends where its tensor data would start, on purpose
-#: (fitplan's bundled examples, tools/make_examples.py). Such a file is complete, not an interrupted download.
-HEADER_ONLY_KEY = "fitplan.header_only"
-
 
 class RootKind(StrEnum):
     HUGGINGFACE = "huggingface"  # a Hugging Face hub cache (models--org--repo/snapshots/REV/...)

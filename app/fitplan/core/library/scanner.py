@@ -36,7 +36,6 @@ from fitplan.core.gguf_header import GGUFHeader
 from fitplan.core.gguf_reader import mmproj_match_key, name_tokens
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
 from fitplan.core.library.model import (
-    HEADER_ONLY_KEY,
     FileSummary,
     LibraryModel,
     LibraryRoot,
@@ -90,7 +89,7 @@ def file_type_name(header: GGUFHeader) -> str:
         return f"type {top}"
 
 
-def summarise_header(header: GGUFHeader, header_only: bool = False) -> FileSummary:
+def summarise_header(header: GGUFHeader) -> FileSummary:
     arch = header.architecture
     n_params = 0
     for t in header.tensors:
@@ -111,7 +110,7 @@ def summarise_header(header: GGUFHeader, header_only: bool = False) -> FileSumma
         expected_size=header.expected_file_size,
         is_mmproj=arch == "clip",
         header_bytes=header.header_bytes_read,
-        header_only=header_only,
+        header_only=header.header_only,
     )
 
 
@@ -337,13 +336,7 @@ class LibraryScanner:
         state.counters.headers_read += 1
         try:
             header = self._reader(path)
-        except IncompleteModelError as exc:
-            short = exc.header
-            if short is not None and short.metadata.get(HEADER_ONLY_KEY) is True:
-                state.counters.header_bytes += short.header_bytes_read
-                summary = summarise_header(short, header_only=True)
-                self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, summary, "", path))
-                return summary
+        except IncompleteModelError as exc:  # header-only files (HEADER_ONLY_KEY) are complete: the reader says so
             reason = _incomplete_reason(exc.actual_size, exc.expected_size)
             self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path))
             return reason

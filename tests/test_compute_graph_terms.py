@@ -1,0 +1,109 @@
+"""Compute-buffer terms read from llama.cpp's allocator: the DSA top-k zeros and what stays under the logits on a
+later GPU whose last layer is a MoE with a shared expert."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitplan.core.compute import ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.gguf_reader import read_header
+from fitplan.core.profile import ModelProfile
+from fitplan.core.profile_builder import build_profile
+from fitplan.core.settings import LaunchSettings
+from fitplan.core.weights import place_weights
+
+FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp" / "models"
+HOST = host_device(64 * GIB)
+MIB = 1 << 20
+
+
+def _load(path: Path) -> ModelProfile:
+    return build_profile(read_header(path, allow_incomplete=True))
+
+
+@pytest.fixture(scope="module")
+def deepseek32() -> ModelProfile:
+    return _load(FIXTURES / "archs" / "deepseek32-moe.header.gguf")
+
+
+@pytest.fixture(scope="module")
+def dsv2lite() -> ModelProfile:
+    return _load(FIXTURES / "sparse" / "deepseek-v2-lite.header.gguf")
+
+
+def _inputs(**kw: object) -> ComputeInputs:
+    base = dict(n_tok=512, n_out=512, n_kv_base=512, n_kv_swa=0, flash_attn=True, cache_type_k="f16",
+                cache_type_v="f16")  # fmt: skip
+    base.update(kw)
+    return ComputeInputs(**base)  # type: ignore[arg-type]
+
+
+def _parts(buf) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {p.label: p.bytes for p in buf.parts}
+
+
+def test_indexer_top_k_is_read(deepseek32: ModelProfile) -> None:
+    assert deepseek32.indexer_top_k == 131072  # deepseek32.attention.indexer.top_k of the smoke model
+
+
+def test_dsa_top_k_zeros(deepseek32: ModelProfile) -> None:
+    pl = place_weights(deepseek32, LaunchSettings(), Machine((), HOST))
+    (host,) = compute_buffers(deepseek32, _inputs(), pl)
+    # The allocator's peak list (-c 512 -np 1) holds leaf_23 and leaf_50, 1.00 MB each: the zero-filled
+    # [1, min(512 cells, top_k 131072), 512 tokens] f32 of each of the two layers.
+    assert _parts(host)["DSA top-k zeros"] == 2 * 4 * 512 * 512
+    # top_k caps the rows: 300 kept cells of 512
+    capped = dataclasses.replace(deepseek32, indexer_top_k=300)
+    (host,) = compute_buffers(capped, _inputs(), pl)
+    assert _parts(host)["DSA top-k zeros"] == 2 * 4 * 300 * 512
+    # other architectures have no top-k mask even with the key
+    other = dataclasses.replace(deepseek32, architecture="deepseek2")
+    (host,) = compute_buffers(other, _inputs(), pl)
+    assert "DSA top-k zeros" not in _parts(host)
+
+
+def test_dsa_zeros_curve_matches_evaluate(deepseek32: ModelProfile) -> None:
+    capped = dataclasses.replace(deepseek32, indexer_top_k=300)
+    pl = place_weights(capped, LaunchSettings(), Machine((), HOST))
+    plan = ComputePlan(capped, _inputs(), pl)
+    cells = np.array([64, 256, 299, 300, 301, 512, 4096], dtype=np.int64)
+    rows = plan.totals_array(cells, np.zeros_like(cells))
+    for i, nb in enumerate(cells):
+        assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+
+
+def test_logits_sit_above_the_last_moe_layer_on_a_later_gpu(dsv2lite: ModelProfile) -> None:
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(2)
+    )
+    pl = place_weights(dsv2lite, LaunchSettings(n_gpu_layers=13), Machine(rpc, HOST))
+    _, g1, _ = compute_buffers(dsv2lite, _inputs(n_kv_base=8192), pl, (Vendor.RPC, Vendor.RPC))
+    # Recorded (-c 8192 -ngl 13, two RPC servers): RPC1 236.26 MiB. The allocator's trace: the FFN input and norm
+    # (2 x 4 MiB), the router's probabilities and top-k (2 x 64 x 512 x 4 B) and weights (6 x 512 x 4 B), the
+    # down outputs [2048, 6, 512] f32 (24 MiB), then the routed sum (4 MiB) that the residual, the output norm and
+    # the logits [102400, 512] f32 (200 MiB) follow.
+    below = 2 * 4 * MIB + 2 * 4 * 64 * 512 + 4 * 6 * 512 + 24 * MIB
+    assert _parts(g1)["last MoE layer under the logits"] == below
+    assert _parts(g1)["output norm"] == 4 * MIB
+    assert g1.bytes == below + 4 * MIB + 200 * MIB
+    assert round(g1.bytes / MIB, 2) == 236.26
+
+
+def test_output_only_gpu_takes_the_routed_sum() -> None:
+    qwen3moe = _load(FIXTURES / "sparse" / "qwen3-30b-a3b.header.gguf")
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(2)
+    )
+    # -ngl 1: only the output layer is on RPC0; the last block (a MoE, no shared expert) runs on the host
+    pl = place_weights(qwen3moe, LaunchSettings(n_gpu_layers=1), Machine(rpc, HOST))
+    g0, _, _ = compute_buffers(qwen3moe, _inputs(n_kv_base=8192), pl, (Vendor.RPC, Vendor.RPC))
+    # The allocator's trace on RPC0: copies of the down outputs [2048, 8, 512] f32 (32 MiB), the router weights
+    # [8, 512] f32 and the FFN input (4 MiB); the experts' sum (4 MiB) above them, then the logits [151936, 512]
+    # f32. Recorded (-c 8192 -ngl 1, two RPC servers): 353124352 bytes.
+    assert _parts(g0)["last MoE layer under the logits"] == 32 * MIB + 4 * 8 * 512 + 4 * MIB
+    assert g0.bytes == 32 * MIB + 4 * 8 * 512 + 4 * MIB + 4 * MIB + 4 * 151936 * 512 == 353124352
