@@ -20,8 +20,10 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   `[n_embd, n_used, n_tok]`, which take gate's and up's space when they fit; no gate: the up projection only),
   the attention (Q and the flash-attention output, or Q, K and V before they are stored, or a fused QKV output;
   without flash attention the KQ scores `[n_kv, n_tok, n_head]`, softmax in place), a Mamba block (input
-  projection, conv output, then the conv input or the scan output in the same space), or the DSA indexer's
-  queries with the compressed query;
+  projection, conv output, then the conv input or the scan output in the same space), a gated delta net's layer
+  (`_gdn_transient`), a lightning-attention layer, the DSA indexer's queries with the compressed query, or the
+  indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`INDEXER_Q_COPIES`);
+* hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`HC_STREAMS`) next to the blocks;
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
   not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
@@ -222,7 +224,11 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
     when it fits there (small FFNs), so it adds nothing.
     """
     moe = profile.moe
-    hole = FFN_HOLE_BLOCKS * profile.n_embd
+    hole = 0 if profile.architecture in NO_FFN_HOLE_ARCHS else FFN_HOLE_BLOCKS * profile.n_embd
+    if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
+        # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
+        # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
+        hole -= profile.n_embd
     lp = profile.layers[il]
     held = 0
     if profile.architecture in DENSE_FFN_GRAPH_ARCHS and il not in _layer_shapes(profile).dense_up:
@@ -247,8 +253,6 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
         # no gate (build_ffn without `gate`): only the up projection `[n_ff, n_tok]`, its bias, scale and
         # activation computed in place; it goes into the hole when it fits
         f = first = 0 if lp.n_ff <= hole else lp.n_ff
-    if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
-        f += profile.n_embd  # the attention output waits for the FFN (both read the same norm output)
     return F32 * n_tok * (f + held), F32 * n_tok * first, F32 * n_tok * held
 
 
@@ -312,8 +316,20 @@ DENSE_FFN_GRAPH_ARCHS = frozenset({"refact"})
 WEIGHT_BEFORE_FFN_ARCHS = frozenset({"llama4"})
 
 #: Architectures that keep the (normed) input embeddings live through every layer for a skip connection added to
-#: each layer's output (src/models/talkie.cpp `embd_skip`): one more `[n_embd, n_tok]` block in the layer phase.
-EMBD_SKIP_ARCHS = frozenset({"talkie"})
+#: each layer's output (src/models/talkie.cpp `embd_skip`; src/models/hrm-text.cpp keeps the high-cycle state zH
+#: live through the low-cycle stacks, which add it to their input): one more `[n_embd, n_tok]` block in the layer
+#: phase.
+EMBD_SKIP_ARCHS = frozenset({"talkie", "hrm_text"})
+
+#: Architectures whose allocator peaks show no two-block hole under the FFN: the blocks the attention frees are
+#: two separate one-block holes (openelm's per-layer head counts, plamo3's and hrm_text's attention tensors differ
+#: from the hidden size), so the FFN's last intermediate goes on top instead of into the hole (the smoke models'
+#: peaks: gate, up and the GLU output above the residual blocks).
+NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text"})
+
+#: Architectures whose attention compresses K/V through `attn_kv_a_mqa` without MLA's absorbed query
+#: (src/models/minicpm3.cpp): Q, the compressed KV with its rope part and the normed latent are live together.
+KV_A_MQA_ARCHS = frozenset({"minicpm3"})
 
 #: Architectures with a fused QKV projection and no rope (src/models/{gpt2,bloom,jais,mpt,starcoder}.cpp): Q, K
 #: and V are views of the projection's output, which therefore stays live through the attention.
@@ -364,6 +380,78 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bo
         x_db_dt = (ssm.dt_rank + 2 * ssm.d_state) * n_tok + ssm.d_inner * n_tok
         floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + max(conv_in, x_db_dt + scan)
     return F32 * floats
+
+
+#: Indexer query projections (`indexer.attn_q_b`, `indexer.q_proj`: `[n_indexer_head x key_length, n_tok]`) and
+#: how many such tensors are live together at the indexer's peak, per architecture, from the graphs:
+#: src/models/deepseek4.cpp ropes the projection into a second tensor (`lid_q`, `lid_q_rope`), qwen4exp.cpp norms
+#: it (`build_norm` of the projection), glm5-next.cpp scores the projection itself (`indexer_q` only). The
+#: allocator's peaks on the smoke models show exactly these 16 MiB tensors at `-ub 512`.
+INDEXER_Q_COPIES = {"deepseek4": 2, "qwen4exp": 2, "glm5-next": 1}
+
+#: Hyper-connection residual streams `[n_embd x hc, n_tok]` live through the layers, per architecture (the
+#: allocator's peaks on the smoke models): the wide residual (`hc_init` / `l_last`) on all of them, plus, on
+#: qwen4exp and glm5-next, a second one: qwen4exp's grouped norm of the streams (`hc_norm`, read again by the inject
+#: projection at the combine), glm5-next's second stream tensor next to `hc_init`.
+HC_STREAMS = {"deepseek4": 1, "hy_v4": 1, "qwen4exp": 2, "glm5-next": 2}
+
+
+def _hc_width(profile: ModelProfile) -> int:
+    """Elements per token of one hyper-connection residual `n_embd x hc` (from `hc_attn_fn` / `hc_attn_down`,
+    whose rows span all streams), 0 when the model has none."""
+    for t in profile.tensors:
+        if t.name.endswith((".hc_attn_fn.weight", ".hc_attn_down.weight")) and len(t.shape) > 1:
+            return t.shape[0]
+    return 0
+
+
+def _indexer_q_rows(profile: ModelProfile) -> dict[int, int]:
+    """Per layer, the rows of its indexer query projection (architectures in INDEXER_Q_COPIES)."""
+    if profile.architecture not in INDEXER_Q_COPIES:
+        return {}
+    out: dict[int, int] = {}
+    for t in profile.tensors:
+        if (
+            t.layer is not None
+            and t.name.endswith((".indexer.attn_q_b.weight", ".indexer.q_proj.weight"))
+            and len(t.shape) > 1
+        ):
+            out[t.layer] = t.shape[1]
+    return out
+
+
+#: Architectures with lightning-attention layers (src/models/minimax-01.cpp), their recurrent layers.
+LIGHTNING_ARCHS = frozenset({"minimax-01"})
+
+#: Architectures whose MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
+KIMI_MLA_ARCHS = frozenset({"kimi-linear", "kimi-k3"})
+
+#: Architectures whose recurrent layers are gated delta nets (src/models/qwen3next.cpp, qwen35.cpp, qwen35moe.cpp
+#: through `llm_build_delta_net_base`), run as one fused `ggml_gated_delta_net` op (see `_gdn_transient`).
+GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
+
+
+def _gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """Live set of a gated-delta-net layer when its fused op's output is allocated, bytes (f32).
+
+    With head_k = `ssm.state_size`, num_k = `ssm.group_count`, num_v = `ssm.time_step_rank`, head_v = d_inner /
+    num_v: the convolution output `[d_inner + 2 num_k head_k, n_tok]` (Q, K and V are views of it), the L2-normed
+    Q and K repeated to num_v heads `[head_k, num_v, n_tok]` each (the normed ones themselves when num_k = num_v),
+    beta and the gate's input `[num_v, n_tok]`, the recurrent state read from the cache `[head_v, head_v, num_v,
+    n_seqs]` and the op's output: the attention output `[head_v, num_v, n_tok]` followed by the new state. The
+    gate z `[d_inner, n_tok]` is computed after the op (it is read only by the gated norm). Measured with the
+    allocator's list of live tensors: 44.12 MiB on Qwen3-Next-80B-A3B at `-ub 512` (16 + 8 + 8 + 2 + 10 MiB and
+    two 64 KiB inputs), 3.26 MiB on the qwen35 smoke model.
+    """
+    ssm = profile.ssm
+    if ssm is None or profile.architecture not in GDN_ARCHS or not (ssm.d_inner and ssm.dt_rank):
+        return 0
+    head_k, num_k, num_v = ssm.d_state, ssm.n_group, ssm.dt_rank
+    head_v = ssm.d_inner // num_v
+    state = head_v * head_v * num_v * n_seqs
+    conv = (ssm.d_inner + 2 * num_k * head_k) * n_tok
+    qk = 2 * head_k * num_v * n_tok
+    return F32 * (conv + qk + 2 * num_v * n_tok + state + ssm.d_inner * n_tok + state)
 
 
 def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], list[int]]:
@@ -482,6 +570,17 @@ class ComputePlan:
             idx_q += F32 * n_tok * max((lp.n_head * lp.n_embd_head_k for lp in profile.layers), default=0)
 
         dsa_top_k = profile.indexer_top_k if profile.architecture in DSA_ARCHS else 0
+        idx_rows = _indexer_q_rows(profile)
+        kv_a_mqa: dict[int, tuple[int, int]] = {}
+        if profile.architecture in KV_A_MQA_ARCHS:
+            norms = {
+                t.layer: t.shape[0] for t in profile.tensors if t.name.endswith(".attn_kv_a_norm.weight")
+            }
+            for t in profile.tensors:
+                if t.layer is not None and t.name.endswith(".attn_kv_a_mqa.weight") and len(t.shape) > 1:
+                    kv_a_mqa[t.layer] = (t.shape[1], norms.get(t.layer, 0))
+        # hyper-connection residual streams, live through every layer like the residual blocks
+        hc_block = F32 * n_tok * _hc_width(profile) * HC_STREAMS.get(profile.architecture, 0)
 
         def dsa_zeros(layers: list[int]) -> int:
             # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
@@ -518,6 +617,18 @@ class ComputePlan:
                     q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
                     if profile.mla is not None:
                         q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
+                    if il in kv_a_mqa:
+                        # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
+                        # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
+                        rows, lora = kv_a_mqa[il]
+                        out.add(Affine(c=F32 * n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+                    if profile.mla is not None and profile.architecture in KIMI_MLA_ARCHS:
+                        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
+                        # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
+                        # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
+                        # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB)
+                        kr = lp.n_embd_head_k
+                        out.add(Affine(c=F32 * n_tok * (kr * (2 + lp.n_head) + profile.mla.kv_lora_rank)))
                     if not profile.has_memory:
                         # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
                         q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
@@ -560,8 +671,27 @@ class ComputePlan:
             ssm = _ssm_transient(profile, n_tok, inputs.n_seqs, bool(base or swa) and not parallel)
             if ssm and any(profile.layers[il].is_recurrent for il in layers):
                 out.add(Affine(c=ssm + (F32 * n_tok * profile.n_embd if parallel else 0)))
+            if profile.architecture in LIGHTNING_ARCHS:
+                # src/models/minimax-01.cpp, a lightning-attention layer over the whole ubatch per sequence: the
+                # fused QKV output [3 n_head head_dim, n_tok], the inter-block product qkv_none_diag
+                # [n_head head_dim, n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
+                # input diag_decay_exp of the same shape, freed after the last such layer (the smoke model's peak:
+                # 1.5 + 0.5 + 2 + 2 MiB at 512 tokens)
+                n_st = n_tok // max(1, inputs.n_seqs)
+                for il in layers:
+                    lp = profile.layers[il]
+                    if lp.is_recurrent:
+                        dim = lp.n_head * lp.n_embd_head_k
+                        sq = n_st * n_st * lp.n_head * inputs.n_seqs
+                        out.add(Affine(c=F32 * (4 * dim * n_tok + 2 * sq)))
+            gdn = _gdn_transient(profile, n_tok, inputs.n_seqs)
+            if gdn and any(profile.layers[il].is_recurrent for il in layers):
+                out.add(Affine(c=gdn))
             if idx_q and any(profile.layers[il].has_indexer for il in layers):
                 out.add(Affine(c=idx_q))
+            iq = max((idx_rows.get(il, 0) for il in layers), default=0)
+            if iq:
+                out.add(Affine(c=INDEXER_Q_COPIES[profile.architecture] * F32 * n_tok * iq))
             if profile.architecture in PARALLEL_ATTN_FFN_ARCHS and (base or swa) and fa:
                 # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
                 # peak: Q, K and V above the norm output); without flash attention the recordings match without it
@@ -706,7 +836,7 @@ class ComputePlan:
                     v_idxs=vi,
                     small_inputs=small,
                     blocks_label="layer input + residual",
-                    blocks=blocks * embd_block if runs else 0,
+                    blocks=blocks * embd_block + (hc_block if layers else 0) if runs else 0,
                     ffn=ffn_rest,
                     ffn_holes=holes,
                     ik_groups=ik_groups(layers) if inputs.ik_attention else (),
@@ -735,6 +865,7 @@ class ComputePlan:
         if runs:
             if not ffn_only:
                 blocks = ((RESIDUAL_BLOCKS + skip) if host_layers else HOST_INPUT_BLOCKS) * embd_block
+                blocks += hc_block if host_layers else 0
             else:
                 # only dense FFNs (their weights kept on the host): the embeddings input and the FFN input's copy
                 # stay; the token-embedding rows went to the first GPU before (the input phase, in `kq` below)
