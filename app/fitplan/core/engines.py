@@ -142,6 +142,9 @@ def _ik_latent_dims(profile: ModelProfile) -> tuple[int, int]:
     return profile.kv_lora_rank, profile.rope.dimension_count
 
 
+ik_latent_dims = _ik_latent_dims
+
+
 def ik_effective_mla_mode(profile: ModelProfile, mla_mode: int) -> int:
     """ik forces non-MLA models to -mla 0 (src/llama.cpp, llama_new_context_with_model)."""
     if not ik_is_mla(profile):
@@ -258,28 +261,16 @@ def ik_attention_intermediate_bytes(
     flash_attn: bool,
     amb_mib: int,
 ) -> int:
-    """The largest attention intermediate of one layer, with -amb splitting heads so that a chunk stays <= amb.
+    """The largest attention intermediate of one layer after ik's -amb head chunking (`ik_compute`).
 
-    Non-FA: KQ = n_kv * n_tokens * n_head * 4 bytes. MLA 2/3 with FA on a prompt (n_tokens >= 128): the
-    decompressed wkv_b product X = n_head * (128 + 128) * n_kv * 4 bytes. ik processes heads in chunks so each
-    chunk is at most amb MiB (values under 128 are raised to 128; 0 = no cap).
+    Without flash attention the scores KQ = n_kv * n_tokens * 4 bytes a head: the MLA path splits them into
+    ceil(n_head / min(ceil(KQ MiB / amb), n_head)) heads a chunk, the standard path one head at a time (only
+    without GQA). -mla 2/3 with flash attention on a prompt (n_tokens >= 128): the decompressed wkv_b product
+    (nope + v) * n_kv * 4 bytes a head, in chunks of n_head / niter heads. 0 = no cap.
     """
-    n_head = max((la.n_head for la in profile.layers), default=0)
-    if n_head == 0:
-        return 0
-    if not flash_attn:
-        per_head = n_kv * n_tokens * 4
-    elif profile.is_mla and mla_mode in (2, 3) and n_tokens >= 128:
-        assert profile.mla is not None
-        per_head = (profile.mla.key_length_mla - profile.mla.n_rot + profile.mla.value_length_mla) * n_kv * 4
-    else:
-        return 0
-    full = per_head * n_head
-    if amb_mib <= 0:
-        return full
-    cap = max(amb_mib, 128) * MIB
-    heads_per_chunk = max(1, min(n_head, cap // per_head))
-    return per_head * heads_per_chunk
+    from fitplan.core.ik_compute import ik_scores_bytes
+
+    return ik_scores_bytes(profile, n_kv, n_tokens, mla_mode=mla_mode, flash_attn=flash_attn, amb_mib=amb_mib)
 
 
 # --------------------------------------------------------------------------------------------------------------

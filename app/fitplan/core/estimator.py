@@ -271,9 +271,9 @@ def _ik_assumptions(
     if inter:
         cap = f"-amb {settings.attn_max_batch_mib}" if settings.attn_max_batch_mib else "no -amb cap"
         assumptions.append(
-            f"ik_llama.cpp compute buffers follow mainline llama.cpp's graph with ik's attention intermediate per "
-            f"layer, {inter / MIB:.1f} MiB ({cap}), in place of mainline's KQ scores; ik's other graph differences "
-            "(fewer blocks next to the logits, the decompressed MLA K/V at -mla 2/3) are not modelled"
+            f"ik_llama.cpp compute buffers follow ik's own graph (core/ik_compute.py, checked against recorded ik "
+            f"CPU runs): the attention intermediate per layer is {inter / MIB:.1f} MiB ({cap}); with a GPU, ik's f16 "
+            "copies of the decompressed K/V are read from its source, not measured"
         )
 
 
@@ -352,9 +352,10 @@ def compute_inputs(
     """What the compute reserve depends on, for this context."""
     n_kv_base, n_kv_swa = _mask_cells(caches, ctx)
     n_tok = min(ctx.n_ctx, ctx.n_ubatch)
+    ik = settings.engine is Engine.IK_LLAMA
     return ComputeInputs(
         n_tok=n_tok,
-        n_out=min(n_tok, ctx.n_outputs_max),
+        n_out=min(n_tok, ctx.n_outputs_max),  # ik_compute sizes ik's own logits (every token is an output there)
         n_kv_base=n_kv_base,
         n_kv_swa=n_kv_swa,
         flash_attn=ctx.flash_attn,
@@ -364,9 +365,10 @@ def compute_inputs(
         n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
         n_stream=ctx.n_stream,
-        ik_attention=settings.engine is Engine.IK_LLAMA,
+        ik_attention=ik,
         ik_amb_mib=settings.attn_max_batch_mib,
         ik_mla_mode=engines.ik_effective_mla_mode(profile, settings.mla_mode),
+        ik_type_k=settings.cache_type_k if ik else "",
     )
 
 

@@ -163,6 +163,23 @@ def grid() -> list[tuple[str, dict[str, Any], list[str]]]:
                     settings = {"n_ctx": n_ctx, "mla": mla, "flash_attn": fa, "type_k": ctk, "type_v": ctv}
                     argv = ["-c", str(n_ctx), "-mla", str(mla), "-fa", fa, "-ctk", ctk, "-ctv", ctv]
                     cases.append((cid, settings, argv))
+    # -amb (attention max batch, MiB): the head chunking of the scores (-fa off) and of the decompressed MLA
+    # product (-mla 2/3, -fa on); the compute buffer is what changes
+    for mla, fa, ctk, amb in (
+        (0, "off", "f16", 256),
+        (1, "off", "f16", 256),
+        (3, "off", "f16", 256),
+        (3, "off", "f16", 100),
+        (3, "on", "f16", 128),
+        (3, "on", "q8_0", 256),
+        (3, "on", "q8_KV", 256),
+        (2, "on", "f16", 64),
+    ):
+        ctv = ctk if fa == "on" else "f16"
+        cid = f"c32768-mla{mla}-fa{fa}-k{ctk}-v{ctv}-amb{amb}"
+        settings = {"n_ctx": 32768, "mla": mla, "flash_attn": fa, "type_k": ctk, "type_v": ctv, "amb": amb}
+        argv = ["-c", "32768", "-mla", str(mla), "-fa", fa, "-ctk", ctk, "-ctv", ctv, "-amb", str(amb)]
+        cases.append((cid, settings, argv))
     # the refusal itself, once
     cases.append(
         (
