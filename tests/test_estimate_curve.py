@@ -73,6 +73,24 @@ def test_curve_with_draft_and_rpc() -> None:
     _assert_equal(_profile("qwen3-8b"), s, Machine((rpc, *_gpus(1)), HOST), draft=_profile("llama-3.1-8b"))
 
 
+@pytest.mark.parametrize(
+    ("model", "settings"),
+    [
+        ("qwen3-next-80b-a3b", LaunchSettings(n_gpu_layers=NGL_ALL, cpu_moe=True)),
+        ("qwen3-next-80b-a3b", LaunchSettings(n_gpu_layers=NGL_ALL, n_cpu_moe=1)),
+        ("llama-4-scout-17b-16e", LaunchSettings(n_gpu_layers=NGL_ALL, cpu_moe=True)),
+    ],
+)
+def test_curve_with_experts_on_the_host(model: str, settings: LaunchSettings) -> None:
+    # two RPC devices (no op offload): the host's experts-only buffer, the hole under the first device's mask and
+    # the shared expert on the devices are all in play
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 32 * GIB, 32 * GIB, Vendor.RPC, host=f"10.0.0.{i + 2}:50052")
+        for i in range(2)
+    )
+    _assert_equal(_profile(model), settings, Machine(rpc, HOST))
+
+
 def test_fits_and_max_context() -> None:
     prof = _profile("llama-3.1-8b")
     machine = Machine(_gpus(1, 12), HOST)

@@ -411,7 +411,8 @@ MODEL_NOTES = """\
   qwen4exp and glm5-next (two `[n_indexer_head x key_length, n_tok]` tensors, one on glm5-next) and the
   hyper-connection residual streams `[n_embd x hc, n_tok]` (one on DeepSeek-V4 and hy_v4, two on qwen4exp and
   glm5-next). Where a block waits for the FFN (the attention output of parallel attention/FFN blocks) it takes one
-  block of the FFN norm's hole. The terms were
+  block of the FFN norm's hole. With the routed experts on the host, the host's buffer, the GPU's shared expert or
+  the experts' copied-back outputs, and the hole those leave under a GPU's mask are named too. The terms were
   checked on representative cases against the allocator's own list of the live tensors at every new peak: build
   `ggml-base` alone with `-DCMAKE_C_FLAGS=-DGGML_ALLOCATOR_DEBUG` (`cmake --build B --target ggml-base`) and run
   `membreak` with that library first on `LD_LIBRARY_PATH`; the `max_size[..]` lines of its log name each tensor
@@ -443,14 +444,28 @@ met on every recording of a published model). By family:
   128, two to four layers, where a few MiB of graph detail weigh 10-30%): DeepSeek-V4 (14.6% under with flash
   attention, 31.1% without: its compressed-attention masks and caches, and 6 MiB of holes at the peak once the
   indexer queries, the stream and the blocks are counted) and glm5-next (8.1-15.8% under: the k-pool indexer's
-  inputs, a `[kpool x n_pool + kpool - 1, n_tok]` f32 selection input and the `[n_pool, n_tok]` pool mask and
-  scores, with `n_pool` the cache's pools padded to 64, are not modelled). Within 10% but over 5%: jais (9.9%
+  inputs and scores are not modelled. At the smoke model's peak, c512 with flash attention, 2.33 MiB short: the
+  graph inputs of `build_inp_kpool` (src/models/glm5-next.cpp) `pool_idxs` `[kpool, n_pool]` i32, `pool_mask`
+  `[n_pool, n_tok]` f16, `tail_idxs` `[kpool - 1, n_tok]` i32 and `gather_mask` `[n_sel, n_tok]` f32 with
+  `n_sel = kpool x min(n_pool, top_k / kpool) + kpool - 1` (with `indexer.kpool_select_tail`), and the layer's
+  `indexer_score` `[n_pool, n_tok]` f32 next to the indexer query; `n_pool` at reserve is
+  `max(64, pad64(cells / kpool x n_seq_max + 1))` (src/llama-memory-hybrid-idx.cpp `kpool_pad`): 192 there, so
+  3 + 192 + 6 + 1542 + 384 KiB, and a 263 KiB hole before K's row indices. It follows the cache size in 64-pool steps, and the select-tail key is not in the
+  profile). Within 10% but over 5%: jais (9.9%
   under: the next layer's fused QKV output does not fit the one-MiB hole the blocks leave), minimax-m3 (7.8%
   under), talkie (4.7% under: the skip block sits in the FFN norm's hole).
-* **Qwen3-Next with its experts on the host** (`-cmoe`, `-ncmoe 48`, `-ot exps=CPU` over two RPC devices: the first
-  device 5.0% under, 72.13 MiB for 78.00): the delta-net layer's 44.12 MiB are counted, but the experts' down
-  outputs `[2048, 10, 512]` (40 MiB) are copied to that device for the weighted sum, and once freed their space
-  holds the delta-net tensors only in part: the op's 10 MiB output goes above the mask, over 14 MiB of holes.
+* **Experts on the host** (`-cmoe`, `-ncmoe`, `-ot exps=CPU` over two RPC devices): modelled from the allocator's
+  peaks on Qwen3-Next-80B-A3B, Llama-4-Scout and qwen3-30b-a3b: the host running only experts (the embeddings
+  input and a one-block hole, the masks, the router's copied argsort `[n_expert, n_tok]` i32, the experts'
+  intermediates; llama4's router-weighted input copy is freed before the GLU output: byte-exact on all six
+  models); on the first GPU, four block-sized spaces with the shared expert over the experts' sum, or without a
+  shared expert the down outputs copied back for the weighted sum (`-cmoe` byte-exact on Llama-4-Scout,
+  qwen3-30b-a3b, gpt-oss-20b); and the hole under a GPU's mask when the mask is copied in the same split as a
+  layer's copied-back down outputs `[n_embd, n_used, n_tok]` (Qwen3-Next: the delta-net layer's 10 MiB output goes
+  above the mask, 78.00 MiB byte-exact; `-ncmoe 1`: layer 1's down outputs, 108.00 MiB). Left on the first GPU:
+  the partial splits (qwen3-30b-a3b `-ncmoe 24`: 84.01 MiB for 92.01; gpt-oss-20b `-ncmoe 12`: 104.38 for 90.76;
+  Llama-4-Scout `-ncmoe 1`: 124.01 for 114.02), granite-4.0-h-tiny (56.14 for 61.54) and deepseek-v2-lite (92.13
+  for 88.13); a later GPU is counted with its two blocks (no trace of its experts-elsewhere phase).
 * **DSA indexers** (deepseek32, glm-dsa, dots3note: 3.6-4.7% under; hy_v4: 3.4-4.4%): the top-k masks' zero-filled
   `[1, min(n_kv, top_k), n_tok]` f32 leaves (one per full-attention layer, allocated up front;
   `attention.indexer.top_k`, 4 MiB per layer on a real DeepSeek-V3.2 at `-ub 512`) are modelled; what remains is

@@ -49,6 +49,7 @@ from numpy.typing import NDArray
 
 from fitplan.core.devices import Vendor
 from fitplan.core.engines import ik_attention_intermediate_bytes
+from fitplan.core.ik_compute import ik_mla_attention, ik_mla_dims, ik_mla_v_copy_row
 from fitplan.core.profile import LayerKind, ModelProfile, TensorRole
 from fitplan.core.weights import WeightPlacement, row_bytes
 
@@ -129,11 +130,13 @@ class ComputeInputs:
         False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
     )
     n_stream: int = 1  # KV streams (n_seq_max without a unified cache): n_kv_* are cells per stream
-    # ik_llama.cpp: the attention intermediate (KQ without flash attention, the decompressed MLA product with it)
-    # is computed in head chunks of at most -amb MiB (`engines.ik_attention_intermediate_bytes`)
+    # ik_llama.cpp: its own attention graph (`ik_compute`: MLA per -mla mode, -amb head chunks), the output layer
+    # reserved for every token, and the host's output phase on its own
     ik_attention: bool = False
     ik_amb_mib: int = 0
     ik_mla_mode: int = 3
+    # ik_llama.cpp: the -ctk type as ik names it (q8_KV keeps its own row header); "" = cache_type_k
+    ik_type_k: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +268,7 @@ class _LayerShapes:
     qkv_rows: dict[int, int]  # fused `attn_qkv` output width per layer
     dense_up: frozenset[int] = frozenset()  # layers with a dense `ffn_up` matrix
     shexp: frozenset[int] = frozenset()  # layers with a shared expert (`ffn_up_shexp`)
+    shexp_ff: int = 0  # the widest shared expert's rows (`ffn_up_shexp`; llama4 declares no such length)
 
 
 _SHAPES: dict[int, tuple[ModelProfile, _LayerShapes]] = {}
@@ -278,12 +282,14 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
     qkv: dict[int, int] = {}
     up: set[int] = set()
     shexp: set[int] = set()
+    shexp_ff = 0
     for t in profile.tensors:
         il = t.layer
         if il is None or il >= len(profile.layers) or len(t.shape) < 2:
             continue
         if t.name.endswith(".ffn_up_shexp.weight"):
             shexp.add(il)
+            shexp_ff = max(shexp_ff, t.shape[1])
         if t.name.endswith(".ffn_up.weight"):
             up.add(il)
         if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
@@ -296,7 +302,7 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
             gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
         elif t.name.endswith(".attn_qkv.weight"):
             qkv[il] = t.shape[1]
-    out = _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp))
+    out = _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff)
     if len(_SHAPES) >= 16:
         _SHAPES.pop(next(iter(_SHAPES)))
     _SHAPES[id(profile)] = (profile, out)
@@ -454,6 +460,100 @@ def _gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     return F32 * (conv + qk + 2 * num_v * n_tok + state + ssm.d_inner * n_tok + state)
 
 
+def _gdn_output(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """The fused gated-delta-net op's output, the last tensor of `_gdn_transient`: the attention output
+    `[head_v, num_v, n_tok]` followed by the new state `[head_v, head_v, num_v, n_seqs]`, bytes (f32)."""
+    ssm = profile.ssm
+    if ssm is None or profile.architecture not in GDN_ARCHS or not (ssm.d_inner and ssm.dt_rank):
+        return 0
+    head_v = ssm.d_inner // ssm.dt_rank
+    return F32 * (ssm.d_inner * n_tok + head_v * head_v * ssm.dt_rank * n_seqs)
+
+
+def _expert_copy_hole(
+    profile: ModelProfile,
+    layer_device: tuple[int | None, ...],
+    ffn_dev: dict[int, int | None],
+    gi: int,
+    layers: list[int],
+    n_tok: int,
+) -> tuple[int, int, int]:
+    """The hole a GPU's masks sit on when its routed experts run on the host: (bytes, layer, last attention layer).
+
+    A layer whose experts run on the host (`-cmoe`, `-ncmoe`, `-ot exps=CPU`) and whose shared expert runs on the
+    GPU has its experts' down outputs `[n_embd, n_used, n_tok]` (f32) copied back for the weighted sum. When the
+    split that starts with that sum also runs the GPU's first attention layer, the copy and the mask are that
+    split's inputs, allocated together: the mask lands above the copy, and once the sum has read the copy its
+    space stays a hole under the mask until the last attention layer frees the mask. What the layers in between
+    allocate goes into that hole while it fits, the rest above the mask (the allocator's live tensors on
+    Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the 40 MiB of `ffn_moe_down-2` at 16-56 MiB, the mask at
+    56-64 MiB, layer 4's delta-net tensors at 16-50.3 MiB and its 10 MiB output at 68-78 MiB; `-ncmoe 1`: layer 1's
+    gate, up and GLU output at 16-46 MiB and its 40 MiB of down outputs at 68-108 MiB).
+    """
+    base, swa = _attn_layers(profile, layers)
+    att = sorted(base + swa)
+    moe = profile.moe
+    if not att or moe is None:
+        return 0, -1, -1
+    shexp = _layer_shapes(profile).shexp
+    for il in range(att[0] - 1, -1, -1):
+        if il >= len(layer_device) or layer_device[il] != gi:
+            return 0, -1, -1  # the split starts with the layer input copied from another device
+        if ffn_dev.get(il, gi) == gi:
+            continue
+        lp = profile.layers[il]
+        if ffn_dev.get(il) is not None or not lp.is_moe or il not in shexp:
+            return 0, -1, -1  # experts on another GPU, or no shared expert: not traced
+        used = lp.n_expert_used or moe.n_expert_used
+        return F32 * n_tok * used * profile.n_embd, il, att[-1]
+    return 0, -1, -1
+
+
+def _ffn_in_hole(profile: ModelProfile, il: int, n_tok: int, hole: int) -> int:
+    """A layer's FFN intermediates over the hole under the masks (`_in_hole`): a MoE's gate, up and GLU output
+    first, then the experts' down outputs when they do not go into gate and up's space (`_ffn_layer`)."""
+    f = _ffn_layer(profile, il, n_tok)[0]
+    lp, moe = profile.layers[il], profile.moe
+    if lp.is_moe and moe is not None:
+        used = lp.n_expert_used or moe.n_expert_used
+        up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+        down = F32 * n_tok * used * profile.n_embd
+        if f == 3 * up + down:
+            return _in_hole(3 * up, down, hole)
+    return _in_hole(f, 0, hole)
+
+
+def _shexp_only_ffn(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
+    """FFN intermediates on a GPU whose layers' routed experts run elsewhere: the shared expert runs there after
+    the experts, its gate, up and GLU output `[n_ff_shexp, n_tok]` over the experts' sum `[n_embd, n_tok]` (the
+    allocator's peak on Llama-4-Scout with `-cmoe`: `ffn_moe_out-2`, `ffn_gate-2`, `ffn_up-2`, `ffn_swiglu-2`);
+    without a shared expert, the down outputs copied back for the weighted sum."""
+    shapes = _layer_shapes(profile)
+    moe = profile.moe
+    out = 0
+    for il in layers:
+        lp = profile.layers[il]
+        if not lp.is_moe or moe is None:
+            continue
+        if il in shapes.shexp:
+            out = max(out, F32 * n_tok * (3 * shapes.shexp_ff + profile.n_embd))
+        else:
+            # no shared expert: the experts' down outputs [n_embd, n_used, n_tok] are copied back for the
+            # weighted sum (qwen3-30b-a3b -cmoe: `ffn_moe_down-0` copied to the first device, 32 MiB)
+            out = max(out, F32 * n_tok * (lp.n_expert_used or moe.n_expert_used) * profile.n_embd)
+    return out
+
+
+def _in_hole(pre: int, last: int, hole: int) -> int:
+    """Bytes a live set takes over the hole's start: `pre` allocated first, then `last` (the largest, allocated
+    last) into what is left of the hole or, when it does not fit there, above the mask."""
+    if pre + last <= hole:
+        return hole
+    if pre <= hole:
+        return hole + last
+    return pre + last  # more than the hole before the last tensor: where it goes was not traced
+
+
 def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], list[int]]:
     base: list[int] = []
     swa: list[int] = []
@@ -508,6 +608,9 @@ class _DevicePlan:
     ffn_holes: tuple[tuple[int, int, int, Affine], ...] = ()
     # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
     ik_groups: tuple[tuple[bool, int], ...] = ()
+    # ik_llama.cpp on the host: the masks and activations are freed before the output layer, whose logits sit
+    # with the output norm's block alone (the allocator's peak list of ik's output phase)
+    ik_output_phase: bool = False
     # DSA top-k masks (src/llama-graph.cpp build_attn with top_k): a zero-filled f32 [1, min(n_kv, top_k), n_tok]
     # leaf per layer, allocated up front: bytes per kept cell, and the top_k cap
     dsa_zeros: int = 0
@@ -544,7 +647,8 @@ class ComputePlan:
         out_dev = placement.output_device
         mask_elt = F16 if fa else F32
         embd_block = F32 * profile.n_embd * n_tok
-        logits = F32 * profile.n_vocab * n_out
+        # ik_llama.cpp reserves the worst case with every token an output (llm_build_context: n_outputs = n_tokens)
+        logits = F32 * profile.n_vocab * (n_tok if inputs.ik_attention else n_out)
         v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
 
         # DSA lightning indexer (src/models/deepseek32.cpp): its queries [head_size, n_indexer_head, n_tok] before and
@@ -648,7 +752,7 @@ class ComputePlan:
                     if fa:
                         # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
                         out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
-                        if inputs.ik_attention and profile.mla is not None:
+                        if inputs.ik_attention and ik_mla_dims(profile) is not None:
                             ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
                         continue
                     a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
@@ -699,6 +803,11 @@ class ComputePlan:
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
         def mla_v(layers: list[int]) -> Affine:
+            if inputs.ik_attention:
+                # ik's kv_cache_trans (-mla 2/3 without flash attention, in the latent's type: -ctv), or none
+                row = ik_mla_v_copy_row(profile, inputs.ik_mla_mode, fa, inputs.cache_type_v)
+                has = row and _attn_layers(profile, layers)[0]
+                return Affine(a_base=row * inputs.n_stream) if has else Affine()
             if fa or profile.mla is None or not _attn_layers(profile, layers)[0]:
                 return Affine()
             # the contiguous copy of V (the latent rows of every stream's cells)
@@ -706,6 +815,8 @@ class ComputePlan:
             return Affine(a_base=row * inputs.n_stream)
 
         def v_idxs(layers: list[int]) -> int:
+            if inputs.ik_attention:
+                return 0  # ik stores V through a view at kv_head: no index input (its allocator lists none)
             if fa or not profile.has_memory or profile.mla is not None:
                 return 0  # MLA caches have no V: V is a view of the latent K rows
             base, swa = _attn_layers(profile, layers)
@@ -828,6 +939,32 @@ class ComputePlan:
                 out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
                 out_extra = 0
             ffn_rest, holes = ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
+            kq_gi = kq(layers)
+            shexp_ffn = _shexp_only_ffn(profile, [il for il in layers if ffn_dev.get(il, gi) != gi], n_tok)
+            if shexp_ffn and first:
+                # the first GPU holds four block-sized spaces in that phase, not five (the allocator's peaks on
+                # qwen3-30b-a3b and Llama-4-Scout with `-cmoe`; gpt-oss-20b's recording matches to the 0.01 MiB)
+                shexp_ffn -= embd_block
+            if shexp_ffn > ffn_rest:
+                ffn_rest = shexp_ffn
+            copy_hole, e, last_att = (
+                _expert_copy_hole(profile, placement.layer_device, ffn_dev, gi, layers, n_tok)
+                if runs and not pp
+                else (0, -1, -1)
+            )
+            if copy_hole:
+                # what the layers between the copied layer and the last attention layer allocate, over the hole
+                # under the masks (`_expert_copy_hole`)
+                held_set = {Affine(c=copy_hole)}
+                gdn = _gdn_transient(profile, n_tok, inputs.n_seqs)
+                if gdn and any(profile.layers[il].is_recurrent for il in layers if e < il <= last_att):
+                    out = _gdn_output(profile, n_tok, inputs.n_seqs)
+                    held_set.add(Affine(c=_in_hole(gdn - out, out, copy_hole)))
+                kq_gi = tuple(sorted(set(kq_gi) | held_set, key=lambda x: (x.a_base, x.a_swa, x.c)))
+                ffn_rest = max(
+                    [ffn_rest]
+                    + [_ffn_in_hole(profile, il, n_tok, copy_hole) for il in flayers if e < il < last_att]
+                )
             plans.append(
                 _DevicePlan(
                     device=gi,
@@ -842,7 +979,7 @@ class ComputePlan:
                     ik_groups=ik_groups(layers) if inputs.ik_attention else (),
                     dsa_zeros=dsa_zeros(layers),
                     dsa_top_k=dsa_top_k,
-                    kq=kq(layers),
+                    kq=kq_gi,
                     mla_v=mla_v(layers),
                     fa_copies=fa_copies(layers) if cuda else (),
                     logits=logits if has_out else 0,
@@ -862,8 +999,15 @@ class ComputePlan:
         # positions, K/V row indices and the output ids
         host_small = small_inputs(trunk) + I32 * n_out + (2 * I32 + I64) * n_tok
         ffn_only = runs and not host_layers and not profile.is_moe
+        # only routed experts (`-cmoe`, `-ncmoe`, `-ot exps=CPU`): the graph inputs stay as with dense FFNs; the
+        # other two blocks and the FFN input's copy are freed by the first experts' peak (the allocator's live
+        # tensors on Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the embeddings input, a one-block hole, the
+        # mask, the router's copied argsort, a hole where gate and up were, the GLU output and the down outputs)
+        experts_only = runs and not host_layers and profile.is_moe and profile.moe is not None
         if runs:
-            if not ffn_only:
+            if experts_only:
+                blocks = HOST_GRAPH_INPUT_BLOCKS * embd_block
+            elif not ffn_only:
                 blocks = ((RESIDUAL_BLOCKS + skip) if host_layers else HOST_INPUT_BLOCKS) * embd_block
                 blocks += hc_block if host_layers else 0
             else:
@@ -892,6 +1036,14 @@ class ComputePlan:
             host_m if host_last else Affine(),
             n_copies * v_idxs(trunk) if host_last else 0,
         )
+        if experts_only and profile.moe is not None and host_flayers:
+            # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
+            # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
+            # allocator's peak on Llama-4-Scout with `-cmoe`: the two masks, gate, up and the GLU output above the
+            # embeddings input and a one-block hole)
+            ffn_rest = max(f - held for f, _, held in (_ffn_layer(profile, il, n_tok) for il in host_flayers))
+            ffn_rest += I32 * n_tok * profile.moe.n_expert
+            holes = ()
         plans.append(
             _DevicePlan(
                 device=None,
@@ -907,12 +1059,13 @@ class ComputePlan:
                 dsa_zeros=dsa_zeros(host_layers),
                 dsa_top_k=dsa_top_k,
                 kq=kq(host_layers)
-                if not ffn_only
+                if not (ffn_only or experts_only)
                 else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * embd_block),),
                 mla_v=mla_v(host_layers),
                 fa_copies=(),
                 logits=logits if out_dev is None else 0,
-                out_block=0,
+                out_block=embd_block if inputs.ik_attention and out_dev is None else 0,
+                ik_output_phase=inputs.ik_attention,
                 pp_extra=Affine(),
                 op_offload_copy=0,
                 host_inputs=not runs,
@@ -920,28 +1073,41 @@ class ComputePlan:
         )
         self.plans = tuple(plans)
         self._profile = profile
+        self._ik_gpu_backend = n_gpu > 0
 
     def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
         return tuple(_evaluate(p, n_kv_base, n_kv_swa, self._ik(p, n_kv_base, n_kv_swa)) for p in self.plans)
 
     def _ik(self, p: _DevicePlan, nb: int, ns: int) -> int:
-        """ik_llama.cpp's chunked attention intermediate plus Q, largest over the device's attention groups."""
+        """ik_llama.cpp's attention at its peak, largest over the device's attention groups: an MLA model's own
+        graph (`ik_compute.ik_mla_attention`), else mainline's Q with ik's chunked intermediate."""
         ci = self.inputs
-        return max(
-            (
-                q
-                + ik_attention_intermediate_bytes(
+        out = 0
+        for is_swa, q in p.ik_groups:
+            n_kv = ns if is_swa else nb
+            terms = ik_mla_attention(
+                self._profile,
+                n_kv,
+                ci.n_tok,
+                mla_mode=ci.ik_mla_mode,
+                flash_attn=ci.flash_attn,
+                amb_mib=ci.ik_amb_mib,
+                cache_type=ci.ik_type_k or ci.cache_type_k,
+                gpu_backend=self._ik_gpu_backend,
+            )
+            if terms is not None:
+                out = max(out, sum(t.bytes for t in terms))
+            elif ik_mla_dims(self._profile) is None or not ci.flash_attn:
+                inter = ik_attention_intermediate_bytes(
                     self._profile,
-                    ns if is_swa else nb,
+                    n_kv,
                     ci.n_tok,
                     mla_mode=ci.ik_mla_mode,
                     flash_attn=ci.flash_attn,
                     amb_mib=ci.ik_amb_mib,
                 )
-                for is_swa, q in p.ik_groups
-            ),
-            default=0,
-        )
+                out = max(out, q + inter)
+        return out
 
     def totals_array(self, n_kv_base: NDArray[np.int64], n_kv_swa: NDArray[np.int64]) -> NDArray[np.int64]:
         """Bytes per backend (rows: GPUs in order, then the host) for arrays of KV cells: the vectorised form of
@@ -1010,6 +1176,10 @@ def _total_array(
     zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros
     if p.device is None:
         total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns) + zeros
+        if p.ik_output_phase and p.logits and p.layer_phase:
+            host_layer = total + trans
+            host_out = p.logits + p.out_block
+            return np.where(host_layer >= host_out, host_layer, host_out)
         if p.logits:
             trans = (
                 np.where(p.logits >= trans, p.logits, trans) if p.layer_phase else np.full_like(nb, p.logits)
@@ -1047,7 +1217,11 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
             ComputePart("DSA top-k zeros", p.zeros_at(nb)),
         ]
         trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
-        if p.logits and (trans is None or p.logits >= trans[1]):
+        if p.ik_output_phase and p.logits and trans is not None:
+            host_out = [ComputePart("logits", p.logits), ComputePart("output norm", p.out_block)]
+            if _sum(parts) + trans[1] < _sum(host_out):
+                parts, trans = host_out, None
+        elif p.logits and (trans is None or p.logits >= trans[1]):
             trans = ("logits", p.logits)
         if trans is not None:
             parts.append(ComputePart(*trans))
