@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fitplan.core.compute import ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.compute import Affine, ComputeInputs, ComputePlan, compute_buffers
 from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.gguf_reader import read_header
 from fitplan.core.profile import ModelProfile
@@ -107,3 +107,53 @@ def test_output_only_gpu_takes_the_routed_sum() -> None:
     # f32. Recorded (-c 8192 -ngl 1, two RPC servers): 353124352 bytes.
     assert _parts(g0)["last MoE layer under the logits"] == 32 * MIB + 4 * 8 * 512 + 4 * MIB
     assert g0.bytes == 32 * MIB + 4 * 8 * 512 + 4 * MIB + 4 * MIB + 4 * 151936 * 512 == 353124352
+
+
+def _host_parts(profile: ModelProfile, **kw: object) -> dict[str, int]:
+    pl = place_weights(profile, LaunchSettings(), Machine((), HOST))
+    (host,) = compute_buffers(profile, _inputs(**kw), pl)
+    return _parts(host)
+
+
+def test_talkie_skip_block_sits_in_the_ffn_hole() -> None:
+    p = _load(FIXTURES / "archs" / "talkie-dense.header.gguf")
+    # n_embd 256, n_ff 384, 512 tokens: a block is 0.5 MiB, an FFN intermediate 0.75 MiB. The allocator's peak
+    # (c512, flash attention, 5525504 bytes recorded): the mask 0.5, inp_embd, the residual, the skip block
+    # `embd`, the freed ffn_norm-0 (one block: the skip block holds the other) and node_2 (2.5 MiB), then gate, up
+    # and the GLU output on top (2.25 MiB): none fits the one-block hole
+    parts = _host_parts(p)
+    assert parts["embeddings + residual activations"] == 6 * 256 * 512 * 4  # five blocks and the skip block
+    assert parts["FFN intermediates"] == (3 * 384 - 256) * 512 * 4  # the skip block is one of the five
+    assert sum(parts.values()) == pytest.approx(5525504, abs=0.02 * MIB)
+    # -fa off: the peak is the attention's (recorded 7880704 bytes), unchanged
+    assert sum(_host_parts(p, flash_attn=False).values()) == pytest.approx(7880704, abs=0.02 * MIB)
+
+
+@pytest.mark.parametrize("name", ["dream-dense", "llada-dense"])
+def test_cacheless_diffusion_models_have_no_two_block_ffn_hole(name: str) -> None:
+    p = _load(FIXTURES / "archs" / f"{name}.header.gguf")
+    # the peak (c512, flash attention, 5517312 bytes recorded): self_kq_mask 0.5 MiB between the two freed
+    # one-block holes (0.5-1.0 and 1.51-2.01 MiB), inp_embd and two blocks, and gate, up and the GLU output
+    # [384, 512] f32 on top: 0.5 + 2.5 + 2.25 MiB
+    parts = _host_parts(p)
+    assert parts["FFN intermediates"] == 3 * 384 * 512 * 4
+    assert sum(parts.values()) == pytest.approx(5517312, abs=0.02 * MIB)
+
+
+def test_dsa_indexer_peak_keeps_the_freed_query_space() -> None:
+    p = _load(FIXTURES / "archs" / "dots3note-moe.header.gguf")
+    # the allocator's peak (c512, flash attention, 41246720 bytes = 39.34 MiB recorded): qr-0 [512, 512] 1.0 MiB,
+    # the free 1.375 MiB that q-0 [192, 1, 512] and q_nope_absorbed-0 [512, 1, 512] left when Qcur-0 [576, 1, 512]
+    # 1.125 MiB was concatenated above them, then two indexer_q-0 [128, 64, 512] of 16 MiB that do not fit there
+    attn = (512 + (192 + 512) + 576 + 2 * 128 * 64) * 512 * 4
+    parts = _host_parts(p, n_kv_swa=512)
+    assert parts["attention / SSM scan"] == attn
+    # the rest: three masks 1.5 MiB, five blocks 1.25 MiB, the top-k zeros 1.0 MiB and the small inputs; the
+    # Hadamard rotation input attn_inp_k_rot [128, 128] f32 (64 KiB) is not modelled
+    assert sum(parts.values()) == pytest.approx(41246720 - 128 * 128 * 4, abs=0.02 * MIB)
+    # a query space that holds both indexer queries adds only itself (as on a published DeepSeek-V3.2 shape)
+    wide = dataclasses.replace(p, layers=tuple(dataclasses.replace(lp, n_head=64) for lp in p.layers))
+    attn_wide = (512 + 64 * (192 + 512) + 64 * 576) * 512 * 4
+    pl = place_weights(wide, LaunchSettings(), Machine((), HOST))
+    plan = ComputePlan(wide, _inputs(n_kv_swa=512), pl)
+    assert Affine(c=attn_wide) in plan.plans[-1].kq

@@ -86,9 +86,30 @@ def test_lightning_attention() -> None:
 
 def test_kimi_mla_concat_peak() -> None:
     p = _load("archs/kimi-linear-moe.header.gguf")
-    # peak list: kv_cmpr_pe 1.125 MiB ([576, 512]), Qcur 1.125 (one head of 576), the normed latent 1.0 ([512,
-    # 512]) and Kcur 1.125 MiB
-    assert _host(p)["attention / SSM scan"] == (3 * 576 + 512) * 512 * 4
+    # peak list (c512, flash attention, 6.39 MiB recorded): q [192, 1, 512] 0.375 MiB and q_nope_absorbed [512, 1,
+    # 512] 1.0 MiB freed after the concatenation into Qcur [576, 1, 512] 1.125 MiB above them; kv_cmpr_pe [576, 512]
+    # 1.125 MiB goes into their 1.375 MiB, leaving 0.25 MiB; the normed latent [512, 512] 1.0 MiB and Kcur 1.125 MiB
+    # do not fit there and go on top: 1.375 + 1.125 + 1.0 + 1.125 MiB
+    assert _host(p)["attention / SSM scan"] == (192 + 512 + 576 + 512 + 576) * 512 * 4
+    # recorded 6699040 bytes = 6.389 MiB: masks 0.5 + residual blocks 1.25 + that term 4.625, and the small inputs
+    assert sum(_host(p).values()) == pytest.approx(6699040, abs=0.02 * MIB)
+
+
+def test_kimi_k3_concat_peak_with_q_compression() -> None:
+    p = _load("archs/kimi-k3-moe.header.gguf")
+    # kimi-k3 compresses Q (q_lora 512): q_nope_absorbed [512, 1, 512] takes the freed q_a [512, 512] (node_6,
+    # 1.76-2.76 MiB), q [192, 1, 512] sits above it (node_9), Qcur above both; then as on kimi-linear (6.39 MiB)
+    assert _host(p)["attention / SSM scan"] == (512 + 192 + 576 + 512 + 576) * 512 * 4
+    assert sum(_host(p).values()) == pytest.approx(6699040, abs=0.02 * MIB)
+
+
+def test_kimi_concat_peak_without_flash_attention_has_no_v_copy() -> None:
+    p = _load("archs/kimi-linear-moe.header.gguf")
+    # -fa off: the same tensors over an f32 mask (1.0 MiB); the contiguous copy of V (512 cells of the f16 latent,
+    # 0.5 MiB) comes later and is not live at this peak. Recorded: 7223328 bytes = 6.889 MiB = 1.0 + 1.25 + 4.625
+    parts = _host(p, flash_attn=False)
+    assert parts["MLA V copy"] == 512 * 512 * 2
+    assert sum(parts.values()) == pytest.approx(7223328, abs=0.02 * MIB)
 
 
 def test_minicpm3_compressed_kv() -> None:

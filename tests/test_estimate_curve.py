@@ -114,3 +114,18 @@ def test_bad_contexts() -> None:
         estimate_curve(prof, LaunchSettings(), Machine((), HOST), [])
     with pytest.raises(SettingsError):
         estimate_curve(prof, LaunchSettings(), Machine((), HOST), [-5])
+
+
+@pytest.mark.parametrize(
+    ("model", "settings", "n_gpus"),
+    [
+        # Kimi's concatenation peak without flash attention is counted net of the later copy of V
+        ("kimi-linear-moe", LaunchSettings(flash_attn=FlashAttn.OFF), 1),
+        ("kimi-k3-moe", LaunchSettings(), 0),
+        ("dots3note-moe", LaunchSettings(flash_attn=FlashAttn.OFF), 1),  # the DSA indexer's freed query space
+        ("talkie-dense", LaunchSettings(), 1),
+    ],
+)
+def test_curve_equals_estimate_on_smoke_models(model: str, settings: LaunchSettings, n_gpus: int) -> None:
+    p = build_profile(read_header(MODELS.parent / "archs" / f"{model}.header.gguf", allow_incomplete=True))
+    _assert_equal(p, settings, Machine(_gpus(n_gpus), HOST))

@@ -407,11 +407,13 @@ MODEL_NOTES = """\
   Qwen3.5: the convolution output, Q and K repeated to the value heads, the state and the fused op's output with
   the new state: 44.12 MiB on Qwen3-Next-80B-A3B at `-ub 512`), MiniMax-01's lightning attention (the fused QKV,
   the inter-block product, the intra-block scores and their decay input), Kimi's MLA (the compressed KV, its normed
-  latent, the absorbed Q and K at K's concatenation), MiniCPM3's compressed KV, the indexer queries of DeepSeek-V4,
+  latent, the absorbed Q and K at K's concatenation, above the space the query and q_nope_absorbed freed when Q was
+  concatenated, which takes what fits of the three), MiniCPM3's compressed KV, the indexer queries of DeepSeek-V4,
   qwen4exp and glm5-next (two `[n_indexer_head x key_length, n_tok]` tensors, one on glm5-next) and the
   hyper-connection residual streams `[n_embd x hc, n_tok]` (one on DeepSeek-V4 and hy_v4, two on qwen4exp and
   glm5-next). Where a block waits for the FFN (the attention output of parallel attention/FFN blocks) it takes one
-  block of the FFN norm's hole. With the routed experts on the host, the host's buffer, the GPU's shared expert or
+  block of the FFN norm's hole, and so does talkie's skip block; the cacheless diffusion models (dream, llada)
+  have their mask between the two freed blocks, so no two-block hole. With the routed experts on the host, the host's buffer, the GPU's shared expert or
   the experts' copied-back outputs, and the hole those leave under a GPU's mask are named too. The terms were
   checked on representative cases against the allocator's own list of the live tensors at every new peak: build
   `ggml-base` alone with `-DCMAKE_C_FLAGS=-DGGML_ALLOCATOR_DEBUG` (`cmake --build B --target ggml-base`) and run
@@ -437,7 +439,7 @@ MODEL_NOTES = """\
 ## Known gaps (compute)
 
 The targets: compute within 5% on at least 90% of the recordings (met), never more than 10% under (11 recordings
-miss: 5 smoke models, 6 granite-4.0-h-tiny splits), totals never more than 2% under (28 miss, all smoke models;
+miss: 5 smoke models, 6 granite-4.0-h-tiny splits), totals never more than 2% under (10 miss, all smoke models;
 met on every recording of a published model). By family:
 
 * **Graphs the model does not name** (architecture smoke models, `archs` grid: hidden size 128-512, vocabulary
@@ -452,8 +454,11 @@ met on every recording of a published model). By family:
   `max(64, pad64(cells / kpool x n_seq_max + 1))` (src/llama-memory-hybrid-idx.cpp `kpool_pad`): 192 there, so
   3 + 192 + 6 + 1542 + 384 KiB, and a 263 KiB hole before K's row indices. It follows the cache size in 64-pool steps, and the select-tail key is not in the
   profile). Within 10% but over 5%: jais (9.9%
-  under: the next layer's fused QKV output does not fit the one-MiB hole the blocks leave), minimax-m3 (7.8%
-  under), talkie (4.7% under: the skip block sits in the FFN norm's hole).
+  under: the next layer's fused QKV output does not fit the one-MiB hole the blocks leave) and minimax-m3 (7.8%
+  under); granitehybrid at c1024 with two sequences 4.7% under. The three peaks are in the second layer, with the
+  first layer's FFN output (`ffn_down-0`, `ffn_out-0`) one block above `node_2`: six blocks under the transient
+  where the first layer has five; which layers leave that block there (the fused-QKV models gpt2, bloom, mpt and
+  starcoder peak in their first layer) was not traced.
 * **Experts on the host** (`-cmoe`, `-ncmoe`, `-ot exps=CPU` over two RPC devices): modelled from the allocator's
   peaks on Qwen3-Next-80B-A3B, Llama-4-Scout and qwen3-30b-a3b: the host running only experts (the embeddings
   input and a one-block hole, the masks, the router's copied argsort `[n_expert, n_tok]` i32, the experts'
@@ -466,11 +471,12 @@ met on every recording of a published model). By family:
   the partial splits (qwen3-30b-a3b `-ncmoe 24`: 84.01 MiB for 92.01; gpt-oss-20b `-ncmoe 12`: 104.38 for 90.76;
   Llama-4-Scout `-ncmoe 1`: 124.01 for 114.02), granite-4.0-h-tiny (56.14 for 61.54) and deepseek-v2-lite (92.13
   for 88.13); a later GPU is counted with its two blocks (no trace of its experts-elsewhere phase).
-* **DSA indexers** (deepseek32, glm-dsa, dots3note: 3.6-4.7% under; hy_v4: 3.4-4.4%): the top-k masks' zero-filled
+* **DSA indexers** (deepseek32, glm-dsa, dots3note, hy_v4: 0.0-1.4% under): the top-k masks' zero-filled
   `[1, min(n_kv, top_k), n_tok]` f32 leaves (one per full-attention layer, allocated up front;
-  `attention.indexer.top_k`, 4 MiB per layer on a real DeepSeek-V3.2 at `-ub 512`) are modelled; what remains is
-  a free hole the allocator leaves between the compressed query and the absorbed Q at the indexer's peak (1.375 MiB
-  on the deepseek32 smoke model; which freed tensors form it was not traced).
+  `attention.indexer.top_k`, 4 MiB per layer on a real DeepSeek-V3.2 at `-ub 512`) and, at the indexer's peak, the
+  space the query `q` and `q_nope_absorbed` freed below Qcur (1.375 MiB on the smoke models; the indexer queries
+  go into it when they fit) are modelled; left out: the Hadamard rotation input `attn_inp_k_rot` (64 KiB) and,
+  without flash attention, 0.5 MiB not traced.
 * **Output GPU after a MoE layer**: modelled where the allocator's traces were read: a later GPU whose last layer is
   a MoE with a shared expert whose down outputs fit into gate and up (deepseek-v2-lite: the FFN input and norm,
   the router's tensors and the down outputs stay under the logits, byte-exact), and a GPU that holds only the

@@ -232,6 +232,12 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
         # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
         # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
         hole -= profile.n_embd
+    skip_in_hole = profile.architecture in EMBD_SKIP_ARCHS and bool(hole)
+    if skip_in_hole:
+        # the skip block (talkie's `embd_skip`, counted with the residual blocks) sits in one block of the hole:
+        # the allocator's peak on the talkie smoke model (src/models/talkie.cpp, c512 with flash attention) has
+        # `embd` next to the freed `ffn_norm-0` and gate, up and the GLU output on top, 5.27 MiB
+        hole -= profile.n_embd
     lp = profile.layers[il]
     held = 0
     if profile.architecture in DENSE_FFN_GRAPH_ARCHS and il not in _layer_shapes(profile).dense_up:
@@ -256,6 +262,8 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
         # no gate (build_ffn without `gate`): only the up projection `[n_ff, n_tok]`, its bias, scale and
         # activation computed in place; it goes into the hole when it fits
         f = first = 0 if lp.n_ff <= hole else lp.n_ff
+    if skip_in_hole:
+        f = max(0, f - profile.n_embd)  # the skip block is in the device's blocks already, inside the hole
     return F32 * n_tok * (f + held), F32 * n_tok * first, F32 * n_tok * held
 
 
@@ -330,8 +338,11 @@ EMBD_SKIP_ARCHS = frozenset({"talkie", "hrm_text"})
 #: Architectures whose allocator peaks show no two-block hole under the FFN: the blocks the attention frees are
 #: two separate one-block holes (openelm's per-layer head counts, plamo3's and hrm_text's attention tensors differ
 #: from the hidden size), so the FFN's last intermediate goes on top instead of into the hole (the smoke models'
-#: peaks: gate, up and the GLU output above the residual blocks).
-NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text"})
+#: peaks: gate, up and the GLU output above the residual blocks). The cacheless diffusion models' graphs
+#: (src/models/dream.cpp, llada.cpp) allocate their mask `self_kq_mask` between the two: the smoke models' peak at
+#: c512 has the freed blocks at 0.5-1.0 and 1.51-2.01 MiB with the mask between them, and gate, up and the GLU
+#: output on top (5.26 MiB).
+NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text", "dream", "llada"})
 
 #: Architectures whose attention compresses K/V through `attn_kv_a_mqa` without MLA's absorbed query
 #: (src/models/minicpm3.cpp): Q, the compressed KV with its rope part and the normed latent are live together.
@@ -672,6 +683,16 @@ class ComputePlan:
             # the indexer's peak)
             idx_q += F32 * n_tok * profile.mla.q_lora_rank
             idx_q += F32 * n_tok * max((lp.n_head * lp.n_embd_head_k for lp in profile.layers), default=0)
+            # below the absorbed Q, the space of the query q [key_length_mla, n_head, n_tok] and q_nope_absorbed
+            # [kv_lora, n_head, n_tok] that the concatenation into Qcur read (src/models/deepseek32.cpp), free by
+            # the indexer's peak: the indexer's queries go into it while they fit, else above (the dots3note smoke
+            # model's peak at c512: qr-0 at 3.84-4.84 MiB, the free 1.375 MiB of q-0 and q_nope_absorbed-0,
+            # Qcur-0 at 6.21-7.34 and the two 16 MiB indexer_q-0 above it, 39.34 MiB)
+            q_rows = profile.mla.key_length_mla + profile.mla.kv_lora_rank
+            room = F32 * n_tok * max((lp.n_head * q_rows for lp in profile.layers), default=0)
+            one_q = F32 * n_tok * idx_heads * profile.indexer_head_size
+            fit = min(2, room // one_q) if one_q else 0
+            idx_q += room - fit * one_q
 
         dsa_top_k = profile.indexer_top_k if profile.architecture in DSA_ARCHS else 0
         idx_rows = _indexer_q_rows(profile)
@@ -730,9 +751,32 @@ class ComputePlan:
                         # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
                         # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
                         # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
-                        # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB)
-                        kr = lp.n_embd_head_k
-                        out.add(Affine(c=F32 * n_tok * (kr * (2 + lp.n_head) + profile.mla.kv_lora_rank)))
+                        # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB), above the space the
+                        # query projection q [key_length_mla, n_head, n_tok] and q_nope_absorbed [kv_lora, n_head,
+                        # n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
+                        # the freed q_a [q_lora, n_tok] when it fits). The compressed KV, its norm and Kcur go
+                        # into that space while they fit: on the smoke models the compressed KV leaves 0.25 MiB of
+                        # it, a hole under Qcur (kimi-linear: q 0.375 + q_nope_absorbed 1.0 MiB at 1.76-3.14 MiB,
+                        # then the compressed KV at 1.76-2.89), 6.39 MiB in all
+                        kr, lora, q_lora = lp.n_embd_head_k, profile.mla.kv_lora_rank, profile.mla.q_lora_rank
+                        q_abs = lp.n_head * lora
+                        slot = q_lora if 0 < q_abs <= q_lora else q_lora + q_abs
+                        room = slot + lp.n_head * profile.mla.key_length_mla
+                        left, above = room, 0
+                        for t in (kr, lora, kr):  # the compressed KV, its normed latent, Kcur
+                            if t <= left:
+                                left -= t
+                            else:
+                                above += t
+                        # without flash attention the contiguous copy of V (`mla_v`, counted with every attention
+                        # term) comes later: it is not live at this point (kimi-linear smoke model, -fa off: 6.89 MiB
+                        # with the f32 mask, no copy of V)
+                        v_copy = (
+                            0
+                            if fa or inputs.ik_attention
+                            else row_bytes(kv_type_id(inputs.cache_type_k), lora) * inputs.n_stream
+                        )
+                        out.add(Affine(a_base=-v_copy, c=F32 * n_tok * (room + lp.n_head * kr + above)))
                     if not profile.has_memory:
                         # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
                         q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
