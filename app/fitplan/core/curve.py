@@ -28,9 +28,9 @@ from fitplan.core.compute import ComputePlan
 from fitplan.core.devices import Device, Machine
 from fitplan.core.errors import SettingsError
 from fitplan.core.estimate import TERM_ORDER, Estimate, ResolvedContext, TermKind
-from fitplan.core.estimator import compute_inputs, estimate
+from fitplan.core.estimator import compute_inputs, draft_settings, estimate
 from fitplan.core.profile import ModelProfile
-from fitplan.core.settings import NGL_ALL, NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.settings import Engine, LaunchSettings
 from fitplan.core.weights import DEFAULT_CPU_FEATURES, CpuFeatures, active_gpus, place_weights
 
 N_CTX_PAD = 256
@@ -170,19 +170,7 @@ def estimate_curve(
         out[dev_row[p.device], _KIND_INDEX[TermKind.COMPUTE], idx] = totals[row_i]
 
     if draft is not None and settings.draft is not None:
-        ds = settings.draft
-        dsettings = dataclasses.replace(
-            settings,
-            n_gpu_layers=NGL_ALL if ds.n_gpu_layers == NGL_AUTO else ds.n_gpu_layers,
-            cache_type_k=ds.cache_type_k,
-            cache_type_v=ds.cache_type_v,
-            tensor_overrides=(),
-            n_cpu_moe=0,
-            cpu_moe=False,
-            draft=None,
-            mmproj_path=None,
-        )
-        dcurve = estimate_curve(draft, dsettings, machine, [int(x) for x in n_ctx], reserve_bytes=0, cpu=cpu)
+        dcurve = estimate_curve(draft, draft_settings(settings), machine, [int(x) for x in n_ctx], reserve_bytes=0, cpu=cpu)
         out[:, _KIND_INDEX[TermKind.DRAFT], idx] = dcurve.used()
     return Curve(ctxs, n_ctx_out, devices, out)
 

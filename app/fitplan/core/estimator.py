@@ -561,19 +561,13 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
     )
 
 
-def _add_draft(
-    parts: _Parts,
-    draft: ModelProfile,
-    settings: LaunchSettings,
-    machine: Machine,
-    ctx: ResolvedContext,
-    cpu: CpuFeatures,
-) -> None:
+def draft_settings(settings: LaunchSettings) -> LaunchSettings:
+    """The draft model's own settings: the target's context and slots, its -ngld and -ctkd/-ctvd, no overrides
+    (`-ngld` auto offloads everything; --fit does not change it)."""
     ds = settings.draft
     assert ds is not None
-    dsettings = dataclasses.replace(
+    return dataclasses.replace(
         settings,
-        n_ctx=ctx.n_ctx,
         n_gpu_layers=NGL_ALL if ds.n_gpu_layers == NGL_AUTO else ds.n_gpu_layers,
         cache_type_k=ds.cache_type_k,
         cache_type_v=ds.cache_type_v,
@@ -583,6 +577,17 @@ def _add_draft(
         draft=None,
         mmproj_path=None,
     )
+
+
+def _add_draft(
+    parts: _Parts,
+    draft: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    ctx: ResolvedContext,
+    cpu: CpuFeatures,
+) -> None:
+    dsettings = dataclasses.replace(draft_settings(settings), n_ctx=ctx.n_ctx)
     sub = estimate(draft, dsettings, machine, reserve_bytes=0, cpu=cpu)
     gpus = active_gpus(settings, machine)
     for i, de in enumerate(sub.devices):
