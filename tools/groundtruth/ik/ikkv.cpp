@@ -53,39 +53,7 @@ void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
 
 }  // extern "C"
 
-static std::vector<std::string> g_log;
-
-static void log_cb(ggml_log_level level, const char * text, void * /*user*/) {
-    (void) level;
-    static std::string pending;
-    pending += text;
-    size_t pos;
-    while ((pos = pending.find('\n')) != std::string::npos) {
-        g_log.push_back(pending.substr(0, pos));
-        pending.erase(0, pos + 1);
-    }
-}
-
-static std::string json_str(const std::string & s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    snprintf(buf, sizeof(buf), "\\u%04x", c);
-                    out += buf;
-                } else {
-                    out += static_cast<char>(c);
-                }
-        }
-    }
-    return out + "\"";
-}
+#include "../log_capture.h"
 
 static void print_tensors(const char * key, const std::vector<ggml_tensor *> & ts) {
     printf("  \"%s\": [", key);
@@ -102,7 +70,7 @@ static void print_tensors(const char * key, const std::vector<ggml_tensor *> & t
 }
 
 int main(int argc, char ** argv) {
-    llama_log_set(log_cb, nullptr);
+    llama_log_set(capture_log, nullptr);
     gpt_params params;
     if (!gpt_params_parse(argc, argv, params)) {
         fprintf(stderr, "ikkv: could not parse the arguments\n");
@@ -141,8 +109,8 @@ int main(int argc, char ** argv) {
         printf("],\n");
     }
     printf("  \"log\": [");
-    for (size_t i = 0; i < g_log.size(); ++i) {
-        printf("%s\n    %s", i ? "," : "", json_str(g_log[i]).c_str());
+    for (size_t i = 0; i < g_log_lines.size(); ++i) {
+        printf("%s\n    %s", i ? "," : "", json_str(g_log_lines[i]).c_str());
     }
     printf("\n  ]\n}\n");
     fflush(stdout);
