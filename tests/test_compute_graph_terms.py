@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compute_helpers import compute_inputs, parts
 from fitplan.core.compute import Affine, ComputeInputs, ComputePlan, compute_buffers
 from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.gguf_reader import read_header
@@ -37,14 +38,10 @@ def dsv2lite() -> ModelProfile:
 
 
 def _inputs(**kw: object) -> ComputeInputs:
-    base = dict(n_tok=512, n_out=512, n_kv_base=512, n_kv_swa=0, flash_attn=True, cache_type_k="f16",
-                cache_type_v="f16")  # fmt: skip
-    base.update(kw)
-    return ComputeInputs(**base)  # type: ignore[arg-type]
+    return compute_inputs(**{"n_kv_base": 512, "n_kv_swa": 0, **kw})
 
 
-def _parts(buf) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    return {p.label: p.bytes for p in buf.parts}
+_parts = parts
 
 
 def test_indexer_top_k_is_read(deepseek32: ModelProfile) -> None:

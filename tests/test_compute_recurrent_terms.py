@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compute_helpers import compute_inputs
 from fitplan.core.compute import (
     Affine,
     ComputeInputs,
@@ -35,10 +36,7 @@ def _load(rel: str) -> ModelProfile:
 
 
 def _inputs(**kw: object) -> ComputeInputs:
-    base = dict(n_tok=512, n_out=512, n_kv_base=512, n_kv_swa=512, flash_attn=True, cache_type_k="f16",
-                cache_type_v="f16")  # fmt: skip
-    base.update(kw)
-    return ComputeInputs(**base)  # type: ignore[arg-type]
+    return compute_inputs(**{"n_kv_base": 512, "n_kv_swa": 512, **kw})
 
 
 def _host(profile: ModelProfile, **kw: object) -> dict[str, int]:
