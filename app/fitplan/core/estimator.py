@@ -86,6 +86,17 @@ def validate_settings(profile: ModelProfile, settings: LaunchSettings) -> None:
         raise SettingsError("-b and -ub must be positive")
 
 
+def _cache_bytes_by_device(
+    cache: context_memory.CacheAllocation, placement: WeightPlacement, settings: LaunchSettings
+) -> dict[int | None, int]:
+    """A cache's bytes on each device: every layer's share goes where that layer's KV lives."""
+    per_dev: dict[int | None, int] = {}
+    for layer, nbytes in cache.layer_bytes:
+        dev = _cache_device(placement, settings, layer)
+        per_dev[dev] = per_dev.get(dev, 0) + nbytes
+    return per_dev
+
+
 def _cache_device(placement: WeightPlacement, settings: LaunchSettings, layer: int) -> int | None:
     if settings.no_kv_offload:
         return None
@@ -152,11 +163,7 @@ def estimate(
     # KV cache and recurrent state.
     caches = context_memory.context_caches(profile, ctx, settings)
     for cache in caches:
-        per_dev: dict[int | None, int] = {}
-        for layer, nbytes in cache.layer_bytes:
-            dev = _cache_device(placement, settings, layer)
-            per_dev[dev] = per_dev.get(dev, 0) + nbytes
-        for dev, nbytes in per_dev.items():
+        for dev, nbytes in _cache_bytes_by_device(cache, placement, settings).items():
             parts.add(
                 dev, Term(cache.kind, nbytes, _cache_explanation(cache, placement, settings, dev), cache.name)
             )
@@ -290,11 +297,7 @@ def _add_beellama_extras(
     """beellama.cpp: the MTP draft context's caches and the KVarN prefill window (transient) per CUDA GPU."""
     if "draft-mtp" in settings.spec_types:
         for cache in engines.beellama_mtp_caches(profile, ctx, settings):
-            per_dev: dict[int | None, int] = {}
-            for layer, nbytes in cache.layer_bytes:
-                dev = _cache_device(placement, settings, layer)
-                per_dev[dev] = per_dev.get(dev, 0) + nbytes
-            for dev, nbytes in per_dev.items():
+            for dev, nbytes in _cache_bytes_by_device(cache, placement, settings).items():
                 parts.add(
                     dev,
                     Term(
