@@ -28,13 +28,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "app"))
 
-from fitplan.core.curve import estimate_curve  # noqa: E402
-from fitplan.core.devices import GIB, Machine, assumed_gpu, host_device  # noqa: E402
-from fitplan.core.estimate import TERM_ORDER  # noqa: E402
-from fitplan.core.estimator import estimate  # noqa: E402
-from fitplan.core.gguf_reader import read_header  # noqa: E402
-from fitplan.core.profile_builder import build_profile  # noqa: E402
-from fitplan.core.settings import LaunchSettings  # noqa: E402
+from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device  # noqa: E402
+from fitplan.core.base.launch_settings import LaunchSettings  # noqa: E402
+from fitplan.core.base.results import TERM_ORDER  # noqa: E402
+from fitplan.core.estimate.curve import estimate_curve  # noqa: E402
+from fitplan.core.estimate.estimator import estimate  # noqa: E402
+from fitplan.core.gguf.reader import read_header  # noqa: E402
+from fitplan.core.model.builder import build_profile  # noqa: E402
 
 SPARSE = REPO / "tests" / "fixtures" / "llamacpp" / "models" / "sparse"
 MODELS = ("qwen3-next-80b-a3b", "gemma-3-27b", "llama-3.1-8b")

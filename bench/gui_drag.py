@@ -30,9 +30,9 @@ os.environ["FITPLAN_CONFIG_DIR"] = tempfile.mkdtemp(prefix="fitplan-drag-")
 from PySide6.QtCore import QEvent, QObject, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from fitplan.core.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
-from fitplan.core.settings import Engine  # noqa: E402
-from fitplan.core.user_settings import UserSettings  # noqa: E402
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
+from fitplan.core.base.launch_settings import Engine  # noqa: E402
+from fitplan.core.inputs.user_settings import UserSettings  # noqa: E402
 from fitplan.gui.app import configure_pyqtgraph, create_app  # noqa: E402
 from fitplan.gui.backend import Backend, Detection  # noqa: E402
 from fitplan.gui.main_window import MainWindow  # noqa: E402

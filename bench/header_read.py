@@ -34,7 +34,7 @@ NODE_DIR = Path(tempfile.gettempdir()) / "fitplan-bench-node"
 COLD_SCRIPT = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from fitplan.core.gguf_reader import read_header
+from fitplan.core.gguf.reader import read_header
 t1 = time.perf_counter()
 h = read_header(sys.argv[1])
 t2 = time.perf_counter()
@@ -43,7 +43,7 @@ print(json.dumps({"import_s": t1 - t0, "read_s": t2 - t1, "bytes": h.header_byte
 
 CACHE_SCRIPT = r"""
 import json, sys, time
-from fitplan.core.profile_cache import ProfileCache, cached_read_header
+from fitplan.core.gguf.header_cache import ProfileCache, cached_read_header
 c = ProfileCache(sys.argv[2])
 t0 = time.perf_counter()
 h = cached_read_header(sys.argv[1], cache=c)
@@ -133,8 +133,8 @@ def main() -> int:
     args = ap.parse_args()
 
     sys.path.insert(0, str(REPO / "app"))
-    from fitplan.core.gguf_reader import diff_against_gguf_py, read_header
-    from fitplan.core.profile_cache import ProfileCache, cached_read_header
+    from fitplan.core.gguf.header_cache import ProfileCache, cached_read_header
+    from fitplan.core.gguf.reader import diff_against_gguf_py, read_header
 
     files = find_files(args.files)
     if not files:

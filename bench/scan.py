@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = LibraryScanner(index=JsonScanIndex(index_path)).scan(roots)
         t_warm = time.perf_counter() - t
 
-        from fitplan.core.profile_cache import cached_read_header
+        from fitplan.core.gguf.header_cache import cached_read_header
 
         t = time.perf_counter()
         LibraryScanner(reader=cached_read_header, index=JsonScanIndex(cache / "index-2.json")).scan(roots)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fitplan.core.compute import ComputeInputs
+from fitplan.core.memory.compute import ComputeInputs
 
 
 def compute_inputs(*, n_kv_base: int, n_kv_swa: int = 0, **kw: Any) -> ComputeInputs:

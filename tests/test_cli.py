@@ -18,7 +18,7 @@ import pytest
 import fitplan
 from fitplan import cli
 from fitplan.commands import _output as out
-from fitplan.core.errors import GGUFError
+from fitplan.core.base.errors import GGUFError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import pytest
 import fitplan.core.hardware as hardware
 from fitplan.cli import main
 from fitplan.commands import estimate as estimate_command
-from fitplan.core.devices import GIB, MIB, host_device
+from fitplan.core.base.devices import GIB, MIB, host_device
 from fitplan.core.hardware.probe import ProbeResult
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"

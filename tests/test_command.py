@@ -8,20 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.command import (
-    annotate,
-    first_shard,
-    given_keys,
-    import_command,
-    plan_to_args,
-    to_preset_ini,
-)
-from fitplan.core.devices import GIB, Machine, assumed_gpu, host_device
-from fitplan.core.errors import FlagError
-from fitplan.core.flags import MEMORY_FLAGS, parse_flags
-from fitplan.core.gguf_reader import open_model
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import (
+from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.errors import FlagError
+from fitplan.core.base.launch_settings import (
     NGL_ALL,
     DraftSettings,
     FlashAttn,
@@ -31,7 +20,18 @@ from fitplan.core.settings import (
     TensorOverride,
     Tool,
 )
-from fitplan.core.shell import Shell, join
+from fitplan.core.gguf.reader import open_model
+from fitplan.core.launch.command_line import (
+    annotate,
+    first_shard,
+    given_keys,
+    import_command,
+    plan_to_args,
+    to_preset_ini,
+)
+from fitplan.core.launch.flags import MEMORY_FLAGS, parse_flags
+from fitplan.core.launch.shell import Shell, join
+from fitplan.core.model.builder import build_profile
 
 SPARSE = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 
@@ -323,7 +323,7 @@ def test_given_keys() -> None:
 
 
 def test_annotate_against_the_real_estimator() -> None:
-    from fitplan.core.estimator import estimate
+    from fitplan.core.estimate.estimator import estimate
 
     profile = build_profile(
         open_model(SPARSE / "llama-3.1-8b.header.gguf", find_mmproj=False, allow_incomplete=True)
@@ -354,8 +354,8 @@ def test_annotate_against_the_real_estimator() -> None:
 
 def test_a_model_url_is_passed_with_mu_not_m():
     """llama-server's -m takes a local path; a URL is downloaded with -mu (--model-url)."""
-    from fitplan.core.command import plan_to_args
-    from fitplan.core.settings import LaunchSettings
+    from fitplan.core.base.launch_settings import LaunchSettings
+    from fitplan.core.launch.command_line import plan_to_args
 
     url = "https://huggingface.co/org/repo/resolve/main/model-00002-of-00003.gguf"
     argv = plan_to_args(LaunchSettings(), url)

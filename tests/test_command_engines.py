@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fitplan.core.command import env_lines, given_keys, ollama_export, plan_to_args, to_preset_ini
-from fitplan.core.errors import FlagError
-from fitplan.core.flags import parse_flags
-from fitplan.core.settings import NGL_ALL, Engine, LaunchSettings
-from fitplan.core.shell import Shell
+from fitplan.core.base.errors import FlagError
+from fitplan.core.base.launch_settings import NGL_ALL, Engine, LaunchSettings
+from fitplan.core.launch.command_line import env_lines, given_keys, ollama_export, plan_to_args, to_preset_ini
+from fitplan.core.launch.flags import parse_flags
+from fitplan.core.launch.shell import Shell
 
 
 def _args(*argv: str) -> tuple[str, ...]:
@@ -133,7 +133,7 @@ def test_ollama_settings_pin_like_llama_server_flags():
 
 
 def test_import_an_ik_command():
-    from fitplan.core.command import import_command
+    from fitplan.core.launch.command_line import import_command
 
     imp = import_command(
         "./llama-server -m ds.gguf -c 32768 -mla 3 -amb 512 -fmoe -ngl 999", engine=Engine.IK_LLAMA

@@ -1,4 +1,4 @@
-"""Compute buffer structure (fitplan.core.compute): which graph tensors land on which backend.
+"""Compute buffer structure (fitplan.core.memory.compute): which graph tensors land on which backend.
 
 Single-backend and RPC multi-device sizes are compared with the llama.cpp recordings in tests/test_accuracy.py;
 these tests pin the structure, with the sizes derived in the comments.
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from compute_helpers import compute_inputs, parts
-from fitplan.core.compute import ComputeInputs, ComputePlan, compute_buffers
-from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import NGL_ALL, LaunchSettings, TensorOverride
-from fitplan.core.weights import place_weights
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
+from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, TensorOverride
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.memory.weights import place_weights
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(64 * GIB)

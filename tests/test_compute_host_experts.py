@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from fitplan.core.compute import _in_hole
+from fitplan.core.memory.compute import _in_hole
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20

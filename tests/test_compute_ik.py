@@ -25,21 +25,21 @@ from typing import Any
 
 import pytest
 
-from fitplan.core.curve import estimate_curve
-from fitplan.core.devices import GIB, MIB, Machine, assumed_gpu, host_device
-from fitplan.core.estimate import TERM_ORDER, Estimate, TermKind
-from fitplan.core.estimator import estimate
-from fitplan.core.flags import parse_flags
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.ik_compute import (
+from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.results import TERM_ORDER, Estimate, TermKind
+from fitplan.core.engines.ik_compute import (
     fa_chunk_heads,
     ik_mla_attention,
     ik_mla_dims,
     kq_chunk_heads_mla,
     kq_chunk_heads_std,
 )
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
+from fitplan.core.estimate.curve import estimate_curve
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.launch.flags import parse_flags
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ik_llama"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.devices import Machine, host_device
-from fitplan.core.estimate import TermKind
-from fitplan.core.estimator import estimate, mmproj_compute
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ClipParams, ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import LaunchSettings
+from fitplan.core.base.devices import Machine, host_device
+from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.base.results import TermKind
+from fitplan.core.estimate.estimator import estimate, mmproj_compute
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ClipParams, ModelProfile
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from compute_helpers import compute_inputs
-from fitplan.core.compute import (
+from fitplan.core.base.devices import GIB, Machine, host_device
+from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.memory.compute import (
     Affine,
     ComputeInputs,
     ComputePlan,
@@ -19,12 +22,9 @@ from fitplan.core.compute import (
     _indexer_q_rows,
     compute_buffers,
 )
-from fitplan.core.devices import GIB, Machine, host_device
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import LaunchSettings
-from fitplan.core.weights import place_weights
+from fitplan.core.memory.weights import place_weights
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp" / "models"
 HOST = host_device(64 * GIB)

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 from gguf.constants import GGUFValueType
 
-from fitplan.core.context_memory import (
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import DraftSettings, FlashAttn, LaunchSettings, Tool
+from fitplan.core.base.results import TermKind
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.memory.context import (
     CellRule,
     context_caches,
     kv_bytes,
@@ -21,12 +25,8 @@ from fitplan.core.context_memory import (
     recurrent_bytes,
     resolve_context,
 )
-from fitplan.core.errors import SettingsError
-from fitplan.core.estimate import TermKind
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import DraftSettings, FlashAttn, LaunchSettings, Tool
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 from test_profile_builder import arr, dense, make_header, ssm_meta
 
 MIB = 1 << 20

@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 
-from fitplan.core.context_memory import (
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings, Tool
+from fitplan.core.base.results import TermKind
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.memory.context import (
     CacheAllocation,
     context_caches,
     output_buffer_bytes,
     resolve_context,
 )
-from fitplan.core.errors import SettingsError
-from fitplan.core.estimate import TermKind
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import FlashAttn, LaunchSettings, Tool
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 MIB = 1 << 20

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import Engine
 from fitplan.core.engines import (
     OllamaConfig,
     beellama_kv_cache,
@@ -18,9 +20,7 @@ from fitplan.core.engines import (
     ollama_llama_server_args,
     ollama_modelfile,
 )
-from fitplan.core.errors import SettingsError
-from fitplan.core.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
-from fitplan.core.settings import Engine
+from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -229,8 +229,8 @@ def test_ollama_builds_llama_server_args_and_exports():
 # --- through context_memory (what the estimator calls) -----------------------------------------------------------
 
 def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
-    from fitplan.core.context_memory import context_caches, resolve_context
-    from fitplan.core.settings import LaunchSettings
+    from fitplan.core.base.launch_settings import LaunchSettings
+    from fitplan.core.memory.context import context_caches, resolve_context
 
     p = qwen36_27b()
     bee = LaunchSettings(engine=Engine.BEELLAMA, n_ctx=50000, n_parallel=1, cache_type_k="kvarn4",
@@ -253,8 +253,8 @@ def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
 
 
 def test_fork_settings_are_validated():
-    from fitplan.core.context_memory import resolve_context
-    from fitplan.core.settings import FlashAttn, LaunchSettings
+    from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings
+    from fitplan.core.memory.context import resolve_context
 
     with pytest.raises(SettingsError):
         resolve_context(qwen36_27b(), LaunchSettings(cache_type_k="kvarn4"))  # mainline has no KVarN

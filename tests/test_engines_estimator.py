@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.devices import GIB, MIB, Machine, assumed_gpu, host_device
-from fitplan.core.errors import SettingsError
-from fitplan.core.estimate import Estimate, TermKind
-from fitplan.core.estimator import estimate, validate_settings
-from fitplan.core.flags import parse_flags
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import LayerKind, LayerProfile, ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import Engine, FlashAttn, LaunchSettings, LoadMode
+from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import Engine, FlashAttn, LaunchSettings, LoadMode
+from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.estimator import estimate, validate_settings
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.launch.flags import parse_flags
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import LayerKind, LayerProfile, ModelProfile
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(256 * GIB, 256 * GIB)

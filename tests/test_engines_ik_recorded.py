@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from fitplan.core.base.errors import SettingsError
 from fitplan.core.engines import EngineCachePart, ik_effective_mla_mode, ik_kv_cache, ik_pad_context
-from fitplan.core.errors import SettingsError
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ik_llama"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))

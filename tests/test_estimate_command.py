@@ -10,8 +10,8 @@ import pytest
 
 from fitplan.cli import main
 from fitplan.commands import estimate as estimate_command
-from fitplan.core.devices import GIB, host_device
-from fitplan.core.gguf_reader import read_header
+from fitplan.core.base.devices import GIB, host_device
+from fitplan.core.gguf.reader import read_header
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 

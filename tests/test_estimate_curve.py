@@ -1,4 +1,4 @@
-"""The vectorised context curve (fitplan.core.curve) equals estimate() at every context, term by term."""
+"""The vectorised context curve (fitplan.core.estimate.curve) equals estimate() at every context, term by term."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fitplan.core.curve import estimate_curve
-from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
-from fitplan.core.errors import SettingsError
-from fitplan.core.estimate import TERM_ORDER, TermKind
-from fitplan.core.estimator import estimate
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import NGL_ALL, DraftSettings, Engine, FlashAttn, LaunchSettings, Tool
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import NGL_ALL, DraftSettings, Engine, FlashAttn, LaunchSettings, Tool
+from fitplan.core.base.results import TERM_ORDER, TermKind
+from fitplan.core.estimate.curve import estimate_curve
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(64 * GIB)

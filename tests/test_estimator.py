@@ -1,4 +1,4 @@
-"""End-to-end estimates (fitplan.core.estimator) on the header copies of the recorded models.
+"""End-to-end estimates (fitplan.core.estimate.estimator) on the header copies of the recorded models.
 
 Expected numbers are derived in the comments from the model shapes and llama.cpp's rules; the recorded llama.cpp
 runs themselves are compared in tests/test_accuracy.py.
@@ -11,15 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.devices import GIB, MIB, Device, Machine, assumed_gpu, host_device
-from fitplan.core.errors import SettingsError
-from fitplan.core.estimate import Estimate, TermKind
-from fitplan.core.estimator import estimate, mmproj_compute
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.reserve import DEFAULT_CUDA_RESERVE
-from fitplan.core.settings import (
+from fitplan.core.base.devices import GIB, MIB, Device, Machine, assumed_gpu, host_device
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import (
     NGL_ALL,
     DraftSettings,
     FlashAttn,
@@ -27,6 +21,12 @@ from fitplan.core.settings import (
     MmprojPlacement,
     Tool,
 )
+from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.estimator import estimate, mmproj_compute
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.memory.reserve import DEFAULT_CUDA_RESERVE
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(64 * GIB)

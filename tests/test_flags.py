@@ -1,4 +1,4 @@
-"""llama-server flag parsing (fitplan.core.flags): spellings and arities from llama.cpp's common/arg.cpp."""
+"""llama-server flag parsing (fitplan.core.launch.flags): spellings and arities from llama.cpp's common/arg.cpp."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.errors import FlagError
-from fitplan.core.flags import _IGNORED_ARITY, FLAG_BY_KEY, MEMORY_FLAGS, parse_flags
-from fitplan.core.settings import (
+from fitplan.core.base.errors import FlagError
+from fitplan.core.base.launch_settings import (
     NGL_ALL,
     NGL_AUTO,
     FlashAttn,
@@ -19,6 +18,7 @@ from fitplan.core.settings import (
     SplitMode,
     TensorOverride,
 )
+from fitplan.core.launch.flags import _IGNORED_ARITY, FLAG_BY_KEY, MEMORY_FLAGS, parse_flags
 
 ARG_CPP = Path("/work/llama/src/common/arg.cpp")
 

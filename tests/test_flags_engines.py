@@ -1,4 +1,4 @@
-"""`--engine` and each engine's own flag spellings in `fitplan.core.flags.parse_flags`."""
+"""`--engine` and each engine's own flag spellings in `fitplan.core.launch.flags.parse_flags`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from fitplan.core.errors import FlagError
-from fitplan.core.flags import (
+from fitplan.core.base.errors import FlagError
+from fitplan.core.base.launch_settings import NGL_ALL, Engine, FlashAttn, LaunchSettings, LoadMode
+from fitplan.core.launch.flags import (
     _IGNORED_ARITY,
     ENGINE_FLAGS,
     MEMORY_FLAGS,
@@ -15,7 +16,6 @@ from fitplan.core.flags import (
     parse_engine,
     parse_flags,
 )
-from fitplan.core.settings import NGL_ALL, Engine, FlashAttn, LaunchSettings, LoadMode
 
 
 def test_engine_flag_forms_and_aliases():

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
-from fitplan.core.errors import GGUFError
-from fitplan.core.gguf_header import GGUFHeader
-from fitplan.core.gguf_reader import MAX_ARRAY_DEPTH, MAX_HEADER_BYTES, parse_header
+from fitplan.core.base.errors import GGUFError
+from fitplan.core.gguf.header import GGUFHeader
+from fitplan.core.gguf.reader import MAX_ARRAY_DEPTH, MAX_HEADER_BYTES, parse_header
 
 
 class BytesSource:

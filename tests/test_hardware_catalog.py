@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fitplan.commands import gpus as gpus_cmd
-from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Vendor
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Vendor
 from fitplan.core.hardware import (
     AssumedGpu,
     AssumedGpuError,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fitplan.core.devices import GIB, MIB, Vendor
+from fitplan.core.base.devices import GIB, MIB, Vendor
 from fitplan.core.hardware import NvmlProbe, ProbeResult, detect_hardware
 
 NOT_FOUND = 6

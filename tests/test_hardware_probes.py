@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.devices import GIB, MIB, DeviceKind, Vendor
+from fitplan.core.base.devices import GIB, MIB, DeviceKind, Vendor
 from fitplan.core.hardware import (
     AmdSysfsProbe,
     AppleSiliconProbe,
@@ -186,7 +186,7 @@ class Exploding:
 
 
 def gpu(name: str, key: str) -> DetectedGpu:
-    from fitplan.core.devices import Device
+    from fitplan.core.base.devices import Device
 
     return DetectedGpu(Device(name, DeviceKind.GPU, 8 * GIB, 7 * GIB, Vendor.NVIDIA), key=key)
 

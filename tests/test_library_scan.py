@@ -11,8 +11,8 @@ from types import MappingProxyType
 
 import pytest
 
-from fitplan.core.errors import GGUFError
-from fitplan.core.gguf_header import GGUFHeader, GGUFTensorInfo
+from fitplan.core.base.errors import GGUFError
+from fitplan.core.gguf.header import GGUFHeader, GGUFTensorInfo
 from fitplan.core.library import (
     INDEX_SCHEMA,
     JsonScanIndex,

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter
 
-from fitplan.core.gguf_header import GGUFHeader
-from fitplan.core.gguf_reader import read_header
+from fitplan.core.gguf.header import GGUFHeader
+from fitplan.core.gguf.reader import read_header
 
 #: llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
 FTYPE_Q4_K_M = 15

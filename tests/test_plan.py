@@ -12,9 +12,11 @@ import math
 
 import pytest
 
-from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
-from fitplan.core.estimate import DeviceEstimate, Estimate, ResolvedContext, Term, TermKind
-from fitplan.core.planner import (
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
+from fitplan.core.base.launch_settings import NGL_ALL, NGL_AUTO, LaunchSettings, Tool
+from fitplan.core.base.results import DeviceEstimate, Estimate, ResolvedContext, Term, TermKind
+from fitplan.core.model.profile import LayerKind, LayerProfile, ModelProfile, TensorProfile, TensorRole
+from fitplan.core.plan.planner import (
     ContextFit,
     MarginPolicy,
     Pins,
@@ -23,8 +25,6 @@ from fitplan.core.planner import (
     max_context_that_fits,
     plan,
 )
-from fitplan.core.profile import LayerKind, LayerProfile, ModelProfile, TensorProfile, TensorRole
-from fitplan.core.settings import NGL_ALL, NGL_AUTO, LaunchSettings, Tool
 
 KIB = 1 << 10
 
@@ -436,7 +436,7 @@ def test_context_fit_type() -> None:
     ],
 )
 def test_streams_agree_with_the_context_resolver(settings: LaunchSettings) -> None:
-    from fitplan.core.context_memory import resolve_context
+    from fitplan.core.memory.context import resolve_context
 
     resolved = resolve_context(make_profile(), dataclasses.replace(settings, n_ctx=10000))
     assert kv_streams(settings) == resolved.n_stream
@@ -446,7 +446,7 @@ def test_streams_agree_with_the_context_resolver(settings: LaunchSettings) -> No
 
 
 def test_mmproj_pin_reaches_the_settings() -> None:
-    from fitplan.core.settings import MmprojPlacement
+    from fitplan.core.base.launch_settings import MmprojPlacement
 
     base = LaunchSettings(mmproj_path="/m/mmproj.gguf")
     p = plan(
@@ -473,7 +473,7 @@ def _not_default(name: str, default: object) -> object:
     """A value other than the default for a LaunchSettings field (fork fields spelled out, the rest by type)."""
     from enum import Enum
 
-    from fitplan.core.settings import DraftSettings, Engine, TensorOverride
+    from fitplan.core.base.launch_settings import DraftSettings, Engine, TensorOverride
 
     explicit: dict[str, object] = {
         "engine": Engine.BEELLAMA,
@@ -541,7 +541,7 @@ def test_no_kv_offload_pin_reaches_the_settings() -> None:
 
 
 def test_ik_llama_without_flash_attention_has_a_finer_grid() -> None:
-    from fitplan.core.settings import Engine, FlashAttn
+    from fitplan.core.base.launch_settings import Engine, FlashAttn
 
     ik_off = LaunchSettings(engine=Engine.IK_LLAMA, flash_attn=FlashAttn.OFF, n_parallel=1)
     assert context_step(ik_off) == 32

@@ -10,10 +10,10 @@ import pytest
 
 from fitplan import cli
 from fitplan.commands.plan import detect_machine, load_profile
-from fitplan.core.command import import_command
-from fitplan.core.devices import GIB
-from fitplan.core.planner import MarginPolicy, Pins, plan
-from fitplan.core.shell import Shell
+from fitplan.core.base.devices import GIB
+from fitplan.core.launch.command_line import import_command
+from fitplan.core.launch.shell import Shell
+from fitplan.core.plan.planner import MarginPolicy, Pins, plan
 
 SPARSE = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 QWEN3_8B = str(SPARSE / "qwen3-8b.header.gguf")

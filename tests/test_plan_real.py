@@ -13,10 +13,21 @@ from typing import Any
 
 import pytest
 
-from fitplan.core.devices import GIB, MIB, Machine, assumed_gpu, host_device
-from fitplan.core.estimator import estimate
-from fitplan.core.gguf_reader import open_model
-from fitplan.core.planner import (
+from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.launch_settings import NGL_ALL, Engine, FlashAttn, LaunchSettings, SplitMode, Tool
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.gguf.reader import open_model
+from fitplan.core.launch.rpc import RpcServer, with_rpc
+from fitplan.core.memory.weights import (
+    active_gpus,
+    layer_devices,
+    machine_index,
+    resolve_n_gpu_layers,
+    split_fractions,
+)
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import ModelProfile, TensorRole
+from fitplan.core.plan.planner import (
     MarginPolicy,
     Pins,
     Plan,
@@ -24,17 +35,6 @@ from fitplan.core.planner import (
     kv_streams,
     max_context_that_fits,
     plan,
-)
-from fitplan.core.profile import ModelProfile, TensorRole
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.rpc import RpcServer, with_rpc
-from fitplan.core.settings import NGL_ALL, Engine, FlashAttn, LaunchSettings, SplitMode, Tool
-from fitplan.core.weights import (
-    active_gpus,
-    layer_devices,
-    machine_index,
-    resolve_n_gpu_layers,
-    split_fractions,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"

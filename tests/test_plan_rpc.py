@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fitplan.core.command import plan_to_args
-from fitplan.core.devices import GIB, DeviceKind, Machine, Vendor, assumed_gpu, host_device
-from fitplan.core.errors import FlagError
-from fitplan.core.planner import MarginPolicy, plan
-from fitplan.core.rpc import (
+from fitplan.core.base.devices import GIB, DeviceKind, Machine, Vendor, assumed_gpu, host_device
+from fitplan.core.base.errors import FlagError
+from fitplan.core.launch.command_line import plan_to_args
+from fitplan.core.launch.rpc import (
     DEFAULT_RPC_PORT,
     RpcServer,
     endpoints,
@@ -18,6 +17,7 @@ from fitplan.core.rpc import (
     rpc_server_commands,
     with_rpc,
 )
+from fitplan.core.plan.planner import MarginPolicy, plan
 from test_plan import fake_estimate, make_profile
 
 

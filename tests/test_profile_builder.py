@@ -9,10 +9,10 @@ import pytest
 from gguf.constants import GGMLQuantizationType as T
 from gguf.constants import GGUFValueType
 
-from fitplan.core.ggml_types import nbytes
-from fitplan.core.gguf_header import GGUFArray, GGUFHeader, GGUFTensorInfo, MetadataValue, ModelFiles
-from fitplan.core.profile import LayerKind, SwaType, TensorRole
-from fitplan.core.profile_builder import build_profile, tensor_role
+from fitplan.core.gguf.ggml_types import nbytes
+from fitplan.core.gguf.header import GGUFArray, GGUFHeader, GGUFTensorInfo, MetadataValue, ModelFiles
+from fitplan.core.model.builder import build_profile, tensor_role
+from fitplan.core.model.profile import LayerKind, SwaType, TensorRole
 
 
 def arr(values: Iterable[int | bool], element_type: int = GGUFValueType.INT32) -> GGUFArray:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile_builder import build_profile
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.model.builder import build_profile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFEndian, GGUFValueType, GGUFWriter
 
-from fitplan.core import ggml_types
-from fitplan.core.errors import GGUFError, IncompleteModelError, MissingShardError
-from fitplan.core.gguf_header import GGUFArray, GGUFHeader
-from fitplan.core.gguf_reader import (
+from fitplan.core.base.errors import GGUFError, IncompleteModelError, MissingShardError
+from fitplan.core.gguf import ggml_types
+from fitplan.core.gguf.header import GGUFArray, GGUFHeader
+from fitplan.core.gguf.reader import (
     diff_against_gguf_py,
     find_mmproj_for,
     is_mmproj,
@@ -518,9 +518,9 @@ def test_header_only_files_are_complete_by_declaration(tmp_path):
     import gguf
     import numpy as np
 
-    from fitplan.core.errors import IncompleteModelError
-    from fitplan.core.gguf_header import HEADER_ONLY_KEY, ModelFiles
-    from fitplan.core.gguf_reader import read_header
+    from fitplan.core.base.errors import IncompleteModelError
+    from fitplan.core.gguf.header import HEADER_ONLY_KEY, ModelFiles
+    from fitplan.core.gguf.reader import read_header
 
     def write(path, header_only):
         w = gguf.GGUFWriter(str(path), "llama")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
-from fitplan.core import profile_cache
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile_cache import CACHE_DIR_ENV, ProfileCache, cached_read_header, default_cache_dir
+from fitplan.core.gguf import header_cache as profile_cache
+from fitplan.core.gguf.header_cache import CACHE_DIR_ENV, ProfileCache, cached_read_header, default_cache_dir
+from fitplan.core.gguf.reader import read_header
 
 
 def write_model(path: Path, blocks: int = 4, n_tokens: int = 5000) -> Path:

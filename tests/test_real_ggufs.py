@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.gguf_reader import diff_against_gguf_py, read_header
+from fitplan.core.gguf.reader import diff_against_gguf_py, read_header
 
 REPO = Path(__file__).resolve().parent.parent
 FOLDER = Path(os.environ.get("FITPLAN_REAL_GGUFS", REPO / ".cache" / "real-ggufs"))

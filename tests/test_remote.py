@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType, GGUFWriter
 
-from fitplan.core.errors import GGUFError, MissingShardError
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.remote import (
+from fitplan.core.base.errors import GGUFError, MissingShardError
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.gguf.remote import (
     FIRST_CHUNK_REMOTE,
     HttpRangeSource,
     hf_resolve_url,

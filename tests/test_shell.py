@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fitplan.core.shell import (
+from fitplan.core.launch.shell import (
     Shell,
     ShellSyntaxError,
     default_shell,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.settings import FlashAttn, MmprojPlacement
-from fitplan.core.user_settings import (
+from fitplan.core.base.launch_settings import FlashAttn, MmprojPlacement
+from fitplan.core.inputs.user_settings import (
     ENV_CONFIG_DIR,
     MAX_RECENT,
     SCHEMA_VERSION,
@@ -74,7 +74,7 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Mon
     def boom(src: str, dst: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("fitplan.core.user_settings.os.replace", boom)
+    monkeypatch.setattr("fitplan.core.inputs.user_settings.os.replace", boom)
     with pytest.raises(OSError, match="disk full"):
         save_user_settings(UserSettings(shell="powershell"), tmp_path)
     monkeypatch.undo()
@@ -176,7 +176,7 @@ def test_config_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_engine_choices_become_the_engines_launch_settings() -> None:
-    from fitplan.core.settings import Engine
+    from fitplan.core.base.launch_settings import Engine
 
     ik = ModelChoices(engine="ik_llama.cpp", mla_mode=1, attn_max_batch_mib=256, fused_moe=False,
                       run_time_repack=True).to_launch_settings()
@@ -205,9 +205,9 @@ def test_settings_written_before_engines_existed_load_as_mainline(tmp_path: Path
 
 
 def test_mainline_cache_types_are_the_engines_module_list() -> None:
+    from fitplan.core.base.launch_settings import Engine
     from fitplan.core.engines import cache_types
-    from fitplan.core.settings import Engine
-    from fitplan.core.user_settings import engine_cache_types
+    from fitplan.core.inputs.user_settings import engine_cache_types
 
     for engine in Engine:
         assert engine_cache_types(engine) == cache_types(engine)

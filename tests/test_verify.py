@@ -11,7 +11,7 @@ import pytest
 
 from fitplan.cli import main
 from fitplan.commands.verify import fit_params_args, parse_output
-from fitplan.core.gguf_reader import read_header
+from fitplan.core.gguf.reader import read_header
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 REAL_BIN = Path("/work/llama/build/bin")

@@ -1,4 +1,4 @@
-"""Weight placement rules (fitplan.core.weights) against llama.cpp's load_tensors / create_tensor logic.
+"""Weight placement rules (fitplan.core.memory.weights) against llama.cpp's load_tensors / create_tensor logic.
 
 Real model headers come from tests/fixtures/llamacpp/models (header-only copies of the recorded sparse models);
 the few rules no recorded model exercises (NextN skipping) use a small profile built here.
@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
-from fitplan.core.errors import SettingsError
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import LayerKind, LayerProfile, ModelProfile, TensorProfile, TensorRole
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.settings import NGL_ALL, LaunchSettings, LoadMode, SplitMode, TensorOverride
-from fitplan.core.weights import (
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, LoadMode, SplitMode, TensorOverride
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.memory.weights import (
     CpuFeatures,
     layer_devices,
     place_weights,
     resolve_n_gpu_layers,
     row_bytes,
 )
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import LayerKind, LayerProfile, ModelProfile, TensorProfile, TensorRole
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models"
 HOST = host_device(64 * GIB)

@@ -24,16 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "llamacpp"
 sys.path.insert(0, str(ROOT / "app"))
 
-from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device  # noqa: E402
-from fitplan.core.errors import FitplanError  # noqa: E402
-from fitplan.core.estimate import Estimate, TermKind  # noqa: E402
-from fitplan.core.estimator import estimate  # noqa: E402
-from fitplan.core.flags import parse_flags  # noqa: E402
-from fitplan.core.gguf_reader import read_header  # noqa: E402
-from fitplan.core.profile import ModelProfile  # noqa: E402
-from fitplan.core.profile_builder import build_profile  # noqa: E402
-from fitplan.core.settings import Tool  # noqa: E402
-from fitplan.core.weights import CpuFeatures  # noqa: E402
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device  # noqa: E402
+from fitplan.core.base.errors import FitplanError  # noqa: E402
+from fitplan.core.base.launch_settings import Tool  # noqa: E402
+from fitplan.core.base.results import Estimate, TermKind  # noqa: E402
+from fitplan.core.estimate.estimator import estimate  # noqa: E402
+from fitplan.core.gguf.reader import read_header  # noqa: E402
+from fitplan.core.launch.flags import parse_flags  # noqa: E402
+from fitplan.core.memory.weights import CpuFeatures  # noqa: E402
+from fitplan.core.model.builder import build_profile  # noqa: E402
+from fitplan.core.model.profile import ModelProfile  # noqa: E402
 
 MIB = 1 << 20
 #: The recordings were made on an x86-64 host with AVX2 and AVX-512 (CPU_REPACK then takes q4_0, q4_K, q2_K,
@@ -398,9 +398,9 @@ MODEL_NOTES = """\
   NextN blocks skipped, `-ot`/`-ncmoe`/`-cmoe` overrides, CPU_REPACK in builds without a GPU host buffer), each
   tensor padded to its buffer's alignment. CUDA's 128-byte alignment and per-tensor ne0 % 512 padding of quantized
   tensors are applied from the source; no CUDA recording exists.
-* **KV / recurrent**: `fitplan.core.context_memory`.
+* **KV / recurrent**: `fitplan.core.memory.context`.
 * **Compute**: the peak live set of the reserved prompt-processing graph, named tensor by tensor
-  (`fitplan.core.compute`), with the allocator's reuse rules: graph inputs (masks, V's row indices) are freed after
+  (`fitplan.core.memory.compute`), with the allocator's reuse rules: graph inputs (masks, V's row indices) are freed after
   the last layer that reads them and the next FFN's first intermediate takes their space when it fits; the experts'
   down outputs take the space of gate and up; a Mamba-2 scan output takes the conv input's space. Graphs beyond
   plain attention have their own named terms, each read from a peak list: a gated delta net's layer (Qwen3-Next,
@@ -425,8 +425,8 @@ MODEL_NOTES = """\
   CUDA-only parts (flash-attention f16 copies of quantized K/V, op-offload weight copies into the first GPU's compute
   buffer) are read from the CUDA source and not measured. ik_llama.cpp's `-amb` caps the attention intermediate
   (`fitplan.core.engines.ik_attention_intermediate_bytes`) in place of mainline's KQ term.
-* **Runtime reserve** (`fitplan.core.reserve`): an assumption, not measurable without a GPU.
-* **mmproj** compute (`fitplan.core.estimator.mmproj_compute`): the warm-up image's graph (tools/mtmd/clip.cpp)
+* **Runtime reserve** (`fitplan.core.memory.reserve`): an assumption, not measurable without a GPU.
+* **mmproj** compute (`fitplan.core.estimate.estimator.mmproj_compute`): the warm-up image's graph (tools/mtmd/clip.cpp)
   named tensor by tensor for three projectors, byte-exact with and without flash attention: LLaVA's MLP projector
   (graph inputs, then four blocks and an FFN intermediate, or the projector's input and two projection-wide
   activations), Gemma 3's SigLIP tower (three blocks and an FFN intermediate) and Qwen2.5-VL (warm-up image of

@@ -36,16 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "app"))
 
 from fitplan.commands.plan import pins_from_flags  # noqa: E402
-from fitplan.core.command import given_keys, plan_to_args  # noqa: E402
-from fitplan.core.devices import GIB, MIB, Machine, host_device  # noqa: E402
-from fitplan.core.estimator import estimate  # noqa: E402
-from fitplan.core.flags import parse_flags  # noqa: E402
-from fitplan.core.gguf_reader import open_model  # noqa: E402
-from fitplan.core.planner import MarginPolicy, Plan, plan  # noqa: E402
-from fitplan.core.profile import ModelProfile  # noqa: E402
-from fitplan.core.profile_builder import build_profile  # noqa: E402
-from fitplan.core.rpc import RpcServer, with_rpc  # noqa: E402
-from fitplan.core.settings import LaunchSettings, Tool  # noqa: E402
+from fitplan.core.base.devices import GIB, MIB, Machine, host_device  # noqa: E402
+from fitplan.core.base.launch_settings import LaunchSettings, Tool  # noqa: E402
+from fitplan.core.estimate.estimator import estimate  # noqa: E402
+from fitplan.core.gguf.reader import open_model  # noqa: E402
+from fitplan.core.launch.command_line import given_keys, plan_to_args  # noqa: E402
+from fitplan.core.launch.flags import parse_flags  # noqa: E402
+from fitplan.core.launch.rpc import RpcServer, with_rpc  # noqa: E402
+from fitplan.core.model.builder import build_profile  # noqa: E402
+from fitplan.core.model.profile import ModelProfile  # noqa: E402
+from fitplan.core.plan.planner import MarginPolicy, Plan, plan  # noqa: E402
 
 DEFAULT_BIN = Path("/work/llama/build/bin")
 RE_DEVICE = re.compile(r"^\s*(RPC\d+): (\S+) \((\d+) MiB, (\d+) MiB free\)")

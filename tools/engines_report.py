@@ -1,7 +1,7 @@
 """Print every published fork number (../shared/docs/forks-memory.md) next to fitplan's estimate of it.
 
 Where the published number is a total (a context's KV cache, KV + recurrent state, a draft context) it goes through
-the public estimate path (`fitplan.core.flags.parse_flags` + `fitplan.core.estimator.estimate`); where it is one
+the public estimate path (`fitplan.core.launch.flags.parse_flags` + `fitplan.core.estimate.estimator.estimate`); where it is one
 cache tensor family it goes through `fitplan.core.engines`. Models: DeepSeek-V2-Lite's header fixture, and shapes
 written out below for DeepSeek-R1 and Qwen3.6-27B (no file of theirs is needed: only cache shapes matter).
 
@@ -15,13 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fitplan.core import engines
-from fitplan.core.devices import GIB, MIB, Machine, assumed_gpu, host_device
-from fitplan.core.estimate import Estimate, TermKind
-from fitplan.core.estimator import estimate
-from fitplan.core.flags import parse_flags
-from fitplan.core.gguf_reader import read_header
-from fitplan.core.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
-from fitplan.core.profile_builder import build_profile
+from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.gguf.reader import read_header
+from fitplan.core.launch.flags import parse_flags
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEPSEEK_LITE = (

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from fitplan import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT, __version__
 from fitplan.commands import _output as out
-from fitplan.core.errors import FitplanError
+from fitplan.core.base.errors import FitplanError
 
 #: Subcommand modules, in the order `--help` lists them.
 COMMANDS: tuple[str, ...] = ("inspect", "estimate", "plan", "command", "scan", "gpus", "verify")

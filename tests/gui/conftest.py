@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from fitplan.core.devices import GIB, Device, DeviceKind, Vendor, host_device
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_device
 from fitplan.gui.backend import Backend, Detection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def make_window(qtbot: object, detection: Detection, config: Path) -> object:
-    from fitplan.core.user_settings import load_user_settings
+    from fitplan.core.inputs.user_settings import load_user_settings
     from fitplan.gui.app import configure_pyqtgraph
     from fitplan.gui.main_window import MainWindow
 

@@ -37,9 +37,9 @@ from PySide6.QtWidgets import (
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app"))
 
-from fitplan.core.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
-from fitplan.core.settings import Engine  # noqa: E402
-from fitplan.core.user_settings import UserSettings  # noqa: E402
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
+from fitplan.core.base.launch_settings import Engine  # noqa: E402
+from fitplan.core.inputs.user_settings import UserSettings  # noqa: E402
 from fitplan.gui.app import configure_pyqtgraph, create_app  # noqa: E402
 from fitplan.gui.backend import Backend, Detection  # noqa: E402
 from fitplan.gui.main_window import MainWindow  # noqa: E402

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, host_device
-from fitplan.core.errors import IncompleteModelError, SettingsError
-from fitplan.core.estimate import TERM_ORDER, TermKind
-from fitplan.core.settings import FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.base.errors import IncompleteModelError, SettingsError
+from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.base.results import TERM_ORDER, TermKind
 from fitplan.gui.backend import Backend, PlanRequest, VerdictLevel, layer_makeup
 
 from .conftest import DEEPSEEK, GEMMA, LLAMA, QWEN_MOE
@@ -120,7 +120,7 @@ def test_quantized_v_without_flash_attention_is_refused(backend: Backend) -> Non
 
 
 def test_hostile_header_gives_a_clear_error(tmp_path: Path) -> None:
-    from fitplan.core.errors import GGUFError
+    from fitplan.core.base.errors import GGUFError
 
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (1 << 62).to_bytes(8, "little") + bytes(8))

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from PySide6.QtWidgets import QWidget
 
+from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.results import TermKind
 from fitplan.core.engines import cache_types
-from fitplan.core.estimate import TermKind
-from fitplan.core.settings import Engine
-from fitplan.core.user_settings import load_user_settings
+from fitplan.core.inputs.user_settings import load_user_settings
 from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.models import PATH_ROLE
 

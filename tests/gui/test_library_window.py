@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from fitplan.core.inputs.user_settings import load_user_settings
 from fitplan.core.library import LibraryRoot, RootKind
-from fitplan.core.user_settings import load_user_settings
 from fitplan.gui.backend import Backend
 from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.models import PATH_ROLE

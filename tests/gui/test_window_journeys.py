@@ -16,8 +16,8 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
-from fitplan.core.devices import GIB
-from fitplan.core.estimate import TermKind
+from fitplan.core.base.devices import GIB
+from fitplan.core.base.results import TermKind
 from fitplan.gui.backend import VerdictLevel
 from fitplan.gui.main_window import MainWindow, dropped_sources
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from fitplan.core.devices import Machine, host_device
-from fitplan.core.errors import GGUFError
-from fitplan.core.settings import LaunchSettings
+from fitplan.core.base.devices import Machine, host_device
+from fitplan.core.base.errors import GGUFError
+from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.gui.backend import Backend, LoadedModel, PlanOutcome, PlanRequest, Verdict
 from fitplan.gui.workers import Estimator, JobError, Jobs
 

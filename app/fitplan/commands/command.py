@@ -19,8 +19,8 @@ from fitplan.commands.plan import (
     ollama_text,
     preset_text,
 )
-from fitplan.core.devices import Machine
-from fitplan.core.shell import Shell, default_shell, join
+from fitplan.core.base.devices import Machine
+from fitplan.core.launch.shell import Shell, default_shell, join
 
 EXAMPLES = """examples:
   fitplan command model.gguf                           the command for this machine, for this platform's shell

@@ -1,6 +1,6 @@
 """`fitplan estimate MODEL [llama-server flags...]`: the memory llama.cpp will allocate, per device and term.
 
-Flags are llama-server's own spellings (see `fitplan.core.flags`). Devices: `--assume-gpu NAME=SIZE` (repeatable),
+Flags are llama-server's own spellings (see `fitplan.core.launch.flags`). Devices: `--assume-gpu NAME=SIZE` (repeatable),
 else the GPUs this machine has; `-dev none` means no GPU. Exit code 0 when everything fits, 1 when it does not,
 2 on bad input.
 """
@@ -13,13 +13,13 @@ import os
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.core.devices import MIB, Device, DeviceKind, Machine, Vendor, host_device
-from fitplan.core.errors import FitplanError, FlagError
-from fitplan.core.estimate import Estimate, TermKind
-from fitplan.core.estimator import estimate
-from fitplan.core.flags import ParsedFlags, parse_flags
-from fitplan.core.profile import ModelProfile
-from fitplan.core.settings import Engine, LaunchSettings, Tool
+from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.base.errors import FitplanError, FlagError
+from fitplan.core.base.launch_settings import Engine, LaunchSettings, Tool
+from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.launch.flags import ParsedFlags, parse_flags
+from fitplan.core.model.profile import ModelProfile
 
 EXAMPLES = """examples:
   fitplan estimate model.gguf -c 32768 -np 1 --assume-gpu "RTX 4090=24GiB"
@@ -113,7 +113,7 @@ def load_profile(path: str, header_only: bool = False) -> ModelProfile:
 
         return load_header(path, header_only=True)
     from fitplan.commands.inspect import load_files
-    from fitplan.core.profile_builder import build_profile
+    from fitplan.core.model.builder import build_profile
 
     return build_profile(load_files(path))
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.core.devices import GIB
+from fitplan.core.base.devices import GIB
 from fitplan.core.hardware import DetectedGpu, DeviceProbe, ProbeResult, detect_hardware
 
 EPILOG = """examples:

@@ -9,10 +9,10 @@ from collections import Counter
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.core.gguf_header import ModelFiles
-from fitplan.core.profile import LayerProfile, ModelProfile
-from fitplan.core.profile_builder import build_profile
-from fitplan.core.remote import is_url
+from fitplan.core.gguf.header import ModelFiles
+from fitplan.core.gguf.remote import is_url
+from fitplan.core.model.builder import build_profile
+from fitplan.core.model.profile import LayerProfile, ModelProfile
 
 EXAMPLES = """examples:
   fitplan inspect model.gguf
@@ -39,10 +39,10 @@ def register(subparsers: Any) -> None:
 def load_files(model: str) -> ModelFiles:
     """Read the headers of a local model (all shards) or a remote one (HTTP range requests)."""
     if is_url(model):
-        from fitplan.core.remote import open_remote_model
+        from fitplan.core.gguf.remote import open_remote_model
 
         return open_remote_model(model, os.environ.get("HF_TOKEN") or None)
-    from fitplan.core.gguf_reader import open_model
+    from fitplan.core.gguf.reader import open_model
 
     return open_model(model, find_mmproj=False, allow_incomplete=True)
 

@@ -18,7 +18,10 @@ from typing import Any
 
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_engine_argument, add_flags_parser, engine_of
-from fitplan.core.command import (
+from fitplan.core.base.devices import MIB, Machine
+from fitplan.core.base.errors import FlagError
+from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.launch.command_line import (
     OllamaExport,
     annotate,
     env_lines,
@@ -28,14 +31,11 @@ from fitplan.core.command import (
     plan_to_args,
     to_preset_ini,
 )
-from fitplan.core.devices import MIB, Machine
-from fitplan.core.errors import FlagError
-from fitplan.core.flags import parse_flags
-from fitplan.core.planner import EstimateFn, MarginPolicy, Pins, Plan, default_estimate_fn, plan
-from fitplan.core.profile import ModelProfile
-from fitplan.core.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
-from fitplan.core.settings import NGL_AUTO, Engine, LaunchSettings
-from fitplan.core.shell import Shell, default_shell, join
+from fitplan.core.launch.flags import parse_flags
+from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
+from fitplan.core.launch.shell import Shell, default_shell, join
+from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.planner import EstimateFn, MarginPolicy, Pins, Plan, default_estimate_fn, plan
 
 EXAMPLES = """examples:
   fitplan plan model.gguf                                   plan for the GPUs of this machine
@@ -132,20 +132,20 @@ class PlanRequest:
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
     """A model's profile from its headers: a local file (any shard) or an http(s) URL."""
-    from fitplan.core.profile_builder import build_profile
+    from fitplan.core.model.builder import build_profile
 
     if path.startswith(("http://", "https://")):
-        from fitplan.core.remote import open_remote_model
+        from fitplan.core.gguf.remote import open_remote_model
 
         return build_profile(open_remote_model(path, os.environ.get("HF_TOKEN") or None))
-    from fitplan.core.gguf_reader import open_model
+    from fitplan.core.gguf.reader import open_model
 
     return build_profile(open_model(path, find_mmproj=False, allow_incomplete=header_only))
 
 
 def load_single(path: str, header_only: bool = False) -> ModelProfile:
-    from fitplan.core.gguf_reader import read_header
-    from fitplan.core.profile_builder import build_profile
+    from fitplan.core.gguf.reader import read_header
+    from fitplan.core.model.builder import build_profile
 
     return build_profile(read_header(path, allow_incomplete=header_only))
 

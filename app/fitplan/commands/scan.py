@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.core.devices import Machine
+from fitplan.core.base.devices import Machine
 from fitplan.core.library import (
     JsonScanIndex,
     LibraryModel,
@@ -94,11 +94,11 @@ def estimator_fit_check(machine: Machine, margin_bytes: int) -> FitCheck:
 
     def check(model: LibraryModel) -> FitAnswer:
         try:
-            from fitplan.core.estimator import estimate
-            from fitplan.core.gguf_header import ModelFiles
-            from fitplan.core.profile_builder import build_profile
-            from fitplan.core.profile_cache import cached_read_header
-            from fitplan.core.settings import LaunchSettings
+            from fitplan.core.base.launch_settings import LaunchSettings
+            from fitplan.core.estimate.estimator import estimate
+            from fitplan.core.gguf.header import ModelFiles
+            from fitplan.core.gguf.header_cache import cached_read_header
+            from fitplan.core.model.builder import build_profile
         except ImportError as exc:
             return FitAnswer(UNKNOWN, f"estimator unavailable: {exc}")
         try:
@@ -196,7 +196,7 @@ def run(
     roots = roots_for(args.dirs)
     if reader is None and not args.no_fit:
         # the fit check reads the headers again through the profile cache: let the scan fill it
-        from fitplan.core.profile_cache import cached_read_header
+        from fitplan.core.gguf.header_cache import cached_read_header
 
         reader = cached_read_header
     scanner = LibraryScanner(reader=reader, index=JsonScanIndex(_index_path()))

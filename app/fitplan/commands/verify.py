@@ -21,13 +21,13 @@ from typing import Any
 
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_flags_parser, load_profile, machine_for, split_model_flag
-from fitplan.core.devices import MIB, DeviceKind
-from fitplan.core.errors import FlagError
-from fitplan.core.estimate import Estimate, TermKind
-from fitplan.core.estimator import estimate
-from fitplan.core.flags import _BY_NAME, parse_flags
-from fitplan.core.settings import Tool
-from fitplan.core.weights import CpuFeatures
+from fitplan.core.base.devices import MIB, DeviceKind
+from fitplan.core.base.errors import FlagError
+from fitplan.core.base.launch_settings import Tool
+from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.launch.flags import _BY_NAME, parse_flags
+from fitplan.core.memory.weights import CpuFeatures
 
 BINARY = "llama-fit-params"
 #: Memory flags llama-fit-params does not register (server-only in common/arg.cpp): not passed on.

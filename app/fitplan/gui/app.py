@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fitplan.core.user_settings import load_user_settings
+from fitplan.core.inputs.user_settings import load_user_settings
 
 GUI_SWITCH_INTERVAL_S = 0.001
 SIGNAL_POLL_MS = 250

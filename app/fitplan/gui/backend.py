@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor
-from fitplan.core.errors import FitplanError, GGUFError, SettingsError
-from fitplan.core.estimate import Estimate, TermKind
-from fitplan.core.gguf_header import GGUFHeader, ModelFiles
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.errors import FitplanError, GGUFError, SettingsError
+from fitplan.core.base.launch_settings import NGL_AUTO, Engine, FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
-from fitplan.core.profile import LayerKind, ModelProfile
-from fitplan.core.settings import NGL_AUTO, Engine, FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.model.profile import LayerKind, ModelProfile
 
 if TYPE_CHECKING:
     from fitplan.core.library.scanner import LibraryScanner
@@ -198,15 +198,13 @@ class Backend:
 
     @staticmethod
     def _open_local(path: str) -> ModelFiles:
-        from fitplan.core import gguf_reader as reader
-
+        from fitplan.core.gguf import reader
         # a header-only example (fitplan.header_only, tools/make_examples.py) is complete for the reader; any other
         # short file is an interrupted download and raises IncompleteModelError
         return reader.open_model(path)
 
     def _load_remote(self, url: str) -> LoadedModel:
-        from fitplan.core import remote
-
+        from fitplan.core.gguf import remote
         try:
             header = remote.read_remote_header(url)
         except FitplanError:
@@ -218,7 +216,7 @@ class Backend:
 
     @staticmethod
     def _build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
-        from fitplan.core.profile_builder import build_profile
+        from fitplan.core.model.builder import build_profile
 
         return build_profile(files)
 
@@ -287,7 +285,7 @@ class Backend:
             )
 
     def estimate(self, model: LoadedModel, settings: LaunchSettings, machine: Machine) -> Estimate:
-        from fitplan.core.estimator import estimate
+        from fitplan.core.estimate.estimator import estimate
 
         self._check_settings(settings)
         return estimate(model.profile, settings, machine, mmproj=self._mmproj_for(model, settings))
@@ -302,7 +300,7 @@ class Backend:
     def curve(self, model: LoadedModel, settings: LaunchSettings, machine: Machine) -> CurveData:
         """Memory at CURVE_POINTS contexts. It does not depend on the chosen context, so while only the context
         changes (a slider drag) the last curve is reused."""
-        from fitplan.core.curve import estimate_curve
+        from fitplan.core.estimate.curve import estimate_curve
 
         top = max(131072, model.profile.n_ctx_train, settings.n_ctx)
         key = (model.source, id(model.profile), replace(settings, n_ctx=0), machine, top)
@@ -327,8 +325,7 @@ class Backend:
 
     def plan(self, request: PlanRequest) -> PlanOutcome:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
-        from fitplan.core import planner
-
+        from fitplan.core.plan import planner
         model, settings, machine = request.model, request.settings, request.machine
         self._check_settings(settings)
         notes: list[str] = []
@@ -336,7 +333,6 @@ class Backend:
         if settings.engine is Engine.OLLAMA and settings.n_ctx <= 0:
             # ollama picks num_ctx from the VRAM of the GPUs: plan at that context, export without pinning it.
             from fitplan.core import engines
-
             vram = sum(d.total_bytes for d in machine.gpus)
             resolved = engines.ollama_resolve(model.profile, settings, vram, len(machine.gpus))
             settings = resolved.settings
@@ -403,20 +399,20 @@ class Backend:
     @staticmethod
     def command_args(model: LoadedModel, settings: LaunchSettings) -> tuple[str, ...]:
         """The llama-server argv (a model given by URL is passed as `-mu URL`)."""
-        from fitplan.core.command import plan_to_args
+        from fitplan.core.launch.command_line import plan_to_args
 
         return plan_to_args(settings, model.source)
 
     @staticmethod
     def ollama_setup(model: LoadedModel, settings: LaunchSettings) -> OllamaSetup:
-        from fitplan.core.command import ollama_export
+        from fitplan.core.launch.command_line import ollama_export
 
         export = ollama_export(settings, model.source)
         return OllamaSetup(export.environment, export.modelfile, export.create_argv())
 
     @staticmethod
     def render_command(args: tuple[str, ...], shell: str) -> str:
-        from fitplan.core.shell import join
+        from fitplan.core.launch.shell import join
 
         return join(list(args), shell, multiline=True)
 
@@ -424,8 +420,8 @@ class Backend:
     def render_ollama(setup: OllamaSetup, shell: str) -> str:
         """The environment of the ollama server as the shell sets it, a command that writes the Modelfile, and the
         commands that create and run the model."""
-        from fitplan.core.command import env_lines
-        from fitplan.core.shell import join
+        from fitplan.core.launch.command_line import env_lines
+        from fitplan.core.launch.shell import join
 
         remark = "REM" if shell == "cmd" else "#"
         lines = [f"{remark} Environment of the ollama server (ollama serve, or its service):"]

@@ -15,11 +15,11 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QStatusBar
 
-from fitplan.core.devices import MIB
-from fitplan.core.errors import FitplanError
+from fitplan.core.base.devices import MIB
+from fitplan.core.base.errors import FitplanError
+from fitplan.core.base.launch_settings import Engine
+from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
-from fitplan.core.settings import Engine
-from fitplan.core.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
     Backend,
@@ -33,10 +33,10 @@ from fitplan.gui.backend import (
 )
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
-from fitplan.gui.panels.command import CommandPanel
+from fitplan.gui.panels.command_box import CommandPanel
 from fitplan.gui.panels.hardware import HardwarePanel
+from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
-from fitplan.gui.panels.settings import SettingsPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 from fitplan.gui.workers import Estimator, JobError, Jobs

@@ -18,15 +18,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fitplan.core.user_settings import UserSettings
+from fitplan.core.inputs.user_settings import UserSettings
 from fitplan.gui.backend import Backend
 from fitplan.gui.controller import Panels, Planner
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
-from fitplan.gui.panels.command import MIN_LINES, CommandPanel
+from fitplan.gui.panels.command_box import MIN_LINES, CommandPanel
 from fitplan.gui.panels.hardware import HardwarePanel
+from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
-from fitplan.gui.panels.settings import SettingsPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 

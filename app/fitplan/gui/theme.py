@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
-from fitplan.core.estimate import TermKind
+from fitplan.core.base.results import TermKind
 from fitplan.gui.backend import VerdictLevel
 
 #: Okabe & Ito (2008) "Color Universal Design" palette, one colour per term kind.

@@ -18,7 +18,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QThreadPool, Signal, Slot
 
-from fitplan.core.errors import FitplanError
+from fitplan.core.base.errors import FitplanError
 from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest
 
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from fitplan.core.devices import Device, DeviceKind, Vendor
+from fitplan.core.base.devices import Device, DeviceKind, Vendor
 from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 
 AMD_PCI_VENDOR = "0x1002"

@@ -18,7 +18,7 @@ import ctypes
 import sys
 from collections.abc import Callable
 
-from fitplan.core.devices import GIB, MIB, Device, DeviceKind, Vendor
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Vendor
 from fitplan.core.hardware.host import CommandRunner, run_command
 from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 

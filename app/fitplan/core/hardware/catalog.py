@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from fitplan.core.devices import GIB, Device, Vendor
-from fitplan.core.errors import FitplanError
+from fitplan.core.base.devices import GIB, Device, Vendor
+from fitplan.core.base.errors import FitplanError
 from fitplan.core.hardware.apple import estimated_metal_working_set
 from fitplan.core.hardware.config import AssumedGpu
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fitplan.core.devices import Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.hardware.probe import ProbeResult
 
 SCHEMA_VERSION = 1

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fitplan.core.devices import Device, DeviceKind, Vendor
+from fitplan.core.base.devices import Device, DeviceKind, Vendor
 from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 
 # NVML return codes (nvml.h) the messages below single out.

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fitplan.core.devices import Device, DeviceKind, Machine, host_device
+from fitplan.core.base.devices import Device, DeviceKind, Machine, host_device
 
 
 @dataclass(frozen=True, slots=True)

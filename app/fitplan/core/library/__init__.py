@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fitplan.core.gguf_header import HEADER_ONLY_KEY
+from fitplan.core.gguf.header import HEADER_ONLY_KEY
 from fitplan.core.library.index import (
     INDEX_SCHEMA,
     IndexEntry,

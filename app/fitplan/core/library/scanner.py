@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fitplan.core.errors import GGUFError, IncompleteModelError
-from fitplan.core.gguf_header import GGUFHeader
-from fitplan.core.gguf_reader import mmproj_match_key, name_tokens
+from fitplan.core.base.errors import GGUFError, IncompleteModelError
+from fitplan.core.gguf.header import GGUFHeader
+from fitplan.core.gguf.reader import mmproj_match_key, name_tokens
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
 from fitplan.core.library.model import (
     FileSummary,
@@ -58,9 +58,9 @@ OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
 
 def default_reader() -> HeaderReader:
     """The project's GGUF header reader (imported only when a header has to be read). A caller that will open the
-    models afterwards can pass `fitplan.core.profile_cache.cached_read_header` instead, so that the headers read
+    models afterwards can pass `fitplan.core.gguf.header_cache.cached_read_header` instead, so that the headers read
     by the scan land in the profile cache (it costs a cache write per file: about a quarter of a cold scan)."""
-    from fitplan.core.gguf_reader import read_header
+    from fitplan.core.gguf.reader import read_header
 
     return read_header
 

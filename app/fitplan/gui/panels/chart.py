@@ -14,8 +14,8 @@ from PySide6.QtCore import QPointF, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from fitplan.core.devices import GIB
-from fitplan.core.estimate import TERM_ORDER, TermKind
+from fitplan.core.base.devices import GIB
+from fitplan.core.base.results import TERM_ORDER, TermKind
 from fitplan.gui.backend import CurveData, fmt_ctx, term_label
 from fitplan.gui.theme import (
     CAPACITY_COLOUR,

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fitplan.core.devices import GIB, Device, DeviceKind, Machine, Vendor
-from fitplan.core.user_settings import HypotheticalDevice
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.inputs.user_settings import HypotheticalDevice
 from fitplan.gui.backend import Detection
 
 DEVICE_ROLE = Qt.ItemDataRole.UserRole + 1

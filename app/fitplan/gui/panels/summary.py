@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
-from fitplan.core.devices import GIB
-from fitplan.core.profile import ModelProfile
+from fitplan.core.base.devices import GIB
+from fitplan.core.model.profile import ModelProfile
 from fitplan.gui.backend import LoadedModel, fmt_ctx, layer_makeup
 
 

@@ -1,0 +1,208 @@
+"""Every term on every device over many context lengths at once (the planner's chart and its search).
+
+Only the KV cache, the recurrent state, the compute buffers and a draft model's share change with the context;
+weights, the output buffer, the projector and the runtime reserve do not (as long as the batch sizes do not change,
+which holds for every context of at least `-b` tokens). So `estimate_curve` runs `estimate()` once for the largest
+context, then evaluates the context-dependent terms with numpy:
+
+* KV / recurrent: per cache and device, the bytes of one cell times the cells llama.cpp gives that cache at each
+  context (`CacheAllocation.cells_at`);
+* compute: `ComputePlan.totals_array`, the vectorised form of the compute buffers;
+* draft: the draft model's own curve at the target's resolved contexts.
+
+Contexts below `-b` (where n_batch, n_ubatch and the outputs shrink with the context) go through `estimate()`
+one by one. Tests and the bench check that the curve equals `estimate()` at every context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fitplan.core.base.devices import Device, Machine
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import Engine, LaunchSettings
+from fitplan.core.base.results import TERM_ORDER, Estimate, ResolvedContext, TermKind
+from fitplan.core.estimate.estimator import compute_inputs, draft_settings, estimate
+from fitplan.core.memory import context as context_memory
+from fitplan.core.memory.compute import ComputePlan
+from fitplan.core.memory.weights import DEFAULT_CPU_FEATURES, CpuFeatures, active_gpus, place_weights
+from fitplan.core.model.profile import ModelProfile
+
+N_CTX_PAD = 256
+_KIND_INDEX = {k: i for i, k in enumerate(TERM_ORDER)}
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """Bytes per device, term and context: `bytes[device, kind, i]` for `contexts[i]`."""
+
+    contexts: NDArray[np.int64]  # as asked (-c values; 0 = the training context)
+    n_ctx: NDArray[np.int64]  # as llama.cpp resolves them (padded, times streams)
+    devices: tuple[Device, ...]  # GPUs in order, then the host (as in Estimate.devices)
+    bytes: NDArray[np.int64]  # shape (len(devices), len(TERM_ORDER), len(contexts))
+    kinds: tuple[TermKind, ...] = TERM_ORDER
+
+    def term(self, device: int, kind: TermKind) -> NDArray[np.int64]:
+        row: NDArray[np.int64] = self.bytes[device, _KIND_INDEX[kind]]
+        return row
+
+    def used(self) -> NDArray[np.int64]:
+        """Bytes per device and context, shape (devices, contexts)."""
+        total: NDArray[np.int64] = self.bytes.sum(axis=1)
+        return total
+
+    def fits(self, margin_bytes: int = 0, use_free: bool = True) -> NDArray[np.bool_]:
+        """Per context: every device within its free (or total) memory minus the margin."""
+        cap = np.array([(d.free_bytes if use_free else d.total_bytes) - margin_bytes for d in self.devices])
+        ok: NDArray[np.bool_] = np.all(self.used() <= cap[:, None], axis=0)
+        return ok
+
+    def max_context_that_fits(self, margin_bytes: int = 0) -> int | None:
+        """The largest resolved n_ctx of the curve that fits, or None."""
+        ok = self.fits(margin_bytes)
+        return int(self.n_ctx[ok].max()) if ok.any() else None
+
+
+def _resolved_n_ctx(
+    profile: ModelProfile, ref: ResolvedContext, contexts: NDArray[np.int64], ik: bool = False
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """n_ctx and n_ctx_seq for each requested context, with the reference's streams (llama_context padding;
+    ik_llama.cpp pads to 32 cells without flash attention, as `context_memory.resolve_context` does)."""
+    step = 32 if ik and not ref.flash_attn else N_CTX_PAD
+    n = np.where(contexts > 0, contexts, profile.n_ctx_train)
+    n_ctx = (n + step - 1) // step * step
+    if ref.kv_unified:
+        return n_ctx, n_ctx
+    seq = (n_ctx // ref.n_seq_max + step - 1) // step * step
+    return seq * ref.n_seq_max, seq
+
+
+def estimate_curve(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    contexts: Sequence[int],
+    *,
+    mmproj: ModelProfile | None = None,
+    draft: ModelProfile | None = None,
+    reserve_bytes: int | None = None,
+    cpu: CpuFeatures = DEFAULT_CPU_FEATURES,
+) -> Curve:
+    """Every term on every device of `estimate()` for each of `contexts` (values of -c)."""
+    ctxs = np.asarray(list(contexts), dtype=np.int64)
+    if ctxs.ndim != 1 or ctxs.size == 0:
+        raise SettingsError("estimate_curve needs at least one context")
+    if (ctxs < 0).any():
+        raise SettingsError("context lengths must be >= 0")
+    eff = np.where(ctxs > 0, ctxs, profile.n_ctx_train)
+    # Regular contexts keep n_batch = -b (causal models clamp the batch to the context below that).
+    regular = eff >= settings.n_batch if profile.causal_attn else np.ones(ctxs.size, dtype=bool)
+    n_dev = len(machine.gpus) + 1
+    out = np.zeros((n_dev, len(TERM_ORDER), ctxs.size), dtype=np.int64)
+    n_ctx_out = np.zeros(ctxs.size, dtype=np.int64)
+    devices: tuple[Device, ...] = (*machine.gpus, machine.host)
+
+    for i in np.flatnonzero(~regular):
+        e = estimate(
+            profile,
+            dataclasses.replace(settings, n_ctx=int(ctxs[i])),
+            machine,
+            mmproj=mmproj,
+            draft=draft,
+            reserve_bytes=reserve_bytes,
+            cpu=cpu,
+        )
+        _fill(out, int(i), e)
+        n_ctx_out[i] = e.context.n_ctx
+    idx = np.flatnonzero(regular)
+    if idx.size == 0:
+        return Curve(ctxs, n_ctx_out, devices, out)
+
+    ref_c = int(ctxs[idx][np.argmax(eff[idx])])
+    ref_settings = dataclasses.replace(settings, n_ctx=ref_c)
+    ref = estimate(
+        profile, ref_settings, machine, mmproj=mmproj, draft=None, reserve_bytes=reserve_bytes, cpu=cpu
+    )
+    # Terms that do not depend on the context.
+    for d, de in enumerate(ref.devices):
+        for k in (TermKind.WEIGHTS, TermKind.OUTPUT, TermKind.MMPROJ, TermKind.RESERVE):
+            out[d, _KIND_INDEX[k], idx] = de.bytes_of(k)
+
+    n_ctx, n_ctx_seq = _resolved_n_ctx(profile, ref.context, ctxs[idx], settings.engine is Engine.IK_LLAMA)
+    n_ctx_out[idx] = n_ctx
+    gpus = active_gpus(settings, machine)
+    dev_row = _device_rows(machine, gpus)
+    placement = place_weights(
+        profile, ref_settings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
+    )
+    ref_ctx = dataclasses.replace(ref.context, n_gpu_layers=placement.n_gpu_layers)
+    caches = context_memory.context_caches(profile, ref_ctx, ref_settings)
+
+    # Cells of every cache at every context (the rules stay in context_memory).
+    ctx_objs = _contexts_like(ref_ctx, n_ctx, n_ctx_seq)
+    nb = np.zeros(idx.size, dtype=np.int64)
+    ns = np.zeros(idx.size, dtype=np.int64)
+    for cache in caches:
+        cells = np.fromiter((cache.cells_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
+        streams = np.fromiter((cache.n_stream_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
+        extra = dict(cache.layer_extra)
+        per_dev: dict[int | None, int] = {}
+        for il, k_row, v_row in cache.layer_rows:
+            dev = None if settings.no_kv_offload else _layer_dev(placement.layer_device, il)
+            per_dev[dev] = per_dev.get(dev, 0) + k_row + v_row + extra.get(il, 0)
+        for dev, row in per_dev.items():
+            out[dev_row[dev], _KIND_INDEX[cache.kind], idx] += row * cells * streams
+        if cache.kind is TermKind.KV and cache.layer_rows and not cache.name.endswith("(indexer)"):
+            if cache.cell_rule is context_memory.CellRule.SWA:
+                ns = np.maximum(ns, cells)
+            else:
+                nb = np.maximum(nb, cells)
+
+    cin = compute_inputs(profile, ref_settings, ref_ctx, caches, gpus, placement)
+    plan = ComputePlan(profile, cin, placement, tuple(d.vendor for d in gpus))
+    totals = plan.totals_array(nb, ns)
+    for row_i, p in enumerate(plan.plans):
+        out[dev_row[p.device], _KIND_INDEX[TermKind.COMPUTE], idx] = totals[row_i]
+
+    if draft is not None and settings.draft is not None:
+        dcurve = estimate_curve(draft, draft_settings(settings), machine, [int(x) for x in n_ctx], reserve_bytes=0, cpu=cpu)
+        out[:, _KIND_INDEX[TermKind.DRAFT], idx] = dcurve.used()
+    return Curve(ctxs, n_ctx_out, devices, out)
+
+
+def _contexts_like(
+    ref: ResolvedContext, n_ctx: NDArray[np.int64], n_ctx_seq: NDArray[np.int64]
+) -> list[ResolvedContext]:
+    """`ref` with each (n_ctx, n_ctx_seq): positional construction, much cheaper than dataclasses.replace."""
+    names = [f.name for f in dataclasses.fields(ResolvedContext)]
+    vals = [getattr(ref, n) for n in names]
+    i_ctx, i_seq = names.index("n_ctx"), names.index("n_ctx_seq")
+    out: list[ResolvedContext] = []
+    for a, b in zip(n_ctx.tolist(), n_ctx_seq.tolist(), strict=True):
+        vals[i_ctx] = a
+        vals[i_seq] = b
+        out.append(ResolvedContext(*vals))
+    return out
+
+
+def _layer_dev(layer_device: tuple[int | None, ...], il: int) -> int | None:
+    return layer_device[il] if il < len(layer_device) else layer_device[-1]
+
+
+def _device_rows(machine: Machine, gpus: Sequence[Device]) -> dict[int | None, int]:
+    """Row of the curve for each placement device index (active GPUs) and the host (None)."""
+    rows: dict[int | None, int] = {None: len(machine.gpus)}
+    for gi, g in enumerate(gpus):
+        rows[gi] = next(i for i, m in enumerate(machine.gpus) if m is g)
+    return rows
+
+
+def _fill(out: NDArray[np.int64], i: int, e: Estimate) -> None:
+    for d, de in enumerate(e.devices):
+        for k in TERM_ORDER:
+            out[d, _KIND_INDEX[k], i] = de.bytes_of(k)

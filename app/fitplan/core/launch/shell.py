@@ -1,0 +1,678 @@
+"""Quote an argv for POSIX sh, PowerShell and cmd.exe, and split pasted command lines of each back into argv.
+
+Rendering is conservative: a word is left bare only when it is made of characters that mean nothing to the shell;
+everything else is quoted in the one form of that shell that is literal:
+
+* sh: single quotes (`'` written as `'"'"'`).
+* PowerShell: single quotes, every single-quote character doubled (PowerShell also treats the typographic quotes
+  U+2018..U+201B as single quotes). A program path that needs quotes is called through `&`.
+* cmd.exe: the argument is first quoted for the program's own splitting (CommandLineToArgvW rules: quotes around
+  words with blanks, `\\"` for a quote, backslashes doubled before a quote). A quoted word with no quote, `%` or `!`
+  inside is left as it is (cmd.exe treats nothing else inside quotes); otherwise every cmd metacharacter
+  `( ) % ! ^ " < > & |` is escaped with `^`, so cmd never sees an unescaped quote and passes the text on unchanged.
+  This is the interactive prompt's form: inside a .bat file `%` must be doubled instead. Line breaks and carriage
+  returns cannot be passed through cmd.exe at all; rendering one raises `ShellSyntaxError`.
+
+Caveat for PowerShell 5.1 (Windows PowerShell): when it passes arguments on to a native program it drops empty
+arguments and mangles embedded double quotes (fixed in PowerShell 7.3, `$PSNativeCommandArgumentPassing`). The
+rendering is exact at the PowerShell language level; llama-server arguments rarely need either.
+
+Splitting implements the rules a pasted command needs: quotes, escapes, line continuations (`\\` in sh, a backtick
+in PowerShell, `^` in cmd), comments, and statement separators (newline, `;`, `&&`, `|` ...), so a paste such as
+`$env:CUDA_VISIBLE_DEVICES=0; llama-server ...` splits into two commands. Variables are never expanded: `$HOME` or
+`%USERPROFILE%` stay as written.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from enum import StrEnum
+
+from fitplan.core.base.errors import FlagError
+
+__all__ = [
+    "Shell",
+    "ShellSyntaxError",
+    "default_shell",
+    "detect_shell",
+    "join",
+    "join_many",
+    "quote",
+    "split",
+    "split_commands",
+    "split_windows_command_line",
+]
+
+
+class Shell(StrEnum):
+    SH = "sh"
+    POWERSHELL = "powershell"
+    CMD = "cmd"
+
+
+class ShellSyntaxError(FlagError):
+    """A command line that cannot be split (an unterminated quote), or an argument a shell cannot carry."""
+
+
+def default_shell(platform: str | None = None) -> Shell:
+    """PowerShell on Windows (the default terminal there), sh everywhere else."""
+    plat = sys.platform if platform is None else platform
+    return Shell.POWERSHELL if plat.startswith("win") else Shell.SH
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------------------------------
+
+_SH_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+_SH_SAFE_PROGRAM = re.compile(r"[A-Za-z0-9_@%+:,./-]+")  # no "=": a first word with "=" is an assignment
+
+#: PowerShell's single-quote characters (System.Management.Automation.Language.CharExtensions.IsSingleQuote).
+_PS_SINGLE_QUOTES = frozenset("'\u2018\u2019\u201a\u201b")
+#: PowerShell's double-quote characters (IsDoubleQuote).
+_PS_DOUBLE_QUOTES = frozenset('"\u201c\u201d\u201e')
+# A bare PowerShell argument: ASCII only, and it must not start like a number (argument mode converts `1e3`, `0x10`,
+# `007`, `1kb` to numbers), a variable, an operator or a type literal. Plain integers are kept bare.
+_PS_SAFE = re.compile(r"(?:[A-Za-z_/\\]|\.[A-Za-z_/\\.]|--?[A-Za-z])[A-Za-z0-9_./\\:=+-]*|0|-?[1-9][0-9]*|\.")
+
+#: Characters cmd.exe interprets on its command line; each is escaped with `^`.
+_CMD_META = frozenset('()%!^"<>&|')
+
+
+def _quote_sh(arg: str, program: bool) -> str:
+    if (_SH_SAFE_PROGRAM if program else _SH_SAFE).fullmatch(arg):
+        return arg
+    return "'" + arg.replace("'", "'\"'\"'") + "'"
+
+
+def _quote_ps(arg: str) -> str:
+    if _PS_SAFE.fullmatch(arg) and arg != ".":
+        return arg
+    return _quote_ps_always(arg)
+
+
+def _quote_ps_always(arg: str) -> str:
+    out = ["'"]
+    for ch in arg:
+        out.append(ch + ch if ch in _PS_SINGLE_QUOTES else ch)
+    out.append("'")
+    return "".join(out)
+
+
+def _quote_argv_w(arg: str) -> str:
+    """Quote one argument so that CommandLineToArgvW (and the MSVC runtime) gives it back unchanged."""
+    if arg and not any(c in arg for c in ' \t"\v\n'):
+        return arg
+    out = ['"']
+    backslashes = 0
+    for ch in arg:
+        if ch == "\\":
+            backslashes += 1
+            continue
+        if ch == '"':
+            out.append("\\" * (2 * backslashes + 1) + '"')
+        else:
+            out.append("\\" * backslashes + ch)
+        backslashes = 0
+    out.append("\\" * (2 * backslashes) + '"')
+    return "".join(out)
+
+
+def _escape_cmd(text: str) -> str:
+    return "".join("^" + ch if ch in _CMD_META else ch for ch in text)
+
+
+def _check_cmd(arg: str) -> None:
+    if "\n" in arg or "\r" in arg:
+        raise ShellSyntaxError(f"cmd.exe cannot pass an argument that contains a line break: {arg!r}")
+    if "\x00" in arg:
+        raise ShellSyntaxError("an argument cannot contain a NUL character")
+
+
+def quote(arg: str, shell: Shell | str, *, program: bool = False) -> str:
+    """One argument quoted for `shell`; `program=True` for the first word (the program itself)."""
+    sh = Shell(shell)
+    if "\x00" in arg:
+        raise ShellSyntaxError("an argument cannot contain a NUL character")
+    if sh is Shell.SH:
+        return _quote_sh(arg, program)
+    if sh is Shell.POWERSHELL:
+        if program and not re.match(r"[A-Za-z_./\\]", arg):
+            return _quote_ps_always(arg)
+        return _quote_ps(arg)
+    _check_cmd(arg)
+    if program:
+        if '"' in arg:
+            raise ShellSyntaxError(f"a program path cannot contain a double quote: {arg!r}")
+        if not arg or " " in arg or "\t" in arg or arg.startswith("@"):
+            if "%" not in arg and "!" not in arg:
+                return f'"{arg}"'
+            return _escape_cmd(f'"{arg}"')
+        return _escape_cmd(arg)
+    word = _quote_argv_w(arg)
+    if word.startswith('"') and '"' not in word[1:-1] and "%" not in word and "!" not in word:
+        return word  # inside cmd.exe's quotes only % and ! would still be special
+    return _escape_cmd(word)
+
+
+_CONTINUATION = {Shell.SH: " \\", Shell.POWERSHELL: " `", Shell.CMD: " ^"}
+
+
+def join(argv: Sequence[str], shell: Shell | str, *, multiline: bool = False, indent: str = "  ") -> str:
+    """The command line for `argv` in `shell`. `multiline=True` starts each flag (a word beginning with `-`) on a
+    new line, joined with the shell's line continuation."""
+    sh = Shell(shell)
+    if not argv:
+        return ""
+    words = [quote(argv[0], sh, program=True)]
+    if sh is Shell.POWERSHELL and words[0] != argv[0]:
+        words[0] = "& " + words[0]
+    words.extend(quote(a, sh) for a in argv[1:])
+    if not multiline:
+        return " ".join(words)
+    lines: list[list[str]] = [[words[0]]]
+    for raw, word in zip(argv[1:], words[1:], strict=True):
+        if raw.startswith("-") and len(raw) > 1:
+            lines.append([word])
+        else:
+            lines[-1].append(word)
+    cont = _CONTINUATION[sh]
+    return (cont + "\n" + indent).join(" ".join(line) for line in lines)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Splitting
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _Commands:
+    """Accumulates words into commands while a tokenizer walks the text."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, ...]] = []
+        self.words: list[str] = []
+        self.buf: list[str] = []
+        self.in_word = False
+        self.skip_next_word = False  # the target of a redirection
+
+    def add(self, text: str) -> None:
+        self.buf.append(text)
+        self.in_word = True
+
+    def end_word(self) -> None:
+        if self.in_word:
+            if self.skip_next_word:
+                self.skip_next_word = False
+            else:
+                self.words.append("".join(self.buf))
+        self.buf = []
+        self.in_word = False
+
+    def redirect(self, has_target: bool) -> None:
+        """`>` or `<`: a pending all-digit word is a file-descriptor number; the next word is the target."""
+        if self.in_word and "".join(self.buf).isdigit():
+            self.buf = []
+            self.in_word = False
+        self.end_word()
+        self.skip_next_word = has_target
+
+    def end_command(self) -> None:
+        self.end_word()
+        self.skip_next_word = False
+        if self.words:
+            self.commands.append(tuple(self.words))
+        self.words = []
+
+
+def _skip_redirect_or_comment(text: str, i: int, acc: _Commands) -> int | None:
+    """The index after a redirection or `#` comment at `i` (read alike by both shells), or None for neither."""
+    if text[i] in "<>":
+        return _redirect(text, i, acc)
+    if text[i] == "#" and not acc.in_word:
+        end = text.find("\n", i)
+        return len(text) if end < 0 else end
+    return None
+
+
+def _redirect(text: str, i: int, acc: _Commands) -> int:
+    """A redirection at `i` (`>`, `>>`, `2>&1`, `<`): drop it and its target; returns the index after it."""
+    n = len(text)
+    i += 1
+    while i < n and text[i] == ">":
+        i += 1
+    if i < n and text[i] == "&":
+        i += 1
+        while i < n and (text[i].isdigit() or text[i] == "-"):
+            i += 1
+        acc.redirect(has_target=False)
+        return i
+    acc.redirect(has_target=True)
+    return i
+
+
+def _split_sh(text: str) -> tuple[tuple[str, ...], ...]:
+    acc = _Commands()
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if text.startswith("\r\n", i + 1):
+                i += 3
+            elif i + 1 < n and text[i + 1] == "\n":
+                i += 2
+            elif i + 1 < n:
+                acc.add(text[i + 1])
+                i += 2
+            else:
+                i += 1
+            continue
+        if c == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise ShellSyntaxError("unterminated single quote")
+            acc.add(text[i + 1 : end])
+            i = end + 1
+            continue
+        if c == "$" and i + 1 < n and text[i + 1] == "'":
+            i = _sh_ansi_c(text, i + 2, acc)
+            continue
+        if c == '"':
+            i += 1
+            acc.add("")
+            while True:
+                if i >= n:
+                    raise ShellSyntaxError("unterminated double quote")
+                d = text[i]
+                if d == '"':
+                    i += 1
+                    break
+                if d == "\\" and i + 1 < n:
+                    e = text[i + 1]
+                    if e == "\n":
+                        i += 2
+                        continue
+                    if e == "\r" and text.startswith("\n", i + 2):
+                        i += 3
+                        continue
+                    if e in '$`"\\':
+                        acc.add(e)
+                        i += 2
+                        continue
+                acc.add(d)
+                i += 1
+            continue
+        if c in " \t\r":
+            acc.end_word()
+            i += 1
+            continue
+        if c in "\n;&|":
+            acc.end_command()
+            i += 1
+            continue
+        skipped = _skip_redirect_or_comment(text, i, acc)
+        if skipped is not None:
+            i = skipped
+            continue
+        acc.add(c)
+        i += 1
+    acc.end_command()
+    return tuple(acc.commands)
+
+
+_ANSI_C = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "v": "\v",
+}
+
+
+def _sh_ansi_c(text: str, i: int, acc: _Commands) -> int:
+    """bash's `$'...'`: backslash escapes, otherwise literal. Returns the index after the closing quote."""
+    n = len(text)
+    acc.add("")
+    while i < n:
+        c = text[i]
+        if c == "'":
+            return i + 1
+        if c == "\\" and i + 1 < n:
+            e = text[i + 1]
+            if e in _ANSI_C:
+                acc.add(_ANSI_C[e])
+            elif e in "\\'\"?":
+                acc.add(e)
+            else:
+                acc.add("\\" + e)
+            i += 2
+            continue
+        acc.add(c)
+        i += 1
+    raise ShellSyntaxError("unterminated $'...' quote")
+
+
+_PS_ESCAPES = {
+    "0": "\x00",
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+}
+
+
+def _ps_escape(text: str, i: int) -> tuple[str, int]:
+    """The character a backtick at `i` escapes, and the index after it."""
+    e = text[i + 1]
+    if e in _PS_ESCAPES:
+        return _PS_ESCAPES[e], i + 2
+    if e == "u" and text.startswith("{", i + 2):
+        end = text.find("}", i + 3)
+        if end > 0:
+            try:
+                return chr(int(text[i + 3 : end], 16)), end + 1
+            except ValueError:
+                pass
+    return e, i + 2
+
+
+def _ps_quoted(text: str, i: int, acc: _Commands, quotes: frozenset[str], kind: str) -> int:
+    """Add the string quoted from `text[i]` to the current word; returns the index after its closing quote.
+
+    A doubled quote stands for one; inside double quotes (`kind` "double") a backtick escapes.
+    """
+    n = len(text)
+    i += 1
+    acc.add("")
+    while True:
+        if i >= n:
+            raise ShellSyntaxError(f"unterminated {kind} quote")
+        d = text[i]
+        if d in quotes:
+            if i + 1 < n and text[i + 1] in quotes:
+                acc.add(text[i + 1])
+                i += 2
+                continue
+            return i + 1
+        if kind == "double" and d == "`" and i + 1 < n:
+            ch, i = _ps_escape(text, i)
+            acc.add(ch)
+            continue
+        acc.add(d)
+        i += 1
+
+
+def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
+    acc = _Commands()
+    i, n = 0, len(text)
+    at_statement_start = True
+    while i < n:
+        c = text[i]
+        if c == "`":
+            if i + 1 >= n:
+                i += 1
+                continue
+            if text[i + 1] == "\n" or text.startswith("\r\n", i + 1):
+                acc.end_word()
+                i += 2 if text[i + 1] == "\n" else 3
+                continue
+            ch, i = _ps_escape(text, i)
+            acc.add(ch)
+            continue
+        if c in _PS_SINGLE_QUOTES:
+            i = _ps_quoted(text, i, acc, _PS_SINGLE_QUOTES, "single")
+            at_statement_start = False
+            continue
+        if c in _PS_DOUBLE_QUOTES:
+            i = _ps_quoted(text, i, acc, _PS_DOUBLE_QUOTES, "double")
+            at_statement_start = False
+            continue
+        if c == "\n" or c in ";|" or (c == "&" and text.startswith("&&", i)):
+            acc.end_command()
+            i += 2 if text.startswith(("&&", "||"), i) else 1
+            at_statement_start = True
+            continue
+        if c == "&" and not acc.in_word and at_statement_start:
+            i += 1  # the call operator
+            at_statement_start = False
+            continue
+        if c.isspace():
+            acc.end_word()
+            i += 1
+            continue
+        if c == "<" and text.startswith("<#", i):
+            end = text.find("#>", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        skipped = _skip_redirect_or_comment(text, i, acc)
+        if skipped is not None:
+            i = skipped
+            continue
+        acc.add(c)
+        at_statement_start = False
+        i += 1
+    acc.end_command()
+    return tuple(acc.commands)
+
+
+def _cmd_lines(text: str) -> list[str]:
+    """cmd.exe's own pass: carets and continuations removed, split at unquoted `&`, `|`, `&&`, `||` and line ends,
+    redirections dropped. Quotes are kept for the program's own splitting."""
+    commands: list[str] = []
+    out: list[str] = []
+    quoted = False
+    i, n = 0, len(text)
+    skip_redirect_target = False
+
+    def finish() -> None:
+        nonlocal out
+        line = "".join(out).strip(" \t")
+        if line.startswith("@"):
+            line = line[1:].lstrip(" \t")
+        if line:
+            commands.append(line)
+        out = []
+
+    while i < n:
+        c = text[i]
+        if c == "\r":
+            i += 1  # cmd.exe strips every carriage return
+            continue
+        if quoted:
+            if c == '"':
+                quoted = False
+            elif c == "\n":
+                quoted = False
+                finish()
+                i += 1
+                continue
+            out.append(c)
+            i += 1
+            continue
+        if c == "^":
+            j = i + 1
+            while j < n and text[j] == "\r":
+                j += 1
+            if j >= n:
+                i = j
+                continue
+            if text[j] == "\n":
+                # continuation: the line break is removed and the first character of the next line is literal
+                j += 1
+                while j < n and text[j] == "\r":
+                    j += 1
+                if j < n:
+                    out.append(text[j])
+                    j += 1
+                i = j
+                continue
+            out.append(text[j])
+            i = j + 1
+            continue
+        if c == '"':
+            quoted = True
+            out.append(c)
+            i += 1
+            continue
+        if c == "\n" or c in "&|":
+            finish()
+            i += 2 if text.startswith(("&&", "||"), i) else 1
+            continue
+        if c in "<>":
+            # drop an fd number written right before, then the redirection target
+            while out and out[-1].isdigit() and (len(out) == 1 or out[-2] in " \t"):
+                out.pop()
+            i += 1
+            while i < n and text[i] in ">&":
+                i += 1
+            while i < n and text[i] in " \t":
+                i += 1
+            skip_redirect_target = True
+            while skip_redirect_target and i < n and text[i] not in " \t\n&|":
+                if text[i] == '"':
+                    end = text.find('"', i + 1)
+                    i = n if end < 0 else end + 1
+                else:
+                    i += 1
+            skip_redirect_target = False
+            continue
+        out.append(c)
+        i += 1
+    finish()
+    return commands
+
+
+def split_windows_command_line(line: str) -> tuple[str, ...]:
+    """Split a Windows command line as CommandLineToArgvW does (the program name has its own simpler rule)."""
+    args: list[str] = []
+    i, n = 0, len(line)
+    while i < n and line[i] in " \t":
+        i += 1
+    if i >= n:
+        return ()
+    # argv[0]: a quoted run, or up to the first blank; backslashes are literal
+    if line[i] == '"':
+        end = line.find('"', i + 1)
+        end = n if end < 0 else end
+        args.append(line[i + 1 : end])
+        i = end + 1
+    else:
+        j = i
+        while j < n and line[j] not in " \t":
+            j += 1
+        args.append(line[i:j])
+        i = j
+    while True:
+        while i < n and line[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        buf: list[str] = []
+        qcount = 0
+        backslashes = 0
+        while i < n:
+            c = line[i]
+            if c in " \t" and qcount == 0:
+                break
+            if c == "\\":
+                backslashes += 1
+                buf.append(c)
+                i += 1
+                continue
+            if c == '"':
+                if backslashes % 2 == 0:
+                    del buf[len(buf) - backslashes // 2 :]
+                    qcount += 1
+                else:
+                    del buf[len(buf) - backslashes // 2 - 1 :]
+                    buf.append('"')
+                i += 1
+                backslashes = 0
+                while i < n and line[i] == '"':
+                    qcount += 1
+                    if qcount == 3:
+                        buf.append('"')
+                        qcount = 0
+                    i += 1
+                if qcount == 2:
+                    qcount = 0
+                continue
+            backslashes = 0
+            buf.append(c)
+            i += 1
+        args.append("".join(buf))
+    return tuple(args)
+
+
+def _split_cmd(text: str) -> tuple[tuple[str, ...], ...]:
+    out = []
+    for line in _cmd_lines(text):
+        argv = split_windows_command_line(line)
+        if argv:
+            out.append(argv)
+    return tuple(out)
+
+
+def split_commands(text: str, shell: Shell | str) -> tuple[tuple[str, ...], ...]:
+    """Every simple command in `text` (separated by line ends, `;`, `&&`, `|` ...), each as its argv."""
+    sh = Shell(shell)
+    if sh is Shell.SH:
+        return _split_sh(text)
+    if sh is Shell.POWERSHELL:
+        return _split_ps(text)
+    return _split_cmd(text)
+
+
+def split(text: str, shell: Shell | str) -> tuple[str, ...]:
+    """The argv of a command line holding one command; raises if it holds several."""
+    commands = split_commands(text, shell)
+    if not commands:
+        return ()
+    if len(commands) > 1:
+        raise ShellSyntaxError(f"expected one command, found {len(commands)}")
+    return commands[0]
+
+
+def detect_shell(text: str) -> Shell:
+    """Guess which shell a pasted command was written for, from its continuations, quotes and call syntax."""
+    stripped = [line.rstrip() for line in text.splitlines() if line.strip()]
+    ends = [line[-1] for line in stripped[:-1]] if len(stripped) > 1 else []
+    votes = {Shell.SH: 0, Shell.POWERSHELL: 0, Shell.CMD: 0}
+    for e in ends:
+        if e == "\\":
+            votes[Shell.SH] += 3
+        elif e == "`":
+            votes[Shell.POWERSHELL] += 3
+        elif e == "^":
+            votes[Shell.CMD] += 3
+    first = stripped[0].lstrip() if stripped else ""
+    if first.startswith("& ") or "$env:" in text or re.search(r"(?i)\bSet-Location\b|\.ps1\b", text):
+        votes[Shell.POWERSHELL] += 2
+    if re.search(r"(?i)^\s*(set|cd /d|rem)\s", text, re.M) or re.search(r"%[A-Za-z_][A-Za-z0-9_]*%", text):
+        votes[Shell.CMD] += 2
+    if re.search(r"(?m)^\s*(export\s|[A-Za-z_][A-Za-z0-9_]*=\S+\s)", text) or "$HOME" in text or "~/" in text:
+        votes[Shell.SH] += 2
+    if re.search(r'\.exe"?\s', text) or re.search(r'"[A-Za-z]:\\', text):
+        votes[Shell.CMD] += 1
+        votes[Shell.POWERSHELL] += 1
+    if "'" in text and re.search(r"[A-Za-z]:\\", text):
+        votes[Shell.POWERSHELL] += 1
+    best = max(votes.values())
+    for sh in (Shell.SH, Shell.POWERSHELL, Shell.CMD):
+        if votes[sh] == best:
+            return sh
+    return Shell.SH  # pragma: no cover
+
+
+def join_many(commands: Iterable[Sequence[str]], shell: Shell | str) -> str:
+    """Several commands, one per line."""
+    return "\n".join(join(c, shell) for c in commands)

@@ -1,0 +1,1350 @@
+"""Compute buffers: what llama.cpp's scheduler reserves per backend (`llama_context::sched_reserve`).
+
+The reserve builds the prompt-processing graph for `n_tok = min(n_ctx, n_ubatch)` tokens, `n_seq_max` sequences and
+`n_out = min(n_tok, n_outputs_max)` outputs, with every KV view spanning the whole cache. The graph allocator then
+reuses memory between tensors whose lifetimes do not overlap, so the buffer is the peak of the live set, not the sum.
+
+This module names the tensors that make up that peak (all sizes in bytes, f32 activations unless said otherwise):
+
+* graph inputs, allocated in the host backend and copied to each GPU that uses them: the KQ masks
+  (`[n_kv, n_tok]`, f16 with flash attention, f32 without; one per distinct mask: base cache and SWA cache), the
+  `v_idxs` of the transposed V cache without flash attention (`n_tok x n_embd_v_gqa` int64, one per cache; none
+  for MLA, whose V is a view of K), and the small ones (token ids, positions, K/V row indices, output ids). A mask
+  and its indices are freed after the last layer that reads them: that layer's FFN puts its first intermediate in
+  their space when it fits;
+* `[n_embd, n_tok]` blocks: on the backend that runs the first layer five are live at the peak (the embeddings
+  input and the token-embedding rows, which stay allocated, the residual stream and the two-block hole the FFN
+  norm output leaves); a GPU that receives the hidden state from another device holds two;
+* the largest transient of one layer, which never coexists with the logits: the FFN intermediates (gate, up and
+  the GLU output `[n_ff, n_tok]`; MoE: up, gate, GLU `[n_ff_exp, n_used, n_tok]` and the experts' down outputs
+  `[n_embd, n_used, n_tok]`, which take gate's and up's space when they fit; no gate: the up projection only),
+  the attention (Q and the flash-attention output, or Q, K and V before they are stored, or a fused QKV output;
+  without flash attention the KQ scores `[n_kv, n_tok, n_head]`, softmax in place), a Mamba block (input
+  projection, conv output, then the conv input or the scan output in the same space), a gated delta net's layer
+  (`_gdn_transient`), a lightning-attention layer, the DSA indexer's queries with the compressed query, or the
+  indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`INDEXER_Q_COPIES`);
+* hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`HC_STREAMS`) next to the blocks;
+* the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
+* with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
+  not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
+* CUDA only, with a quantized K or V cache and flash attention: the f16 copies of one layer's whole K and V views
+  the FA kernel allocates (`ggml_cuda_flash_attn_ext_get_alloc_size`);
+* MLA without flash attention: the contiguous copy of V (`n_kv x kv_lora_rank`, K cache type);
+* pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
+  freed, below the rest of the graph (see `PIPELINE_COPIES`).
+
+Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
+servers as extra devices (layer splits, overrides, pipeline parallelism); the placement of the terms was checked
+against the graph allocator's debug list of live tensors at each peak. Read from the source only, no GPU being
+available: the CUDA-specific parts (op-offload weight copies, FA f16 copies, the 128-byte alignment of CUDA
+buffers). See `docs/accuracy.md`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fitplan.core.base.devices import Vendor
+from fitplan.core.engines import ik_attention_intermediate_bytes
+from fitplan.core.engines.ik_compute import ik_mla_attention, ik_mla_dims, ik_mla_v_copy_row
+from fitplan.core.memory.weights import WeightPlacement, row_bytes
+from fitplan.core.model.profile import LayerKind, ModelProfile, TensorRole
+
+F32 = 4
+F16 = 2
+I32 = 4
+I64 = 8
+#: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
+OP_OFFLOAD_MIN_BATCH = 32
+#: Activation blocks `[n_embd, n_tok]` on the backend that runs the first layer: the embeddings input and the
+#: token-embedding rows (kept allocated through the graph), the residual stream (the FFN input) and the two-block
+#: hole the FFN norm output leaves (FFN_HOLE_BLOCKS); the CPU dry runs show exactly this for dense and MoE models.
+RESIDUAL_BLOCKS = 5
+#: On a GPU that does not hold the input embeddings: the hidden state handed over from the previous device and the
+#: residual stream (the RPC recordings show two blocks besides the masks and the transient).
+GPU_LAYER_BLOCKS = 2
+#: Host with no layers: the embeddings input, the token-embedding get_rows output and the two blocks the recordings
+#: show next to them.
+HOST_INPUT_BLOCKS = 4
+#: `ggml-backend.cpp:GGML_SCHED_MAX_COPIES`: with pipeline parallelism the scheduler makes this many copies of
+#: every graph input (on the host) and of every split input (on the backend that reads it), flagged as graph inputs
+#: and outputs so the allocator places them first and never frees them; the rest of the graph is allocated after.
+PIPELINE_COPIES = 4
+#: Split inputs that carry the hidden state, per copy. The GPU that runs the first layer reads three
+#: `[n_embd, n_tok]` tensors computed on the host: the embeddings input of a mixed batch (`inp_mixed_embd`), the
+#: token-embedding rows of the mixed batch and those of the plain batch (`embd`). Every later GPU reads two from the
+#: previous device: the last layer's output (`l_out`, the residual) and the weightless norm of the next layer's
+#: input, which the scheduler runs where its source is.
+PP_INPUT_BLOCKS_FIRST = 3
+PP_INPUT_BLOCKS_OTHER = 2
+#: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
+#: (`node_2`), the two-block hole of the FFN norm and the attention output; on a later GPU the hole and the
+#: attention output. (Measured with the allocator's debug dump: the dumps list every live tensor at each new peak.)
+PP_LAYER_BLOCKS_FIRST = 4
+PP_LAYER_BLOCKS_OTHER = 3
+#: The output phase on the first GPU (all layers there, the other devices empty): the copy of the embeddings
+#: input stays, next to the output norm's block.
+PP_OUTPUT_BLOCKS_FIRST = 2
+#: Host graph inputs of `[n_embd, n_tok]`: the embeddings input and the mixed-batch embeddings input.
+HOST_GRAPH_INPUT_BLOCKS = 2
+#: Per token, the small graph inputs a backend with attention layers reads: positions (i32) and the K and V
+#: row indices (i64 each, flash attention; without it V's indices are per element, `v_idxs` below).
+SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
+#: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
+OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
+
+_KV_TYPE_IDS = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
+
+
+def kv_type_id(name: str) -> int:
+    return _KV_TYPE_IDS[name]
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeInputs:
+    """What the compute reserve depends on, resolved from the context."""
+
+    n_tok: int  # min(n_ctx, n_ubatch)
+    n_out: int  # min(n_tok, n_outputs_max)
+    n_kv_base: int  # cells per stream of the base (full-attention) cache; 0 when the model has none
+    n_kv_swa: int  # cells per stream of the SWA cache; 0 when none
+    flash_attn: bool
+    cache_type_k: str
+    cache_type_v: str
+    op_offload: bool = True
+    n_seqs: int = 1  # sequences in the reserved batch (n_seq_max): recurrent states are per sequence
+    pipeline_parallel: bool = (
+        False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
+    )
+    n_stream: int = 1  # KV streams (n_seq_max without a unified cache): n_kv_* are cells per stream
+    # ik_llama.cpp: its own attention graph (`ik_compute`: MLA per -mla mode, -amb head chunks), the output layer
+    # reserved for every token, and the host's output phase on its own
+    ik_attention: bool = False
+    ik_amb_mib: int = 0
+    ik_mla_mode: int = 3
+    # ik_llama.cpp: the -ctk type as ik names it (q8_KV keeps its own row header); "" = cache_type_k
+    ik_type_k: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ComputePart:
+    label: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeBuffer:
+    """One backend's compute buffer: its parts (peak live set) and total."""
+
+    device: int | None  # GPU index, None = host
+    parts: tuple[ComputePart, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.parts)
+
+    def explain(self) -> str:
+        return " + ".join(f"{p.label} {p.bytes / 2**20:.1f} MiB" for p in self.parts if p.bytes)
+
+
+#: Blocks of `[n_embd, n_tok]` freed just before the FFN (the FFN norm output and its neighbour) that form one hole:
+#: an FFN intermediate no larger than this is placed there instead of at the end of the buffer.
+FFN_HOLE_BLOCKS = 2
+
+
+def _below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """Bytes that stay under the logits on a later GPU whose last layer is a MoE with a shared expert (read from
+    the allocator's trace of deepseek-v2-lite split over two devices).
+
+    The shared expert reads the FFN norm output after the routed experts, so the FFN input and the norm output
+    stay live while the sum of the routed experts is allocated: no freed block below fits it, and it lands right
+    above the experts' down outputs `[n_embd, n_used, n_tok]`, which took the space of gate and up (the rest of
+    that space joins the free end of the buffer once the GLU output above it is freed). The residual, the output
+    norm and the logits then follow in that sum's place. Under them: the two blocks, the router's probabilities
+    and top-k indices `[n_expert, n_tok]` and weights `[n_used, n_tok]`, and the down outputs. Without a shared expert (gpt-oss, Qwen3-MoE) the
+    norm output is freed after up and the sum takes its place; llama4's router-weighted input leaves a block-sized
+    hole too.
+    """
+    moe = profile.moe
+    lp = profile.layers[il]
+    if not (lp.is_moe and moe is not None) or profile.architecture in WEIGHT_BEFORE_FFN_ARCHS:
+        return 0
+    if il not in _layer_shapes(profile).shexp:
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+    down = F32 * n_tok * used * profile.n_embd
+    if down > 2 * up:
+        # the down outputs go above the GLU output and gate + up leave a hole the sum can take (Qwen3-Next);
+        # where the logits then go is not modelled (granite-4.0-h-tiny: above the down outputs all the same)
+        return 0
+    router = 2 * F32 * n_tok * moe.n_expert + F32 * n_tok * used
+    return 2 * F32 * n_tok * profile.n_embd + router + down
+
+
+def _routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """Bytes under the logits on a GPU that holds the output layer and no block (`-ngl 1`), when the last block is a
+    MoE without a shared expert (read from the allocator's traces of qwen3-30b-a3b and gpt-oss-20b).
+
+    The ops after the experts' down projection carry no weights, so the scheduler runs them with the output
+    layer: the down outputs `[n_embd, n_used, n_tok]`, the router weights `[n_used, n_tok]` and the FFN input are
+    copied in, and the sum of the experts (then the residual, the output norm and the logits in its place) lands
+    above them. A shared expert's matrix keeps the sum where the experts ran.
+    """
+    moe = profile.moe
+    lp = profile.layers[il]
+    if not (lp.is_moe and moe is not None) or il in _layer_shapes(profile).shexp:
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    return F32 * n_tok * (used * profile.n_embd + used + profile.n_embd)
+
+
+def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
+    """Largest FFN intermediate set of the given layers, f32 (see `_ffn_layer`)."""
+    return max((_ffn_layer(profile, il, n_tok)[0] for il in layers), default=0)
+
+
+def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, int]:
+    """One layer's FFN intermediate set, its first (largest-shape) intermediate and the input it holds through the
+    experts (llama4's router-weighted copy of the FFN input), bytes f32.
+
+    Dense: gate, up and the GLU output `[n_ff, n_tok]` are live together (the down projection comes after gate and
+    up are freed). MoE: up, gate, GLU output `[n_ff_exp, n_used, n_tok]` and the experts' down projections
+    `[n_embd, n_used, n_tok]`. The last of them to be allocated goes into the two-block hole the FFN norm leaves
+    when it fits there (small FFNs), so it adds nothing.
+    """
+    moe = profile.moe
+    hole = 0 if profile.architecture in NO_FFN_HOLE_ARCHS else FFN_HOLE_BLOCKS * profile.n_embd
+    if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
+        # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
+        # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
+        hole -= profile.n_embd
+    skip_in_hole = profile.architecture in EMBD_SKIP_ARCHS and bool(hole)
+    if skip_in_hole:
+        # the skip block (talkie's `embd_skip`, counted with the residual blocks) sits in one block of the hole:
+        # the allocator's peak on the talkie smoke model (src/models/talkie.cpp, c512 with flash attention) has
+        # `embd` next to the freed `ffn_norm-0` and gate, up and the GLU output on top, 5.27 MiB
+        hole -= profile.n_embd
+    lp = profile.layers[il]
+    held = 0
+    if profile.architecture in DENSE_FFN_GRAPH_ARCHS and il not in _layer_shapes(profile).dense_up:
+        return 0, 0, 0  # the graph calls the dense FFN with no matrices: nothing but an in-place activation
+    if lp.is_moe and moe is not None:
+        used = lp.n_expert_used or moe.n_expert_used
+        # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
+        n_ff_exp = moe.n_ff_exp or lp.n_ff
+        up, down = used * n_ff_exp, used * profile.n_embd
+        # the experts' down outputs are allocated after gate and up are freed: they go into that space (two
+        # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
+        f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
+        shared = moe.n_ff_shexp * moe.n_expert_shared
+        if 3 * shared > f:
+            f, first = 3 * shared, shared
+        if profile.architecture in WEIGHT_BEFORE_FFN_ARCHS:
+            # the router-weighted input [n_embd, n_used, n_tok] feeds gate and up
+            held = used * profile.n_embd
+    elif il in _layer_shapes(profile).gated:
+        f, first = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0), lp.n_ff
+    else:
+        # no gate (build_ffn without `gate`): only the up projection `[n_ff, n_tok]`, its bias, scale and
+        # activation computed in place; it goes into the hole when it fits
+        f = first = 0 if lp.n_ff <= hole else lp.n_ff
+    if skip_in_hole:
+        f = max(0, f - profile.n_embd)  # the skip block is in the device's blocks already, inside the hole
+    return F32 * n_tok * (f + held), F32 * n_tok * first, F32 * n_tok * held
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerShapes:
+    """Per-layer graph facts read from the tensor list (cached per profile)."""
+
+    # dense FFN with a gate: `ffn_gate`, or `ffn_up` holding gate and up (2 x n_ff rows)
+    gated: frozenset[int]
+    qkv_rows: dict[int, int]  # fused `attn_qkv` output width per layer
+    dense_up: frozenset[int] = frozenset()  # layers with a dense `ffn_up` matrix
+    shexp: frozenset[int] = frozenset()  # layers with a shared expert (`ffn_up_shexp`)
+    shexp_ff: int = 0  # the widest shared expert's rows (`ffn_up_shexp`; llama4 declares no such length)
+
+
+_SHAPES: dict[int, tuple[ModelProfile, _LayerShapes]] = {}
+
+
+def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
+    hit = _SHAPES.get(id(profile))
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    gated: set[int] = set()
+    qkv: dict[int, int] = {}
+    up: set[int] = set()
+    shexp: set[int] = set()
+    shexp_ff = 0
+    for t in profile.tensors:
+        il = t.layer
+        if il is None or il >= len(profile.layers) or len(t.shape) < 2:
+            continue
+        if t.name.endswith(".ffn_up_shexp.weight"):
+            shexp.add(il)
+            shexp_ff = max(shexp_ff, t.shape[1])
+        if t.name.endswith(".ffn_up.weight"):
+            up.add(il)
+        if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
+            gated.add(il)
+        elif (
+            t.name.endswith(".ffn_up.weight")
+            and profile.layers[il].n_ff
+            and t.shape[1] >= 2 * profile.layers[il].n_ff
+        ):
+            gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
+        elif t.name.endswith(".attn_qkv.weight"):
+            qkv[il] = t.shape[1]
+    out = _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff)
+    if len(_SHAPES) >= 16:
+        _SHAPES.pop(next(iter(_SHAPES)))
+    _SHAPES[id(profile)] = (profile, out)
+    return out
+
+
+#: Architectures whose blocks run attention and FFN in parallel from one norm output and add both to the residual
+#: (src/models/command-r.cpp, cohere2.cpp, phi2.cpp): the attention output stays allocated through the FFN.
+PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe", "plamo", "phi2"})
+
+#: Architectures whose graph only builds the dense FFN (src/models/refact.cpp calls build_ffn with ffn_up, ffn_gate
+#: and ffn_down): a MoE file's expert matrices are loaded but never multiplied, so such layers add no intermediates.
+DENSE_FFN_GRAPH_ARCHS = frozenset({"refact"})
+
+#: `llm_graph_context::build_moe_ffn`: llama4 scales the FFN input by the router weights before the experts, a
+#: `[n_embd, n_expert_used, n_tok]` copy that stays live while gate and up run.
+WEIGHT_BEFORE_FFN_ARCHS = frozenset({"llama4"})
+
+#: Architectures that keep the (normed) input embeddings live through every layer for a skip connection added to
+#: each layer's output (src/models/talkie.cpp `embd_skip`; src/models/hrm-text.cpp keeps the high-cycle state zH
+#: live through the low-cycle stacks, which add it to their input): one more `[n_embd, n_tok]` block in the layer
+#: phase.
+EMBD_SKIP_ARCHS = frozenset({"talkie", "hrm_text"})
+
+#: Architectures whose allocator peaks show no two-block hole under the FFN: the blocks the attention frees are
+#: two separate one-block holes (openelm's per-layer head counts, plamo3's and hrm_text's attention tensors differ
+#: from the hidden size), so the FFN's last intermediate goes on top instead of into the hole (the smoke models'
+#: peaks: gate, up and the GLU output above the residual blocks). The cacheless diffusion models' graphs
+#: (src/models/dream.cpp, llada.cpp) allocate their mask `self_kq_mask` between the two: the smoke models' peak at
+#: c512 has the freed blocks at 0.5-1.0 and 1.51-2.01 MiB with the mask between them, and gate, up and the GLU
+#: output on top (5.26 MiB).
+NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text", "dream", "llada"})
+
+#: Architectures whose attention compresses K/V through `attn_kv_a_mqa` without MLA's absorbed query
+#: (src/models/minicpm3.cpp): Q, the compressed KV with its rope part and the normed latent are live together.
+KV_A_MQA_ARCHS = frozenset({"minicpm3"})
+
+#: Architectures with a fused QKV projection and no rope (src/models/{gpt2,bloom,jais,mpt,starcoder}.cpp): Q, K
+#: and V are views of the projection's output, which therefore stays live through the attention.
+NO_ROPE_QKV_ARCHS = frozenset({"gpt2", "bloom", "jais", "mpt", "starcoder"})
+
+#: Architectures with DeepSeek-V3.2's lightning indexer graph (src/models/deepseek32.cpp and its copies).
+DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
+
+#: Architectures whose recurrent layers are Mamba-1 / Mamba-2 blocks (the SSM scan below); gated delta nets, RWKV,
+#: short convolutions and linear attention have other graphs and are not modelled here.
+MAMBA_ARCHS = frozenset(
+    {"mamba", "mamba2", "jamba", "falcon-h1", "nemotron_h", "nemotron_h_moe", "granitehybrid", "plamo2"}
+)
+
+
+def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bool = True) -> int:
+    """Live set of one Mamba block during the selective scan, f32 (src/models/graph-context-mamba.cpp).
+
+    Mamba-2 (`ssm.group_count` > 0): the input projection zxBCdt `[2 d_inner + 2 n_group d_state + n_head, n_tok]`
+    and the conv output `[channels, n_tok]` (channels = d_inner + 2 n_group d_state) stay live through the scan;
+    before them the conv input (conv state + xBC, `[d_conv - 1 + n_tok / n_seqs, channels, n_seqs]`), freed after
+    the convolution, and after it the scan output (y `[d_inner, n_tok]` plus the final states
+    `[d_state, d_inner, n_seqs]`) take the same space. Mamba-1: zx `[2 d_inner, n_tok]` and the conv output
+    `[d_inner, n_tok]`, then the conv input, or x_db `[dt_rank + 2 d_state, n_tok]`, dt `[d_inner, n_tok]` and the
+    scan output.
+    """
+    ssm = profile.ssm
+    if ssm is None or profile.architecture not in MAMBA_ARCHS or not ssm.d_inner:
+        return 0
+    scan = n_tok * ssm.d_inner + ssm.d_state * ssm.d_inner * n_seqs
+    if ssm.n_group:
+        channels = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
+        in_proj = 2 * ssm.d_inner + 2 * ssm.n_group * ssm.d_state + ssm.dt_rank
+        conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * channels * n_seqs
+        # The conv input is freed after the convolution; the scan output takes its place when it fits there,
+        # else it goes above and the conv input's space stays a hole. After the scan, the contiguous copy of z
+        # `[d_inner, n_tok]` (for the gated output) needs a free block: what the scan left of the conv input's
+        # space, or, on a backend with attention layers, the space of the masks freed after the last of them.
+        z = ssm.d_inner * n_tok
+        if scan > conv_in:
+            floats = in_proj * n_tok + channels * n_tok + conv_in + scan
+        else:
+            floats = in_proj * n_tok + channels * n_tok + conv_in
+            if not attention and conv_in - scan < z:
+                floats += z
+    else:
+        conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * ssm.d_inner * n_seqs
+        x_db_dt = (ssm.dt_rank + 2 * ssm.d_state) * n_tok + ssm.d_inner * n_tok
+        floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + max(conv_in, x_db_dt + scan)
+    return F32 * floats
+
+
+#: Indexer query projections (`indexer.attn_q_b`, `indexer.q_proj`: `[n_indexer_head x key_length, n_tok]`) and
+#: how many such tensors are live together at the indexer's peak, per architecture, from the graphs:
+#: src/models/deepseek4.cpp ropes the projection into a second tensor (`lid_q`, `lid_q_rope`), qwen4exp.cpp norms
+#: it (`build_norm` of the projection), glm5-next.cpp scores the projection itself (`indexer_q` only). The
+#: allocator's peaks on the smoke models show exactly these 16 MiB tensors at `-ub 512`.
+INDEXER_Q_COPIES = {"deepseek4": 2, "qwen4exp": 2, "glm5-next": 1}
+
+#: Hyper-connection residual streams `[n_embd x hc, n_tok]` live through the layers, per architecture (the
+#: allocator's peaks on the smoke models): the wide residual (`hc_init` / `l_last`) on all of them, plus, on
+#: qwen4exp and glm5-next, a second one: qwen4exp's grouped norm of the streams (`hc_norm`, read again by the inject
+#: projection at the combine), glm5-next's second stream tensor next to `hc_init`.
+HC_STREAMS = {"deepseek4": 1, "hy_v4": 1, "qwen4exp": 2, "glm5-next": 2}
+
+
+def _hc_width(profile: ModelProfile) -> int:
+    """Elements per token of one hyper-connection residual `n_embd x hc` (from `hc_attn_fn` / `hc_attn_down`,
+    whose rows span all streams), 0 when the model has none."""
+    for t in profile.tensors:
+        if t.name.endswith((".hc_attn_fn.weight", ".hc_attn_down.weight")) and len(t.shape) > 1:
+            return t.shape[0]
+    return 0
+
+
+def _indexer_q_rows(profile: ModelProfile) -> dict[int, int]:
+    """Per layer, the rows of its indexer query projection (architectures in INDEXER_Q_COPIES)."""
+    if profile.architecture not in INDEXER_Q_COPIES:
+        return {}
+    out: dict[int, int] = {}
+    for t in profile.tensors:
+        if (
+            t.layer is not None
+            and t.name.endswith((".indexer.attn_q_b.weight", ".indexer.q_proj.weight"))
+            and len(t.shape) > 1
+        ):
+            out[t.layer] = t.shape[1]
+    return out
+
+
+#: Architectures with lightning-attention layers (src/models/minimax-01.cpp), their recurrent layers.
+LIGHTNING_ARCHS = frozenset({"minimax-01"})
+
+#: Architectures whose MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
+KIMI_MLA_ARCHS = frozenset({"kimi-linear", "kimi-k3"})
+
+#: Architectures whose recurrent layers are gated delta nets (src/models/qwen3next.cpp, qwen35.cpp, qwen35moe.cpp
+#: through `llm_build_delta_net_base`), run as one fused `ggml_gated_delta_net` op (see `_gdn_transient`).
+GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
+
+
+def _gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """Live set of a gated-delta-net layer when its fused op's output is allocated, bytes (f32).
+
+    With head_k = `ssm.state_size`, num_k = `ssm.group_count`, num_v = `ssm.time_step_rank`, head_v = d_inner /
+    num_v: the convolution output `[d_inner + 2 num_k head_k, n_tok]` (Q, K and V are views of it), the L2-normed
+    Q and K repeated to num_v heads `[head_k, num_v, n_tok]` each (the normed ones themselves when num_k = num_v),
+    beta and the gate's input `[num_v, n_tok]`, the recurrent state read from the cache `[head_v, head_v, num_v,
+    n_seqs]` and the op's output: the attention output `[head_v, num_v, n_tok]` followed by the new state. The
+    gate z `[d_inner, n_tok]` is computed after the op (it is read only by the gated norm). Measured with the
+    allocator's list of live tensors: 44.12 MiB on Qwen3-Next-80B-A3B at `-ub 512` (16 + 8 + 8 + 2 + 10 MiB and
+    two 64 KiB inputs), 3.26 MiB on the qwen35 smoke model.
+    """
+    ssm = profile.ssm
+    if ssm is None or profile.architecture not in GDN_ARCHS or not (ssm.d_inner and ssm.dt_rank):
+        return 0
+    head_k, num_k, num_v = ssm.d_state, ssm.n_group, ssm.dt_rank
+    head_v = ssm.d_inner // num_v
+    state = head_v * head_v * num_v * n_seqs
+    conv = (ssm.d_inner + 2 * num_k * head_k) * n_tok
+    qk = 2 * head_k * num_v * n_tok
+    return F32 * (conv + qk + 2 * num_v * n_tok + state + ssm.d_inner * n_tok + state)
+
+
+def _gdn_output(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """The fused gated-delta-net op's output, the last tensor of `_gdn_transient`: the attention output
+    `[head_v, num_v, n_tok]` followed by the new state `[head_v, head_v, num_v, n_seqs]`, bytes (f32)."""
+    ssm = profile.ssm
+    if ssm is None or profile.architecture not in GDN_ARCHS or not (ssm.d_inner and ssm.dt_rank):
+        return 0
+    head_v = ssm.d_inner // ssm.dt_rank
+    return F32 * (ssm.d_inner * n_tok + head_v * head_v * ssm.dt_rank * n_seqs)
+
+
+def _expert_copy_hole(
+    profile: ModelProfile,
+    layer_device: tuple[int | None, ...],
+    ffn_dev: dict[int, int | None],
+    gi: int,
+    layers: list[int],
+    n_tok: int,
+) -> tuple[int, int, int]:
+    """The hole a GPU's masks sit on when its routed experts run on the host: (bytes, layer, last attention layer).
+
+    A layer whose experts run on the host (`-cmoe`, `-ncmoe`, `-ot exps=CPU`) and whose shared expert runs on the
+    GPU has its experts' down outputs `[n_embd, n_used, n_tok]` (f32) copied back for the weighted sum. When the
+    split that starts with that sum also runs the GPU's first attention layer, the copy and the mask are that
+    split's inputs, allocated together: the mask lands above the copy, and once the sum has read the copy its
+    space stays a hole under the mask until the last attention layer frees the mask. What the layers in between
+    allocate goes into that hole while it fits, the rest above the mask (the allocator's live tensors on
+    Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the 40 MiB of `ffn_moe_down-2` at 16-56 MiB, the mask at
+    56-64 MiB, layer 4's delta-net tensors at 16-50.3 MiB and its 10 MiB output at 68-78 MiB; `-ncmoe 1`: layer 1's
+    gate, up and GLU output at 16-46 MiB and its 40 MiB of down outputs at 68-108 MiB).
+    """
+    base, swa = _attn_layers(profile, layers)
+    att = sorted(base + swa)
+    moe = profile.moe
+    if not att or moe is None:
+        return 0, -1, -1
+    shexp = _layer_shapes(profile).shexp
+    for il in range(att[0] - 1, -1, -1):
+        if il >= len(layer_device) or layer_device[il] != gi:
+            return 0, -1, -1  # the split starts with the layer input copied from another device
+        if ffn_dev.get(il, gi) == gi:
+            continue
+        lp = profile.layers[il]
+        if ffn_dev.get(il) is not None or not lp.is_moe or il not in shexp:
+            return 0, -1, -1  # experts on another GPU, or no shared expert: not traced
+        used = lp.n_expert_used or moe.n_expert_used
+        return F32 * n_tok * used * profile.n_embd, il, att[-1]
+    return 0, -1, -1
+
+
+def _ffn_in_hole(profile: ModelProfile, il: int, n_tok: int, hole: int) -> int:
+    """A layer's FFN intermediates over the hole under the masks (`_in_hole`): a MoE's gate, up and GLU output
+    first, then the experts' down outputs when they do not go into gate and up's space (`_ffn_layer`)."""
+    f = _ffn_layer(profile, il, n_tok)[0]
+    lp, moe = profile.layers[il], profile.moe
+    if lp.is_moe and moe is not None:
+        used = lp.n_expert_used or moe.n_expert_used
+        up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+        down = F32 * n_tok * used * profile.n_embd
+        if f == 3 * up + down:
+            return _in_hole(3 * up, down, hole)
+    return _in_hole(f, 0, hole)
+
+
+def _shexp_only_ffn(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
+    """FFN intermediates on a GPU whose layers' routed experts run elsewhere: the shared expert runs there after
+    the experts, its gate, up and GLU output `[n_ff_shexp, n_tok]` over the experts' sum `[n_embd, n_tok]` (the
+    allocator's peak on Llama-4-Scout with `-cmoe`: `ffn_moe_out-2`, `ffn_gate-2`, `ffn_up-2`, `ffn_swiglu-2`);
+    without a shared expert, the down outputs copied back for the weighted sum."""
+    shapes = _layer_shapes(profile)
+    moe = profile.moe
+    out = 0
+    for il in layers:
+        lp = profile.layers[il]
+        if not lp.is_moe or moe is None:
+            continue
+        if il in shapes.shexp:
+            out = max(out, F32 * n_tok * (3 * shapes.shexp_ff + profile.n_embd))
+        else:
+            # no shared expert: the experts' down outputs [n_embd, n_used, n_tok] are copied back for the
+            # weighted sum (qwen3-30b-a3b -cmoe: `ffn_moe_down-0` copied to the first device, 32 MiB)
+            out = max(out, F32 * n_tok * (lp.n_expert_used or moe.n_expert_used) * profile.n_embd)
+    return out
+
+
+def _in_hole(pre: int, last: int, hole: int) -> int:
+    """Bytes a live set takes over the hole's start: `pre` allocated first, then `last` (the largest, allocated
+    last) into what is left of the hole or, when it does not fit there, above the mask."""
+    if pre + last <= hole:
+        return hole
+    if pre <= hole:
+        return hole + last
+    return pre + last  # more than the hole before the last tensor: where it goes was not traced
+
+
+def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], list[int]]:
+    base: list[int] = []
+    swa: list[int] = []
+    for il in layers:
+        lp = profile.layers[il]
+        if lp.kind in (LayerKind.RECURRENT, LayerKind.NEXTN) or lp.n_head == 0:
+            continue
+        if lp.kind is LayerKind.NONE and profile.has_memory:
+            continue  # an MLP-only layer; in models without a memory module every layer attends without a cache
+        (swa if lp.is_swa else base).append(il)
+    return base, swa
+
+
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells."""
+
+    a_base: int = 0
+    a_swa: int = 0
+    c: int = 0
+
+    def at(self, n_kv_base: int, n_kv_swa: int) -> int:
+        return self.a_base * n_kv_base + self.a_swa * n_kv_swa + self.c
+
+
+def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
+    return max((a.at(nb, ns) for a in affs), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class _DevicePlan:
+    """The compute buffer of one backend as functions of the KV cells (built once per placement)."""
+
+    device: int | None
+    layer_phase: bool  # the device runs layers (attention or FFN)
+    masks: Affine
+    v_idxs: int
+    blocks_label: str
+    blocks: int
+    ffn: int
+    kq: tuple[Affine, ...]  # KQ scores + Q per layer group (max of)
+    mla_v: Affine
+    fa_copies: tuple[Affine, ...]  # CUDA f16 K/V copies per layer (max of)
+    logits: int  # > 0 on the output device
+    out_block: int
+    pp_extra: Affine
+    op_offload_copy: int
+    host_inputs: bool  # the host with no layers: graph inputs only
+    small_inputs: int = 0  # token ids, positions, K/V row indices, output ids
+    # (FFN, first intermediate, hole) of the layers that run after the last use of a mask and V's indices: the
+    # first intermediate reuses their space when it fits there.
+    ffn_holes: tuple[tuple[int, int, int, Affine], ...] = ()
+    # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
+    ik_groups: tuple[tuple[bool, int], ...] = ()
+    # ik_llama.cpp on the host: the masks and activations are freed before the output layer, whose logits sit
+    # with the output norm's block alone (the allocator's peak list of ik's output phase)
+    ik_output_phase: bool = False
+    # DSA top-k masks (src/llama-graph.cpp build_attn with top_k): a zero-filled f32 [1, min(n_kv, top_k), n_tok]
+    # leaf per layer, allocated up front: bytes per kept cell, and the top_k cap
+    dsa_zeros: int = 0
+    dsa_top_k: int = 0
+    # on a later GPU whose last layer is a MoE with a shared expert: that layer's tensors under the logits
+    out_below: int = 0
+
+    def zeros_at(self, nb: int) -> int:
+        return self.dsa_zeros * min(nb, self.dsa_top_k)
+
+
+class ComputePlan:
+    """Everything the compute buffers depend on except the KV cells, resolved once for a placement.
+
+    `evaluate(n_kv_base, n_kv_swa)` is a handful of integer operations per backend, so a whole context curve is
+    cheap; `compute_buffers` is the one-shot form.
+    """
+
+    def __init__(
+        self,
+        profile: ModelProfile,
+        inputs: ComputeInputs,
+        placement: WeightPlacement,
+        gpu_vendors: tuple[Vendor, ...] = (),
+    ) -> None:
+        self.inputs = inputs
+        n_tok, n_out = inputs.n_tok, inputs.n_out
+        fa = inputs.flash_attn
+        n_gpu = len(gpu_vendors)
+        trunk = [lp.index for lp in profile.layers if not lp.is_nextn and lp.index < profile.n_layer]
+        by_dev: dict[int | None, list[int]] = {}
+        for il in trunk:
+            by_dev.setdefault(placement.layer_device[il], []).append(il)
+        out_dev = placement.output_device
+        mask_elt = F16 if fa else F32
+        embd_block = F32 * profile.n_embd * n_tok
+        # ik_llama.cpp reserves the worst case with every token an output (llm_build_context: n_outputs = n_tokens)
+        logits = F32 * profile.n_vocab * (n_tok if inputs.ik_attention else n_out)
+        v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
+
+        # DSA lightning indexer (src/models/deepseek32.cpp): its queries [head_size, n_indexer_head, n_tok] before and
+        # after the Hadamard rotation are live together; it has its own f16 mask over the base cache.
+        idx_heads = (
+            max(
+                (
+                    t.shape[1]
+                    for t in profile.tensors
+                    if t.name.endswith("indexer.proj.weight") and len(t.shape) > 1
+                ),
+                default=0,
+            )
+            if profile.architecture in DSA_ARCHS
+            else 0
+        )
+        idx_q = 2 * F32 * n_tok * idx_heads * profile.indexer_head_size
+        if idx_q and profile.mla is not None:
+            # the indexer's queries come from the compressed query qr [q_lora_rank, n_tok], which stays live for
+            # the main query, next to the absorbed Q [n_embd_head_k, n_head, n_tok] (measured: both are live at
+            # the indexer's peak)
+            idx_q += F32 * n_tok * profile.mla.q_lora_rank
+            idx_q += F32 * n_tok * max((lp.n_head * lp.n_embd_head_k for lp in profile.layers), default=0)
+            # below the absorbed Q, the space of the query q [key_length_mla, n_head, n_tok] and q_nope_absorbed
+            # [kv_lora, n_head, n_tok] that the concatenation into Qcur read (src/models/deepseek32.cpp), free by
+            # the indexer's peak: the indexer's queries go into it while they fit, else above (the dots3note smoke
+            # model's peak at c512: qr-0 at 3.84-4.84 MiB, the free 1.375 MiB of q-0 and q_nope_absorbed-0,
+            # Qcur-0 at 6.21-7.34 and the two 16 MiB indexer_q-0 above it, 39.34 MiB)
+            q_rows = profile.mla.key_length_mla + profile.mla.kv_lora_rank
+            room = F32 * n_tok * max((lp.n_head * q_rows for lp in profile.layers), default=0)
+            one_q = F32 * n_tok * idx_heads * profile.indexer_head_size
+            fit = min(2, room // one_q) if one_q else 0
+            idx_q += room - fit * one_q
+
+        dsa_top_k = profile.indexer_top_k if profile.architecture in DSA_ARCHS else 0
+        idx_rows = _indexer_q_rows(profile)
+        kv_a_mqa: dict[int, tuple[int, int]] = {}
+        if profile.architecture in KV_A_MQA_ARCHS:
+            norms = {
+                t.layer: t.shape[0] for t in profile.tensors if t.name.endswith(".attn_kv_a_norm.weight")
+            }
+            for t in profile.tensors:
+                if t.layer is not None and t.name.endswith(".attn_kv_a_mqa.weight") and len(t.shape) > 1:
+                    kv_a_mqa[t.layer] = (t.shape[1], norms.get(t.layer, 0))
+        # hyper-connection residual streams, live through every layer like the residual blocks
+        hc_block = F32 * n_tok * _hc_width(profile) * HC_STREAMS.get(profile.architecture, 0)
+
+        def dsa_zeros(layers: list[int]) -> int:
+            # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
+            # indices, but builds its own mask); sliding-window layers have none
+            return F32 * n_tok * len(_attn_layers(profile, layers)[0]) if dsa_top_k else 0
+
+        def masks(layers: list[int]) -> Affine:
+            if not profile.has_memory:
+                return Affine(c=mask_elt * n_tok * n_tok) if layers else Affine()
+            base, swa = _attn_layers(profile, layers)
+            lid = F16 * n_tok if idx_q and any(profile.layers[il].has_indexer for il in layers) else 0
+            return Affine(
+                a_base=(mask_elt * n_tok if base else 0) + lid,
+                a_swa=mask_elt * n_tok if swa else 0,
+            )
+
+        shapes = _layer_shapes(profile)
+
+        ik_q: set[tuple[bool, int]] = set()
+
+        def ik_groups(layers: list[int]) -> tuple[tuple[bool, int], ...]:
+            ik_q.clear()
+            kq(layers)
+            return tuple(sorted(ik_q))
+
+        def kq(layers: list[int]) -> tuple[Affine, ...]:
+            base, swa = _attn_layers(profile, layers)
+            out: set[Affine] = set()
+            for group, is_swa in ((base, False), (swa, True)):
+                for il in group:
+                    lp = profile.layers[il]
+                    # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
+                    # absorbed q_nope [kv_lora_rank, n_head, n_tok].
+                    q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
+                    if profile.mla is not None:
+                        q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
+                    if il in kv_a_mqa:
+                        # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
+                        # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
+                        rows, lora = kv_a_mqa[il]
+                        out.add(Affine(c=F32 * n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+                    if profile.mla is not None and profile.architecture in KIMI_MLA_ARCHS:
+                        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
+                        # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
+                        # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
+                        # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB), above the space the
+                        # query projection q [key_length_mla, n_head, n_tok] and q_nope_absorbed [kv_lora, n_head,
+                        # n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
+                        # the freed q_a [q_lora, n_tok] when it fits). The compressed KV, its norm and Kcur go
+                        # into that space while they fit: on the smoke models the compressed KV leaves 0.25 MiB of
+                        # it, a hole under Qcur (kimi-linear: q 0.375 + q_nope_absorbed 1.0 MiB at 1.76-3.14 MiB,
+                        # then the compressed KV at 1.76-2.89), 6.39 MiB in all
+                        kr, lora, q_lora = lp.n_embd_head_k, profile.mla.kv_lora_rank, profile.mla.q_lora_rank
+                        q_abs = lp.n_head * lora
+                        slot = q_lora if 0 < q_abs <= q_lora else q_lora + q_abs
+                        room = slot + lp.n_head * profile.mla.key_length_mla
+                        left, above = room, 0
+                        for t in (kr, lora, kr):  # the compressed KV, its normed latent, Kcur
+                            if t <= left:
+                                left -= t
+                            else:
+                                above += t
+                        # without flash attention the contiguous copy of V (`mla_v`, counted with every attention
+                        # term) comes later: it is not live at this point (kimi-linear smoke model, -fa off: 6.89 MiB
+                        # with the f32 mask, no copy of V)
+                        v_copy = (
+                            0
+                            if fa or inputs.ik_attention
+                            else row_bytes(kv_type_id(inputs.cache_type_k), lora) * inputs.n_stream
+                        )
+                        out.add(Affine(a_base=-v_copy, c=F32 * n_tok * (room + lp.n_head * kr + above)))
+                    if not profile.has_memory:
+                        # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
+                        q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+                    qkv = shapes.qkv_rows.get(il, 0)
+                    if qkv and not fa and profile.architecture in NO_ROPE_QKV_ARCHS:
+                        q = F32 * n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
+                    if qkv:
+                        # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
+                        out.add(Affine(c=F32 * n_tok * qkv))
+                    elif profile.mla is None:
+                        # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
+                        # goes into the one-block hole the mixed batch's token rows leave (freed after the first
+                        # layer's input is assembled)
+                        kv_min = min(lp.n_embd_k_gqa, lp.n_embd_v_gqa)
+                        q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
+                        out.add(Affine(c=F32 * n_tok * (q_k_v - (kv_min if kv_min <= profile.n_embd else 0))))
+                    if fa:
+                        # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
+                        out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
+                        if inputs.ik_attention and ik_mla_dims(profile) is not None:
+                            ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
+                        continue
+                    a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
+                    if qkv and profile.architecture not in NO_ROPE_QKV_ARCHS:
+                        # the roped Q of a fused projection takes the attention norm's block (the norm has one
+                        # reader, freed before the QKV output is split): only what exceeds a block is added
+                        q = max(0, q - F32 * n_tok * profile.n_embd)
+                    if inputs.ik_attention and profile.has_memory:
+                        ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
+                        continue
+                    if not profile.has_memory:
+                        out.add(Affine(c=a * n_tok + q))
+                    elif is_swa:
+                        out.add(Affine(a_swa=a, c=q))
+                    else:
+                        out.add(Affine(a_base=a, c=q))
+            # Hybrid layers (falcon-h1) run attention and the SSM side by side from one norm output: the masks
+            # stay live through the SSM and the attention output waits for it.
+            parallel = any(profile.layers[il].kind is LayerKind.HYBRID for il in layers)
+            ssm = _ssm_transient(profile, n_tok, inputs.n_seqs, bool(base or swa) and not parallel)
+            if ssm and any(profile.layers[il].is_recurrent for il in layers):
+                out.add(Affine(c=ssm + (F32 * n_tok * profile.n_embd if parallel else 0)))
+            if profile.architecture in LIGHTNING_ARCHS:
+                # src/models/minimax-01.cpp, a lightning-attention layer over the whole ubatch per sequence: the
+                # fused QKV output [3 n_head head_dim, n_tok], the inter-block product qkv_none_diag
+                # [n_head head_dim, n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
+                # input diag_decay_exp of the same shape, freed after the last such layer (the smoke model's peak:
+                # 1.5 + 0.5 + 2 + 2 MiB at 512 tokens)
+                n_st = n_tok // max(1, inputs.n_seqs)
+                for il in layers:
+                    lp = profile.layers[il]
+                    if lp.is_recurrent:
+                        dim = lp.n_head * lp.n_embd_head_k
+                        sq = n_st * n_st * lp.n_head * inputs.n_seqs
+                        out.add(Affine(c=F32 * (4 * dim * n_tok + 2 * sq)))
+            gdn = _gdn_transient(profile, n_tok, inputs.n_seqs)
+            if gdn and any(profile.layers[il].is_recurrent for il in layers):
+                out.add(Affine(c=gdn))
+            if idx_q and any(profile.layers[il].has_indexer for il in layers):
+                out.add(Affine(c=idx_q))
+            iq = max((idx_rows.get(il, 0) for il in layers), default=0)
+            if iq:
+                out.add(Affine(c=INDEXER_Q_COPIES[profile.architecture] * F32 * n_tok * iq))
+            if profile.architecture in PARALLEL_ATTN_FFN_ARCHS and (base or swa) and fa:
+                # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
+                # peak: Q, K and V above the norm output); without flash attention the recordings match without it
+                out = {Affine(a.a_base, a.a_swa, a.c + embd_block) for a in out}
+            return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+        def mla_v(layers: list[int]) -> Affine:
+            if inputs.ik_attention:
+                # ik's kv_cache_trans (-mla 2/3 without flash attention, in the latent's type: -ctv), or none
+                row = ik_mla_v_copy_row(profile, inputs.ik_mla_mode, fa, inputs.cache_type_v)
+                has = row and _attn_layers(profile, layers)[0]
+                return Affine(a_base=row * inputs.n_stream) if has else Affine()
+            if fa or profile.mla is None or not _attn_layers(profile, layers)[0]:
+                return Affine()
+            # the contiguous copy of V (the latent rows of every stream's cells)
+            row = row_bytes(kv_type_id(inputs.cache_type_k), profile.mla.kv_lora_rank)
+            return Affine(a_base=row * inputs.n_stream)
+
+        def v_idxs(layers: list[int]) -> int:
+            if inputs.ik_attention:
+                return 0  # ik stores V through a view at kv_head: no index input (its allocator lists none)
+            if fa or not profile.has_memory or profile.mla is not None:
+                return 0  # MLA caches have no V: V is a view of the latent K rows
+            base, swa = _attn_layers(profile, layers)
+            # one per cache (an iSWA model has two: the base and the SWA cache's)
+            return I64 * n_tok * v_gqa_max * ((1 if base else 0) + (1 if swa else 0))
+
+        def small_inputs(layers: list[int]) -> int:
+            base, swa = _attn_layers(profile, layers)
+            if not (base or swa) or not profile.has_memory:
+                return 0
+            # positions (i32) and K's row indices (i64); V's (i64) too with flash attention (else `v_idxs`)
+            return n_tok * (SMALL_INPUT_BYTES_PER_TOKEN - (0 if fa else I64))
+
+        def fa_copies(layers: list[int]) -> tuple[Affine, ...]:
+            if not fa or (inputs.cache_type_k == "f16" and inputs.cache_type_v == "f16"):
+                return ()
+            base, swa = _attn_layers(profile, layers)
+            out: set[Affine] = set()
+            for il in base + swa:
+                lp = profile.layers[il]
+                k = F16 * lp.n_embd_k_gqa if inputs.cache_type_k != "f16" else 0
+                v = F16 * lp.n_embd_v_gqa if inputs.cache_type_v != "f16" else 0
+                out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
+            return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
+
+        def ffn_holes(
+            layers: list[int], flayers: list[int], m: Affine, vi: int
+        ) -> tuple[int, tuple[tuple[int, int, int, Affine], ...]]:
+            """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
+            of those that can: a mask and V's indices are freed after the last layer that reads them, so that
+            layer's FFN can put its first intermediate in their space (with the device's input block, freed after
+            its first layer, next to them)."""
+            base, swa = _attn_layers(profile, layers)
+            if (
+                not (m.a_base or m.a_swa or m.c or vi)
+                or not (base or swa)
+                or profile.architecture in PARALLEL_ATTN_FFN_ARCHS  # the attention output is still live
+            ):
+                return _ffn_transient(profile, flayers, n_tok), ()
+            v_one = vi // ((1 if base else 0) + (1 if swa else 0))
+            rest: list[int] = []
+            holes: set[tuple[int, int, int, Affine]] = set()
+            big = len(profile.layers)
+            last_base = max(base, default=-1) if base else big
+            last_swa = max(swa, default=-1) if swa else big
+            for il in flayers:
+                # inputs freed by the end of this layer's attention (freed neighbours merge into one block)
+                freed_base, freed_swa = il >= last_base, il >= last_swa
+                if not (freed_base or freed_swa):
+                    rest.append(il)
+                    continue
+                f, first, held = _ffn_layer(profile, il, n_tok)
+                freed_input = embd_block if il != min(layers) else 0
+                hole = Affine(
+                    m.a_base if freed_base else 0,
+                    m.a_swa if freed_swa else 0,
+                    (m.c if freed_base else 0) + v_one * (int(freed_base) + int(freed_swa)) + freed_input,
+                )
+                holes.add((f, first, held, hole))
+            key = lambda h: (h[0], h[1], h[2], h[3].a_base, h[3].a_swa, h[3].c)  # noqa: E731
+            return _ffn_transient(profile, rest, n_tok), tuple(sorted(holes, key=key))
+
+        offload_gpu0 = bool(
+            n_gpu
+            and inputs.op_offload
+            and n_tok >= OP_OFFLOAD_MIN_BATCH
+            and gpu_vendors[0] in OP_OFFLOAD_VENDORS
+        )
+        # Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when
+        # op offload takes host-resident matrix multiplications there.
+        ffn_dev = _ffn_devices(profile, placement)
+        if offload_gpu0:
+            ffn_dev = {il: (0 if d is None else d) for il, d in ffn_dev.items()}
+        ffn_by_dev: dict[int | None, list[int]] = {}
+        for il in trunk:
+            ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
+        op_copy = _largest_host_weight_group(profile, placement) if offload_gpu0 else 0
+
+        skip = 1 if profile.architecture in EMBD_SKIP_ARCHS else 0
+        below_logits = _below_logits(profile, trunk[-1], n_tok) if trunk else 0
+        plans: list[_DevicePlan] = []
+        for gi in range(n_gpu):
+            layers = by_dev.get(gi, [])
+            flayers = ffn_by_dev.get(gi, [])
+            has_out = out_dev == gi
+            runs = bool(layers or flayers)
+            # The GPU that runs the first layer takes the embeddings from the host: it holds the same residual
+            # blocks as a single backend does (the recordings with one RPC device show five).
+            first = bool(trunk) and placement.layer_device[trunk[0]] == gi
+            cuda = gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
+            pp = inputs.pipeline_parallel and (runs or has_out)
+            m = masks(layers)
+            # the copies of the small split inputs: positions, K/V row indices, the output ids
+            small = small_inputs(layers) + (I32 * n_out if has_out else 0) if runs and not pp else 0
+            vi = v_idxs(layers) if runs else 0
+            blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + skip if runs else 0
+            if first and layers and not flayers and not profile.is_moe:
+                blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
+            out_blocks = RESIDUAL_BLOCKS if first else 1
+            # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
+            out_extra = below_logits if not first and trunk and placement.layer_device[trunk[-1]] == gi else 0
+            if has_out and not runs and trunk:
+                out_extra = _routed_sum_inputs(profile, trunk[-1], n_tok)
+            pp_extra = Affine()
+            if pp:
+                # Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's
+                # indices, the small inputs, the hidden-state blocks, and the output ids on the output GPU. The
+                # layer phase then adds its own blocks; the output phase its norm output and the logits.
+                pp_small = small_inputs(layers) + (I32 * n_out if has_out else 0)
+                if first:
+                    pp_small += I64 * n_tok  # the mixed batch's slots: its rows are set on the first GPU
+                hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * embd_block
+                pp_extra = Affine(
+                    PIPELINE_COPIES * m.a_base,
+                    PIPELINE_COPIES * m.a_swa,
+                    PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
+                )
+                m, vi = Affine(), 0
+                blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
+                out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+                out_extra = 0
+            ffn_rest, holes = ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
+            kq_gi = kq(layers)
+            shexp_ffn = _shexp_only_ffn(profile, [il for il in layers if ffn_dev.get(il, gi) != gi], n_tok)
+            if shexp_ffn and first:
+                # the first GPU holds four block-sized spaces in that phase, not five (the allocator's peaks on
+                # qwen3-30b-a3b and Llama-4-Scout with `-cmoe`; gpt-oss-20b's recording matches to the 0.01 MiB)
+                shexp_ffn -= embd_block
+            if shexp_ffn > ffn_rest:
+                ffn_rest = shexp_ffn
+            copy_hole, e, last_att = (
+                _expert_copy_hole(profile, placement.layer_device, ffn_dev, gi, layers, n_tok)
+                if runs and not pp
+                else (0, -1, -1)
+            )
+            if copy_hole:
+                # what the layers between the copied layer and the last attention layer allocate, over the hole
+                # under the masks (`_expert_copy_hole`)
+                held_set = {Affine(c=copy_hole)}
+                gdn = _gdn_transient(profile, n_tok, inputs.n_seqs)
+                if gdn and any(profile.layers[il].is_recurrent for il in layers if e < il <= last_att):
+                    out = _gdn_output(profile, n_tok, inputs.n_seqs)
+                    held_set.add(Affine(c=_in_hole(gdn - out, out, copy_hole)))
+                kq_gi = tuple(sorted(set(kq_gi) | held_set, key=lambda x: (x.a_base, x.a_swa, x.c)))
+                ffn_rest = max(
+                    [ffn_rest]
+                    + [_ffn_in_hole(profile, il, n_tok, copy_hole) for il in flayers if e < il < last_att]
+                )
+            plans.append(
+                _DevicePlan(
+                    device=gi,
+                    layer_phase=runs,
+                    masks=m if runs else Affine(),
+                    v_idxs=vi,
+                    small_inputs=small,
+                    blocks_label="layer input + residual",
+                    blocks=blocks * embd_block + (hc_block if layers else 0) if runs else 0,
+                    ffn=ffn_rest,
+                    ffn_holes=holes,
+                    ik_groups=ik_groups(layers) if inputs.ik_attention else (),
+                    dsa_zeros=dsa_zeros(layers),
+                    dsa_top_k=dsa_top_k,
+                    kq=kq_gi,
+                    mla_v=mla_v(layers),
+                    fa_copies=fa_copies(layers) if cuda else (),
+                    logits=logits if has_out else 0,
+                    out_block=out_blocks * embd_block if has_out else 0,
+                    out_below=out_extra if has_out else 0,
+                    pp_extra=pp_extra,
+                    op_offload_copy=op_copy if gi == 0 else 0,
+                    host_inputs=False,
+                )
+            )
+        host_layers = by_dev.get(None, [])
+        host_flayers = ffn_by_dev.get(None, [])
+        runs = bool(host_layers or host_flayers)
+        n_copies = PIPELINE_COPIES if inputs.pipeline_parallel and not runs else 1
+        m = masks(trunk)
+        # the small graph inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
+        # positions, K/V row indices and the output ids
+        host_small = small_inputs(trunk) + I32 * n_out + (2 * I32 + I64) * n_tok
+        ffn_only = runs and not host_layers and not profile.is_moe
+        # only routed experts (`-cmoe`, `-ncmoe`, `-ot exps=CPU`): the graph inputs stay as with dense FFNs; the
+        # other two blocks and the FFN input's copy are freed by the first experts' peak (the allocator's live
+        # tensors on Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the embeddings input, a one-block hole, the
+        # mask, the router's copied argsort, a hole where gate and up were, the GLU output and the down outputs)
+        experts_only = runs and not host_layers and profile.is_moe and profile.moe is not None
+        if runs:
+            if experts_only:
+                blocks = HOST_GRAPH_INPUT_BLOCKS * embd_block
+            elif not ffn_only:
+                blocks = ((RESIDUAL_BLOCKS + skip) if host_layers else HOST_INPUT_BLOCKS) * embd_block
+                blocks += hc_block if host_layers else 0
+            else:
+                # only dense FFNs (their weights kept on the host): the embeddings input and the FFN input's copy
+                # stay; the token-embedding rows went to the first GPU before (the input phase, in `kq` below)
+                blocks = HOST_GRAPH_INPUT_BLOCKS * embd_block
+            label = "embeddings + residual activations"
+        else:
+            # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
+            # and the two token-embedding get_rows outputs.
+            blocks = (
+                n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
+            ) * embd_block
+            if n_copies > 1:
+                blocks += n_copies * host_small
+            label = "embeddings input + get_rows"
+        host_m = Affine(
+            n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c + (host_small if n_copies == 1 else 0)
+        )
+        # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
+        # last layer
+        host_last = bool(trunk) and placement.layer_device[trunk[-1]] is None
+        ffn_rest, holes = ffn_holes(
+            host_layers,
+            host_flayers,
+            host_m if host_last else Affine(),
+            n_copies * v_idxs(trunk) if host_last else 0,
+        )
+        if experts_only and profile.moe is not None and host_flayers:
+            # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
+            # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
+            # allocator's peak on Llama-4-Scout with `-cmoe`: the two masks, gate, up and the GLU output above the
+            # embeddings input and a one-block hole)
+            ffn_rest = max(f - held for f, _, held in (_ffn_layer(profile, il, n_tok) for il in host_flayers))
+            ffn_rest += I32 * n_tok * profile.moe.n_expert
+            holes = ()
+        plans.append(
+            _DevicePlan(
+                device=None,
+                layer_phase=runs,
+                masks=Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c),
+                v_idxs=n_copies * v_idxs(trunk),
+                small_inputs=host_small if n_copies == 1 else 0,
+                blocks_label=label,
+                blocks=blocks,
+                ffn=ffn_rest,
+                ffn_holes=holes,
+                ik_groups=ik_groups(host_layers) if inputs.ik_attention else (),
+                dsa_zeros=dsa_zeros(host_layers),
+                dsa_top_k=dsa_top_k,
+                kq=kq(host_layers)
+                if not (ffn_only or experts_only)
+                else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * embd_block),),
+                mla_v=mla_v(host_layers),
+                fa_copies=(),
+                logits=logits if out_dev is None else 0,
+                out_block=embd_block if inputs.ik_attention and out_dev is None else 0,
+                ik_output_phase=inputs.ik_attention,
+                pp_extra=Affine(),
+                op_offload_copy=0,
+                host_inputs=not runs,
+            )
+        )
+        self.plans = tuple(plans)
+        self._profile = profile
+        self._ik_gpu_backend = n_gpu > 0
+
+    def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
+        return tuple(_evaluate(p, n_kv_base, n_kv_swa, self._ik(p, n_kv_base, n_kv_swa)) for p in self.plans)
+
+    def _ik(self, p: _DevicePlan, nb: int, ns: int) -> int:
+        """ik_llama.cpp's attention at its peak, largest over the device's attention groups: an MLA model's own
+        graph (`ik_compute.ik_mla_attention`), else mainline's Q with ik's chunked intermediate."""
+        ci = self.inputs
+        out = 0
+        for is_swa, q in p.ik_groups:
+            n_kv = ns if is_swa else nb
+            terms = ik_mla_attention(
+                self._profile,
+                n_kv,
+                ci.n_tok,
+                mla_mode=ci.ik_mla_mode,
+                flash_attn=ci.flash_attn,
+                amb_mib=ci.ik_amb_mib,
+                cache_type=ci.ik_type_k or ci.cache_type_k,
+                gpu_backend=self._ik_gpu_backend,
+            )
+            if terms is not None:
+                out = max(out, sum(t.bytes for t in terms))
+            elif ik_mla_dims(self._profile) is None or not ci.flash_attn:
+                inter = ik_attention_intermediate_bytes(
+                    self._profile,
+                    n_kv,
+                    ci.n_tok,
+                    mla_mode=ci.ik_mla_mode,
+                    flash_attn=ci.flash_attn,
+                    amb_mib=ci.ik_amb_mib,
+                )
+                out = max(out, q + inter)
+        return out
+
+    def totals_array(self, n_kv_base: NDArray[np.int64], n_kv_swa: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Bytes per backend (rows: GPUs in order, then the host) for arrays of KV cells: the vectorised form of
+        `evaluate`, term for term (tests check they agree)."""
+        rows = []
+        for p in self.plans:
+            ik = None
+            if p.ik_groups:
+                ik = np.array(
+                    [self._ik(p, int(b), int(w)) for b, w in zip(n_kv_base, n_kv_swa, strict=True)],
+                    dtype=np.int64,
+                )
+            rows.append(_total_array(p, n_kv_base, n_kv_swa, ik))
+        return np.stack(rows)
+
+
+def _reuse(first: int, held: int, room: int) -> int:
+    """What of the first intermediate and the held block fits into the freed inputs' space (the larger first)."""
+    if first + held <= room:
+        return first + held
+    if first <= room:
+        return first
+    return held if held <= room else 0
+
+
+def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
+    return max((f - _reuse(first, held, hole.at(nb, ns)) for f, first, held, hole in p.ffn_holes), default=0)
+
+
+def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
+    att = max(_max_at(p.kq, nb, ns), ik)
+    ffn = max(p.ffn, _last_ffn(p, nb, ns))
+    if att > ffn:
+        scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
+        return ("KQ scores + Q" if scores else "attention / SSM scan"), att
+    return "FFN intermediates", ffn
+
+
+def _aff(a: Affine, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+    return a.a_base * nb + a.a_swa * ns + a.c
+
+
+def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+    out = np.zeros_like(nb)
+    for a in affs:
+        out = np.maximum(out, _aff(a, nb, ns))
+    return out
+
+
+def _total_array(
+    p: _DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64], ik: NDArray[np.int64] | None = None
+) -> NDArray[np.int64]:
+    att = _max_aff(p.kq, nb, ns)
+    if ik is not None:
+        att = np.maximum(att, ik)
+    ffn = np.full_like(nb, p.ffn)
+    for f, first, held, hole in p.ffn_holes:
+        room = _aff(hole, nb, ns)
+        reuse = np.where(
+            first + held <= room,
+            first + held,
+            np.where(first <= room, first, np.where(held <= room, held, 0)),
+        )
+        ffn = np.maximum(ffn, f - reuse)
+    trans = np.where(att > ffn, att, ffn)
+    zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros
+    if p.device is None:
+        total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns) + zeros
+        if p.ik_output_phase and p.logits and p.layer_phase:
+            host_layer = total + trans
+            host_out = p.logits + p.out_block
+            return np.where(host_layer >= host_out, host_layer, host_out)
+        if p.logits:
+            trans = (
+                np.where(p.logits >= trans, p.logits, trans) if p.layer_phase else np.full_like(nb, p.logits)
+            )
+        elif not p.layer_phase:
+            trans = np.zeros_like(nb)
+        return total + trans
+    out = p.logits + p.out_block + p.out_below
+    if p.layer_phase:
+        layer = (
+            _aff(p.masks, nb, ns)
+            + p.v_idxs
+            + p.small_inputs
+            + p.blocks
+            + trans
+            + _aff(p.mla_v, nb, ns)
+            + _max_aff(p.fa_copies, nb, ns)
+            + zeros
+        )
+        phase = np.where(layer >= out, layer, out)
+    else:
+        phase = np.full_like(nb, out)
+    return phase + _aff(p.pp_extra, nb, ns) + p.op_offload_copy
+
+
+def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
+    parts: list[ComputePart]
+    if p.device is None:
+        parts = [
+            ComputePart("masks", p.masks.at(nb, ns)),
+            ComputePart("v_idxs", p.v_idxs),
+            ComputePart("token ids, positions, indices", p.small_inputs),
+            ComputePart(p.blocks_label, p.blocks),
+            ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
+            ComputePart("DSA top-k zeros", p.zeros_at(nb)),
+        ]
+        trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
+        if p.ik_output_phase and p.logits and trans is not None:
+            host_out = [ComputePart("logits", p.logits), ComputePart("output norm", p.out_block)]
+            if _sum(parts) + trans[1] < _sum(host_out):
+                parts, trans = host_out, None
+        elif p.logits and (trans is None or p.logits >= trans[1]):
+            trans = ("logits", p.logits)
+        if trans is not None:
+            parts.append(ComputePart(*trans))
+    else:
+        layer: list[ComputePart] = []
+        if p.layer_phase:
+            layer = [
+                ComputePart("masks (copy)", p.masks.at(nb, ns)),
+                ComputePart("v_idxs (copy)", p.v_idxs),
+                ComputePart("positions, indices (copy)", p.small_inputs),
+                ComputePart(p.blocks_label, p.blocks),
+                ComputePart(*_transient(p, nb, ns, ik)),
+                ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
+                ComputePart("FA f16 K/V copies", _max_at(p.fa_copies, nb, ns)),
+                ComputePart("DSA top-k zeros", p.zeros_at(nb)),
+            ]
+        out = (
+            [
+                ComputePart("logits", p.logits),
+                ComputePart("output norm", p.out_block),
+                ComputePart("last MoE layer under the logits", p.out_below),
+            ]
+            if p.logits
+            else []
+        )
+        parts = layer if _sum(layer) >= _sum(out) else out
+        parts.append(ComputePart("pipeline-parallel input copies", p.pp_extra.at(nb, ns)))
+        parts.append(ComputePart("op-offload weight copy", p.op_offload_copy))
+    return ComputeBuffer(p.device, tuple(x for x in parts if x.bytes))
+
+
+def compute_buffers(
+    profile: ModelProfile,
+    inputs: ComputeInputs,
+    placement: WeightPlacement,
+    gpu_vendors: tuple[Vendor, ...] = (),
+) -> tuple[ComputeBuffer, ...]:
+    """The compute buffer of every backend: one per GPU in use (in order), then the host's."""
+    return ComputePlan(profile, inputs, placement, gpu_vendors).evaluate(inputs.n_kv_base, inputs.n_kv_swa)
+
+
+def _sum(parts: list[ComputePart]) -> int:
+    return sum(p.bytes for p in parts)
+
+
+_DERIVED: dict[int, tuple[WeightPlacement, dict[int, int | None], int]] = {}
+
+
+def _placement_facts(placement: WeightPlacement) -> tuple[dict[int, int | None], int]:
+    """Per placement (cached: placements are reused across contexts): the device of each layer's FFN / expert
+    matrices (an override can move them off the layer's device), and the largest group of host-resident matrix
+    weights one layer multiplies (what op offload copies to the GPU)."""
+    hit = _DERIVED.get(id(placement))
+    if hit is not None and hit[0] is placement:
+        return hit[1], hit[2]
+    ffn: dict[int, int | None] = {}
+    host_group: dict[int | None, int] = {}
+    ffn_role, exp_role = TensorRole.FFN, TensorRole.EXPERTS
+    for p in placement.tensors:
+        role = p.role
+        il = p.layer
+        if il is not None and (role is ffn_role or role is exp_role) and (role is exp_role or il not in ffn):
+            ffn[il] = p.device
+        if p.device is None and p.matrix and not p.duplicate:
+            host_group[il] = host_group.get(il, 0) + p.n_bytes
+    largest = max(host_group.values(), default=0)
+    if len(_DERIVED) >= 16:
+        _DERIVED.pop(next(iter(_DERIVED)))
+    _DERIVED[id(placement)] = (placement, ffn, largest)
+    return ffn, largest
+
+
+def _ffn_devices(profile: ModelProfile, placement: WeightPlacement) -> dict[int, int | None]:
+    """Device of each layer's FFN / expert matrices (they can differ from the layer's device with -ot/-cmoe)."""
+    del profile
+    return _placement_facts(placement)[0]
+
+
+def _largest_host_weight_group(profile: ModelProfile, placement: WeightPlacement) -> int:
+    """Bytes of the largest set of host-resident matrix weights one layer multiplies (op offload copies them)."""
+    del profile
+    return _placement_facts(placement)[1]

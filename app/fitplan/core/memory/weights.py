@@ -1,0 +1,467 @@
+"""Weight placement: which buffer type (and so which device) holds every tensor, as llama.cpp assigns it.
+
+Mirrors `src/llama-model.cpp:llama_model_base::load_tensors` and
+`src/llama-model-loader.cpp:llama_model_loader::create_tensor` of the targeted build:
+
+* layer index space 0..L-1 for the blocks (L = block_count, NextN layers included) and L for the output layer;
+* `-ngl N` offloads indices `il >= L + 1 - N` (the output layer first, then the blocks from the back);
+* the offloaded indices are spread over the GPUs by the cumulative `-ts` (or free-memory) split with
+  `std::upper_bound`;
+* input tensors (token and position embeddings) always use the CPU buffer list;
+* a missing `output.weight` makes llama.cpp duplicate `token_embd` for the output layer;
+* NextN / MTP blocks are skipped (no memory) unless MTP is loaded;
+* `-ot` overrides are searched in order with regex search, the first match wins; an override to `CPU` reruns the
+  selection over the CPU buffer list (so the pinned host buffer or CPU_REPACK can still apply). llama.cpp uses
+  `std::regex_search` (ECMAScript grammar); Python's `re.search` agrees on the patterns people write for tensor
+  names (literals, `\\.`, classes, groups, alternation, `*+?{}`, anchors). It differs on ECMAScript-only syntax
+  such as `\\cX` control escapes, `(?<name>...)` named groups (Python wants `(?P<name>...)`), and `[^]`; such
+  patterns raise a `FlagError` when parsed rather than matching differently;
+* the CPU buffer list is `[pinned host of the first GPU that has one, unless --no-host] + [CPU_REPACK, unless
+  --no-repack] + [CPU]`; CPU_REPACK only takes 2-D matrix weights (3-D expert stacks) of repackable types.
+
+Every buffer is sized as llama.cpp's allocator sizes it: each tensor takes `PAD(alloc_size, alignment)`, where CUDA
+adds `row_size(type, 512 - ne0 % 512)` to quantized tensors whose row length is not a multiple of 512.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from gguf.constants import GGMLQuantizationType
+
+from fitplan.core.base.devices import Device, Machine, Vendor
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import (
+    NGL_ALL,
+    NGL_AUTO,
+    LaunchSettings,
+    LoadMode,
+    SplitMode,
+    TensorOverride,
+)
+from fitplan.core.gguf import ggml_types
+from fitplan.core.model.profile import ModelProfile, TensorProfile, TensorRole
+
+#: `common.h:LLM_FFN_EXPS_REGEX`: what `--cpu-moe` / `--n-cpu-moe` move to the CPU.
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+#: `ggml-impl.h:TENSOR_ALIGNMENT`: CPU (and CPU_REPACK, pinned host) buffers.
+CPU_ALIGNMENT = 32
+#: `ggml-cuda.cu:ggml_backend_cuda_buffer_type_get_alignment`.
+CUDA_ALIGNMENT = 128
+#: `ggml-cuda/common.cuh:MATRIX_ROW_PADDING`: CUDA pads the last row of quantized matrices to this many elements.
+CUDA_MATRIX_ROW_PADDING = 512
+#: Vulkan uses the device's minStorageBufferOffsetAlignment; 64 is the common value on desktop GPUs (assumed).
+VULKAN_ALIGNMENT = 64
+
+CPU_BUFT = "CPU"
+CPU_REPACK_BUFT = "CPU_REPACK"
+CPU_MAPPED_BUFT = "CPU_Mapped"
+
+
+def row_bytes(ggml_type: int, n: int) -> int:
+    """`ggml_row_size`: `type_size * n / block_size` in integer arithmetic (no block-multiple check, as in ggml)."""
+    t = ggml_types.get_type(ggml_type)
+    return t.row_meta + t.type_size * n // t.block_size
+
+
+def is_quantized(ggml_type: int) -> bool:
+    t = ggml_types.lookup(ggml_type)
+    return t is not None and t.quantized
+
+
+def pad(n: int, align: int) -> int:
+    return (n + align - 1) // align * align
+
+
+@dataclass(frozen=True, slots=True)
+class CpuFeatures:
+    """The CPU features that decide which types ggml-cpu repacks (`ggml-cpu/repack.cpp`)."""
+
+    avx2: bool = True
+    avx512: bool = False
+    neon_dotprod: bool = False
+    neon_i8mm: bool = False
+
+    def repack_row_multiple(self, ggml_type: int) -> int | None:
+        """The ne1 multiple a weight of this type needs to be repacked, or None if the type is not repacked."""
+        t = ggml_type
+        if t == GGMLQuantizationType.Q4_0:
+            if self.avx2:
+                return 8
+            return 4 if (self.neon_i8mm or self.neon_dotprod) else None
+        if t == GGMLQuantizationType.Q4_K:
+            return 8 if (self.avx2 or self.neon_i8mm or self.neon_dotprod) else None
+        if t == GGMLQuantizationType.Q2_K:
+            return 8 if self.avx512 else None
+        if t in (GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K):
+            return 8 if (self.neon_i8mm or self.neon_dotprod) else None
+        if t in (GGMLQuantizationType.IQ4_NL, GGMLQuantizationType.MXFP4):
+            if self.avx2:
+                return 8
+            return 4 if self.neon_dotprod else None
+        if t in (GGMLQuantizationType.Q8_0, 41):
+            return 4 if (self.neon_i8mm or self.neon_dotprod) else None
+        return None
+
+
+#: A desktop x86-64 CPU with AVX2 (the common case); pass your own for AVX-512 or ARM hosts.
+DEFAULT_CPU_FEATURES = CpuFeatures()
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """How llama.cpp names and aligns the buffers of one GPU device."""
+
+    buffer_type: str  # "CUDA0", "ROCm1", "Vulkan0", "MTL0", "RPC0[host:port]"
+    alignment: int
+    row_padding: int  # 512 on CUDA/ROCm (quantized tensors), 0 elsewhere
+    host_buffer_type: str | None  # pinned host buffer type ("CUDA_Host"), None when the backend has none
+
+
+def gpu_backend(device: Device, index: int) -> Backend:
+    """The backend llama.cpp would use for `device`, the `index`-th GPU of the machine."""
+    v = device.vendor
+    if v in (Vendor.NVIDIA, Vendor.GENERIC):
+        # A GPU of unknown make ("--assume-gpu 24GiB") is planned as CUDA, llama.cpp's most common GPU backend.
+        name = device.backend_name or f"CUDA{index}"
+        return Backend(name, CUDA_ALIGNMENT, CUDA_MATRIX_ROW_PADDING, "CUDA_Host")
+    if v is Vendor.AMD:
+        name = device.backend_name or f"ROCm{index}"
+        return Backend(name, CUDA_ALIGNMENT, CUDA_MATRIX_ROW_PADDING, "ROCm_Host")
+    if v is Vendor.APPLE:
+        return Backend(device.backend_name or f"MTL{index}", CPU_ALIGNMENT, 0, None)
+    if v is Vendor.RPC:
+        # The remote backend decides; a ggml-rpc-server on a CPU host aligns to 32 and has no host buffer.
+        return Backend(device.backend_name or f"RPC{index}[{device.host}]", CPU_ALIGNMENT, 0, None)
+    return Backend(device.backend_name or f"Vulkan{index}", VULKAN_ALIGNMENT, 0, "Vulkan_Host")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPlacement:
+    name: str
+    buffer_type: str
+    device: int | None  # GPU index, None = host
+    alloc_bytes: int  # padded as the buffer type pads it
+    duplicate: bool = False  # the tied-embedding copy for the output layer
+    layer: int | None = None  # the tensor's blk index
+    role: TensorRole = TensorRole.OTHER
+    n_bytes: int = 0  # ggml_nbytes (unpadded)
+    matrix: bool = False  # a MUL_MAT / MUL_MAT_ID weight
+
+
+@dataclass(frozen=True, slots=True)
+class BufferSize:
+    buffer_type: str
+    device: int | None  # GPU index, None = host
+    bytes: int
+    n_tensors: int
+
+
+@dataclass(frozen=True, slots=True)
+class WeightPlacement:
+    """Where the weights go: per tensor, per buffer type and per device."""
+
+    n_gpu_layers: int  # resolved, including the output layer (0..L+1)
+    #: GPU index (None = host) of each layer index 0..L; the last one is the output layer.
+    layer_device: tuple[int | None, ...]
+    buffers: tuple[BufferSize, ...]
+    tensors: tuple[TensorPlacement, ...] = field(repr=False)
+    skipped: tuple[str, ...] = ()  # tensors llama.cpp does not load (NextN without MTP)
+    file_backed: bool = True  # host weights are mmap'd from the file (evictable page cache)
+
+    @property
+    def output_device(self) -> int | None:
+        return self.layer_device[-1]
+
+    def device_bytes(self, device: int | None) -> int:
+        return sum(b.bytes for b in self.buffers if b.device == device)
+
+    def buffers_on(self, device: int | None) -> tuple[BufferSize, ...]:
+        return tuple(b for b in self.buffers if b.device == device)
+
+
+def resolve_n_gpu_layers(n_gpu_layers: int, n_layer_all: int, n_gpus: int) -> int:
+    """`llama_model::n_gpu_layers` with no GPU folded in: the count of offloaded indices, output layer included."""
+    if n_gpus == 0:
+        return 0
+    if n_gpu_layers in (NGL_AUTO, NGL_ALL) or n_gpu_layers < 0:
+        return n_layer_all + 1
+    return min(n_gpu_layers, n_layer_all + 1)
+
+
+def split_fractions(settings: LaunchSettings, gpus: Sequence[Device]) -> list[float]:
+    """Cumulative split points per GPU: `-ts`, or each device's free memory (normalised)."""
+    n = len(gpus)
+    ts = list(settings.tensor_split[:n]) + [0.0] * max(0, n - len(settings.tensor_split))
+    if all(x == 0.0 for x in ts):
+        ts = [float(d.free_bytes) for d in gpus]
+    total = 0.0
+    cum: list[float] = []
+    for x in ts:
+        total += x
+        cum.append(total)
+    if total <= 0.0:
+        return [1.0] * n
+    return [c / total for c in cum]
+
+
+def layer_devices(n_layer_all: int, ngl: int, fractions: Sequence[float]) -> tuple[int | None, ...]:
+    """GPU index (or None for the CPU) of each layer index 0..L (L = the output layer)."""
+    import bisect
+
+    n_dev = len(fractions)
+    if n_dev == 0:
+        return tuple(None for _ in range(n_layer_all + 1))
+    i_gpu_start = max(n_layer_all + 1 - ngl, 0)
+    act = min(ngl, n_layer_all + 1)
+    out: list[int | None] = []
+    for il in range(n_layer_all + 1):
+        if il < i_gpu_start or (il - i_gpu_start) >= act:
+            out.append(None)
+            continue
+        # float(il - i_gpu_start)/act_gpu_layers is computed in float32 by llama.cpp; the split points too.
+        x = _f32((il - i_gpu_start) / act)
+        d = bisect.bisect_right([_f32(f) for f in fractions], x)
+        out.append(min(d, n_dev - 1))
+    return tuple(out)
+
+
+def _f32(x: float) -> float:
+    import struct
+
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def effective_overrides(settings: LaunchSettings) -> tuple[TensorOverride, ...]:
+    """`-ot` entries, then the ones `--n-cpu-moe N` and `--cpu-moe` add, in llama.cpp's order."""
+    extra: list[TensorOverride] = []
+    for i in range(settings.n_cpu_moe):
+        extra.append(TensorOverride(f"blk\\.{i}{FFN_EXPS_REGEX}", CPU_BUFT))
+    if settings.cpu_moe:
+        extra.append(TensorOverride(FFN_EXPS_REGEX, CPU_BUFT))
+    return (*settings.tensor_overrides, *extra)
+
+
+def active_gpus(settings: LaunchSettings, machine: Machine) -> tuple[Device, ...]:
+    """The GPUs llama.cpp uses: `-dev` filter, then `-sm none` keeps only `-mg`."""
+    gpus = machine.gpus
+    if settings.devices is not None:
+        wanted = settings.devices
+        picked: list[Device] = []
+        for i, d in enumerate(gpus):
+            names = {d.name, d.backend_name, gpu_backend(d, i).buffer_type}
+            if names & set(wanted):
+                picked.append(d)
+        gpus = tuple(picked) if wanted else ()
+        if wanted and not gpus:
+            raise SettingsError(f"-dev {','.join(wanted)}: no such device (have: {_names(machine.gpus)})")
+    if settings.split_mode is SplitMode.NONE and gpus:
+        if settings.main_gpu < 0:
+            return ()
+        if settings.main_gpu >= len(gpus):
+            raise SettingsError(f"-mg {settings.main_gpu}: only {len(gpus)} GPU(s)")
+        return (gpus[settings.main_gpu],)
+    return gpus
+
+
+def machine_index(machine: Machine, device: Device) -> int:
+    """Position of `device` in the machine's GPU list (llama.cpp names backends by it: CUDA0, CUDA1...)."""
+    return next(i for i, g in enumerate(machine.gpus) if g is device)
+
+
+def _names(gpus: Sequence[Device]) -> str:
+    return ", ".join(gpu_backend(d, i).buffer_type for i, d in enumerate(gpus)) or "none"
+
+
+def _is_matrix_weight(t: TensorProfile) -> bool:
+    """Weights used by MUL_MAT (2-D) or MUL_MAT_ID (3-D expert stacks): what CPU_REPACK can take."""
+    if not t.name.endswith(".weight"):
+        return False
+    if t.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD, TensorRole.NORM):
+        return False
+    dims = len(_trim(t.shape))
+    if "_exps" in t.name:
+        return dims == 3
+    return dims == 2
+
+
+def _trim(shape: tuple[int, ...]) -> tuple[int, ...]:
+    s = list(shape)
+    while len(s) > 1 and s[-1] == 1:
+        s.pop()
+    return tuple(s)
+
+
+_PLACEMENT_CACHE: dict[tuple[object, ...], tuple[ModelProfile, Machine, WeightPlacement]] = {}
+_PLACEMENT_CACHE_SIZE = 16
+
+
+def place_weights(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    *,
+    cpu: CpuFeatures = DEFAULT_CPU_FEATURES,
+    gpu_build: bool | None = None,
+    load_mtp: bool = False,
+) -> WeightPlacement:
+    """Place every tensor of `profile` as llama.cpp would with `settings` on `machine`.
+
+    `gpu_build` says whether the llama.cpp build has a GPU backend (decides pinned host vs CPU_REPACK); by default
+    it is true when the machine has a GPU. The context size does not change the placement, so results are kept for
+    the last few (profile, machine, settings) and reused across contexts.
+    """
+    key_settings = settings if settings.n_ctx == 0 else replace(settings, n_ctx=0)
+    key = (id(profile), id(machine), key_settings, cpu, gpu_build, load_mtp)
+    hit = _PLACEMENT_CACHE.get(key)
+    if hit is not None and hit[0] is profile and hit[1] is machine:
+        return hit[2]
+    placement = _place_weights(profile, settings, machine, cpu, gpu_build, load_mtp)
+    if len(_PLACEMENT_CACHE) >= _PLACEMENT_CACHE_SIZE:
+        _PLACEMENT_CACHE.pop(next(iter(_PLACEMENT_CACHE)))
+    _PLACEMENT_CACHE[key] = (profile, machine, placement)
+    return placement
+
+
+def _place_weights(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    cpu: CpuFeatures,
+    gpu_build: bool | None,
+    load_mtp: bool,
+) -> WeightPlacement:
+    gpus = active_gpus(settings, machine)
+    backends = [gpu_backend(d, machine_index(machine, d)) for d in gpus]
+    if gpu_build is None:
+        gpu_build = bool(machine.gpus)
+    ngl = resolve_n_gpu_layers(settings.n_gpu_layers, profile.n_layer_all, len(gpus))
+    fractions = split_fractions(settings, gpus)
+    devs = layer_devices(profile.n_layer_all, ngl, fractions)
+    use_mmap = settings.load_mode not in (LoadMode.NONE, LoadMode.DIO)
+
+    host_pinned: str | None = None
+    if not settings.no_host:
+        all_backends = [gpu_backend(d, i) for i, d in enumerate(machine.gpus)] if gpus else []
+        for b in all_backends:
+            if b.host_buffer_type is not None:
+                host_pinned = b.host_buffer_type
+                break
+    use_repack = settings.repack and host_pinned is None
+
+    by_buft = {b.buffer_type: (i, b) for i, b in enumerate(backends)}
+    overrides = [(re.compile(o.pattern), o.buffer_type) for o in effective_overrides(settings)]
+
+    quantized: dict[int, bool] = {}
+
+    def cpu_choice(t: TensorProfile, matrix: bool) -> tuple[str, None, int]:
+        if host_pinned is not None:
+            return host_pinned, None, pad(t.n_bytes, CPU_ALIGNMENT)
+        if use_repack and matrix:
+            mult = cpu.repack_row_multiple(t.ggml_type)
+            ne1 = t.shape[1] if len(t.shape) > 1 else 1
+            if mult is not None and ne1 % mult == 0:
+                return CPU_REPACK_BUFT, None, pad(t.n_bytes, CPU_ALIGNMENT)
+        return CPU_BUFT, None, pad(t.n_bytes, CPU_ALIGNMENT)
+
+    def gpu_choice(t: TensorProfile, gi: int) -> tuple[str, int, int]:
+        b = backends[gi]
+        size = t.n_bytes
+        q = quantized.get(t.ggml_type)
+        if q is None:
+            q = quantized[t.ggml_type] = is_quantized(t.ggml_type)
+        if b.row_padding and q and t.shape and t.shape[0] % b.row_padding:
+            size += row_bytes(t.ggml_type, b.row_padding - t.shape[0] % b.row_padding)
+        return b.buffer_type, gi, pad(size, b.alignment)
+
+    def choose(
+        t: TensorProfile, layer_index: int | None, name: str, matrix: bool
+    ) -> tuple[str, int | None, int]:
+        for rx, buft in overrides if overrides else ():
+            if rx.search(name):
+                if buft == CPU_BUFT:
+                    return cpu_choice(t, matrix)
+                if buft not in by_buft:
+                    raise SettingsError(
+                        f"-ot {rx.pattern}={buft}: unknown buffer type (have: CPU, {_names(gpus)})"
+                    )
+                return gpu_choice(t, by_buft[buft][0])
+        dev = None if layer_index is None else devs[layer_index]
+        if dev is None:
+            return cpu_choice(t, matrix)
+        return gpu_choice(t, dev)
+
+    placed: list[TensorPlacement] = []
+    skipped: list[str] = []
+    L = profile.n_layer_all
+    nextn_layers = {lp.index for lp in profile.layers if lp.is_nextn}
+    has_output = any(t.name == "output.weight" for t in profile.tensors)
+    for t in profile.tensors:
+        if t.layer is not None and (t.layer in nextn_layers or t.layer >= profile.n_layer) and not load_mtp:
+            skipped.append(t.name)  # TENSOR_SKIP: NextN/MTP blocks are not loaded without MTP
+            continue
+        if t.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD):
+            li: int | None = None
+        elif t.layer is not None and t.layer < L:
+            li = t.layer
+        else:
+            li = L  # output layer (and non-block heads)
+        matrix = _is_matrix_weight(t)
+        buft, dev, size = choose(t, li, t.name, matrix)
+        placed.append(TensorPlacement(t.name, buft, dev, size, False, t.layer, t.role, t.n_bytes, matrix))
+        if (
+            t.role is TensorRole.TOKEN_EMBD
+            and t.name == "token_embd.weight"
+            and profile.tied_embeddings
+            and not has_output
+        ):
+            # TENSOR_DUPLICATED: created again for the output layer, classified as LLM_TENSOR_OUTPUT.
+            dup = TensorProfile(
+                name="output.weight",
+                ggml_type=t.ggml_type,
+                type_name=t.type_name,
+                shape=t.shape,
+                n_bytes=t.n_bytes,
+                layer=None,
+                role=TensorRole.OUTPUT,
+            )
+            obuft, odev, osize = choose(dup, L, t.name, True)
+            if obuft != buft:
+                placed.append(
+                    TensorPlacement(
+                        t.name + " (output copy)",
+                        obuft,
+                        odev,
+                        osize,
+                        True,
+                        None,
+                        TensorRole.OUTPUT,
+                        t.n_bytes,
+                        True,
+                    )
+                )
+
+    # Sum per buffer type; with mmap the host CPU buffer is the mapped file.
+    sizes: dict[tuple[str, int | None], list[int]] = {}
+    for p in placed:
+        acc = sizes.setdefault((p.buffer_type, p.device), [0, 0])
+        acc[0] += p.alloc_bytes
+        acc[1] += 1
+    buffers = []
+    for (buft, dev), (nbytes, count) in sizes.items():
+        name = buft
+        if dev is None and use_mmap and buft in (CPU_BUFT, host_pinned):
+            name = CPU_MAPPED_BUFT
+        buffers.append(BufferSize(name, dev, nbytes, count))
+    buffers.sort(key=lambda b: (b.device is None, b.device if b.device is not None else 0, b.buffer_type))
+    return WeightPlacement(
+        n_gpu_layers=ngl,
+        layer_device=devs,
+        buffers=tuple(buffers),
+        tensors=tuple(placed),
+        skipped=tuple(skipped),
+        file_backed=use_mmap,
+    )

@@ -1,0 +1,509 @@
+"""Settings: the options that change memory, each with a tooltip saying how, for the chosen engine.
+
+The engine (mainline llama.cpp, ik_llama.cpp, beellama.cpp, ollama) decides which controls exist: the KV cache types
+follow `fitplan.core.engines.cache_types`, controls an engine does not have are hidden, and its own appear.
+"""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fitplan.core.base.launch_settings import Engine, FlashAttn, MmprojPlacement
+from fitplan.core.inputs.user_settings import KV_TAIL_TYPES, ModelChoices, engine_cache_types
+from fitplan.core.model.profile import ModelProfile
+
+SLIDER_STEPS = 1000
+CONTEXT_MIN = 256
+CONTEXT_SNAP = 256
+CONTEXT_MAX_DEFAULT = 131072
+#: ollama's default num_batch (it passes it as both -b and -ub), and llama-server's -b.
+OLLAMA_BATCH = 512
+SERVER_BATCH = 2048
+
+ENGINE_LABELS = {
+    Engine.LLAMA_CPP: "llama.cpp",
+    Engine.IK_LLAMA: "ik_llama.cpp",
+    Engine.BEELLAMA: "beellama.cpp",
+    Engine.OLLAMA: "ollama",
+}
+MLA_MODES = {
+    0: "0: full K and V",
+    1: "1: latent + V copy",
+    2: "2: latent",
+    3: "3: latent (default)",
+}
+
+
+def snap_context(n: float) -> int:
+    return max(CONTEXT_MIN, round(n / CONTEXT_SNAP) * CONTEXT_SNAP)
+
+
+class LogContextSlider(QSlider):
+    """A horizontal slider whose integer position maps to a context on a log2 scale, snapped to 256."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        self.setRange(0, SLIDER_STEPS)
+        self.setPageStep(SLIDER_STEPS // 20)
+        self._max = CONTEXT_MAX_DEFAULT
+
+    def set_maximum_context(self, n: int) -> None:
+        self._max = max(CONTEXT_MIN * 2, n)
+
+    def context_at(self, position: int) -> int:
+        lo, hi = math.log2(CONTEXT_MIN), math.log2(self._max)
+        return min(self._max, snap_context(2 ** (lo + (hi - lo) * position / SLIDER_STEPS)))
+
+    def position_of(self, n_ctx: int) -> int:
+        lo, hi = math.log2(CONTEXT_MIN), math.log2(self._max)
+        x = (math.log2(max(CONTEXT_MIN, min(n_ctx, self._max))) - lo) / (hi - lo)
+        return round(x * SLIDER_STEPS)
+
+
+class SettingsPanel(QWidget):
+    changed = Signal()  # any setting changed (the window debounces before estimating)
+    context_moved = Signal(int)  # the context control moved (immediate, for the chart's line)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._updating = False
+        self._engine = Engine.LLAMA_CPP
+        self._is_mla = False
+        self.engine = QComboBox()
+        for engine, label in ENGINE_LABELS.items():
+            self.engine.addItem(label, engine.value)
+        self.engine.setToolTip(
+            "Which program runs the model. Each lays out its KV cache differently: ik_llama.cpp keeps one latent "
+            "row per token for MLA models (-mla), beellama.cpp adds KVarN caches (kvarn2-kvarn8), ollama runs "
+            "llama.cpp with one slot and its own context default. Controls the engine lacks are hidden."
+        )
+        self.context_slider = LogContextSlider()
+        self.context_slider.setToolTip(
+            "Context length (-c), log scale, snapped to 256. The KV cache grows linearly with it; "
+            "compute buffers grow too when flash attention is off."
+        )
+        self.context_box = QSpinBox(minimum=CONTEXT_MIN, maximum=CONTEXT_MAX_DEFAULT, singleStep=CONTEXT_SNAP)
+        self.context_box.setGroupSeparatorShown(True)
+        self.context_box.setKeyboardTracking(False)
+        self.context_box.setToolTip("Exact context length (-c) in tokens, shared by all slots")
+        self.cache_k = QComboBox()
+        self.cache_v = QComboBox()
+        self._fill_cache_types(Engine.LLAMA_CPP)
+        self.slots = QSpinBox(minimum=1, maximum=64)
+        self.unified = QCheckBox("Unified KV cache")
+        self.unified.setToolTip("One KV buffer shared by all slots (-kvu) instead of one stream per slot")
+        self.mmproj = QComboBox()
+        self.mmproj.addItem("on the GPU", MmprojPlacement.GPU.value)
+        self.mmproj.addItem("on the CPU", MmprojPlacement.CPU.value)
+        self.mmproj.addItem("not loaded", MmprojPlacement.NONE.value)
+        self._mmproj_tip = (
+            "Where the vision projector goes (--mmproj / --no-mmproj-offload): its weights and image compute "
+            "buffer use that device's memory"
+        )
+        self.mmproj.setToolTip(self._mmproj_tip)
+        self.flash = QComboBox()
+        for fa, label in ((FlashAttn.AUTO, "auto"), (FlashAttn.ON, "on"), (FlashAttn.OFF, "off")):
+            self.flash.addItem(label, fa.value)
+        self.gpu_layers = QSpinBox(minimum=-1, maximum=999)
+        self.gpu_layers.setSpecialValueText("all (auto)")
+        self.cpu_moe = QSpinBox(minimum=0, maximum=999)
+        self.cpu_moe.setSpecialValueText("auto")
+        self.cpu_moe.setToolTip(
+            "Experts on CPU (--n-cpu-moe N): the expert weights of the first N layers stay in RAM; "
+            "attention and KV stay on the GPU. auto: as few as needed to fit"
+        )
+        self.batch = QSpinBox(minimum=32, maximum=65536, singleStep=256)
+        self.ubatch = QSpinBox(minimum=32, maximum=65536, singleStep=128)
+        self.ubatch.setToolTip("Micro-batch (-ub): compute buffers scale with it (activations, logits)")
+        self.margin = QSpinBox(minimum=0, maximum=65536, singleStep=256, suffix=" MiB")
+        self.margin.setToolTip("Headroom kept free on every GPU (like --fit-target): the plan must leave this much")
+        # ik_llama.cpp
+        self.mla = QComboBox()
+        for mode, label in MLA_MODES.items():
+            self.mla.addItem(label, mode)
+        self.amb = QSpinBox(minimum=0, maximum=65536, singleStep=128, suffix=" MiB")
+        self.amb.setSpecialValueText("no cap")
+        self.amb.setToolTip(
+            "Attention batch cap (-amb N): ik_llama.cpp splits the attention heads so that one step's "
+            "intermediate (KQ, or the decompressed MLA heads) stays under N MiB, shrinking that compute buffer. "
+            "Values under 128 count as 128; no cap: the whole intermediate at once."
+        )
+        self.fmoe = QCheckBox("Fused MoE (-fmoe)")
+        self.fmoe.setToolTip(
+            "Fused expert matmuls (-fmoe, on by default; -no-fmoe turns it off): the up/gate/down products of "
+            "the experts run as one op, so their intermediate results need no separate compute buffers"
+        )
+        self.rtr = QCheckBox("Repack at load (-rtr)")
+        self.rtr.setToolTip(
+            "Run-time repack (-rtr): weights are repacked for the CPU while loading, so they are copied into "
+            "anonymous RAM instead of being memory-mapped from the file (the file's pages are no longer shared)"
+        )
+        # beellama.cpp
+        self.tail_tokens = QSpinBox(minimum=0, maximum=1 << 20, singleStep=128)
+        self.tail_tokens.setSpecialValueText("default")
+        self.tail_tokens.setToolTip(
+            "KV tail tokens (--kv-tail-tokens N): the newest N tokens of each sequence are also kept exactly in "
+            "the tail type, N × K/V width × 2 bytes per layer and slot, fixed (not growing with the context). "
+            "default: KVarN caches keep their intrinsic 128-token tail, standard caches none."
+        )
+        self.tail_type = QComboBox()
+        for t in KV_TAIL_TYPES:
+            self.tail_type.addItem(t or "default", t)
+        self.tail_type.setToolTip(
+            "Tail type (--kv-tail-type): element type of the exact tail; f32 doubles its bytes. "
+            "default: f16 for KVarN caches, bf16 for standard ones."
+        )
+        # ollama
+        self.ollama_auto = QCheckBox("Automatic (VRAM tier)")
+        self.ollama_auto.setToolTip(
+            "No num_ctx: ollama sets the context from the GPUs' total memory (4K under 23 GiB, 32K from 23 GiB, "
+            "256K from 47 GiB, capped at the training length), and the KV cache follows it"
+        )
+        self.overhead = QSpinBox(minimum=0, maximum=1 << 20, singleStep=256, suffix=" MiB")
+        self.overhead.setToolTip(
+            "OLLAMA_GPU_OVERHEAD: memory ollama keeps free on every GPU; it also lowers the VRAM total that "
+            "picks the automatic num_ctx"
+        )
+
+        ctx_row = QHBoxLayout()
+        ctx_row.addWidget(self.context_slider, 1)
+        ctx_row.addWidget(self.context_box)
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Engine:", self.engine)
+        ctx_label = QLabel("&Context:")
+        ctx_label.setBuddy(self.context_box)
+        form.addRow(ctx_label, ctx_row)
+        form.addRow("", self.ollama_auto)
+        kv_row = QHBoxLayout()
+        kv_row.addWidget(self.cache_k)
+        kv_row.addWidget(self.cache_v)
+        self.kv_label = QLabel("KV cache K / V:")
+        form.addRow(self.kv_label, kv_row)
+        slot_row = QHBoxLayout()
+        slot_row.addWidget(self.slots)
+        slot_row.addWidget(self.unified)
+        self.slots_label = QLabel("Slots:")
+        form.addRow(self.slots_label, slot_row)
+        form.addRow("Flash attention:", self.flash)
+        form.addRow("Projector:", self.mmproj)
+        form.addRow("GPU layers:", self.gpu_layers)
+        form.addRow("Experts on CPU:", self.cpu_moe)
+        form.addRow("MLA mode (-mla):", self.mla)
+        form.addRow("Attention cap:", self.amb)
+        form.addRow("", self.fmoe)
+        form.addRow("", self.rtr)
+        form.addRow("KV tail tokens:", self.tail_tokens)
+        form.addRow("Tail type:", self.tail_type)
+        form.addRow("GPU overhead:", self.overhead)
+        form.addRow("Margin:", self.margin)
+        self.advanced = QCheckBox("Advanced: batch sizes")
+        self.advanced.setToolTip("Show the batch and micro-batch sizes")
+        self.advanced_box = QWidget()
+        adv_form = QFormLayout(self.advanced_box)
+        adv_form.setContentsMargins(0, 0, 0, 0)
+        self.batch_label = QLabel("Batch:")
+        adv_form.addRow(self.batch_label, self.batch)
+        adv_form.addRow("Micro-batch:", self.ubatch)
+        self._adv_form = adv_form
+        self.advanced.toggled.connect(self.advanced_box.setVisible)
+        self.advanced_box.setVisible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(form)
+        layout.addWidget(self.advanced)
+        layout.addWidget(self.advanced_box)
+        self._form = form
+
+        self.context_slider.valueChanged.connect(self._slider_moved)
+        self.context_box.valueChanged.connect(self._box_changed)
+        self.engine.currentIndexChanged.connect(self._engine_changed)
+        for combo in (self.cache_k, self.cache_v, self.mmproj, self.flash, self.mla, self.tail_type):
+            combo.currentIndexChanged.connect(self._emit)
+        for spin in (
+            self.slots, self.gpu_layers, self.cpu_moe, self.batch, self.ubatch, self.margin, self.amb,
+            self.tail_tokens, self.overhead,
+        ):
+            spin.valueChanged.connect(self._emit)
+        for box in (self.unified, self.fmoe, self.rtr):
+            box.toggled.connect(self._emit)
+        self.ollama_auto.toggled.connect(self._ollama_auto_toggled)
+        self._apply_engine(Engine.LLAMA_CPP)
+        self.set_choices(ModelChoices())
+
+    # -- engine --------------------------------------------------------------------------------------------------
+    def current_engine(self) -> Engine:
+        return self._engine
+
+    def _fill_cache_types(self, engine: Engine) -> None:
+        types = engine_cache_types(engine)
+        for box in (self.cache_k, self.cache_v):
+            keep = box.currentText()
+            box.blockSignals(True)
+            box.clear()
+            box.addItems(list(types))
+            box.setCurrentText(keep if keep in types else "f16")
+            box.blockSignals(False)
+
+    def _engine_changed(self) -> None:
+        engine = Engine(str(self.engine.currentData()))
+        if self._updating or engine is self._engine:
+            return  # set_choices applies the engine itself
+        was_ollama = self._engine is Engine.OLLAMA
+        self._updating = True
+        self._apply_engine(engine)
+        # ollama passes its num_batch (512) as -b and -ub; llama-server's -b is 2048.
+        if engine is Engine.OLLAMA and self.batch.value() == SERVER_BATCH:
+            self.batch.setValue(OLLAMA_BATCH)
+        elif was_ollama and self.batch.value() == OLLAMA_BATCH:
+            self.batch.setValue(SERVER_BATCH)
+        self._updating = False
+        self.changed.emit()
+
+    def engine_rows_width(self) -> int:
+        """The widest this panel needs to be over all engines (the window sizes its settings column by it)."""
+        current = self._engine
+        widest = 0
+        for engine in Engine:
+            self._apply_engine(engine, fill_types=False)  # the type names are no wider than mainline's "iq4_nl"
+            widest = max(widest, self.minimumSizeHint().width())
+        self._apply_engine(current, fill_types=False)
+        return widest
+
+    def _apply_engine(self, engine: Engine, fill_types: bool = True) -> None:
+        """Show the engine's controls, hide the others, and word the shared ones as the engine spells them."""
+        self._engine = engine
+        ik, bee, ollama = engine is Engine.IK_LLAMA, engine is Engine.BEELLAMA, engine is Engine.OLLAMA
+        if fill_types:
+            self._fill_cache_types(engine)
+        form = self._form
+        form.setRowVisible(self.ollama_auto, ollama)
+        form.setRowVisible(self.overhead, ollama)
+        form.setRowVisible(self.cpu_moe, not ollama)
+        form.setRowVisible(self.mla, ik)
+        form.setRowVisible(self.amb, ik)
+        form.setRowVisible(self.fmoe, ik)
+        form.setRowVisible(self.rtr, ik)
+        form.setRowVisible(self.tail_tokens, bee)
+        form.setRowVisible(self.tail_type, bee)
+        self._adv_form.setRowVisible(self.ubatch, not ollama)
+        self.cache_v.setVisible(not ollama)
+        self.unified.setVisible(not ollama)
+        self.kv_label.setText("KV cache type:" if ollama else "KV cache K / V:")
+        self.slots_label.setText("Parallel:" if ollama else "Slots:")
+        self.batch_label.setText("num_batch:" if ollama else "Batch:")
+        self._set_context_enabled()
+        self._word_tooltips(engine)
+
+    def _word_tooltips(self, engine: Engine) -> None:
+        ollama = engine is Engine.OLLAMA
+        kvarn = (
+            " beellama.cpp's kvarn2-kvarn8 store 2-8 bits per element in 128-token groups plus a small exact tail "
+            "and staging buffers."
+            if engine is Engine.BEELLAMA
+            else ""
+        )
+        if ollama:
+            self.cache_k.setToolTip(
+                "OLLAMA_KV_CACHE_TYPE: one type for K and V; q8_0 about halves the f16 cache, q4_0 quarters it. "
+                "A quantized cache needs flash attention."
+            )
+            self.slots.setToolTip(
+                "OLLAMA_NUM_PARALLEL: requests served at once. ollama gives llama-server num_ctx × this as -c, "
+                "so the KV cache grows with it; the cache is not unified."
+            )
+            self.context_box.setToolTip(
+                "Context of all parallel slots together (-c). ollama's num_ctx (PARAMETER num_ctx / "
+                "OLLAMA_CONTEXT_LENGTH) is this divided by OLLAMA_NUM_PARALLEL."
+            )
+            self.flash.setToolTip(
+                "OLLAMA_FLASH_ATTENTION: off materialises the attention scores, a compute buffer that grows with "
+                "context × batch × heads; auto leaves it to ollama"
+            )
+            self.gpu_layers.setToolTip(
+                "PARAMETER num_gpu: layers on the GPU; each layer left out moves its weights and KV to RAM. "
+                "all (auto): ollama fits as many as it can"
+            )
+            self.batch.setToolTip("PARAMETER num_batch: ollama passes it as -b and -ub; compute buffers scale with it")
+        else:
+            self.cache_k.setToolTip(
+                "K cache type (-ctk): bytes per cached key element; q8_0 about halves f16." + kvarn
+            )
+            self.cache_v.setToolTip(
+                "V cache type (-ctv): bytes per cached value element; a quantized V needs flash attention." + kvarn
+            )
+            self.slots.setToolTip(
+                "Parallel slots (-np): the context is shared between them; more slots mean more output buffer "
+                "and, for sliding-window and recurrent layers, more cache"
+            )
+            self.context_box.setToolTip("Exact context length (-c) in tokens, shared by all slots")
+            self.flash.setToolTip(
+                "Flash attention (-fa): off materialises the attention scores, a compute buffer that grows "
+                "with context × micro-batch × heads"
+                + ("; ik_llama.cpp turns it on by default" if engine is Engine.IK_LLAMA else "")
+            )
+            self.gpu_layers.setToolTip(
+                "Layers on the GPU (-ngl): each layer not offloaded moves its weights and KV to RAM. "
+                "all (auto): everything on the GPU if it fits, else as many layers as fit"
+            )
+            self.batch.setToolTip("Logical batch (-b): tokens per decode call; caps the micro-batch")
+        self._word_mla_tooltip()
+
+    def _word_mla_tooltip(self) -> None:
+        if self._is_mla:
+            self.mla.setToolTip(
+                "-mla: how ik_llama.cpp caches multi-head latent attention. 1-3 keep one compressed latent row "
+                "(kv_lora_rank + rope dims) per token and layer instead of every head's K and V, a fraction of the "
+                "KV cache; 1 without flash attention adds a transposed V copy; 0 caches full K and V heads."
+            )
+        else:
+            self.mla.setToolTip("-mla applies to multi-head latent attention models only; this one runs as -mla 0")
+        self.mla.setEnabled(self._is_mla)
+
+    def _ollama_auto_toggled(self) -> None:
+        self._set_context_enabled()
+        self._emit()
+
+    def _set_context_enabled(self) -> None:
+        auto = self.context_is_automatic()
+        self.context_slider.setEnabled(not auto)
+        self.context_box.setEnabled(not auto)
+
+    # -- model ---------------------------------------------------------------------------------------------------
+    def set_model(self, profile: ModelProfile, has_projector: bool, choices: ModelChoices) -> None:
+        self._updating = True
+        top = max(CONTEXT_MAX_DEFAULT, profile.n_ctx_train)
+        self.context_slider.set_maximum_context(top)
+        self.context_box.setMaximum(top)
+        self.gpu_layers.setMaximum(profile.n_layer + 1)
+        self.cpu_moe.setMaximum(profile.n_layer)
+        self.cpu_moe.setEnabled(profile.is_moe)
+        label = self._form.labelForField(self.cpu_moe)
+        if label is not None:
+            label.setEnabled(profile.is_moe)
+        self.mmproj.setEnabled(has_projector)
+        self.mmproj.setToolTip(
+            self._mmproj_tip if has_projector else "No projector (mmproj) file was found next to this model"
+        )
+        self._is_mla = profile.is_mla
+        self._word_mla_tooltip()
+        self._updating = False
+        self.set_choices(choices)
+
+    def set_choices(self, c: ModelChoices) -> None:
+        self._updating = True
+        engine = Engine(c.engine)
+        self.engine.setCurrentIndex(max(0, self.engine.findData(engine.value)))
+        self._apply_engine(engine)
+        self.context_box.setValue(c.n_ctx)
+        self.context_slider.setValue(self.context_slider.position_of(c.n_ctx))
+        self.cache_k.setCurrentText(c.cache_type_k)
+        self.cache_v.setCurrentText(c.cache_type_v)
+        self.slots.setValue(c.n_parallel)
+        self.unified.setChecked(c.kv_unified)
+        self.mmproj.setCurrentIndex(max(0, self.mmproj.findData(c.mmproj)))
+        self.flash.setCurrentIndex(max(0, self.flash.findData(c.flash_attn)))
+        self.gpu_layers.setValue(c.n_gpu_layers)
+        self.cpu_moe.setValue(c.n_cpu_moe)
+        self.batch.setValue(c.n_batch)
+        self.ubatch.setValue(c.n_ubatch)
+        self.margin.setValue(c.margin_mib)
+        self.mla.setCurrentIndex(max(0, self.mla.findData(c.mla_mode)))
+        self.amb.setValue(c.attn_max_batch_mib)
+        self.fmoe.setChecked(c.fused_moe)
+        self.rtr.setChecked(c.run_time_repack)
+        self.tail_tokens.setValue(c.kv_tail_tokens)
+        self.tail_type.setCurrentIndex(max(0, self.tail_type.findData(c.kv_tail_type)))
+        self.ollama_auto.setChecked(c.ollama_auto_ctx)
+        self.overhead.setValue(c.gpu_overhead_mib)
+        self._set_context_enabled()
+        self._updating = False
+
+    def choices(self) -> ModelChoices:
+        engine = self._engine
+        ollama = engine is Engine.OLLAMA
+        return ModelChoices(
+            n_ctx=self.context_box.value(),
+            cache_type_k=self.cache_k.currentText(),
+            cache_type_v=self.cache_k.currentText() if ollama else self.cache_v.currentText(),
+            n_parallel=self.slots.value(),
+            kv_unified=self.unified.isChecked() and not ollama,
+            mmproj=str(self.mmproj.currentData()),
+            flash_attn=str(self.flash.currentData()),
+            n_gpu_layers=self.gpu_layers.value(),
+            n_cpu_moe=self.cpu_moe.value() if self.cpu_moe.isEnabled() and not ollama else 0,
+            n_batch=self.batch.value(),
+            n_ubatch=self.batch.value() if ollama else self.ubatch.value(),
+            margin_mib=self.margin.value(),
+            engine=engine.value,
+            mla_mode=int(self.mla.currentData()),
+            attn_max_batch_mib=self.amb.value(),
+            fused_moe=self.fmoe.isChecked(),
+            run_time_repack=self.rtr.isChecked(),
+            kv_tail_tokens=self.tail_tokens.value(),
+            kv_tail_type=str(self.tail_type.currentData()),
+            ollama_auto_ctx=self.ollama_auto.isChecked(),
+            gpu_overhead_mib=self.overhead.value(),
+        )
+
+    # -- context -------------------------------------------------------------------------------------------------
+    def set_context(self, n_ctx: int) -> None:
+        """Set from elsewhere (the chart's line): update both controls, announce once."""
+        n_ctx = snap_context(n_ctx)
+        if n_ctx == self.context_box.value():
+            return
+        self._updating = True
+        self.context_box.setValue(n_ctx)
+        self.context_slider.setValue(self.context_slider.position_of(n_ctx))
+        self._updating = False
+        self.changed.emit()
+
+    def show_context(self, n_ctx: int) -> None:
+        """Show a context the engine chose (ollama's automatic num_ctx) without announcing a change."""
+        self._updating = True
+        self.context_box.setValue(n_ctx)
+        self.context_slider.setValue(self.context_slider.position_of(n_ctx))
+        self._updating = False
+
+    def context_is_automatic(self) -> bool:
+        return self._engine is Engine.OLLAMA and self.ollama_auto.isChecked()
+
+    def _slider_moved(self, position: int) -> None:
+        if self._updating:
+            return
+        n = self.context_slider.context_at(position)
+        self._updating = True
+        self.context_box.setValue(n)
+        self._updating = False
+        self.context_moved.emit(n)
+        self.changed.emit()
+
+    def _box_changed(self, n: int) -> None:
+        if self._updating:
+            return
+        self._updating = True
+        self.context_slider.setValue(self.context_slider.position_of(n))
+        self._updating = False
+        self.context_moved.emit(n)
+        self.changed.emit()
+
+    def _emit(self) -> None:
+        if not self._updating:
+            self.changed.emit()
+
+    def focus_context(self) -> None:
+        self.context_box.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.context_box.selectAll()
