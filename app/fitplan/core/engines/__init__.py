@@ -126,13 +126,10 @@ def _kv_layers(profile: ModelProfile) -> tuple[LayerProfile, ...]:
 # --------------------------------------------------------------------------------------------------------------
 
 
-#: ik decides MLA by architecture (src/llama.cpp llama_kv_cache_init: is_mla_attn = arch == DEEPSEEK2 || GLM_DSA ||
-#: MISTRAL4) and derives wk_b/wv_b from attn_kv_b at load, so legacy GGUFs without the *_mla keys run MLA too.
-IK_MLA_ARCHS = frozenset({"deepseek2", "glm-dsa", "mistral4"})
 
 
 def ik_is_mla(profile: ModelProfile) -> bool:
-    return profile.is_mla or (profile.architecture in IK_MLA_ARCHS and profile.kv_lora_rank > 0)
+    return profile.is_mla or (profile.traits.forks.ik_mla and profile.kv_lora_rank > 0)
 
 
 def _ik_latent_dims(profile: ModelProfile) -> tuple[int, int]:

@@ -22,8 +22,8 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   without flash attention the KQ scores `[n_kv, n_tok, n_head]`, softmax in place), a Mamba block (input
   projection, conv output, then the conv input or the scan output in the same space), a gated delta net's layer
   (`_gdn_transient`), a lightning-attention layer, the DSA indexer's queries with the compressed query, or the
-  indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`INDEXER_Q_COPIES`);
-* hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`HC_STREAMS`) next to the blocks;
+  indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`GraphTraits.indexer_q_copies` in the architecture registry);
+* hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`GraphTraits.hc_streams`) next to the blocks;
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
   not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
@@ -180,7 +180,7 @@ def _below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
     """
     moe = profile.moe
     lp = profile.layers[il]
-    if not (lp.is_moe and moe is not None) or profile.architecture in WEIGHT_BEFORE_FFN_ARCHS:
+    if not (lp.is_moe and moe is not None) or profile.traits.graph.weight_before_ffn:
         return 0
     if il not in _layer_shapes(profile).shexp:
         return 0
@@ -227,12 +227,12 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
     when it fits there (small FFNs), so it adds nothing.
     """
     moe = profile.moe
-    hole = 0 if profile.architecture in NO_FFN_HOLE_ARCHS else FFN_HOLE_BLOCKS * profile.n_embd
-    if profile.architecture in PARALLEL_ATTN_FFN_ARCHS:
+    hole = 0 if profile.traits.graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    if profile.traits.graph.parallel_attn_ffn:
         # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
         # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
         hole -= profile.n_embd
-    skip_in_hole = profile.architecture in EMBD_SKIP_ARCHS and bool(hole)
+    skip_in_hole = profile.traits.graph.embd_skip and bool(hole)
     if skip_in_hole:
         # the skip block (talkie's `embd_skip`, counted with the residual blocks) sits in one block of the hole:
         # the allocator's peak on the talkie smoke model (src/models/talkie.cpp, c512 with flash attention) has
@@ -240,7 +240,7 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
         hole -= profile.n_embd
     lp = profile.layers[il]
     held = 0
-    if profile.architecture in DENSE_FFN_GRAPH_ARCHS and il not in _layer_shapes(profile).dense_up:
+    if profile.traits.graph.dense_ffn_only and il not in _layer_shapes(profile).dense_up:
         return 0, 0, 0  # the graph calls the dense FFN with no matrices: nothing but an in-place activation
     if lp.is_moe and moe is not None:
         used = lp.n_expert_used or moe.n_expert_used
@@ -253,7 +253,7 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
         shared = moe.n_ff_shexp * moe.n_expert_shared
         if 3 * shared > f:
             f, first = 3 * shared, shared
-        if profile.architecture in WEIGHT_BEFORE_FFN_ARCHS:
+        if profile.traits.graph.weight_before_ffn:
             # the router-weighted input [n_embd, n_used, n_tok] feeds gate and up
             held = used * profile.n_embd
     elif il in _layer_shapes(profile).gated:
@@ -317,51 +317,6 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
     return out
 
 
-#: Architectures whose blocks run attention and FFN in parallel from one norm output and add both to the residual
-#: (src/models/command-r.cpp, cohere2.cpp, phi2.cpp): the attention output stays allocated through the FFN.
-PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe", "plamo", "phi2"})
-
-#: Architectures whose graph only builds the dense FFN (src/models/refact.cpp calls build_ffn with ffn_up, ffn_gate
-#: and ffn_down): a MoE file's expert matrices are loaded but never multiplied, so such layers add no intermediates.
-DENSE_FFN_GRAPH_ARCHS = frozenset({"refact"})
-
-#: `llm_graph_context::build_moe_ffn`: llama4 scales the FFN input by the router weights before the experts, a
-#: `[n_embd, n_expert_used, n_tok]` copy that stays live while gate and up run.
-WEIGHT_BEFORE_FFN_ARCHS = frozenset({"llama4"})
-
-#: Architectures that keep the (normed) input embeddings live through every layer for a skip connection added to
-#: each layer's output (src/models/talkie.cpp `embd_skip`; src/models/hrm-text.cpp keeps the high-cycle state zH
-#: live through the low-cycle stacks, which add it to their input): one more `[n_embd, n_tok]` block in the layer
-#: phase.
-EMBD_SKIP_ARCHS = frozenset({"talkie", "hrm_text"})
-
-#: Architectures whose allocator peaks show no two-block hole under the FFN: the blocks the attention frees are
-#: two separate one-block holes (openelm's per-layer head counts, plamo3's and hrm_text's attention tensors differ
-#: from the hidden size), so the FFN's last intermediate goes on top instead of into the hole (the smoke models'
-#: peaks: gate, up and the GLU output above the residual blocks). The cacheless diffusion models' graphs
-#: (src/models/dream.cpp, llada.cpp) allocate their mask `self_kq_mask` between the two: the smoke models' peak at
-#: c512 has the freed blocks at 0.5-1.0 and 1.51-2.01 MiB with the mask between them, and gate, up and the GLU
-#: output on top (5.26 MiB).
-NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text", "dream", "llada"})
-
-#: Architectures whose attention compresses K/V through `attn_kv_a_mqa` without MLA's absorbed query
-#: (src/models/minicpm3.cpp): Q, the compressed KV with its rope part and the normed latent are live together.
-KV_A_MQA_ARCHS = frozenset({"minicpm3"})
-
-#: Architectures with a fused QKV projection and no rope (src/models/{gpt2,bloom,jais,mpt,starcoder}.cpp): Q, K
-#: and V are views of the projection's output, which therefore stays live through the attention.
-NO_ROPE_QKV_ARCHS = frozenset({"gpt2", "bloom", "jais", "mpt", "starcoder"})
-
-#: Architectures with DeepSeek-V3.2's lightning indexer graph (src/models/deepseek32.cpp and its copies).
-DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
-
-#: Architectures whose recurrent layers are Mamba-1 / Mamba-2 blocks (the SSM scan below); gated delta nets, RWKV,
-#: short convolutions and linear attention have other graphs and are not modelled here.
-MAMBA_ARCHS = frozenset(
-    {"mamba", "mamba2", "jamba", "falcon-h1", "nemotron_h", "nemotron_h_moe", "granitehybrid", "plamo2"}
-)
-
-
 def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bool = True) -> int:
     """Live set of one Mamba block during the selective scan, f32 (src/models/graph-context-mamba.cpp).
 
@@ -374,7 +329,7 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bo
     scan output.
     """
     ssm = profile.ssm
-    if ssm is None or profile.architecture not in MAMBA_ARCHS or not ssm.d_inner:
+    if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
         return 0
     scan = n_tok * ssm.d_inner + ssm.d_state * ssm.d_inner * n_seqs
     if ssm.n_group:
@@ -399,20 +354,6 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bo
     return F32 * floats
 
 
-#: Indexer query projections (`indexer.attn_q_b`, `indexer.q_proj`: `[n_indexer_head x key_length, n_tok]`) and
-#: how many such tensors are live together at the indexer's peak, per architecture, from the graphs:
-#: src/models/deepseek4.cpp ropes the projection into a second tensor (`lid_q`, `lid_q_rope`), qwen4exp.cpp norms
-#: it (`build_norm` of the projection), glm5-next.cpp scores the projection itself (`indexer_q` only). The
-#: allocator's peaks on the smoke models show exactly these 16 MiB tensors at `-ub 512`.
-INDEXER_Q_COPIES = {"deepseek4": 2, "qwen4exp": 2, "glm5-next": 1}
-
-#: Hyper-connection residual streams `[n_embd x hc, n_tok]` live through the layers, per architecture (the
-#: allocator's peaks on the smoke models): the wide residual (`hc_init` / `l_last`) on all of them, plus, on
-#: qwen4exp and glm5-next, a second one: qwen4exp's grouped norm of the streams (`hc_norm`, read again by the inject
-#: projection at the combine), glm5-next's second stream tensor next to `hc_init`.
-HC_STREAMS = {"deepseek4": 1, "hy_v4": 1, "qwen4exp": 2, "glm5-next": 2}
-
-
 def _hc_width(profile: ModelProfile) -> int:
     """Elements per token of one hyper-connection residual `n_embd x hc` (from `hc_attn_fn` / `hc_attn_down`,
     whose rows span all streams), 0 when the model has none."""
@@ -423,8 +364,8 @@ def _hc_width(profile: ModelProfile) -> int:
 
 
 def _indexer_q_rows(profile: ModelProfile) -> dict[int, int]:
-    """Per layer, the rows of its indexer query projection (architectures in INDEXER_Q_COPIES)."""
-    if profile.architecture not in INDEXER_Q_COPIES:
+    """Per layer, the rows of its indexer query projection (architectures with `GraphTraits.indexer_q_copies`)."""
+    if not profile.traits.graph.indexer_q_copies:
         return {}
     out: dict[int, int] = {}
     for t in profile.tensors:
@@ -435,17 +376,6 @@ def _indexer_q_rows(profile: ModelProfile) -> dict[int, int]:
         ):
             out[t.layer] = t.shape[1]
     return out
-
-
-#: Architectures with lightning-attention layers (src/models/minimax-01.cpp), their recurrent layers.
-LIGHTNING_ARCHS = frozenset({"minimax-01"})
-
-#: Architectures whose MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
-KIMI_MLA_ARCHS = frozenset({"kimi-linear", "kimi-k3"})
-
-#: Architectures whose recurrent layers are gated delta nets (src/models/qwen3next.cpp, qwen35.cpp, qwen35moe.cpp
-#: through `llm_build_delta_net_base`), run as one fused `ggml_gated_delta_net` op (see `_gdn_transient`).
-GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 
 
 def _gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
@@ -461,7 +391,7 @@ def _gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     two 64 KiB inputs), 3.26 MiB on the qwen35 smoke model.
     """
     ssm = profile.ssm
-    if ssm is None or profile.architecture not in GDN_ARCHS or not (ssm.d_inner and ssm.dt_rank):
+    if ssm is None or not profile.traits.graph.gated_delta_net or not (ssm.d_inner and ssm.dt_rank):
         return 0
     head_k, num_k, num_v = ssm.d_state, ssm.n_group, ssm.dt_rank
     head_v = ssm.d_inner // num_v
@@ -475,7 +405,7 @@ def _gdn_output(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     """The fused gated-delta-net op's output, the last tensor of `_gdn_transient`: the attention output
     `[head_v, num_v, n_tok]` followed by the new state `[head_v, head_v, num_v, n_seqs]`, bytes (f32)."""
     ssm = profile.ssm
-    if ssm is None or profile.architecture not in GDN_ARCHS or not (ssm.d_inner and ssm.dt_rank):
+    if ssm is None or not profile.traits.graph.gated_delta_net or not (ssm.d_inner and ssm.dt_rank):
         return 0
     head_v = ssm.d_inner // ssm.dt_rank
     return F32 * (ssm.d_inner * n_tok + head_v * head_v * ssm.dt_rank * n_seqs)
@@ -673,7 +603,7 @@ class ComputePlan:
                 ),
                 default=0,
             )
-            if profile.architecture in DSA_ARCHS
+            if profile.traits.graph.dsa_indexer
             else 0
         )
         idx_q = 2 * F32 * n_tok * idx_heads * profile.indexer_head_size
@@ -694,10 +624,10 @@ class ComputePlan:
             fit = min(2, room // one_q) if one_q else 0
             idx_q += room - fit * one_q
 
-        dsa_top_k = profile.indexer_top_k if profile.architecture in DSA_ARCHS else 0
+        dsa_top_k = profile.indexer_top_k if profile.traits.graph.dsa_indexer else 0
         idx_rows = _indexer_q_rows(profile)
         kv_a_mqa: dict[int, tuple[int, int]] = {}
-        if profile.architecture in KV_A_MQA_ARCHS:
+        if profile.traits.graph.kv_a_mqa:
             norms = {
                 t.layer: t.shape[0] for t in profile.tensors if t.name.endswith(".attn_kv_a_norm.weight")
             }
@@ -705,7 +635,7 @@ class ComputePlan:
                 if t.layer is not None and t.name.endswith(".attn_kv_a_mqa.weight") and len(t.shape) > 1:
                     kv_a_mqa[t.layer] = (t.shape[1], norms.get(t.layer, 0))
         # hyper-connection residual streams, live through every layer like the residual blocks
-        hc_block = F32 * n_tok * _hc_width(profile) * HC_STREAMS.get(profile.architecture, 0)
+        hc_block = F32 * n_tok * _hc_width(profile) * profile.traits.graph.hc_streams
 
         def dsa_zeros(layers: list[int]) -> int:
             # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
@@ -747,7 +677,7 @@ class ComputePlan:
                         # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
                         rows, lora = kv_a_mqa[il]
                         out.add(Affine(c=F32 * n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
-                    if profile.mla is not None and profile.architecture in KIMI_MLA_ARCHS:
+                    if profile.mla is not None and profile.traits.graph.kimi_mla:
                         # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
                         # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
                         # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
@@ -781,7 +711,7 @@ class ComputePlan:
                         # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
                         q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
                     qkv = shapes.qkv_rows.get(il, 0)
-                    if qkv and not fa and profile.architecture in NO_ROPE_QKV_ARCHS:
+                    if qkv and not fa and profile.traits.graph.no_rope_qkv:
                         q = F32 * n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
                     if qkv:
                         # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
@@ -800,7 +730,7 @@ class ComputePlan:
                             ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
                         continue
                     a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
-                    if qkv and profile.architecture not in NO_ROPE_QKV_ARCHS:
+                    if qkv and not profile.traits.graph.no_rope_qkv:
                         # the roped Q of a fused projection takes the attention norm's block (the norm has one
                         # reader, freed before the QKV output is split): only what exceeds a block is added
                         q = max(0, q - F32 * n_tok * profile.n_embd)
@@ -819,7 +749,7 @@ class ComputePlan:
             ssm = _ssm_transient(profile, n_tok, inputs.n_seqs, bool(base or swa) and not parallel)
             if ssm and any(profile.layers[il].is_recurrent for il in layers):
                 out.add(Affine(c=ssm + (F32 * n_tok * profile.n_embd if parallel else 0)))
-            if profile.architecture in LIGHTNING_ARCHS:
+            if profile.traits.graph.lightning:
                 # src/models/minimax-01.cpp, a lightning-attention layer over the whole ubatch per sequence: the
                 # fused QKV output [3 n_head head_dim, n_tok], the inter-block product qkv_none_diag
                 # [n_head head_dim, n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
@@ -839,8 +769,8 @@ class ComputePlan:
                 out.add(Affine(c=idx_q))
             iq = max((idx_rows.get(il, 0) for il in layers), default=0)
             if iq:
-                out.add(Affine(c=INDEXER_Q_COPIES[profile.architecture] * F32 * n_tok * iq))
-            if profile.architecture in PARALLEL_ATTN_FFN_ARCHS and (base or swa) and fa:
+                out.add(Affine(c=profile.traits.graph.indexer_q_copies * F32 * n_tok * iq))
+            if profile.traits.graph.parallel_attn_ffn and (base or swa) and fa:
                 # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
                 # peak: Q, K and V above the norm output); without flash attention the recordings match without it
                 out = {Affine(a.a_base, a.a_swa, a.c + embd_block) for a in out}
@@ -897,7 +827,7 @@ class ComputePlan:
             if (
                 not (m.a_base or m.a_swa or m.c or vi)
                 or not (base or swa)
-                or profile.architecture in PARALLEL_ATTN_FFN_ARCHS  # the attention output is still live
+                or profile.traits.graph.parallel_attn_ffn  # the attention output is still live
             ):
                 return _ffn_transient(profile, flayers, n_tok), ()
             v_one = vi // ((1 if base else 0) + (1 if swa else 0))
@@ -939,7 +869,7 @@ class ComputePlan:
             ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
         op_copy = _largest_host_weight_group(profile, placement) if offload_gpu0 else 0
 
-        skip = 1 if profile.architecture in EMBD_SKIP_ARCHS else 0
+        skip = 1 if profile.traits.graph.embd_skip else 0
         below_logits = _below_logits(profile, trunk[-1], n_tok) if trunk else 0
         plans: list[_DevicePlan] = []
         for gi in range(n_gpu):

@@ -174,7 +174,7 @@ def speculative_n_max(settings: LaunchSettings) -> int:
 
 def n_rs_seq(profile: ModelProfile, settings: LaunchSettings) -> int:
     """common/common.h:need_n_rs_seq, clamped by src/llama-context.cpp when the arch cannot roll back."""
-    if profile.architecture not in archs.RS_ROLLBACK_ARCHS:
+    if not profile.traits.memory.rs_rollback:
         return 0
     if not any(t in archs.RS_SEQ_SPEC_TYPES for t in settings.spec_types):
         return 0
@@ -196,9 +196,9 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     tk = _cache_type(settings.cache_type_k, "K")
     tv = _cache_type(settings.cache_type_v, "V")
     fa = settings.flash_attn
-    if fa is not FlashAttn.OFF and profile.architecture in archs.FLASH_ATTN_FORCED_OFF_ARCHS:
+    if fa is not FlashAttn.OFF and profile.traits.memory.flash_attn_forced_off:
         fa = FlashAttn.OFF  # "flash_attn is not compatible with Grok - forcing off"
-    if (profile.is_mla or profile.architecture == "deepseek4") and tk != tv:
+    if (profile.is_mla or profile.traits.memory.same_kv_types) and tk != tv:
         raise SettingsError(
             f"this model does not support different K ({settings.cache_type_k}) and V ({settings.cache_type_v}) "
             "cache types"
@@ -326,7 +326,7 @@ def context_caches(
     if _is_fork(settings):
         from fitplan.core import engines
         return engines.fork_context_caches(profile, ctx, settings)
-    layout = archs.memory_layout(profile.architecture)
+    layout = profile.traits.memory.layout
     if layout is archs.MemoryLayout.NONE or not profile.layers:
         return ()
     tk = _cache_type(settings.cache_type_k, "K")
@@ -506,6 +506,6 @@ def output_buffer_bytes(profile: ModelProfile, ctx: ResolvedContext, *, grown: b
     of llama.cpp's memory breakdown."""
     n_out = max(ctx.n_outputs_max, ctx.n_seq_max) if grown else ctx.n_seq_max
     floats = profile.n_vocab * n_out
-    if ctx.embeddings or profile.architecture == "t5":
+    if ctx.embeddings or profile.traits.memory.encoder_output:
         floats += (profile.n_embd_out or profile.n_embd) * n_out
     return F32_BYTES * floats

@@ -10,11 +10,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from fitplan.core.gguf.ggml_types import file_type_label, type_name
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, MetadataValue, ModelFiles
+from fitplan.core.gguf.reader import is_mmproj
 from fitplan.core.model import archs
-from fitplan.core.model.archs import RecurrentRule, SwaRule
+from fitplan.core.model.archs import (
+    MMPROJ_ARCHITECTURE,
+    ArchTraits,
+    HybridAttnFilter,
+    IndexerRule,
+    KpoolSource,
+    KvSharing,
+    MemoryLayout,
+    RecurrentRule,
+    SwaRule,
+    traits_of,
+)
 from fitplan.core.model.profile import (
     ClipParams,
     LayerKind,
@@ -47,18 +60,6 @@ _OUTPUT_PREFIXES = (
     "decision",
 )
 
-#: Archs whose load_arch_hparams does not read `{arch}.ssm.group_count` (so n_group stays 0).
-_NO_SSM_GROUP_ARCHS = frozenset({"mamba", "jamba"})
-#: Archs whose load_arch_hparams reads `{arch}.wkv.head_size`.
-_WKV_ARCHS = frozenset({"rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
-#: Archs whose load_arch_hparams reads `{arch}.shortconv.l_cache`.
-_SHORTCONV_ARCHS = frozenset({"lfm2", "lfm2moe"})
-#: Archs whose load_arch_hparams reads `{arch}.kda.head_dim`.
-_KDA_ARCHS = frozenset({"kimi-linear", "kimi-k3", "bailingmoe3", "glm5-next"})
-#: Archs whose hparams.causal_attn is forced false in load_arch_hparams.
-_NON_CAUSAL_ARCHS = frozenset({"dream", "llada", "llada-moe", "rnd1", "gemma-embedding"})
-#: src/llama-model.cpp:llama_model_has_encoder.
-_ENCODER_ARCHS = frozenset({"t5", "t5encoder"})
 
 
 class _Meta:
@@ -227,7 +228,7 @@ def _mmproj_profile(headers: Sequence[GGUFHeader], file_size: int) -> ModelProfi
     return ModelProfile(
         path=h.source,
         shard_paths=tuple(x.source for x in headers),
-        architecture="clip",
+        architecture=MMPROJ_ARCHITECTURE,
         name=h.get_str("general.name"),
         file_type=_file_type(h, mix),
         file_size=file_size,
@@ -259,422 +260,501 @@ def _mmproj_profile(headers: Sequence[GGUFHeader], file_size: int) -> ModelProfi
     )
 
 
-def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
-    """Resolve a model's hyper-parameters per layer, as llama.cpp's load_hparams + create_memory do."""
-    headers, file_size = _headers(files)
-    h = headers[0]
-    arch = h.architecture
-    if arch == "clip":
-        return _mmproj_profile(headers, file_size)
+@dataclass(slots=True)
+class _Dims:
+    """The generic hyper-parameters (load_hparams) as the per-architecture rules reshape them; per-layer lists have
+    n_layer_all entries. Internal to the builder: the result is the frozen ModelProfile."""
 
-    meta = _Meta(h, arch)
-    warnings: list[str] = []
-    verified = arch in archs.KNOWN_ARCHITECTURES
-    if not verified:
-        warnings.append(
-            f"architecture {arch!r} is not known to llama.cpp 515e85511; profile built from the generic keys only"
-        )
-    if arch in archs.APPROXIMATE_MEMORY_ARCHS:
-        warnings.append(archs.APPROXIMATE_MEMORY_ARCHS[arch])
+    n_embd: int
+    n_layer_all: int
+    n_nextn: int
+    n_expert: int
+    n_expert_used: list[int]
+    n_ff: list[int]
+    n_head: list[int]
+    n_head_kv: list[int]
+    head_k: int = 0
+    head_v: int = 0
+    n_rot: int = 0
+    head_k_swa: int = 0
+    head_v_swa: int = 0
+    kv_lora_rank: int = 0
+    router_layer: int = -1  # graniteswitch's appended router layer, -1 when none
+    warnings: list[str] = field(default_factory=list)
 
-    tensors = _tensors(headers)
-    tensor_names = {t.name for t in tensors}
+    @property
+    def n_layer(self) -> int:
+        return self.n_layer_all - self.n_nextn
 
-    # -- src/llama-model.cpp:load_hparams, generic part -------------------------------------------------------
-    n_embd = meta.num("embedding_length")
+    @property
+    def head0(self) -> int:
+        return self.n_head[0] if self.n_head else 0
+
+    @property
+    def zeros(self) -> list[int]:
+        return [0] * self.n_layer_all
+
+
+def _generic_dims(meta: _Meta, t: ArchTraits, tensor_names: set[str]) -> _Dims:
+    """src/llama-model.cpp:load_hparams, the generic keys, with the per-architecture overrides of
+    load_arch_hparams that change them."""
+    hp = t.hparams
     n_layer_all = meta.num("block_count")
     n_nextn = meta.num("nextn_predict_layers")
-    # models/deepseek4.cpp: the MTP block counts only when its eh_proj tensor is present
     probe = f"blk.{n_layer_all - n_nextn}.nextn.eh_proj.weight"
-    if arch == "deepseek4" and n_nextn > 0 and probe not in tensor_names:
+    if hp.nextn_needs_eh_proj and n_nextn > 0 and probe not in tensor_names:
         n_nextn = 0
-    n_nextn = min(n_nextn, n_layer_all)
     zeros = [0] * n_layer_all
-    n_expert = meta.num("expert_count")
-    n_expert_used = meta.key_or_arr("expert_used_count", n_layer_all, zeros)
-    if arch in ("hunyuan_vl", "hunyuan-dense") and n_expert <= 1:  # load_hparams: dense Hunyuan
-        n_expert = 0
-        n_expert_used = list(zeros)
-    n_ff = meta.key_or_arr("feed_forward_length", n_layer_all, zeros)
     n_head = meta.key_or_arr("attention.head_count", n_layer_all, zeros)
-    n_head_kv = meta.key_or_arr("attention.head_count_kv", n_layer_all, list(n_head))
+    d = _Dims(
+        n_embd=meta.num("embedding_length"),
+        n_layer_all=n_layer_all,
+        n_nextn=min(n_nextn, n_layer_all),
+        n_expert=meta.num("expert_count"),
+        n_expert_used=meta.key_or_arr("expert_used_count", n_layer_all, zeros),
+        n_ff=meta.key_or_arr("feed_forward_length", n_layer_all, zeros),
+        n_head=n_head,
+        n_head_kv=meta.key_or_arr("attention.head_count_kv", n_layer_all, list(n_head)),
+    )
+    if hp.dense_when_single_expert and d.n_expert <= 1:
+        d.n_expert = 0
+        d.n_expert_used = list(zeros)
+    if d.head0 > 0:
+        d.head_k = meta.num("attention.key_length", d.n_embd // d.head0)
+        d.head_v = meta.num("attention.value_length", d.n_embd // d.head0)
+        d.n_rot = meta.num("rope.dimension_count", d.head_k)
+    if hp.rereads_head_lengths:
+        d.head_k = meta.num("attention.key_length", d.head_k)
+        d.head_v = meta.num("attention.value_length", d.head_v)
+    d.head_k_swa = meta.num("attention.key_length_swa", d.head_k)
+    d.head_v_swa = meta.num("attention.value_length_swa", d.head_v)
+    d.kv_lora_rank = meta.num("attention.kv_lora_rank")
+    if hp.head_v_is_kv_lora:
+        d.head_v = d.kv_lora_rank
+    if hp.layer_loops:
+        _loop_layers(d, max(1, meta.num("num_loops", 1)))
+    if hp.router_layer:
+        _append_router_layer(d)
+    return d
 
-    head0 = n_head[0] if n_head else 0
-    if head0 > 0:
-        head_k = meta.num("attention.key_length", n_embd // head0)
-        head_v = meta.num("attention.value_length", n_embd // head0)
-        n_rot = meta.num("rope.dimension_count", head_k)
-    else:
-        head_k = head_v = n_rot = 0
-    if arch == "plamo2":  # models/plamo2.cpp re-reads key/value_length (also when head_count is absent)
-        head_k = meta.num("attention.key_length", head_k)
-        head_v = meta.num("attention.value_length", head_v)
-    head_k_swa = meta.num("attention.key_length_swa", head_k)
-    head_v_swa = meta.num("attention.value_length_swa", head_v)
-    kv_lora_rank = meta.num("attention.kv_lora_rank")
-    if arch in ("kimi-k3", "glm5-next"):
-        head_v = kv_lora_rank  # models/kimi-k3.cpp, models/glm5-next.cpp: "the MLA cache holds the latent"
 
-    # nanbeige (models/nanbeige.cpp): num_loops repeats the physical layers
-    if arch == "nanbeige":
-        loops = max(1, meta.num("num_loops", 1))
-        if loops > 1:
-            phys = n_layer_all - n_nextn
-            n_head = (n_head[:phys]) * loops
-            n_head_kv = (n_head_kv[:phys]) * loops
-            n_ff = (n_ff[:phys]) * loops
-            n_expert_used = (n_expert_used[:phys]) * loops
-            n_layer_all = phys * loops
-            zeros = [0] * n_layer_all
+def _loop_layers(d: _Dims, loops: int) -> None:
+    """models/nanbeige.cpp: num_loops repeats the physical layers."""
+    if loops <= 1:
+        return
+    phys = d.n_layer_all - d.n_nextn
+    d.n_head = d.n_head[:phys] * loops
+    d.n_head_kv = d.n_head_kv[:phys] * loops
+    d.n_ff = d.n_ff[:phys] * loops
+    d.n_expert_used = d.n_expert_used[:phys] * loops
+    d.n_layer_all = phys * loops
 
-    # graniteswitch (models/granite-switch.cpp): a single-head router attention layer is appended at index n_real;
-    # llama.cpp repurposes n_layer_nextn = 1 for it, but the trunk attends it, so it keeps its KV (router_layer)
-    router_layer = -1
-    if arch == "graniteswitch":
-        router_layer = n_layer_all - n_nextn
-        n_layer_all = router_layer + 1
-        n_nextn = 1
-        n_head = [*n_head[:router_layer], 1]
-        n_head_kv = [*n_head_kv[:router_layer], 1]
-        n_ff = [*n_ff[:router_layer], 0]
-        n_expert_used = [*n_expert_used[:router_layer], 0]
-        zeros = [0] * n_layer_all
 
-    n_layer = n_layer_all - n_nextn
+def _append_router_layer(d: _Dims) -> None:
+    """models/granite-switch.cpp: a single-head router attention layer is appended at index n_real; llama.cpp
+    repurposes n_layer_nextn = 1 for it, but the trunk attends it, so it keeps its KV (router_layer)."""
+    r = d.n_layer_all - d.n_nextn
+    d.router_layer = r
+    d.n_layer_all = r + 1
+    d.n_nextn = 1
+    d.n_head = [*d.n_head[:r], 1]
+    d.n_head_kv = [*d.n_head_kv[:r], 1]
+    d.n_ff = [*d.n_ff[:r], 0]
+    d.n_expert_used = [*d.n_expert_used[:r], 0]
 
-    # -- recurrent layers (src/models/<arch>.cpp) --------------------------------------------------------------
-    rec = archs.ARCH_RECURRENT.get(arch, archs.ArchRecurrent())
-    is_recr = [False] * n_layer_all
+
+def _recurrent_layers(meta: _Meta, t: ArchTraits, d: _Dims) -> list[bool]:
+    """hparams.is_recr per layer (src/models/<arch>.cpp:load_arch_hparams)."""
+    rec = t.hparams.recurrent
+    n, n_layer = d.n_layer_all, d.n_layer
     if rec.rule is RecurrentRule.ALL:
-        is_recr = [True] * n_layer_all
-    elif rec.rule is RecurrentRule.HEAD_KV_ZERO:
-        is_recr = [il < n_layer and n_head_kv[il] == 0 for il in range(n_layer_all)]
-    elif rec.rule is RecurrentRule.HEAD_KV_ZERO_ALL:
-        is_recr = [n_head_kv[il] == 0 for il in range(n_layer_all)]
-    elif rec.rule is RecurrentRule.NEMOTRON:
-        is_recr = [il < n_layer and n_head_kv[il] == 0 and n_ff[il] == 0 for il in range(n_layer_all)]
-    elif rec.rule is RecurrentRule.INTERVAL:
+        return [True] * n
+    if rec.rule is RecurrentRule.HEAD_KV_ZERO:
+        return [il < n_layer and d.n_head_kv[il] == 0 for il in range(n)]
+    if rec.rule is RecurrentRule.HEAD_KV_ZERO_ALL:
+        return [d.n_head_kv[il] == 0 for il in range(n)]
+    if rec.rule is RecurrentRule.NEMOTRON:
+        return [il < n_layer and d.n_head_kv[il] == 0 and d.n_ff[il] == 0 for il in range(n)]
+    if rec.rule is RecurrentRule.INTERVAL:
         if meta.has("attention.recurrent_layers"):
-            arr = meta.key_or_arr("attention.recurrent_layers", n_layer_all, [0] * n_layer_all)
-            is_recr = [x != 0 for x in arr]
-        else:
-            interval = meta.num("full_attention_interval", rec.default_interval)
-            if interval <= 0:
-                warnings.append(f"{arch}.full_attention_interval is missing; llama.cpp refuses this file")
-                interval = 1
-            is_recr = [il < n_layer and (il + 1) % interval != 0 for il in range(n_layer_all)]
+            return [x != 0 for x in meta.key_or_arr("attention.recurrent_layers", n, [0] * n)]
+        interval = meta.num("full_attention_interval", rec.default_interval)
+        if interval <= 0:
+            d.warnings.append(f"{meta.arch}.full_attention_interval is missing; llama.cpp refuses this file")
+            interval = 1
+        return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
+    return [False] * n
 
-    # -- SWA (src/models/<arch>.cpp, src/llama-model.cpp:load_swa_pattern) ------------------------------------
-    swa_rule = archs.ARCH_SWA.get(arch, archs.ArchSwa())
-    swa_type = SwaType.NONE
-    n_swa = 0
-    is_swa = [False] * n_layer_all
-    window_found = meta.has("attention.sliding_window")
+
+def _swa_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool]) -> tuple[SwaType, int, list[bool]]:
+    """swa_type, n_swa and is_swa per layer (src/models/<arch>.cpp, src/llama-model.cpp:load_swa_pattern)."""
+    sw = t.hparams.swa
+    n = d.n_layer_all
+    found = meta.has("attention.sliding_window")
     window = meta.num("attention.sliding_window")
 
-    def load_pattern(period: int, dense_first: bool) -> list[bool]:
+    def pattern(period: int, dense_first: bool) -> list[bool]:
         arr = meta.array("attention.sliding_window_pattern")
         if arr is not None:
-            flags = [bool(x) for x in arr[:n_layer_all]]
-            return flags + [False] * (n_layer_all - len(flags))
+            flags = [bool(x) for x in arr[:n]]
+            return flags + [False] * (n - len(flags))
         n_pattern = meta.num("attention.sliding_window_pattern", period)
-        return list(archs.swa_pattern(n_layer, n_layer_all, n_pattern, dense_first))
+        return list(archs.swa_pattern(d.n_layer, n, n_pattern, dense_first))
 
-    rule = swa_rule.rule
+    rule = sw.rule
     if rule is SwaRule.ALWAYS:
-        swa_type = swa_rule.swa_type
-        n_swa = window if window_found else swa_rule.default_window
-        if not window_found and swa_rule.default_window == 0:
-            warnings.append(f"{arch}.attention.sliding_window is missing; llama.cpp requires it")
-        is_swa = load_pattern(swa_rule.period, swa_rule.dense_first)
-    elif rule is SwaRule.IF_WINDOW:
-        if window_found and window > 0:
-            swa_type = swa_rule.swa_type
-            n_swa = swa_rule.forced_window or window
-            is_swa = load_pattern(swa_rule.period, swa_rule.dense_first)
-    elif rule is SwaRule.ARRAY:
-        swa_type = swa_rule.swa_type
-        n_swa = window
-        swa_arr = meta.array("attention.sliding_window_pattern")
-        if swa_arr is None:
-            warnings.append(f"{arch}.attention.sliding_window_pattern must be a per-layer array")
-        else:
-            flags = [bool(x) for x in swa_arr[:n_layer_all]]
-            is_swa = flags + [False] * (n_layer_all - len(flags))
-    elif rule is SwaRule.LLAMA4:
-        if not (window_found and window == 0):
-            swa_type = SwaType.CHUNKED
-            n_swa = swa_rule.forced_window
-            is_swa = load_pattern(swa_rule.period, False)
-    elif rule is SwaRule.EXAONE4:
-        if n_layer == 64:
-            swa_type = SwaType.STANDARD
-            n_swa = window if window_found else swa_rule.default_window
-            is_swa = load_pattern(swa_rule.period, False)
-    elif rule is SwaRule.NON_RECURRENT:
-        if window_found and window > 0:
-            swa_type = SwaType.STANDARD
-            n_swa = window
-            is_swa = [il < n_layer and not is_recr[il] for il in range(n_layer_all)]
-    elif rule is SwaRule.ALL_LAYERS:
-        swa_type = SwaType.STANDARD
-        n_swa = window
-        is_swa = [True] * n_layer_all
+        if not found and sw.default_window == 0:
+            d.warnings.append(f"{meta.arch}.attention.sliding_window is missing; llama.cpp requires it")
+        return sw.swa_type, window if found else sw.default_window, pattern(sw.period, sw.dense_first)
+    if rule is SwaRule.IF_WINDOW and found and window > 0:
+        return sw.swa_type, sw.forced_window or window, pattern(sw.period, sw.dense_first)
+    if rule is SwaRule.ARRAY:
+        arr = meta.array("attention.sliding_window_pattern")
+        if arr is None:
+            d.warnings.append(f"{meta.arch}.attention.sliding_window_pattern must be a per-layer array")
+            return sw.swa_type, window, [False] * n
+        flags = [bool(x) for x in arr[:n]]
+        return sw.swa_type, window, flags + [False] * (n - len(flags))
+    if rule is SwaRule.LLAMA4 and not (found and window == 0):
+        return SwaType.CHUNKED, sw.forced_window, pattern(sw.period, False)
+    if rule is SwaRule.EXAONE4 and d.n_layer == 64:
+        return SwaType.STANDARD, window if found else sw.default_window, pattern(sw.period, False)
+    if rule is SwaRule.NON_RECURRENT and found and window > 0:
+        return SwaType.STANDARD, window, [il < d.n_layer and not is_recr[il] for il in range(n)]
+    if rule is SwaRule.ALL_LAYERS:
+        return SwaType.STANDARD, window, [True] * n
+    return SwaType.NONE, 0, [False] * n
 
-    # -- MLA (models/deepseek2.cpp and the other MLA archs) ------------------------------------------------------
+
+def _mla(meta: _Meta, t: ArchTraits, d: _Dims) -> MlaParams | None:
+    """MLA (models/deepseek2.cpp and the other MLA archs): only archs that read the *_mla keys run MLA."""
     k_mla = meta.num("attention.key_length_mla")
     v_mla = meta.num("attention.value_length_mla")
-    is_mla = arch in archs.MLA_KEY_ARCHS and k_mla > 0 and v_mla > 0
-    mla = (
-        MlaParams(
-            kv_lora_rank=kv_lora_rank,
-            n_rot=n_rot,
-            key_length_mla=k_mla,
-            value_length_mla=v_mla,
-            q_lora_rank=meta.num("attention.q_lora_rank"),
-        )
-        if is_mla
-        else None
+    if not (t.hparams.reads_mla_keys and k_mla > 0 and v_mla > 0):
+        return None
+    return MlaParams(
+        kv_lora_rank=d.kv_lora_rank,
+        n_rot=d.n_rot,
+        key_length_mla=k_mla,
+        value_length_mla=v_mla,
+        q_lora_rank=meta.num("attention.q_lora_rank"),
     )
 
-    # -- shared KV layers (src/llama-hparams.cpp:has_kv, n_layer_kv_from_start) --------------------------------
-    kv_from_start = -1
-    if arch == "gemma3n":
-        kv_from_start = 20  # models/gemma3n.cpp
-    elif arch == "gemma4":
-        kv_from_start = n_layer_all - meta.num("attention.shared_kv_layers")  # models/gemma4.cpp
 
-    # -- recurrent state sizes (src/llama-hparams.cpp:n_embd_r / n_embd_s) --------------------------------------
+def _kv_from_start(meta: _Meta, t: ArchTraits, d: _Dims) -> int:
+    """src/llama-hparams.cpp:n_layer_kv_from_start (-1: every layer has its own KV)."""
+    if t.hparams.kv_sharing is KvSharing.FROM_LAYER_20:
+        return 20
+    if t.hparams.kv_sharing is KvSharing.SHARED_KV_LAYERS:
+        return d.n_layer_all - meta.num("attention.shared_kv_layers")
+    return -1
+
+
+def _recurrent_state(
+    meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool]
+) -> tuple[SsmParams | None, int, int]:
+    """src/llama-hparams.cpp:n_embd_r / n_embd_s and the SSM parameters."""
+    hp = t.hparams
     d_conv = meta.num("ssm.conv_kernel")
     d_inner = meta.num("ssm.inner_size")
     d_state = meta.num("ssm.state_size")
-    n_group = 0 if arch in _NO_SSM_GROUP_ARCHS else meta.num("ssm.group_count")
-    wkv = meta.num("wkv.head_size") if arch in _WKV_ARCHS else 0
+    n_group = meta.num("ssm.group_count") if hp.reads_ssm_group_count else 0
+    wkv = meta.num("wkv.head_size") if hp.reads_wkv_head_size else 0
     token_shift = meta.num("token_shift_count", 2)
-    l_cache = meta.num("shortconv.l_cache") if arch in _SHORTCONV_ARCHS else 0
-    kda = meta.num("kda.head_dim") if arch in _KDA_ARCHS else 0
-    head_la = head_k if arch == "minimax-01" else 0  # models/minimax-01.cpp: n_embd_head_la = key_length
+    l_cache = meta.num("shortconv.l_cache") if hp.reads_shortconv else 0
+    kda = meta.num("kda.head_dim") if hp.reads_kda else 0
+    head_la = d.head_k if hp.linear_attn_head_is_key else 0
     if wkv:
-        n_embd_r, n_embd_s = token_shift * n_embd, n_embd * wkv
+        n_embd_r, n_embd_s = token_shift * d.n_embd, d.n_embd * wkv
     elif l_cache:
-        n_embd_r, n_embd_s = n_embd * (l_cache - 1), 0
+        n_embd_r, n_embd_s = d.n_embd * (l_cache - 1), 0
     elif kda:
-        n_embd_r = 3 * (d_conv - 1 if d_conv > 0 else 3) * head0 * kda
-        n_embd_s = kda * kda * head0
+        n_embd_r = 3 * (d_conv - 1 if d_conv > 0 else 3) * d.head0 * kda
+        n_embd_s = kda * kda * d.head0
     else:
         n_embd_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
-        n_embd_s = head_la * head_la * head0 if head_la else d_state * d_inner
-    ssm = (
-        SsmParams(
-            d_conv=d_conv,
-            d_inner=d_inner,
-            d_state=d_state,
-            n_group=n_group,
-            dt_rank=meta.num("ssm.time_step_rank"),
-            wkv_head_size=wkv,
-            token_shift_count=token_shift if wkv else 0,
-            shortconv_l_cache=l_cache,
-            kda_head_dim=kda,
-        )
-        if any(is_recr)
-        else None
+        n_embd_s = head_la * head_la * d.head0 if head_la else d_state * d_inner
+    if not any(is_recr):
+        return None, n_embd_r, n_embd_s
+    ssm = SsmParams(
+        d_conv=d_conv,
+        d_inner=d_inner,
+        d_state=d_state,
+        n_group=n_group,
+        dt_rank=meta.num("ssm.time_step_rank"),
+        wkv_head_size=wkv,
+        token_shift_count=token_shift if wkv else 0,
+        shortconv_l_cache=l_cache,
+        kda_head_dim=kda,
     )
+    return ssm, n_embd_r, n_embd_s
 
-    # qwen4exp PLE conv history (src/llama-hparams.cpp:ple_conv_state, models/qwen4exp.cpp): one extra f32 row
-    # tensor on the PLE layer, (conv_kernel - 1) * ngram_size * hc_mult * n_embd per sequence
-    ple_layers: set[int] = set()
-    ple_state = 0
-    if arch == "qwen4exp":
-        ple_arr = meta.array("ple.layers") or []
-        if ple_arr:
-            ple_layers = set(ple_arr)
-            ngram = meta.num("ple.ngram_size")
-            conv = meta.num("ple.conv_kernel")
-            heads = (ngram - 1) * meta.num("ple.heads_per_ngram")
-            if heads > 0 and conv > 0:
-                ple_state = (conv - 1) * ngram * meta.num("hyper_connection.count") * n_embd
 
-    # -- which layers own caches (src/llama-model.cpp:create_memory) --------------------------------------------
-    layout = archs.memory_layout(arch)
-    has_kv = [False] * n_layer_all
-    holds_rs = [False] * n_layer_all
-    indexer = [False] * n_layer_all
-    if layout is archs.MemoryLayout.KV:
-        trunk_only = n_nextn > 0 and n_layer > 0 and router_layer < 0
-        for il in range(n_layer_all):
-            own = kv_from_start < 0 or il < kv_from_start
-            has_kv[il] = own and (not trunk_only or il < n_layer)
-    elif layout is archs.MemoryLayout.RECURRENT:
-        holds_rs = [il < n_layer for il in range(n_layer_all)]
-    elif layout is archs.MemoryLayout.HYBRID:
-        filt = archs.hybrid_attn_filter(arch)
-        for il in range(n_layer_all):
-            if filt is archs.HybridAttnFilter.ALL:
-                has_kv[il] = True
-            elif filt is archs.HybridAttnFilter.NEMOTRON:
-                has_kv[il] = not is_recr[il] and n_ff[il] == 0
-            elif filt is archs.HybridAttnFilter.TRUNK_NOT_RECURRENT:
-                has_kv[il] = il < n_layer and not is_recr[il]
-            else:
-                has_kv[il] = not is_recr[il]
-            if il < n_layer:
-                if filt is archs.HybridAttnFilter.NEMOTRON:
-                    holds_rs[il] = is_recr[il] and n_ff[il] == 0
-                else:
-                    holds_rs[il] = is_recr[il]
-    elif layout is archs.MemoryLayout.DSV4:
-        has_kv = [True] * n_layer_all  # the raw cache has no layer filter (hparams_raw.n_layer_nextn = 0)
-    elif layout in (archs.MemoryLayout.DSA, archs.MemoryLayout.DSA_ISWA, archs.MemoryLayout.MSA):
-        # deepseek32/glm-dsa/dots3note: filter_mla keeps the trunk when there are NextN layers; hy_v4 and
-        # minimax-m3 pass no filter
-        trunk_only = arch not in ("hy_v4", "minimax-m3") and n_nextn > 0
-        has_kv = [not trunk_only or il < n_layer for il in range(n_layer_all)]
+def _ple_state(meta: _Meta, t: ArchTraits, d: _Dims) -> tuple[set[int], int]:
+    """qwen4exp PLE conv history (src/llama-hparams.cpp:ple_conv_state, models/qwen4exp.cpp): one extra f32 row
+    tensor on the PLE layer, (conv_kernel - 1) * ngram_size * hc_mult * n_embd per sequence."""
+    if not t.hparams.ple_conv_state:
+        return set(), 0
+    ple_arr = meta.array("ple.layers") or []
+    if not ple_arr:
+        return set(), 0
+    ngram = meta.num("ple.ngram_size")
+    conv = meta.num("ple.conv_kernel")
+    heads = (ngram - 1) * meta.num("ple.heads_per_ngram")
+    state = (conv - 1) * ngram * meta.num("hyper_connection.count") * d.n_embd if heads > 0 and conv > 0 else 0
+    return set(ple_arr), state
 
-    # -- indexer key caches (src/llama-model.cpp:create_memory filter_lid / filter_idx) -------------------------
-    idx_head = meta.num("attention.indexer.key_length")
-    idx_width = idx_head
+
+def _cache_owners(t: ArchTraits, d: _Dims, is_recr: list[bool], kv_from_start: int) -> tuple[list[bool], list[bool]]:
+    """Which layers own KV and which hold recurrent state (src/llama-model.cpp:create_memory)."""
+    n, n_layer = d.n_layer_all, d.n_layer
+    layout = t.memory.layout
+    if layout is MemoryLayout.KV:
+        trunk_only = d.n_nextn > 0 and n_layer > 0 and d.router_layer < 0
+        own = [(kv_from_start < 0 or il < kv_from_start) and (not trunk_only or il < n_layer) for il in range(n)]
+        return own, [False] * n
+    if layout is MemoryLayout.RECURRENT:
+        return [False] * n, [il < n_layer for il in range(n)]
+    if layout is MemoryLayout.HYBRID:
+        return _hybrid_owners(t.memory.hybrid_filter, d, is_recr)
+    if layout is MemoryLayout.DSV4:
+        return [True] * n, [False] * n  # the raw cache has no layer filter (hparams_raw.n_layer_nextn = 0)
+    if layout in (MemoryLayout.DSA, MemoryLayout.DSA_ISWA, MemoryLayout.MSA):
+        trunk_only = t.memory.mla_trunk_filter and d.n_nextn > 0  # filter_mla keeps the trunk with NextN layers
+        return [not trunk_only or il < n_layer for il in range(n)], [False] * n
+    return [False] * n, [False] * n
+
+
+def _hybrid_owners(filt: HybridAttnFilter, d: _Dims, is_recr: list[bool]) -> tuple[list[bool], list[bool]]:
+    """create_memory's hybrid branch: filter_attn picks the KV layers, filter_recr the recurrent ones."""
+    has_kv: list[bool] = []
+    holds_rs: list[bool] = []
+    for il in range(d.n_layer_all):
+        if filt is HybridAttnFilter.ALL:
+            has_kv.append(True)
+        elif filt is HybridAttnFilter.NEMOTRON:
+            has_kv.append(not is_recr[il] and d.n_ff[il] == 0)
+        elif filt is HybridAttnFilter.TRUNK_NOT_RECURRENT:
+            has_kv.append(il < d.n_layer and not is_recr[il])
+        else:
+            has_kv.append(not is_recr[il])
+        nemotron_ff = filt is not HybridAttnFilter.NEMOTRON or d.n_ff[il] == 0
+        holds_rs.append(il < d.n_layer and is_recr[il] and nemotron_ff)
+    return has_kv, holds_rs
+
+
+def _indexer_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool], ratios: list[int]) -> list[bool]:
+    """Which layers carry an indexer key cache (src/llama-model.cpp:create_memory filter_lid / filter_idx)."""
+    rule = t.memory.indexer
+    n_layer = d.n_layer
+    if rule is IndexerRule.DSV4_CSA:
+        # src/llama-kv-cache-dsv4.cpp: the lightning indexer follows the CSA layers (over all n_layer_all layers)
+        return [r == archs.DSV4_CSA_RATIO for r in ratios]
+    out = [False] * d.n_layer_all
+    if rule is IndexerRule.NONE:
+        return out
     types = meta.key_or_arr("attention.indexer.types", n_layer, [-1] * n_layer) if n_layer else []
 
     def typed(il: int, default: bool) -> bool:
-        t = types[il] if il < len(types) else -1
-        return default if t == -1 else bool(t)
+        v = types[il] if il < len(types) else -1
+        return default if v == -1 else bool(v)
 
+    n_ctx_train = meta.num("context_length")
+    top_k = meta.num("attention.indexer.top_k")
+    dense_lead = meta.num("leading_dense_block_count")
+    idx_head = meta.num("attention.indexer.key_length")
     for il in range(n_layer):
-        if arch == "deepseek32":
-            indexer[il] = True
-        elif arch == "glm-dsa":
-            indexer[il] = typed(il, archs.glm_dsa_default_indexer_full(il, meta.num("context_length")))
-        elif arch == "hy_v4":
-            indexer[il] = meta.num("attention.indexer.top_k") > 0 and typed(il, False)
-        elif arch == "dots3note":
-            indexer[il] = typed(il, False)
-        elif arch == "minimax-m3":
-            indexer[il] = il >= meta.num("leading_dense_block_count")
-        elif arch == "glm5-next":
-            indexer[il] = not is_recr[il] and typed(il, True)
-        elif arch == "qwen4exp":
-            indexer[il] = idx_head > 0 and not is_recr[il]
-    ratios_v4 = meta.key_or_arr("attention.compress_ratios", n_layer_all, zeros) if arch == "deepseek4" else zeros
-    if arch == "deepseek4":
-        # src/llama-kv-cache-dsv4.cpp: the lightning indexer follows the CSA layers (over all n_layer_all layers)
-        indexer = [r == archs.DSV4_CSA_RATIO for r in ratios_v4]
-    if arch in archs.HYBRID_IDX_KPOOL_ROW:
-        if arch == "glm5-next":
-            kpool = meta.num("attention.indexer.kpool")
-        else:  # models/qwen4exp.cpp: the one nonzero attention.compress_ratios value
-            ratios = meta.key_or_arr("attention.compress_ratios", n_layer_all, zeros)
-            kpool = max(ratios, default=0)
-        if kpool > 0:
-            idx_width = idx_head * archs.HYBRID_IDX_KPOOL_ROW[arch]
+        if rule is IndexerRule.ALL:
+            out[il] = True
+        elif rule is IndexerRule.GLM_DSA:
+            out[il] = typed(il, archs.glm_dsa_default_indexer_full(il, n_ctx_train))
+        elif rule is IndexerRule.TOP_K_TYPED:
+            out[il] = top_k > 0 and typed(il, False)
+        elif rule is IndexerRule.TYPED:
+            out[il] = typed(il, False)
+        elif rule is IndexerRule.AFTER_DENSE:
+            out[il] = il >= dense_lead
+        elif rule is IndexerRule.ATTENTION_TYPED:
+            out[il] = not is_recr[il] and typed(il, True)
+        elif rule is IndexerRule.ATTENTION_IF_HEAD:
+            out[il] = idx_head > 0 and not is_recr[il]
+    return out
 
-    # -- layers -------------------------------------------------------------------------------------------------
-    exp_layers = {t.layer for t in tensors if t.role is TensorRole.EXPERTS and t.layer is not None}
+
+def _indexer_width(meta: _Meta, t: ArchTraits, d: _Dims) -> int:
+    """Values per indexer key row: the key length, times the k-pool row when k-pooling is on."""
+    idx_head = meta.num("attention.indexer.key_length")
+    src = t.memory.kpool_source
+    if src is KpoolSource.INDEXER_KPOOL:
+        kpool = meta.num("attention.indexer.kpool")
+    elif src is KpoolSource.COMPRESS_RATIOS:  # models/qwen4exp.cpp: the one nonzero attention.compress_ratios
+        kpool = max(meta.key_or_arr("attention.compress_ratios", d.n_layer_all, d.zeros), default=0)
+    else:
+        kpool = 0
+    return idx_head * t.memory.kpool_row if kpool > 0 else idx_head
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerPlan:
+    """Per-layer facts the stages above resolved, for `_layers`."""
+
+    is_recr: list[bool]
+    is_swa: list[bool]
+    has_kv: list[bool]
+    holds_rs: list[bool]
+    indexer: list[bool]
+    ratios: list[int]
+    kv_from_start: int
+    is_mla: bool
+    n_embd_r: int
+    n_embd_s: int
+    ple_layers: set[int]
+    ple_state: int
+    exp_layers: set[int]
+
+
+def _layer_kind(il: int, t: ArchTraits, d: _Dims, p: _LayerPlan) -> tuple[LayerKind, int | None]:
+    if il >= d.n_layer and il != d.router_layer:
+        return LayerKind.NEXTN, None
+    if t.memory.layout is MemoryLayout.NONE:
+        return LayerKind.NONE, None
+    swa = p.is_swa[il]
+    if p.kv_from_start >= 0 and il >= p.kv_from_start:
+        return LayerKind.SHARED, p.kv_from_start - (2 if swa else 1)
+    if p.holds_rs[il]:
+        return (LayerKind.HYBRID if p.has_kv[il] else LayerKind.RECURRENT), None
+    if p.has_kv[il] and d.n_head_kv[il] > 0:
+        return (LayerKind.MLA if p.is_mla else (LayerKind.SWA if swa else LayerKind.FULL)), None
+    return LayerKind.NONE, None
+
+
+def _layers(t: ArchTraits, d: _Dims, p: _LayerPlan) -> tuple[LayerProfile, ...]:
     layers: list[LayerProfile] = []
-    for il in range(n_layer_all):
-        swa = is_swa[il]
-        hk = head_k_swa if swa else head_k
-        hv = head_v_swa if swa else head_v
-        nextn = il >= n_layer and il != router_layer
-        kv_source: int | None = None
-        if nextn:
-            kind = LayerKind.NEXTN
-        elif layout is archs.MemoryLayout.NONE:
-            kind = LayerKind.NONE
-        elif kv_from_start >= 0 and il >= kv_from_start:
-            kind = LayerKind.SHARED
-            kv_source = kv_from_start - (2 if swa else 1)
-        elif holds_rs[il] and has_kv[il]:
-            kind = LayerKind.HYBRID
-        elif holds_rs[il]:
-            kind = LayerKind.RECURRENT
-        elif has_kv[il] and n_head_kv[il] > 0:
-            kind = LayerKind.MLA if is_mla else (LayerKind.SWA if swa else LayerKind.FULL)
-        else:
-            kind = LayerKind.NONE
+    for il in range(d.n_layer_all):
+        swa = p.is_swa[il]
+        kind, kv_source = _layer_kind(il, t, d, p)
+        rs = p.holds_rs[il]
         layers.append(
             LayerProfile(
                 index=il,
                 kind=kind,
-                n_head=n_head[il],
-                n_head_kv=n_head_kv[il],
-                n_embd_head_k=hk,
-                n_embd_head_v=hv,
-                n_ff=n_ff[il],
+                n_head=d.n_head[il],
+                n_head_kv=d.n_head_kv[il],
+                n_embd_head_k=d.head_k_swa if swa else d.head_k,
+                n_embd_head_v=d.head_v_swa if swa else d.head_v,
+                n_ff=d.n_ff[il],
                 is_swa=swa,
-                is_recurrent=holds_rs[il],
-                has_kv=has_kv[il],
+                is_recurrent=rs,
+                has_kv=p.has_kv[il],
                 kv_source=kv_source,
-                is_moe=il in exp_layers,
-                is_nextn=nextn,
-                n_embd_r=n_embd_r if holds_rs[il] else 0,
-                n_embd_s=n_embd_s if holds_rs[il] else 0,
-                n_expert_used=n_expert_used[il],
-                n_embd_p=ple_state if holds_rs[il] and il in ple_layers else 0,
-                has_indexer=indexer[il],
-                compress_ratio=ratios_v4[il],
+                is_moe=il in p.exp_layers,
+                is_nextn=il >= d.n_layer and il != d.router_layer,
+                n_embd_r=p.n_embd_r if rs else 0,
+                n_embd_s=p.n_embd_s if rs else 0,
+                n_expert_used=d.n_expert_used[il],
+                n_embd_p=p.ple_state if rs and il in p.ple_layers else 0,
+                has_indexer=p.indexer[il],
+                compress_ratio=p.ratios[il],
             )
         )
+    return tuple(layers)
 
-    # -- MoE, rope, misc -----------------------------------------------------------------------------------------
-    moe = None
-    if n_expert > 0:
-        n_ff_exp = meta.key_or_arr("expert_feed_forward_length", n_layer_all, zeros)
-        moe = MoeParams(
-            n_expert=n_expert,
-            n_expert_used=max(n_expert_used, default=0),
-            n_expert_shared=meta.num("expert_shared_count"),
-            n_ff_exp=max(n_ff_exp, default=0),
-            n_ff_shexp=meta.num("expert_shared_feed_forward_length"),
-            n_layer_dense_lead=meta.num("leading_dense_block_count"),
-            n_group_used=meta.num("expert_group_used_count"),
-        )
-    rope = RopeParams(
-        dimension_count=n_rot,
-        freq_base=meta.real("rope.freq_base", 10000.0),
-        scaling_type=meta.text("rope.scaling.type"),
-        scaling_factor=meta.real("rope.scaling.factor"),
-        original_context_length=meta.num("rope.scaling.original_context_length"),
+
+def _moe(meta: _Meta, d: _Dims) -> MoeParams | None:
+    if d.n_expert <= 0:
+        return None
+    n_ff_exp = meta.key_or_arr("expert_feed_forward_length", d.n_layer_all, d.zeros)
+    return MoeParams(
+        n_expert=d.n_expert,
+        n_expert_used=max(d.n_expert_used, default=0),
+        n_expert_shared=meta.num("expert_shared_count"),
+        n_ff_exp=max(n_ff_exp, default=0),
+        n_ff_shexp=meta.num("expert_shared_feed_forward_length"),
+        n_layer_dense_lead=meta.num("leading_dense_block_count"),
+        n_group_used=meta.num("expert_group_used_count"),
     )
-    causal = False if arch in _NON_CAUSAL_ARCHS else meta.flag("attention.causal", True)
+
+
+def _arch_warnings(t: ArchTraits) -> list[str]:
+    out: list[str] = []
+    if not t.known:
+        out.append(
+            f"architecture {t.name!r} is not known to llama.cpp 515e85511; profile built from the generic keys only"
+        )
+    if t.memory.approximate:
+        out.append(t.memory.approximate)
+    return out
+
+
+def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
+    """Resolve a model's hyper-parameters per layer, as llama.cpp's load_hparams + create_memory do."""
+    headers, file_size = _headers(files)
+    h = headers[0]
+    if is_mmproj(h):
+        return _mmproj_profile(headers, file_size)
+    t = traits_of(h.architecture)
+    meta = _Meta(h, h.architecture)
+    tensors = _tensors(headers)
+    d = _generic_dims(meta, t, {x.name for x in tensors})
+    is_recr = _recurrent_layers(meta, t, d)
+    swa_type, n_swa, is_swa = _swa_layers(meta, t, d, is_recr)
+    mla = _mla(meta, t, d)
+    ssm, n_embd_r, n_embd_s = _recurrent_state(meta, t, d, is_recr)
+    ple_layers, ple_state = _ple_state(meta, t, d)
+    kv_from_start = _kv_from_start(meta, t, d)
+    has_kv, holds_rs = _cache_owners(t, d, is_recr, kv_from_start)
+    ratios = meta.key_or_arr("attention.compress_ratios", d.n_layer_all, d.zeros) if t.hparams.compressed_layers else d.zeros
+    indexer = _indexer_layers(meta, t, d, is_recr, ratios)
+    plan = _LayerPlan(
+        is_recr=is_recr, is_swa=is_swa, has_kv=has_kv, holds_rs=holds_rs, indexer=indexer, ratios=ratios,
+        kv_from_start=kv_from_start, is_mla=mla is not None, n_embd_r=n_embd_r, n_embd_s=n_embd_s,
+        ple_layers=ple_layers, ple_state=ple_state,
+        exp_layers={x.layer for x in tensors if x.role is TensorRole.EXPERTS and x.layer is not None},
+    )  # fmt: skip
     n_embd_out = meta.num("embedding_length_out")
-    if arch in ("deepseek4", "qwen4exp"):
-        n_embd_out = meta.num("hyper_connection.count") * n_embd  # n_embd_out_impl = hc_mult * n_embd
+    if t.hparams.hyper_connection_output:
+        n_embd_out = meta.num("hyper_connection.count") * d.n_embd  # n_embd_out_impl = hc_mult * n_embd
     mix = _quant_mix(tensors)
-    has_output = any(t.name == "output.weight" for t in tensors)
-    warnings.extend(meta.warnings)
+    has_output = any(x.name == "output.weight" for x in tensors)
     return ModelProfile(
         path=h.source,
         shard_paths=tuple(x.source for x in headers),
-        architecture=arch,
+        architecture=h.architecture,
         name=h.get_str("general.name"),
         file_type=_file_type(h, mix),
         file_size=file_size,
-        n_params=sum(t.n_elements for t in tensors),
-        n_layer=n_layer,
-        n_layer_all=n_layer_all,
-        n_nextn=n_nextn,
-        n_embd=n_embd,
+        n_params=sum(x.n_elements for x in tensors),
+        n_layer=d.n_layer,
+        n_layer_all=d.n_layer_all,
+        n_nextn=d.n_nextn,
+        n_embd=d.n_embd,
         n_vocab=_n_vocab(meta, h, tensors),
         n_ctx_train=meta.num("context_length"),
-        layers=tuple(layers),
+        layers=_layers(t, d, plan),
         tensors=tensors,
         n_embd_out=n_embd_out,
         swa_type=swa_type,
         n_swa=n_swa,
         mla=mla,
-        kv_lora_rank=kv_lora_rank,
-        moe=moe,
+        kv_lora_rank=d.kv_lora_rank,
+        moe=_moe(meta, d),
         ssm=ssm,
-        rope=rope,
-        causal_attn=causal,
-        has_encoder=arch in _ENCODER_ARCHS,
+        rope=RopeParams(
+            dimension_count=d.n_rot,
+            freq_base=meta.real("rope.freq_base", 10000.0),
+            scaling_type=meta.text("rope.scaling.type"),
+            scaling_factor=meta.real("rope.scaling.factor"),
+            original_context_length=meta.num("rope.scaling.original_context_length"),
+        ),
+        causal_attn=False if t.hparams.non_causal else meta.flag("attention.causal", True),
+        has_encoder=t.hparams.has_encoder,
         pooling_type=meta.num("pooling_type"),
-        has_memory=layout is not archs.MemoryLayout.NONE,
-        tied_embeddings=not has_output and any(t.name == "token_embd.weight" for t in tensors),
+        has_memory=t.memory.layout is not MemoryLayout.NONE,
+        tied_embeddings=not has_output and any(x.name == "token_embd.weight" for x in tensors),
         alignment=h.get_int("general.alignment", 32),
-        verified_architecture=verified,
+        verified_architecture=t.known,
         quant_mix=mix,
-        warnings=tuple(warnings),
-        indexer_head_size=idx_width if any(indexer) else 0,
+        warnings=tuple(_arch_warnings(t) + d.warnings + meta.warnings),
+        indexer_head_size=_indexer_width(meta, t, d) if any(indexer) else 0,
         indexer_top_k=meta.num("attention.indexer.top_k"),
     )

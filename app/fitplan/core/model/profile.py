@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from fitplan.core.model.archs import ArchTraits, traits_of
+from fitplan.core.model.archs import SwaType as SwaType  # part of the profile contract
+
 
 class LayerKind(StrEnum):
     """The attention kind of one layer, in the user's words."""
@@ -33,13 +36,6 @@ class TensorRole(StrEnum):
     SSM = "ssm"  # recurrent / linear-attention tensors
     NORM = "norm"
     OTHER = "other"
-
-
-class SwaType(StrEnum):
-    NONE = "none"
-    STANDARD = "standard"
-    CHUNKED = "chunked"
-    SYMMETRIC = "symmetric"
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +196,11 @@ class ModelProfile:
     @property
     def is_moe(self) -> bool:
         return self.moe is not None and self.moe.n_expert > 0
+
+    @property
+    def traits(self) -> ArchTraits:
+        """The architecture's record in the registry (`fitplan.core.model.archs`)."""
+        return traits_of(self.architecture)
 
     @property
     def is_mla(self) -> bool:
