@@ -67,9 +67,7 @@ def _architecture_tests(tree: ast.AST) -> list[int]:
             ops_ok = all(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
             if ops_ok and any(is_arch(x) for x in (node.left, *node.comparators)):
                 lines.append(node.lineno)
-        elif isinstance(node, ast.Subscript) and is_arch(node.slice):
-            lines.append(node.lineno)
-        elif (
+        elif (isinstance(node, ast.Subscript) and is_arch(node.slice)) or (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "get"

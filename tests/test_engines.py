@@ -230,7 +230,8 @@ def test_ollama_builds_llama_server_args_and_exports():
 
 def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
     from fitplan.core.base.launch_settings import LaunchSettings
-    from fitplan.core.memory.context import context_caches, resolve_context
+    from fitplan.core.engines import engine_context_caches as context_caches
+    from fitplan.core.engines import resolve_context
 
     p = qwen36_27b()
     bee = LaunchSettings(engine=Engine.BEELLAMA, n_ctx=50000, n_parallel=1, cache_type_k="kvarn4",
@@ -254,7 +255,7 @@ def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
 
 def test_fork_settings_are_validated():
     from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings
-    from fitplan.core.memory.context import resolve_context
+    from fitplan.core.engines import resolve_context
 
     with pytest.raises(SettingsError):
         resolve_context(qwen36_27b(), LaunchSettings(cache_type_k="kvarn4"))  # mainline has no KVarN

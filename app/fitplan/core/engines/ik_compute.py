@@ -30,6 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fitplan.core.base.launch_settings import Engine
+from fitplan.core.engines.common import cache_row_bytes
+from fitplan.core.engines.ik import ik_is_mla, ik_latent_dims
 from fitplan.core.model.profile import ModelProfile
 
 F32 = 4
@@ -51,7 +54,6 @@ class IkMlaDims:
 
 def ik_mla_dims(profile: ModelProfile) -> IkMlaDims | None:
     """The MLA dimensions when ik runs the model as MLA, else None."""
-    from fitplan.core.engines import ik_is_mla, ik_latent_dims
 
     if not ik_is_mla(profile):
         return None
@@ -68,8 +70,6 @@ def ik_mla_dims(profile: ModelProfile) -> IkMlaDims | None:
 
 
 def _row(type_name: str, n: int) -> int:
-    from fitplan.core.base.launch_settings import Engine
-    from fitplan.core.engines import cache_row_bytes
 
     return cache_row_bytes(Engine.IK_LLAMA, type_name, n)
 
@@ -196,3 +196,71 @@ def ik_mla_attention(
         IkAttentionTerm("v", _row(kv_type, dims.head_v) * n_kv * heads),
     ]
     return tuple(terms)
+
+
+
+def ik_attention_intermediate_bytes(
+    profile: ModelProfile,
+    n_kv: int,
+    n_tokens: int,
+    *,
+    mla_mode: int,
+    flash_attn: bool,
+    amb_mib: int,
+) -> int:
+    """The largest attention intermediate of one layer after ik's -amb head chunking (`ik_compute`).
+
+    Without flash attention the scores KQ = n_kv * n_tokens * 4 bytes a head: the MLA path splits them into
+    ceil(n_head / min(ceil(KQ MiB / amb), n_head)) heads a chunk, the standard path one head at a time (only
+    without GQA). -mla 2/3 with flash attention on a prompt (n_tokens >= 128): the decompressed wkv_b product
+    (nope + v) * n_kv * 4 bytes a head, in chunks of n_head / niter heads. 0 = no cap.
+    """
+    return ik_scores_bytes(profile, n_kv, n_tokens, mla_mode=mla_mode, flash_attn=flash_attn, amb_mib=amb_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class IkGraph:
+    """ik_llama.cpp's attention graph as the mainline compute model's `ForkGraph`."""
+
+    def has_mla(self, profile: ModelProfile) -> bool:
+        return ik_mla_dims(profile) is not None
+
+    def mla_v_copy_row(self, profile: ModelProfile, mla_mode: int, flash_attn: bool, cache_type_v: str) -> int:
+        return ik_mla_v_copy_row(profile, mla_mode, flash_attn, cache_type_v)
+
+    def attention_peak(
+        self,
+        profile: ModelProfile,
+        n_kv: int,
+        n_tok: int,
+        q_bytes: int,
+        *,
+        mla_mode: int,
+        flash_attn: bool,
+        amb_mib: int,
+        cache_type: str,
+        gpu_backend: bool,
+    ) -> int:
+        """An MLA model's own graph (`ik_mla_attention`), else mainline's Q with ik's chunked intermediate."""
+        terms = ik_mla_attention(
+            profile,
+            n_kv,
+            n_tok,
+            mla_mode=mla_mode,
+            flash_attn=flash_attn,
+            amb_mib=amb_mib,
+            cache_type=cache_type,
+            gpu_backend=gpu_backend,
+        )
+        if terms is not None:
+            return sum(t.bytes for t in terms)
+        if ik_mla_dims(profile) is None or not flash_attn:
+            inter = ik_attention_intermediate_bytes(
+                profile, n_kv, n_tok, mla_mode=mla_mode, flash_attn=flash_attn, amb_mib=amb_mib
+            )
+            return q_bytes + inter
+        return 0
+
+
+#: The one instance the estimator hands to the compute model.
+IK_GRAPH = IkGraph()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from fitplan.core import engines
 from fitplan.core.base.devices import Device, Machine
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
@@ -141,7 +142,7 @@ def estimate_curve(
         profile, ref_settings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
     )
     ref_ctx = dataclasses.replace(ref.context, n_gpu_layers=placement.n_gpu_layers)
-    caches = context_memory.context_caches(profile, ref_ctx, ref_settings)
+    caches = engines.engine_context_caches(profile, ref_ctx, ref_settings)
 
     # Cells of every cache at every context (the rules stay in context_memory).
     ctx_objs = _contexts_like(ref_ctx, n_ctx, n_ctx_seq)

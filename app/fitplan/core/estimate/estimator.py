@@ -162,7 +162,7 @@ def estimate(
         )
 
     # KV cache and recurrent state.
-    caches = context_memory.context_caches(profile, ctx, settings)
+    caches = engines.engine_context_caches(profile, ctx, settings)
     for cache in caches:
         for dev, nbytes in _cache_bytes_by_device(cache, placement, settings).items():
             parts.add(
@@ -341,7 +341,7 @@ def _add_beellama_extras(
 
 
 def _resolve(profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement) -> ResolvedContext:
-    ctx = context_memory.resolve_context(profile, settings)
+    ctx = context_memory.resolve_context(profile, settings, engines.memory_rules(settings.engine))
     return dataclasses.replace(ctx, n_gpu_layers=placement.n_gpu_layers)
 
 
@@ -369,7 +369,7 @@ def compute_inputs(
         n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
         n_stream=ctx.n_stream,
-        ik_attention=ik,
+        fork_graph=engines.fork_graph(settings.engine),
         ik_amb_mib=settings.attn_max_batch_mib,
         ik_mla_mode=engines.ik_effective_mla_mode(profile, settings.mla_mode),
         ik_type_k=settings.cache_type_k if ik else "",

@@ -48,8 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fitplan.core.base.devices import Vendor
-from fitplan.core.engines import ik_attention_intermediate_bytes
-from fitplan.core.engines.ik_compute import ik_mla_attention, ik_mla_dims, ik_mla_v_copy_row
+from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
 from fitplan.core.model.profile import LayerKind, ModelProfile, TensorRole
 
@@ -130,13 +129,17 @@ class ComputeInputs:
         False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
     )
     n_stream: int = 1  # KV streams (n_seq_max without a unified cache): n_kv_* are cells per stream
-    # ik_llama.cpp: its own attention graph (`ik_compute`: MLA per -mla mode, -amb head chunks), the output layer
-    # reserved for every token, and the host's output phase on its own
-    ik_attention: bool = False
+    # a fork's own attention graph (ik_llama.cpp: MLA per -mla mode, -amb head chunks), with the output layer
+    # reserved for every token and the host's output phase on its own; None = mainline's graph
+    fork_graph: ForkGraph | None = None
     ik_amb_mib: int = 0
     ik_mla_mode: int = 3
     # ik_llama.cpp: the -ctk type as ik names it (q8_KV keeps its own row header); "" = cache_type_k
     ik_type_k: str = ""
+
+    @property
+    def ik_attention(self) -> bool:
+        return self.fork_graph is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -726,7 +729,7 @@ class ComputePlan:
                     if fa:
                         # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
                         out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
-                        if inputs.ik_attention and ik_mla_dims(profile) is not None:
+                        if inputs.fork_graph is not None and inputs.fork_graph.has_mla(profile):
                             ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
                         continue
                     a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
@@ -777,9 +780,9 @@ class ComputePlan:
             return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
         def mla_v(layers: list[int]) -> Affine:
-            if inputs.ik_attention:
+            if inputs.fork_graph is not None:
                 # ik's kv_cache_trans (-mla 2/3 without flash attention, in the latent's type: -ctv), or none
-                row = ik_mla_v_copy_row(profile, inputs.ik_mla_mode, fa, inputs.cache_type_v)
+                row = inputs.fork_graph.mla_v_copy_row(profile, inputs.ik_mla_mode, fa, inputs.cache_type_v)
                 has = row and _attn_layers(profile, layers)[0]
                 return Affine(a_base=row * inputs.n_stream) if has else Affine()
             if fa or profile.mla is None or not _attn_layers(profile, layers)[0]:
@@ -1057,30 +1060,22 @@ class ComputePlan:
         graph (`ik_compute.ik_mla_attention`), else mainline's Q with ik's chunked intermediate."""
         ci = self.inputs
         out = 0
+        graph = ci.fork_graph
+        if graph is None:
+            return out
         for is_swa, q in p.ik_groups:
-            n_kv = ns if is_swa else nb
-            terms = ik_mla_attention(
+            peak = graph.attention_peak(
                 self._profile,
-                n_kv,
+                ns if is_swa else nb,
                 ci.n_tok,
+                q,
                 mla_mode=ci.ik_mla_mode,
                 flash_attn=ci.flash_attn,
                 amb_mib=ci.ik_amb_mib,
                 cache_type=ci.ik_type_k or ci.cache_type_k,
                 gpu_backend=self._ik_gpu_backend,
             )
-            if terms is not None:
-                out = max(out, sum(t.bytes for t in terms))
-            elif ik_mla_dims(self._profile) is None or not ci.flash_attn:
-                inter = ik_attention_intermediate_bytes(
-                    self._profile,
-                    n_kv,
-                    ci.n_tok,
-                    mla_mode=ci.ik_mla_mode,
-                    flash_attn=ci.flash_attn,
-                    amb_mib=ci.ik_amb_mib,
-                )
-                out = max(out, q + inter)
+            out = max(out, peak)
         return out
 
     def totals_array(self, n_kv_base: NDArray[np.int64], n_kv_swa: NDArray[np.int64]) -> NDArray[np.int64]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Protocol
 
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import KV_CACHE_TYPES, Engine, FlashAttn, LaunchSettings, Tool
@@ -187,12 +188,30 @@ def _is_fork(settings: LaunchSettings) -> bool:
     return settings.engine in (Engine.IK_LLAMA, Engine.BEELLAMA)
 
 
+def _mainline_only(settings: LaunchSettings, what: str) -> None:
+    if _is_fork(settings):
+        raise ValueError(
+            f"{what}: mainline rules asked for {settings.engine.value}; use fitplan.core.engines.memory_rules"
+        )
+
+
+class EngineMemory(Protocol):
+    """An engine's rules for the context and its caches. Mainline's are `MAINLINE`; the forks' live in
+    `fitplan.core.engines` (`memory_rules(engine)` is the one dispatch point)."""
+
+    def resolve_flash_attn(self, profile: ModelProfile, settings: LaunchSettings) -> bool: ...
+
+    def context_pad(self, flash_attn: bool) -> int: ...
+
+    def context_caches(
+        self, profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
+    ) -> tuple[CacheAllocation, ...]: ...
+
+
 def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     """src/llama-context.cpp:llama_init_from_model rules; FA "auto" resolves to on (the probe keeps it on for CPU,
     CUDA and Metal with common head sizes)."""
-    if _is_fork(settings):
-        from fitplan.core import engines
-        return engines.resolve_flash_attn(profile, settings)
+    _mainline_only(settings, "resolve_flash_attn")
     tk = _cache_type(settings.cache_type_k, "K")
     tv = _cache_type(settings.cache_type_v, "V")
     fa = settings.flash_attn
@@ -223,8 +242,15 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     return on
 
 
-def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> ResolvedContext:
-    """The context llama.cpp derives from the settings (src/llama-context.cpp:llama_context::llama_context)."""
+def resolve_context(
+    profile: ModelProfile, settings: LaunchSettings, rules: EngineMemory | None = None
+) -> ResolvedContext:
+    """The context llama.cpp derives from the settings (src/llama-context.cpp:llama_context::llama_context).
+
+    `rules`: the engine's (`fitplan.core.engines.memory_rules(settings.engine)`); None = mainline's."""
+    if rules is None:
+        _mainline_only(settings, "resolve_context")
+        rules = MAINLINE
     n_batch_param = settings.n_batch
     n_ubatch_param = settings.n_ubatch
     n_parallel = settings.n_parallel
@@ -265,9 +291,8 @@ def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> Resolved
         requested = 0
     n_outputs_max = n_batch if requested == 0 or profile.has_encoder else requested
 
-    flash_attn = resolve_flash_attn(profile, settings)
-    # ik_llama.cpp pads the context to 256 with flash attention and to 32 without
-    ctx_pad = 32 if settings.engine is Engine.IK_LLAMA and not flash_attn else N_CTX_PAD
+    flash_attn = rules.resolve_flash_attn(profile, settings)
+    ctx_pad = rules.context_pad(flash_attn)
     n_ctx = pad(n_ctx, ctx_pad)
     if kv_unified:
         n_ctx_seq = n_ctx
@@ -323,9 +348,7 @@ def context_caches(
     profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
 ) -> tuple[CacheAllocation, ...]:
     """Every cache llama.cpp's create_memory builds for this context, in creation order."""
-    if _is_fork(settings):
-        from fitplan.core import engines
-        return engines.fork_context_caches(profile, ctx, settings)
+    _mainline_only(settings, "context_caches")
     layout = profile.traits.memory.layout
     if layout is archs.MemoryLayout.NONE or not profile.layers:
         return ()
@@ -509,3 +532,22 @@ def output_buffer_bytes(profile: ModelProfile, ctx: ResolvedContext, *, grown: b
     if ctx.embeddings or profile.traits.memory.encoder_output:
         floats += (profile.n_embd_out or profile.n_embd) * n_out
     return F32_BYTES * floats
+
+
+class _Mainline:
+    """Mainline llama.cpp's context rules (the functions above)."""
+
+    def resolve_flash_attn(self, profile: ModelProfile, settings: LaunchSettings) -> bool:
+        return resolve_flash_attn(profile, settings)
+
+    def context_pad(self, flash_attn: bool) -> int:
+        return N_CTX_PAD
+
+    def context_caches(
+        self, profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
+    ) -> tuple[CacheAllocation, ...]:
+        return context_caches(profile, ctx, settings)
+
+
+#: Mainline llama.cpp's rules (ollama runs them too).
+MAINLINE: EngineMemory = _Mainline()

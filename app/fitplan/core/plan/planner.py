@@ -282,7 +282,7 @@ def context_pad(settings: LaunchSettings, profile: ModelProfile | None = None) -
     if profile is None:
         flash = settings.flash_attn is not FlashAttn.OFF
     else:
-        from fitplan.core.memory.context import resolve_flash_attn
+        from fitplan.core.engines import resolve_flash_attn
 
         flash = resolve_flash_attn(profile, settings)
     return CTX_PAD if flash else IK_CTX_PAD_NO_FA
