@@ -2,7 +2,8 @@
 """One entry point for a fresh machine with only Python 3.11+.
 
     python3 tools/dev.py run     set up .venv if needed and open the planner window
-    python3 tools/dev.py test    set up .venv (and Xvfb for screenshot tests) and run lint, types and every test
+    python3 tools/dev.py test    set up .venv (and Xvfb for screenshot tests) and run lint, format, import
+                                 contracts, types and every test
 
 `test` passes further arguments to pytest: `python3 tools/dev.py test -m "not slow"` skips the wheel and
 desktop-app builds, `python3 tools/dev.py test tests/test_cli.py -x` runs one file.
@@ -109,6 +110,11 @@ def cmd_test(args: list[str]) -> int:
     failed = []
     if timed("ruff", [str(PY), "-m", "ruff", "check", *lint]) != 0:
         failed.append("ruff")
+    if timed("ruff format", [str(PY), "-m", "ruff", "format", "--check", "-q", *lint]) != 0:
+        failed.append("ruff format")
+    if timed("import contracts", [str(BIN / "lint-imports"), "--no-cache"], stdout=subprocess.DEVNULL) != 0:
+        run([str(BIN / "lint-imports"), "--no-cache"])  # again, to show what broke
+        failed.append("import contracts")
     if timed("mypy", [str(PY), "-m", "mypy"]) != 0:
         failed.append("mypy")
     rc = timed("pytest", [str(PY), "-m", "pytest", "-q", "--durations=10", *args], env=env)

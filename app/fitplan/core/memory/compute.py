@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
@@ -282,13 +283,15 @@ class _LayerShapes:
     shexp_ff: int = 0  # the widest shared expert's rows (`ffn_up_shexp`; llama4 declares no such length)
 
 
-_SHAPES: dict[int, tuple[ModelProfile, _LayerShapes]] = {}
+#: Per profile (shared by the estimator's threads).
+_SHAPES: AnchoredCache[_LayerShapes] = AnchoredCache(16)
 
 
 def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
-    hit = _SHAPES.get(id(profile))
-    if hit is not None and hit[0] is profile:
-        return hit[1]
+    return _SHAPES.get_or_compute(id(profile), (profile,), lambda: _compute_layer_shapes(profile))
+
+
+def _compute_layer_shapes(profile: ModelProfile) -> _LayerShapes:
     gated: set[int] = set()
     qkv: dict[int, int] = {}
     up: set[int] = set()
@@ -313,11 +316,7 @@ def _layer_shapes(profile: ModelProfile) -> _LayerShapes:
             gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
         elif t.name.endswith(".attn_qkv.weight"):
             qkv[il] = t.shape[1]
-    out = _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff)
-    if len(_SHAPES) >= 16:
-        _SHAPES.pop(next(iter(_SHAPES)))
-    _SHAPES[id(profile)] = (profile, out)
-    return out
+    return _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff)
 
 
 def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bool = True) -> int:
@@ -1236,16 +1235,18 @@ def _sum(parts: list[ComputePart]) -> int:
     return sum(p.bytes for p in parts)
 
 
-_DERIVED: dict[int, tuple[WeightPlacement, dict[int, int | None], int]] = {}
+#: Per placement (shared by the estimator's threads).
+_DERIVED: AnchoredCache[tuple[dict[int, int | None], int]] = AnchoredCache(16)
 
 
 def _placement_facts(placement: WeightPlacement) -> tuple[dict[int, int | None], int]:
     """Per placement (cached: placements are reused across contexts): the device of each layer's FFN / expert
     matrices (an override can move them off the layer's device), and the largest group of host-resident matrix
     weights one layer multiplies (what op offload copies to the GPU)."""
-    hit = _DERIVED.get(id(placement))
-    if hit is not None and hit[0] is placement:
-        return hit[1], hit[2]
+    return _DERIVED.get_or_compute(id(placement), (placement,), lambda: _compute_placement_facts(placement))
+
+
+def _compute_placement_facts(placement: WeightPlacement) -> tuple[dict[int, int | None], int]:
     ffn: dict[int, int | None] = {}
     host_group: dict[int | None, int] = {}
     ffn_role, exp_role = TensorRole.FFN, TensorRole.EXPERTS
@@ -1256,11 +1257,7 @@ def _placement_facts(placement: WeightPlacement) -> tuple[dict[int, int | None],
             ffn[il] = p.device
         if p.device is None and p.matrix and not p.duplicate:
             host_group[il] = host_group.get(il, 0) + p.n_bytes
-    largest = max(host_group.values(), default=0)
-    if len(_DERIVED) >= 16:
-        _DERIVED.pop(next(iter(_DERIVED)))
-    _DERIVED[id(placement)] = (placement, ffn, largest)
-    return ffn, largest
+    return ffn, max(host_group.values(), default=0)
 
 
 def _ffn_devices(profile: ModelProfile, placement: WeightPlacement) -> dict[int, int | None]:

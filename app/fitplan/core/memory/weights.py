@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from gguf.constants import GGMLQuantizationType
 
+from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Device, Machine, Vendor
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import (
@@ -295,8 +296,8 @@ def _trim(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(s)
 
 
-_PLACEMENT_CACHE: dict[tuple[object, ...], tuple[ModelProfile, Machine, WeightPlacement]] = {}
-_PLACEMENT_CACHE_SIZE = 16
+#: The last few placements (shared by the estimator's threads): the context does not change them.
+_PLACEMENT_CACHE: AnchoredCache[WeightPlacement] = AnchoredCache(16)
 
 
 def place_weights(
@@ -316,14 +317,9 @@ def place_weights(
     """
     key_settings = settings if settings.n_ctx == 0 else replace(settings, n_ctx=0)
     key = (id(profile), id(machine), key_settings, cpu, gpu_build, load_mtp)
-    hit = _PLACEMENT_CACHE.get(key)
-    if hit is not None and hit[0] is profile and hit[1] is machine:
-        return hit[2]
-    placement = _place_weights(profile, settings, machine, cpu, gpu_build, load_mtp)
-    if len(_PLACEMENT_CACHE) >= _PLACEMENT_CACHE_SIZE:
-        _PLACEMENT_CACHE.pop(next(iter(_PLACEMENT_CACHE)))
-    _PLACEMENT_CACHE[key] = (profile, machine, placement)
-    return placement
+    return _PLACEMENT_CACHE.get_or_compute(
+        key, (profile, machine), lambda: _place_weights(profile, settings, machine, cpu, gpu_build, load_mtp)
+    )
 
 
 def _place_weights(
