@@ -85,7 +85,6 @@ def test_missing_folders_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_estimator_fit_check_answers_for_a_model(tmp_path: Path) -> None:
     """With the project's estimator: a tiny model fits a 24 GiB GPU, and cannot fit a machine with no memory."""
-    pytest.importorskip("fitplan.core.estimate.estimator")
     write_model(tmp_path / "m.gguf")
     (model,) = scan_cmd.LibraryScanner(reader=CountingReader()).scan(scan_cmd.roots_for([str(tmp_path)])).models
     roomy = Machine(gpus=(assumed_gpu("24 GiB GPU", 24),), host=host_device(64 * GIB))

@@ -57,13 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"fitplan.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"fitplan.commands.{name}":
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(f"fitplan.commands.{name}").register(sub)
     # Keep the line breaks of each subcommand's "examples:" epilog.
     for subparser in sub.choices.values():
         if subparser.epilog and subparser.formatter_class is argparse.HelpFormatter:
