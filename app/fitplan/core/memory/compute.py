@@ -51,7 +51,7 @@ from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
-from fitplan.core.model.profile import LayerKind, ModelProfile, TensorRole
+from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 F32 = 4
 F16 = 2
@@ -706,103 +706,120 @@ class _PlanBuilder:
         return tuple(sorted(ik_q))
 
     def kq(self, layers: list[int]) -> tuple[Affine, ...]:
-        n_tok, fa, embd_block, idx_q, idx_rows, kv_a_mqa, shapes, ik_q, inputs, profile = (
-            self.n_tok,
-            self.fa,
-            self.embd_block,
-            self.idx_q,
-            self.idx_rows,
-            self.kv_a_mqa,
-            self.shapes,
-            self.ik_q,
-            self.inputs,
-            self.profile,
-        )
+        """The attention's live set on a backend running `layers`: one Affine per distinct layer shape."""
+        embd_block, idx_q, idx_rows, profile = self.embd_block, self.idx_q, self.idx_rows, self.profile
+        n_tok, fa = self.n_tok, self.fa
         base, swa = _attn_layers(profile, layers)
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
-                lp = profile.layers[il]
-                # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
-                # absorbed q_nope [kv_lora_rank, n_head, n_tok].
-                q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
-                if profile.mla is not None:
-                    q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
-                if il in kv_a_mqa:
-                    # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
-                    # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
-                    rows, lora = kv_a_mqa[il]
-                    out.add(Affine(c=F32 * n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
-                if profile.mla is not None and profile.traits.graph.kimi_mla:
-                    # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
-                    # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
-                    # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
-                    # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB), above the space the
-                    # query projection q [key_length_mla, n_head, n_tok] and q_nope_absorbed [kv_lora, n_head,
-                    # n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
-                    # the freed q_a [q_lora, n_tok] when it fits). The compressed KV, its norm and Kcur go
-                    # into that space while they fit: on the smoke models the compressed KV leaves 0.25 MiB of
-                    # it, a hole under Qcur (kimi-linear: q 0.375 + q_nope_absorbed 1.0 MiB at 1.76-3.14 MiB,
-                    # then the compressed KV at 1.76-2.89), 6.39 MiB in all
-                    kr, lora, q_lora = lp.n_embd_head_k, profile.mla.kv_lora_rank, profile.mla.q_lora_rank
-                    q_abs = lp.n_head * lora
-                    slot = q_lora if 0 < q_abs <= q_lora else q_lora + q_abs
-                    room = slot + lp.n_head * profile.mla.key_length_mla
-                    left, above = room, 0
-                    for t in (kr, lora, kr):  # the compressed KV, its normed latent, Kcur
-                        if t <= left:
-                            left -= t
-                        else:
-                            above += t
-                    # without flash attention the contiguous copy of V (`mla_v`, counted with every attention
-                    # term) comes later: it is not live at this point (kimi-linear smoke model, -fa off: 6.89 MiB
-                    # with the f32 mask, no copy of V)
-                    v_copy = (
-                        0
-                        if fa or inputs.ik_attention
-                        else row_bytes(kv_type_id(inputs.cache_type_k), lora) * inputs.n_stream
-                    )
-                    out.add(Affine(a_base=-v_copy, c=F32 * n_tok * (room + lp.n_head * kr + above)))
-                if not profile.has_memory:
-                    # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
-                    q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
-                qkv = shapes.qkv_rows.get(il, 0)
-                if qkv and not fa and profile.traits.graph.no_rope_qkv:
-                    q = F32 * n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
-                if qkv:
-                    # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
-                    out.add(Affine(c=F32 * n_tok * qkv))
-                elif profile.mla is None:
-                    # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
-                    # goes into the one-block hole the mixed batch's token rows leave (freed after the first
-                    # layer's input is assembled)
-                    kv_min = min(lp.n_embd_k_gqa, lp.n_embd_v_gqa)
-                    q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
-                    out.add(Affine(c=F32 * n_tok * (q_k_v - (kv_min if kv_min <= profile.n_embd else 0))))
-                if fa:
-                    # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
-                    out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
-                    if inputs.fork_graph is not None and inputs.fork_graph.has_mla(profile):
-                        ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
-                    continue
-                a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
-                if qkv and not profile.traits.graph.no_rope_qkv:
-                    # the roped Q of a fused projection takes the attention norm's block (the norm has one
-                    # reader, freed before the QKV output is split): only what exceeds a block is added
-                    q = max(0, q - F32 * n_tok * profile.n_embd)
-                if inputs.ik_attention and profile.has_memory:
-                    ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
-                    continue
-                if not profile.has_memory:
-                    out.add(Affine(c=a * n_tok + q))
-                elif is_swa:
-                    out.add(Affine(a_swa=a, c=q))
-                else:
-                    out.add(Affine(a_base=a, c=q))
+                self._kq_layer(il, is_swa, out)
+        self._recurrent_terms(layers, bool(base or swa), out)
+        if idx_q and any(profile.layers[il].has_indexer for il in layers):
+            out.add(Affine(c=idx_q))
+        iq = max((idx_rows.get(il, 0) for il in layers), default=0)
+        if iq:
+            out.add(Affine(c=profile.traits.graph.indexer_q_copies * F32 * n_tok * iq))
+        if profile.traits.graph.parallel_attn_ffn and (base or swa) and fa:
+            # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
+            # peak: Q, K and V above the norm output); without flash attention the recordings match without it
+            out = {Affine(a.a_base, a.a_swa, a.c + embd_block) for a in out}
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
+        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.ik_q`."""
+        n_tok, fa, kv_a_mqa, shapes, ik_q, inputs, profile = (
+            self.n_tok, self.fa, self.kv_a_mqa, self.shapes, self.ik_q, self.inputs, self.profile
+        )  # fmt: skip
+        lp = profile.layers[il]
+        # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
+        # absorbed q_nope [kv_lora_rank, n_head, n_tok].
+        q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
+        if profile.mla is not None:
+            q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
+        if il in kv_a_mqa:
+            # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
+            # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
+            rows, lora = kv_a_mqa[il]
+            out.add(Affine(c=F32 * n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+        if profile.mla is not None and profile.traits.graph.kimi_mla:
+            out.add(self._kimi_mla_concat(lp, profile.mla))
+        if not profile.has_memory:
+            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
+            q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+        qkv = shapes.qkv_rows.get(il, 0)
+        if qkv and not fa and profile.traits.graph.no_rope_qkv:
+            q = F32 * n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
+        if qkv:
+            # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
+            out.add(Affine(c=F32 * n_tok * qkv))
+        elif profile.mla is None:
+            # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
+            # goes into the one-block hole the mixed batch's token rows leave (freed after the first
+            # layer's input is assembled)
+            kv_min = min(lp.n_embd_k_gqa, lp.n_embd_v_gqa)
+            q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
+            out.add(Affine(c=F32 * n_tok * (q_k_v - (kv_min if kv_min <= profile.n_embd else 0))))
+        if fa:
+            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
+            out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
+            if inputs.fork_graph is not None and inputs.fork_graph.has_mla(profile):
+                ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
+            return
+        a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
+        if qkv and not profile.traits.graph.no_rope_qkv:
+            # the roped Q of a fused projection takes the attention norm's block (the norm has one
+            # reader, freed before the QKV output is split): only what exceeds a block is added
+            q = max(0, q - F32 * n_tok * profile.n_embd)
+        if inputs.ik_attention and profile.has_memory:
+            ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
+            return
+        if not profile.has_memory:
+            out.add(Affine(c=a * n_tok + q))
+        elif is_swa:
+            out.add(Affine(a_swa=a, c=q))
+        else:
+            out.add(Affine(a_base=a, c=q))
+
+    def _kimi_mla_concat(self, lp: LayerProfile, mla: MlaParams) -> Affine:
+        n_tok, fa, inputs = self.n_tok, self.fa, self.inputs
+        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
+        # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
+        # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
+        # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB), above the space the
+        # query projection q [key_length_mla, n_head, n_tok] and q_nope_absorbed [kv_lora, n_head,
+        # n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
+        # the freed q_a [q_lora, n_tok] when it fits). The compressed KV, its norm and Kcur go
+        # into that space while they fit: on the smoke models the compressed KV leaves 0.25 MiB of
+        # it, a hole under Qcur (kimi-linear: q 0.375 + q_nope_absorbed 1.0 MiB at 1.76-3.14 MiB,
+        # then the compressed KV at 1.76-2.89), 6.39 MiB in all
+        kr, lora, q_lora = lp.n_embd_head_k, mla.kv_lora_rank, mla.q_lora_rank
+        q_abs = lp.n_head * lora
+        slot = q_lora if 0 < q_abs <= q_lora else q_lora + q_abs
+        room = slot + lp.n_head * mla.key_length_mla
+        left, above = room, 0
+        for t in (kr, lora, kr):  # the compressed KV, its normed latent, Kcur
+            if t <= left:
+                left -= t
+            else:
+                above += t
+        # without flash attention the contiguous copy of V (`mla_v`, counted with every attention
+        # term) comes later: it is not live at this point (kimi-linear smoke model, -fa off: 6.89 MiB
+        # with the f32 mask, no copy of V)
+        v_copy = (
+            0
+            if fa or inputs.ik_attention
+            else row_bytes(kv_type_id(inputs.cache_type_k), lora) * inputs.n_stream
+        )
+        return Affine(a_base=-v_copy, c=F32 * n_tok * (room + lp.n_head * kr + above))
+
+    def _recurrent_terms(self, layers: list[int], attends: bool, out: set[Affine]) -> None:
+        """The recurrent blocks' live sets (Mamba scans, lightning attention, gated delta nets), added to `out`."""
+        n_tok, inputs, profile = self.n_tok, self.inputs, self.profile
         # Hybrid layers (falcon-h1) run attention and the SSM side by side from one norm output: the masks
         # stay live through the SSM and the attention output waits for it.
         parallel = any(profile.layers[il].kind is LayerKind.HYBRID for il in layers)
-        ssm = _ssm_transient(profile, n_tok, inputs.n_seqs, bool(base or swa) and not parallel)
+        ssm = _ssm_transient(profile, n_tok, inputs.n_seqs, attends and not parallel)
         if ssm and any(profile.layers[il].is_recurrent for il in layers):
             out.add(Affine(c=ssm + (F32 * n_tok * profile.n_embd if parallel else 0)))
         if profile.traits.graph.lightning:
@@ -821,16 +838,6 @@ class _PlanBuilder:
         gdn = _gdn_transient(profile, n_tok, inputs.n_seqs)
         if gdn and any(profile.layers[il].is_recurrent for il in layers):
             out.add(Affine(c=gdn))
-        if idx_q and any(profile.layers[il].has_indexer for il in layers):
-            out.add(Affine(c=idx_q))
-        iq = max((idx_rows.get(il, 0) for il in layers), default=0)
-        if iq:
-            out.add(Affine(c=profile.traits.graph.indexer_q_copies * F32 * n_tok * iq))
-        if profile.traits.graph.parallel_attn_ffn and (base or swa) and fa:
-            # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
-            # peak: Q, K and V above the norm output); without flash attention the recordings match without it
-            out = {Affine(a.a_base, a.a_swa, a.c + embd_block) for a in out}
-        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
     def mla_v(self, layers: list[int]) -> Affine:
         fa, inputs, profile = self.fa, self.inputs, self.profile
