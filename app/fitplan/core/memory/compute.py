@@ -565,6 +565,53 @@ class _DevicePlan:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
 
 
+def _indexer_queries(profile: ModelProfile, n_tok: int) -> tuple[int, int]:
+    """The DSA lightning indexer's heads and the bytes of its queries at their peak (0, 0 without one)."""
+    # DSA lightning indexer (src/models/deepseek32.cpp): its queries [head_size, n_indexer_head, n_tok] before and
+    # after the Hadamard rotation are live together; it has its own f16 mask over the base cache.
+    idx_heads = (
+        max(
+            (
+                t.shape[1]
+                for t in profile.tensors
+                if t.name.endswith("indexer.proj.weight") and len(t.shape) > 1
+            ),
+            default=0,
+        )
+        if profile.traits.graph.dsa_indexer
+        else 0
+    )
+    idx_q = 2 * F32 * n_tok * idx_heads * profile.indexer_head_size
+    if idx_q and profile.mla is not None:
+        # the indexer's queries come from the compressed query qr [q_lora_rank, n_tok], which stays live for
+        # the main query, next to the absorbed Q [n_embd_head_k, n_head, n_tok] (measured: both are live at
+        # the indexer's peak)
+        idx_q += F32 * n_tok * profile.mla.q_lora_rank
+        idx_q += F32 * n_tok * max((lp.n_head * lp.n_embd_head_k for lp in profile.layers), default=0)
+        # below the absorbed Q, the space of the query q [key_length_mla, n_head, n_tok] and q_nope_absorbed
+        # [kv_lora, n_head, n_tok] that the concatenation into Qcur read (src/models/deepseek32.cpp), free by
+        # the indexer's peak: the indexer's queries go into it while they fit, else above (the dots3note smoke
+        # model's peak at c512: qr-0 at 3.84-4.84 MiB, the free 1.375 MiB of q-0 and q_nope_absorbed-0,
+        # Qcur-0 at 6.21-7.34 and the two 16 MiB indexer_q-0 above it, 39.34 MiB)
+        q_rows = profile.mla.key_length_mla + profile.mla.kv_lora_rank
+        room = F32 * n_tok * max((lp.n_head * q_rows for lp in profile.layers), default=0)
+        one_q = F32 * n_tok * idx_heads * profile.indexer_head_size
+        fit = min(2, room // one_q) if one_q else 0
+        idx_q += room - fit * one_q
+    return idx_heads, idx_q
+
+
+def _kv_a_mqa_rows(profile: ModelProfile) -> dict[int, tuple[int, int]]:
+    """Per layer, the rows of `attn_kv_a_mqa` and of its norm (minicpm3), empty for other architectures."""
+    kv_a_mqa: dict[int, tuple[int, int]] = {}
+    if profile.traits.graph.kv_a_mqa:
+        norms = {t.layer: t.shape[0] for t in profile.tensors if t.name.endswith(".attn_kv_a_norm.weight")}
+        for t in profile.tensors:
+            if t.layer is not None and t.name.endswith(".attn_kv_a_mqa.weight") and len(t.shape) > 1:
+                kv_a_mqa[t.layer] = (t.shape[1], norms.get(t.layer, 0))
+    return kv_a_mqa
+
+
 class _PlanBuilder:
     """The graph facts of one model, settings and placement that every backend's `_DevicePlan` is built from."""
 
@@ -590,48 +637,11 @@ class _PlanBuilder:
         logits = F32 * profile.n_vocab * (n_tok if inputs.ik_attention else n_out)
         v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
 
-        # DSA lightning indexer (src/models/deepseek32.cpp): its queries [head_size, n_indexer_head, n_tok] before and
-        # after the Hadamard rotation are live together; it has its own f16 mask over the base cache.
-        idx_heads = (
-            max(
-                (
-                    t.shape[1]
-                    for t in profile.tensors
-                    if t.name.endswith("indexer.proj.weight") and len(t.shape) > 1
-                ),
-                default=0,
-            )
-            if profile.traits.graph.dsa_indexer
-            else 0
-        )
-        idx_q = 2 * F32 * n_tok * idx_heads * profile.indexer_head_size
-        if idx_q and profile.mla is not None:
-            # the indexer's queries come from the compressed query qr [q_lora_rank, n_tok], which stays live for
-            # the main query, next to the absorbed Q [n_embd_head_k, n_head, n_tok] (measured: both are live at
-            # the indexer's peak)
-            idx_q += F32 * n_tok * profile.mla.q_lora_rank
-            idx_q += F32 * n_tok * max((lp.n_head * lp.n_embd_head_k for lp in profile.layers), default=0)
-            # below the absorbed Q, the space of the query q [key_length_mla, n_head, n_tok] and q_nope_absorbed
-            # [kv_lora, n_head, n_tok] that the concatenation into Qcur read (src/models/deepseek32.cpp), free by
-            # the indexer's peak: the indexer's queries go into it while they fit, else above (the dots3note smoke
-            # model's peak at c512: qr-0 at 3.84-4.84 MiB, the free 1.375 MiB of q-0 and q_nope_absorbed-0,
-            # Qcur-0 at 6.21-7.34 and the two 16 MiB indexer_q-0 above it, 39.34 MiB)
-            q_rows = profile.mla.key_length_mla + profile.mla.kv_lora_rank
-            room = F32 * n_tok * max((lp.n_head * q_rows for lp in profile.layers), default=0)
-            one_q = F32 * n_tok * idx_heads * profile.indexer_head_size
-            fit = min(2, room // one_q) if one_q else 0
-            idx_q += room - fit * one_q
+        idx_heads, idx_q = _indexer_queries(profile, n_tok)
 
         dsa_top_k = profile.indexer_top_k if profile.traits.graph.dsa_indexer else 0
         idx_rows = _indexer_q_rows(profile)
-        kv_a_mqa: dict[int, tuple[int, int]] = {}
-        if profile.traits.graph.kv_a_mqa:
-            norms = {
-                t.layer: t.shape[0] for t in profile.tensors if t.name.endswith(".attn_kv_a_norm.weight")
-            }
-            for t in profile.tensors:
-                if t.layer is not None and t.name.endswith(".attn_kv_a_mqa.weight") and len(t.shape) > 1:
-                    kv_a_mqa[t.layer] = (t.shape[1], norms.get(t.layer, 0))
+        kv_a_mqa = _kv_a_mqa_rows(profile)
         # hyper-connection residual streams, live through every layer like the residual blocks
         hc_block = F32 * n_tok * _hc_width(profile) * profile.traits.graph.hc_streams
 
@@ -683,113 +693,108 @@ class _PlanBuilder:
         self.below_logits = below_logits
 
     def dsa_zeros(self, layers: list[int]) -> int:
-        n_tok, dsa_top_k, profile = self.n_tok, self.dsa_top_k, self.profile
         # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
         # indices, but builds its own mask); sliding-window layers have none
-        return F32 * n_tok * len(_attn_layers(profile, layers)[0]) if dsa_top_k else 0
+        return F32 * self.n_tok * len(_attn_layers(self.profile, layers)[0]) if self.dsa_top_k else 0
 
     def masks(self, layers: list[int]) -> Affine:
-        n_tok, mask_elt, idx_q, profile = self.n_tok, self.mask_elt, self.idx_q, self.profile
-        if not profile.has_memory:
-            return Affine(c=mask_elt * n_tok * n_tok) if layers else Affine()
-        base, swa = _attn_layers(profile, layers)
-        lid = F16 * n_tok if idx_q and any(profile.layers[il].has_indexer for il in layers) else 0
+        if not self.profile.has_memory:
+            return Affine(c=self.mask_elt * self.n_tok * self.n_tok) if layers else Affine()
+        base, swa = _attn_layers(self.profile, layers)
+        lid = (
+            F16 * self.n_tok
+            if self.idx_q and any(self.profile.layers[il].has_indexer for il in layers)
+            else 0
+        )
         return Affine(
-            a_base=(mask_elt * n_tok if base else 0) + lid,
-            a_swa=mask_elt * n_tok if swa else 0,
+            a_base=(self.mask_elt * self.n_tok if base else 0) + lid,
+            a_swa=self.mask_elt * self.n_tok if swa else 0,
         )
 
     def ik_groups(self, layers: list[int]) -> tuple[tuple[bool, int], ...]:
-        ik_q = self.ik_q
-        ik_q.clear()
+        self.ik_q.clear()
         self.kq(layers)
-        return tuple(sorted(ik_q))
+        return tuple(sorted(self.ik_q))
 
     def kq(self, layers: list[int]) -> tuple[Affine, ...]:
         """The attention's live set on a backend running `layers`: one Affine per distinct layer shape."""
-        embd_block, idx_q, idx_rows, profile = self.embd_block, self.idx_q, self.idx_rows, self.profile
-        n_tok, fa = self.n_tok, self.fa
-        base, swa = _attn_layers(profile, layers)
+        base, swa = _attn_layers(self.profile, layers)
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
                 self._kq_layer(il, is_swa, out)
         self._recurrent_terms(layers, bool(base or swa), out)
-        if idx_q and any(profile.layers[il].has_indexer for il in layers):
-            out.add(Affine(c=idx_q))
-        iq = max((idx_rows.get(il, 0) for il in layers), default=0)
+        if self.idx_q and any(self.profile.layers[il].has_indexer for il in layers):
+            out.add(Affine(c=self.idx_q))
+        iq = max((self.idx_rows.get(il, 0) for il in layers), default=0)
         if iq:
-            out.add(Affine(c=profile.traits.graph.indexer_q_copies * F32 * n_tok * iq))
-        if profile.traits.graph.parallel_attn_ffn and (base or swa) and fa:
+            out.add(Affine(c=self.profile.traits.graph.indexer_q_copies * F32 * self.n_tok * iq))
+        if self.profile.traits.graph.parallel_attn_ffn and (base or swa) and self.fa:
             # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
             # peak: Q, K and V above the norm output); without flash attention the recordings match without it
-            out = {Affine(a.a_base, a.a_swa, a.c + embd_block) for a in out}
+            out = {Affine(a.a_base, a.a_swa, a.c + self.embd_block) for a in out}
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
     def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
         """One attention layer's live set (added to `out`); ik's chunked groups go to `self.ik_q`."""
-        n_tok, fa, kv_a_mqa, shapes, ik_q, inputs, profile = (
-            self.n_tok, self.fa, self.kv_a_mqa, self.shapes, self.ik_q, self.inputs, self.profile
-        )  # fmt: skip
-        lp = profile.layers[il]
+        lp = self.profile.layers[il]
         # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
-        # absorbed q_nope [kv_lora_rank, n_head, n_tok].
-        q = F32 * n_tok * lp.n_head * lp.n_embd_head_k
-        if profile.mla is not None:
-            q += F32 * n_tok * lp.n_head * profile.mla.kv_lora_rank
-        if il in kv_a_mqa:
-            # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
-            # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
-            rows, lora = kv_a_mqa[il]
-            out.add(Affine(c=F32 * n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
-        if profile.mla is not None and profile.traits.graph.kimi_mla:
-            out.add(self._kimi_mla_concat(lp, profile.mla))
-        if not profile.has_memory:
-            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
-            q += F32 * n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
-        qkv = shapes.qkv_rows.get(il, 0)
-        if qkv and not fa and profile.traits.graph.no_rope_qkv:
-            q = F32 * n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
+        # absorbed q_nope [kv_lora_rank, n_head, self.n_tok].
+        q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+        if self.profile.mla is not None:
+            q += F32 * self.n_tok * lp.n_head * self.profile.mla.kv_lora_rank
+        if il in self.kv_a_mqa:
+            # Q [n_head x head_k, self.n_tok], the compressed KV with its rope part [self.kv_a_mqa rows, self.n_tok]
+            # and the normed latent [kv_lora, self.n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
+            rows, lora = self.kv_a_mqa[il]
+            out.add(Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+        if self.profile.mla is not None and self.profile.traits.graph.kimi_mla:
+            out.add(self._kimi_mla_concat(lp, self.profile.mla))
+        if not self.profile.has_memory:
+            # no cache: this batch's K and V [n_embd_{k,v}_gqa, self.n_tok] feed the attention directly
+            q += F32 * self.n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+        qkv = self.shapes.qkv_rows.get(il, 0)
+        if qkv and not self.fa and self.profile.traits.graph.no_rope_qkv:
+            q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
         if qkv:
-            # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
-            out.add(Affine(c=F32 * n_tok * qkv))
-        elif profile.mla is None:
+            # a fused QKV projection's output [n_q + 2 n_kv, self.n_tok] is live as a whole before the split
+            out.add(Affine(c=F32 * self.n_tok * qkv))
+        elif self.profile.mla is None:
             # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
             # goes into the one-block hole the mixed batch's token rows leave (freed after the first
             # layer's input is assembled)
             kv_min = min(lp.n_embd_k_gqa, lp.n_embd_v_gqa)
             q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
-            out.add(Affine(c=F32 * n_tok * (q_k_v - (kv_min if kv_min <= profile.n_embd else 0))))
-        if fa:
-            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
-            out.add(Affine(c=q + F32 * n_tok * lp.n_head * lp.n_embd_head_v))
-            if inputs.fork_graph is not None and inputs.fork_graph.has_mla(profile):
-                ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
+            out.add(Affine(c=F32 * self.n_tok * (q_k_v - (kv_min if kv_min <= self.profile.n_embd else 0))))
+        if self.fa:
+            # flash attention: its output [n_embd_head_v, n_head, self.n_tok] next to Q, no scores
+            out.add(Affine(c=q + F32 * self.n_tok * lp.n_head * lp.n_embd_head_v))
+            if self.inputs.fork_graph is not None and self.inputs.fork_graph.has_mla(self.profile):
+                self.ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
             return
-        a = F32 * n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
-        if qkv and not profile.traits.graph.no_rope_qkv:
+        a = F32 * self.n_tok * lp.n_head  # KQ scores [n_kv, self.n_tok, n_head], softmax in place
+        if qkv and not self.profile.traits.graph.no_rope_qkv:
             # the roped Q of a fused projection takes the attention norm's block (the norm has one
             # reader, freed before the QKV output is split): only what exceeds a block is added
-            q = max(0, q - F32 * n_tok * profile.n_embd)
-        if inputs.ik_attention and profile.has_memory:
-            ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
+            q = max(0, q - F32 * self.n_tok * self.profile.n_embd)
+        if self.inputs.ik_attention and self.profile.has_memory:
+            self.ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
             return
-        if not profile.has_memory:
-            out.add(Affine(c=a * n_tok + q))
+        if not self.profile.has_memory:
+            out.add(Affine(c=a * self.n_tok + q))
         elif is_swa:
             out.add(Affine(a_swa=a, c=q))
         else:
             out.add(Affine(a_base=a, c=q))
 
     def _kimi_mla_concat(self, lp: LayerProfile, mla: MlaParams) -> Affine:
-        n_tok, fa, inputs = self.n_tok, self.fa, self.inputs
-        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
-        # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
-        # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
+        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, self.n_tok],
+        # its normed latent part [kv_lora, self.n_tok], the absorbed Qcur [kv_lora + rope, n_head, self.n_tok]
+        # and Kcur [kv_lora + rope, self.n_tok] are live when Kcur is concatenated (the allocator's peak
         # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB), above the space the
-        # query projection q [key_length_mla, n_head, n_tok] and q_nope_absorbed [kv_lora, n_head,
-        # n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
-        # the freed q_a [q_lora, n_tok] when it fits). The compressed KV, its norm and Kcur go
+        # query projection q [key_length_mla, n_head, self.n_tok] and q_nope_absorbed [kv_lora, n_head,
+        # self.n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
+        # the freed q_a [q_lora, self.n_tok] when it fits). The compressed KV, its norm and Kcur go
         # into that space while they fit: on the smoke models the compressed KV leaves 0.25 MiB of
         # it, a hole under Qcur (kimi-linear: q 0.375 + q_nope_absorbed 1.0 MiB at 1.76-3.14 MiB,
         # then the compressed KV at 1.76-2.89), 6.39 MiB in all
@@ -804,82 +809,79 @@ class _PlanBuilder:
             else:
                 above += t
         # without flash attention the contiguous copy of V (`mla_v`, counted with every attention
-        # term) comes later: it is not live at this point (kimi-linear smoke model, -fa off: 6.89 MiB
+        # term) comes later: it is not live at this point (kimi-linear smoke model, -self.fa off: 6.89 MiB
         # with the f32 mask, no copy of V)
         v_copy = (
             0
-            if fa or inputs.ik_attention
-            else row_bytes(kv_type_id(inputs.cache_type_k), lora) * inputs.n_stream
+            if self.fa or self.inputs.ik_attention
+            else row_bytes(kv_type_id(self.inputs.cache_type_k), lora) * self.inputs.n_stream
         )
-        return Affine(a_base=-v_copy, c=F32 * n_tok * (room + lp.n_head * kr + above))
+        return Affine(a_base=-v_copy, c=F32 * self.n_tok * (room + lp.n_head * kr + above))
 
     def _recurrent_terms(self, layers: list[int], attends: bool, out: set[Affine]) -> None:
         """The recurrent blocks' live sets (Mamba scans, lightning attention, gated delta nets), added to `out`."""
-        n_tok, inputs, profile = self.n_tok, self.inputs, self.profile
         # Hybrid layers (falcon-h1) run attention and the SSM side by side from one norm output: the masks
         # stay live through the SSM and the attention output waits for it.
-        parallel = any(profile.layers[il].kind is LayerKind.HYBRID for il in layers)
-        ssm = _ssm_transient(profile, n_tok, inputs.n_seqs, attends and not parallel)
-        if ssm and any(profile.layers[il].is_recurrent for il in layers):
-            out.add(Affine(c=ssm + (F32 * n_tok * profile.n_embd if parallel else 0)))
-        if profile.traits.graph.lightning:
+        parallel = any(self.profile.layers[il].kind is LayerKind.HYBRID for il in layers)
+        ssm = _ssm_transient(self.profile, self.n_tok, self.inputs.n_seqs, attends and not parallel)
+        if ssm and any(self.profile.layers[il].is_recurrent for il in layers):
+            out.add(Affine(c=ssm + (F32 * self.n_tok * self.profile.n_embd if parallel else 0)))
+        if self.profile.traits.graph.lightning:
             # src/models/minimax-01.cpp, a lightning-attention layer over the whole ubatch per sequence: the
-            # fused QKV output [3 n_head head_dim, n_tok], the inter-block product qkv_none_diag
-            # [n_head head_dim, n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
+            # fused QKV output [3 n_head head_dim, self.n_tok], the inter-block product qkv_none_diag
+            # [n_head head_dim, self.n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
             # input diag_decay_exp of the same shape, freed after the last such layer (the smoke model's peak:
             # 1.5 + 0.5 + 2 + 2 MiB at 512 tokens)
-            n_st = n_tok // max(1, inputs.n_seqs)
+            n_st = self.n_tok // max(1, self.inputs.n_seqs)
             for il in layers:
-                lp = profile.layers[il]
+                lp = self.profile.layers[il]
                 if lp.is_recurrent:
                     dim = lp.n_head * lp.n_embd_head_k
-                    sq = n_st * n_st * lp.n_head * inputs.n_seqs
-                    out.add(Affine(c=F32 * (4 * dim * n_tok + 2 * sq)))
-        gdn = _gdn_transient(profile, n_tok, inputs.n_seqs)
-        if gdn and any(profile.layers[il].is_recurrent for il in layers):
+                    sq = n_st * n_st * lp.n_head * self.inputs.n_seqs
+                    out.add(Affine(c=F32 * (4 * dim * self.n_tok + 2 * sq)))
+        gdn = _gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
+        if gdn and any(self.profile.layers[il].is_recurrent for il in layers):
             out.add(Affine(c=gdn))
 
     def mla_v(self, layers: list[int]) -> Affine:
-        fa, inputs, profile = self.fa, self.inputs, self.profile
-        if inputs.fork_graph is not None:
+        if self.inputs.fork_graph is not None:
             # ik's kv_cache_trans (-mla 2/3 without flash attention, in the latent's type: -ctv), or none
-            row = inputs.fork_graph.mla_v_copy_row(profile, inputs.ik_mla_mode, fa, inputs.cache_type_v)
-            has = row and _attn_layers(profile, layers)[0]
-            return Affine(a_base=row * inputs.n_stream) if has else Affine()
-        if fa or profile.mla is None or not _attn_layers(profile, layers)[0]:
+            row = self.inputs.fork_graph.mla_v_copy_row(
+                self.profile, self.inputs.ik_mla_mode, self.fa, self.inputs.cache_type_v
+            )
+            has = row and _attn_layers(self.profile, layers)[0]
+            return Affine(a_base=row * self.inputs.n_stream) if has else Affine()
+        if self.fa or self.profile.mla is None or not _attn_layers(self.profile, layers)[0]:
             return Affine()
         # the contiguous copy of V (the latent rows of every stream's cells)
-        row = row_bytes(kv_type_id(inputs.cache_type_k), profile.mla.kv_lora_rank)
-        return Affine(a_base=row * inputs.n_stream)
+        row = row_bytes(kv_type_id(self.inputs.cache_type_k), self.profile.mla.kv_lora_rank)
+        return Affine(a_base=row * self.inputs.n_stream)
 
     def v_idxs(self, layers: list[int]) -> int:
-        n_tok, fa, v_gqa_max, inputs, profile = self.n_tok, self.fa, self.v_gqa_max, self.inputs, self.profile
-        if inputs.ik_attention:
+        if self.inputs.ik_attention:
             return 0  # ik stores V through a view at kv_head: no index input (its allocator lists none)
-        if fa or not profile.has_memory or profile.mla is not None:
+        if self.fa or not self.profile.has_memory or self.profile.mla is not None:
             return 0  # MLA caches have no V: V is a view of the latent K rows
-        base, swa = _attn_layers(profile, layers)
+        base, swa = _attn_layers(self.profile, layers)
         # one per cache (an iSWA model has two: the base and the SWA cache's)
-        return I64 * n_tok * v_gqa_max * ((1 if base else 0) + (1 if swa else 0))
+        return I64 * self.n_tok * self.v_gqa_max * ((1 if base else 0) + (1 if swa else 0))
 
     def small_inputs(self, layers: list[int]) -> int:
-        n_tok, fa, profile = self.n_tok, self.fa, self.profile
-        base, swa = _attn_layers(profile, layers)
-        if not (base or swa) or not profile.has_memory:
+        base, swa = _attn_layers(self.profile, layers)
+        if not (base or swa) or not self.profile.has_memory:
             return 0
         # positions (i32) and K's row indices (i64); V's (i64) too with flash attention (else `v_idxs`)
-        return n_tok * (SMALL_INPUT_BYTES_PER_TOKEN - (0 if fa else I64))
+        return self.n_tok * (SMALL_INPUT_BYTES_PER_TOKEN - (0 if self.fa else I64))
 
     def fa_copies(self, layers: list[int]) -> tuple[Affine, ...]:
-        fa, inputs, profile = self.fa, self.inputs, self.profile
-        if not fa or (inputs.cache_type_k == "f16" and inputs.cache_type_v == "f16"):
+        if not self.fa or (self.inputs.cache_type_k == "f16" and self.inputs.cache_type_v == "f16"):
             return ()
-        base, swa = _attn_layers(profile, layers)
+        base, swa = _attn_layers(self.profile, layers)
         out: set[Affine] = set()
         for il in base + swa:
-            lp = profile.layers[il]
-            k = F16 * lp.n_embd_k_gqa if inputs.cache_type_k != "f16" else 0
-            v = F16 * lp.n_embd_v_gqa if inputs.cache_type_v != "f16" else 0
+            lp = self.profile.layers[il]
+            k = F16 * lp.n_embd_k_gqa if self.inputs.cache_type_k != "f16" else 0
+            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" else 0
             out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
 
@@ -890,18 +892,17 @@ class _PlanBuilder:
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
         layer's FFN can put its first intermediate in their space (with the device's input block, freed after
         its first layer, next to them)."""
-        n_tok, embd_block, profile = self.n_tok, self.embd_block, self.profile
-        base, swa = _attn_layers(profile, layers)
+        base, swa = _attn_layers(self.profile, layers)
         if (
             not (m.a_base or m.a_swa or m.c or vi)
             or not (base or swa)
-            or profile.traits.graph.parallel_attn_ffn  # the attention output is still live
+            or self.profile.traits.graph.parallel_attn_ffn  # the attention output is still live
         ):
-            return _ffn_transient(profile, flayers, n_tok), ()
+            return _ffn_transient(self.profile, flayers, self.n_tok), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
         holes: set[tuple[int, int, int, Affine]] = set()
-        big = len(profile.layers)
+        big = len(self.profile.layers)
         last_base = max(base, default=-1) if base else big
         last_swa = max(swa, default=-1) if swa else big
         for il in flayers:
@@ -910,8 +911,8 @@ class _PlanBuilder:
             if not (freed_base or freed_swa):
                 rest.append(il)
                 continue
-            f, first, held = _ffn_layer(profile, il, n_tok)
-            freed_input = embd_block if il != min(layers) else 0
+            f, first, held = _ffn_layer(self.profile, il, self.n_tok)
+            freed_input = self.embd_block if il != min(layers) else 0
             hole = Affine(
                 m.a_base if freed_base else 0,
                 m.a_swa if freed_swa else 0,
@@ -919,79 +920,44 @@ class _PlanBuilder:
             )
             holes.add((f, first, held, hole))
         key = lambda h: (h[0], h[1], h[2], h[3].a_base, h[3].a_swa, h[3].c)  # noqa: E731
-        return _ffn_transient(profile, rest, n_tok), tuple(sorted(holes, key=key))
+        return _ffn_transient(self.profile, rest, self.n_tok), tuple(sorted(holes, key=key))
 
     def gpu_plan(self, gi: int) -> _DevicePlan:
         """The compute plan of GPU `gi`."""
-        (
-            n_tok,
-            n_out,
-            trunk,
-            by_dev,
-            out_dev,
-            embd_block,
-            logits,
-            dsa_top_k,
-            hc_block,
-            ffn_dev,
-            ffn_by_dev,
-            op_copy,
-            skip,
-            below_logits,
-            inputs,
-            profile,
-            placement,
-            gpu_vendors,
-        ) = (
-            self.n_tok,
-            self.n_out,
-            self.trunk,
-            self.by_dev,
-            self.out_dev,
-            self.embd_block,
-            self.logits,
-            self.dsa_top_k,
-            self.hc_block,
-            self.ffn_dev,
-            self.ffn_by_dev,
-            self.op_copy,
-            self.skip,
-            self.below_logits,
-            self.inputs,
-            self.profile,
-            self.placement,
-            self.gpu_vendors,
-        )
-        layers = by_dev.get(gi, [])
-        flayers = ffn_by_dev.get(gi, [])
-        has_out = out_dev == gi
+        layers = self.by_dev.get(gi, [])
+        flayers = self.ffn_by_dev.get(gi, [])
+        has_out = self.out_dev == gi
         runs = bool(layers or flayers)
         # The GPU that runs the first layer takes the embeddings from the host: it holds the same residual
         # blocks as a single backend does (the recordings with one RPC device show five).
-        first = bool(trunk) and placement.layer_device[trunk[0]] == gi
-        cuda = gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
-        pp = inputs.pipeline_parallel and (runs or has_out)
+        first = bool(self.trunk) and self.placement.layer_device[self.trunk[0]] == gi
+        cuda = self.gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
+        pp = self.inputs.pipeline_parallel and (runs or has_out)
         m = self.masks(layers)
-        # the copies of the small split inputs: positions, K/V row indices, the output ids
-        small = self.small_inputs(layers) + (I32 * n_out if has_out else 0) if runs and not pp else 0
+        # the copies of the small split self.inputs: positions, K/V row indices, the output ids
+        small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
-        blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + skip if runs else 0
-        if first and layers and not flayers and not profile.is_moe:
+        blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
+        if first and layers and not flayers and not self.profile.is_moe:
             blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
         out_blocks = RESIDUAL_BLOCKS if first else 1
-        # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
-        out_extra = below_logits if not first and trunk and placement.layer_device[trunk[-1]] == gi else 0
-        if has_out and not runs and trunk:
-            out_extra = _routed_sum_inputs(profile, trunk[-1], n_tok)
+        # a later GPU that runs the last layer: what of that layer's FFN stays under the self.logits
+        out_extra = (
+            self.below_logits
+            if not first and self.trunk and self.placement.layer_device[self.trunk[-1]] == gi
+            else 0
+        )
+        if has_out and not runs and self.trunk:
+            out_extra = _routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
         pp_extra = Affine()
         if pp:
             # Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's
-            # indices, the small inputs, the hidden-state blocks, and the output ids on the output GPU. The
-            # layer phase then adds its own blocks; the output phase its norm output and the logits.
-            pp_small = self.small_inputs(layers) + (I32 * n_out if has_out else 0)
+            # indices, the small self.inputs, the hidden-state blocks, and the output ids on the output GPU. The
+            # layer phase then adds its own blocks; the output phase its norm output and the self.logits.
+            pp_small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0)
             if first:
-                pp_small += I64 * n_tok  # the mixed batch's slots: its rows are set on the first GPU
-            hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * embd_block
+                pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
+            hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * self.embd_block
             pp_extra = Affine(
                 PIPELINE_COPIES * m.a_base,
                 PIPELINE_COPIES * m.a_swa,
@@ -1003,15 +969,17 @@ class _PlanBuilder:
             out_extra = 0
         ffn_rest, holes = self.ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
         kq_gi = self.kq(layers)
-        shexp_ffn = _shexp_only_ffn(profile, [il for il in layers if ffn_dev.get(il, gi) != gi], n_tok)
+        shexp_ffn = _shexp_only_ffn(
+            self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
+        )
         if shexp_ffn and first:
             # the first GPU holds four block-sized spaces in that phase, not five (the allocator's peaks on
             # qwen3-30b-a3b and Llama-4-Scout with `-cmoe`; gpt-oss-20b's recording matches to the 0.01 MiB)
-            shexp_ffn -= embd_block
+            shexp_ffn -= self.embd_block
         if shexp_ffn > ffn_rest:
             ffn_rest = shexp_ffn
         copy_hole, e, last_att = (
-            _expert_copy_hole(profile, placement.layer_device, ffn_dev, gi, layers, n_tok)
+            _expert_copy_hole(self.profile, self.placement.layer_device, self.ffn_dev, gi, layers, self.n_tok)
             if runs and not pp
             else (0, -1, -1)
         )
@@ -1019,14 +987,18 @@ class _PlanBuilder:
             # what the layers between the copied layer and the last attention layer allocate, over the hole
             # under the masks (`_expert_copy_hole`)
             held_set = {Affine(c=copy_hole)}
-            gdn = _gdn_transient(profile, n_tok, inputs.n_seqs)
-            if gdn and any(profile.layers[il].is_recurrent for il in layers if e < il <= last_att):
-                out = _gdn_output(profile, n_tok, inputs.n_seqs)
+            gdn = _gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
+            if gdn and any(self.profile.layers[il].is_recurrent for il in layers if e < il <= last_att):
+                out = _gdn_output(self.profile, self.n_tok, self.inputs.n_seqs)
                 held_set.add(Affine(c=_in_hole(gdn - out, out, copy_hole)))
             kq_gi = tuple(sorted(set(kq_gi) | held_set, key=lambda x: (x.a_base, x.a_swa, x.c)))
             ffn_rest = max(
                 [ffn_rest]
-                + [_ffn_in_hole(profile, il, n_tok, copy_hole) for il in flayers if e < il < last_att]
+                + [
+                    _ffn_in_hole(self.profile, il, self.n_tok, copy_hole)
+                    for il in flayers
+                    if e < il < last_att
+                ]
             )
         return _DevicePlan(
             device=gi,
@@ -1035,131 +1007,104 @@ class _PlanBuilder:
             v_idxs=vi,
             small_inputs=small,
             blocks_label="layer input + residual",
-            blocks=blocks * embd_block + (hc_block if layers else 0) if runs else 0,
+            blocks=blocks * self.embd_block + (self.hc_block if layers else 0) if runs else 0,
             ffn=ffn_rest,
             ffn_holes=holes,
-            ik_groups=self.ik_groups(layers) if inputs.ik_attention else (),
+            ik_groups=self.ik_groups(layers) if self.inputs.ik_attention else (),
             dsa_zeros=self.dsa_zeros(layers),
-            dsa_top_k=dsa_top_k,
+            dsa_top_k=self.dsa_top_k,
             kq=kq_gi,
             mla_v=self.mla_v(layers),
             fa_copies=self.fa_copies(layers) if cuda else (),
-            logits=logits if has_out else 0,
-            out_block=out_blocks * embd_block if has_out else 0,
+            logits=self.logits if has_out else 0,
+            out_block=out_blocks * self.embd_block if has_out else 0,
             out_below=out_extra if has_out else 0,
             pp_extra=pp_extra,
-            op_offload_copy=op_copy if gi == 0 else 0,
+            op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
         )
 
     def host_plan(self) -> _DevicePlan:
         """The compute plan of the host."""
-        (
-            n_tok,
-            n_out,
-            trunk,
-            by_dev,
-            out_dev,
-            embd_block,
-            logits,
-            dsa_top_k,
-            hc_block,
-            ffn_by_dev,
-            skip,
-            inputs,
-            profile,
-            placement,
-        ) = (
-            self.n_tok,
-            self.n_out,
-            self.trunk,
-            self.by_dev,
-            self.out_dev,
-            self.embd_block,
-            self.logits,
-            self.dsa_top_k,
-            self.hc_block,
-            self.ffn_by_dev,
-            self.skip,
-            self.inputs,
-            self.profile,
-            self.placement,
-        )
-        host_layers = by_dev.get(None, [])
-        host_flayers = ffn_by_dev.get(None, [])
+        host_layers = self.by_dev.get(None, [])
+        host_flayers = self.ffn_by_dev.get(None, [])
         runs = bool(host_layers or host_flayers)
-        n_copies = PIPELINE_COPIES if inputs.pipeline_parallel and not runs else 1
-        m = self.masks(trunk)
-        # the small graph inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
+        n_copies = PIPELINE_COPIES if self.inputs.pipeline_parallel and not runs else 1
+        m = self.masks(self.trunk)
+        # the small graph self.inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
         # positions, K/V row indices and the output ids
-        host_small = self.small_inputs(trunk) + I32 * n_out + (2 * I32 + I64) * n_tok
-        ffn_only = runs and not host_layers and not profile.is_moe
-        # only routed experts (`-cmoe`, `-ncmoe`, `-ot exps=CPU`): the graph inputs stay as with dense FFNs; the
+        host_small = self.small_inputs(self.trunk) + I32 * self.n_out + (2 * I32 + I64) * self.n_tok
+        ffn_only = runs and not host_layers and not self.profile.is_moe
+        # only routed experts (`-cmoe`, `-ncmoe`, `-ot exps=CPU`): the graph self.inputs stay as with dense FFNs; the
         # other two blocks and the FFN input's copy are freed by the first experts' peak (the allocator's live
         # tensors on Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the embeddings input, a one-block hole, the
         # mask, the router's copied argsort, a hole where gate and up were, the GLU output and the down outputs)
-        experts_only = runs and not host_layers and profile.is_moe and profile.moe is not None
+        experts_only = runs and not host_layers and self.profile.is_moe and self.profile.moe is not None
         if runs:
             if experts_only:
-                blocks = HOST_GRAPH_INPUT_BLOCKS * embd_block
+                blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
             elif not ffn_only:
-                blocks = ((RESIDUAL_BLOCKS + skip) if host_layers else HOST_INPUT_BLOCKS) * embd_block
-                blocks += hc_block if host_layers else 0
+                blocks = (
+                    (RESIDUAL_BLOCKS + self.skip) if host_layers else HOST_INPUT_BLOCKS
+                ) * self.embd_block
+                blocks += self.hc_block if host_layers else 0
             else:
                 # only dense FFNs (their weights kept on the host): the embeddings input and the FFN input's copy
                 # stay; the token-embedding rows went to the first GPU before (the input phase, in `kq` below)
-                blocks = HOST_GRAPH_INPUT_BLOCKS * embd_block
+                blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
             label = "embeddings + residual activations"
         else:
-            # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
+            # The graph self.inputs (embeddings self.inputs, masks, V's indices), n_copies times with pipeline parallelism,
             # and the two token-embedding get_rows outputs.
             blocks = (
                 n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
-            ) * embd_block
+            ) * self.embd_block
             if n_copies > 1:
                 blocks += n_copies * host_small
             label = "embeddings input + get_rows"
         host_m = Affine(
             n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c + (host_small if n_copies == 1 else 0)
         )
-        # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
+        # the host's masks are graph self.inputs the GPUs copy from: they are freed early only when the host runs the
         # last layer
-        host_last = bool(trunk) and placement.layer_device[trunk[-1]] is None
+        host_last = bool(self.trunk) and self.placement.layer_device[self.trunk[-1]] is None
         ffn_rest, holes = self.ffn_holes(
             host_layers,
             host_flayers,
             host_m if host_last else Affine(),
-            n_copies * self.v_idxs(trunk) if host_last else 0,
+            n_copies * self.v_idxs(self.trunk) if host_last else 0,
         )
-        if experts_only and profile.moe is not None and host_flayers:
-            # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
+        if experts_only and self.profile.moe is not None and host_flayers:
+            # the router's argsort [n_expert, self.n_tok] (i32; the top-k is a view of it) is copied in for the experts;
             # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
             # allocator's peak on Llama-4-Scout with `-cmoe`: the two masks, gate, up and the GLU output above the
             # embeddings input and a one-block hole)
-            ffn_rest = max(f - held for f, _, held in (_ffn_layer(profile, il, n_tok) for il in host_flayers))
-            ffn_rest += I32 * n_tok * profile.moe.n_expert
+            ffn_rest = max(
+                f - held for f, _, held in (_ffn_layer(self.profile, il, self.n_tok) for il in host_flayers)
+            )
+            ffn_rest += I32 * self.n_tok * self.profile.moe.n_expert
             holes = ()
         return _DevicePlan(
             device=None,
             layer_phase=runs,
             masks=Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c),
-            v_idxs=n_copies * self.v_idxs(trunk),
+            v_idxs=n_copies * self.v_idxs(self.trunk),
             small_inputs=host_small if n_copies == 1 else 0,
             blocks_label=label,
             blocks=blocks,
             ffn=ffn_rest,
             ffn_holes=holes,
-            ik_groups=self.ik_groups(host_layers) if inputs.ik_attention else (),
+            ik_groups=self.ik_groups(host_layers) if self.inputs.ik_attention else (),
             dsa_zeros=self.dsa_zeros(host_layers),
-            dsa_top_k=dsa_top_k,
+            dsa_top_k=self.dsa_top_k,
             kq=self.kq(host_layers)
             if not (ffn_only or experts_only)
-            else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * embd_block),),
+            else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
             mla_v=self.mla_v(host_layers),
             fa_copies=(),
-            logits=logits if out_dev is None else 0,
-            out_block=embd_block if inputs.ik_attention and out_dev is None else 0,
-            ik_output_phase=inputs.ik_attention,
+            logits=self.logits if self.out_dev is None else 0,
+            out_block=self.embd_block if self.inputs.ik_attention and self.out_dev is None else 0,
+            ik_output_phase=self.inputs.ik_attention,
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,
