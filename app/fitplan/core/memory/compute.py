@@ -739,25 +739,25 @@ class _PlanBuilder:
         """One attention layer's live set (added to `out`); ik's chunked groups go to `self.ik_q`."""
         lp = self.profile.layers[il]
         # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
-        # absorbed q_nope [kv_lora_rank, n_head, self.n_tok].
+        # absorbed q_nope [kv_lora_rank, n_head, n_tok].
         q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
         if self.profile.mla is not None:
             q += F32 * self.n_tok * lp.n_head * self.profile.mla.kv_lora_rank
         if il in self.kv_a_mqa:
-            # Q [n_head x head_k, self.n_tok], the compressed KV with its rope part [self.kv_a_mqa rows, self.n_tok]
-            # and the normed latent [kv_lora, self.n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
+            # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
+            # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
             rows, lora = self.kv_a_mqa[il]
             out.add(Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
         if self.profile.mla is not None and self.profile.traits.graph.kimi_mla:
             out.add(self._kimi_mla_concat(lp, self.profile.mla))
         if not self.profile.has_memory:
-            # no cache: this batch's K and V [n_embd_{k,v}_gqa, self.n_tok] feed the attention directly
+            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
             q += F32 * self.n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
         qkv = self.shapes.qkv_rows.get(il, 0)
         if qkv and not self.fa and self.profile.traits.graph.no_rope_qkv:
             q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
         if qkv:
-            # a fused QKV projection's output [n_q + 2 n_kv, self.n_tok] is live as a whole before the split
+            # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
             out.add(Affine(c=F32 * self.n_tok * qkv))
         elif self.profile.mla is None:
             # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
@@ -767,12 +767,12 @@ class _PlanBuilder:
             q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
             out.add(Affine(c=F32 * self.n_tok * (q_k_v - (kv_min if kv_min <= self.profile.n_embd else 0))))
         if self.fa:
-            # flash attention: its output [n_embd_head_v, n_head, self.n_tok] next to Q, no scores
+            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
             out.add(Affine(c=q + F32 * self.n_tok * lp.n_head * lp.n_embd_head_v))
             if self.inputs.fork_graph is not None and self.inputs.fork_graph.has_mla(self.profile):
                 self.ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
             return
-        a = F32 * self.n_tok * lp.n_head  # KQ scores [n_kv, self.n_tok, n_head], softmax in place
+        a = F32 * self.n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
         if qkv and not self.profile.traits.graph.no_rope_qkv:
             # the roped Q of a fused projection takes the attention norm's block (the norm has one
             # reader, freed before the QKV output is split): only what exceeds a block is added
@@ -788,13 +788,13 @@ class _PlanBuilder:
             out.add(Affine(a_base=a, c=q))
 
     def _kimi_mla_concat(self, lp: LayerProfile, mla: MlaParams) -> Affine:
-        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, self.n_tok],
-        # its normed latent part [kv_lora, self.n_tok], the absorbed Qcur [kv_lora + rope, n_head, self.n_tok]
-        # and Kcur [kv_lora + rope, self.n_tok] are live when Kcur is concatenated (the allocator's peak
+        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
+        # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
+        # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
         # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB), above the space the
-        # query projection q [key_length_mla, n_head, self.n_tok] and q_nope_absorbed [kv_lora, n_head,
-        # self.n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
-        # the freed q_a [q_lora, self.n_tok] when it fits). The compressed KV, its norm and Kcur go
+        # query projection q [key_length_mla, n_head, n_tok] and q_nope_absorbed [kv_lora, n_head,
+        # n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
+        # the freed q_a [q_lora, n_tok] when it fits). The compressed KV, its norm and Kcur go
         # into that space while they fit: on the smoke models the compressed KV leaves 0.25 MiB of
         # it, a hole under Qcur (kimi-linear: q 0.375 + q_nope_absorbed 1.0 MiB at 1.76-3.14 MiB,
         # then the compressed KV at 1.76-2.89), 6.39 MiB in all
@@ -809,7 +809,7 @@ class _PlanBuilder:
             else:
                 above += t
         # without flash attention the contiguous copy of V (`mla_v`, counted with every attention
-        # term) comes later: it is not live at this point (kimi-linear smoke model, -self.fa off: 6.89 MiB
+        # term) comes later: it is not live at this point (kimi-linear smoke model, -fa off: 6.89 MiB
         # with the f32 mask, no copy of V)
         v_copy = (
             0
@@ -828,8 +828,8 @@ class _PlanBuilder:
             out.add(Affine(c=ssm + (F32 * self.n_tok * self.profile.n_embd if parallel else 0)))
         if self.profile.traits.graph.lightning:
             # src/models/minimax-01.cpp, a lightning-attention layer over the whole ubatch per sequence: the
-            # fused QKV output [3 n_head head_dim, self.n_tok], the inter-block product qkv_none_diag
-            # [n_head head_dim, self.n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
+            # fused QKV output [3 n_head head_dim, n_tok], the inter-block product qkv_none_diag
+            # [n_head head_dim, n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
             # input diag_decay_exp of the same shape, freed after the last such layer (the smoke model's peak:
             # 1.5 + 0.5 + 2 + 2 MiB at 512 tokens)
             n_st = self.n_tok // max(1, self.inputs.n_seqs)
@@ -922,6 +922,42 @@ class _PlanBuilder:
         key = lambda h: (h[0], h[1], h[2], h[3].a_base, h[3].a_swa, h[3].c)  # noqa: E731
         return _ffn_transient(self.profile, rest, self.n_tok), tuple(sorted(holes, key=key))
 
+    def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
+        """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
+        the small inputs, the hidden-state blocks, and the output ids on the output GPU. The layer phase then
+        adds its own blocks; the output phase its norm output and the logits."""
+        pp_small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0)
+        if first:
+            pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
+        hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * self.embd_block
+        return Affine(
+            PIPELINE_COPIES * m.a_base,
+            PIPELINE_COPIES * m.a_swa,
+            PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
+        )
+
+    def _expert_copy_terms(
+        self, gi: int, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], ffn_rest: int
+    ) -> tuple[tuple[Affine, ...], int]:
+        """What the layers between a copied expert layer and the last attention layer allocate over the hole
+        under the masks (`_expert_copy_hole`): the attention terms and the FFN transient, raised to it."""
+        copy_hole, e, last_att = _expert_copy_hole(
+            self.profile, self.placement.layer_device, self.ffn_dev, gi, layers, self.n_tok
+        )
+        if not copy_hole:
+            return kq_gi, ffn_rest
+        held_set = {Affine(c=copy_hole)}
+        gdn = _gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
+        if gdn and any(self.profile.layers[il].is_recurrent for il in layers if e < il <= last_att):
+            out = _gdn_output(self.profile, self.n_tok, self.inputs.n_seqs)
+            held_set.add(Affine(c=_in_hole(gdn - out, out, copy_hole)))
+        kq_gi = tuple(sorted(set(kq_gi) | held_set, key=lambda x: (x.a_base, x.a_swa, x.c)))
+        ffn_rest = max(
+            [ffn_rest]
+            + [_ffn_in_hole(self.profile, il, self.n_tok, copy_hole) for il in flayers if e < il < last_att]
+        )
+        return kq_gi, ffn_rest
+
     def gpu_plan(self, gi: int) -> _DevicePlan:
         """The compute plan of GPU `gi`."""
         layers = self.by_dev.get(gi, [])
@@ -934,14 +970,14 @@ class _PlanBuilder:
         cuda = self.gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
         pp = self.inputs.pipeline_parallel and (runs or has_out)
         m = self.masks(layers)
-        # the copies of the small split self.inputs: positions, K/V row indices, the output ids
+        # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
         blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
         if first and layers and not flayers and not self.profile.is_moe:
             blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
         out_blocks = RESIDUAL_BLOCKS if first else 1
-        # a later GPU that runs the last layer: what of that layer's FFN stays under the self.logits
+        # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
         out_extra = (
             self.below_logits
             if not first and self.trunk and self.placement.layer_device[self.trunk[-1]] == gi
@@ -951,18 +987,7 @@ class _PlanBuilder:
             out_extra = _routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
         pp_extra = Affine()
         if pp:
-            # Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's
-            # indices, the small self.inputs, the hidden-state blocks, and the output ids on the output GPU. The
-            # layer phase then adds its own blocks; the output phase its norm output and the self.logits.
-            pp_small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0)
-            if first:
-                pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
-            hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * self.embd_block
-            pp_extra = Affine(
-                PIPELINE_COPIES * m.a_base,
-                PIPELINE_COPIES * m.a_swa,
-                PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
-            )
+            pp_extra = self._pipeline_inputs(layers, first, has_out, m, vi)
             m, vi = Affine(), 0
             blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
@@ -978,28 +1003,8 @@ class _PlanBuilder:
             shexp_ffn -= self.embd_block
         if shexp_ffn > ffn_rest:
             ffn_rest = shexp_ffn
-        copy_hole, e, last_att = (
-            _expert_copy_hole(self.profile, self.placement.layer_device, self.ffn_dev, gi, layers, self.n_tok)
-            if runs and not pp
-            else (0, -1, -1)
-        )
-        if copy_hole:
-            # what the layers between the copied layer and the last attention layer allocate, over the hole
-            # under the masks (`_expert_copy_hole`)
-            held_set = {Affine(c=copy_hole)}
-            gdn = _gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
-            if gdn and any(self.profile.layers[il].is_recurrent for il in layers if e < il <= last_att):
-                out = _gdn_output(self.profile, self.n_tok, self.inputs.n_seqs)
-                held_set.add(Affine(c=_in_hole(gdn - out, out, copy_hole)))
-            kq_gi = tuple(sorted(set(kq_gi) | held_set, key=lambda x: (x.a_base, x.a_swa, x.c)))
-            ffn_rest = max(
-                [ffn_rest]
-                + [
-                    _ffn_in_hole(self.profile, il, self.n_tok, copy_hole)
-                    for il in flayers
-                    if e < il < last_att
-                ]
-            )
+        if runs and not pp:
+            kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         return _DevicePlan(
             device=gi,
             layer_phase=runs,
@@ -1024,37 +1029,25 @@ class _PlanBuilder:
             host_inputs=False,
         )
 
-    def host_plan(self) -> _DevicePlan:
-        """The compute plan of the host."""
-        host_layers = self.by_dev.get(None, [])
-        host_flayers = self.ffn_by_dev.get(None, [])
-        runs = bool(host_layers or host_flayers)
-        n_copies = PIPELINE_COPIES if self.inputs.pipeline_parallel and not runs else 1
-        m = self.masks(self.trunk)
-        # the small graph self.inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
-        # positions, K/V row indices and the output ids
-        host_small = self.small_inputs(self.trunk) + I32 * self.n_out + (2 * I32 + I64) * self.n_tok
-        ffn_only = runs and not host_layers and not self.profile.is_moe
-        # only routed experts (`-cmoe`, `-ncmoe`, `-ot exps=CPU`): the graph self.inputs stay as with dense FFNs; the
-        # other two blocks and the FFN input's copy are freed by the first experts' peak (the allocator's live
-        # tensors on Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the embeddings input, a one-block hole, the
-        # mask, the router's copied argsort, a hole where gate and up were, the GLU output and the down outputs)
-        experts_only = runs and not host_layers and self.profile.is_moe and self.profile.moe is not None
+    def _host_blocks(
+        self, runs: bool, has_layers: bool, ffn_only: bool, experts_only: bool, n_copies: int, host_small: int
+    ) -> tuple[int, str]:
+        """The host's block-sized activations and their label."""
         if runs:
             if experts_only:
                 blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
             elif not ffn_only:
                 blocks = (
-                    (RESIDUAL_BLOCKS + self.skip) if host_layers else HOST_INPUT_BLOCKS
+                    (RESIDUAL_BLOCKS + self.skip) if has_layers else HOST_INPUT_BLOCKS
                 ) * self.embd_block
-                blocks += self.hc_block if host_layers else 0
+                blocks += self.hc_block if has_layers else 0
             else:
                 # only dense FFNs (their weights kept on the host): the embeddings input and the FFN input's copy
                 # stay; the token-embedding rows went to the first GPU before (the input phase, in `kq` below)
                 blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
             label = "embeddings + residual activations"
         else:
-            # The graph self.inputs (embeddings self.inputs, masks, V's indices), n_copies times with pipeline parallelism,
+            # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
             # and the two token-embedding get_rows outputs.
             blocks = (
                 n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
@@ -1062,10 +1055,31 @@ class _PlanBuilder:
             if n_copies > 1:
                 blocks += n_copies * host_small
             label = "embeddings input + get_rows"
+        return blocks, label
+
+    def host_plan(self) -> _DevicePlan:
+        """The compute plan of the host."""
+        host_layers = self.by_dev.get(None, [])
+        host_flayers = self.ffn_by_dev.get(None, [])
+        runs = bool(host_layers or host_flayers)
+        n_copies = PIPELINE_COPIES if self.inputs.pipeline_parallel and not runs else 1
+        m = self.masks(self.trunk)
+        # the small graph inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
+        # positions, K/V row indices and the output ids
+        host_small = self.small_inputs(self.trunk) + I32 * self.n_out + (2 * I32 + I64) * self.n_tok
+        ffn_only = runs and not host_layers and not self.profile.is_moe
+        # only routed experts (`-cmoe`, `-ncmoe`, `-ot exps=CPU`): the graph inputs stay as with dense FFNs; the
+        # other two blocks and the FFN input's copy are freed by the first experts' peak (the allocator's live
+        # tensors on Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the embeddings input, a one-block hole, the
+        # mask, the router's copied argsort, a hole where gate and up were, the GLU output and the down outputs)
+        experts_only = runs and not host_layers and self.profile.is_moe and self.profile.moe is not None
+        blocks, label = self._host_blocks(
+            runs, bool(host_layers), ffn_only, experts_only, n_copies, host_small
+        )
         host_m = Affine(
             n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c + (host_small if n_copies == 1 else 0)
         )
-        # the host's masks are graph self.inputs the GPUs copy from: they are freed early only when the host runs the
+        # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
         # last layer
         host_last = bool(self.trunk) and self.placement.layer_device[self.trunk[-1]] is None
         ffn_rest, holes = self.ffn_holes(
@@ -1075,7 +1089,7 @@ class _PlanBuilder:
             n_copies * self.v_idxs(self.trunk) if host_last else 0,
         )
         if experts_only and self.profile.moe is not None and host_flayers:
-            # the router's argsort [n_expert, self.n_tok] (i32; the top-k is a view of it) is copied in for the experts;
+            # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
             # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
             # allocator's peak on Llama-4-Scout with `-cmoe`: the two masks, gate, up and the GLU output above the
             # embeddings input and a one-block hole)
