@@ -124,42 +124,14 @@ def estimate(
     placement = place_weights(
         profile, wsettings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
     )
-    warnings: list[str] = list(profile.warnings)
-    if not profile.verified_architecture:
-        warnings.append(
-            f"architecture {profile.architecture!r} is not known to this version: generic estimate from the "
-            "standard keys (KV for every layer, dense FFN)"
-        )
-    if settings.n_gpu_layers == NGL_AUTO and gpus:
-        assumptions.append(
-            "-ngl auto: estimated with all layers on the GPUs; with --fit on llama.cpp may move layers to the CPU "
-            "(see the plan)"
-            if settings.fit
-            else "-ngl auto with --fit off: all layers on the GPUs"
-        )
+    warnings = _profile_warnings(profile)
+    _auto_ngl_note(settings, bool(gpus), assumptions)
 
     ctx = _resolve(profile, settings, placement)
     parts = _Parts([[] for _ in range(len(gpus) + 1)], [[] for _ in range(len(gpus) + 1)])
     names = [gpu_backend(d, machine_index(machine, d)).buffer_type for d in gpus]
 
-    # Weights, one term per buffer type.
-    for b in placement.buffers:
-        where = "host" if b.device is None else names[b.device]
-        kind_note = ""
-        if b.buffer_type == "CPU_Mapped":
-            kind_note = ", mmap'd from the file (evictable page cache)"
-        elif b.buffer_type == "CPU_REPACK":
-            kind_note = ", repacked copies for the CPU kernels (anonymous memory)"
-        parts.add(
-            b.device,
-            Term(
-                TermKind.WEIGHTS,
-                b.bytes,
-                f"{b.n_tensors} tensors in {b.buffer_type} on {where}, each padded to the buffer's alignment"
-                f"{kind_note}",
-                label=b.buffer_type,
-            ),
-        )
+    _add_weights(parts, placement, names)
 
     # KV cache and recurrent state.
     caches = engines.engine_context_caches(profile, ctx, settings)
@@ -174,19 +146,7 @@ def estimate(
     elif settings.engine is Engine.IK_LLAMA:
         _ik_assumptions(profile, settings, ctx, assumptions)
 
-    # Output buffer (host, never in llama.cpp's breakdown): created for n_seq_max outputs, it grows only for
-    # requests that ask for every token's logits.
-    out_bytes = context_memory.output_buffer_bytes(profile, ctx)
-    grown = context_memory.output_buffer_bytes(profile, ctx, grown=True)
-    parts.add(
-        None,
-        Term(
-            TermKind.OUTPUT,
-            out_bytes,
-            f"logits buffer: 4 B x n_vocab {profile.n_vocab} x {ctx.n_seq_max} outputs (host); grows to "
-            f"{grown / MIB:.1f} MiB if a request asks for all {max(ctx.n_outputs_max, ctx.n_seq_max)} logits",
-        ),
-    )
+    _add_output(parts, profile, ctx)
 
     # Compute buffers.
     cinputs = compute_inputs(profile, settings, ctx, caches, gpus, placement)
@@ -207,20 +167,7 @@ def estimate(
     if draft is not None and settings.draft is not None:
         _add_draft(parts, draft, settings, machine, ctx, cpu)
 
-    # Runtime reserve on each GPU in use.
-    for gi, d in enumerate(gpus):
-        if not parts.terms[gi]:
-            continue
-        rb = reserve_bytes if reserve_bytes is not None else default_reserve_bytes(d)
-        explanation = reserve_explanation(d, rb, reserve_bytes is not None)
-        if settings.engine is Engine.OLLAMA and settings.gpu_overhead_bytes:
-            rb += settings.gpu_overhead_bytes
-            explanation += (
-                f" + OLLAMA_GPU_OVERHEAD {settings.gpu_overhead_bytes / MIB:.0f} MiB (ollama keeps it free)"
-            )
-        parts.add(gi, Term(TermKind.RESERVE, rb, explanation))
-    if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC) for d in gpus):
-        assumptions.append("runtime reserve per CUDA GPU assumed 512 MiB (context, cuBLAS workspace, pool)")
+    _add_reserves(parts, gpus, settings, reserve_bytes, assumptions)
 
     if settings.n_ctx > profile.n_ctx_train > 0:
         warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
@@ -236,6 +183,86 @@ def estimate(
         warnings=tuple(warnings),
         assumptions=tuple(assumptions),
     )
+
+
+def _add_weights(parts: _Parts, placement: WeightPlacement, names: Sequence[str]) -> None:
+    """Weights, one term per buffer type."""
+    for b in placement.buffers:
+        where = "host" if b.device is None else names[b.device]
+        kind_note = ""
+        if b.buffer_type == "CPU_Mapped":
+            kind_note = ", mmap'd from the file (evictable page cache)"
+        elif b.buffer_type == "CPU_REPACK":
+            kind_note = ", repacked copies for the CPU kernels (anonymous memory)"
+        parts.add(
+            b.device,
+            Term(
+                TermKind.WEIGHTS,
+                b.bytes,
+                f"{b.n_tensors} tensors in {b.buffer_type} on {where}, each padded to the buffer's alignment"
+                f"{kind_note}",
+                label=b.buffer_type,
+            ),
+        )
+
+
+def _add_output(parts: _Parts, profile: ModelProfile, ctx: ResolvedContext) -> None:
+    # Output buffer (host, never in llama.cpp's breakdown): created for n_seq_max outputs, it grows only for
+    # requests that ask for every token's logits.
+    out_bytes = context_memory.output_buffer_bytes(profile, ctx)
+    grown = context_memory.output_buffer_bytes(profile, ctx, grown=True)
+    parts.add(
+        None,
+        Term(
+            TermKind.OUTPUT,
+            out_bytes,
+            f"logits buffer: 4 B x n_vocab {profile.n_vocab} x {ctx.n_seq_max} outputs (host); grows to "
+            f"{grown / MIB:.1f} MiB if a request asks for all {max(ctx.n_outputs_max, ctx.n_seq_max)} logits",
+        ),
+    )
+
+
+def _add_reserves(
+    parts: _Parts,
+    gpus: Sequence[Device],
+    settings: LaunchSettings,
+    reserve_bytes: int | None,
+    assumptions: list[str],
+) -> None:
+    # Runtime reserve on each GPU in use.
+    for gi, d in enumerate(gpus):
+        if not parts.terms[gi]:
+            continue
+        rb = reserve_bytes if reserve_bytes is not None else default_reserve_bytes(d)
+        explanation = reserve_explanation(d, rb, reserve_bytes is not None)
+        if settings.engine is Engine.OLLAMA and settings.gpu_overhead_bytes:
+            rb += settings.gpu_overhead_bytes
+            explanation += (
+                f" + OLLAMA_GPU_OVERHEAD {settings.gpu_overhead_bytes / MIB:.0f} MiB (ollama keeps it free)"
+            )
+        parts.add(gi, Term(TermKind.RESERVE, rb, explanation))
+    if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC) for d in gpus):
+        assumptions.append("runtime reserve per CUDA GPU assumed 512 MiB (context, cuBLAS workspace, pool)")
+
+
+def _profile_warnings(profile: ModelProfile) -> list[str]:
+    warnings: list[str] = list(profile.warnings)
+    if not profile.verified_architecture:
+        warnings.append(
+            f"architecture {profile.architecture!r} is not known to this version: generic estimate from the "
+            "standard keys (KV for every layer, dense FFN)"
+        )
+    return warnings
+
+
+def _auto_ngl_note(settings: LaunchSettings, has_gpus: bool, assumptions: list[str]) -> None:
+    if settings.n_gpu_layers == NGL_AUTO and has_gpus:
+        assumptions.append(
+            "-ngl auto: estimated with all layers on the GPUs; with --fit on llama.cpp may move layers to the CPU "
+            "(see the plan)"
+            if settings.fit
+            else "-ngl auto with --fit off: all layers on the GPUs"
+        )
 
 
 def _engine_settings(
@@ -359,7 +386,9 @@ def compute_inputs(
     ik = settings.engine is Engine.IK_LLAMA
     return ComputeInputs(
         n_tok=n_tok,
-        n_out=min(n_tok, ctx.n_outputs_max),  # ik_compute sizes ik's own logits (every token is an output there)
+        n_out=min(
+            n_tok, ctx.n_outputs_max
+        ),  # ik_compute sizes ik's own logits (every token is an output there)
         n_kv_base=n_kv_base,
         n_kv_swa=n_kv_swa,
         flash_attn=ctx.flash_attn,
