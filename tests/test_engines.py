@@ -1,4 +1,4 @@
-"""Fork engines reproduce the published measurements in ../shared/docs/forks-memory.md (sources cited per test)."""
+"""Fork engines reproduce the forks' published measurements (the source is cited per test)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_ik_rejects_unknown_cache_type():
 
 # --- beellama.cpp KVarN -------------------------------------------------------------------------------------------
 
-QWEN36_RS_MIB = 149.625  # 48 GDN layers x (3 * (6144 + 2*16*128) + 128 * 6144) f32, see forks-memory.md A
+QWEN36_RS_MIB = 149.625  # 48 GDN layers x (3 * (6144 + 2*16*128) + 128 * 6144) f32, from beellama's published records
 
 
 def _kvarn(ctx: int, *, ctk: str = "kvarn4", tail: int = 0, np_: int = 1, unified: bool = True) -> float:
@@ -129,7 +129,7 @@ def _kvarn(ctx: int, *, ctk: str = "kvarn4", tail: int = 0, np_: int = 1, unifie
 
 
 def test_kvarn_record_sizes():
-    # forks-memory.md A table: record bytes per side
+    # beellama's published table: record bytes per side
     assert [kvarn_record_bytes(b) for b in (2, 3, 4, 5, 6, 8)] == [4864, 6912, 8960, 11008, 13056, 17152]
 
 
@@ -150,7 +150,7 @@ def test_kvarn_qwen36_27b_matches_fit_log(ctx, ctk, tail, reported_context_mib):
 
 
 def test_kvarn_parts_match_formula_breakdown():
-    """records 857.5 + stage 24 + tail 8.06 MiB at 50,000 tokens (forks-memory.md A)."""
+    """records 857.5 + stage 24 + tail 8.06 MiB at 50,000 tokens (beellama's published records)."""
     parts = {p.name: p.bytes / MIB for p in beellama_kv_cache(
         qwen36_27b(), n_ctx_seq=50176, n_stream=1, n_seq_max=1, kv_unified=True, n_ubatch=512,
         type_k="kvarn4", type_v="kvarn4", tail_tokens=128)}
@@ -193,7 +193,7 @@ def test_kvarn_promotes_the_other_side_and_rejects_bad_heads():
 
 
 def test_kvarn_materialization_window():
-    """Qwen3.6-27B: 4 KiB per token -> 128 MiB with a 32K chunk, 256 MiB with 64K (forks-memory.md A)."""
+    """Qwen3.6-27B: 4 KiB per token -> 128 MiB with a 32K chunk, 256 MiB with 64K (beellama's published records)."""
     p = qwen36_27b()
     assert kvarn_materialization_window_bytes(p, 100352, 1, chunk=32768) == 128 * MIB
     assert kvarn_materialization_window_bytes(p, 100352, 1, chunk=65536) == 256 * MIB

@@ -1,6 +1,6 @@
 """The estimator with a fork engine selected: what ik_llama.cpp, beellama.cpp and ollama change in an estimate.
 
-Published numbers come from ../shared/docs/forks-memory.md (sources cited per test); the others are derived, with the
+Published numbers come from the forks' own pages and discussions (the source is cited per test); the others are derived, with the
 arithmetic next to them.
 """
 
@@ -44,7 +44,7 @@ def kv_bytes(est: Estimate) -> int:
 
 
 def qwen36_27b(nextn: bool = False) -> ModelProfile:
-    """Qwen3.6-27B's attention (forks-memory.md A): 64 layers, every 4th full attention with 4 KV heads x 256; the
+    """Qwen3.6-27B's attention (beellama's published records): 64 layers, every 4th full attention with 4 KV heads x 256; the
     rest gated delta net (no KV). `nextn` adds its MTP layer (index 64, 4 x 256). No tensors: only caches count."""
     layers = []
     for i in range(64):
@@ -144,7 +144,7 @@ def test_ik_fmoe_and_amb_are_noted():
 
 
 def test_beellama_kvarn_kv_through_the_estimate():
-    """beellama fit record (forks-memory.md A): Qwen3.6-27B at 50,000 (-> 50,176) with kvarn4 and a 128-token tail:
+    """beellama fit record (beellama's published records): Qwen3.6-27B at 50,000 (-> 50,176) with kvarn4 and a 128-token tail:
     records 857.5 + stage 24 + tail 8.0625 MiB (the reported 1039 MiB adds 149 MiB of recurrent state)."""
     s = settings("--engine", "beellama", "-c", "50000", "-np", "1", "-ctk", "kvarn4", "-ctv", "kvarn4",
                  "--kv-tail-tokens", "128")  # fmt: skip
@@ -154,7 +154,7 @@ def test_beellama_kvarn_kv_through_the_estimate():
 
 def test_beellama_materialization_window_is_transient_per_gpu():
     """The CUDA prefill window: min(n_kv, 65536) x 4 heads x 1 stream x (256 + 256) x 2 B = 256 MiB at 100,352
-    cells (forks-memory.md A: 4 KiB per token -> 256 MiB at the 64K chunk), on each GPU with attention layers,
+    cells (beellama's published records: 4 KiB per token -> 256 MiB at the 64K chunk), on each GPU with attention layers,
     shown apart and not in used_bytes."""
     s = settings("--engine", "beellama", "-c", "100000", "-np", "1", "-ctk", "kvarn4", "-ctv", "kvarn4",
                  "-ngl", "all", "-ts", "1,1")  # fmt: skip
@@ -193,7 +193,7 @@ def test_standard_cache_types_have_no_window():
     ],
 )
 def test_beellama_mtp_draft_cache(draft_type: str, expected_mib: float):
-    """MTP draft context (forks-memory.md A): the NextN layer only, at the target's context, 4 unified slots."""
+    """MTP draft context (beellama's published records): the NextN layer only, at the target's context, 4 unified slots."""
     s = settings("--engine", "beellama", "-c", "212992", "-np", "4", "-kvu", "--spec-type", "draft-mtp",
                  "-ctkd", draft_type, "-ctvd", draft_type)  # fmt: skip
     est = estimate(qwen36_27b(nextn=True), s, machine(80))

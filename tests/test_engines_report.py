@@ -30,7 +30,7 @@ def test_published_number_is_reproduced(row):
     pub = float(published.lstrip("~"))
     if "old arena" in what:
         # beellama's README ladder predates the current tail layout: its arena of roundup(N + ub, 256) rows and 2
-        # stage groups ran "24-32 MiB high" (forks-memory.md A); today's layout gives 23.94 MiB less here. Only the
+        # stage groups ran "24-32 MiB high" (beellama's published records); today's layout gives 23.94 MiB less here. Only the
         # direction and the bound are asserted: the old arena is not modelled.
         assert 0 < pub - got <= 32
     elif published.startswith("~"):

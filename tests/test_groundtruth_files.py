@@ -289,7 +289,7 @@ def _context_bytes(case: dict[str, Any]) -> int:
 
 
 def test_recorded_kv_matches_hand_derivation() -> None:
-    """Spot checks of the recordings against the KV formula (docs: llamacpp-memory-model.md section 9)."""
+    """Spot checks of the recordings against the KV formula (src/llama-kv-cache.cpp: cells x layers x row bytes)."""
     # Llama-3.1-8B, c=32768, f16: 32 layers x 32768 cells x (K+V = 2 x 8 heads x 128 x 2 B) = 4 GiB
     assert _context_bytes(_case("sparse", "llama-3.1-8b", "c32768-np1-faon")) == 32 * 32768 * 2 * 8 * 128 * 2
     # Gemma-3-27B, c=32768: 10 full layers x 32768 cells + 52 SWA layers x PAD(1024 + 512, 256) = 1536 cells,

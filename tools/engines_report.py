@@ -1,4 +1,4 @@
-"""Print every published fork number (../shared/docs/forks-memory.md) next to fitplan's estimate of it.
+"""Print every published fork number (the forks' own pages, cited per row) next to fitplan's estimate of it.
 
 Where the published number is a total (a context's KV cache, KV + recurrent state, a draft context) it goes through
 the public estimate path (`fitplan.core.launch.flags.parse_flags` + `fitplan.core.estimate.estimator.estimate`); where it is one

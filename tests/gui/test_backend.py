@@ -156,7 +156,7 @@ def test_the_crashing_binding_release_is_named(monkeypatch: pytest.MonkeyPatch) 
 def test_kv_cache_of_the_8b_example_is_the_measured_4096_mib(backend: Backend) -> None:
     llama = backend.load(str(LLAMA))
     est = backend.estimate(llama, BASE, machine(gpu("RTX 4090", 24)))
-    # docs/llamacpp-memory-model.md 9(a), verified with llama.cpp: 32 layers x 32768 cells x (8 x 128) x 2 (K, V)
+    # src/llama-kv-cache.cpp, verified with llama.cpp: 32 layers x 32768 cells x (8 x 128) x 2 (K, V)
     # x 2 bytes (f16) = 4096 MiB.
     assert sum(d.bytes_of(TermKind.KV) for d in est.devices) == 32 * 32768 * 8 * 128 * 2 * 2 == 4096 * MIB
 
