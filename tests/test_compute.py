@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compute_helpers import compute_inputs, parts
 from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, TensorOverride
 from fitplan.core.engines.ik_compute import IK_GRAPH
@@ -21,6 +20,8 @@ from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buff
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from support.compute import compute_inputs, parts
+from support.models import smoke
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(64 * GIB)
@@ -178,11 +179,6 @@ def test_vectorised_totals_match(llama8b: ModelProfile) -> None:
             assert [b.bytes for b in plan.evaluate(int(nb[i]), int(ns[i]))] == list(arr[:, i])
 
 
-def _smoke(name: str) -> ModelProfile:
-    path = MODELS.parent / "archs" / f"{name}.header.gguf"
-    return build_profile(read_header(path, allow_incomplete=True))
-
-
 def _single(profile: ModelProfile, **kw: object) -> dict[str, int]:
     """The host's compute parts, without the small inputs (token ids, positions, indices: a few KiB)."""
     pl = place_weights(profile, LaunchSettings(), Machine((), HOST))
@@ -195,14 +191,14 @@ def _single(profile: ModelProfile, **kw: object) -> dict[str, int]:
 def test_ungated_ffn_is_one_up_projection() -> None:
     # starcoder2 (no ffn_gate): the up projection [384, 512] fits the two-block hole, so attention is the peak:
     # Q + the FA output, 2 x 256 x 512 x 4 B = 1 MiB. Recorded: 4.02 MiB (the 0.02 are token ids and indices).
-    parts = _single(_smoke("starcoder2-dense"))
+    parts = _single(smoke("starcoder2-dense"))
     assert "FFN intermediates" not in parts
     assert sum(parts.values()) == 4 * MIB  # mask 0.5 + 5 blocks 2.5 + 1
 
 
 def test_fused_qkv_output_is_live_whole() -> None:
     # gpt2's attn_qkv output [3 x 256, 512] f32 = 1.5 MiB; recorded 4.52 MiB.
-    parts = _single(_smoke("gpt2-dense"))
+    parts = _single(smoke("gpt2-dense"))
     assert parts["attention / SSM scan"] == 4 * 768 * 512
 
 
@@ -210,21 +206,21 @@ def test_last_layer_ffn_reuses_the_freed_masks() -> None:
     # deepseek smoke model, -fa off: layer 1 (MoE, 2 experts x 384) is the last to read the f32 mask (1 MiB) and
     # V's indices (512 x 256 x 8 B = 1 MiB); with the embeddings block freed after layer 0 they leave 2.5 MiB,
     # where the first expert intermediate (1.5 MiB) goes: 3 x 1.5 - 1.5 = 3 MiB. Recorded: 7.52 MiB.
-    parts = _single(_smoke("deepseek-moe"), flash_attn=False)
+    parts = _single(smoke("deepseek-moe"), flash_attn=False)
     assert parts["FFN intermediates"] == 3 * MIB
     assert sum(parts.values()) == int(7.5 * MIB)
     # With flash attention the f16 mask (0.5 MiB) + the block leave 1 MiB: no room, the full 4.5 MiB set.
-    assert _single(_smoke("deepseek-moe"))["FFN intermediates"] == int(4.5 * MIB)
+    assert _single(smoke("deepseek-moe"))["FFN intermediates"] == int(4.5 * MIB)
 
 
 def test_mamba2_scan_takes_the_conv_input_space() -> None:
     # d_inner 512, d_state 128, 2 groups, 2 heads, d_conv 4: zxBCdt 1538 x 512, conv output 1024 x 512 and the
     # conv input 515 x 1024 (the scan output, 512 x 512 + 128 x 512, then fits in its space). Recorded 10.035 MiB.
     floats = 1538 * 512 + 1024 * 512 + 515 * 1024
-    assert _single(_smoke("granitehybrid-dense"))["attention / SSM scan"] == 4 * floats
+    assert _single(smoke("granitehybrid-dense"))["attention / SSM scan"] == 4 * floats
     # Without attention layers no freed mask can take the contiguous copy of z [512, 512]: it goes on top.
     # Recorded 10.525 MiB.
-    parts = _single(_smoke("mamba2-dense"), n_kv_base=0)
+    parts = _single(smoke("mamba2-dense"), n_kv_base=0)
     assert parts["attention / SSM scan"] == 4 * (floats + 512 * 512)
 
 

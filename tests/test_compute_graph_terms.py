@@ -9,32 +9,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compute_helpers import compute_inputs, parts
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
-from fitplan.core.gguf.reader import read_header
 from fitplan.core.memory.compute import Affine, ComputeInputs, ComputePlan, compute_buffers
 from fitplan.core.memory.weights import place_weights
-from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from support.compute import compute_inputs, parts
+from support.models import profile_at
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp" / "models"
 HOST = host_device(64 * GIB)
 MIB = 1 << 20
 
 
-def _load(path: Path) -> ModelProfile:
-    return build_profile(read_header(path, allow_incomplete=True))
-
-
 @pytest.fixture(scope="module")
 def deepseek32() -> ModelProfile:
-    return _load(FIXTURES / "archs" / "deepseek32-moe.header.gguf")
+    return profile_at(FIXTURES / "archs" / "deepseek32-moe.header.gguf")
 
 
 @pytest.fixture(scope="module")
 def dsv2lite() -> ModelProfile:
-    return _load(FIXTURES / "sparse" / "deepseek-v2-lite.header.gguf")
+    return profile_at(FIXTURES / "sparse" / "deepseek-v2-lite.header.gguf")
 
 
 def _inputs(**kw: object) -> ComputeInputs:
@@ -92,7 +87,7 @@ def test_logits_sit_above_the_last_moe_layer_on_a_later_gpu(dsv2lite: ModelProfi
 
 
 def test_output_only_gpu_takes_the_routed_sum() -> None:
-    qwen3moe = _load(FIXTURES / "sparse" / "qwen3-30b-a3b.header.gguf")
+    qwen3moe = profile_at(FIXTURES / "sparse" / "qwen3-30b-a3b.header.gguf")
     rpc = tuple(
         Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(2)
     )
@@ -113,7 +108,7 @@ def _host_parts(profile: ModelProfile, **kw: object) -> dict[str, int]:
 
 
 def test_talkie_skip_block_sits_in_the_ffn_hole() -> None:
-    p = _load(FIXTURES / "archs" / "talkie-dense.header.gguf")
+    p = profile_at(FIXTURES / "archs" / "talkie-dense.header.gguf")
     # n_embd 256, n_ff 384, 512 tokens: a block is 0.5 MiB, an FFN intermediate 0.75 MiB. The allocator's peak
     # (c512, flash attention, 5525504 bytes recorded): the mask 0.5, inp_embd, the residual, the skip block
     # `embd`, the freed ffn_norm-0 (one block: the skip block holds the other) and node_2 (2.5 MiB), then gate, up
@@ -128,7 +123,7 @@ def test_talkie_skip_block_sits_in_the_ffn_hole() -> None:
 
 @pytest.mark.parametrize("name", ["dream-dense", "llada-dense"])
 def test_cacheless_diffusion_models_have_no_two_block_ffn_hole(name: str) -> None:
-    p = _load(FIXTURES / "archs" / f"{name}.header.gguf")
+    p = profile_at(FIXTURES / "archs" / f"{name}.header.gguf")
     # the peak (c512, flash attention, 5517312 bytes recorded): self_kq_mask 0.5 MiB between the two freed
     # one-block holes (0.5-1.0 and 1.51-2.01 MiB), inp_embd and two blocks, and gate, up and the GLU output
     # [384, 512] f32 on top: 0.5 + 2.5 + 2.25 MiB
@@ -138,7 +133,7 @@ def test_cacheless_diffusion_models_have_no_two_block_ffn_hole(name: str) -> Non
 
 
 def test_dsa_indexer_peak_keeps_the_freed_query_space() -> None:
-    p = _load(FIXTURES / "archs" / "dots3note-moe.header.gguf")
+    p = profile_at(FIXTURES / "archs" / "dots3note-moe.header.gguf")
     # the allocator's peak (c512, flash attention, 41246720 bytes = 39.34 MiB recorded): qr-0 [512, 512] 1.0 MiB,
     # the free 1.375 MiB that q-0 [192, 1, 512] and q_nope_absorbed-0 [512, 1, 512] left when Qcur-0 [576, 1, 512]
     # 1.125 MiB was concatenated above them, then two indexer_q-0 [128, 64, 512] of 16 MiB that do not fit there

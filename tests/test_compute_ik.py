@@ -36,10 +36,8 @@ from fitplan.core.engines.ik_compute import (
 )
 from fitplan.core.estimate.curve import estimate_curve
 from fitplan.core.estimate.estimator import estimate
-from fitplan.core.gguf.reader import read_header
 from fitplan.core.launch.flags import parse_flags
-from fitplan.core.model.builder import build_profile
-from fitplan.core.model.profile import ModelProfile
+from support.models import profile_at
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ik_llama"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))
@@ -51,10 +49,6 @@ LOG_PRECISION_MIB = 0.005
 
 
 @cache
-def _profile(header: str) -> ModelProfile:
-    return build_profile(read_header(FIXTURES / header, allow_incomplete=True))
-
-
 def _cases() -> list[Any]:
     out = []
     for path in FIXTURE_FILES:
@@ -74,7 +68,7 @@ def _estimate(header: str, case: dict[str, Any]) -> Estimate:
     argv = case["command"]
     assert argv[:3] == ["ikkv", "-m", argv[2]] and argv[3] == "-t"
     settings = parse_flags(["--engine", "ik_llama.cpp", "-dev", "none", *argv[5:]]).settings
-    return estimate(_profile(header), settings, Machine((), HOST))
+    return estimate(profile_at(FIXTURES / header), settings, Machine((), HOST))
 
 
 def test_every_recorded_setting_is_covered() -> None:
@@ -103,7 +97,7 @@ def test_ik_compute_buffer_matches_recording(header: str, case: dict[str, Any]) 
 def test_q8_kv_rope_repeat_keeps_its_row_header() -> None:
     """-mla 3 -fa on -amb 256: 8 heads a chunk, the repeated rope part [64, 32768, 8] in the cache type. q8_KV rows
     are 8 + 64 B, q8_0 rows 2 * 34 B: ik's buffers differ by 4 * 32768 * 8 B = 1 MiB (398.27 against 397.27)."""
-    p = _profile("deepseek-v2-lite.header.gguf")
+    p = profile_at(FIXTURES / "deepseek-v2-lite.header.gguf")
 
     def terms(t: str) -> dict[str, int]:
         got = ik_mla_attention(
@@ -130,7 +124,7 @@ def test_q8_kv_rope_repeat_keeps_its_row_header() -> None:
 
 def test_mla_dims_of_both_layouts() -> None:
     for header in ("deepseek-v2-lite.header.gguf", "deepseek-v2-lite-legacy.header.gguf"):
-        dims = ik_mla_dims(_profile(header))
+        dims = ik_mla_dims(profile_at(FIXTURES / header))
         assert dims is not None
         assert (dims.n_head, dims.nope, dims.rope, dims.head_v, dims.kv_lora) == (16, 128, 64, 128, 512)
 
@@ -169,7 +163,7 @@ CURVE_CONTEXTS = (512, 4096, 20000, 32768, 65536)
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_curve_equals_estimate_for_ik(argv: tuple[str, ...], gpus: int) -> None:
     """The context curve takes the ik attention per context the way estimate() does, on the host and on a GPU."""
-    p = _profile("deepseek-v2-lite.header.gguf")
+    p = profile_at(FIXTURES / "deepseek-v2-lite.header.gguf")
     machine = Machine(tuple(assumed_gpu(f"GPU{i}", 24) for i in range(gpus)), HOST)
     base = ["--engine", "ik_llama.cpp", *argv] + ([] if gpus else ["-dev", "none"])
     curve = estimate_curve(p, parse_flags(base).settings, machine, CURVE_CONTEXTS)

@@ -18,15 +18,10 @@ from fitplan.core.base.devices import Machine, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.base.results import TermKind
 from fitplan.core.estimate.estimator import estimate, mmproj_compute
-from fitplan.core.gguf.reader import read_header
-from fitplan.core.model.builder import build_profile
-from fitplan.core.model.profile import ClipParams, ModelProfile
+from fitplan.core.model.profile import ClipParams
+from support.models import sparse
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
-
-
-def _profile(name: str) -> ModelProfile:
-    return build_profile(read_header(MODELS / f"{name}.header.gguf", allow_incomplete=True))
 
 
 @pytest.mark.parametrize(
@@ -43,11 +38,11 @@ def _profile(name: str) -> ModelProfile:
     ],
 )
 def test_projector_warmup_compute_is_byte_exact(name: str, flash_attn: bool, expected: int) -> None:
-    assert mmproj_compute(_profile(name), flash_attn)[0] == expected
+    assert mmproj_compute(sparse(name), flash_attn)[0] == expected
 
 
 def test_qwen25vl_terms() -> None:
-    mm = _profile("mmproj-qwen2.5-vl-7b")
+    mm = sparse("mmproj-qwen2.5-vl-7b")
     assert mm.clip == ClipParams(
         projector_type="qwen2.5vl_merger",
         image_size=560,
@@ -71,7 +66,7 @@ def test_qwen25vl_terms() -> None:
 
 
 def test_unmodelled_projectors_keep_the_shape_approximation() -> None:
-    mm = _profile("mmproj-gemma-3-27b")
+    mm = sparse("mmproj-gemma-3-27b")
     assert mm.clip is not None
     other = dataclasses.replace(mm, clip=dataclasses.replace(mm.clip, projector_type="idefics3"))
     cbytes, detail = mmproj_compute(other, True)
@@ -81,8 +76,8 @@ def test_unmodelled_projectors_keep_the_shape_approximation() -> None:
 
 
 def test_estimate_carries_the_projector_compute() -> None:
-    text = _profile("qwen2.5-vl-7b")
-    mm = _profile("mmproj-qwen2.5-vl-7b")
+    text = sparse("qwen2.5-vl-7b")
+    mm = sparse("mmproj-qwen2.5-vl-7b")
     e = estimate(text, LaunchSettings(n_ctx=4096), Machine((), host_device(64 << 30)), mmproj=mm)
     terms = [t for t in e.devices[0].terms if t.kind is TermKind.MMPROJ and t.label == "mmproj compute"]
     assert [t.bytes for t in terms] == [739_025_728]

@@ -9,10 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compute_helpers import compute_inputs
 from fitplan.core.base.devices import GIB, Machine, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
-from fitplan.core.gguf.reader import read_header
 from fitplan.core.memory.compute import (
     Affine,
     ComputeInputs,
@@ -23,16 +21,17 @@ from fitplan.core.memory.compute import (
     compute_buffers,
 )
 from fitplan.core.memory.weights import place_weights
-from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from support.compute import compute_inputs
+from support.models import MODELS, profile_at
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp" / "models"
 HOST = host_device(64 * GIB)
 MIB = 1 << 20
 
 
-def _load(rel: str) -> ModelProfile:
-    return build_profile(read_header(FIXTURES / rel, allow_incomplete=True))
+def _model(rel: str) -> ModelProfile:
+    return profile_at(MODELS / rel)
 
 
 def _inputs(**kw: object) -> ComputeInputs:
@@ -46,7 +45,7 @@ def _host(profile: ModelProfile, **kw: object) -> dict[str, int]:
 
 
 def test_gated_delta_net_on_qwen3_next() -> None:
-    p = _load("sparse/qwen3-next-80b-a3b.header.gguf")
+    p = _model("sparse/qwen3-next-80b-a3b.header.gguf")
     # The allocator's peak on the first RPC device with -cmoe (-ub 512): conv_output_raw 16 MiB ([4096 + 2 x 16 x
     # 128, 512] f32), the repeated Q and K 8 MiB each ([128, 32, 512]), a and b 64 KiB each ([32, 512]), the state
     # read from the cache 2 MiB ([128, 128, 32]) and the fused op's output 10 MiB (8 MiB + the 2 MiB new state).
@@ -56,7 +55,7 @@ def test_gated_delta_net_on_qwen3_next() -> None:
 
 
 def test_gated_delta_net_on_the_qwen35_smoke_model() -> None:
-    p = _load("archs/qwen35-dense.header.gguf")
+    p = _model("archs/qwen35-dense.header.gguf")
     # peak list: conv_output_raw 1.5 MiB ([256 + 2 x 2 x 128, 512]), the L2-normed Q and K 0.5 MiB each (two heads
     # of 128, no repeat), the state 128 KiB ([128, 128, 2]), the op's output 0.625 MiB, beta and the gate 4 KiB each
     assert _gdn_transient(p, 512, 1) == 3 * MIB // 2 + MIB + 128 * 1024 + 5 * MIB // 8 + 2 * 4096
@@ -68,11 +67,11 @@ def test_gated_delta_net_on_the_qwen35_smoke_model() -> None:
 
 
 def test_other_recurrent_graphs_have_no_delta_net() -> None:
-    assert _gdn_transient(_load("archs/minimax-01-moe.header.gguf"), 512, 1) == 0
+    assert _gdn_transient(_model("archs/minimax-01-moe.header.gguf"), 512, 1) == 0
 
 
 def test_lightning_attention() -> None:
-    p = _load("archs/minimax-01-moe.header.gguf")
+    p = _model("archs/minimax-01-moe.header.gguf")
     # peak list: QKVcur 1.5 MiB ([3 x 2 x 128, 512]), qkv_none_diag 0.5 MiB, qk and the diag_decay_exp input
     # 2 MiB each ([512, 512, 2 heads])
     assert _host(p)["attention / SSM scan"] == 6 * MIB
@@ -83,7 +82,7 @@ def test_lightning_attention() -> None:
 
 
 def test_kimi_mla_concat_peak() -> None:
-    p = _load("archs/kimi-linear-moe.header.gguf")
+    p = _model("archs/kimi-linear-moe.header.gguf")
     # peak list (c512, flash attention, 6.39 MiB recorded): q [192, 1, 512] 0.375 MiB and q_nope_absorbed [512, 1,
     # 512] 1.0 MiB freed after the concatenation into Qcur [576, 1, 512] 1.125 MiB above them; kv_cmpr_pe [576, 512]
     # 1.125 MiB goes into their 1.375 MiB, leaving 0.25 MiB; the normed latent [512, 512] 1.0 MiB and Kcur 1.125 MiB
@@ -94,7 +93,7 @@ def test_kimi_mla_concat_peak() -> None:
 
 
 def test_kimi_k3_concat_peak_with_q_compression() -> None:
-    p = _load("archs/kimi-k3-moe.header.gguf")
+    p = _model("archs/kimi-k3-moe.header.gguf")
     # kimi-k3 compresses Q (q_lora 512): q_nope_absorbed [512, 1, 512] takes the freed q_a [512, 512] (node_6,
     # 1.76-2.76 MiB), q [192, 1, 512] sits above it (node_9), Qcur above both; then as on kimi-linear (6.39 MiB)
     assert _host(p)["attention / SSM scan"] == (512 + 192 + 576 + 512 + 576) * 512 * 4
@@ -102,7 +101,7 @@ def test_kimi_k3_concat_peak_with_q_compression() -> None:
 
 
 def test_kimi_concat_peak_without_flash_attention_has_no_v_copy() -> None:
-    p = _load("archs/kimi-linear-moe.header.gguf")
+    p = _model("archs/kimi-linear-moe.header.gguf")
     # -fa off: the same tensors over an f32 mask (1.0 MiB); the contiguous copy of V (512 cells of the f16 latent,
     # 0.5 MiB) comes later and is not live at this peak. Recorded: 7223328 bytes = 6.889 MiB = 1.0 + 1.25 + 4.625
     parts = _host(p, flash_attn=False)
@@ -111,7 +110,7 @@ def test_kimi_concat_peak_without_flash_attention_has_no_v_copy() -> None:
 
 
 def test_minicpm3_compressed_kv() -> None:
-    p = _load("archs/minicpm3-dense.header.gguf")
+    p = _model("archs/minicpm3-dense.header.gguf")
     # peak list: q_states 0.5 MiB ([2 x 128, 512]), kv_pe_compresseed 1.25 MiB ([640, 512]), the normed latent
     # 1.0 MiB ([512, 512]); recorded total 5.77 MiB
     parts = _host(p)
@@ -130,13 +129,13 @@ def test_minicpm3_compressed_kv() -> None:
 def test_ffn_on_top_without_a_two_block_hole(rel: str, recorded_mib: float) -> None:
     # gate, up and the GLU output (0.75 MiB each, or a fused 1.5 MiB gate+up and the GLU output) above the blocks;
     # hrm_text also keeps the high-cycle state zH live (one more block)
-    parts = _host(_load(rel))
+    parts = _host(_model(rel))
     assert parts["FFN intermediates"] == 3 * 384 * 512 * 4
     assert sum(parts.values()) == pytest.approx(recorded_mib * MIB, rel=0.01)
 
 
 def test_indexer_queries_and_hyper_connection_streams() -> None:
-    q4 = _load("archs/qwen4exp-moe.header.gguf")
+    q4 = _model("archs/qwen4exp-moe.header.gguf")
     # indexer.q_proj [256, 8192] on layer 1; hc_attn_down rows 1024 = 4 streams x 256
     assert _indexer_q_rows(q4) == {1: 8192}
     assert _hc_width(q4) == 1024
@@ -145,11 +144,11 @@ def test_indexer_queries_and_hyper_connection_streams() -> None:
     assert parts["attention / SSM scan"] == 2 * 8192 * 512 * 4
     # five blocks and two [1024, 512] streams (l_last-0, the grouped norm): 2.5 + 4 MiB
     assert parts["embeddings + residual activations"] == 5 * 256 * 512 * 4 + 2 * 1024 * 512 * 4
-    glm = _load("archs/glm5-next-moe.header.gguf")
+    glm = _model("archs/glm5-next-moe.header.gguf")
     # glm5-next scores the projection itself: one 16 MiB query (node_52)
     assert _host(glm)["attention / SSM scan"] == 8192 * 512 * 4
     # models without hyper-connections have no stream width
-    assert _hc_width(_load("archs/qwen35-dense.header.gguf")) == 0
+    assert _hc_width(_model("archs/qwen35-dense.header.gguf")) == 0
 
 
 def test_new_terms_keep_the_curve_equal_to_evaluate() -> None:
@@ -158,7 +157,7 @@ def test_new_terms_keep_the_curve_equal_to_evaluate() -> None:
         "archs/minimax-01-moe.header.gguf",
         "sparse/qwen3-next-80b-a3b.header.gguf",
     ):
-        p = _load(rel)
+        p = _model(rel)
         pl = place_weights(p, LaunchSettings(), Machine((), HOST))
         plan = ComputePlan(p, _inputs(flash_attn=False), pl)
         cells = np.array([256, 512, 4096, 65536], dtype=np.int64)

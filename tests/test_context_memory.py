@@ -27,7 +27,7 @@ from fitplan.core.memory.context import (
 )
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
-from test_profile_builder import arr, dense, make_header, ssm_meta
+from support.headers import arr, dense, make_header, ssm_meta
 
 MIB = 1 << 20
 SPARSE = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"

@@ -17,20 +17,15 @@ from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import Engine, FlashAttn, LaunchSettings, LoadMode
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate, validate_settings
-from fitplan.core.gguf.reader import read_header
 from fitplan.core.launch.flags import parse_flags
-from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import LayerKind, LayerProfile, ModelProfile
+from support.models import sparse
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(256 * GIB, 256 * GIB)
 
 
 @cache
-def fixture(name: str) -> ModelProfile:
-    return build_profile(read_header(MODELS / f"{name}.header.gguf", allow_incomplete=True))
-
-
 def machine(*gib: float) -> Machine:
     return Machine(tuple(assumed_gpu(f"GPU{i}", g) for i, g in enumerate(gib)), HOST)
 
@@ -97,10 +92,10 @@ def test_ik_defaults_are_fa_on_and_mla_3():
 def test_ik_deepseek_lite_32k_kv_through_the_estimate():
     """ik discussion #354: DeepSeek-Lite at 32K with FlashMLA: K-only cache 972 MiB (576 * 2 B * 27 * 32768)."""
     est = estimate(
-        fixture("deepseek-v2-lite"), settings("--engine", "ik_llama.cpp", "-c", "32768"), machine(24)
+        sparse("deepseek-v2-lite"), settings("--engine", "ik_llama.cpp", "-c", "32768"), machine(24)
     )
     assert kv_bytes(est) / MIB == 972.0
-    mainline = estimate(fixture("deepseek-v2-lite"), settings("-c", "32768"), machine(24))
+    mainline = estimate(sparse("deepseek-v2-lite"), settings("-c", "32768"), machine(24))
     assert any("-mla 3" in a for a in est.assumptions)
     assert not any("ik_llama.cpp" in a for a in mainline.assumptions)
 
@@ -110,13 +105,13 @@ def test_ik_mla1_without_fa_adds_the_transposed_v_cache():
     s = settings(
         "--engine", "ik_llama.cpp", "-c", "32768", "-mla", "1", "-fa", "off", "-ctk", "q8_KV", "-np", "1"
     )
-    est = estimate(fixture("deepseek-v2-lite"), s, machine(24))
+    est = estimate(sparse("deepseek-v2-lite"), s, machine(24))
     assert kv_bytes(est) == 27 * 32768 * (584 + 1024)
 
 
 def test_ik_rtr_makes_host_weights_anonymous():
     """-rtr repacks at load and forces --no-mmap: the host weights are no longer file-backed."""
-    p = fixture("deepseek-v2-lite")
+    p = sparse("deepseek-v2-lite")
     plain = estimate(p, settings("--engine", "ik_llama.cpp", "-c", "4096", "-dev", "none"), machine())
     rtr = estimate(p, settings("--engine", "ik_llama.cpp", "-c", "4096", "-dev", "none", "-rtr"), machine())
     assert plain.weights_file_backed and not rtr.weights_file_backed
@@ -132,7 +127,7 @@ def test_ik_rtr_makes_host_weights_anonymous():
 
 def test_ik_fmoe_and_amb_are_noted():
     s = settings("--engine", "ik_llama.cpp", "-c", "32768", "-amb", "512", "-fa", "off")
-    est = estimate(fixture("deepseek-v2-lite"), s, machine(24))
+    est = estimate(sparse("deepseek-v2-lite"), s, machine(24))
     notes = " ".join(est.assumptions)
     assert "-fmoe" in notes
     # without FA the largest intermediate is KQ: 32768 x 512 x 4 B = 64 MiB per head, 16 heads = 1 GiB; -amb 512
@@ -229,7 +224,7 @@ def test_ollama_defaults_from_the_engine():
     ],
 )
 def test_ollama_vram_tier_context_in_the_estimate(gpus: tuple[float, ...], n_ctx: int):
-    est = estimate(fixture("qwen3-8b"), settings("--engine", "ollama"), machine(*gpus))
+    est = estimate(sparse("qwen3-8b"), settings("--engine", "ollama"), machine(*gpus))
     ctx = est.context
     assert (ctx.n_ctx, ctx.n_seq_max, ctx.kv_unified, ctx.n_batch, ctx.n_ubatch) == (
         n_ctx,
@@ -247,7 +242,7 @@ def test_ollama_slots_multiply_the_context_and_are_not_unified():
     s = settings(
         "--engine", "ollama", "OLLAMA_NUM_PARALLEL=2", "--num-ctx", "8192", "OLLAMA_KV_CACHE_TYPE=q8_0"
     )
-    est = estimate(fixture("qwen3-8b"), s, machine(24))
+    est = estimate(sparse("qwen3-8b"), s, machine(24))
     ctx = est.context
     assert (ctx.n_ctx, ctx.n_ctx_seq, ctx.n_stream, ctx.kv_unified) == (16384, 8192, 2, False)
     # q8_0: 1024 elements = 32 blocks x 34 B = 1088 B per row; K + V, 36 layers, 16384 cells
@@ -256,7 +251,7 @@ def test_ollama_slots_multiply_the_context_and_are_not_unified():
 
 def test_ollama_gpu_overhead_is_part_of_the_reserve_and_lowers_the_tier():
     s = settings("--engine", "ollama", "OLLAMA_GPU_OVERHEAD=2147483648")
-    est = estimate(fixture("qwen3-8b"), s, machine(24))
+    est = estimate(sparse("qwen3-8b"), s, machine(24))
     assert est.devices[0].bytes_of(TermKind.RESERVE) == 512 * MIB + 2 * GIB
     assert "OLLAMA_GPU_OVERHEAD" in next(
         t.explanation for t in est.devices[0].terms if t.kind is TermKind.RESERVE
@@ -267,7 +262,7 @@ def test_ollama_gpu_overhead_is_part_of_the_reserve_and_lowers_the_tier():
 def test_mainline_reserve_and_context_are_unchanged_by_ollama_fields():
     """gpu_overhead_bytes only counts with the ollama engine."""
     s = LaunchSettings(n_ctx=4096, gpu_overhead_bytes=GIB)
-    est = estimate(fixture("qwen3-8b"), s, machine(24))
+    est = estimate(sparse("qwen3-8b"), s, machine(24))
     assert est.devices[0].bytes_of(TermKind.RESERVE) == 512 * MIB
 
 
@@ -275,7 +270,7 @@ def test_mainline_reserve_and_context_are_unchanged_by_ollama_fields():
 
 
 def test_cache_types_are_checked_per_engine():
-    p = fixture("qwen3-8b")
+    p = sparse("qwen3-8b")
     with pytest.raises(SettingsError, match=r"llama\.cpp accepts"):
         validate_settings(p, LaunchSettings(cache_type_k="kvarn4"))
     validate_settings(p, LaunchSettings(engine=Engine.BEELLAMA, cache_type_k="kvarn4", cache_type_v="kvarn4"))

@@ -8,9 +8,7 @@ The profile comes from the header-only copy of the same file, committed next to 
 
 from __future__ import annotations
 
-import json
 import re
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +16,7 @@ import pytest
 
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.engines import EngineCachePart, ik_effective_mla_mode, ik_kv_cache, ik_pad_context
-from fitplan.core.gguf.reader import read_header
-from fitplan.core.model.builder import build_profile
-from fitplan.core.model.profile import ModelProfile
+from support.models import load_json, profile_at
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ik_llama"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))
@@ -29,17 +25,6 @@ MIB = 1 << 20
 #: engines.ik_kv_cache part names by cache side
 K_PARTS = {"K", "K (MLA latent)"}
 V_PARTS = {"V", "V^T (MLA)"}
-
-
-def _load(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
-    assert isinstance(data, dict)
-    return data
-
-
-@cache
-def _profile(header: str) -> ModelProfile:
-    return build_profile(read_header(FIXTURES / header, allow_incomplete=True))
 
 
 V_Q8KV_ABORT = (
@@ -67,7 +52,7 @@ def _refusal_reason(case: dict[str, Any]) -> str:
 def _cases() -> list[Any]:
     out = []
     for path in FIXTURE_FILES:
-        doc = _load(path)
+        doc = load_json(path)
         model = doc["model"]["name"]
         for case in doc["cases"]:
             if "error" in case:
@@ -79,7 +64,7 @@ def _cases() -> list[Any]:
 def _refusals() -> list[Any]:
     out = []
     for path in FIXTURE_FILES:
-        doc = _load(path)
+        doc = load_json(path)
         for case in doc["cases"]:
             if "error" in case:
                 _refusal_reason(case)  # asserts the recorded error is one of the two known refusals
@@ -92,7 +77,7 @@ REFUSALS = _refusals()
 
 
 def test_fixtures_present() -> None:
-    names = {_load(p)["model"]["name"] for p in FIXTURE_FILES}
+    names = {load_json(p)["model"]["name"] for p in FIXTURE_FILES}
     assert {"deepseek-v2-lite", "deepseek-v2-lite-legacy"} <= names
     assert len(CASES) >= 2 * 46  # 48 grid cases per model, 2 of which ik aborts on (V cache q8_KV at -mla 0)
 
@@ -106,7 +91,7 @@ def _sides(parts: tuple[EngineCachePart, ...]) -> tuple[int, int]:
 
 @pytest.mark.parametrize(("header", "case"), CASES)
 def test_ik_kv_cache_matches_recording(header: str, case: dict[str, Any]) -> None:
-    profile = _profile(header)
+    profile = profile_at(FIXTURES / header)
     s, res, r = case["settings"], case["resolved"], case["results"]
     fa = s["flash_attn"] == "on"
     # the context ik sized the cache for
@@ -129,7 +114,7 @@ def test_ik_refusals_rejected(header: str, case: dict[str, Any]) -> None:
     s = case["settings"]
     with pytest.raises(SettingsError):
         ik_kv_cache(
-            _profile(header),
+            profile_at(FIXTURES / header),
             ik_pad_context(s["n_ctx"], s["flash_attn"] == "on"),
             mla_mode=s["mla"],
             flash_attn=s["flash_attn"] == "on",
@@ -148,10 +133,10 @@ def _mib2(n: int) -> float:
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=[p.stem for p in FIXTURE_FILES])
 def test_fixture_consistent(path: Path) -> None:
     """Recorded exact bytes against the MiB ik logged in the same run, and the per-layer tensors against the sums."""
-    doc = _load(path)
+    doc = load_json(path)
     assert doc["schema"] == 1
     assert re.fullmatch(r"[0-9a-f]{40}", doc["ik_llama_cpp"]["commit"])
-    profile = _profile(doc["model"]["header"])
+    profile = profile_at(FIXTURES / doc["model"]["header"])
     assert profile.architecture == "deepseek2"
     ids = [c["id"] for c in doc["cases"]]
     assert len(ids) == len(set(ids))

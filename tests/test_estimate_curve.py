@@ -17,14 +17,11 @@ from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from support.models import sparse
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(64 * GIB)
 CONTEXTS = [0, 256, 700, 1024, 2048, 3000, 4096, 8192, 10000, 32768, 65536, 131072]
-
-
-def _profile(name: str) -> ModelProfile:
-    return build_profile(read_header(MODELS / f"{name}.header.gguf", allow_incomplete=True))
 
 
 def _gpus(n: int, gib: float = 24) -> tuple[Device, ...]:
@@ -64,13 +61,13 @@ def _assert_equal(profile: ModelProfile, settings: LaunchSettings, machine: Mach
     ],
 )
 def test_curve_equals_estimate(model: str, settings: LaunchSettings, n_gpus: int) -> None:
-    _assert_equal(_profile(model), settings, Machine(_gpus(n_gpus), HOST))
+    _assert_equal(sparse(model), settings, Machine(_gpus(n_gpus), HOST))
 
 
 def test_curve_with_draft_and_rpc() -> None:
     rpc = Device("RPC0", DeviceKind.GPU, 32 * GIB, 32 * GIB, Vendor.RPC, host="10.0.0.2:50052")
     s = LaunchSettings(n_gpu_layers=NGL_ALL, draft=DraftSettings(model_path="d.gguf", n_gpu_layers=10))
-    _assert_equal(_profile("qwen3-8b"), s, Machine((rpc, *_gpus(1)), HOST), draft=_profile("llama-3.1-8b"))
+    _assert_equal(sparse("qwen3-8b"), s, Machine((rpc, *_gpus(1)), HOST), draft=sparse("llama-3.1-8b"))
 
 
 @pytest.mark.parametrize(
@@ -88,11 +85,11 @@ def test_curve_with_experts_on_the_host(model: str, settings: LaunchSettings) ->
         Device(f"RPC{i}", DeviceKind.GPU, 32 * GIB, 32 * GIB, Vendor.RPC, host=f"10.0.0.{i + 2}:50052")
         for i in range(2)
     )
-    _assert_equal(_profile(model), settings, Machine(rpc, HOST))
+    _assert_equal(sparse(model), settings, Machine(rpc, HOST))
 
 
 def test_fits_and_max_context() -> None:
-    prof = _profile("llama-3.1-8b")
+    prof = sparse("llama-3.1-8b")
     machine = Machine(_gpus(1, 12), HOST)
     ctxs = list(range(4096, 131073, 4096))
     curve = estimate_curve(prof, LaunchSettings(n_gpu_layers=NGL_ALL), machine, ctxs)
@@ -109,7 +106,7 @@ def test_fits_and_max_context() -> None:
 
 
 def test_bad_contexts() -> None:
-    prof = _profile("llama-3.1-8b")
+    prof = sparse("llama-3.1-8b")
     with pytest.raises(SettingsError):
         estimate_curve(prof, LaunchSettings(), Machine((), HOST), [])
     with pytest.raises(SettingsError):

@@ -23,27 +23,22 @@ from fitplan.core.base.launch_settings import (
 )
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate, mmproj_compute
-from fitplan.core.gguf.reader import read_header
 from fitplan.core.memory.reserve import DEFAULT_CUDA_RESERVE
-from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from support.models import sparse
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 HOST = host_device(64 * GIB)
 
 
-def _profile(name: str) -> ModelProfile:
-    return build_profile(read_header(MODELS / f"{name}.header.gguf", allow_incomplete=True))
-
-
 @pytest.fixture(scope="module")
 def llama8b() -> ModelProfile:
-    return _profile("llama-3.1-8b")
+    return sparse("llama-3.1-8b")
 
 
 @pytest.fixture(scope="module")
 def gemma27b() -> ModelProfile:
-    return _profile("gemma-3-27b")
+    return sparse("gemma-3-27b")
 
 
 def _gpu(gib: float = 24, name: str = "RTX 4090") -> Device:
@@ -148,7 +143,7 @@ def test_tied_embedding_copy_counts_on_the_gpu(gemma27b: ModelProfile) -> None:
 
 
 def test_mmproj_weights_and_compute(llama8b: ModelProfile) -> None:
-    mm = _profile("mmproj-llava-llama-3-8b")
+    mm = sparse("mmproj-llava-llama-3-8b")
     on_gpu = estimate(llama8b, LaunchSettings(n_ctx=4096), Machine((_gpu(),), HOST), mmproj=mm)
     gw = [t for t in on_gpu.devices[0].terms if t.label == "mmproj weights"]
     assert gw and gw[0].bytes >= sum(t.n_bytes for t in mm.tensors)
@@ -166,7 +161,7 @@ def test_mmproj_weights_and_compute(llama8b: ModelProfile) -> None:
 
 
 def test_draft_model_uses_the_target_context(llama8b: ModelProfile) -> None:
-    draft = _profile("qwen3-8b")
+    draft = sparse("qwen3-8b")
     s = LaunchSettings(
         n_ctx=8192, draft=DraftSettings(model_path="d.gguf", cache_type_k="q8_0", cache_type_v="q8_0")
     )

@@ -14,7 +14,6 @@ import pytest
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, LoadMode, SplitMode, TensorOverride
-from fitplan.core.gguf.reader import read_header
 from fitplan.core.memory.weights import (
     CpuFeatures,
     layer_devices,
@@ -22,30 +21,26 @@ from fitplan.core.memory.weights import (
     resolve_n_gpu_layers,
     row_bytes,
 )
-from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import LayerKind, LayerProfile, ModelProfile, TensorProfile, TensorRole
+from support.models import sparse
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models"
 HOST = host_device(64 * GIB)
 
 
-def _profile(name: str) -> ModelProfile:
-    return build_profile(read_header(MODELS / "sparse" / f"{name}.header.gguf", allow_incomplete=True))
-
-
 @pytest.fixture(scope="module")
 def llama8b() -> ModelProfile:
-    return _profile("llama-3.1-8b")
+    return sparse("llama-3.1-8b")
 
 
 @pytest.fixture(scope="module")
 def qwen3moe() -> ModelProfile:
-    return _profile("qwen3-30b-a3b")
+    return sparse("qwen3-30b-a3b")
 
 
 @pytest.fixture(scope="module")
 def gemma27b() -> ModelProfile:
-    return _profile("gemma-3-27b")
+    return sparse("gemma-3-27b")
 
 
 def _cuda(n: int, gib: float = 24) -> tuple[Device, ...]:
