@@ -24,6 +24,7 @@ from fitplan.core.base.launch_settings import (
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate, mmproj_compute
 from fitplan.core.memory.reserve import DEFAULT_CUDA_RESERVE
+from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
 from support.models import sparse
 
@@ -135,11 +136,17 @@ def test_host_runtime_bounds(gemma27b: ModelProfile) -> None:
 
 
 def test_tied_embedding_copy_counts_on_the_gpu(gemma27b: ModelProfile) -> None:
-    e = estimate(gemma27b, LaunchSettings(n_ctx=4096, n_gpu_layers=NGL_ALL), Machine((_gpu(48),), HOST))
+    e_machine = Machine((_gpu(48),), HOST)
+    e = estimate(gemma27b, LaunchSettings(n_ctx=4096, n_gpu_layers=NGL_ALL), e_machine)
     gpu, host = e.devices
-    # The GPU holds every block, the output norm and a copy of token_embd (792,917,248 B with CUDA padding, see
-    # test_weights); the host keeps the input copy.
-    assert gpu.bytes_of(TermKind.WEIGHTS) > host.bytes_of(TermKind.WEIGHTS) > 0
+    # The host keeps the input copy of token_embd, mmap'd from the file as it is (792,916,992 B in the header); the
+    # GPU holds every tensor including a second, CUDA-padded copy of token_embd (792,917,248 B, see test_weights).
+    (embd,) = (t for t in gemma27b.tensors if t.name == "token_embd.weight")
+    assert embd.n_bytes == 792_916_992
+    assert host.bytes_of(TermKind.WEIGHTS) == embd.n_bytes
+    gpu_placed = [p for p in place_weights(gemma27b, e.settings, e_machine).tensors if p.device == 0]
+    assert [p.alloc_bytes for p in gpu_placed if p.duplicate] == [792_917_248]
+    assert gpu.bytes_of(TermKind.WEIGHTS) == sum(p.alloc_bytes for p in gpu_placed)
 
 
 def test_mmproj_weights_and_compute(llama8b: ModelProfile) -> None:
