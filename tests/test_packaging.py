@@ -472,7 +472,9 @@ def test_dev_test_fails_when_pytest_fails_or_collects_nothing(
     module.codes["pytest"] = pytest_code  # type: ignore[attr-defined]
     assert module.cmd_test(["-m", "not slow"]) == expected  # type: ignore[attr-defined]
     steps = [c[2] for c in calls if c[1:2] == ["-m"] and c[2] in ("ruff", "mypy", "pytest")]
-    assert steps == ["ruff", "mypy", "pytest"]
+    assert steps == ["ruff", "ruff", "mypy", "pytest"]
+    assert [c[3] for c in calls if c[1:3] == ["-m", "ruff"]] == ["check", "format"]
+    assert any(c[0].endswith("lint-imports") for c in calls)  # the import contracts
     assert calls[-1][-2:] == ["-m", "not slow"]
     assert ("collected no tests" in capsys.readouterr().err) == (pytest_code == 5)
 

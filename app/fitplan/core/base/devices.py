@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-GIB = 1 << 30
-MIB = 1 << 20
+from fitplan.core.base.units import GIB as GIB
+from fitplan.core.base.units import MIB as MIB
 
 
 class DeviceKind(StrEnum):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import Engine, FlashAttn, LaunchSettings
 from fitplan.core.base.results import ResolvedContext, TermKind
+from fitplan.core.base.units import GIB, MIB
 from fitplan.core.engines.beellama import (
     KV_TAIL_AUTO,
     KVARN_GROUP,
@@ -30,9 +31,7 @@ from fitplan.core.engines.beellama import (
     uses_kvarn,
 )
 from fitplan.core.engines.common import (
-    GIB,
     KVARN_BITS,
-    MIB,
     EngineCachePart,
     cache_row_bytes,
     cache_types,
@@ -81,7 +80,6 @@ def engine_base_settings(engine: Engine, base: LaunchSettings | None = None) -> 
     return s
 
 
-
 def _fork_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     """Flash attention for the forks: both default to on ("auto" resolves on, as in mainline); the cache types must
     be ones the fork accepts, and a quantized V cache without FA is refused except for ik's MLA latent cache."""
@@ -95,7 +93,6 @@ def _fork_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     if not on and settings.cache_type_v.lower() not in ("f32", "f16", "bf16"):
         raise SettingsError(f"a quantized V cache ({settings.cache_type_v}) requires flash attention")
     return on
-
 
 
 def fork_context_caches(

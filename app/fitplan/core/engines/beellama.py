@@ -9,11 +9,11 @@ from __future__ import annotations
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
 from fitplan.core.base.results import ResolvedContext, TermKind
+from fitplan.core.base.units import pad as _pad
 from fitplan.core.engines.common import (
     KVARN_BITS,
     EngineCachePart,
     _kv_layers,
-    _pad,
     cache_row_bytes,
 )
 from fitplan.core.memory.context import CacheAllocation, CellRule
@@ -26,11 +26,9 @@ KVARN_GROUP = 128  # tokens per record group and elements per head slice
 KVARN_STAGE_BYTES_PER_SLICE_GROUP = 128 * 128 * 2  # one F16 staging group: 128 dims x 128 tokens
 
 
-
 def kvarn_record_bytes(bits: int) -> int:
     """One side's record: 128 dims x 128 tokens packed at `bits` (2048*bits bytes) + three fp16 vectors of 128."""
     return 128 * 128 * bits // 8 + 3 * 128 * 2
-
 
 
 def kvarn_promote(type_k: str, type_v: str) -> tuple[str, str]:
@@ -43,7 +41,6 @@ def kvarn_promote(type_k: str, type_v: str) -> tuple[str, str]:
     return type_k, type_v
 
 
-
 def kvarn_tail_rows(request: int, window: int, rollback_rows: int = 1) -> int:
     """Tail rows per sequence: N + R with N = max(min(128, W), min(roundup128(request), W)); 0 = intrinsic 128."""
     n = (
@@ -52,7 +49,6 @@ def kvarn_tail_rows(request: int, window: int, rollback_rows: int = 1) -> int:
         else min(128, window)
     )
     return n + rollback_rows
-
 
 
 def beellama_caches(
@@ -177,7 +173,6 @@ def beellama_caches(
     return tuple(out)
 
 
-
 def beellama_kv_cache(
     profile: ModelProfile,
     *,
@@ -224,7 +219,6 @@ def beellama_kv_cache(
     )
 
 
-
 def _merge(rows: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     out: dict[int, int] = {}
     for i, b in rows:
@@ -232,10 +226,8 @@ def _merge(rows: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(out.items()))
 
 
-
 #: GGML_CUDA_FATTN_KVARN_WINDOW_CHUNK per beellama version (v0.4.5 halved it: Anbeeld issue #140).
 KVARN_WINDOW_CHUNK = {"0.4.3": 65536, "0.4.4": 65536, "0.4.5": 32768, "0.4.6": 65536}
-
 
 
 def kvarn_materialization_window_bytes(
@@ -259,7 +251,6 @@ def kvarn_materialization_window_bytes(
     return best
 
 
-
 def uses_kvarn(settings: LaunchSettings) -> bool:
     """Whether beellama.cpp builds a KVarN cache for the settings (either side, or the SWA types, is kvarnN)."""
     if settings.engine is not Engine.BEELLAMA:
@@ -273,11 +264,9 @@ def uses_kvarn(settings: LaunchSettings) -> bool:
     return any(t in KVARN_BITS for t in kinds)
 
 
-
 def mtp_layers(profile: ModelProfile) -> tuple[LayerProfile, ...]:
     """The NextN/MTP layers an MTP draft context caches (il >= n_layer)."""
     return tuple(la for la in profile.layers if la.has_kv and (la.is_nextn or la.index >= profile.n_layer))
-
 
 
 def beellama_mtp_caches(
@@ -297,7 +286,6 @@ def beellama_mtp_caches(
         swa_full=settings.swa_full,
     )
     return beellama_caches(profile, ctx, draft, layers)
-
 
 
 #: `--kv-tail-tokens auto`: 1024 tokens per group (beellama docs/beellama-args.md).

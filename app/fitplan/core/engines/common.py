@@ -5,44 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fitplan.core.base.errors import SettingsError
-from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.launch_settings import KV_CACHE_TYPES, Engine
+from fitplan.core.gguf.ggml_types import get_type, type_id
 from fitplan.core.model.profile import LayerProfile, ModelProfile
 
 #: KVarN payload bits per element (there is no kvarn7).
 KVARN_BITS: dict[str, int] = {"kvarn2": 2, "kvarn3": 3, "kvarn4": 4, "kvarn5": 5, "kvarn6": 6, "kvarn8": 8}
 
 
-
-MIB = 1 << 20
-
-
-MIB = 1 << 20
-GIB = 1 << 30
-
-
-
 #: mainline -ctk/-ctv types (common/arg.cpp:kv_cache_types) as (blck, type_size, row_meta).
 _MAINLINE_CACHE_TYPES: dict[str, tuple[int, int, int]] = {
-    "f32": (1, 4, 0),
-    "f16": (1, 2, 0),
-    "bf16": (1, 2, 0),
-    "q8_0": (32, 34, 0),
-    "q4_0": (32, 18, 0),
-    "q4_1": (32, 20, 0),
-    "iq4_nl": (32, 18, 0),
-    "q5_0": (32, 22, 0),
-    "q5_1": (32, 24, 0),
+    name: (t.block_size, t.type_size, t.row_meta)
+    for name in KV_CACHE_TYPES
+    for t in [get_type(type_id(name))]
 }
-
 
 
 #: ik_llama.cpp adds q6_0 and q8_KV (8 bytes of row metadata: row bytes = 8 + 32 * n / 32).
 _IK_CACHE_TYPES: dict[str, tuple[int, int, int]] = {
     **_MAINLINE_CACHE_TYPES,
-    "q6_0": (32, 26, 0),
-    "q8_kv": (32, 32, 8),
+    **{
+        name.lower(): (t.block_size, t.type_size, t.row_meta)
+        for name in ("Q6_0", "Q8_KV")
+        for t in [get_type(type_id(name), ik=True)]
+    },
 }
-
 
 
 #: beellama.cpp's extra standard cache types (docs/beellama-args.md): q2_0 is its internal Q2_0S.
@@ -60,7 +47,6 @@ _BEELLAMA_CACHE_TYPES: dict[str, tuple[int, int, int]] = {
 }
 
 
-
 def cache_types(engine: Engine) -> tuple[str, ...]:
     """Every -ctk/-ctv value the engine accepts."""
     if engine is Engine.IK_LLAMA:
@@ -68,7 +54,6 @@ def cache_types(engine: Engine) -> tuple[str, ...]:
     if engine is Engine.BEELLAMA:
         return (*_BEELLAMA_CACHE_TYPES, *KVARN_BITS)
     return tuple(_MAINLINE_CACHE_TYPES)
-
 
 
 def cache_row_bytes(engine: Engine, type_name: str, n: int) -> int:
@@ -86,7 +71,6 @@ def cache_row_bytes(engine: Engine, type_name: str, n: int) -> int:
     return meta + n // blck * size
 
 
-
 @dataclass(frozen=True, slots=True)
 class EngineCachePart:
     """One tensor family of a fork's cache, with its bytes per layer."""
@@ -99,12 +83,6 @@ class EngineCachePart:
     @property
     def bytes(self) -> int:
         return sum(b for _, b in self.per_layer)
-
-
-
-def _pad(x: int, n: int) -> int:
-    return (x + n - 1) // n * n
-
 
 
 def _kv_layers(profile: ModelProfile) -> tuple[LayerProfile, ...]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
 from fitplan.core.base.results import ResolvedContext, TermKind
+from fitplan.core.base.units import pad as _pad
 from fitplan.core.engines.common import (
     EngineCachePart,
     _kv_layers,
-    _pad,
     cache_row_bytes,
 )
 from fitplan.core.memory.context import CacheAllocation
@@ -23,7 +23,6 @@ def ik_is_mla(profile: ModelProfile) -> bool:
     return profile.is_mla or (profile.traits.forks.ik_mla and profile.kv_lora_rank > 0)
 
 
-
 def _ik_latent_dims(profile: ModelProfile) -> tuple[int, int]:
     """(kv_lora_rank, n_rot) of the latent cache row; legacy GGUFs give the rope part as rope.dimension_count."""
     if profile.mla is not None:
@@ -31,9 +30,7 @@ def _ik_latent_dims(profile: ModelProfile) -> tuple[int, int]:
     return profile.kv_lora_rank, profile.rope.dimension_count
 
 
-
 ik_latent_dims = _ik_latent_dims
-
 
 
 def ik_effective_mla_mode(profile: ModelProfile, mla_mode: int) -> int:
@@ -43,7 +40,6 @@ def ik_effective_mla_mode(profile: ModelProfile, mla_mode: int) -> int:
     if mla_mode not in (0, 1, 2, 3):
         raise SettingsError(f"-mla must be 0, 1, 2 or 3, got {mla_mode}")
     return mla_mode
-
 
 
 def ik_caches(
@@ -69,10 +65,16 @@ def ik_caches(
         if type_v.lower() == "q8_kv":
             # the V cache is one 1-D tensor with a single row header, but the graph addresses V cells at
             # ggml_row_size(q8_KV, n_embd_v_gqa): the view overruns it and ik aborts at context creation (recorded)
-            raise SettingsError("ik_llama.cpp aborts with a q8_KV V cache at -mla 0; use q8_0 or f16 for -ctv")
+            raise SettingsError(
+                "ik_llama.cpp aborts with a q8_KV V cache at -mla 0; use q8_0 or f16 for -ctv"
+            )
         for la in layers:
             if profile.mla is not None:
-                heads, k_head, v_n = la.n_head, profile.mla.key_length_mla, la.n_head * profile.mla.value_length_mla
+                heads, k_head, v_n = (
+                    la.n_head,
+                    profile.mla.key_length_mla,
+                    la.n_head * profile.mla.value_length_mla,
+                )
             else:
                 heads, k_head, v_n = la.n_head_kv, la.n_embd_head_k, la.n_embd_v_gqa
             # K is [n_embd_head_k, n_head_kv * kv_size]: one row (and one q8_KV row header) per head and cell
@@ -98,7 +100,6 @@ def ik_caches(
         layer_rows=tuple(rows),
     )
     return (alloc,)
-
 
 
 def ik_kv_cache(
@@ -138,7 +139,6 @@ def ik_kv_cache(
             EngineCachePart("V^T (MLA)" if latent else "V", v, f"{alloc.name}: V rows of {alloc.type_v}")
         )
     return tuple(parts)
-
 
 
 def ik_pad_context(n_ctx: int, flash_attn: bool) -> int:

@@ -31,12 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.units import MIB
 from fitplan.core.engines.common import cache_row_bytes
 from fitplan.core.engines.ik import ik_is_mla, ik_latent_dims
 from fitplan.core.model.profile import ModelProfile
 
 F32 = 4
-MIB = 1 << 20
 #: `build_deepseek2`: `pp_opt = n_tokens >= 128` picks the prompt-processing form of -mla 2/3 with flash attention
 PP_OPT_MIN_TOKENS = 128
 
@@ -198,7 +198,6 @@ def ik_mla_attention(
     return tuple(terms)
 
 
-
 def ik_attention_intermediate_bytes(
     profile: ModelProfile,
     n_kv: int,
@@ -225,7 +224,9 @@ class IkGraph:
     def has_mla(self, profile: ModelProfile) -> bool:
         return ik_mla_dims(profile) is not None
 
-    def mla_v_copy_row(self, profile: ModelProfile, mla_mode: int, flash_attn: bool, cache_type_v: str) -> int:
+    def mla_v_copy_row(
+        self, profile: ModelProfile, mla_mode: int, flash_attn: bool, cache_type_v: str
+    ) -> int:
         return ik_mla_v_copy_row(profile, mla_mode, flash_attn, cache_type_v)
 
     def attention_peak(

@@ -9,9 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings
-from fitplan.core.engines.common import (
-    GIB,
-)
+from fitplan.core.base.units import GIB
 from fitplan.core.model.profile import ModelProfile
 
 
@@ -21,7 +19,6 @@ class OllamaResolved:
     num_ctx: int  # per slot, as ollama passes it (PARAMETER num_ctx)
     automatic: bool  # num_ctx came from the VRAM tier
     note: str
-
 
 
 def ollama_resolve(
@@ -51,7 +48,6 @@ def ollama_resolve(
     )
 
 
-
 def ollama_config(settings: LaunchSettings) -> OllamaConfig:
     """The ollama configuration (environment and Modelfile) that makes ollama run `settings`."""
     n_par = settings.n_parallel if settings.n_parallel > 0 else 1
@@ -68,7 +64,6 @@ def ollama_config(settings: LaunchSettings) -> OllamaConfig:
     )
 
 
-
 @dataclass(frozen=True, slots=True)
 class OllamaConfig:
     """What an ollama user sets: environment variables and Modelfile parameters."""
@@ -82,7 +77,6 @@ class OllamaConfig:
     num_batch: int = 512  # PARAMETER num_batch (ollama's default 512 is passed as -b and -ub)
 
 
-
 def ollama_default_num_ctx(total_vram_bytes: int, gpu_overhead_bytes: int = 0, n_gpus: int = 1) -> int:
     """server/routes.go: 262144 from 47 GiB of VRAM (minus OLLAMA_GPU_OVERHEAD per GPU), 32768 from 23 GiB, else 4096."""
     vram = total_vram_bytes - gpu_overhead_bytes * n_gpus
@@ -91,7 +85,6 @@ def ollama_default_num_ctx(total_vram_bytes: int, gpu_overhead_bytes: int = 0, n
     if vram >= 23 * GIB:
         return 32768
     return 4096
-
 
 
 def ollama_llama_server_args(
@@ -117,7 +110,6 @@ def ollama_llama_server_args(
     return args
 
 
-
 def ollama_environment(cfg: OllamaConfig) -> dict[str, str]:
     """Environment variables for `ollama serve` that reproduce the configuration."""
     env: dict[str, str] = {}
@@ -132,7 +124,6 @@ def ollama_environment(cfg: OllamaConfig) -> dict[str, str]:
     if cfg.num_ctx:
         env["OLLAMA_CONTEXT_LENGTH"] = str(cfg.num_ctx)
     return env
-
 
 
 def ollama_modelfile(model_ref: str, cfg: OllamaConfig) -> str:

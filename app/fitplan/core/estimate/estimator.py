@@ -38,6 +38,7 @@ from fitplan.core.base.results import (
     Term,
     TermKind,
 )
+from fitplan.core.base.units import pad
 from fitplan.core.memory import context as context_memory
 from fitplan.core.memory.compute import ComputeBuffer, ComputeInputs, compute_buffers
 from fitplan.core.memory.reserve import default_reserve_bytes, reserve_explanation
@@ -50,7 +51,6 @@ from fitplan.core.memory.weights import (
     effective_overrides,
     gpu_backend,
     machine_index,
-    pad,
     place_weights,
 )
 from fitplan.core.model.profile import ModelProfile
@@ -501,10 +501,6 @@ def _add_mmproj(
 QWEN_VL_WARMUP_SIDE = 46
 
 
-def _pad(n: int, align: int) -> int:
-    return -(-n // align) * align
-
-
 def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIGNMENT) -> tuple[int, str]:
     """Bytes of the projector's warm-up compute buffer (clip.cpp reserves the graph of one warm-up image).
 
@@ -543,9 +539,9 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
             e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
             # inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask, window_idx
             inputs = sum(
-                _pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
+                pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
             )
-            body = 4 * e + _pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
+            body = 4 * e + pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
             return inputs + body, (
                 f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
                 "inputs with the window mask, its f16 copy, four blocks and the FFN"
@@ -565,7 +561,7 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
             proj = mm0[1] if mm0 and len(mm0) > 1 else clip.projection_dim
             e, f, kq = 4 * n_tok * n_embd, 4 * n_tok * n_ff, 4 * n_tok * n_tok * n_head
             # inp_raw, positions (n_tok i32), patches (n_pos i32)
-            inputs = sum(_pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
+            inputs = sum(pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
             # the patch embedding before the class token is joined ([n_embd, n_pos]) leaves a hole among the blocks
             e_patch = 4 * n_pos * n_embd
             block = 3 * e + e_patch + f if flash_attn else 4 * e + e_patch + kq

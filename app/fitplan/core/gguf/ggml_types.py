@@ -156,12 +156,13 @@ def type_id(name: str) -> int:
         raise ValueError(f"unknown ggml type name {name!r}") from None
 
 
-def row_size(type_id: int, n: int, *, ik: bool = False) -> int:
-    """Bytes of one row of `n` elements (`ggml_row_size`); `n` must be a multiple of the block size."""
+def row_size(type_id: int, n: int, *, ik: bool = False, check: bool = True) -> int:
+    """Bytes of one row of `n` elements (`ggml_row_size`). `n` must be a multiple of the block size unless
+    `check` is off (ggml's own integer arithmetic, used for padding rows)."""
     t = get_type(type_id, ik=ik)
-    if n % t.block_size:
+    if check and n % t.block_size:
         raise ValueError(f"{t.name}: row length {n} is not a multiple of the block size {t.block_size}")
-    return t.row_meta + t.type_size * (n // t.block_size)
+    return t.row_meta + t.type_size * n // t.block_size
 
 
 def nbytes(type_id: int, shape: Iterable[int], *, ik: bool = False) -> int:

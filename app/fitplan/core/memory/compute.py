@@ -49,6 +49,7 @@ from numpy.typing import NDArray
 
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
+from fitplan.core.gguf.ggml_types import type_id
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
@@ -96,21 +97,9 @@ SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
 #: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
 
-_KV_TYPE_IDS = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q5_0": 6,
-    "q5_1": 7,
-    "q8_0": 8,
-    "iq4_nl": 20,
-    "bf16": 30,
-}
-
-
 def kv_type_id(name: str) -> int:
-    return _KV_TYPE_IDS[name]
+    """The ggml type of a mainline cache type name ("q8_0")."""
+    return type_id(name)
 
 
 @dataclass(frozen=True, slots=True)

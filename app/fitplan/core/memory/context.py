@@ -26,7 +26,8 @@ from typing import Protocol
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import KV_CACHE_TYPES, Engine, FlashAttn, LaunchSettings, Tool
 from fitplan.core.base.results import ResolvedContext, TermKind
-from fitplan.core.gguf.ggml_types import get_type, type_id
+from fitplan.core.base.units import pad
+from fitplan.core.gguf.ggml_types import get_type, row_size, type_id
 from fitplan.core.model import archs
 from fitplan.core.model.profile import LayerProfile, ModelProfile, SwaType
 
@@ -39,9 +40,6 @@ SERVER_AUTO_PARALLEL = 4
 F32_BYTES = 4
 
 
-def pad(x: int, n: int = N_CTX_PAD) -> int:
-    """GGML_PAD: round x up to a multiple of n."""
-    return (x + n - 1) // n * n
 
 
 class CellRule(StrEnum):
@@ -147,12 +145,12 @@ def swa_cells(ctx: ResolvedContext, n_swa: int, swa_full: bool, unified: bool | 
         return ctx.n_ctx_seq
     unified = ctx.kv_unified if unified is None else unified
     per = n_swa * (ctx.n_seq_max if unified else 1) + ctx.n_ubatch
-    return pad(min(ctx.n_ctx_seq, per))
+    return pad(min(ctx.n_ctx_seq, per), N_CTX_PAD)
 
 
 def compressed_cells(n_ctx_seq: int, ratio: int) -> int:
     """src/llama-kv-cache-dsv4.cpp: GGML_PAD(dsv4_comp_size(kv_size, ratio), 256)."""
-    return pad(max(1, (n_ctx_seq + ratio - 1) // ratio))
+    return pad(max(1, (n_ctx_seq + ratio - 1) // ratio), N_CTX_PAD)
 
 
 # -- resolved context -------------------------------------------------------------------------------------------
@@ -321,12 +319,13 @@ def resolve_context(
 
 
 def _row_size(t: int, n: int) -> int:
+    """A cache row: a cache type whose block does not divide the row is refused (llama_kv_cache)."""
     gt = get_type(t)
     if n % gt.block_size:
         raise SettingsError(
             f"{gt.name.lower()} cache rows need a multiple of {gt.block_size} elements, the model has {n}"
         )
-    return gt.type_size * (n // gt.block_size)
+    return row_size(t, n)
 
 
 def _kv_rows(

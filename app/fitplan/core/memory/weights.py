@@ -42,6 +42,7 @@ from fitplan.core.base.launch_settings import (
     SplitMode,
     TensorOverride,
 )
+from fitplan.core.base.units import pad
 from fitplan.core.gguf import ggml_types
 from fitplan.core.model.profile import ModelProfile, TensorProfile, TensorRole
 
@@ -63,18 +64,13 @@ CPU_MAPPED_BUFT = "CPU_Mapped"
 
 
 def row_bytes(ggml_type: int, n: int) -> int:
-    """`ggml_row_size`: `type_size * n / block_size` in integer arithmetic (no block-multiple check, as in ggml)."""
-    t = ggml_types.get_type(ggml_type)
-    return t.row_meta + t.type_size * n // t.block_size
+    """`ggml_row_size` without the block-multiple check, as ggml computes padding rows."""
+    return ggml_types.row_size(ggml_type, n, check=False)
 
 
 def is_quantized(ggml_type: int) -> bool:
     t = ggml_types.lookup(ggml_type)
     return t is not None and t.quantized
-
-
-def pad(n: int, align: int) -> int:
-    return (n + align - 1) // align * align
 
 
 @dataclass(frozen=True, slots=True)
