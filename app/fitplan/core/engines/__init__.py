@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import Engine, FlashAttn, LaunchSettings
 from fitplan.core.base.results import ResolvedContext, TermKind
-from fitplan.core.memory.context import CacheAllocation, CellRule, context_caches
+from fitplan.core.memory.context import CacheAllocation, CellRule, context_caches, context_pad_cells
 from fitplan.core.model.profile import LayerProfile, ModelProfile
 
 MIB = 1 << 20
@@ -248,8 +248,8 @@ def ik_kv_cache(
 
 
 def ik_pad_context(n_ctx: int, flash_attn: bool) -> int:
-    """ik pads the context to 256 with FA and to 32 without."""
-    return _pad(n_ctx, 256 if flash_attn else 32)
+    """ik pads the context to 256 with FA and to 32 without (`context.context_pad_cells`)."""
+    return _pad(n_ctx, context_pad_cells(Engine.IK_LLAMA, flash_attn))
 
 
 def ik_attention_intermediate_bytes(

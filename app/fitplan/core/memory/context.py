@@ -223,25 +223,91 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     return on
 
 
-def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> ResolvedContext:
-    """The context llama.cpp derives from the settings (src/llama-context.cpp:llama_context::llama_context)."""
-    n_batch_param = settings.n_batch
-    n_ubatch_param = settings.n_ubatch
+#: ik_llama.cpp pads n_ctx to 32 cells without flash attention (256 with it).
+IK_CTX_PAD_NO_FA = 32
+
+
+def context_pad_cells(engine: Engine, flash_attn: bool) -> int:
+    """Cells per stream n_ctx is padded to: 256 (llama_context), 32 for ik_llama.cpp without flash attention."""
+    return IK_CTX_PAD_NO_FA if engine is Engine.IK_LLAMA and not flash_attn else N_CTX_PAD
+
+
+@dataclass(frozen=True, slots=True)
+class ContextGrid:
+    """The contexts llama.cpp can allocate for one set of settings: padding, sequences and streams.
+
+    The one place for these rules (llama_context::llama_context, server.cpp's -np auto): `resolve_context`, the
+    curve, the planner and the engines all take the grid from `context_grid`.
+    """
+
+    pad: int  # cells per stream n_ctx is padded to
+    n_seq_max: int  # sequences (slots): -np, 4 for llama-server's -np auto, 1 for the other tools' default
+    kv_unified: bool  # one stream shared by every sequence (forced by llama-server's -np auto)
+    flash_attn: bool  # resolved (the padding of ik_llama.cpp depends on it)
+
+    @classmethod
+    def of(cls, resolved: ResolvedContext, engine: Engine) -> ContextGrid:
+        """The grid a resolved context sits on (its sequences, streams and flash attention)."""
+        fa = resolved.flash_attn
+        return cls(context_pad_cells(engine, fa), resolved.n_seq_max, resolved.kv_unified, fa)
+
+    @property
+    def n_stream(self) -> int:
+        return 1 if self.kv_unified else self.n_seq_max
+
+    @property
+    def step(self) -> int:
+        """The distance between two contexts on the grid: pad cells per stream."""
+        return self.pad * self.n_stream
+
+    def padded(self, n_ctx: int) -> tuple[int, int]:
+        """(n_ctx, n_ctx_seq) llama.cpp allocates for a requested (non-zero) n_ctx."""
+        n = pad(n_ctx, self.pad)
+        if self.kv_unified:
+            return n, n
+        seq = pad(n // self.n_seq_max, self.pad)
+        return seq * self.n_seq_max, seq
+
+    def training_cap(self, n_ctx_train: int) -> int:
+        """The largest context on the grid within the training length per stream (at least one step)."""
+        per_stream = (n_ctx_train // self.pad) * self.pad if n_ctx_train > 0 else 0
+        return max(self.pad, per_stream) * self.n_stream
+
+
+def sequence_layout(settings: LaunchSettings) -> tuple[int, bool]:
+    """(n_seq_max, kv_unified) of `settings`: -np, llama-server's -np auto (4 slots, one unified cache), the other
+    tools' default of 1; SettingsError for more sequences than LLAMA_MAX_SEQ."""
     n_parallel = settings.n_parallel
     kv_unified = bool(settings.kv_unified)
-    # llama-cli runs the server in-process (tools/cli/cli-server.h: llama_server(params)) with its own defaults
-    server_code = settings.tool in (Tool.SERVER, Tool.CLI)
     if n_parallel < 0:
         if settings.tool is Tool.SERVER:
             n_parallel = SERVER_AUTO_PARALLEL  # server.cpp: "-np auto" = 4 slots, kv_unified forced on
             kv_unified = True
         else:
             n_parallel = 1  # common/common.h: n_parallel = 1 (only llama-server defaults to auto)
-    if server_code and settings.embedding and n_batch_param > n_ubatch_param:
-        n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
     n_seq_max = max(1, n_parallel)
     if n_seq_max > LLAMA_MAX_SEQ:
         raise SettingsError(f"n_seq_max must be <= {LLAMA_MAX_SEQ}")
+    return n_seq_max, kv_unified
+
+
+def context_grid(profile: ModelProfile, settings: LaunchSettings) -> ContextGrid:
+    """The context grid of `settings` (see `sequence_layout` and `context_pad_cells`)."""
+    n_seq_max, kv_unified = sequence_layout(settings)
+    flash_attn = resolve_flash_attn(profile, settings)
+    return ContextGrid(context_pad_cells(settings.engine, flash_attn), n_seq_max, kv_unified, flash_attn)
+
+
+def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> ResolvedContext:
+    """The context llama.cpp derives from the settings (src/llama-context.cpp:llama_context::llama_context)."""
+    grid = context_grid(profile, settings)
+    n_batch_param = settings.n_batch
+    n_ubatch_param = settings.n_ubatch
+    n_parallel = grid.n_seq_max
+    # llama-cli runs the server in-process (tools/cli/cli-server.h: llama_server(params)) with its own defaults
+    server_code = settings.tool in (Tool.SERVER, Tool.CLI)
+    if server_code and settings.embedding and n_batch_param > n_ubatch_param:
+        n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
 
     n_ctx = settings.n_ctx if settings.n_ctx > 0 else profile.n_ctx_train
     if n_ctx <= 0:
@@ -265,27 +331,17 @@ def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> Resolved
         requested = 0
     n_outputs_max = n_batch if requested == 0 or profile.has_encoder else requested
 
-    flash_attn = resolve_flash_attn(profile, settings)
-    # ik_llama.cpp pads the context to 256 with flash attention and to 32 without
-    ctx_pad = 32 if settings.engine is Engine.IK_LLAMA and not flash_attn else N_CTX_PAD
-    n_ctx = pad(n_ctx, ctx_pad)
-    if kv_unified:
-        n_ctx_seq = n_ctx
-        n_stream = 1
-    else:
-        n_ctx_seq = pad(n_ctx // n_seq_max, ctx_pad)
-        n_ctx = n_ctx_seq * n_seq_max
-        n_stream = n_seq_max
+    n_ctx, n_ctx_seq = grid.padded(n_ctx)
     return ResolvedContext(
         n_ctx=n_ctx,
         n_ctx_seq=n_ctx_seq,
-        n_seq_max=n_seq_max,
-        n_stream=n_stream,
-        kv_unified=kv_unified,
+        n_seq_max=grid.n_seq_max,
+        n_stream=grid.n_stream,
+        kv_unified=grid.kv_unified,
         n_batch=n_batch,
         n_ubatch=n_ubatch,
         n_outputs_max=n_outputs_max,
-        flash_attn=flash_attn,
+        flash_attn=grid.flash_attn,
         n_gpu_layers=settings.n_gpu_layers,
         n_rs_seq=n_rs_seq(profile, settings),
         embeddings=settings.embedding,
