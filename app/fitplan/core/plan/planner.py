@@ -49,6 +49,7 @@ from fitplan.core.plan.search import (
 from fitplan.core.plan.solver import Check, Point, Solver
 from fitplan.core.plan.space import Placement, PlacementSpace, describe_placement
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, device_label, shortfalls
+from fitplan.core.plan.verdict import FitLevel, Verdict, judge
 
 __all__ = [
     "CTX_PAD",
@@ -68,6 +69,7 @@ __all__ = [
     "kv_streams",
     "max_context_that_fits",
     "plan",
+    "plan_verdict",
     "training_cap",
 ]
 
@@ -112,6 +114,8 @@ class Plan:
     shortfalls: tuple[Shortfall, ...]  # when the pins cannot fit: what is short on which device
     evaluations: int
     margin: MarginPolicy = field(default_factory=MarginPolicy)  # the margins "fits" was judged with
+    #: the largest context at the plan's placement: `context` itself unless -c is pinned (None when nothing fits)
+    largest: ContextFit | None = None
 
 
 #: the Pins fields that, when set, are copied into the LaunchSettings field of the same name
@@ -337,6 +341,7 @@ def _fit(pb: _Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginP
             f"placement chosen to keep at least {pb.need_ctx} tokens of context; a smaller context could keep more "
             "on the GPU"
         )
+    largest = cf if pb.pinned_ctx is None else context_fit(solver.ev, solver.settings(p, 0))
     return Plan(
         settings=s,
         estimate=cf.estimate,
@@ -348,4 +353,17 @@ def _fit(pb: _Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginP
         shortfalls=(),
         evaluations=solver.ev.evaluations,
         margin=margin,
+        largest=largest,
     )
+
+
+def plan_verdict(p: Plan, machine: Machine) -> Verdict:
+    """The verdict on a plan (`verdict.judge` of its estimate, OFFLOAD when it keeps weights on the CPU)."""
+    if p.estimate is None:
+        raise ValueError("a plan without an estimate has no verdict")
+    on_cpu = bool(p.placement.cpu_layers or p.placement.cpu_expert_layers)
+    v = judge(p.estimate, machine, p.margin, weights_on_cpu=on_cpu)
+    if not p.fits and v.fits:
+        # the pins could not be met (e.g. the minimum context): the plan's own answer stands
+        v = dataclasses.replace(v, level=FitLevel.NO_FIT, fits=False)
+    return v
