@@ -147,7 +147,7 @@ def _resolve_ngl(ngl: int, profile: ModelProfile) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Problem:
+class Problem:
     """One planning problem, resolved: the space to search and the context floor."""
 
     profile: ModelProfile
@@ -163,7 +163,7 @@ class _Problem:
     notes: tuple[str, ...]
 
 
-def _problem(profile: ModelProfile, machine: Machine, pins: Pins) -> _Problem:
+def problem_of(profile: ModelProfile, machine: Machine, pins: Pins) -> Problem:
     base = _base_settings(pins)
     notes: list[str] = []
     grid = context_grid(profile, base)
@@ -203,7 +203,7 @@ def _problem(profile: ModelProfile, machine: Machine, pins: Pins) -> _Problem:
             space.is_moe and pins.n_cpu_moe is None and not base.cpu_moe and not pins.all_weights_on_gpu
         )
         ncmoe_choices = (0, space.max_ncmoe) if free_moe else (ncmoe0, ncmoe0)
-    return _Problem(
+    return Problem(
         profile,
         machine,
         pins,
@@ -234,7 +234,7 @@ def plan(
     margin = margin or MarginPolicy()
     fn = estimate_fn or default_estimate_fn(mmproj=mmproj, draft=draft, reserve_bytes=reserve_bytes)
     ev = Evaluator(profile, machine, margin, fn)
-    pb = _problem(profile, machine, pins)
+    pb = problem_of(profile, machine, pins)
     solver = Solver(ev, pb.base, pb.space, tensor_split=pins.tensor_split)
     found, last = solver.search(pb.ngl_choices, pb.ncmoe_choices, pb.need_ctx)
     if not found:
@@ -250,7 +250,7 @@ class _Scored:
     min_headroom: int
 
 
-def _context_at(pb: _Problem, solver: Solver, p: Point) -> _Scored:
+def _context_at(pb: Problem, solver: Solver, p: Point) -> _Scored:
     """The largest context of one point (its split rebalanced for the context found), or the pinned one."""
     ev = solver.ev
     if pb.pinned_ctx is not None:
@@ -282,15 +282,19 @@ def _min_gpu_headroom(usage: tuple[DeviceUse, ...]) -> int:
     return min(heads) if heads else 0
 
 
-def _best_context(pb: _Problem, solver: Solver, found: list[Check]) -> tuple[Point, ContextFit]:
+def _best_context(pb: Problem, solver: Solver, found: list[Check]) -> tuple[Point, ContextFit]:
     """Among the points with the fewest off-GPU bytes: the largest context, then the fewest --n-cpu-moe, then the
     largest smallest GPU headroom."""
-    scored = [_context_at(pb, solver, c.point) for c in found]
+    scored: list[_Scored] = []
+    for c in found:
+        if scored and (scored[0].context.capped_by_training or pb.pinned_ctx is not None):
+            break  # the first (fewest --n-cpu-moe) already has the largest context there is
+        scored.append(_context_at(pb, solver, c.point))
     best = max(scored, key=lambda s: (s.context.n_ctx, -s.point.ncmoe, s.min_headroom))
     return best.point, best.context
 
 
-def _no_fit(pb: _Problem, solver: Solver, last: Check, margin: MarginPolicy) -> Plan:
+def _no_fit(pb: Problem, solver: Solver, last: Check, margin: MarginPolicy) -> Plan:
     p = last.point
     s = solver.settings(p, pb.need_ctx)
     est, usage = solver.ev(s)
@@ -306,7 +310,7 @@ def _no_fit(pb: _Problem, solver: Solver, last: Check, margin: MarginPolicy) -> 
     return Plan(s, est, cf, placement, False, binding, pb.notes, shorts, solver.ev.evaluations, margin)
 
 
-def _fit(pb: _Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginPolicy) -> Plan:
+def _fit(pb: Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginPolicy) -> Plan:
     s = dataclasses.replace(solver.settings(p, 0), n_ctx=cf.n_ctx)
     n_gpus = len(pb.machine.gpus) if pb.has_gpu else 0
     placement = describe_placement(pb.space, p.ngl if pb.has_gpu else 0, p.ncmoe, p.split or (), n_gpus)

@@ -15,7 +15,7 @@ With several GPUs and no -ts pin each point's split is balanced layer by layer (
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, SplitMode
@@ -46,6 +46,17 @@ class Check:
     @property
     def fits(self) -> bool:
         return self.gpus_fit and self.host_fits
+
+
+def _largest_gpu_fit(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
+    """The largest -ngl in [lo, hi] whose GPUs fit. Fewer layers on the GPUs take memory off them, except that
+    with -ngl below all a GPU that holds no layer still gets a compute buffer (the CPU layers' matrix products are
+    offloaded to it): when even `lo` does not fit, the points are tried from the top down instead of bisected."""
+    if pred(hi):
+        return hi
+    if lo < hi and pred(lo):
+        return largest_true(lo, hi, pred)
+    return next((g for g in range(hi - 1, lo, -1) if pred(g)), None)
 
 
 def _gpus_fit(usage: Sequence[DeviceUse]) -> bool:
@@ -111,8 +122,9 @@ class Solver:
     def balance(
         self, ngl: int, ncmoe: int, split: tuple[int, ...] | None, n_ctx: int
     ) -> tuple[int, ...] | None:
-        """Move layers from the GPU with the least headroom to the one with the most while the smallest headroom
-        grows; stop where moving one more layer no longer helps. When one layer helps, the headroom it shifts
+        """Move layers from the GPU with the least headroom to the one with the most while the headrooms, smallest
+        first, grow (compared in order, so that of two equally tight GPUs one can be relieved first); stop where
+        moving one more layer no longer helps. When one layer helps, the headroom it shifts
         predicts how many layers would even out the two GPUs; that jump is tried once and kept when it leaves
         more headroom on the tightest GPU than the single move."""
         if split is None or not self.split_free:
@@ -122,20 +134,35 @@ class Solver:
         cur = self._heads(ngl, ncmoe, counts, n_ctx)
         for _ in range(4 * (self.L + 1)):
             lo = min(range(n_gpu), key=lambda i: cur[i])
-            hi = max(range(n_gpu), key=lambda i: cur[i])
-            if lo == hi or counts[lo] == 0:
+            if counts[lo] == 0:
                 break
+            step = self._relieve(ngl, ncmoe, counts, cur, lo, n_ctx)
+            if step is None:
+                break
+            counts, cur = step
+        return tuple(counts)
+
+    def _relieve(
+        self, ngl: int, ncmoe: int, counts: list[int], cur: list[int], lo: int, n_ctx: int
+    ) -> tuple[list[int], list[int]] | None:
+        """One layer (or the predicted jump) from GPU `lo` to the GPU with the most headroom where that helps;
+        a GPU without layers may look roomy but takes its compute buffer with the first layer, so the roomiest GPU
+        that holds layers is tried first, then the roomiest empty one."""
+        others = sorted((i for i in range(len(cur)) if i != lo), key=lambda i: -cur[i])
+        with_layers = [i for i in others if counts[i] > 0][:1]
+        empty = [i for i in others if counts[i] == 0][:1]
+        for hi in with_layers + empty:
             trial = list(counts)
             trial[lo] -= 1
             trial[hi] += 1
             new = self._heads(ngl, ncmoe, trial, n_ctx)
-            if min(new) <= min(cur):
-                break
+            if sorted(new) <= sorted(cur):  # the smallest headroom, then the next smallest ...: no better
+                continue
             far = self._jump(ngl, ncmoe, counts, cur, new, lo, hi, n_ctx)
-            if far is not None and min(far[1]) > min(new):
-                trial, new = far
-            counts, cur = trial, new
-        return tuple(counts)
+            if far is not None and sorted(far[1]) > sorted(new):
+                return far
+            return trial, new
+        return None
 
     def _jump(
         self,
@@ -213,7 +240,7 @@ class Solver:
             seen[g] = self.check(g, ncmoe, n_ctx)
             return seen[g].gpus_fit
 
-        best = largest_true(lo, hi, gpus_ok)
+        best = _largest_gpu_fit(lo, hi, gpus_ok)
         if best is None:
             return [], seen[lo]
         chosen = seen[best]
@@ -224,9 +251,11 @@ class Solver:
     ) -> tuple[list[Check], Check]:
         lo_g, hi_g = ngl_choices
         lo_n, hi_n = ncmoe_choices
-        space = self.space
+        first = self.check(hi_g, lo_n, n_ctx)
+        if first.fits:  # everything the pins allow on the GPUs: nothing can be better
+            return self._with_noop(first, hi_n, n_ctx), first
         # the largest -ngl whose GPUs can fit at all (every expert that can go to the CPU there)
-        top = largest_true(lo_g, hi_g, lambda g: self.check(g, hi_n, n_ctx).gpus_fit)
+        top = _largest_gpu_fit(lo_g, hi_g, lambda g: self.check(g, hi_n, n_ctx).gpus_fit)
         if top is None:
             return [], self.check(lo_g, hi_n, n_ctx)
         last = self.check(top, hi_n, n_ctx)
@@ -245,15 +274,17 @@ class Solver:
                 if n_min == lo_n:
                     break  # no expert to bring back: fewer layers on the GPUs only add to the host
                 continue
-            found = [last]
-            if (
-                n_min == lo_n
-                and n_min < hi_n
-                and space.off_gpu_bytes(ngl, n_min + 1) == space.off_gpu_bytes(ngl, n_min)
-            ):
-                # one more --n-cpu-moe that moves no expert: no pipeline parallelism, smaller compute buffers
-                extra = self.check(ngl, n_min + 1, n_ctx)
-                if extra.fits:
-                    found.append(extra)
-            return found, last
+            return self._with_noop(last, hi_n, n_ctx), last
         return [], last
+
+    def _with_noop(self, c: Check, hi_n: int, n_ctx: int) -> list[Check]:
+        """`c`, and with several GPUs the same point with one more --n-cpu-moe when that moves no expert (no
+        pipeline parallelism: smaller compute buffers, so maybe a larger context; the planner compares them)."""
+        p = c.point
+        space = self.space
+        if len(self.gpus) < 2 or p.ncmoe >= hi_n or p.ncmoe > 0:
+            return [c]
+        if space.off_gpu_bytes(p.ngl, p.ncmoe + 1) != space.off_gpu_bytes(p.ngl, p.ncmoe):
+            return [c]
+        extra = self.check(p.ngl, p.ncmoe + 1, n_ctx)
+        return [c, extra] if extra.fits else [c]
