@@ -9,9 +9,8 @@ import pytest
 
 import fitplan.core.hardware as hardware
 from fitplan.cli import main
-from fitplan.commands import estimate as estimate_command
-from fitplan.core.base.devices import GIB, MIB, host_device
-from fitplan.core.hardware.probe import ProbeResult
+from fitplan.core.base.devices import GIB, MIB
+from fitplan.core.hardware.probe import HostMemory, ProbeResult
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 DEEPSEEK = str(MODELS / "deepseek-v2-lite.header.gguf")
@@ -23,8 +22,8 @@ HOST = ["--host-ram", "64GiB"]
 def _fixed_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """No probing of this machine: a fixed 64 GiB host and no detected GPU."""
     monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setattr(estimate_command, "_host", lambda: host_device(64 * GIB, 64 * GIB))
-    monkeypatch.setattr(hardware, "detect_hardware", lambda *a, **k: ProbeResult())
+    host = HostMemory(64 * GIB, 64 * GIB, "test")
+    monkeypatch.setattr(hardware, "detect_hardware", lambda *a, **k: ProbeResult(host=host))
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, dict[str, object]]:

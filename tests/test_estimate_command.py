@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from fitplan.cli import main
-from fitplan.commands import estimate as estimate_command
-from fitplan.core.base.devices import GIB, host_device
+from fitplan.core import hardware
+from fitplan.core.base.devices import GIB
 from fitplan.core.gguf.reader import read_header
+from fitplan.core.hardware.probe import HostMemory, ProbeResult
 
 MODELS = Path(__file__).parent / "fixtures" / "llamacpp" / "models" / "sparse"
 
@@ -30,7 +31,8 @@ def _model(tmp_path: Path, name: str = "llama-3.1-8b") -> Path:
 @pytest.fixture
 def model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # A fixed 64 GiB host, so that "fits" does not depend on this machine's free RAM.
-    monkeypatch.setattr(estimate_command, "_host", lambda: host_device(64 * GIB, 64 * GIB))
+    host = HostMemory(64 * GIB, 64 * GIB, "test")
+    monkeypatch.setattr(hardware, "detect_hardware", lambda *a, **k: ProbeResult(host=host))
     return _model(tmp_path)
 
 

@@ -19,9 +19,9 @@ from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.reader import open_model
 from fitplan.core.launch.rpc import RpcServer, with_rpc
 from fitplan.core.memory.weights import (
+    active_gpu_positions,
     active_gpus,
     layer_devices,
-    machine_index,
     resolve_n_gpu_layers,
     split_fractions,
 )
@@ -292,7 +292,8 @@ def _plan_signature(prof: ModelProfile, p: Plan, m: Machine) -> Signature:
     gpus = active_gpus(s, m)
     ngl = resolve_n_gpu_layers(s.n_gpu_layers, prof.n_layer_all, len(gpus))
     devs = layer_devices(prof.n_layer_all, ngl, split_fractions(s, gpus))
-    names = tuple("CPU" if d is None else f"RPC{machine_index(m, gpus[d])}" for d in devs)
+    positions = active_gpu_positions(s, m)
+    names = tuple("CPU" if d is None else f"RPC{positions[d]}" for d in devs)
     pins = (s.no_kv_offload, s.split_mode, s.main_gpu, s.devices)
     return _signature(prof, pins, names, s.n_cpu_moe, s.cpu_moe)
 

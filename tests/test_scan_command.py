@@ -12,6 +12,7 @@ from fitplan.cli import main
 from fitplan.commands import scan as scan_cmd
 from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
 from fitplan.core.library import LibraryModel
+from fitplan.core.plan.usage import MarginPolicy
 from test_library_support import CountingReader, write_mmproj, write_model
 
 
@@ -23,7 +24,7 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def args(*dirs: str, json_out: bool = False, no_fit: bool = False) -> argparse.Namespace:
-    return argparse.Namespace(dirs=list(dirs), json=json_out, no_fit=no_fit, assume_gpu=[], margin_mib=0)
+    return argparse.Namespace(dirs=list(dirs), json=json_out, no_fit=no_fit, assume_gpu=[], margin=0, host_margin=0, use_total=False)
 
 
 def library(root: Path) -> Path:
@@ -83,14 +84,16 @@ def test_missing_folders_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert "none of the folders exist" in capsys.readouterr().err
 
 
-def test_estimator_fit_check_answers_for_a_model(tmp_path: Path) -> None:
-    """With the project's estimator: a tiny model fits a 24 GiB GPU, and cannot fit a machine with no memory."""
+def test_planner_fit_check_answers_for_a_model(tmp_path: Path) -> None:
+    """With the planner: a tiny model fits a 24 GiB GPU, and cannot fit 1 GiB of host RAM that the 1 GiB host
+    margin leaves nothing of."""
     write_model(tmp_path / "m.gguf")
     (model,) = scan_cmd.LibraryScanner(reader=CountingReader()).scan(scan_cmd.roots_for([str(tmp_path)])).models
     roomy = Machine(gpus=(assumed_gpu("24 GiB GPU", 24),), host=host_device(64 * GIB))
-    assert scan_cmd.estimator_fit_check(roomy, 0)(model) == scan_cmd.FitAnswer(True)
-    empty = Machine(gpus=(), host=host_device(0))
-    assert scan_cmd.estimator_fit_check(empty, 0)(model).fits is False
+    assert scan_cmd.planner_fit_check(roomy, MarginPolicy())(model) == scan_cmd.FitAnswer(True, "fits", "fits")
+    tiny = Machine(gpus=(), host=host_device(GIB))
+    answer = scan_cmd.planner_fit_check(tiny, MarginPolicy())(model)
+    assert (answer.fits, answer.level) == (False, "no_fit")
 
 
 def test_progress_line_is_throttled() -> None:

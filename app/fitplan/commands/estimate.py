@@ -13,13 +13,16 @@ import os
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor, host_device
-from fitplan.core.base.errors import FitplanError, FlagError
+from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, Tool
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate
+from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.launch.flags import ParsedFlags, parse_flags
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.usage import MarginPolicy
+from fitplan.core.plan.verdict import Verdict, judge
 
 EXAMPLES = """examples:
   fitplan estimate model.gguf -c 32768 -np 1 --assume-gpu "RTX 4090=24GiB"
@@ -81,6 +84,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--reserve", type=float, metavar="MIB", help="runtime reserve per GPU in MiB (default: assumed)"
     )
+    add_margin_arguments(p)
+    p.add_argument("--host-ram", metavar="SIZE", help="estimate for this much host RAM instead of the detected amount")
     add_engine_argument(p)
     p.add_argument(
         "--header-only",
@@ -89,6 +94,28 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=run, accepts_extra=True)
+
+
+def add_margin_arguments(p: argparse.ArgumentParser) -> None:
+    """--margin and --host-margin: what `plan`, `estimate` and `scan` keep free (one spelling for all three)."""
+    p.add_argument(
+        "--margin", type=int, default=1024, metavar="MiB", help="memory left free per GPU (default 1024)"
+    )
+    p.add_argument(
+        "--host-margin", type=int, default=1024, metavar="MiB", help="host RAM left free (default 1024)"
+    )
+    p.add_argument(
+        "--use-total", action="store_true", help="measure against total memory instead of free memory"
+    )
+
+
+def margin_policy(args: argparse.Namespace, machine: Machine) -> MarginPolicy:
+    return MarginPolicy(
+        gpu_margin_bytes=args.margin * MIB,
+        use_free=not args.use_total,
+        host_margin_bytes=args.host_margin * MIB,
+        check_host=machine.host.total_bytes > 0,
+    )
 
 
 def add_engine_argument(p: argparse.ArgumentParser) -> None:
@@ -118,49 +145,18 @@ def load_profile(path: str, header_only: bool = False) -> ModelProfile:
     return build_profile(load_files(path))
 
 
-def machine_for(parsed: ParsedFlags, assume: list[str]) -> tuple[Machine, list[str]]:
-    """The devices to estimate for, and notes about how they were found."""
-    notes: list[str] = []
-    host = _host()
+def machine_for(
+    parsed: ParsedFlags, assume: list[str], host_ram: str | None = None
+) -> tuple[Machine, list[str]]:
+    """The devices to estimate for (`fitplan.core.inputs.machine`), and notes about how they were found."""
     rpc = tuple(
         Device(f"RPC{i}", DeviceKind.GPU, 0, 0, Vendor.RPC, host=h) for i, h in enumerate(parsed.rpc_servers)
     )
-    if rpc:
-        notes.append("RPC servers' memory is unknown here: their rows show use only")
-    if parsed.settings.devices == ():
-        return Machine(rpc, host), notes
-    if assume:
-        try:
-            from fitplan.core.hardware import assumed_devices
-        except ImportError as exc:  # pragma: no cover - the hardware package ships with fitplan
-            raise FlagError(f"--assume-gpu needs fitplan.core.hardware: {exc}") from None
-        try:
-            gpus = assumed_devices(assume)
-        except FitplanError:
-            raise
-        except ValueError as exc:
-            raise FlagError(f"--assume-gpu: {exc}") from None
-        return Machine((*rpc, *gpus), host), notes
-    try:
-        from fitplan.core.hardware import detect_hardware, machine_from
-    except ImportError:
-        notes.append("GPU detection unavailable: host RAM only")
-        return Machine(rpc, host), notes
-    result = detect_hardware()
-    detected = machine_from(result)
-    notes.extend(result.problems)
-    h = detected.host if detected.host.total_bytes else host
-    return Machine((*rpc, *detected.gpus), h), notes
-
-
-def _host() -> Device:
-    """Host RAM: total and available (MemAvailable on Linux), 0 when unknown."""
-    try:
-        from fitplan.core.hardware import HostMemoryProbe
-    except ImportError:  # pragma: no cover - the hardware package ships with fitplan
-        return host_device(0, 0)
-    mem = HostMemoryProbe().read()
-    return host_device(mem.total_bytes, mem.available_bytes) if mem else host_device(0, 0)
+    notes = ["RPC servers' memory is unknown here: their rows show use only"] if rpc else []
+    req = MachineRequest(tuple(assume), host_ram, rpc, no_gpu=parsed.settings.devices == ())
+    machine, problems = build_machine(req)
+    notes.extend(problems)
+    return machine, notes
 
 
 def split_model_flag(model: str | None, extra: list[str]) -> tuple[str | None, list[str]]:
@@ -189,15 +185,43 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     profile = load_profile(model, ho)
     mmproj = load_profile(settings.mmproj_path, ho) if settings.mmproj_path else None
     draft = load_profile(settings.draft.model_path, ho) if settings.draft is not None else None
-    machine, notes = machine_for(parsed, list(args.assume_gpu))
+    machine, notes = machine_for(parsed, list(args.assume_gpu), args.host_ram)
     reserve = None if args.reserve is None else int(args.reserve * MIB)
     est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve)
-    fits = est.fits()
+    v = judge(est, machine, margin_policy(args, machine))
     if args.json:
-        out.print_json(to_json(model, profile, est, parsed, notes))
+        doc = to_json(model, profile, est, parsed, notes)
+        doc["verdict"] = verdict_json(v)
+        out.print_json(doc)
     else:
         print_table(model, profile, est, parsed, notes)
-    return out.EXIT_OK if fits else out.EXIT_DOES_NOT_FIT
+        print(verdict_lines(v))
+    # the exit status follows "fits the card" (estimate reports memory; `plan` applies the margins)
+    return out.EXIT_OK if v.fits_card else out.EXIT_DOES_NOT_FIT
+
+
+def verdict_json(v: Verdict) -> dict[str, object]:
+    """The one verdict (`fitplan.core.plan.verdict`) as --json gives it."""
+    return {
+        "level": v.level.value,
+        "fits": v.fits,
+        "fits_card": v.fits_card,
+        "margins": v.margin_text(),
+        "gpu_margin_bytes": v.margin.gpu_margin_bytes,
+        "host_margin_bytes": v.margin.host_margin_bytes,
+        "n_parallel": v.n_seq,
+        "kv_unified": v.kv_unified,
+        "slots": v.slots_text(),
+    }
+
+
+def verdict_lines(v: Verdict) -> str:
+    card = out.style("yes", out.GREEN) if v.fits_card else out.style("no", out.RED, out.BOLD)
+    with_margin = out.style("yes", out.GREEN) if v.fits else out.style("no", out.RED, out.BOLD)
+    lines = [f"fits the card: {card}; fits with the margin ({v.margin_text()}): {with_margin}"]
+    lines.extend(f"  {s.describe()}" for s in v.shortfalls)
+    lines.append(f"slots: {v.slots_text()}")
+    return "\n".join(lines)
 
 
 def to_json(

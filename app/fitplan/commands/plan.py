@@ -17,10 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.commands.estimate import add_engine_argument, add_flags_parser, engine_of
-from fitplan.core.base.devices import MIB, Machine
+from fitplan.commands.estimate import (
+    add_engine_argument,
+    add_flags_parser,
+    add_margin_arguments,
+    engine_of,
+    margin_policy,
+    verdict_json,
+)
+from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.inputs.machine import machine_of
 from fitplan.core.launch.command_line import (
     OllamaExport,
     annotate,
@@ -35,7 +43,16 @@ from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.planner import EstimateFn, MarginPolicy, Pins, Plan, default_estimate_fn, plan
+from fitplan.core.plan.planner import (
+    EstimateFn,
+    MarginPolicy,
+    Pins,
+    Plan,
+    default_estimate_fn,
+    plan,
+    plan_verdict,
+)
+from fitplan.core.plan.verdict import Verdict
 
 EXAMPLES = """examples:
   fitplan plan model.gguf                                   plan for the GPUs of this machine
@@ -65,15 +82,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT=SIZE",
         help="a ggml-rpc-server device and its memory; repeat the endpoint for a second device of that server",
     )
-    p.add_argument(
-        "--margin", type=int, default=1024, metavar="MiB", help="memory left free per GPU (default 1024)"
-    )
-    p.add_argument(
-        "--host-margin", type=int, default=1024, metavar="MiB", help="host RAM left free (default 1024)"
-    )
-    p.add_argument(
-        "--use-total", action="store_true", help="plan against total memory instead of free memory"
-    )
+    add_margin_arguments(p)
     p.add_argument(
         "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
     )
@@ -151,23 +160,8 @@ def load_single(path: str, header_only: bool = False) -> ModelProfile:
 
 
 def detect_machine(assume: Sequence[str], host_ram: str | None) -> Machine:
-    from fitplan.core.hardware import HardwareConfig, detect_hardware, parse_assumed_gpu
-    from fitplan.core.hardware.catalog import parse_size
-    from fitplan.core.hardware.probe import ProbeResult
-
-    ram = None
-    if host_ram is not None:
-        ram = parse_size(host_ram)
-        if ram is None or ram <= 0:
-            raise FlagError(f"--host-ram {host_ram!r}: not a memory size like 64GiB")
-    try:
-        hyp = tuple(parse_assumed_gpu(s) for s in assume)
-    except ValueError as exc:
-        raise FlagError(f"--assume-gpu: {exc}") from None
-    config = HardwareConfig(use_detected=not assume, hypothetical=hyp, host_ram_bytes=ram)
-    needs_probe = not assume or ram is None
-    detected = detect_hardware() if needs_probe else ProbeResult()
-    return config.machine(detected)
+    """The machine to plan for (`fitplan.core.inputs.machine`)."""
+    return machine_of(assume, host_ram)
 
 
 def pins_from_flags(
@@ -212,12 +206,7 @@ def build_request(
     rpc = rpc_devices(args.rpc_specs)
     base_machine = machine if machine is not None else detect_machine(args.assume_gpu, args.host_ram)
     full = with_rpc(base_machine, rpc)
-    margin = MarginPolicy(
-        gpu_margin_bytes=args.margin * MIB,
-        use_free=not args.use_total,
-        host_margin_bytes=args.host_margin * MIB,
-        check_host=full.host.total_bytes > 0,
-    )
+    margin = margin_policy(args, full)
     return PlanRequest(
         profile=profile,
         machine=full,
@@ -320,6 +309,8 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
             for s in p.shortfalls
         ],
         "notes": list(p.notes),
+        "verdict": verdict_json(verdict_of(req, p)),
+        "largest_n_ctx": p.largest.n_ctx if p.largest is not None else 0,
         "ignored_flags": list(req.ignored),
         "unmodelled_flags": list(req.unmodelled),
         "engine": p.settings.engine.value,
@@ -330,6 +321,15 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
     }
 
 
+def verdict_of(req: PlanRequest, p: Plan) -> Verdict:
+    return plan_verdict(p, req.machine)
+
+
+def _slots(v: Verdict) -> str:
+    default = " (llama-server's -np auto)" if v.n_seq == 4 and v.kv_unified else ""
+    return v.slots_text() + default
+
+
 def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -> str:
     lines: list[str] = []
     prof = req.profile
@@ -338,10 +338,16 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
     lines.append(out.style(head, out.BOLD))
     verdict = out.style("fits", out.GREEN) if p.fits else out.style("does not fit", out.RED, out.BOLD)
     lines.append(f"plan: {verdict}: {p.binding}")
+    v = verdict_of(req, p)
     if p.fits:
+        largest = p.largest
+        more = ""
+        if largest is not None and largest.n_ctx > p.settings.n_ctx:
+            more = f", up to {largest.n_ctx} fit at this placement"
         lines.append(
-            f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap})"
+            f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap}{more})"
         )
+    lines.append(f"margins: {v.margin_text()}; slots: {_slots(v)}")
     lines.append(f"placement: {p.placement.description}")
     lines.append("")
     rows = []

@@ -1,5 +1,7 @@
 """`fitplan scan [DIR...] [--json]`: the GGUF models in the given folders (default: the usual download places),
-with architecture, quantization, size, parameters, and whether each fits this machine at its default context."""
+with architecture, quantization, size, parameters, and whether each fits this machine: the planner's answer (the
+same one `fitplan plan` and the window's library badge give) with llama-server's defaults (4 slots sharing one KV
+cache) and the margins of --margin / --host-margin."""
 
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from fitplan.commands import _output as out
+from fitplan.commands.estimate import add_margin_arguments, margin_policy
 from fitplan.core.base.devices import Machine
+from fitplan.core.gguf.header import ModelFiles
+from fitplan.core.gguf.header_cache import cached_read_header
+from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.library import (
     JsonScanIndex,
     LibraryModel,
@@ -26,6 +32,8 @@ from fitplan.core.library import (
 )
 from fitplan.core.library.model import ScanProgress
 from fitplan.core.library.scanner import HeaderReader, ProgressCallback
+from fitplan.core.model.builder import build_profile
+from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
 
 EPILOG = """examples:
   fitplan scan                        the Hugging Face cache, llama.cpp, LM Studio and ollama folders
@@ -44,6 +52,7 @@ FitCheck = Callable[[LibraryModel], "FitAnswer"]
 class FitAnswer:
     fits: bool | None  # None: unknown
     reason: str = ""
+    level: str = ""  # the verdict's FitLevel ("fits", "offload", "no_fit"), "" when unknown
 
 
 def register(subparsers: Any) -> None:
@@ -64,7 +73,10 @@ def register(subparsers: Any) -> None:
         metavar="SPEC",
         help='plan for these GPUs instead of the detected ones ("RTX 4090", "24GiB", "2x RTX 3090")',
     )
-    p.add_argument("--margin-mib", type=int, default=0, help="memory to leave free on every device (MiB)")
+    add_margin_arguments(p)
+    # the old spelling of --margin, kept working
+    p.add_argument("--margin-mib", dest="margin", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount")
     p.set_defaults(handler=run, accepts_extra=False)
 
 
@@ -79,36 +91,24 @@ def _index_path() -> Path:
     return Path(env) / "scan-index.json" if env else default_index_path()
 
 
-def machine_for(assume: Sequence[str]) -> Machine:
-    from fitplan.core.hardware import HardwareConfig, detect_hardware, parse_assumed_gpu
-
-    detected = detect_hardware()
-    if not assume:
-        return HardwareConfig().machine(detected)
-    config = HardwareConfig(use_detected=False, hypothetical=tuple(parse_assumed_gpu(s) for s in assume))
-    return config.machine(detected)
+def machine_for(assume: Sequence[str], host_ram: str | None = None) -> Machine:
+    return build_machine(MachineRequest(tuple(assume), host_ram))[0]
 
 
-def estimator_fit_check(machine: Machine, margin_bytes: int) -> FitCheck:
-    """Fits at the model's default context with llama-server's defaults, through the project's estimator."""
+def planner_fit_check(machine: Machine, margin: MarginPolicy) -> FitCheck:
+    """The planner's answer with llama-server's defaults (the window's library badge asks the same planner with
+    the model's saved settings): fits, fits only with weights on the CPU, or does not fit."""
 
     def check(model: LibraryModel) -> FitAnswer:
-        try:
-            from fitplan.core.base.launch_settings import LaunchSettings
-            from fitplan.core.estimate.estimator import estimate
-            from fitplan.core.gguf.header import ModelFiles
-            from fitplan.core.gguf.header_cache import cached_read_header
-            from fitplan.core.model.builder import build_profile
-        except ImportError as exc:
-            return FitAnswer(UNKNOWN, f"estimator unavailable: {exc}")
         try:
             shards = tuple(cached_read_header(p) for p in model.shard_paths)
             profile = build_profile(ModelFiles(shards=shards))
             mmproj = build_profile(cached_read_header(model.mmproj_path)) if model.mmproj_path else None
-            est = estimate(profile, LaunchSettings(), machine, mmproj=mmproj)
-        except Exception as exc:  # one model the estimator cannot handle must not stop the listing
+            p = plan(profile, machine, Pins(), margin=margin, mmproj=mmproj)
+            v = plan_verdict(p, machine)
+        except Exception as exc:  # one model the planner cannot handle must not stop the listing
             return FitAnswer(UNKNOWN, f"{type(exc).__name__}: {exc}")
-        return FitAnswer(est.fits(margin_bytes))
+        return FitAnswer(v.fits, v.headline, v.level.value)
 
     return check
 
@@ -131,6 +131,7 @@ def model_to_dict(m: LibraryModel, fit: FitAnswer | None) -> dict[str, object]:
         "mmproj_path": m.mmproj_path,
         "aliases": list(m.aliases),
         "fits": fit.fits if fit is not None else None,
+        "fit_level": fit.level if fit is not None else "",
         "fit_note": fit.reason if fit is not None else "not checked",
     }
 
@@ -167,10 +168,13 @@ class ProgressLine:
             self.stream.flush()
 
 
+_ANSWERS = {"fits": "yes", "offload": "with CPU offload", "no_fit": "no"}
+
+
 def format_text(result: ScanResult, fits: Sequence[FitAnswer | None]) -> str:
     rows = []
     for m, fit in zip(result.models, fits, strict=True):
-        answer = "?" if fit is None or fit.fits is None else ("yes" if fit.fits else "no")
+        answer = "?" if fit is None or fit.fits is None else ("no" if not fit.fits else _ANSWERS.get(fit.level, "yes"))
         extra = " +mmproj" if m.mmproj_path else ""
         shards = f" ({len(m.shard_paths)} files)" if len(m.shard_paths) > 1 else ""
         rows.append(
@@ -211,9 +215,10 @@ def run(
     if args.no_fit:
         fits = [None] * len(result.models)
     else:
-        check = fit_check if fit_check is not None else estimator_fit_check(
-            machine_for(args.assume_gpu), args.margin_mib * (1 << 20)
-        )
+        if fit_check is None:
+            machine = machine_for(args.assume_gpu, getattr(args, "host_ram", None))
+            fit_check = planner_fit_check(machine, margin_policy(args, machine))
+        check = fit_check
         fits = [check(m) for m in result.models]
     if args.json:
         out.print_json(

@@ -15,16 +15,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
 from fitplan.core.base.errors import FitplanError, GGUFError, SettingsError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, FlashAttn, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.model.profile import LayerKind, ModelProfile
+from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
     from fitplan.core.library.scanner import LibraryScanner
+    from fitplan.core.plan.planner import Plan
+    from fitplan.core.plan.verdict import Verdict as CoreVerdict
 
 #: The model the window opens when the user has none: a header-only example (resources/examples).
 EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
@@ -33,6 +36,8 @@ EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 CURVE_POINTS = 72
 MIN_CONTEXT = 256
 CONTEXT_STEP = 256
+#: llama-server's -np auto, what `fitplan plan` plans by default (the window plans its own slot setting).
+SERVER_DEFAULT_SLOTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +70,11 @@ class CurveData:
 
 
 class VerdictLevel:
-    """How the plan fits, for the verdict colour and the library's fit badge."""
+    """How the plan fits, for the verdict colour and the library's fit badge (the core's `FitLevel`)."""
 
-    FITS = "fits"
-    OFFLOAD = "offload"
-    NO_FIT = "no_fit"
+    FITS = FitLevel.FITS.value
+    OFFLOAD = FitLevel.OFFLOAD.value
+    NO_FIT = FitLevel.NO_FIT.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,35 @@ class OllamaSetup:
     environment: tuple[tuple[str, str], ...]
     modelfile: str
     create_argv: tuple[str, ...]
+
+
+def _verdict_text(plan: Plan, v: CoreVerdict, n_ctx: int, has_gpu: bool) -> Verdict:
+    """The window's wording of the core verdict (`fitplan.core.plan.verdict`), with its margins and slots."""
+    slots = f" Planned for {v.slots_text()}."
+    if v.n_seq != SERVER_DEFAULT_SLOTS or not v.kv_unified:
+        slots = f" Planned for {v.slots_text()} (llama-server's default: 4 slots sharing one KV cache)."
+    if v.level is FitLevel.NO_FIT:
+        shorts = "; ".join(s.describe() for s in plan.shortfalls or v.shortfalls)
+        label = (plan.shortfalls or v.shortfalls)[0].label if (plan.shortfalls or v.shortfalls) else ""
+        return Verdict(VerdictLevel.NO_FIT, f"Does not fit at {fmt_ctx(n_ctx)} context: {shorts}.{slots}", label)
+    largest = plan.largest
+    more = ""
+    if largest is not None and largest.fits:
+        if largest.capped_by_training:
+            more = f" Up to {fmt_ctx(largest.n_ctx)} context fits (the model's training length)."
+        else:
+            more = f" Up to {fmt_ctx(largest.n_ctx)} context fits; {largest.binding_label} memory is the limit."
+    if v.level is FitLevel.OFFLOAD:
+        binding = largest.binding_label if largest is not None else ""
+        return Verdict(VerdictLevel.OFFLOAD, f"Fits only with {plan.placement.description}.{more}{slots}", binding)
+    tight = v.tightest
+    where = (tight.label if has_gpu else "system RAM (CPU only)") if tight is not None else ""
+    spare = fmt_gib(tight.headroom_bytes) if tight is not None else fmt_gib(0)
+    return Verdict(
+        VerdictLevel.FITS,
+        f"Fits: {spare} to spare on {where} after the margin.{more}{slots}",
+        tight.label if tight is not None else "",
+    )
 
 
 def fmt_gib(n: int | float) -> str:
@@ -353,34 +387,8 @@ class Backend:
         plan = planner.plan(model.profile, machine, pins, margin=margin, mmproj=mmproj)
         plan_settings: LaunchSettings = plan.settings
         est: Estimate = plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine)
-        fit = planner.max_context_that_fits(
-            model.profile, plan_settings, machine, margin, planner.default_estimate_fn(mmproj=mmproj)
-        )
-        max_ctx = int(fit.n_ctx)
-        placement = plan.placement
-        if not plan.fits:
-            shorts = "; ".join(s.describe() for s in plan.shortfalls)
-            label = plan.shortfalls[0].label if plan.shortfalls else ""
-            verdict = Verdict(
-                VerdictLevel.NO_FIT, f"Does not fit at {fmt_ctx(settings.n_ctx)} context: {shorts}.", label
-            )
-        elif machine.gpus and (placement.cpu_layers or placement.cpu_expert_layers):
-            verdict = Verdict(VerdictLevel.OFFLOAD, f"Fits only with {placement.description}.", fit.binding_label)
-        else:
-            checked = [u for u in plan.context.usage if u.checked]
-            gpus = [u for u in checked if u.device.kind is DeviceKind.GPU] or checked
-            tight = min(gpus, key=lambda u: u.headroom_bytes)
-            where = tight.label if machine.gpus else "system RAM (CPU only)"
-            verdict = Verdict(
-                VerdictLevel.FITS, f"Fits: {fmt_gib(tight.headroom_bytes)} to spare on {where} after the margin.",
-                tight.label,
-            )
-        if plan.fits and max_ctx:
-            if fit.capped_by_training:
-                more = f"Up to {fmt_ctx(max_ctx)} context fits (the model's training length)."
-            else:
-                more = f"Up to {fmt_ctx(max_ctx)} context fits; {fit.binding_label} memory is the limit."
-            verdict = replace(verdict, text=f"{verdict.text} {more}")
+        verdict = _verdict_text(plan, planner.plan_verdict(plan, machine), settings.n_ctx, bool(machine.gpus))
+        max_ctx = plan.largest.n_ctx if plan.fits and plan.largest is not None else 0
         curve = self.curve(model, plan_settings, machine) if request.with_curve else None
         args = self.command_args(model, plan_settings)
         ollama = None

@@ -38,6 +38,7 @@ from fitplan.core.engines.common import (
 )
 from fitplan.core.engines.ik import (
     ik_caches,
+    ik_context_pad,
     ik_effective_mla_mode,
     ik_is_mla,
     ik_kv_cache,
@@ -55,7 +56,15 @@ from fitplan.core.engines.ollama import (
     ollama_modelfile,
     ollama_resolve,
 )
-from fitplan.core.memory.context import MAINLINE, N_CTX_PAD, CacheAllocation, EngineMemory, context_caches
+from fitplan.core.memory.context import (
+    MAINLINE,
+    N_CTX_PAD,
+    CacheAllocation,
+    ContextGrid,
+    EngineMemory,
+    context_caches,
+)
+from fitplan.core.memory.context import context_grid as mainline_context_grid
 from fitplan.core.memory.context import resolve_context as resolve_mainline_context
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
@@ -119,8 +128,7 @@ class _ForkMemory:
         return _fork_flash_attn(profile, settings)
 
     def context_pad(self, flash_attn: bool) -> int:
-        # ik_llama.cpp pads the context to 256 with flash attention and to 32 without
-        return 32 if self.engine is Engine.IK_LLAMA and not flash_attn else N_CTX_PAD
+        return ik_context_pad(flash_attn) if self.engine is Engine.IK_LLAMA else N_CTX_PAD
 
     def context_caches(
         self, profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
@@ -154,6 +162,16 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
 def resolve_context(profile: ModelProfile, settings: LaunchSettings) -> ResolvedContext:
     """The context as the settings' engine resolves it (mainline's `resolve_context` with the engine's rules)."""
     return resolve_mainline_context(profile, settings, memory_rules(settings.engine))
+
+
+def context_grid(profile: ModelProfile, settings: LaunchSettings) -> ContextGrid:
+    """The contexts the settings' engine can allocate (mainline's `context_grid` with the engine's rules)."""
+    return mainline_context_grid(profile, settings, memory_rules(settings.engine))
+
+
+def context_pad(settings: LaunchSettings, flash_attn: bool) -> int:
+    """Cells per stream the settings' engine pads n_ctx to."""
+    return memory_rules(settings.engine).context_pad(flash_attn)
 
 
 def engine_context_caches(
@@ -190,6 +208,7 @@ __all__ = [
     "ik_is_mla",
     "ik_kv_cache",
     "ik_latent_dims",
+    "ik_context_pad",
     "ik_pad_context",
     "kvarn_materialization_window_bytes",
     "kvarn_promote",
@@ -203,6 +222,8 @@ __all__ = [
     "ollama_llama_server_args",
     "ollama_modelfile",
     "ollama_resolve",
+    "context_grid",
+    "context_pad",
     "resolve_context",
     "resolve_flash_attn",
     "uses_kvarn",

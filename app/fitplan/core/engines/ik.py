@@ -15,7 +15,7 @@ from fitplan.core.engines.common import (
     _kv_layers,
     cache_row_bytes,
 )
-from fitplan.core.memory.context import CacheAllocation
+from fitplan.core.memory.context import N_CTX_PAD, CacheAllocation
 from fitplan.core.model.profile import ModelProfile
 
 
@@ -141,6 +141,14 @@ def ik_kv_cache(
     return tuple(parts)
 
 
+#: ik_llama.cpp pads n_ctx to 32 cells without flash attention (256, mainline's, with it).
+IK_CTX_PAD_NO_FA = 32
+
+
+def ik_context_pad(flash_attn: bool) -> int:
+    """Cells per stream ik pads the context to: 256 with FA and 32 without."""
+    return N_CTX_PAD if flash_attn else IK_CTX_PAD_NO_FA
+
+
 def ik_pad_context(n_ctx: int, flash_attn: bool) -> int:
-    """ik pads the context to 256 with FA and to 32 without."""
-    return _pad(n_ctx, 256 if flash_attn else 32)
+    return _pad(n_ctx, ik_context_pad(flash_attn))

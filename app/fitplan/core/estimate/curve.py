@@ -26,15 +26,20 @@ from numpy.typing import NDArray
 from fitplan.core import engines
 from fitplan.core.base.devices import Device, Machine
 from fitplan.core.base.errors import SettingsError
-from fitplan.core.base.launch_settings import Engine, LaunchSettings
+from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.base.results import TERM_ORDER, Estimate, ResolvedContext, TermKind
 from fitplan.core.estimate.estimator import compute_inputs, draft_settings, estimate
 from fitplan.core.memory import context as context_memory
 from fitplan.core.memory.compute import ComputePlan
-from fitplan.core.memory.weights import DEFAULT_CPU_FEATURES, CpuFeatures, active_gpus, place_weights
+from fitplan.core.memory.weights import (
+    DEFAULT_CPU_FEATURES,
+    CpuFeatures,
+    active_gpu_positions,
+    active_gpus,
+    place_weights,
+)
 from fitplan.core.model.profile import ModelProfile
 
-N_CTX_PAD = 256
 _KIND_INDEX = {k: i for i, k in enumerate(TERM_ORDER)}
 
 
@@ -70,17 +75,15 @@ class Curve:
 
 
 def _resolved_n_ctx(
-    profile: ModelProfile, ref: ResolvedContext, contexts: NDArray[np.int64], ik: bool = False
+    grid: context_memory.ContextGrid, n_ctx_train: int, contexts: NDArray[np.int64]
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """n_ctx and n_ctx_seq for each requested context, with the reference's streams (llama_context padding;
-    ik_llama.cpp pads to 32 cells without flash attention, as `context_memory.resolve_context` does)."""
-    step = 32 if ik and not ref.flash_attn else N_CTX_PAD
-    n = np.where(contexts > 0, contexts, profile.n_ctx_train)
-    n_ctx = (n + step - 1) // step * step
-    if ref.kv_unified:
-        return n_ctx, n_ctx
-    seq = (n_ctx // ref.n_seq_max + step - 1) // step * step
-    return seq * ref.n_seq_max, seq
+    """n_ctx and n_ctx_seq for each requested context on the settings' grid (`context_memory.ContextGrid.padded`)."""
+    n = np.where(contexts > 0, contexts, n_ctx_train).tolist()
+    pairs = [grid.padded(int(x)) for x in n]
+    return (
+        np.fromiter((a for a, _ in pairs), dtype=np.int64, count=len(pairs)),
+        np.fromiter((b for _, b in pairs), dtype=np.int64, count=len(pairs)),
+    )
 
 
 def estimate_curve(
@@ -134,10 +137,12 @@ def estimate_curve(
         for k in (TermKind.WEIGHTS, TermKind.OUTPUT, TermKind.MMPROJ, TermKind.RESERVE):
             out[d, _KIND_INDEX[k], idx] = de.bytes_of(k)
 
-    n_ctx, n_ctx_seq = _resolved_n_ctx(profile, ref.context, ctxs[idx], settings.engine is Engine.IK_LLAMA)
+    n_ctx, n_ctx_seq = _resolved_n_ctx(
+        context_memory.ContextGrid.of(ref.context, engines.memory_rules(settings.engine)), profile.n_ctx_train, ctxs[idx]
+    )
     n_ctx_out[idx] = n_ctx
     gpus = active_gpus(settings, machine)
-    dev_row = _device_rows(machine, gpus)
+    dev_row = _device_rows(machine, active_gpu_positions(settings, machine))
     placement = place_weights(
         profile, ref_settings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
     )
@@ -195,11 +200,11 @@ def _layer_dev(layer_device: tuple[int | None, ...], il: int) -> int | None:
     return layer_device[il] if il < len(layer_device) else layer_device[-1]
 
 
-def _device_rows(machine: Machine, gpus: Sequence[Device]) -> dict[int | None, int]:
-    """Row of the curve for each placement device index (active GPUs) and the host (None)."""
+def _device_rows(machine: Machine, positions: Sequence[int]) -> dict[int | None, int]:
+    """Row of the curve for each placement device index (active GPUs, at their machine positions) and the host."""
     rows: dict[int | None, int] = {None: len(machine.gpus)}
-    for gi, g in enumerate(gpus):
-        rows[gi] = next(i for i, m in enumerate(machine.gpus) if m is g)
+    for gi, mi in enumerate(positions):
+        rows[gi] = mi
     return rows
 
 

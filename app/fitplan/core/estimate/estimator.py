@@ -47,10 +47,10 @@ from fitplan.core.memory.weights import (
     DEFAULT_CPU_FEATURES,
     CpuFeatures,
     WeightPlacement,
+    active_gpu_positions,
     active_gpus,
     effective_overrides,
     gpu_backend,
-    machine_index,
     place_weights,
 )
 from fitplan.core.model.profile import ModelProfile
@@ -129,7 +129,7 @@ def estimate(
 
     ctx = _resolve(profile, settings, placement)
     parts = _Parts([[] for _ in range(len(gpus) + 1)], [[] for _ in range(len(gpus) + 1)])
-    names = [gpu_backend(d, machine_index(machine, d)).buffer_type for d in gpus]
+    names = [gpu_backend(machine.gpus[i], i).buffer_type for i in active_gpu_positions(settings, machine)]
 
     _add_weights(parts, placement, names)
 
@@ -172,7 +172,7 @@ def estimate(
     if settings.n_ctx > profile.n_ctx_train > 0:
         warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
 
-    devices = _assemble(machine, gpus, parts)
+    devices = _assemble(machine, active_gpu_positions(settings, machine), parts)
     host_runtime = _host_runtime(profile, settings, ctx, caches)
     return Estimate(
         settings=settings,
@@ -618,12 +618,12 @@ def _add_draft(
 ) -> None:
     dsettings = dataclasses.replace(draft_settings(settings), n_ctx=ctx.n_ctx)
     sub = estimate(draft, dsettings, machine, reserve_bytes=0, cpu=cpu)
-    gpus = active_gpus(settings, machine)
-    for i, de in enumerate(sub.devices):
+    positions = active_gpu_positions(settings, machine)
+    for i, de in enumerate(sub.devices):  # in machine order: GPU i is machine.gpus[i]
         if de.device.kind is DeviceKind.CPU:
             dev: int | None = None
         else:
-            dev = next((j for j, g in enumerate(gpus) if g is de.device), None)
+            dev = positions.index(i) if i in positions else None
             if dev is None:
                 continue
         total = de.used_bytes
@@ -634,10 +634,10 @@ def _add_draft(
         del i
 
 
-def _assemble(machine: Machine, gpus: Sequence[Device], parts: _Parts) -> tuple[DeviceEstimate, ...]:
+def _assemble(machine: Machine, positions: Sequence[int], parts: _Parts) -> tuple[DeviceEstimate, ...]:
     out: list[DeviceEstimate] = []
-    for d in machine.gpus:
-        idx = next((j for j, g in enumerate(gpus) if g is d), None)
+    for mi, d in enumerate(machine.gpus):
+        idx = positions.index(mi) if mi in positions else None
         terms = tuple(parts.terms[idx]) if idx is not None else ()
         transient = tuple(parts.transient[idx]) if idx is not None and parts.transient else ()
         out.append(DeviceEstimate(d, terms, transient))

@@ -240,32 +240,90 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     return on
 
 
-def resolve_context(
-    profile: ModelProfile, settings: LaunchSettings, rules: EngineMemory | None = None
-) -> ResolvedContext:
-    """The context llama.cpp derives from the settings (src/llama-context.cpp:llama_context::llama_context).
+@dataclass(frozen=True, slots=True)
+class ContextGrid:
+    """The contexts llama.cpp can allocate for one set of settings: padding, sequences and streams.
 
-    `rules`: the engine's (`fitplan.core.engines.memory_rules(settings.engine)`); None = mainline's."""
-    if rules is None:
-        _mainline_only(settings, "resolve_context")
-        rules = MAINLINE
-    n_batch_param = settings.n_batch
-    n_ubatch_param = settings.n_ubatch
+    The one place for these rules (llama_context::llama_context, server.cpp's -np auto): `resolve_context`, the
+    curve, the planner and the engines all take the grid from `context_grid`. The padding is the engine's
+    (`EngineMemory.context_pad`: 256 cells, ik_llama.cpp 32 without flash attention).
+    """
+
+    pad: int  # cells per stream n_ctx is padded to
+    n_seq_max: int  # sequences (slots): -np, 4 for llama-server's -np auto, 1 for the other tools' default
+    kv_unified: bool  # one stream shared by every sequence (forced by llama-server's -np auto)
+    flash_attn: bool  # resolved (the padding of ik_llama.cpp depends on it)
+
+    @classmethod
+    def of(cls, resolved: ResolvedContext, rules: EngineMemory) -> ContextGrid:
+        """The grid a resolved context sits on (its sequences, streams and flash attention)."""
+        fa = resolved.flash_attn
+        return cls(rules.context_pad(fa), resolved.n_seq_max, resolved.kv_unified, fa)
+
+    @property
+    def n_stream(self) -> int:
+        return 1 if self.kv_unified else self.n_seq_max
+
+    @property
+    def step(self) -> int:
+        """The distance between two contexts on the grid: pad cells per stream."""
+        return self.pad * self.n_stream
+
+    def padded(self, n_ctx: int) -> tuple[int, int]:
+        """(n_ctx, n_ctx_seq) llama.cpp allocates for a requested (non-zero) n_ctx."""
+        n = pad(n_ctx, self.pad)
+        if self.kv_unified:
+            return n, n
+        seq = pad(n // self.n_seq_max, self.pad)
+        return seq * self.n_seq_max, seq
+
+    def training_cap(self, n_ctx_train: int) -> int:
+        """The largest context on the grid within the training length per stream (at least one step)."""
+        per_stream = (n_ctx_train // self.pad) * self.pad if n_ctx_train > 0 else 0
+        return max(self.pad, per_stream) * self.n_stream
+
+
+def sequence_layout(settings: LaunchSettings) -> tuple[int, bool]:
+    """(n_seq_max, kv_unified) of `settings`: -np, llama-server's -np auto (4 slots, one unified cache), the other
+    tools' default of 1; SettingsError for more sequences than LLAMA_MAX_SEQ."""
     n_parallel = settings.n_parallel
     kv_unified = bool(settings.kv_unified)
-    # llama-cli runs the server in-process (tools/cli/cli-server.h: llama_server(params)) with its own defaults
-    server_code = settings.tool in (Tool.SERVER, Tool.CLI)
     if n_parallel < 0:
         if settings.tool is Tool.SERVER:
             n_parallel = SERVER_AUTO_PARALLEL  # server.cpp: "-np auto" = 4 slots, kv_unified forced on
             kv_unified = True
         else:
             n_parallel = 1  # common/common.h: n_parallel = 1 (only llama-server defaults to auto)
-    if server_code and settings.embedding and n_batch_param > n_ubatch_param:
-        n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
     n_seq_max = max(1, n_parallel)
     if n_seq_max > LLAMA_MAX_SEQ:
         raise SettingsError(f"n_seq_max must be <= {LLAMA_MAX_SEQ}")
+    return n_seq_max, kv_unified
+
+
+def context_grid(profile: ModelProfile, settings: LaunchSettings, rules: EngineMemory | None = None) -> ContextGrid:
+    """The context grid of `settings` under the engine's `rules` (None = mainline's; see `sequence_layout`)."""
+    if rules is None:
+        _mainline_only(settings, "context_grid")
+        rules = MAINLINE
+    n_seq_max, kv_unified = sequence_layout(settings)
+    flash_attn = rules.resolve_flash_attn(profile, settings)
+    return ContextGrid(rules.context_pad(flash_attn), n_seq_max, kv_unified, flash_attn)
+
+
+def resolve_context(
+    profile: ModelProfile, settings: LaunchSettings, rules: EngineMemory | None = None
+) -> ResolvedContext:
+    """The context llama.cpp derives from the settings (src/llama-context.cpp:llama_context::llama_context).
+
+    `rules`: the engine's (`fitplan.core.engines.memory_rules(settings.engine)`); None = mainline's."""
+    grid = context_grid(profile, settings, rules)
+    n_batch_param = settings.n_batch
+    n_ubatch_param = settings.n_ubatch
+    n_parallel = grid.n_seq_max
+    # llama-cli runs the server in-process (tools/cli/cli-server.h: llama_server(params)) with its own defaults
+    server_code = settings.tool in (Tool.SERVER, Tool.CLI)
+    if server_code and settings.embedding and n_batch_param > n_ubatch_param:
+        n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
 
     n_ctx = settings.n_ctx if settings.n_ctx > 0 else profile.n_ctx_train
     if n_ctx <= 0:
@@ -289,26 +347,17 @@ def resolve_context(
         requested = 0
     n_outputs_max = n_batch if requested == 0 or profile.has_encoder else requested
 
-    flash_attn = rules.resolve_flash_attn(profile, settings)
-    ctx_pad = rules.context_pad(flash_attn)
-    n_ctx = pad(n_ctx, ctx_pad)
-    if kv_unified:
-        n_ctx_seq = n_ctx
-        n_stream = 1
-    else:
-        n_ctx_seq = pad(n_ctx // n_seq_max, ctx_pad)
-        n_ctx = n_ctx_seq * n_seq_max
-        n_stream = n_seq_max
+    n_ctx, n_ctx_seq = grid.padded(n_ctx)
     return ResolvedContext(
         n_ctx=n_ctx,
         n_ctx_seq=n_ctx_seq,
-        n_seq_max=n_seq_max,
-        n_stream=n_stream,
-        kv_unified=kv_unified,
+        n_seq_max=grid.n_seq_max,
+        n_stream=grid.n_stream,
+        kv_unified=grid.kv_unified,
         n_batch=n_batch,
         n_ubatch=n_ubatch,
         n_outputs_max=n_outputs_max,
-        flash_attn=flash_attn,
+        flash_attn=grid.flash_attn,
         n_gpu_layers=settings.n_gpu_layers,
         n_rs_seq=n_rs_seq(profile, settings),
         embeddings=settings.embedding,

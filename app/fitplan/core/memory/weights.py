@@ -242,31 +242,33 @@ def effective_overrides(settings: LaunchSettings) -> tuple[TensorOverride, ...]:
     return (*settings.tensor_overrides, *extra)
 
 
-def active_gpus(settings: LaunchSettings, machine: Machine) -> tuple[Device, ...]:
-    """The GPUs llama.cpp uses: `-dev` filter, then `-sm none` keeps only `-mg`."""
-    gpus = machine.gpus
+def active_gpu_positions(settings: LaunchSettings, machine: Machine) -> tuple[int, ...]:
+    """Positions in `machine.gpus` of the GPUs llama.cpp uses: `-dev` filter, then `-sm none` keeps only `-mg`.
+
+    A device is its position: two identical cards (one `Device` value twice, as "2x RTX 3090" gives) are two
+    devices, CUDA0 and CUDA1, never found by identity or equality."""
+    positions = tuple(range(len(machine.gpus)))
     if settings.devices is not None:
-        wanted = settings.devices
-        picked: list[Device] = []
-        for i, d in enumerate(gpus):
-            names = {d.name, d.backend_name, gpu_backend(d, i).buffer_type}
-            if names & set(wanted):
-                picked.append(d)
-        gpus = tuple(picked) if wanted else ()
-        if wanted and not gpus:
-            raise SettingsError(f"-dev {','.join(wanted)}: no such device (have: {_names(machine.gpus)})")
-    if settings.split_mode is SplitMode.NONE and gpus:
+        wanted = set(settings.devices)
+        positions = tuple(
+            i
+            for i, d in enumerate(machine.gpus)
+            if {d.name, d.backend_name, gpu_backend(d, i).buffer_type} & wanted
+        )
+        if wanted and not positions:
+            raise SettingsError(f"-dev {','.join(settings.devices)}: no such device (have: {_names(machine.gpus)})")
+    if settings.split_mode is SplitMode.NONE and positions:
         if settings.main_gpu < 0:
             return ()
-        if settings.main_gpu >= len(gpus):
-            raise SettingsError(f"-mg {settings.main_gpu}: only {len(gpus)} GPU(s)")
-        return (gpus[settings.main_gpu],)
-    return gpus
+        if settings.main_gpu >= len(positions):
+            raise SettingsError(f"-mg {settings.main_gpu}: only {len(positions)} GPU(s)")
+        return (positions[settings.main_gpu],)
+    return positions
 
 
-def machine_index(machine: Machine, device: Device) -> int:
-    """Position of `device` in the machine's GPU list (llama.cpp names backends by it: CUDA0, CUDA1...)."""
-    return next(i for i, g in enumerate(machine.gpus) if g is device)
+def active_gpus(settings: LaunchSettings, machine: Machine) -> tuple[Device, ...]:
+    """The GPUs llama.cpp uses, in order (see `active_gpu_positions`, which says where each one sits)."""
+    return tuple(machine.gpus[i] for i in active_gpu_positions(settings, machine))
 
 
 def _names(gpus: Sequence[Device]) -> str:
@@ -326,8 +328,9 @@ def _place_weights(
     gpu_build: bool | None,
     load_mtp: bool,
 ) -> WeightPlacement:
-    gpus = active_gpus(settings, machine)
-    backends = [gpu_backend(d, machine_index(machine, d)) for d in gpus]
+    positions = active_gpu_positions(settings, machine)
+    gpus = tuple(machine.gpus[i] for i in positions)
+    backends = [gpu_backend(machine.gpus[i], i) for i in positions]
     if gpu_build is None:
         gpu_build = bool(machine.gpus)
     ngl = resolve_n_gpu_layers(settings.n_gpu_layers, profile.n_layer_all, len(gpus))

@@ -1,0 +1,60 @@
+"""The one machine builder of the CLI and the window: detected GPUs, `--assume-gpu` specs, `--host-ram`, RPC devices.
+
+Every device is its position in the machine: "2x RTX 3090" gives two GPUs (CUDA0 and CUDA1) even though both are
+the same `Device` value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fitplan.core import hardware
+from fitplan.core.base.devices import Device, Machine
+from fitplan.core.base.errors import FitplanError, FlagError
+from fitplan.core.hardware import HardwareConfig, parse_assumed_gpu
+from fitplan.core.hardware.catalog import parse_size
+from fitplan.core.hardware.probe import ProbeResult
+
+__all__ = ["MachineRequest", "build_machine", "parse_host_ram"]
+
+
+@dataclass(frozen=True, slots=True)
+class MachineRequest:
+    """What the user said about the machine."""
+
+    assume_gpus: tuple[str, ...] = ()  # --assume-gpu specs: plan for these instead of the detected GPUs
+    host_ram: str | None = None  # --host-ram SIZE: instead of the detected host RAM
+    rpc: tuple[Device, ...] = ()  # RPC devices, listed first (llama.cpp enumerates them first)
+    no_gpu: bool = False  # -dev none
+
+
+def parse_host_ram(text: str) -> int:
+    ram = parse_size(text)
+    if ram is None or ram <= 0:
+        raise FlagError(f"--host-ram {text!r}: not a memory size like 64GiB")
+    return ram
+
+
+def build_machine(
+    req: MachineRequest, detect: Callable[[], ProbeResult] | None = None
+) -> tuple[Machine, tuple[str, ...]]:
+    """The machine to plan for, and what the probes could not read (one line each)."""
+    ram = parse_host_ram(req.host_ram) if req.host_ram is not None else None
+    try:
+        hyp = tuple(parse_assumed_gpu(s) for s in req.assume_gpus)
+    except FitplanError:
+        raise
+    except ValueError as exc:
+        raise FlagError(f"--assume-gpu: {exc}") from None
+    use_detected = not req.assume_gpus and not req.no_gpu
+    needs_probe = use_detected or ram is None
+    detected = (detect or hardware.detect_hardware)() if needs_probe else ProbeResult()
+    config = HardwareConfig(use_detected=use_detected, hypothetical=() if req.no_gpu else hyp, host_ram_bytes=ram)
+    machine = config.machine(detected)
+    return Machine((*req.rpc, *machine.gpus), machine.host), tuple(detected.problems)
+
+
+def machine_of(assume: Sequence[str], host_ram: str | None) -> Machine:
+    """`build_machine` for the plain case: assumed GPUs (else the detected ones) and host RAM."""
+    return build_machine(MachineRequest(tuple(assume), host_ram))[0]

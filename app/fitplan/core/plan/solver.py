@@ -1,0 +1,290 @@
+"""The placement search: the most layers on the GPUs, then the fewest expert bytes off them (`planner`).
+
+GPU memory falls and host memory rises as layers (lower -ngl) or experts (higher --n-cpu-moe) leave the GPUs, so:
+
+* with --n-cpu-moe fixed (dense models, or pinned), the largest -ngl whose GPUs fit is found by bisection; if the
+  host is short there, every placement with fewer layers on the GPUs is shorter still: nothing fits;
+* with --n-cpu-moe free (MoE), for each -ngl from the largest one whose GPUs can fit at all downwards, the smallest
+  --n-cpu-moe whose GPUs fit (bisection); the first -ngl where the host fits there too is the answer (the most
+  layers on the GPUs, then the fewest expert bytes off them); where no expert can come back (--n-cpu-moe at its
+  lowest) and the host is short, fewer layers on the GPUs only add to the host: nothing fits.
+
+With several GPUs and no -ts pin each point's split is balanced layer by layer (`Solver.balance`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, SplitMode
+from fitplan.core.plan.search import Evaluator, largest_true, smallest_true
+from fitplan.core.plan.space import PlacementSpace, proportional_split
+from fitplan.core.plan.usage import DeviceUse
+
+__all__ = ["Check", "Point", "Solver"]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One point of the placement space."""
+
+    ngl: int
+    ncmoe: int
+    split: tuple[int, ...] | None  # layers per GPU (None: one GPU, or -ts pinned)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A point evaluated at one context."""
+
+    point: Point
+    gpus_fit: bool
+    host_fits: bool
+
+    @property
+    def fits(self) -> bool:
+        return self.gpus_fit and self.host_fits
+
+
+def _largest_gpu_fit(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
+    """The largest -ngl in [lo, hi] whose GPUs fit. Fewer layers on the GPUs take memory off them, except that
+    with -ngl below all a GPU that holds no layer still gets a compute buffer (the CPU layers' matrix products are
+    offloaded to it): when even `lo` does not fit, the points are tried from the top down instead of bisected."""
+    if pred(hi):
+        return hi
+    if lo < hi and pred(lo):
+        return largest_true(lo, hi, pred)
+    return next((g for g in range(hi - 1, lo, -1) if pred(g)), None)
+
+
+def _gpus_fit(usage: Sequence[DeviceUse]) -> bool:
+    return all(u.fits for u in usage if u.gpu_index is not None)
+
+
+def _host_fits(usage: Sequence[DeviceUse]) -> bool:
+    return all(u.fits for u in usage if u.gpu_index is None)
+
+
+class Solver:
+    def __init__(
+        self,
+        ev: Evaluator,
+        base: LaunchSettings,
+        space: PlacementSpace,
+        *,
+        tensor_split: tuple[float, ...] | None,
+    ) -> None:
+        self.ev = ev
+        self.base = base
+        self.space = space
+        self.pinned_split = tensor_split
+        self.gpus = ev.machine.gpus
+        self.L = space.L
+        self.caps = [ev.margin.capacity(d, i) for i, d in enumerate(self.gpus)]
+        self.split_free = (
+            len(self.gpus) > 1
+            and tensor_split is None
+            and base.split_mode is SplitMode.LAYER
+            and base.devices is None
+        )
+        self.balanced: dict[tuple[int, int], tuple[int, ...]] = {}  # (ngl, ncmoe) -> balanced split
+
+    def settings(self, p: Point, n_ctx: int) -> LaunchSettings:
+        ts: tuple[float, ...]
+        if self.pinned_split is not None:
+            ts = self.pinned_split
+        elif p.split is not None and len(self.gpus) > 1 and sum(p.split) > 0:
+            ts = tuple(float(x) for x in p.split)
+        else:
+            ts = ()
+        return dataclasses.replace(
+            self.base,
+            n_ctx=n_ctx,
+            n_gpu_layers=NGL_ALL if p.ngl >= self.L + 1 else p.ngl,
+            n_cpu_moe=p.ncmoe,
+            tensor_split=ts,
+        )
+
+    def usage(self, p: Point, n_ctx: int) -> tuple[DeviceUse, ...]:
+        return self.ev(self.settings(p, n_ctx))[1]
+
+    def initial_split(self, ngl: int) -> tuple[int, ...] | None:
+        if not self.split_free:
+            return None
+        return proportional_split(min(ngl, self.L + 1), self.caps)
+
+    def _heads(self, ngl: int, ncmoe: int, counts: Sequence[int], n_ctx: int) -> list[int]:
+        usage = self.usage(Point(ngl, ncmoe, tuple(counts)), n_ctx)
+        return [u.headroom_bytes for u in usage[: len(self.gpus)]]
+
+    def balance(
+        self, ngl: int, ncmoe: int, split: tuple[int, ...] | None, n_ctx: int
+    ) -> tuple[int, ...] | None:
+        """Move layers from the GPU with the least headroom to the one with the most while the headrooms, smallest
+        first, grow (compared in order, so that of two equally tight GPUs one can be relieved first); stop where
+        moving one more layer no longer helps. When one layer helps, the headroom it shifts
+        predicts how many layers would even out the two GPUs; that jump is tried once and kept when it leaves
+        more headroom on the tightest GPU than the single move."""
+        if split is None or not self.split_free:
+            return split
+        counts = list(split)
+        n_gpu = len(self.gpus)
+        cur = self._heads(ngl, ncmoe, counts, n_ctx)
+        for _ in range(4 * (self.L + 1)):
+            lo = min(range(n_gpu), key=lambda i: cur[i])
+            if counts[lo] == 0:
+                break
+            step = self._relieve(ngl, ncmoe, counts, cur, lo, n_ctx)
+            if step is None:
+                break
+            counts, cur = step
+        return tuple(counts)
+
+    def _relieve(
+        self, ngl: int, ncmoe: int, counts: list[int], cur: list[int], lo: int, n_ctx: int
+    ) -> tuple[list[int], list[int]] | None:
+        """One layer (or the predicted jump) from GPU `lo` to the GPU with the most headroom where that helps;
+        a GPU without layers may look roomy but takes its compute buffer with the first layer, so the roomiest GPU
+        that holds layers is tried first, then the roomiest empty one."""
+        others = sorted((i for i in range(len(cur)) if i != lo), key=lambda i: -cur[i])
+        with_layers = [i for i in others if counts[i] > 0][:1]
+        empty = [i for i in others if counts[i] == 0][:1]
+        for hi in with_layers + empty:
+            trial = list(counts)
+            trial[lo] -= 1
+            trial[hi] += 1
+            new = self._heads(ngl, ncmoe, trial, n_ctx)
+            if sorted(new) <= sorted(cur):  # the smallest headroom, then the next smallest ...: no better
+                continue
+            far = self._jump(ngl, ncmoe, counts, cur, new, lo, hi, n_ctx)
+            if far is not None and sorted(far[1]) > sorted(new):
+                return far
+            return trial, new
+        return None
+
+    def _jump(
+        self,
+        ngl: int,
+        ncmoe: int,
+        counts: list[int],
+        cur: list[int],
+        new: list[int],
+        lo: int,
+        hi: int,
+        n_ctx: int,
+    ) -> tuple[list[int], list[int]] | None:
+        gain, loss = new[lo] - cur[lo], cur[hi] - new[hi]  # what one layer gives `lo` and takes from `hi`
+        if gain <= 0 or loss < 0:
+            return None
+        others = [cur[i] for i in range(len(cur)) if i not in (lo, hi)]
+        jump = (cur[hi] - cur[lo]) // (gain + loss)
+        if others:
+            jump = min(jump, (min(others) - cur[lo]) // gain)
+        jump = min(jump, counts[lo])
+        if jump <= 1:
+            return None
+        far = list(counts)
+        far[lo] -= jump
+        far[hi] += jump
+        return far, self._heads(ngl, ncmoe, far, n_ctx)
+
+    def start_split(self, ngl: int, ncmoe: int) -> tuple[int, ...] | None:
+        """Where balancing starts: the balanced split of the nearest placement already tried, else the split by
+        capacity. Layers added or removed go to or come from the first GPUs, as -ngl offloads from the back."""
+        if not self.split_free or not self.balanced:
+            return self.initial_split(ngl)
+        g, n = min(self.balanced, key=lambda k: (abs(k[0] - ngl), abs(k[1] - ncmoe), k))
+        counts = list(self.balanced[(g, n)])
+        diff = min(ngl, self.L + 1) - sum(counts)
+        if diff > 0:
+            counts[0] += diff
+        for i in range(len(counts)):
+            if diff >= 0:
+                break
+            take = min(counts[i], -diff)
+            counts[i] -= take
+            diff += take
+        return tuple(counts)
+
+    def check(self, ngl: int, ncmoe: int, n_ctx: int) -> Check:
+        """The point (ngl, ncmoe) at `n_ctx`, with its split balanced when the first split does not fit."""
+        split = self.start_split(ngl, ncmoe)
+        usage = self.usage(Point(ngl, ncmoe, split), n_ctx)
+        if not (_gpus_fit(usage) and _host_fits(usage)) and split is not None and self.split_free:
+            split = self.balance(ngl, ncmoe, split, n_ctx) or split
+            self.balanced[(ngl, ncmoe)] = split
+            usage = self.usage(Point(ngl, ncmoe, split), n_ctx)
+        return Check(Point(ngl, ncmoe, split), _gpus_fit(usage), _host_fits(usage))
+
+    # -- the search -------------------------------------------------------------------------------------------
+
+    def search(
+        self, ngl_choices: tuple[int, int], ncmoe_choices: tuple[int, int], n_ctx: int
+    ) -> tuple[list[Check], Check]:
+        """The feasible points that are best by the objective's placement criteria (ties included), and the last
+        point tried (what to report when nothing fits). `*_choices` are inclusive ranges; a pin is a range of one value."""
+        lo_n, hi_n = ncmoe_choices
+        if lo_n == hi_n:
+            return self._search_layers(ngl_choices, lo_n, n_ctx)
+        return self._search_moe(ngl_choices, ncmoe_choices, n_ctx)
+
+    def _search_layers(
+        self, ngl_choices: tuple[int, int], ncmoe: int, n_ctx: int
+    ) -> tuple[list[Check], Check]:
+        lo, hi = ngl_choices
+        seen: dict[int, Check] = {}
+
+        def gpus_ok(g: int) -> bool:
+            seen[g] = self.check(g, ncmoe, n_ctx)
+            return seen[g].gpus_fit
+
+        best = _largest_gpu_fit(lo, hi, gpus_ok)
+        if best is None:
+            return [], seen[lo]
+        chosen = seen[best]
+        return ([chosen] if chosen.host_fits else []), chosen
+
+    def _search_moe(
+        self, ngl_choices: tuple[int, int], ncmoe_choices: tuple[int, int], n_ctx: int
+    ) -> tuple[list[Check], Check]:
+        lo_g, hi_g = ngl_choices
+        lo_n, hi_n = ncmoe_choices
+        first = self.check(hi_g, lo_n, n_ctx)
+        if first.fits:  # everything the pins allow on the GPUs: nothing can be better
+            return self._with_noop(first, hi_n, n_ctx), first
+        # the largest -ngl whose GPUs can fit at all (every expert that can go to the CPU there)
+        top = _largest_gpu_fit(lo_g, hi_g, lambda g: self.check(g, hi_n, n_ctx).gpus_fit)
+        if top is None:
+            return [], self.check(lo_g, hi_n, n_ctx)
+        last = self.check(top, hi_n, n_ctx)
+        for ngl in range(top, lo_g - 1, -1):
+            seen: dict[int, Check] = {}
+
+            def gpus_ok(n: int, g: int = ngl, memo: dict[int, Check] = seen) -> bool:
+                memo[n] = self.check(g, n, n_ctx)
+                return memo[n].gpus_fit
+
+            n_min = smallest_true(lo_n, hi_n, gpus_ok)
+            if n_min is None:
+                continue
+            last = seen[n_min]
+            if not last.host_fits:
+                if n_min == lo_n:
+                    break  # no expert to bring back: fewer layers on the GPUs only add to the host
+                continue
+            return self._with_noop(last, hi_n, n_ctx), last
+        return [], last
+
+    def _with_noop(self, c: Check, hi_n: int, n_ctx: int) -> list[Check]:
+        """`c`, and with several GPUs the same point with one more --n-cpu-moe when that moves no expert (no
+        pipeline parallelism: smaller compute buffers, so maybe a larger context; the planner compares them)."""
+        p = c.point
+        space = self.space
+        if len(self.gpus) < 2 or p.ncmoe >= hi_n or p.ncmoe > 0:
+            return [c]
+        if space.off_gpu_bytes(p.ngl, p.ncmoe + 1) != space.off_gpu_bytes(p.ngl, p.ncmoe):
+            return [c]
+        extra = self.check(p.ngl, p.ncmoe + 1, n_ctx)
+        return [c, extra] if extra.fits else [c]

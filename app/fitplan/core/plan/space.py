@@ -1,0 +1,144 @@
+"""The placement space a plan searches: -ngl, --n-cpu-moe and the per-GPU layer split, and what each point costs.
+
+A point is (ngl, ncmoe, split): `ngl` offloaded layer indices (0..L+1, the output layer first, as llama.cpp offloads
+from the back), the expert tensors of the first `ncmoe` layers on the CPU (0..the last MoE layer + 1), and for
+several GPUs the offloaded layers each GPU takes (`-ts` as layer counts, every composition of the offloaded count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from fitplan.core.model.profile import ModelProfile, TensorRole
+
+__all__ = ["Placement", "PlacementSpace", "compositions", "describe_placement", "proportional_split"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where the weights go, in llama-server terms, plus the same in words."""
+
+    n_gpu_layers: int  # offloaded layer indices, output layer included (0..n_layer_all+1)
+    n_cpu_moe: int  # --n-cpu-moe N
+    tensor_split: tuple[int, ...]  # layers per GPU (empty: one GPU or none)
+    cpu_layers: int  # trunk layers entirely on the CPU
+    cpu_expert_layers: int  # MoE layers whose experts are on the CPU (among the GPU layers)
+    description: str
+    off_gpu_bytes: int = 0  # weight bytes the placement keeps off the GPUs (`PlacementSpace.off_gpu_bytes`)
+
+
+class PlacementSpace:
+    """Per layer index (0..L-1 blocks, L the output layer): the weight bytes it holds and its expert bytes."""
+
+    def __init__(self, profile: ModelProfile) -> None:
+        self.profile = profile
+        self.L = profile.n_layer_all
+        layer_bytes = [0] * (self.L + 1)
+        expert_bytes = [0] * (self.L + 1)
+        skipped = {lp.index for lp in profile.layers if lp.is_nextn}
+        for t in profile.tensors:
+            if t.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD):
+                continue  # input tensors are always on the CPU
+            if t.layer is not None and (t.layer in skipped or t.layer >= profile.n_layer):
+                continue  # NextN / MTP blocks are not loaded
+            li = t.layer if t.layer is not None and t.layer < self.L else self.L
+            layer_bytes[li] += t.n_bytes
+            if t.role is TensorRole.EXPERTS:
+                expert_bytes[li] += t.n_bytes
+        self.layer_bytes = tuple(layer_bytes)
+        self.expert_bytes = tuple(expert_bytes)
+        self.moe_flags = _moe_layer_flags(profile)
+        self.moe_layers = tuple(i for i, f in enumerate(self.moe_flags) if f)
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.moe_layers)
+
+    @property
+    def max_ncmoe(self) -> int:
+        """--n-cpu-moe beyond which nothing more moves: the last MoE layer + 1 (0 for a dense model)."""
+        return self.moe_layers[-1] + 1 if self.moe_layers else 0
+
+    def first_gpu_layer(self, ngl: int) -> int:
+        return max(0, self.L + 1 - min(ngl, self.L + 1))
+
+    def off_gpu_bytes(self, ngl: int, ncmoe: int) -> int:
+        """Weight bytes off the GPUs (tensor bytes as the file stores them, input embeddings excluded): the layers
+        below the first offloaded index, then the experts of the offloaded layers among the first `ncmoe`."""
+        first = self.first_gpu_layer(ngl)
+        off = sum(self.layer_bytes[:first])
+        off += sum(self.expert_bytes[first : max(first, min(ncmoe, self.L))])
+        return off
+
+
+def _moe_layer_flags(profile: ModelProfile) -> tuple[bool, ...]:
+    """Per trunk layer: does it hold routed expert tensors (what --n-cpu-moe moves)?"""
+    has = [False] * profile.n_layer_all
+    for t in profile.tensors:
+        if t.role is TensorRole.EXPERTS and t.layer is not None and 0 <= t.layer < profile.n_layer_all:
+            has[t.layer] = True
+    if not any(has):
+        for layer in profile.layers:
+            if layer.is_moe and 0 <= layer.index < profile.n_layer_all:
+                has[layer.index] = True
+    return tuple(has)
+
+
+def proportional_split(n_layers: int, capacities: Sequence[int]) -> tuple[int, ...]:
+    """`n_layers` offloaded indices split in proportion to each GPU's capacity (largest remainder)."""
+    caps = [max(0, c) for c in capacities]
+    total = sum(caps)
+    if total <= 0:
+        caps = [1] * len(caps)
+        total = len(caps)
+    exact = [n_layers * c / total for c in caps]
+    counts = [int(x) for x in exact]
+    rest = n_layers - sum(counts)
+    order = sorted(range(len(caps)), key=lambda i: (exact[i] - counts[i], caps[i]), reverse=True)
+    for i in order[:rest]:
+        counts[i] += 1
+    return tuple(counts)
+
+
+def compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+    """Every way to give `total` layers to `parts` GPUs in order (zeros allowed)."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(total, -1, -1):
+        for rest in compositions(total - first, parts - 1):
+            yield (first, *rest)
+
+
+def describe_placement(
+    space: PlacementSpace, ngl: int, ncmoe: int, split: tuple[int, ...], n_gpus: int
+) -> Placement:
+    profile = space.profile
+    L = space.L
+    act = min(ngl, L + 1) if n_gpus else 0
+    cpu_layers = min(profile.n_layer, max(0, L + 1 - act))
+    cpu_expert_layers = sum(1 for i in range(min(ncmoe, L)) if space.moe_flags[i] and i >= cpu_layers)
+    parts: list[str] = []
+    if n_gpus == 0:
+        parts.append("everything on the CPU (no GPU)")
+    elif act >= L + 1 and cpu_expert_layers == 0:
+        parts.append("all layers on the GPU" + ("s" if n_gpus > 1 else ""))
+    else:
+        if cpu_expert_layers:
+            parts.append(f"{cpu_expert_layers} expert layer{'s' if cpu_expert_layers != 1 else ''} on CPU")
+        if cpu_layers:
+            parts.append(f"{cpu_layers} of {profile.n_layer} layers on CPU")
+        if act == 0:
+            parts.append("nothing offloaded")
+    if len(split) > 1:
+        parts.append("split " + ":".join(str(x) for x in split) + " layers across GPUs")
+    return Placement(
+        n_gpu_layers=act,
+        n_cpu_moe=ncmoe,
+        tensor_split=split,
+        cpu_layers=cpu_layers if n_gpus else profile.n_layer,
+        cpu_expert_layers=cpu_expert_layers,
+        description=", ".join(parts),
+        off_gpu_bytes=space.off_gpu_bytes(act, ncmoe),
+    )

@@ -1,0 +1,129 @@
+"""What a plan may use on each device (capacity minus a margin) and what an estimate uses there."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.results import Estimate
+
+__all__ = ["DeviceUse", "MarginPolicy", "Shortfall", "device_label", "fits", "gib", "shortfalls", "usage_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class MarginPolicy:
+    """How much of each device a plan may use: capacity minus a margin.
+
+    `gpu_margin_bytes` is llama.cpp's `--fit-target` (1024 MiB per device by default); `per_gpu_bytes` overrides it
+    per GPU in order, like `-fitt a,b,c`. The host keeps `host_margin_bytes` free. `use_free` measures against
+    each device's free memory (what `--fit` does), else against its total.
+    """
+
+    gpu_margin_bytes: int = 1024 * MIB
+    use_free: bool = True
+    host_margin_bytes: int = 1024 * MIB
+    per_gpu_bytes: tuple[int, ...] = ()
+    check_host: bool = True
+
+    def margin(self, device: Device, gpu_index: int | None) -> int:
+        if device.kind is DeviceKind.CPU or gpu_index is None:
+            return self.host_margin_bytes
+        if gpu_index < len(self.per_gpu_bytes):
+            return self.per_gpu_bytes[gpu_index]
+        return self.gpu_margin_bytes
+
+    def capacity(self, device: Device, gpu_index: int | None) -> int:
+        """The bytes a plan may use on `device`."""
+        base = device.free_bytes if self.use_free else device.total_bytes
+        return base - self.margin(device, gpu_index)
+
+    def describe(self) -> str:
+        """The margins in words, as every verdict states them."""
+        basis = "free" if self.use_free else "total"
+        gpu = f"{self.gpu_margin_bytes // MIB} MiB per GPU"
+        if self.per_gpu_bytes:
+            gpu = "per GPU " + ",".join(str(b // MIB) for b in self.per_gpu_bytes) + " MiB"
+        host = (
+            f"{self.host_margin_bytes // MIB} MiB of host RAM" if self.check_host else "host RAM not checked"
+        )
+        return f"{gpu} and {host} kept free ({basis} memory)"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUse:
+    """One device of an estimate against its capacity."""
+
+    device: Device
+    label: str
+    used_bytes: int
+    capacity_bytes: int
+    checked: bool = True  # False: the host when MarginPolicy.check_host is off
+    gpu_index: int | None = None  # the device's position among the machine's GPUs (None: the host)
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes
+
+    @property
+    def fits(self) -> bool:
+        """Within capacity; a device that holds nothing always fits (its margin may exceed its free memory)."""
+        return not self.checked or self.used_bytes == 0 or self.used_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """A device the plan overfills, and by how much."""
+
+    label: str
+    used_bytes: int
+    capacity_bytes: int
+
+    @property
+    def over_bytes(self) -> int:
+        return self.used_bytes - self.capacity_bytes
+
+    def describe(self) -> str:
+        return (
+            f"{self.label} short by {gib(self.over_bytes)} "
+            f"(needs {gib(self.used_bytes)}, may use {gib(self.capacity_bytes)})"
+        )
+
+
+def gib(n: int) -> str:
+    """Bytes for people: MiB below 10 GiB (precise enough to act on), GiB above."""
+    if abs(n) >= 10 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    return f"{n / MIB:.0f} MiB"
+
+
+def device_label(device: Device, gpu_index: int | None) -> str:
+    """How plans name a device: llama.cpp's name when known ("CUDA0", "RPC0[host:port]"), else GPUi (name)."""
+    if device.kind is DeviceKind.CPU or gpu_index is None:
+        return "host RAM"
+    if device.backend_name and (device.vendor is Vendor.RPC or not device.hypothetical):
+        return device.backend_name
+    return f"GPU{gpu_index} ({device.name})" if device.name else f"GPU{gpu_index}"
+
+
+def usage_of(est: Estimate, machine: Machine, margin: MarginPolicy) -> tuple[DeviceUse, ...]:
+    """Every device of `est` against its capacity. The estimate lists the machine's GPUs in order, then the host:
+    a device is its position (two identical cards are two devices)."""
+    out: list[DeviceUse] = []
+    n_gpu = len(machine.gpus)
+    for pos, de in enumerate(est.devices):
+        d = de.device
+        gi = pos if pos < n_gpu and d.kind is not DeviceKind.CPU else None
+        checked = margin.check_host or gi is not None
+        out.append(DeviceUse(d, device_label(d, gi), de.used_bytes, margin.capacity(d, gi), checked, gi))
+    return tuple(out)
+
+
+def fits(usage: Sequence[DeviceUse]) -> bool:
+    return all(u.fits for u in usage)
+
+
+def shortfalls(usage: Sequence[DeviceUse]) -> tuple[Shortfall, ...]:
+    over = [u for u in usage if not u.fits]
+    over.sort(key=lambda u: u.capacity_bytes - u.used_bytes)
+    return tuple(Shortfall(u.label, u.used_bytes, u.capacity_bytes) for u in over)

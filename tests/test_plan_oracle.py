@@ -1,0 +1,212 @@
+"""The planner against the exhaustive search (`fitplan.core.plan.oracle`) on spaces small enough to enumerate.
+
+Scenarios (Hypothesis, derandomized): depth-truncated realistic sparse models (dense, dense with SWA, MoE, hybrid
+Mamba2 + MoE, hybrid gated-delta-net + MoE, MLA + MoE); 1 to 3 GPUs, identical or mixed; host RAM from 1 to 128 GiB;
+with and without pins. For every scenario:
+
+* sound: a plan that fits fits again when its own exported command is parsed back and estimated, on every device;
+* complete: a plan that does not fit has no fitting point in the space;
+* optimal: the exhaustive search finds nothing better by the written objective;
+* identical cards (one `Device` value repeated) plan exactly like separately named cards of the same size;
+* monotone: more VRAM or more host RAM never loses the fit nor takes layers off the GPUs, and at the same
+  placement never shrinks the context;
+* deterministic: the same inputs give the same plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.launch.command_line import plan_to_args
+from fitplan.core.launch.flags import parse_flags
+from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.oracle import OracleResult, exhaustive_plan
+from fitplan.core.plan.planner import Pins, Plan, plan
+from fitplan.core.plan.usage import MarginPolicy, usage_of
+from plan_models import SMALL, small_model
+
+#: what every scenario checked; the closing test prints it
+TALLY = {"scenarios": 0, "fits": 0, "no_fit": 0, "points": 0, "violations": 0}
+
+#: few layers, so 3 GPUs stay enumerable: (kind, largest GPU count)
+KINDS = {kind: (3 if kind in ("dense", "hybrid-next") else 2) for kind in SMALL}
+
+PIN_CHOICES = ("none", "ctx", "min_ctx", "np1", "q8", "ngl", "ncmoe", "ts", "all_on_gpu", "fa_off")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    kind: str
+    gpu_gib: tuple[float, ...]
+    identical: bool
+    host_gib: float
+    pin: str
+
+    def machine(self, extra_gpu_gib: float = 0.0, extra_host_gib: float = 0.0, named: bool = False) -> Machine:
+        host = host_device(int((self.host_gib + extra_host_gib) * GIB))
+        if self.identical and not named:
+            one = assumed_gpu(f"{self.gpu_gib[0]:g} GiB GPU", self.gpu_gib[0] + extra_gpu_gib)
+            return Machine((one,) * len(self.gpu_gib), host)
+        gpus = tuple(assumed_gpu(f"G{i}", g + extra_gpu_gib) for i, g in enumerate(self.gpu_gib))
+        return Machine(gpus, host)
+
+    def pins(self, prof: ModelProfile) -> Pins:
+        base = Pins()
+        match self.pin:
+            case "ctx":
+                return Pins(n_ctx=8192)
+            case "min_ctx":
+                return Pins(min_ctx=8192)
+            case "np1":
+                return Pins(n_parallel=1)
+            case "q8":
+                return Pins(cache_type_k="q8_0", cache_type_v="q8_0")
+            case "ngl":
+                return Pins(n_gpu_layers=prof.n_layer_all - 1)
+            case "ncmoe":
+                return Pins(n_cpu_moe=2)
+            case "ts":
+                return Pins(tensor_split=(1.0,) * len(self.gpu_gib)) if len(self.gpu_gib) > 1 else base
+            case "all_on_gpu":
+                return Pins(all_weights_on_gpu=True)
+            case "fa_off":
+                return Pins(base=LaunchSettings(flash_attn=FlashAttn.OFF))
+        return base
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    kind = draw(st.sampled_from(sorted(KINDS)))
+    n = draw(st.integers(1, KINDS[kind]))
+    weights = small_model(kind).weight_bytes / GIB
+    sizes = st.sampled_from([round(weights * f * 4) / 4 + 1 for f in (0.15, 0.3, 0.5, 0.7, 1.0, 1.4)])
+    identical = n > 1 and draw(st.booleans())
+    gpu = (draw(sizes),) * n if identical else tuple(draw(sizes) for _ in range(n))
+    host = draw(st.sampled_from([1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 128.0]))
+    return Scenario(kind, gpu, identical, host, draw(st.sampled_from(PIN_CHOICES)))
+
+
+def _key(p: Plan) -> tuple[int, int]:
+    return (-p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
+
+
+def _min_headroom(p: Plan) -> int:
+    heads = [u.headroom_bytes for u in p.context.usage if u.gpu_index is not None]
+    return min(heads) if heads else 0
+
+
+def _exported_fits(prof: ModelProfile, p: Plan, m: Machine) -> bool:
+    argv = plan_to_args(p, "model.gguf", program="")
+    parsed = parse_flags(list(argv)).settings
+    est = estimate(prof, parsed, m)
+    return all(u.fits for u in usage_of(est, m, MarginPolicy()))
+
+
+def _check_optimal(p: Plan, o: OracleResult) -> list[str]:
+    bad: list[str] = []
+    if p.fits != o.fits:
+        bad.append(f"plan fits={p.fits}, exhaustive fits={o.fits} ({o.point})")
+        return bad
+    if not p.fits:
+        return bad
+    if _key(p) != o.placement_key:
+        bad.append(f"placement {_key(p)} ({p.placement.description}) vs exhaustive {o.placement_key} {o.point}")
+    elif p.settings.n_ctx != o.n_ctx:
+        bad.append(f"context {p.settings.n_ctx} vs exhaustive {o.n_ctx} at {o.point}")
+    elif o.point is not None and p.placement.n_cpu_moe != o.point.ncmoe:
+        bad.append(f"--n-cpu-moe {p.placement.n_cpu_moe} vs exhaustive {o.point.ncmoe}")
+    elif _min_headroom(p) < o.min_headroom:
+        bad.append(f"balance: smallest headroom {_min_headroom(p) // MIB} MiB vs exhaustive {o.min_headroom // MIB}")
+    return bad
+
+
+def _check_monotone(prof: ModelProfile, sc: Scenario, pins: Pins, p: Plan) -> list[str]:
+    bad: list[str] = []
+    for what, m in (("VRAM", sc.machine(extra_gpu_gib=1.0)), ("host RAM", sc.machine(extra_host_gib=4.0))):
+        more = plan(prof, m, pins)
+        if p.fits and not more.fits:
+            bad.append(f"more {what} loses the fit")
+        elif p.fits and _key(more) > _key(p):
+            bad.append(f"more {what} takes weights off the GPUs: {_key(p)} -> {_key(more)}")
+        elif p.fits and pins.n_ctx is None:
+            same = dataclasses.replace(
+                pins,
+                n_gpu_layers=p.placement.n_gpu_layers,
+                n_cpu_moe=p.placement.n_cpu_moe,
+                tensor_split=p.settings.tensor_split or pins.tensor_split,
+            )
+            again = plan(prof, m, same)
+            if again.settings.n_ctx < p.settings.n_ctx:
+                bad.append(f"more {what} shrinks the context at the same placement")
+    return bad
+
+
+def check_scenario(sc: Scenario) -> list[str]:
+    prof = small_model(sc.kind)
+    m = sc.machine()
+    pins = sc.pins(prof)
+    p = plan(prof, m, pins)
+    o = exhaustive_plan(prof, m, pins)
+    bad = _check_optimal(p, o)
+    if p.fits and not _exported_fits(prof, p, m):
+        bad.append("unsound: the exported command does not fit")
+    named = plan(prof, sc.machine(named=True), pins)
+    if sc.identical and (named.fits, named.settings) != (p.fits, p.settings):
+        bad.append("identical cards plan differently from named cards")
+    if plan(prof, m, pins) != p:
+        bad.append("not deterministic")
+    bad.extend(_check_monotone(prof, sc, pins, p))
+    TALLY["scenarios"] += 1
+    TALLY["fits" if p.fits else "no_fit"] += 1
+    TALLY["points"] += o.points
+    TALLY["violations"] += len(bad)
+    return [f"{sc}: {b}" for b in bad]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(scenarios())
+def test_planner_matches_the_exhaustive_search(sc: Scenario) -> None:
+    assert check_scenario(sc) == []
+
+
+@pytest.mark.parametrize(
+    "sc",
+    [
+        # the shapes of the issue's cases, small: host short with one card, identical cards, a hybrid on 3 GPUs
+        Scenario("dense-swa", (2.0,), False, 1.5, "ctx"),
+        Scenario("moe", (1.5, 1.5), True, 3.0, "none"),
+        Scenario("hybrid-next", (2.0, 2.0, 2.0), True, 4.0, "np1"),
+        Scenario("mla-moe", (1.5, 2.5), False, 2.0, "q8"),
+        Scenario("hybrid-moe", (1.0,), False, 1.0, "none"),
+    ],
+)
+def test_fixed_scenarios_match_the_exhaustive_search(sc: Scenario) -> None:
+    assert check_scenario(sc) == []
+
+
+def test_oracle_tally(capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs after the scenarios (file order): prints how many were checked, for the closing note."""
+    with capsys.disabled():
+        print(f"\nplanner oracle: {TALLY}")
+    assert TALLY["violations"] == 0
+
+
+def test_oracle_space_is_the_whole_space() -> None:
+    # a 6-layer dense model on 2 GPUs: -ngl 0..7 (7 = the 6 blocks and the output layer), each with every split of
+    # the offloaded indices over 2 GPUs (n + 1 of them): sum over n = 0..7 of (n + 1) = 36 points
+    prof = small_model("dense")
+    o = exhaustive_plan(prof, Machine((assumed_gpu("A", 8), assumed_gpu("B", 8)), host_device(64 * GIB)))
+    assert o.points == 36
+    assert o.fits and o.point is not None and o.point.ngl == 7
