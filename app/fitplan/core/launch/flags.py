@@ -115,7 +115,7 @@ def _ngl(flag: str, value: str, _engine: Engine = Engine.LLAMA_CPP) -> int:
 def _number(flag: str, text: str, example: str) -> float:
     """A finite number >= 0 (no nan, inf, or negative share)."""
     if not _DECIMAL.fullmatch(text.strip()):
-        raise FlagError(f"{flag}: expected numbers like {example} (got {_shown(text)})")
+        raise FlagError(f"{flag}: expected finite numbers >= 0 like {example} (got {_shown(text)})")
     x = float(text)
     if not math.isfinite(x) or x < 0:
         raise FlagError(f"{flag}: {_shown(text)} must be a finite number >= 0")
