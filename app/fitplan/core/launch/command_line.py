@@ -46,7 +46,14 @@ from fitplan.core.launch.flags import (
     preset_args,
     written_flags,
 )
-from fitplan.core.launch.shell import Shell, detect_shell, quote, split_commands
+from fitplan.core.launch.shell import (
+    Shell,
+    check_printable,
+    detect_shell,
+    powershell_literal,
+    quote,
+    split_commands,
+)
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.planner import EstimateFn, Plan
 
@@ -101,6 +108,7 @@ def plan_to_args(
 
 
 def _check_ini_value(key: str, value: str) -> None:
+    check_printable(value.replace("\n", "").replace("\r", ""), f"preset key {key}")
     if any(c in value for c in ";#\n\r"):
         raise FlagError(
             f"preset key {key}: the value {value!r} holds ';', '#' or a line break, which INI cannot keep"
@@ -198,11 +206,15 @@ def ollama_export(source: Plan | LaunchSettings, model_path: str, model_name: st
     cfg = engines.ollama_config(s)
     if isinstance(source, Plan) and source.estimate is not None and s.n_gpu_layers == NGL_ALL:
         cfg = dataclasses.replace(cfg, num_gpu=source.estimate.context.n_gpu_layers)
+    ref = first_shard(model_path)
+    check_printable(ref, "the Modelfile's FROM path")
+    if ref != ref.strip() or ref.startswith('"'):
+        raise FlagError(f"the Modelfile's FROM path {ascii(ref)[:80]} starts with a quote or a blank, or ends with one")
     env = tuple(engines.ollama_environment(cfg).items())
     name = model_name or re.sub(
         r"[^a-z0-9_.-]+", "-", re.split(r"[\\/]", model_path)[-1].lower().removesuffix(".gguf")
     )
-    return OllamaExport(env, engines.ollama_modelfile(first_shard(model_path), cfg), name or "model")
+    return OllamaExport(env, engines.ollama_modelfile(ref, cfg), name or "model")
 
 
 def env_lines(env: Sequence[tuple[str, str]], shell: Shell | str) -> str:
@@ -212,10 +224,11 @@ def env_lines(env: Sequence[tuple[str, str]], shell: Shell | str) -> str:
     for name, value in env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise FlagError(f"{name!r} is not an environment variable name")
+        check_printable(value, f"the value of {name}")
         if sh is Shell.SH:
             lines.append(f"export {name}={quote(value, sh)}")
         elif sh is Shell.POWERSHELL:
-            lines.append(f"$env:{name} = '{value.replace(chr(39), chr(39) * 2)}'")
+            lines.append(f"$env:{name} = {powershell_literal(value)}")  # every PowerShell single quote doubled
         else:
             if not _ENV_VALUE.fullmatch(value):
                 raise FlagError(f"{name}={value!r}: cmd.exe's set cannot carry this value unquoted")

@@ -1,17 +1,26 @@
 """Quote an argv for POSIX sh, PowerShell and cmd.exe, and split pasted command lines of each back into argv.
 
 Rendering is conservative: a word is left bare only when it is made of characters that mean nothing to the shell;
-everything else is quoted in the one form of that shell that is literal:
+everything else is quoted in the one form of that shell that is literal, or refused (`ShellSyntaxError`):
 
-* sh: single quotes (`'` written as `'"'"'`).
+* every shell: an argument must be one line of printable text. Control characters (C0 but tab, DEL, C1), line and
+  paragraph separators and bidirectional-text controls are refused: they would reach the terminal raw, or make the
+  command read differently from what runs.
+* sh: single quotes (`'` written as `'"'"'`). A word starting with `=` is quoted (zsh expands `=cmd` to a path), and
+  so is a program named like a reserved word (`if`, `time`, `!` ...).
 * PowerShell: single quotes, every single-quote character doubled (PowerShell also treats the typographic quotes
-  U+2018..U+201B as single quotes). A program path that needs quotes is called through `&`.
+  U+2018..U+201B as single quotes). A bare word starting with a dash must be a plain flag (`-ngl`, `--n-cpu-moe`):
+  PowerShell splits `-m.gguf` at its first "." and reads `-a:b` as a parameter with an argument. A program path that
+  needs quotes is called through `&`.
 * cmd.exe: the argument is first quoted for the program's own splitting (CommandLineToArgvW rules: quotes around
-  words with blanks, `\\"` for a quote, backslashes doubled before a quote). A quoted word with no quote, `%` or `!`
-  inside is left as it is (cmd.exe treats nothing else inside quotes); otherwise every cmd metacharacter
-  `( ) % ! ^ " < > & |` is escaped with `^`, so cmd never sees an unescaped quote and passes the text on unchanged.
-  This is the interactive prompt's form: inside a .bat file `%` must be doubled instead. Line breaks and carriage
-  returns cannot be passed through cmd.exe at all; rendering one raises `ShellSyntaxError`.
+  words with blanks, `\\"` for a quote, backslashes doubled before a quote). A quoted word with no quote or `%` inside
+  is left as it is (cmd.exe treats nothing else inside quotes); otherwise every cmd metacharacter
+  `( ) ! ^ " < > & |` is escaped with `^`, so cmd never sees an unescaped quote and passes the text on unchanged.
+  `%` expansion runs before `^` is read, so `^%PATH:a=b^%` still expands PATH: instead a `^` goes right after each
+  `%`, so that every `%name%` cmd could look up starts with `^` and names no variable (the caret is removed later).
+  `!` is refused: with delayed expansion on it needs `^^!`, with it off `^!`, and fitplan cannot know which. This is
+  the interactive prompt's form: inside a .bat file `%` must be doubled instead. Line breaks and carriage returns
+  cannot be passed through cmd.exe at all.
 
 Caveat for PowerShell 5.1 (Windows PowerShell): when it passes arguments on to a native program it drops empty
 arguments and mangles embedded double quotes (fixed in PowerShell 7.3, `$PSNativeCommandArgumentPassing`). The
@@ -35,14 +44,17 @@ from fitplan.core.base.errors import FlagError
 __all__ = [
     "Shell",
     "ShellSyntaxError",
+    "check_printable",
     "default_shell",
     "detect_shell",
     "join",
     "join_many",
+    "powershell_literal",
     "quote",
     "split",
     "split_commands",
     "split_windows_command_line",
+    "unsafe_character",
 ]
 
 
@@ -75,25 +87,58 @@ _PS_SINGLE_QUOTES = frozenset("'\u2018\u2019\u201a\u201b")
 _PS_DOUBLE_QUOTES = frozenset('"\u201c\u201d\u201e')
 # A bare PowerShell argument: ASCII only, and it must not start like a number (argument mode converts `1e3`, `0x10`,
 # `007`, `1kb` to numbers), a variable, an operator or a type literal. Plain integers are kept bare.
-_PS_SAFE = re.compile(r"(?:[A-Za-z_/\\]|\.[A-Za-z_/\\.]|--?[A-Za-z])[A-Za-z0-9_./\\:=+-]*|0|-?[1-9][0-9]*|\.")
+_PS_SAFE = re.compile(r"(?:[A-Za-z_/\\]|\.[A-Za-z_/\\.])[A-Za-z0-9_./\\:=+-]*|--?[A-Za-z][A-Za-z0-9_-]*|0|-?[1-9][0-9]*|\.")
 
-#: Characters cmd.exe interprets on its command line; each is escaped with `^`.
+#: Characters cmd.exe interprets on its command line; each is escaped with `^` (`%` gets one after it instead).
 _CMD_META = frozenset('()%!^"<>&|')
 
 
+#: Words sh, bash and zsh read as reserved in the program's place (quoted there, they are plain words).
+_SH_RESERVED = frozenset(
+    ["!", "{", "}", "[[", "]]", "case", "coproc", "do", "done", "elif", "else", "end", "esac", "fi", "for", "foreach", "function", "if", "in", "nocorrect", "noglob", "repeat", "select", "then", "time", "until", "while"]
+)
+
+
 def _quote_sh(arg: str, program: bool) -> str:
-    if (_SH_SAFE_PROGRAM if program else _SH_SAFE).fullmatch(arg):
+    bare = (_SH_SAFE_PROGRAM if program else _SH_SAFE).fullmatch(arg)
+    if bare and not arg.startswith("=") and not (program and arg in _SH_RESERVED):
         return arg
     return "'" + arg.replace("'", "'\"'\"'") + "'"
+
+
+#: Bidirectional-text controls (ALM, LRM, RLM, embeddings, overrides, isolates): text that displays reordered.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def unsafe_character(text: str) -> str | None:
+    """The first character of `text` that fitplan never writes into a command, preset or Modelfile (a control
+    character other than tab, a line or paragraph separator, a bidirectional-text control), or None."""
+    for ch in text:
+        o = ord(ch)
+        if (o < 0x20 and ch != "\t") or 0x7F <= o <= 0x9F or ch in "\u2028\u2029" or ch in _BIDI:
+            return ch
+    return None
+
+
+def check_printable(text: str, what: str) -> None:
+    """Refuse `text` (one line of `what`) when it holds a character `unsafe_character` finds."""
+    if "\x00" in text:
+        raise ShellSyntaxError(f"{what} cannot contain a NUL character")
+    ch = unsafe_character(text)
+    if ch is not None:
+        raise ShellSyntaxError(
+            f"{what} holds the control character U+{ord(ch):04X}, which fitplan does not write into a command: "
+            f"{ascii(text)[:80]}"
+        )
 
 
 def _quote_ps(arg: str) -> str:
     if _PS_SAFE.fullmatch(arg) and arg != ".":
         return arg
-    return _quote_ps_always(arg)
+    return powershell_literal(arg)
 
 
-def _quote_ps_always(arg: str) -> str:
+def powershell_literal(arg: str) -> str:
     out = ["'"]
     for ch in arg:
         out.append(ch + ch if ch in _PS_SINGLE_QUOTES else ch)
@@ -121,39 +166,51 @@ def _quote_argv_w(arg: str) -> str:
 
 
 def _escape_cmd(text: str) -> str:
-    return "".join("^" + ch if ch in _CMD_META else ch for ch in text)
+    out = []
+    for i, ch in enumerate(text):
+        if ch != "%":
+            out.append("^" + ch if ch in _CMD_META else ch)
+            continue
+        nxt = text[i + 1 : i + 2]
+        # %^name: the name cmd's %-expansion would look up starts with ^ (none does); a following metacharacter
+        # brings its own caret, and a name starting with a blank names no variable either
+        out.append("%" if not nxt or nxt in " \t" or (nxt in _CMD_META and nxt != "%") else "%^")
+    return "".join(out)
 
 
 def _check_cmd(arg: str) -> None:
     if "\n" in arg or "\r" in arg:
-        raise ShellSyntaxError(f"cmd.exe cannot pass an argument that contains a line break: {arg!r}")
-    if "\x00" in arg:
-        raise ShellSyntaxError("an argument cannot contain a NUL character")
+        raise ShellSyntaxError(f"cmd.exe cannot pass an argument that contains a line break: {ascii(arg)[:80]}")
+    if "!" in arg:
+        raise ShellSyntaxError(
+            f"cmd.exe cannot pass '!' the same way with and without delayed expansion: {ascii(arg)[:80]} "
+            "(use PowerShell)"
+        )
 
 
 def quote(arg: str, shell: Shell | str, *, program: bool = False) -> str:
     """One argument quoted for `shell`; `program=True` for the first word (the program itself)."""
     sh = Shell(shell)
-    if "\x00" in arg:
-        raise ShellSyntaxError("an argument cannot contain a NUL character")
+    if sh is Shell.CMD:
+        _check_cmd(arg)
+    check_printable(arg, "an argument")
     if sh is Shell.SH:
         return _quote_sh(arg, program)
     if sh is Shell.POWERSHELL:
         if program and not re.match(r"[A-Za-z_./\\]", arg):
-            return _quote_ps_always(arg)
+            return powershell_literal(arg)
         return _quote_ps(arg)
-    _check_cmd(arg)
     if program:
         if '"' in arg:
-            raise ShellSyntaxError(f"a program path cannot contain a double quote: {arg!r}")
+            raise ShellSyntaxError(f"a program path cannot contain a double quote: {ascii(arg)[:80]}")
         if not arg or " " in arg or "\t" in arg or arg.startswith("@"):
-            if "%" not in arg and "!" not in arg:
+            if "%" not in arg:
                 return f'"{arg}"'
             return _escape_cmd(f'"{arg}"')
         return _escape_cmd(arg)
     word = _quote_argv_w(arg)
-    if word.startswith('"') and '"' not in word[1:-1] and "%" not in word and "!" not in word:
-        return word  # inside cmd.exe's quotes only % and ! would still be special
+    if word.startswith('"') and '"' not in word[1:-1] and "%" not in word:
+        return word  # inside cmd.exe's quotes only % (and !, refused) would still be special
     return _escape_cmd(word)
 
 
