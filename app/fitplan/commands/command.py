@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.commands.estimate import add_flags_parser
+from fitplan.commands.estimate import add_flags_parser, engine_of
 from fitplan.commands.plan import (
     add_common_arguments,
     build_request,
@@ -22,7 +22,6 @@ from fitplan.commands.plan import (
     ollama_text,
     preset_text,
 )
-from fitplan.commands.estimate import engine_of
 from fitplan.core.base.devices import Machine
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.shell import Shell, default_shell, join

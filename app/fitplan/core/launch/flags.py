@@ -132,8 +132,15 @@ def _counted(flag: str, parts: list[str]) -> list[str]:
     return parts
 
 
+#: A -ts share is a proportion: llama.cpp reads it as a 32-bit float and sums up to 16 of them.
+MAX_SHARE = 1e12
+
+
 def _tensor_split(flag: str, value: str, _engine: Engine) -> tuple[float, ...]:
-    return tuple(_number(flag, x, "3,1") for x in _counted(flag, _split_list(value)))
+    shares = tuple(_number(flag, x, "3,1") for x in _counted(flag, _split_list(value)))
+    if any(x > MAX_SHARE for x in shares):
+        raise FlagError(f"{flag}: a share must be <= {MAX_SHARE:g} (proportions like 3,1)")
+    return shares
 
 
 def _fit_target(flag: str, value: str, _engine: Engine) -> tuple[int, ...]:
