@@ -309,56 +309,74 @@ def _redirect(text: str, i: int, acc: _Commands) -> int:
     return i
 
 
+def _sh_backslash(text: str, i: int, acc: _Commands) -> int:
+    """A backslash outside quotes at `i`: a line continuation, or the next character taken literally."""
+    n = len(text)
+    if text.startswith("\r\n", i + 1):
+        return i + 3
+    if i + 1 < n and text[i + 1] == "\n":
+        return i + 2
+    if i + 1 < n:
+        acc.add(text[i + 1])
+        return i + 2
+    return i + 1
+
+
+def _sh_double(text: str, i: int, acc: _Commands) -> int:
+    """A double-quoted string from `text[i]` (the quote): backslash escapes only `$`, `` ` ``, `"`, `\\` and a line
+    break. Returns the index after the closing quote."""
+    n = len(text)
+    i += 1
+    acc.add("")
+    while True:
+        if i >= n:
+            raise ShellSyntaxError("unterminated double quote")
+        d = text[i]
+        if d == '"':
+            return i + 1
+        if d == "\\" and i + 1 < n:
+            e = text[i + 1]
+            if e == "\n":
+                i += 2
+                continue
+            if e == "\r" and text.startswith("\n", i + 2):
+                i += 3
+                continue
+            if e in '$`"\\':
+                acc.add(e)
+                i += 2
+                continue
+        acc.add(d)
+        i += 1
+
+
+def _sh_quoted(text: str, i: int, acc: _Commands) -> int | None:
+    """A quoted string at `i` (`'...'`, `$'...'`, `"..."`): the index after it, or None when none starts there."""
+    c = text[i]
+    if c == "'":
+        end = text.find("'", i + 1)
+        if end < 0:
+            raise ShellSyntaxError("unterminated single quote")
+        acc.add(text[i + 1 : end])
+        return end + 1
+    if c == "$" and text.startswith("'", i + 1):
+        return _sh_ansi_c(text, i + 2, acc)
+    if c == '"':
+        return _sh_double(text, i, acc)
+    return None
+
+
 def _split_sh(text: str) -> tuple[tuple[str, ...], ...]:
     acc = _Commands()
     i, n = 0, len(text)
     while i < n:
         c = text[i]
         if c == "\\":
-            if text.startswith("\r\n", i + 1):
-                i += 3
-            elif i + 1 < n and text[i + 1] == "\n":
-                i += 2
-            elif i + 1 < n:
-                acc.add(text[i + 1])
-                i += 2
-            else:
-                i += 1
+            i = _sh_backslash(text, i, acc)
             continue
-        if c == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise ShellSyntaxError("unterminated single quote")
-            acc.add(text[i + 1 : end])
-            i = end + 1
-            continue
-        if c == "$" and i + 1 < n and text[i + 1] == "'":
-            i = _sh_ansi_c(text, i + 2, acc)
-            continue
-        if c == '"':
-            i += 1
-            acc.add("")
-            while True:
-                if i >= n:
-                    raise ShellSyntaxError("unterminated double quote")
-                d = text[i]
-                if d == '"':
-                    i += 1
-                    break
-                if d == "\\" and i + 1 < n:
-                    e = text[i + 1]
-                    if e == "\n":
-                        i += 2
-                        continue
-                    if e == "\r" and text.startswith("\n", i + 2):
-                        i += 3
-                        continue
-                    if e in '$`"\\':
-                        acc.add(e)
-                        i += 2
-                        continue
-                acc.add(d)
-                i += 1
+        quoted = _sh_quoted(text, i, acc)
+        if quoted is not None:
+            i = quoted
             continue
         if c in " \t\r":
             acc.end_word()
@@ -521,152 +539,160 @@ def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
     return tuple(acc.commands)
 
 
-def _cmd_lines(text: str) -> list[str]:
-    """cmd.exe's own pass: carets and continuations removed, split at unquoted `&`, `|`, `&&`, `||` and line ends,
-    redirections dropped. Quotes are kept for the program's own splitting."""
-    commands: list[str] = []
-    out: list[str] = []
-    quoted = False
-    i, n = 0, len(text)
-    skip_redirect_target = False
+def _cmd_caret(text: str, i: int, out: list[str]) -> int:
+    """A caret at `i` outside quotes: the next character literally, or a continuation (the line break removed and
+    the first character of the next line literal). Returns the index after it."""
+    n = len(text)
+    j = i + 1
+    while j < n and text[j] == "\r":
+        j += 1
+    if j >= n:
+        return j
+    if text[j] != "\n":
+        out.append(text[j])
+        return j + 1
+    j += 1
+    while j < n and text[j] == "\r":
+        j += 1
+    if j < n:
+        out.append(text[j])
+        j += 1
+    return j
 
-    def finish() -> None:
-        nonlocal out
-        line = "".join(out).strip(" \t")
+
+def _cmd_redirect(text: str, i: int, out: list[str]) -> int:
+    """A redirection at `i` (`>`, `>>`, `2>&1`, `<`): drop an fd number written right before it, and its target."""
+    n = len(text)
+    while out and out[-1].isdigit() and (len(out) == 1 or out[-2] in " \t"):
+        out.pop()
+    i += 1
+    while i < n and text[i] in ">&":
+        i += 1
+    while i < n and text[i] in " \t":
+        i += 1
+    while i < n and text[i] not in " \t\n&|":
+        if text[i] == '"':
+            end = text.find('"', i + 1)
+            i = n if end < 0 else end + 1
+        else:
+            i += 1
+    return i
+
+
+class _CmdLines:
+    """The commands of cmd.exe's own pass, one string each."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+        self.out: list[str] = []
+
+    def finish(self) -> None:
+        line = "".join(self.out).strip(" \t")
         if line.startswith("@"):
             line = line[1:].lstrip(" \t")
         if line:
-            commands.append(line)
-        out = []
+            self.commands.append(line)
+        self.out = []
 
+
+def _cmd_lines(text: str) -> list[str]:
+    """cmd.exe's own pass: carets and continuations removed, split at unquoted `&`, `|`, `&&`, `||` and line ends,
+    redirections dropped. Quotes are kept for the program's own splitting."""
+    acc = _CmdLines()
+    quoted = False
+    i, n = 0, len(text)
     while i < n:
         c = text[i]
-        if c == "\r":
-            i += 1  # cmd.exe strips every carriage return
-            continue
-        if quoted:
-            if c == '"':
-                quoted = False
-            elif c == "\n":
-                quoted = False
-                finish()
-                i += 1
-                continue
-            out.append(c)
-            i += 1
-            continue
-        if c == "^":
-            j = i + 1
-            while j < n and text[j] == "\r":
-                j += 1
-            if j >= n:
-                i = j
-                continue
-            if text[j] == "\n":
-                # continuation: the line break is removed and the first character of the next line is literal
-                j += 1
-                while j < n and text[j] == "\r":
-                    j += 1
-                if j < n:
-                    out.append(text[j])
-                    j += 1
-                i = j
-                continue
-            out.append(text[j])
-            i = j + 1
-            continue
-        if c == '"':
-            quoted = True
-            out.append(c)
-            i += 1
-            continue
-        if c == "\n" or c in "&|":
-            finish()
-            i += 2 if text.startswith(("&&", "||"), i) else 1
-            continue
-        if c in "<>":
-            # drop an fd number written right before, then the redirection target
-            while out and out[-1].isdigit() and (len(out) == 1 or out[-2] in " \t"):
-                out.pop()
-            i += 1
-            while i < n and text[i] in ">&":
-                i += 1
-            while i < n and text[i] in " \t":
-                i += 1
-            skip_redirect_target = True
-            while skip_redirect_target and i < n and text[i] not in " \t\n&|":
-                if text[i] == '"':
-                    end = text.find('"', i + 1)
-                    i = n if end < 0 else end + 1
-                else:
-                    i += 1
-            skip_redirect_target = False
-            continue
-        out.append(c)
         i += 1
-    finish()
-    return commands
+        if c == "\r":
+            continue  # cmd.exe strips every carriage return
+        if quoted:
+            quoted = c not in '"\n'
+            if c == "\n":
+                acc.finish()
+            else:
+                acc.out.append(c)
+        elif c == "^":
+            i = _cmd_caret(text, i - 1, acc.out)
+        elif c == "\n" or c in "&|":
+            acc.finish()
+            i += 1 if text.startswith(("&&", "||"), i - 1) else 0
+        elif c in "<>":
+            i = _cmd_redirect(text, i - 1, acc.out)
+        else:
+            quoted = c == '"'
+            acc.out.append(c)
+    acc.finish()
+    return acc.commands
+
+
+def _argv0(line: str, i: int) -> tuple[str, int]:
+    """CommandLineToArgvW's program name at `i`: a quoted run, or up to the first blank (backslashes literal)."""
+    n = len(line)
+    if line[i] == '"':
+        end = line.find('"', i + 1)
+        end = n if end < 0 else end
+        return line[i + 1 : end], end + 1
+    j = i
+    while j < n and line[j] not in " \t":
+        j += 1
+    return line[i:j], j
+
+
+def _argv_word(line: str, i: int) -> tuple[str, int]:
+    """One argument from `i` by CommandLineToArgvW's rules (backslashes before quotes, doubled quotes)."""
+    n = len(line)
+    buf: list[str] = []
+    qcount = 0
+    backslashes = 0
+    while i < n:
+        c = line[i]
+        if c in " \t" and qcount == 0:
+            break
+        i += 1
+        if c == "\\":
+            backslashes += 1
+            buf.append(c)
+            continue
+        if c != '"':
+            backslashes = 0
+            buf.append(c)
+            continue
+        if backslashes % 2 == 0:
+            del buf[len(buf) - backslashes // 2 :]
+            qcount += 1
+        else:
+            del buf[len(buf) - backslashes // 2 - 1 :]
+            buf.append('"')
+        backslashes = 0
+        while i < n and line[i] == '"':
+            qcount += 1
+            if qcount == 3:
+                buf.append('"')
+                qcount = 0
+            i += 1
+        if qcount == 2:
+            qcount = 0
+    return "".join(buf), i
 
 
 def split_windows_command_line(line: str) -> tuple[str, ...]:
     """Split a Windows command line as CommandLineToArgvW does (the program name has its own simpler rule)."""
-    args: list[str] = []
-    i, n = 0, len(line)
+    n = len(line)
+    i = 0
     while i < n and line[i] in " \t":
         i += 1
     if i >= n:
         return ()
-    # argv[0]: a quoted run, or up to the first blank; backslashes are literal
-    if line[i] == '"':
-        end = line.find('"', i + 1)
-        end = n if end < 0 else end
-        args.append(line[i + 1 : end])
-        i = end + 1
-    else:
-        j = i
-        while j < n and line[j] not in " \t":
-            j += 1
-        args.append(line[i:j])
-        i = j
+    first, i = _argv0(line, i)
+    args = [first]
     while True:
         while i < n and line[i] in " \t":
             i += 1
         if i >= n:
             break
-        buf: list[str] = []
-        qcount = 0
-        backslashes = 0
-        while i < n:
-            c = line[i]
-            if c in " \t" and qcount == 0:
-                break
-            if c == "\\":
-                backslashes += 1
-                buf.append(c)
-                i += 1
-                continue
-            if c == '"':
-                if backslashes % 2 == 0:
-                    del buf[len(buf) - backslashes // 2 :]
-                    qcount += 1
-                else:
-                    del buf[len(buf) - backslashes // 2 - 1 :]
-                    buf.append('"')
-                i += 1
-                backslashes = 0
-                while i < n and line[i] == '"':
-                    qcount += 1
-                    if qcount == 3:
-                        buf.append('"')
-                        qcount = 0
-                    i += 1
-                if qcount == 2:
-                    qcount = 0
-                continue
-            backslashes = 0
-            buf.append(c)
-            i += 1
-        args.append("".join(buf))
+        word, i = _argv_word(line, i)
+        args.append(word)
     return tuple(args)
 
 
