@@ -26,10 +26,12 @@ from fitplan.core.launch.command_line import (
     first_shard,
     given_keys,
     import_command,
+    import_preset,
     plan_to_args,
+    read_preset_ini,
     to_preset_ini,
 )
-from fitplan.core.launch.flags import MEMORY_FLAGS, parse_flags
+from fitplan.core.launch.flags import FLAG_BY_NAME, MEMORY_FLAGS, parse_flags
 from fitplan.core.launch.shell import Shell, join
 from fitplan.core.model.builder import build_profile
 
@@ -234,6 +236,65 @@ def test_preset_means_the_same_as_the_command() -> None:
     back = parse_flags(_preset_argv(sections["m"]))
     assert back.settings == s
     assert back.model_path == "/m/model.gguf"
+
+
+def test_preset_reader_reads_every_key_as_the_flag_it_names() -> None:
+    for key, flag in _PRESET_TO_FLAG.items():
+        row = FLAG_BY_NAME[flag]
+        (args,) = read_preset_ini(f"[m]\n{key} = {'true' if row.read is None else 'x'}\n").values()
+        assert FLAG_BY_NAME[args[0]] is row, key
+    for key, flag in _PRESET_NEG.items():
+        assert read_preset_ini(f"[m]\n{key} = false\n") == {"m": (flag,)}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        PLANNED,
+        dataclasses.replace(
+            PLANNED,
+            mmproj_path="/m/mmproj.gguf",
+            mmproj=MmprojPlacement.CPU,
+            no_kv_offload=True,
+            op_offload=False,
+            repack=False,
+            tensor_overrides=(TensorOverride("blk\\.1\\.", "CPU"), TensorOverride("blk\\.2\\.", "CUDA1")),
+            draft=DraftSettings("/m/d.gguf", n_gpu_layers=9, cache_type_k="q8_0", n_max=5),
+            spec_draft_n_max=5,  # parse_flags keeps --spec-draft-n-max in both places
+        ),
+        LaunchSettings(cpu_moe=True, n_ctx=16384, flash_attn=FlashAttn.OFF, split_mode=SplitMode.ROW),
+        LaunchSettings(fit_target_mib=(2048, 512), devices=(), kv_unified=True, n_parallel=2),
+        parse_flags(["--engine", "ik_llama.cpp", "-mla", "2", "-amb", "256", "-no-fmoe", "--no-mmap"]).settings,
+        parse_flags(["--engine", "beellama", "-ctk", "kvarn4", "--cache-type-k-swa", "kvarn3",
+                     "--cache-type-v-swa", "kvarn3", "--kv-tail-tokens", "full=512,swa=64", "--spec-type", "draft-mtp", "-ctkd", "q8_0"]).settings,
+    ],
+)  # fmt: skip
+def test_preset_reads_back_as_the_settings(settings: LaunchSettings) -> None:
+    text = to_preset_ini(settings, "m", "/m/model.gguf", comment="a comment")
+    back = import_preset(text, engine=settings.engine)
+    assert back.settings == settings
+    assert back.model_path == "/m/model.gguf"
+    assert import_preset(text, "m", engine=settings.engine).settings == settings
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[m]\nkv-offload = maybe\n", "expected true or false"),
+        ("[m]\nctx-sise = 5\n", "not a key fitplan reads"),
+        ("ctx-size = 5\n", "expected [name]"),
+        ("[m]\nctx-size = nan\n", "expected an integer"),
+        ("[a]\n[b]\n", "2 sections"),
+    ],
+)
+def test_preset_reader_errors(text: str, message: str) -> None:
+    with pytest.raises(FlagError, match=re.escape(message)):
+        import_preset(text)
+
+
+def test_model_url_is_read_back() -> None:
+    url = "https://huggingface.co/org/repo/resolve/main/model-00001-of-00003.gguf"
+    assert parse_flags(plan_to_args(LaunchSettings(), url)[1:]).model_path == url
 
 
 def test_preset_refuses_what_ini_cannot_hold() -> None:

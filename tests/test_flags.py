@@ -18,7 +18,14 @@ from fitplan.core.base.launch_settings import (
     SplitMode,
     TensorOverride,
 )
-from fitplan.core.launch.flags import _IGNORED_ARITY, FLAG_BY_KEY, MEMORY_FLAGS, parse_flags
+from fitplan.core.launch.flags import (
+    _IGNORED_ARITY,
+    FLAG_BY_KEY,
+    FLAG_BY_NAME,
+    FLAGS,
+    MEMORY_FLAGS,
+    parse_flags,
+)
 
 ARG_CPP = Path("/work/llama/src/common/arg.cpp")
 
@@ -148,6 +155,19 @@ def test_unmodelled_memory_flags_are_reported_apart() -> None:
 def test_bad_input_raises_flag_error(argv: list[str], message: str) -> None:
     with pytest.raises(FlagError, match=re.escape(message)):
         parse_flags(argv)
+
+
+def test_one_table_for_reading_writing_and_presets() -> None:
+    spellings = [n for f in FLAGS for n in f.names]
+    assert len(spellings) == len(set(spellings))
+    for row in FLAGS:
+        if row.write is not None:
+            assert row.short in FLAG_BY_NAME, row.key  # what is written is read back
+            assert row.ini, row.key  # and has a preset key
+    switches = [(f.ini, f.ini_value) for f in FLAGS if f.ini and f.read is None]
+    values = [f.ini for f in FLAGS if f.ini and f.read is not None]
+    assert len(switches) == len(set(switches)) and len(values) == len(set(values))
+    assert not {k for k, _ in switches} & set(values)
 
 
 def test_tables_are_disjoint_and_complete() -> None:

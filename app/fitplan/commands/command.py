@@ -1,5 +1,8 @@
 """`fitplan command MODEL [llama-server flags...]`: only the planned llama-server command, quoted for a shell
-(the platform's unless `--shell`), or with `--preset` the same plan as a `--models-preset` INI section."""
+(the platform's unless `--shell`), or with `--preset` the same plan as a `--models-preset` INI section.
+
+The user's flags fitplan does not model (`--temp`, `--keep`, `--lora`, `--rope-scaling` ...) are kept at the end of
+the command as they were given; stderr says which ones the estimate does not account for."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import os
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.commands.estimate import add_flags_parser
+from fitplan.commands.estimate import add_flags_parser, engine_of
 from fitplan.commands.plan import (
     add_common_arguments,
     build_request,
@@ -20,6 +23,7 @@ from fitplan.commands.plan import (
     preset_text,
 )
 from fitplan.core.base.devices import Machine
+from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.shell import Shell, default_shell, join
 
 EXAMPLES = """examples:
@@ -63,15 +67,34 @@ def _default_name(model: str) -> str:
     return base[:-5] if base.lower().endswith(".gguf") else base
 
 
+def _kept_flags(args: argparse.Namespace, extra: list[str], with_preset: bool) -> tuple[str, ...]:
+    """The words of the user's flags that fitplan does not model, with a note on stderr about each kind."""
+    parsed = parse_flags(list(extra), engine=engine_of(args))
+    where = "kept in the command (not in the preset)" if with_preset else "kept in the command"
+    if parsed.unmodelled:
+        out.warn(f"{where}; the estimate does not account for their memory: {', '.join(parsed.unmodelled)}")
+    if parsed.ignored:
+        out.warn(f"{where}; no effect on memory: {', '.join(parsed.ignored)}")
+    return parsed.passthrough
+
+
 def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
     req = build_request(args, extra, machine)
     p = make_plan(req)
     if not p.fits:
         out.warn(p.binding)
     exp = ollama_of(req, p)
+    if exp is not None:
+        if args.preset and not args.json:
+            return out.error(
+                "--preset is for llama-server; with --engine ollama the command prints a Modelfile"
+            )
+        kept: tuple[str, ...] = ()
+    else:
+        kept = _kept_flags(args, extra, args.preset or args.json)
+    shell = Shell(args.shell) if args.shell else default_shell()
+    argv = (*command_argv(req, p, args.program), *kept)
     if args.json:
-        shell = Shell(args.shell) if args.shell else default_shell()
-        argv = command_argv(req, p, args.program)
         doc: dict[str, object] = {
             "fits": p.fits,
             "binding": p.binding,
@@ -80,19 +103,16 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
             "shell": shell.value,
             "command": join(argv, shell, multiline=args.multiline),
             "preset": preset_text(req, p, args.name or _default_name(args.model)),
+            "kept_flags": list(kept),
+            "unmodelled_flags": list(req.unmodelled),
         }
         if exp is not None:
             doc["ollama"] = ollama_json(exp, shell)
         out.print_json(doc)
     elif exp is not None:
-        if args.preset:
-            return out.error(
-                "--preset is for llama-server; with --engine ollama the command prints a Modelfile"
-            )
-        print(ollama_text(exp, Shell(args.shell) if args.shell else default_shell()))
+        print(ollama_text(exp, shell))
     elif args.preset:
         print(preset_text(req, p, args.name or _default_name(args.model)), end="")
     else:
-        shell = Shell(args.shell) if args.shell else default_shell()
-        print(join(command_argv(req, p, args.program), shell, multiline=args.multiline))
+        print(join(argv, shell, multiline=args.multiline))
     return out.EXIT_OK if p.fits else out.EXIT_DOES_NOT_FIT

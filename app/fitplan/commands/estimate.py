@@ -19,7 +19,7 @@ from fitplan.core.base.launch_settings import Engine, LaunchSettings, Tool
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.inputs.machine import MachineRequest, build_machine
-from fitplan.core.launch.flags import ParsedFlags, parse_flags
+from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.usage import MarginPolicy
 from fitplan.core.plan.verdict import Verdict, judge
@@ -82,7 +82,7 @@ def register(subparsers: Any) -> None:
         help="the llama.cpp program that will run the model (decides the logits reservation)",
     )
     p.add_argument(
-        "--reserve", type=float, metavar="MIB", help="runtime reserve per GPU in MiB (default: assumed)"
+        "--reserve", metavar="MIB", help="runtime reserve per GPU in MiB (default: assumed)"
     )
     add_margin_arguments(p)
     p.add_argument("--host-ram", metavar="SIZE", help="estimate for this much host RAM instead of the detected amount")
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     mmproj = load_profile(settings.mmproj_path, ho) if settings.mmproj_path else None
     draft = load_profile(settings.draft.model_path, ho) if settings.draft is not None else None
     machine, notes = machine_for(parsed, list(args.assume_gpu), args.host_ram)
-    reserve = None if args.reserve is None else int(args.reserve * MIB)
+    reserve = None if args.reserve is None else int(parse_mib("--reserve", args.reserve) * MIB)
     est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve)
     v = judge(est, machine, margin_policy(args, machine))
     if args.json:

@@ -33,6 +33,8 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|m|tib|tb|t)?\s*$"
 _TRAILING_SIZE_RE = re.compile(r"^(.*?)[\s\-_]*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|tib|tb)\s*$", re.IGNORECASE)
 _COUNT_RE = re.compile(r"^\s*(\d+)\s*(?:[\*×]\s*|x(?:\s+|(?=\d)))(.+)$", re.IGNORECASE)
 _VENDOR_WORDS = ("nvidia", "geforce", "amd", "radeon", "intel", "apple", "tesla", "instinct")
+#: include/llama.h llama_max_devices(): more GPUs than llama.cpp can use is a typo (and costs minutes).
+MAX_ASSUMED_GPUS = 16
 _FAMILY_PREFIXES = ("rtx", "gtx", "rx", "arc", "mi")
 
 
@@ -158,6 +160,8 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
         text = m.group(2).strip()
         if count < 1:
             raise AssumedGpuError(f"{spec!r}: the GPU count must be at least 1")
+        if count > MAX_ASSUMED_GPUS:  # llama.cpp uses at most llama_max_devices() = 16 devices
+            raise AssumedGpuError(f"{spec[:40]!r}: at most {MAX_ASSUMED_GPUS} GPUs (llama.cpp's device limit)")
     if "=" in text:
         name, _, size_text = text.partition("=")
         size = parse_size(size_text)

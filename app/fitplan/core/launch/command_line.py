@@ -29,18 +29,31 @@ from fitplan.core.base.devices import MIB, DeviceKind, Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import (
     NGL_ALL,
-    NGL_AUTO,
     Engine,
-    FlashAttn,
     LaunchSettings,
-    LoadMode,
     MmprojPlacement,
     Tool,
 )
 from fitplan.core.base.results import Estimate
-from fitplan.core.gguf.remote import is_url
-from fitplan.core.launch.flags import ENGINE_FLAGS, MEMORY_FLAGS, OLLAMA_ENV, parse_flags
-from fitplan.core.launch.shell import Shell, detect_shell, quote, split_commands
+from fitplan.core.launch.flags import (
+    DEFAULTS,
+    FLAG_BY_KEY,
+    FLAG_BY_NAME,
+    OLLAMA_ENV,
+    ParsedFlags,
+    first_shard,
+    parse_flags,
+    preset_args,
+    written_flags,
+)
+from fitplan.core.launch.shell import (
+    Shell,
+    check_printable,
+    detect_shell,
+    powershell_literal,
+    quote,
+    split_commands,
+)
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.planner import EstimateFn, Plan
 
@@ -55,13 +68,12 @@ __all__ = [
     "first_shard",
     "given_keys",
     "import_command",
+    "import_preset",
     "ollama_export",
     "plan_to_args",
+    "read_preset_ini",
     "to_preset_ini",
 ]
-
-#: llama-server's defaults, the reference for which flags are left out.
-DEFAULTS = LaunchSettings()
 
 #: Program names recognised as a llama.cpp launcher when importing (basename, without .exe).
 _PROGRAMS: dict[str, Tool] = {
@@ -70,194 +82,6 @@ _PROGRAMS: dict[str, Tool] = {
     "llama-cli": Tool.CLI,
     "llama-fit-params": Tool.FIT_PARAMS,
 }
-
-_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
-
-
-def first_shard(path: str) -> str:
-    """`model-00003-of-00005.gguf` -> `model-00001-of-00005.gguf`: llama.cpp is given the first shard of a split."""
-    return _SHARD.sub(lambda m: f"-{1:05d}-of-{m.group(2)}.gguf", path)
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
-def _ngl(n: int) -> str:
-    return "all" if n == NGL_ALL else ("auto" if n == NGL_AUTO else str(n))
-
-
-@dataclass(frozen=True, slots=True)
-class _Item:
-    """One flag to write: CLI spelling, value (None for a switch), preset key and preset value."""
-
-    key: str  # LaunchSettings field (or "model", "rpc", "draft.*") it comes from
-    flag: str
-    value: str | None
-    ini_key: str
-    ini_value: str
-
-
-def _items(
-    s: LaunchSettings,
-    model_path: str | None,
-    rpc_servers: Sequence[str],
-) -> list[_Item]:
-    out: list[_Item] = []
-
-    def add(key: str, flag: str, value: str | None, ini_key: str, ini_value: str | None = None) -> None:
-        out.append(
-            _Item(key, flag, value, ini_key, ini_value if ini_value is not None else (value or "true"))
-        )
-
-    if model_path and is_url(model_path):
-        add("model", "-mu", first_shard(model_path), "model-url")  # -m takes a local path; -mu downloads
-    elif model_path:
-        add("model", "-m", first_shard(model_path), "model")
-    if s.mmproj_path and s.mmproj is not MmprojPlacement.NONE:
-        add("mmproj_path", "--mmproj", s.mmproj_path, "mmproj")
-    if rpc_servers:
-        add("rpc", "--rpc", ",".join(rpc_servers), "rpc")
-    if s.n_ctx > 0:
-        add("n_ctx", "-c", str(s.n_ctx), "ctx-size")
-    if s.n_parallel != DEFAULTS.n_parallel:
-        add("n_parallel", "-np", str(s.n_parallel), "parallel")
-    if s.kv_unified is True and s.n_parallel >= 0:
-        add("kv_unified", "-kvu", None, "kv-unified", "true")
-    if s.n_gpu_layers != NGL_AUTO:
-        # ik_llama.cpp's -ngl takes a number only: 999 = every layer
-        ngl = (
-            str(IK_NGL_ALL)
-            if s.engine is Engine.IK_LLAMA and s.n_gpu_layers == NGL_ALL
-            else _ngl(s.n_gpu_layers)
-        )
-        add("n_gpu_layers", "-ngl", ngl, "n-gpu-layers")
-    if s.split_mode is not DEFAULTS.split_mode:
-        add("split_mode", "-sm", s.split_mode.value, "split-mode")
-    if s.tensor_split:
-        add("tensor_split", "-ts", ",".join(_num(x) for x in s.tensor_split), "tensor-split")
-    if s.main_gpu != DEFAULTS.main_gpu:
-        add("main_gpu", "-mg", str(s.main_gpu), "main-gpu")
-    if s.devices is not None:
-        dev = ",".join(s.devices) if s.devices else "none"
-        add("devices", "-dev", dev, "device")
-    if s.cpu_moe:
-        add("cpu_moe", "--cpu-moe", None, "cpu-moe", "true")
-    elif s.n_cpu_moe > 0:
-        add("n_cpu_moe", "--n-cpu-moe", str(s.n_cpu_moe), "n-cpu-moe")
-    for o in s.tensor_overrides:
-        add("tensor_overrides", "-ot", f"{o.pattern}={o.buffer_type}", "override-tensor")
-    if s.cache_type_k != DEFAULTS.cache_type_k:
-        add("cache_type_k", "-ctk", s.cache_type_k, "cache-type-k")
-    if s.cache_type_v != DEFAULTS.cache_type_v:
-        add("cache_type_v", "-ctv", s.cache_type_v, "cache-type-v")
-    if s.flash_attn is not FlashAttn.AUTO and not (
-        s.engine is Engine.IK_LLAMA and s.flash_attn is FlashAttn.ON
-    ):
-        add("flash_attn", "-fa", s.flash_attn.value, "flash-attn")
-    if s.n_batch != DEFAULTS.n_batch:
-        add("n_batch", "-b", str(s.n_batch), "batch-size")
-    if s.n_ubatch != DEFAULTS.n_ubatch:
-        add("n_ubatch", "-ub", str(s.n_ubatch), "ubatch-size")
-    if s.mmproj_path and s.mmproj is MmprojPlacement.CPU:
-        add("mmproj", "--no-mmproj-offload", None, "mmproj-offload", "false")
-    if s.no_kv_offload:
-        add("no_kv_offload", "-nkvo", None, "kv-offload", "false")
-    if s.swa_full:
-        add("swa_full", "--swa-full", None, "swa-full", "true")
-    if s.load_mode is not LoadMode.AUTO and s.engine is Engine.IK_LLAMA:
-        # ik_llama.cpp has the older switches: --no-mmap, --mlock
-        if s.load_mode in (LoadMode.NONE, LoadMode.DIO, LoadMode.MLOCK) and not s.run_time_repack:
-            add("load_mode", "--no-mmap", None, "no-mmap", "true")
-        if s.load_mode in (LoadMode.MLOCK, LoadMode.MMAP_MLOCK):
-            add("load_mode", "--mlock", None, "mlock", "true")
-    elif s.load_mode is not LoadMode.AUTO:
-        add("load_mode", "-lm", s.load_mode.value, "load-mode")
-    if not s.op_offload:
-        add("op_offload", "--no-op-offload", None, "op-offload", "false")
-    if not s.repack:
-        add("repack", "-nr", None, "repack", "false")
-    if s.no_host:
-        add("no_host", "--no-host", None, "no-host", "true")
-    if s.cache_ram_mib != DEFAULTS.cache_ram_mib:
-        add("cache_ram_mib", "-cram", str(s.cache_ram_mib), "cache-ram")
-    if s.ctx_checkpoints != DEFAULTS.ctx_checkpoints:
-        add("ctx_checkpoints", "-ctxcp", str(s.ctx_checkpoints), "ctx-checkpoints")
-    if s.embedding:
-        add("embedding", "--embedding", None, "embedding", "true")
-    if s.spec_types:
-        add("spec_types", "--spec-type", ",".join(s.spec_types), "spec-type")
-    d = s.draft
-    if d is not None:
-        add("draft.model_path", "-md", d.model_path, "model-draft")
-        if d.n_gpu_layers != NGL_AUTO:
-            add("draft.n_gpu_layers", "-ngld", _ngl(d.n_gpu_layers), "gpu-layers-draft")
-        if d.cache_type_k != "f16":
-            add("draft.cache_type_k", "-ctkd", d.cache_type_k, "cache-type-k-draft")
-        if d.cache_type_v != "f16":
-            add("draft.cache_type_v", "-ctvd", d.cache_type_v, "cache-type-v-draft")
-        if d.n_max != 3:
-            add("draft.n_max", "--spec-draft-n-max", str(d.n_max), "spec-draft-n-max")
-    elif s.spec_draft_n_max != DEFAULTS.spec_draft_n_max:
-        add("spec_draft_n_max", "--spec-draft-n-max", str(s.spec_draft_n_max), "spec-draft-n-max")
-    out.extend(_engine_items(s))
-    if s.engine is Engine.IK_LLAMA:
-        pass  # ik_llama.cpp has no --fit: nothing re-plans the placement
-    elif not s.fit:
-        add("fit", "--fit", "off", "fit")
-    elif s.fit_target_mib != DEFAULTS.fit_target_mib:
-        add("fit_target_mib", "-fitt", ",".join(str(x) for x in s.fit_target_mib), "fit-target")
-    return out
-
-
-#: `-ngl` for every layer in ik_llama.cpp (its parser takes an integer; more than the model has = all).
-IK_NGL_ALL = 999
-
-
-def _engine_items(s: LaunchSettings) -> list[_Item]:
-    """The flags only the selected engine has (ik_llama.cpp, beellama.cpp), in that engine's spelling."""
-    out: list[_Item] = []
-    if s.engine is Engine.IK_LLAMA:
-        out.append(_Item("mla_mode", "-mla", str(s.mla_mode), "mla-use", str(s.mla_mode)))
-        if s.attn_max_batch_mib > 0:
-            v = str(s.attn_max_batch_mib)
-            out.append(_Item("attn_max_batch_mib", "-amb", v, "attention-max-batch", v))
-        if s.fused_moe:
-            out.append(_Item("fused_moe", "-fmoe", None, "fused-moe", "true"))
-        else:
-            out.append(_Item("fused_moe", "-no-fmoe", None, "fused-moe", "false"))
-        if s.run_time_repack:
-            out.append(_Item("run_time_repack", "-rtr", None, "run-time-repack", "true"))
-    elif s.engine is Engine.BEELLAMA:
-        if s.cache_type_k_swa:
-            out.append(
-                _Item(
-                    "cache_type_k_swa",
-                    "--cache-type-k-swa",
-                    s.cache_type_k_swa,
-                    "cache-type-k-swa",
-                    s.cache_type_k_swa,
-                )
-            )
-            v = s.cache_type_v_swa or s.cache_type_k_swa
-            out.append(_Item("cache_type_v_swa", "--cache-type-v-swa", v, "cache-type-v-swa", v))
-        if s.kv_tail_tokens > 0 or s.kv_tail_tokens_swa >= 0:
-            v = str(s.kv_tail_tokens)
-            if s.kv_tail_tokens_swa >= 0:
-                v = f"full={s.kv_tail_tokens},swa={s.kv_tail_tokens_swa}"
-            out.append(_Item("kv_tail_tokens", "--kv-tail-tokens", v, "kv-tail-tokens", v))
-        if s.kv_tail_type:
-            out.append(
-                _Item("kv_tail_type", "--kv-tail-type", s.kv_tail_type, "kv-tail-type", s.kv_tail_type)
-            )
-        if s.draft is None and "draft-mtp" in s.spec_types:
-            if s.mtp_cache_type_k != "f16":
-                v = s.mtp_cache_type_k
-                out.append(_Item("mtp_cache_type_k", "--spec-draft-type-k", v, "spec-draft-type-k", v))
-            if s.mtp_cache_type_v != "f16":
-                v = s.mtp_cache_type_v
-                out.append(_Item("mtp_cache_type_v", "--spec-draft-type-v", v, "spec-draft-type-v", v))
-    return out
 
 
 def _settings_of(source: Plan | LaunchSettings) -> LaunchSettings:
@@ -270,17 +94,21 @@ def plan_to_args(
     *,
     program: str = "llama-server",
     rpc_servers: Sequence[str] = (),
+    kept: Sequence[str] = (),
 ) -> tuple[str, ...]:
-    """The llama-server argv for a plan (or settings): program, `-m` first shard, then the flags that matter."""
+    """The llama-server argv for a plan (or settings): program, `-m` first shard, then the flags that matter, then
+    `kept`: the user's flags fitplan does not model (`ParsedFlags.passthrough`), as they were given."""
     argv: list[str] = [program] if program else []
-    for it in _items(_settings_of(source), model_path, rpc_servers):
+    for it in written_flags(_settings_of(source), model_path, rpc_servers):
         argv.append(it.flag)
         if it.value is not None:
             argv.append(it.value)
+    argv.extend(kept)
     return tuple(argv)
 
 
 def _check_ini_value(key: str, value: str) -> None:
+    check_printable(value.replace("\n", "").replace("\r", ""), f"preset key {key}")
     if any(c in value for c in ";#\n\r"):
         raise FlagError(
             f"preset key {key}: the value {value!r} holds ';', '#' or a line break, which INI cannot keep"
@@ -309,7 +137,7 @@ def to_preset_ini(
         lines.extend("; " + c for c in comment.splitlines())
     lines.append(f"[{name}]")
     merged: dict[str, str] = {}
-    for it in _items(_settings_of(source), model_path, rpc_servers):
+    for it in written_flags(_settings_of(source), model_path, rpc_servers):
         if it.ini_key in merged:  # -ot entries: one comma-separated value
             merged[it.ini_key] += "," + it.ini_value
         else:
@@ -318,6 +146,36 @@ def to_preset_ini(
         _check_ini_value(k, v)
         lines.append(f"{k} = {v}")
     return "\n".join(lines) + "\n"
+
+
+def read_preset_ini(text: str) -> dict[str, tuple[str, ...]]:
+    """The sections of a `--models-preset` INI text, each as the llama-server arguments its keys stand for (the way
+    back of `to_preset_ini`; keys are read through the same flag table)."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in ";#":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1].strip(), [])
+            continue
+        key, eq, value = line.partition("=")
+        if not eq or current is None:
+            raise FlagError(f"preset line {n}: expected [name] or key = value, got {raw[:60]!r}")
+        current.append((key.strip(), value.strip()))
+    return {name: preset_args(entries) for name, entries in sections.items()}
+
+
+def import_preset(text: str, name: str | None = None, engine: Engine | None = None) -> ParsedFlags:
+    """One section of a preset (the only one, or `name`) read back into settings, as `parse_flags` reads flags."""
+    sections = read_preset_ini(text)
+    if name is None and len(sections) != 1:
+        raise FlagError(f"the preset has {len(sections)} sections: name one ({', '.join(sections)[:200]})")
+    key = name if name is not None else next(iter(sections))
+    if key not in sections:
+        raise FlagError(f"the preset has no section [{key}]")
+    return parse_flags(sections[key], engine=engine)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -348,11 +206,15 @@ def ollama_export(source: Plan | LaunchSettings, model_path: str, model_name: st
     cfg = engines.ollama_config(s)
     if isinstance(source, Plan) and source.estimate is not None and s.n_gpu_layers == NGL_ALL:
         cfg = dataclasses.replace(cfg, num_gpu=source.estimate.context.n_gpu_layers)
+    ref = first_shard(model_path)
+    check_printable(ref, "the Modelfile's FROM path")
+    if ref != ref.strip() or ref.startswith('"'):
+        raise FlagError(f"the Modelfile's FROM path {ascii(ref)[:80]} starts with a quote or a blank, or ends with one")
     env = tuple(engines.ollama_environment(cfg).items())
     name = model_name or re.sub(
         r"[^a-z0-9_.-]+", "-", re.split(r"[\\/]", model_path)[-1].lower().removesuffix(".gguf")
     )
-    return OllamaExport(env, engines.ollama_modelfile(first_shard(model_path), cfg), name or "model")
+    return OllamaExport(env, engines.ollama_modelfile(ref, cfg), name or "model")
 
 
 def env_lines(env: Sequence[tuple[str, str]], shell: Shell | str) -> str:
@@ -362,10 +224,11 @@ def env_lines(env: Sequence[tuple[str, str]], shell: Shell | str) -> str:
     for name, value in env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise FlagError(f"{name!r} is not an environment variable name")
+        check_printable(value, f"the value of {name}")
         if sh is Shell.SH:
             lines.append(f"export {name}={quote(value, sh)}")
         elif sh is Shell.POWERSHELL:
-            lines.append(f"$env:{name} = '{value.replace(chr(39), chr(39) * 2)}'")
+            lines.append(f"$env:{name} = {powershell_literal(value)}")  # every PowerShell single quote doubled
         else:
             if not _ENV_VALUE.fullmatch(value):
                 raise FlagError(f"{name}={value!r}: cmd.exe's set cannot carry this value unquoted")
@@ -442,7 +305,7 @@ def annotate(
     base_gpu, base_host = _split_use(base)
     notes: list[ArgNote] = []
     seen: set[str] = set()
-    for it in _items(s, model_path, rpc_servers):
+    for it in written_flags(s, model_path, rpc_servers):
         if it.key in seen:
             continue
         seen.add(it.key)
@@ -480,30 +343,22 @@ def annotate(
 # Import
 # ---------------------------------------------------------------------------------------------------------------------
 
-_SPELLINGS: dict[str, str] = {name: spec.key for spec in MEMORY_FLAGS for name in spec.names}
-#: ollama's settings pin the same llama-server settings.
-_OLLAMA_PINS: dict[str, tuple[str, ...]] = {
-    "ollama_num_ctx": ("n_ctx",),
-    "ollama_num_parallel": ("n_parallel",),
-    "ollama_kv_cache_type": ("cache_type_k", "cache_type_v"),
-    "ollama_num_gpu": ("n_gpu_layers",),
-}
-_SPELLINGS_FORK: dict[str, tuple[str, ...]] = {
-    **{name: _OLLAMA_PINS.get(spec.key, (spec.key,)) for _, spec in ENGINE_FLAGS for name in spec.names},
-    **{env: _OLLAMA_PINS.get(key, (key,)) for env, key in OLLAMA_ENV.items()},
-}
+def _pinned(word: str) -> tuple[str, ...]:
+    """The flag keys one argv word pins: a spelling of a `FLAGS` row (ollama's pin the settings they set), or an
+    `OLLAMA_*=value` assignment."""
+    name = word.split("=", 1)[0] if word.startswith(("--", "OLLAMA_")) else word
+    row = FLAG_BY_NAME.get(name)
+    if row is None and word.startswith("OLLAMA_"):
+        key = OLLAMA_ENV.get(name)
+        row = FLAG_BY_KEY.get(key) if key else None
+    if row is None:
+        return ()
+    return row.pins or (row.key,)
 
 
 def given_keys(args: Sequence[str]) -> frozenset[str]:
-    """The flag keys (as in `fitplan.core.launch.flags.MEMORY_FLAGS`) an argv sets explicitly: what the user pinned."""
-    out: set[str] = set()
-    for a in args:
-        name = a.split("=", 1)[0] if a.startswith("--") else a
-        key = _SPELLINGS.get(name)
-        if key is not None:
-            out.add(key)
-        out.update(_SPELLINGS_FORK.get(name.split("=", 1)[0] if name.startswith("OLLAMA_") else name, ()))
-    return frozenset(out)
+    """The flag keys (`fitplan.core.launch.flags.Flag.key`) an argv sets explicitly: what the user pinned."""
+    return frozenset(k for a in args for k in _pinned(a))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,26 @@
 """Quote an argv for POSIX sh, PowerShell and cmd.exe, and split pasted command lines of each back into argv.
 
 Rendering is conservative: a word is left bare only when it is made of characters that mean nothing to the shell;
-everything else is quoted in the one form of that shell that is literal:
+everything else is quoted in the one form of that shell that is literal, or refused (`ShellSyntaxError`):
 
-* sh: single quotes (`'` written as `'"'"'`).
+* every shell: an argument must be one line of printable text. Control characters (C0 but tab, DEL, C1), line and
+  paragraph separators and bidirectional-text controls are refused: they would reach the terminal raw, or make the
+  command read differently from what runs.
+* sh: single quotes (`'` written as `'"'"'`). A word starting with `=` is quoted (zsh expands `=cmd` to a path), and
+  so is a program named like a reserved word (`if`, `time`, `!` ...).
 * PowerShell: single quotes, every single-quote character doubled (PowerShell also treats the typographic quotes
-  U+2018..U+201B as single quotes). A program path that needs quotes is called through `&`.
+  U+2018..U+201B as single quotes). A bare word starting with a dash must be a plain flag (`-ngl`, `--n-cpu-moe`):
+  PowerShell splits `-m.gguf` at its first "." and reads `-a:b` as a parameter with an argument. A program path that
+  needs quotes is called through `&`.
 * cmd.exe: the argument is first quoted for the program's own splitting (CommandLineToArgvW rules: quotes around
-  words with blanks, `\\"` for a quote, backslashes doubled before a quote). A quoted word with no quote, `%` or `!`
-  inside is left as it is (cmd.exe treats nothing else inside quotes); otherwise every cmd metacharacter
-  `( ) % ! ^ " < > & |` is escaped with `^`, so cmd never sees an unescaped quote and passes the text on unchanged.
-  This is the interactive prompt's form: inside a .bat file `%` must be doubled instead. Line breaks and carriage
-  returns cannot be passed through cmd.exe at all; rendering one raises `ShellSyntaxError`.
+  words with blanks, `\\"` for a quote, backslashes doubled before a quote). A quoted word with no quote or `%` inside
+  is left as it is (cmd.exe treats nothing else inside quotes); otherwise every cmd metacharacter
+  `( ) ! ^ " < > & |` is escaped with `^`, so cmd never sees an unescaped quote and passes the text on unchanged.
+  `%` expansion runs before `^` is read, so `^%PATH:a=b^%` still expands PATH: instead a `^` goes right after each
+  `%`, so that every `%name%` cmd could look up starts with `^` and names no variable (the caret is removed later).
+  `!` is refused: with delayed expansion on it needs `^^!`, with it off `^!`, and fitplan cannot know which. This is
+  the interactive prompt's form: inside a .bat file `%` must be doubled instead. Line breaks and carriage returns
+  cannot be passed through cmd.exe at all.
 
 Caveat for PowerShell 5.1 (Windows PowerShell): when it passes arguments on to a native program it drops empty
 arguments and mangles embedded double quotes (fixed in PowerShell 7.3, `$PSNativeCommandArgumentPassing`). The
@@ -35,14 +44,17 @@ from fitplan.core.base.errors import FlagError
 __all__ = [
     "Shell",
     "ShellSyntaxError",
+    "check_printable",
     "default_shell",
     "detect_shell",
     "join",
     "join_many",
+    "powershell_literal",
     "quote",
     "split",
     "split_commands",
     "split_windows_command_line",
+    "unsafe_character",
 ]
 
 
@@ -75,25 +87,58 @@ _PS_SINGLE_QUOTES = frozenset("'\u2018\u2019\u201a\u201b")
 _PS_DOUBLE_QUOTES = frozenset('"\u201c\u201d\u201e')
 # A bare PowerShell argument: ASCII only, and it must not start like a number (argument mode converts `1e3`, `0x10`,
 # `007`, `1kb` to numbers), a variable, an operator or a type literal. Plain integers are kept bare.
-_PS_SAFE = re.compile(r"(?:[A-Za-z_/\\]|\.[A-Za-z_/\\.]|--?[A-Za-z])[A-Za-z0-9_./\\:=+-]*|0|-?[1-9][0-9]*|\.")
+_PS_SAFE = re.compile(r"(?:[A-Za-z_/\\]|\.[A-Za-z_/\\.])[A-Za-z0-9_./\\:=+-]*|--?[A-Za-z][A-Za-z0-9_-]*|0|-?[1-9][0-9]*|\.")
 
-#: Characters cmd.exe interprets on its command line; each is escaped with `^`.
+#: Characters cmd.exe interprets on its command line; each is escaped with `^` (`%` gets one after it instead).
 _CMD_META = frozenset('()%!^"<>&|')
 
 
+#: Words sh, bash and zsh read as reserved in the program's place (quoted there, they are plain words).
+_SH_RESERVED = frozenset(
+    ["!", "{", "}", "[[", "]]", "case", "coproc", "do", "done", "elif", "else", "end", "esac", "fi", "for", "foreach", "function", "if", "in", "nocorrect", "noglob", "repeat", "select", "then", "time", "until", "while"]
+)
+
+
 def _quote_sh(arg: str, program: bool) -> str:
-    if (_SH_SAFE_PROGRAM if program else _SH_SAFE).fullmatch(arg):
+    bare = (_SH_SAFE_PROGRAM if program else _SH_SAFE).fullmatch(arg)
+    if bare and not arg.startswith("=") and not (program and arg in _SH_RESERVED):
         return arg
     return "'" + arg.replace("'", "'\"'\"'") + "'"
+
+
+#: Bidirectional-text controls (ALM, LRM, RLM, embeddings, overrides, isolates): text that displays reordered.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def unsafe_character(text: str) -> str | None:
+    """The first character of `text` that fitplan never writes into a command, preset or Modelfile (a control
+    character other than tab, a line or paragraph separator, a bidirectional-text control), or None."""
+    for ch in text:
+        o = ord(ch)
+        if (o < 0x20 and ch != "\t") or 0x7F <= o <= 0x9F or ch in "\u2028\u2029" or ch in _BIDI:
+            return ch
+    return None
+
+
+def check_printable(text: str, what: str) -> None:
+    """Refuse `text` (one line of `what`) when it holds a character `unsafe_character` finds."""
+    if "\x00" in text:
+        raise ShellSyntaxError(f"{what} cannot contain a NUL character")
+    ch = unsafe_character(text)
+    if ch is not None:
+        raise ShellSyntaxError(
+            f"{what} holds the control character U+{ord(ch):04X}, which fitplan does not write into a command: "
+            f"{ascii(text)[:80]}"
+        )
 
 
 def _quote_ps(arg: str) -> str:
     if _PS_SAFE.fullmatch(arg) and arg != ".":
         return arg
-    return _quote_ps_always(arg)
+    return powershell_literal(arg)
 
 
-def _quote_ps_always(arg: str) -> str:
+def powershell_literal(arg: str) -> str:
     out = ["'"]
     for ch in arg:
         out.append(ch + ch if ch in _PS_SINGLE_QUOTES else ch)
@@ -121,39 +166,51 @@ def _quote_argv_w(arg: str) -> str:
 
 
 def _escape_cmd(text: str) -> str:
-    return "".join("^" + ch if ch in _CMD_META else ch for ch in text)
+    out = []
+    for i, ch in enumerate(text):
+        if ch != "%":
+            out.append("^" + ch if ch in _CMD_META else ch)
+            continue
+        nxt = text[i + 1 : i + 2]
+        # %^name: the name cmd's %-expansion would look up starts with ^ (none does); a following metacharacter
+        # brings its own caret, and a name starting with a blank names no variable either
+        out.append("%" if not nxt or nxt in " \t" or (nxt in _CMD_META and nxt != "%") else "%^")
+    return "".join(out)
 
 
 def _check_cmd(arg: str) -> None:
     if "\n" in arg or "\r" in arg:
-        raise ShellSyntaxError(f"cmd.exe cannot pass an argument that contains a line break: {arg!r}")
-    if "\x00" in arg:
-        raise ShellSyntaxError("an argument cannot contain a NUL character")
+        raise ShellSyntaxError(f"cmd.exe cannot pass an argument that contains a line break: {ascii(arg)[:80]}")
+    if "!" in arg:
+        raise ShellSyntaxError(
+            f"cmd.exe cannot pass '!' the same way with and without delayed expansion: {ascii(arg)[:80]} "
+            "(use PowerShell)"
+        )
 
 
 def quote(arg: str, shell: Shell | str, *, program: bool = False) -> str:
     """One argument quoted for `shell`; `program=True` for the first word (the program itself)."""
     sh = Shell(shell)
-    if "\x00" in arg:
-        raise ShellSyntaxError("an argument cannot contain a NUL character")
+    if sh is Shell.CMD:
+        _check_cmd(arg)
+    check_printable(arg, "an argument")
     if sh is Shell.SH:
         return _quote_sh(arg, program)
     if sh is Shell.POWERSHELL:
         if program and not re.match(r"[A-Za-z_./\\]", arg):
-            return _quote_ps_always(arg)
+            return powershell_literal(arg)
         return _quote_ps(arg)
-    _check_cmd(arg)
     if program:
         if '"' in arg:
-            raise ShellSyntaxError(f"a program path cannot contain a double quote: {arg!r}")
+            raise ShellSyntaxError(f"a program path cannot contain a double quote: {ascii(arg)[:80]}")
         if not arg or " " in arg or "\t" in arg or arg.startswith("@"):
-            if "%" not in arg and "!" not in arg:
+            if "%" not in arg:
                 return f'"{arg}"'
             return _escape_cmd(f'"{arg}"')
         return _escape_cmd(arg)
     word = _quote_argv_w(arg)
-    if word.startswith('"') and '"' not in word[1:-1] and "%" not in word and "!" not in word:
-        return word  # inside cmd.exe's quotes only % and ! would still be special
+    if word.startswith('"') and '"' not in word[1:-1] and "%" not in word:
+        return word  # inside cmd.exe's quotes only % (and !, refused) would still be special
     return _escape_cmd(word)
 
 
@@ -252,56 +309,74 @@ def _redirect(text: str, i: int, acc: _Commands) -> int:
     return i
 
 
+def _sh_backslash(text: str, i: int, acc: _Commands) -> int:
+    """A backslash outside quotes at `i`: a line continuation, or the next character taken literally."""
+    n = len(text)
+    if text.startswith("\r\n", i + 1):
+        return i + 3
+    if i + 1 < n and text[i + 1] == "\n":
+        return i + 2
+    if i + 1 < n:
+        acc.add(text[i + 1])
+        return i + 2
+    return i + 1
+
+
+def _sh_double(text: str, i: int, acc: _Commands) -> int:
+    """A double-quoted string from `text[i]` (the quote): backslash escapes only `$`, `` ` ``, `"`, `\\` and a line
+    break. Returns the index after the closing quote."""
+    n = len(text)
+    i += 1
+    acc.add("")
+    while True:
+        if i >= n:
+            raise ShellSyntaxError("unterminated double quote")
+        d = text[i]
+        if d == '"':
+            return i + 1
+        if d == "\\" and i + 1 < n:
+            e = text[i + 1]
+            if e == "\n":
+                i += 2
+                continue
+            if e == "\r" and text.startswith("\n", i + 2):
+                i += 3
+                continue
+            if e in '$`"\\':
+                acc.add(e)
+                i += 2
+                continue
+        acc.add(d)
+        i += 1
+
+
+def _sh_quoted(text: str, i: int, acc: _Commands) -> int | None:
+    """A quoted string at `i` (`'...'`, `$'...'`, `"..."`): the index after it, or None when none starts there."""
+    c = text[i]
+    if c == "'":
+        end = text.find("'", i + 1)
+        if end < 0:
+            raise ShellSyntaxError("unterminated single quote")
+        acc.add(text[i + 1 : end])
+        return end + 1
+    if c == "$" and text.startswith("'", i + 1):
+        return _sh_ansi_c(text, i + 2, acc)
+    if c == '"':
+        return _sh_double(text, i, acc)
+    return None
+
+
 def _split_sh(text: str) -> tuple[tuple[str, ...], ...]:
     acc = _Commands()
     i, n = 0, len(text)
     while i < n:
         c = text[i]
         if c == "\\":
-            if text.startswith("\r\n", i + 1):
-                i += 3
-            elif i + 1 < n and text[i + 1] == "\n":
-                i += 2
-            elif i + 1 < n:
-                acc.add(text[i + 1])
-                i += 2
-            else:
-                i += 1
+            i = _sh_backslash(text, i, acc)
             continue
-        if c == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise ShellSyntaxError("unterminated single quote")
-            acc.add(text[i + 1 : end])
-            i = end + 1
-            continue
-        if c == "$" and i + 1 < n and text[i + 1] == "'":
-            i = _sh_ansi_c(text, i + 2, acc)
-            continue
-        if c == '"':
-            i += 1
-            acc.add("")
-            while True:
-                if i >= n:
-                    raise ShellSyntaxError("unterminated double quote")
-                d = text[i]
-                if d == '"':
-                    i += 1
-                    break
-                if d == "\\" and i + 1 < n:
-                    e = text[i + 1]
-                    if e == "\n":
-                        i += 2
-                        continue
-                    if e == "\r" and text.startswith("\n", i + 2):
-                        i += 3
-                        continue
-                    if e in '$`"\\':
-                        acc.add(e)
-                        i += 2
-                        continue
-                acc.add(d)
-                i += 1
+        quoted = _sh_quoted(text, i, acc)
+        if quoted is not None:
+            i = quoted
             continue
         if c in " \t\r":
             acc.end_word()
@@ -464,152 +539,160 @@ def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
     return tuple(acc.commands)
 
 
-def _cmd_lines(text: str) -> list[str]:
-    """cmd.exe's own pass: carets and continuations removed, split at unquoted `&`, `|`, `&&`, `||` and line ends,
-    redirections dropped. Quotes are kept for the program's own splitting."""
-    commands: list[str] = []
-    out: list[str] = []
-    quoted = False
-    i, n = 0, len(text)
-    skip_redirect_target = False
+def _cmd_caret(text: str, i: int, out: list[str]) -> int:
+    """A caret at `i` outside quotes: the next character literally, or a continuation (the line break removed and
+    the first character of the next line literal). Returns the index after it."""
+    n = len(text)
+    j = i + 1
+    while j < n and text[j] == "\r":
+        j += 1
+    if j >= n:
+        return j
+    if text[j] != "\n":
+        out.append(text[j])
+        return j + 1
+    j += 1
+    while j < n and text[j] == "\r":
+        j += 1
+    if j < n:
+        out.append(text[j])
+        j += 1
+    return j
 
-    def finish() -> None:
-        nonlocal out
-        line = "".join(out).strip(" \t")
+
+def _cmd_redirect(text: str, i: int, out: list[str]) -> int:
+    """A redirection at `i` (`>`, `>>`, `2>&1`, `<`): drop an fd number written right before it, and its target."""
+    n = len(text)
+    while out and out[-1].isdigit() and (len(out) == 1 or out[-2] in " \t"):
+        out.pop()
+    i += 1
+    while i < n and text[i] in ">&":
+        i += 1
+    while i < n and text[i] in " \t":
+        i += 1
+    while i < n and text[i] not in " \t\n&|":
+        if text[i] == '"':
+            end = text.find('"', i + 1)
+            i = n if end < 0 else end + 1
+        else:
+            i += 1
+    return i
+
+
+class _CmdLines:
+    """The commands of cmd.exe's own pass, one string each."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+        self.out: list[str] = []
+
+    def finish(self) -> None:
+        line = "".join(self.out).strip(" \t")
         if line.startswith("@"):
             line = line[1:].lstrip(" \t")
         if line:
-            commands.append(line)
-        out = []
+            self.commands.append(line)
+        self.out = []
 
+
+def _cmd_lines(text: str) -> list[str]:
+    """cmd.exe's own pass: carets and continuations removed, split at unquoted `&`, `|`, `&&`, `||` and line ends,
+    redirections dropped. Quotes are kept for the program's own splitting."""
+    acc = _CmdLines()
+    quoted = False
+    i, n = 0, len(text)
     while i < n:
         c = text[i]
-        if c == "\r":
-            i += 1  # cmd.exe strips every carriage return
-            continue
-        if quoted:
-            if c == '"':
-                quoted = False
-            elif c == "\n":
-                quoted = False
-                finish()
-                i += 1
-                continue
-            out.append(c)
-            i += 1
-            continue
-        if c == "^":
-            j = i + 1
-            while j < n and text[j] == "\r":
-                j += 1
-            if j >= n:
-                i = j
-                continue
-            if text[j] == "\n":
-                # continuation: the line break is removed and the first character of the next line is literal
-                j += 1
-                while j < n and text[j] == "\r":
-                    j += 1
-                if j < n:
-                    out.append(text[j])
-                    j += 1
-                i = j
-                continue
-            out.append(text[j])
-            i = j + 1
-            continue
-        if c == '"':
-            quoted = True
-            out.append(c)
-            i += 1
-            continue
-        if c == "\n" or c in "&|":
-            finish()
-            i += 2 if text.startswith(("&&", "||"), i) else 1
-            continue
-        if c in "<>":
-            # drop an fd number written right before, then the redirection target
-            while out and out[-1].isdigit() and (len(out) == 1 or out[-2] in " \t"):
-                out.pop()
-            i += 1
-            while i < n and text[i] in ">&":
-                i += 1
-            while i < n and text[i] in " \t":
-                i += 1
-            skip_redirect_target = True
-            while skip_redirect_target and i < n and text[i] not in " \t\n&|":
-                if text[i] == '"':
-                    end = text.find('"', i + 1)
-                    i = n if end < 0 else end + 1
-                else:
-                    i += 1
-            skip_redirect_target = False
-            continue
-        out.append(c)
         i += 1
-    finish()
-    return commands
+        if c == "\r":
+            continue  # cmd.exe strips every carriage return
+        if quoted:
+            quoted = c not in '"\n'
+            if c == "\n":
+                acc.finish()
+            else:
+                acc.out.append(c)
+        elif c == "^":
+            i = _cmd_caret(text, i - 1, acc.out)
+        elif c == "\n" or c in "&|":
+            acc.finish()
+            i += 1 if text.startswith(("&&", "||"), i - 1) else 0
+        elif c in "<>":
+            i = _cmd_redirect(text, i - 1, acc.out)
+        else:
+            quoted = c == '"'
+            acc.out.append(c)
+    acc.finish()
+    return acc.commands
+
+
+def _argv0(line: str, i: int) -> tuple[str, int]:
+    """CommandLineToArgvW's program name at `i`: a quoted run, or up to the first blank (backslashes literal)."""
+    n = len(line)
+    if line[i] == '"':
+        end = line.find('"', i + 1)
+        end = n if end < 0 else end
+        return line[i + 1 : end], end + 1
+    j = i
+    while j < n and line[j] not in " \t":
+        j += 1
+    return line[i:j], j
+
+
+def _argv_word(line: str, i: int) -> tuple[str, int]:
+    """One argument from `i` by CommandLineToArgvW's rules (backslashes before quotes, doubled quotes)."""
+    n = len(line)
+    buf: list[str] = []
+    qcount = 0
+    backslashes = 0
+    while i < n:
+        c = line[i]
+        if c in " \t" and qcount == 0:
+            break
+        i += 1
+        if c == "\\":
+            backslashes += 1
+            buf.append(c)
+            continue
+        if c != '"':
+            backslashes = 0
+            buf.append(c)
+            continue
+        if backslashes % 2 == 0:
+            del buf[len(buf) - backslashes // 2 :]
+            qcount += 1
+        else:
+            del buf[len(buf) - backslashes // 2 - 1 :]
+            buf.append('"')
+        backslashes = 0
+        while i < n and line[i] == '"':
+            qcount += 1
+            if qcount == 3:
+                buf.append('"')
+                qcount = 0
+            i += 1
+        if qcount == 2:
+            qcount = 0
+    return "".join(buf), i
 
 
 def split_windows_command_line(line: str) -> tuple[str, ...]:
     """Split a Windows command line as CommandLineToArgvW does (the program name has its own simpler rule)."""
-    args: list[str] = []
-    i, n = 0, len(line)
+    n = len(line)
+    i = 0
     while i < n and line[i] in " \t":
         i += 1
     if i >= n:
         return ()
-    # argv[0]: a quoted run, or up to the first blank; backslashes are literal
-    if line[i] == '"':
-        end = line.find('"', i + 1)
-        end = n if end < 0 else end
-        args.append(line[i + 1 : end])
-        i = end + 1
-    else:
-        j = i
-        while j < n and line[j] not in " \t":
-            j += 1
-        args.append(line[i:j])
-        i = j
+    first, i = _argv0(line, i)
+    args = [first]
     while True:
         while i < n and line[i] in " \t":
             i += 1
         if i >= n:
             break
-        buf: list[str] = []
-        qcount = 0
-        backslashes = 0
-        while i < n:
-            c = line[i]
-            if c in " \t" and qcount == 0:
-                break
-            if c == "\\":
-                backslashes += 1
-                buf.append(c)
-                i += 1
-                continue
-            if c == '"':
-                if backslashes % 2 == 0:
-                    del buf[len(buf) - backslashes // 2 :]
-                    qcount += 1
-                else:
-                    del buf[len(buf) - backslashes // 2 - 1 :]
-                    buf.append('"')
-                i += 1
-                backslashes = 0
-                while i < n and line[i] == '"':
-                    qcount += 1
-                    if qcount == 3:
-                        buf.append('"')
-                        qcount = 0
-                    i += 1
-                if qcount == 2:
-                    qcount = 0
-                continue
-            backslashes = 0
-            buf.append(c)
-            i += 1
-        args.append("".join(buf))
+        word, i = _argv_word(line, i)
+        args.append(word)
     return tuple(args)
 
 

@@ -235,7 +235,7 @@ def _f32(x: float) -> float:
 def effective_overrides(settings: LaunchSettings) -> tuple[TensorOverride, ...]:
     """`-ot` entries, then the ones `--n-cpu-moe N` and `--cpu-moe` add, in llama.cpp's order."""
     extra: list[TensorOverride] = []
-    for i in range(settings.n_cpu_moe):
+    for i in range(min(settings.n_cpu_moe, 512)):  # LLAMA_MAX_LAYERS: no block index reaches it
         extra.append(TensorOverride(f"blk\\.{i}{FFN_EXPS_REGEX}", CPU_BUFT))
     if settings.cpu_moe:
         extra.append(TensorOverride(FFN_EXPS_REGEX, CPU_BUFT))
