@@ -64,7 +64,7 @@ class EstimatorWorker(QObject):
             return  # an earlier wake already took the newest request
         try:
             outcome = self._backend.plan(request)
-        except Exception as exc:  # shown to the user by the one error sink
+        except Exception as exc:  # noqa: BLE001 - shown to the user by the one error sink
             self.failed.emit(describe("Estimate", exc, request.request_id))
             return
         self.finished.emit(outcome)
@@ -150,7 +150,7 @@ def run_job(
 
     try:
         value = fn(progress)
-    except Exception as exc:  # shown to the user by the one error sink
+    except Exception as exc:  # noqa: BLE001 - shown to the user by the one error sink
         if not stop.is_set():
             signals.failed.emit(token, describe(what, exc))
         return

@@ -116,11 +116,11 @@ class NvmlProbe:
             return ProbeResult(problems=("NVIDIA: nvidia-ml-py (pynvml) is not installed",))
         try:
             nvml.nvmlInit()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - NVML (a C library behind pynvml) fails in many ways; each becomes a note
             return ProbeResult(problems=(f"NVIDIA: {_nvml_reason(exc)}",))
         try:
             return self._probe(nvml)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - NVML (a C library behind pynvml) fails in many ways; each becomes a note
             return ProbeResult(problems=(f"NVIDIA: {_nvml_reason(exc)}",))
         finally:
             with contextlib.suppress(Exception):  # shutting down after a failure: nothing more to report
@@ -136,7 +136,7 @@ class NvmlProbe:
         for i in range(count):
             try:
                 gpus.append(self._read_gpu(nvml, i))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - NVML (a C library behind pynvml) fails in many ways; each becomes a note
                 problems.append(f"NVIDIA: GPU {i} (NVML index) skipped: {_nvml_reason(exc)}")
         ordered, certain = self._cuda_order(gpus)
         if not certain:
@@ -202,7 +202,7 @@ class NvmlProbe:
                 continue
             try:
                 procs = fn(gpu.handle)
-            except Exception:
+            except Exception:  # noqa: BLE001 - an optional NVML query: unavailable is an answer
                 failed += 1
                 continue
             for p in procs:
@@ -222,13 +222,13 @@ class NvmlProbe:
         for j in range(n):
             try:
                 mh = nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, j)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - NVML (a C library behind pynvml) fails in many ways; each becomes a note
                 if getattr(exc, "value", None) != _NVML_ERROR_NOT_FOUND:
                     gpu.notes.append(f"MIG slot {j}: {exc}")
                 continue  # an empty MIG slot answers NOT_FOUND
             try:
                 mem = nvml.nvmlDeviceGetMemoryInfo(mh)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - NVML (a C library behind pynvml) fails in many ways; each becomes a note
                 gpu.notes.append(f"MIG slot {j}: memory unavailable: {exc}")
                 continue
             mig_name = _text(_optional_call(nvml.nvmlDeviceGetName, mh) or f"{gpu.name} MIG {j}")
@@ -362,7 +362,7 @@ def _optional(fn: Callable[[], Any]) -> Any:
     """The value of an NVML query that may be unsupported on this GPU or driver; None when it fails."""
     try:
         return fn()
-    except Exception:
+    except Exception:  # noqa: BLE001 - an optional NVML query: unavailable is an answer
         return None
 
 
@@ -370,5 +370,5 @@ def _optional_call(fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args), or None when the NVML query fails."""
     try:
         return fn(*args)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an optional NVML query: unavailable is an answer
         return None

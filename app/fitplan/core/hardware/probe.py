@@ -88,7 +88,7 @@ def run_probes(probes: Iterable[DeviceProbe]) -> ProbeResult:
     for p in probes:
         try:
             results.append(p.probe())
-        except Exception as exc:  # a probe bug must not take the app down
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not take the app down
             results.append(ProbeResult(problems=(f"{p.name}: probe failed: {type(exc).__name__}: {exc}",)))
     return merge_results(results)
 
