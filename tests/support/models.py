@@ -11,7 +11,10 @@ from fitplan.core.gguf.reader import read_header
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+#: The tests folder and the repository it sits in.
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+FIXTURES = TESTS / "fixtures"
 LLAMACPP = FIXTURES / "llamacpp"
 MODELS = LLAMACPP / "models"
 #: Published-size models as header-only files (the tensors' data is not stored).
