@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gguf.constants import Keys
+
 from fitplan.core.gguf.ggml_types import file_type_label, type_name
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, MetadataValue, ModelFiles
 from fitplan.core.gguf.reader import is_mmproj
@@ -70,11 +72,15 @@ class _Meta:
         self.arch = arch
         self.warnings: list[str] = []
 
+    def full(self, key: str) -> str:
+        """`{arch}.key`: a `gguf.constants.Keys` template, or a key gguf-py does not name yet (its suffix)."""
+        return key.format(arch=self.arch) if "{arch}" in key else f"{self.arch}.{key}"
+
     def raw(self, key: str) -> MetadataValue | None:
-        return self.md.get(f"{self.arch}.{key}")
+        return self.md.get(self.full(key))
 
     def has(self, key: str) -> bool:
-        return f"{self.arch}.{key}" in self.md
+        return self.full(key) in self.md
 
     def num(self, key: str, default: int = 0) -> int:
         v = self.raw(key)
@@ -114,7 +120,7 @@ class _Meta:
         if not isinstance(v, GGUFArray):
             return None
         if v.values is None:
-            self.warnings.append(f"{self.arch}.{key}: array of {v.length} values was not read")
+            self.warnings.append(f"{self.full(key)}: array of {v.length} values was not read")
             return None
         return [int(x) for x in v.values if isinstance(x, (int, float))]
 
@@ -129,7 +135,7 @@ class _Meta:
             if vals is None:
                 return default
             if len(vals) != n:
-                self.warnings.append(f"{self.arch}.{key} has {len(vals)} values, llama.cpp expects {n}")
+                self.warnings.append(f"{self.full(key)} has {len(vals)} values, llama.cpp expects {n}")
             for i, x in enumerate(vals[: len(out)]):
                 out[i] = x
             return out
@@ -210,8 +216,8 @@ def _file_type(header: GGUFHeader, mix: Sequence[tuple[str, int]]) -> str:
 
 
 def _n_vocab(meta: _Meta, header: GGUFHeader, tensors: Sequence[TensorProfile]) -> int:
-    if meta.has("vocab_size"):
-        return meta.num("vocab_size")
+    if meta.has(Keys.LLM.VOCAB_SIZE):
+        return meta.num(Keys.LLM.VOCAB_SIZE)
     toks = header.metadata.get("tokenizer.ggml.tokens")
     if isinstance(toks, GGUFArray):
         return toks.length
@@ -299,36 +305,36 @@ def _generic_dims(meta: _Meta, t: ArchTraits, tensor_names: set[str]) -> _Dims:
     """src/llama-model.cpp:load_hparams, the generic keys, with the per-architecture overrides of
     load_arch_hparams that change them."""
     hp = t.hparams
-    n_layer_all = meta.num("block_count")
-    n_nextn = meta.num("nextn_predict_layers")
+    n_layer_all = meta.num(Keys.LLM.BLOCK_COUNT)
+    n_nextn = meta.num(Keys.LLM.NEXTN_PREDICT_LAYERS)
     probe = f"blk.{n_layer_all - n_nextn}.nextn.eh_proj.weight"
     if hp.nextn_needs_eh_proj and n_nextn > 0 and probe not in tensor_names:
         n_nextn = 0
     zeros = [0] * n_layer_all
-    n_head = meta.key_or_arr("attention.head_count", n_layer_all, zeros)
+    n_head = meta.key_or_arr(Keys.Attention.HEAD_COUNT, n_layer_all, zeros)
     d = _Dims(
-        n_embd=meta.num("embedding_length"),
+        n_embd=meta.num(Keys.LLM.EMBEDDING_LENGTH),
         n_layer_all=n_layer_all,
         n_nextn=min(n_nextn, n_layer_all),
-        n_expert=meta.num("expert_count"),
-        n_expert_used=meta.key_or_arr("expert_used_count", n_layer_all, zeros),
-        n_ff=meta.key_or_arr("feed_forward_length", n_layer_all, zeros),
+        n_expert=meta.num(Keys.LLM.EXPERT_COUNT),
+        n_expert_used=meta.key_or_arr(Keys.LLM.EXPERT_USED_COUNT, n_layer_all, zeros),
+        n_ff=meta.key_or_arr(Keys.LLM.FEED_FORWARD_LENGTH, n_layer_all, zeros),
         n_head=n_head,
-        n_head_kv=meta.key_or_arr("attention.head_count_kv", n_layer_all, list(n_head)),
+        n_head_kv=meta.key_or_arr(Keys.Attention.HEAD_COUNT_KV, n_layer_all, list(n_head)),
     )
     if hp.dense_when_single_expert and d.n_expert <= 1:
         d.n_expert = 0
         d.n_expert_used = list(zeros)
     if d.head0 > 0:
-        d.head_k = meta.num("attention.key_length", d.n_embd // d.head0)
-        d.head_v = meta.num("attention.value_length", d.n_embd // d.head0)
-        d.n_rot = meta.num("rope.dimension_count", d.head_k)
+        d.head_k = meta.num(Keys.Attention.KEY_LENGTH, d.n_embd // d.head0)
+        d.head_v = meta.num(Keys.Attention.VALUE_LENGTH, d.n_embd // d.head0)
+        d.n_rot = meta.num(Keys.Rope.DIMENSION_COUNT, d.head_k)
     if hp.rereads_head_lengths:
-        d.head_k = meta.num("attention.key_length", d.head_k)
-        d.head_v = meta.num("attention.value_length", d.head_v)
-    d.head_k_swa = meta.num("attention.key_length_swa", d.head_k)
-    d.head_v_swa = meta.num("attention.value_length_swa", d.head_v)
-    d.kv_lora_rank = meta.num("attention.kv_lora_rank")
+        d.head_k = meta.num(Keys.Attention.KEY_LENGTH, d.head_k)
+        d.head_v = meta.num(Keys.Attention.VALUE_LENGTH, d.head_v)
+    d.head_k_swa = meta.num(Keys.Attention.KEY_LENGTH_SWA, d.head_k)
+    d.head_v_swa = meta.num(Keys.Attention.VALUE_LENGTH_SWA, d.head_v)
+    d.kv_lora_rank = meta.num(Keys.Attention.KV_LORA_RANK)
     if hp.head_v_is_kv_lora:
         d.head_v = d.kv_lora_rank
     if hp.layer_loops:
@@ -378,9 +384,9 @@ def _recurrent_layers(meta: _Meta, t: ArchTraits, d: _Dims) -> list[bool]:
     if rec.rule is RecurrentRule.INTERVAL:
         if meta.has("attention.recurrent_layers"):
             return [x != 0 for x in meta.key_or_arr("attention.recurrent_layers", n, [0] * n)]
-        interval = meta.num("full_attention_interval", rec.default_interval)
+        interval = meta.num(Keys.LLM.FULL_ATTENTION_INTERVAL, rec.default_interval)
         if interval <= 0:
-            d.warnings.append(f"{meta.arch}.full_attention_interval is missing; llama.cpp refuses this file")
+            d.warnings.append(f"{meta.full(Keys.LLM.FULL_ATTENTION_INTERVAL)} is missing; llama.cpp refuses this file")
             interval = 1
         return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
     return [False] * n
@@ -390,28 +396,28 @@ def _swa_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool]) -> tu
     """swa_type, n_swa and is_swa per layer (src/models/<arch>.cpp, src/llama-model.cpp:load_swa_pattern)."""
     sw = t.hparams.swa
     n = d.n_layer_all
-    found = meta.has("attention.sliding_window")
-    window = meta.num("attention.sliding_window")
+    found = meta.has(Keys.Attention.SLIDING_WINDOW)
+    window = meta.num(Keys.Attention.SLIDING_WINDOW)
 
     def pattern(period: int, dense_first: bool) -> list[bool]:
-        arr = meta.array("attention.sliding_window_pattern")
+        arr = meta.array(Keys.Attention.SLIDING_WINDOW_PATTERN)
         if arr is not None:
             flags = [bool(x) for x in arr[:n]]
             return flags + [False] * (n - len(flags))
-        n_pattern = meta.num("attention.sliding_window_pattern", period)
+        n_pattern = meta.num(Keys.Attention.SLIDING_WINDOW_PATTERN, period)
         return list(archs.swa_pattern(d.n_layer, n, n_pattern, dense_first))
 
     rule = sw.rule
     if rule is SwaRule.ALWAYS:
         if not found and sw.default_window == 0:
-            d.warnings.append(f"{meta.arch}.attention.sliding_window is missing; llama.cpp requires it")
+            d.warnings.append(f"{meta.full(Keys.Attention.SLIDING_WINDOW)} is missing; llama.cpp requires it")
         return sw.swa_type, window if found else sw.default_window, pattern(sw.period, sw.dense_first)
     if rule is SwaRule.IF_WINDOW and found and window > 0:
         return sw.swa_type, sw.forced_window or window, pattern(sw.period, sw.dense_first)
     if rule is SwaRule.ARRAY:
-        arr = meta.array("attention.sliding_window_pattern")
+        arr = meta.array(Keys.Attention.SLIDING_WINDOW_PATTERN)
         if arr is None:
-            d.warnings.append(f"{meta.arch}.attention.sliding_window_pattern must be a per-layer array")
+            d.warnings.append(f"{meta.full(Keys.Attention.SLIDING_WINDOW_PATTERN)} must be a per-layer array")
             return sw.swa_type, window, [False] * n
         flags = [bool(x) for x in arr[:n]]
         return sw.swa_type, window, flags + [False] * (n - len(flags))
@@ -428,8 +434,8 @@ def _swa_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool]) -> tu
 
 def _mla(meta: _Meta, t: ArchTraits, d: _Dims) -> MlaParams | None:
     """MLA (models/deepseek2.cpp and the other MLA archs): only archs that read the *_mla keys run MLA."""
-    k_mla = meta.num("attention.key_length_mla")
-    v_mla = meta.num("attention.value_length_mla")
+    k_mla = meta.num(Keys.Attention.KEY_LENGTH_MLA)
+    v_mla = meta.num(Keys.Attention.VALUE_LENGTH_MLA)
     if not (t.hparams.reads_mla_keys and k_mla > 0 and v_mla > 0):
         return None
     return MlaParams(
@@ -437,7 +443,7 @@ def _mla(meta: _Meta, t: ArchTraits, d: _Dims) -> MlaParams | None:
         n_rot=d.n_rot,
         key_length_mla=k_mla,
         value_length_mla=v_mla,
-        q_lora_rank=meta.num("attention.q_lora_rank"),
+        q_lora_rank=meta.num(Keys.Attention.Q_LORA_RANK),
     )
 
 
@@ -446,7 +452,7 @@ def _kv_from_start(meta: _Meta, t: ArchTraits, d: _Dims) -> int:
     if t.hparams.kv_sharing is KvSharing.FROM_LAYER_20:
         return 20
     if t.hparams.kv_sharing is KvSharing.SHARED_KV_LAYERS:
-        return d.n_layer_all - meta.num("attention.shared_kv_layers")
+        return d.n_layer_all - meta.num(Keys.Attention.SHARED_KV_LAYERS)
     return -1
 
 
@@ -455,13 +461,13 @@ def _recurrent_state(
 ) -> tuple[SsmParams | None, int, int]:
     """src/llama-hparams.cpp:n_embd_r / n_embd_s and the SSM parameters."""
     hp = t.hparams
-    d_conv = meta.num("ssm.conv_kernel")
-    d_inner = meta.num("ssm.inner_size")
-    d_state = meta.num("ssm.state_size")
-    n_group = meta.num("ssm.group_count") if hp.reads_ssm_group_count else 0
-    wkv = meta.num("wkv.head_size") if hp.reads_wkv_head_size else 0
-    token_shift = meta.num("token_shift_count", 2)
-    l_cache = meta.num("shortconv.l_cache") if hp.reads_shortconv else 0
+    d_conv = meta.num(Keys.SSM.CONV_KERNEL)
+    d_inner = meta.num(Keys.SSM.INNER_SIZE)
+    d_state = meta.num(Keys.SSM.STATE_SIZE)
+    n_group = meta.num(Keys.SSM.GROUP_COUNT) if hp.reads_ssm_group_count else 0
+    wkv = meta.num(Keys.WKV.HEAD_SIZE) if hp.reads_wkv_head_size else 0
+    token_shift = meta.num(Keys.LLM.TOKEN_SHIFT_COUNT, 2)
+    l_cache = meta.num(Keys.ShortConv.L_CACHE) if hp.reads_shortconv else 0
     kda = meta.num("kda.head_dim") if hp.reads_kda else 0
     head_la = d.head_k if hp.linear_attn_head_is_key else 0
     if wkv:
@@ -481,7 +487,7 @@ def _recurrent_state(
         d_inner=d_inner,
         d_state=d_state,
         n_group=n_group,
-        dt_rank=meta.num("ssm.time_step_rank"),
+        dt_rank=meta.num(Keys.SSM.TIME_STEP_RANK),
         wkv_head_size=wkv,
         token_shift_count=token_shift if wkv else 0,
         shortconv_l_cache=l_cache,
@@ -559,10 +565,10 @@ def _indexer_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool], r
         v = types[il] if il < len(types) else -1
         return default if v == -1 else bool(v)
 
-    n_ctx_train = meta.num("context_length")
-    top_k = meta.num("attention.indexer.top_k")
-    dense_lead = meta.num("leading_dense_block_count")
-    idx_head = meta.num("attention.indexer.key_length")
+    n_ctx_train = meta.num(Keys.LLM.CONTEXT_LENGTH)
+    top_k = meta.num(Keys.Attention.Indexer.TOP_K)
+    dense_lead = meta.num(Keys.LLM.LEADING_DENSE_BLOCK_COUNT)
+    idx_head = meta.num(Keys.Attention.Indexer.KEY_LENGTH)
     for il in range(n_layer):
         if rule is IndexerRule.ALL:
             out[il] = True
@@ -583,7 +589,7 @@ def _indexer_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool], r
 
 def _indexer_width(meta: _Meta, t: ArchTraits, d: _Dims) -> int:
     """Values per indexer key row: the key length, times the k-pool row when k-pooling is on."""
-    idx_head = meta.num("attention.indexer.key_length")
+    idx_head = meta.num(Keys.Attention.Indexer.KEY_LENGTH)
     src = t.memory.kpool_source
     if src is KpoolSource.INDEXER_KPOOL:
         kpool = meta.num("attention.indexer.kpool")
@@ -663,15 +669,15 @@ def _layers(t: ArchTraits, d: _Dims, p: _LayerPlan) -> tuple[LayerProfile, ...]:
 def _moe(meta: _Meta, d: _Dims) -> MoeParams | None:
     if d.n_expert <= 0:
         return None
-    n_ff_exp = meta.key_or_arr("expert_feed_forward_length", d.n_layer_all, d.zeros)
+    n_ff_exp = meta.key_or_arr(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, d.n_layer_all, d.zeros)
     return MoeParams(
         n_expert=d.n_expert,
         n_expert_used=max(d.n_expert_used, default=0),
-        n_expert_shared=meta.num("expert_shared_count"),
+        n_expert_shared=meta.num(Keys.LLM.EXPERT_SHARED_COUNT),
         n_ff_exp=max(n_ff_exp, default=0),
-        n_ff_shexp=meta.num("expert_shared_feed_forward_length"),
-        n_layer_dense_lead=meta.num("leading_dense_block_count"),
-        n_group_used=meta.num("expert_group_used_count"),
+        n_ff_shexp=meta.num(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH),
+        n_layer_dense_lead=meta.num(Keys.LLM.LEADING_DENSE_BLOCK_COUNT),
+        n_group_used=meta.num(Keys.LLM.EXPERT_GROUP_USED_COUNT),
     )
 
 
@@ -711,7 +717,7 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         ple_layers=ple_layers, ple_state=ple_state,
         exp_layers={x.layer for x in tensors if x.role is TensorRole.EXPERTS and x.layer is not None},
     )  # fmt: skip
-    n_embd_out = meta.num("embedding_length_out")
+    n_embd_out = meta.num(Keys.LLM.EMBEDDING_LENGTH_OUT)
     if t.hparams.hyper_connection_output:
         n_embd_out = meta.num("hyper_connection.count") * d.n_embd  # n_embd_out_impl = hc_mult * n_embd
     mix = _quant_mix(tensors)
@@ -729,7 +735,7 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         n_nextn=d.n_nextn,
         n_embd=d.n_embd,
         n_vocab=_n_vocab(meta, h, tensors),
-        n_ctx_train=meta.num("context_length"),
+        n_ctx_train=meta.num(Keys.LLM.CONTEXT_LENGTH),
         layers=_layers(t, d, plan),
         tensors=tensors,
         n_embd_out=n_embd_out,
@@ -741,14 +747,14 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         ssm=ssm,
         rope=RopeParams(
             dimension_count=d.n_rot,
-            freq_base=meta.real("rope.freq_base", 10000.0),
-            scaling_type=meta.text("rope.scaling.type"),
-            scaling_factor=meta.real("rope.scaling.factor"),
-            original_context_length=meta.num("rope.scaling.original_context_length"),
+            freq_base=meta.real(Keys.Rope.FREQ_BASE, 10000.0),
+            scaling_type=meta.text(Keys.Rope.SCALING_TYPE),
+            scaling_factor=meta.real(Keys.Rope.SCALING_FACTOR),
+            original_context_length=meta.num(Keys.Rope.SCALING_ORIG_CTX_LEN),
         ),
-        causal_attn=False if t.hparams.non_causal else meta.flag("attention.causal", True),
+        causal_attn=False if t.hparams.non_causal else meta.flag(Keys.Attention.CAUSAL, True),
         has_encoder=t.hparams.has_encoder,
-        pooling_type=meta.num("pooling_type"),
+        pooling_type=meta.num(Keys.LLM.POOLING_TYPE),
         has_memory=t.memory.layout is not MemoryLayout.NONE,
         tied_embeddings=not has_output and any(x.name == "token_embd.weight" for x in tensors),
         alignment=h.get_int("general.alignment", 32),
@@ -756,5 +762,5 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         quant_mix=mix,
         warnings=tuple(_arch_warnings(t) + d.warnings + meta.warnings),
         indexer_head_size=_indexer_width(meta, t, d) if any(indexer) else 0,
-        indexer_top_k=meta.num("attention.indexer.top_k"),
+        indexer_top_k=meta.num(Keys.Attention.Indexer.TOP_K),
     )
