@@ -39,9 +39,9 @@ def register(subparsers: Any) -> None:
 def load_files(model: str) -> ModelFiles:
     """Read the headers of a local model (all shards) or a remote one (HTTP range requests)."""
     if is_url(model):
-        from fitplan.core.gguf.remote import open_remote_model
+        from fitplan.core.inputs.model_source import load_model
 
-        return open_remote_model(model, os.environ.get("HF_TOKEN") or None)
+        return load_model(model).files
     from fitplan.core.gguf.reader import open_model
 
     return open_model(model, find_mmproj=False, allow_incomplete=True)

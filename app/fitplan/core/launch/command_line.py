@@ -38,6 +38,7 @@ from fitplan.core.base.launch_settings import (
     Tool,
 )
 from fitplan.core.base.results import Estimate
+from fitplan.core.gguf.hub import hf_arg
 from fitplan.core.gguf.remote import is_url
 from fitplan.core.launch.flags import ENGINE_FLAGS, MEMORY_FLAGS, OLLAMA_ENV, parse_flags
 from fitplan.core.launch.shell import Shell, detect_shell, quote, split_commands
@@ -110,12 +111,19 @@ def _items(
             _Item(key, flag, value, ini_key, ini_value if ini_value is not None else (value or "true"))
         )
 
-    if model_path and is_url(model_path):
+    hf = hf_arg(model_path) if model_path else None  # `hf.co/ORG/REPO:QUANT`: llama-server downloads it itself
+    if hf is not None:
+        add("model", "-hf", hf, "hf-repo")
+    elif model_path and is_url(model_path):
         add("model", "-mu", first_shard(model_path), "model-url")  # -m takes a local path; -mu downloads
     elif model_path:
         add("model", "-m", first_shard(model_path), "model")
-    if s.mmproj_path and s.mmproj is not MmprojPlacement.NONE:
-        add("mmproj_path", "--mmproj", s.mmproj_path, "mmproj")
+    # with -hf, llama-server fetches the repository's projector itself
+    if s.mmproj_path and s.mmproj is not MmprojPlacement.NONE and not (hf and is_url(s.mmproj_path)):
+        if is_url(s.mmproj_path):
+            add("mmproj_path", "-mmu", s.mmproj_path, "mmproj-url")
+        else:
+            add("mmproj_path", "--mmproj", s.mmproj_path, "mmproj")
     if rpc_servers:
         add("rpc", "--rpc", ",".join(rpc_servers), "rpc")
     if s.n_ctx > 0:
