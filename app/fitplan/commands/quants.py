@@ -11,6 +11,7 @@ Commands for Hub models use llama-server's `-hf ORG/REPO:QUANT`; the token never
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -139,13 +140,21 @@ def _load_rows(entries: Sequence[HubEntry], load: Any, jobs: int) -> list[Row]:
         return list(pool.map(one, entries))
 
 
+def _load_local(folder: str, e: HubEntry) -> LoadedModel:
+    """A model of a folder, with the projector paired the way a repository's is (its folder, else the root)."""
+    m = load_model(os.path.join(folder, e.first), find_mmproj=True)
+    if m.mmproj_source is None and e.mmproj is not None:
+        m = dataclasses.replace(m, mmproj_source=os.path.join(folder, e.mmproj))
+    return m
+
+
 def gather(source: str, token: str | None, jobs: int, endpoint: str | None = None) -> Gathered:
     """The models of a folder or a Hub repository, each loaded (headers and profile) or with its error."""
     t0 = time.perf_counter()
     folder = os.path.expanduser(source)
     if os.path.isdir(folder):
         models, projectors, ignored = folder_entries(folder)
-        rows = _load_rows(models, lambda e: load_model(os.path.join(folder, e.first), find_mmproj=True), jobs)
+        rows = _load_rows(models, lambda e: _load_local(folder, e), jobs)
         mm = tuple((e.name, tuple(f.path for f in e.files), e.size_bytes) for e in projectors)
         return Gathered(folder, None, tuple(rows), mm, ignored, time.perf_counter() - t0)
     ref = parse_hub_ref(source, hub_endpoint(endpoint))

@@ -126,11 +126,11 @@ class HubListing:
         return self.url(entry.first)
 
     def find(self, quant: str | None = None, file: str | None = None) -> HubEntry:
-        """The model entry with this quant tag (case-insensitive) or holding this file."""
+        """The entry of this name (its quant tag, case-insensitive) or holding this file."""
         for e in self.models + self.mmproj:
             if file is not None and any(f.path == file for f in e.files):
                 return e
-            if quant is not None and file is None and (quant_label(e.first) or "").upper() == quant.upper():
+            if quant is not None and file is None and e.name.upper() == quant.upper():
                 return e
         what = f"no file {file!r}" if file is not None else f"no quant {quant!r}"
         have = ", ".join(e.name for e in self.models) or "no GGUF files"

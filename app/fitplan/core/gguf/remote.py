@@ -186,8 +186,9 @@ def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, s
     return http.client.HTTPConnection(proxy[0], proxy[1], timeout=timeout), url
 
 
-def _cut_off(conn: http.client.HTTPConnection) -> None:
+def _cut_off(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
     """The deadline passed: shut the socket so that any blocked read returns at once."""
+    fired.set()
     sock = conn.sock
     if sock is not None:
         with contextlib.suppress(OSError):
@@ -221,9 +222,11 @@ def _one_request(
 ) -> HttpAnswer:
     """One GET without following redirects; the body is read only for a status in `accept`."""
     conn, target = _connection(url, max(0.001, min(timeout, deadline.left())))
-    watchdog = threading.Timer(max(0.0, deadline.left()), _cut_off, (conn,))
+    fired = threading.Event()
+    watchdog = threading.Timer(max(0.0, deadline.left()), _cut_off, (conn, fired))
     watchdog.daemon = True
     watchdog.start()
+    resp: http.client.HTTPResponse | None = None
     try:
         conn.putrequest("GET", target, skip_accept_encoding=True)
         conn.putheader("User-Agent", USER_AGENT)
@@ -235,9 +238,13 @@ def _one_request(
         resp = conn.getresponse()
         kept = {k: resp.getheader(k, "") for k in (*_KEPT_HEADERS, "location") if resp.getheader(k) is not None}
         body = _read_body(resp, max_body, url) if resp.status in accept else b""
+        if fired.is_set():  # what arrived before the cut is not the answer
+            raise TimeoutError("deadline")
         return HttpAnswer(resp.status, kept, body, url)
     finally:
         watchdog.cancel()
+        if resp is not None:
+            resp.close()
         conn.close()
 
 
