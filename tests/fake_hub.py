@@ -52,7 +52,9 @@ class HubState:
     honour_range: bool = True
     cdn_base: str = ""
     hub_log: list[tuple[str, str | None]] = field(default_factory=list)  # path, Authorization
-    cdn_log: list[tuple[str, str | None, str | None]] = field(default_factory=list)  # path, Range, Authorization
+    cdn_log: list[tuple[str, str | None, str | None]] = field(
+        default_factory=list
+    )  # path, Range, Authorization
     cdn_bytes: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -137,7 +139,9 @@ def _hub_handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             if not self.allowed(repo, auth):
                 return self.reply(401)
             loc = f"{state.cdn_base}/blob/{f.oid}?sig=x"
-            return self.reply(302, b"", {"Location": loc, "X-Linked-Etag": f'"{f.oid}"', "X-Linked-Size": str(f.size)})
+            return self.reply(
+                302, b"", {"Location": loc, "X-Linked-Etag": f'"{f.oid}"', "X-Linked-Size": str(f.size)}
+            )
 
     return Hub
 
@@ -257,7 +261,9 @@ def write_header_only(
             w.add_key_value(k, v, _vtype(v))
     w.add_key_value("fitplan.header_only", True, GGUFValueType.BOOL)
     for name, shape, qtype in tensors:
-        w.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32), _nbytes(qtype, shape), raw_dtype=qtype)
+        w.add_tensor_info(
+            name, tuple(reversed(shape)), np.dtype(np.float32), _nbytes(qtype, shape), raw_dtype=qtype
+        )
     w.write_header_to_file(path)
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -289,7 +295,11 @@ def requant(src: Path, dst: Path, quant: str | None, shards: int = 1) -> list[Pa
     out = []
     for i in range(shards):
         p = dst.with_name(f"{stem}-{i + 1:05d}-of-{shards:05d}.gguf")
-        split: dict[str, MetadataValue] = {"split.no": i, "split.count": shards, "split.tensors.count": len(tensors)}
+        split: dict[str, MetadataValue] = {
+            "split.no": i,
+            "split.count": shards,
+            "split.tensors.count": len(tensors),
+        }
         write_header_only(p, h, tensors[i * per : (i + 1) * per], {**meta, **split} if i == 0 else split)
         out.append(p)
     return out

@@ -66,14 +66,19 @@ def hub(repo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, 
         ("https://huggingface.co/o/r/tree/refs%2Fpr%2F3", HubRef("o/r", "refs/pr/3")),
         ("o/r@v1.0", HubRef("o/r", "v1.0")),
         ("https://hf.co/o/r/resolve/main/sub/M-Q8_0.gguf", HubRef("o/r", "main", "Q8_0", "sub/M-Q8_0.gguf")),
-        ("https://huggingface.co/o/r/blob/dev/M-IQ4_XS.gguf", HubRef("o/r", "dev", "IQ4_XS", "M-IQ4_XS.gguf")),
+        (
+            "https://huggingface.co/o/r/blob/dev/M-IQ4_XS.gguf",
+            HubRef("o/r", "dev", "IQ4_XS", "M-IQ4_XS.gguf"),
+        ),
     ],
 )
 def test_repository_spellings(spelling: str, ref: HubRef) -> None:
     assert parse_hub_ref(spelling) == ref
 
 
-@pytest.mark.parametrize("spelling", ["model.gguf", "/abs/model.gguf", "https://example.org/o/r", "a/b/c", "o/"])
+@pytest.mark.parametrize(
+    "spelling", ["model.gguf", "/abs/model.gguf", "https://example.org/o/r", "a/b/c", "o/"]
+)
 def test_not_a_repository(spelling: str) -> None:
     assert parse_hub_ref(spelling) is None
 
@@ -155,7 +160,9 @@ def test_hub_model_loads_like_the_local_file(hub: tuple[str, HubState], repo_dir
     local = open_model(repo_dir / "Q8_0" / f"{NAME}-Q8_0-00002-of-00002.gguf", find_mmproj=False)
     assert [h.tensors for h in m.files.shards] == [h.tensors for h in local.shards]
     assert m.model_arg == f"hf.co/{REPO}:Q8_0" and m.origin.hf_repo == REPO and m.origin.hf_quant == "Q8_0"
-    assert m.mmproj is not None and m.mmproj_source is not None and m.mmproj_source.endswith("/mmproj-F16.gguf")
+    assert (
+        m.mmproj is not None and m.mmproj_source is not None and m.mmproj_source.endswith("/mmproj-F16.gguf")
+    )
     # two shards and the projector, one range request each (each header is under 256 KiB): 3 x 256 KiB
     assert m.requests == 3 and state.cdn_bytes == 3 * FIRST_CHUNK_REMOTE == m.bytes_read
 
@@ -167,7 +174,9 @@ def test_a_resolve_url_on_the_hub_gets_the_hf_argument(hub: tuple[str, HubState]
 
 
 def test_unknown_quant_names_what_there_is(hub: tuple[str, HubState]) -> None:
-    with pytest.raises(HubError, match=r"no quant 'Q9_9' in test/Qwen2.5-VL-7B-Instruct-GGUF \(it has: .*Q4_K_M"):
+    with pytest.raises(
+        HubError, match=r"no quant 'Q9_9' in test/Qwen2.5-VL-7B-Instruct-GGUF \(it has: .*Q4_K_M"
+    ):
         load_model(f"hf.co/{REPO}:Q9_9")
     with pytest.raises(HubError, match="HTTP 404: no such repository"):
         load_model("hf.co/nobody/nothing:Q4_K_M")
@@ -224,7 +233,12 @@ def test_plain_url_is_validated_by_its_etag(hub: tuple[str, HubState], tmp_path:
 def test_missing_shard_in_the_listing(hub: tuple[str, HubState], tmp_path: Path) -> None:
     _, state = hub
     folder = tmp_path / "r"
-    requant(Path(__file__).parent / "fixtures/llamacpp/models/sparse/qwen3-8b.header.gguf", folder / "M.gguf", None, 3)
+    requant(
+        Path(__file__).parent / "fixtures/llamacpp/models/sparse/qwen3-8b.header.gguf",
+        folder / "M.gguf",
+        None,
+        3,
+    )
     (folder / "M-00002-of-00003.gguf").unlink()
     state.add("o/split", folder)
     with pytest.raises(MissingShardError, match=r"M-00002-of-00003\.gguf"):

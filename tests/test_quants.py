@@ -121,7 +121,9 @@ def test_each_row_equals_fitplan_plan_on_the_same_file(
         assert _without_model(p["argv"]) == _without_model(r["argv"]), r["name"]  # type: ignore[arg-type]
 
 
-def test_plan_of_a_hub_reference_equals_its_row(capsys: pytest.CaptureFixture[str], hub: tuple[str, HubState]) -> None:
+def test_plan_of_a_hub_reference_equals_its_row(
+    capsys: pytest.CaptureFixture[str], hub: tuple[str, HubState]
+) -> None:
     rows = {r["name"]: r for r in _rows(quants_json(capsys, REPO, *MACHINE))}
     mm = rows["Q6_K"]["mmproj"]
     assert isinstance(mm, str)
@@ -167,7 +169,9 @@ def test_a_folder_of_quants(capsys: pytest.CaptureFixture[str], repo_dir: Path) 
 
 
 @pytest.mark.parametrize("source", ["no/such:thing:here", "/nonexistent/folder", "https://example.invalid/x"])
-def test_bad_sources(capsys: pytest.CaptureFixture[str], source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_sources(
+    capsys: pytest.CaptureFixture[str], source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: no real network either way
     rc, _, err = run(capsys, "quants", source, *MACHINE)
     assert rc == 2 and err.startswith("fitplan: error:") and len(err.strip().splitlines()) == 1

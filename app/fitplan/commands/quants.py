@@ -104,9 +104,13 @@ def register(subparsers: Any) -> None:
     for action in p._actions:
         if action.dest == "model":
             action.metavar = "SOURCE"
-            action.help = "ORG/REPO[@REV], hf.co/ORG/REPO, https://huggingface.co/ORG/REPO[/tree/REV], or a folder"
+            action.help = (
+                "ORG/REPO[@REV], hf.co/ORG/REPO, https://huggingface.co/ORG/REPO[/tree/REV], or a folder"
+            )
     p.add_argument("--token", help="Hugging Face token (default $HF_TOKEN); sent to the Hub endpoint only")
-    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N", help="headers read at once (default 4)")
+    p.add_argument(
+        "--jobs", type=int, default=DEFAULT_JOBS, metavar="N", help="headers read at once (default 4)"
+    )
     p.add_argument("--shell", choices=[s.value for s in Shell], help="shell to quote the commands for")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=run, accepts_extra=True)
@@ -244,7 +248,9 @@ def _cells(r: Row, best: Row | None) -> list[object]:
 def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
     best = rows[0] if rows and rows[0].fits else None
     n_mm = f", {len(g.mmproj)} projector(s)" if g.mmproj else ""
-    lines = [out.style(f"{g.source}: {len(rows)} model(s){n_mm}, {g.ignored} other file(s) ignored", out.BOLD)]
+    lines = [
+        out.style(f"{g.source}: {len(rows)} model(s){n_mm}, {g.ignored} other file(s) ignored", out.BOLD)
+    ]
     table = out.table(
         ["", "quant", "files", "size", "fits", "context", "placement (file type)"],
         [_cells(r, best) for r in rows],

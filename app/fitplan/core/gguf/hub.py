@@ -228,7 +228,9 @@ def _files_of(page: object, source: str) -> list[HubFile]:
 
 def _list_problem(status: int, has_token: bool) -> str:
     if status == 401:
-        return "HTTP 401: a private or gated repository" + ("" if has_token else " (pass a token: --token or HF_TOKEN)")
+        return "HTTP 401: a private or gated repository" + (
+            "" if has_token else " (pass a token: --token or HF_TOKEN)"
+        )
     if status == 403:
         return "HTTP 403: access denied (accept the repository's licence on the Hub)"
     if status == 404:
@@ -313,7 +315,9 @@ _LISTINGS: dict[tuple[str, str, str], tuple[float, HubListing]] = {}
 _LISTINGS_LOCK = threading.Lock()
 
 
-def list_repo(ref: HubRef, token: str | None = None, endpoint: str | None = None, *, fresh: bool = False) -> HubListing:
+def list_repo(
+    ref: HubRef, token: str | None = None, endpoint: str | None = None, *, fresh: bool = False
+) -> HubListing:
     """The repository's GGUF models and projectors (kept `LISTING_TTL_S` in this process unless `fresh`)."""
     ep = hub_endpoint(endpoint)
     key = (ep, ref.repo_id, ref.revision)
@@ -323,9 +327,7 @@ def list_repo(ref: HubRef, token: str | None = None, endpoint: str | None = None
     if hit is not None and not fresh and now - hit[0] < LISTING_TTL_S:
         return hit[1]
     models, projectors, ignored = group_files(fetch_tree(ref, ep, token))
-    paired = tuple(
-        HubEntry(m.name, m.files, m.missing, pair_mmproj(m, projectors)) for m in models
-    )
+    paired = tuple(HubEntry(m.name, m.files, m.missing, pair_mmproj(m, projectors)) for m in models)
     listing = HubListing(HubRef(ref.repo_id, ref.revision), ep, paired, tuple(projectors), ignored)
     with _LISTINGS_LOCK:
         _LISTINGS[key] = (now, listing)

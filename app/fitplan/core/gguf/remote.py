@@ -236,7 +236,9 @@ def _one_request(
             conn.putheader("Authorization", f"Bearer {token}")
         conn.endheaders()
         resp = conn.getresponse()
-        kept = {k: resp.getheader(k, "") for k in (*_KEPT_HEADERS, "location") if resp.getheader(k) is not None}
+        kept = {
+            k: resp.getheader(k, "") for k in (*_KEPT_HEADERS, "location") if resp.getheader(k) is not None
+        }
         body = _read_body(resp, max_body, url) if resp.status in accept else b""
         if fired.is_set():  # what arrived before the cut is not the answer
             raise TimeoutError("deadline")
@@ -342,7 +344,9 @@ class HttpRangeSource:
         if length <= 0 or (self._size is not None and offset >= self._size):
             return b""
         if self.requests >= MAX_REQUESTS_PER_HEADER:
-            raise GGUFError(f"the header needs more than {MAX_REQUESTS_PER_HEADER} requests", offset, self.url)
+            raise GGUFError(
+                f"the header needs more than {MAX_REQUESTS_PER_HEADER} requests", offset, self.url
+            )
         self.requests += 1
         last = offset + length - 1
         ans = http_get(
@@ -361,7 +365,9 @@ class HttpRangeSource:
         if ans.status == 416:
             return b""
         if ans.status >= 400:
-            raise RemoteHTTPError(ans.status, _http_problem(ans.status, self.token is not None), offset, self.url)
+            raise RemoteHTTPError(
+                ans.status, _http_problem(ans.status, self.token is not None), offset, self.url
+            )
         if ans.status != 206:
             # The whole file would follow: it was never read, the connection is closed.
             raise GGUFError(
@@ -378,7 +384,9 @@ class HttpRangeSource:
         start, last, total = int(m.group(1)), int(m.group(2)), m.group(3)
         if start != offset or last < start or last > offset + length - 1:
             raise GGUFError(
-                f"the server sent bytes {start}-{last}, asked for {offset}-{offset + length - 1}", offset, self.url
+                f"the server sent bytes {start}-{last}, asked for {offset}-{offset + length - 1}",
+                offset,
+                self.url,
             )
         if total != "*":
             self._size = int(total)
@@ -449,14 +457,18 @@ def split_shard_urls(url: str, count: int | None = None) -> tuple[str, ...] | No
     names = split_shard_names(urllib.parse.unquote(name), count)
     if names is None:
         return None
-    return tuple(urllib.parse.urlunsplit(parts._replace(path=f"{head}/{urllib.parse.quote(n)}")) for n in names)
+    return tuple(
+        urllib.parse.urlunsplit(parts._replace(path=f"{head}/{urllib.parse.quote(n)}")) for n in names
+    )
 
 
 def check_shard_count(count: int, source: str) -> None:
     """Refuse split sets larger than `MAX_REMOTE_SHARDS` before asking for any other shard."""
     if count > MAX_REMOTE_SHARDS:
         raise GGUFError(
-            f"split.count is {count}: more than {MAX_REMOTE_SHARDS} shards are not read remotely", None, source
+            f"split.count is {count}: more than {MAX_REMOTE_SHARDS} shards are not read remotely",
+            None,
+            source,
         )
 
 

@@ -13,6 +13,7 @@ import enum
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fitplan.core.base.errors import GGUFError, MissingShardError
@@ -165,20 +166,48 @@ def forget_loaded() -> None:
     """Drop the in-process memo of remote loads and Hub listings (the on-disk header cache stays)."""
     with _MEMO_LOCK:
         _MEMO.clear()
+        _PROJECTORS.clear()
+        _PROJECTOR_LOCKS.clear()
     forget_listings()
 
 
 # -- loaders ---------------------------------------------------------------------------------------------------------
 
 
-def _mmproj_of(files: ModelFiles, profile: ModelProfile) -> tuple[ModelProfile | None, str]:
+def _mmproj_of(
+    files: ModelFiles, profile: ModelProfile, built: ModelProfile | None = None
+) -> tuple[ModelProfile | None, str]:
     """The paired projector's profile, or None and why it was left out (it feeds a model of another width)."""
     if files.mmproj is None:
         return None, ""
     width = files.mmproj.get_int("clip.vision.projection_dim", 0)
     if width and profile.n_embd and width != profile.n_embd:
-        return None, f"the projector in this folder is for a {width}-wide model, this one is {profile.n_embd} wide"
-    return build_profile(files.mmproj), ""
+        return (
+            None,
+            f"the projector in this folder is for a {width}-wide model, this one is {profile.n_embd} wide",
+        )
+    return (built if built is not None else build_profile(files.mmproj)), ""
+
+
+_PROJECTORS: dict[tuple[str, str], tuple[GGUFHeader, ModelProfile]] = {}
+_PROJECTOR_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+
+
+def _projector(url: str, oid: str, read: Callable[[], GGUFHeader]) -> tuple[GGUFHeader, ModelProfile]:
+    """A repository's projector, read and built once however many of its models pair it (even at the same time)."""
+    key = (url, oid)
+    with _MEMO_LOCK:
+        if len(_PROJECTOR_LOCKS) >= _MEMO_MAX:
+            _PROJECTOR_LOCKS.clear()
+            _PROJECTORS.clear()
+        lock = _PROJECTOR_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        hit = _PROJECTORS.get(key)
+        if hit is None:
+            header = read()
+            hit = (header, build_profile(header))
+            _PROJECTORS[key] = hit
+    return hit
 
 
 def _load_local(source: str, header_only: bool, find_mmproj: bool) -> LoadedModel:
@@ -191,7 +220,9 @@ def _load_local(source: str, header_only: bool, find_mmproj: bool) -> LoadedMode
     return LoadedModel(source, path, files, profile, origin, mm, mm_src, note)
 
 
-def _load_url(url: str, token: str | None, endpoint: str | None, cache: RemoteHeaderCache | None) -> LoadedModel:
+def _load_url(
+    url: str, token: str | None, endpoint: str | None, cache: RemoteHeaderCache | None
+) -> LoadedModel:
     counter = ReadCounter()
 
     def read(u: str) -> GGUFHeader:
@@ -200,7 +231,9 @@ def _load_url(url: str, token: str | None, endpoint: str | None, cache: RemoteHe
     files = open_remote_model(url, token, endpoint=endpoint, reader=read)
     profile = build_profile(files)
     origin = ModelOrigin(SourceKind.URL, url)
-    return LoadedModel(url, url, files, profile, origin, bytes_read=counter.bytes_read, requests=counter.requests)
+    return LoadedModel(
+        url, url, files, profile, origin, bytes_read=counter.bytes_read, requests=counter.requests
+    )
 
 
 def load_hub_entry(
@@ -230,14 +263,17 @@ def load_hub_entry(
     if len(shards) > 1 or shards[0].get_int("split.count", 0) > 1:
         check_split_set(shards)
     mm_header = None
+    mm_built = None
     mm_url = None
     if with_mmproj and entry.mmproj is not None:
         mm_entry = listing.find(file=entry.mmproj)
         mm_url = listing.url(mm_entry.first)
-        mm_header = read(mm_entry.first, mm_entry.files[0].oid)
+        mm_header, mm_built = _projector(
+            mm_url, mm_entry.files[0].oid, lambda: read(mm_entry.first, mm_entry.files[0].oid)
+        )
     files = ModelFiles(shards=shards, mmproj=mm_header)
     profile = build_profile(files)
-    mm, note = _mmproj_of(files, profile)
+    mm, note = _mmproj_of(files, profile, mm_built)
     origin = ModelOrigin(
         SourceKind.HUB, first_url, listing.ref.repo_id, listing.ref.revision, entry.name, entry.first
     )
@@ -292,7 +328,11 @@ def folder_entries(folder: str) -> tuple[list[HubEntry], list[HubEntry], int]:
     files: list[HubFile] = []
     _walk(folder, FOLDER_DEPTH, "", files)
     models, projectors, ignored = group_files(files)
-    return [HubEntry(m.name, m.files, m.missing, pair_mmproj(m, projectors)) for m in models], projectors, ignored
+    return (
+        [HubEntry(m.name, m.files, m.missing, pair_mmproj(m, projectors)) for m in models],
+        projectors,
+        ignored,
+    )
 
 
 def _is_hub_spelling(source: str, ref: HubRef | None) -> bool:
