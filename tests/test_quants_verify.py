@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_hub import SPARSE, HubState, fake_hub, requant
 
+from fake_hub import SPARSE, HubState, fake_hub, requant
 from fitplan.cli import main
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.inputs.model_source import forget_loaded
@@ -72,7 +72,7 @@ def test_verify_a_split_model_by_url(
     shards = requant(SPARSE / "qwen3-8b.header.gguf", repo / "Qwen3-8B-Q8_0.gguf", "Q8_0", shards=2)
     st = HubState()
     st.add("o/Qwen3-8B-GGUF", repo)
-    with fake_hub(st) as (endpoint, state):
+    with fake_hub(st) as (endpoint, _):
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
         rc, out, err = _verify(capsys, f"{endpoint}/o/Qwen3-8B-GGUF/resolve/main/{shards[1].name}", bin_dir)
     assert rc == 0, err
@@ -99,6 +99,7 @@ def test_verify_an_interrupted_download(
         f.truncate(50 << 20)  # 50 MiB of a 4.6 GiB download
     rc, out, err = _verify(capsys, str(partial), bin_dir)
     assert rc == 0, err
+    assert "sparse copy" in out
     seen = json.loads(record.read_text())
     ((name, f),) = seen["files"].items()
     assert name == "llama.gguf" and f["size"] == read_header(src, allow_incomplete=True).expected_file_size
