@@ -189,7 +189,10 @@ def test_cdn_ignoring_range_is_refused_without_the_download(hub: tuple[str, HubS
     state.honour_range = False
     with pytest.raises(GGUFError, match=r"ignored the byte-range request \(HTTP 200 instead of 206\)"):
         load_model(f"hf.co/{REPO}:Q2_K")
-    assert state.cdn_bytes < 2 * FIRST_CHUNK_REMOTE  # at most what was in flight when the connection closed
+    # the body is never read: the server stops at its first write after the close, having filled at most the
+    # loopback socket buffers (a few MiB) of a 2.5 GB file
+    size = state.repos[REPO]["Qwen2.5-VL-7B-Instruct-Q2_K.gguf"].size
+    assert state.cdn_bytes < 64 << 20 < size
 
 
 def test_cache_second_look_reads_nothing(hub: tuple[str, HubState], tmp_path: Path) -> None:

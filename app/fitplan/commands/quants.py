@@ -11,12 +11,9 @@ Commands for Hub models use llama-server's `-hf ORG/REPO:QUANT`; the token never
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +22,10 @@ from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import add_common_arguments, build_request, command_argv, detect_machine, make_plan
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FitplanError, FlagError
-from fitplan.core.gguf.hub import HubEntry, HubListing, list_repo, parse_hub_ref
-from fitplan.core.gguf.remote import hub_endpoint, hub_token
-from fitplan.core.inputs.model_source import LoadedModel, folder_entries, load_hub_entry, load_model
+from fitplan.core.gguf.remote import hub_token
+from fitplan.core.inputs.model_source import LoadedModel, SourceModels, load_source_models
 from fitplan.core.launch.shell import Shell, default_shell, join
+from fitplan.core.plan import ranking
 from fitplan.core.plan.planner import Plan
 
 EXAMPLES = """examples:
@@ -38,13 +35,6 @@ EXAMPLES = """examples:
   fitplan quants ~/models/qwen3                              a folder of quants
 """
 
-#: The rule the rows are sorted by (printed with them).
-RANK_RULE = (
-    "ranked: fits first; then weights all on the GPUs with at least {min_ctx} tokens of context (or the training "
-    "context if shorter); then the larger file (the higher-precision quant). Recommended: the first row."
-)
-#: The context a quant needs to rank as comfortable (or its training context if shorter).
-COMFORT_CTX = 8192
 #: Headers read at once.
 DEFAULT_JOBS = 4
 
@@ -75,20 +65,15 @@ class Row:
         return pl.cpu_layers == 0 and pl.cpu_expert_layers == 0 and pl.n_gpu_layers > 0
 
     def tier(self) -> int:
-        """0 fits on the GPUs with a comfortable context, 1 on the GPUs with less, 2 with offload, 3 no, 4 error."""
-        if self.plan is None:
-            return 4
-        if not self.plan.fits:
-            return 3
-        if not self.all_on_gpu:
-            return 2
-        cap = self.plan.context.cap
-        return 0 if self.plan.settings.n_ctx >= min(COMFORT_CTX, cap or COMFORT_CTX) else 1
+        p = self.plan
+        if p is None:
+            return ranking.tier(None, False, 0, 0)
+        return ranking.tier(p.fits, self.all_on_gpu, p.settings.n_ctx, p.context.cap)
 
 
 def rank(rows: Sequence[Row]) -> list[Row]:
-    """Rows best first (RANK_RULE); among those that do not fit, the smallest (the closest to fitting) first."""
-    return sorted(rows, key=lambda r: (r.tier(), r.size_bytes if r.tier() >= 3 else -r.size_bytes, r.name))
+    """Rows best first (`core.plan.ranking`)."""
+    return sorted(rows, key=lambda r: ranking.rank_key(r.tier(), r.size_bytes, r.name))
 
 
 def register(subparsers: Any) -> None:
@@ -121,54 +106,39 @@ def register(subparsers: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Gathered:
-    source: str
-    listing: HubListing | None
+    found: SourceModels
     rows: tuple[Row, ...]
-    mmproj: tuple[tuple[str, tuple[str, ...], int], ...]  # name, files, bytes
-    ignored: int
     seconds: float  # listing and reading the headers
 
+    @property
+    def source(self) -> str:
+        return self.found.source
 
-def _load_rows(entries: Sequence[HubEntry], load: Any, jobs: int) -> list[Row]:
-    def one(e: HubEntry) -> Row:
-        files = tuple(f.path for f in e.files)
-        try:
-            m: LoadedModel = load(e)
-        except FitplanError as exc:
-            return Row(e.name, files, e.size_bytes, error=str(exc))
-        except OSError as exc:
-            return Row(e.name, files, e.size_bytes, error=f"{exc.filename or e.first}: {exc.strerror or exc}")
-        return Row(e.name, files, e.size_bytes, m.model_arg, m)
+    @property
+    def ignored(self) -> int:
+        return self.found.ignored
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, 16))) as pool:
-        return list(pool.map(one, entries))
-
-
-def _load_local(folder: str, e: HubEntry) -> LoadedModel:
-    """A model of a folder, with the projector paired the way a repository's is (its folder, else the root)."""
-    m = load_model(os.path.join(folder, e.first), find_mmproj=True)
-    if m.mmproj_source is None and e.mmproj is not None:
-        m = dataclasses.replace(m, mmproj_source=os.path.join(folder, e.mmproj))
-    return m
+    @property
+    def mmproj(self) -> tuple[tuple[str, tuple[str, ...], int], ...]:
+        return tuple((e.name, tuple(f.path for f in e.files), e.size_bytes) for e in self.found.projectors)
 
 
 def gather(source: str, token: str | None, jobs: int, endpoint: str | None = None) -> Gathered:
     """The models of a folder or a Hub repository, each loaded (headers and profile) or with its error."""
     t0 = time.perf_counter()
-    folder = os.path.expanduser(source)
-    if os.path.isdir(folder):
-        models, projectors, ignored = folder_entries(folder)
-        rows = _load_rows(models, lambda e: _load_local(folder, e), jobs)
-        mm = tuple((e.name, tuple(f.path for f in e.files), e.size_bytes) for e in projectors)
-        return Gathered(folder, None, tuple(rows), mm, ignored, time.perf_counter() - t0)
-    ref = parse_hub_ref(source, hub_endpoint(endpoint))
-    if ref is None:
-        raise FlagError(f"{source!r} is neither a folder nor a Hugging Face repository (ORG/REPO)")
-    listing = list_repo(ref, token, endpoint, fresh=True)
-    entries = [e for e in listing.models if ref.quant is None or e.name.upper() == ref.quant.upper()]
-    rows = _load_rows(entries, lambda e: load_hub_entry(listing, e, token=token), jobs)
-    mm = tuple((e.name, tuple(f.path for f in e.files), e.size_bytes) for e in listing.mmproj)
-    return Gathered(ref.spelling, listing, tuple(rows), mm, listing.ignored, time.perf_counter() - t0)
+    found = load_source_models(source, token=token, endpoint=endpoint, jobs=jobs)
+    rows = tuple(
+        Row(
+            m.entry.name,
+            tuple(f.path for f in m.entry.files),
+            m.entry.size_bytes,
+            m.model.model_arg if m.model is not None else "",
+            m.model,
+            error=m.error,
+        )
+        for m in found.models
+    )
+    return Gathered(found, rows, time.perf_counter() - t0)
 
 
 # -- planning ----------------------------------------------------------------------------------------------------
@@ -223,13 +193,13 @@ def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]
     best = rows[0] if rows and rows[0].fits else None
     return {
         "source": g.source,
-        "rule": RANK_RULE.format(min_ctx=COMFORT_CTX),
+        "rule": ranking.RANK_RULE,
         "recommended": best.name if best is not None else None,
         "quants": [row_to_dict(r, shell, r is best) for r in rows],
         "mmproj": [{"name": n, "files": list(f), "size_bytes": s} for n, f, s in g.mmproj],
         "ignored_files": g.ignored,
-        "bytes_read": sum(r.loaded.bytes_read for r in g.rows if r.loaded is not None),
-        "requests": sum(r.loaded.requests for r in g.rows if r.loaded is not None),
+        "bytes_read": g.found.bytes_read,
+        "requests": g.found.requests,
     }
 
 
@@ -256,7 +226,7 @@ def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
         [_cells(r, best) for r in rows],
         align="llrrlrl",
     )
-    lines += [table, "", RANK_RULE.format(min_ctx=COMFORT_CTX)]
+    lines += [table, "", ranking.RANK_RULE]
     if g.mmproj:
         lines.append("projectors: " + ", ".join(f"{n} ({out.size(s)})" for n, _, s in g.mmproj))
     if best is None:

@@ -9,14 +9,16 @@ use llama-server's own `-hf ORG/REPO:QUANT` for a Hub model.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from fitplan.core.base.errors import GGUFError, MissingShardError
+from fitplan.core.base.errors import FitplanError, GGUFError, MissingShardError
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.gguf.hub import (
     HubEntry,
@@ -50,10 +52,14 @@ __all__ = [
     "ModelOrigin",
     "ReadCounter",
     "SourceKind",
+    "SourceModel",
+    "SourceModels",
     "folder_entries",
     "forget_loaded",
+    "is_model_collection",
     "load_hub_entry",
     "load_model",
+    "load_source_models",
     "read_cached_header",
 ]
 
@@ -380,3 +386,85 @@ def load_model(
         model = _load_url(src, tok, ep, cache)
     _memo_put(key, model)
     return model
+
+
+# -- every model of a repository or a folder -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceModel:
+    """One model of a repository or folder: loaded, or the one-line reason it could not be."""
+
+    entry: HubEntry
+    model: LoadedModel | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceModels:
+    source: str  # the folder, or `hf.co/ORG/REPO[@REV]`
+    kind: SourceKind  # FILE (a folder) or HUB
+    models: tuple[SourceModel, ...]
+    projectors: tuple[HubEntry, ...]
+    ignored: int  # non-GGUF files
+    listing: HubListing | None = None
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(m.model.bytes_read for m in self.models if m.model is not None)
+
+    @property
+    def requests(self) -> int:
+        return sum(m.model.requests for m in self.models if m.model is not None)
+
+
+def _load_in_folder(folder: str, e: HubEntry) -> LoadedModel:
+    """A model of a folder, with the projector paired the way a repository's is (its folder, else the root)."""
+    m = load_model(os.path.join(folder, e.first), find_mmproj=True)
+    if m.mmproj_source is None and e.mmproj is not None:
+        m = dataclasses.replace(m, mmproj_source=os.path.join(folder, e.mmproj))
+    return m
+
+
+def _each(
+    entries: Sequence[HubEntry], load: Callable[[HubEntry], LoadedModel], jobs: int
+) -> tuple[SourceModel, ...]:
+    def one(e: HubEntry) -> SourceModel:
+        try:
+            return SourceModel(e, load(e))
+        except FitplanError as exc:
+            return SourceModel(e, None, str(exc))
+        except OSError as exc:
+            return SourceModel(e, None, f"{exc.filename or e.first}: {exc.strerror or exc}")
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, 16))) as pool:
+        return tuple(pool.map(one, entries))
+
+
+def is_model_collection(source: str, endpoint: str | None = None) -> bool:
+    """A folder, or a Hub repository named without a quant (what `load_source_models` takes)."""
+    if os.path.isdir(os.path.expanduser(source)):
+        return True
+    ref = parse_hub_ref(source, hub_endpoint(endpoint))
+    return ref is not None and ref.quant is None and ref.file is None
+
+
+def load_source_models(
+    source: str, *, token: str | None = None, endpoint: str | None = None, jobs: int = 4
+) -> SourceModels:
+    """Every model of a local folder or a Hub repository (headers only, `jobs` at a time), each isolated: one that
+    cannot be read carries its error. A repository spelled with a quant keeps only that one."""
+    folder = os.path.expanduser(source.strip())
+    if os.path.isdir(folder):
+        models, projectors, ignored = folder_entries(folder)
+        loaded = _each(models, lambda e: _load_in_folder(folder, e), jobs)
+        return SourceModels(folder, SourceKind.FILE, loaded, tuple(projectors), ignored)
+    ep = hub_endpoint(endpoint)
+    ref = parse_hub_ref(source, ep)
+    if ref is None:
+        raise GGUFError(f"{source.strip()!r} is neither a folder nor a Hugging Face repository (ORG/REPO)")
+    tok = hub_token(token)
+    listing = list_repo(ref, tok, ep, fresh=True)
+    entries = [e for e in listing.models if ref.quant is None or e.name.upper() == ref.quant.upper()]
+    loaded = _each(entries, lambda e: load_hub_entry(listing, e, token=tok), jobs)
+    return SourceModels(ref.spelling, SourceKind.HUB, loaded, listing.mmproj, listing.ignored, listing)
