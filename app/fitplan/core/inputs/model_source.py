@@ -294,7 +294,8 @@ def _load_hub(
 ) -> LoadedModel:
     if ref.quant is None and ref.file is None:
         raise HubError(
-            "a repository holds many models: name one (ORG/REPO:QUANT), or compare them with `fitplan quants`",
+            "a repository holds many models: name one (ORG/REPO:QUANT), or compare them (`fitplan quants`, or "
+            "Compare quants in the window)",
             None,
             source,
         )
