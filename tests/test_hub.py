@@ -247,3 +247,12 @@ def test_missing_shard_in_the_listing(hub: tuple[str, HubState], tmp_path: Path)
     with pytest.raises(MissingShardError, match=r"M-00002-of-00003\.gguf"):
         load_model("hf.co/o/split:M")
     assert state.cdn_log == []  # the listing told: no header was read
+
+
+def test_a_missing_relative_path_is_not_a_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(GGUFError, match="cannot open"):
+        load_model("models/x.gguf")
+    (tmp_path / "org").mkdir()
+    requant(Path(__file__).parent / "fixtures/llamacpp/models/sparse/qwen3-8b.header.gguf", tmp_path / "org/m:Q8_0", None)
+    assert load_model("org/m:Q8_0").origin.kind is SourceKind.FILE  # an existing file wins over the Hub spelling

@@ -347,8 +347,10 @@ def _is_hub_spelling(source: str, ref: HubRef | None) -> bool:
         return False
     if is_url(source):
         return ref.file is not None
-    # `org/model:Q4_K_M` could be a relative path: an existing file wins
-    return not os.path.exists(os.path.expanduser(source))
+    # `org/model:Q4_K_M` could be a relative path: an existing file wins; `models/x.gguf` (no quant, no hf.co/) is a
+    # path that is missing, not a repository
+    named = ref.quant is not None or source.lower().startswith(("hf.co/", "huggingface.co/"))
+    return named and not os.path.exists(os.path.expanduser(source))
 
 
 def load_model(
