@@ -352,7 +352,7 @@ class HttpRangeSource:
         ans = http_get(
             self._target,
             headers={"Range": f"bytes={offset}-{last}"},
-            token=self.token if self._target == self.url else None,
+            token=self.token,  # http_get sends it only to the Hub endpoint (never to the CDN)
             endpoint=self.endpoint,
             deadline=self.deadline,
             timeout=self.timeout,
