@@ -50,6 +50,7 @@ class HubState:
     token: str = "hf_secret"
     page_size: int = 1000
     honour_range: bool = True
+    tree_body: bytes | None = None  # a tree API answer to send instead of the real one
     cdn_base: str = ""
     hub_log: list[tuple[str, str | None]] = field(default_factory=list)  # path, Authorization
     cdn_log: list[tuple[str, str | None, str | None]] = field(
@@ -118,6 +119,8 @@ def _hub_handler(state: HubState) -> type[BaseHTTPRequestHandler]:
                 return self.reply(404)
             if not self.allowed(repo, auth):
                 return self.reply(401)
+            if state.tree_body is not None:
+                return self.reply(200, state.tree_body, {"Content-Type": "application/json"})
             items: list[dict[str, object]] = []
             for p, f in state.repos[repo].items():
                 entry: dict[str, object] = {"type": "file", "path": p, "size": f.size, "oid": f.oid[:40]}

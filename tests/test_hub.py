@@ -256,3 +256,21 @@ def test_a_missing_relative_path_is_not_a_repository(tmp_path: Path, monkeypatch
     (tmp_path / "org").mkdir()
     requant(Path(__file__).parent / "fixtures/llamacpp/models/sparse/qwen3-8b.header.gguf", tmp_path / "org/m:Q8_0", None)
     assert load_model("org/m:Q8_0").origin.kind is SourceKind.FILE  # an existing file wins over the Hub spelling
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"<html>busy</html>", "not JSON"),
+        (b'{"error": "x"}', "not a list"),
+        (b'[{"type": "file", "path": "m.gguf", "size": -5, "oid": "a"}]', "malformed entry"),
+        (b'[{"type": "file", "path": 7, "size": 1, "oid": "a"}]', "malformed entry"),
+        (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
+    ],
+)
+def test_a_malformed_listing_is_one_line(hub: tuple[str, HubState], body: bytes, problem: str) -> None:
+    _, state = hub
+    state.tree_body = body
+    with pytest.raises(HubError, match=problem) as e:
+        list_repo(HubRef(REPO), fresh=True)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 300

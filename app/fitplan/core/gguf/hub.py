@@ -252,7 +252,7 @@ def fetch_tree(ref: HubRef, endpoint: str, token: str | None) -> list[HubFile]:
             raise HubError(_list_problem(ans.status, token is not None), None, ref.spelling)
         try:
             page = json.loads(ans.body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: brackets nested thousands deep
             raise HubError("the Hub's tree listing is not JSON", None, ref.spelling) from None
         files.extend(_files_of(page, ref.spelling))
         nxt = _next_link(ans.headers.get("link", ""))
