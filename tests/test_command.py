@@ -423,3 +423,15 @@ def test_a_model_url_is_passed_with_mu_not_m():
     assert argv[1:3] == ("-mu", "https://huggingface.co/org/repo/resolve/main/model-00001-of-00003.gguf")
     assert "-m" not in argv
     assert plan_to_args(LaunchSettings(), "/models/x.gguf")[1:3] == ("-m", "/models/x.gguf")
+
+
+def test_hub_model_is_written_as_hf_and_read_back() -> None:
+    """`-hf ORG/REPO:QUANT` reads as the Hub model `hf.co/ORG/REPO:QUANT`, which is written as `-hf` again; a
+    projector by URL is `-mmu`, and is left to llama-server with `-hf` (it fetches the repository's own)."""
+    parsed = parse_flags(["-hf", "org/repo:Q4_K_M", "-c", "4096", "-mmu", "https://example.test/mm.gguf"])
+    assert parsed.model_path == "hf.co/org/repo:Q4_K_M"
+    args = plan_to_args(parsed.settings, parsed.model_path)
+    assert args[1:5] == ("-hf", "org/repo:Q4_K_M", "-c", "4096")
+    assert "-mmu" not in args and "--mmproj" not in args
+    local = plan_to_args(parsed.settings, "/m/model.gguf")
+    assert local[1:5] == ("-m", "/m/model.gguf", "-mmu", "https://example.test/mm.gguf")

@@ -40,7 +40,7 @@ HOSTILE_VALUES = (
 
 #: Rows whose value is a number (or a list of numbers); text rows (paths, cache types, regexes) are elsewhere.
 _TEXT_KEYS = {
-    "model", "model_url", "mmproj_path", "rpc", "tensor_overrides", "cache_type_k", "cache_type_v", "devices",
+    "model", "model_url", "hf_repo", "mmproj_path", "mmproj_url", "rpc", "tensor_overrides", "cache_type_k", "cache_type_v", "devices",
     "spec_types", "draft_model", "draft_type_k", "draft_type_v", "cache_type_k_swa", "cache_type_v_swa",
     "kv_tail_type", "mtp_cache_type_k", "mtp_cache_type_v", "ollama_kv_cache_type", "split_mode", "load_mode",
     "flash_attn", "fit", "ollama_flash_attention",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
+import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +26,7 @@ from fitplan.core.gguf.remote import (
     open_remote_model,
     read_remote_header,
     split_shard_urls,
+    token_allowed,
 )
 
 
@@ -170,21 +174,31 @@ def test_server_ignoring_range_is_refused_without_reading_the_body(
     assert reads == []  # the body was never read, the connection closed
 
 
-def test_token_sent_to_the_hub_only(tmp_path: Path, server: tuple[str, Served]) -> None:
+def test_token_sent_to_the_hub_endpoint_only(
+    tmp_path: Path, server: tuple[str, Served], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base, state = server
     state.files["/g.gguf"] = gguf_bytes(tmp_path, "g.gguf")
-    with pytest.raises(GGUFError, match="HTTP 401: authentication required \\(pass a Hugging Face token\\)"):
-        read_remote_header(f"{base}/private/g.gguf")
+    # not the Hub endpoint (the default is https://huggingface.co): the token stays home, the server says 401
+    with pytest.raises(GGUFError, match="HTTP 401: authentication required"):
+        read_remote_header(f"{base}/private/g.gguf", token="hf_secret")
+    assert state.log[-1][2] is None
+    monkeypatch.setenv("HF_ENDPOINT", base)  # a loopback endpoint: plain http never leaves the machine
     h = read_remote_header(f"{base}/private/g.gguf", token="hf_secret")
     assert h.get_int("llama.block_count") == 3
     assert state.log[-1][2] == "Bearer hf_secret"
-    state.log.clear()
-    # a redirect (the Hub sends resolve/ downloads to a CDN) does not carry the token along
-    read_remote_header(f"{base}/redirect/g.gguf", token="hf_secret")
-    assert [(p, a) for p, _, a in state.log] == [
-        ("/redirect/g.gguf", "Bearer hf_secret"),
-        ("/cdn/g.gguf", None),
-    ]
+
+
+def test_token_rule() -> None:
+    assert token_allowed("https://huggingface.co/o/r/resolve/main/m.gguf")
+    assert not token_allowed("http://huggingface.co/o/r/resolve/main/m.gguf")  # plain http: never
+    assert not token_allowed("https://huggingface.co.evil.example/o/r")
+    assert not token_allowed("https://cdn-lfs.hf.co/blob?sig=x")  # the CDN a resolve/ redirect points at
+    assert not token_allowed("https://huggingface.co:8443/o/r")
+    assert token_allowed("https://hf-mirror.example/o/r", "https://hf-mirror.example/")
+    assert not token_allowed("http://hf-mirror.example/o/r", "http://hf-mirror.example")  # http, not loopback
+    assert token_allowed("http://127.0.0.1:8080/o/r", "http://127.0.0.1:8080")
+    assert not token_allowed("http://127.0.0.1:8081/o/r", "http://127.0.0.1:8080")
 
 
 def test_http_errors(server: tuple[str, Served]) -> None:
@@ -254,3 +268,94 @@ def test_hf_resolve_url() -> None:
         == "https://huggingface.co/unsloth/Qwen3-8B-GGUF/resolve/main/Q4_K_M/Qwen3-8B%20Q4_K_M.gguf"
     )
     assert hf_resolve_url("o/r", "m.gguf", revision="refs/pr/1").endswith("/o/r/resolve/refs%2Fpr%2F1/m.gguf")
+
+
+# -- hostile servers (issue class "remote headers"): one-line errors, one deadline, bounded requests ---------------
+
+
+@contextlib.contextmanager
+def raw_server(answer: Callable[[socket.socket], None], connections: int = 2) -> Iterator[str]:
+    """A loopback server that reads each request and lets `answer` write anything; stops by itself."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(10)
+    port = srv.getsockname()[1]
+
+    def loop() -> None:
+        for _ in range(connections):
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                try:
+                    conn.recv(65536)
+                    answer(conn)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{port}/m.gguf"
+    finally:
+        with contextlib.suppress(OSError):
+            srv.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the serving thread
+        srv.close()
+        t.join(12)
+
+
+def _send(data: bytes) -> Callable[[socket.socket], None]:
+    return lambda conn: conn.sendall(data)
+
+
+_OK_HEAD = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/10\r\n"
+HOSTILE = {
+    "garbage status line": b"\x1b]0;owned\x07 NOT HTTP AT ALL\r\n\r\n",
+    "more than 100 headers": _OK_HEAD + b"".join(b"X-%d: y\r\n" % i for i in range(150)) + b"\r\n",
+    "a huge header line": _OK_HEAD + b"X-Big: " + b"a" * 70000 + b"\r\n\r\n",
+    "broken chunking": _OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\nZZZ-not-hex\r\n",
+    "chunk shorter than announced": _OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\nff\r\nabc",
+    "body shorter than announced": _OK_HEAD + b"Content-Length: 10\r\n\r\nabc",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_malformed_answers_are_one_line_errors(case: str) -> None:
+    with raw_server(_send(HOSTILE[case])) as url, pytest.raises(GGUFError) as e:
+        read_remote_header(url, timeout=5)
+    msg = str(e.value)
+    assert "\n" not in msg and "\x1b" not in msg and len(msg) < 300, msg
+    assert type(e.value.__cause__) is not http.client.HTTPException
+
+
+def test_a_slow_server_is_given_up_on_at_the_deadline() -> None:
+    def one_byte_a_tenth(conn: socket.socket) -> None:
+        conn.sendall(_OK_HEAD)
+        for _ in range(100):  # 10 s of headers, each byte well within the per-read timeout
+            conn.sendall(b"X")
+            time.sleep(0.1)
+
+    t0 = time.monotonic()
+    with raw_server(one_byte_a_tenth, connections=1) as url, pytest.raises(GGUFError, match=r"longer than 1\.5 s"):
+        read_remote_header(url, timeout=5, deadline_s=1.5)
+    assert time.monotonic() - t0 < 5
+
+
+def test_split_count_65535_costs_one_request(tmp_path: Path, server: tuple[str, Served]) -> None:
+    base, state = server
+    name = "Big-00001-of-65535.gguf"
+    state.files["/" + name] = gguf_bytes(tmp_path, name, kv={"split.no": 0, "split.count": 65535})
+    with pytest.raises(GGUFError, match=r"split\.count is 65535: more than 256 shards") as e:
+        open_remote_model(f"{base}/{name}")
+    assert len(state.log) == 1 and len(str(e.value)) < 300
+
+
+def test_missing_shards_stop_after_a_few(tmp_path: Path, server: tuple[str, Served]) -> None:
+    base, state = server
+    name = "M-00001-of-00200.gguf"
+    kv = {"split.no": 0, "split.count": 200, "split.tensors.count": 200}
+    state.files["/" + name] = gguf_bytes(tmp_path, name, kv=kv)
+    with pytest.raises(MissingShardError) as e:
+        open_remote_model(f"{base}/{name}")
+    assert len(e.value.missing) == 3 and len(state.log) == 4  # the first shard, then 3 missing ones

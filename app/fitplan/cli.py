@@ -19,7 +19,7 @@ from fitplan.commands import _output as out
 from fitplan.core.base.errors import FitplanError
 
 #: Subcommand modules, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("inspect", "estimate", "plan", "command", "scan", "gpus", "verify")
+COMMANDS: tuple[str, ...] = ("inspect", "estimate", "plan", "command", "quants", "scan", "gpus", "verify")
 
 EPILOG = """examples:
   fitplan                                   open the planner window
@@ -27,6 +27,7 @@ EPILOG = """examples:
   fitplan estimate model.gguf -c 32768 -np 1 -ctk q8_0 -ctv q8_0 --assume-gpu "RTX 4090=24GiB"
   fitplan plan model.gguf --assume-gpu 24GiB
   fitplan command model.gguf --shell powershell
+  fitplan quants unsloth/Qwen3-8B-GGUF      which quant of a repository fits, before the download
   fitplan scan ~/models --json
   fitplan gpus
   fitplan verify model.gguf -c 16384 --llama-bin ~/llama.cpp/build/bin   compare with llama.cpp itself

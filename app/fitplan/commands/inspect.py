@@ -10,7 +10,7 @@ from typing import Any
 
 from fitplan.commands import _output as out
 from fitplan.core.gguf.header import ModelFiles
-from fitplan.core.gguf.remote import is_url
+from fitplan.core.inputs.model_source import load_model
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import LayerProfile, ModelProfile
 
@@ -37,14 +37,8 @@ def register(subparsers: Any) -> None:
 
 
 def load_files(model: str) -> ModelFiles:
-    """Read the headers of a local model (all shards) or a remote one (HTTP range requests)."""
-    if is_url(model):
-        from fitplan.core.gguf.remote import open_remote_model
-
-        return open_remote_model(model, os.environ.get("HF_TOKEN") or None)
-    from fitplan.core.gguf.reader import open_model
-
-    return open_model(model, find_mmproj=False, allow_incomplete=True)
+    """Read the headers of a local model (all shards), a remote one (HTTP range requests) or a Hub model."""
+    return load_model(model, header_only=True).files
 
 
 def incomplete_shards(files: ModelFiles) -> list[str]:

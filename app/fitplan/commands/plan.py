@@ -29,6 +29,7 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
 from fitplan.core.inputs.machine import machine_of
+from fitplan.core.inputs.model_source import load_model
 from fitplan.core.launch.command_line import (
     OllamaExport,
     annotate,
@@ -140,23 +141,12 @@ class PlanRequest:
 
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
-    """A model's profile from its headers: a local file (any shard) or an http(s) URL."""
-    from fitplan.core.model.builder import build_profile
-
-    if path.startswith(("http://", "https://")):
-        from fitplan.core.gguf.remote import open_remote_model
-
-        return build_profile(open_remote_model(path, os.environ.get("HF_TOKEN") or None))
-    from fitplan.core.gguf.reader import open_model
-
-    return build_profile(open_model(path, find_mmproj=False, allow_incomplete=header_only))
+    """A model's profile from its headers: a local file (any shard), an http(s) URL, or a Hub model."""
+    return load_model(path, header_only=header_only).profile
 
 
 def load_single(path: str, header_only: bool = False) -> ModelProfile:
-    from fitplan.core.gguf.reader import read_header
-    from fitplan.core.model.builder import build_profile
-
-    return build_profile(read_header(path, allow_incomplete=header_only))
+    return load_model(path, header_only=header_only).profile
 
 
 def detect_machine(assume: Sequence[str], host_ram: str | None) -> Machine:

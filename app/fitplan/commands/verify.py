@@ -5,6 +5,10 @@ its per-device memory (stdout: `DEVICE model context compute` in MiB; stderr: th
 extra rows such as CPU_REPACK, and the `compute buffer size` lines) and prints the estimate for the same program
 (`--tool llama-fit-params`: its logits reservation is n_batch, its context is not unified) term by term with the
 difference. Exit 0 when the comparison ran, 2 when it could not (no binary, bad input).
+
+MODEL may be a URL, a Hub model (`hf.co/ORG/REPO:QUANT`), an interrupted download or a header-only file: then
+llama-fit-params runs on a sparse copy (each shard's header, then a hole up to its declared size) written in a
+temporary folder, which its dry run loads as the real file since it reads no tensor data.
 """
 
 from __future__ import annotations
@@ -15,17 +19,22 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fitplan.commands import _output as out
-from fitplan.commands.estimate import add_flags_parser, load_profile, machine_for, split_model_flag
+from fitplan.commands.estimate import add_flags_parser, machine_for, split_model_flag
 from fitplan.core.base.devices import MIB, DeviceKind
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import Tool
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate
+from fitplan.core.gguf.header import GGUFHeader
+from fitplan.core.gguf.remote import hub_token, is_url
+from fitplan.core.gguf.sparse_copy import write_sparse_copy
+from fitplan.core.inputs.model_source import LoadedModel, load_model
 from fitplan.core.launch.flags import _BY_NAME, parse_flags
 from fitplan.core.memory.weights import CpuFeatures
 
@@ -57,6 +66,8 @@ EXAMPLES = """examples:
   fitplan verify model.gguf -c 32768 -ngl 99
   fitplan verify model.gguf -c 8192 -ctk q8_0 -ctv q8_0 --llama-bin ~/llama.cpp/build/bin
   fitplan verify model.gguf -c 16384 -dev none --json
+  fitplan verify https://huggingface.co/ORG/REPO/resolve/main/model-Q4_K_M.gguf -c 8192    no download
+  fitplan verify model.gguf.part -c 8192           an interrupted download: its header is enough
 """
 
 
@@ -67,6 +78,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--llama-bin", type=Path, help=f"folder holding {BINARY} (default: search PATH)")
     p.add_argument("--assume-gpu", action="append", default=[], metavar="NAME=SIZE", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for llama.cpp")
+    p.add_argument("--token", help="Hugging Face token for a URL or Hub model (default $HF_TOKEN)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=run, accepts_extra=True)
 
@@ -144,14 +156,21 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             f"{BINARY}); give its folder with --llama-bin DIR."
         )
     settings = dataclasses.replace(parsed.settings, tool=Tool.FIT_PARAMS, kv_unified=False)
-    profile = load_profile(model)
+    loaded = load_model(model, token=args.token, header_only=True)
     machine, notes = machine_for(parsed, list(args.assume_gpu))
-    est = estimate(profile, settings, machine, cpu=detect_cpu_features())
-    cmd = [exe, "-m", model, *fit_params_args(extra), "-fitp", "on", "-v"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return out.error(f"could not run {BINARY}: {exc}")
+    est = estimate(loaded.profile, settings, machine, cpu=detect_cpu_features())
+    with tempfile.TemporaryDirectory(prefix="fitplan-verify-") as tmp:
+        target = model_for_binary(loaded, tmp, args.token)
+        if target != loaded.files.main.source:
+            notes.append(
+                f"{BINARY} ran on a sparse copy (the header, then a hole up to the declared size) in a temporary "
+                "folder: its dry run reads no tensor data"
+            )
+        cmd = [exe, "-m", target, *fit_params_args(extra), "-fitp", "on", "-v"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return out.error(f"could not run {BINARY}: {exc}")
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return out.error(f"{BINARY} failed (exit {proc.returncode}): " + " | ".join(tail))
@@ -184,6 +203,18 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         )
     )
     return out.EXIT_OK
+
+
+def _complete(h: GGUFHeader) -> bool:
+    return not is_url(h.source) and not h.header_only and (h.file_size or 0) >= h.expected_file_size
+
+
+def model_for_binary(loaded: LoadedModel, folder: str, token: str | None) -> str:
+    """The file llama.cpp is given: the model itself when every shard is whole on disk, else a sparse copy in
+    `folder` (a URL, a Hub model, an interrupted download or a header-only file)."""
+    if all(_complete(h) for h in loaded.files.shards):
+        return loaded.files.main.source
+    return str(write_sparse_copy(loaded.files, folder, hub_token(token)))
 
 
 def compare_rows(est: Estimate, rows: list[Measured]) -> list[tuple[str, str, float, float | None]]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
-from fitplan.core.base.errors import FitplanError, GGUFError, SettingsError
+from fitplan.core.base.errors import GGUFError, SettingsError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, FlashAttn, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
@@ -205,48 +205,23 @@ class Backend:
 
     # -- models --------------------------------------------------------------------------------------------------
     def load(self, source: str) -> LoadedModel:
+        """A model by path, URL or Hub reference (`hf.co/ORG/REPO:QUANT`), through the one loader the CLI uses."""
+        from fitplan.core.inputs import model_source
+
         source = source.strip()
-        if source.startswith(("http://", "https://")):
-            return self._load_remote(source)
-        path = Path(source).expanduser()
-        if not path.is_file():
-            raise GGUFError("no such file", None, str(path))
-        files = self._open_local(str(path))
-        profile = self._build_profile(files)
+        m = model_source.load_model(source, find_mmproj=True)
+        profile = m.profile
         if profile.is_mmproj:
             raise GGUFError("this is a multimodal projector (mmproj); open the language model it belongs to", None,
-                            str(path))
+                            m.model_arg)
         warnings = list(profile.warnings)
-        mm = None
-        note = ""
-        if files.mmproj is not None:
-            width = files.mmproj.get_int("clip.vision.projection_dim", 0)
-            if width and profile.n_embd and width != profile.n_embd:
-                # The projector found next to the model feeds another model: leave it out of the plan.
-                note = f"the projector in this folder is for a {width}-wide model, this one is {profile.n_embd} wide"
-            else:
-                mm = self._build_profile(files.mmproj)
         if not profile.verified_architecture and not any(profile.architecture in w for w in warnings):
             warnings.append(f"Unverified architecture '{profile.architecture}': memory estimated from generic keys.")
-        return LoadedModel(str(path), profile, mm, tuple(warnings), note)
-
-    @staticmethod
-    def _open_local(path: str) -> ModelFiles:
-        from fitplan.core.gguf import reader
-        # a header-only example (fitplan.header_only, tools/make_examples.py) is complete for the reader; any other
-        # short file is an interrupted download and raises IncompleteModelError
-        return reader.open_model(path)
+        return LoadedModel(m.model_arg, profile, m.mmproj, tuple(warnings), m.mmproj_note)
 
     def _load_remote(self, url: str) -> LoadedModel:
-        from fitplan.core.gguf import remote
-        try:
-            header = remote.read_remote_header(url)
-        except FitplanError:
-            raise
-        except OSError as exc:
-            raise GGUFError(f"could not reach the server: {exc}", None, url) from exc
-        profile = self._build_profile(header)
-        return LoadedModel(url, profile, None, profile.warnings)
+        """A model by URL (every shard of a split set, the token to the Hub only): the same loader as `load`."""
+        return self.load(url)
 
     @staticmethod
     def _build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:

@@ -18,6 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fitplan.core.base.devices import Machine
+from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.inputs.user_settings import UserSettings
 from fitplan.gui.backend import Backend
 from fitplan.gui.controller import Panels, Planner
@@ -27,6 +29,7 @@ from fitplan.gui.panels.command_box import MIN_LINES, CommandPanel
 from fitplan.gui.panels.hardware import HardwarePanel
 from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
+from fitplan.gui.panels.quants import QuantsDialog
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 
@@ -147,11 +150,13 @@ class MainWindow(QMainWindow):
         url_action.triggered.connect(self.models.ask_open_url)
         folder_action = QAction("Add &folder…", self)
         folder_action.triggered.connect(self.models.ask_add_folder)
+        quants_action = QAction("Compare &quants…", self)
+        quants_action.triggered.connect(self.compare_quants)
         bin_action = QAction("Set llama.cpp &build folder…", self)
         bin_action.triggered.connect(self._ask_llama_dir)
         quit_action = QAction("&Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
         quit_action.triggered.connect(self.close)
-        for a in (open_action, url_action, folder_action, bin_action, quit_action):
+        for a in (open_action, url_action, folder_action, quants_action, bin_action, quit_action):
             menu.addAction(a)
         plan = self.menuBar().addMenu("&Plan")
         copy_action = QAction("&Copy command", self, shortcut=QKeySequence("Ctrl+Shift+C"))
@@ -162,7 +167,26 @@ class MainWindow(QMainWindow):
             plan.addAction(a)
             self.addAction(a)
         self.addAction(open_action)
-        self.actions_by_name = {"open": open_action, "copy": copy_action, "context": ctx_action}
+        self.actions_by_name = {
+            "open": open_action, "copy": copy_action, "context": ctx_action, "quants": quants_action,
+        }  # fmt: skip
+
+    def compare_quants(self, source: str = "") -> QuantsDialog:
+        """The Compare quants dialog, for `source` (default: the folder of the open local model)."""
+        model = self.planner.model
+        if not source and model is not None and Path(model.source).is_file():
+            source = str(Path(model.source).parent)
+
+        def planning() -> tuple[LaunchSettings, Machine, int] | None:
+            req = self.planner.current_request()
+            return None if req is None else (req.settings, req.machine, req.margin_bytes)
+
+        dialog = QuantsDialog(self.planner.backend, planning, source, self)
+        dialog.open_requested.connect(self.planner.open)
+        dialog.show()
+        if source:
+            dialog.start()
+        return dialog
 
     def _set_tab_order(self) -> None:
         m, s, c = self.models, self.settings, self.command

@@ -33,6 +33,7 @@ from fitplan.core.base.launch_settings import (
     SplitMode,
     TensorOverride,
 )
+from fitplan.core.gguf.hub import HF_REF_PREFIX, hf_arg
 from fitplan.core.gguf.remote import is_url
 from fitplan.core.memory.context import LLAMA_MAX_SEQ
 
@@ -434,15 +435,33 @@ def _changed(row: Flag, src: Source) -> list[Written]:
 
 
 def _w_model(row: Flag, src: Source) -> list[Written]:
+    """-hf for a Hub model (`hf.co/ORG/REPO:QUANT`: llama-server downloads it), -mu for a URL, -m for a path."""
     p = src.model_path
-    if not p or is_url(p) != (row.key == "model_url"):  # -m takes a local path; -mu downloads
+    if not p:
+        return []
+    hf = hf_arg(p)
+    if row.key == "hf_repo":
+        return [row.emit(hf)] if hf is not None else []
+    if hf is not None or is_url(p) != (row.key == "model_url"):
         return []
     return [row.emit(first_shard(p))]
 
 
 def _w_mmproj(row: Flag, src: Source) -> list[Written]:
+    """--mmproj for a local projector, -mmu for one by URL; none with -hf, which fetches the repository's own."""
     s = src.settings
-    return [row.emit(s.mmproj_path)] if s.mmproj_path and s.mmproj is not MmprojPlacement.NONE else []
+    if not s.mmproj_path or s.mmproj is MmprojPlacement.NONE:
+        return []
+    url = is_url(s.mmproj_path)
+    if url and src.model_path and hf_arg(src.model_path) is not None:
+        return []
+    if url != (row.key == "mmproj_url"):
+        return []
+    return [row.emit(s.mmproj_path)]
+
+
+def _hf_model(st: _Parse, row: Flag, value: str) -> None:
+    st.model = HF_REF_PREFIX + value  # the loader reads `hf.co/ORG/REPO:QUANT`
 
 
 def _w_rpc(row: Flag, src: Source) -> list[Written]:
@@ -606,8 +625,10 @@ _COUNT = int_in(0)
 FLAGS: tuple[Flag, ...] = (
     Flag("model", ("-m", "--model"), "model", _text, store=_model, write=_w_model, ini="model"),
     Flag("model_url", ("-mu", "--model-url"), "model", _text, store=_model, write=_w_model, ini="model-url"),
+    Flag("hf_repo", ("-hf", "-hfr", "--hf-repo"), "model", _text, store=_hf_model, write=_w_model, ini="hf-repo"),
     Flag("mmproj_path", ("-mm", "--mmproj"), "mmproj_path", _text, write=_w_mmproj, spelling="--mmproj",
          ini="mmproj"),
+    Flag("mmproj_url", ("-mmu", "--mmproj-url"), "mmproj_path", _text, write=_w_mmproj, ini="mmproj-url"),
     Flag("rpc", ("--rpc",), "rpc", _words, store=_rpc, write=_w_rpc, ini="rpc"),
     Flag("n_ctx", ("-c", "--ctx-size"), "n_ctx", _COUNT, write=_w_ctx, ini="ctx-size"),
     Flag("n_parallel", ("-np", "--parallel"), "n_parallel",
@@ -773,7 +794,7 @@ _IGNORED_ARITY: dict[str, int] = {
     "--hellaswag-tasks": 1, "--winogrande": 0, "--winogrande-tasks": 1, "--multiple-choice": 0,
     "--multiple-choice-tasks": 1, "--kl-divergence": 0, "--save-all-logits": 1, "--kl-divergence-base": 1,
     "--ppl-stride": 1, "--ppl-output-type": 1, "-dt": 1, "--defrag-thold": 1, "-ns": 1, "--sequences": 1,
-    "-cb": 0, "--cont-batching": 0, "-nocb": 0, "--no-cont-batching": 0, "-mmu": 1, "--mmproj-url": 1,
+    "-cb": 0, "--cont-batching": 0, "-nocb": 0, "--no-cont-batching": 0,
     "--mmproj-auto": 0, "--no-mmproj": 0, "--no-mmproj-auto": 0, "-mmdev": 1, "--mmproj-device": 1,
     "--image": 1, "--audio": 1, "--video": 1, "--image-min-tokens": 1, "--image-max-tokens": 1,
     "--mtmd-batch-max-tokens": 1, "--video-fps": 1, "--video-timestamp-interval": 1,
@@ -781,7 +802,7 @@ _IGNORED_ARITY: dict[str, int] = {
     "--fit-print": 1, "-fitc": 1, "--fit-ctx": 1, "--check-tensors": 0, "--override-kv": 1, "--lora": 1,
     "--lora-scaled": 1, "--control-vector": 1, "--control-vector-scaled": 1,
     "--control-vector-layer-range": 2, "-a": 1, "--alias": 1, "--tags": 1,
-    "-dr": 1, "--docker-repo": 1, "-hf": 1, "-hfr": 1, "--hf-repo": 1, "-hff": 1, "--hf-file": 1, "-hft": 1,
+    "-dr": 1, "--docker-repo": 1, "-hff": 1, "--hf-file": 1, "-hft": 1,
     "--hf-token": 1, "--mtp": 0, "--dflash": 0, "--eagle3": 0, "--context-file": 1, "--chunk-size": 1,
     "--chunk-separator": 1, "--junk": 1, "--pos": 1, "-o": 1, "--output": 1, "--output-file": 1,
     "-ofreq": 1, "--output-frequency": 1, "--output-format": 1, "--save-frequency": 1,
