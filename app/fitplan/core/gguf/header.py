@@ -5,6 +5,7 @@ The reader that fills these lives in `fitplan.core.gguf.reader`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Union
@@ -76,8 +77,11 @@ class GGUFHeader:
         return self.file_size
 
     def get_int(self, key: str, default: int = 0) -> int:
+        """An integer key; `default` when absent, not a number, or not finite (NaN and infinity have no int)."""
         v = self.metadata.get(key)
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+        if isinstance(v, float):
+            return int(v) if math.isfinite(v) else default
+        return v if isinstance(v, int) and not isinstance(v, bool) else default
 
     def get_str(self, key: str, default: str = "") -> str:
         v = self.metadata.get(key)

@@ -28,6 +28,7 @@ from fitplan.core.model.profile import (
     TensorProfile,
     TensorRole,
 )
+from fitplan.core.model.validation import validate_hparams
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 
@@ -262,13 +263,14 @@ def _mmproj_profile(headers: Sequence[GGUFHeader], file_size: int) -> ModelProfi
 def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
     """Resolve a model's hyper-parameters per layer, as llama.cpp's load_hparams + create_memory do."""
     headers, file_size = _headers(files)
+    hparam_warnings = validate_hparams(headers)  # every hyper-parameter checked once (raises HeaderValueError)
     h = headers[0]
     arch = h.architecture
     if arch == "clip":
         return _mmproj_profile(headers, file_size)
 
     meta = _Meta(h, arch)
-    warnings: list[str] = []
+    warnings: list[str] = list(hparam_warnings)
     verified = arch in archs.KNOWN_ARCHITECTURES
     if not verified:
         warnings.append(
