@@ -183,7 +183,7 @@ def format_text(result: ScanResult, fits: Sequence[FitAnswer | None]) -> str:
     if result.skipped:
         lines.append("")
         lines.append(f"skipped {len(result.skipped)}:")
-        lines.extend(f"  {s.path}: {s.reason}" for s in result.skipped)
+        lines.extend(f"  {out.clean(s.path)}: {out.clean(s.reason)}" for s in result.skipped)
     return "\n".join(lines)
 
 
