@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import struct
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from fitplan.core.base.errors import FileAccessError, GGUFError, IncompleteModelError, MissingShardError
+from fitplan.core.base.files import NotRegularFileError, open_regular_file
 from fitplan.core.gguf import ggml_types
 from fitplan.core.gguf.header import (
     DEFAULT_ARRAY_LIMIT,
@@ -44,7 +44,6 @@ __all__ = [
     "is_mmproj",
     "mmproj_candidates",
     "open_model",
-    "open_regular_file",
     "parse_header",
     "rank_mmproj",
     "read_header",
@@ -137,36 +136,17 @@ class ByteSource(Protocol):
         ...
 
 
-def open_regular_file(path: str) -> int:
-    """A read-only descriptor of `path`, which must be a regular file. Opened non-blocking, so a FIFO or a device
-    does not hang the open, and checked on the opened descriptor (no race with a swapped link); the flag is then
-    cleared. Raises `FileAccessError` (an OS-level problem, never cached)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        raise FileAccessError(f"cannot open: {e.strerror or e}", None, path) from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileAccessError("not a regular file (a folder, pipe, socket or device)", None, path)
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-    except OSError as e:
-        os.close(fd)
-        raise FileAccessError(f"cannot open: {e.strerror or e}", None, path) from e
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 class FileSource:
     """A local file, read in large chunks with plain positional reads."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = os.fspath(path)
-        fd = open_regular_file(self._path)
+        try:
+            fd = open_regular_file(self._path)
+        except NotRegularFileError as e:
+            raise FileAccessError("not a regular file (a folder, pipe, socket or device)", None, self._path) from e
+        except OSError as e:
+            raise FileAccessError(f"cannot open: {e.strerror or e}", None, self._path) from e
         self._f = os.fdopen(fd, "rb", buffering=0)
         self._size = os.fstat(fd).st_size
 
