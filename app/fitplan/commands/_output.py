@@ -48,9 +48,10 @@ _CSI = "\x1b["
 #: Characters that must never reach a terminal raw: C0 controls, DEL, C1 controls (0x9b is a one-byte CSI), and the
 #: lone surrogates that stand for undecodable bytes of file names (os.fsdecode's surrogateescape).
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-#: What `escape_for_terminal` lets through when output is fitplan's own: newline, tab, our SGR colours and the
-#: erase-line of the scan progress line (`ESC [ K`), and a carriage return that starts a write.
-_OWN_SEQUENCE_RE = re.compile("\x1b\\[[0-9;]*[mK]|[\n\t]")
+#: What `escape_for_terminal` keeps: line breaks and tabs, and (only on a colour terminal) the SGR colour sequences
+#: of `style()`, the only escape sequences fitplan writes.
+_KEEP_PLAIN_RE = re.compile("[\n\t]")
+_KEEP_COLOUR_RE = re.compile("\x1b\\[[0-9;]*m|[\n\t]")
 
 
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -72,40 +73,47 @@ def clean(text: object) -> str:
     return _CONTROL_RE.sub(lambda m: _escape_char(m.group()), str(text))
 
 
-def escape_for_terminal(text: str) -> str:
-    """Whole output text made safe for a terminal: like `clean`, but keeps newlines, tabs, fitplan's own colour
-    and erase-line sequences, and a leading carriage return (the progress line redraws itself that way)."""
-    lead = ""
-    if text.startswith("\r"):
-        lead, text = "\r", text[1:]
-    parts: list[str] = []
+def escape_for_terminal(text: str, keep_colour: bool = False) -> str:
+    """Whole output text made safe for a terminal: like `clean`, but keeps newlines and tabs, and with
+    `keep_colour` the SGR colour sequences `style()` writes (a name can then at most change a colour)."""
+    if text.isprintable():
+        return text
+    keep = _KEEP_COLOUR_RE if keep_colour else _KEEP_PLAIN_RE
+    out: list[str] = []
     pos = 0
-    for m in _OWN_SEQUENCE_RE.finditer(text):
-        parts.append(clean(text[pos : m.start()]))
-        parts.append(m.group())
+    for m in keep.finditer(text):
+        out.append(clean(text[pos : m.start()]))
+        out.append(m.group())
         pos = m.end()
-    parts.append(clean(text[pos:]))
-    return lead + "".join(parts)
+    out.append(clean(text[pos:]))
+    return "".join(out)
 
 
 class TerminalSafeStream:
-    """A text stream wrapper: every write goes through `escape_for_terminal`, and characters the stream's encoding
-    cannot hold are written as backslash escapes instead of raising UnicodeEncodeError."""
+    """A text stream wrapper: every write goes through `escape_for_terminal` (colour kept only when the stream is a
+    colour terminal), and characters the stream's encoding cannot hold are written as backslash escapes instead of
+    raising UnicodeEncodeError. `raw` is the wrapped stream, for fitplan's own control output (the progress line)."""
 
     def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
+        self.raw = stream
+        self._colour = use_color(stream)
 
     def write(self, text: str) -> int:
-        safe = escape_for_terminal(text)
+        safe = escape_for_terminal(text, self._colour)
         try:
-            self._stream.write(safe)
+            self.raw.write(safe)
         except UnicodeEncodeError:
-            enc = getattr(self._stream, "encoding", None) or "ascii"
-            self._stream.write(safe.encode(enc, "backslashreplace").decode(enc, "replace"))
+            enc = getattr(self.raw, "encoding", None) or "ascii"
+            self.raw.write(safe.encode(enc, "backslashreplace").decode(enc, "replace"))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        return getattr(self.raw, name)
+
+
+def unescaped(stream: Any) -> Any:
+    """The stream under a `TerminalSafeStream` (itself otherwise): for control output fitplan writes itself."""
+    return stream.raw if isinstance(stream, TerminalSafeStream) else stream
 
 
 @contextlib.contextmanager
@@ -186,7 +194,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str =
 
 def _one_line(cell: str) -> str:
     """A table cell kept on its line: line breaks (and other controls but colour) escaped."""
-    return cell if cell.isprintable() else escape_for_terminal(cell).replace("\n", "\\n").replace("\t", "\\t")
+    return cell if cell.isprintable() else escape_for_terminal(cell, True).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def size(n_bytes: int | float, precision: int = 2) -> str:

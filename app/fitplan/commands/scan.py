@@ -146,7 +146,7 @@ class ProgressLine:
     """A one-line "scanning: N files, M models" on a terminal, redrawn at most every `interval` seconds."""
 
     def __init__(self, stream: Any, interval: float = 0.2, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream = stream
+        self.stream = out.unescaped(stream)  # counts only: fitplan's own \r and erase-line pass
         self.interval = interval
         self.clock = clock
         self._last = -interval

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -9,7 +10,7 @@ if TYPE_CHECKING:
 
 
 #: At most this many items (missing shards...) are listed in one error line.
-MAX_LISTED = 5
+MAX_LISTED = 3
 
 
 class FitplanError(Exception):
@@ -50,7 +51,7 @@ class MissingShardError(GGUFError):
 
     def __init__(self, source: str, missing: tuple[str, ...]) -> None:
         self.missing = missing
-        shown = ", ".join(missing[:MAX_LISTED])
+        shown = ", ".join(os.path.basename(m) or m for m in missing[:MAX_LISTED])
         more = f" and {len(missing) - MAX_LISTED} more" if len(missing) > MAX_LISTED else ""
         super().__init__(f"missing shard(s): {shown}{more}", None, source)
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fitplan.core.base.errors import FileAccessError, GGUFError, IncompleteModelError
+from fitplan.core.base.errors import MAX_LISTED, FileAccessError, GGUFError, IncompleteModelError
 from fitplan.core.base.files import open_regular_file, read_json_file
 from fitplan.core.gguf.header import GGUFHeader
 from fitplan.core.gguf.reader import mmproj_match_key, name_tokens
@@ -403,10 +403,12 @@ class LibraryScanner:
                 yield SkippedFile(p.path, "projector (mmproj) with no model in its folder")
         groups: list[tuple[str, list[_Found]]] = [(f.path, [f]) for f in models]
         for (prefix, count), parts in splits.items():
-            missing = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1) if i not in parts]
-            if missing:
+            n_missing = count - len(parts)
+            if n_missing:
+                missing = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in _first_missing(parts, count)]
+                more = f" and {n_missing - len(missing)} more" if n_missing > len(missing) else ""
                 for f in parts.values():
-                    yield SkippedFile(f.path, "missing shard(s): " + ", ".join(missing))
+                    yield SkippedFile(f.path, "missing shard(s): " + ", ".join(missing) + more)
                 continue
             shards = [parts[i] for i in range(1, count + 1)]
             groups.append((shards[0].path, shards))
@@ -485,6 +487,17 @@ class LibraryScanner:
             if mmproj is not None and not os.path.exists(mmproj):
                 mmproj = None
             yield self._model([f], root, mmproj, display=names[0], aliases=names[1:])
+
+
+def _first_missing(parts: dict[int, object], count: int, limit: int = MAX_LISTED) -> list[int]:
+    """The first `limit` shard numbers in 1..count not in `parts` (without walking all of a huge count)."""
+    out: list[int] = []
+    i = 1
+    while len(out) < limit and i <= count:
+        if i not in parts:
+            out.append(i)
+        i += 1
+    return out
 
 
 def pick_projector(model_path: str, projectors: list[str]) -> str | None:
