@@ -97,7 +97,7 @@ def _run_one(argv: Sequence[str]) -> Outcome:
 def _worker(argvs: list[tuple[str, ...]], write_fd: int) -> None:
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = MEMORY_CAP if hard == resource.RLIM_INFINITY else min(MEMORY_CAP, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     signal.signal(signal.SIGALRM, _on_alarm)

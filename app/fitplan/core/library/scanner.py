@@ -27,7 +27,7 @@ import os
 import re
 import stat as stat_mod
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -489,7 +489,7 @@ class LibraryScanner:
             yield self._model([f], root, mmproj, display=names[0], aliases=names[1:])
 
 
-def _first_missing(parts: dict[int, object], count: int, limit: int = MAX_LISTED) -> list[int]:
+def _first_missing(parts: Collection[int], count: int, limit: int = MAX_LISTED) -> list[int]:
     """The first `limit` shard numbers in 1..count not in `parts` (without walking all of a huge count)."""
     out: list[int] = []
     i = 1
