@@ -40,6 +40,7 @@ class Case:
     json_out: bool = False
     expect: str = ""  # "answer": must exit 0/1; "refused": must exit 2; "": either
     check: Callable[[Outcome], str | None] | None = None
+    env: tuple[tuple[str, str], ...] = ()  # environment variables set for this case only
 
 
 @dataclass
@@ -66,8 +67,11 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise _Alarm()
 
 
-def _run_one(argv: Sequence[str]) -> Outcome:
+def _run_one(argv: Sequence[str], env: tuple[tuple[str, str], ...] = ()) -> Outcome:
     from fitplan.cli import main
+
+    saved_env = {k: os.environ.get(k) for k, _ in env}
+    os.environ.update(dict(env))
 
     out_b, err_b = io.BytesIO(), io.BytesIO()
     out = io.TextIOWrapper(out_b, encoding="utf-8", errors="strict", write_through=True)
@@ -89,26 +93,37 @@ def _run_one(argv: Sequence[str]) -> Outcome:
     finally:
         signal.alarm(0)
         sys.stdout, sys.stderr = saved
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     seconds = time.perf_counter() - start
     return Outcome(rc, out_b.getvalue().decode("utf-8", "replace"), err_b.getvalue().decode("utf-8", "replace"),
                    seconds, crash)
 
 
-def _worker(argvs: list[tuple[str, ...]], write_fd: int) -> None:
+Job = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
+
+
+def _worker(argvs: list[Job], write_fd: int) -> None:
     import resource
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = MEMORY_CAP if hard == resource.RLIM_INFINITY else min(MEMORY_CAP, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     signal.signal(signal.SIGALRM, _on_alarm)
-    results = [_run_one(a) for a in argvs]
+    results = [_run_one(a, env) for a, env in argvs]
     data = pickle.dumps(results)
     with os.fdopen(write_fd, "wb") as f:
         f.write(data)
 
 
-def run_batch(argvs: list[tuple[str, ...]], overall_seconds: float = 120.0) -> list[Outcome]:
+def run_batch(argvs: list[Job], overall_seconds: float = 120.0) -> list[Outcome]:
     """Run the command lines in a forked worker (memory-capped, alarm per case); outcomes in order."""
+    from fitplan.cli import build_parser
+
+    build_parser()  # import every subcommand once, before forking: each worker inherits them
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the worker
@@ -195,7 +210,7 @@ def run_cases(cases: Sequence[Case], batch: int = 400) -> Report:
     report = Report()
     for i in range(0, len(cases), batch):
         chunk = list(cases[i : i + batch])
-        outcomes = run_batch([c.argv for c in chunk])
+        outcomes = run_batch([(c.argv, c.env) for c in chunk])
         for c, o in zip(chunk, outcomes, strict=True):
             report.total += 1
             report.slowest = max(report.slowest, o.seconds)
