@@ -208,3 +208,41 @@ def test_hostile_split_sets(tmp_path: Path) -> None:
 
 def test_hostile_text_in_headers_and_names(tmp_path: Path) -> None:
     _report("class 2 (header text, terminal)", _text_cases(tmp_path))
+
+
+def _limit_memory() -> None:
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, hard))
+
+
+def test_a_few_cases_in_real_processes(tmp_path: Path) -> None:
+    """The real entry point, in child processes with a memory limit and a timeout, on an ASCII-only terminal
+    encoding (LANG=C): undecodable names and escape sequences still print, hostile counts are one line."""
+    import subprocess
+
+    kvs = base_kvs()
+    kvs["general.name"] = ("str", "\x1b]0;owned\x07é\nfitplan: error: fake")
+    name = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"bad\xff\x1b[2J.gguf"))
+    hostile = write_gguf(name, ARCH, kvs, base_tensors(2))
+    big = write_gguf(tmp_path / "big.gguf", ARCH, {**base_kvs(), f"{ARCH}.block_count": ("u32", 10**9)}, base_tensors(2))
+    os.mkfifo(tmp_path / "fifo.gguf")
+    env = {**os.environ, "LANG": "C", "LC_ALL": "C", "PYTHONIOENCODING": "ascii", "NO_COLOR": "1"}
+    runs = [
+        (["inspect", hostile], 0),
+        (["inspect", hostile, "--json"], 0),
+        (["estimate", big, "--assume-gpu", "24GiB"], 2),
+        (["scan", str(tmp_path), "--no-fit"], 0),
+        (["scan", str(tmp_path), "--json"], 0),
+    ]
+    for argv, want in runs:
+        done = subprocess.run([sys.executable, "-m", "fitplan", *argv], capture_output=True, env=env, timeout=60,
+                              preexec_fn=_limit_memory, check=False)
+        out, err = done.stdout.decode("ascii"), done.stderr.decode("ascii")  # ASCII only: nothing else written
+        assert done.returncode == want, (argv, err)
+        assert "Traceback" not in err and not any(c in out + err for c in "\x1b\x07\r"), (argv, out, err)
+        if want == 2:
+            assert err.count("\n") == 1 and "block_count" in err
+        if "--json" in argv:
+            json.loads(out)

@@ -20,6 +20,7 @@ Typical use in a handler::
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import enum
@@ -89,6 +90,26 @@ def escape_for_terminal(text: str, keep_colour: bool = False) -> str:
     return "".join(out)
 
 
+def _u_escape(exc: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: unencodable characters as \\uXXXX escapes (astral ones as a surrogate pair), which read
+    the same in text and are valid inside JSON strings."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = []
+    for c in exc.object[exc.start : exc.end]:
+        code = ord(c)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out), exc.end
+
+
+_UESCAPE = "fitplan-uescape"
+codecs.register_error(_UESCAPE, _u_escape)
+
+
 class TerminalSafeStream:
     """A text stream wrapper: every write goes through `escape_for_terminal` (colour kept only when the stream is a
     colour terminal), and characters the stream's encoding cannot hold are written as backslash escapes instead of
@@ -104,7 +125,7 @@ class TerminalSafeStream:
             self.raw.write(safe)
         except UnicodeEncodeError:
             enc = getattr(self.raw, "encoding", None) or "ascii"
-            self.raw.write(safe.encode(enc, "backslashreplace").decode(enc, "replace"))
+            self.raw.write(safe.encode(enc, _UESCAPE).decode(enc, "replace"))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
