@@ -692,7 +692,11 @@ def open_model(
                 None,
                 os.fspath(path),
             )
-        missing = tuple(str(p) for p in paths if not p.is_file())
+        try:  # one listing of the folder, not one stat per declared shard (a header may declare 99999)
+            present = set(os.listdir(Path(path).parent))
+        except OSError:
+            present = set()
+        missing = tuple(str(p) for p in paths if p.name not in present or not p.is_file())
         if missing:
             raise MissingShardError(os.fspath(path), missing)
         opened = Path(path).resolve()
