@@ -276,6 +276,10 @@ def test_injected_fake_reader(tmp_path: Path) -> None:
     assert reasons(r)["b.gguf"] == "not a readable GGUF file: bad magic"
 
 
+# ollama digests are sha256:<64 hex digits> (anything else is refused)
+DA, DB, DP, DD, DC = ("a" * 64, "b" * 64, "e" * 64, "d" * 64, "c" * 64)
+
+
 def write_manifest(store: Path, parts: tuple[str, ...], model: str, projector: str | None = None) -> None:
     layers = [{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:tmpl", "size": 10},
               {"mediaType": "application/vnd.ollama.image.model", "digest": model, "size": 1}]
@@ -289,15 +293,15 @@ def write_manifest(store: Path, parts: tuple[str, ...], model: str, projector: s
 def test_ollama_store(tmp_path: Path) -> None:
     store = tmp_path / "models"
     blobs = store / "blobs"
-    write_model(blobs / "sha256-aaa")
-    write_mmproj(blobs / "sha256-ppp")
-    write_model(blobs / "sha256-bbb", arch="qwen2")
-    (blobs / "sha256-ccc-partial").write_bytes(b"x")
-    (blobs / "sha256-ccc-partial-0").write_bytes(b"x")
-    write_manifest(store, ("registry.ollama.ai", "library", "llava", "latest"), "sha256:aaa", "sha256:ppp")
-    write_manifest(store, ("registry.ollama.ai", "library", "llava", "7b"), "sha256:aaa", "sha256:ppp")
-    write_manifest(store, ("hf.co", "org", "repo", "Q4_K_M"), "sha256:bbb")
-    write_manifest(store, ("registry.ollama.ai", "library", "gone", "latest"), "sha256:ddd")
+    write_model(blobs / f"sha256-{DA}")
+    write_mmproj(blobs / f"sha256-{DP}")
+    write_model(blobs / f"sha256-{DB}", arch="qwen2")
+    (blobs / f"sha256-{DC}-partial").write_bytes(b"x")
+    (blobs / f"sha256-{DC}-partial-0").write_bytes(b"x")
+    write_manifest(store, ("registry.ollama.ai", "library", "llava", "latest"), f"sha256:{DA}", f"sha256:{DP}")
+    write_manifest(store, ("registry.ollama.ai", "library", "llava", "7b"), f"sha256:{DA}", f"sha256:{DP}")
+    write_manifest(store, ("hf.co", "org", "repo", "Q4_K_M"), f"sha256:{DB}")
+    write_manifest(store, ("registry.ollama.ai", "library", "gone", "latest"), f"sha256:{DD}")
     (store / "manifests" / "registry.ollama.ai" / "library" / "llava" / "broken").write_text("{")
     reader = CountingReader()
     r = scan([LibraryRoot(str(store), RootKind.OLLAMA)], reader)
@@ -305,19 +309,19 @@ def test_ollama_store(tmp_path: Path) -> None:
         ("hf.co/org/repo:Q4_K_M", (), "qwen2"),
         ("llava:7b", ("llava:latest",), "llama"),
     ]
-    assert r.models[1].mmproj_path == str(blobs / "sha256-ppp")
+    assert r.models[1].mmproj_path == str(blobs / f"sha256-{DP}")
     assert r.models[1].root_kind is RootKind.OLLAMA
     why = reasons(r)
-    assert why["sha256-ccc-partial"] == "partial download (ollama pull not finished)"
-    assert why["latest"] == "model blob sha256-ddd is missing"
+    assert why[f"sha256-{DC}-partial"] == "partial download (ollama pull not finished)"
+    assert why["latest"] == f"model blob sha256-{DD} is missing"
     assert why["broken"].startswith("unreadable ollama manifest")
     assert reader.calls == 2  # the projector is named by the manifest, not read
 
 
 def test_ollama_store_found_inside_a_folder(tmp_path: Path) -> None:
     store = tmp_path / ".ollama" / "models"
-    write_model(store / "blobs" / "sha256-aaa")
-    write_manifest(store, ("registry.ollama.ai", "library", "tiny", "latest"), "sha256:aaa")
+    write_model(store / "blobs" / f"sha256-{DA}")
+    write_manifest(store, ("registry.ollama.ai", "library", "tiny", "latest"), f"sha256:{DA}")
     r = scan([folder(tmp_path / ".ollama")], CountingReader())
     assert [(m.display_name, m.root_kind) for m in r.models] == [("tiny:latest", RootKind.FOLDER)]
 

@@ -119,7 +119,8 @@ def gguf_bytes(
     for k, v in (kv or {}).items():
         w.add_key_value(k, v, GGUFValueType.UINT16 if k != "split.tensors.count" else GGUFValueType.INT32)
     w.add_array("tokenizer.ggml.tokens", [f"token-{i:06d}" for i in range(n_tokens)])
-    w.add_tensor("w", np.zeros((max(1, data_mib * 1024 * 256), 1), dtype=np.float32))
+    tensor = f"w.{kv['split.no']}" if kv and "split.no" in kv else "w"  # shards hold different tensors
+    w.add_tensor(tensor, np.zeros((max(1, data_mib * 1024 * 256), 1), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -1,4 +1,5 @@
-"""The remembered window settings: round trip, atomic write, corrupt and future files set aside."""
+"""The remembered window settings: round trip, atomic write, corrupt and future files set aside, bad fields reset
+one by one."""
 
 from __future__ import annotations
 
@@ -82,22 +83,7 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert load_user_settings(tmp_path).settings.shell == "cmd"
 
 
-@pytest.mark.parametrize(
-    "content",
-    [
-        "{not json",
-        "[]",
-        '{"schema_version": "one"}',
-        '{"schema_version": 1, "folders": "/models"}',
-        '{"schema_version": 1, "model_choices": {"/m.gguf": {"cache_type_k": "q9_9"}}}',
-        '{"schema_version": 1, "model_choices": {"/m.gguf": {"n_ctx": true}}}',
-        '{"schema_version": 1, "model_choices": {"/m.gguf": {"engine": "vllm"}}}',
-        '{"schema_version": 1, "model_choices": {"/m.gguf": {"cache_type_k": "kvarn4"}}}',
-        '{"schema_version": 1, "model_choices": {"/m.gguf": {"engine": "ik_llama.cpp", "mla_mode": 4}}}',
-        '{"schema_version": 1, "model_choices": {"/m.gguf": {"engine": "beellama", "kv_tail_type": "q4_0"}}}',
-        '{"schema_version": 1, "hypothetical_devices": [{"name": "x"}]}',
-    ],
-)
+@pytest.mark.parametrize("content", ["{not json", "[]", '"text"', "[" * 100_000 + "]" * 100_000])
 def test_corrupt_file_is_set_aside_with_a_message(tmp_path: Path, content: str) -> None:
     settings_path(tmp_path).write_text(content)
     result = load_user_settings(tmp_path)
@@ -106,6 +92,41 @@ def test_corrupt_file_is_set_aside_with_a_message(tmp_path: Path, content: str) 
     assert result.set_aside is not None and result.set_aside.read_text() == content
     assert result.set_aside.name.startswith("settings.json.corrupt-")
     assert not settings_path(tmp_path).exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "bad_key"),
+    [
+        ({"schema_version": "one"}, "schema_version"),
+        ({"folders": "/models"}, "folders"),
+        ({"model_choices": {"/m.gguf": {"cache_type_k": "q9_9"}}}, "cache_type_k"),
+        ({"model_choices": {"/m.gguf": {"n_ctx": True}}}, "n_ctx"),
+        ({"model_choices": {"/m.gguf": {"n_ctx": 1e30}}}, "n_ctx"),
+        ({"model_choices": {"/m.gguf": {"n_ctx": 10**30}}}, "n_ctx"),
+        ({"model_choices": {"/m.gguf": {"engine": "vllm"}}}, "engine"),
+        ({"model_choices": {"/m.gguf": {"cache_type_k": "kvarn4"}}}, "cache_type_k"),
+        ({"model_choices": {"/m.gguf": {"engine": "ik_llama.cpp", "mla_mode": 4}}}, "mla_mode"),
+        ({"model_choices": {"/m.gguf": {"engine": "beellama", "kv_tail_type": "q4_0"}}}, "kv_tail_type"),
+        ({"hypothetical_devices": [{"name": "x"}]}, "hypothetical_devices[0]"),
+        ({"shell": "fish"}, "shell"),
+    ],
+)
+def test_one_bad_field_takes_its_default_and_keeps_the_rest(
+    tmp_path: Path, fields: dict[str, object], bad_key: str
+) -> None:
+    content = json.dumps({"schema_version": 1, "folders": ["/kept"], "last_model": "/kept/m.gguf", **fields})
+    settings_path(tmp_path).write_text(content)
+    result = load_user_settings(tmp_path)
+    assert result.message is not None and bad_key in result.message
+    assert result.settings.last_model == "/kept/m.gguf"
+    if "folders" not in fields:
+        assert result.settings.folders == ("/kept",)
+    if "model_choices" in fields:  # the model keeps its entry; the bad choice is the default
+        choices = result.settings.model_choices["/m.gguf"]
+        assert getattr(choices, bad_key) == getattr(ModelChoices(), bad_key)
+    copies = [p for p in tmp_path.iterdir() if p.name.startswith("settings.json.invalid-")]
+    assert len(copies) == 1 and copies[0].read_text() == content  # the file as it was is kept
+    assert settings_path(tmp_path).read_text() == content  # and not rewritten until the next save
 
 
 def test_binary_garbage_is_set_aside(tmp_path: Path) -> None:
@@ -137,11 +158,11 @@ def test_two_corrupt_files_in_the_same_second_do_not_collide(tmp_path: Path) -> 
     assert first.read_text() == "{" and second.read_text() == "}"
 
 
-def test_unknown_keys_are_ignored_and_unknown_shell_falls_back(tmp_path: Path) -> None:
-    settings_path(tmp_path).write_text(json.dumps({"schema_version": 1, "shell": "fish", "extra": 3}))
+def test_unknown_keys_are_ignored(tmp_path: Path) -> None:
+    settings_path(tmp_path).write_text(json.dumps({"schema_version": 1, "shell": "cmd", "extra": 3}))
     result = load_user_settings(tmp_path)
     assert result.message is None
-    assert result.settings.shell == "sh"
+    assert result.settings.shell == "cmd"
 
 
 def test_recent_files_are_unique_newest_first_and_capped() -> None:

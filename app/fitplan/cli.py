@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from fitplan import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT, __version__
 from fitplan.commands import _output as out
@@ -84,6 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("unrecognized arguments: " + " ".join(extra))
     except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else out.EXIT_BAD_INPUT
+    with out.safe_streams():  # names and paths from files never drive the terminal (docs/security.md)
+        return _run_handler(handler, args, extra)
+
+
+def _run_handler(handler: Any, args: argparse.Namespace, extra: list[str]) -> int:
     try:
         return int(handler(args, extra))
     except FitplanError as exc:

@@ -20,12 +20,15 @@ Typical use in a handler::
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import dataclasses
 import enum
 import json
 import os
+import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, TextIO
 
@@ -42,6 +45,108 @@ YELLOW = "33"
 CYAN = "36"
 
 _CSI = "\x1b["
+
+#: Characters that must never reach a terminal raw: C0 controls, DEL, C1 controls (0x9b is a one-byte CSI), and the
+#: lone surrogates that stand for undecodable bytes of file names (os.fsdecode's surrogateescape).
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+#: What `escape_for_terminal` keeps: line breaks and tabs, and (only on a colour terminal) the SGR colour sequences
+#: of `style()`, the only escape sequences fitplan writes.
+_KEEP_PLAIN_RE = re.compile("[\n\t]")
+_KEEP_COLOUR_RE = re.compile("\x1b\\[[0-9;]*m|[\n\t]")
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(c: str) -> str:
+    if c in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[c]
+    code = ord(c)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}"
+
+
+def clean(text: object) -> str:
+    """`text` with every control character (newlines and escape sequences included) and undecodable byte written
+    as a visible escape ("\\x1b", "\\n", "\\udcff"): for names, paths and messages that come from files or servers,
+    so that they stay on one line and cannot drive the terminal."""
+    return _CONTROL_RE.sub(lambda m: _escape_char(m.group()), str(text))
+
+
+def escape_for_terminal(text: str, keep_colour: bool = False) -> str:
+    """Whole output text made safe for a terminal: like `clean`, but keeps newlines and tabs, and with
+    `keep_colour` the SGR colour sequences `style()` writes (a name can then at most change a colour)."""
+    if text.isprintable():
+        return text
+    keep = _KEEP_COLOUR_RE if keep_colour else _KEEP_PLAIN_RE
+    out: list[str] = []
+    pos = 0
+    for m in keep.finditer(text):
+        out.append(clean(text[pos : m.start()]))
+        out.append(m.group())
+        pos = m.end()
+    out.append(clean(text[pos:]))
+    return "".join(out)
+
+
+def _u_escape(exc: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: unencodable characters as \\uXXXX escapes (astral ones as a surrogate pair), which read
+    the same in text and are valid inside JSON strings."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = []
+    for c in exc.object[exc.start : exc.end]:
+        code = ord(c)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out), exc.end
+
+
+_UESCAPE = "fitplan-uescape"
+codecs.register_error(_UESCAPE, _u_escape)
+
+
+class TerminalSafeStream:
+    """A text stream wrapper: every write goes through `escape_for_terminal` (colour kept only when the stream is a
+    colour terminal), and characters the stream's encoding cannot hold are written as backslash escapes instead of
+    raising UnicodeEncodeError. `raw` is the wrapped stream, for fitplan's own control output (the progress line)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.raw = stream
+        self._colour = use_color(stream)
+
+    def write(self, text: str) -> int:
+        safe = escape_for_terminal(text, self._colour)
+        try:
+            self.raw.write(safe)
+        except UnicodeEncodeError:
+            enc = getattr(self.raw, "encoding", None) or "ascii"
+            self.raw.write(safe.encode(enc, _UESCAPE).decode(enc, "replace"))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+def unescaped(stream: Any) -> Any:
+    """The stream under a `TerminalSafeStream` (itself otherwise): for control output fitplan writes itself."""
+    return stream.raw if isinstance(stream, TerminalSafeStream) else stream
+
+
+@contextlib.contextmanager
+def safe_streams() -> Iterator[None]:
+    """Run a subcommand with stdout and stderr wrapped in `TerminalSafeStream` (restored afterwards)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = TerminalSafeStream(saved[0])
+    sys.stderr = TerminalSafeStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def use_color(stream: TextIO | None = None) -> bool:
@@ -89,7 +194,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str =
     `align` holds one letter per column, "l" or "r" (missing letters mean "l"). Cells are `str()`-ed; cells may
     already contain colour from `style()`, which does not count towards the width.
     """
-    body = [[str(c) for c in row] for row in rows]
+    body = [[_one_line(str(c)) for c in row] for row in rows]
     ncols = max([len(headers), *(len(r) for r in body)])
     head = [*headers, *[""] * (ncols - len(headers))]
     body = [[*r, *[""] * (ncols - len(r))] for r in body]
@@ -106,6 +211,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str =
     lines = [style(line(head), BOLD, stream=stream)] if any(head) else []
     lines.extend(line(r) for r in body)
     return "\n".join(lines)
+
+
+def _one_line(cell: str) -> str:
+    """A table cell kept on its line: line breaks (and other controls but colour) escaped."""
+    return cell if cell.isprintable() else escape_for_terminal(cell, True).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def size(n_bytes: int | float, precision: int = 2) -> str:
@@ -149,9 +259,15 @@ def to_jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot write {type(obj).__name__} as JSON")
 
 
+_JSON_UNSAFE_RE = re.compile("[\x7f-\x9f\ud800-\udfff]")
+
+
 def dumps_json(obj: Any) -> str:
     """The JSON text `print_json` writes (indented, keys in insertion order, no NaN)."""
-    return json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False)
+    text = json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False, allow_nan=False)
+    # json escapes C0 controls itself; DEL, C1 controls and lone surrogates (undecodable file names) become \\u
+    # escapes too: valid JSON that a terminal shows as text and every encoding can write
+    return _JSON_UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def print_json(obj: Any, stream: TextIO | None = None) -> None:
@@ -163,10 +279,10 @@ def print_json(obj: Any, stream: TextIO | None = None) -> None:
 
 def error(message: str) -> int:
     """Print "fitplan: error: message" on stderr and return `EXIT_BAD_INPUT`, for `return out.error(...)`."""
-    print(style("fitplan: error:", RED, BOLD, stream=sys.stderr) + f" {message}", file=sys.stderr)
+    print(style("fitplan: error:", RED, BOLD, stream=sys.stderr) + f" {clean(message)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
 def warn(message: str) -> None:
     """Print "fitplan: warning: message" on stderr."""
-    print(style("fitplan: warning:", YELLOW, stream=sys.stderr) + f" {message}", file=sys.stderr)
+    print(style("fitplan: warning:", YELLOW, stream=sys.stderr) + f" {clean(message)}", file=sys.stderr)

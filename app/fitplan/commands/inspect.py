@@ -130,7 +130,7 @@ def layer_runs(p: ModelProfile, limit: int = 12) -> str:
 def format_text(p: ModelProfile, all_layers: bool = False) -> str:
     lines: list[str] = []
     arch = p.architecture + ("" if p.verified_architecture else " (not known to llama.cpp)")
-    lines.append(f"{out.style(p.name or os.path.basename(p.path), out.BOLD)}")
+    lines.append(f"{out.style(out.clean(p.name or os.path.basename(p.path)), out.BOLD)}")
     rows: list[list[object]] = [
         ["architecture", arch],
         ["file", f"{out.size(p.file_size)} in {len(p.shard_paths)} file(s), {len(p.tensors)} tensors"],
@@ -179,7 +179,7 @@ def format_text(p: ModelProfile, all_layers: bool = False) -> str:
             )
         )
     for w in p.warnings:
-        lines.append(f"warning: {w}")
+        lines.append(f"warning: {out.clean(w)}")
     return "\n".join(lines)
 
 

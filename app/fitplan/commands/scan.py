@@ -147,7 +147,7 @@ class ProgressLine:
     """A one-line "scanning: N files, M models" on a terminal, redrawn at most every `interval` seconds."""
 
     def __init__(self, stream: Any, interval: float = 0.2, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream = stream
+        self.stream = out.unescaped(stream)  # counts only: fitplan's own \r and erase-line pass
         self.interval = interval
         self.clock = clock
         self._last = -interval
@@ -187,7 +187,7 @@ def format_text(result: ScanResult, fits: Sequence[FitAnswer | None]) -> str:
     if result.skipped:
         lines.append("")
         lines.append(f"skipped {len(result.skipped)}:")
-        lines.extend(f"  {s.path}: {s.reason}" for s in result.skipped)
+        lines.extend(f"  {out.clean(s.path)}: {out.clean(s.reason)}" for s in result.skipped)
     return "\n".join(lines)
 
 

@@ -214,10 +214,8 @@ class Backend:
         if profile.is_mmproj:
             raise GGUFError("this is a multimodal projector (mmproj); open the language model it belongs to", None,
                             m.model_arg)
-        warnings = list(profile.warnings)
-        if not profile.verified_architecture and not any(profile.architecture in w for w in warnings):
-            warnings.append(f"Unverified architecture '{profile.architecture}': memory estimated from generic keys.")
-        return LoadedModel(m.model_arg, profile, m.mmproj, tuple(warnings), m.mmproj_note)
+        # an unknown architecture is already a warning of the profile's (the builder says it once)
+        return LoadedModel(m.model_arg, profile, m.mmproj, profile.warnings, m.mmproj_note)
 
     def _load_remote(self, url: str) -> LoadedModel:
         """A model by URL (every shard of a split set, the token to the Hub only): the same loader as `load`."""

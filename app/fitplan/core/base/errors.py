@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fitplan.core.gguf.header import GGUFHeader
+
+
+#: At most this many items (missing shards...) are listed in one error line.
+MAX_LISTED = 3
 
 
 class FitplanError(Exception):
@@ -46,7 +51,9 @@ class MissingShardError(GGUFError):
 
     def __init__(self, source: str, missing: tuple[str, ...]) -> None:
         self.missing = missing
-        super().__init__("missing shard(s): " + ", ".join(missing), None, source)
+        shown = ", ".join(os.path.basename(m) or m for m in missing[:MAX_LISTED])
+        more = f" and {len(missing) - MAX_LISTED} more" if len(missing) > MAX_LISTED else ""
+        super().__init__(f"missing shard(s): {shown}{more}", None, source)
 
 
 class SettingsError(FitplanError):
@@ -55,3 +62,20 @@ class SettingsError(FitplanError):
 
 class FlagError(FitplanError):
     """A command-line flag that fitplan cannot parse."""
+
+
+class HeaderValueError(GGUFError):
+    """A hyper-parameter in a header that llama.cpp would refuse or that no model can have (names the key)."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {problem}", None, source)
+
+
+class FileAccessError(GGUFError):
+    """The operating system would not let a file be read (missing, permission, not a regular file). Never cached:
+    it may be gone after a chmod or once a download finishes."""
+
+
+class SettingsSaveError(FitplanError, OSError):
+    """The settings could not be written (a read-only or full config folder); the settings in memory are kept."""

@@ -5,6 +5,7 @@ The reader that fills these lives in `fitplan.core.gguf.reader`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Union
@@ -17,6 +18,10 @@ DEFAULT_ARRAY_LIMIT = 4096
 #: and its size is the declared one. docs/examples.md.
 HEADER_ONLY_KEY = "fitplan.header_only"
 
+
+
+#: The multimodal projector pseudo-architecture (llama.cpp tools/mtmd/clip.cpp loads general.architecture == "clip").
+MMPROJ_ARCHITECTURE = "clip"
 
 @dataclass(frozen=True, slots=True)
 class GGUFArray:
@@ -55,6 +60,11 @@ class GGUFHeader:
         return arch if isinstance(arch, str) else ""
 
     @property
+    def is_mmproj(self) -> bool:
+        """A multimodal projector file: the file format is told by its pseudo-architecture."""
+        return self.architecture == MMPROJ_ARCHITECTURE
+
+    @property
     def data_size(self) -> int:
         """Bytes of tensor data the header declares (end of the last tensor)."""
         return max((t.offset + t.n_bytes for t in self.tensors), default=0)
@@ -76,8 +86,11 @@ class GGUFHeader:
         return self.file_size
 
     def get_int(self, key: str, default: int = 0) -> int:
+        """An integer key; `default` when absent, not a number, or not finite (NaN and infinity have no int)."""
         v = self.metadata.get(key)
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+        if isinstance(v, float):
+            return int(v) if math.isfinite(v) else default
+        return v if isinstance(v, int) and not isinstance(v, bool) else default
 
     def get_str(self, key: str, default: str = "") -> str:
         v = self.metadata.get(key)

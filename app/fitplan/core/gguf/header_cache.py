@@ -1,9 +1,15 @@
-"""On-disk cache of parsed results, keyed by (absolute path, size, mtime_ns) of the model file.
+"""On-disk cache of parsed results, keyed by (absolute path, size, mtime_ns, ctime_ns, inode) of the model file.
 
 Headers are stored as `marshal`-ed plain tuples (fast to load: a 262k-token vocabulary header loads in well under
 5 ms because big arrays are kept only as type and length). Other results (e.g. a ModelProfile) go through `pickle`.
 The folder is `platformdirs.user_cache_dir("fitplan")/profiles`, or `$FITPLAN_CACHE_DIR`, or the one given.
 Unreadable, corrupt or stale entries are ignored (and overwritten by the next put).
+
+Each entry file is `ENTRY_MAGIC`, the SHA-256 of the payload, then the payload; it is read only if it is a regular
+file of at most `MAX_ENTRY_BYTES`, and its payload is decoded only if the checksum matches, so a truncated, flipped
+or foreign entry is a cache miss: never a wrong header, never a huge allocation. The key is checked again inside
+the payload. A rewrite of the model file that keeps its size and mtime still changes its ctime (and a copy over it
+its inode), so it is noticed.
 """
 
 from __future__ import annotations
@@ -18,13 +24,18 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fitplan.core.base.files import read_regular_file
 from fitplan.core.gguf.header import DEFAULT_ARRAY_LIMIT, GGUFArray, GGUFHeader, GGUFTensorInfo, MetadataValue
 from fitplan.core.gguf.reader import read_header
 
 __all__ = ["CACHE_DIR_ENV", "ProfileCache", "cached_read_header", "default_cache_dir"]
 
 CACHE_DIR_ENV = "FITPLAN_CACHE_DIR"
-_FORMAT = 1  # bump when the stored layout changes
+_FORMAT = 2  # bump when the stored layout changes
+ENTRY_MAGIC = b"FPCACHE2"
+#: Entries are small (big arrays are kept as type and length only): anything larger is not ours.
+MAX_ENTRY_BYTES = 64 * 1024 * 1024
+_DIGEST_BYTES = 32
 _HEADER_KIND = "gguf-header"
 
 
@@ -37,10 +48,10 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("fitplan")) / "profiles"
 
 
-def _file_key(path: str | os.PathLike[str]) -> tuple[str, int, int]:
+def _file_key(path: str | os.PathLike[str]) -> tuple[str, int, int, int, int]:
     p = os.path.abspath(os.fspath(path))
     st = os.stat(p)
-    return p, st.st_size, st.st_mtime_ns
+    return p, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 def _encode_value(v: MetadataValue) -> Any:
@@ -95,18 +106,24 @@ class ProfileCache:
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
 
-    def _entry(self, key: tuple[str, int, int], kind: str) -> Path:
+    def _entry(self, key: tuple[str, int, int, int, int], kind: str) -> Path:
         digest = hashlib.sha256(f"{key[0]}\0{kind}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
         return self.directory / f"{digest}.bin"
 
     def _load(self, path: str | os.PathLike[str], kind: str) -> tuple[bool, Any]:
         try:
             key = _file_key(path)
-            data = self._entry(key, kind).read_bytes()
-        except OSError:
+            data = read_regular_file(self._entry(key, kind), MAX_ENTRY_BYTES)
+        except (OSError, ValueError):
+            return False, None
+        head = len(ENTRY_MAGIC) + _DIGEST_BYTES
+        if len(data) < head or not data.startswith(ENTRY_MAGIC):
+            return False, None
+        payload_bytes = data[head:]
+        if hashlib.sha256(payload_bytes).digest() != data[len(ENTRY_MAGIC) : head]:
             return False, None
         try:
-            stored = marshal.loads(data)
+            stored = marshal.loads(payload_bytes)
             fmt, skey, skind, codec, payload = stored
             if fmt != _FORMAT or tuple(skey) != key or skind != kind:
                 return False, None
@@ -120,7 +137,10 @@ class ProfileCache:
         try:
             key = _file_key(path)
             self.directory.mkdir(parents=True, exist_ok=True)
-            blob = marshal.dumps((_FORMAT, key, kind, codec, payload))
+            body = marshal.dumps((_FORMAT, key, kind, codec, payload))
+            blob = ENTRY_MAGIC + hashlib.sha256(body).digest() + body
+            if len(blob) > MAX_ENTRY_BYTES:
+                return
             fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:

@@ -21,7 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-from fitplan.core.base.errors import GGUFError, IncompleteModelError, MissingShardError
+from fitplan.core.base.errors import FileAccessError, GGUFError, IncompleteModelError, MissingShardError
+from fitplan.core.base.files import NotRegularFileError, open_regular_file
 from fitplan.core.gguf import ggml_types
 from fitplan.core.gguf.header import (
     DEFAULT_ARRAY_LIMIT,
@@ -46,6 +47,7 @@ __all__ = [
     "parse_header",
     "rank_mmproj",
     "read_header",
+    "split_count",
     "split_shard_paths",
 ]
 
@@ -140,10 +142,13 @@ class FileSource:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = os.fspath(path)
         try:
-            self._f = open(self._path, "rb", buffering=0)  # noqa: SIM115 (closed by close()/context manager)
-            self._size = os.fstat(self._f.fileno()).st_size
+            fd = open_regular_file(self._path)
+        except NotRegularFileError as e:
+            raise FileAccessError("not a regular file (a folder, pipe, socket or device)", None, self._path) from e
         except OSError as e:
-            raise GGUFError(f"cannot open: {e.strerror or e}", None, self._path) from e
+            raise FileAccessError(f"cannot open: {e.strerror or e}", None, self._path) from e
+        self._f = os.fdopen(fd, "rb", buffering=0)
+        self._size = os.fstat(fd).st_size
 
     @property
     def name(self) -> str:
@@ -172,7 +177,7 @@ class FileSource:
                 data += more
             return data
         except OSError as e:
-            raise GGUFError(f"read failed: {e.strerror or e}", offset, self._path) from e
+            raise FileAccessError(f"read failed: {e.strerror or e}", offset, self._path) from e
 
     def close(self) -> None:
         self._f.close()
@@ -575,7 +580,10 @@ def split_shard_names(name: str, count: int | None = None) -> tuple[str, ...] | 
     m = SPLIT_NAME_RE.match(name)
     if m is None:
         return None
-    n = count if count is not None else int(m.group("count"))
+    named = int(m.group("count"))
+    if count is not None and count != named:
+        raise GGUFError(f"split.count is {count} but the file name says {named} shards", None, name)
+    n = named
     prefix = m.group("prefix")
     return tuple(f"{prefix}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1))
 
@@ -586,26 +594,69 @@ def split_shard_paths(path: str | os.PathLike[str], count: int | None = None) ->
     return None if names is None else tuple(p.with_name(n) for n in names)
 
 
-def _split_count(h: GGUFHeader) -> int:
-    return h.get_int("split.count", 0)
+#: The shard name pattern has five digits.
+MAX_SPLIT_COUNT = 99999
+
+
+def _split_key(h: GGUFHeader, key: str, limit: int) -> int | None:
+    """A split.* key: a whole number in [0, limit], or None when absent (anything else is refused)."""
+    v = h.metadata.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= limit:
+        shown = repr(v) if not isinstance(v, GGUFArray) else "an array"
+        raise GGUFError(f"{key} is {shown[:40]}, not a whole number in 0..{limit}", None, h.source)
+    return v
+
+
+def split_count(h: GGUFHeader) -> int:
+    """split.count, checked: 0 when absent, at most MAX_SPLIT_COUNT, and never more shards than tensors need
+    (gguf-split writes at least one tensor per shard, the first one may hold none)."""
+    count = _split_key(h, "split.count", MAX_SPLIT_COUNT) or 0
+    tensors = _split_key(h, "split.tensors.count", 2**63)
+    if tensors is not None and count > tensors + 1:
+        raise GGUFError(f"split.count {count} exceeds the split.tensors.count of {tensors} tensors", None, h.source)
+    return count
 
 
 def check_split_set(shards: Sequence[GGUFHeader]) -> None:
-    """Check that the headers form one complete split set in order (split.no, split.count, split.tensors.count)."""
+    """Check that the headers form one complete split set of one model, in order: split.no, split.count and
+    split.tensors.count agree, every shard has the first one's architecture, and no tensor is in two shards."""
     count = len(shards)
     total = 0
+    first = shards[0]
+    declared = _split_key(first, "split.tensors.count", 2**63)
+    names: set[str] = set()
     for i, h in enumerate(shards):
-        if _split_count(h) != count:
-            raise GGUFError(f"split.count is {_split_count(h)}, expected {count}", None, h.source)
-        if "split.no" in h.metadata and h.get_int("split.no", -1) != i:
-            raise GGUFError(f"split.no is {h.get_int('split.no', -1)}, expected {i}", None, h.source)
+        if split_count(h) != count:
+            raise GGUFError(f"split.count is {split_count(h)}, expected {count}", None, h.source)
+        no = _split_key(h, "split.no", MAX_SPLIT_COUNT)
+        if no is not None and no != i:
+            raise GGUFError(f"split.no is {no}, expected {i}", None, h.source)
+        if h.architecture != first.architecture:
+            raise GGUFError(
+                f"shard of another model: general.architecture {h.architecture!r}, the first shard says "
+                f"{first.architecture!r}",
+                None,
+                h.source,
+            )
+        theirs = _split_key(h, "split.tensors.count", 2**63)
+        if declared is not None and theirs is not None and theirs != declared:
+            raise GGUFError(
+                f"shard of another model: split.tensors.count {theirs}, the first shard says {declared}",
+                None,
+                h.source,
+            )
+        for t in h.tensors:
+            if t.name in names:
+                raise GGUFError(f"tensor {t.name!r} is also in an earlier shard", None, h.source)
+            names.add(t.name)
         total += len(h.tensors)
-    declared = shards[0].get_int("split.tensors.count", total)
-    if declared != total:
+    if declared is not None and declared != total:
         raise GGUFError(
             f"split.tensors.count is {declared} but the {count} shards hold {total} tensors",
             None,
-            shards[0].source,
+            first.source,
         )
 
 
@@ -630,7 +681,7 @@ def open_model(
         )
 
     first = read(path)
-    count = _split_count(first)
+    count = split_count(first)
     shards: tuple[GGUFHeader, ...]
     if count > 1:
         paths = split_shard_paths(path, count)
@@ -641,7 +692,11 @@ def open_model(
                 None,
                 os.fspath(path),
             )
-        missing = tuple(str(p) for p in paths if not p.is_file())
+        try:  # one listing of the folder, not one stat per declared shard (a header may declare 99999)
+            present = set(os.listdir(Path(path).parent))
+        except OSError:
+            present = set()
+        missing = tuple(str(p) for p in paths if p.name not in present or not p.is_file())
         if missing:
             raise MissingShardError(os.fspath(path), missing)
         opened = Path(path).resolve()
@@ -677,7 +732,7 @@ def open_model(
 
 def is_mmproj(header: GGUFHeader) -> bool:
     """A multimodal projector file (llama.cpp tools/mtmd/clip.cpp loads general.architecture == "clip")."""
-    return header.architecture == "clip"
+    return header.is_mmproj
 
 
 def mmproj_candidates(

@@ -1,23 +1,34 @@
 """What the planner window remembers between runs, in one typed, versioned file.
 
 The file is JSON at `<config dir>/settings.json`, where the config dir is platformdirs'
-`user_config_dir("fitplan")`, or `$FITPLAN_CONFIG_DIR` when set (tests use it). It is written atomically (a temporary
-file in the same folder, then `os.replace`). A file that cannot be parsed, or that a newer fitplan wrote
-(`schema_version` above ours), is never overwritten blindly: it is renamed aside with a suffix and the defaults are
-used, with a message for the user.
+`user_config_dir("fitplan")`, or `$FITPLAN_CONFIG_DIR` when set (tests use it). Nothing the user set is lost or
+silently reset:
+
+* loading reads only a regular file of at most MAX_SETTINGS_BYTES (a FIFO or device does not hang it) and never
+  raises; each field is validated on its own (type, range, known value): a bad one takes its default, the message
+  names it and a copy of the file as it was is kept next to it;
+* a file that is not a JSON object at all, or that a newer fitplan wrote (`schema_version` above ours), is renamed
+  aside with a suffix and the defaults are used, with a message;
+* saving re-reads the file under a lock and applies this process's changes since it last read or wrote it
+  (`merge_settings`), so two windows saving at once keep each other's folders; the write is atomic (a temporary
+  file in the same folder, then `os.replace`); a folder that cannot be written raises `SettingsSaveError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fitplan.core.base.errors import SettingsSaveError
+from fitplan.core.base.files import read_regular_file
 from fitplan.core.base.launch_settings import (
     KV_CACHE_TYPES,
     Engine,
@@ -169,73 +180,143 @@ def _to_json(settings: UserSettings) -> dict[str, Any]:
     return data
 
 
-def _expect(value: object, kind: type | tuple[type, ...], key: str) -> Any:
-    if isinstance(value, bool) and kind in (int, float):
-        raise SettingsFormatError(f"{key}: expected {kind}, got a boolean")
-    if not isinstance(value, kind):
-        raise SettingsFormatError(f"{key}: expected {kind}, got {type(value).__name__}")
-    return value
+#: Bounds of the numeric model choices (the window's spin boxes hold 32-bit ints; llama.cpp's flags too).
+INT32_MAX = 2**31 - 1
+CHOICE_RANGES: dict[str, tuple[int, int]] = {
+    "n_ctx": (0, INT32_MAX),
+    "n_parallel": (1, 65536),
+    "n_gpu_layers": (-1, 65536),
+    "n_cpu_moe": (0, 65536),
+    "n_batch": (1, INT32_MAX),
+    "n_ubatch": (1, INT32_MAX),
+    "margin_mib": (0, INT32_MAX),
+    "mla_mode": (0, 3),
+    "attn_max_batch_mib": (0, INT32_MAX),
+    "kv_tail_tokens": (0, INT32_MAX),
+    "gpu_overhead_mib": (0, INT32_MAX),
+}
+#: The largest settings file read (real ones are a few kB).
+MAX_SETTINGS_BYTES = 16 * 1024 * 1024
+_MAX_PROBLEMS_SHOWN = 3
 
 
-def _str_tuple(value: object, key: str) -> tuple[str, ...]:
-    items = _expect(value, list, key)
-    return tuple(_expect(v, str, key) for v in items)
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _choices_from(raw: object, key: str) -> ModelChoices:
-    obj = _expect(raw, dict, key)
-    defaults = ModelChoices()
-    kwargs: dict[str, Any] = {}
-    for name in ModelChoices.__dataclass_fields__:
-        if name in obj:
-            kwargs[name] = _expect(obj[name], type(getattr(defaults, name)), f"{key}.{name}")
-    choices = ModelChoices(**kwargs)
-    try:
-        FlashAttn(choices.flash_attn)
-        MmprojPlacement(choices.mmproj)
-        engine = Engine(choices.engine)
-    except ValueError as exc:
-        raise SettingsFormatError(f"{key}: {exc}") from exc
-    allowed = engine_cache_types(engine)
-    if choices.cache_type_k not in allowed or choices.cache_type_v not in allowed:
-        raise SettingsFormatError(f"{key}: unknown KV cache type for {engine.value}")
-    if choices.mla_mode not in (0, 1, 2, 3):
-        raise SettingsFormatError(f"{key}: -mla must be 0-3, got {choices.mla_mode}")
-    if choices.kv_tail_type not in KV_TAIL_TYPES:
-        raise SettingsFormatError(f"{key}: unknown KV tail type {choices.kv_tail_type!r}")
-    return choices
+class _Fields:
+    """Per-field reading of a settings document: a field that is missing takes its default; one of the wrong type
+    or out of range takes its default and is recorded in `problems` (the rest of the file is kept)."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def bad(self, key: str, value: object) -> None:
+        self.problems.append(f"{key} = {_show(value)}")
+
+    def get(self, obj: Mapping[str, object], name: str, default: Any, key: str) -> Any:
+        if name not in obj:
+            return default
+        value = obj[name]
+        if not _same_kind(value, default):
+            self.bad(key, value)
+            return default
+        lo_hi = CHOICE_RANGES.get(name) if isinstance(default, int) and not isinstance(default, bool) else None
+        if lo_hi is not None and not lo_hi[0] <= value <= lo_hi[1]:  # type: ignore[operator]
+            self.bad(key, value)
+            return default
+        return value
+
+    def strings(self, value: object, key: str) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            self.bad(key, value)
+            return ()
+        good = tuple(v for v in value if isinstance(v, str))
+        if len(good) != len(value):
+            self.bad(key, next(v for v in value if not isinstance(v, str)))
+        return good
 
 
-def _from_json(data: object) -> UserSettings:
-    obj = _expect(data, dict, "settings")
+def _same_kind(value: object, default: object) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    return isinstance(value, type(default))
+
+
+def _choices_from(raw: object, key: str, f: _Fields) -> ModelChoices | None:
+    if not isinstance(raw, dict):
+        f.bad(key, raw)
+        return None
+    d = ModelChoices()
+    kw: dict[str, Any] = {n: f.get(raw, n, getattr(d, n), f"{key}.{n}") for n in ModelChoices.__dataclass_fields__}
+    for name, kind in (("flash_attn", FlashAttn), ("mmproj", MmprojPlacement), ("engine", Engine)):
+        if kw[name] not in {e.value for e in kind}:
+            f.bad(f"{key}.{name}", kw[name])
+            kw[name] = getattr(d, name)
+    allowed = engine_cache_types(Engine(kw["engine"]))
+    for name in ("cache_type_k", "cache_type_v"):
+        if kw[name] not in allowed:
+            f.bad(f"{key}.{name}", kw[name])
+            kw[name] = getattr(d, name)
+    if kw["kv_tail_type"] not in KV_TAIL_TYPES:
+        f.bad(f"{key}.kv_tail_type", kw["kv_tail_type"])
+        kw["kv_tail_type"] = d.kv_tail_type
+    return ModelChoices(**kw)
+
+
+def _device_from(raw: object, key: str, f: _Fields) -> HypotheticalDevice | None:
+    if not isinstance(raw, dict):
+        f.bad(key, raw)
+        return None
+    name, total, vendor = raw.get("name"), raw.get("total_bytes"), raw.get("vendor", "nvidia")
+    if not isinstance(name, str) or not isinstance(total, int) or isinstance(total, bool) or not isinstance(vendor, str):
+        f.bad(key, raw)
+        return None
+    if not 0 < total < 2**60:
+        f.bad(f"{key}.total_bytes", total)
+        return None
+    return HypotheticalDevice(name=name, total_bytes=total, vendor=vendor)
+
+
+def _from_json(data: object) -> tuple[UserSettings, list[str]]:
+    """The settings of a parsed document, field by field, and the fields that were not valid (their defaults
+    are used). Raises SettingsFormatError only when the document is not an object at all."""
+    if not isinstance(data, dict):
+        raise SettingsFormatError(f"settings: expected an object, got {type(data).__name__}")
+    f = _Fields()
     d = UserSettings()
-    version = _expect(obj.get("schema_version"), int, "schema_version")
-    choices_raw = _expect(obj.get("model_choices", {}), dict, "model_choices")
+    f.get(data, "schema_version", SCHEMA_VERSION, "schema_version")
+    choices: dict[str, ModelChoices] = {}
+    raw_choices = f.get(data, "model_choices", {}, "model_choices")
+    for k, v in raw_choices.items():
+        c = _choices_from(v, f"model_choices[{_show(k)}]", f)
+        if c is not None:
+            choices[str(k)] = c
     devices = []
-    for i, raw in enumerate(_expect(obj.get("hypothetical_devices", []), list, "hypothetical_devices")):
-        dev = _expect(raw, dict, f"hypothetical_devices[{i}]")
-        devices.append(
-            HypotheticalDevice(
-                name=_expect(dev.get("name"), str, "name"),
-                total_bytes=_expect(dev.get("total_bytes"), int, "total_bytes"),
-                vendor=_expect(dev.get("vendor", "nvidia"), str, "vendor"),
-            )
-        )
-    planned_raw = obj.get("planned_devices")
-    shell = _expect(obj.get("shell", d.shell), str, "shell")
-    return UserSettings(
-        schema_version=version,
-        window_geometry=_expect(obj.get("window_geometry", ""), str, "window_geometry"),
-        window_state=_expect(obj.get("window_state", ""), str, "window_state"),
-        model_choices={_expect(k, str, "model_choices"): _choices_from(v, k) for k, v in choices_raw.items()},
-        folders=_str_tuple(obj.get("folders", []), "folders"),
+    for i, raw in enumerate(f.get(data, "hypothetical_devices", [], "hypothetical_devices")):
+        dev = _device_from(raw, f"hypothetical_devices[{i}]", f)
+        if dev is not None:
+            devices.append(dev)
+    planned_raw = data.get("planned_devices")
+    shell = f.get(data, "shell", d.shell, "shell")
+    if shell not in SHELLS:
+        f.bad("shell", shell)
+        shell = d.shell
+    settings = UserSettings(
+        schema_version=SCHEMA_VERSION,
+        window_geometry=f.get(data, "window_geometry", "", "window_geometry"),
+        window_state=f.get(data, "window_state", "", "window_state"),
+        model_choices=choices,
+        folders=f.strings(data.get("folders", []), "folders"),
         hypothetical_devices=tuple(devices),
-        planned_devices=None if planned_raw is None else _str_tuple(planned_raw, "planned_devices"),
-        recent_files=_str_tuple(obj.get("recent_files", []), "recent_files")[:MAX_RECENT],
-        shell=shell if shell in SHELLS else d.shell,
-        llama_bin_dir=_expect(obj.get("llama_bin_dir", ""), str, "llama_bin_dir"),
-        last_model=_expect(obj.get("last_model", ""), str, "last_model"),
+        planned_devices=None if planned_raw is None else f.strings(planned_raw, "planned_devices"),
+        recent_files=f.strings(data.get("recent_files", []), "recent_files")[:MAX_RECENT],
+        shell=shell,
+        llama_bin_dir=f.get(data, "llama_bin_dir", "", "llama_bin_dir"),
+        last_model=f.get(data, "last_model", "", "last_model"),
     )
+    return settings, f.problems
 
 
 def _set_aside(path: Path, suffix: str) -> Path:
@@ -249,22 +330,41 @@ def _set_aside(path: Path, suffix: str) -> Path:
     return target
 
 
+def _keep_copy(path: Path, data: bytes, suffix: str) -> Path | None:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.{suffix}-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.{suffix}-{stamp}-{n}")
+    try:
+        target.write_bytes(data)
+    except OSError:
+        return None
+    return target
+
+
+def _parse(data: bytes) -> object:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError as exc:
+        raise ValueError("nested too deeply") from exc
+
+
 def load_user_settings(directory: Path | None = None) -> LoadResult:
-    """Read the settings; a missing file gives the defaults, a bad or newer one is set aside (never raises)."""
+    """Read the settings; never raises. A missing file gives the defaults. A file that is not a JSON object (or
+    is not a regular file, or is too large) or that a newer fitplan wrote is set aside with a message. A field of
+    the wrong type or out of range takes its default, with a message naming it, and a copy of the file is kept."""
     path = settings_path(directory)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_regular_file(path, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
-        return LoadResult(UserSettings())
-    except (OSError, UnicodeDecodeError) as exc:
-        try:
-            aside = _set_aside(path, "unreadable")
-        except OSError:
-            return LoadResult(UserSettings(), f"Could not read saved settings ({exc}); using defaults.")
-        return LoadResult(UserSettings(), f"Saved settings could not be read ({exc}); moved to {aside.name}.", aside)
+        return _loaded(path, LoadResult(UserSettings()))
+    except (OSError, ValueError) as exc:
+        return _loaded(path, _aside(path, "unreadable", f"Saved settings could not be read ({exc})"))
     try:
-        data = json.loads(text)
-        version = data.get("schema_version") if isinstance(data, dict) else None
+        doc = _parse(data)
+        version = doc.get("schema_version") if isinstance(doc, dict) else None
         if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
             aside = _set_aside(path, f"v{version}")
             return LoadResult(
@@ -273,20 +373,141 @@ def load_user_settings(directory: Path | None = None) -> LoadResult:
                 f" kept as {aside.name}, starting with defaults.",
                 aside,
             )
-        settings = _from_json(data)
+        settings, problems = _from_json(doc)
     except (ValueError, SettingsFormatError) as exc:
+        return _loaded(path, _aside(path, "corrupt", f"Saved settings were damaged ({exc})"))
+    except OSError as exc:
+        return _loaded(path, LoadResult(UserSettings(), f"Saved settings could not be set aside ({exc})."))
+    if not problems:
+        return _loaded(path, LoadResult(settings))
+    copy = _keep_copy(path, data, "invalid")
+    shown = ", ".join(problems[:_MAX_PROBLEMS_SHOWN]) + (
+        f" and {len(problems) - _MAX_PROBLEMS_SHOWN} more" if len(problems) > _MAX_PROBLEMS_SHOWN else ""
+    )
+    kept = f"; the file as it was is kept as {copy.name}" if copy is not None else ""
+    return _loaded(path, LoadResult(settings, f"Some saved settings were not valid and use their defaults: {shown}{kept}."))
+
+
+def _aside(path: Path, suffix: str, why: str) -> LoadResult:
+    try:
+        aside = _set_aside(path, suffix)
+    except OSError:
+        return LoadResult(UserSettings(), f"{why}; using defaults.")
+    return LoadResult(UserSettings(), f"{why}; moved to {aside.name}.", aside)
+
+
+#: What this process last read from or wrote to each settings file: the base of the next save's merge.
+_synced: dict[Path, UserSettings] = {}
+
+
+def _loaded(path: Path, result: LoadResult) -> LoadResult:
+    _synced[path] = result.settings
+    return result
+
+
+def _merge_items(base: tuple[Any, ...], ours: tuple[Any, ...], disk: tuple[Any, ...], ours_first: bool) -> tuple[Any, ...]:
+    """A list field merged three ways: what we removed since `base` goes, what we added comes, the rest as on disk."""
+    removed = [x for x in base if x not in ours]
+    added = [x for x in ours if x not in base]
+    kept = [x for x in disk if x not in removed]
+    if ours_first:
+        return (*added, *(x for x in kept if x not in added))
+    return (*kept, *(x for x in added if x not in kept))
+
+
+def merge_settings(base: UserSettings, ours: UserSettings, disk: UserSettings) -> UserSettings:
+    """`ours` applied on top of `disk` as the changes made since `base` (what this process last read or wrote), so
+    that two windows saving one after the other keep each other's changes (folders, devices, per-model choices)."""
+    choices = dict(disk.model_choices)
+    for k, v in ours.model_choices.items():
+        if base.model_choices.get(k) != v:
+            choices[k] = v
+    for k in base.model_choices:
+        if k not in ours.model_choices:
+            choices.pop(k, None)
+    merged: dict[str, Any] = {}
+    for name in UserSettings.__dataclass_fields__:
+        b, o, d = getattr(base, name), getattr(ours, name), getattr(disk, name)
+        merged[name] = o if o != b else d
+    merged["model_choices"] = choices
+    merged["folders"] = _merge_items(base.folders, ours.folders, disk.folders, ours_first=False)
+    merged["hypothetical_devices"] = _merge_items(
+        base.hypothetical_devices, ours.hypothetical_devices, disk.hypothetical_devices, ours_first=False
+    )
+    recent = _merge_items(base.recent_files, ours.recent_files, disk.recent_files, ours_first=True)
+    merged["recent_files"] = recent[:MAX_RECENT]
+    merged["schema_version"] = SCHEMA_VERSION
+    return UserSettings(**merged)
+
+
+@contextlib.contextmanager
+def _locked(path: Path, timeout_s: float = 10.0) -> Iterator[None]:
+    """An exclusive lock for one read-merge-write, between processes: on the settings folder itself (POSIX flock
+    on the folder's descriptor), or on `<settings>.lock` on Windows."""
+    if sys.platform == "win32":
+        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    else:
+        fd = os.open(path.parent, os.O_RDONLY)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not _try_lock(fd):
+            if time.monotonic() > deadline:
+                raise OSError(f"another fitplan keeps {path.name} locked")
+            time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _try_lock(fd: int) -> bool:
+    if sys.platform == "win32":
+        import msvcrt
+
         try:
-            aside = _set_aside(path, "corrupt")
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         except OSError:
-            return LoadResult(UserSettings(), f"Saved settings are damaged ({exc}); using defaults.")
-        return LoadResult(UserSettings(), f"Saved settings were damaged ({exc}); moved to {aside.name}.", aside)
-    return LoadResult(replace(settings, schema_version=SCHEMA_VERSION))
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _read_disk(path: Path) -> UserSettings | None:
+    """The settings on disk now, or None when there are none or they are not a usable object."""
+    try:
+        settings, _problems = _from_json(_parse(read_regular_file(path, MAX_SETTINGS_BYTES)))
+    except (OSError, ValueError, SettingsFormatError):
+        return None
+    return settings
 
 
 def save_user_settings(settings: UserSettings, directory: Path | None = None) -> Path:
-    """Write atomically: a temporary file next to the target, flushed, then renamed over it."""
+    """Merge with what is on disk (other windows' changes), under a lock, then write atomically: a temporary file
+    next to the target, flushed, renamed over it. Raises `SettingsSaveError` (an OSError) with a message naming
+    the folder when it cannot be written; nothing on disk is changed then."""
     path = settings_path(directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path):
+            base = _synced.get(path)
+            disk = _read_disk(path) if base is not None else None
+            merged = merge_settings(base, settings, disk) if base is not None and disk is not None else settings
+            _write_atomic(path, merged)
+    except OSError as exc:
+        raise SettingsSaveError(
+            f"cannot save settings in {path.parent}: {exc.strerror or exc}; the changes are kept only until fitplan"
+            " closes"
+        ) from exc
+    _synced[path] = settings
+    return path
+
+
+def _write_atomic(path: Path, settings: UserSettings) -> None:
     payload = json.dumps(_to_json(replace(settings, schema_version=SCHEMA_VERSION)), indent=2, sort_keys=True)
     fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
     try:
@@ -298,4 +519,3 @@ def save_user_settings(settings: UserSettings, directory: Path | None = None) ->
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path

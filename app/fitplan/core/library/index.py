@@ -1,8 +1,12 @@
 """The scan index: what a scan learned about each GGUF file, kept on disk so an unchanged file is never re-read.
 
 An entry is keyed by the file's identity (device and inode, so a file reached through two links or two roots is
-one entry) and is valid only while the file keeps its size and modification time (nanoseconds). It holds either
-the file's `FileSummary` or the reason it could not be read as a model (a file that is not GGUF stays unread too).
+one entry) and is valid only while the file keeps its size, modification time and status-change time (nanoseconds:
+a rewrite that restores size and mtime still moves ctime). It holds either the file's `FileSummary` or the reason it
+could not be read as a model (a file that is not GGUF stays unread too). OS errors are never stored.
+
+The index file is a cache: one that is too large, too deeply nested, not JSON, or of another schema starts an empty
+index; an entry with a field of the wrong type or out of range (`Infinity`, `1e400`) is dropped alone.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from fitplan.core.base.files import read_json_file
 from fitplan.core.library.model import FileSummary
 
-INDEX_SCHEMA = 2  # 2: header-only files are models (schema 1 cached them as incomplete)
+INDEX_SCHEMA = 3  # 2: header-only files are models (schema 1 cached them as incomplete); 3: entries hold ctime_ns
+#: The largest index read back (about 150 bytes an entry: a million files).
+MAX_INDEX_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +33,11 @@ class IndexEntry:
     summary: FileSummary | None = None
     error: str = ""  # why the file is not a usable model, when summary is None
     path: str = ""  # where the file was seen (to forget entries of deleted files)
+    ctime_ns: int = 0  # status-change time when read
 
 
 class ScanIndex(Protocol):
-    def get(self, key: str, size: int, mtime_ns: int) -> IndexEntry | None: ...
+    def get(self, key: str, size: int, mtime_ns: int, ctime_ns: int = 0) -> IndexEntry | None: ...
 
     def put(self, key: str, entry: IndexEntry) -> None: ...
 
@@ -42,15 +50,24 @@ class MemoryScanIndex:
     def __init__(self) -> None:
         self.entries: dict[str, IndexEntry] = {}
 
-    def get(self, key: str, size: int, mtime_ns: int) -> IndexEntry | None:
+    def get(self, key: str, size: int, mtime_ns: int, ctime_ns: int = 0) -> IndexEntry | None:
         e = self.entries.get(key)
-        return e if e is not None and e.size == size and e.mtime_ns == mtime_ns else None
+        if e is None or (e.size, e.mtime_ns, e.ctime_ns) != (size, mtime_ns, ctime_ns):
+            return None
+        return e
 
     def put(self, key: str, entry: IndexEntry) -> None:
         self.entries[key] = entry
 
     def save(self) -> None:
         return None
+
+
+def _whole(v: object) -> int:
+    """A stored whole number (no bool, no float: `1e400` and `Infinity` are floats)."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError("not a whole number")
+    return v
 
 
 class JsonScanIndex(MemoryScanIndex):
@@ -67,15 +84,15 @@ class JsonScanIndex(MemoryScanIndex):
         self._used: set[str] = set()
         self._load()
 
-    def get(self, key: str, size: int, mtime_ns: int) -> IndexEntry | None:
-        e = super().get(key, size, mtime_ns)
+    def get(self, key: str, size: int, mtime_ns: int, ctime_ns: int = 0) -> IndexEntry | None:
+        e = super().get(key, size, mtime_ns, ctime_ns)
         if e is not None:
             self._used.add(key)
         return e
 
     def _load(self) -> None:
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            doc = read_json_file(self.path, MAX_INDEX_BYTES)
         except (OSError, ValueError):
             return
         if not isinstance(doc, dict) or doc.get("schema") != INDEX_SCHEMA or not isinstance(doc.get("files"), dict):
@@ -84,13 +101,14 @@ class JsonScanIndex(MemoryScanIndex):
             try:
                 summary = FileSummary.from_dict(row["summary"]) if row.get("summary") is not None else None
                 self.entries[str(key)] = IndexEntry(
-                    size=int(row["size"]),
-                    mtime_ns=int(row["mtime_ns"]),
+                    size=_whole(row["size"]),
+                    mtime_ns=_whole(row["mtime_ns"]),
                     summary=summary,
                     error=str(row.get("error", "")),
                     path=str(row.get("path", "")),
+                    ctime_ns=_whole(row["ctime_ns"]),
                 )
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError):
                 continue
 
     def put(self, key: str, entry: IndexEntry) -> None:
@@ -116,6 +134,7 @@ class JsonScanIndex(MemoryScanIndex):
                 "summary": e.summary.to_dict() if e.summary is not None else None,
                 "error": e.error,
                 "path": e.path,
+                "ctime_ns": e.ctime_ns,
             }
             for key, e in self.entries.items()
         }

@@ -22,16 +22,17 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 import stat as stat_mod
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fitplan.core.base.errors import GGUFError, IncompleteModelError
+from fitplan.core.base.errors import MAX_LISTED, FileAccessError, GGUFError, IncompleteModelError
+from fitplan.core.base.files import open_regular_file, read_json_file
 from fitplan.core.gguf.header import GGUFHeader
 from fitplan.core.gguf.reader import mmproj_match_key, name_tokens
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
@@ -54,6 +55,10 @@ SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
 OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
+#: An ollama layer digest: the only form that names a file inside blobs/ (no "../x", no absolute path).
+OLLAMA_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+#: Real manifests are a few kB; anything larger is not one.
+MAX_MANIFEST_BYTES = 1024 * 1024
 
 
 def default_reader() -> HeaderReader:
@@ -108,7 +113,7 @@ def summarise_header(header: GGUFHeader) -> FileSummary:
         split_no=header.get_int("split.no", 0),
         split_count=split_count if split_count > 0 else 1,
         expected_size=header.expected_file_size,
-        is_mmproj=arch == "clip",
+        is_mmproj=header.is_mmproj,
         header_bytes=header.header_bytes_read,
         header_only=header.header_only,
     )
@@ -181,14 +186,22 @@ class LibraryScanner:
             for root in roots:
                 if state.cancelled:
                     return
-                for event in self._scan_root(root, state):
+                for event in self._isolated_root(root, state):
                     if isinstance(event, LibraryModel):
                         state.counters.models += 1
                     else:
                         state.counters.skipped += 1
                     yield event
         finally:
-            self.index.save()
+            with contextlib.suppress(OSError, ValueError):  # an index that cannot be written costs speed only
+                self.index.save()
+
+    def _isolated_root(self, root: LibraryRoot, state: _ScanState) -> Iterator[ScanEvent]:
+        """The root's events; a failure the per-file checks did not foresee ends this root only, with a reason."""
+        try:
+            yield from self._scan_root(root, state)
+        except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            yield SkippedFile(root.path, f"scan stopped: {type(exc).__name__}: {exc}")
 
     def scan(
         self,
@@ -316,6 +329,9 @@ class LibraryScanner:
                 continue
             state.seen_files.add(ident)
             state.counters.files_seen += 1
+            if not stat_mod.S_ISREG(st.st_mode):  # a FIFO, socket or device (also behind a link): never opened
+                out.append(SkippedFile(path, "not a regular file (a pipe, socket or device)"))
+                continue
             result = self._summary_of(path, st, state)
             state.progress(path)
             if isinstance(result, str):
@@ -327,8 +343,13 @@ class LibraryScanner:
         return out
 
     def _summary_of(self, path: str, st: os.stat_result, state: _ScanState) -> FileSummary | str:
+        """The file's summary or why it is skipped. Each file is isolated: whatever its header holds, the answer is
+        a reason, never an exception. Only what the file's bytes decide is cached (keyed by inode, size, mtime and
+        ctime, so a rewrite that keeps size and mtime is noticed); OS errors (permissions, a file that vanished)
+        and unforeseen failures are answered afresh next time."""
         key = f"{st.st_dev}:{st.st_ino}"
-        cached = self.index.get(key, st.st_size, st.st_mtime_ns)
+        ctime = st.st_ctime_ns
+        cached = self.index.get(key, st.st_size, st.st_mtime_ns, ctime)
         if cached is not None:
             return cached.summary if cached.summary is not None else cached.error
         if self._reader is None:
@@ -336,19 +357,23 @@ class LibraryScanner:
         state.counters.headers_read += 1
         try:
             header = self._reader(path)
+            summary = summarise_header(header)
         except IncompleteModelError as exc:  # header-only files (HEADER_ONLY_KEY) are complete: the reader says so
             reason = _incomplete_reason(exc.actual_size, exc.expected_size)
-            self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path))
+            self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path, ctime))
             return reason
+        except FileAccessError as exc:
+            return f"unreadable: {exc.problem}"  # may be transient (permissions): not cached
         except GGUFError as exc:
             reason = f"not a readable GGUF file: {exc.problem}"
-            self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path))
+            self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path, ctime))
             return reason
         except OSError as exc:
             return f"unreadable: {exc.strerror or exc}"  # may be transient (permissions): not cached
+        except Exception as exc:  # one file fitplan cannot handle must not end the scan
+            return f"could not be read: {type(exc).__name__}: {exc}"[:300]
         state.counters.header_bytes += header.header_bytes_read
-        summary = summarise_header(header)
-        self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, summary, "", path))
+        self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, summary, "", path, ctime))
         return summary
 
     # -- grouping -------------------------------------------------------------------------------------------------
@@ -378,10 +403,12 @@ class LibraryScanner:
                 yield SkippedFile(p.path, "projector (mmproj) with no model in its folder")
         groups: list[tuple[str, list[_Found]]] = [(f.path, [f]) for f in models]
         for (prefix, count), parts in splits.items():
-            missing = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1) if i not in parts]
-            if missing:
+            n_missing = count - len(parts)
+            if n_missing:
+                missing = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in _first_missing(parts, count)]
+                more = f" and {n_missing - len(missing)} more" if n_missing > len(missing) else ""
                 for f in parts.values():
-                    yield SkippedFile(f.path, "missing shard(s): " + ", ".join(missing))
+                    yield SkippedFile(f.path, "missing shard(s): " + ", ".join(missing) + more)
                 continue
             shards = [parts[i] for i in range(1, count + 1)]
             groups.append((shards[0].path, shards))
@@ -440,7 +467,7 @@ class LibraryScanner:
             if state.cancelled:
                 return
             names = tuple(t[0] for t in tags)
-            blob = blobs / digest.replace(":", "-")
+            blob = blobs / digest.replace(":", "-")  # safe: parse_ollama_manifest accepts only sha256:HEX
             try:
                 st = blob.stat()
             except OSError:
@@ -460,6 +487,17 @@ class LibraryScanner:
             if mmproj is not None and not os.path.exists(mmproj):
                 mmproj = None
             yield self._model([f], root, mmproj, display=names[0], aliases=names[1:])
+
+
+def _first_missing(parts: Collection[int], count: int, limit: int = MAX_LISTED) -> list[int]:
+    """The first `limit` shard numbers in 1..count not in `parts` (without walking all of a huge count)."""
+    out: list[int] = []
+    i = 1
+    while len(out) < limit and i <= count:
+        if i not in parts:
+            out.append(i)
+        i += 1
+    return out
 
 
 def pick_projector(model_path: str, projectors: list[str]) -> str | None:
@@ -490,7 +528,7 @@ def _hub_partial_blobs(blobs: str) -> Iterator[SkippedFile]:
     for n in names:
         path = os.path.join(blobs, n)
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_regular_file(path), "rb") as f:  # a FIFO or device is never read
                 magic = f.read(4)
         except OSError:
             continue
@@ -502,8 +540,7 @@ def parse_ollama_manifest(path: str, manifests_root: Path) -> tuple[str, str, st
     """(NAME:TAG, model layer digest, projector digest) of one manifest, or why it cannot be used."""
     rel = Path(os.path.relpath(path, manifests_root)).parts
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = read_json_file(path, MAX_MANIFEST_BYTES)
     except (OSError, ValueError) as exc:
         return f"unreadable ollama manifest: {exc}"
     layers = doc.get("layers") if isinstance(doc, dict) else None
@@ -514,9 +551,14 @@ def parse_ollama_manifest(path: str, manifests_root: Path) -> tuple[str, str, st
         if not isinstance(layer, dict):
             continue
         digest = layer.get("digest")
-        if layer.get("mediaType") == OLLAMA_MODEL_LAYER and isinstance(digest, str):
+        media = layer.get("mediaType")
+        if media not in (OLLAMA_MODEL_LAYER, OLLAMA_PROJECTOR_LAYER):
+            continue
+        if not isinstance(digest, str) or not OLLAMA_DIGEST_RE.match(digest):
+            return f"ollama manifest with a malformed digest {str(digest)[:80]!r} (expected sha256:<64 hex digits>)"
+        if media == OLLAMA_MODEL_LAYER:
             model = digest
-        elif layer.get("mediaType") == OLLAMA_PROJECTOR_LAYER and isinstance(digest, str):
+        else:
             projector = digest
     if model is None:
         return "ollama manifest without a model layer"

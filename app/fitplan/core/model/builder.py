@@ -43,6 +43,7 @@ from fitplan.core.model.profile import (
     TensorProfile,
     TensorRole,
 )
+from fitplan.core.model.validation import validate_hparams
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 
@@ -695,6 +696,7 @@ def _arch_warnings(t: ArchTraits) -> list[str]:
 def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
     """Resolve a model's hyper-parameters per layer, as llama.cpp's load_hparams + create_memory do."""
     headers, file_size = _headers(files)
+    hparam_warnings = validate_hparams(headers)  # every hyper-parameter checked once (raises HeaderValueError)
     h = headers[0]
     if is_mmproj(h):
         return _mmproj_profile(headers, file_size)
@@ -760,7 +762,7 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         alignment=h.get_int("general.alignment", 32),
         verified_architecture=t.known,
         quant_mix=mix,
-        warnings=tuple(_arch_warnings(t) + d.warnings + meta.warnings),
+        warnings=(*hparam_warnings, *_arch_warnings(t), *d.warnings, *meta.warnings),
         indexer_head_size=_indexer_width(meta, t, d) if any(indexer) else 0,
         indexer_top_k=meta.num(Keys.Attention.Indexer.TOP_K),
     )

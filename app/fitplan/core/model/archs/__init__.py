@@ -1,9 +1,9 @@
 """The architecture registry: what llama.cpp does differently per architecture, one record each (`traits_of`)."""
 
+from fitplan.core.gguf.header import MMPROJ_ARCHITECTURE
 from fitplan.core.model.archs.registry import (
     ARCHITECTURES,
     KNOWN_ARCHITECTURES,
-    MMPROJ_ARCHITECTURE,
     NAME_TABLES,
     traits_of,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from fitplan.core.gguf.header import MMPROJ_ARCHITECTURE
 from fitplan.core.model.archs.rules import (
     ArchRecurrent,
     ArchSwa,
@@ -30,9 +31,6 @@ from fitplan.core.model.archs.traits import (
     KvSharing,
     MemoryTraits,
 )
-
-#: The multimodal projector pseudo-architecture (tools/mtmd/clip.cpp loads general.architecture == "clip").
-MMPROJ_ARCHITECTURE = "clip"
 
 #: Every architecture name of src/llama-arch.cpp:LLM_ARCH_NAMES ("clip" is the mmproj pseudo-architecture).
 KNOWN_ARCHITECTURES: frozenset[str] = frozenset(

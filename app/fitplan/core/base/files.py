@@ -1,0 +1,62 @@
+"""Reading files that may be hostile or odd: regular files only, never a hang, never an unbounded read.
+
+* `open_regular_file` opens read-only and non-blocking (a FIFO or a device cannot hang the open), then checks on
+  the opened descriptor (not on the path, which a link swap could change in between) that it is a regular file.
+* `read_json_file` reads at most `max_bytes` of such a file and parses it; deep nesting, a file too large, bad
+  UTF-8 or bad JSON are one `ValueError`, never a RecursionError or a MemoryError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+__all__ = ["NotRegularFileError", "open_regular_file", "read_json_file", "read_regular_file"]
+
+
+class NotRegularFileError(OSError):
+    """The path is a folder, pipe, socket or device, not a regular file."""
+
+
+def open_regular_file(path: str | os.PathLike[str]) -> int:
+    """A read-only, blocking descriptor of `path`, which must be a regular file (else `NotRegularFileError`)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(f"not a regular file: {os.fspath(path)}")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` (a larger file is a `ValueError`)."""
+    fd = open_regular_file(path)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise ValueError(f"file of {size} bytes is larger than the {max_bytes} bytes allowed")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"file is larger than the {max_bytes} bytes allowed")
+    return data
+
+
+def read_json_file(path: str | os.PathLike[str], max_bytes: int) -> Any:
+    """The parsed JSON of a regular file of at most `max_bytes`. OSError when it cannot be opened; ValueError
+    when it is not a JSON document fitplan can hold (too large, too deeply nested, not UTF-8, not JSON).
+    Numbers too large for a float parse as infinity: callers check each field."""
+    data = read_regular_file(path, max_bytes)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc.reason}") from exc
