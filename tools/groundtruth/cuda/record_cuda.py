@@ -194,7 +194,7 @@ def load_settings(grid: str, info: ModelInfo) -> list[tuple[str, list[str], bool
     half = str(info.n_layer // 2)
     out: list[tuple[str, list[str], bool]] = [("c4096-np1-faon", ["-c", "4096", "-np", "1", "-fa", "on"], False)]
     if grid == "smoke":
-        return out
+        return [*out, ("c4096-np1-faoff", ["-c", "4096", "-np", "1", "-fa", "off"], False)]
     out.append(("c32768-np4-kvu-faoff", ["-c", "32768", "-np", "4", "-kvu", "-fa", "off"], False))
     if info.moe:
         out.append((f"ncmoe{half}-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ncmoe", half], False))
@@ -291,8 +291,8 @@ class Nvml:
         self.handle = ctypes.c_void_p()
         if self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self.handle)) != 0:
             raise RuntimeError(f"no NVML device {index}")
-        self._procs_fn = getattr(self.lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or getattr(
-            self.lib, "nvmlDeviceGetComputeRunningProcesses_v2")
+        self._procs_fn = getattr(self.lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or (
+            self.lib.nvmlDeviceGetComputeRunningProcesses_v2)
 
     def device(self) -> dict[str, Any]:
         m = self._Mem()
@@ -514,7 +514,10 @@ def print_plan(plan: Plan, a: argparse.Namespace) -> None:
 def do_build(plan: Plan, a: argparse.Namespace) -> None:
     if a.sdist and not (plan.src / "CMakeLists.txt").exists():
         with tarfile.open(a.sdist) as t:
-            t.extractall(a.work.resolve(), filter="data")
+            try:
+                t.extractall(a.work.resolve(), filter="data")
+            except TypeError:  # Python without extraction filters
+                t.extractall(a.work.resolve())
     configured = (plan.build / "CMakeCache.txt").exists()
     for i, cmd in enumerate(plan.build_cmds):
         if i == 0 and configured:
