@@ -808,6 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.dry_run:
         print_plan(plan, a)
         return 0
+    nvml = None if a.cpu else Nvml(0)  # before the build: without NVML there is nothing to record
     times: dict[str, float] = {}
     t = time.time()
     if not a.skip_build:
@@ -821,7 +822,6 @@ def main(argv: list[str] | None = None) -> int:
     paths = {n: make_sparse(i, plan.models_dir) for n, i in plan.models.items()}
     times["models_s"] = round(time.time() - t, 1)
     env = dict(os.environ, LD_LIBRARY_PATH=f"{plan.build / 'bin'}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    nvml = None if a.cpu else Nvml(0)
     cases, run_times = _run_cases(plan, a, rec, env, nvml, lambda: time.time() - t_start)
     times.update(run_times)
     times["total_s"] = round(time.time() - t_start, 1)
