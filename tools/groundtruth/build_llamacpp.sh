@@ -7,13 +7,19 @@
 #   BUILD_DIR  CMake build dir (default OUT_DIR/build). An existing, configured build dir is reused as is.
 #
 # Environment: PYTHON (default: python3) is used for `pip download`; JOBS (default: nproc) for the build;
-#              LLAMA_SRC=/path/to/llama.cpp skips the download and uses that source tree.
+#              LLAMA_SRC=/path/to/llama.cpp skips the download and uses that source tree;
+#              ISA=avx2|avx512 (default: avx512 when /proc/cpuinfo has avx512f, cd, vl, dq and bw).
+#
+# The build is portable (-DGGML_NATIVE=OFF): AVX, AVX2, BMI2, FMA, F16C on, AVX-512 (F/CD/VL/DQ/BW) on where the
+# CPU has it, AMX always off. The fixtures were recorded with AVX2 + AVX-512: CPU_REPACK takes Q4_0/Q4_K/IQ4_NL/
+# MXFP4 weights with AVX2 and also Q2_K with AVX-512; an AMX build would add an AMX buffer type for Q4_0/Q8_0
+# weights and change the breakdown. A build with AVX-512 crashes on a CPU without it, hence the detection.
 #
 # Result: BUILD_DIR/bin/{llama-fit-params,llama-server,test-llama-archs,ggml-rpc-server,membreak}
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-    sed -n '2,14p' "$0"
+    sed -n '2,18p' "$0"
     exit 2
 fi
 
@@ -23,6 +29,21 @@ PYTHON=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc)}
 VERSION=11434.0.0
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+has_avx512() {
+    local flags f
+    flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) || return 1
+    for f in avx512f avx512cd avx512vl avx512dq avx512bw; do
+        echo "$flags" | grep -qw "$f" || return 1
+    done
+}
+if [ -z "${ISA:-}" ]; then
+    if has_avx512; then ISA=avx512; else ISA=avx2; fi
+fi
+case "$ISA" in
+    avx512) AVX512=ON ;;
+    avx2) AVX512=OFF; echo "note: AVX-512 off: CPU_REPACK will not take Q2_K weights (no recorded model has any)" ;;
+    *) echo "ISA must be avx2 or avx512, not $ISA" >&2; exit 2 ;;
+esac
 
 mkdir -p "$OUT"
 
@@ -39,7 +60,9 @@ echo "llama.cpp source: $SRC"
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=ON -DGGML_RPC=ON \
-        -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+        -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+        -DGGML_AVX512="$AVX512" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
 fi
 cmake --build "$BUILD" -j "$JOBS" --target llama-fit-params llama-server test-llama-archs ggml-rpc-server
 
