@@ -16,6 +16,7 @@ from fitplan.core.hardware import assumed_devices
 from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.alternatives import what_would_change
 from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
 from fitplan.core.plan.usage import usage_of
 from fitplan.core.plan.verdict import FitLevel
@@ -99,3 +100,32 @@ def test_pinned_context_reports_the_largest_context_too() -> None:
     assert p.largest is not None and p.largest.n_ctx > 8192
     free = plan(prof, m, dataclasses.replace(Pins(), min_ctx=8192))
     assert free.settings.n_ctx == p.largest.n_ctx
+
+
+def test_alternatives_are_checked_plans() -> None:
+    # qwen3-30b-a3b on one 12 GiB card: the plan keeps 24 expert layers on the CPU and reaches 5,632 tokens
+    # (measured). Every alternative is a plan of its own: the number it shows is what planning with it gives.
+    prof = _profile("qwen3-30b-a3b")
+    m = Machine(assumed_devices(["12GiB"]), host_device(64 * GIB))
+    base = plan(prof, m, Pins())
+    assert (base.settings.n_ctx, base.placement.description) == (5632, "24 expert layers on CPU")
+    alts = what_would_change(prof, m, Pins(), base)
+    assert 3 <= len(alts) <= 5
+    changes = {a.change: a for a in alts}
+    q8 = changes["-ctk q8_0 -ctv q8_0"]
+    assert q8.n_ctx == plan(prof, m, Pins(cache_type_k="q8_0", cache_type_v="q8_0")).settings.n_ctx
+    assert q8.effect == f"context 5,632 -> {q8.n_ctx:,}"
+    moe = next(a for a in alts if a.change.startswith("--n-cpu-moe"))
+    assert moe.n_ctx == plan(prof, m, Pins(n_cpu_moe=int(moe.change.split()[1]))).settings.n_ctx
+    gains = [a.n_ctx for a in alts]
+    assert gains == sorted(gains, reverse=True)
+
+
+def test_alternatives_when_nothing_fits_make_it_fit() -> None:
+    # llama-3.1-8b at -c 131072 on an 8 GiB card with 4 GiB of host RAM: host RAM short (measured)
+    prof = _profile("llama-3.1-8b")
+    m = Machine(assumed_devices(["8GiB"]), host_device(4 * GIB))
+    base = plan(prof, m, Pins(n_ctx=131072))
+    assert not base.fits
+    alts = what_would_change(prof, m, Pins(n_ctx=131072), base)
+    assert alts and all(a.fits and a.effect.startswith("fits at ") for a in alts)

@@ -43,6 +43,7 @@ from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.alternatives import what_would_change
 from fitplan.core.plan.planner import (
     EstimateFn,
     MarginPolicy,
@@ -390,14 +391,21 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     p = make_plan(req)
     shell = Shell(args.shell) if args.shell else default_shell()
     argv = command_argv(req, p, args.program)
+    alts = what_would_change(req.profile, req.machine, req.pins, p, margin=req.margin, estimate_fn=req.estimate_fn)
     if args.json:
         doc = plan_to_dict(req, p, argv, shell)
+        doc["alternatives"] = [dataclasses.asdict(a) for a in alts]
         exp = ollama_of(req, p)
         if exp is not None:
             doc["ollama"] = ollama_json(exp, shell)
         out.print_json(doc)
     else:
         print(format_text(req, p, argv, shell))
+        if alts:
+            print("")
+            print("what would change it:")
+            for a in alts:
+                print(f"  {a.describe()}")
         if p.fits and p.settings.engine is not Engine.OLLAMA:
             notes = annotate(p, None, req.profile, req.machine, req.estimate_fn).notes
             if notes:
