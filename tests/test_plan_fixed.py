@@ -9,15 +9,18 @@ from pathlib import Path
 import pytest
 
 from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
-from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import NGL_ALL, Engine, FlashAttn, LaunchSettings
+from fitplan.core.engines import ik_pad_context
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.reader import open_model
 from fitplan.core.hardware import assumed_devices
 from fitplan.core.inputs.machine import MachineRequest, build_machine
+from fitplan.core.memory.context import context_grid, resolve_context
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import what_would_change
-from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
+from fitplan.core.plan.planner import MarginPolicy, Pins, kv_streams, plan, plan_verdict
 from fitplan.core.plan.usage import usage_of
 from fitplan.core.plan.verdict import FitLevel
 
@@ -129,3 +132,22 @@ def test_alternatives_when_nothing_fits_make_it_fit() -> None:
     assert not base.fits
     alts = what_would_change(prof, m, Pins(n_ctx=131072), base)
     assert alts and all(a.fits and a.effect.startswith("fits at ") for a in alts)
+
+
+def test_one_context_grid() -> None:
+    # kv_streams raises where resolve_context raises (LLAMA_MAX_SEQ = 256), instead of clamping to 256
+    prof = _profile("llama-3.1-8b")
+    too_many = LaunchSettings(n_parallel=300)
+    with pytest.raises(SettingsError):
+        resolve_context(prof, too_many)
+    with pytest.raises(SettingsError):
+        kv_streams(too_many)
+    # ik_llama.cpp pads to 32 cells without flash attention, 256 with it: 1100 -> 1120 (35 x 32), 1280 (5 x 256)
+    ik_off = LaunchSettings(engine=Engine.IK_LLAMA, flash_attn=FlashAttn.OFF, n_parallel=1)
+    assert context_grid(prof, ik_off).padded(1100) == (1120, 1120)
+    assert ik_pad_context(1100, False) == 1120 and ik_pad_context(1100, True) == 1280
+    # 3 sequences without a unified cache: PAD(8000 -> 8192 / 3 = 2730, 256) = 2816 per stream, 8448 in all
+    three = LaunchSettings(n_parallel=3, n_ctx=8000)
+    assert context_grid(prof, three).padded(8000) == (8448, 2816)
+    r = resolve_context(prof, three)
+    assert (r.n_ctx, r.n_ctx_seq, r.n_stream) == (8448, 2816, 3)
