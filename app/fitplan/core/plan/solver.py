@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, SplitMode
 from fitplan.core.base.results import Estimate, TermKind
-from fitplan.core.plan.search import Evaluator, largest_true, smallest_true
+from fitplan.core.plan.search import Evaluator, largest_true, smallest_true_from
 from fitplan.core.plan.space import PlacementSpace, proportional_split
 from fitplan.core.plan.usage import DeviceUse
 
@@ -338,7 +338,7 @@ class Solver:
                 memo[n] = self.check(g, n, n_ctx)
                 return memo[n].gpus_fit
 
-            n_min = smallest_true(lo_n, hi_n, gpus_ok)
+            n_min = smallest_true_from(self._guess_ncmoe(ngl, lo_n, hi_n, n_ctx), lo_n, hi_n, gpus_ok)
             if n_min is None:
                 continue
             last = seen[n_min]
@@ -348,6 +348,19 @@ class Solver:
                 continue
             return self._with_noop(last, hi_n, n_ctx), last
         return [], last
+
+    def _guess_ncmoe(self, ngl: int, lo_n: int, hi_n: int, n_ctx: int) -> int:
+        """Where the smallest --n-cpu-moe that fits probably is: enough expert bytes off the GPUs to cover what they
+        are over at `lo_n` (from one estimate, usually already made)."""
+        usage = self.usage(Point(ngl, lo_n, self.start_split(ngl, lo_n)), n_ctx)
+        over = sum(u.used_bytes for u in usage if u.gpu_index is not None) - sum(max(0, c) for c in self.caps)
+        first = self.space.first_gpu_layer(ngl)
+        n = lo_n
+        while over > 0 and n < hi_n:
+            if n >= first:
+                over -= self.space.expert_bytes[n]
+            n += 1
+        return n
 
     def _with_noop(self, c: Check, hi_n: int, n_ctx: int) -> list[Check]:
         """`c`, and with several GPUs the same point with one more --n-cpu-moe when that moves no expert (no
