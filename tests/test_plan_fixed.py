@@ -9,14 +9,18 @@ from pathlib import Path
 import pytest
 
 from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
-from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import NGL_ALL, Engine, FlashAttn, LaunchSettings
+from fitplan.core.engines import ik_pad_context
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.reader import open_model
 from fitplan.core.hardware import assumed_devices
 from fitplan.core.inputs.machine import MachineRequest, build_machine
+from fitplan.core.engines import context_grid, resolve_context
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
+from fitplan.core.plan.alternatives import what_would_change
+from fitplan.core.plan.planner import MarginPolicy, Pins, kv_streams, plan, plan_verdict
 from fitplan.core.plan.usage import usage_of
 from fitplan.core.plan.verdict import FitLevel
 
@@ -99,3 +103,51 @@ def test_pinned_context_reports_the_largest_context_too() -> None:
     assert p.largest is not None and p.largest.n_ctx > 8192
     free = plan(prof, m, dataclasses.replace(Pins(), min_ctx=8192))
     assert free.settings.n_ctx == p.largest.n_ctx
+
+
+def test_alternatives_are_checked_plans() -> None:
+    # qwen3-30b-a3b on one 12 GiB card: the plan keeps 24 expert layers on the CPU and reaches 5,632 tokens
+    # (measured). Every alternative is a plan of its own: the number it shows is what planning with it gives.
+    prof = _profile("qwen3-30b-a3b")
+    m = Machine(assumed_devices(["12GiB"]), host_device(64 * GIB))
+    base = plan(prof, m, Pins())
+    assert (base.settings.n_ctx, base.placement.description) == (5632, "24 expert layers on CPU")
+    alts = what_would_change(prof, m, Pins(), base)
+    assert 3 <= len(alts) <= 5
+    changes = {a.change: a for a in alts}
+    q8 = changes["-ctk q8_0 -ctv q8_0"]
+    assert q8.n_ctx == plan(prof, m, Pins(cache_type_k="q8_0", cache_type_v="q8_0")).settings.n_ctx
+    assert q8.effect == f"context 5,632 -> {q8.n_ctx:,}"
+    moe = next(a for a in alts if a.change.startswith("--n-cpu-moe"))
+    assert moe.n_ctx == plan(prof, m, Pins(n_cpu_moe=int(moe.change.split()[1]))).settings.n_ctx
+    gains = [a.n_ctx for a in alts]
+    assert gains == sorted(gains, reverse=True)
+
+
+def test_alternatives_when_nothing_fits_make_it_fit() -> None:
+    # llama-3.1-8b at -c 131072 on an 8 GiB card with 4 GiB of host RAM: host RAM short (measured)
+    prof = _profile("llama-3.1-8b")
+    m = Machine(assumed_devices(["8GiB"]), host_device(4 * GIB))
+    base = plan(prof, m, Pins(n_ctx=131072))
+    assert not base.fits
+    alts = what_would_change(prof, m, Pins(n_ctx=131072), base)
+    assert alts and all(a.fits and a.effect.startswith("fits at ") for a in alts)
+
+
+def test_one_context_grid() -> None:
+    # kv_streams raises where resolve_context raises (LLAMA_MAX_SEQ = 256), instead of clamping to 256
+    prof = _profile("llama-3.1-8b")
+    too_many = LaunchSettings(n_parallel=300)
+    with pytest.raises(SettingsError):
+        resolve_context(prof, too_many)
+    with pytest.raises(SettingsError):
+        kv_streams(too_many)
+    # ik_llama.cpp pads to 32 cells without flash attention, 256 with it: 1100 -> 1120 (35 x 32), 1280 (5 x 256)
+    ik_off = LaunchSettings(engine=Engine.IK_LLAMA, flash_attn=FlashAttn.OFF, n_parallel=1)
+    assert context_grid(prof, ik_off).padded(1100) == (1120, 1120)
+    assert ik_pad_context(1100, False) == 1120 and ik_pad_context(1100, True) == 1280
+    # 3 sequences without a unified cache: PAD(8000 -> 8192 / 3 = 2730, 256) = 2816 per stream, 8448 in all
+    three = LaunchSettings(n_parallel=3, n_ctx=8000)
+    assert context_grid(prof, three).padded(8000) == (8448, 2816)
+    r = resolve_context(prof, three)
+    assert (r.n_ctx, r.n_ctx_seq, r.n_stream) == (8448, 2816, 3)

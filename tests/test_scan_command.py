@@ -112,3 +112,16 @@ def test_progress_line_is_throttled() -> None:
     assert stream.getvalue() == "\rscanning: 1 files, 0 models, 0 skipped\rscanning: 9 files, 7 models, 1 skipped"
     line.clear()
     assert stream.getvalue().endswith("\r\033[K")
+
+
+def test_margin_mib_is_the_old_spelling_of_margin() -> None:
+    from fitplan.cli import build_parser
+
+    parser = build_parser()
+    old = parser.parse_args(["scan", "--margin-mib", "512", "--no-fit"])
+    new = parser.parse_args(["scan", "--margin", "512", "--no-fit"])
+    assert old.margin == new.margin == 512
+    assert parser.parse_args(["scan", "--no-fit"]).margin == 1024  # plan's default
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    scan_help = actions[0].choices["scan"].format_help()
+    assert "--margin-mib" not in scan_help and "--margin MiB" in scan_help

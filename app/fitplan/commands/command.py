@@ -7,6 +7,7 @@ the command as they were given; stderr says which ones the estimate does not acc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
 
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     else:
         kept = _kept_flags(args, extra, args.preset or args.json)
     shell = Shell(args.shell) if args.shell else default_shell()
-    argv = (*command_argv(req, p, args.program), *kept)
+    # the kept flags are llama-server's: an ollama export has none
+    argv = command_argv(req if kept else dataclasses.replace(req, passthrough=()), p, args.program)
     if args.json:
         doc: dict[str, object] = {
             "fits": p.fits,

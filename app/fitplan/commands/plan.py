@@ -44,6 +44,7 @@ from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.alternatives import what_would_change
 from fitplan.core.plan.planner import (
     EstimateFn,
     MarginPolicy,
@@ -138,6 +139,7 @@ class PlanRequest:
     estimate_fn: EstimateFn
     ignored: tuple[str, ...]
     unmodelled: tuple[str, ...]
+    passthrough: tuple[str, ...] = ()  # the words of the flags fitplan does not model, kept in the command
 
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
@@ -207,6 +209,7 @@ def build_request(
         estimate_fn=default_estimate_fn(mmproj=mmproj, draft=draft),
         ignored=parsed.ignored,
         unmodelled=parsed.unmodelled,
+        passthrough=parsed.passthrough,
     )
 
 
@@ -215,7 +218,10 @@ def make_plan(req: PlanRequest) -> Plan:
 
 
 def command_argv(req: PlanRequest, p: Plan, program: str) -> tuple[str, ...]:
-    return plan_to_args(p, first_shard(req.model_arg), program=program, rpc_servers=_endpoints(req))
+    """The plan's command, with the user's flags fitplan does not model kept at the end as given."""
+    return plan_to_args(
+        p, first_shard(req.model_arg), program=program, rpc_servers=_endpoints(req), kept=req.passthrough
+    )
 
 
 def ollama_of(req: PlanRequest, p: Plan) -> OllamaExport | None:
@@ -380,14 +386,21 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     p = make_plan(req)
     shell = Shell(args.shell) if args.shell else default_shell()
     argv = command_argv(req, p, args.program)
+    alts = what_would_change(req.profile, req.machine, req.pins, p, margin=req.margin, estimate_fn=req.estimate_fn)
     if args.json:
         doc = plan_to_dict(req, p, argv, shell)
+        doc["alternatives"] = [dataclasses.asdict(a) for a in alts]
         exp = ollama_of(req, p)
         if exp is not None:
             doc["ollama"] = ollama_json(exp, shell)
         out.print_json(doc)
     else:
         print(format_text(req, p, argv, shell))
+        if alts:
+            print("")
+            print("what would change it:")
+            for a in alts:
+                print(f"  {a.describe()}")
         if p.fits and p.settings.engine is not Engine.OLLAMA:
             notes = annotate(p, None, req.profile, req.machine, req.estimate_fn).notes
             if notes:

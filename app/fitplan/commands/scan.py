@@ -32,8 +32,10 @@ from fitplan.core.library import (
 )
 from fitplan.core.library.model import ScanProgress
 from fitplan.core.library.scanner import HeaderReader, ProgressCallback
+from fitplan.core.memory.context import SERVER_AUTO_PARALLEL
 from fitplan.core.model.builder import build_profile
 from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
+from fitplan.core.plan.verdict import slots_text
 
 EPILOG = """examples:
   fitplan scan                        the Hugging Face cache, llama.cpp, LM Studio and ollama folders
@@ -212,12 +214,18 @@ def run(
         if progress is not None:
             progress.clear()
     fits: list[FitAnswer | None]
+    caption = ""
     if args.no_fit:
         fits = [None] * len(result.models)
     else:
         if fit_check is None:
             machine = machine_for(args.assume_gpu, getattr(args, "host_ram", None))
-            fit_check = planner_fit_check(machine, margin_policy(args, machine))
+            margin = margin_policy(args, machine)
+            fit_check = planner_fit_check(machine, margin)
+            caption = (
+                f"fits: the plan for llama-server's defaults ({slots_text(SERVER_AUTO_PARALLEL, True)}), "
+                f"{margin.describe()}"
+            )
         check = fit_check
         fits = [check(m) for m in result.models]
     if args.json:
@@ -229,6 +237,8 @@ def run(
         )
     else:
         print(format_text(result, fits))
+        if caption and result.models:
+            print(caption)
     named_missing = [s for s in result.skipped if s.reason == "folder not found"]
     if args.dirs and len(named_missing) == len(args.dirs):
         return out.error("none of the folders exist: " + ", ".join(args.dirs))

@@ -271,6 +271,39 @@ def active_gpus(settings: LaunchSettings, machine: Machine) -> tuple[Device, ...
     return tuple(machine.gpus[i] for i in active_gpu_positions(settings, machine))
 
 
+_BACKREF = re.compile(r"\\[1-9]|\(\?P=")
+
+
+def _compiled_overrides(overrides: Sequence[TensorOverride]) -> list[tuple[re.Pattern[str], str]]:
+    """The overrides as (regex, buffer type) in order, each run of consecutive CPU overrides joined into one
+    alternation: the first match of a run and "any of the run matches" send a tensor to the same place, so the
+    result is the same, with one regex search instead of one per layer of --n-cpu-moe."""
+    out: list[tuple[re.Pattern[str], str]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        if any(_BACKREF.search(p) for p in run):  # numbered back-references would renumber: keep them apart
+            out.extend((re.compile(p), CPU_BUFT) for p in run)
+            run.clear()
+            return
+        try:
+            out.append((re.compile("|".join(f"(?:{p})" for p in run)), CPU_BUFT))
+        except re.error:  # e.g. the same named group in two patterns: keep them apart
+            out.extend((re.compile(p), CPU_BUFT) for p in run)
+        run.clear()
+
+    for o in overrides:
+        if o.buffer_type == CPU_BUFT:
+            run.append(o.pattern)
+            continue
+        flush()
+        out.append((re.compile(o.pattern), o.buffer_type))
+    flush()
+    return out
+
+
 def _names(gpus: Sequence[Device]) -> str:
     return ", ".join(gpu_backend(d, i).buffer_type for i, d in enumerate(gpus)) or "none"
 
@@ -348,7 +381,7 @@ def _place_weights(
     use_repack = settings.repack and host_pinned is None
 
     by_buft = {b.buffer_type: (i, b) for i, b in enumerate(backends)}
-    overrides = [(re.compile(o.pattern), o.buffer_type) for o in effective_overrides(settings)]
+    overrides = _compiled_overrides(effective_overrides(settings))
 
     quantized: dict[int, bool] = {}
 

@@ -37,6 +37,7 @@ __all__ = [
     "largest_true",
     "max_context_that_fits",
     "smallest_true",
+    "smallest_true_from",
     "training_cap",
 ]
 
@@ -149,6 +150,29 @@ def smallest_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
     if pred(lo):
         return lo
     return _bisect(hi, lo, pred)
+
+
+def smallest_true_from(guess: int, lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
+    """`smallest_true` for a pred that is false then true on [lo, hi], starting from a guess of the answer and
+    galloping away from it (1, 2, 4 ... steps) before bisecting: a few calls when the guess is close."""
+    if lo > hi:
+        return None
+    g = min(max(guess, lo), hi)
+    if pred(g):
+        good, step = g, 1
+        while good > lo:
+            cand = max(lo, good - step)
+            if not pred(cand):
+                return _bisect(good, cand, pred)
+            good, step = cand, step * 2
+        return good
+    bad, step = g, 1
+    while bad < hi:
+        cand = min(hi, bad + step)
+        if pred(cand):
+            return _bisect(cand, bad, pred)
+        bad, step = cand, step * 2
+    return None
 
 
 def _bisect(good: int, bad: int, pred: Callable[[int], bool]) -> int:

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, SplitMode
-from fitplan.core.plan.search import Evaluator, largest_true, smallest_true
+from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.plan.search import Evaluator, largest_true, smallest_true_from
 from fitplan.core.plan.space import PlacementSpace, proportional_split
 from fitplan.core.plan.usage import DeviceUse
 
@@ -57,6 +58,10 @@ def _largest_gpu_fit(lo: int, hi: int, pred: Callable[[int], bool]) -> int | Non
     if lo < hi and pred(lo):
         return largest_true(lo, hi, pred)
     return next((g for g in range(hi - 1, lo, -1) if pred(g)), None)
+
+
+#: the terms that move with their layer from GPU to GPU without changing size
+_CONSERVED = (TermKind.WEIGHTS, TermKind.KV, TermKind.RECURRENT)
 
 
 def _gpus_fit(usage: Sequence[DeviceUse]) -> bool:
@@ -132,6 +137,14 @@ class Solver:
         counts = list(split)
         n_gpu = len(self.gpus)
         cur = self._heads(ngl, ncmoe, counts, n_ctx)
+        for _ in range(4):  # jump to the split the layer sizes predict, then walk from there
+            pred = self._predicted_split(ngl, ncmoe, counts, n_ctx)
+            if pred is None or pred == counts:
+                break
+            heads = self._heads(ngl, ncmoe, pred, n_ctx)
+            if sorted(heads) <= sorted(cur):
+                break
+            counts, cur = pred, heads
         for _ in range(4 * (self.L + 1)):
             lo = min(range(n_gpu), key=lambda i: cur[i])
             if counts[lo] == 0:
@@ -141,6 +154,58 @@ class Solver:
                 break
             counts, cur = step
         return tuple(counts)
+
+    def _layer_costs(self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int) -> tuple[list[int], list[int]]:
+        """Per offloaded layer index, the bytes it brings to its GPU (its weights, less the experts --n-cpu-moe
+        keeps on the CPU, plus an even share of what the estimate adds: KV cache, recurrent state, row padding);
+        per GPU, what it uses besides its layers (compute buffers, reserve). From one estimate at `counts`."""
+        est = self.ev(self.settings(Point(ngl, ncmoe, tuple(counts)), n_ctx))[0]
+        first = self.space.first_gpu_layer(ngl)
+        base = [
+            self.space.layer_bytes[il] - (self.space.expert_bytes[il] if il < ncmoe else 0)
+            for il in range(first, self.L + 1)
+        ]
+        n = len(self.gpus)
+        conserved = [sum(de.bytes_of(k) for k in _CONSERVED) for de in est.devices[:n]]
+        extra = (sum(conserved) - sum(base)) // max(1, len(base))
+        costs = [b + extra for b in base]
+        fixed = [de.used_bytes - c for de, c in zip(est.devices[:n], conserved, strict=True)]
+        seen = [f for f, k in zip(fixed, counts, strict=True) if k > 0]
+        top = max(seen) if seen else 0
+        return costs, [f if k > 0 else top for f, k in zip(fixed, counts, strict=True)]
+
+    def _predicted_split(self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int) -> list[int] | None:
+        """The split that maximises the smallest predicted headroom (bisection on the headroom, each GPU in order
+        taking the layers that keep it above; an empty GPU keeps all of its capacity)."""
+        costs, fixed = self._layer_costs(ngl, ncmoe, counts, n_ctx)
+
+        def fill(h: int) -> list[int] | None:
+            out: list[int] = []
+            i = 0
+            for g, cap in enumerate(self.caps):
+                last = g == len(self.caps) - 1
+                budget = cap - h - fixed[g]
+                used = 0
+                k = 0
+                while i + k < len(costs) and (last or used + costs[i + k] <= budget):
+                    used += costs[i + k]
+                    k += 1
+                if (k > 0 and used > budget) or (k == 0 and cap < h):
+                    return None
+                out.append(k)
+                i += k
+            return out
+
+        lo, hi = -(1 << 42), max(self.caps)
+        if fill(lo) is None:
+            return None
+        while hi - lo > 1 << 20:  # to a MiB: the prediction is not finer than that
+            mid = (lo + hi) // 2
+            if fill(mid) is None:
+                hi = mid
+            else:
+                lo = mid
+        return fill(lo)
 
     def _relieve(
         self, ngl: int, ncmoe: int, counts: list[int], cur: list[int], lo: int, n_ctx: int
@@ -208,11 +273,18 @@ class Solver:
             diff += take
         return tuple(counts)
 
+    def _hopeless(self, est: Estimate) -> bool:
+        """No split can fit: the weights, KV cache and recurrent state on the GPUs (the same bytes whichever GPU
+        holds each layer) exceed what all the GPUs together may use (every other term only adds to that)."""
+        n = len(self.gpus)
+        moved = sum(de.bytes_of(k) for de in est.devices[:n] for k in _CONSERVED)
+        return moved > sum(max(0, c) for c in self.caps)
+
     def check(self, ngl: int, ncmoe: int, n_ctx: int) -> Check:
         """The point (ngl, ncmoe) at `n_ctx`, with its split balanced when the first split does not fit."""
         split = self.start_split(ngl, ncmoe)
-        usage = self.usage(Point(ngl, ncmoe, split), n_ctx)
-        if not (_gpus_fit(usage) and _host_fits(usage)) and split is not None and self.split_free:
+        est, usage = self.ev(self.settings(Point(ngl, ncmoe, split), n_ctx))
+        if not _gpus_fit(usage) and split is not None and self.split_free and not self._hopeless(est):
             split = self.balance(ngl, ncmoe, split, n_ctx) or split
             self.balanced[(ngl, ncmoe)] = split
             usage = self.usage(Point(ngl, ncmoe, split), n_ctx)
@@ -266,7 +338,7 @@ class Solver:
                 memo[n] = self.check(g, n, n_ctx)
                 return memo[n].gpus_fit
 
-            n_min = smallest_true(lo_n, hi_n, gpus_ok)
+            n_min = smallest_true_from(self._guess_ncmoe(ngl, lo_n, hi_n, n_ctx), lo_n, hi_n, gpus_ok)
             if n_min is None:
                 continue
             last = seen[n_min]
@@ -276,6 +348,19 @@ class Solver:
                 continue
             return self._with_noop(last, hi_n, n_ctx), last
         return [], last
+
+    def _guess_ncmoe(self, ngl: int, lo_n: int, hi_n: int, n_ctx: int) -> int:
+        """Where the smallest --n-cpu-moe that fits probably is: enough expert bytes off the GPUs to cover what they
+        are over at `lo_n` (from one estimate, usually already made)."""
+        usage = self.usage(Point(ngl, lo_n, self.start_split(ngl, lo_n)), n_ctx)
+        over = sum(u.used_bytes for u in usage if u.gpu_index is not None) - sum(max(0, c) for c in self.caps)
+        first = self.space.first_gpu_layer(ngl)
+        n = lo_n
+        while over > 0 and n < hi_n:
+            if n >= first:
+                over -= self.space.expert_bytes[n]
+            n += 1
+        return n
 
     def _with_noop(self, c: Check, hi_n: int, n_ctx: int) -> list[Check]:
         """`c`, and with several GPUs the same point with one more --n-cpu-moe when that moves no expert (no
