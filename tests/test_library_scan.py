@@ -13,6 +13,7 @@ import pytest
 
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.gguf.header import GGUFHeader, GGUFTensorInfo
+from fitplan.core.gguf.reader import read_header
 from fitplan.core.library import (
     INDEX_SCHEMA,
     JsonScanIndex,
@@ -24,6 +25,8 @@ from fitplan.core.library import (
     ScanProgress,
     SkippedFile,
 )
+from fitplan.core.library.scanner import file_type_name
+from fitplan.core.model.builder import build_profile
 from test_library_support import CountingReader, write_mmproj, write_model
 
 # write_model's default: 2 tensors of 64 f32 elements
@@ -412,3 +415,13 @@ def test_bundled_examples_are_four_models_with_gemma_holding_its_projector() -> 
     assert [Path(m.mmproj_path).name for m in r.models if m.mmproj_path] == ["mmproj-gemma-3-12b-it-F16.gguf"]
     # Each header declares far more tensor data than the file holds (18-40 KB of header each).
     assert all(m.expected_size > 1000 * m.file_size for m in r.models)
+
+
+@pytest.mark.parametrize("file_type", [41, 15, 15 | 1024, None])
+def test_the_scan_labels_the_file_type_as_the_profile_does(tmp_path: Path, file_type: int | None) -> None:
+    """One label per file: the scan list and the profile agree (41 is Q2_0 in both; once it was "type 41")."""
+    path = write_model(tmp_path / "m.gguf", file_type=file_type)
+    header = read_header(path)
+    assert file_type_name(header) == build_profile(header).file_type
+    if file_type == 41:
+        assert file_type_name(header) == "Q2_0"

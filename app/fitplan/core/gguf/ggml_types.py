@@ -13,7 +13,7 @@ ggml/src/ggml-common.h block structs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -204,3 +204,18 @@ def file_type_label(file_type: int) -> str:
     base = file_type & ~FILE_TYPE_GUESSED
     label = FILE_TYPE_LABELS.get(base, f"unknown file type {base}")
     return f"{label} (guessed)" if guessed else label
+
+
+def quant_mix(type_bytes: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    """(type name, bytes) summed per type, most bytes first (ties by name)."""
+    by_type: dict[str, int] = {}
+    for name, n in type_bytes:
+        by_type[name] = by_type.get(name, 0) + n
+    return tuple(sorted(by_type.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def model_file_type(file_type: object, mix: Sequence[tuple[str, int]]) -> str:
+    """A model's quantization label: general.file_type as llama.cpp names it, else the type holding most bytes."""
+    if isinstance(file_type, int) and not isinstance(file_type, bool):
+        return file_type_label(file_type)
+    return mix[0][0] if mix else ""

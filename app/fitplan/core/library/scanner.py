@@ -33,6 +33,7 @@ from pathlib import Path
 
 from fitplan.core.base.errors import MAX_LISTED, FileAccessError, GGUFError, IncompleteModelError
 from fitplan.core.base.files import open_regular_file, read_json_file
+from fitplan.core.gguf.ggml_types import model_file_type, quant_mix, type_name
 from fitplan.core.gguf.header import GGUFHeader
 from fitplan.core.gguf.reader import mmproj_match_key, name_tokens
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
@@ -71,27 +72,9 @@ def default_reader() -> HeaderReader:
 
 
 def file_type_name(header: GGUFHeader) -> str:
-    """general.file_type as llama.cpp names it ("Q4_K_M"); else the type holding most bytes of matrix tensors."""
-    import gguf
-
-    ft = header.metadata.get("general.file_type")
-    if isinstance(ft, int) and not isinstance(ft, bool):
-        try:
-            name = gguf.LlamaFileType(ft & ~1024).name  # 1024: the "guessed" flag
-        except ValueError:
-            return f"type {ft}"
-        return name.removeprefix("MOSTLY_").removeprefix("ALL_")
-    by_type: dict[int, int] = {}
-    for t in header.tensors:
-        if len(t.shape) >= 2:
-            by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.n_bytes
-    if not by_type:
-        return ""
-    top = max(by_type, key=lambda k: by_type[k])
-    try:
-        return gguf.GGMLQuantizationType(top).name
-    except ValueError:
-        return f"type {top}"
+    """The model's quantization label, as the profile gives it (`ggml_types.model_file_type`)."""
+    mix = quant_mix((type_name(t.ggml_type), t.n_bytes) for t in header.tensors)
+    return model_file_type(header.metadata.get("general.file_type"), mix)
 
 
 def summarise_header(header: GGUFHeader) -> FileSummary:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gguf.constants import Keys
 
-from fitplan.core.gguf.ggml_types import file_type_label, type_name
+from fitplan.core.gguf.ggml_types import model_file_type, quant_mix, type_name
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, MetadataValue, ModelFiles
 from fitplan.core.gguf.reader import is_mmproj
 from fitplan.core.model import archs
@@ -203,17 +203,11 @@ def _tensors(headers: Sequence[GGUFHeader]) -> tuple[TensorProfile, ...]:
 
 
 def _quant_mix(tensors: Sequence[TensorProfile]) -> tuple[tuple[str, int], ...]:
-    by_type: dict[str, int] = {}
-    for t in tensors:
-        by_type[t.type_name] = by_type.get(t.type_name, 0) + t.n_bytes
-    return tuple(sorted(by_type.items(), key=lambda kv: (-kv[1], kv[0])))
+    return quant_mix((t.type_name, t.n_bytes) for t in tensors)
 
 
 def _file_type(header: GGUFHeader, mix: Sequence[tuple[str, int]]) -> str:
-    ft = header.metadata.get("general.file_type")
-    if isinstance(ft, int) and not isinstance(ft, bool):
-        return file_type_label(ft)
-    return mix[0][0] if mix else ""
+    return model_file_type(header.metadata.get("general.file_type"), mix)
 
 
 def _n_vocab(meta: _Meta, header: GGUFHeader, tensors: Sequence[TensorProfile]) -> int:
