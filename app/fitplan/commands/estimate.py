@@ -19,6 +19,7 @@ from fitplan.core.base.launch_settings import Engine, LaunchSettings, Tool
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.inputs.machine import MachineRequest, build_machine
+from fitplan.core.inputs.model_source import load_model
 from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.usage import MarginPolicy
@@ -135,14 +136,11 @@ def engine_of(args: argparse.Namespace) -> Engine | None:
 
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
-    if header_only:
-        from fitplan.commands.plan import load_profile as load_header
-
-        return load_header(path, header_only=True)
-    from fitplan.commands.inspect import load_files
-    from fitplan.core.model.builder import build_profile
-
-    return build_profile(load_files(path))
+    """The model's profile through the one model loader (local file, split set, URL or Hub model). The estimate
+    needs only the headers, so an interrupted download is estimated as well (`--header-only` is accepted for the
+    same commands as `plan`'s)."""
+    del header_only
+    return load_model(path, header_only=True).profile
 
 
 def machine_for(

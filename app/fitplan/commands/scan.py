@@ -202,8 +202,6 @@ def run(
     roots = roots_for(args.dirs)
     if reader is None and not args.no_fit:
         # the fit check reads the headers again through the profile cache: let the scan fill it
-        from fitplan.core.gguf.header_cache import cached_read_header
-
         reader = cached_read_header
     scanner = LibraryScanner(reader=reader, index=JsonScanIndex(_index_path()))
     progress = ProgressLine(sys.stderr) if not args.json and sys.stderr.isatty() else None

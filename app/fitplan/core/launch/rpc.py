@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 
 from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FlagError
+from fitplan.core.hardware.catalog import parse_size as catalog_parse_size
+from fitplan.core.memory.weights import gpu_backend
 
 __all__ = [
     "DEFAULT_RPC_PORT",
@@ -45,9 +47,7 @@ RPC_SECURITY_WARNING = (
 
 def parse_size(text: str) -> int:
     """Bytes of a size such as 24GiB, 24 GB, 24576MiB or 24 (GiB), read as `--assume-gpu` reads sizes."""
-    from fitplan.core.hardware.catalog import parse_size as parse
-
-    n = parse(text)
+    n = catalog_parse_size(text)
     if n is None:
         raise FlagError(f"{text!r} is not a memory size like 24GiB or 16384MiB")
     return n
@@ -139,8 +139,6 @@ def with_rpc(machine: Machine, servers: Sequence[RpcServer]) -> Machine:
     (CUDA0 stays CUDA0 although it is no longer the first device)."""
     if not servers:
         return machine
-    from fitplan.core.memory.weights import gpu_backend
-
     local: list[Device] = []
     for i, d in enumerate(machine.gpus):
         if not d.backend_name and d.vendor is not Vendor.RPC:
