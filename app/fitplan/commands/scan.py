@@ -108,7 +108,7 @@ def planner_fit_check(machine: Machine, margin: MarginPolicy) -> FitCheck:
             mmproj = build_profile(cached_read_header(model.mmproj_path)) if model.mmproj_path else None
             p = plan(profile, machine, Pins(), margin=margin, mmproj=mmproj)
             v = plan_verdict(p, machine)
-        except Exception as exc:  # one model the planner cannot handle must not stop the listing
+        except Exception as exc:  # noqa: BLE001 - one model the planner cannot handle must not stop the listing
             return FitAnswer(UNKNOWN, f"{type(exc).__name__}: {exc}")
         return FitAnswer(v.fits, v.headline, v.level.value)
 

@@ -130,7 +130,7 @@ class ProfileCache:
             if codec == "pickle":
                 return True, pickle.loads(payload)
             return True, payload
-        except Exception:  # a corrupt entry is a cache miss, whatever it holds
+        except Exception:  # noqa: BLE001 - a corrupt entry is a cache miss, whatever it holds
             return False, None
 
     def _store(self, path: str | os.PathLike[str], kind: str, codec: str, payload: Any) -> None:
@@ -167,7 +167,7 @@ class ProfileCache:
             return None
         try:
             return header_from_plain(value)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a corrupt entry is a cache miss, whatever it holds
             return None
 
     def put_header(self, path: str | os.PathLike[str], header: GGUFHeader, kind: str = _HEADER_KIND) -> None:

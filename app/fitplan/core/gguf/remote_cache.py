@@ -67,7 +67,7 @@ class RemoteHeaderCache:
             if (fmt, s_url, s_validator, s_kind) != (_FORMAT, url, validator, kind):
                 return None
             return header_from_plain(plain)
-        except Exception:  # a corrupt entry is a miss, whatever it holds
+        except Exception:  # noqa: BLE001 - a corrupt entry is a miss, whatever it holds
             return None
 
     def put(self, url: str, validator: str, header: GGUFHeader, kind: str = "") -> None:

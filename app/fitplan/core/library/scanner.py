@@ -353,7 +353,7 @@ class LibraryScanner:
             return reason
         except OSError as exc:
             return f"unreadable: {exc.strerror or exc}"  # may be transient (permissions): not cached
-        except Exception as exc:  # one file fitplan cannot handle must not end the scan
+        except Exception as exc:  # noqa: BLE001 - one file fitplan cannot handle must not end the scan
             return f"could not be read: {type(exc).__name__}: {exc}"[:300]
         state.counters.header_bytes += header.header_bytes_read
         self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, summary, "", path, ctime))
