@@ -25,6 +25,7 @@ adds `row_size(type, 512 - ne0 % 512)` to quantized tensors whose row length is 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -256,7 +257,9 @@ def active_gpu_positions(settings: LaunchSettings, machine: Machine) -> tuple[in
             if {d.name, d.backend_name, gpu_backend(d, i).buffer_type} & wanted
         )
         if wanted and not positions:
-            raise SettingsError(f"-dev {','.join(settings.devices)}: no such device (have: {_names(machine.gpus)})")
+            raise SettingsError(
+                f"-dev {','.join(settings.devices)}: no such device (have: {_names(machine.gpus)})"
+            )
     if settings.split_mode is SplitMode.NONE and positions:
         if settings.main_gpu < 0:
             return ()
@@ -353,80 +356,86 @@ def place_weights(
     )
 
 
-def _place_weights(
-    profile: ModelProfile,
-    settings: LaunchSettings,
-    machine: Machine,
-    cpu: CpuFeatures,
-    gpu_build: bool | None,
-    load_mtp: bool,
-) -> WeightPlacement:
-    positions = active_gpu_positions(settings, machine)
-    gpus = tuple(machine.gpus[i] for i in positions)
-    backends = [gpu_backend(machine.gpus[i], i) for i in positions]
-    if gpu_build is None:
-        gpu_build = bool(machine.gpus)
-    ngl = resolve_n_gpu_layers(settings.n_gpu_layers, profile.n_layer_all, len(gpus))
-    fractions = split_fractions(settings, gpus)
-    devs = layer_devices(profile.n_layer_all, ngl, fractions)
-    use_mmap = settings.load_mode not in (LoadMode.NONE, LoadMode.DIO)
+def _host_pinned_buffer(settings: LaunchSettings, machine: Machine, has_gpus: bool) -> str | None:
+    """The pinned host buffer type the first GPU backend offers (host weights go there), None without one."""
+    if settings.no_host or not has_gpus:
+        return None
+    for i, d in enumerate(machine.gpus):
+        b = gpu_backend(d, i)
+        if b.host_buffer_type is not None:
+            return b.host_buffer_type
+    return None
 
-    host_pinned: str | None = None
-    if not settings.no_host:
-        all_backends = [gpu_backend(d, i) for i, d in enumerate(machine.gpus)] if gpus else []
-        for b in all_backends:
-            if b.host_buffer_type is not None:
-                host_pinned = b.host_buffer_type
-                break
-    use_repack = settings.repack and host_pinned is None
 
-    by_buft = {b.buffer_type: (i, b) for i, b in enumerate(backends)}
-    overrides = _compiled_overrides(effective_overrides(settings))
+class _Chooser:
+    """Where one tensor goes and how many bytes it takes there (llama_model_loader's buffer type choice)."""
 
-    quantized: dict[int, bool] = {}
+    def __init__(
+        self,
+        settings: LaunchSettings,
+        gpus: tuple[Device, ...],
+        backends: list[Backend],
+        devs: tuple[int | None, ...],
+        host_pinned: str | None,
+        cpu: CpuFeatures,
+    ) -> None:
+        self.gpus = gpus
+        self.backends = backends
+        self.devs = devs
+        self.host_pinned = host_pinned
+        self.use_repack = settings.repack and host_pinned is None
+        self.cpu = cpu
+        self.by_buft = {b.buffer_type: i for i, b in enumerate(backends)}
+        self.overrides = _compiled_overrides(effective_overrides(settings))
+        self.quantized: dict[int, bool] = {}
 
-    def cpu_choice(t: TensorProfile, matrix: bool) -> tuple[str, None, int]:
-        if host_pinned is not None:
-            return host_pinned, None, pad(t.n_bytes, CPU_ALIGNMENT)
-        if use_repack and matrix:
-            mult = cpu.repack_row_multiple(t.ggml_type)
+    def cpu_choice(self, t: TensorProfile, matrix: bool) -> tuple[str, int | None, int]:
+        if self.host_pinned is not None:
+            return self.host_pinned, None, pad(t.n_bytes, CPU_ALIGNMENT)
+        if self.use_repack and matrix:
+            mult = self.cpu.repack_row_multiple(t.ggml_type)
             ne1 = t.shape[1] if len(t.shape) > 1 else 1
             if mult is not None and ne1 % mult == 0:
                 return CPU_REPACK_BUFT, None, pad(t.n_bytes, CPU_ALIGNMENT)
         return CPU_BUFT, None, pad(t.n_bytes, CPU_ALIGNMENT)
 
-    def gpu_choice(t: TensorProfile, gi: int) -> tuple[str, int, int]:
-        b = backends[gi]
+    def gpu_choice(self, t: TensorProfile, gi: int) -> tuple[str, int | None, int]:
+        b = self.backends[gi]
         size = t.n_bytes
-        q = quantized.get(t.ggml_type)
+        q = self.quantized.get(t.ggml_type)
         if q is None:
-            q = quantized[t.ggml_type] = is_quantized(t.ggml_type)
+            q = self.quantized[t.ggml_type] = is_quantized(t.ggml_type)
         if b.row_padding and q and t.shape and t.shape[0] % b.row_padding:
             size += row_bytes(t.ggml_type, b.row_padding - t.shape[0] % b.row_padding)
         return b.buffer_type, gi, pad(size, b.alignment)
 
     def choose(
-        t: TensorProfile, layer_index: int | None, name: str, matrix: bool
+        self, t: TensorProfile, layer_index: int | None, name: str, matrix: bool
     ) -> tuple[str, int | None, int]:
-        for rx, buft in overrides if overrides else ():
+        for rx, buft in self.overrides:
             if rx.search(name):
                 if buft == CPU_BUFT:
-                    return cpu_choice(t, matrix)
-                if buft not in by_buft:
+                    return self.cpu_choice(t, matrix)
+                if buft not in self.by_buft:
                     raise SettingsError(
-                        f"-ot {rx.pattern}={buft}: unknown buffer type (have: CPU, {_names(gpus)})"
+                        f"-ot {rx.pattern}={buft}: unknown buffer type (have: CPU, {_names(self.gpus)})"
                     )
-                return gpu_choice(t, by_buft[buft][0])
-        dev = None if layer_index is None else devs[layer_index]
+                return self.gpu_choice(t, self.by_buft[buft])
+        dev = None if layer_index is None else self.devs[layer_index]
         if dev is None:
-            return cpu_choice(t, matrix)
-        return gpu_choice(t, dev)
+            return self.cpu_choice(t, matrix)
+        return self.gpu_choice(t, dev)
 
+
+def _placed_tensors(
+    profile: ModelProfile, ch: _Chooser, load_mtp: bool
+) -> tuple[list[TensorPlacement], list[str]]:
+    """Every tensor's placement in file order, plus the tied embedding's output copy; the skipped NextN blocks."""
     placed: list[TensorPlacement] = []
     skipped: list[str] = []
     L = profile.n_layer_all
     nextn_layers = {lp.index for lp in profile.layers if lp.is_nextn}
-    has_output = any(t.name == "output.weight" for t in profile.tensors)
+    tied = profile.tied_embeddings and not any(t.name == "output.weight" for t in profile.tensors)
     for t in profile.tensors:
         if t.layer is not None and (t.layer in nextn_layers or t.layer >= profile.n_layer) and not load_mtp:
             skipped.append(t.name)  # TENSOR_SKIP: NextN/MTP blocks are not loaded without MTP
@@ -438,41 +447,31 @@ def _place_weights(
         else:
             li = L  # output layer (and non-block heads)
         matrix = _is_matrix_weight(t)
-        buft, dev, size = choose(t, li, t.name, matrix)
+        buft, dev, size = ch.choose(t, li, t.name, matrix)
         placed.append(TensorPlacement(t.name, buft, dev, size, False, t.layer, t.role, t.n_bytes, matrix))
-        if (
-            t.role is TensorRole.TOKEN_EMBD
-            and t.name == "token_embd.weight"
-            and profile.tied_embeddings
-            and not has_output
-        ):
-            # TENSOR_DUPLICATED: created again for the output layer, classified as LLM_TENSOR_OUTPUT.
-            dup = TensorProfile(
-                name="output.weight",
-                ggml_type=t.ggml_type,
-                type_name=t.type_name,
-                shape=t.shape,
-                n_bytes=t.n_bytes,
-                layer=None,
-                role=TensorRole.OUTPUT,
-            )
-            obuft, odev, osize = choose(dup, L, t.name, True)
-            if obuft != buft:
-                placed.append(
-                    TensorPlacement(
-                        t.name + " (output copy)",
-                        obuft,
-                        odev,
-                        osize,
-                        True,
-                        None,
-                        TensorRole.OUTPUT,
-                        t.n_bytes,
-                        True,
-                    )
-                )
+        if tied and t.role is TensorRole.TOKEN_EMBD and t.name == "token_embd.weight":
+            copy = _output_copy(t, buft, ch, L)
+            if copy is not None:
+                placed.append(copy)
+    return placed, skipped
 
-    # Sum per buffer type; with mmap the host CPU buffer is the mapped file.
+
+def _output_copy(t: TensorProfile, buft: str, ch: _Chooser, output_layer: int) -> TensorPlacement | None:
+    """TENSOR_DUPLICATED: tied embeddings are created again for the output layer (LLM_TENSOR_OUTPUT), a second
+    copy when the output layer's buffer type differs from the input's."""
+    dup = dataclasses.replace(t, name="output.weight", layer=None, role=TensorRole.OUTPUT)
+    obuft, odev, osize = ch.choose(dup, output_layer, t.name, True)
+    if obuft == buft:
+        return None
+    return TensorPlacement(
+        t.name + " (output copy)", obuft, odev, osize, True, None, TensorRole.OUTPUT, t.n_bytes, True
+    )
+
+
+def _buffer_sizes(
+    placed: list[TensorPlacement], use_mmap: bool, host_pinned: str | None
+) -> tuple[BufferSize, ...]:
+    """Bytes per buffer type and device; with mmap the host CPU buffer is the mapped file."""
     sizes: dict[tuple[str, int | None], list[int]] = {}
     for p in placed:
         acc = sizes.setdefault((p.buffer_type, p.device), [0, 0])
@@ -485,10 +484,31 @@ def _place_weights(
             name = CPU_MAPPED_BUFT
         buffers.append(BufferSize(name, dev, nbytes, count))
     buffers.sort(key=lambda b: (b.device is None, b.device if b.device is not None else 0, b.buffer_type))
+    return tuple(buffers)
+
+
+def _place_weights(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    cpu: CpuFeatures,
+    gpu_build: bool | None,
+    load_mtp: bool,
+) -> WeightPlacement:
+    positions = active_gpu_positions(settings, machine)
+    gpus = tuple(machine.gpus[i] for i in positions)
+    backends = [gpu_backend(machine.gpus[i], i) for i in positions]
+    ngl = resolve_n_gpu_layers(settings.n_gpu_layers, profile.n_layer_all, len(gpus))
+    devs = layer_devices(profile.n_layer_all, ngl, split_fractions(settings, gpus))
+    use_mmap = settings.load_mode not in (LoadMode.NONE, LoadMode.DIO)
+    host_pinned = _host_pinned_buffer(settings, machine, bool(gpus))
+    placed, skipped = _placed_tensors(
+        profile, _Chooser(settings, gpus, backends, devs, host_pinned, cpu), load_mtp
+    )
     return WeightPlacement(
         n_gpu_layers=ngl,
         layer_device=devs,
-        buffers=tuple(buffers),
+        buffers=_buffer_sizes(placed, use_mmap, host_pinned),
         tensors=tuple(placed),
         skipped=tuple(skipped),
         file_backed=use_mmap,
