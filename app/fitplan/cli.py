@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = ("inspect", "estimate", "plan", "command", "scan", "
 
 EPILOG = """examples:
   fitplan                                   open the planner window
+  fitplan model.gguf                        open the planner window on a model
   fitplan inspect model.gguf                what the header says, layer by layer
   fitplan estimate model.gguf -c 32768 -np 1 -ctk q8_0 -ctv q8_0 --assume-gpu "RTX 4090=24GiB"
   fitplan plan model.gguf --assume-gpu 24GiB
@@ -71,13 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def opens_window(args: Sequence[str]) -> bool:
+    """`fitplan MODEL`: one argument that is not a subcommand nor an option opens the window on that model."""
+    return len(args) == 1 and not args[0].startswith("-") and args[0] not in COMMANDS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default: `sys.argv[1:]`) and return the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list:
+    if not args_list or opens_window(args_list):
         from fitplan.gui.app import main as gui_main
 
-        return int(gui_main([]))
+        return int(gui_main(args_list, prog="fitplan"))
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(args_list)

@@ -616,7 +616,7 @@ class Planner(QObject):
         argv = [sys.executable, "-m", "fitplan", "verify", *outcome.args[1:], "--llama-bin", self.user.llama_bin_dir,
                 "--json"]
         for gpu in machine.gpus:
-            argv += ["--assume-gpu", f"{gpu.name.replace('=', '-')}={gpu.free_bytes}B"]
+            argv += ["--assume-gpu", f"{gpu.name.replace('=', '-')}={gpu.free_bytes // MIB}MiB"]
         return argv
 
     def verify(self) -> None:

@@ -14,6 +14,7 @@ from PySide6.QtGui import (
     QDropEvent,
     QGuiApplication,
     QKeySequence,
+    QResizeEvent,
 )
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -85,6 +86,35 @@ def dropped_sources(urls: list[str], local_files: list[str]) -> list[str]:
     return out
 
 
+class FitScrollArea(QScrollArea):
+    """Gives its widget the whole viewport, and only when the viewport is shorter than the widget's minimum a
+    vertical scroll bar. (widgetResizable would grow a column with word-wrapped labels to its preferred height.)"""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidgetResizable(False)
+
+    def minimumSizeHint(self) -> QSize:
+        widget = self.widget()
+        width = widget.minimumSizeHint().width() if widget is not None else 0
+        return QSize(width + self.verticalScrollBar().sizeHint().width(), 120)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_widget()
+
+    def fit_widget(self) -> None:
+        widget = self.widget()
+        if widget is None:
+            return
+        room = self.contentsRect().size()
+        need = max(widget.minimumSizeHint().height(), widget.minimumHeight())
+        width = room.width() - (self.verticalScrollBar().sizeHint().width() if need > room.height() else 0)
+        widget.resize(width, max(room.height(), need))
+
+
 class MainWindow(QMainWindow):
     def __init__(self, backend: Backend, user: UserSettings, config_dir: Path | None = None) -> None:
         super().__init__()
@@ -133,7 +163,12 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(_group("Memory by context", self.chart), 1)
         centre_layout.addWidget(_group("Command", self.command))
         self.command.set_visible_lines(MIN_LINES)
+        # The command row (shell, Verify, Copy) is never clipped: the model list gives way first.
+        centre.setMinimumWidth(self.command.minimumSizeHint().width() + 24)
         self.drop_hint.setParent(centre)
+        # Below the height the column needs it scrolls instead of letting the legend and readout overlap the plot.
+        centre_scroll = FitScrollArea()
+        centre_scroll.setWidget(centre)
 
         right_inner = QWidget()
         right_layout = QVBoxLayout(right_inner)
@@ -156,13 +191,13 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("main-splitter")
         self.splitter.addWidget(left)
-        self.splitter.addWidget(centre)
+        self.splitter.addWidget(centre_scroll)
         self.splitter.addWidget(right)
         # Narrower windows take from the model list and the chart alike; the settings column keeps its width.
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
-        self.splitter.setSizes([410, 540, 330])
+        self.splitter.setSizes([410, 540, 330] if self.width() >= DEFAULT_SIZE[0] else [250, 420, 330])
         left.setSizes([430, 330])  # the summary (about 11 rows) without scrolling at the default size
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)

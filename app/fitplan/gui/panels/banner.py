@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout, QWidget
 
 from fitplan.gui.theme import is_dark
 
@@ -23,6 +23,7 @@ LEVEL_COLOURS = {  # (light, dark) backgrounds
 SEVERITY = {"error": 3, "warning": 2, "info": 1}
 MAX_SHOWN = 4  # older messages beyond this are dropped from view (they stay in `history`)
 MAX_HISTORY = 100
+MAX_HEIGHT = 120  # more messages than fit scroll, so the chart below keeps its room
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +70,18 @@ class MessageBanner(QFrame):
         self._messages: list[Message] = []  # newest first
         self._rows: list[_MessageRow] = []
         self.history: list[Message] = []
-        self._layout = QVBoxLayout(self)
-        self._layout.setContentsMargins(0, 0, 0, 2)
+        inner = QWidget()
+        self._layout = QVBoxLayout(inner)
+        self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(2)
+        self._scroll = QScrollArea()
+        self._scroll.setWidget(inner)
+        self._scroll.setWidgetResizable(True)
+        self._scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 2)
+        outer.addWidget(self._scroll)
         self.setVisible(False)
 
     # -- the list ------------------------------------------------------------------------------------------------
@@ -121,6 +131,9 @@ class MessageBanner(QFrame):
             self._layout.addWidget(row)
             self._rows.append(row)
         self.setVisible(bool(self._messages))
+        inner = self._scroll.widget()
+        inner.adjustSize()
+        self._scroll.setFixedHeight(min(MAX_HEIGHT, inner.sizeHint().height()))
 
     def apply_theme(self) -> None:
         for row in self._rows:

@@ -30,6 +30,7 @@ X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
 Y_HEADROOM = 1.15  # room above the capacity line for its label
 HOVER_HINT = "Hover over the chart to read every part of the memory at that context."
 MAX_LINE_COLOUR = "#009E73"
+PLOT_MIN_HEIGHT = 160
 TICK_CONTEXTS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 MAJOR_TICKS = (1024, 4096, 32768, 131072, 1048576)
 
@@ -75,7 +76,7 @@ class ChartPanel(QWidget):
         self.readout.setMinimumHeight(self.readout.fontMetrics().height() * 2)
 
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(180)
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
@@ -105,12 +106,12 @@ class ChartPanel(QWidget):
         )
         self.margin_line = pg.InfiniteLine(
             angle=0, pen=pg.mkPen(MARGIN_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-            label="margin", labelOpts={"position": 0.92, "color": MARGIN_COLOUR, "anchors": [(1, 0), (1, 0)]},
+            label="margin", labelOpts={"position": 0.45, "color": MARGIN_COLOUR, "anchors": [(0.5, 0), (0.5, 0)]},
         )
         self.margin_line.setToolTip("The margin kept free on each GPU: the plan must stay under this line")
         self.max_line = pg.InfiniteLine(
             angle=90, pen=pg.mkPen(MAX_LINE_COLOUR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine),
-            label="", labelOpts={"position": 0.80, "color": MAX_LINE_COLOUR, "anchors": [(1, 0.5), (1, 0.5)]},
+            label="", labelOpts={"position": 0.5, "color": MAX_LINE_COLOUR, "anchors": [(1, 0.5), (1, 0.5)]},
         )
         self.max_line.setToolTip("The largest context that fits the planned devices with the margin")
         self.context_line = pg.InfiniteLine(
@@ -166,6 +167,7 @@ class ChartPanel(QWidget):
             axis.setPen(pen)
             axis.setTextPen(pen)
             axis.setLabel(text, color=fg.name())
+            axis.label.setDefaultTextColor(fg)
         if self._legend_kinds:
             self.legend.setText(legend_html(list(self._legend_kinds)))
 

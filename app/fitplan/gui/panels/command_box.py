@@ -24,6 +24,7 @@ from fitplan.core.inputs.user_settings import SHELLS
 SHELL_LABELS = {"sh": "bash / zsh", "powershell": "PowerShell", "cmd": "cmd.exe"}
 MIN_LINES = 7  # the text is as tall as what it shows, within these bounds (the chart above takes the rest)
 MAX_LINES = 12
+SMALL_LINES = 3
 
 
 class CommandPanel(QWidget):
@@ -65,10 +66,12 @@ class CommandPanel(QWidget):
         layout.addWidget(self.text)
 
     def set_visible_lines(self, lines: int) -> None:
-        """Make the text `lines` lines tall, plus room for the horizontal scroll bar a long path brings."""
+        """Let the text be up to `lines` lines tall (plus the horizontal scroll bar a long path brings); on a small
+        screen it may shrink to SMALL_LINES and scroll, so the chart above keeps its room."""
         spacing = self.text.fontMetrics().lineSpacing()
-        bar = self.text.horizontalScrollBar().sizeHint().height()
-        self.text.setFixedHeight(spacing * lines + 2 * self.text.frameWidth() + 8 + bar)
+        extra = 2 * self.text.frameWidth() + 8 + self.text.horizontalScrollBar().sizeHint().height()
+        self.text.setMinimumHeight(spacing * SMALL_LINES + extra)
+        self.text.setMaximumHeight(spacing * lines + extra)
 
     def current_shell(self) -> str:
         return str(self.shell.currentData())

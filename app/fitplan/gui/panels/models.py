@@ -12,6 +12,7 @@ from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
     QPersistentModelIndex,
+    QSize,
     QSortFilterProxyModel,
     Qt,
     Signal,
@@ -20,7 +21,7 @@ from PySide6.QtGui import QAction, QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
-    QHBoxLayout,
+    QGridLayout,
     QHeaderView,
     QInputDialog,
     QLineEdit,
@@ -38,6 +39,7 @@ from fitplan.gui.theme import plain_tip
 
 NAME_MIN_WIDTH = 120
 NARROW_WIDTH = 520  # below this the panel shows name, quant, size and fit only
+BUTTONS_TWO_ROWS_WIDTH = 360  # below this the four buttons take two rows
 OPTIONAL_COLUMNS = (1, 4)  # Arch, Params
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -209,21 +211,36 @@ class ModelsPanel(QWidget):
         self.table.activated.connect(self._activated)
         self.table.clicked.connect(self._activated)
 
-        buttons = QHBoxLayout()
+        buttons = QGridLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
-        for b in (self.open_button, self.url_button, self.folder_button, self.recent_button):
-            buttons.addWidget(b)
+        self._buttons = buttons
+        self._two_rows: bool | None = None
+        self._place_buttons(two_rows=False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
         layout.addWidget(self.filter_box)
         layout.addWidget(self.table)
 
+    def _place_buttons(self, two_rows: bool) -> None:
+        if two_rows == self._two_rows:
+            return
+        self._two_rows = two_rows
+        for i, b in enumerate((self.open_button, self.url_button, self.folder_button, self.recent_button)):
+            self._buttons.removeWidget(b)
+            self._buttons.addWidget(b, i // 2 if two_rows else 0, i % 2 if two_rows else i)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), BUTTONS_TWO_ROWS_WIDTH // 2), hint.height())
+
     def resizeEvent(self, event: QResizeEvent) -> None:
-        """Narrow: hide the architecture and parameter columns (both stay in the tooltip and the summary)."""
+        """Narrow: hide the architecture and parameter columns (both stay in the tooltip and the summary) and put
+        the buttons on two rows."""
         narrow = event.size().width() < NARROW_WIDTH
         for col in OPTIONAL_COLUMNS:
             self.table.setColumnHidden(col, narrow)
+        self._place_buttons(event.size().width() < BUTTONS_TWO_ROWS_WIDTH)
         super().resizeEvent(event)
 
     def add_model(self, model: LoadedModel) -> None:

@@ -21,7 +21,7 @@ class VerdictPanel(QFrame):
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.label.setWordWrap(True)
         font = self.label.font()
-        font.setPointSizeF(font.pointSizeF() * 1.15)
+        font.setPointSizeF(font.pointSizeF() * 1.05)
         font.setBold(True)
         self.label.setFont(font)
         self.detail = QLabel("")
