@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, QSize, Qt
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -95,6 +95,10 @@ class FitScrollArea(QScrollArea):
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setWidgetResizable(False)
+        self._refit = QTimer(self)
+        self._refit.setSingleShot(True)
+        self._refit.setInterval(0)
+        self._refit.timeout.connect(self.fit_widget)
 
     def minimumSizeHint(self) -> QSize:
         widget = self.widget()
@@ -105,12 +109,28 @@ class FitScrollArea(QScrollArea):
         super().resizeEvent(event)
         self.fit_widget()
 
+    def watch(self) -> None:
+        """Refit whenever the widget's layout changes (a message shown, a legend that wraps to two lines)."""
+        widget = self.widget()
+        if widget is not None:
+            widget.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest and not self._refit.isActive():
+            self._refit.start()
+        return False
+
     def fit_widget(self) -> None:
         widget = self.widget()
         if widget is None:
             return
         room = self.contentsRect().size()
         need = max(widget.minimumSizeHint().height(), widget.minimumHeight())
+        # A word-wrapped label's minimum is one line; at the width it has it may need more.
+        for label in widget.findChildren(QLabel):
+            if label.wordWrap() and label.isVisible() and label.width() > 0:
+                need += max(0, label.heightForWidth(label.width()) - max(label.minimumSizeHint().height(),
+                                                                          label.minimumHeight()))
         width = room.width() - (self.verticalScrollBar().sizeHint().width() if need > room.height() else 0)
         widget.resize(width, max(room.height(), need))
 
@@ -164,11 +184,12 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(_group("Command", self.command))
         self.command.set_visible_lines(MIN_LINES)
         # The command row (shell, Verify, Copy) is never clipped: the model list gives way first.
-        centre.setMinimumWidth(self.command.minimumSizeHint().width() + 24)
+        centre.setMinimumWidth(self.command.row_width() + 24)
         self.drop_hint.setParent(centre)
         # Below the height the column needs it scrolls instead of letting the legend and readout overlap the plot.
         centre_scroll = FitScrollArea()
         centre_scroll.setWidget(centre)
+        centre_scroll.watch()
 
         right_inner = QWidget()
         right_layout = QVBoxLayout(right_inner)

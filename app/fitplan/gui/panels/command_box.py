@@ -54,7 +54,8 @@ class CommandPanel(QWidget):
         self.copied = QLabel("")
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(QLabel("Shell:"))
+        self.shell_label = QLabel("Shell:")
+        row.addWidget(self.shell_label)
         row.addWidget(self.shell)
         row.addStretch(1)
         row.addWidget(self.copied)
@@ -72,6 +73,11 @@ class CommandPanel(QWidget):
         extra = 2 * self.text.frameWidth() + 8 + self.text.horizontalScrollBar().sizeHint().height()
         self.text.setMinimumHeight(spacing * SMALL_LINES + extra)
         self.text.setMaximumHeight(spacing * lines + extra)
+
+    def row_width(self) -> int:
+        """The width the button row needs with every button shown (Verify appears once a build is set)."""
+        widgets = (self.shell_label, self.shell, self.verify_button, self.copy_button)
+        return sum(w.sizeHint().width() for w in widgets) + 6 * (len(widgets) + 1)
 
     def current_shell(self) -> str:
         return str(self.shell.currentData())
