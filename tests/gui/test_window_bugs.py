@@ -200,7 +200,12 @@ def test_three_dropped_files_all_get_a_fit_badge(qtbot: Any, window: MainWindow,
     for name, src in (("a.gguf", LLAMA), ("b.gguf", QWEN_MOE), ("c.gguf", LLAMA)):
         shutil.copyfile(src, tmp_path / name)
         paths.append(str(tmp_path / name))
-    drop_urls(window, [QUrl.fromLocalFile(p) for p in paths])
+    # The three headers arrive back to back (as when their reads finish together): each opened model's estimate
+    # is superseded by the next one's, yet each must get its badge.
+    planner = window.planner
+    qtbot.waitUntil(lambda: not planner._badge_timer.isActive() and planner.jobs.running == 0, timeout=TIMEOUT)
+    for model in [window.planner.backend.load(p) for p in paths]:
+        window.planner._loaded(model)
 
     def badges() -> list[str]:
         rows = {r.path: r.fit for r in window.models.model._rows}
