@@ -122,7 +122,7 @@ def test_no_gpu_message_stays_away_while_hypothetical_gpus_are_planned(qtbot: An
     save_user_settings(UserSettings(hypothetical_devices=(HypotheticalDevice("24 GiB GPU", 24 * GIB),)),
                        private_config)
     w = started(qtbot, NO_GPU, private_config, LLAMA)
-    assert [d.device.name for d in w.planner.outcome.estimate.devices][0] == "24 GiB GPU"
+    assert w.planner.outcome.estimate.devices[0].device.name == "24 GiB GPU"
     assert "No GPU detected" not in w.banner.text()
     w.close()
 

@@ -47,6 +47,7 @@ from fitplan.gui.panels.verdict import VerdictPanel
 #: Small enough for a 1024x640 screen once its panels and the title bar took their share.
 MIN_SIZE = (960, 540)
 DEFAULT_SIZE = (1280, 800)
+COMPACT_HEIGHT = 720  # below this window height the command box shrinks to three lines
 TITLE = "fitplan — will this model fit?"
 DROP_STYLE = "QMainWindow#fitplan-window { border: 3px dashed palette(highlight); }"
 
@@ -102,7 +103,7 @@ class FitScrollArea(QScrollArea):
 
     def minimumSizeHint(self) -> QSize:
         widget = self.widget()
-        width = widget.minimumSizeHint().width() if widget is not None else 0
+        width = max(widget.minimumSizeHint().width(), widget.minimumWidth()) if widget is not None else 0
         return QSize(width + self.verticalScrollBar().sizeHint().width(), 120)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
@@ -403,6 +404,11 @@ class MainWindow(QMainWindow):
         if not mime.hasUrls() and mime.hasText():
             remote = [line.strip() for line in mime.text().splitlines() if line.strip()]
         return dropped_sources(remote, local)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """A short window keeps the command to a few lines and gives the chart the height."""
+        self.command.set_compact(event.size().height() < COMPACT_HEIGHT)
+        super().resizeEvent(event)
 
     # -- theme ---------------------------------------------------------------------------------------------------
     def changeEvent(self, event: QEvent) -> None:

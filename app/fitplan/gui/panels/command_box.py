@@ -33,6 +33,8 @@ class CommandPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.compact = False  # a short window: the text keeps only SMALL_LINES
+        self._lines = MIN_LINES
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
@@ -67,12 +69,17 @@ class CommandPanel(QWidget):
         layout.addWidget(self.text)
 
     def set_visible_lines(self, lines: int) -> None:
-        """Let the text be up to `lines` lines tall (plus the horizontal scroll bar a long path brings); on a small
-        screen it may shrink to SMALL_LINES and scroll, so the chart above keeps its room."""
+        """Make the text `lines` lines tall (plus the horizontal scroll bar a long path brings); in a compact window
+        SMALL_LINES, and it scrolls, so the chart above keeps its room."""
+        self._lines = lines
         spacing = self.text.fontMetrics().lineSpacing()
         extra = 2 * self.text.frameWidth() + 8 + self.text.horizontalScrollBar().sizeHint().height()
-        self.text.setMinimumHeight(spacing * SMALL_LINES + extra)
-        self.text.setMaximumHeight(spacing * lines + extra)
+        self.text.setFixedHeight(spacing * (SMALL_LINES if self.compact else lines) + extra)
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self.set_visible_lines(self._lines)
 
     def row_width(self) -> int:
         """The width the button row needs with every button shown (Verify appears once a build is set)."""
