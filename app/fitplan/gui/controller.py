@@ -460,9 +460,8 @@ class Planner(QObject):
         choices = self.p.settings.choices()
         self.user = self.user.with_choices(self.model.source, choices)
         mm = self.model.mmproj.path if self.model.mmproj is not None else None
-        return PlanRequest(
-            self.estimator.next_id(), self.model, choices.to_launch_settings(mm), machine, choices.margin_mib * MIB
-        )
+        settings = replace(choices.to_launch_settings(mm), no_kv_offload=self.p.settings.kv_offload_off())
+        return PlanRequest(self.estimator.next_id(), self.model, settings, machine, choices.margin_mib * MIB)
 
     def schedule_estimate(self) -> None:
         """Coalesce a burst of changes; during a long drag still estimate every MAX_WAIT_MS."""
@@ -673,6 +672,7 @@ class Planner(QObject):
                 self.p.banner.show_message("warning", f"The pasted command's model {model} is not on this "
                                            "machine; its settings apply to the open model.", key="paste-model")
         self.p.settings.set_choices(choices)
+        self.p.settings.no_kv_offload.setChecked(imported.settings.no_kv_offload)
         self.schedule_estimate()
         if imported.unmodelled or imported.ignored:
             names = ", ".join(e.partition(" ")[0] for e in (*imported.unmodelled, *imported.ignored))

@@ -333,7 +333,7 @@ class MainWindow(QMainWindow):
         chain: list[QWidget] = [
             m.open_button, m.url_button, m.folder_button, m.recent_button, m.filter_box, m.table,
             s.engine, s.context_slider, s.context_box, s.ollama_auto, s.cache_k, s.cache_v, s.slots, s.unified,
-            s.flash, s.mmproj, s.gpu_layers, s.cpu_moe, s.mla, s.amb, s.fmoe, s.rtr, s.tail_tokens, s.tail_type,
+            s.flash, s.mmproj, s.gpu_layers_slider, s.gpu_layers, s.no_kv_offload, s.cpu_moe, s.mla, s.amb, s.fmoe, s.rtr, s.tail_tokens, s.tail_type,
             s.overhead, s.margin, s.advanced,
             self.hardware.list, self.hardware.catalog, self.hardware.add_catalog, self.hardware.size_box,
             self.hardware.add_size, self.hardware.remove,

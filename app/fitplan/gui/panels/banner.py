@@ -71,6 +71,7 @@ class MessageBanner(QFrame):
         self._rows: list[_MessageRow] = []
         self.history: list[Message] = []
         inner = QWidget()
+        self._inner = inner
         self._layout = QVBoxLayout(inner)
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(2)
@@ -131,9 +132,8 @@ class MessageBanner(QFrame):
             self._layout.addWidget(row)
             self._rows.append(row)
         self.setVisible(bool(self._messages))
-        inner = self._scroll.widget()
-        inner.adjustSize()
-        self._scroll.setFixedHeight(min(MAX_HEIGHT, inner.sizeHint().height()))
+        self._inner.adjustSize()
+        self._scroll.setFixedHeight(min(MAX_HEIGHT, self._inner.sizeHint().height()))
 
     def apply_theme(self) -> None:
         for row in self._rows:

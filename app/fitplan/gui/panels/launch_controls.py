@@ -163,6 +163,17 @@ class SettingsPanel(QWidget):
             self.flash.addItem(label, fa.value)
         self.gpu_layers = QSpinBox(minimum=-1, maximum=999)
         self.gpu_layers.setSpecialValueText("all (auto)")
+        # The same choice as "N of M" on a slider: the far right is every layer (auto), the far left none.
+        self.gpu_layers_slider = QSlider(Qt.Orientation.Horizontal)
+        self.gpu_layers_slider.setRange(0, 33)
+        self.gpu_layers_slider.setToolTip("Layers on the GPU (-ngl): drag left to keep layers in system RAM")
+        self.gpu_layers_of = QLabel("")
+        self.gpu_layers_of.setTextFormat(Qt.TextFormat.PlainText)
+        self.no_kv_offload = QCheckBox("KV cache in system RAM (-nkvo)")
+        self.no_kv_offload.setToolTip(
+            "-nkvo: the KV cache of every layer stays in system RAM instead of following its layer to the GPU; "
+            "GPU memory is freed, attention reads the cache over the bus"
+        )
         self.cpu_moe = QSpinBox(minimum=0, maximum=999)
         self.cpu_moe.setSpecialValueText("auto")
         self.cpu_moe.setToolTip(
@@ -244,7 +255,12 @@ class SettingsPanel(QWidget):
         form.addRow(self.slots_label, slot_row)
         form.addRow("Flash attention:", self.flash)
         form.addRow("Projector:", self.mmproj)
-        form.addRow("GPU layers:", self.gpu_layers)
+        ngl_row = QHBoxLayout()
+        ngl_row.addWidget(self.gpu_layers_slider, 1)
+        ngl_row.addWidget(self.gpu_layers)
+        form.addRow("GPU layers:", ngl_row)
+        form.addRow("", self.gpu_layers_of)
+        form.addRow("", self.no_kv_offload)
         form.addRow("Experts on CPU:", self.cpu_moe)
         form.addRow("MLA mode (-mla):", self.mla)
         form.addRow("Attention cap:", self.amb)
@@ -282,8 +298,10 @@ class SettingsPanel(QWidget):
             self.tail_tokens, self.overhead,
         ):
             spin.valueChanged.connect(self._emit)
-        for box in (self.unified, self.fmoe, self.rtr):
+        for box in (self.unified, self.fmoe, self.rtr, self.no_kv_offload):
             box.toggled.connect(self._emit)
+        self.gpu_layers_slider.valueChanged.connect(self._ngl_slider_moved)
+        self.gpu_layers.valueChanged.connect(self._show_ngl)
         self.ollama_auto.toggled.connect(self._ollama_auto_toggled)
         self._apply_engine(Engine.LLAMA_CPP)
         self.set_choices(ModelChoices())
@@ -339,6 +357,7 @@ class SettingsPanel(QWidget):
         form.setRowVisible(self.ollama_auto, ollama)
         form.setRowVisible(self.overhead, ollama)
         form.setRowVisible(self.cpu_moe, not ollama)
+        form.setRowVisible(self.no_kv_offload, not ollama)
         form.setRowVisible(self.mla, ik)
         form.setRowVisible(self.amb, ik)
         form.setRowVisible(self.fmoe, ik)
@@ -437,6 +456,7 @@ class SettingsPanel(QWidget):
         self.context_slider.set_maximum_context(top)
         self.context_box.setMaximum(top)
         self.gpu_layers.setMaximum(profile.n_layer + 1)
+        self.gpu_layers_slider.setMaximum(profile.n_layer + 1)  # the repeating layers and the output layer
         self.cpu_moe.setMaximum(profile.n_layer)
         self.cpu_moe.setEnabled(profile.is_moe)
         label = self._form.labelForField(self.cpu_moe)
@@ -466,6 +486,7 @@ class SettingsPanel(QWidget):
         self.mmproj.setCurrentIndex(max(0, self.mmproj.findData(c.mmproj)))
         self.flash.setCurrentIndex(max(0, self.flash.findData(c.flash_attn)))
         self.gpu_layers.setValue(c.n_gpu_layers)
+        self._show_ngl(c.n_gpu_layers)
         self.cpu_moe.setValue(c.n_cpu_moe)
         self.batch.setValue(c.n_batch)
         self.ubatch.setValue(c.n_ubatch)
@@ -507,6 +528,24 @@ class SettingsPanel(QWidget):
             ollama_auto_ctx=self.ollama_auto.isChecked(),
             gpu_overhead_mib=self.overhead.value(),
         )
+
+    def _ngl_slider_moved(self, n: int) -> None:
+        """The slider's far right is every layer: "all (auto)"; elsewhere exactly N layers."""
+        value = -1 if n >= self.gpu_layers_slider.maximum() else n
+        if value != self.gpu_layers.value():
+            self.gpu_layers.setValue(value)
+
+    def _show_ngl(self, value: int) -> None:
+        top = self.gpu_layers_slider.maximum()
+        self.gpu_layers_slider.blockSignals(True)
+        self.gpu_layers_slider.setValue(top if value < 0 else min(value, top))
+        self.gpu_layers_slider.blockSignals(False)
+        shown = f"all {top} of {top} layers (auto)" if value < 0 else f"{min(value, top)} of {top} layers on the GPU"
+        self.gpu_layers_of.setText(shown)
+
+    def kv_offload_off(self) -> bool:
+        """-nkvo (not part of the saved choices: it applies to this session)."""
+        return self.no_kv_offload.isChecked() and self._engine is not Engine.OLLAMA
 
     def set_margin_limit(self, machine: Machine | None) -> None:
         """The margin cannot exceed the free memory of the smallest planned GPU (it is kept free on each)."""
