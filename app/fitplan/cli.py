@@ -73,8 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def opens_window(args: Sequence[str]) -> bool:
-    """`fitplan MODEL`: one argument that is not a subcommand nor an option opens the window on that model."""
-    return len(args) == 1 and not args[0].startswith("-") and args[0] not in COMMANDS
+    """`fitplan MODEL`: one argument that names a model (a .gguf path or URL, or an existing file) and is not a
+    subcommand opens the window on it; anything else is for the subcommand parser (a typo stays an error)."""
+    if len(args) != 1 or args[0].startswith("-") or args[0] in COMMANDS:
+        return False
+    word = args[0]
+    return word.lower().endswith(".gguf") or word.startswith(("http://", "https://")) or os.path.isfile(word)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
