@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = ("inspect", "estimate", "plan", "command", "quants",
 
 EPILOG = """examples:
   fitplan                                   open the planner window
+  fitplan model.gguf                        open the planner window on a model
   fitplan inspect model.gguf                what the header says, layer by layer
   fitplan estimate model.gguf -c 32768 -np 1 -ctk q8_0 -ctv q8_0 --assume-gpu "RTX 4090=24GiB"
   fitplan plan model.gguf --assume-gpu 24GiB
@@ -67,13 +68,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def opens_window(args: Sequence[str]) -> bool:
+    """`fitplan MODEL`: one argument that names a model (a .gguf path or URL, or an existing file) and is not a
+    subcommand opens the window on it; anything else is for the subcommand parser (a typo stays an error)."""
+    if len(args) != 1 or args[0].startswith("-") or args[0] in COMMANDS:
+        return False
+    word = args[0]
+    return word.lower().endswith(".gguf") or word.startswith(("http://", "https://")) or os.path.isfile(word)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default: `sys.argv[1:]`) and return the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list:
+    if not args_list or opens_window(args_list):
         from fitplan.gui.app import main as gui_main
 
-        return int(gui_main([]))
+        return int(gui_main(args_list, prog="fitplan"))
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(args_list)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,8 +99,44 @@ def launch(argv: Sequence[str] = ()) -> tuple[object, object]:
     return app, window
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+def build_parser(prog: str = "fitplan-gui") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="The fitplan window: will this GGUF model fit on my machine, with what context, and how do I "
+        "launch it?",
+        epilog="With no MODEL the window opens on the last model (or a bundled example). The command-line tools "
+        "are `fitplan COMMAND` (fitplan --help).",
+    )
+    parser.add_argument("model", nargs="?", metavar="MODEL", help="a .gguf file or an http(s) URL of one to open")
+    return parser
+
+
+def model_problem(model: str) -> str | None:
+    """Why MODEL cannot be opened, in one line (None when it can be tried): checked before any window opens."""
+    if model.startswith(("http://", "https://")):
+        return None
+    path = Path(model).expanduser()
+    if not path.exists():
+        return f"{model}: no such file"
+    if path.is_dir():
+        return f"{model}: is a folder; give a .gguf file (or add the folder to the library from the window)"
+    return None
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "fitplan-gui") -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog)
+    try:
+        parsed = parser.parse_args(raw)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    args: list[str] = []
+    if parsed.model:
+        problem = model_problem(parsed.model)
+        if problem:
+            print(f"{prog}: error: {problem}", file=sys.stderr)
+            return 2
+        args = [parsed.model]
     app, window = launch(args)
     import signal
 

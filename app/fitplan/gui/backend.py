@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
-from fitplan.core.base.errors import GGUFError, SettingsError
-from fitplan.core.base.launch_settings import NGL_AUTO, Engine, FlashAttn, LaunchSettings, MmprojPlacement
+from fitplan.core.base.errors import GGUFError
+from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
@@ -281,20 +281,9 @@ class Backend:
         return tuple((name, int(-neg * GIB), vendor) for _seg, neg, name, vendor in rows)
 
     # -- estimates -----------------------------------------------------------------------------------------------
-    @staticmethod
-    def _check_settings(settings: LaunchSettings) -> None:
-        if settings.engine is Engine.IK_LLAMA:
-            return  # ik_llama.cpp's MLA latent cache takes a quantized V without FA: the estimator decides
-        if settings.cache_type_v not in ("f16", "f32", "bf16") and settings.flash_attn is FlashAttn.OFF:
-            raise SettingsError(
-                f"A quantized V cache ({settings.cache_type_v}) needs flash attention; llama.cpp refuses it with "
-                "flash attention off. Turn flash attention on (or auto), or use an f16 V cache."
-            )
-
     def estimate(self, model: LoadedModel, settings: LaunchSettings, machine: Machine) -> Estimate:
         from fitplan.core.estimate.estimator import estimate
 
-        self._check_settings(settings)
         return estimate(model.profile, settings, machine, mmproj=self._mmproj_for(model, settings))
 
     @staticmethod
@@ -313,7 +302,6 @@ class Backend:
         key = (model.source, id(model.profile), replace(settings, n_ctx=0), machine, top)
         if self._curve_cache is not None and self._curve_cache[0] == key:
             return self._curve_cache[1]
-        self._check_settings(settings)
         grid = self.curve_contexts(top)
         c = estimate_curve(
             model.profile, settings, machine, [int(n) for n in grid], mmproj=self._mmproj_for(model, settings)
@@ -334,7 +322,6 @@ class Backend:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.plan import planner
         model, settings, machine = request.model, request.settings, request.machine
-        self._check_settings(settings)
         notes: list[str] = []
         export_settings = settings
         if settings.engine is Engine.OLLAMA and settings.n_ctx <= 0:

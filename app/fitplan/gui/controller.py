@@ -6,18 +6,22 @@ goes to the estimator thread or the job pool; every error ends in `show_error`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QStatusBar
 
 from fitplan.core.base.devices import MIB
 from fitplan.core.base.errors import FitplanError
-from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.launch_settings import Engine, LaunchSettings
 from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.gui.backend import (
@@ -31,21 +35,106 @@ from fitplan.gui.backend import (
     examples_dir,
     fmt_ctx,
 )
+from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
 from fitplan.gui.panels.command_box import CommandPanel
+from fitplan.gui.panels.device_bars import DeviceBarsPanel
 from fitplan.gui.panels.hardware import HardwarePanel
 from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
-from fitplan.gui.workers import Estimator, JobError, Jobs
+from fitplan.gui.workers import Estimator, JobError, Jobs, describe
 
 #: Settings changes are coalesced for this long before an estimate is requested (the chart line moves at once).
 DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
 BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 DEFAULT_CONTEXT = 32768
+
+
+def verify_summary(rows: list[dict[str, Any]]) -> str:
+    """One sentence per device from `fitplan verify --json` rows: the plan's MiB against llama.cpp's own."""
+    totals: dict[str, list[float]] = {}
+    for row in rows:
+        theirs = row.get("llamacpp_mib")
+        if theirs is None:
+            continue
+        pair = totals.setdefault(str(row.get("device", "?")), [0.0, 0.0])
+        pair[0] += float(row.get("estimate_mib", 0.0))
+        pair[1] += float(theirs)
+    if not totals:
+        return "llama-fit-params gave no per-device memory to compare with."
+    parts = []
+    for device, (ours, theirs) in totals.items():
+        rel = f" ({(ours - theirs) / theirs:+.1%})" if theirs else ""
+        parts.append(f"{device}: planned {ours:,.0f} MiB, llama.cpp {theirs:,.0f} MiB{rel}")
+    return "Checked with llama-fit-params (weights, KV and compute): " + "; ".join(parts) + "."
+
+
+MAX_CONFIG_CHARS = 200_000
+
+
+def kept_flags(args: tuple[str, ...], ignored: tuple[str, ...], unmodelled: tuple[str, ...]) -> tuple[str, ...]:
+    """The pasted flags the plan's command does not write itself (those without a memory effect, and those whose
+    effect fitplan does not model), each with its value, as argv words."""
+    out: list[str] = []
+    for entry in (*unmodelled, *ignored):
+        flag, _, value = entry.partition(" ")
+        out += [flag, value] if value else [flag]
+    return tuple(out)
+
+
+def preset_args(text: str) -> list[str]:
+    """The flags of the first section of a llama-server preset INI: `key = value` as `--key value`, `true` as the
+    bare flag; the model line becomes `-m`."""
+    out: list[str] = []
+    sections = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith((";", "#")):
+            continue
+        if line.startswith("["):
+            sections += 1
+            if sections > 1:
+                break
+            continue
+        key, _, value = (part.strip() for part in line.partition("="))
+        if not key:
+            continue
+        if value.lower() == "true":
+            out.append(f"--{key}")
+        elif value.lower() != "false":
+            out += ["-m" if key == "model" else f"--{key}", value]
+    return out
+
+
+def choices_from_settings(s: LaunchSettings, current: ModelChoices) -> ModelChoices:
+    """The Settings panel's choices for launch settings read from a command (what the command does not say stays
+    as `current` has it: the margin)."""
+    return replace(
+        current,
+        n_ctx=s.n_ctx if s.n_ctx > 0 else current.n_ctx,
+        cache_type_k=s.cache_type_k,
+        cache_type_v=s.cache_type_v,
+        n_parallel=max(1, s.n_parallel),
+        kv_unified=bool(s.kv_unified),
+        mmproj=s.mmproj.value,
+        flash_attn=s.flash_attn.value,
+        n_gpu_layers=s.n_gpu_layers,
+        n_cpu_moe=s.n_cpu_moe,
+        n_batch=s.n_batch,
+        n_ubatch=s.n_ubatch,
+        engine=s.engine.value,
+        mla_mode=s.mla_mode,
+        attn_max_batch_mib=s.attn_max_batch_mib,
+        fused_moe=s.fused_moe,
+        run_time_repack=s.run_time_repack,
+        kv_tail_tokens=s.kv_tail_tokens,
+        kv_tail_type=s.kv_tail_type,
+        ollama_auto_ctx=s.engine is Engine.OLLAMA and s.n_ctx <= 0,
+    )
 
 
 def most_overfull(outcome: PlanOutcome) -> int:
@@ -62,13 +151,36 @@ class Panels:
     settings: SettingsPanel
     chart: ChartPanel
     verdict: VerdictPanel
+    devices: DeviceBarsPanel
     command: CommandPanel
     banner: MessageBanner
     status: QStatusBar
+    activity: ActivityPanel
+
+
+def is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+def message_key(what: str) -> str:
+    """Which message a failed job's error replaces: one per kind of work."""
+    if what == "Estimate":
+        return "estimate-error"
+    if what.startswith("Opening"):
+        return "open"
+    return what.lower().split(" ")[0]
+
+
+class _UrlBridge(QObject):
+    """Carries a URL read's result from its daemon thread back to the GUI thread (queued)."""
+
+    done = Signal(int, object)
+    failed = Signal(int, object)
 
 
 class Planner(QObject):
     model_loaded = Signal(object)  # LoadedModel
+    paste_failed = Signal(str)
     outcome_shown = Signal(object)  # PlanOutcome
     hardware_ready = Signal()
 
@@ -88,6 +200,8 @@ class Planner(QObject):
         self.model: LoadedModel | None = None
         self.detection: Detection | None = None
         self.outcome: PlanOutcome | None = None
+        self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
+        self.estimate_failed = False  # the newest request ended in an error (nothing of the last outcome is shown)
         self.estimator = Estimator(backend, self)
         self.jobs = Jobs(parent=self)
         self._scan_errors: list[str] = []
@@ -103,6 +217,10 @@ class Planner(QObject):
         self._badge_timer.setSingleShot(True)
         self._badge_timer.setInterval(BADGE_DELAY_MS)
         self._badge_timer.timeout.connect(self.refresh_badges)
+        self._url_token = 0  # the URL read whose answer is awaited (0: none)
+        self._url_bridge = _UrlBridge(self)
+        self._url_bridge.done.connect(self._url_done)
+        self._url_bridge.failed.connect(self._url_failed)
 
         p = panels
         p.models.open_requested.connect(self.open)
@@ -124,32 +242,118 @@ class Planner(QObject):
 
     # -- start ---------------------------------------------------------------------------------------------------
     def start(self, initial: str | None = None) -> None:
+        """Detect GPUs, scan the library, restore the models opened before, and open `initial` (a path or URL
+        given on the command line; a missing one is reported, not replaced by the example), else the last model,
+        else the bundled example."""
         self.p.status.showMessage("Detecting GPUs…")
         self.jobs.start("GPU detection", lambda _progress: self.backend.detect(), self._detected)
         self.scan_library(self.backend.library_roots(self.user.folders), announce=False)
-        first = initial or self.user.last_model
-        if not first or (not first.startswith(("http://", "https://")) and not Path(first).is_file()):
+        self._restore_opened()
+        if initial:
+            if is_url(initial) or Path(initial).expanduser().is_file():
+                self.open(initial)
+            else:
+                self.p.banner.show_message("error", f"{initial}: no such file", key="open")
+            return
+        first = self.user.last_model
+        if not first or (not is_url(first) and not Path(first).is_file()):
             ex = examples_dir()
             first = str(ex / EXAMPLE_MODEL) if ex else ""
         if first:
             self.open(first)
 
+    def _restore_opened(self) -> None:
+        """The models opened by file, drop or URL in earlier sessions join the list again (URLs unread until
+        clicked: reading them needs the network)."""
+        local = [p for p in self.user.recent_files if not is_url(p) and Path(p).is_file()]
+        for url in (p for p in self.user.recent_files if is_url(p)):
+            self.p.models.add_placeholder(url)
+        if not local:
+            return
+
+        def work(_progress: Any) -> list[LoadedModel]:
+            out: list[LoadedModel] = []
+            for path in local:
+                try:
+                    out.append(self.backend.load(path))
+                except FitplanError:
+                    continue  # gone bad since: it simply is not listed
+            return out
+
+        self.jobs.start("Restoring models", work, self._restored)
+
+    def _restored(self, models: list[LoadedModel]) -> None:
+        for model in models:
+            if model.source not in self.library:
+                self.library[model.source] = model
+            self.p.models.add_model(model)
+        self._badge_timer.start()
+
     def settled(self) -> bool:
         """No job running and the newest request answered (tests and benches wait for this)."""
         out = self.outcome
-        return self.jobs.running == 0 and out is not None and out.request_id == self.estimator.latest_id
+        if self.jobs.running or self._url_token:
+            return False
+        if self.estimate_failed:
+            return True
+        return out is not None and out.request_id == self.estimator.latest_id
 
     def shutdown(self) -> None:
         self._debounce.stop()
         self._badge_timer.stop()
+        self._url_token = 0  # a URL read still hanging is a daemon thread: nobody waits for it
         self.estimator.shutdown()
         self.jobs.shutdown()
 
     # -- models --------------------------------------------------------------------------------------------------
     def open(self, source: str) -> None:
-        self.p.status.showMessage(f"Reading the header of {source}…")
-        name = source if source.startswith(("http://", "https://")) else Path(source).name
+        source = source.strip()
+        if is_url(source):
+            self._open_url(source)
+            return
+        name = Path(source).name
+        self.p.status.showMessage(f"Reading the header of {name}…", 5000)
         self.jobs.start(f"Opening {name}", lambda _progress: self.backend.load(source), self._loaded)
+
+    def _open_url(self, url: str) -> None:
+        """Read a header over the network on a daemon thread: Cancel (or quitting) never waits for the server."""
+        self._url_token += 1
+        token, bridge, backend = self._url_token, self._url_bridge, self.backend
+
+        def work() -> None:
+            try:
+                model = backend.load(url)
+            except Exception as exc:  # shown by show_error, like every job's failure
+                result: object = describe(f"Opening {url}", exc)
+                signal = bridge.failed
+            else:
+                result, signal = model, bridge.done
+            with contextlib.suppress(RuntimeError):  # the window is gone
+                signal.emit(token, result)
+
+        self.p.activity.start(f"Reading the header of {url}…", self.cancel_open)
+        threading.Thread(target=work, name="fitplan-url", daemon=True).start()
+
+    def cancel_open(self) -> None:
+        """Stop waiting for the URL being read (its answer, if it ever comes, is dropped)."""
+        if self._url_token:
+            self._url_token = 0
+            self.p.activity.stop()
+            self.p.status.showMessage("Stopped reading the URL", 4000)
+
+    @Slot(int, object)
+    def _url_done(self, token: int, model: LoadedModel) -> None:
+        if token == self._url_token:
+            self._url_token = 0
+            self.p.activity.stop()
+            self._loaded(model)
+
+    @Slot(int, object)
+    def _url_failed(self, token: int, err: JobError) -> None:
+        if token == self._url_token:
+            self._url_token = 0
+            self.p.activity.stop()
+            self.show_error(err)
 
     def _loaded(self, model: LoadedModel) -> None:
         self.model = model
@@ -157,21 +361,25 @@ class Planner(QObject):
         self.library[model.source] = model
         p.models.add_model(model)
         p.models.select(model.source)
+        if not is_url(model.source):
+            p.models.set_start_folder(str(Path(model.source).parent))
         p.summary.set_model(model)
         choices = self.user.model_choices.get(model.source)
         if choices is None:
             choices = self.default_choices(model)
         p.settings.set_model(model.profile, model.mmproj is not None, choices)
         p.chart.set_context(choices.n_ctx)
+        p.chart.reset_hover()
         self.user = self.user.with_recent(model.source)
         p.models.set_recent(self.user.recent_files)
         p.status.showMessage(f"Opened {model.profile.name}", 4000)
+        # What was said about the previous model (its warnings, its estimate, a failed open) is gone with it.
+        p.banner.clear("model", "estimate", "estimate-error", "open")
         if model.warnings:
-            p.banner.show_message("warning", " ".join(model.warnings))
-        elif p.banner.level == "error":
-            p.banner.hide()
+            p.banner.show_message("warning", " ".join(model.warnings), key="model")
         self.model_loaded.emit(model)
         self.request_estimate()
+        self._badge_timer.start()  # every model opened gets its badge, not only the last of a burst
 
     def add_folder(self, folder: str, remember: bool = True) -> None:
         if remember and folder not in self.user.folders:
@@ -211,7 +419,7 @@ class Planner(QObject):
         self.refresh_badges()
         if errors and announce:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            self.p.banner.show_message("warning", f"Some files could not be used: {errors[0]}{more}")
+            self.p.banner.show_message("warning", f"Some files could not be used: {errors[0]}{more}", key="scan")
 
     # -- hardware ------------------------------------------------------------------------------------------------
     def _detected(self, detection: Detection) -> None:
@@ -219,12 +427,14 @@ class Planner(QObject):
         self.p.hardware.set_detection(detection, self.user.hypothetical_devices, self.user.planned_devices)
         gpus = len(detection.gpus)
         self.p.status.showMessage(f"Found {gpus} GPU(s)", 4000)
-        if not detection.gpus:
+        machine = self.p.hardware.machine()
+        if not detection.gpus and (machine is None or not machine.gpus):
             why = f" ({detection.problems[0]})" if detection.problems else ""
             self.p.banner.show_message(
                 "info",
                 f"No GPU detected{why}. Planning for system RAM only; add a hypothetical GPU under Hardware "
                 "to plan for one.",
+                key="hardware",
             )
         self.hardware_ready.emit()
         self.request_estimate()
@@ -234,6 +444,11 @@ class Planner(QObject):
     def _devices_changed(self) -> None:
         hw = self.p.hardware
         self.user = replace(self.user, hypothetical_devices=hw.hypothetical(), planned_devices=hw.planned_names())
+        machine = hw.machine()
+        if machine is not None and machine.gpus:
+            self.p.banner.clear("hardware")
+        self.p.settings.set_margin_limit(machine)
+        self.p.chart.reset_hover()
         self.schedule_estimate()
         self._badge_timer.start()
 
@@ -245,9 +460,8 @@ class Planner(QObject):
         choices = self.p.settings.choices()
         self.user = self.user.with_choices(self.model.source, choices)
         mm = self.model.mmproj.path if self.model.mmproj is not None else None
-        return PlanRequest(
-            self.estimator.next_id(), self.model, choices.to_launch_settings(mm), machine, choices.margin_mib * MIB
-        )
+        settings = replace(choices.to_launch_settings(mm), no_kv_offload=self.p.settings.kv_offload_off())
+        return PlanRequest(self.estimator.next_id(), self.model, settings, machine, choices.margin_mib * MIB)
 
     def schedule_estimate(self) -> None:
         """Coalesce a burst of changes; during a long drag still estimate every MAX_WAIT_MS."""
@@ -264,6 +478,7 @@ class Planner(QObject):
         self._pending_since = None
         request = self.current_request()
         if request is not None:
+            self.estimate_failed = False
             self.estimator.submit(request)
 
     def refresh_badges(self) -> None:
@@ -312,13 +527,18 @@ class Planner(QObject):
 
     def _show_outcome(self, outcome: PlanOutcome) -> None:
         self.outcome = outcome
+        self.estimate_failed = False
         p = self.p
+        p.banner.clear("estimate-error")
         if outcome.curve is not None:
             trained = self.model.profile.n_ctx_train if self.model is not None else 0
             p.chart.set_curve(outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context, trained)
             if outcome.verdict.level == VerdictLevel.NO_FIT:
-                p.chart.select_device(most_overfull(outcome))
+                p.chart.select_device(most_overfull(outcome), automatic=True)
+            else:
+                p.chart.restore_device()  # back to the device the user chose once the plan fits again
         p.chart.set_context(outcome.estimate.settings.n_ctx)
+        p.devices.set_estimate(outcome.estimate, self.p.settings.choices().margin_mib * MIB)
         if p.settings.context_is_automatic():
             p.settings.show_context(outcome.estimate.settings.n_ctx)
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
@@ -328,16 +548,25 @@ class Planner(QObject):
         if self.model is not None:
             p.models.set_fit(self.model.source, outcome.verdict.level)
         if outcome.estimate.warnings:
-            p.banner.show_message("warning", " ".join(outcome.estimate.warnings))
-        elif p.banner.level in ("error", "warning") and p.banner.isVisible() and "Estimate" in p.banner.text():
-            p.banner.hide()
+            p.banner.show_message("warning", " ".join(outcome.estimate.warnings), key="estimate")
+        else:
+            p.banner.clear("estimate")
         fits = f"fits up to {fmt_ctx(outcome.max_context)}" if outcome.max_context else "does not fit"
         p.status.showMessage(f"Estimate updated: {fits}", 3000)
         self.outcome_shown.emit(outcome)
 
     def show_error(self, err: JobError) -> None:
-        self.p.banner.show_message("error", f"{err.what}: {err.message}")
+        key = message_key(err.what)
+        self.p.banner.show_message("error", f"{err.what}: {err.message}", key=key)
         self.p.status.showMessage(f"{err.what} failed", 5000)
+        if key == "estimate-error":
+            # Nothing of the last good estimate stays on screen as if it held for these settings.
+            self.estimate_failed = True
+            self.p.verdict.set_error(f"No estimate: {err.message}")
+            self.p.chart.clear()
+            self.p.devices.clear()
+            self.p.command.set_command("")
+            self.p.command.set_verify_available(False)
 
     # -- command -------------------------------------------------------------------------------------------------
     def _shell_changed(self, shell: str) -> None:
@@ -352,10 +581,13 @@ class Planner(QObject):
             if outcome.ollama is not None:
                 text = self.backend.render_ollama(outcome.ollama, shell)
             else:
-                text = self.backend.render_command(outcome.args, shell)
+                text = self.backend.render_command((*outcome.args, *self.kept_args), shell)
         except FitplanError as exc:
             text = ""
-            self.p.banner.show_message("warning", f"The command cannot be written for this shell: {exc}")
+            self.p.banner.show_message("warning", f"The command cannot be written for this shell: {exc}",
+                                       key="command")
+        else:
+            self.p.banner.clear("command")
         self.p.command.set_command(text, engine)
         # llama-fit-params verifies mainline llama.cpp's allocation only.
         self.p.command.set_verify_available(self._llama_server is not None and engine is Engine.LLAMA_CPP)
@@ -370,27 +602,119 @@ class Planner(QObject):
         found = self._llama_server is not None
         self.p.command.set_verify_available(found)
         if not found:
-            self.p.banner.show_message("warning", f"No llama-server in {folder}; verification stays off.")
+            self.p.banner.show_message("warning", f"No llama-server in {folder}; verification stays off.",
+                                       key="llama-bin")
+        else:
+            self.p.banner.clear("llama-bin")
+
+    def verify_argv(self) -> list[str] | None:
+        """`fitplan verify` for the shown plan, estimating for the planned GPUs (not whatever this machine has)."""
+        outcome, machine = self.outcome, self.p.hardware.machine()
+        if outcome is None or machine is None or self.model is None or not self.user.llama_bin_dir:
+            return None
+        argv = [sys.executable, "-m", "fitplan", "verify", *outcome.args[1:], "--llama-bin", self.user.llama_bin_dir,
+                "--json"]
+        for gpu in machine.gpus:
+            argv += ["--assume-gpu", f"{gpu.name.replace('=', '-')}={gpu.free_bytes // MIB}MiB"]
+        return argv
 
     def verify(self) -> None:
-        if self.outcome is None:
+        argv = self.verify_argv()
+        if argv is None:
             return
-        server = self.backend.llama_server_in(self.user.llama_bin_dir)
-        if server is None:
-            return
-        fit = Path(server).with_name(Path(server).name.replace("llama-server", "llama-fit-params"))
-        argv = [str(fit), *self.outcome.args[1:]]
+        hypothetical = [d.name for d, on in self.p.hardware.devices() if on and d.hypothetical]
 
         def run(_progress: Any) -> str:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-            return (done.stdout + done.stderr)[-4000:]
+            if done.returncode != 0:
+                lines = (done.stderr or done.stdout).strip().splitlines()
+                raise FitplanError(lines[-1] if lines else f"fitplan verify failed (exit {done.returncode})")
+            return done.stdout
 
-        self.p.status.showMessage("Running llama-fit-params…")
-        self.jobs.start("Verify with llama.cpp", run, self._verified)
+        self.p.activity.start("Running llama-fit-params…", None)
+        self.jobs.start("Verify with llama.cpp",
+                        run, lambda out: self._verified(out, hypothetical))
 
-    def _verified(self, output: str) -> None:
-        tail = "\n".join(output.strip().splitlines()[-6:])
-        self.p.banner.show_message("info", f"llama-fit-params says:\n{tail}")
+    def _verified(self, output: str, hypothetical: list[str]) -> None:
+        self.p.activity.stop()
+        try:
+            rows = json.loads(output).get("rows", [])
+        except (ValueError, AttributeError):
+            rows = []
+        text = verify_summary(rows)
+        if hypothetical:
+            text += (f" llama-fit-params measured this machine's devices, not the hypothetical "
+                     f"{', '.join(hypothetical)}: compare per device with care.")
+        self.p.banner.show_message("info", text, key="verify")
+
+    # -- a pasted command, saved and loaded configurations --------------------------------------------------------
+    def paste_command(self, text: str) -> None:
+        """Set every control from a llama-server command line (pasted, dropped or loaded from a script). Flags
+        fitplan does not model are kept in the command and named; a model given with -m is opened."""
+        from fitplan.core.launch.command_line import import_command
+
+        try:
+            imported = import_command(text, engine=self.p.settings.current_engine())
+        except FitplanError as exc:
+            self.p.banner.show_message("error", f"Paste: {exc}", key="paste")
+            self.paste_failed.emit(str(exc))
+            return
+        self.p.banner.clear("paste")
+        current = self.p.settings.choices()
+        choices = choices_from_settings(imported.settings, current)
+        self.kept_args = kept_flags(imported.args, imported.ignored, imported.unmodelled)
+        model = imported.model_path
+        if model and (self.model is None or Path(model).expanduser() != Path(self.model.source)):
+            if Path(model).expanduser().is_file():
+                self.user = self.user.with_choices(str(Path(model).expanduser()), choices)
+                self.open(str(Path(model).expanduser()))
+            else:
+                self.p.banner.show_message("warning", f"The pasted command's model {model} is not on this "
+                                           "machine; its settings apply to the open model.", key="paste-model")
+        self.p.settings.set_choices(choices)
+        self.p.settings.no_kv_offload.setChecked(imported.settings.no_kv_offload)
+        self.schedule_estimate()
+        if imported.unmodelled or imported.ignored:
+            names = ", ".join(e.partition(" ")[0] for e in (*imported.unmodelled, *imported.ignored))
+            self.p.banner.show_message("info", f"Kept in the command, not in the estimate: {names}", key="paste-kept")
+        self.p.status.showMessage("Settings taken from the pasted command", 4000)
+
+    def save_configuration(self, path: str, kind: str = "") -> None:
+        """The plan as a llama-server preset (.ini), a script for the chosen shell, or an ollama Modelfile."""
+        from fitplan.core.launch.command_line import ollama_export, to_preset_ini
+
+        out = self.outcome
+        if out is None or self.model is None or out.plan_settings is None:
+            self.p.banner.show_message("warning", "Nothing to save yet: open a model first.", key="save")
+            return
+        name = Path(path).name
+        try:
+            if name.lower().endswith(".ini") or "preset" in kind:
+                text = to_preset_ini(out.plan_settings, Path(self.model.source).stem or "model", self.model.source)
+            elif name == "Modelfile" or name.lower().endswith(".modelfile") or "Modelfile" in kind:
+                text = ollama_export(out.plan_settings, self.model.source).modelfile
+            else:
+                shell = {".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}.get(Path(path).suffix.lower(),
+                                                                                self.p.command.current_shell())
+                body = self.backend.render_command((*out.args, *self.kept_args), shell)
+                text = ("#!/bin/sh\n" if shell == "sh" else "") + body + "\n"
+            Path(path).write_text(text, encoding="utf-8")
+        except (FitplanError, OSError) as exc:
+            self.p.banner.show_message("error", f"Could not save {name}: {exc}", key="save")
+            return
+        self.p.banner.clear("save")
+        self.p.status.showMessage(f"Saved {path}", 4000)
+
+    def load_configuration(self, path: str) -> None:
+        """A saved script or preset: its command (or preset section) sets the controls."""
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")[:MAX_CONFIG_CHARS]
+        except OSError as exc:
+            self.p.banner.show_message("error", f"Could not read {path}: {exc.strerror or exc}", key="paste")
+            return
+        if Path(path).suffix.lower() == ".ini":
+            text = " ".join(["llama-server", *preset_args(text)])
+        self.paste_command(text)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save(self, geometry: str, state: str) -> None:

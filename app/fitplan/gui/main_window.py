@@ -5,12 +5,23 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDragLeaveEvent,
+    QDropEvent,
+    QGuiApplication,
+    QKeySequence,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QFileDialog,
     QGroupBox,
+    QLabel,
     QMainWindow,
+    QMessageBox,
     QScrollArea,
     QSplitter,
     QStatusBar,
@@ -18,14 +29,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fitplan import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT, __version__
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.inputs.user_settings import UserSettings
 from fitplan.gui.backend import Backend
 from fitplan.gui.controller import Panels, Planner
+from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
 from fitplan.gui.panels.command_box import MIN_LINES, CommandPanel
+from fitplan.gui.panels.device_bars import DeviceBarsPanel
 from fitplan.gui.panels.hardware import HardwarePanel
 from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
@@ -33,8 +47,21 @@ from fitplan.gui.panels.quants import QuantsDialog
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 
-MIN_SIZE = (1024, 640)
+#: Small enough for a 1024x640 screen once its panels and the title bar took their share.
+MIN_SIZE = (960, 540)
 DEFAULT_SIZE = (1280, 800)
+COMPACT_HEIGHT = 720  # below this window height the command box shrinks to three lines
+TITLE = "fitplan — will this model fit?"
+DROP_STYLE = "QMainWindow#fitplan-window { border: 3px dashed palette(highlight); }"
+
+
+def fitted_size(wanted: QSize, available: QSize) -> QSize:
+    """`wanted`, shrunk to fit `available` (the screen less its panels, with room for the window frame)."""
+    frame = QSize(16, 40)
+    return QSize(
+        max(MIN_SIZE[0], min(wanted.width(), available.width() - frame.width())),
+        max(MIN_SIZE[1], min(wanted.height(), available.height() - frame.height())),
+    )
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -45,6 +72,17 @@ def _group(title: str, widget: QWidget) -> QGroupBox:
     return box
 
 
+def dropped_folders(local_paths: list[str]) -> list[str]:
+    """Dropped folders: each joins the library (scanned for models)."""
+    return [p for p in local_paths if Path(p).is_dir()]
+
+
+def looks_like_command(text: str) -> bool:
+    """Dropped or pasted text that is a llama-server command line rather than paths or URLs."""
+    t = text.strip()
+    return "llama-server" in t or "llama-cli" in t or (t.startswith("-") and " " in t)
+
+
 def dropped_sources(urls: list[str], local_files: list[str]) -> list[str]:
     """What a drop opens: local .gguf files, and remote http(s) URLs ending in .gguf (order kept)."""
     out = [f for f in local_files if f.lower().endswith(".gguf")]
@@ -52,13 +90,69 @@ def dropped_sources(urls: list[str], local_files: list[str]) -> list[str]:
     return out
 
 
+class FitScrollArea(QScrollArea):
+    """Gives its widget the whole viewport, and only when the viewport is shorter than the widget's minimum a
+    vertical scroll bar. (widgetResizable would grow a column with word-wrapped labels to its preferred height.)"""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidgetResizable(False)
+        self._refit = QTimer(self)
+        self._refit.setSingleShot(True)
+        self._refit.setInterval(0)
+        self._refit.timeout.connect(self.fit_widget)
+
+    def minimumSizeHint(self) -> QSize:
+        widget = self.widget()
+        width = max(widget.minimumSizeHint().width(), widget.minimumWidth()) if widget is not None else 0
+        return QSize(width + self.verticalScrollBar().sizeHint().width(), 120)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_widget()
+
+    def watch(self) -> None:
+        """Refit whenever the widget's layout changes (a message shown, a legend that wraps to two lines)."""
+        widget = self.widget()
+        if widget is not None:
+            widget.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest and not self._refit.isActive():
+            self._refit.start()
+        return False
+
+    def fit_widget(self) -> None:
+        widget = self.widget()
+        if widget is None:
+            return
+        room = self.contentsRect().size()
+        need = max(widget.minimumSizeHint().height(), widget.minimumHeight())
+        # A word-wrapped label's minimum is one line; at the width it has it may need more.
+        for label in widget.findChildren(QLabel):
+            if label.wordWrap() and label.isVisible() and label.width() > 0:
+                need += max(0, label.heightForWidth(label.width()) - max(label.minimumSizeHint().height(),
+                                                                          label.minimumHeight()))
+        width = room.width() - (self.verticalScrollBar().sizeHint().width() if need > room.height() else 0)
+        widget.resize(width, max(room.height(), need))
+
+
 class MainWindow(QMainWindow):
     def __init__(self, backend: Backend, user: UserSettings, config_dir: Path | None = None) -> None:
         super().__init__()
-        self.setWindowTitle("fitplan — will this model fit?")
+        self.setObjectName("fitplan-window")
+        self.setWindowTitle(TITLE)
         self.setMinimumSize(*MIN_SIZE)
-        self.resize(*DEFAULT_SIZE)
+        screen = QGuiApplication.primaryScreen()
+        available = screen.availableSize() if screen is not None else QSize(*DEFAULT_SIZE)
+        self.resize(fitted_size(QSize(*DEFAULT_SIZE), available))
         self.setAcceptDrops(True)
+        self.drop_hint = QLabel("Drop to open: .gguf files, URLs, folders or a llama-server command")
+        self.drop_hint.setObjectName("drop-hint")
+        self.drop_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.drop_hint.setVisible(False)
 
         self.models = ModelsPanel()
         self.summary = SummaryPanel()
@@ -66,9 +160,12 @@ class MainWindow(QMainWindow):
         self.settings = SettingsPanel()
         self.chart = ChartPanel()
         self.verdict = VerdictPanel()
+        self.devices = DeviceBarsPanel()
         self.command = CommandPanel()
         self.banner = MessageBanner()
+        self.activity = ActivityPanel()
         self.setStatusBar(QStatusBar())
+        self.statusBar().addPermanentWidget(self.activity)
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(_group("Models", self.models))
@@ -90,11 +187,19 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(_group("Memory by context", self.chart), 1)
         centre_layout.addWidget(_group("Command", self.command))
         self.command.set_visible_lines(MIN_LINES)
+        # The command row (shell, Verify, Copy) is never clipped: the model list gives way first.
+        centre.setMinimumWidth(self.command.row_width() + 24)
+        self.drop_hint.setParent(centre)
+        # Below the height the column needs it scrolls instead of letting the legend and readout overlap the plot.
+        centre_scroll = FitScrollArea()
+        centre_scroll.setWidget(centre)
+        centre_scroll.watch()
 
         right_inner = QWidget()
         right_layout = QVBoxLayout(right_inner)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(_group("Hardware", self.hardware))
+        right_layout.addWidget(_group("Memory per device", self.devices))
         right_layout.addWidget(_group("Settings", self.settings))
         right_layout.addStretch(1)
         right = QScrollArea()
@@ -111,27 +216,28 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("main-splitter")
         self.splitter.addWidget(left)
-        self.splitter.addWidget(centre)
+        self.splitter.addWidget(centre_scroll)
         self.splitter.addWidget(right)
         # Narrower windows take from the model list and the chart alike; the settings column keeps its width.
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
-        self.splitter.setSizes([410, 540, 330])
+        self.splitter.setSizes([410, 540, 330] if self.width() >= DEFAULT_SIZE[0] else [250, 420, 330])
         left.setSizes([430, 330])  # the summary (about 11 rows) without scrolling at the default size
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
 
         self.planner = Planner(
             backend,
-            Panels(self.models, self.summary, self.hardware, self.settings, self.chart, self.verdict, self.command,
-                   self.banner, self.statusBar()),
+            Panels(self.models, self.summary, self.hardware, self.settings, self.chart, self.verdict, self.devices,
+                   self.command, self.banner, self.statusBar(), self.activity),
             user,
             config_dir,
             self,
         )
         self._build_menus()
         self._set_tab_order()
+        self.planner.model_loaded.connect(self._name_in_title)
         for widget, name in (
             (self.verdict, "Verdict"), (self.chart.plot, "Memory by context chart"), (self.command.text, "Command"),
             (self.models.table, "Models"), (self.hardware.list, "Devices to plan for"), (self.banner, "Message"),
@@ -139,6 +245,7 @@ class MainWindow(QMainWindow):
             widget.setAccessibleName(name)
         if user.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(user.window_geometry.encode()))
+            self.resize(fitted_size(self.size(), available))  # saved on a bigger screen
         if user.window_state:
             self.restoreState(QByteArray.fromBase64(user.window_state.encode()))
 
@@ -152,12 +259,22 @@ class MainWindow(QMainWindow):
         folder_action.triggered.connect(self.models.ask_add_folder)
         quants_action = QAction("Compare &quants…", self)
         quants_action.triggered.connect(self.compare_quants)
+        save_action = QAction("&Save configuration as…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Save))
+        save_action.triggered.connect(self._ask_save_configuration)
+        load_action = QAction("&Load configuration…", self)
+        load_action.triggered.connect(self._ask_load_configuration)
         bin_action = QAction("Set llama.cpp &build folder…", self)
         bin_action.triggered.connect(self._ask_llama_dir)
         quit_action = QAction("&Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
         quit_action.triggered.connect(self.close)
-        for a in (open_action, url_action, folder_action, quants_action, bin_action, quit_action):
+        for a in (open_action, url_action, folder_action, quants_action, save_action, load_action, bin_action,
+                  quit_action):
             menu.addAction(a)
+        edit = self.menuBar().addMenu("&Edit")
+        paste_action = QAction("&Paste llama-server command", self, shortcut=QKeySequence(QKeySequence.StandardKey.Paste))
+        paste_action.setToolTip("Set every control from a llama-server command on the clipboard")
+        paste_action.triggered.connect(self.paste_command)
+        edit.addAction(paste_action)
         plan = self.menuBar().addMenu("&Plan")
         copy_action = QAction("&Copy command", self, shortcut=QKeySequence("Ctrl+Shift+C"))
         copy_action.triggered.connect(self.planner.copy_command)
@@ -166,10 +283,16 @@ class MainWindow(QMainWindow):
         for a in (copy_action, ctx_action):
             plan.addAction(a)
             self.addAction(a)
+        help_menu = self.menuBar().addMenu("&Help")
+        about_action = QAction("&About fitplan", self)
+        about_action.triggered.connect(self._about)
+        help_menu.addAction(about_action)
         self.addAction(open_action)
-        self.actions_by_name = {
-            "open": open_action, "copy": copy_action, "context": ctx_action, "quants": quants_action,
-        }  # fmt: skip
+        self.actions_by_name = {"open": open_action, "copy": copy_action, "context": ctx_action,
+                                "paste": paste_action, "about": about_action, "save": save_action,
+                                "load": load_action, "quit": quit_action,
+                                "quants": quants_action}
+
 
     def compare_quants(self, source: str = "") -> QuantsDialog:
         """The Compare quants dialog, for `source` (default: the folder of the open local model)."""
@@ -188,12 +311,55 @@ class MainWindow(QMainWindow):
             dialog.start()
         return dialog
 
+
+    @staticmethod
+    def about_text() -> str:
+        return (f"fitplan {__version__}\n\nWill this GGUF model fit on my machine, with what context, and how do I "
+                f"launch it?\n\nEstimates llama.cpp at commit {LLAMA_CPP_COMMIT} (build {LLAMA_CPP_BUILD}).")
+
+    def _about(self) -> None:
+        box = QMessageBox(QMessageBox.Icon.Information, "About fitplan", self.about_text(),
+                          QMessageBox.StandardButton.Ok, self)
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        box.exec()
+
+    def _name_in_title(self, model: object) -> None:
+        name = getattr(getattr(model, "profile", None), "name", "") or ""
+        # The name comes from the file's header: control characters and line breaks are left out.
+        clean = "".join(ch for ch in name if ch.isprintable())[:120]
+        self.setWindowTitle(f"{clean} — fitplan" if clean else TITLE)
+
+    def paste_command(self) -> None:
+        """Edit > Paste (Ctrl+V outside a text field): a llama-server command from the clipboard sets the controls."""
+        focus = QGuiApplication.focusObject()
+        if (focus is not None and focus.inherits("QLineEdit")) or (focus is not None and focus.inherits("QAbstractSpinBox")):
+            focus.paste()  # type: ignore[attr-defined]
+            return
+        clipboard = QGuiApplication.clipboard()
+        self.planner.paste_command(clipboard.text() if clipboard is not None else "")
+
+    def _ask_save_configuration(self) -> None:
+        path, chosen = QFileDialog.getSaveFileName(
+            self, "Save the configuration", self.models.start_folder,
+            "llama-server preset (*.ini);;Shell script (*.sh *.ps1 *.bat);;ollama Modelfile (Modelfile *.modelfile)",
+        )
+        if path:
+            self.planner.save_configuration(path, chosen)
+
+    def _ask_load_configuration(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Load a configuration", self.models.start_folder,
+            "llama-server presets and scripts (*.ini *.sh *.ps1 *.bat *.cmd *.txt);;All files (*)",
+        )
+        if path:
+            self.planner.load_configuration(path)
+
     def _set_tab_order(self) -> None:
         m, s, c = self.models, self.settings, self.command
         chain: list[QWidget] = [
             m.open_button, m.url_button, m.folder_button, m.recent_button, m.filter_box, m.table,
             s.engine, s.context_slider, s.context_box, s.ollama_auto, s.cache_k, s.cache_v, s.slots, s.unified,
-            s.flash, s.mmproj, s.gpu_layers, s.cpu_moe, s.mla, s.amb, s.fmoe, s.rtr, s.tail_tokens, s.tail_type,
+            s.flash, s.mmproj, s.gpu_layers_slider, s.gpu_layers, s.no_kv_offload, s.cpu_moe, s.mla, s.amb, s.fmoe, s.rtr, s.tail_tokens, s.tail_type,
             s.overhead, s.margin, s.advanced,
             self.hardware.list, self.hardware.catalog, self.hardware.add_catalog, self.hardware.size_box,
             self.hardware.add_size, self.hardware.remove,
@@ -209,16 +375,52 @@ class MainWindow(QMainWindow):
 
     # -- drag and drop -------------------------------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if self._sources(event):
+        mime = event.mimeData()
+        if self._sources(event) or dropped_folders(self._local(event)) or (
+            not mime.hasUrls() and mime.hasText() and looks_like_command(mime.text())
+        ):
             event.acceptProposedAction()
+            self._show_drop_hint(True)
+
+    def dragLeaveEvent(self, event: QDragLeaveEvent) -> None:
+        self._show_drop_hint(False)
+        super().dragLeaveEvent(event)
+
+    def _show_drop_hint(self, on: bool) -> None:
+        self.setStyleSheet(DROP_STYLE if on else "")
+        parent = self.drop_hint.parentWidget()
+        if on and parent is not None:
+            self.drop_hint.setGeometry(parent.rect())
+            self.drop_hint.setStyleSheet(
+                "QLabel#drop-hint { background: palette(highlight); color: palette(highlighted-text); "
+                "font-size: 16pt; border-radius: 8px; }"
+            )
+            self.drop_hint.raise_()
+        self.drop_hint.setVisible(on)
+
+    def drop_hint_shown(self) -> bool:
+        return self.drop_hint.isVisible()
 
     def dropEvent(self, event: QDropEvent) -> None:
+        self._show_drop_hint(False)
+        mime = event.mimeData()
+        if not mime.hasUrls() and mime.hasText() and looks_like_command(mime.text()):
+            event.acceptProposedAction()
+            self.planner.paste_command(mime.text())
+            return
         sources = self._sources(event)
-        if not sources:
+        folders = dropped_folders(self._local(event))
+        if not sources and not folders:
             return
         event.acceptProposedAction()
+        for folder in folders:
+            self.planner.add_folder(folder)
         for source in sources:
             self.planner.open(source)
+
+    @staticmethod
+    def _local(event: QDragEnterEvent | QDropEvent) -> list[str]:
+        return [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
 
     @staticmethod
     def _sources(event: QDragEnterEvent | QDropEvent) -> list[str]:
@@ -229,6 +431,11 @@ class MainWindow(QMainWindow):
             remote = [line.strip() for line in mime.text().splitlines() if line.strip()]
         return dropped_sources(remote, local)
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """A short window keeps the command to a few lines and gives the chart the height."""
+        self.command.set_compact(event.size().height() < COMPACT_HEIGHT)
+        super().resizeEvent(event)
+
     # -- theme ---------------------------------------------------------------------------------------------------
     def changeEvent(self, event: QEvent) -> None:
         """Follow a switch of the system's light/dark theme while running."""
@@ -236,6 +443,7 @@ class MainWindow(QMainWindow):
             self.verdict.apply_theme()
             self.banner.apply_theme()
             self.chart.apply_theme()
+            self.devices.update()
         super().changeEvent(event)
 
     # -- lifetime ------------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from fitplan.core.base.results import TermKind
@@ -48,3 +50,18 @@ def foreground() -> QColor:
     if isinstance(app, QGuiApplication):
         return app.palette().color(QPalette.ColorRole.WindowText)
     return QColor("black")
+
+
+def plain_tip(text: str) -> str:
+    """A tooltip that shows `text` literally: Qt renders a tooltip that looks like HTML as rich text, and tooltips
+    quote model names and paths from strangers' files."""
+    if not text:
+        return ""
+    return "<qt><div style='white-space:pre-wrap'>" + html.escape(text) + "</div></qt>"
+
+
+def background() -> QColor:
+    app = QGuiApplication.instance()
+    if isinstance(app, QGuiApplication):
+        return app.palette().color(QPalette.ColorRole.Base)
+    return QColor("white")

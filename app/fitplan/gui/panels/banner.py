@@ -1,9 +1,17 @@
-"""The one place messages are shown: a banner above the chart (errors, warnings) mirrored in the status bar."""
+"""The one place messages are shown: a list of messages above the chart (errors, warnings, notes), newest first.
+
+Each message has a key saying what it is about ("settings", "hardware", "model", "estimate", "job"...): a new message
+with the same key replaces the old one, and `clear(key)` removes it when what it was about is gone (another model
+opened, the estimate works again). Several messages stay readable at once; each can be dismissed. All text is shown
+as plain text: it often quotes a model's header or a file name.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout, QWidget
 
 from fitplan.gui.theme import is_dark
 
@@ -12,36 +20,121 @@ LEVEL_COLOURS = {  # (light, dark) backgrounds
     "warning": ("#fbe8c8", "#5a4318"),
     "info": ("#d6e6f5", "#1e3a57"),
 }
+SEVERITY = {"error": 3, "warning": 2, "info": 1}
+MAX_SHOWN = 4  # older messages beyond this are dropped from view (they stay in `history`)
+MAX_HISTORY = 100
+MAX_HEIGHT = 120  # more messages than fit scroll, so the chart below keeps its room
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    key: str
+    level: str
+    text: str
+
+
+class _MessageRow(QFrame):
+    dismissed = Signal(str)
+
+    def __init__(self, message: Message, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message = message
+        self.setObjectName("message")
+        self.label = QLabel(message.text)
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip("Dismiss this message")
+        close.setAutoRaise(True)
+        close.clicked.connect(lambda: self.dismissed.emit(message.key))
+        self.close_button = close
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 2, 2, 2)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        self.apply_theme()
+
+    def apply_theme(self) -> None:
+        light, dark = LEVEL_COLOURS.get(self.message.level, LEVEL_COLOURS["info"])
+        self.setStyleSheet(f"QFrame#message {{ background: {dark if is_dark() else light}; border-radius: 4px; }}")
 
 
 class MessageBanner(QFrame):
+    """The message list. `level` is the most severe level shown ("" when empty)."""
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("banner")
-        self.label = QLabel("")
-        self.label.setWordWrap(True)
-        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.close_button = QToolButton()
-        self.close_button.setText("✕")
-        self.close_button.setToolTip("Dismiss this message")
-        self.close_button.setAutoRaise(True)
-        self.close_button.clicked.connect(self.hide)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 4, 4)
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
-        self.level = ""
-        self.hide()
+        self._messages: list[Message] = []  # newest first
+        self._rows: list[_MessageRow] = []
+        self.history: list[Message] = []
+        inner = QWidget()
+        self._inner = inner
+        self._layout = QVBoxLayout(inner)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(2)
+        self._scroll = QScrollArea()
+        self._scroll.setWidget(inner)
+        self._scroll.setWidgetResizable(True)
+        self._scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 2)
+        outer.addWidget(self._scroll)
+        self.setVisible(False)
 
-    def show_message(self, level: str, text: str) -> None:
-        self.level = level
-        self.apply_theme()
-        self.label.setText(text)
-        self.show()
+    # -- the list ------------------------------------------------------------------------------------------------
+    def show_message(self, level: str, text: str, key: str = "") -> None:
+        """Show `text`; it replaces the message with the same `key` (each message without a key is its own)."""
+        key = key or f"note-{len(self.history)}"
+        message = Message(key, level, text)
+        self._messages = [message, *(m for m in self._messages if m.key != key)][:MAX_SHOWN]
+        self.history = [message, *self.history][:MAX_HISTORY]
+        self._rebuild()
 
-    def apply_theme(self) -> None:
-        light, dark = LEVEL_COLOURS.get(self.level, LEVEL_COLOURS["info"])
-        self.setStyleSheet(f"QFrame#banner {{ background: {dark if is_dark() else light}; border-radius: 4px; }}")
+    def clear(self, *keys: str) -> None:
+        """Remove the messages with these keys (all messages when none is given)."""
+        kept = [m for m in self._messages if keys and m.key not in keys]
+        if len(kept) != len(self._messages):
+            self._messages = kept
+            self._rebuild()
+
+    def hide(self) -> None:
+        """Dismiss every message."""
+        self.clear()
+
+    def messages(self) -> list[Message]:
+        return list(self._messages)
+
+    def has(self, key: str) -> bool:
+        return any(m.key == key for m in self._messages)
+
+    @property
+    def level(self) -> str:
+        if not self._messages:
+            return ""
+        return max(self._messages, key=lambda m: SEVERITY.get(m.level, 0)).level
 
     def text(self) -> str:
-        return self.label.text() if self.isVisible() else ""
+        """Every message shown, newest first, one per line."""
+        return "\n".join(m.text for m in self._messages)
+
+    def _rebuild(self) -> None:
+        for row in self._rows:
+            self._layout.removeWidget(row)
+            row.deleteLater()
+        self._rows = []
+        for message in self._messages:
+            row = _MessageRow(message, self)
+            row.dismissed.connect(self.clear)
+            self._layout.addWidget(row)
+            self._rows.append(row)
+        self.setVisible(bool(self._messages))
+        self._inner.adjustSize()
+        self._scroll.setFixedHeight(min(MAX_HEIGHT, self._inner.sizeHint().height()))
+
+    def apply_theme(self) -> None:
+        for row in self._rows:
+            row.apply_theme()

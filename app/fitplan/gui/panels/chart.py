@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from fitplan.core.base.devices import GIB
@@ -22,12 +22,15 @@ from fitplan.gui.theme import (
     CONTEXT_LINE_COLOUR,
     MARGIN_COLOUR,
     TERM_COLOURS,
+    background,
     foreground,
 )
 
 X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
 Y_HEADROOM = 1.15  # room above the capacity line for its label
 HOVER_HINT = "Hover over the chart to read every part of the memory at that context."
+MAX_LINE_COLOUR = "#009E73"
+PLOT_MIN_HEIGHT = 160
 TICK_CONTEXTS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 MAJOR_TICKS = (1024, 4096, 32768, 131072, 1048576)
 
@@ -61,16 +64,19 @@ class ChartPanel(QWidget):
         self._max_context = 0
         self._n_ctx_train = 0
         self._legend_kinds: tuple[TermKind, ...] = ()
+        self._user_device = 0  # the device the user picked; a no-fit result may show another for a while
 
         self.device_box = QComboBox()
         self.device_box.setToolTip("Which device's memory the chart shows")
         self.device_box.currentIndexChanged.connect(self._device_chosen)
+        self.device_box.activated.connect(self._user_chose)
         self.readout = QLabel(HOVER_HINT)
+        self.readout.setTextFormat(Qt.TextFormat.PlainText)
         self.readout.setWordWrap(True)
         self.readout.setMinimumHeight(self.readout.fontMetrics().height() * 2)
 
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(180)
+        self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
@@ -79,6 +85,7 @@ class ChartPanel(QWidget):
         item.setLabel("bottom", "context (tokens)")
         item.showGrid(x=True, y=True, alpha=0.15)
         self.legend = QLabel("")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)  # our own markup: term names and colours only
         self.legend.setWordWrap(True)
         self.legend.setToolTip("Each coloured band is one part of the memory llama.cpp allocates on this device")
 
@@ -99,7 +106,14 @@ class ChartPanel(QWidget):
         )
         self.margin_line = pg.InfiniteLine(
             angle=0, pen=pg.mkPen(MARGIN_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            label="margin", labelOpts={"position": 0.45, "color": MARGIN_COLOUR, "anchors": [(0.5, 0), (0.5, 0)]},
         )
+        self.margin_line.setToolTip("The margin kept free on each GPU: the plan must stay under this line")
+        self.max_line = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen(MAX_LINE_COLOUR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine),
+            label="", labelOpts={"position": 0.5, "color": MAX_LINE_COLOUR, "anchors": [(1, 0.5), (1, 0.5)]},
+        )
+        self.max_line.setToolTip("The largest context that fits the planned devices with the margin")
         self.context_line = pg.InfiniteLine(
             angle=90, movable=True, pen=pg.mkPen(CONTEXT_LINE_COLOUR, width=2),
             hoverPen=pg.mkPen(CONTEXT_LINE_COLOUR, width=4),
@@ -116,7 +130,7 @@ class ChartPanel(QWidget):
             values=(20, 21), movable=False, brush=pg.mkBrush(QColor(213, 94, 0, 45)), pen=pg.mkPen(None),
         )
         self.too_big.setZValue(5)
-        for line in (self.capacity, self.margin_line):
+        for line in (self.capacity, self.margin_line, self.max_line):
             self.plot.addItem(line, ignoreBounds=True)
         self.plot.addItem(self.too_big, ignoreBounds=True)
         self.plot.addItem(self.context_line, ignoreBounds=True)
@@ -134,13 +148,47 @@ class ChartPanel(QWidget):
         layout.addWidget(self.legend)
         layout.addWidget(self.readout)
 
+        hints = QGuiApplication.styleHints()
+        if hints is not None:
+            hints.colorSchemeChanged.connect(self._scheme_changed)
+        self.apply_theme()
+
+    def _scheme_changed(self, _scheme: object) -> None:
+        self.apply_theme()
+
     def apply_theme(self) -> None:
-        """Axis and text colours from the current palette (light or dark)."""
-        pen = pg.mkPen(foreground())
-        for name in ("left", "bottom"):
-            axis = self.plot.getPlotItem().getAxis(name)
+        """Background, axis and label colours from the current palette (light or dark)."""
+        fg = foreground()
+        pen = pg.mkPen(fg)
+        self.plot.setBackground(background())
+        item = self.plot.getPlotItem()
+        for name, text in (("left", "GiB"), ("bottom", "context (tokens)")):
+            axis = item.getAxis(name)
             axis.setPen(pen)
             axis.setTextPen(pen)
+            axis.setLabel(text, color=fg.name())
+            axis.label.setDefaultTextColor(fg)
+        if self._legend_kinds:
+            self.legend.setText(legend_html(list(self._legend_kinds)))
+
+    def is_dark_chart(self) -> bool:
+        """Whether the chart is drawn on a dark background (tests check it follows the theme)."""
+        return bool(self.plot.backgroundBrush().color().lightness() < 128)
+
+    def clear(self) -> None:
+        """Nothing to show (the settings are invalid): every band and marker goes, the device list stays."""
+        self._curve = None
+        for area in self.areas.values():
+            area.setVisible(False)
+        for line in (self.capacity, self.margin_line, self.max_line, self.too_big, self.trained):
+            line.setVisible(False)
+        self.reset_hover()
+
+    def has_data(self) -> bool:
+        return self._curve is not None
+
+    def reset_hover(self) -> None:
+        self.readout.setText(HOVER_HINT)
 
     # -- data ----------------------------------------------------------------------------------------------------
     def set_curve(self, curve: CurveData, margin_bytes: int, max_context: int, n_ctx_train: int = 0) -> None:
@@ -178,6 +226,7 @@ class ChartPanel(QWidget):
             self._legend_kinds = tuple(shown)
         device = curve.devices[d]
         free = device.free_bytes / GIB
+        self.capacity.setVisible(True)
         self.capacity.setValue(free)
         self.margin_line.setValue(max(0.0, (device.free_bytes - self._margin) / GIB))
         self.margin_line.setVisible(device.kind.value == "gpu" and self._margin > 0)
@@ -190,12 +239,24 @@ class ChartPanel(QWidget):
         self.trained.setVisible(trained < hi)
         self.trained.setValue(trained)
         self.trained.label.setFormat(f"trained {fmt_ctx(self._n_ctx_train)}")
-        start = math.log2(self._max_context) if self._max_context else lo
+        self._mark_max_context(lo, hi)
+
+    def _mark_max_context(self, lo: float, hi: float) -> None:
+        """The largest context that fits as a labelled line; past it, shading where memory runs out. When the
+        training length is what stops it, memory is not the limit there: no shading, the line says so."""
+        top = self._max_context
+        by_training = top > 0 and self._n_ctx_train > 0 and top >= self._n_ctx_train
+        start = math.log2(top) if top else lo
+        self.max_line.setVisible(bool(top))
+        if top:
+            self.max_line.setValue(start)
+            self.max_line.label.setFormat(f"fits up to {fmt_ctx(top)}" + (" (trained)" if by_training else ""))
         self.too_big.setRegion((start, hi))
-        self.too_big.setVisible(start < hi)
-        self.too_big.setToolTip(
-            f"Past {fmt_ctx(self._max_context)} the plan no longer fits" if self._max_context else "Nothing fits"
-        )
+        self.too_big.setVisible(start < hi and not by_training)
+        if top:
+            self.too_big.setToolTip(f"Past {fmt_ctx(top)} the plan no longer fits in the planned memory")
+        else:
+            self.too_big.setToolTip("No context fits in the planned memory")
 
     def set_context(self, n_ctx: int) -> None:
         self._setting_context = True
@@ -215,8 +276,20 @@ class ChartPanel(QWidget):
             self._redraw()
             self.device_changed.emit(index)
 
-    def select_device(self, index: int) -> None:
+    def _user_chose(self, index: int) -> None:
+        self._user_device = index
+
+    def select_device(self, index: int, automatic: bool = False) -> None:
+        """Show device `index`; `automatic`: the window chose it (a no-fit result shows the overfull device), and
+        `restore_device` goes back to the user's choice."""
         if 0 <= index < self.device_box.count():
+            if not automatic:
+                self._user_device = index
+            self.device_box.setCurrentIndex(index)
+
+    def restore_device(self) -> None:
+        index = min(self._user_device, self.device_box.count() - 1)
+        if index >= 0 and index != self.device_box.currentIndex():
             self.device_box.setCurrentIndex(index)
 
     # -- hover ---------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from fitplan.core.inputs.user_settings import SHELLS
 SHELL_LABELS = {"sh": "bash / zsh", "powershell": "PowerShell", "cmd": "cmd.exe"}
 MIN_LINES = 7  # the text is as tall as what it shows, within these bounds (the chart above takes the rest)
 MAX_LINES = 12
+SMALL_LINES = 3
 
 
 class CommandPanel(QWidget):
@@ -32,6 +33,8 @@ class CommandPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.compact = False  # a short window: the text keeps only SMALL_LINES
+        self._lines = MIN_LINES
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
@@ -53,7 +56,8 @@ class CommandPanel(QWidget):
         self.copied = QLabel("")
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(QLabel("Shell:"))
+        self.shell_label = QLabel("Shell:")
+        row.addWidget(self.shell_label)
         row.addWidget(self.shell)
         row.addStretch(1)
         row.addWidget(self.copied)
@@ -65,10 +69,22 @@ class CommandPanel(QWidget):
         layout.addWidget(self.text)
 
     def set_visible_lines(self, lines: int) -> None:
-        """Make the text `lines` lines tall, plus room for the horizontal scroll bar a long path brings."""
+        """Make the text `lines` lines tall (plus the horizontal scroll bar a long path brings); in a compact window
+        SMALL_LINES, and it scrolls, so the chart above keeps its room."""
+        self._lines = lines
         spacing = self.text.fontMetrics().lineSpacing()
-        bar = self.text.horizontalScrollBar().sizeHint().height()
-        self.text.setFixedHeight(spacing * lines + 2 * self.text.frameWidth() + 8 + bar)
+        extra = 2 * self.text.frameWidth() + 8 + self.text.horizontalScrollBar().sizeHint().height()
+        self.text.setFixedHeight(spacing * (SMALL_LINES if self.compact else lines) + extra)
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self.set_visible_lines(self._lines)
+
+    def row_width(self) -> int:
+        """The width the button row needs with every button shown (Verify appears once a build is set)."""
+        widgets = (self.shell_label, self.shell, self.verify_button, self.copy_button)
+        return sum(w.sizeHint().width() for w in widgets) + 6 * (len(widgets) + 1)
 
     def current_shell(self) -> str:
         return str(self.shell.currentData())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -41,6 +43,13 @@ class HardwarePanel(QWidget):
         self._items: list[Device] = []  # the device of each list row (rows carry their index)
         self.host_label = QLabel("System RAM: detecting…")
         self.host_label.setToolTip("Host memory: holds the layers not offloaded, the embeddings and the output buffer")
+        self.host_ram = QDoubleSpinBox(suffix=" GiB", decimals=0, minimum=0.0, maximum=4096.0, value=0.0)
+        self.host_ram.setSpecialValueText("as detected")
+        self.host_ram.setToolTip(
+            "System RAM to plan for (like --host-ram): a hypothetical machine's RAM, assumed entirely free; "
+            "'as detected' plans for this machine's free RAM"
+        )
+        self.host_ram.valueChanged.connect(lambda _v: self.devices_changed.emit())
         self.list = QListWidget()
         self.list.setToolTip("Tick the GPUs to plan for. Hypothetical GPUs are assumed entirely free.")
         self.list.itemChanged.connect(lambda _item: self.devices_changed.emit())
@@ -75,7 +84,11 @@ class HardwarePanel(QWidget):
         row2.addWidget(self.remove)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        host_row = QHBoxLayout()
+        host_row.addWidget(QLabel("Plan for system RAM:"))
+        host_row.addWidget(self.host_ram, 1)
         layout.addWidget(self.host_label)
+        layout.addLayout(host_row)
         layout.addWidget(self.empty_hint)
         layout.addWidget(self.list)
         layout.addLayout(row1)
@@ -152,7 +165,15 @@ class HardwarePanel(QWidget):
     def machine(self) -> Machine | None:
         if self._host is None:
             return None
-        return Machine(tuple(d for d, on in self.devices() if on), self._host)
+        return Machine(tuple(d for d, on in self.devices() if on), self._planned_host(self._host))
+
+    def _planned_host(self, detected: Device) -> Device:
+        """The host to plan for: this machine's, or a hypothetical RAM size from the field (entirely free)."""
+        gib = self.host_ram.value()
+        if gib <= 0:
+            return detected
+        size = int(gib * GIB)
+        return replace(detected, total_bytes=size, free_bytes=size, hypothetical=True)
 
     # -- actions -------------------------------------------------------------------------------------------------
     def _unique(self, name: str) -> str:

@@ -10,6 +10,7 @@ import math
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractSlider,
     QCheckBox,
     QComboBox,
     QFormLayout,
@@ -21,7 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fitplan.core.base.devices import MIB, Machine
 from fitplan.core.base.launch_settings import Engine, FlashAttn, MmprojPlacement
+from fitplan.core.engines import engine_base_settings
 from fitplan.core.inputs.user_settings import KV_TAIL_TYPES, ModelChoices, engine_cache_types
 from fitplan.core.model.profile import ModelProfile
 
@@ -29,9 +32,11 @@ SLIDER_STEPS = 1000
 CONTEXT_MIN = 256
 CONTEXT_SNAP = 256
 CONTEXT_MAX_DEFAULT = 131072
-#: ollama's default num_batch (it passes it as both -b and -ub), and llama-server's -b.
-OLLAMA_BATCH = 512
-SERVER_BATCH = 2048
+#: The margin never exceeds this (no GPU planned), nor a planned GPU's free memory.
+MARGIN_MAX_MIB = 16384
+#: Keyboard and wheel steps of the context slider land on these contexts: 256 x 2^k and 384 x 2^k
+#: (..., 16K, 24K, 32K, 48K, 64K, ...), each a multiple of 256 (every engine's context padding).
+CONTEXT_GRID = tuple(sorted({256 << k for k in range(0, 15)} | {384 << k for k in range(0, 14)}))
 
 ENGINE_LABELS = {
     Engine.LLAMA_CPP: "llama.cpp",
@@ -51,6 +56,16 @@ def snap_context(n: float) -> int:
     return max(CONTEXT_MIN, round(n / CONTEXT_SNAP) * CONTEXT_SNAP)
 
 
+def grid_step(n: int, up: bool, steps: int = 1) -> int:
+    """The context `steps` grid points above (or below) `n` on CONTEXT_GRID."""
+    for _ in range(steps):
+        if up:
+            n = next((g for g in CONTEXT_GRID if g > n), CONTEXT_GRID[-1])
+        else:
+            n = next((g for g in reversed(CONTEXT_GRID) if g < n), CONTEXT_GRID[0])
+    return n
+
+
 class LogContextSlider(QSlider):
     """A horizontal slider whose integer position maps to a context on a log2 scale, snapped to 256."""
 
@@ -59,6 +74,35 @@ class LogContextSlider(QSlider):
         self.setRange(0, SLIDER_STEPS)
         self.setPageStep(SLIDER_STEPS // 20)
         self._max = CONTEXT_MAX_DEFAULT
+        self._exact: tuple[int, int] | None = None  # (position, context) of the last keyboard step
+        self.actionTriggered.connect(self._action)
+
+    def _action(self, action: int) -> None:
+        """Arrow keys, page keys and the wheel step along CONTEXT_GRID instead of by slider positions."""
+        a = QAbstractSlider.SliderAction
+        steps = {a.SliderSingleStepAdd: 1, a.SliderSingleStepSub: -1, a.SliderPageStepAdd: 2,
+                 a.SliderPageStepSub: -2}.get(a(action))
+        if steps is None:
+            self._exact = None
+            return
+        n = grid_step(self.nearest_grid(), steps > 0, abs(steps))
+        n = max(CONTEXT_MIN, min(n, self._max))
+        position = self.position_of(n)
+        self._exact = (position, n)
+        self.setSliderPosition(position)
+
+    def nearest_grid(self) -> int:
+        """The context under the handle, read as the grid point it stands on when it stands on one."""
+        n = self.context_at(self.value())
+        g = min(CONTEXT_GRID, key=lambda c: abs(math.log2(c) - math.log2(n)))
+        return g if abs(math.log2(g) - math.log2(n)) < 0.02 else n
+
+    def take_context(self, position: int) -> int:
+        """The context for `position`: the keyboard step's exact grid point, else the log-scale context."""
+        exact, self._exact = self._exact, None
+        if exact is not None and exact[0] == position:
+            return exact[1]
+        return self.context_at(position)
 
     def set_maximum_context(self, n: int) -> None:
         self._max = max(CONTEXT_MIN * 2, n)
@@ -119,6 +163,17 @@ class SettingsPanel(QWidget):
             self.flash.addItem(label, fa.value)
         self.gpu_layers = QSpinBox(minimum=-1, maximum=999)
         self.gpu_layers.setSpecialValueText("all (auto)")
+        # The same choice as "N of M" on a slider: the far right is every layer (auto), the far left none.
+        self.gpu_layers_slider = QSlider(Qt.Orientation.Horizontal)
+        self.gpu_layers_slider.setRange(0, 33)
+        self.gpu_layers_slider.setToolTip("Layers on the GPU (-ngl): drag left to keep layers in system RAM")
+        self.gpu_layers_of = QLabel("")
+        self.gpu_layers_of.setTextFormat(Qt.TextFormat.PlainText)
+        self.no_kv_offload = QCheckBox("KV cache in system RAM (-nkvo)")
+        self.no_kv_offload.setToolTip(
+            "-nkvo: the KV cache of every layer stays in system RAM instead of following its layer to the GPU; "
+            "GPU memory is freed, attention reads the cache over the bus"
+        )
         self.cpu_moe = QSpinBox(minimum=0, maximum=999)
         self.cpu_moe.setSpecialValueText("auto")
         self.cpu_moe.setToolTip(
@@ -128,7 +183,7 @@ class SettingsPanel(QWidget):
         self.batch = QSpinBox(minimum=32, maximum=65536, singleStep=256)
         self.ubatch = QSpinBox(minimum=32, maximum=65536, singleStep=128)
         self.ubatch.setToolTip("Micro-batch (-ub): compute buffers scale with it (activations, logits)")
-        self.margin = QSpinBox(minimum=0, maximum=65536, singleStep=256, suffix=" MiB")
+        self.margin = QSpinBox(minimum=0, maximum=MARGIN_MAX_MIB, singleStep=256, suffix=" MiB")
         self.margin.setToolTip("Headroom kept free on every GPU (like --fit-target): the plan must leave this much")
         # ik_llama.cpp
         self.mla = QComboBox()
@@ -200,7 +255,12 @@ class SettingsPanel(QWidget):
         form.addRow(self.slots_label, slot_row)
         form.addRow("Flash attention:", self.flash)
         form.addRow("Projector:", self.mmproj)
-        form.addRow("GPU layers:", self.gpu_layers)
+        ngl_row = QHBoxLayout()
+        ngl_row.addWidget(self.gpu_layers_slider, 1)
+        ngl_row.addWidget(self.gpu_layers)
+        form.addRow("GPU layers:", ngl_row)
+        form.addRow("", self.gpu_layers_of)
+        form.addRow("", self.no_kv_offload)
         form.addRow("Experts on CPU:", self.cpu_moe)
         form.addRow("MLA mode (-mla):", self.mla)
         form.addRow("Attention cap:", self.amb)
@@ -238,8 +298,10 @@ class SettingsPanel(QWidget):
             self.tail_tokens, self.overhead,
         ):
             spin.valueChanged.connect(self._emit)
-        for box in (self.unified, self.fmoe, self.rtr):
+        for box in (self.unified, self.fmoe, self.rtr, self.no_kv_offload):
             box.toggled.connect(self._emit)
+        self.gpu_layers_slider.valueChanged.connect(self._ngl_slider_moved)
+        self.gpu_layers.valueChanged.connect(self._show_ngl)
         self.ollama_auto.toggled.connect(self._ollama_auto_toggled)
         self._apply_engine(Engine.LLAMA_CPP)
         self.set_choices(ModelChoices())
@@ -265,11 +327,13 @@ class SettingsPanel(QWidget):
         was_ollama = self._engine is Engine.OLLAMA
         self._updating = True
         self._apply_engine(engine)
-        # ollama passes its num_batch (512) as -b and -ub; llama-server's -b is 2048.
-        if engine is Engine.OLLAMA and self.batch.value() == SERVER_BATCH:
-            self.batch.setValue(OLLAMA_BATCH)
-        elif was_ollama and self.batch.value() == OLLAMA_BATCH:
-            self.batch.setValue(SERVER_BATCH)
+        # ollama passes its num_batch as -b and -ub; each engine starts from its own default batch.
+        server_batch = engine_base_settings(Engine.LLAMA_CPP).n_batch
+        ollama_batch = engine_base_settings(Engine.OLLAMA).n_batch
+        if engine is Engine.OLLAMA and self.batch.value() == server_batch:
+            self.batch.setValue(ollama_batch)
+        elif was_ollama and self.batch.value() == ollama_batch:
+            self.batch.setValue(server_batch)
         self._updating = False
         self.changed.emit()
 
@@ -293,6 +357,7 @@ class SettingsPanel(QWidget):
         form.setRowVisible(self.ollama_auto, ollama)
         form.setRowVisible(self.overhead, ollama)
         form.setRowVisible(self.cpu_moe, not ollama)
+        form.setRowVisible(self.no_kv_offload, not ollama)
         form.setRowVisible(self.mla, ik)
         form.setRowVisible(self.amb, ik)
         form.setRowVisible(self.fmoe, ik)
@@ -372,6 +437,8 @@ class SettingsPanel(QWidget):
         else:
             self.mla.setToolTip("-mla applies to multi-head latent attention models only; this one runs as -mla 0")
         self.mla.setEnabled(self._is_mla)
+        if not self._is_mla:
+            self.mla.setCurrentIndex(max(0, self.mla.findData(0)))
 
     def _ollama_auto_toggled(self) -> None:
         self._set_context_enabled()
@@ -389,6 +456,7 @@ class SettingsPanel(QWidget):
         self.context_slider.set_maximum_context(top)
         self.context_box.setMaximum(top)
         self.gpu_layers.setMaximum(profile.n_layer + 1)
+        self.gpu_layers_slider.setMaximum(profile.n_layer + 1)  # the repeating layers and the output layer
         self.cpu_moe.setMaximum(profile.n_layer)
         self.cpu_moe.setEnabled(profile.is_moe)
         label = self._form.labelForField(self.cpu_moe)
@@ -400,6 +468,7 @@ class SettingsPanel(QWidget):
         )
         self._is_mla = profile.is_mla
         self._word_mla_tooltip()
+        self.fmoe.setEnabled(profile.is_moe)  # fused expert matmuls: nothing to fuse without experts
         self._updating = False
         self.set_choices(choices)
 
@@ -417,11 +486,12 @@ class SettingsPanel(QWidget):
         self.mmproj.setCurrentIndex(max(0, self.mmproj.findData(c.mmproj)))
         self.flash.setCurrentIndex(max(0, self.flash.findData(c.flash_attn)))
         self.gpu_layers.setValue(c.n_gpu_layers)
+        self._show_ngl(c.n_gpu_layers)
         self.cpu_moe.setValue(c.n_cpu_moe)
         self.batch.setValue(c.n_batch)
         self.ubatch.setValue(c.n_ubatch)
         self.margin.setValue(c.margin_mib)
-        self.mla.setCurrentIndex(max(0, self.mla.findData(c.mla_mode)))
+        self.mla.setCurrentIndex(max(0, self.mla.findData(c.mla_mode if self._is_mla else 0)))
         self.amb.setValue(c.attn_max_batch_mib)
         self.fmoe.setChecked(c.fused_moe)
         self.rtr.setChecked(c.run_time_repack)
@@ -449,7 +519,7 @@ class SettingsPanel(QWidget):
             n_ubatch=self.batch.value() if ollama else self.ubatch.value(),
             margin_mib=self.margin.value(),
             engine=engine.value,
-            mla_mode=int(self.mla.currentData()),
+            mla_mode=int(self.mla.currentData()) if self._is_mla else 0,  # what the disabled control shows
             attn_max_batch_mib=self.amb.value(),
             fused_moe=self.fmoe.isChecked(),
             run_time_repack=self.rtr.isChecked(),
@@ -458,6 +528,30 @@ class SettingsPanel(QWidget):
             ollama_auto_ctx=self.ollama_auto.isChecked(),
             gpu_overhead_mib=self.overhead.value(),
         )
+
+    def _ngl_slider_moved(self, n: int) -> None:
+        """The slider's far right is every layer: "all (auto)"; elsewhere exactly N layers."""
+        value = -1 if n >= self.gpu_layers_slider.maximum() else n
+        if value != self.gpu_layers.value():
+            self.gpu_layers.setValue(value)
+
+    def _show_ngl(self, value: int) -> None:
+        top = self.gpu_layers_slider.maximum()
+        self.gpu_layers_slider.blockSignals(True)
+        self.gpu_layers_slider.setValue(top if value < 0 else min(value, top))
+        self.gpu_layers_slider.blockSignals(False)
+        shown = f"all {top} of {top} layers (auto)" if value < 0 else f"{min(value, top)} of {top} layers on the GPU"
+        self.gpu_layers_of.setText(shown)
+
+    def kv_offload_off(self) -> bool:
+        """-nkvo (not part of the saved choices: it applies to this session)."""
+        return self.no_kv_offload.isChecked() and self._engine is not Engine.OLLAMA
+
+    def set_margin_limit(self, machine: Machine | None) -> None:
+        """The margin cannot exceed the free memory of the smallest planned GPU (it is kept free on each)."""
+        gpus = machine.gpus if machine is not None else ()
+        top = min((g.free_bytes // MIB for g in gpus), default=MARGIN_MAX_MIB)
+        self.margin.setMaximum(max(0, min(MARGIN_MAX_MIB, top // 256 * 256)))
 
     # -- context -------------------------------------------------------------------------------------------------
     def set_context(self, n_ctx: int) -> None:
@@ -484,7 +578,7 @@ class SettingsPanel(QWidget):
     def _slider_moved(self, position: int) -> None:
         if self._updating:
             return
-        n = self.context_slider.context_at(position)
+        n = self.context_slider.take_context(position)
         self._updating = True
         self.context_box.setValue(n)
         self._updating = False

@@ -12,6 +12,7 @@ from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
     QPersistentModelIndex,
+    QSize,
     QSortFilterProxyModel,
     Qt,
     Signal,
@@ -20,7 +21,7 @@ from PySide6.QtGui import QAction, QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
-    QHBoxLayout,
+    QGridLayout,
     QHeaderView,
     QInputDialog,
     QLineEdit,
@@ -34,9 +35,13 @@ from PySide6.QtWidgets import (
 
 from fitplan.core.library.model import LibraryModel, RootKind
 from fitplan.gui.backend import LoadedModel, VerdictLevel
+from fitplan.gui.theme import plain_tip
 
 NAME_MIN_WIDTH = 120
 NARROW_WIDTH = 520  # below this the panel shows name, quant, size and fit only
+VERY_NARROW_WIDTH = 280  # below this the quant column goes too, so names stay readable
+QUANT_COLUMN = 2
+BUTTONS_TWO_ROWS_WIDTH = 360  # below this the four buttons take two rows
 OPTIONAL_COLUMNS = (1, 4)  # Arch, Params
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -60,6 +65,7 @@ class ModelRow:
     fit: str = ""  # a VerdictLevel, "" when not estimated yet
     example: bool = False  # a bundled header-only example
     projector: bool = False  # a vision projector goes with it
+    placeholder: bool = False  # a URL opened in an earlier session, not read again yet
 
     @staticmethod
     def of(model: LoadedModel) -> ModelRow:
@@ -109,15 +115,20 @@ class ModelTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             extra = "\nHeader-only example bundled with fitplan (no weights, real memory figures)" if row.example else ""
             pair = "\nwith its vision projector (mmproj)" if row.projector else ""
-            return (f"{row.name}\n{row.arch}, {row.params / 1e9:.1f}B parameters, {row.quant}{pair}\n{row.path}\n"
-                    f"{FIT_WORDS.get(row.fit, '')}{extra}")
+            if row.placeholder:
+                return plain_tip(f"{row.path}\nopened before; click to read its header again")
+            return plain_tip(f"{row.name}\n{row.arch}, {row.params / 1e9:.1f}B parameters, {row.quant}{pair}\n"
+                             f"{row.path}\n{FIT_WORDS.get(row.fit, '')}{extra}")
         if role == Qt.ItemDataRole.FontRole and row.example and col == 0:
             font = QFont()
             font.setItalic(True)
             return font
         if role == SORT_ROLE:
-            return (row.label.lower(), row.arch, row.quant, row.size, row.params, row.fit)[col]
+            # Numbers as floats: Qt compares an int and a 64-bit int (sizes over 2 GiB) of two rows as text.
+            return (row.label.lower(), row.arch, row.quant, float(row.size), float(row.params), row.fit)[col]
         if role == Qt.ItemDataRole.DisplayRole:
+            if row.placeholder and col in (3, 4):
+                return ""
             if col == 3:
                 return f"{row.size / (1 << 30):.1f} GiB"
             if col == 4:
@@ -156,6 +167,7 @@ class ModelsPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = ModelTableModel()
+        self.start_folder = ""
         self.proxy = QSortFilterProxyModel(self)
         self.proxy.setSourceModel(self.model)
         self.proxy.setSortRole(SORT_ROLE)
@@ -201,21 +213,37 @@ class ModelsPanel(QWidget):
         self.table.activated.connect(self._activated)
         self.table.clicked.connect(self._activated)
 
-        buttons = QHBoxLayout()
+        buttons = QGridLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
-        for b in (self.open_button, self.url_button, self.folder_button, self.recent_button):
-            buttons.addWidget(b)
+        self._buttons = buttons
+        self._two_rows: bool | None = None
+        self._place_buttons(two_rows=False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
         layout.addWidget(self.filter_box)
         layout.addWidget(self.table)
 
+    def _place_buttons(self, two_rows: bool) -> None:
+        if two_rows == self._two_rows:
+            return
+        self._two_rows = two_rows
+        for i, b in enumerate((self.open_button, self.url_button, self.folder_button, self.recent_button)):
+            self._buttons.removeWidget(b)
+            self._buttons.addWidget(b, i // 2 if two_rows else 0, i % 2 if two_rows else i)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(min(hint.width(), BUTTONS_TWO_ROWS_WIDTH // 2), hint.height())
+
     def resizeEvent(self, event: QResizeEvent) -> None:
-        """Narrow: hide the architecture and parameter columns (both stay in the tooltip and the summary)."""
+        """Narrow: hide the architecture and parameter columns (both stay in the tooltip and the summary) and put
+        the buttons on two rows."""
         narrow = event.size().width() < NARROW_WIDTH
         for col in OPTIONAL_COLUMNS:
             self.table.setColumnHidden(col, narrow)
+        self.table.setColumnHidden(QUANT_COLUMN, event.size().width() < VERY_NARROW_WIDTH)  # in the tooltip too
+        self._place_buttons(event.size().width() < BUTTONS_TWO_ROWS_WIDTH)
         super().resizeEvent(event)
 
     def add_model(self, model: LoadedModel) -> None:
@@ -224,8 +252,18 @@ class ModelsPanel(QWidget):
     def add_entry(self, entry: LibraryModel) -> None:
         self.model.add(ModelRow.of_entry(entry))
 
+    def add_placeholder(self, url: str) -> None:
+        """A model opened by URL in an earlier session: listed by its file name until it is clicked."""
+        if url not in self.model.paths():
+            name = url.rstrip("/").rsplit("/", 1)[-1]
+            self.model.add(ModelRow(url, name, "", "", 0, 0, placeholder=True))
+
     def set_fit(self, path: str, level: str) -> None:
         self.model.set_fit(path, level)
+
+    def set_start_folder(self, folder: str) -> None:
+        """Where File > Open starts: the folder of the last model opened."""
+        self.start_folder = folder
 
     def select(self, path: str) -> None:
         for row in range(self.proxy.rowCount()):
@@ -248,7 +286,9 @@ class ModelsPanel(QWidget):
             self.open_requested.emit(path)
 
     def ask_open_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a GGUF model", self.start_folder, "GGUF models (*.gguf);;All files (*)"
+        )
         if path:
             self.open_requested.emit(path)
 
@@ -258,6 +298,6 @@ class ModelsPanel(QWidget):
             self.open_requested.emit(url.strip())
 
     def ask_add_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Add a folder of models")
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of models", self.start_folder)
         if folder:
             self.folder_added.emit(folder)

@@ -33,6 +33,7 @@ class SummaryPanel(QWidget):
         self.values: dict[str, QLabel] = {}
         for name in self.FIELDS:
             label = QLabel("—")
+            label.setTextFormat(Qt.TextFormat.PlainText)  # header text from a stranger's file: never rich text
             label.setWordWrap(True)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.values[name] = label

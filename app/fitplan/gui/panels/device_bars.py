@@ -1,0 +1,123 @@
+"""All devices at a glance: for each planned device one bar, "used / capacity", split by memory term.
+
+The bar's full width is the device's free memory (what the plan may use); the dashed tick is the margin kept free on
+a GPU; a device over its capacity gets a red outline and its text says by how much.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
+
+from fitplan.core.base.devices import GIB, DeviceKind
+from fitplan.core.base.results import TERM_ORDER, DeviceEstimate, Estimate, TermKind
+from fitplan.gui.backend import term_label
+from fitplan.gui.theme import CAPACITY_COLOUR, MARGIN_COLOUR, TERM_COLOURS, foreground
+
+BAR_HEIGHT = 14
+OVER_COLOUR = "#D55E00"
+
+
+class _Bar(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.parts: list[tuple[TermKind, int]] = []
+        self.capacity = 1
+        self.margin = 0
+        self.setMinimumWidth(60)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(160, BAR_HEIGHT)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(60, BAR_HEIGHT)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+        total = max(self.capacity, sum(n for _k, n in self.parts), 1)
+        x = rect.left()
+        for kind, n in self.parts:
+            w = rect.width() * n / total
+            painter.fillRect(QRectF(x, rect.top(), w, rect.height()), QColor(TERM_COLOURS[kind]))
+            x += w
+        used = sum(n for _k, n in self.parts)
+        over = used > self.capacity
+        painter.setPen(QPen(QColor(OVER_COLOUR if over else foreground()), 2 if over else 1))
+        painter.drawRect(rect)
+        if self.capacity < total:  # the capacity inside an overfull bar
+            cx = rect.left() + rect.width() * self.capacity / total
+            painter.setPen(QPen(QColor(CAPACITY_COLOUR), 2))
+            painter.drawLine(int(cx), int(rect.top()), int(cx), int(rect.bottom()))
+        if self.margin > 0:
+            mx = rect.left() + rect.width() * max(0, self.capacity - self.margin) / total
+            painter.setPen(QPen(QColor(MARGIN_COLOUR), 1, Qt.PenStyle.DashLine))
+            painter.drawLine(int(mx), int(rect.top()), int(mx), int(rect.bottom()))
+        painter.end()
+
+
+class DeviceBarsPanel(QWidget):
+    """One row per device of the estimate: name, bar, "used / capacity GiB"."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._grid = QGridLayout(self)
+        self._grid.setContentsMargins(0, 0, 0, 0)
+        self._grid.setHorizontalSpacing(6)
+        self._grid.setVerticalSpacing(2)
+        self._grid.setColumnStretch(1, 1)
+        self.rows: list[tuple[QLabel, _Bar, QLabel]] = []
+        self.empty = QLabel("The memory of each device appears here once a model is open.")
+        self.empty.setTextFormat(Qt.TextFormat.PlainText)
+        self.empty.setWordWrap(True)
+        self._grid.addWidget(self.empty, 0, 0, 1, 3)
+
+    def clear(self) -> None:
+        for name, bar, text in self.rows:
+            for w in (name, bar, text):
+                w.setVisible(False)
+        self.empty.setVisible(True)
+
+    def _row(self, i: int) -> tuple[QLabel, _Bar, QLabel]:
+        while len(self.rows) <= i:
+            name, bar, text = QLabel(), _Bar(), QLabel()
+            for label in (name, text):
+                label.setTextFormat(Qt.TextFormat.PlainText)
+            text.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            n = len(self.rows) + 1
+            self._grid.addWidget(name, n, 0)
+            self._grid.addWidget(bar, n, 1)
+            self._grid.addWidget(text, n, 2)
+            self.rows.append((name, bar, text))
+        return self.rows[i]
+
+    def set_estimate(self, estimate: Estimate, margin_bytes: int) -> None:
+        shown = [d for d in estimate.devices if d.terms or d.device.kind is DeviceKind.CPU]
+        self.empty.setVisible(not shown)
+        for i, de in enumerate(shown):
+            name, bar, text = self._row(i)
+            margin = margin_bytes if de.device.kind is DeviceKind.GPU else 0
+            self._fill(de, margin, name, bar, text)
+        for name, bar, text in self.rows[len(shown):]:
+            for w in (name, bar, text):
+                w.setVisible(False)
+
+    @staticmethod
+    def _fill(de: DeviceEstimate, margin: int, name: QLabel, bar: _Bar, text: QLabel) -> None:
+        bar.parts = [(k, de.bytes_of(k)) for k in TERM_ORDER if de.bytes_of(k) > 0]
+        bar.capacity = de.device.free_bytes
+        bar.margin = margin
+        used, cap = de.used_bytes, de.device.free_bytes
+        name.setText(de.device.name)
+        text.setText(f"{used / GIB:.1f} / {cap / GIB:.1f} GiB" + (" over" if used > cap else ""))
+        lines = [f"{de.device.name}: {used / GIB:.2f} GiB of {cap / GIB:.2f} GiB free"]
+        lines += [f"  {term_label(k)}: {n / GIB:.2f} GiB" for k, n in bar.parts]
+        if margin:
+            lines.append(f"  margin kept free: {margin / GIB:.2f} GiB (dashed)")
+        tip = "\n".join(lines)
+        for w in (name, bar, text):
+            w.setToolTip(tip)
+            w.setVisible(True)
+        bar.update()

@@ -1,0 +1,97 @@
+"""What users of LM Studio and koboldcpp look for in the window: device bars, paste/save/load, the missing controls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt
+from PySide6.QtGui import QDropEvent
+
+from fitplan import LLAMA_CPP_COMMIT, __version__
+from fitplan.core.base.devices import GIB
+from fitplan.gui.main_window import MainWindow
+
+from .conftest import LLAMA
+
+pytestmark = [pytest.mark.gui]
+TIMEOUT = 15000
+
+
+def wait_settled(qtbot: Any, window: MainWindow) -> Any:
+    qtbot.waitUntil(lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT)
+    return window.planner.outcome
+
+
+def test_every_device_has_a_used_of_capacity_bar(window: MainWindow) -> None:
+    names = [name.text() for name, _bar, _text in window.devices.rows if name.isVisible()]
+    assert names == ["RTX 4090", "Host"]
+    gpu_text = window.devices.rows[0][2].text()
+    used = window.planner.outcome.estimate.devices[0].used_bytes / GIB
+    assert gpu_text == f"{used:.1f} / 22.0 GiB"  # the card has 22 GiB free
+
+
+def test_the_chart_marks_the_largest_context_that_fits(window: MainWindow) -> None:
+    top = window.planner.outcome.max_context
+    assert window.chart.max_line.isVisible()
+    assert window.chart.max_line.label.format.startswith("fits up to")
+    assert top > 0
+
+
+def test_about_names_the_version_and_the_llama_cpp_commit(window: MainWindow) -> None:
+    text = window.about_text()
+    assert __version__ in text and LLAMA_CPP_COMMIT in text
+
+
+def test_dropping_a_command_sets_the_controls(qtbot: Any, window: MainWindow) -> None:
+    mime = QMimeData()
+    mime.setText(f"llama-server -m {LLAMA} -c 16384 -np 2 --lora extra.gguf")
+    window.dropEvent(QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                                Qt.KeyboardModifier.NoModifier))
+    out = wait_settled(qtbot, window)
+    assert out.estimate.settings.n_parallel == 2 and window.settings.context_box.value() == 16384
+    assert "--lora extra.gguf" in window.command.text.toPlainText()
+    assert "--lora" in window.banner.text()
+
+
+def test_gpu_layers_as_n_of_m(qtbot: Any, window: MainWindow) -> None:
+    s = window.settings
+    assert s.gpu_layers_slider.maximum() == 33  # 32 layers and the output layer
+    assert s.gpu_layers_of.text() == "all 33 of 33 layers (auto)"
+    s.gpu_layers_slider.setValue(20)
+    out = wait_settled(qtbot, window)
+    assert s.gpu_layers.value() == 20 and s.gpu_layers_of.text() == "20 of 33 layers on the GPU"
+    assert out.estimate.settings.n_gpu_layers == 20
+
+
+def test_kv_cache_in_system_ram(qtbot: Any, window: MainWindow) -> None:
+    window.settings.no_kv_offload.setChecked(True)
+    out = wait_settled(qtbot, window)
+    assert out.estimate.settings.no_kv_offload
+    assert "-nkvo" in window.command.text.toPlainText()
+
+
+def test_host_ram_of_a_hypothetical_machine(qtbot: Any, window: MainWindow) -> None:
+    window.hardware.host_ram.setValue(8)
+    out = wait_settled(qtbot, window)
+    host = out.estimate.devices[-1].device
+    assert host.total_bytes == 8 * GIB and host.free_bytes == 8 * GIB
+
+
+@pytest.mark.parametrize("name", ["plan.ini", "plan.sh", "Modelfile"])
+def test_save_and_load_a_configuration(qtbot: Any, window: MainWindow, tmp_path: Path, name: str) -> None:
+    window.settings.set_context(8192)
+    wait_settled(qtbot, window)
+    path = tmp_path / name
+    window.planner.save_configuration(str(path))
+    text = path.read_text()
+    if name == "Modelfile":
+        assert "num_ctx 8192" in text
+        return
+    assert "8192" in text
+    window.settings.set_context(4096)
+    wait_settled(qtbot, window)
+    window.planner.load_configuration(str(path))
+    wait_settled(qtbot, window)
+    assert window.settings.context_box.value() == 8192
