@@ -6,6 +6,13 @@ per model and grid under tests/fixtures/llamacpp/<grid>/. The schema is describe
 
 Usage (after tools/groundtruth/build_llamacpp.sh BUILD_DIR):
     python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt [--grids archs,sparse,placement,server]
+    python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt --grids quantkv   # grid f, not a default
+
+Grid f (`quantkv/`): quantized K/V caches (q8_0, q4_0) with flash attention on a few smoke models
+(`QUANTKV_MODELS`), contexts 512/2048/8192 x `-ub` 512/2048 x 1 slot / 4 slots without a unified cache, and f16
+references; every run with `-t 1`. Without the test-llama-archs models in WORK/archs, each is rebuilt from its
+header copy in the fixtures (the header padded with zeros to the recorded file size: a dry run never reads the
+tensor data).
 """
 
 from __future__ import annotations

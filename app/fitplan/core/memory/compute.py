@@ -1246,8 +1246,19 @@ class ComputePlan:
         return np.stack(rows)
 
 
-def _reuse(first: int, held: int, room: int) -> int:
-    """What of the first intermediate and the held block fits into the freed inputs' space (the larger first)."""
+def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
+    """What of the FFN's intermediates fits into the freed inputs' space: all of them (`f`, the whole set) when
+    they fit there together, else the first intermediate and the held block (the larger first).
+
+    The graph allocator (ggml-alloc.c, `ggml_dyn_tallocr_alloc`) gives each tensor the smallest free block it fits
+    in and takes the end of the buffer only when none does, so a freed mask larger than the whole FFN takes all of
+    it: with a long context this is the FFN of every layer after the last attention layer, LFM2's short-conv
+    layers for instance (the allocator's peaks on the lfm2moe smoke model at c8192: gate, up, the GLU output and
+    the experts' outputs of the conv layer inside the freed 8 MiB mask, and the buffer's peak at the attention
+    layer's Q, K and V next to the mask).
+    """
+    if f and f <= room:
+        return f
     if first + held <= room:
         return first + held
     if first <= room:
@@ -1256,7 +1267,7 @@ def _reuse(first: int, held: int, room: int) -> int:
 
 
 def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
-    return max((f - _reuse(first, held, hole.at(nb, ns)) for f, first, held, hole in p.ffn_holes), default=0)
+    return max((f - _reuse(first, held, hole.at(nb, ns), f) for f, first, held, hole in p.ffn_holes), default=0)
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
@@ -1289,9 +1300,13 @@ def _total_array(
     for f, first, held, hole in p.ffn_holes:
         room = _aff(hole, nb, ns)
         reuse = np.where(
-            first + held <= room,
-            first + held,
-            np.where(first <= room, first, np.where(held <= room, held, 0)),
+            f <= room,
+            f,
+            np.where(
+                first + held <= room,
+                first + held,
+                np.where(first <= room, first, np.where(held <= room, held, 0)),
+            ),
         )
         ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
