@@ -453,11 +453,14 @@ MODEL_NOTES = """\
   `llm_graph_context::build_attn`): the rotation matrices `attn_inp_k_rot` `[n_rot_k, n_rot_k]` and
   `attn_inp_v_rot` `[64, 64]` f32 are graph inputs of the whole graph, and the rotation of the attention output
   by V's matrix adds one block-sized tensor to the output chain, which leaves one block of the FFN norm's hole
-  (the `quantkv` recordings: llama, qwen3 and mistral3 smoke models byte-exact at every context, micro-batch and
-  slot count; before, 6-16% under). K-only (MLA) caches and LFM2's hybrid iSWA memory build no rotation inputs.
-  The FFN of a layer after the last attention layer goes wholly into the freed mask when it fits there (the
-  best-fit free block of `ggml_dyn_tallocr_alloc`): LFM2's short-conv layers at long contexts (lfm2moe smoke
-  model at c8192: 17% over before, byte-exact now). With the routed experts on the host, the host's buffer, the GPU's shared expert or
+  (the `quantkv` recordings: llama, qwen3, mistral3, qwen2, phi3 and granite smoke models byte-exact at every
+  context, micro-batch and slot count, gemma3 and gpt-oss within 0.2%; before, up to 17% under); with parallel
+  attention and FFN (command-r) the waiting attention output goes above the blocks instead. K-only (MLA) caches
+  and LFM2's hybrid iSWA memory build no rotation inputs. The FFN intermediates of a layer whose mask is freed go
+  into the freed space while they fit there (the best-fit free block of `ggml_dyn_tallocr_alloc`): all of them
+  after the last attention layer at long contexts, LFM2's short-conv layers for instance (lfm2moe smoke model at
+  c8192: 17% over before, byte-exact now), or gate and up but not the GLU output (gemma3 at `-ub 2048`). With
+  the routed experts on the host, the host's buffer, the GPU's shared expert or
   the experts' copied-back outputs, and the hole those leave under a GPU's mask are named too. The terms were
   checked on representative cases against the allocator's own list of the live tensors at every new peak: build
   `ggml-base` alone with `-DCMAKE_C_FLAGS=-DGGML_ALLOCATOR_DEBUG` (`cmake --build B --target ggml-base`) and run

@@ -348,13 +348,16 @@ def grid_archs(env: Env, only: list[str] | None) -> None:
 # grid f. quantkv: quantized K/V caches with flash attention on the smoke models of a few architecture families,
 # over contexts, micro-batches and slots (issue 16's first class; the archs grid has f16 caches only)
 QUANTKV_MODELS = ["llama-dense", "llama-moe", "qwen3-dense", "mistral3-dense", "lfm2-dense", "lfm2moe-moe"]
+#: other graph shapes, q8_0 only (iSWA, fused QKV, parallel attention/FFN, attention sinks, MLA)
+QUANTKV_MORE_MODELS = ["gemma3-dense", "qwen2-dense", "phi3-dense", "command-r-dense", "gpt-oss-moe",
+                       "granite-dense", "deepseek2-moe"]
 
 
-def quantkv_settings() -> list[tuple[str, list[str]]]:
+def quantkv_settings(cache_types: Sequence[str] = ("q8_0", "q4_0"), f16: bool = True) -> list[tuple[str, list[str]]]:
     out: list[tuple[str, list[str]]] = []
     for c in (512, 2048, 8192):
         for ub in (512, 2048):
-            for ct in ("q8_0", "q4_0"):
+            for ct in cache_types:
                 for np_, kvu in ((1, None), (4, False)):
                     args = ["-c", str(c), "-np", str(np_), "-fa", "on", "-b", str(max(ub, 2048)), "-ub", str(ub),
                             "-ctk", ct, "-ctv", ct, "-t", "1"]
@@ -363,7 +366,7 @@ def quantkv_settings() -> list[tuple[str, list[str]]]:
                     kid = f"c{c}-np{np_}" + ("" if kvu is None else "-nokvu") + f"-faon-ub{ub}-{ct}"
                     out.append((kid, args))
     # the same shapes with f16 caches, as the reference the quantized cases differ from
-    for c in (512, 8192):
+    for c in ((512, 8192) if f16 else ()):
         for ub in (512, 2048):
             out.append((f"c{c}-np1-faon-ub{ub}-f16", ["-c", str(c), "-np", "1", "-fa", "on", "-b", "2048",
                                                       "-ub", str(ub), "-t", "1"]))
@@ -385,12 +388,13 @@ def arch_model(env: Env, name: str) -> Path:
 
 
 def grid_quantkv(env: Env, only: list[str] | None) -> None:
-    for name in QUANTKV_MODELS:
+    for name in QUANTKV_MODELS + QUANTKV_MORE_MODELS:
         if only and name not in only:
             continue
         path = arch_model(env, name)
         t0 = time.time()
-        cases = [case_from_membreak(env, cid, path, args) for cid, args in quantkv_settings()]
+        grid = quantkv_settings() if name in QUANTKV_MODELS else quantkv_settings(("q8_0",), f16=False)
+        cases = [case_from_membreak(env, cid, path, args) for cid, args in grid]
         model = {"generator": "test-llama-archs -o DIR", "name": name, "config": None,
                  "path_hint": f"archs/{path.name}", "file_bytes": path.stat().st_size,
                  "header": f"models/archs/{name}.header.gguf"}

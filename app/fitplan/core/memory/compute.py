@@ -229,8 +229,14 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
     """
     moe = profile.moe
     hole = 0 if profile.traits.graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
-    if v_rot and hole and not (profile.traits.graph.parallel_attn_ffn or profile.traits.graph.embd_skip):
-        hole -= profile.n_embd
+    above = 0
+    if v_rot and hole and not profile.traits.graph.embd_skip:
+        if profile.traits.graph.parallel_attn_ffn:
+            # the attention output that waits for the FFN is allocated above the blocks, not in the hole (the
+            # command-r smoke model with q8_0 caches: `node_39` between `node_2` and gate, one block more)
+            above = profile.n_embd
+        else:
+            hole -= profile.n_embd
     if profile.traits.graph.parallel_attn_ffn:
         # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
         # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
@@ -267,7 +273,7 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
         f = first = 0 if lp.n_ff <= hole else lp.n_ff
     if skip_in_hole:
         f = max(0, f - profile.n_embd)  # the skip block is in the device's blocks already, inside the hole
-    return F32 * n_tok * (f + held), F32 * n_tok * first, F32 * n_tok * held
+    return F32 * n_tok * (f + held + above), F32 * n_tok * first, F32 * n_tok * held
 
 
 @dataclass(frozen=True, slots=True)
@@ -1248,7 +1254,9 @@ class ComputePlan:
 
 def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
     """What of the FFN's intermediates fits into the freed inputs' space: all of them (`f`, the whole set) when
-    they fit there together, else the first intermediate and the held block (the larger first).
+    they fit there together, else the first intermediate and the held block (the larger first), and as many of
+    the next first-sized intermediates as still fit behind them (the gemma3 smoke model at `-ub 2048`: gate and up
+    in the freed 8 MiB SWA mask, the GLU output elsewhere).
 
     The graph allocator (ggml-alloc.c, `ggml_dyn_tallocr_alloc`) gives each tensor the smallest free block it fits
     in and takes the end of the buffer only when none does, so a freed mask larger than the whole FFN takes all of
@@ -1260,7 +1268,9 @@ def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
     if f and f <= room:
         return f
     if first + held <= room:
-        return first + held
+        # the next intermediates of the first's size (up after gate) follow it there while they fit
+        more = min((room - first - held) // first, (f - first - held) // first) if first and f else 0
+        return first + held + max(0, more) * first
     if first <= room:
         return first
     return held if held <= room else 0
@@ -1299,12 +1309,17 @@ def _total_array(
     ffn = np.full_like(nb, p.ffn)
     for f, first, held, hole in p.ffn_holes:
         room = _aff(hole, nb, ns)
+        more = (
+            np.maximum(0, np.minimum((room - first - held) // first, (f - first - held) // first))
+            if first
+            else np.zeros_like(room)
+        )
         reuse = np.where(
             f <= room,
             f,
             np.where(
                 first + held <= room,
-                first + held,
+                first + held + more * first,
                 np.where(first <= room, first, np.where(held <= room, held, 0)),
             ),
         )
