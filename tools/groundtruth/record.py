@@ -6,6 +6,13 @@ per model and grid under tests/fixtures/llamacpp/<grid>/. The schema is describe
 
 Usage (after tools/groundtruth/build_llamacpp.sh BUILD_DIR):
     python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt [--grids archs,sparse,placement,server]
+    python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt --grids quantkv   # grid f, not a default
+
+Grid f (`quantkv/`): quantized K/V caches (q8_0, q4_0) with flash attention on a few smoke models
+(`QUANTKV_MODELS`), contexts 512/2048/8192 x `-ub` 512/2048 x 1 slot / 4 slots without a unified cache, and f16
+references; every run with `-t 1`. Without the test-llama-archs models in WORK/archs, each is rebuilt from its
+header copy in the fixtures (the header padded with zeros to the recorded file size: a dry run never reads the
+tensor data).
 """
 
 from __future__ import annotations
@@ -336,6 +343,64 @@ def grid_archs(env: Env, only: list[str] | None) -> None:
                  "header": header_copy(gguf_path, f"archs/{name}.header.gguf")}
         write_fixture("archs", name, fixture_doc("membreak", model, cases))
         print("archs", name, sum(1 for c in cases if "error" not in c), "/", len(cases), flush=True)
+
+
+# grid f. quantkv: quantized K/V caches with flash attention on the smoke models of a few architecture families,
+# over contexts, micro-batches and slots (issue 16's first class; the archs grid has f16 caches only)
+QUANTKV_MODELS = ["llama-dense", "llama-moe", "qwen3-dense", "mistral3-dense", "lfm2-dense", "lfm2moe-moe"]
+#: other graph shapes, q8_0 only (iSWA, fused QKV, parallel attention/FFN, attention sinks, MLA)
+QUANTKV_MORE_MODELS = ["gemma3-dense", "qwen2-dense", "phi3-dense", "command-r-dense", "gpt-oss-moe",
+                       "granite-dense", "deepseek2-moe"]
+
+
+def quantkv_settings(cache_types: Sequence[str] = ("q8_0", "q4_0"), f16: bool = True) -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    for c in (512, 2048, 8192):
+        for ub in (512, 2048):
+            for ct in cache_types:
+                for np_, kvu in ((1, None), (4, False)):
+                    args = ["-c", str(c), "-np", str(np_), "-fa", "on", "-b", str(max(ub, 2048)), "-ub", str(ub),
+                            "-ctk", ct, "-ctv", ct, "-t", "1"]
+                    if kvu is not None:
+                        args.append("-no-kvu")
+                    kid = f"c{c}-np{np_}" + ("" if kvu is None else "-nokvu") + f"-faon-ub{ub}-{ct}"
+                    out.append((kid, args))
+    # the same shapes with f16 caches, as the reference the quantized cases differ from
+    for c in ((512, 8192) if f16 else ()):
+        for ub in (512, 2048):
+            out.append((f"c{c}-np1-faon-ub{ub}-f16", ["-c", str(c), "-np", "1", "-fa", "on", "-b", "2048",
+                                                      "-ub", str(ub), "-t", "1"]))
+    return out
+
+
+def arch_model(env: Env, name: str) -> Path:
+    """A test-llama-archs model: the one in WORK/archs, else rebuilt from its header copy (the tensor data of a
+    dry run is never read: the header padded with zeros to the recorded file size loads the same)."""
+    path = env.work / "archs" / f"{name}.gguf"
+    if path.exists():
+        return path
+    doc = json.loads((FIXTURES / "archs" / f"{name}.json").read_text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write((FIXTURES / doc["model"]["header"]).read_bytes())
+        f.truncate(int(doc["model"]["file_bytes"]))
+    return path
+
+
+def grid_quantkv(env: Env, only: list[str] | None) -> None:
+    for name in QUANTKV_MODELS + QUANTKV_MORE_MODELS:
+        if only and name not in only:
+            continue
+        path = arch_model(env, name)
+        t0 = time.time()
+        grid = quantkv_settings() if name in QUANTKV_MODELS else quantkv_settings(("q8_0",), f16=False)
+        cases = [case_from_membreak(env, cid, path, args) for cid, args in grid]
+        model = {"generator": "test-llama-archs -o DIR", "name": name, "config": None,
+                 "path_hint": f"archs/{path.name}", "file_bytes": path.stat().st_size,
+                 "header": f"models/archs/{name}.header.gguf"}
+        write_fixture("quantkv", name, fixture_doc("membreak", model, cases))
+        print("quantkv", name, sum(1 for c in cases if "error" not in c), "/", len(cases),
+              f"{time.time() - t0:.1f}s", flush=True)
 
 
 def sparse_model(env: Env, name: str, vocab: str = "none") -> tuple[Path, dict[str, Any]]:
@@ -707,7 +772,7 @@ def grid_fitparams(env: Env, only: list[str] | None) -> None:
 
 
 GRIDS = {"archs": grid_archs, "sparse": grid_sparse, "placement": grid_placement, "server": grid_server,
-         "fitparams": grid_fitparams}
+         "fitparams": grid_fitparams, "quantkv": grid_quantkv}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -716,7 +781,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/fitplan-groundtruth"),
                     help="scratch dir for generated models (sparse files)")
     ap.add_argument("--membreak", type=Path, default=None, help="membreak binary (default: BUILD/bin/membreak)")
-    ap.add_argument("--grids", default="archs,sparse,placement,server,fitparams")
+    ap.add_argument("--grids", default="archs,sparse,placement,server,fitparams",
+                    help="comma-separated grids: " + ",".join(GRIDS) + " (quantkv is not in the default)")
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)
     env = Env(args.build.resolve(), args.work.resolve(), args.membreak.resolve() if args.membreak else None)

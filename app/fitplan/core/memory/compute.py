@@ -49,7 +49,7 @@ from numpy.typing import NDArray
 
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
-from fitplan.core.gguf.ggml_types import type_id
+from fitplan.core.gguf.ggml_types import get_type, type_id
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
@@ -205,12 +205,14 @@ def _routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
     return F32 * n_tok * (used * profile.n_embd + used + profile.n_embd)
 
 
-def _ffn_transient(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
+def _ffn_transient(
+    profile: ModelProfile, layers: list[int], n_tok: int, v_rot: frozenset[int] = frozenset()
+) -> int:
     """Largest FFN intermediate set of the given layers, f32 (see `_ffn_layer`)."""
-    return max((_ffn_layer(profile, il, n_tok)[0] for il in layers), default=0)
+    return max((_ffn_layer(profile, il, n_tok, il in v_rot)[0] for il in layers), default=0)
 
 
-def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, int]:
+def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) -> tuple[int, int, int]:
     """One layer's FFN intermediate set, its first (largest-shape) intermediate and the input it holds through the
     experts (llama4's router-weighted copy of the FFN input), bytes f32.
 
@@ -218,9 +220,23 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
     up are freed). MoE: up, gate, GLU output `[n_ff_exp, n_used, n_tok]` and the experts' down projections
     `[n_embd, n_used, n_tok]`. The last of them to be allocated goes into the two-block hole the FFN norm leaves
     when it fits there (small FFNs), so it adds nothing.
+
+    `v_rot`: the layer's attention output is rotated back (`_hadamard_rotations`), which leaves one block of the
+    hole: the output chain (flash attention, the rotation's product, the output projection with the residual added
+    in place) has one more block-sized tensor, so the FFN input lands next to the FFN norm's block instead of in a
+    block of its own (the allocator's trace on the llama smoke model with q8_0 caches: `ffn_inp-0` right above
+    `norm-0`, and the GLU output above gate and up, where with f16 caches it takes the norm's two freed blocks).
     """
     moe = profile.moe
     hole = 0 if profile.traits.graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    above = 0
+    if v_rot and hole and not profile.traits.graph.embd_skip:
+        if profile.traits.graph.parallel_attn_ffn:
+            # the attention output that waits for the FFN is allocated above the blocks, not in the hole (the
+            # command-r smoke model with q8_0 caches: `node_39` between `node_2` and gate, one block more)
+            above = profile.n_embd
+        else:
+            hole -= profile.n_embd
     if profile.traits.graph.parallel_attn_ffn:
         # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
         # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
@@ -257,7 +273,7 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, in
         f = first = 0 if lp.n_ff <= hole else lp.n_ff
     if skip_in_hole:
         f = max(0, f - profile.n_embd)  # the skip block is in the device's blocks already, inside the hole
-    return F32 * n_tok * (f + held), F32 * n_tok * first, F32 * n_tok * held
+    return F32 * n_tok * (f + held + above), F32 * n_tok * first, F32 * n_tok * held
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,6 +515,52 @@ def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], l
     return base, swa
 
 
+#: `llama-kv-cache.cpp` (llama_kv_cache constructor, `attn_rot_k` / `attn_rot_v`): the smallest Hadamard rotation.
+HADAMARD_MIN = 64
+
+
+def _rotation_size(head: int) -> int:
+    """K's rotation: 64, doubled while it still divides the head size twice over (`n_rot_k`)."""
+    n = HADAMARD_MIN
+    while head % (2 * n) == 0:
+        n *= 2
+    return n
+
+
+def _hadamard_rotations(
+    profile: ModelProfile, layers: list[int], type_k: str, type_v: str
+) -> tuple[int, int]:
+    """(n_rot_k, n_rot_v) of the KV cache of `layers` (one cache: the base or the SWA one), 0 = no rotation.
+
+    `llama-kv-cache.cpp`, llama_kv_cache constructor: a quantized K (V) cache whose layers all have the same head
+    size, a multiple of 64, gets a Hadamard rotation; `n_rot_k` is the largest power of two (from 64) dividing
+    the head size, `n_rot_v` is 64. The rotations are graph
+    inputs `attn_inp_k_rot` / `attn_inp_v_rot` (`build_input_k_rot`, f32 `[n_rot, n_rot]`), and
+    `llm_graph_context::build_attn` multiplies Q, K and V by them (`llama_mul_mat_hadamard`, llama-impl.h) and
+    the attention output by V's rotation again.
+
+    Only the inputs of a K/V cache build them (`build_attn_inp_kv_impl`, also under a recurrent hybrid's
+    `build_inp_mem_hybrid`, and `build_attn_inp_kv_iswa`): a K-only cache (MLA, `build_attn_inp_k_impl`) and the
+    hybrid iSWA memory (`build_inp_mem_hybrid_iswa`, LFM2 with sliding-window layers) build none, so their graphs
+    are not rotated even though the cache logs an `n_rot_k`. (The DSA lightning indexers' own rotations are part
+    of `_indexer_queries`.)
+    """
+    if not layers or profile.mla is not None:
+        return 0, 0
+    if profile.is_recurrent_or_hybrid and any(lp.is_swa for lp in profile.layers):
+        return 0, 0
+    heads_k = {profile.layers[il].n_embd_head_k for il in layers}
+    heads_v = {profile.layers[il].n_embd_head_v for il in layers}
+    n_rot_k = n_rot_v = 0
+    if get_type(type_id(type_k)).quantized and len(heads_k) == 1:
+        head = heads_k.pop()
+        n_rot_k = _rotation_size(head) if head > 0 and head % HADAMARD_MIN == 0 else 0
+    if get_type(type_id(type_v)).quantized and len(heads_v) == 1:
+        head = heads_v.pop()
+        n_rot_v = HADAMARD_MIN if head > 0 and head % HADAMARD_MIN == 0 else 0
+    return n_rot_k, n_rot_v
+
+
 @dataclass(frozen=True, slots=True)
 class Affine:
     """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells."""
@@ -651,6 +713,19 @@ class _PlanBuilder:
         for il in trunk:
             ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
         op_copy = _largest_host_weight_group(profile, placement) if offload_gpu0 else 0
+
+        # the Hadamard rotations of a quantized cache (mainline only): their f32 matrices are graph inputs of every
+        # backend that runs the cache's layers, and a rotated V leaves a smaller FFN hole (`_ffn_layer`)
+        rot_bytes = [0, 0]  # base cache, SWA cache
+        v_rot: set[int] = set()
+        if not inputs.ik_attention and profile.has_memory:
+            for i, group in enumerate(_attn_layers(profile, trunk)):
+                n_rot_k, n_rot_v = _hadamard_rotations(profile, group, inputs.cache_type_k, inputs.cache_type_v)
+                rot_bytes[i] = F32 * (n_rot_k * n_rot_k + n_rot_v * n_rot_v)
+                if n_rot_v:
+                    v_rot.update(group)
+        self.rot_bytes = (rot_bytes[0], rot_bytes[1])
+        self.v_rot = frozenset(v_rot)
 
         skip = 1 if profile.traits.graph.embd_skip else 0
         below_logits = _below_logits(profile, trunk[-1], n_tok) if trunk else 0
@@ -859,8 +934,10 @@ class _PlanBuilder:
         base, swa = _attn_layers(self.profile, layers)
         if not (base or swa) or not self.profile.has_memory:
             return 0
-        # positions (i32) and K's row indices (i64); V's (i64) too with flash attention (else `v_idxs`)
-        return self.n_tok * (SMALL_INPUT_BYTES_PER_TOKEN - (0 if self.fa else I64))
+        # positions (i32) and K's row indices (i64); V's (i64) too with flash attention (else `v_idxs`); the
+        # Hadamard rotations of the caches the layers read
+        rot = (self.rot_bytes[0] if base else 0) + (self.rot_bytes[1] if swa else 0)
+        return self.n_tok * (SMALL_INPUT_BYTES_PER_TOKEN - (0 if self.fa else I64)) + rot
 
     def fa_copies(self, layers: list[int]) -> tuple[Affine, ...]:
         if not self.fa or (self.inputs.cache_type_k == "f16" and self.inputs.cache_type_v == "f16"):
@@ -887,7 +964,7 @@ class _PlanBuilder:
             or not (base or swa)
             or self.profile.traits.graph.parallel_attn_ffn  # the attention output is still live
         ):
-            return _ffn_transient(self.profile, flayers, self.n_tok), ()
+            return _ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
         holes: set[tuple[int, int, int, Affine]] = set()
@@ -900,7 +977,7 @@ class _PlanBuilder:
             if not (freed_base or freed_swa):
                 rest.append(il)
                 continue
-            f, first, held = _ffn_layer(self.profile, il, self.n_tok)
+            f, first, held = _ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
             freed_input = self.embd_block if il != min(layers) else 0
             hole = Affine(
                 m.a_base if freed_base else 0,
@@ -909,7 +986,7 @@ class _PlanBuilder:
             )
             holes.add((f, first, held, hole))
         key = lambda h: (h[0], h[1], h[2], h[3].a_base, h[3].a_swa, h[3].c)  # noqa: E731
-        return _ffn_transient(self.profile, rest, self.n_tok), tuple(sorted(holes, key=key))
+        return _ffn_transient(self.profile, rest, self.n_tok, self.v_rot), tuple(sorted(holes, key=key))
 
     def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
         """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
@@ -1175,17 +1252,32 @@ class ComputePlan:
         return np.stack(rows)
 
 
-def _reuse(first: int, held: int, room: int) -> int:
-    """What of the first intermediate and the held block fits into the freed inputs' space (the larger first)."""
+def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
+    """What of the FFN's intermediates fits into the freed inputs' space: all of them (`f`, the whole set) when
+    they fit there together, else the first intermediate and the held block (the larger first), and as many of
+    the next first-sized intermediates as still fit behind them (the gemma3 smoke model at `-ub 2048`: gate and up
+    in the freed 8 MiB SWA mask, the GLU output elsewhere).
+
+    The graph allocator (ggml-alloc.c, `ggml_dyn_tallocr_alloc`) gives each tensor the smallest free block it fits
+    in and takes the end of the buffer only when none does, so a freed mask larger than the whole FFN takes all of
+    it: with a long context this is the FFN of every layer after the last attention layer, LFM2's short-conv
+    layers for instance (the allocator's peaks on the lfm2moe smoke model at c8192: gate, up, the GLU output and
+    the experts' outputs of the conv layer inside the freed 8 MiB mask, and the buffer's peak at the attention
+    layer's Q, K and V next to the mask).
+    """
+    if f and f <= room:
+        return f
     if first + held <= room:
-        return first + held
+        # the next intermediates of the first's size (up after gate) follow it there while they fit
+        more = min((room - first - held) // first, (f - first - held) // first) if first and f else 0
+        return first + held + max(0, more) * first
     if first <= room:
         return first
     return held if held <= room else 0
 
 
 def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
-    return max((f - _reuse(first, held, hole.at(nb, ns)) for f, first, held, hole in p.ffn_holes), default=0)
+    return max((f - _reuse(first, held, hole.at(nb, ns), f) for f, first, held, hole in p.ffn_holes), default=0)
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
@@ -1217,10 +1309,19 @@ def _total_array(
     ffn = np.full_like(nb, p.ffn)
     for f, first, held, hole in p.ffn_holes:
         room = _aff(hole, nb, ns)
+        more = (
+            np.maximum(0, np.minimum((room - first - held) // first, (f - first - held) // first))
+            if first
+            else np.zeros_like(room)
+        )
         reuse = np.where(
-            first + held <= room,
-            first + held,
-            np.where(first <= room, first, np.where(held <= room, held, 0)),
+            f <= room,
+            f,
+            np.where(
+                first + held <= room,
+                first + held + more * first,
+                np.where(first <= room, first, np.where(held <= room, held, 0)),
+            ),
         )
         ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
