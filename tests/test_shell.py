@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +14,7 @@ from fitplan.core.launch.shell import (
     ShellSyntaxError,
     default_shell,
     detect_shell,
+    file_writing_lines,
     join,
     quote,
     split,
@@ -332,3 +336,28 @@ def test_default_shell() -> None:
     assert default_shell("win32") is Shell.POWERSHELL
     assert default_shell("linux") is Shell.SH
     assert default_shell("darwin") is Shell.SH
+
+
+MODELFILE_LINES = ["FROM /models/100% & <more>.gguf", "PARAMETER num_ctx 8192", "", "SYSTEM (say) ^hi^ %PATH%"]
+
+
+def test_a_file_written_by_sh_holds_the_lines_exactly(tmp_path: Path) -> None:
+    script = "\n".join(file_writing_lines("Modelfile", MODELFILE_LINES, Shell.SH))
+    subprocess.run(["sh", "-c", script], cwd=tmp_path, check=True, timeout=30)
+    assert (tmp_path / "Modelfile").read_text().splitlines() == MODELFILE_LINES
+
+
+def test_cmd_echo_lines_escape_every_metacharacter() -> None:
+    lines = file_writing_lines("Modelfile", MODELFILE_LINES, Shell.CMD)
+    assert lines[0] == "> Modelfile echo(FROM /models/100% ^& ^<more^>.gguf"
+    assert lines[2] == ">> Modelfile echo("  # an empty line, not "ECHO is on."
+    # %^PATH% names no variable: cmd's %-expansion finds none, then the caret goes
+    assert lines[3] == ">> Modelfile echo(SYSTEM ^(say^) ^^hi^^ %^PATH%"
+
+
+@pytest.mark.parametrize("shell", list(Shell))
+def test_file_lines_refuse_what_would_break_out(shell: Shell) -> None:
+    with pytest.raises(ShellSyntaxError):
+        file_writing_lines("Modelfile", ["FROM x\x1b[2J"], shell)
+    with pytest.raises(ShellSyntaxError):
+        file_writing_lines("Modelfile", [{"sh": "EOF", "powershell": "'@ oops", "cmd": "FROM !x!"}[shell.value]], shell)

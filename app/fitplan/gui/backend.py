@@ -6,7 +6,6 @@ estimator, planner, curve, hardware probes) are imported on first use, in that t
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -389,20 +388,13 @@ class Backend:
         """The environment of the ollama server as the shell sets it, a command that writes the Modelfile, and the
         commands that create and run the model."""
         from fitplan.core.launch.command_line import env_lines
-        from fitplan.core.launch.shell import join
+        from fitplan.core.launch.shell import file_writing_lines, join
 
         remark = "REM" if shell == "cmd" else "#"
         lines = [f"{remark} Environment of the ollama server (ollama serve, or its service):"]
         env = env_lines(setup.environment, shell)
         lines.append(env if env else f"{remark}   (none needed: ollama's defaults)")
-        body = setup.modelfile.rstrip("\n").splitlines()
-        if shell == "sh":
-            lines += ["cat > Modelfile <<'EOF'", *body, "EOF"]
-        elif shell == "powershell":
-            lines += ["@'", *body, "'@ | Set-Content Modelfile"]
-        else:
-            escaped = [re.sub(r"([&|<>^%])", r"^\1", line) for line in body]
-            lines += [f"{'>' if i == 0 else '>>'} Modelfile echo {line}" for i, line in enumerate(escaped)]
+        lines += file_writing_lines("Modelfile", setup.modelfile.rstrip("\n").splitlines(), shell)
         lines.append(join(list(setup.create_argv), shell))
         lines.append(join(["ollama", "run", setup.create_argv[2]], shell))
         return "\n".join(lines)

@@ -7,10 +7,10 @@ the same `Device` value.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fitplan.core import hardware
-from fitplan.core.base.devices import Device, Machine
+from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FitplanError, FlagError
 from fitplan.core.hardware import HardwareConfig, parse_assumed_gpu
 from fitplan.core.hardware.catalog import parse_size
@@ -58,3 +58,19 @@ def build_machine(
 def machine_of(assume: Sequence[str], host_ram: str | None) -> Machine:
     """`build_machine` for the plain case: assumed GPUs (else the detected ones) and host RAM."""
     return build_machine(MachineRequest(tuple(assume), host_ram))[0]
+
+
+def hypothetical_gpu(name: str, total_bytes: int, vendor: str) -> Device:
+    """A GPU the user plans for without having it: entirely free; an unknown vendor name is a generic GPU."""
+    try:
+        v = Vendor(vendor)
+    except ValueError:
+        v = Vendor.GENERIC
+    return Device(name, DeviceKind.GPU, total_bytes, total_bytes, v, hypothetical=True)
+
+
+def planned_machine(gpus: Sequence[Device], host: Device, host_ram_bytes: int | None = None) -> Machine:
+    """The machine to plan for: the chosen GPUs in order, and this host or a hypothetical RAM size (entirely free)."""
+    if host_ram_bytes is not None and host_ram_bytes > 0:
+        host = replace(host, total_bytes=host_ram_bytes, free_bytes=host_ram_bytes, hypothetical=True)
+    return Machine(tuple(gpus), host)

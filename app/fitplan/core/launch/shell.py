@@ -214,6 +214,27 @@ def quote(arg: str, shell: Shell | str, *, program: bool = False) -> str:
     return _escape_cmd(word)
 
 
+def file_writing_lines(name: str, lines: Sequence[str], shell: Shell | str) -> tuple[str, ...]:
+    """The commands that write `lines` to the file `name` in `shell`: a quoted here-document (sh), a literal
+    here-string (PowerShell), or `echo(` lines with every metacharacter escaped (cmd.exe). Each line must be
+    printable text (`check_printable`), and what would end the here-document early is refused."""
+    sh = Shell(shell)
+    for line in lines:
+        check_printable(line, f"a line of {name}")
+    target = quote(name, sh)
+    if sh is Shell.SH:
+        if "EOF" in lines:
+            raise ShellSyntaxError(f"a line of {name} is the here-document's end marker EOF")
+        return (f"cat > {target} <<'EOF'", *lines, "EOF")
+    if sh is Shell.POWERSHELL:
+        if any(line.startswith("'@") for line in lines):
+            raise ShellSyntaxError(f"a line of {name} starts with '@, which would end the here-string")
+        return ("@'", *lines, f"'@ | Set-Content {target}")
+    for line in lines:
+        _check_cmd(line)
+    return tuple(f"{'>' if i == 0 else '>>'} {target} echo({_escape_cmd(line)}" for i, line in enumerate(lines))
+
+
 _CONTINUATION = {Shell.SH: " \\", Shell.POWERSHELL: " `", Shell.CMD: " ^"}
 
 

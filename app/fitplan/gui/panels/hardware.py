@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -17,7 +15,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.devices import GIB, Device, Machine, Vendor
+from fitplan.core.inputs.machine import hypothetical_gpu, planned_machine
 from fitplan.core.inputs.user_settings import HypotheticalDevice
 from fitplan.gui.backend import Detection
 
@@ -125,7 +124,7 @@ class HardwarePanel(QWidget):
         for d in self._detected:
             self._add_item(d, planned)
         for h in hypothetical:
-            self._add_item(_device_of(h), planned)
+            self._add_item(hypothetical_gpu(h.name, h.total_bytes, h.vendor), planned)
         self.list.blockSignals(False)
         self.empty_hint.setVisible(self.list.count() == 0 and self._host is not None)
         self.list.setVisible(self.list.count() > 0)
@@ -165,15 +164,8 @@ class HardwarePanel(QWidget):
     def machine(self) -> Machine | None:
         if self._host is None:
             return None
-        return Machine(tuple(d for d, on in self.devices() if on), self._planned_host(self._host))
-
-    def _planned_host(self, detected: Device) -> Device:
-        """The host to plan for: this machine's, or a hypothetical RAM size from the field (entirely free)."""
         gib = self.host_ram.value()
-        if gib <= 0:
-            return detected
-        size = int(gib * GIB)
-        return replace(detected, total_bytes=size, free_bytes=size, hypothetical=True)
+        return planned_machine([d for d, on in self.devices() if on], self._host, int(gib * GIB) if gib > 0 else None)
 
     # -- actions -------------------------------------------------------------------------------------------------
     def _unique(self, name: str) -> str:
@@ -212,10 +204,3 @@ class HardwarePanel(QWidget):
         remaining = tuple(h for h in self.hypothetical() if h.name != device.name)
         self._rebuild(remaining, self.planned_names())
 
-
-def _device_of(h: HypotheticalDevice) -> Device:
-    try:
-        vendor = Vendor(h.vendor)
-    except ValueError:
-        vendor = Vendor.GENERIC
-    return Device(h.name, DeviceKind.GPU, h.total_bytes, h.total_bytes, vendor, hypothetical=True)
