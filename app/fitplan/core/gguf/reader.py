@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
@@ -425,6 +425,36 @@ class _Parser:
     # -- the header ---------------------------------------------------------------------------------------------
 
     def parse(self, allow_incomplete: bool) -> GGUFHeader:
+        version = self._preamble()
+        self.need(24, "tensor and metadata counts", 8)
+        n_tensors, n_kv = struct.unpack_from(self.byte_order + "QQ", self.buf, 8)
+        if n_tensors * _MIN_TENSOR_BYTES > self.remaining(24):
+            raise self.err(f"tensor count {n_tensors} cannot fit in the {self.remaining(24)} bytes left", 8)
+        if n_kv * _MIN_KV_BYTES > self.remaining(24):
+            raise self.err(f"metadata count {n_kv} cannot fit in the {self.remaining(24)} bytes left", 16)
+        metadata, pos = self._metadata(n_kv, 24)
+        alignment = self._alignment(metadata)
+        raw, pos = self._tensor_infos(n_tensors, pos)
+        tensors = self._tensors(raw, alignment)
+        header = GGUFHeader(
+            source=self.source.name,
+            version=version,
+            byte_order=self.byte_order,
+            metadata=MappingProxyType(metadata),
+            tensors=tensors,
+            alignment=alignment,
+            data_offset=-(-pos // alignment) * alignment if n_tensors else pos,
+            file_size=self.size,
+            header_bytes_read=len(self.buf),
+        )
+        if self.size is not None and not allow_incomplete and not header.header_only:
+            expected_size = header.expected_file_size
+            if self.size < expected_size:
+                raise IncompleteModelError(self.source.name, expected_size, self.size, header=header)
+        return header
+
+    def _preamble(self) -> int:
+        """Magic, byte order and version."""
         self.need(8, "magic and version", 0)
         magic = self.buf[:4]
         if magic != GGUF_MAGIC:
@@ -433,20 +463,14 @@ class _Parser:
         if version & 0xFFFF == 0 and version != 0:
             self.byte_order = ">"
             (version,) = struct.unpack_from(">I", self.buf, 4)
-        bo = self.byte_order
-        self.structs = {t: struct.Struct(bo + f) for t, (f, _) in _SCALARS.items()}
+        self.structs = {t: struct.Struct(self.byte_order + f) for t, (f, _) in _SCALARS.items()}
         if version == 1:
             raise self.err("GGUF version 1 is no longer supported by llama.cpp; convert the model again", 4)
         if version not in (2, 3):
             raise self.err(f"unsupported GGUF version {version} (supported: 2, 3)", 4)
-        self.need(24, "tensor and metadata counts", 8)
-        n_tensors, n_kv = struct.unpack_from(bo + "QQ", self.buf, 8)
-        if n_tensors * _MIN_TENSOR_BYTES > self.remaining(24):
-            raise self.err(f"tensor count {n_tensors} cannot fit in the {self.remaining(24)} bytes left", 8)
-        if n_kv * _MIN_KV_BYTES > self.remaining(24):
-            raise self.err(f"metadata count {n_kv} cannot fit in the {self.remaining(24)} bytes left", 16)
-        pos = 24
+        return int(version)
 
+    def _metadata(self, n_kv: int, pos: int) -> tuple[dict[str, MetadataValue], int]:
         metadata: dict[str, MetadataValue] = {}
         keep_arrays = self.keep_arrays
         for i in range(n_kv):
@@ -463,44 +487,57 @@ class _Parser:
                 )
             value, pos = self.value(vtype, pos + 4, key in keep_arrays, 0, repr(key))
             metadata[key] = value
+        return metadata, pos
 
-        alignment = GGUF_DEFAULT_ALIGNMENT
-        if "general.alignment" in metadata:
-            a = metadata["general.alignment"]
-            if not isinstance(a, int) or isinstance(a, bool) or a <= 0 or a & (a - 1):
-                raise self.err(f"general.alignment {a!r} is not a power of two", None)
-            alignment = a
+    def _alignment(self, metadata: Mapping[str, MetadataValue]) -> int:
+        if "general.alignment" not in metadata:
+            return GGUF_DEFAULT_ALIGNMENT
+        a = metadata["general.alignment"]
+        if not isinstance(a, int) or isinstance(a, bool) or a <= 0 or a & (a - 1):
+            raise self.err(f"general.alignment {a!r} is not a power of two", None)
+        return a
 
+    def _tensor_infos(
+        self, n_tensors: int, pos: int
+    ) -> tuple[list[tuple[str, int, tuple[int, ...], int, int]], int]:
+        """(name, type, shape, offset, where it was read) per tensor, as the file lists them."""
         raw: list[tuple[str, int, tuple[int, ...], int, int]] = []
         names: set[str] = set()
-        q = self.structs[T_INT64]
         for i in range(n_tensors):
             at = pos
             name, pos = self.string(pos, f"tensor {i} name")
             if name in names:
                 raise self.err(f"duplicate tensor name {name!r}", at)
             names.add(name)
-            n_dims = self.u32(pos, f"tensor {name!r} dimension count")
-            if n_dims > MAX_DIMS:
-                raise self.err(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})", pos)
-            pos += 4
-            self.need(pos + 8 * n_dims + 12, f"tensor {name!r} shape, type and offset", pos)
-            shape = struct.unpack_from(f"{bo}{n_dims}q", self.buf, pos) if n_dims else ()
-            if any(d < 0 for d in shape):
-                raise self.err(f"tensor {name!r} has a negative dimension {shape}", pos)
-            n_el = 1
-            for d in shape:
-                n_el *= d
-            if n_el >= 2**63:
-                raise self.err(f"tensor {name!r} shape {shape} has >= 2^63 elements", pos)
-            pos += 8 * n_dims
+            shape, pos = self._shape(name, pos)
             gtype = self.structs[T_INT32].unpack_from(self.buf, pos)[0]
-            offset = q.unpack_from(self.buf, pos + 4)[0]
+            offset = self.structs[T_INT64].unpack_from(self.buf, pos + 4)[0]
             if offset < 0:
                 raise self.err(f"tensor {name!r} has a negative data offset {offset}", pos + 4)
             raw.append((name, gtype, shape, offset, at))
             pos += 12
+        return raw, pos
 
+    def _shape(self, name: str, pos: int) -> tuple[tuple[int, ...], int]:
+        n_dims = self.u32(pos, f"tensor {name!r} dimension count")
+        if n_dims > MAX_DIMS:
+            raise self.err(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})", pos)
+        pos += 4
+        self.need(pos + 8 * n_dims + 12, f"tensor {name!r} shape, type and offset", pos)
+        shape: tuple[int, ...] = struct.unpack_from(f"{self.byte_order}{n_dims}q", self.buf, pos) if n_dims else ()
+        if any(d < 0 for d in shape):
+            raise self.err(f"tensor {name!r} has a negative dimension {shape}", pos)
+        n_el = 1
+        for d in shape:
+            n_el *= d
+        if n_el >= 2**63:
+            raise self.err(f"tensor {name!r} shape {shape} has >= 2^63 elements", pos)
+        return shape, pos + 8 * n_dims
+
+    def _tensors(
+        self, raw: list[tuple[str, int, tuple[int, ...], int, int]], alignment: int
+    ) -> tuple[GGUFTensorInfo, ...]:
+        """The tensor infos, types resolved (ik_llama.cpp's when the file uses them), offsets checked in order."""
         ik = ggml_types.is_ik_file(t[1] for t in raw)
         tensors: list[GGUFTensorInfo] = []
         expected = 0
@@ -519,24 +556,7 @@ class _Parser:
                 raise self.err(f"tensor {name!r} data offset {offset} (expected {expected})", at)
             expected = offset + -(-n_bytes // alignment) * alignment
             tensors.append(GGUFTensorInfo(name, gtype, shape, offset, n_bytes))
-
-        data_offset = -(-pos // alignment) * alignment if n_tensors else pos
-        header = GGUFHeader(
-            source=self.source.name,
-            version=version,
-            byte_order=bo,
-            metadata=MappingProxyType(metadata),
-            tensors=tuple(tensors),
-            alignment=alignment,
-            data_offset=data_offset,
-            file_size=self.size,
-            header_bytes_read=len(self.buf),
-        )
-        if self.size is not None and not allow_incomplete and not header.header_only:
-            expected_size = header.expected_file_size
-            if self.size < expected_size:
-                raise IncompleteModelError(self.source.name, expected_size, self.size, header=header)
-        return header
+        return tuple(tensors)
 
 
 def parse_header(
