@@ -11,12 +11,11 @@ import pytest
 from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import NGL_ALL, Engine, FlashAttn, LaunchSettings
-from fitplan.core.engines import ik_pad_context
+from fitplan.core.engines import context_grid, ik_pad_context, resolve_context
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.reader import open_model
 from fitplan.core.hardware import assumed_devices
 from fitplan.core.inputs.machine import MachineRequest, build_machine
-from fitplan.core.engines import context_grid, resolve_context
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import what_would_change

@@ -323,7 +323,7 @@ class Planner(QObject):
         def work() -> None:
             try:
                 model = backend.load(url)
-            except Exception as exc:  # shown by show_error, like every job's failure
+            except Exception as exc:  # noqa: BLE001 - shown by show_error, like every job's failure
                 result: object = describe(f"Opening {url}", exc)
                 signal = bridge.failed
             else:
