@@ -8,23 +8,18 @@ skipped: a case the estimator cannot run is a failure, and a case llama.cpp refu
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from support.tools import load_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("accuracy_report", ROOT / "tools" / "accuracy_report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["accuracy_report"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("tools/accuracy_report.py")
 
 
 report = _load_report()

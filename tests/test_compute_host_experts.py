@@ -7,15 +7,14 @@ when it runs nothing but experts. The expected bytes are llama.cpp's own, from t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from fitplan.core.memory.compute import _in_hole
+from support.tools import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -25,15 +24,7 @@ SMALL_INPUTS_SLACK = 16 * 1024
 
 
 def _load_report() -> ModuleType:
-    name = "accuracy_report"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "accuracy_report.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("tools/accuracy_report.py")
 
 
 report = _load_report()

@@ -10,32 +10,22 @@ does for the other recordings.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from support.tools import load_tool
 
 REPO = Path(__file__).resolve().parents[1]
 KIT_FIXTURE = REPO / "tests" / "fixtures" / "cudakit" / "cpu.json"
 MIB = 1 << 20
 
 
-def _load_module(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-kit = _load_module("groundtruth_record_cuda", REPO / "tools" / "groundtruth" / "cuda" / "record_cuda.py")
-report = _load_module("accuracy_report", REPO / "tools" / "accuracy_report.py")
+kit = load_tool("tools/groundtruth/cuda/record_cuda.py")
+report = load_tool("tools/accuracy_report.py")
 
 
 def _plan_lines(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:

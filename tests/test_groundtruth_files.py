@@ -7,7 +7,6 @@ case is internally consistent (breakdown bytes against the MiB the library logge
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +18,8 @@ from typing import Any
 import pytest
 from gguf import GGUFReader
 
+from support.tools import load_tool
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "llamacpp"
 GRIDS = ("archs", "sparse", "placement", "server", "fitparams")
@@ -27,13 +28,7 @@ MIB = 1 << 20
 
 
 def _load_sparse_models() -> ModuleType:
-    path = REPO / "tools" / "groundtruth" / "sparse_models.py"
-    spec = importlib.util.spec_from_file_location("groundtruth_sparse_models", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("tools/groundtruth/sparse_models.py")
 
 
 def _load(path: Path) -> dict[str, Any]:

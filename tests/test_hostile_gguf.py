@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_support import KV, Case, Outcome, base_kvs, base_tensors, counts_line, run_cases, write_gguf
+from support.hostile import KV, Case, Outcome, base_kvs, base_tensors, counts_line, run_cases, write_gguf
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs fork and rlimits")
 

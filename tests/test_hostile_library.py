@@ -24,7 +24,7 @@ from fitplan.core.base.errors import FileAccessError
 from fitplan.core.gguf.header_cache import ProfileCache, cached_read_header, header_to_plain
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.library import LibraryRoot, LibraryScanner, MemoryScanIndex
-from hostile_support import Case, Outcome, base_kvs, base_tensors, counts_line, run_cases, write_gguf
+from support.hostile import Case, Outcome, base_kvs, base_tensors, counts_line, run_cases, write_gguf
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo") or sys.platform == "win32", reason="POSIX traps")
 

@@ -35,7 +35,7 @@ from fitplan.core.inputs.user_settings import (
     save_user_settings,
     settings_path,
 )
-from hostile_support import Case, Outcome, base_kvs, base_tensors, counts_line, run_cases, write_gguf
+from support.hostile import Case, Outcome, base_kvs, base_tensors, counts_line, run_cases, write_gguf
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX traps and alarms")
 

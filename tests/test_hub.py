@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from fake_hub import HubState, fake_hub, quant_repo, requant
 from fitplan.core.base.errors import GGUFError, MissingShardError
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.gguf.hub import (
@@ -26,6 +25,7 @@ from fitplan.core.gguf.remote import FIRST_CHUNK_REMOTE
 from fitplan.core.gguf.remote_cache import RemoteHeaderCache
 from fitplan.core.inputs.model_source import SourceKind, forget_loaded, load_model
 from fitplan.core.launch.command_line import plan_to_args
+from support.hub import HubState, fake_hub, quant_repo, requant
 
 REPO = "test/Qwen2.5-VL-7B-Instruct-GGUF"
 NAME = "Qwen2.5-VL-7B-Instruct"

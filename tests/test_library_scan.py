@@ -27,7 +27,7 @@ from fitplan.core.library import (
 )
 from fitplan.core.library.scanner import file_type_name
 from fitplan.core.model.builder import build_profile
-from test_library_support import CountingReader, write_mmproj, write_model
+from support.library import CountingReader, write_mmproj, write_model
 
 # write_model's default: 2 tensors of 64 f32 elements
 PARAMS_PER_FILE = 2 * 64

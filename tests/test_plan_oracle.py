@@ -30,7 +30,7 @@ from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.oracle import OracleResult, exhaustive_plan
 from fitplan.core.plan.planner import Pins, Plan, plan
 from fitplan.core.plan.usage import MarginPolicy, usage_of
-from plan_models import SMALL, small_model
+from support.plan_models import SMALL, small_model
 
 #: what every scenario checked; the closing test prints it
 TALLY = {"scenarios": 0, "fits": 0, "no_fit": 0, "points": 0, "violations": 0}

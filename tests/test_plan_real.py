@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from fitplan.core.plan.planner import (
     max_context_that_fits,
     plan,
 )
+from support.tools import load_tool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 MARGIN = MarginPolicy()
@@ -401,15 +401,7 @@ def test_compare_fit_against_llama_fit_params(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Live: llama.cpp measures the placement fitplan picks for two emulated cards (8 and 6 GiB) over loopback RPC."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "compare_fit", Path(__file__).parents[1] / "tools" / "compare_fit.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "compare_fit", mod)
-    spec.loader.exec_module(mod)
+    mod = load_tool("tools/compare_fit.py")
     header = FIXTURES / "models" / "sparse" / "llama-3.1-8b.header.gguf"
     mod.main([str(header), "--card", "8", "--card", "6", "--bin", str(LLAMA_BIN), "--", "-np", "1"])
     text = capsys.readouterr().out

@@ -18,7 +18,7 @@ from fitplan.core.launch.rpc import (
     with_rpc,
 )
 from fitplan.core.plan.planner import MarginPolicy, plan
-from test_plan import fake_estimate, make_profile
+from support.fake_estimator import fake_estimate, make_profile
 
 
 def test_parse_specs() -> None:

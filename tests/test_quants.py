@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fake_hub import HubState, fake_hub, quant_repo
 from fitplan.cli import main
 from fitplan.core.inputs.model_source import forget_loaded
+from support.hub import HubState, fake_hub, quant_repo
 
 REPO = "test/Qwen2.5-VL-7B-Instruct-GGUF"
 MACHINE = ["--assume-gpu", "12GiB", "--host-ram", "32GiB"]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fake_hub import SPARSE, HubState, fake_hub, requant
 from fitplan.cli import main
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.inputs.model_source import forget_loaded
+from support.hub import SPARSE, HubState, fake_hub, requant
 
 FAKE = """#!{python}
 import json, os, sys

@@ -13,7 +13,7 @@ from fitplan.commands import scan as scan_cmd
 from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
 from fitplan.core.library import LibraryModel
 from fitplan.core.plan.usage import MarginPolicy
-from test_library_support import CountingReader, write_mmproj, write_model
+from support.library import CountingReader, write_mmproj, write_model
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.quants import QuantsDialog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fake_hub import HubState, fake_hub, quant_repo
+from support.hub import HubState, fake_hub, quant_repo
 
 pytestmark = [
     pytest.mark.gui,

@@ -5,9 +5,7 @@ bench, a configuration of the same family at full size. Headers are written once
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -16,8 +14,7 @@ from types import ModuleType
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
-
-REPO = Path(__file__).resolve().parent.parent
+from support.tools import load_tool
 
 #: name -> (builder, config changes): depth-truncated models of each kind the planner meets
 SMALL: dict[str, tuple[str, dict[str, object]]] = {
@@ -50,15 +47,8 @@ DEEPSEEK_V3: dict[str, object] = {
 }
 
 
-@cache
 def _generator() -> ModuleType:
-    path = REPO / "tools" / "groundtruth" / "sparse_models.py"
-    spec = importlib.util.spec_from_file_location("plan_sparse_models", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("tools/groundtruth/sparse_models.py")
 
 
 @cache

@@ -28,8 +28,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWrit
 
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, MetadataValue
 from fitplan.core.gguf.reader import read_header
+from support.models import SPARSE
 
-SPARSE = Path(__file__).resolve().parent / "fixtures" / "llamacpp" / "models" / "sparse"
 Q = GGMLQuantizationType
 
 
