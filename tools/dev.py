@@ -6,7 +6,7 @@
                                  contracts, types and every test
 
 `test` passes further arguments to pytest: `python3 tools/dev.py test -m "not slow"` skips the wheel and
-desktop-app builds, `python3 tools/dev.py test tests/test_cli.py -x` runs one file.
+desktop-app builds, `python3 tools/dev.py test tests/cli/test_cli.py -x` runs one file.
 Only the standard library is used here, so it runs before anything is installed.
 """
 

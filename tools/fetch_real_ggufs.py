@@ -1,4 +1,4 @@
-"""Gather real GGUF files for the reader's cross-checks (tests/test_real_ggufs.py, bench/header_read.py).
+"""Gather real GGUF files for the reader's cross-checks (tests/gguf/test_real_ggufs.py, bench/header_read.py).
 
 1. llama.cpp's vocabulary files `models/ggml-vocab-*.gguf` (real tokenizer headers up to 262k tokens): copied from a
    llama.cpp source tree when one is given (--llama-src or $FITPLAN_LLAMA_SRC), otherwise extracted from the

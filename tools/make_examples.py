@@ -28,8 +28,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from gguf import GGUFValueType
 from gguf.constants import GGMLQuantizationType, LlamaFileType
+
+from gguf import GGUFValueType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools" / "groundtruth"))

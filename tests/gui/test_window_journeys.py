@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication
@@ -20,6 +19,7 @@ from fitplan.core.base.devices import GIB
 from fitplan.core.base.results import TermKind
 from fitplan.gui.backend import VerdictLevel
 from fitplan.gui.main_window import MainWindow, dropped_sources
+from gguf import GGUFWriter
 
 from .conftest import DEEPSEEK, GEMMA, LLAMA, NO_GPU, QWEN_MOE, make_window
 

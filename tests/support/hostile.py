@@ -281,6 +281,7 @@ def write_gguf(path: str | os.PathLike[str], arch: str, kvs: dict[str, KV],
                tensors: Sequence[tuple[str, tuple[int, ...]]]) -> str:
     """A GGUF file with exactly these metadata entries (typed as given) and zero-filled tensors."""
     import numpy as np
+
     from gguf import GGUFValueType, GGUFWriter
 
     w = GGUFWriter(os.fspath(path), arch)

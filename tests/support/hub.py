@@ -24,10 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, MetadataValue
 from fitplan.core.gguf.reader import read_header
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
 from support.models import SPARSE
 
 Q = GGMLQuantizationType

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter
 
 from fitplan.core.gguf.header import GGUFHeader
 from fitplan.core.gguf.reader import read_header
+from gguf import GGUFWriter
 
 #: llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
 FTYPE_Q4_K_M = 15

@@ -23,7 +23,7 @@ that `compute.py` counts:
   them as mainline's.
 
 Measured with the graph allocator's debug list on ik_llama.cpp 55d3c05bf (CPU, DeepSeek-V2-Lite, 32k cells, 512
-tokens): every tensor above at its listed size, at -amb 0, 128 and 256 (tests/test_compute_ik.py has the cases).
+tokens): every tensor above at its listed size, at -amb 0, 128 and 256 (tests/memory/test_compute_ik.py has the cases).
 """
 
 from __future__ import annotations

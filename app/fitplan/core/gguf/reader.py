@@ -849,8 +849,9 @@ def diff_against_gguf_py(path: str | os.PathLike[str], header: GGUFHeader) -> li
     flattened values, as gguf-py flattens them), and every tensor's name, type, shape, data offset and byte size.
     Slow (gguf-py builds every array element); meant for tests and benches.
     """
-    from gguf import GGUFReader
     from gguf.constants import GGUFValueType
+
+    from gguf import GGUFReader
 
     r = GGUFReader(os.fspath(path))
     diffs: list[str] = []

@@ -1,0 +1,150 @@
+"""Compute-buffer terms read from llama.cpp's allocator: the DSA top-k zeros and what stays under the logits on a
+later GPU whose last layer is a MoE with a shared expert."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.memory.compute import Affine, ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.memory.weights import place_weights
+from fitplan.core.model.profile import ModelProfile
+from support.compute import compute_inputs, parts
+from support.models import TESTS, profile_at
+
+FIXTURES = TESTS / "fixtures" / "llamacpp" / "models"
+HOST = host_device(64 * GIB)
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def deepseek32() -> ModelProfile:
+    return profile_at(FIXTURES / "archs" / "deepseek32-moe.header.gguf")
+
+
+@pytest.fixture(scope="module")
+def dsv2lite() -> ModelProfile:
+    return profile_at(FIXTURES / "sparse" / "deepseek-v2-lite.header.gguf")
+
+
+def _inputs(**kw: object) -> ComputeInputs:
+    return compute_inputs(**{"n_kv_base": 512, "n_kv_swa": 0, **kw})
+
+
+_parts = parts
+
+
+def test_indexer_top_k_is_read(deepseek32: ModelProfile) -> None:
+    assert deepseek32.indexer_top_k == 131072  # deepseek32.attention.indexer.top_k of the smoke model
+
+
+def test_dsa_top_k_zeros(deepseek32: ModelProfile) -> None:
+    pl = place_weights(deepseek32, LaunchSettings(), Machine((), HOST))
+    (host,) = compute_buffers(deepseek32, _inputs(), pl)
+    # The allocator's peak list (-c 512 -np 1) holds leaf_23 and leaf_50, 1.00 MB each: the zero-filled
+    # [1, min(512 cells, top_k 131072), 512 tokens] f32 of each of the two layers.
+    assert _parts(host)["DSA top-k zeros"] == 2 * 4 * 512 * 512
+    # top_k caps the rows: 300 kept cells of 512
+    capped = dataclasses.replace(deepseek32, indexer_top_k=300)
+    (host,) = compute_buffers(capped, _inputs(), pl)
+    assert _parts(host)["DSA top-k zeros"] == 2 * 4 * 300 * 512
+    # other architectures have no top-k mask even with the key
+    other = dataclasses.replace(deepseek32, architecture="deepseek2")
+    (host,) = compute_buffers(other, _inputs(), pl)
+    assert "DSA top-k zeros" not in _parts(host)
+
+
+def test_dsa_zeros_curve_matches_evaluate(deepseek32: ModelProfile) -> None:
+    capped = dataclasses.replace(deepseek32, indexer_top_k=300)
+    pl = place_weights(capped, LaunchSettings(), Machine((), HOST))
+    plan = ComputePlan(capped, _inputs(), pl)
+    cells = np.array([64, 256, 299, 300, 301, 512, 4096], dtype=np.int64)
+    rows = plan.totals_array(cells, np.zeros_like(cells))
+    for i, nb in enumerate(cells):
+        assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+
+
+def test_logits_sit_above_the_last_moe_layer_on_a_later_gpu(dsv2lite: ModelProfile) -> None:
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(2)
+    )
+    pl = place_weights(dsv2lite, LaunchSettings(n_gpu_layers=13), Machine(rpc, HOST))
+    _, g1, _ = compute_buffers(dsv2lite, _inputs(n_kv_base=8192), pl, (Vendor.RPC, Vendor.RPC))
+    # Recorded (-c 8192 -ngl 13, two RPC servers): RPC1 236.26 MiB. The allocator's trace: the FFN input and norm
+    # (2 x 4 MiB), the router's probabilities and top-k (2 x 64 x 512 x 4 B) and weights (6 x 512 x 4 B), the
+    # down outputs [2048, 6, 512] f32 (24 MiB), then the routed sum (4 MiB) that the residual, the output norm and
+    # the logits [102400, 512] f32 (200 MiB) follow.
+    below = 2 * 4 * MIB + 2 * 4 * 64 * 512 + 4 * 6 * 512 + 24 * MIB
+    assert _parts(g1)["last MoE layer under the logits"] == below
+    assert _parts(g1)["output norm"] == 4 * MIB
+    assert g1.bytes == below + 4 * MIB + 200 * MIB
+    assert round(g1.bytes / MIB, 2) == 236.26
+
+
+def test_output_only_gpu_takes_the_routed_sum() -> None:
+    qwen3moe = profile_at(FIXTURES / "sparse" / "qwen3-30b-a3b.header.gguf")
+    rpc = tuple(
+        Device(f"RPC{i}", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host=f"h:{i}") for i in range(2)
+    )
+    # -ngl 1: only the output layer is on RPC0; the last block (a MoE, no shared expert) runs on the host
+    pl = place_weights(qwen3moe, LaunchSettings(n_gpu_layers=1), Machine(rpc, HOST))
+    g0, _, _ = compute_buffers(qwen3moe, _inputs(n_kv_base=8192), pl, (Vendor.RPC, Vendor.RPC))
+    # The allocator's trace on RPC0: copies of the down outputs [2048, 8, 512] f32 (32 MiB), the router weights
+    # [8, 512] f32 and the FFN input (4 MiB); the experts' sum (4 MiB) above them, then the logits [151936, 512]
+    # f32. Recorded (-c 8192 -ngl 1, two RPC servers): 353124352 bytes.
+    assert _parts(g0)["last MoE layer under the logits"] == 32 * MIB + 4 * 8 * 512 + 4 * MIB
+    assert g0.bytes == 32 * MIB + 4 * 8 * 512 + 4 * MIB + 4 * MIB + 4 * 151936 * 512 == 353124352
+
+
+def _host_parts(profile: ModelProfile, **kw: object) -> dict[str, int]:
+    pl = place_weights(profile, LaunchSettings(), Machine((), HOST))
+    (host,) = compute_buffers(profile, _inputs(**kw), pl)
+    return _parts(host)
+
+
+def test_talkie_skip_block_sits_in_the_ffn_hole() -> None:
+    p = profile_at(FIXTURES / "archs" / "talkie-dense.header.gguf")
+    # n_embd 256, n_ff 384, 512 tokens: a block is 0.5 MiB, an FFN intermediate 0.75 MiB. The allocator's peak
+    # (c512, flash attention, 5525504 bytes recorded): the mask 0.5, inp_embd, the residual, the skip block
+    # `embd`, the freed ffn_norm-0 (one block: the skip block holds the other) and node_2 (2.5 MiB), then gate, up
+    # and the GLU output on top (2.25 MiB): none fits the one-block hole
+    parts = _host_parts(p)
+    assert parts["embeddings + residual activations"] == 6 * 256 * 512 * 4  # five blocks and the skip block
+    assert parts["FFN intermediates"] == (3 * 384 - 256) * 512 * 4  # the skip block is one of the five
+    assert sum(parts.values()) == pytest.approx(5525504, abs=0.02 * MIB)
+    # -fa off: the peak is the attention's (recorded 7880704 bytes), unchanged
+    assert sum(_host_parts(p, flash_attn=False).values()) == pytest.approx(7880704, abs=0.02 * MIB)
+
+
+@pytest.mark.parametrize("name", ["dream-dense", "llada-dense"])
+def test_cacheless_diffusion_models_have_no_two_block_ffn_hole(name: str) -> None:
+    p = profile_at(FIXTURES / "archs" / f"{name}.header.gguf")
+    # the peak (c512, flash attention, 5517312 bytes recorded): self_kq_mask 0.5 MiB between the two freed
+    # one-block holes (0.5-1.0 and 1.51-2.01 MiB), inp_embd and two blocks, and gate, up and the GLU output
+    # [384, 512] f32 on top: 0.5 + 2.5 + 2.25 MiB
+    parts = _host_parts(p)
+    assert parts["FFN intermediates"] == 3 * 384 * 512 * 4
+    assert sum(parts.values()) == pytest.approx(5517312, abs=0.02 * MIB)
+
+
+def test_dsa_indexer_peak_keeps_the_freed_query_space() -> None:
+    p = profile_at(FIXTURES / "archs" / "dots3note-moe.header.gguf")
+    # the allocator's peak (c512, flash attention, 41246720 bytes = 39.34 MiB recorded): qr-0 [512, 512] 1.0 MiB,
+    # the free 1.375 MiB that q-0 [192, 1, 512] and q_nope_absorbed-0 [512, 1, 512] left when Qcur-0 [576, 1, 512]
+    # 1.125 MiB was concatenated above them, then two indexer_q-0 [128, 64, 512] of 16 MiB that do not fit there
+    attn = (512 + (192 + 512) + 576 + 2 * 128 * 64) * 512 * 4
+    parts = _host_parts(p, n_kv_swa=512)
+    assert parts["attention / SSM scan"] == attn
+    # the rest: three masks 1.5 MiB, five blocks 1.25 MiB, the top-k zeros 1.0 MiB and the small inputs; the
+    # Hadamard rotation input attn_inp_k_rot [128, 128] f32 (64 KiB) is not modelled
+    assert sum(parts.values()) == pytest.approx(41246720 - 128 * 128 * 4, abs=0.02 * MIB)
+    # a query space that holds both indexer queries adds only itself (as on a published DeepSeek-V3.2 shape)
+    wide = dataclasses.replace(p, layers=tuple(dataclasses.replace(lp, n_head=64) for lp in p.layers))
+    attn_wide = (512 + 64 * (192 + 512) + 64 * 576) * 512 * 4
+    pl = place_weights(wide, LaunchSettings(), Machine((), HOST))
+    plan = ComputePlan(wide, _inputs(n_kv_swa=512), pl)
+    assert Affine(c=attn_wide) in plan.plans[-1].kq
