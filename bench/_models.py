@@ -44,8 +44,12 @@ def write_models(out: Path) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     for name, config, values, build in (
         ("mla-moe-61", "deepseek-v2-lite", DEEPSEEK_V3, make_examples.deepseek_v2_lite),
-        ("hybrid-1m", "granite-4.0-h-tiny", {"max_position_embeddings": 1 << 20},
-         sparse_models.BUILDERS["granite-4.0-h-tiny"]),
+        (
+            "hybrid-1m",
+            "granite-4.0-h-tiny",
+            {"max_position_embeddings": 1 << 20},
+            sparse_models.BUILDERS["granite-4.0-h-tiny"],
+        ),
         ("swa-200k-vocab", "gpt-oss-20b", {}, sparse_models.BUILDERS["gpt-oss-20b"]),
     ):
         saved = _patched(config, values)

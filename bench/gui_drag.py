@@ -50,9 +50,11 @@ HEARTBEAT_MS = 5
 STEP_MS = 16  # a 60 Hz pointer
 GOAL_MS = 16.0
 MACHINE = Detection(
-    (Device("RTX 4090", DeviceKind.GPU, 24 * GIB, 22 * GIB, Vendor.NVIDIA),
-     Device("RTX 3090", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA),
-     Device("RTX 3090 #2", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA)),
+    (
+        Device("RTX 4090", DeviceKind.GPU, 24 * GIB, 22 * GIB, Vendor.NVIDIA),
+        Device("RTX 3090", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA),
+        Device("RTX 3090 #2", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA),
+    ),
     host_device(256 * GIB, 200 * GIB),
 )
 
@@ -128,8 +130,12 @@ def bare_window() -> tuple[QWidget, QSlider, QWidget]:
     layout = QVBoxLayout(w)
     plot = pg.PlotWidget()
     x = np.linspace(8, 20, 72)
-    curves = [plot.plot(x, np.full_like(x, k + 1.0), fillLevel=0, brush=pg.mkBrush(40 * k, 100, 200), antialias=False)
-              for k in range(8)]  # as the chart draws its bands
+    curves = [
+        plot.plot(
+            x, np.full_like(x, k + 1.0), fillLevel=0, brush=pg.mkBrush(40 * k, 100, 200), antialias=False
+        )
+        for k in range(8)
+    ]  # as the chart draws its bands
     line = pg.InfiniteLine(angle=90, movable=True)
     plot.addItem(line)
     slider = QSlider(Qt.Orientation.Horizontal)
@@ -170,7 +176,9 @@ def drag_model(app: QApplication, model: Path, engine: str, steps: int) -> tuple
         window.close()
         return None
     shown: list[tuple[float, int]] = []
-    window.planner.outcome_shown.connect(lambda o: shown.append((time.perf_counter(), o.estimate.settings.n_ctx)))
+    window.planner.outcome_shown.connect(
+        lambda o: shown.append((time.perf_counter(), o.estimate.settings.n_ctx))
+    )
     result = drag(app, window.settings.context_slider, window.chart.plot.viewport(), steps)
     last_ctx = window.settings.context_box.value()
     final = [t for t, c in shown if c == last_ctx and t >= result.inputs[-1]]
@@ -182,7 +190,9 @@ def drag_model(app: QApplication, model: Path, engine: str, steps: int) -> tuple
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", default=[], help="drag over this model instead (repeatable)")
+    parser.add_argument(
+        "--model", action="append", default=[], help="drag over this model instead (repeatable)"
+    )
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--engine", default=Engine.LLAMA_CPP.value, choices=[e.value for e in Engine])
     args = parser.parse_args()
@@ -190,7 +200,9 @@ def main() -> int:
     app = create_app()
     assert isinstance(app, QApplication)
     configure_pyqtgraph()
-    models = [Path(m) for m in args.model] or list(write_models(Path(tempfile.mkdtemp(prefix="fitplan-models-"))).values())
+    models = [Path(m) for m in args.model] or list(
+        write_models(Path(tempfile.mkdtemp(prefix="fitplan-models-"))).values()
+    )
     bare, slider, plot = bare_window()
     bare.show()
     base = drag(app, slider, plot, args.steps)
@@ -209,7 +221,9 @@ def main() -> int:
         print(f"{model.stem:>26}: stalls {stats(result.stalls)}; repaint {stats(result.repaints)}{tail}")
     floor = max(base.stalls, default=0.0)
     verdict = "met" if worst <= GOAL_MS else ("NOT met" if worst > floor else "not met, as the bare window")
-    print(f"goal: no GUI-thread stall over {GOAL_MS:.0f} ms: {verdict} (worst {worst:.1f} ms, bare {floor:.1f} ms)")
+    print(
+        f"goal: no GUI-thread stall over {GOAL_MS:.0f} ms: {verdict} (worst {worst:.1f} ms, bare {floor:.1f} ms)"
+    )
     return 0
 
 

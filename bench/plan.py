@@ -70,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             again = plan(prof, m)
             warm = min(warm, time.perf_counter() - t)
             ok &= again == p
-        print(f"\n{label}: {'fits' if p.fits else 'does not fit'}, -c {p.settings.n_ctx}, {p.placement.description}")
+        print(
+            f"\n{label}: {'fits' if p.fits else 'does not fit'}, -c {p.settings.n_ctx}, {p.placement.description}"
+        )
         print(f"  cold {cold * 1e3:.0f} ms, warm {warm * 1e3:.0f} ms ({p.evaluations} estimates)")
         if args.no_exhaustive or not p.fits:
             continue

@@ -46,12 +46,22 @@ def tokenizer_block(n_vocab: int) -> tuple[int, bytes]:
     tokens = b"".join(_s(f"tok{i:05d}") for i in range(n_vocab))
     out = _s("tokenizer.ggml.model") + struct.pack("<I", GGUF_STRING) + _s("llama")
     out += _s("tokenizer.ggml.tokens") + struct.pack("<IIQ", GGUF_ARRAY, GGUF_STRING, n_vocab) + tokens
-    out += _s("tokenizer.ggml.scores") + struct.pack("<IIQ", GGUF_ARRAY, GGUF_FLOAT32, n_vocab) + bytes(4 * n_vocab)
-    out += _s("tokenizer.ggml.token_type") + struct.pack("<IIQ", GGUF_ARRAY, GGUF_INT32, n_vocab) + bytes(4 * n_vocab)
+    out += (
+        _s("tokenizer.ggml.scores")
+        + struct.pack("<IIQ", GGUF_ARRAY, GGUF_FLOAT32, n_vocab)
+        + bytes(4 * n_vocab)
+    )
+    out += (
+        _s("tokenizer.ggml.token_type")
+        + struct.pack("<IIQ", GGUF_ARRAY, GGUF_INT32, n_vocab)
+        + bytes(4 * n_vocab)
+    )
     return 4, out
 
 
-def gguf_bytes(arch: str, name: str, tok: tuple[int, bytes], n_layer: int = 4, split: tuple[int, int] | None = None) -> bytes:
+def gguf_bytes(
+    arch: str, name: str, tok: tuple[int, bytes], n_layer: int = 4, split: tuple[int, int] | None = None
+) -> bytes:
     kvs = [
         _kv_str("general.architecture", arch),
         _kv_str("general.name", name),
@@ -100,7 +110,10 @@ def build(root: Path, n_files: int, n_vocab: int) -> int:
         depth = "/".join(f"d{k}" for k in range(i % 4))
         put(lms / f"pub{i % 11}" / f"repo{i}" / depth / f"file-{i}.gguf", gguf_bytes("qwen2", f"lm {i}", tok))
         if i % 25 == 0:
-            put(lms / f"pub{i % 11}" / f"repo{i}" / depth / "mmproj-f16.gguf", gguf_bytes("clip", "proj", tok, 1))
+            put(
+                lms / f"pub{i % 11}" / f"repo{i}" / depth / "mmproj-f16.gguf",
+                gguf_bytes("clip", "proj", tok, 1),
+            )
         i += 1
     # a split set of 4 shards
     for k in range(1, 5):
@@ -142,14 +155,22 @@ def main(argv: list[str] | None = None) -> int:
         LibraryScanner(reader=cached_read_header, index=JsonScanIndex(cache / "index-2.json")).scan(roots)
         t_cold_cache = time.perf_counter() - t
 
-        print(f"cold scan: {t_cold:.3f} s  models {len(cold.models)}  skipped {len(cold.skipped)}  "
-              f"headers read {cold.headers_read}  header bytes read {cold.header_bytes_read:,}")
-        print(f"warm scan: {t_warm:.3f} s  models {len(warm.models)}  skipped {len(warm.skipped)}  "
-              f"headers read {warm.headers_read}  header bytes read {warm.header_bytes_read:,}")
-        print(f"cold scan also filling the profile cache (what `fitplan scan` does before its fit check): {t_cold_cache:.3f} s")
+        print(
+            f"cold scan: {t_cold:.3f} s  models {len(cold.models)}  skipped {len(cold.skipped)}  "
+            f"headers read {cold.headers_read}  header bytes read {cold.header_bytes_read:,}"
+        )
+        print(
+            f"warm scan: {t_warm:.3f} s  models {len(warm.models)}  skipped {len(warm.skipped)}  "
+            f"headers read {warm.headers_read}  header bytes read {warm.header_bytes_read:,}"
+        )
+        print(
+            f"cold scan also filling the profile cache (what `fitplan scan` does before its fit check): {t_cold_cache:.3f} s"
+        )
         ok = warm.models == cold.models and warm.skipped == cold.skipped and warm.headers_read == 0
         print("warm scan returns the same models as the cold one:", "yes" if ok else "NO")
-        print(f"goals: cold < 5 s {'met' if t_cold < 5 else 'MISSED'}, warm < 0.3 s {'met' if t_warm < 0.3 else 'MISSED'}")
+        print(
+            f"goals: cold < 5 s {'met' if t_cold < 5 else 'MISSED'}, warm < 0.3 s {'met' if t_warm < 0.3 else 'MISSED'}"
+        )
         return 0 if ok else 1
     finally:
         if not args.keep:

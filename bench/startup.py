@@ -91,7 +91,9 @@ def run_once(model: str | None) -> dict[str, float]:
     env["FITPLAN_CONFIG_DIR"] = tempfile.mkdtemp(prefix="fitplan-bench-")
     env["PYTHONPATH"] = str(ROOT / "app") + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.time()
-    argv = [sys.executable, "-c", BARE, repr(t0)] if model is None else [sys.executable, "-c", CHILD, repr(t0)]
+    argv = (
+        [sys.executable, "-c", BARE, repr(t0)] if model is None else [sys.executable, "-c", CHILD, repr(t0)]
+    )
     if model:
         argv.append(model)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
@@ -123,8 +125,11 @@ def main() -> int:
         ):
             values = [r[key] for r in runs if key in r]
             if values:
-                print(f"  {what:>22}: median {statistics.median(values):.3f} s  (runs: "
-                      + ", ".join(f"{v:.3f}" for v in values) + ")")
+                print(
+                    f"  {what:>22}: median {statistics.median(values):.3f} s  (runs: "
+                    + ", ".join(f"{v:.3f}" for v in values)
+                    + ")"
+                )
         if model is not None:
             worst = max(worst, statistics.median(r.get("painted", float("inf")) for r in runs))
     verdict = "meets" if worst <= GOAL_S else "MISSES"

@@ -328,7 +328,9 @@ def all_results() -> Iterator[CaseResult]:
         for case in data["cases"]:
             res = run_case(path.parent.name, str(model["name"]), header, case)
             settings = case.get("settings")
-            yield dataclasses.replace(res, config=config_class(settings if isinstance(settings, dict) else {}))
+            yield dataclasses.replace(
+                res, config=config_class(settings if isinstance(settings, dict) else {})
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,26 @@ STAMP = VENV / ".fitplan-installed"
 # Debian packages Qt's xcb platform and the screenshot tests need (Xvfb, libxcb-cursor0 and friends), what
 # PyInstaller needs on Linux (binutils: objdump), and the validators of the desktop entry and AppStream metainfo.
 APT_PACKAGES = (
-    "xvfb", "xauth", "libxcb-cursor0", "libxkbcommon-x11-0", "libxcb-icccm4", "libxcb-image0",
-    "libxcb-keysyms1", "libxcb-randr0", "libxcb-render-util0", "libxcb-shape0", "libxcb-xinerama0",
-    "libxcb-xkb1", "libegl1", "libgl1", "libfontconfig1", "libdbus-1-3", "fonts-dejavu-core",
-    "binutils", "desktop-file-utils", "appstream",
+    "xvfb",
+    "xauth",
+    "libxcb-cursor0",
+    "libxkbcommon-x11-0",
+    "libxcb-icccm4",
+    "libxcb-image0",
+    "libxcb-keysyms1",
+    "libxcb-randr0",
+    "libxcb-render-util0",
+    "libxcb-shape0",
+    "libxcb-xinerama0",
+    "libxcb-xkb1",
+    "libegl1",
+    "libgl1",
+    "libfontconfig1",
+    "libdbus-1-3",
+    "fonts-dejavu-core",
+    "binutils",
+    "desktop-file-utils",
+    "appstream",
 )
 
 #: What ruff checks (those that exist: a fresh clone has no empty folders).
@@ -53,7 +69,9 @@ def ensure_venv(extras: str) -> None:
     The stamp file records a digest of the packaging files and the extras installed with them, so switching between
     `run` (no extras) and `test` (dev) does not reinstall, while an edited pyproject.toml or setup.py does.
     """
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + (ROOT / "setup.py").read_bytes()).hexdigest()
+    digest = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + (ROOT / "setup.py").read_bytes()
+    ).hexdigest()
     wanted = {e for e in extras.split(",") if e}
     installed: set[str] = set()
     if STAMP.exists():
@@ -76,8 +94,11 @@ def ensure_system_packages() -> None:
     """Install Xvfb and Qt's xcb libraries on Debian-like systems when we may (root, apt present)."""
     if sys.platform != "linux" or shutil.which("apt-get") is None:
         return
-    missing = [p for p in APT_PACKAGES if subprocess.call(
-        ["dpkg", "-s", p], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) != 0]
+    missing = [
+        p
+        for p in APT_PACKAGES
+        if subprocess.call(["dpkg", "-s", p], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) != 0
+    ]
     if not missing:
         return
     if os.geteuid() != 0:
@@ -85,7 +106,11 @@ def ensure_system_packages() -> None:
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     run(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL)
-    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env, stdout=subprocess.DEVNULL)
+    run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def cmd_run(args: list[str]) -> int:

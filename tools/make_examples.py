@@ -206,7 +206,12 @@ def gemma_3_12b_mmproj() -> ModelSpec:
     The tower is Gemma 3 27B's; only the projection width differs."""
     cfg = {**MMPROJ_CONFIGS["mmproj-gemma-3-27b"], "text_hidden_size": 3840}
     s = ModelSpec("mmproj-gemma-3-12b-it-F16.gguf", "clip")
-    n_embd, image, patch, text = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "image_size"), cfg_int(cfg, "patch_size"), 3840
+    n_embd, image, patch, text = (
+        cfg_int(cfg, "hidden_size"),
+        cfg_int(cfg, "image_size"),
+        cfg_int(cfg, "patch_size"),
+        3840,
+    )
     s.s("general.type", "mmproj")
     s.s("general.name", "Gemma 3 12b It")
     s.u32("general.file_type", LlamaFileType.MOSTLY_F16)
@@ -241,11 +246,19 @@ def deepseek_v2_lite() -> ModelSpec:
     first layer dense (FFN 10944). Written as current converters do: K/V heads 1, key 576, value 512, split k_b/v_b."""
     cfg = CONFIGS["deepseek-v2-lite"]
     s = ModelSpec("DeepSeek-V2-Lite-Chat-Q4_K_M.gguf", "deepseek2")
-    n_layer, n_embd, n_head = cfg_int(cfg, "num_hidden_layers"), cfg_int(cfg, "hidden_size"), cfg_int(cfg, "num_attention_heads")
+    n_layer, n_embd, n_head = (
+        cfg_int(cfg, "num_hidden_layers"),
+        cfg_int(cfg, "hidden_size"),
+        cfg_int(cfg, "num_attention_heads"),
+    )
     n_vocab, n_ff = cfg_int(cfg, "vocab_size"), cfg_int(cfg, "intermediate_size")
     kv_lora, rope = cfg_int(cfg, "kv_lora_rank"), cfg_int(cfg, "qk_rope_head_dim")
     nope, v_head = cfg_int(cfg, "qk_nope_head_dim"), cfg_int(cfg, "v_head_dim")
-    n_expert, n_shared, n_ff_exp = cfg_int(cfg, "n_routed_experts"), cfg_int(cfg, "n_shared_experts"), cfg_int(cfg, "moe_intermediate_size")
+    n_expert, n_shared, n_ff_exp = (
+        cfg_int(cfg, "n_routed_experts"),
+        cfg_int(cfg, "n_shared_experts"),
+        cfg_int(cfg, "moe_intermediate_size"),
+    )
     n_dense = cfg_int(cfg, "first_k_dense_replace")
     general(s, "DeepSeek V2 Lite Chat", "DeepSeek-V2-Lite", "16B", cfg_int(cfg, "max_position_embeddings"))
     s.a("block_count", n_layer)
@@ -298,7 +311,11 @@ def deepseek_v2_lite() -> ModelSpec:
 
 #: each builds one example; its ModelSpec.name is the file name
 EXAMPLES: tuple[Callable[[], ModelSpec], ...] = (
-    llama_3_1_8b, qwen3_30b_a3b, gemma_3_12b, gemma_3_12b_mmproj, deepseek_v2_lite
+    llama_3_1_8b,
+    qwen3_30b_a3b,
+    gemma_3_12b,
+    gemma_3_12b_mmproj,
+    deepseek_v2_lite,
 )
 
 
@@ -318,7 +335,9 @@ def main(argv: list[str]) -> int:
         path = out / spec.name
         data = write_header_only(spec, path)
         size = path.stat().st_size
-        print(f"{path.name}: {size / 1024:.1f} KiB header, {data / (1 << 30):.2f} GiB of tensor data declared")
+        print(
+            f"{path.name}: {size / 1024:.1f} KiB header, {data / (1 << 30):.2f} GiB of tensor data declared"
+        )
         if size >= 200 * 1024:
             print(f"error: {path.name} is over 200 KB", file=sys.stderr)
             return 1

@@ -33,8 +33,17 @@ ICO_SIZES: tuple[int, ...] = (16, 24, 32, 48, 64, 128, 256)
 
 #: ICNS element types holding PNG data, with their pixel size (Apple's "icns" format: 'icp4'..'ic14').
 ICNS_TYPES: tuple[tuple[bytes, int], ...] = (
-    (b"icp4", 16), (b"icp5", 32), (b"icp6", 64), (b"ic07", 128), (b"ic08", 256), (b"ic09", 512),
-    (b"ic11", 32), (b"ic12", 64), (b"ic13", 256), (b"ic14", 512), (b"ic10", 1024),
+    (b"icp4", 16),
+    (b"icp5", 32),
+    (b"icp6", 64),
+    (b"ic07", 128),
+    (b"ic08", 256),
+    (b"ic09", 512),
+    (b"ic11", 32),
+    (b"ic12", 64),
+    (b"ic13", 256),
+    (b"ic14", 512),
+    (b"ic10", 1024),
 )
 
 
@@ -91,8 +100,12 @@ def icns_bytes(pngs: dict[int, bytes]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=SOURCE.parent, help="output folder (default: next to the SVG)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=SOURCE.parent, help="output folder (default: next to the SVG)"
+    )
     args = parser.parse_args(argv)
     sizes = tuple(sorted({*ICON_SIZES, *ICO_SIZES, *(s for _, s in ICNS_TYPES)}))
     pngs = render_pngs(SOURCE, sizes)

@@ -41,7 +41,9 @@ def fake_command(monkeypatch: pytest.MonkeyPatch, handler: object, accepts_extra
     """Register a subcommand `fake` (module `fitplan.commands._fake`) in place of the real ones."""
 
     def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        p = sub.add_parser("fake", help="a test command", epilog="examples:\n  fitplan fake x\n  fitplan fake y")
+        p = sub.add_parser(
+            "fake", help="a test command", epilog="examples:\n  fitplan fake x\n  fitplan fake y"
+        )
         p.add_argument("path", nargs="?")
         p.add_argument("--json", action="store_true")
         p.set_defaults(handler=handler, accepts_extra=accepts_extra)
@@ -66,14 +68,22 @@ def test_version_names_the_llama_cpp_build(capsys: pytest.CaptureFixture[str]) -
 
 def test_version_through_python_dash_m() -> None:
     env = dict(os.environ, NO_COLOR="1")
-    proc = subprocess.run([sys.executable, "-m", "fitplan", "--version"], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fitplan", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert fitplan.LLAMA_CPP_COMMIT in proc.stdout
     assert proc.stderr == ""
 
 
-def test_help_has_examples_exit_codes_and_every_registered_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_has_examples_exit_codes_and_every_registered_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
     assert "examples:" in text
@@ -83,8 +93,9 @@ def test_help_has_examples_exit_codes_and_every_registered_command(capsys: pytes
         assert name in text
 
 
-def test_subcommand_examples_keep_their_line_breaks(monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_subcommand_examples_keep_their_line_breaks(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_command(monkeypatch, lambda args, extra: 0)
     assert cli.main(["fake", "--help"]) == 0
     assert "examples:\n  fitplan fake x\n  fitplan fake y" in capsys.readouterr().out
@@ -113,7 +124,9 @@ def test_unknown_command_is_bad_input_on_stderr(capsys: pytest.CaptureFixture[st
     assert "invalid choice: 'no-such-command'" in captured.err
 
 
-def test_unknown_option_is_bad_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_option_is_bad_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_command(monkeypatch, lambda args, extra: 0)
     assert cli.main(["fake", "--no-such-flag"]) == 2
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
@@ -136,8 +149,9 @@ def test_handler_exit_code_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.main(["fake"]) == 1
 
 
-def test_fitplan_errors_go_to_stderr_with_exit_2(monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_fitplan_errors_go_to_stderr_with_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def handler(args: argparse.Namespace, extra: list[str]) -> int:
         raise GGUFError("bad magic b'GGUX'", offset=0, source="m.gguf")
 
@@ -148,8 +162,9 @@ def test_fitplan_errors_go_to_stderr_with_exit_2(monkeypatch: pytest.MonkeyPatch
     assert captured.err == "fitplan: error: m.gguf: bad magic b'GGUX' at offset 0\n"
 
 
-def test_missing_file_is_bad_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                   tmp_path: Path) -> None:
+def test_missing_file_is_bad_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     def handler(args: argparse.Namespace, extra: list[str]) -> int:
         Path(args.path).read_bytes()
         return 0
@@ -193,7 +208,9 @@ def test_no_color_in_a_real_process_on_a_terminal(no_color: str, expected: str) 
     env = dict(os.environ, NO_COLOR=no_color, TERM="xterm")
     script = "from fitplan.commands import _output as o; print(repr(o.style('x', o.RED)), flush=True)"
     try:
-        subprocess.run([sys.executable, "-c", script], stdout=slave, env=env, cwd=ROOT, check=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-c", script], stdout=slave, env=env, cwd=ROOT, check=True, timeout=60
+        )
         printed = os.read(master, 4096).decode().strip()
     finally:
         os.close(slave)
@@ -206,8 +223,12 @@ def test_no_color_in_a_real_process_on_a_terminal(no_color: str, expected: str) 
 
 def test_table_pads_and_aligns_ignoring_colour(color_env: pytest.MonkeyPatch) -> None:
     tty = FakeTTY()
-    text = out.table(["device", "used"], [["CUDA0", out.style("21.5 GiB", out.RED, stream=tty)], ["Host", "900 MiB"]],
-                     align="lr", stream=tty)
+    text = out.table(
+        ["device", "used"],
+        [["CUDA0", out.style("21.5 GiB", out.RED, stream=tty)], ["Host", "900 MiB"]],
+        align="lr",
+        stream=tty,
+    )
     lines = text.split("\n")
     assert lines[0] == "\x1b[1mdevice      used\x1b[0m"
     assert lines[1] == "CUDA0   \x1b[31m21.5 GiB\x1b[0m"
@@ -247,8 +268,16 @@ def test_json_of_dataclasses_enums_and_paths() -> None:
     buf = io.StringIO()
     out.print_json({"rows": [row], "n": 1}, stream=buf)
     assert json.loads(buf.getvalue()) == {
-        "rows": [{"name": "CUDA0", "kind": "gpu", "path": "/models/a.gguf", "sizes": [1, 2], "tags": ["a", "b"],
-                  "extra": {"x": 0.5}}],
+        "rows": [
+            {
+                "name": "CUDA0",
+                "kind": "gpu",
+                "path": "/models/a.gguf",
+                "sizes": [1, 2],
+                "tags": ["a", "b"],
+                "extra": {"x": 0.5},
+            }
+        ],
         "n": 1,
     }
     assert buf.getvalue().endswith("}\n")
@@ -266,4 +295,6 @@ def test_error_and_warn_write_stderr(capsys: pytest.CaptureFixture[str]) -> None
     out.warn("flash attention resolved to off")
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == "fitplan: error: no such model\nfitplan: warning: flash attention resolved to off\n"
+    assert (
+        captured.err == "fitplan: error: no such model\nfitplan: warning: flash attention resolved to off\n"
+    )

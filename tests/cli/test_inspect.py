@@ -15,7 +15,9 @@ import gguf
 from fitplan.cli import main
 
 
-def write_model(path: Path, n_layer: int = 3, sliding_window: int | None = None, arch: str = "gemma3") -> Path:
+def write_model(
+    path: Path, n_layer: int = 3, sliding_window: int | None = None, arch: str = "gemma3"
+) -> Path:
     n_embd, n_head, n_head_kv, n_ff, n_vocab = 64, 4, 2, 128, 32
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("Inspect Test")
@@ -91,7 +93,9 @@ def test_unknown_architecture_is_flagged(tmp_path: Path, capsys: pytest.CaptureF
     assert "not known to llama.cpp" in out
 
 
-def test_truncated_download_is_inspected_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_truncated_download_is_inspected_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_model(tmp_path / "m.gguf", n_layer=2, arch="llama")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 1000])

@@ -24,7 +24,9 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def args(*dirs: str, json_out: bool = False, no_fit: bool = False) -> argparse.Namespace:
-    return argparse.Namespace(dirs=list(dirs), json=json_out, no_fit=no_fit, assume_gpu=[], margin=0, host_margin=0, use_total=False)
+    return argparse.Namespace(
+        dirs=list(dirs), json=json_out, no_fit=no_fit, assume_gpu=[], margin=0, host_margin=0, use_total=False
+    )
 
 
 def library(root: Path) -> Path:
@@ -46,7 +48,12 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     doc = json.loads(capsys.readouterr().out)
     alpha, beta = doc["models"]
     assert alpha["path"] == str(lib / "a" / "alpha.gguf")
-    assert (alpha["architecture"], alpha["file_type"], alpha["n_params"], alpha["fits"]) == ("llama", "Q4_K_M", 128, True)
+    assert (alpha["architecture"], alpha["file_type"], alpha["n_params"], alpha["fits"]) == (
+        "llama",
+        "Q4_K_M",
+        128,
+        True,
+    )
     assert alpha["file_size"] == (lib / "a" / "alpha.gguf").stat().st_size
     assert beta["fits"] is False and len(beta["shard_paths"]) == 2 and beta["n_params"] == 256
     assert beta["mmproj_path"] == str(lib / "b" / "mmproj-beta.gguf")
@@ -88,9 +95,13 @@ def test_planner_fit_check_answers_for_a_model(tmp_path: Path) -> None:
     """With the planner: a tiny model fits a 24 GiB GPU, and cannot fit 1 GiB of host RAM that the 1 GiB host
     margin leaves nothing of."""
     write_model(tmp_path / "m.gguf")
-    (model,) = scan_cmd.LibraryScanner(reader=CountingReader()).scan(scan_cmd.roots_for([str(tmp_path)])).models
+    (model,) = (
+        scan_cmd.LibraryScanner(reader=CountingReader()).scan(scan_cmd.roots_for([str(tmp_path)])).models
+    )
     roomy = Machine(gpus=(assumed_gpu("24 GiB GPU", 24),), host=host_device(64 * GIB))
-    assert scan_cmd.planner_fit_check(roomy, MarginPolicy())(model) == scan_cmd.FitAnswer(True, "fits", "fits")
+    assert scan_cmd.planner_fit_check(roomy, MarginPolicy())(model) == scan_cmd.FitAnswer(
+        True, "fits", "fits"
+    )
     tiny = Machine(gpus=(), host=host_device(GIB))
     answer = scan_cmd.planner_fit_check(tiny, MarginPolicy())(model)
     assert (answer.fits, answer.level) == (False, "no_fit")
@@ -109,7 +120,10 @@ def test_progress_line_is_throttled() -> None:
         line(ScanProgress(i + 1, i, 0, i, 0, "x"))
     now[0] = 0.5
     line(ScanProgress(9, 7, 1, 9, 0, "y"))
-    assert stream.getvalue() == "\rscanning: 1 files, 0 models, 0 skipped\rscanning: 9 files, 7 models, 1 skipped"
+    assert (
+        stream.getvalue()
+        == "\rscanning: 1 files, 0 models, 0 skipped\rscanning: 9 files, 7 models, 1 skipped"
+    )
     line.clear()
     assert stream.getvalue().endswith("\r\033[K")
 

@@ -28,18 +28,45 @@ GIB = 1 << 30
 
 def _profile(layers: list[LayerProfile], *, mla: MlaParams | None = None, n_swa: int = 0) -> ModelProfile:
     return ModelProfile(
-        path="synthetic.gguf", shard_paths=("synthetic.gguf",), architecture="synthetic", name="synthetic",
-        file_type="F16", file_size=0, n_params=0, n_layer=len(layers), n_layer_all=len(layers), n_nextn=0,
-        n_embd=4096, n_vocab=32000, n_ctx_train=163840, layers=tuple(layers), tensors=(), mla=mla, n_swa=n_swa,
+        path="synthetic.gguf",
+        shard_paths=("synthetic.gguf",),
+        architecture="synthetic",
+        name="synthetic",
+        file_type="F16",
+        file_size=0,
+        n_params=0,
+        n_layer=len(layers),
+        n_layer_all=len(layers),
+        n_nextn=0,
+        n_embd=4096,
+        n_vocab=32000,
+        n_ctx_train=163840,
+        layers=tuple(layers),
+        tensors=(),
+        mla=mla,
+        n_swa=n_swa,
     )
 
 
 def deepseek(n_layer: int) -> ModelProfile:
     """Modern DeepSeek GGUF: head_count_kv 1, key_length 576 (512 + 64), value_length 512, 16 or 128 heads."""
     heads = 16 if n_layer == 27 else 128
-    layers = [LayerProfile(index=i, kind=LayerKind.MLA, n_head=heads, n_head_kv=1, n_embd_head_k=576,
-                           n_embd_head_v=512, n_ff=0, has_kv=True) for i in range(n_layer)]
-    return _profile(layers, mla=MlaParams(kv_lora_rank=512, n_rot=64, key_length_mla=192, value_length_mla=128))
+    layers = [
+        LayerProfile(
+            index=i,
+            kind=LayerKind.MLA,
+            n_head=heads,
+            n_head_kv=1,
+            n_embd_head_k=576,
+            n_embd_head_v=512,
+            n_ff=0,
+            has_kv=True,
+        )
+        for i in range(n_layer)
+    ]
+    return _profile(
+        layers, mla=MlaParams(kv_lora_rank=512, n_rot=64, key_length_mla=192, value_length_mla=128)
+    )
 
 
 def qwen36_27b() -> ModelProfile:
@@ -47,9 +74,19 @@ def qwen36_27b() -> ModelProfile:
     layers = []
     for i in range(64):
         full = (i + 1) % 4 == 0
-        layers.append(LayerProfile(index=i, kind=LayerKind.FULL if full else LayerKind.RECURRENT, n_head=24,
-                                   n_head_kv=4 if full else 0, n_embd_head_k=256, n_embd_head_v=256, n_ff=17408,
-                                   has_kv=full, is_recurrent=not full))
+        layers.append(
+            LayerProfile(
+                index=i,
+                kind=LayerKind.FULL if full else LayerKind.RECURRENT,
+                n_head=24,
+                n_head_kv=4 if full else 0,
+                n_embd_head_k=256,
+                n_embd_head_v=256,
+                n_ff=17408,
+                has_kv=full,
+                is_recurrent=not full,
+            )
+        )
     return _profile(layers)
 
 
@@ -58,6 +95,7 @@ def mib(parts: tuple) -> float:
 
 
 # --- ik_llama.cpp -----------------------------------------------------------------------------------------------
+
 
 def test_ik_deepseek_lite_32k_k_only_vs_k_plus_v():
     """ik_llama.cpp discussion #354 (2025-04-29), DeepSeek-Lite, 32K: K-only 972 MiB vs K576 + V512 1836 MiB.
@@ -120,13 +158,26 @@ def test_ik_rejects_unknown_cache_type():
 
 # --- beellama.cpp KVarN -------------------------------------------------------------------------------------------
 
-QWEN36_RS_MIB = 149.625  # 48 GDN layers x (3 * (6144 + 2*16*128) + 128 * 6144) f32, from beellama's published records
+QWEN36_RS_MIB = (
+    149.625  # 48 GDN layers x (3 * (6144 + 2*16*128) + 128 * 6144) f32, from beellama's published records
+)
 
 
 def _kvarn(ctx: int, *, ctk: str = "kvarn4", tail: int = 0, np_: int = 1, unified: bool = True) -> float:
     n_ctx = (ctx + 255) // 256 * 256
-    return mib(beellama_kv_cache(qwen36_27b(), n_ctx_seq=n_ctx, n_stream=1, n_seq_max=np_, kv_unified=unified,
-                                 n_ubatch=512, type_k=ctk, type_v=ctk, tail_tokens=tail))
+    return mib(
+        beellama_kv_cache(
+            qwen36_27b(),
+            n_ctx_seq=n_ctx,
+            n_stream=1,
+            n_seq_max=np_,
+            kv_unified=unified,
+            n_ubatch=512,
+            type_k=ctk,
+            type_v=ctk,
+            tail_tokens=tail,
+        )
+    )
 
 
 def test_kvarn_record_sizes():
@@ -152,9 +203,20 @@ def test_kvarn_qwen36_27b_matches_fit_log(ctx, ctk, tail, reported_context_mib):
 
 def test_kvarn_parts_match_formula_breakdown():
     """records 857.5 + stage 24 + tail 8.06 MiB at 50,000 tokens (beellama's published records)."""
-    parts = {p.name: p.bytes / MIB for p in beellama_kv_cache(
-        qwen36_27b(), n_ctx_seq=50176, n_stream=1, n_seq_max=1, kv_unified=True, n_ubatch=512,
-        type_k="kvarn4", type_v="kvarn4", tail_tokens=128)}
+    parts = {
+        p.name: p.bytes / MIB
+        for p in beellama_kv_cache(
+            qwen36_27b(),
+            n_ctx_seq=50176,
+            n_stream=1,
+            n_seq_max=1,
+            kv_unified=True,
+            n_ubatch=512,
+            type_k="kvarn4",
+            type_v="kvarn4",
+            tail_tokens=128,
+        )
+    }
     assert parts["KVarN records"] == 857.5
     assert parts["KVarN stage"] == 24.0
     assert round(parts["KVarN tail"], 2) == 8.06
@@ -162,22 +224,51 @@ def test_kvarn_parts_match_formula_breakdown():
 
 def test_kvarn_16k_to_64k_grows_each_side_by_420_mib():
     """beellama features doc: 16K -> 64K grows compressed K and V by 420 MiB each (16*8*384*8960 B)."""
+
     def records(ctx: int) -> float:
-        parts = beellama_kv_cache(qwen36_27b(), n_ctx_seq=ctx, n_stream=1, n_seq_max=1, kv_unified=True,
-                                  n_ubatch=512, type_k="kvarn4", type_v="kvarn4")
+        parts = beellama_kv_cache(
+            qwen36_27b(),
+            n_ctx_seq=ctx,
+            n_stream=1,
+            n_seq_max=1,
+            kv_unified=True,
+            n_ubatch=512,
+            type_k="kvarn4",
+            type_v="kvarn4",
+        )
         return next(p.bytes for p in parts if p.name == "KVarN records") / MIB
+
     assert records(65536) - records(16384) == 2 * 420.0
 
 
 def test_kvarn_mtp_draft_cache_vs_f16():
     """MTP draft: one nextn layer (4 x 256) at ctx 212,992, 4 slots unified: f16 832 MiB, kvarn2 about 131 MiB."""
-    nextn = (LayerProfile(index=64, kind=LayerKind.FULL, n_head=24, n_head_kv=4, n_embd_head_k=256,
-                          n_embd_head_v=256, n_ff=0, has_kv=True),)
+    nextn = (
+        LayerProfile(
+            index=64,
+            kind=LayerKind.FULL,
+            n_head=24,
+            n_head_kv=4,
+            n_embd_head_k=256,
+            n_embd_head_v=256,
+            n_ff=0,
+            has_kv=True,
+        ),
+    )
     p = qwen36_27b()
     f16 = 212992 * 4 * 256 * 2 * 2  # cells x K+V width x 2 bytes
     assert f16 / MIB == 832.0
-    kv2 = beellama_kv_cache(p, n_ctx_seq=212992, n_stream=1, n_seq_max=4, kv_unified=True, n_ubatch=512,
-                            type_k="kvarn2", type_v="kvarn2", layers=nextn)
+    kv2 = beellama_kv_cache(
+        p,
+        n_ctx_seq=212992,
+        n_stream=1,
+        n_seq_max=4,
+        kv_unified=True,
+        n_ubatch=512,
+        type_k="kvarn2",
+        type_v="kvarn2",
+        layers=nextn,
+    )
     parts = {x.name: x.bytes / MIB for x in kv2}
     assert parts["KVarN records"] == 123.5 and parts["KVarN stage"] == 4.5
     assert abs(sum(parts.values()) - 131) < 1.5  # reported "about 131"; formula gives 130.0
@@ -186,11 +277,31 @@ def test_kvarn_mtp_draft_cache_vs_f16():
 def test_kvarn_promotes_the_other_side_and_rejects_bad_heads():
     assert kvarn_promote("kvarn4", "f16") == ("kvarn4", "kvarn4")
     assert kvarn_promote("q8_0", "kvarn3") == ("kvarn3", "kvarn3")
-    bad = _profile([LayerProfile(index=0, kind=LayerKind.FULL, n_head=8, n_head_kv=8, n_embd_head_k=96,
-                                 n_embd_head_v=96, n_ff=0, has_kv=True)])
+    bad = _profile(
+        [
+            LayerProfile(
+                index=0,
+                kind=LayerKind.FULL,
+                n_head=8,
+                n_head_kv=8,
+                n_embd_head_k=96,
+                n_embd_head_v=96,
+                n_ff=0,
+                has_kv=True,
+            )
+        ]
+    )
     with pytest.raises(SettingsError):
-        beellama_kv_cache(bad, n_ctx_seq=4096, n_stream=1, n_seq_max=1, kv_unified=True, n_ubatch=512,
-                          type_k="kvarn4", type_v="kvarn4")
+        beellama_kv_cache(
+            bad,
+            n_ctx_seq=4096,
+            n_stream=1,
+            n_seq_max=1,
+            kv_unified=True,
+            n_ubatch=512,
+            type_k="kvarn4",
+            type_v="kvarn4",
+        )
 
 
 def test_kvarn_materialization_window():
@@ -203,7 +314,10 @@ def test_kvarn_materialization_window():
 
 # --- ollama -------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("vram_gib", "ctx"), [(8, 4096), (22.9, 4096), (24, 32768), (46, 32768), (48, 262144)])
+
+@pytest.mark.parametrize(
+    ("vram_gib", "ctx"), [(8, 4096), (22.9, 4096), (24, 32768), (46, 32768), (48, 262144)]
+)
 def test_ollama_vram_tier_default_context(vram_gib, ctx):
     """ollama server/routes.go: >= 47 GiB -> 262144, >= 23 GiB -> 32768, else 4096."""
     assert ollama_default_num_ctx(int(vram_gib * GIB)) == ctx
@@ -229,14 +343,21 @@ def test_ollama_builds_llama_server_args_and_exports():
 
 # --- through context_memory (what the estimator calls) -----------------------------------------------------------
 
+
 def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
     from fitplan.core.base.launch_settings import LaunchSettings
     from fitplan.core.engines import engine_context_caches as context_caches
     from fitplan.core.engines import resolve_context
 
     p = qwen36_27b()
-    bee = LaunchSettings(engine=Engine.BEELLAMA, n_ctx=50000, n_parallel=1, cache_type_k="kvarn4",
-                         cache_type_v="kvarn4", kv_tail_tokens=128)
+    bee = LaunchSettings(
+        engine=Engine.BEELLAMA,
+        n_ctx=50000,
+        n_parallel=1,
+        cache_type_k="kvarn4",
+        cache_type_v="kvarn4",
+        kv_tail_tokens=128,
+    )
     ctx = resolve_context(p, bee)
     assert ctx.n_ctx == 50176
     caches = context_caches(p, ctx, bee)
@@ -248,8 +369,14 @@ def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
         fresh = sum(c.bytes for c in context_caches(p, other, _replace(bee, n_ctx=n)))
         assert sum(c.bytes_at(other) for c in caches) == fresh
 
-    ik = LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=32768, n_parallel=1, cache_type_k="q8_0",
-                        cache_type_v="q8_0", mla_mode=2)
+    ik = LaunchSettings(
+        engine=Engine.IK_LLAMA,
+        n_ctx=32768,
+        n_parallel=1,
+        cache_type_k="q8_0",
+        cache_type_v="q8_0",
+        mla_mode=2,
+    )
     dctx = resolve_context(deepseek(61), ik)
     assert round(sum(c.bytes for c in context_caches(deepseek(61), dctx, ik)) / MIB, 2) == 1166.62
 
@@ -263,17 +390,45 @@ def test_fork_settings_are_validated():
     with pytest.raises(SettingsError):
         resolve_context(qwen36_27b(), LaunchSettings(engine=Engine.IK_LLAMA, cache_type_k="kvarn4"))
     with pytest.raises(SettingsError):  # ik refuses a quantized V cache without FA, MLA or not
-        resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000, flash_attn=FlashAttn.OFF,
-                                                     cache_type_k="q8_0", cache_type_v="q8_0"))
-    ok = resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000, flash_attn=FlashAttn.OFF,
-                                                      cache_type_k="q8_0", cache_type_v="f16"))
+        resolve_context(
+            deepseek(27),
+            LaunchSettings(
+                engine=Engine.IK_LLAMA,
+                n_ctx=1000,
+                flash_attn=FlashAttn.OFF,
+                cache_type_k="q8_0",
+                cache_type_v="q8_0",
+            ),
+        )
+    ok = resolve_context(
+        deepseek(27),
+        LaunchSettings(
+            engine=Engine.IK_LLAMA,
+            n_ctx=1000,
+            flash_attn=FlashAttn.OFF,
+            cache_type_k="q8_0",
+            cache_type_v="f16",
+        ),
+    )
     assert ok.n_ctx == 1024 and not ok.flash_attn  # ik pads to 32 without FA (1000 -> 1024)
-    assert resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000,
-                                                        flash_attn=FlashAttn.OFF)).n_ctx == 1024
-    assert resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1010,
-                                                        flash_attn=FlashAttn.OFF)).n_ctx == 1024
-    assert resolve_context(deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1030,
-                                                        flash_attn=FlashAttn.OFF)).n_ctx == 1056
+    assert (
+        resolve_context(
+            deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1000, flash_attn=FlashAttn.OFF)
+        ).n_ctx
+        == 1024
+    )
+    assert (
+        resolve_context(
+            deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1010, flash_attn=FlashAttn.OFF)
+        ).n_ctx
+        == 1024
+    )
+    assert (
+        resolve_context(
+            deepseek(27), LaunchSettings(engine=Engine.IK_LLAMA, n_ctx=1030, flash_attn=FlashAttn.OFF)
+        ).n_ctx
+        == 1056
+    )
 
 
 def _replace(settings, **kw):

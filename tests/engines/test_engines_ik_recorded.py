@@ -68,7 +68,9 @@ def _refusals() -> list[Any]:
         for case in doc["cases"]:
             if "error" in case:
                 _refusal_reason(case)  # asserts the recorded error is one of the two known refusals
-                out.append(pytest.param(doc["model"]["header"], case, id=f"{doc['model']['name']}/{case['id']}"))
+                out.append(
+                    pytest.param(doc["model"]["header"], case, id=f"{doc['model']['name']}/{case['id']}")
+                )
     return out
 
 

@@ -256,7 +256,9 @@ def test_a_missing_relative_path_is_not_a_repository(tmp_path: Path, monkeypatch
         load_model("models/x.gguf")
     (tmp_path / "org").mkdir()
     requant(TESTS / "fixtures/llamacpp/models/sparse/qwen3-8b.header.gguf", tmp_path / "org/m:Q8_0", None)
-    assert load_model("org/m:Q8_0").origin.kind is SourceKind.FILE  # an existing file wins over the Hub spelling
+    assert (
+        load_model("org/m:Q8_0").origin.kind is SourceKind.FILE
+    )  # an existing file wins over the Hub spelling
 
 
 @pytest.mark.parametrize(

@@ -338,7 +338,10 @@ def test_a_slow_server_is_given_up_on_at_the_deadline() -> None:
             time.sleep(0.1)
 
     t0 = time.monotonic()
-    with raw_server(one_byte_a_tenth, connections=1) as url, pytest.raises(GGUFError, match=r"longer than 1\.5 s"):
+    with (
+        raw_server(one_byte_a_tenth, connections=1) as url,
+        pytest.raises(GGUFError, match=r"longer than 1\.5 s"),
+    ):
         read_remote_header(url, timeout=5, deadline_s=1.5)
     assert time.monotonic() - t0 < 5
 

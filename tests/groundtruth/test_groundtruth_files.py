@@ -71,10 +71,31 @@ SETTINGS_KEYS: dict[str, tuple[type, ...]] = {
     "fit": (bool,),
 }
 
-KV_KEYS = {"cache": str, "size_mib": float, "cells": int, "layers": int, "seqs": int, "n_seq_max": int,
-           "type_k": str, "k_mib": float, "type_v": str, "v_mib": float, "layer_devices": list}
-RS_KEYS = {"size_mib": float, "cells": int, "layers": int, "seqs": int, "rs_seq": int, "type_r": str,
-           "r_mib": float, "type_s": str, "s_mib": float, "layer_devices": list}
+KV_KEYS = {
+    "cache": str,
+    "size_mib": float,
+    "cells": int,
+    "layers": int,
+    "seqs": int,
+    "n_seq_max": int,
+    "type_k": str,
+    "k_mib": float,
+    "type_v": str,
+    "v_mib": float,
+    "layer_devices": list,
+}
+RS_KEYS = {
+    "size_mib": float,
+    "cells": int,
+    "layers": int,
+    "seqs": int,
+    "rs_seq": int,
+    "type_r": str,
+    "r_mib": float,
+    "type_s": str,
+    "s_mib": float,
+    "layer_devices": list,
+}
 
 
 def test_fixtures_exist() -> None:
@@ -109,8 +130,18 @@ def _check_membreak_results(case: dict[str, Any]) -> None:
     assert r["output_bytes"] is None or _is_int(r["output_bytes"])
     assert r["output_mib"] is None or isinstance(r["output_mib"], (int, float))
     res = r["resolved"]
-    for k in ("n_ctx", "n_ctx_seq", "n_seq_max", "n_batch", "n_ubatch", "n_outputs_max", "n_vocab", "n_layer",
-              "n_ctx_train", "model_size"):
+    for k in (
+        "n_ctx",
+        "n_ctx_seq",
+        "n_seq_max",
+        "n_batch",
+        "n_ubatch",
+        "n_outputs_max",
+        "n_vocab",
+        "n_layer",
+        "n_ctx_train",
+        "model_size",
+    ):
         assert _is_int(res[k]), k
     assert isinstance(res["devices"], list)
     s = case["settings"]
@@ -211,7 +242,12 @@ def _headers() -> list[tuple[Path, str, int, str]]:
         for ref in refs:
             cfg = ref.get("config") or {}
             if ref["header"] and ref["header"] not in seen and cfg.get("vocab", "none") == "none":
-                seen[ref["header"]] = (FIXTURES / ref["header"], ref["name"], ref["file_bytes"], ref["generator"])
+                seen[ref["header"]] = (
+                    FIXTURES / ref["header"],
+                    ref["name"],
+                    ref["file_bytes"],
+                    ref["generator"],
+                )
     return sorted(seen.values())
 
 
@@ -292,7 +328,9 @@ def test_recorded_kv_matches_hand_derivation() -> None:
     case = _case("sparse", "gemma-3-27b", "c32768-np1-faon")
     assert _context_bytes(case) == (10 * 32768 + 52 * 1536) * 8192
     assert [(kv["cache"], kv["cells"], kv["layers"]) for kv in case["results"]["kv"]] == [
-        ("base", 32768, 10), ("swa", 1536, 52)]
+        ("base", 32768, 10),
+        ("swa", 1536, 52),
+    ]
     # DeepSeek-V2-Lite (MLA), c=32768, f16: 27 layers x 32768 cells x 576 x 2 B, no V cache
     assert _context_bytes(_case("sparse", "deepseek-v2-lite", "c32768-np1-faon")) == 27 * 32768 * 576 * 2
     # -np 4 without a unified cache: 4 streams of c/4 cells; same total for a plain model

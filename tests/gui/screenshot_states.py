@@ -59,17 +59,27 @@ def gpu(name: str, gib: float, free_gib: float | None = None) -> Device:
 DESKTOP = Detection((gpu("RTX 4090", 24, 22.5),), host_device(64 * GIB, 52 * GIB))
 SMALL_GPU = Detection((gpu("RTX 4070", 12, 11.2),), host_device(64 * GIB, 52 * GIB))
 TOO_SMALL = Detection((gpu("RTX 3050", 8, 7.5),), host_device(16 * GIB, 6 * GIB))
-TWO_GPUS = Detection((gpu("RTX 3090", 24, 23.2), gpu("RTX 3090", 24, 23.4)), host_device(128 * GIB, 100 * GIB))
+TWO_GPUS = Detection(
+    (gpu("RTX 3090", 24, 23.2), gpu("RTX 3090", 24, 23.4)), host_device(128 * GIB, 100 * GIB)
+)
 
 
 def dark_palette() -> QPalette:
     p = QPalette()
     roles = QPalette.ColorRole
     for role, colour in (
-        (roles.Window, "#2b2b2b"), (roles.WindowText, "#e6e6e6"), (roles.Base, "#1e1e1e"),
-        (roles.AlternateBase, "#2f2f2f"), (roles.Text, "#e6e6e6"), (roles.Button, "#353535"),
-        (roles.ButtonText, "#e6e6e6"), (roles.Highlight, "#2a6bb3"), (roles.HighlightedText, "#ffffff"),
-        (roles.ToolTipBase, "#3a3a3a"), (roles.ToolTipText, "#e6e6e6"), (roles.PlaceholderText, "#9a9a9a"),
+        (roles.Window, "#2b2b2b"),
+        (roles.WindowText, "#e6e6e6"),
+        (roles.Base, "#1e1e1e"),
+        (roles.AlternateBase, "#2f2f2f"),
+        (roles.Text, "#e6e6e6"),
+        (roles.Button, "#353535"),
+        (roles.ButtonText, "#e6e6e6"),
+        (roles.Highlight, "#2a6bb3"),
+        (roles.HighlightedText, "#ffffff"),
+        (roles.ToolTipBase, "#3a3a3a"),
+        (roles.ToolTipText, "#e6e6e6"),
+        (roles.PlaceholderText, "#9a9a9a"),
     ):
         p.setColor(role, QColor(colour))
     return p

@@ -108,7 +108,9 @@ def test_projector_not_loaded_is_out_of_the_estimate(backend: Backend) -> None:
     assert gemma.mmproj is not None
     m = machine(gpu("RTX 4090", 24))
     on = backend.estimate(gemma, replace(BASE, mmproj_path=gemma.mmproj.path), m)
-    off = backend.estimate(gemma, replace(BASE, mmproj_path=gemma.mmproj.path, mmproj=MmprojPlacement.NONE), m)
+    off = backend.estimate(
+        gemma, replace(BASE, mmproj_path=gemma.mmproj.path, mmproj=MmprojPlacement.NONE), m
+    )
     assert on.devices[0].bytes_of(TermKind.MMPROJ) >= gemma.mmproj.weight_bytes
     assert all(d.bytes_of(TermKind.MMPROJ) == 0 for d in off.devices)
 

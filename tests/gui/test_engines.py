@@ -23,7 +23,9 @@ CTX = 32768
 
 
 def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
+    )
     return window.planner.outcome
 
 
@@ -200,7 +202,10 @@ def test_verify_is_offered_for_mainline_only(qtbot: Any, window: MainWindow, tmp
 def test_first_launch_lists_the_bundled_examples(qtbot: Any, window: MainWindow) -> None:
     qtbot.waitUntil(lambda: window.planner.jobs.running == 0, timeout=TIMEOUT)
     model = window.models.model
-    rows = {Path(model.index(r, 0).data(PATH_ROLE)).name: model.index(r, 0).data() for r in range(model.rowCount())}
+    rows = {
+        Path(model.index(r, 0).data(PATH_ROLE)).name: model.index(r, 0).data()
+        for r in range(model.rowCount())
+    }
     assert rows == {
         LLAMA.name: "Llama 3.1 8B Instruct (example)",
         QWEN_MOE.name: "Qwen3 30B A3B (example)",
@@ -212,4 +217,3 @@ def test_first_launch_lists_the_bundled_examples(qtbot: Any, window: MainWindow)
     assert all(float(s.split()[0]) >= 4.0 for s in sizes)
     # The scan's fit badges: every example is estimated once the hardware is known.
     qtbot.waitUntil(lambda: all(model.index(r, 5).data() for r in range(model.rowCount())), timeout=TIMEOUT)
-

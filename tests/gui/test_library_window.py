@@ -22,7 +22,9 @@ TIMEOUT = 15000
 
 def labels(window: MainWindow) -> dict[str, str]:
     model = window.models.model
-    return {str(model.index(r, 0).data(PATH_ROLE)): str(model.index(r, 0).data()) for r in range(model.rowCount())}
+    return {
+        str(model.index(r, 0).data(PATH_ROLE)): str(model.index(r, 0).data()) for r in range(model.rowCount())
+    }
 
 
 def start(qtbot: Any, window: MainWindow) -> None:
@@ -36,7 +38,9 @@ def test_download_places_join_the_examples(qtbot: Any, tmp_path: Path, private_c
     snapshot = hub / "models--org--qwen" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
     shutil.copy(QWEN_MOE, snapshot / "qwen-copy.gguf")
-    backend = Backend(probe=lambda: ONE_GPU, library_places=lambda: (LibraryRoot(str(hub), RootKind.HUGGINGFACE),))
+    backend = Backend(
+        probe=lambda: ONE_GPU, library_places=lambda: (LibraryRoot(str(hub), RootKind.HUGGINGFACE),)
+    )
     window = MainWindow(backend, load_user_settings(private_config).settings, private_config)
     qtbot.addWidget(window)
     start(qtbot, window)
@@ -56,8 +60,10 @@ def test_an_added_folder_reports_what_it_skipped(qtbot: Any, window: MainWindow,
     (folder / "cut.gguf").write_bytes(LLAMA.read_bytes()[:4096])
     qtbot.waitUntil(lambda: window.planner.jobs.running == 0, timeout=TIMEOUT)
     window.planner.add_folder(str(folder))
-    qtbot.waitUntil(lambda: str(folder / "mine.gguf") in labels(window) and window.planner.jobs.running == 0,
-                    timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: str(folder / "mine.gguf") in labels(window) and window.planner.jobs.running == 0,
+        timeout=TIMEOUT,
+    )
     assert labels(window)[str(folder / "mine.gguf")] == "Llama 3.1 8B Instruct"
     assert window.banner.level == "warning"
     assert "Some files could not be used" in window.banner.text() and "(and 1 more)" in window.banner.text()

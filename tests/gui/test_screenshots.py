@@ -66,8 +66,16 @@ def display() -> Iterator[str]:
 
 
 def _run(display: str, home: Path, *extra: str) -> None:
-    env = dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb", HOME=str(home), FITPLAN_CONFIG_DIR=str(home / "cfg"),
-               XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"), FITPLAN_CACHE_DIR=str(home / "fitplan-cache"))
+    env = dict(
+        os.environ,
+        DISPLAY=display,
+        QT_QPA_PLATFORM="xcb",
+        HOME=str(home),
+        FITPLAN_CONFIG_DIR=str(home / "cfg"),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        FITPLAN_CACHE_DIR=str(home / "fitplan-cache"),
+    )
     env.pop("WAYLAND_DISPLAY", None)
     for name in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "LLAMA_CACHE", "OLLAMA_MODELS"):
         env.pop(name, None)  # nothing points the window at this machine's model folders

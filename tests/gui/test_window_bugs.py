@@ -26,12 +26,15 @@ pytestmark = [pytest.mark.gui]
 TIMEOUT = 15000
 #: An 8 GiB card (7.5 free) on a 16 GiB host (6 free): the 8B model fits at a short context, not at 128K.
 SMALL = Detection(
-    (Device("RTX 3050", DeviceKind.GPU, 8 * GIB, int(7.5 * GIB), Vendor.NVIDIA),), host_device(16 * GIB, 6 * GIB)
+    (Device("RTX 3050", DeviceKind.GPU, 8 * GIB, int(7.5 * GIB), Vendor.NVIDIA),),
+    host_device(16 * GIB, 6 * GIB),
 )
 
 
 def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
+    )
     return window.planner.outcome
 
 
@@ -47,8 +50,15 @@ def started(qtbot: Any, detection: Detection, config: Path, model: Path | str | 
 def drop_urls(window: MainWindow, urls: list[QUrl]) -> None:
     mime = QMimeData()
     mime.setUrls(urls)
-    window.dropEvent(QDropEvent(QPointF(50, 50), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                                Qt.KeyboardModifier.NoModifier))
+    window.dropEvent(
+        QDropEvent(
+            QPointF(50, 50),
+            Qt.DropAction.CopyAction,
+            mime,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+        )
+    )
 
 
 # -- stale states ----------------------------------------------------------------------------------------------------
@@ -118,9 +128,12 @@ def test_messages_are_a_list_not_one_slot(qtbot: Any, private_config: Path) -> N
     w.close()
 
 
-def test_no_gpu_message_stays_away_while_hypothetical_gpus_are_planned(qtbot: Any, private_config: Path) -> None:
-    save_user_settings(UserSettings(hypothetical_devices=(HypotheticalDevice("24 GiB GPU", 24 * GIB),)),
-                       private_config)
+def test_no_gpu_message_stays_away_while_hypothetical_gpus_are_planned(
+    qtbot: Any, private_config: Path
+) -> None:
+    save_user_settings(
+        UserSettings(hypothetical_devices=(HypotheticalDevice("24 GiB GPU", 24 * GIB),)), private_config
+    )
     w = started(qtbot, NO_GPU, private_config, LLAMA)
     assert w.planner.outcome.estimate.devices[0].device.name == "24 GiB GPU"
     assert "No GPU detected" not in w.banner.text()
@@ -134,9 +147,13 @@ def _backend(detection: Detection) -> Any:
 
 
 # -- chart -----------------------------------------------------------------------------------------------------------
-def test_the_shaded_region_is_not_called_no_fit_at_the_training_length(qtbot: Any, private_config: Path) -> None:
-    big = Detection((Device("RTX 6000", DeviceKind.GPU, 48 * GIB, 47 * GIB, Vendor.NVIDIA),),
-                    host_device(64 * GIB, 48 * GIB))
+def test_the_shaded_region_is_not_called_no_fit_at_the_training_length(
+    qtbot: Any, private_config: Path
+) -> None:
+    big = Detection(
+        (Device("RTX 6000", DeviceKind.GPU, 48 * GIB, 47 * GIB, Vendor.NVIDIA),),
+        host_device(64 * GIB, 48 * GIB),
+    )
     w = started(qtbot, big, private_config, QWEN_MOE)
     # Qwen3-30B-A3B was trained at 40K: that, not the 47 GiB free on the card, caps the largest context.
     assert w.planner.outcome.max_context == 40960
@@ -150,12 +167,18 @@ def test_a_runtime_switch_to_a_dark_theme_darkens_the_chart(qtbot: Any, window: 
     assert isinstance(app, QApplication)
     light = app.palette()
     dark = QPalette(light)
-    for role, colour in ((QPalette.ColorRole.Window, "#2b2b2b"), (QPalette.ColorRole.WindowText, "#e0e0e0"),
-                         (QPalette.ColorRole.Base, "#1e1e1e"), (QPalette.ColorRole.Text, "#e0e0e0")):
+    for role, colour in (
+        (QPalette.ColorRole.Window, "#2b2b2b"),
+        (QPalette.ColorRole.WindowText, "#e0e0e0"),
+        (QPalette.ColorRole.Base, "#1e1e1e"),
+        (QPalette.ColorRole.Text, "#e0e0e0"),
+    ):
         dark.setColor(role, QColor(colour))
     try:
         app.setPalette(dark)
-        qtbot.waitUntil(lambda: window.chart.plot.backgroundBrush().color().lightness() < 128, timeout=TIMEOUT)
+        qtbot.waitUntil(
+            lambda: window.chart.plot.backgroundBrush().color().lightness() < 128, timeout=TIMEOUT
+        )
         label = window.chart.plot.getPlotItem().getAxis("bottom").label
         assert label.defaultTextColor().lightness() > 128
     finally:
@@ -186,8 +209,13 @@ def test_dropping_a_folder_adds_it_to_the_library(qtbot: Any, window: MainWindow
 def test_dragging_over_the_window_highlights_it(window: MainWindow) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(LLAMA))])
-    event = QDragEnterEvent(window.rect().center(), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
+    event = QDragEnterEvent(
+        window.rect().center(),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     window.dragEnterEvent(event)
     assert event.isAccepted()
     assert window.findChild(type(window.verdict.label), "drop-hint").isVisible()
@@ -203,7 +231,9 @@ def test_three_dropped_files_all_get_a_fit_badge(qtbot: Any, window: MainWindow,
     # The three headers arrive back to back (as when their reads finish together): each opened model's estimate
     # is superseded by the next one's, yet each must get its badge.
     planner = window.planner
-    qtbot.waitUntil(lambda: not planner._badge_timer.isActive() and planner.jobs.running == 0, timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: not planner._badge_timer.isActive() and planner.jobs.running == 0, timeout=TIMEOUT
+    )
     for model in [window.planner.backend.load(p) for p in paths]:
         window.planner._loaded(model)
 
@@ -215,7 +245,9 @@ def test_three_dropped_files_all_get_a_fit_badge(qtbot: Any, window: MainWindow,
     assert all(b in (VerdictLevel.FITS, VerdictLevel.OFFLOAD, VerdictLevel.NO_FIT) for b in badges())
 
 
-def test_opened_models_are_listed_again_after_a_restart(qtbot: Any, private_config: Path, tmp_path: Path) -> None:
+def test_opened_models_are_listed_again_after_a_restart(
+    qtbot: Any, private_config: Path, tmp_path: Path
+) -> None:
     mine = tmp_path / "opened-by-hand.gguf"
     shutil.copyfile(LLAMA, mine)
     w = started(qtbot, ONE_GPU, private_config, mine)
@@ -285,7 +317,9 @@ def hanging() -> Any:
     server.stop()
 
 
-def test_a_url_read_shows_its_status_and_can_be_cancelled(qtbot: Any, window: MainWindow, hanging: Any) -> None:
+def test_a_url_read_shows_its_status_and_can_be_cancelled(
+    qtbot: Any, window: MainWindow, hanging: Any
+) -> None:
     url = f"http://127.0.0.1:{hanging.port}/model.gguf"
     window.planner.open(url)
     qtbot.wait(300)
@@ -407,8 +441,10 @@ def test_the_window_opens_within_a_small_screen() -> None:
 
 def test_at_the_minimum_size_nothing_overlaps_the_plot(qtbot: Any, private_config: Path) -> None:
     two = Detection(
-        (Device("RTX 3090", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA),
-         Device("RTX 3090", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA)),
+        (
+            Device("RTX 3090", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA),
+            Device("RTX 3090", DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA),
+        ),
         host_device(128 * GIB, 100 * GIB),
     )
     w = make_window(qtbot, two, private_config)
@@ -424,7 +460,9 @@ def test_at_the_minimum_size_nothing_overlaps_the_plot(qtbot: Any, private_confi
     chart = w.chart
 
     def box(widget: Any) -> Any:
-        return widget.geometry().translated(widget.parentWidget().mapTo(w, widget.parentWidget().rect().topLeft()))
+        return widget.geometry().translated(
+            widget.parentWidget().mapTo(w, widget.parentWidget().rect().topLeft())
+        )
 
     plot, legend, readout = box(chart.plot), box(chart.legend), box(chart.readout)
     assert legend.top() >= plot.bottom() and readout.top() >= legend.bottom()
@@ -441,7 +479,12 @@ def test_at_the_minimum_size_nothing_overlaps_the_plot(qtbot: Any, private_confi
 def test_model_text_is_never_rich_text(qtbot: Any, window: MainWindow) -> None:
     from PySide6.QtWidgets import QLabel
 
-    labels = [*window.summary.values.values(), window.verdict.label, window.verdict.detail, window.chart.readout]
+    labels = [
+        *window.summary.values.values(),
+        window.verdict.label,
+        window.verdict.detail,
+        window.chart.readout,
+    ]
     assert all(label.textFormat() == Qt.TextFormat.PlainText for label in labels)
     assert all(isinstance(label, QLabel) for label in labels)
     tip = window.models.proxy.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)

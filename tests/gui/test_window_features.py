@@ -20,7 +20,9 @@ TIMEOUT = 15000
 
 
 def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
+    )
     return window.planner.outcome
 
 
@@ -47,8 +49,15 @@ def test_about_names_the_version_and_the_llama_cpp_commit(window: MainWindow) ->
 def test_dropping_a_command_sets_the_controls(qtbot: Any, window: MainWindow) -> None:
     mime = QMimeData()
     mime.setText(f"llama-server -m {LLAMA} -c 16384 -np 2 --lora extra.gguf")
-    window.dropEvent(QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                                Qt.KeyboardModifier.NoModifier))
+    window.dropEvent(
+        QDropEvent(
+            QPointF(5, 5),
+            Qt.DropAction.CopyAction,
+            mime,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+        )
+    )
     out = wait_settled(qtbot, window)
     assert out.estimate.settings.n_parallel == 2 and window.settings.context_box.value() == 16384
     assert "--lora extra.gguf" in window.command.text.toPlainText()

@@ -30,14 +30,21 @@ TIMEOUT = 15000
 def drop(window: MainWindow, paths: list[str]) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(p) if not p.startswith("http") else QUrl(p) for p in paths])
-    event = QDropEvent(QPointF(50, 50), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                       Qt.KeyboardModifier.NoModifier)
+    event = QDropEvent(
+        QPointF(50, 50),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     window.dropEvent(event)
 
 
 def wait_settled(qtbot: Any, window: MainWindow) -> Any:
     """Wait until the newest request has its answer on screen; return that outcome."""
-    qtbot.waitUntil(lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
+    )
     return window.planner.outcome
 
 
@@ -69,14 +76,18 @@ def test_drop_a_model_opens_it_and_several_are_all_added(qtbot: Any, window: Mai
 
 
 def test_drop_filters_what_it_can_open() -> None:
-    assert dropped_sources(["https://h/x.gguf", "ftp://h/y.gguf", "https://h/readme"], ["/a.gguf", "/b.txt"]) == [
+    assert dropped_sources(
+        ["https://h/x.gguf", "ftp://h/y.gguf", "https://h/readme"], ["/a.gguf", "/b.txt"]
+    ) == [
         "/a.gguf",
         "https://h/x.gguf",
     ]
 
 
 def test_vision_model_pairs_its_projector_and_puts_it_in_the_command(qtbot: Any, window: MainWindow) -> None:
-    with qtbot.waitSignal(window.planner.outcome_shown, timeout=TIMEOUT, check_params_cb=lambda o: "--mmproj" in o.args):
+    with qtbot.waitSignal(
+        window.planner.outcome_shown, timeout=TIMEOUT, check_params_cb=lambda o: "--mmproj" in o.args
+    ):
         window.planner.open(str(GEMMA))
     assert window.settings.mmproj.isEnabled()
     assert window.summary.values["Projector"].text().startswith("yes")
@@ -90,7 +101,9 @@ def test_vision_model_pairs_its_projector_and_puts_it_in_the_command(qtbot: Any,
     assert all(d.bytes_of(TermKind.MMPROJ) == 0 for d in out.estimate.devices)
 
 
-def test_context_slider_moves_the_chart_line_at_once_and_the_command_after(qtbot: Any, window: MainWindow) -> None:
+def test_context_slider_moves_the_chart_line_at_once_and_the_command_after(
+    qtbot: Any, window: MainWindow
+) -> None:
     slider = window.settings.context_slider
     target = slider.position_of(8192)
     slider.setValue(target)
@@ -141,7 +154,9 @@ def test_q8_kv_cache_costs_17_32_of_f16(qtbot: Any, window: MainWindow) -> None:
 
 def test_quantized_v_without_flash_attention_is_explained(qtbot: Any, window: MainWindow) -> None:
     window.settings.flash.setCurrentIndex(window.settings.flash.findData("off"))
-    qtbot.waitUntil(lambda: window.planner.outcome.estimate.settings.flash_attn.value == "off", timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: window.planner.outcome.estimate.settings.flash_attn.value == "off", timeout=TIMEOUT
+    )
     window.settings.cache_v.setCurrentText("q8_0")
     qtbot.waitUntil(lambda: window.banner.isVisible() and window.banner.level == "error", timeout=TIMEOUT)
     assert "flash attention" in window.banner.text()
@@ -170,7 +185,9 @@ def test_add_a_hypothetical_gpu_plans_for_it(qtbot: Any, private_config: Path) -
     assert [de.device.name for de in w.planner.outcome.estimate.devices] == ["Host"]
     w.close()
     saved = json.loads((private_config / "settings.json").read_text())
-    assert saved["hypothetical_devices"] == [{"name": "12 GiB GPU", "total_bytes": 12 * GIB, "vendor": "nvidia"}]
+    assert saved["hypothetical_devices"] == [
+        {"name": "12 GiB GPU", "total_bytes": 12 * GIB, "vendor": "nvidia"}
+    ]
     assert saved["planned_devices"] == []
     assert saved["recent_files"][0] == str(LLAMA)
     # Next start: the hypothetical GPU is back, still unticked.
@@ -197,7 +214,9 @@ def test_shell_choice_requotes_the_command(qtbot: Any, window: MainWindow) -> No
     assert "\\\n" in window.command.text.toPlainText()
 
 
-def test_broken_file_shows_a_message_and_keeps_the_model(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+def test_broken_file_shows_a_message_and_keeps_the_model(
+    qtbot: Any, window: MainWindow, tmp_path: Path
+) -> None:
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
     drop(window, [str(bad)])
@@ -316,16 +335,22 @@ def test_folder_scan_adds_every_model_with_a_fit_badge(qtbot: Any, window: MainW
 
     qtbot.waitUntil(lambda: window.planner.jobs.running == 0, timeout=TIMEOUT)
     window.planner.add_folder(str(LLAMA.parent))
-    qtbot.waitUntil(lambda: window.models.model.rowCount() >= 4 and window.planner.jobs.running == 0,
-                    timeout=TIMEOUT)
+    qtbot.waitUntil(
+        lambda: window.models.model.rowCount() >= 4 and window.planner.jobs.running == 0, timeout=TIMEOUT
+    )
     names = {Path(p).name for p in window.models.model.paths()}
     assert not any("mmproj" in n for n in names)
     assert str(LLAMA.parent) in window.planner.user.folders
     model = window.models.model
-    badges = {model.index(r, 0).data(Qt.ItemDataRole.UserRole + 2): model.index(r, 5).data()
-              for r in range(model.rowCount())}
-    assert set(badges.values()) <= {FIT_BADGES[VerdictLevel.FITS], FIT_BADGES[VerdictLevel.OFFLOAD],
-                                    FIT_BADGES[VerdictLevel.NO_FIT]}
+    badges = {
+        model.index(r, 0).data(Qt.ItemDataRole.UserRole + 2): model.index(r, 5).data()
+        for r in range(model.rowCount())
+    }
+    assert set(badges.values()) <= {
+        FIT_BADGES[VerdictLevel.FITS],
+        FIT_BADGES[VerdictLevel.OFFLOAD],
+        FIT_BADGES[VerdictLevel.NO_FIT],
+    }
     # Llama-3.1-8B at 32K: 4.6 GiB of weights + 4 GiB of f16 KV cache, well inside 22 GiB free.
     assert badges[str(LLAMA)] == FIT_BADGES[VerdictLevel.FITS]
 
@@ -404,7 +429,9 @@ def test_follows_a_switch_to_a_dark_theme(qtbot: Any, window: MainWindow) -> Non
         app.setPalette(light_palette)
 
 
-def test_verify_button_only_with_a_local_llama_cpp_build(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+def test_verify_button_only_with_a_local_llama_cpp_build(
+    qtbot: Any, window: MainWindow, tmp_path: Path
+) -> None:
     assert window.command.verify_button.isHidden()
     empty = tmp_path / "empty"
     empty.mkdir()

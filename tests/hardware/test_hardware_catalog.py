@@ -31,11 +31,31 @@ def test_catalog_is_well_formed_and_covers_the_families() -> None:
     for g in cat:
         assert g.memory_gib and all(m > 0 for m in g.memory_gib), g.name
         assert g.segment in {"consumer", "workstation", "datacenter", "apple"}
-    for required in ("GeForce GTX 1080 Ti", "GeForce RTX 2080 Ti", "GeForce RTX 3090", "GeForce RTX 4090",
-                     "GeForce RTX 5090", "A100", "H100", "H200", "L4", "L40S", "Tesla T4", "Tesla V100",
-                     "Radeon RX 6800 XT", "Radeon RX 7900 XTX", "Radeon RX 9070 XT", "Instinct MI210",
-                     "Instinct MI250", "Instinct MI300X", "Apple M1 Max", "Apple M2 Ultra", "Apple M4 Max",
-                     "Arc A770", "Arc B580"):
+    for required in (
+        "GeForce GTX 1080 Ti",
+        "GeForce RTX 2080 Ti",
+        "GeForce RTX 3090",
+        "GeForce RTX 4090",
+        "GeForce RTX 5090",
+        "A100",
+        "H100",
+        "H200",
+        "L4",
+        "L40S",
+        "Tesla T4",
+        "Tesla V100",
+        "Radeon RX 6800 XT",
+        "Radeon RX 7900 XTX",
+        "Radeon RX 9070 XT",
+        "Instinct MI210",
+        "Instinct MI250",
+        "Instinct MI300X",
+        "Apple M1 Max",
+        "Apple M2 Ultra",
+        "Apple M4 Max",
+        "Arc A770",
+        "Arc B580",
+    ):
         assert required in names, required
     # every name must resolve to itself (no alias shadows another GPU)
     for g in cat:
@@ -82,7 +102,12 @@ def test_apple_configurations_get_the_metal_working_set() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("", "empty"), ("Voodoo 5", "unknown GPU"), ("RTX 4090=lots", "not a memory size"), ("0GiB", "positive")],
+    [
+        ("", "empty"),
+        ("Voodoo 5", "unknown GPU"),
+        ("RTX 4090=lots", "not a memory size"),
+        ("0GiB", "positive"),
+    ],
 )
 def test_bad_specs(spec: str, message: str) -> None:
     with pytest.raises(AssumedGpuError, match=message):
@@ -101,7 +126,9 @@ def test_size_and_name_helpers() -> None:
 
 
 def detected(key: str, name: str) -> DetectedGpu:
-    return DetectedGpu(Device(name, DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA, backend_name="CUDA0"), key=key)
+    return DetectedGpu(
+        Device(name, DeviceKind.GPU, 24 * GIB, 23 * GIB, Vendor.NVIDIA, backend_name="CUDA0"), key=key
+    )
 
 
 PROBED = ProbeResult(
@@ -115,7 +142,9 @@ def test_hardware_config_machine() -> None:
     assert [(d.name, d.hypothetical) for d in m.gpus] == [("B", False), ("X", True), ("X", True)]
     assert m.host.total_bytes == 64 * GIB and m.host.free_bytes == 50 * GIB
     only_assumed = HardwareConfig(use_detected=False, host_ram_bytes=128 * GIB).machine(PROBED)
-    assert only_assumed.gpus == () and only_assumed.host.total_bytes == only_assumed.host.free_bytes == 128 * GIB
+    assert (
+        only_assumed.gpus == () and only_assumed.host.total_bytes == only_assumed.host.free_bytes == 128 * GIB
+    )
 
 
 def test_hardware_config_round_trip_through_json() -> None:
@@ -160,7 +189,11 @@ def test_gpus_command_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_gpus_command_without_gpu(capsys: pytest.CaptureFixture[str]) -> None:
-    probes = (FakeProbe(ProbeResult(problems=("NVIDIA: NVML library not found (no NVIDIA driver installed)",))),)
+    probes = (
+        FakeProbe(ProbeResult(problems=("NVIDIA: NVML library not found (no NVIDIA driver installed)",))),
+    )
     assert gpus_cmd.run(argparse.Namespace(json=False), [], probes) == 0
     text = capsys.readouterr().out
-    assert text.startswith("No GPU found.") and "Host RAM: unknown" in text and "NVML library not found" in text
+    assert (
+        text.startswith("No GPU found.") and "Host RAM: unknown" in text and "NVML library not found" in text
+    )

@@ -61,7 +61,9 @@ class FakeNvml:
 
     NVMLError = FakeNVMLError
 
-    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None, driver: Any = b"560.35.03") -> None:
+    def __init__(
+        self, gpus: list[FakeGpu], init_error: int | None = None, driver: Any = b"560.35.03"
+    ) -> None:
         self.gpus = gpus
         self.init_error = init_error
         self.driver = driver
@@ -143,7 +145,9 @@ def rtx4090(bus: str = "00000000:01:00.0", uuid: str = "GPU-4090aaaa-0000") -> F
 
 
 def rtx3090(bus: str = "00000000:02:00.0", uuid: str = "GPU-3090bbbb-0000") -> FakeGpu:
-    return FakeGpu("NVIDIA GeForce RTX 3090", uuid, bus, 24576 * MIB, 300 * MIB, cc=(8, 6), cores=10496, clock=1695)
+    return FakeGpu(
+        "NVIDIA GeForce RTX 3090", uuid, bus, 24576 * MIB, 300 * MIB, cc=(8, 6), cores=10496, clock=1695
+    )
 
 
 def probe(gpus: list[FakeGpu], env: dict[str, str] | None = None, **kw: Any) -> ProbeResult:
@@ -256,7 +260,10 @@ def test_mig_uuid_in_cuda_visible_devices() -> None:
 
 
 def test_legacy_mig_gpu_form_selects_the_parent() -> None:
-    r = probe([rtx4090(), a100_mig()], {"CUDA_VISIBLE_DEVICES": "MIG-GPU-a100/1/0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    r = probe(
+        [rtx4090(), a100_mig()],
+        {"CUDA_VISIBLE_DEVICES": "MIG-GPU-a100/1/0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+    )
     assert {g.mig_parent for g in r.gpus} == {"GPU-a100"}
 
 
@@ -270,7 +277,11 @@ def test_mig_mode_without_instances() -> None:
 
 @pytest.mark.parametrize(
     ("code", "text"),
-    [(LIBRARY_NOT_FOUND, "NVML library not found"), (DRIVER_NOT_LOADED, "driver is not loaded"), (999, "NVML failed")],
+    [
+        (LIBRARY_NOT_FOUND, "NVML library not found"),
+        (DRIVER_NOT_LOADED, "driver is not loaded"),
+        (999, "NVML failed"),
+    ],
 )
 def test_init_failure_is_one_clear_reason(code: int, text: str) -> None:
     r = probe([rtx4090()], init_error=code)

@@ -34,11 +34,31 @@ def card(root: Path, name: str, files: dict[str, str]) -> None:
 
 
 def test_amd_sysfs(tmp_path: Path) -> None:
-    card(tmp_path, "card1", {"vendor": "0x1002", "device": "0x744c", "mem_info_vram_total": str(24 * GIB),
-                             "mem_info_vram_used": str(512 * MIB), "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:0b:00.0"})
-    card(tmp_path, "card0", {"vendor": "0x1002", "mem_info_vram_total": str(64 * GIB), "mem_info_vram_used": "0",
-                             "product_name": "AMD Instinct MI210", "uevent": "PCI_SLOT_NAME=0000:03:00.0"})
-    card(tmp_path, "card2", {"vendor": "0x8086", "uevent": "PCI_SLOT_NAME=0000:00:02.0"})  # Intel iGPU: not AMD
+    card(
+        tmp_path,
+        "card1",
+        {
+            "vendor": "0x1002",
+            "device": "0x744c",
+            "mem_info_vram_total": str(24 * GIB),
+            "mem_info_vram_used": str(512 * MIB),
+            "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:0b:00.0",
+        },
+    )
+    card(
+        tmp_path,
+        "card0",
+        {
+            "vendor": "0x1002",
+            "mem_info_vram_total": str(64 * GIB),
+            "mem_info_vram_used": "0",
+            "product_name": "AMD Instinct MI210",
+            "uevent": "PCI_SLOT_NAME=0000:03:00.0",
+        },
+    )
+    card(
+        tmp_path, "card2", {"vendor": "0x8086", "uevent": "PCI_SLOT_NAME=0000:00:02.0"}
+    )  # Intel iGPU: not AMD
     (tmp_path / "class" / "drm" / "card1-DP-1").mkdir()  # connector entries are ignored
     r = AmdSysfsProbe(tmp_path, {}).probe()
     assert r.problems == ()
@@ -51,15 +71,25 @@ def test_amd_sysfs(tmp_path: Path) -> None:
 
 def test_amd_visible_devices(tmp_path: Path) -> None:
     for i, slot in enumerate(("03", "0b", "43")):
-        card(tmp_path, f"card{i}", {"vendor": "0x1002", "mem_info_vram_total": str((i + 1) * GIB),
-                                    "mem_info_vram_used": "0", "uevent": f"PCI_SLOT_NAME=0000:{slot}:00.0"})
+        card(
+            tmp_path,
+            f"card{i}",
+            {
+                "vendor": "0x1002",
+                "mem_info_vram_total": str((i + 1) * GIB),
+                "mem_info_vram_used": "0",
+                "uevent": f"PCI_SLOT_NAME=0000:{slot}:00.0",
+            },
+        )
 
     def totals(env: dict[str, str]) -> list[int]:
         return [g.device.total_bytes // GIB for g in AmdSysfsProbe(tmp_path, env).probe().gpus]
 
     assert totals({}) == [1, 2, 3]
     assert totals({"HIP_VISIBLE_DEVICES": "2,0"}) == [3, 1]
-    assert totals({"ROCR_VISIBLE_DEVICES": "1,2", "HIP_VISIBLE_DEVICES": "1"}) == [3]  # HIP indexes ROCR's list
+    assert totals({"ROCR_VISIBLE_DEVICES": "1,2", "HIP_VISIBLE_DEVICES": "1"}) == [
+        3
+    ]  # HIP indexes ROCR's list
     assert totals({"HIP_VISIBLE_DEVICES": ""}) == []
     r = AmdSysfsProbe(tmp_path, {"HIP_VISIBLE_DEVICES": "0,GPU-abc,1"}).probe()
     assert [g.device.backend_name for g in r.gpus] == ["ROCm0"] and "'GPU-abc'" in r.problems[0]
@@ -193,11 +223,13 @@ def gpu(name: str, key: str) -> DetectedGpu:
 
 def test_run_probes_merges_and_contains_failures() -> None:
     host = HostMemory(32 * GIB, 20 * GIB, "test")
-    r = run_probes([
-        FakeProbe(ProbeResult(gpus=(gpu("A", "a"),), problems=("x: one",))),
-        Exploding(),
-        FakeProbe(ProbeResult(gpus=(gpu("B", "b"),), host=host)),
-    ])
+    r = run_probes(
+        [
+            FakeProbe(ProbeResult(gpus=(gpu("A", "a"),), problems=("x: one",))),
+            Exploding(),
+            FakeProbe(ProbeResult(gpus=(gpu("B", "b"),), host=host)),
+        ]
+    )
     assert [g.device.name for g in r.gpus] == ["A", "B"]
     assert r.host == host
     assert r.problems == ("x: one", "Broken: probe failed: RuntimeError: boom")

@@ -20,7 +20,9 @@ import pytest
 
 from support.hostile import KV, Case, Outcome, base_kvs, base_tensors, counts_line, run_cases, write_gguf
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs fork and rlimits")
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "fork") or sys.platform == "win32", reason="needs fork and rlimits"
+)
 
 SEED = 13
 N_RANDOM_FILES = 110
@@ -28,18 +30,51 @@ ARCH = "llama"
 
 #: The hyper-parameters mutated (fitplan reads every one of them).
 KEYS = (
-    "block_count", "embedding_length", "context_length", "attention.head_count", "attention.head_count_kv",
-    "feed_forward_length", "attention.key_length", "attention.value_length", "rope.dimension_count",
-    "rope.freq_base", "rope.scaling.factor", "vocab_size", "expert_count", "expert_used_count",
-    "attention.sliding_window", "nextn_predict_layers", "expert_feed_forward_length",
+    "block_count",
+    "embedding_length",
+    "context_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "feed_forward_length",
+    "attention.key_length",
+    "attention.value_length",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scaling.factor",
+    "vocab_size",
+    "expert_count",
+    "expert_used_count",
+    "attention.sliding_window",
+    "nextn_predict_layers",
+    "expert_feed_forward_length",
 )
 #: Hostile (type, value) pairs.
 VALUES: tuple[KV, ...] = (
-    ("f32", math.nan), ("f32", math.inf), ("f32", -math.inf), ("f64", math.nan), ("f64", 1e30), ("f32", 0.5),
-    ("f64", -3.0), ("i32", -1), ("i32", -(2**31)), ("i64", -1), ("u32", 0), ("u32", 2**32 - 1), ("u64", 2**63),
-    ("u64", 2**64 - 1), ("u32", 10**7), ("u32", 10**9), ("i64", 2**40), ("str", "12"), ("bool", True),
-    ("f32", [math.nan, 1.0]), ("u32", [0] * 700), ("i32", [-1, -1]), ("u32", [2**32 - 1, 2**32 - 1]),
-    ("u32", [4, 4, 4, 4, 4, 4, 4, 4, 4]), ("f64", [1e300, -1e300]),
+    ("f32", math.nan),
+    ("f32", math.inf),
+    ("f32", -math.inf),
+    ("f64", math.nan),
+    ("f64", 1e30),
+    ("f32", 0.5),
+    ("f64", -3.0),
+    ("i32", -1),
+    ("i32", -(2**31)),
+    ("i64", -1),
+    ("u32", 0),
+    ("u32", 2**32 - 1),
+    ("u64", 2**63),
+    ("u64", 2**64 - 1),
+    ("u32", 10**7),
+    ("u32", 10**9),
+    ("i64", 2**40),
+    ("str", "12"),
+    ("bool", True),
+    ("f32", [math.nan, 1.0]),
+    ("u32", [0] * 700),
+    ("i32", [-1, -1]),
+    ("u32", [2**32 - 1, 2**32 - 1]),
+    ("u32", [4, 4, 4, 4, 4, 4, 4, 4, 4]),
+    ("f64", [1e300, -1e300]),
 )
 COMMANDS = (
     ("inspect", "--json"),
@@ -63,8 +98,13 @@ def _random_cases(root: Path) -> list[Case]:
             changed.append(f"{key}={kvs[key][0]}:{str(kvs[key][1])[:20]}")
         path = write_gguf(root / f"r{i}.gguf", ARCH, kvs, base_tensors(2, moe))
         for cmd in rng.sample(COMMANDS, 3):
-            cases.append(Case(f"random {i} {' '.join(changed)} [{cmd[0]}]", (cmd[0], path, *cmd[1:]),
-                              json_out="--json" in cmd))
+            cases.append(
+                Case(
+                    f"random {i} {' '.join(changed)} [{cmd[0]}]",
+                    (cmd[0], path, *cmd[1:]),
+                    json_out="--json" in cmd,
+                )
+            )
     return cases
 
 
@@ -80,8 +120,10 @@ def _refused(label: str, path: str, key: str = "") -> list[Case]:
             return f"the error does not name {key}: {o.err.strip()[:200]}"
         return _short_error(o)
 
-    return [Case(f"{label} [{cmd[0]}]", (cmd[0], path, *cmd[1:]), "--json" in cmd, "refused", names_key)
-            for cmd in COMMANDS[:3]]
+    return [
+        Case(f"{label} [{cmd[0]}]", (cmd[0], path, *cmd[1:]), "--json" in cmd, "refused", names_key)
+        for cmd in COMMANDS[:3]
+    ]
 
 
 def _fixed_cases(root: Path) -> list[Case]:
@@ -89,7 +131,9 @@ def _fixed_cases(root: Path) -> list[Case]:
     a = ARCH
     cases: list[Case] = []
 
-    def mutant(name: str, changes: dict[str, KV], moe: bool = False, arch: str = ARCH, n_layer: int = 2) -> str:
+    def mutant(
+        name: str, changes: dict[str, KV], moe: bool = False, arch: str = ARCH, n_layer: int = 2
+    ) -> str:
         kvs = base_kvs(arch, n_layer=n_layer, moe=moe)
         kvs.update(changes)
         return write_gguf(root / f"{name}.gguf", arch, kvs, base_tensors(n_layer, moe))
@@ -97,23 +141,44 @@ def _fixed_cases(root: Path) -> list[Case]:
     for key in ("embedding_length", "block_count", "context_length"):
         for vt, v in (("f32", math.nan), ("f64", math.inf)):
             cases += _refused(f"{key}={v}", mutant(f"{key}-{v}", {f"{a}.{key}": (vt, v)}), f"{a}.{key}")
-    cases += _refused("head_count_kv array of NaN",
-                      mutant("kv-nan", {f"{a}.attention.head_count_kv": ("f32", [math.nan, math.nan])}),
-                      f"{a}.attention.head_count_kv")
-    cases += _refused("block_count 10^7", mutant("bc7", {f"{a}.block_count": ("u32", 10**7)}), f"{a}.block_count")
-    cases += _refused("block_count 10^9", mutant("bc9", {f"{a}.block_count": ("u32", 10**9)}), f"{a}.block_count")
+    cases += _refused(
+        "head_count_kv array of NaN",
+        mutant("kv-nan", {f"{a}.attention.head_count_kv": ("f32", [math.nan, math.nan])}),
+        f"{a}.attention.head_count_kv",
+    )
+    cases += _refused(
+        "block_count 10^7", mutant("bc7", {f"{a}.block_count": ("u32", 10**7)}), f"{a}.block_count"
+    )
+    cases += _refused(
+        "block_count 10^9", mutant("bc9", {f"{a}.block_count": ("u32", 10**9)}), f"{a}.block_count"
+    )
     cases += _refused("block_count -1", mutant("bcm1", {f"{a}.block_count": ("i32", -1)}), f"{a}.block_count")
-    cases += _refused("negative embedding", mutant("ne", {f"{a}.embedding_length": ("i32", -4096)}),
-                      f"{a}.embedding_length")
-    cases += _refused("negative context", mutant("nc", {f"{a}.context_length": ("i64", -1)}), f"{a}.context_length")
-    cases += _refused("more KV heads than heads", mutant("kvh", {f"{a}.attention.head_count_kv": ("u32", 8)}),
-                      f"{a}.attention.head_count_kv")
-    cases += _refused("expert tensors, no experts", mutant("noexp", {f"{a}.expert_count": ("u32", 0)}, moe=True),
-                      f"{a}.expert_count")
-    cases += _refused("more experts used than exist", mutant("used", {f"{a}.expert_used_count": ("u32", 9)}, moe=True),
-                      f"{a}.expert_used_count")
-    cases += _refused("nanbeige num_loops 10^6",
-                      mutant("loops", {"nanbeige.num_loops": ("u32", 10**6)}, arch="nanbeige"), "nanbeige.num_loops")
+    cases += _refused(
+        "negative embedding", mutant("ne", {f"{a}.embedding_length": ("i32", -4096)}), f"{a}.embedding_length"
+    )
+    cases += _refused(
+        "negative context", mutant("nc", {f"{a}.context_length": ("i64", -1)}), f"{a}.context_length"
+    )
+    cases += _refused(
+        "more KV heads than heads",
+        mutant("kvh", {f"{a}.attention.head_count_kv": ("u32", 8)}),
+        f"{a}.attention.head_count_kv",
+    )
+    cases += _refused(
+        "expert tensors, no experts",
+        mutant("noexp", {f"{a}.expert_count": ("u32", 0)}, moe=True),
+        f"{a}.expert_count",
+    )
+    cases += _refused(
+        "more experts used than exist",
+        mutant("used", {f"{a}.expert_used_count": ("u32", 9)}, moe=True),
+        f"{a}.expert_used_count",
+    )
+    cases += _refused(
+        "nanbeige num_loops 10^6",
+        mutant("loops", {"nanbeige.num_loops": ("u32", 10**6)}, arch="nanbeige"),
+        "nanbeige.num_loops",
+    )
     return cases
 
 
@@ -123,21 +188,38 @@ def _split_cases(root: Path) -> list[Case]:
     tensors = base_tensors(2)
     half = len(tensors) // 2
 
-    def shard(name: str, no: int, count: int, part: list[tuple[str, tuple[int, ...]]], arch: str = ARCH,
-              total: int = len(tensors)) -> str:
+    def shard(
+        name: str,
+        no: int,
+        count: int,
+        part: list[tuple[str, tuple[int, ...]]],
+        arch: str = ARCH,
+        total: int = len(tensors),
+    ) -> str:
         kvs = base_kvs(arch) if no == 0 else {}
-        kvs.update({"split.no": ("u16", no), "split.count": ("u16", count), "split.tensors.count": ("i32", total)})
+        kvs.update(
+            {"split.no": ("u16", no), "split.count": ("u16", count), "split.tensors.count": ("i32", total)}
+        )
         return write_gguf(root / name, arch, kvs, part)
 
     for count in (65535, 10**8):
         folder = root / f"count{count}"
         folder.mkdir()
         vt = "u16" if count < 65536 else "u32"
-        kvs = {**base_kvs(), "split.no": ("u16", 0), "split.count": (vt, count), "split.tensors.count": ("i32", 70000)}
+        kvs = {
+            **base_kvs(),
+            "split.no": ("u16", 0),
+            "split.count": (vt, count),
+            "split.tensors.count": ("i32", 70000),
+        }
         name = f"m-00001-of-{min(count, 99999):05d}.gguf"
         path = write_gguf(folder / name, ARCH, kvs, tensors)
-        cases += [Case(f"split.count {count} [{c[0]}]", (c[0], path, *c[1:]), "--json" in c, "refused", _short_error)
-                  for c in COMMANDS[:3]]
+        cases += [
+            Case(
+                f"split.count {count} [{c[0]}]", (c[0], path, *c[1:]), "--json" in c, "refused", _short_error
+            )
+            for c in COMMANDS[:3]
+        ]
     two = root / "two-models"
     two.mkdir()
     first = shard("two-models/m-00001-of-00002.gguf", 0, 2, tensors[:half])
@@ -152,14 +234,26 @@ def _split_cases(root: Path) -> list[Case]:
     ok.mkdir()
     first = shard("ok/m-00001-of-00002.gguf", 0, 2, tensors[:half])
     shard("ok/m-00002-of-00002.gguf", 1, 2, tensors[half:])
-    cases += [Case(f"a good split set [{c[0]}]", (c[0], first, *c[1:]), "--json" in c, "answer") for c in COMMANDS[:3]]
+    cases += [
+        Case(f"a good split set [{c[0]}]", (c[0], first, *c[1:]), "--json" in c, "answer")
+        for c in COMMANDS[:3]
+    ]
     return cases
 
 
 #: Names (general.name, file names) that try to drive the terminal.
 HOSTILE_TEXT = (
-    "\x1b]0;owned\x07", "\x1b[2J\x1b[H", "line\nfitplan: error: fake", "\r\x1b[Kcovered", "\x9b31mred", "tab\there",
-    "\x00nul", "\x7fdel", "\u202eevil", "<b>html</b>", "\x1bP+q\x1b\\",
+    "\x1b]0;owned\x07",
+    "\x1b[2J\x1b[H",
+    "line\nfitplan: error: fake",
+    "\r\x1b[Kcovered",
+    "\x9b31mred",
+    "tab\there",
+    "\x00nul",
+    "\x7fdel",
+    "\u202eevil",
+    "<b>html</b>",
+    "\x1bP+q\x1b\\",
 )
 
 
@@ -170,9 +264,12 @@ def _text_cases(root: Path) -> list[Case]:
     for i, text in enumerate(HOSTILE_TEXT):
         kvs = base_kvs()
         kvs["general.name"] = ("str", text)
-        raw_name = os.fsencode(f"m{i}-") + rng.choice((b"\xff", b"\xfe\x80", b"")) + os.fsencode(
-            text.replace("/", "_").replace("\x00", "0")
-        ) + b".gguf"
+        raw_name = (
+            os.fsencode(f"m{i}-")
+            + rng.choice((b"\xff", b"\xfe\x80", b""))
+            + os.fsencode(text.replace("/", "_").replace("\x00", "0"))
+            + b".gguf"
+        )
         path = write_gguf(os.fsdecode(os.path.join(os.fsencode(root), raw_name)), ARCH, kvs, base_tensors(2))
 
         def same_name(o: Outcome, text: str = text, path: str = path) -> str | None:
@@ -182,17 +279,29 @@ def _text_cases(root: Path) -> list[Case]:
             return None
 
         cases.append(Case(f"name {text!r} [inspect]", ("inspect", path), expect="answer"))
-        cases.append(Case(f"name {text!r} [inspect --json]", ("inspect", path, "--json"), True, "answer", same_name))
-        cases.append(Case(f"name {text!r} [estimate]", ("estimate", path, "--assume-gpu", "24GiB"), expect="answer"))
+        cases.append(
+            Case(f"name {text!r} [inspect --json]", ("inspect", path, "--json"), True, "answer", same_name)
+        )
+        cases.append(
+            Case(f"name {text!r} [estimate]", ("estimate", path, "--assume-gpu", "24GiB"), expect="answer")
+        )
         # the plan's command holds the path: a path with a control character cannot be written into a shell
         # command, so `plan` may refuse it in one line (fitplan.core.launch.shell); the name alone never matters
         unwritable = any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or 0x202A <= ord(c) <= 0x202E for c in text)
         cases.append(
-            Case(f"name {text!r} [plan]", ("plan", path, "--assume-gpu", "24GiB"), expect="" if unwritable else "answer")
+            Case(
+                f"name {text!r} [plan]",
+                ("plan", path, "--assume-gpu", "24GiB"),
+                expect="" if unwritable else "answer",
+            )
         )
-        cases.append(Case(f"name {text!r} [missing]", ("inspect", path + "-missing\x1b[2J"), expect="refused"))
+        cases.append(
+            Case(f"name {text!r} [missing]", ("inspect", path + "-missing\x1b[2J"), expect="refused")
+        )
     cases.append(Case("scan of hostile names", ("scan", str(root), "--no-fit"), expect="answer"))
-    cases.append(Case("scan of hostile names --json", ("scan", str(root), "--no-fit", "--json"), True, "answer"))
+    cases.append(
+        Case("scan of hostile names --json", ("scan", str(root), "--no-fit", "--json"), True, "answer")
+    )
     return cases
 
 
@@ -231,7 +340,9 @@ def test_a_few_cases_in_real_processes(tmp_path: Path) -> None:
     kvs["general.name"] = ("str", "\x1b]0;owned\x07é\nfitplan: error: fake")
     name = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"bad\xff\x1b[2J.gguf"))
     hostile = write_gguf(name, ARCH, kvs, base_tensors(2))
-    big = write_gguf(tmp_path / "big.gguf", ARCH, {**base_kvs(), f"{ARCH}.block_count": ("u32", 10**9)}, base_tensors(2))
+    big = write_gguf(
+        tmp_path / "big.gguf", ARCH, {**base_kvs(), f"{ARCH}.block_count": ("u32", 10**9)}, base_tensors(2)
+    )
     os.mkfifo(tmp_path / "fifo.gguf")
     env = {**os.environ, "LANG": "C", "LC_ALL": "C", "PYTHONIOENCODING": "ascii", "NO_COLOR": "1"}
     runs = [
@@ -242,9 +353,18 @@ def test_a_few_cases_in_real_processes(tmp_path: Path) -> None:
         (["scan", str(tmp_path), "--json"], 0),
     ]
     for argv, want in runs:
-        done = subprocess.run([sys.executable, "-m", "fitplan", *argv], capture_output=True, env=env, timeout=60,
-                              preexec_fn=_limit_memory, check=False)
-        out, err = done.stdout.decode("ascii"), done.stderr.decode("ascii")  # ASCII only: nothing else written
+        done = subprocess.run(
+            [sys.executable, "-m", "fitplan", *argv],
+            capture_output=True,
+            env=env,
+            timeout=60,
+            preexec_fn=_limit_memory,
+            check=False,
+        )
+        out, err = (
+            done.stdout.decode("ascii"),
+            done.stderr.decode("ascii"),
+        )  # ASCII only: nothing else written
         assert done.returncode == want, (argv, err)
         assert "Traceback" not in err and not any(c in out + err for c in "\x1b\x07\r"), (argv, out, err)
         if want == 2:

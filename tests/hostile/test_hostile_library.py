@@ -73,7 +73,9 @@ def trap_hub_fifo(root: Path, rng: random.Random) -> None:
 
 
 def trap_dev_zero(root: Path, rng: random.Random) -> None:
-    os.symlink(rng.choice(("/dev/zero", "/dev/urandom", "/dev/null")), root / f"dev{rng.randrange(1000)}.gguf")
+    os.symlink(
+        rng.choice(("/dev/zero", "/dev/urandom", "/dev/null")), root / f"dev{rng.randrange(1000)}.gguf"
+    )
 
 
 def trap_dir_named_gguf(root: Path, rng: random.Random) -> None:
@@ -118,7 +120,9 @@ def trap_ollama(root: Path, rng: random.Random) -> None:
     elif kind == 2:
         _manifest(store, "huge", json.dumps({"layers": [], "pad": "x" * (2 << 20)}))
     elif kind == 3:
-        bad = rng.choice(("../x", "/etc/passwd", "sha256:../../etc/passwd", "sha256-" + "a" * 64, "sha256:" + "A" * 64))
+        bad = rng.choice(
+            ("../x", "/etc/passwd", "sha256:../../etc/passwd", "sha256-" + "a" * 64, "sha256:" + "A" * 64)
+        )
         _manifest(store, "escape", [{"mediaType": OLLAMA_MODEL, "digest": bad}])
     elif kind == 4:
         digest = "".join(rng.choice(HEX) for _ in range(64))
@@ -136,8 +140,16 @@ def trap_ollama(root: Path, rng: random.Random) -> None:
 
 
 TRAPS: tuple[Callable[[Path, random.Random], None], ...] = (
-    trap_fifo, trap_hub_fifo, trap_dev_zero, trap_dir_named_gguf, trap_socket, trap_links, trap_bad_files,
-    trap_ollama, trap_ollama, trap_ollama,
+    trap_fifo,
+    trap_hub_fifo,
+    trap_dev_zero,
+    trap_dir_named_gguf,
+    trap_socket,
+    trap_links,
+    trap_bad_files,
+    trap_ollama,
+    trap_ollama,
+    trap_ollama,
 )
 
 
@@ -161,8 +173,9 @@ def o_root(good: str) -> str:
     return os.path.dirname(good)
 
 
-def _tree_cases(root: Path, name: str, traps: list[Callable[[Path, random.Random], None]],
-                rng: random.Random) -> list[Case]:
+def _tree_cases(
+    root: Path, name: str, traps: list[Callable[[Path, random.Random], None]], rng: random.Random
+) -> list[Case]:
     tree = root / name
     tree.mkdir()
     good = _good(tree)
@@ -172,8 +185,20 @@ def _tree_cases(root: Path, name: str, traps: list[Callable[[Path, random.Random
     label = f"{name} ({', '.join(t.__name__ for t in traps)})"
     check = _lists(good, ollama)
     return [
-        Case(f"{label} [scan --json --no-fit]", ("scan", str(tree), "--json", "--no-fit"), True, "answer", check),
-        Case(f"{label} [scan --json]", ("scan", str(tree), "--json", "--assume-gpu", "24GiB"), True, "answer", check),
+        Case(
+            f"{label} [scan --json --no-fit]",
+            ("scan", str(tree), "--json", "--no-fit"),
+            True,
+            "answer",
+            check,
+        ),
+        Case(
+            f"{label} [scan --json]",
+            ("scan", str(tree), "--json", "--assume-gpu", "24GiB"),
+            True,
+            "answer",
+            check,
+        ),
         Case(f"{label} [scan]", ("scan", str(tree), "--no-fit"), False, "answer"),
     ]
 
@@ -212,7 +237,9 @@ def test_os_errors_are_never_cached(tmp_path: Path) -> None:
     assert [m.path for m in second.models] == [good] and calls["n"] == 2
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads files whatever their mode")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads files whatever their mode"
+)
 def test_permission_denied_does_not_survive_chmod(tmp_path: Path) -> None:
     good = Path(_good(tmp_path))
     good.chmod(0)

@@ -47,8 +47,23 @@ N_CACHE = 300
 #: Values no settings field accepts: each must be reset with a message.
 INVALID_EVERYWHERE = frozenset({"Infinity", "-Infinity", "NaN", "1e400", "-1e400", "1e30", "1" + "0" * 30})
 HOSTILE_VALUES: tuple[str, ...] = (
-    "Infinity", "-Infinity", "NaN", "1e400", "-1e400", "1e30", "1" + "0" * 30, "-1", "true", "null", '"x"', "[]", "{}",
-    "[" * 100_000 + "]" * 100_000, '"' + "a" * 100_000 + '"', "0.5", "2147483648",
+    "Infinity",
+    "-Infinity",
+    "NaN",
+    "1e400",
+    "-1e400",
+    "1e30",
+    "1" + "0" * 30,
+    "-1",
+    "true",
+    "null",
+    '"x"',
+    "[]",
+    "{}",
+    "[" * 100_000 + "]" * 100_000,
+    '"' + "a" * 100_000 + '"',
+    "0.5",
+    "2147483648",
 )
 
 
@@ -171,7 +186,9 @@ def test_hostile_settings_files(tmp_path: Path) -> None:
 def test_n_ctx_1e30_takes_the_default_and_keeps_the_rest(tmp_path: Path) -> None:
     save_user_settings(_full(), tmp_path)
     text = settings_path(tmp_path).read_text()
-    settings_path(tmp_path).write_text(_replace_field(text, ("model_choices", "/models/a.gguf", "n_ctx"), "1e30"))
+    settings_path(tmp_path).write_text(
+        _replace_field(text, ("model_choices", "/models/a.gguf", "n_ctx"), "1e30")
+    )
     result = load_user_settings(tmp_path)
     a = result.settings.model_choices["/models/a.gguf"]
     assert a.n_ctx == ModelChoices().n_ctx and a.cache_type_k == "q8_0" and a.n_parallel == 2
@@ -186,7 +203,12 @@ def _index_cases(tmp_path: Path) -> list[Case]:
     models.mkdir()
     good = write_gguf(models / "good.gguf", "llama", base_kvs(), base_tensors(2))
     cache = tmp_path / "cache0"
-    seed = Case("seed the index", ("scan", str(models), "--json", "--no-fit"), True, env=(("FITPLAN_CACHE_DIR", str(cache)),))
+    seed = Case(
+        "seed the index",
+        ("scan", str(models), "--json", "--no-fit"),
+        True,
+        env=(("FITPLAN_CACHE_DIR", str(cache)),),
+    )
     assert run_cases([seed]).failures == []
     index_text = (cache / "scan-index.json").read_text()
     doc = json.loads(index_text)
@@ -203,9 +225,13 @@ def _index_cases(tmp_path: Path) -> list[Case]:
             corrupt.append(bytes(raw))
         else:
             fields = [("files", entry_key, k) for k in ("size", "mtime_ns", "ctime_ns", "summary", "error")]
-            fields += [("files", entry_key, "summary", k) for k in ("n_params", "name", "split_count", "n_layer")]
+            fields += [
+                ("files", entry_key, "summary", k) for k in ("n_params", "name", "split_count", "n_layer")
+            ]
             fields += [("schema",), ("files",)]
-            corrupt.append(_replace_field(index_text, rng.choice(fields), rng.choice(HOSTILE_VALUES)).encode())
+            corrupt.append(
+                _replace_field(index_text, rng.choice(fields), rng.choice(HOSTILE_VALUES)).encode()
+            )
     corrupt.append(b"[" * 100_000 + b"]" * 100_000)
     corrupt.append(b'{"schema": 3, "files": {"1:2": {"size": Infinity, "mtime_ns": 1e400, "ctime_ns": NaN}}}')
     cases = []
@@ -218,8 +244,16 @@ def _index_cases(tmp_path: Path) -> list[Case]:
         folder = tmp_path / f"cache{i + 1}"
         folder.mkdir()
         (folder / "scan-index.json").write_bytes(data)
-        cases.append(Case(f"index corruption {i}", ("scan", str(models), "--json", "--no-fit"), True, "answer",
-                          lists_good, env=(("FITPLAN_CACHE_DIR", str(folder)),)))
+        cases.append(
+            Case(
+                f"index corruption {i}",
+                ("scan", str(models), "--json", "--no-fit"),
+                True,
+                "answer",
+                lists_good,
+                env=(("FITPLAN_CACHE_DIR", str(folder)),),
+            )
+        )
     return cases
 
 
@@ -291,8 +325,12 @@ def test_two_processes_saving_at_once_keep_each_others_folders(tmp_path: Path) -
     save_user_settings(UserSettings(folders=("/shared",)), tmp_path)
     n = 40
     procs = [
-        subprocess.Popen([sys.executable, "-c", _SAVER, str(tmp_path), who, str(n)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _SAVER, str(tmp_path), who, str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for who in ("left", "right")
     ]
     for p in procs:  # both have loaded before either saves: the race of two open windows
@@ -317,7 +355,9 @@ def test_a_removed_folder_stays_removed_after_a_merge(tmp_path: Path) -> None:
     assert load_user_settings(tmp_path).settings.folders == ("/a",)
 
 
-def test_a_folder_that_cannot_be_written_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_folder_that_cannot_be_written_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     save_user_settings(UserSettings(folders=("/kept",)), tmp_path)
     before = settings_path(tmp_path).read_bytes()
 

@@ -28,16 +28,34 @@ def _full_settings() -> UserSettings:
         window_geometry="AdnQywADAAA=",
         window_state="AAAA/wAAAAD9",
         model_choices={
-            "/models/a.gguf": ModelChoices(n_ctx=65536, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on"),
-            "https://example.org/b.gguf": ModelChoices(n_parallel=4, kv_unified=True, mmproj="cpu", n_cpu_moe=12),
-            "/models/ds.gguf": ModelChoices(engine="ik_llama.cpp", mla_mode=2, attn_max_batch_mib=512, fused_moe=False,
-                                            run_time_repack=True, cache_type_k="q8_kv"),
-            "/models/bee.gguf": ModelChoices(engine="beellama", cache_type_k="kvarn4", cache_type_v="kvarn3",
-                                             kv_tail_tokens=1024, kv_tail_type="bf16"),
+            "/models/a.gguf": ModelChoices(
+                n_ctx=65536, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on"
+            ),
+            "https://example.org/b.gguf": ModelChoices(
+                n_parallel=4, kv_unified=True, mmproj="cpu", n_cpu_moe=12
+            ),
+            "/models/ds.gguf": ModelChoices(
+                engine="ik_llama.cpp",
+                mla_mode=2,
+                attn_max_batch_mib=512,
+                fused_moe=False,
+                run_time_repack=True,
+                cache_type_k="q8_kv",
+            ),
+            "/models/bee.gguf": ModelChoices(
+                engine="beellama",
+                cache_type_k="kvarn4",
+                cache_type_v="kvarn3",
+                kv_tail_tokens=1024,
+                kv_tail_type="bf16",
+            ),
             "/models/ol.gguf": ModelChoices(engine="ollama", ollama_auto_ctx=True, gpu_overhead_mib=512),
         },
         folders=("/models", "/more models"),
-        hypothetical_devices=(HypotheticalDevice("RTX 4090", 24 << 30), HypotheticalDevice("MI300X", 192 << 30, "amd")),
+        hypothetical_devices=(
+            HypotheticalDevice("RTX 4090", 24 << 30),
+            HypotheticalDevice("MI300X", 192 << 30, "amd"),
+        ),
         planned_devices=("RTX 4090",),
         recent_files=("/models/a.gguf",),
         shell="powershell",
@@ -199,20 +217,38 @@ def test_config_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.
 def test_engine_choices_become_the_engines_launch_settings() -> None:
     from fitplan.core.base.launch_settings import Engine
 
-    ik = ModelChoices(engine="ik_llama.cpp", mla_mode=1, attn_max_batch_mib=256, fused_moe=False,
-                      run_time_repack=True).to_launch_settings()
+    ik = ModelChoices(
+        engine="ik_llama.cpp", mla_mode=1, attn_max_batch_mib=256, fused_moe=False, run_time_repack=True
+    ).to_launch_settings()
     assert (ik.engine, ik.mla_mode, ik.attn_max_batch_mib, ik.fused_moe, ik.run_time_repack) == (
-        Engine.IK_LLAMA, 1, 256, False, True)
-    bee = ModelChoices(engine="beellama", cache_type_k="kvarn4", cache_type_v="kvarn4", kv_tail_tokens=1024,
-                       kv_tail_type="f32").to_launch_settings()
+        Engine.IK_LLAMA,
+        1,
+        256,
+        False,
+        True,
+    )
+    bee = ModelChoices(
+        engine="beellama",
+        cache_type_k="kvarn4",
+        cache_type_v="kvarn4",
+        kv_tail_tokens=1024,
+        kv_tail_type="f32",
+    ).to_launch_settings()
     assert (bee.engine, bee.cache_type_k, bee.kv_tail_tokens, bee.kv_tail_type) == (
-        Engine.BEELLAMA, "kvarn4", 1024, "f32")
+        Engine.BEELLAMA,
+        "kvarn4",
+        1024,
+        "f32",
+    )
     ollama = ModelChoices(engine="ollama", n_ctx=8192, gpu_overhead_mib=512).to_launch_settings()
     assert (ollama.engine, ollama.n_ctx, ollama.gpu_overhead_bytes) == (Engine.OLLAMA, 8192, 512 << 20)
     # automatic num_ctx: n_ctx 0 lets the estimator resolve ollama's VRAM tier
     assert ModelChoices(engine="ollama", n_ctx=8192, ollama_auto_ctx=True).to_launch_settings().n_ctx == 0
     # the ollama-only fields do nothing for other engines
-    assert ModelChoices(gpu_overhead_mib=512, ollama_auto_ctx=True, n_ctx=8192).to_launch_settings().n_ctx == 8192
+    assert (
+        ModelChoices(gpu_overhead_mib=512, ollama_auto_ctx=True, n_ctx=8192).to_launch_settings().n_ctx
+        == 8192
+    )
     assert ModelChoices(gpu_overhead_mib=512).to_launch_settings().gpu_overhead_bytes == 0
 
 

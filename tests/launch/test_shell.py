@@ -338,7 +338,12 @@ def test_default_shell() -> None:
     assert default_shell("darwin") is Shell.SH
 
 
-MODELFILE_LINES = ["FROM /models/100% & <more>.gguf", "PARAMETER num_ctx 8192", "", "SYSTEM (say) ^hi^ %PATH%"]
+MODELFILE_LINES = [
+    "FROM /models/100% & <more>.gguf",
+    "PARAMETER num_ctx 8192",
+    "",
+    "SYSTEM (say) ^hi^ %PATH%",
+]
 
 
 def test_a_file_written_by_sh_holds_the_lines_exactly(tmp_path: Path) -> None:
@@ -360,4 +365,6 @@ def test_file_lines_refuse_what_would_break_out(shell: Shell) -> None:
     with pytest.raises(ShellSyntaxError):
         file_writing_lines("Modelfile", ["FROM x\x1b[2J"], shell)
     with pytest.raises(ShellSyntaxError):
-        file_writing_lines("Modelfile", [{"sh": "EOF", "powershell": "'@ oops", "cmd": "FROM !x!"}[shell.value]], shell)
+        file_writing_lines(
+            "Modelfile", [{"sh": "EOF", "powershell": "'@ oops", "cmd": "FROM !x!"}[shell.value]], shell
+        )

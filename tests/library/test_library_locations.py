@@ -51,7 +51,12 @@ def test_lmstudio_settings_and_home_pointer(tmp_path: Path) -> None:
     (h / ".lmstudio" / "settings.json").write_text(json.dumps({"downloadsFolder": "/data/lms"}))
     (h / ".lmstudio-home-pointer").write_text(str(h / "elsewhere") + "\n")
     lms = [p for p, k in roots({}, h) if k is RootKind.LMSTUDIO]
-    assert lms == [str(h / "elsewhere/models"), "/data/lms", str(h / ".lmstudio/models"), str(h / ".cache/lm-studio/models")]
+    assert lms == [
+        str(h / "elsewhere/models"),
+        "/data/lms",
+        str(h / ".lmstudio/models"),
+        str(h / ".cache/lm-studio/models"),
+    ]
 
 
 def test_ollama_models_variable_and_linux_service_store(tmp_path: Path) -> None:

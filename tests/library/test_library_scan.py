@@ -67,7 +67,13 @@ def test_hub_cache_links_are_one_model(tmp_path: Path) -> None:
     assert [m.display_name for m in r.models] == ["org/repo: model-Q4_K_M.gguf"]
     m = r.models[0]
     assert m.path.endswith("snapshots/rev1/model-Q4_K_M.gguf")  # the link as found, not the blob
-    assert (m.architecture, m.file_type, m.n_params, m.n_ctx_train, m.n_layer) == ("llama", "Q4_K_M", 128, 4096, 2)
+    assert (m.architecture, m.file_type, m.n_params, m.n_ctx_train, m.n_layer) == (
+        "llama",
+        "Q4_K_M",
+        128,
+        4096,
+        2,
+    )
     assert m.file_size == os.path.getsize(m.path)
     assert reader.calls == 1  # the second snapshot's link is the same inode
     assert "not there" in reasons(r)["model-Q8_0.gguf"]
@@ -86,7 +92,11 @@ def test_split_set_is_one_model_and_missing_shards_are_named(tmp_path: Path) -> 
     assert m.n_params == 3 * PARAMS_PER_FILE
     assert m.file_size == sum(os.path.getsize(p) for p in m.shard_paths)
     why = reasons(r)
-    assert why["gap-00001-of-00003.gguf"] == why["gap-00003-of-00003.gguf"] == "missing shard(s): gap-00002-of-00003.gguf"
+    assert (
+        why["gap-00001-of-00003.gguf"]
+        == why["gap-00003-of-00003.gguf"]
+        == "missing shard(s): gap-00002-of-00003.gguf"
+    )
 
 
 def test_projector_is_attached_to_the_models_of_its_folder(tmp_path: Path) -> None:
@@ -164,7 +174,10 @@ def test_unreadable_folder_is_reported_and_skipped(tmp_path: Path, monkeypatch: 
 
 
 def test_missing_user_folder(tmp_path: Path) -> None:
-    r = scan([folder(tmp_path / "nope"), LibraryRoot(str(tmp_path / "no-hub"), RootKind.HUGGINGFACE)], CountingReader())
+    r = scan(
+        [folder(tmp_path / "nope"), LibraryRoot(str(tmp_path / "no-hub"), RootKind.HUGGINGFACE)],
+        CountingReader(),
+    )
     assert r.models == () and r.skipped == (SkippedFile(str(tmp_path / "nope"), "folder not found"),)
 
 
@@ -193,7 +206,9 @@ def test_rescan_of_an_unchanged_library_reads_no_header(tmp_path: Path) -> None:
     # hub blob, 2 shards, model, projector, junk, cut
     assert cold_reader.calls == 7 and cold.headers_read == 7 and cold.header_bytes_read > 0
     warm_reader = CountingReader()
-    warm = LibraryScanner(warm_reader, JsonScanIndex(index_path)).scan(roots)  # a new process: index from disk
+    warm = LibraryScanner(warm_reader, JsonScanIndex(index_path)).scan(
+        roots
+    )  # a new process: index from disk
     assert warm_reader.calls == 0 and warm.headers_read == 0 and warm.header_bytes_read == 0
     assert warm.models == cold.models and warm.skipped == cold.skipped
     # a changed file (new size and mtime) is read again, and only that one
@@ -237,11 +252,15 @@ def test_progress_and_cancel(tmp_path: Path) -> None:
             cancel.set()
 
     reader = CountingReader()
-    r = LibraryScanner(reader, MemoryScanIndex()).scan([folder(tmp_path)], cancel=cancel, on_progress=on_progress)
+    r = LibraryScanner(reader, MemoryScanIndex()).scan(
+        [folder(tmp_path)], cancel=cancel, on_progress=on_progress
+    )
     assert r.cancelled and reader.calls == 2
     assert [m.display_name for m in r.models] == ["a/m.gguf", "b/m.gguf"]  # the folders done so far
     assert seen[-1].headers_read == 2 and seen[-1].header_bytes_read == r.header_bytes_read > 0
-    full = LibraryScanner(CountingReader(), MemoryScanIndex()).scan([folder(tmp_path)], on_progress=seen.append)
+    full = LibraryScanner(CountingReader(), MemoryScanIndex()).scan(
+        [folder(tmp_path)], on_progress=seen.append
+    )
     assert not full.cancelled and len(full.models) == 4
     assert seen[-1].files_seen == 4
 
@@ -251,8 +270,14 @@ def fake_header(path: str, arch: str = "qwen3") -> GGUFHeader:
         source=path,
         version=3,
         byte_order="<",
-        metadata=MappingProxyType({"general.architecture": arch, f"{arch}.context_length": 40960,
-                                   f"{arch}.block_count": 36, "general.file_type": 7}),
+        metadata=MappingProxyType(
+            {
+                "general.architecture": arch,
+                f"{arch}.context_length": 40960,
+                f"{arch}.block_count": 36,
+                "general.file_type": 7,
+            }
+        ),
         tensors=(GGUFTensorInfo("blk.0.attn_q.weight", 8, (4096, 4096), 0, 4096 * 4096 * 34 // 32),),
         alignment=32,
         data_offset=0,
@@ -285,8 +310,10 @@ DA, DB, DP, DD, DC = ("a" * 64, "b" * 64, "e" * 64, "d" * 64, "c" * 64)
 
 
 def write_manifest(store: Path, parts: tuple[str, ...], model: str, projector: str | None = None) -> None:
-    layers = [{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:tmpl", "size": 10},
-              {"mediaType": "application/vnd.ollama.image.model", "digest": model, "size": 1}]
+    layers = [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:tmpl", "size": 10},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": model, "size": 1},
+    ]
     if projector:
         layers.append({"mediaType": "application/vnd.ollama.image.projector", "digest": projector, "size": 1})
     p = store.joinpath("manifests", *parts)
@@ -302,7 +329,9 @@ def test_ollama_store(tmp_path: Path) -> None:
     write_model(blobs / f"sha256-{DB}", arch="qwen2")
     (blobs / f"sha256-{DC}-partial").write_bytes(b"x")
     (blobs / f"sha256-{DC}-partial-0").write_bytes(b"x")
-    write_manifest(store, ("registry.ollama.ai", "library", "llava", "latest"), f"sha256:{DA}", f"sha256:{DP}")
+    write_manifest(
+        store, ("registry.ollama.ai", "library", "llava", "latest"), f"sha256:{DA}", f"sha256:{DP}"
+    )
     write_manifest(store, ("registry.ollama.ai", "library", "llava", "7b"), f"sha256:{DA}", f"sha256:{DP}")
     write_manifest(store, ("hf.co", "org", "repo", "Q4_K_M"), f"sha256:{DB}")
     write_manifest(store, ("registry.ollama.ai", "library", "gone", "latest"), f"sha256:{DD}")
@@ -335,7 +364,9 @@ def test_index_forgets_deleted_files(tmp_path: Path) -> None:
     gone = write_model(tmp_path / "lib" / "gone.gguf")
     write_model(tmp_path / "other" / "elsewhere.gguf")
     index_path = tmp_path / "idx.json"
-    LibraryScanner(CountingReader(), JsonScanIndex(index_path)).scan([folder(tmp_path / "lib"), folder(tmp_path / "other")])
+    LibraryScanner(CountingReader(), JsonScanIndex(index_path)).scan(
+        [folder(tmp_path / "lib"), folder(tmp_path / "other")]
+    )
     assert len(json.loads(index_path.read_text())["files"]) == 3
     gone.unlink()
     # a scan of "lib" only: the deleted file is forgotten, the file under "other" (not scanned, still there) is kept
@@ -393,7 +424,13 @@ def test_index_of_an_older_schema_is_not_trusted(tmp_path: Path) -> None:
     path = write_model(tmp_path / "lib" / "example.gguf", truncate_by=512, header_only=True)
     st = path.stat()
     index_path = tmp_path / "idx.json"
-    stale = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "summary": None, "error": "incomplete", "path": str(path)}
+    stale = {
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "summary": None,
+        "error": "incomplete",
+        "path": str(path),
+    }
     index_path.write_text(json.dumps({"schema": 1, "files": {f"{st.st_dev}:{st.st_ino}": stale}}))
     reader = CountingReader()
     r = LibraryScanner(reader, JsonScanIndex(index_path)).scan([folder(tmp_path / "lib")])

@@ -121,7 +121,13 @@ def test_qwen3_next_kv_and_recurrent_state() -> None:
 def test_non_unified_streams_pad_per_stream(llama8b: ModelProfile) -> None:
     # verified: c=10000, np=3 -> 10240 -> 10240/3 = 3413 -> PAD 3584 per stream -> n_ctx 10752
     ctx = resolve_context(llama8b, LaunchSettings(n_ctx=10000, n_parallel=3, kv_unified=False))
-    assert (ctx.n_ctx, ctx.n_ctx_seq, ctx.n_stream, ctx.n_seq_max, ctx.kv_unified) == (10752, 3584, 3, 3, False)
+    assert (ctx.n_ctx, ctx.n_ctx_seq, ctx.n_stream, ctx.n_seq_max, ctx.kv_unified) == (
+        10752,
+        3584,
+        3,
+        3,
+        False,
+    )
 
 
 def test_batch_is_clamped_by_the_unpadded_context(llama8b: ModelProfile) -> None:
@@ -185,7 +191,9 @@ def test_quantized_k_needs_head_size_multiple_of_block() -> None:
     p = build_profile(make_header("llama", dense(2, n_head=4, head=80)))
     with pytest.raises(SettingsError, match="does not divide the head size 80"):
         resolve_context(p, fit(n_ctx=4096, cache_type_k="q8_0"))
-    assert resolve_context(p, fit(n_ctx=4096, cache_type_k="q8_0", flash_attn=FlashAttn.OFF)).flash_attn is False
+    assert (
+        resolve_context(p, fit(n_ctx=4096, cache_type_k="q8_0", flash_attn=FlashAttn.OFF)).flash_attn is False
+    )
 
 
 # -- caches -------------------------------------------------------------------------------------------------------
@@ -240,7 +248,11 @@ def test_mtp_rollback_rows_match_llama_server() -> None:
     kv, rs = context_caches(p, ctx, s)
     assert (kv.cells, kv.n_stream, kv.n_layers, kv.bytes) == (2048, 2, 1, 4 * MIB)
     assert rs.cells == 2 * (1 + 5)
-    assert (round(rs.k_bytes / MIB, 2), round(rs.v_bytes / MIB, 2), round(rs.bytes / MIB, 2)) == (0.11, 1.5, 1.61)
+    assert (round(rs.k_bytes / MIB, 2), round(rs.v_bytes / MIB, 2), round(rs.bytes / MIB, 2)) == (
+        0.11,
+        1.5,
+        1.61,
+    )
 
 
 def test_no_memory_architectures_have_no_caches() -> None:
@@ -275,7 +287,9 @@ def test_bytes_at_other_contexts_match_a_full_recomputation(gemma27b: ModelProfi
 def test_output_buffer(llama8b: ModelProfile) -> None:
     # verified: vocab 128256 -> 4 x 128256 B = 0.49 MiB at one sequence, x4 = 1.96 MiB in the server
     assert output_buffer_bytes(llama8b, resolve_context(llama8b, fit(n_ctx=4096))) == 4 * 128256
-    assert output_buffer_bytes(llama8b, resolve_context(llama8b, LaunchSettings(n_ctx=4096))) == 4 * 4 * 128256
+    assert (
+        output_buffer_bytes(llama8b, resolve_context(llama8b, LaunchSettings(n_ctx=4096))) == 4 * 4 * 128256
+    )
     # grown to n_outputs_max = n_batch outputs (perplexity-style runs)
     grown = output_buffer_bytes(llama8b, resolve_context(llama8b, fit(n_ctx=4096)), grown=True)
     assert grown == 4 * 128256 * 2048

@@ -32,6 +32,7 @@ FIXTURES = TESTS / "fixtures" / "llamacpp"
 MIB = 1 << 20
 CPU_ALIGNMENT = 32  # ggml/src/ggml-impl.h TENSOR_ALIGNMENT: the fixtures are CPU runs
 
+
 def _fixture_files() -> list[Path]:
     return sorted(p for grid in ("archs", "sparse", "placement") for p in (FIXTURES / grid).glob("*.json"))
 
@@ -113,7 +114,9 @@ def _compare_case(profile: ModelProfile, case: dict[str, Any]) -> list[str]:
         if out_bytes != res["output_bytes"]:
             problems.append(f"output buffer: fitplan {out_bytes}, llama.cpp {res['output_bytes']}")
     elif res.get("output_mib") is not None and not _close(out_bytes, res["output_mib"]):
-        problems.append(f"output buffer: fitplan {out_bytes / MIB:.3f} MiB, llama.cpp {res['output_mib']} MiB")
+        problems.append(
+            f"output buffer: fitplan {out_bytes / MIB:.3f} MiB, llama.cpp {res['output_mib']} MiB"
+        )
     return problems
 
 

@@ -31,7 +31,14 @@ def test_llama_like_profile() -> None:
     )
     p = build_profile(h)
     assert (p.architecture, p.name, p.file_type) == ("llama", "Tiny", "Q4_K_M")
-    assert (p.n_layer, p.n_layer_all, p.n_nextn, p.n_embd, p.n_vocab, p.n_ctx_train) == (4, 4, 0, 512, 1000, 8192)
+    assert (p.n_layer, p.n_layer_all, p.n_nextn, p.n_embd, p.n_vocab, p.n_ctx_train) == (
+        4,
+        4,
+        0,
+        512,
+        1000,
+        8192,
+    )
     assert kinds(p.layers) == ["full"] * 4
     ly = p.layers[2]
     # head size defaults to n_embd / n_head = 512 / 8 = 64
@@ -143,7 +150,9 @@ def test_cohere2moe_dense_first_pattern() -> None:
 
 def test_scalar_pattern_key_overrides_arch_default() -> None:
     p = build_profile(
-        make_header("gemma3", dense(6, **{"attention.sliding_window": 512, "attention.sliding_window_pattern": 3}))
+        make_header(
+            "gemma3", dense(6, **{"attention.sliding_window": 512, "attention.sliding_window_pattern": 3})
+        )
     )
     assert [ly.index for ly in p.layers if not ly.is_swa] == [2, 5]
 
@@ -158,7 +167,9 @@ def test_gemma4_array_pattern_shared_kv_layers_and_swa_head_sizes() -> None:
         6,
         **{
             "attention.sliding_window": 512,
-            "attention.sliding_window_pattern": arr([True, True, False, True, True, False], GGUFValueType.BOOL),
+            "attention.sliding_window_pattern": arr(
+                [True, True, False, True, True, False], GGUFValueType.BOOL
+            ),
             "attention.shared_kv_layers": 2,
             "attention.key_length": 512,
             "attention.value_length": 512,
@@ -168,7 +179,11 @@ def test_gemma4_array_pattern_shared_kv_layers_and_swa_head_sizes() -> None:
     )
     p = build_profile(make_header("gemma4", meta))
     assert [ly.is_swa for ly in p.layers] == [True, True, False, True, True, False]
-    assert [(ly.n_embd_head_k, ly.n_embd_head_v) for ly in p.layers[:3]] == [(256, 256), (256, 256), (512, 512)]
+    assert [(ly.n_embd_head_k, ly.n_embd_head_v) for ly in p.layers[:3]] == [
+        (256, 256),
+        (256, 256),
+        (512, 512),
+    ]
     # n_layer_kv_from_start = 6 - 2 = 4: layers 4 (SWA) and 5 (full) reuse layers 4-2 = 2 and 4-1 = 3
     assert kinds(p.layers) == ["swa", "swa", "full", "swa", "shared", "shared"]
     assert [ly.kv_source for ly in p.layers[4:]] == [2, 3]
@@ -196,7 +211,9 @@ def test_qwen3next_full_attention_interval() -> None:
 
 def test_recurrent_layers_array_overrides_interval() -> None:
     p = build_profile(
-        make_header("qwen35", ssm_meta(4, **{"attention.recurrent_layers": arr([1, 0, 1, 0], GGUFValueType.BOOL)}))
+        make_header(
+            "qwen35", ssm_meta(4, **{"attention.recurrent_layers": arr([1, 0, 1, 0], GGUFValueType.BOOL)})
+        )
     )
     assert kinds(p.layers) == ["recurrent", "full", "recurrent", "full"]
 
@@ -209,7 +226,9 @@ def test_jamba_recurrent_where_head_count_kv_is_zero_and_mamba1_ignores_group_co
 
 
 def test_nemotron_h_mlp_layers_have_no_memory() -> None:
-    meta = ssm_meta(3, **{"attention.head_count_kv": arr([0, 8, 0]), "feed_forward_length": arr([0, 0, 1024])})
+    meta = ssm_meta(
+        3, **{"attention.head_count_kv": arr([0, 8, 0]), "feed_forward_length": arr([0, 0, 1024])}
+    )
     p = build_profile(make_header("nemotron_h", meta))
     assert kinds(p.layers) == ["recurrent", "full", "none"]
 
@@ -291,7 +310,13 @@ def test_graniteswitch_router_layer_keeps_its_kv() -> None:
     # models/granite-switch.cpp: n_layer_all = 3 + 1, n_layer_nextn = 1, the router layer has 1 head and 1 KV head
     assert (p.n_layer, p.n_layer_all) == (3, 4)
     router = p.layers[3]
-    assert (router.n_head, router.n_head_kv, router.n_ff, router.kind, router.has_kv) == (1, 1, 0, LayerKind.FULL, True)
+    assert (router.n_head, router.n_head_kv, router.n_ff, router.kind, router.has_kv) == (
+        1,
+        1,
+        0,
+        LayerKind.FULL,
+        True,
+    )
     assert not router.is_nextn
 
 

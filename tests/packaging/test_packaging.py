@@ -40,14 +40,25 @@ EXE = ".exe" if os.name == "nt" else ""
 def sandbox_env(home: Path) -> dict[str, str]:
     """This environment with the home, config and cache folders moved into `home` (tests never touch the real ones)."""
     return dict(
-        os.environ, NO_COLOR="1", QT_QPA_PLATFORM="offscreen", HOME=str(home), USERPROFILE=str(home),
-        XDG_CONFIG_HOME=str(home / "config"), XDG_CACHE_HOME=str(home / "cache"), XDG_DATA_HOME=str(home / "data"),
-        FITPLAN_CONFIG_DIR=str(home / "config" / "fitplan"), PYINSTALLER_CONFIG_DIR=str(home / "pyinstaller"),
+        os.environ,
+        NO_COLOR="1",
+        QT_QPA_PLATFORM="offscreen",
+        HOME=str(home),
+        USERPROFILE=str(home),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        XDG_DATA_HOME=str(home / "data"),
+        FITPLAN_CONFIG_DIR=str(home / "config" / "fitplan"),
+        PYINSTALLER_CONFIG_DIR=str(home / "pyinstaller"),
     )
 
 
-def run(cmd: list[str], home: Path, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=sandbox_env(home), cwd=cwd)
+def run(
+    cmd: list[str], home: Path, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=sandbox_env(home), cwd=cwd
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +93,9 @@ def ico_entries(data: bytes) -> list[tuple[int, bytes]]:
     assert (reserved, kind) == (0, 1), "not an icon file"
     entries = []
     for i in range(count):
-        w, h, _, _, _, _, length, offset = struct.unpack("<BBBBHHII", data[6 + 16 * i: 22 + 16 * i])
+        w, h, _, _, _, _, length, offset = struct.unpack("<BBBBHHII", data[6 + 16 * i : 22 + 16 * i])
         assert w == h
-        entries.append((w or 256, data[offset:offset + length]))
+        entries.append((w or 256, data[offset : offset + length]))
     return entries
 
 
@@ -94,8 +105,8 @@ def icns_entries(data: bytes) -> dict[bytes, bytes]:
     entries = {}
     pos = 8
     while pos < len(data):
-        kind, length = data[pos:pos + 4], struct.unpack(">I", data[pos + 4:pos + 8])[0]
-        entries[kind] = data[pos + 8:pos + length]
+        kind, length = data[pos : pos + 4], struct.unpack(">I", data[pos + 4 : pos + 8])[0]
+        entries[kind] = data[pos + 8 : pos + length]
         pos += length
     assert pos == len(data)
     return entries
@@ -111,8 +122,19 @@ def check_icon_folder(folder: Path) -> None:
         assert png_size(png) == (size, size)
     icns = icns_entries((folder / f"{bundled.ICON_NAME}.icns").read_bytes())
     # Apple's PNG element types and their pixel sizes ('ic11'..'ic14' are the @2x variants).
-    expected = {b"icp4": 16, b"icp5": 32, b"icp6": 64, b"ic07": 128, b"ic08": 256, b"ic09": 512,
-                b"ic11": 32, b"ic12": 64, b"ic13": 256, b"ic14": 512, b"ic10": 1024}
+    expected = {
+        b"icp4": 16,
+        b"icp5": 32,
+        b"icp6": 64,
+        b"ic07": 128,
+        b"ic08": 256,
+        b"ic09": 512,
+        b"ic11": 32,
+        b"ic12": 64,
+        b"ic13": 256,
+        b"ic14": 512,
+        b"ic10": 1024,
+    }
     assert {kind: png_size(png)[0] for kind, png in icns.items()} == expected
 
 
@@ -126,7 +148,9 @@ def test_committed_icons_have_every_size() -> None:
 
 def test_make_icons_regenerates_them(tmp_path: Path) -> None:
     out = tmp_path / "icons"
-    proc = run([sys.executable, str(ROOT / "tools" / "make_icons.py"), "--out", str(out)], tmp_path, timeout=120)
+    proc = run(
+        [sys.executable, str(ROOT / "tools" / "make_icons.py"), "--out", str(out)], tmp_path, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     check_icon_folder(out)
     committed = sorted(p.name for p in bundled.icons_dir().iterdir() if p.suffix != ".svg")
@@ -171,7 +195,9 @@ def test_metainfo_matches_desktop_entry_version_and_license() -> None:
     assert releases, "no <release>"
     assert releases[0].get("version") == fitplan.__version__, "newest <release> is not the package version"
     assert {b.text for b in root.findall("provides/binary")} == {
-        *PYPROJECT["project"]["scripts"], *PYPROJECT["project"]["gui-scripts"]}
+        *PYPROJECT["project"]["scripts"],
+        *PYPROJECT["project"]["gui-scripts"],
+    }
 
 
 @pytest.mark.skipif(shutil.which("appstreamcli") is None, reason="appstream not installed")
@@ -187,7 +213,9 @@ def test_version_has_one_source_and_a_changelog_entry() -> None:
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fitplan.__version__"}
     assert re.fullmatch(r"\d+\.\d+\.\d+", fitplan.__version__)
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
-    assert re.search(rf"^## \[?{re.escape(fitplan.__version__)}\]?", changelog, re.M), "CHANGELOG lacks the version"
+    assert re.search(rf"^## \[?{re.escape(fitplan.__version__)}\]?", changelog, re.M), (
+        "CHANGELOG lacks the version"
+    )
 
 
 def test_readme_has_exactly_two_setup_commands() -> None:
@@ -267,8 +295,11 @@ def test_wheel_carries_package_data_and_entry_points(dists: tuple[Path, Path]) -
     assert "License-Expression: MIT" in metadata
     requirements = pytest.importorskip("packaging.requirements")
     declared = {str(requirements.Requirement(dep)) for dep in PYPROJECT["project"]["dependencies"]}
-    shipped = {str(requirements.Requirement(line.split(":", 1)[1]))
-               for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line}
+    shipped = {
+        str(requirements.Requirement(line.split(":", 1)[1]))
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    }
     assert shipped == declared
 
 
@@ -278,9 +309,17 @@ def test_sdist_can_rebuild_and_test(dists: tuple[Path, Path]) -> None:
     top = f"fitplan-{fitplan.__version__}"
     with tarfile.open(sdist) as tf:
         names = set(tf.getnames())
-    for required in ("pyproject.toml", "setup.py", "LICENSE", "README.md", "CHANGELOG.md", "tools/dev.py",
-                     "tests/packaging/test_packaging.py", f"resources/icons/{bundled.ICON_NAME}.svg",
-                     "packaging/fitplan.spec"):
+    for required in (
+        "pyproject.toml",
+        "setup.py",
+        "LICENSE",
+        "README.md",
+        "CHANGELOG.md",
+        "tools/dev.py",
+        "tests/packaging/test_packaging.py",
+        f"resources/icons/{bundled.ICON_NAME}.svg",
+        "packaging/fitplan.spec",
+    ):
         assert f"{top}/{required}" in names, required
     for model in bundled.examples_dir().glob("*.gguf"):
         assert f"{top}/resources/examples/{model.name}" in names
@@ -301,8 +340,21 @@ def installed(dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
     assert proc.returncode == 0, proc.stderr
     scripts = venv / ("Scripts" if os.name == "nt" else "bin")
     python = scripts / f"python{EXE}"
-    proc = run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                "--quiet", str(wheel)], home)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--quiet",
+            str(wheel),
+        ],
+        home,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     where = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], home)
     purelib = Path(where.stdout.strip())
@@ -314,14 +366,20 @@ def installed(dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 @pytest.mark.slow
 def test_installed_wheel_is_what_runs(installed: Path, home: Path) -> None:
     python = installed / f"python{EXE}"
-    code = ("import fitplan, fitplan.bundled as b; print(fitplan.__file__); print(b.examples_dir()); "
-            "print(len(list(b.examples_dir().glob('*.gguf'))))")
+    code = (
+        "import fitplan, fitplan.bundled as b; print(fitplan.__file__); print(b.examples_dir()); "
+        "print(len(list(b.examples_dir().glob('*.gguf'))))"
+    )
     proc = run([str(python), "-c", code], home, cwd=installed)
     assert proc.returncode == 0, proc.stderr
     module_file, examples, count = proc.stdout.splitlines()
     venv = installed.parent
     assert Path(module_file).is_relative_to(venv), f"imported {module_file}, not the wheel"
-    assert Path(examples).is_relative_to(venv) and Path(examples).parts[-3:] == ("fitplan", "data", "examples")
+    assert Path(examples).is_relative_to(venv) and Path(examples).parts[-3:] == (
+        "fitplan",
+        "data",
+        "examples",
+    )
     assert int(count) == len(list(bundled.examples_dir().glob("*.gguf")))
     assert (installed / f"fitplan-gui{EXE}").exists()
 
@@ -331,9 +389,12 @@ def test_installed_fitplan_command_runs(installed: Path, home: Path) -> None:
     fitplan_cmd = str(installed / f"fitplan{EXE}")
     proc = run([fitplan_cmd, "--version"], home, cwd=installed)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().startswith(f"fitplan {fitplan.__version__} (estimates llama.cpp commit "
-                                          f"{fitplan.LLAMA_CPP_COMMIT}")
-    check_model_commands(fitplan_cmd, installed.parent / ("Lib" if os.name == "nt" else "lib"), home, installed)
+    assert proc.stdout.strip().startswith(
+        f"fitplan {fitplan.__version__} (estimates llama.cpp commit {fitplan.LLAMA_CPP_COMMIT}"
+    )
+    check_model_commands(
+        fitplan_cmd, installed.parent / ("Lib" if os.name == "nt" else "lib"), home, installed
+    )
 
 
 def check_model_commands(fitplan_cmd: str, package_root: Path, home: Path, cwd: Path) -> None:
@@ -361,9 +422,25 @@ def frozen_app(tmp_path_factory: pytest.TempPathFactory, home: Path) -> Iterator
     pytest.importorskip("PyInstaller")
     work = tmp_path_factory.mktemp("pyinstaller")
     t0 = time.monotonic()
-    proc = run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN",
-                "--distpath", str(work / "dist"), "--workpath", str(work / "build"),
-                str(ROOT / "packaging" / "fitplan.spec")], home, timeout=900, cwd=ROOT)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "PyInstaller",
+            "--noconfirm",
+            "--clean",
+            "--log-level",
+            "WARN",
+            "--distpath",
+            str(work / "dist"),
+            "--workpath",
+            str(work / "build"),
+            str(ROOT / "packaging" / "fitplan.spec"),
+        ],
+        home,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     print(f"PyInstaller build took {time.monotonic() - t0:.0f} s")
     yield work / "dist" / "fitplan"
@@ -380,8 +457,13 @@ def test_frozen_app_bundles_resources_and_qt_plugins(frozen_app: Path) -> None:
     assert (internal / "fitplan" / "data" / "icons" / f"{bundled.ICON_NAME}-256.png").is_file()
     plugins = internal / "PySide6" / "Qt" / "plugins"
     if sys.platform.startswith("linux"):
-        for plugin in ("platforms/libqxcb.so", "platforms/libqoffscreen.so", "platforms/libqwayland.so",
-                       "imageformats/libqsvg.so", "iconengines/libqsvgicon.so"):
+        for plugin in (
+            "platforms/libqxcb.so",
+            "platforms/libqoffscreen.so",
+            "platforms/libqwayland.so",
+            "imageformats/libqsvg.so",
+            "iconengines/libqsvgicon.so",
+        ):
             assert (plugins / plugin).is_file(), plugin
 
 
@@ -399,8 +481,14 @@ def test_frozen_app_runs_headless(frozen_app: Path, home: Path) -> None:
 @pytest.mark.slow
 def test_frozen_window_starts_offscreen(frozen_app: Path, tmp_path: Path) -> None:
     """The window executable starts on Qt's offscreen platform and keeps running (no import or plugin error)."""
-    proc = subprocess.Popen([str(frozen_app / f"fitplan-gui{EXE}")], cwd=frozen_app, env=sandbox_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(frozen_app / f"fitplan-gui{EXE}")],
+        cwd=frozen_app,
+        env=sandbox_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         exited = proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
@@ -487,7 +575,8 @@ def test_dev_lint_failure_fails_the_run(dev: tuple[object, list[list[str]]]) -> 
 
 
 def test_dev_without_a_command_prints_usage() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "dev.py")], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "dev.py")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "python3 tools/dev.py test" in proc.stdout

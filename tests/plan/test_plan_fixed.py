@@ -27,7 +27,9 @@ SPARSE = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
 
 
 def _profile(name: str) -> ModelProfile:
-    return build_profile(open_model(str(SPARSE / f"{name}.header.gguf"), find_mmproj=False, allow_incomplete=True))
+    return build_profile(
+        open_model(str(SPARSE / f"{name}.header.gguf"), find_mmproj=False, allow_incomplete=True)
+    )
 
 
 def _sound(p_settings: LaunchSettings, prof: ModelProfile, m: Machine) -> bool:
@@ -53,7 +55,11 @@ def test_identical_cards_plan_like_named_cards() -> None:
     twice = Machine(assumed_devices(["2x 12GiB"]), host_device(64 * GIB))
     named = Machine((assumed_gpu("A", 12), assumed_gpu("B", 12)), host_device(64 * GIB))
     pa, pb = plan(prof, twice), plan(prof, named)
-    assert (pa.fits, pa.settings, pa.placement.description) == (pb.fits, pb.settings, pb.placement.description)
+    assert (pa.fits, pa.settings, pa.placement.description) == (
+        pb.fits,
+        pb.settings,
+        pb.placement.description,
+    )
     assert _sound(pa.settings, prof, twice)
 
 

@@ -49,7 +49,9 @@ class Scenario:
     host_gib: float
     pin: str
 
-    def machine(self, extra_gpu_gib: float = 0.0, extra_host_gib: float = 0.0, named: bool = False) -> Machine:
+    def machine(
+        self, extra_gpu_gib: float = 0.0, extra_host_gib: float = 0.0, named: bool = False
+    ) -> Machine:
         host = host_device(int((self.host_gib + extra_host_gib) * GIB))
         if self.identical and not named:
             one = assumed_gpu(f"{self.gpu_gib[0]:g} GiB GPU", self.gpu_gib[0] + extra_gpu_gib)
@@ -117,13 +119,17 @@ def _check_optimal(p: Plan, o: OracleResult) -> list[str]:
     if not p.fits:
         return bad
     if _key(p) != o.placement_key:
-        bad.append(f"placement {_key(p)} ({p.placement.description}) vs exhaustive {o.placement_key} {o.point}")
+        bad.append(
+            f"placement {_key(p)} ({p.placement.description}) vs exhaustive {o.placement_key} {o.point}"
+        )
     elif p.settings.n_ctx != o.n_ctx:
         bad.append(f"context {p.settings.n_ctx} vs exhaustive {o.n_ctx} at {o.point}")
     elif o.point is not None and p.placement.n_cpu_moe != o.point.ncmoe:
         bad.append(f"--n-cpu-moe {p.placement.n_cpu_moe} vs exhaustive {o.point.ncmoe}")
     elif _min_headroom(p) < o.min_headroom:
-        bad.append(f"balance: smallest headroom {_min_headroom(p) // MIB} MiB vs exhaustive {o.min_headroom // MIB}")
+        bad.append(
+            f"balance: smallest headroom {_min_headroom(p) // MIB} MiB vs exhaustive {o.min_headroom // MIB}"
+        )
     return bad
 
 

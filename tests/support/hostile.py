@@ -99,8 +99,13 @@ def _run_one(argv: Sequence[str], env: tuple[tuple[str, str], ...] = ()) -> Outc
             else:
                 os.environ[k] = v
     seconds = time.perf_counter() - start
-    return Outcome(rc, out_b.getvalue().decode("utf-8", "replace"), err_b.getvalue().decode("utf-8", "replace"),
-                   seconds, crash)
+    return Outcome(
+        rc,
+        out_b.getvalue().decode("utf-8", "replace"),
+        err_b.getvalue().decode("utf-8", "replace"),
+        seconds,
+        crash,
+    )
 
 
 Job = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
@@ -157,8 +162,12 @@ def _negative_sizes(doc: object, path: str = "") -> list[str]:
     if isinstance(doc, dict):
         for k, v in doc.items():
             where = f"{path}.{k}"
-            if isinstance(v, int | float) and not isinstance(v, bool) and v < 0 and "headroom" not in k and (
-                k.endswith("bytes") or ".terms." in where + "."
+            if (
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and v < 0
+                and "headroom" not in k
+                and (k.endswith("bytes") or ".terms." in where + ".")
             ):
                 bad.append(f"{where} = {v}")
             else:
@@ -230,8 +239,18 @@ def counts_line(name: str, report: Report) -> str:
 KV = tuple[str, object]
 
 _VTYPES = {
-    "u8": "UINT8", "i8": "INT8", "u16": "UINT16", "i16": "INT16", "u32": "UINT32", "i32": "INT32", "f32": "FLOAT32",
-    "bool": "BOOL", "str": "STRING", "u64": "UINT64", "i64": "INT64", "f64": "FLOAT64",
+    "u8": "UINT8",
+    "i8": "INT8",
+    "u16": "UINT16",
+    "i16": "INT16",
+    "u32": "UINT32",
+    "i32": "INT32",
+    "f32": "FLOAT32",
+    "bool": "BOOL",
+    "str": "STRING",
+    "u64": "UINT64",
+    "i64": "INT64",
+    "f64": "FLOAT64",
 }
 
 
@@ -269,16 +288,23 @@ def base_tensors(n_layer: int = 2, moe: bool = False) -> list[tuple[str, tuple[i
             (f"blk.{il}.ffn_norm.weight", (64,)),
         ]
         if moe:
-            ts += [(f"blk.{il}.ffn_gate_inp.weight", (4, 64)), (f"blk.{il}.ffn_up_exps.weight", (4, 32, 64)),
-                   (f"blk.{il}.ffn_down_exps.weight", (4, 64, 32))]
+            ts += [
+                (f"blk.{il}.ffn_gate_inp.weight", (4, 64)),
+                (f"blk.{il}.ffn_up_exps.weight", (4, 32, 64)),
+                (f"blk.{il}.ffn_down_exps.weight", (4, 64, 32)),
+            ]
         else:
             ts += [(f"blk.{il}.ffn_up.weight", (128, 64)), (f"blk.{il}.ffn_down.weight", (64, 128))]
     ts += [("output_norm.weight", (64,)), ("output.weight", (32, 64))]
     return ts
 
 
-def write_gguf(path: str | os.PathLike[str], arch: str, kvs: dict[str, KV],
-               tensors: Sequence[tuple[str, tuple[int, ...]]]) -> str:
+def write_gguf(
+    path: str | os.PathLike[str],
+    arch: str,
+    kvs: dict[str, KV],
+    tensors: Sequence[tuple[str, tuple[int, ...]]],
+) -> str:
     """A GGUF file with exactly these metadata entries (typed as given) and zero-filled tensors."""
     import numpy as np
 

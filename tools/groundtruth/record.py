@@ -45,11 +45,13 @@ HEADER_LIMIT = 300 * 1024
 
 RE_KV_SIZE = re.compile(
     r"^llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
-    r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB")
+    r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
+)
 RE_CREATING = re.compile(r"^\w+: creating +(.+?)(?:, size = \d+ cells)?$")
 RE_RS_SIZE = re.compile(
     r"^llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) rs_seq\), "
-    r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB(?:, P \((\w+)\): +([\d.]+) MiB)?")
+    r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB(?:, P \((\w+)\): +([\d.]+) MiB)?"
+)
 RE_OUTPUT = re.compile(r"^llama_context: +(\S+) +output buffer size = +([\d.]+) MiB")
 RE_CTX_PARAM = re.compile(r"^llama_context: (n_\w+|kv_unified|flash_attn|causal_attn) += (\S+)")
 RE_OFFLOADED = re.compile(r"^load_tensors: offloaded (\d+)/(\d+) layers to GPU")
@@ -60,7 +62,9 @@ RE_MODEL_BUF = re.compile(r"^load_tensors: +(\S+) model buffer size = +([\d.]+) 
 RE_COMPUTE_BUF = re.compile(r"^sched_reserve: +(\S+) compute buffer size = +([\d.]+) MiB")
 RE_KV_BUF = re.compile(r"^llama_kv_cache: +(\S+) KV buffer size = +([\d.]+) MiB")
 RE_RS_BUF = re.compile(r"^llama_memory_recurrent: +(\S+) RS buffer size = +([\d.]+) MiB")
-RE_FA = re.compile(r": Flash Attention (enabled|not supported, set to disabled)$|(enabling flash_attn since .*)")
+RE_FA = re.compile(
+    r": Flash Attention (enabled|not supported, set to disabled)$|(enabling flash_attn since .*)"
+)
 RE_WORST = re.compile(r"^sched_reserve: worst-case: n_tokens = (\d+), n_seqs = (\d+), n_outputs = (\d+)")
 RE_GRAPH = re.compile(r"^sched_reserve: graph: nodes = (\d+), splits = (\d+)")
 RE_CLIP_MODEL = re.compile(r"^load_hparams: model size: +([\d.]+) MiB")
@@ -102,32 +106,52 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
             kv_dev[-1][int(m.group(1))] = m.group(2)
             continue
         if m := RE_KV_SIZE.match(line):
-            kv.append({
-                "cache": pending_cache, "size_mib": float(m.group(1)), "cells": int(m.group(2)),
-                "layers": int(m.group(3)), "seqs": int(m.group(4)), "n_seq_max": int(m.group(5)),
-                "type_k": m.group(6), "k_mib": float(m.group(7)), "type_v": m.group(8), "v_mib": float(m.group(9)),
-                "layer_devices": _compress_devs(kv_dev[-1]) if kv_dev else [],
-            })
+            kv.append(
+                {
+                    "cache": pending_cache,
+                    "size_mib": float(m.group(1)),
+                    "cells": int(m.group(2)),
+                    "layers": int(m.group(3)),
+                    "seqs": int(m.group(4)),
+                    "n_seq_max": int(m.group(5)),
+                    "type_k": m.group(6),
+                    "k_mib": float(m.group(7)),
+                    "type_v": m.group(8),
+                    "v_mib": float(m.group(9)),
+                    "layer_devices": _compress_devs(kv_dev[-1]) if kv_dev else [],
+                }
+            )
             pending_cache = "kv"
             continue
         if m := RE_RS_LAYER_DEV.match(line):
             rs_dev[int(m.group(1))] = m.group(2)
             continue
         if m := RE_RS_SIZE.match(line):
-            rs.append({
-                "size_mib": float(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
-                "seqs": int(m.group(4)), "rs_seq": int(m.group(5)), "type_r": m.group(6),
-                "r_mib": float(m.group(7)), "type_s": m.group(8), "s_mib": float(m.group(9)),
-                "type_p": m.group(10), "p_mib": float(m.group(11)) if m.group(11) else None,
-                "layer_devices": _compress_devs(rs_dev),
-            })
+            rs.append(
+                {
+                    "size_mib": float(m.group(1)),
+                    "cells": int(m.group(2)),
+                    "layers": int(m.group(3)),
+                    "seqs": int(m.group(4)),
+                    "rs_seq": int(m.group(5)),
+                    "type_r": m.group(6),
+                    "r_mib": float(m.group(7)),
+                    "type_s": m.group(8),
+                    "s_mib": float(m.group(9)),
+                    "type_p": m.group(10),
+                    "p_mib": float(m.group(11)) if m.group(11) else None,
+                    "layer_devices": _compress_devs(rs_dev),
+                }
+            )
             continue
         if m := RE_OUTPUT.match(line):
             out["output"].append({"buffer_type": m.group(1), "mib": float(m.group(2))})
             continue
         if m := RE_CTX_PARAM.match(line):
             v = m.group(2)
-            out["ctx_params"][m.group(1)] = int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
+            out["ctx_params"][m.group(1)] = (
+                int(v) if v.isdigit() else {"true": True, "false": False}.get(v, v)
+            )
             continue
         if m := RE_OFFLOADED.match(line):
             out["offloaded_layers"] = [int(m.group(1)), int(m.group(2))]
@@ -136,8 +160,12 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
             layer_dev[int(m.group(1))] = m.group(2)
             layer_swa[int(m.group(1))] = int(m.group(3))
             continue
-        for rx, kind in ((RE_MODEL_BUF, "model"), (RE_COMPUTE_BUF, "compute"), (RE_KV_BUF, "kv"),
-                         (RE_RS_BUF, "rs")):
+        for rx, kind in (
+            (RE_MODEL_BUF, "model"),
+            (RE_COMPUTE_BUF, "compute"),
+            (RE_KV_BUF, "kv"),
+            (RE_RS_BUF, "rs"),
+        ):
             if m := rx.match(line):
                 out["log_buffers"].append({"kind": kind, "buffer_type": m.group(1), "mib": float(m.group(2))})
                 break
@@ -145,8 +173,11 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
             # "enabled" / "disabled" when auto was resolved; "enabled" when llama.cpp forced it on
             out["flash_attn_resolved"] = "disabled" if m.group(1) and m.group(1) != "enabled" else "enabled"
         if m := RE_WORST.match(line):
-            out["worst_case"] = {"n_tokens": int(m.group(1)), "n_seqs": int(m.group(2)),
-                                 "n_outputs": int(m.group(3))}
+            out["worst_case"] = {
+                "n_tokens": int(m.group(1)),
+                "n_seqs": int(m.group(2)),
+                "n_outputs": int(m.group(3)),
+            }
         if m := RE_GRAPH.match(line):
             out["graph"] = {"nodes": int(m.group(1)), "splits": int(m.group(2))}
     out["layer_devices"] = _compress_devs(layer_dev)
@@ -167,9 +198,15 @@ class Env:
         self.env["LD_LIBRARY_PATH"] = str(self.bin) + os.pathsep + self.env.get("LD_LIBRARY_PATH", "")
 
 
-def run_membreak(env: Env, model: Path, args: Sequence[str], server_defaults: bool = False,
-                 timeout: float = 300.0) -> tuple[list[str], dict[str, Any] | None, str]:
-    argv = [str(env.membreak)] + (["--server-defaults"] if server_defaults else []) + ["-m", str(model)] + list(args)
+def run_membreak(
+    env: Env, model: Path, args: Sequence[str], server_defaults: bool = False, timeout: float = 300.0
+) -> tuple[list[str], dict[str, Any] | None, str]:
+    argv = (
+        [str(env.membreak)]
+        + (["--server-defaults"] if server_defaults else [])
+        + ["-m", str(model)]
+        + list(args)
+    )
     p = subprocess.run(argv, capture_output=True, text=True, env=env.env, timeout=timeout, check=False)
     if p.returncode != 0:
         return argv, None, p.stderr[-2000:]
@@ -235,18 +272,26 @@ def settings_from(args: Sequence[str], server_defaults: bool, resolved: dict[str
 def _error_text(stderr: str) -> str:
     """The library's own error lines (and membreak's verdict) from a failed run."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    keep = [ln for ln in lines if re.search(r"error|failed|exception|not supported|does not support|requires", ln, re.I)]
+    keep = [
+        ln
+        for ln in lines
+        if re.search(r"error|failed|exception|not supported|does not support|requires", ln, re.I)
+    ]
     return " | ".join(keep[-3:]) if keep else (lines[-1] if lines else "failed")
 
 
-def case_from_membreak(env: Env, case_id: str, model: Path, args: Sequence[str],
-                       server_defaults: bool = False) -> dict[str, Any]:
+def case_from_membreak(
+    env: Env, case_id: str, model: Path, args: Sequence[str], server_defaults: bool = False
+) -> dict[str, Any]:
     argv, data, err = run_membreak(env, model, args, server_defaults)
     rec_args = [x.replace(str(env.work), "$MODELS") for x in args]
     if data is None:
-        return {"id": case_id, "command": _display_argv(argv, env),
-                "settings": settings_from(rec_args, server_defaults, {}),
-                "error": _error_text(err)}
+        return {
+            "id": case_id,
+            "command": _display_argv(argv, env),
+            "settings": settings_from(rec_args, server_defaults, {}),
+            "error": _error_text(err),
+        }
     parsed = parse_log(data["log"])
     resolved = dict(data["resolved"])
     cp = parsed["ctx_params"]
@@ -259,9 +304,17 @@ def case_from_membreak(env: Env, case_id: str, model: Path, args: Sequence[str],
         resolved["offloaded_layers"] = parsed["offloaded_layers"]
     resolved["devices"] = data["devices"]
     results = {
-        "buffers": [{"device": b["device"], "buffer_type": b["buffer_type"], "is_host": b["is_host"],
-                     "model": b["model"], "context": b["context"], "compute": b["compute"]}
-                    for b in sorted(data["buffers"], key=lambda b: (b["device"] or "", b["buffer_type"]))],
+        "buffers": [
+            {
+                "device": b["device"],
+                "buffer_type": b["buffer_type"],
+                "is_host": b["is_host"],
+                "model": b["model"],
+                "context": b["context"],
+                "compute": b["compute"],
+            }
+            for b in sorted(data["buffers"], key=lambda b: (b["device"] or "", b["buffer_type"]))
+        ],
         "kv": parsed["kv"],
         "rs": parsed["rs"],
         "output_bytes": None,
@@ -272,8 +325,12 @@ def case_from_membreak(env: Env, case_id: str, model: Path, args: Sequence[str],
         "graph": parsed.get("graph"),
         "resolved": resolved,
     }
-    return {"id": case_id, "command": _display_argv(argv, env),
-            "settings": settings_from(rec_args, server_defaults, resolved), "results": results}
+    return {
+        "id": case_id,
+        "command": _display_argv(argv, env),
+        "settings": settings_from(rec_args, server_defaults, resolved),
+        "results": results,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -331,16 +388,25 @@ def grid_archs(env: Env, only: list[str] | None) -> None:
     arch_dir = env.work / "archs"
     if not arch_dir.exists() or not any(arch_dir.glob("*.gguf")):
         arch_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(env.bin / "test-llama-archs"), "-o", str(arch_dir)], env=env.env, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [str(env.bin / "test-llama-archs"), "-o", str(arch_dir)],
+            env=env.env,
+            check=True,
+            capture_output=True,
+        )
     for gguf_path in sorted(arch_dir.glob("*.gguf")):
         name = gguf_path.stem
         if only and name not in only:
             continue
         cases = [case_from_membreak(env, cid, gguf_path, args) for cid, args in ARCH_SETTINGS]
-        model = {"generator": "test-llama-archs -o DIR", "name": name, "config": None,
-                 "path_hint": f"archs/{gguf_path.name}", "file_bytes": gguf_path.stat().st_size,
-                 "header": header_copy(gguf_path, f"archs/{name}.header.gguf")}
+        model = {
+            "generator": "test-llama-archs -o DIR",
+            "name": name,
+            "config": None,
+            "path_hint": f"archs/{gguf_path.name}",
+            "file_bytes": gguf_path.stat().st_size,
+            "header": header_copy(gguf_path, f"archs/{name}.header.gguf"),
+        }
         write_fixture("archs", name, fixture_doc("membreak", model, cases))
         print("archs", name, sum(1 for c in cases if "error" not in c), "/", len(cases), flush=True)
 
@@ -349,27 +415,56 @@ def grid_archs(env: Env, only: list[str] | None) -> None:
 # over contexts, micro-batches and slots (issue 16's first class; the archs grid has f16 caches only)
 QUANTKV_MODELS = ["llama-dense", "llama-moe", "qwen3-dense", "mistral3-dense", "lfm2-dense", "lfm2moe-moe"]
 #: other graph shapes, q8_0 only (iSWA, fused QKV, parallel attention/FFN, attention sinks, MLA)
-QUANTKV_MORE_MODELS = ["gemma3-dense", "qwen2-dense", "phi3-dense", "command-r-dense", "gpt-oss-moe",
-                       "granite-dense", "deepseek2-moe"]
+QUANTKV_MORE_MODELS = [
+    "gemma3-dense",
+    "qwen2-dense",
+    "phi3-dense",
+    "command-r-dense",
+    "gpt-oss-moe",
+    "granite-dense",
+    "deepseek2-moe",
+]
 
 
-def quantkv_settings(cache_types: Sequence[str] = ("q8_0", "q4_0"), f16: bool = True) -> list[tuple[str, list[str]]]:
+def quantkv_settings(
+    cache_types: Sequence[str] = ("q8_0", "q4_0"), f16: bool = True
+) -> list[tuple[str, list[str]]]:
     out: list[tuple[str, list[str]]] = []
     for c in (512, 2048, 8192):
         for ub in (512, 2048):
             for ct in cache_types:
                 for np_, kvu in ((1, None), (4, False)):
-                    args = ["-c", str(c), "-np", str(np_), "-fa", "on", "-b", str(max(ub, 2048)), "-ub", str(ub),
-                            "-ctk", ct, "-ctv", ct, "-t", "1"]
+                    args = [
+                        "-c",
+                        str(c),
+                        "-np",
+                        str(np_),
+                        "-fa",
+                        "on",
+                        "-b",
+                        str(max(ub, 2048)),
+                        "-ub",
+                        str(ub),
+                        "-ctk",
+                        ct,
+                        "-ctv",
+                        ct,
+                        "-t",
+                        "1",
+                    ]
                     if kvu is not None:
                         args.append("-no-kvu")
                     kid = f"c{c}-np{np_}" + ("" if kvu is None else "-nokvu") + f"-faon-ub{ub}-{ct}"
                     out.append((kid, args))
     # the same shapes with f16 caches, as the reference the quantized cases differ from
-    for c in ((512, 8192) if f16 else ()):
+    for c in (512, 8192) if f16 else ():
         for ub in (512, 2048):
-            out.append((f"c{c}-np1-faon-ub{ub}-f16", ["-c", str(c), "-np", "1", "-fa", "on", "-b", "2048",
-                                                      "-ub", str(ub), "-t", "1"]))
+            out.append(
+                (
+                    f"c{c}-np1-faon-ub{ub}-f16",
+                    ["-c", str(c), "-np", "1", "-fa", "on", "-b", "2048", "-ub", str(ub), "-t", "1"],
+                )
+            )
     return out
 
 
@@ -395,12 +490,24 @@ def grid_quantkv(env: Env, only: list[str] | None) -> None:
         t0 = time.time()
         grid = quantkv_settings() if name in QUANTKV_MODELS else quantkv_settings(("q8_0",), f16=False)
         cases = [case_from_membreak(env, cid, path, args) for cid, args in grid]
-        model = {"generator": "test-llama-archs -o DIR", "name": name, "config": None,
-                 "path_hint": f"archs/{path.name}", "file_bytes": path.stat().st_size,
-                 "header": f"models/archs/{name}.header.gguf"}
+        model = {
+            "generator": "test-llama-archs -o DIR",
+            "name": name,
+            "config": None,
+            "path_hint": f"archs/{path.name}",
+            "file_bytes": path.stat().st_size,
+            "header": f"models/archs/{name}.header.gguf",
+        }
         write_fixture("quantkv", name, fixture_doc("membreak", model, cases))
-        print("quantkv", name, sum(1 for c in cases if "error" not in c), "/", len(cases),
-              f"{time.time() - t0:.1f}s", flush=True)
+        print(
+            "quantkv",
+            name,
+            sum(1 for c in cases if "error" not in c),
+            "/",
+            len(cases),
+            f"{time.time() - t0:.1f}s",
+            flush=True,
+        )
 
 
 def sparse_model(env: Env, name: str, vocab: str = "none") -> tuple[Path, dict[str, Any]]:
@@ -409,10 +516,15 @@ def sparse_model(env: Env, name: str, vocab: str = "none") -> tuple[Path, dict[s
     # the header-only copy is always the vocab="none" variant (real-length token arrays would make it megabytes);
     # with vocab="spm" the model differs from it only in the tokenizer.ggml.* keys
     hdr = sparse_models.generate(name, MODELS_DIR / "sparse", header_only=True)
-    model = {"generator": "tools/groundtruth/sparse_models.py", "name": name,
-             "config": {"vocab": vocab, **sparse_models.CONFIGS[name]},
-             "path_hint": os.path.relpath(path, env.work), "file_bytes": path.stat().st_size,
-             "header": os.path.relpath(hdr, FIXTURES), "header_vocab": "none"}
+    model = {
+        "generator": "tools/groundtruth/sparse_models.py",
+        "name": name,
+        "config": {"vocab": vocab, **sparse_models.CONFIGS[name]},
+        "path_hint": os.path.relpath(path, env.work),
+        "file_bytes": path.stat().st_size,
+        "header": os.path.relpath(hdr, FIXTURES),
+        "header_vocab": "none",
+    }
     return path, model
 
 
@@ -436,18 +548,38 @@ def sparse_settings(name: str, n_ctx_train: int) -> list[tuple[str, list[str], b
             for np_ in (1, 4):
                 args = ["-c", str(c), "-np", str(np_), "-kvu", "-fa", "on", "-ctk", ct, "-ctv", ct]
                 out.append((f"c{c}-np{np_}-kvu-faon-{ct}", args, False))
-        out.append((f"c{c}-np1-faon-ctk-q8_0-ctv-f16", ["-c", str(c), "-np", "1", "-fa", "on", "-ctk", "q8_0"],
-                    False))
+        out.append(
+            (
+                f"c{c}-np1-faon-ctk-q8_0-ctv-f16",
+                ["-c", str(c), "-np", "1", "-fa", "on", "-ctk", "q8_0"],
+                False,
+            )
+        )
     for c in (4096, 32768):
         for fa in ("on", "off"):
-            out.append((f"c{c}-np1-fa{fa}-ub2048", ["-c", str(c), "-np", "1", "-fa", fa, "-b", "2048", "-ub", "2048"],
-                        False))
-    out.append(("c4096-np1-faon-b4096-ub4096", ["-c", "4096", "-np", "1", "-fa", "on", "-b", "4096", "-ub", "4096"],
-                False))
+            out.append(
+                (
+                    f"c{c}-np1-fa{fa}-ub2048",
+                    ["-c", str(c), "-np", "1", "-fa", fa, "-b", "2048", "-ub", "2048"],
+                    False,
+                )
+            )
+    out.append(
+        (
+            "c4096-np1-faon-b4096-ub4096",
+            ["-c", "4096", "-np", "1", "-fa", "on", "-b", "4096", "-ub", "4096"],
+            False,
+        )
+    )
     # quantized V cache without flash attention (off: refused or overridden; auto: resolved)
     for fa in ("off", "auto"):
-        out.append((f"c4096-np1-fa{fa}-q8_0", ["-c", "4096", "-np", "1", "-fa", fa, "-ctk", "q8_0", "-ctv", "q8_0"],
-                    False))
+        out.append(
+            (
+                f"c4096-np1-fa{fa}-q8_0",
+                ["-c", "4096", "-np", "1", "-fa", fa, "-ctk", "q8_0", "-ctv", "q8_0"],
+                False,
+            )
+        )
     # no CPU repacking: every weight in the plain CPU buffer
     out.append(("c4096-np1-faon-norepack", ["-c", "4096", "-np", "1", "-fa", "on", "-nr"], False))
     if name in SWA_MODELS:
@@ -456,7 +588,9 @@ def sparse_settings(name: str, n_ctx_train: int) -> list[tuple[str, list[str], b
                 args = ["-c", str(c), "-np", str(np_), "-fa", "on", "--swa-full"]
                 if kvu is not None:
                     args.append("-kvu" if kvu else "-no-kvu")
-                kid = f"c{c}-np{np_}" + ("" if kvu is None else ("-kvu" if kvu else "-nokvu")) + "-faon-swafull"
+                kid = (
+                    f"c{c}-np{np_}" + ("" if kvu is None else ("-kvu" if kvu else "-nokvu")) + "-faon-swafull"
+                )
                 out.append((kid, args, False))
     # llama-server defaults: -np auto (4 slots, unified KV), n_outputs_max from the server's output limits
     for c in (4096, 32768):
@@ -476,8 +610,15 @@ def grid_sparse(env: Env, only: list[str] | None) -> None:
         for cid, args, sd in sparse_settings(name, ctx_train):
             cases.append(case_from_membreak(env, cid, path, args, server_defaults=sd))
         write_fixture("sparse", name, fixture_doc("membreak", model, cases))
-        print("sparse", name, sum(1 for c in cases if "error" not in c), "/", len(cases),
-              f"{time.time() - t0:.1f}s", flush=True)
+        print(
+            "sparse",
+            name,
+            sum(1 for c in cases if "error" not in c),
+            "/",
+            len(cases),
+            f"{time.time() - t0:.1f}s",
+            flush=True,
+        )
 
 
 def free_port() -> int:
@@ -496,8 +637,12 @@ class RpcServers:
     def __enter__(self) -> RpcServers:
         for _ in range(self.n):
             port = free_port()
-            p = subprocess.Popen([str(self.env.bin / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
-                                 env=self.env.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            p = subprocess.Popen(
+                [str(self.env.bin / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
+                env=self.env.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             self.procs.append(p)
             self.ports.append(port)
         for port in self.ports:
@@ -524,8 +669,16 @@ class RpcServers:
                 p.kill()
 
 
-PLACEMENT_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gemma-3-27b", "gpt-oss-20b", "qwen3-next-80b-a3b",
-                    "deepseek-v2-lite", "granite-4.0-h-tiny", "llama-4-scout-17b-16e"]
+PLACEMENT_MODELS = [
+    "llama-3.1-8b",
+    "qwen3-30b-a3b",
+    "gemma-3-27b",
+    "gpt-oss-20b",
+    "qwen3-next-80b-a3b",
+    "deepseek-v2-lite",
+    "granite-4.0-h-tiny",
+    "llama-4-scout-17b-16e",
+]
 
 
 def placement_settings(name: str, n_layer: int, moe: bool) -> list[tuple[str, list[str]]]:
@@ -576,8 +729,15 @@ def grid_placement(env: Env, only: list[str] | None) -> None:
                 case["settings"]["devices"] = "rpc:127.0.0.1:P1,127.0.0.1:P2"
                 cases.append(case)
             write_fixture("placement", name, fixture_doc("membreak", model, cases))
-            print("placement", name, sum(1 for c in cases if "error" not in c), "/", len(cases),
-                  f"{time.time() - t0:.1f}s", flush=True)
+            print(
+                "placement",
+                name,
+                sum(1 for c in cases if "error" not in c),
+                "/",
+                len(cases),
+                f"{time.time() - t0:.1f}s",
+                flush=True,
+            )
 
 
 # ------------------------------------------------------------------------------------------------ server grid
@@ -585,9 +745,24 @@ def grid_placement(env: Env, only: list[str] | None) -> None:
 SERVER_DONE = re.compile(r"server is listening|main: model loaded|starting the main loop|all slots are idle")
 
 
-def run_server(env: Env, model: Path, args: Sequence[str], timeout: float = 600.0) -> tuple[list[str], list[str]]:
+def run_server(
+    env: Env, model: Path, args: Sequence[str], timeout: float = 600.0
+) -> tuple[list[str], list[str]]:
     port = free_port()
-    argv = [str(env.bin / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-lv", "4", "-t", "2", *list(args)]
+    argv = [
+        str(env.bin / "llama-server"),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-lv",
+        "4",
+        "-t",
+        "2",
+        *list(args),
+    ]
     p = subprocess.Popen(argv, env=env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.time() + timeout
@@ -623,10 +798,26 @@ def case_from_server(env: Env, case_id: str, model: Path, args: Sequence[str]) -
         elif m := RE_CLIP_COMPUTE.match(ln):
             clip.append({"kind": "compute", "buffer_type": m.group(1), "mib": float(m.group(2))})
         elif m := RE_BREAKDOWN.match(ln):
-            breakdown.append({"row": m.group(1), "values_mib": [int(x) for x in re.findall(r"\d+", m.group(2))]})
+            breakdown.append(
+                {"row": m.group(1), "values_mib": [int(x) for x in re.findall(r"\d+", m.group(2))]}
+            )
     cp = parsed["ctx_params"]
-    resolved = {k: cp[k] for k in ("n_ctx", "n_ctx_seq", "n_seq_max", "n_batch", "n_ubatch", "n_outputs_max",
-                                  "n_outputs_max_per_seq", "kv_unified", "flash_attn", "n_rs_seq") if k in cp}
+    resolved = {
+        k: cp[k]
+        for k in (
+            "n_ctx",
+            "n_ctx_seq",
+            "n_seq_max",
+            "n_batch",
+            "n_ubatch",
+            "n_outputs_max",
+            "n_outputs_max_per_seq",
+            "kv_unified",
+            "flash_attn",
+            "n_rs_seq",
+        )
+        if k in cp
+    }
     if "flash_attn_resolved" in parsed:
         resolved["flash_attn_resolved"] = parsed["flash_attn_resolved"]
     rec_args = [x.replace(str(env.work), "$MODELS") for x in args]
@@ -642,10 +833,16 @@ def case_from_server(env: Env, case_id: str, model: Path, args: Sequence[str]) -
         "worst_case": parsed.get("worst_case"),
         "resolved": resolved,
     }
-    case: dict[str, Any] = {"id": case_id, "command": _display_argv(argv, env),
-                            "settings": settings_from(rec_args, "-np" not in args, resolved), "results": results}
-    case["command"] = [x if not x.isdigit() or i == 0 or case["command"][i - 1] != "--port" else "PORT"
-                       for i, x in enumerate(case["command"])]
+    case: dict[str, Any] = {
+        "id": case_id,
+        "command": _display_argv(argv, env),
+        "settings": settings_from(rec_args, "-np" not in args, resolved),
+        "results": results,
+    }
+    case["command"] = [
+        x if not x.isdigit() or i == 0 or case["command"][i - 1] != "--port" else "PORT"
+        for i, x in enumerate(case["command"])
+    ]
     if not ok:
         case["error"] = "no buffer lines in the server log: " + " | ".join(raw[-3:])
     return case
@@ -657,12 +854,36 @@ SERVER_CASES: list[tuple[str, str | None, str, list[str]]] = [
     ("llama-3.1-8b", None, "server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr", "--no-warmup"]),
     ("llama-3.1-8b", None, "server-defaults-c16384", ["-c", "16384", "-fit", "off", "-nr", "--no-warmup"]),
     ("llama-3.1-8b", None, "np1-c4096", ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--no-warmup"]),
-    ("llama-3.1-8b", None, "np4-nokvu-c8192", ["-c", "8192", "-np", "4", "-no-kvu", "-fit", "off", "-nr",
-                                               "--no-warmup"]),
-    ("llama-3.1-8b", "mmproj-llava-llama-3-8b", "mmproj-server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr"]),
-    ("granite-4.0-h-tiny", None, "server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr", "--no-warmup"]),
-    ("qwen2.5-vl-7b", "mmproj-qwen2.5-vl-7b", "mmproj-server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr"]),
-    ("gemma-3-27b", "mmproj-gemma-3-27b", "mmproj-server-defaults-c4096", ["-c", "4096", "-fit", "off", "-nr"]),
+    (
+        "llama-3.1-8b",
+        None,
+        "np4-nokvu-c8192",
+        ["-c", "8192", "-np", "4", "-no-kvu", "-fit", "off", "-nr", "--no-warmup"],
+    ),
+    (
+        "llama-3.1-8b",
+        "mmproj-llava-llama-3-8b",
+        "mmproj-server-defaults-c4096",
+        ["-c", "4096", "-fit", "off", "-nr"],
+    ),
+    (
+        "granite-4.0-h-tiny",
+        None,
+        "server-defaults-c4096",
+        ["-c", "4096", "-fit", "off", "-nr", "--no-warmup"],
+    ),
+    (
+        "qwen2.5-vl-7b",
+        "mmproj-qwen2.5-vl-7b",
+        "mmproj-server-defaults-c4096",
+        ["-c", "4096", "-fit", "off", "-nr"],
+    ),
+    (
+        "gemma-3-27b",
+        "mmproj-gemma-3-27b",
+        "mmproj-server-defaults-c4096",
+        ["-c", "4096", "-fit", "off", "-nr"],
+    ),
 ]
 
 
@@ -684,10 +905,13 @@ def grid_server(env: Env, only: list[str] | None) -> None:
             t0 = time.time()
             case = case_from_server(env, cid, path, extra)
             if mmproj:
-                case["mmproj"] = {"generator": "tools/groundtruth/sparse_models.py", "name": mmproj,
-                                  "config": sparse_models.MMPROJ_CONFIGS[mmproj],
-                                  "file_bytes": mm_path.stat().st_size,
-                                  "header": os.path.relpath(hdr, FIXTURES)}
+                case["mmproj"] = {
+                    "generator": "tools/groundtruth/sparse_models.py",
+                    "name": mmproj,
+                    "config": sparse_models.MMPROJ_CONFIGS[mmproj],
+                    "file_bytes": mm_path.stat().st_size,
+                    "header": os.path.relpath(hdr, FIXTURES),
+                }
             cases.append(case)
             print("server", name, cid, "error" not in case, f"{time.time() - t0:.1f}s", flush=True)
         write_fixture("server", name, fixture_doc("llama-server", model, cases))
@@ -715,18 +939,28 @@ def run_fit_params(env: Env, model: Path, args: Sequence[str]) -> tuple[list[str
     rows = []
     for ln in p.stdout.splitlines():
         if m := RE_FITP_ROW.match(ln):
-            rows.append({"device": m.group(1), "model": int(m.group(2)), "context": int(m.group(3)),
-                         "compute": int(m.group(4))})
+            rows.append(
+                {
+                    "device": m.group(1),
+                    "model": int(m.group(2)),
+                    "context": int(m.group(3)),
+                    "compute": int(m.group(4)),
+                }
+            )
     err = "" if p.returncode == 0 and rows else (p.stderr.strip().splitlines() or ["failed"])[-1]
     return argv, rows, err
 
 
-def _fitp_case(env: Env, grid: str, name: str, cid: str, path: Path, args: list[str],
-               rpc: RpcServers | None) -> dict[str, Any]:
+def _fitp_case(
+    env: Env, grid: str, name: str, cid: str, path: Path, args: list[str], rpc: RpcServers | None
+) -> dict[str, Any]:
     argv, rows, err = run_fit_params(env, path, args)
-    case: dict[str, Any] = {"id": f"{grid}-{cid}", "command": _display_argv(argv, env),
-                            "settings": settings_from([x.replace(str(env.work), "$MODELS") for x in args], False, {}),
-                            "membreak_case": f"{grid}/{name}#{cid}"}
+    case: dict[str, Any] = {
+        "id": f"{grid}-{cid}",
+        "command": _display_argv(argv, env),
+        "settings": settings_from([x.replace(str(env.work), "$MODELS") for x in args], False, {}),
+        "membreak_case": f"{grid}/{name}#{cid}",
+    }
     if err:
         case["error"] = err
     else:
@@ -752,7 +986,8 @@ def grid_fitparams(env: Env, only: list[str] | None) -> None:
         settings = {cid: args for cid, args, _sd in sparse_settings(name, ctx_train)}
         for cid in FITP_SPARSE_IDS:
             per_model.setdefault(name, []).append(
-                _fitp_case(env, "sparse", name, cid, models[name][0], settings[cid], None))
+                _fitp_case(env, "sparse", name, cid, models[name][0], settings[cid], None)
+            )
     with RpcServers(env, 2) as rpc:
         for name, ids in FITP_PLACEMENT.items():
             if only and name not in only:
@@ -765,24 +1000,40 @@ def grid_fitparams(env: Env, only: list[str] | None) -> None:
             for cid in ids:
                 args = ["--rpc", rpc.endpoints, *settings[cid]]
                 per_model.setdefault(name, []).append(
-                    _fitp_case(env, "placement", name, cid, models[name][0], args, rpc))
+                    _fitp_case(env, "placement", name, cid, models[name][0], args, rpc)
+                )
     for name, cases in per_model.items():
         write_fixture("fitparams", name, fixture_doc("llama-fit-params", models[name][1], cases))
         print("fitparams", name, sum(1 for c in cases if "error" not in c), "/", len(cases), flush=True)
 
 
-GRIDS = {"archs": grid_archs, "sparse": grid_sparse, "placement": grid_placement, "server": grid_server,
-         "fitparams": grid_fitparams, "quantkv": grid_quantkv}
+GRIDS = {
+    "archs": grid_archs,
+    "sparse": grid_sparse,
+    "placement": grid_placement,
+    "server": grid_server,
+    "fitparams": grid_fitparams,
+    "quantkv": grid_quantkv,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", type=Path, required=True, help="llama.cpp build dir (bin/ has the binaries)")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/fitplan-groundtruth"),
-                    help="scratch dir for generated models (sparse files)")
-    ap.add_argument("--membreak", type=Path, default=None, help="membreak binary (default: BUILD/bin/membreak)")
-    ap.add_argument("--grids", default="archs,sparse,placement,server,fitparams",
-                    help="comma-separated grids: " + ",".join(GRIDS) + " (quantkv is not in the default)")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=Path("/tmp/fitplan-groundtruth"),
+        help="scratch dir for generated models (sparse files)",
+    )
+    ap.add_argument(
+        "--membreak", type=Path, default=None, help="membreak binary (default: BUILD/bin/membreak)"
+    )
+    ap.add_argument(
+        "--grids",
+        default="archs,sparse,placement,server,fitparams",
+        help="comma-separated grids: " + ",".join(GRIDS) + " (quantkv is not in the default)",
+    )
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)
     env = Env(args.build.resolve(), args.work.resolve(), args.membreak.resolve() if args.membreak else None)

@@ -41,85 +41,194 @@ Q = GGMLQuantizationType
 CONFIGS: dict[str, dict[str, object]] = {
     "llama-3.1-8b": {
         "source": "meta-llama/Llama-3.1-8B-Instruct config.json",
-        "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 131072,
-        "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
         "rope_scaling": "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original 8192): rope_freqs tensor",
     },
     "qwen3-8b": {
         "source": "Qwen/Qwen3-8B config.json",
-        "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960,
-        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+        "hidden_size": 4096,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
     },
     "qwen3-30b-a3b": {
         "source": "Qwen/Qwen3-30B-A3B config.json",
-        "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
-        "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
-        "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 40960,
-        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+        "hidden_size": 2048,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
     },
     "gemma-3-27b": {
         "source": "google/gemma-3-27b-it config.json (text_config)",
-        "hidden_size": 5376, "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
-        "head_dim": 128, "intermediate_size": 21504, "vocab_size": 262208, "max_position_embeddings": 131072,
-        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rms_norm_eps": 1e-6,
-        "sliding_window": 1024, "sliding_window_pattern": 6, "rope_scaling_factor": 8.0,
+        "hidden_size": 5376,
+        "num_hidden_layers": 62,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "intermediate_size": 21504,
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+        "rope_scaling_factor": 8.0,
         "tie_word_embeddings": True,
     },
     "gpt-oss-20b": {
         "source": "openai/gpt-oss-20b config.json",
-        "hidden_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
-        "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 32, "num_experts_per_tok": 4,
-        "vocab_size": 201088, "max_position_embeddings": 131072, "rope_theta": 150000.0, "rms_norm_eps": 1e-5,
-        "sliding_window": 128, "layer_types": "sliding_attention / full_attention alternating (even = sliding)",
-        "rope_scaling": "yarn factor 32, original_max_position_embeddings 4096", "tie_word_embeddings": False,
+        "hidden_size": 2880,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "num_local_experts": 32,
+        "num_experts_per_tok": 4,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "rope_theta": 150000.0,
+        "rms_norm_eps": 1e-5,
+        "sliding_window": 128,
+        "layer_types": "sliding_attention / full_attention alternating (even = sliding)",
+        "rope_scaling": "yarn factor 32, original_max_position_embeddings 4096",
+        "tie_word_embeddings": False,
     },
     "deepseek-v2-lite": {
         "source": "deepseek-ai/DeepSeek-V2-Lite-Chat config.json",
-        "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16, "kv_lora_rank": 512,
-        "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-        "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64,
-        "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400,
-        "max_position_embeddings": 163840, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
-        "routed_scaling_factor": 1.0, "norm_topk_prob": False, "scoring_func": "softmax",
+        "hidden_size": 2048,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "intermediate_size": 10944,
+        "moe_intermediate_size": 1408,
+        "n_routed_experts": 64,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1,
+        "vocab_size": 102400,
+        "max_position_embeddings": 163840,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "routed_scaling_factor": 1.0,
+        "norm_topk_prob": False,
+        "scoring_func": "softmax",
         "rope_scaling": "yarn factor 40, original_max_position_embeddings 4096, mscale_all_dim 0.707",
         "tie_word_embeddings": False,
     },
     "qwen3-next-80b-a3b": {
         "source": "Qwen/Qwen3-Next-80B-A3B-Instruct config.json",
-        "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
-        "head_dim": 256, "intermediate_size": 5120, "moe_intermediate_size": 512,
-        "shared_expert_intermediate_size": 512, "num_experts": 512, "num_experts_per_tok": 10,
-        "vocab_size": 151936, "max_position_embeddings": 262144, "rope_theta": 10000000.0,
-        "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-6, "full_attention_interval": 4,
-        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "tie_word_embeddings": False,
+        "hidden_size": 2048,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "intermediate_size": 5120,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "vocab_size": 151936,
+        "max_position_embeddings": 262144,
+        "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-6,
+        "full_attention_interval": 4,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "tie_word_embeddings": False,
     },
     "granite-4.0-h-tiny": {
         "source": "ibm-granite/granite-4.0-h-tiny config.json",
-        "hidden_size": 1536, "num_hidden_layers": 40, "num_attention_heads": 12, "num_key_value_heads": 4,
-        "intermediate_size": 512, "shared_intermediate_size": 1024, "num_local_experts": 64,
-        "num_experts_per_tok": 6, "vocab_size": 100352, "max_position_embeddings": 131072,
-        "rms_norm_eps": 1e-5, "position_embedding_type": "nope", "mamba_d_conv": 4, "mamba_d_state": 128,
-        "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_expand": 2,
+        "hidden_size": 1536,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+        "intermediate_size": 512,
+        "shared_intermediate_size": 1024,
+        "num_local_experts": 64,
+        "num_experts_per_tok": 6,
+        "vocab_size": 100352,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5,
+        "position_embedding_type": "nope",
+        "mamba_d_conv": 4,
+        "mamba_d_state": 128,
+        "mamba_n_heads": 48,
+        "mamba_d_head": 64,
+        "mamba_n_groups": 1,
+        "mamba_expand": 2,
         "layer_types": "attention at layers 5, 15, 25, 35; mamba2 elsewhere",
-        "attention_layers": [5, 15, 25, 35], "tie_word_embeddings": True,
+        "attention_layers": [5, 15, 25, 35],
+        "tie_word_embeddings": True,
     },
     "llama-4-scout-17b-16e": {
         "source": "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (text_config)",
-        "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
-        "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16,
-        "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "vocab_size": 202048,
-        "max_position_embeddings": 10485760, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
-        "attention_chunk_size": 8192, "layer_types": "chunked attention, every 4th layer global (no RoPE)",
+        "hidden_size": 5120,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384,
+        "num_local_experts": 16,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1,
+        "vocab_size": 202048,
+        "max_position_embeddings": 10485760,
+        "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-5,
+        "attention_chunk_size": 8192,
+        "layer_types": "chunked attention, every 4th layer global (no RoPE)",
         "tie_word_embeddings": False,
     },
     "qwen2.5-vl-7b": {
         "source": "Qwen/Qwen2.5-VL-7B-Instruct config.json (text part)",
-        "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-        "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 128000,
-        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "mrope_section": [16, 24, 24],
+        "hidden_size": 3584,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+        "max_position_embeddings": 128000,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "mrope_section": [16, 24, 24],
         "tie_word_embeddings": False,
     },
 }
@@ -128,23 +237,46 @@ CONFIGS: dict[str, dict[str, object]] = {
 MMPROJ_CONFIGS: dict[str, dict[str, object]] = {
     "mmproj-gemma-3-27b": {
         "source": "google/gemma-3-27b-it config.json (vision_config: SigLIP so400m) + mm_tokens_per_image 256",
-        "projector_type": "gemma3", "text_model": "gemma-3-27b",
-        "hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
-        "patch_size": 14, "image_size": 896, "layer_norm_eps": 1e-6, "text_hidden_size": 5376,
+        "projector_type": "gemma3",
+        "text_model": "gemma-3-27b",
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 896,
+        "layer_norm_eps": 1e-6,
+        "text_hidden_size": 5376,
     },
     "mmproj-llava-llama-3-8b": {
         "source": "xtuner/llava-llama-3-8b-v1_1 (CLIP ViT-L/14-336 vision tower, 2-layer MLP projector)",
-        "projector_type": "mlp", "text_model": "llama-3.1-8b",
-        "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 23, "num_attention_heads": 16,
-        "patch_size": 14, "image_size": 336, "layer_norm_eps": 1e-5, "text_hidden_size": 4096,
+        "projector_type": "mlp",
+        "text_model": "llama-3.1-8b",
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 23,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 336,
+        "layer_norm_eps": 1e-5,
+        "text_hidden_size": 4096,
         "note": "24 layers in the tower; the converter keeps 23 (features from the second-to-last layer)",
     },
     "mmproj-qwen2.5-vl-7b": {
         "source": "Qwen/Qwen2.5-VL-7B-Instruct config.json (vision_config)",
-        "projector_type": "qwen2.5vl_merger", "text_model": "qwen2.5-vl-7b",
-        "hidden_size": 1280, "intermediate_size": 3420, "num_hidden_layers": 32, "num_attention_heads": 16,
-        "patch_size": 14, "image_size": 560, "layer_norm_eps": 1e-6, "spatial_merge_size": 2,
-        "fullatt_block_indexes": [7, 15, 23, 31], "window_size": 112, "text_hidden_size": 3584,
+        "projector_type": "qwen2.5vl_merger",
+        "text_model": "qwen2.5-vl-7b",
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 560,
+        "layer_norm_eps": 1e-6,
+        "spatial_merge_size": 2,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+        "window_size": 112,
+        "text_hidden_size": 3584,
     },
 }
 
@@ -438,10 +570,17 @@ def build_deepseek_v2_lite() -> ModelSpec:
     cfg, spec = _begin("deepseek-v2-lite", "deepseek2")
     n_embd, n_layer = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "num_hidden_layers")
     n_head = cfg_int(cfg, "num_attention_heads")
-    kv_lora, nope, rope, v_hd = (cfg_int(cfg, "kv_lora_rank"), cfg_int(cfg, "qk_nope_head_dim"),
-                                 cfg_int(cfg, "qk_rope_head_dim"), cfg_int(cfg, "v_head_dim"))
-    n_ff_exp, n_expert, n_shared = (cfg_int(cfg, "moe_intermediate_size"), cfg_int(cfg, "n_routed_experts"),
-                                    cfg_int(cfg, "n_shared_experts"))
+    kv_lora, nope, rope, v_hd = (
+        cfg_int(cfg, "kv_lora_rank"),
+        cfg_int(cfg, "qk_nope_head_dim"),
+        cfg_int(cfg, "qk_rope_head_dim"),
+        cfg_int(cfg, "v_head_dim"),
+    )
+    n_ff_exp, n_expert, n_shared = (
+        cfg_int(cfg, "moe_intermediate_size"),
+        cfg_int(cfg, "n_routed_experts"),
+        cfg_int(cfg, "n_shared_experts"),
+    )
     spec.a("feed_forward_length", cfg_int(cfg, "intermediate_size"))
     spec.a("attention.head_count", n_head)
     # modern (MLA) GGUF layout: one latent "head" of kv_lora_rank + rope for K, kv_lora_rank for V
@@ -535,8 +674,11 @@ def build_qwen3_next_80b_a3b() -> ModelSpec:
 def build_granite_4_0_h_tiny() -> ModelSpec:
     cfg, spec = _begin("granite-4.0-h-tiny", "granitehybrid")
     n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
-    n_ff_exp, n_expert, n_ff_sh = (cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts"),
-                                   cfg_int(cfg, "shared_intermediate_size"))
+    n_ff_exp, n_expert, n_ff_sh = (
+        cfg_int(cfg, "intermediate_size"),
+        cfg_int(cfg, "num_local_experts"),
+        cfg_int(cfg, "shared_intermediate_size"),
+    )
     d_conv, d_state = cfg_int(cfg, "mamba_d_conv"), cfg_int(cfg, "mamba_d_state")
     n_ssm_head, n_group = cfg_int(cfg, "mamba_n_heads"), cfg_int(cfg, "mamba_n_groups")
     d_inner = cfg_int(cfg, "mamba_expand") * n_embd
@@ -544,8 +686,9 @@ def build_granite_4_0_h_tiny() -> ModelSpec:
     assert isinstance(attn_layers, list)
     spec.a("feed_forward_length", n_ff_exp)
     spec.a("attention.head_count", n_head)
-    spec.arr_u32(f"{spec.arch}.attention.head_count_kv",
-                 [n_kv if il in attn_layers else 0 for il in range(n_layer)])
+    spec.arr_u32(
+        f"{spec.arch}.attention.head_count_kv", [n_kv if il in attn_layers else 0 for il in range(n_layer)]
+    )
     spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
     spec.a("rope.dimension_count", hd)
     spec.a("rope.scaling.finetuned", False)  # position_embedding_type "nope"
@@ -777,7 +920,9 @@ def write_header(spec: ModelSpec, path: Path, extra_kv: Sequence[KeyValue] = ())
     return header_bytes, w.data_alignment, weights
 
 
-def write_gguf(spec: ModelSpec, path: Path, *, vocab: str = "none", header_only: bool = False) -> dict[str, int]:
+def write_gguf(
+    spec: ModelSpec, path: Path, *, vocab: str = "none", header_only: bool = False
+) -> dict[str, int]:
     """Write ``spec`` to ``path``: sparse full-size file, or only the header (KV + tensor infos).
 
     Returns {"header_bytes", "data_offset", "file_bytes" (as written), "full_bytes" (size of the sparse file),
@@ -801,12 +946,18 @@ def write_gguf(spec: ModelSpec, path: Path, *, vocab: str = "none", header_only:
     data_size = sum((tensor_nbytes(q, ne) + align - 1) // align * align for _, ne, q in spec.tensors)
     file_bytes = header_bytes if header_only else data_offset + data_size
     os.truncate(path, file_bytes)
-    return {"header_bytes": header_bytes, "data_offset": data_offset, "file_bytes": file_bytes,
-            "full_bytes": data_offset + data_size, "weights_bytes": weights}
+    return {
+        "header_bytes": header_bytes,
+        "data_offset": data_offset,
+        "file_bytes": file_bytes,
+        "full_bytes": data_offset + data_size,
+        "weights_bytes": weights,
+    }
 
 
-def generate_with_layout(name: str, out_dir: Path, *, vocab: str = "none",
-                         header_only: bool = False) -> tuple[Path, dict[str, int]]:
+def generate_with_layout(
+    name: str, out_dir: Path, *, vocab: str = "none", header_only: bool = False
+) -> tuple[Path, dict[str, int]]:
     """Write model ``name`` (a key of BUILDERS or MMPROJ_BUILDERS); return its path and write_gguf's layout."""
     spec = BUILDERS[name]() if name in BUILDERS else MMPROJ_BUILDERS[name]()
     suffix = "" if vocab == "none" or spec.arch == "clip" else f".{vocab}"

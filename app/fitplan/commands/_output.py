@@ -187,8 +187,13 @@ def visible_len(text: str) -> int:
     return n
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str = "", gap: int = 2,
-          stream: TextIO | None = None) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    align: str = "",
+    gap: int = 2,
+    stream: TextIO | None = None,
+) -> str:
     """A plain-text table: a bold header line, then one line per row, columns padded to the widest cell.
 
     `align` holds one letter per column, "l" or "r" (missing letters mean "l"). Cells are `str()`-ed; cells may
@@ -205,7 +210,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str =
         out = []
         for i, cell in enumerate(cells):
             pad = " " * (widths[i] - visible_len(cell))
-            out.append(pad + cell if align[i:i + 1] == "r" else cell + pad)
+            out.append(pad + cell if align[i : i + 1] == "r" else cell + pad)
         return sep.join(out).rstrip()
 
     lines = [style(line(head), BOLD, stream=stream)] if any(head) else []
@@ -215,7 +220,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str =
 
 def _one_line(cell: str) -> str:
     """A table cell kept on its line: line breaks (and other controls but colour) escaped."""
-    return cell if cell.isprintable() else escape_for_terminal(cell, True).replace("\n", "\\n").replace("\t", "\\t")
+    return (
+        cell
+        if cell.isprintable()
+        else escape_for_terminal(cell, True).replace("\n", "\\n").replace("\t", "\\t")
+    )
 
 
 def size(n_bytes: int | float, precision: int = 2) -> str:

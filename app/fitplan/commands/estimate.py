@@ -82,11 +82,11 @@ def register(subparsers: Any) -> None:
         default=Tool.SERVER.value,
         help="the llama.cpp program that will run the model (decides the logits reservation)",
     )
-    p.add_argument(
-        "--reserve", metavar="MIB", help="runtime reserve per GPU in MiB (default: assumed)"
-    )
+    p.add_argument("--reserve", metavar="MIB", help="runtime reserve per GPU in MiB (default: assumed)")
     add_margin_arguments(p)
-    p.add_argument("--host-ram", metavar="SIZE", help="estimate for this much host RAM instead of the detected amount")
+    p.add_argument(
+        "--host-ram", metavar="SIZE", help="estimate for this much host RAM instead of the detected amount"
+    )
     add_engine_argument(p)
     p.add_argument(
         "--header-only",

@@ -54,7 +54,11 @@ def gpu_to_dict(g: DetectedGpu) -> dict[str, object]:
 
 def result_to_dict(r: ProbeResult) -> dict[str, object]:
     host = (
-        {"total_bytes": r.host.total_bytes, "available_bytes": r.host.available_bytes, "source": r.host.source}
+        {
+            "total_bytes": r.host.total_bytes,
+            "available_bytes": r.host.available_bytes,
+            "source": r.host.source,
+        }
         if r.host is not None
         else None
     )

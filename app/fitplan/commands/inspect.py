@@ -34,8 +34,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run, accepts_extra=False)
 
 
-
-
 def load_files(model: str) -> ModelFiles:
     """Read the headers of a local model (all shards), a remote one (HTTP range requests) or a Hub model."""
     return load_model(model, header_only=True).files
@@ -145,7 +143,9 @@ def format_text(p: ModelProfile, all_layers: bool = False) -> str:
         rows.append(["layers", f"{layer_line}: {_kind_summary(p)}"])
         if len({ly.kind for ly in p.layers}) > 1:
             rows.append(["layer kinds", layer_runs(p)])
-        rows.append(["embedding", f"{p.n_embd}, vocab {p.n_vocab}" + (", tied output" if p.tied_embeddings else "")])
+        rows.append(
+            ["embedding", f"{p.n_embd}, vocab {p.n_vocab}" + (", tied output" if p.tied_embeddings else "")]
+        )
         if p.swa_type.value != "none":
             rows.append(["sliding window", f"{p.n_swa} ({p.swa_type.value})"])
         if p.mla is not None:

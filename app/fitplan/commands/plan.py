@@ -386,7 +386,9 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     p = make_plan(req)
     shell = Shell(args.shell) if args.shell else default_shell()
     argv = command_argv(req, p, args.program)
-    alts = what_would_change(req.profile, req.machine, req.pins, p, margin=req.margin, estimate_fn=req.estimate_fn)
+    alts = what_would_change(
+        req.profile, req.machine, req.pins, p, margin=req.margin, estimate_fn=req.estimate_fn
+    )
     if args.json:
         doc = plan_to_dict(req, p, argv, shell)
         doc["alternatives"] = [dataclasses.asdict(a) for a in alts]

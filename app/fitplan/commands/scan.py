@@ -78,7 +78,9 @@ def register(subparsers: Any) -> None:
     add_margin_arguments(p)
     # the old spelling of --margin, kept working
     p.add_argument("--margin-mib", dest="margin", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    p.add_argument("--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount")
+    p.add_argument(
+        "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
+    )
     p.set_defaults(handler=run, accepts_extra=False)
 
 
@@ -148,7 +150,9 @@ def _params(n: int) -> str:
 class ProgressLine:
     """A one-line "scanning: N files, M models" on a terminal, redrawn at most every `interval` seconds."""
 
-    def __init__(self, stream: Any, interval: float = 0.2, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, stream: Any, interval: float = 0.2, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.stream = out.unescaped(stream)  # counts only: fitplan's own \r and erase-line pass
         self.interval = interval
         self.clock = clock
@@ -176,12 +180,23 @@ _ANSWERS = {"fits": "yes", "offload": "with CPU offload", "no_fit": "no"}
 def format_text(result: ScanResult, fits: Sequence[FitAnswer | None]) -> str:
     rows = []
     for m, fit in zip(result.models, fits, strict=True):
-        answer = "?" if fit is None or fit.fits is None else ("no" if not fit.fits else _ANSWERS.get(fit.level, "yes"))
+        answer = (
+            "?"
+            if fit is None or fit.fits is None
+            else ("no" if not fit.fits else _ANSWERS.get(fit.level, "yes"))
+        )
         extra = " +mmproj" if m.mmproj_path else ""
         shards = f" ({len(m.shard_paths)} files)" if len(m.shard_paths) > 1 else ""
         rows.append(
-            [m.display_name + shards + extra, m.architecture, m.file_type, out.size(m.expected_size if m.header_only else m.file_size), _params(m.n_params),
-             m.n_ctx_train, answer]
+            [
+                m.display_name + shards + extra,
+                m.architecture,
+                m.file_type,
+                out.size(m.expected_size if m.header_only else m.file_size),
+                _params(m.n_params),
+                m.n_ctx_train,
+                answer,
+            ]
         )
     lines = [out.table(["model", "arch", "quant", "size", "params", "ctx", "fits"], rows, align="lllrrrl")]
     if not result.models:

@@ -107,7 +107,9 @@ def build_parser(prog: str = "fitplan-gui") -> argparse.ArgumentParser:
         epilog="With no MODEL the window opens on the last model (or a bundled example). The command-line tools "
         "are `fitplan COMMAND` (fitplan --help).",
     )
-    parser.add_argument("model", nargs="?", metavar="MODEL", help="a .gguf file or an http(s) URL of one to open")
+    parser.add_argument(
+        "model", nargs="?", metavar="MODEL", help="a .gguf file or an http(s) URL of one to open"
+    )
     return parser
 
 

@@ -105,7 +105,9 @@ class PlanOutcome:
     curve: CurveData | None = None
     plan_settings: LaunchSettings | None = None  # the settings the command line launches (after offload)
     notes: tuple[str, ...] = field(default=())
-    ollama: OllamaSetup | None = None  # engine ollama: its environment and Modelfile instead of a command line
+    ollama: OllamaSetup | None = (
+        None  # engine ollama: its environment and Modelfile instead of a command line
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,17 +127,23 @@ def _verdict_text(plan: Plan, v: CoreVerdict, n_ctx: int, has_gpu: bool) -> Verd
     if v.level is FitLevel.NO_FIT:
         shorts = "; ".join(s.describe() for s in plan.shortfalls or v.shortfalls)
         label = (plan.shortfalls or v.shortfalls)[0].label if (plan.shortfalls or v.shortfalls) else ""
-        return Verdict(VerdictLevel.NO_FIT, f"Does not fit at {fmt_ctx(n_ctx)} context: {shorts}.{slots}", label)
+        return Verdict(
+            VerdictLevel.NO_FIT, f"Does not fit at {fmt_ctx(n_ctx)} context: {shorts}.{slots}", label
+        )
     largest = plan.largest
     more = ""
     if largest is not None and largest.fits:
         if largest.capped_by_training:
             more = f" Up to {fmt_ctx(largest.n_ctx)} context fits (the model's training length)."
         else:
-            more = f" Up to {fmt_ctx(largest.n_ctx)} context fits; {largest.binding_label} memory is the limit."
+            more = (
+                f" Up to {fmt_ctx(largest.n_ctx)} context fits; {largest.binding_label} memory is the limit."
+            )
     if v.level is FitLevel.OFFLOAD:
         binding = largest.binding_label if largest is not None else ""
-        return Verdict(VerdictLevel.OFFLOAD, f"Fits only with {plan.placement.description}.{more}{slots}", binding)
+        return Verdict(
+            VerdictLevel.OFFLOAD, f"Fits only with {plan.placement.description}.{more}{slots}", binding
+        )
     tight = v.tightest
     where = (tight.label if has_gpu else "system RAM (CPU only)") if tight is not None else ""
     spare = fmt_gib(tight.headroom_bytes) if tight is not None else fmt_gib(0)
@@ -211,8 +219,11 @@ class Backend:
         m = model_source.load_model(source, find_mmproj=True)
         profile = m.profile
         if profile.is_mmproj:
-            raise GGUFError("this is a multimodal projector (mmproj); open the language model it belongs to", None,
-                            m.model_arg)
+            raise GGUFError(
+                "this is a multimodal projector (mmproj); open the language model it belongs to",
+                None,
+                m.model_arg,
+            )
         # an unknown architecture is already a warning of the profile's (the builder says it once)
         return LoadedModel(m.model_arg, profile, m.mmproj, profile.warnings, m.mmproj_note)
 
@@ -320,12 +331,14 @@ class Backend:
     def plan(self, request: PlanRequest) -> PlanOutcome:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.plan import planner
+
         model, settings, machine = request.model, request.settings, request.machine
         notes: list[str] = []
         export_settings = settings
         if settings.engine is Engine.OLLAMA and settings.n_ctx <= 0:
             # ollama picks num_ctx from the VRAM of the GPUs: plan at that context, export without pinning it.
             from fitplan.core import engines
+
             vram = sum(d.total_bytes for d in machine.gpus)
             resolved = engines.ollama_resolve(model.profile, settings, vram, len(machine.gpus))
             settings = resolved.settings
@@ -345,7 +358,9 @@ class Backend:
         )
         plan = planner.plan(model.profile, machine, pins, margin=margin, mmproj=mmproj)
         plan_settings: LaunchSettings = plan.settings
-        est: Estimate = plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine)
+        est: Estimate = (
+            plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine)
+        )
         verdict = _verdict_text(plan, planner.plan_verdict(plan, machine), settings.n_ctx, bool(machine.gpus))
         max_ctx = plan.largest.n_ctx if plan.fits and plan.largest is not None else 0
         curve = self.curve(model, plan_settings, machine) if request.with_curve else None
@@ -355,7 +370,15 @@ class Backend:
             auto = export_settings.n_ctx <= 0
             ollama = self.ollama_setup(model, replace(plan_settings, n_ctx=0) if auto else plan_settings)
         return PlanOutcome(
-            request.request_id, est, verdict, max_ctx, args, curve, plan_settings, (*notes, *plan.notes), ollama
+            request.request_id,
+            est,
+            verdict,
+            max_ctx,
+            args,
+            curve,
+            plan_settings,
+            (*notes, *plan.notes),
+            ollama,
         )
 
     def fit_level(self, request: PlanRequest) -> str:

@@ -76,7 +76,9 @@ def verify_summary(rows: list[dict[str, Any]]) -> str:
 MAX_CONFIG_CHARS = 200_000
 
 
-def kept_flags(args: tuple[str, ...], ignored: tuple[str, ...], unmodelled: tuple[str, ...]) -> tuple[str, ...]:
+def kept_flags(
+    args: tuple[str, ...], ignored: tuple[str, ...], unmodelled: tuple[str, ...]
+) -> tuple[str, ...]:
     """The pasted flags the plan's command does not write itself (those without a memory effect, and those whose
     effect fitplan does not model), each with its value, as argv words."""
     out: list[str] = []
@@ -201,7 +203,9 @@ class Planner(QObject):
         self.detection: Detection | None = None
         self.outcome: PlanOutcome | None = None
         self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
-        self.estimate_failed = False  # the newest request ended in an error (nothing of the last outcome is shown)
+        self.estimate_failed = (
+            False  # the newest request ended in an error (nothing of the last outcome is shown)
+        )
         self.estimator = Estimator(backend, self)
         self.jobs = Jobs(parent=self)
         self._scan_errors: list[str] = []
@@ -409,7 +413,9 @@ class Planner(QObject):
                 errors.append(f"{item.path}: {item.reason}")
 
         self.p.status.showMessage(f"Scanning {label}…")
-        self.jobs.start(f"Scanning {label}", scan, lambda n: self._scan_done(label, n, errors, announce), scanned)
+        self.jobs.start(
+            f"Scanning {label}", scan, lambda n: self._scan_done(label, n, errors, announce), scanned
+        )
 
     def _scan_done(self, label: str, n: int, errors: list[str], announce: bool) -> None:
         self._scan_errors = errors
@@ -419,7 +425,9 @@ class Planner(QObject):
         self.refresh_badges()
         if errors and announce:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            self.p.banner.show_message("warning", f"Some files could not be used: {errors[0]}{more}", key="scan")
+            self.p.banner.show_message(
+                "warning", f"Some files could not be used: {errors[0]}{more}", key="scan"
+            )
 
     # -- hardware ------------------------------------------------------------------------------------------------
     def _detected(self, detection: Detection) -> None:
@@ -443,7 +451,9 @@ class Planner(QObject):
 
     def _devices_changed(self) -> None:
         hw = self.p.hardware
-        self.user = replace(self.user, hypothetical_devices=hw.hypothetical(), planned_devices=hw.planned_names())
+        self.user = replace(
+            self.user, hypothetical_devices=hw.hypothetical(), planned_devices=hw.planned_names()
+        )
         machine = hw.machine()
         if machine is not None and machine.gpus:
             self.p.banner.clear("hardware")
@@ -503,8 +513,9 @@ class Planner(QObject):
                         loaded[source] = model
                     c = choices[source] or self.default_choices(model)
                     mm = model.mmproj.path if model.mmproj is not None else None
-                    request = PlanRequest(0, model, c.to_launch_settings(mm), machine, margin[source],
-                                          with_curve=False)
+                    request = PlanRequest(
+                        0, model, c.to_launch_settings(mm), machine, margin[source], with_curve=False
+                    )
                     levels[source] = self.backend.fit_level(request)
                 except FitplanError:
                     levels[source] = ""
@@ -532,7 +543,9 @@ class Planner(QObject):
         p.banner.clear("estimate-error")
         if outcome.curve is not None:
             trained = self.model.profile.n_ctx_train if self.model is not None else 0
-            p.chart.set_curve(outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context, trained)
+            p.chart.set_curve(
+                outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context, trained
+            )
             if outcome.verdict.level == VerdictLevel.NO_FIT:
                 p.chart.select_device(most_overfull(outcome), automatic=True)
             else:
@@ -542,8 +555,11 @@ class Planner(QObject):
         if p.settings.context_is_automatic():
             p.settings.show_context(outcome.estimate.settings.n_ctx)
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
-        p.verdict.setToolTip("Assumptions behind this estimate:\n• " + "\n• ".join(outcome.estimate.assumptions)
-                             if outcome.estimate.assumptions else "")
+        p.verdict.setToolTip(
+            "Assumptions behind this estimate:\n• " + "\n• ".join(outcome.estimate.assumptions)
+            if outcome.estimate.assumptions
+            else ""
+        )
         self._show_command(outcome, p.command.current_shell())
         if self.model is not None:
             p.models.set_fit(self.model.source, outcome.verdict.level)
@@ -584,8 +600,9 @@ class Planner(QObject):
                 text = self.backend.render_command((*outcome.args, *self.kept_args), shell)
         except FitplanError as exc:
             text = ""
-            self.p.banner.show_message("warning", f"The command cannot be written for this shell: {exc}",
-                                       key="command")
+            self.p.banner.show_message(
+                "warning", f"The command cannot be written for this shell: {exc}", key="command"
+            )
         else:
             self.p.banner.clear("command")
         self.p.command.set_command(text, engine)
@@ -602,8 +619,9 @@ class Planner(QObject):
         found = self._llama_server is not None
         self.p.command.set_verify_available(found)
         if not found:
-            self.p.banner.show_message("warning", f"No llama-server in {folder}; verification stays off.",
-                                       key="llama-bin")
+            self.p.banner.show_message(
+                "warning", f"No llama-server in {folder}; verification stays off.", key="llama-bin"
+            )
         else:
             self.p.banner.clear("llama-bin")
 
@@ -612,8 +630,16 @@ class Planner(QObject):
         outcome, machine = self.outcome, self.p.hardware.machine()
         if outcome is None or machine is None or self.model is None or not self.user.llama_bin_dir:
             return None
-        argv = [sys.executable, "-m", "fitplan", "verify", *outcome.args[1:], "--llama-bin", self.user.llama_bin_dir,
-                "--json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "fitplan",
+            "verify",
+            *outcome.args[1:],
+            "--llama-bin",
+            self.user.llama_bin_dir,
+            "--json",
+        ]
         for gpu in machine.gpus:
             argv += ["--assume-gpu", f"{gpu.name.replace('=', '-')}={gpu.free_bytes // MIB}MiB"]
         return argv
@@ -632,8 +658,7 @@ class Planner(QObject):
             return done.stdout
 
         self.p.activity.start("Running llama-fit-params…", None)
-        self.jobs.start("Verify with llama.cpp",
-                        run, lambda out: self._verified(out, hypothetical))
+        self.jobs.start("Verify with llama.cpp", run, lambda out: self._verified(out, hypothetical))
 
     def _verified(self, output: str, hypothetical: list[str]) -> None:
         self.p.activity.stop()
@@ -643,8 +668,10 @@ class Planner(QObject):
             rows = []
         text = verify_summary(rows)
         if hypothetical:
-            text += (f" llama-fit-params measured this machine's devices, not the hypothetical "
-                     f"{', '.join(hypothetical)}: compare per device with care.")
+            text += (
+                f" llama-fit-params measured this machine's devices, not the hypothetical "
+                f"{', '.join(hypothetical)}: compare per device with care."
+            )
         self.p.banner.show_message("info", text, key="verify")
 
     # -- a pasted command, saved and loaded configurations --------------------------------------------------------
@@ -669,14 +696,20 @@ class Planner(QObject):
                 self.user = self.user.with_choices(str(Path(model).expanduser()), choices)
                 self.open(str(Path(model).expanduser()))
             else:
-                self.p.banner.show_message("warning", f"The pasted command's model {model} is not on this "
-                                           "machine; its settings apply to the open model.", key="paste-model")
+                self.p.banner.show_message(
+                    "warning",
+                    f"The pasted command's model {model} is not on this "
+                    "machine; its settings apply to the open model.",
+                    key="paste-model",
+                )
         self.p.settings.set_choices(choices)
         self.p.settings.no_kv_offload.setChecked(imported.settings.no_kv_offload)
         self.schedule_estimate()
         if imported.unmodelled or imported.ignored:
             names = ", ".join(e.partition(" ")[0] for e in (*imported.unmodelled, *imported.ignored))
-            self.p.banner.show_message("info", f"Kept in the command, not in the estimate: {names}", key="paste-kept")
+            self.p.banner.show_message(
+                "info", f"Kept in the command, not in the estimate: {names}", key="paste-kept"
+            )
         self.p.status.showMessage("Settings taken from the pasted command", 4000)
 
     def save_configuration(self, path: str, kind: str = "") -> None:
@@ -690,12 +723,15 @@ class Planner(QObject):
         name = Path(path).name
         try:
             if name.lower().endswith(".ini") or "preset" in kind:
-                text = to_preset_ini(out.plan_settings, Path(self.model.source).stem or "model", self.model.source)
+                text = to_preset_ini(
+                    out.plan_settings, Path(self.model.source).stem or "model", self.model.source
+                )
             elif name == "Modelfile" or name.lower().endswith(".modelfile") or "Modelfile" in kind:
                 text = ollama_export(out.plan_settings, self.model.source).modelfile
             else:
-                shell = {".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}.get(Path(path).suffix.lower(),
-                                                                                self.p.command.current_shell())
+                shell = {".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}.get(
+                    Path(path).suffix.lower(), self.p.command.current_shell()
+                )
                 body = self.backend.render_command((*out.args, *self.kept_args), shell)
                 text = ("#!/bin/sh\n" if shell == "sh" else "") + body + "\n"
             Path(path).write_text(text, encoding="utf-8")

@@ -133,8 +133,11 @@ class FitScrollArea(QScrollArea):
         # A word-wrapped label's minimum is one line; at the width it has it may need more.
         for label in widget.findChildren(QLabel):
             if label.wordWrap() and label.isVisible() and label.width() > 0:
-                need += max(0, label.heightForWidth(label.width()) - max(label.minimumSizeHint().height(),
-                                                                          label.minimumHeight()))
+                need += max(
+                    0,
+                    label.heightForWidth(label.width())
+                    - max(label.minimumSizeHint().height(), label.minimumHeight()),
+                )
         width = room.width() - (self.verticalScrollBar().sizeHint().width() if need > room.height() else 0)
         widget.resize(width, max(room.height(), need))
 
@@ -229,8 +232,19 @@ class MainWindow(QMainWindow):
 
         self.planner = Planner(
             backend,
-            Panels(self.models, self.summary, self.hardware, self.settings, self.chart, self.verdict, self.devices,
-                   self.command, self.banner, self.statusBar(), self.activity),
+            Panels(
+                self.models,
+                self.summary,
+                self.hardware,
+                self.settings,
+                self.chart,
+                self.verdict,
+                self.devices,
+                self.command,
+                self.banner,
+                self.statusBar(),
+                self.activity,
+            ),
             user,
             config_dir,
             self,
@@ -239,8 +253,12 @@ class MainWindow(QMainWindow):
         self._set_tab_order()
         self.planner.model_loaded.connect(self._name_in_title)
         for widget, name in (
-            (self.verdict, "Verdict"), (self.chart.plot, "Memory by context chart"), (self.command.text, "Command"),
-            (self.models.table, "Models"), (self.hardware.list, "Devices to plan for"), (self.banner, "Message"),
+            (self.verdict, "Verdict"),
+            (self.chart.plot, "Memory by context chart"),
+            (self.command.text, "Command"),
+            (self.models.table, "Models"),
+            (self.hardware.list, "Devices to plan for"),
+            (self.banner, "Message"),
         ):
             widget.setAccessibleName(name)
         if user.window_geometry:
@@ -259,7 +277,9 @@ class MainWindow(QMainWindow):
         folder_action.triggered.connect(self.models.ask_add_folder)
         quants_action = QAction("Compare &quants…", self)
         quants_action.triggered.connect(self.compare_quants)
-        save_action = QAction("&Save configuration as…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Save))
+        save_action = QAction(
+            "&Save configuration as…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Save)
+        )
         save_action.triggered.connect(self._ask_save_configuration)
         load_action = QAction("&Load configuration…", self)
         load_action.triggered.connect(self._ask_load_configuration)
@@ -267,11 +287,21 @@ class MainWindow(QMainWindow):
         bin_action.triggered.connect(self._ask_llama_dir)
         quit_action = QAction("&Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
         quit_action.triggered.connect(self.close)
-        for a in (open_action, url_action, folder_action, quants_action, save_action, load_action, bin_action,
-                  quit_action):
+        for a in (
+            open_action,
+            url_action,
+            folder_action,
+            quants_action,
+            save_action,
+            load_action,
+            bin_action,
+            quit_action,
+        ):
             menu.addAction(a)
         edit = self.menuBar().addMenu("&Edit")
-        paste_action = QAction("&Paste llama-server command", self, shortcut=QKeySequence(QKeySequence.StandardKey.Paste))
+        paste_action = QAction(
+            "&Paste llama-server command", self, shortcut=QKeySequence(QKeySequence.StandardKey.Paste)
+        )
         paste_action.setToolTip("Set every control from a llama-server command on the clipboard")
         paste_action.triggered.connect(self.paste_command)
         edit.addAction(paste_action)
@@ -288,11 +318,17 @@ class MainWindow(QMainWindow):
         about_action.triggered.connect(self._about)
         help_menu.addAction(about_action)
         self.addAction(open_action)
-        self.actions_by_name = {"open": open_action, "copy": copy_action, "context": ctx_action,
-                                "paste": paste_action, "about": about_action, "save": save_action,
-                                "load": load_action, "quit": quit_action,
-                                "quants": quants_action}
-
+        self.actions_by_name = {
+            "open": open_action,
+            "copy": copy_action,
+            "context": ctx_action,
+            "paste": paste_action,
+            "about": about_action,
+            "save": save_action,
+            "load": load_action,
+            "quit": quit_action,
+            "quants": quants_action,
+        }
 
     def compare_quants(self, source: str = "") -> QuantsDialog:
         """The Compare quants dialog, for `source` (default: the folder of the open local model)."""
@@ -311,15 +347,21 @@ class MainWindow(QMainWindow):
             dialog.start()
         return dialog
 
-
     @staticmethod
     def about_text() -> str:
-        return (f"fitplan {__version__}\n\nWill this GGUF model fit on my machine, with what context, and how do I "
-                f"launch it?\n\nEstimates llama.cpp at commit {LLAMA_CPP_COMMIT} (build {LLAMA_CPP_BUILD}).")
+        return (
+            f"fitplan {__version__}\n\nWill this GGUF model fit on my machine, with what context, and how do I "
+            f"launch it?\n\nEstimates llama.cpp at commit {LLAMA_CPP_COMMIT} (build {LLAMA_CPP_BUILD})."
+        )
 
     def _about(self) -> None:
-        box = QMessageBox(QMessageBox.Icon.Information, "About fitplan", self.about_text(),
-                          QMessageBox.StandardButton.Ok, self)
+        box = QMessageBox(
+            QMessageBox.Icon.Information,
+            "About fitplan",
+            self.about_text(),
+            QMessageBox.StandardButton.Ok,
+            self,
+        )
         box.setTextFormat(Qt.TextFormat.PlainText)
         box.exec()
 
@@ -332,7 +374,9 @@ class MainWindow(QMainWindow):
     def paste_command(self) -> None:
         """Edit > Paste (Ctrl+V outside a text field): a llama-server command from the clipboard sets the controls."""
         focus = QGuiApplication.focusObject()
-        if (focus is not None and focus.inherits("QLineEdit")) or (focus is not None and focus.inherits("QAbstractSpinBox")):
+        if (focus is not None and focus.inherits("QLineEdit")) or (
+            focus is not None and focus.inherits("QAbstractSpinBox")
+        ):
             focus.paste()  # type: ignore[attr-defined]
             return
         clipboard = QGuiApplication.clipboard()
@@ -340,7 +384,9 @@ class MainWindow(QMainWindow):
 
     def _ask_save_configuration(self) -> None:
         path, chosen = QFileDialog.getSaveFileName(
-            self, "Save the configuration", self.models.start_folder,
+            self,
+            "Save the configuration",
+            self.models.start_folder,
             "llama-server preset (*.ini);;Shell script (*.sh *.ps1 *.bat);;ollama Modelfile (Modelfile *.modelfile)",
         )
         if path:
@@ -348,7 +394,9 @@ class MainWindow(QMainWindow):
 
     def _ask_load_configuration(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self, "Load a configuration", self.models.start_folder,
+            self,
+            "Load a configuration",
+            self.models.start_folder,
             "llama-server presets and scripts (*.ini *.sh *.ps1 *.bat *.cmd *.txt);;All files (*)",
         )
         if path:
@@ -357,13 +405,45 @@ class MainWindow(QMainWindow):
     def _set_tab_order(self) -> None:
         m, s, c = self.models, self.settings, self.command
         chain: list[QWidget] = [
-            m.open_button, m.url_button, m.folder_button, m.recent_button, m.filter_box, m.table,
-            s.engine, s.context_slider, s.context_box, s.ollama_auto, s.cache_k, s.cache_v, s.slots, s.unified,
-            s.flash, s.mmproj, s.gpu_layers_slider, s.gpu_layers, s.no_kv_offload, s.cpu_moe, s.mla, s.amb, s.fmoe, s.rtr, s.tail_tokens, s.tail_type,
-            s.overhead, s.margin, s.advanced,
-            self.hardware.list, self.hardware.catalog, self.hardware.add_catalog, self.hardware.size_box,
-            self.hardware.add_size, self.hardware.remove,
-            self.chart.device_box, c.shell, c.copy_button, c.text,
+            m.open_button,
+            m.url_button,
+            m.folder_button,
+            m.recent_button,
+            m.filter_box,
+            m.table,
+            s.engine,
+            s.context_slider,
+            s.context_box,
+            s.ollama_auto,
+            s.cache_k,
+            s.cache_v,
+            s.slots,
+            s.unified,
+            s.flash,
+            s.mmproj,
+            s.gpu_layers_slider,
+            s.gpu_layers,
+            s.no_kv_offload,
+            s.cpu_moe,
+            s.mla,
+            s.amb,
+            s.fmoe,
+            s.rtr,
+            s.tail_tokens,
+            s.tail_type,
+            s.overhead,
+            s.margin,
+            s.advanced,
+            self.hardware.list,
+            self.hardware.catalog,
+            self.hardware.add_catalog,
+            self.hardware.size_box,
+            self.hardware.add_size,
+            self.hardware.remove,
+            self.chart.device_box,
+            c.shell,
+            c.copy_button,
+            c.text,
         ]
         for a, b in itertools.pairwise(chain):
             self.setTabOrder(a, b)
@@ -376,8 +456,10 @@ class MainWindow(QMainWindow):
     # -- drag and drop -------------------------------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         mime = event.mimeData()
-        if self._sources(event) or dropped_folders(self._local(event)) or (
-            not mime.hasUrls() and mime.hasText() and looks_like_command(mime.text())
+        if (
+            self._sources(event)
+            or dropped_folders(self._local(event))
+            or (not mime.hasUrls() and mime.hasText() and looks_like_command(mime.text()))
         ):
             event.acceptProposedAction()
             self._show_drop_hint(True)

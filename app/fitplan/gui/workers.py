@@ -140,7 +140,11 @@ class _JobSignals(QObject):
 
 
 def run_job(
-    token: int, what: str, fn: Callable[[Callable[[Any], None]], Any], signals: _JobSignals, stop: threading.Event
+    token: int,
+    what: str,
+    fn: Callable[[Callable[[Any], None]], Any],
+    signals: _JobSignals,
+    stop: threading.Event,
 ) -> None:
     """The body of a one-shot job, on a pool thread: results and errors leave only as signals."""
 

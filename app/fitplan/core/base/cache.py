@@ -27,7 +27,11 @@ class AnchoredCache(Generic[V]):
         """The cached value for `key` computed from `anchors`, else `compute()` (outside the lock), stored."""
         with self._lock:
             hit = self._items.get(key)
-        if hit is not None and len(hit[0]) == len(anchors) and all(a is b for a, b in zip(hit[0], anchors, strict=True)):
+        if (
+            hit is not None
+            and len(hit[0]) == len(anchors)
+            and all(a is b for a, b in zip(hit[0], anchors, strict=True))
+        ):
             return hit[1]
         value = compute()
         with self._lock:

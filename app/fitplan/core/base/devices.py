@@ -43,7 +43,9 @@ class Device:
 def assumed_gpu(name: str, gib: float, vendor: Vendor = Vendor.NVIDIA) -> Device:
     """A hypothetical GPU of `gib` GiB, entirely free ("24 GiB GPU")."""
     total = int(gib * GIB)
-    return Device(name=name, kind=DeviceKind.GPU, total_bytes=total, free_bytes=total, vendor=vendor, hypothetical=True)
+    return Device(
+        name=name, kind=DeviceKind.GPU, total_bytes=total, free_bytes=total, vendor=vendor, hypothetical=True
+    )
 
 
 def host_device(total_bytes: int, free_bytes: int | None = None) -> Device:

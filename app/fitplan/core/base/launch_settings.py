@@ -83,7 +83,9 @@ class DraftSettings:
 class LaunchSettings:
     n_ctx: int = 0  # -c; 0 = the model's training context
     n_parallel: int = -1  # -np; -1 = server auto: 4 slots with a unified KV cache
-    kv_unified: bool | None = None  # -kvu / -no-kvu; None = the program's default (server: on when -np is auto)
+    kv_unified: bool | None = (
+        None  # -kvu / -no-kvu; None = the program's default (server: on when -np is auto)
+    )
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: FlashAttn = FlashAttn.AUTO

@@ -17,7 +17,9 @@ class TermKind(StrEnum):
     OUTPUT = "output"
     MMPROJ = "mmproj"
     DRAFT = "draft"
-    RESERVE = "reserve"  # per-GPU runtime reserve (CUDA context, cuBLAS workspace, pool): an explicit assumption
+    RESERVE = (
+        "reserve"  # per-GPU runtime reserve (CUDA context, cuBLAS workspace, pool): an explicit assumption
+    )
 
 
 #: Order in which terms are stacked in tables and charts.
@@ -70,7 +72,9 @@ class ResolvedContext:
     n_outputs_max: int
     flash_attn: bool
     n_gpu_layers: int  # resolved count, including the output layer (0..n_layer_all+1)
-    n_rs_seq: int = 0  # recurrent rollback snapshots per sequence (speculative decoding on rollback-capable archs)
+    n_rs_seq: int = (
+        0  # recurrent rollback snapshots per sequence (speculative decoding on rollback-capable archs)
+    )
     embeddings: bool = False  # the context returns embeddings (--embedding): the output buffer holds them too
 
 

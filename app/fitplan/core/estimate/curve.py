@@ -138,7 +138,9 @@ def estimate_curve(
             out[d, _KIND_INDEX[k], idx] = de.bytes_of(k)
 
     n_ctx, n_ctx_seq = _resolved_n_ctx(
-        context_memory.ContextGrid.of(ref.context, engines.memory_rules(settings.engine)), profile.n_ctx_train, ctxs[idx]
+        context_memory.ContextGrid.of(ref.context, engines.memory_rules(settings.engine)),
+        profile.n_ctx_train,
+        ctxs[idx],
     )
     n_ctx_out[idx] = n_ctx
     gpus = active_gpus(settings, machine)
@@ -176,7 +178,9 @@ def estimate_curve(
         out[dev_row[p.device], _KIND_INDEX[TermKind.COMPUTE], idx] = totals[row_i]
 
     if draft is not None and settings.draft is not None:
-        dcurve = estimate_curve(draft, draft_settings(settings), machine, [int(x) for x in n_ctx], reserve_bytes=0, cpu=cpu)
+        dcurve = estimate_curve(
+            draft, draft_settings(settings), machine, [int(x) for x in n_ctx], reserve_bytes=0, cpu=cpu
+        )
         out[:, _KIND_INDEX[TermKind.DRAFT], idx] = dcurve.used()
     return Curve(ctxs, n_ctx_out, devices, out)
 

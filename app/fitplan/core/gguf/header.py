@@ -19,9 +19,9 @@ DEFAULT_ARRAY_LIMIT = 4096
 HEADER_ONLY_KEY = "fitplan.header_only"
 
 
-
 #: The multimodal projector pseudo-architecture (llama.cpp tools/mtmd/clip.cpp loads general.architecture == "clip").
 MMPROJ_ARCHITECTURE = "clip"
+
 
 @dataclass(frozen=True, slots=True)
 class GGUFArray:

@@ -144,7 +144,9 @@ class FileSource:
         try:
             fd = open_regular_file(self._path)
         except NotRegularFileError as e:
-            raise FileAccessError("not a regular file (a folder, pipe, socket or device)", None, self._path) from e
+            raise FileAccessError(
+                "not a regular file (a folder, pipe, socket or device)", None, self._path
+            ) from e
         except OSError as e:
             raise FileAccessError(f"cannot open: {e.strerror or e}", None, self._path) from e
         self._f = os.fdopen(fd, "rb", buffering=0)
@@ -524,7 +526,9 @@ class _Parser:
             raise self.err(f"tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})", pos)
         pos += 4
         self.need(pos + 8 * n_dims + 12, f"tensor {name!r} shape, type and offset", pos)
-        shape: tuple[int, ...] = struct.unpack_from(f"{self.byte_order}{n_dims}q", self.buf, pos) if n_dims else ()
+        shape: tuple[int, ...] = (
+            struct.unpack_from(f"{self.byte_order}{n_dims}q", self.buf, pos) if n_dims else ()
+        )
         if any(d < 0 for d in shape):
             raise self.err(f"tensor {name!r} has a negative dimension {shape}", pos)
         n_el = 1
@@ -635,7 +639,9 @@ def split_count(h: GGUFHeader) -> int:
     count = _split_key(h, "split.count", MAX_SPLIT_COUNT) or 0
     tensors = _split_key(h, "split.tensors.count", 2**63)
     if tensors is not None and count > tensors + 1:
-        raise GGUFError(f"split.count {count} exceeds the split.tensors.count of {tensors} tensors", None, h.source)
+        raise GGUFError(
+            f"split.count {count} exceeds the split.tensors.count of {tensors} tensors", None, h.source
+        )
     return count
 
 

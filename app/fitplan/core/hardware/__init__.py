@@ -58,7 +58,9 @@ __all__ = [
 ]
 
 
-def default_probes(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> tuple[DeviceProbe, ...]:
+def default_probes(
+    env: Mapping[str, str] | None = None, platform: str = sys.platform
+) -> tuple[DeviceProbe, ...]:
     """The probes that make sense on `platform`, in llama.cpp's GPU order (CUDA, then ROCm, then Metal), then RAM."""
     environ = os.environ if env is None else env
     probes: list[DeviceProbe] = []

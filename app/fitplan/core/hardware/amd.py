@@ -63,7 +63,9 @@ class AmdSysfsProbe:
             used_s = _read(dev_dir / "mem_info_vram_used")
             slot = _slot(dev_dir)
             if total_s is None or not total_s.isdigit():
-                problems.append(f"AMD: {card.name} ({slot}): no readable mem_info_vram_total (amdgpu driver?)")
+                problems.append(
+                    f"AMD: {card.name} ({slot}): no readable mem_info_vram_total (amdgpu driver?)"
+                )
                 continue
             total = int(total_s)
             used = int(used_s) if used_s is not None and used_s.isdigit() else 0
@@ -87,7 +89,9 @@ class AmdSysfsProbe:
                 backend_name=f"ROCm{index}",
                 detail=f"PCI {slot}" if slot else "",
             )
-            gpus.append(DetectedGpu(device=dev, key=f"pci:{slot}", index=index, pci_bus_id=slot, used_bytes=used))
+            gpus.append(
+                DetectedGpu(device=dev, key=f"pci:{slot}", index=index, pci_bus_id=slot, used_bytes=used)
+            )
         return ProbeResult(gpus=tuple(gpus), problems=tuple(problems))
 
 
@@ -98,7 +102,9 @@ def _apply_visible(
     used: set[int] = set()
     for entry in (e.strip() for e in value.split(",") if value.strip()):
         if not entry.isdigit() or int(entry) >= len(gpus) or int(entry) in used:
-            problems.append(f"AMD: {var} entry {entry!r} is not a GPU index fitplan can match: it and the rest are ignored")
+            problems.append(
+                f"AMD: {var} entry {entry!r} is not a GPU index fitplan can match: it and the rest are ignored"
+            )
             break
         used.add(int(entry))
         out.append(gpus[int(entry)])

@@ -27,8 +27,18 @@ from fitplan.core.base.errors import FitplanError
 from fitplan.core.hardware.apple import estimated_metal_working_set
 from fitplan.core.hardware.config import AssumedGpu
 
-_UNITS = {"": GIB, "g": GIB, "gb": GIB, "gib": GIB, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_UNITS = {
+    "": GIB,
+    "g": GIB,
+    "gb": GIB,
+    "gib": GIB,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tib": 1 << 40,
+}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|m|tib|tb|t)?\s*$", re.IGNORECASE)
 _TRAILING_SIZE_RE = re.compile(r"^(.*?)[\s\-_]*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|tib|tb)\s*$", re.IGNORECASE)
 _COUNT_RE = re.compile(r"^\s*(\d+)\s*(?:[\*×]\s*|x(?:\s+|(?=\d)))(.+)$", re.IGNORECASE)
@@ -119,8 +129,8 @@ class GpuCatalog:
             keys = {normalise_name(gpu.name), *(normalise_name(a) for a in gpu.aliases)}
             for key in list(keys):
                 for prefix in _FAMILY_PREFIXES:  # "4090" for "RTX 4090", "7900xtx" for "RX 7900 XTX"
-                    if key.startswith(prefix) and key[len(prefix):][:1].isdigit():
-                        keys.add(key[len(prefix):])
+                    if key.startswith(prefix) and key[len(prefix) :][:1].isdigit():
+                        keys.add(key[len(prefix) :])
             for key in keys:
                 index.setdefault(key, []).append(gpu)
         return index
@@ -161,7 +171,9 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
         if count < 1:
             raise AssumedGpuError(f"{spec!r}: the GPU count must be at least 1")
         if count > MAX_ASSUMED_GPUS:  # llama.cpp uses at most llama_max_devices() = 16 devices
-            raise AssumedGpuError(f"{spec[:40]!r}: at most {MAX_ASSUMED_GPUS} GPUs (llama.cpp's device limit)")
+            raise AssumedGpuError(
+                f"{spec[:40]!r}: at most {MAX_ASSUMED_GPUS} GPUs (llama.cpp's device limit)"
+            )
     if "=" in text:
         name, _, size_text = text.partition("=")
         size = parse_size(size_text)
@@ -178,7 +190,9 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
     if size is not None:
         if size <= 0:
             raise AssumedGpuError(f"{spec!r}: the memory size must be positive")
-        return AssumedGpu(name=f"{size / GIB:g} GiB GPU", memory_bytes=size, vendor=Vendor.GENERIC, count=count)
+        return AssumedGpu(
+            name=f"{size / GIB:g} GiB GPU", memory_bytes=size, vendor=Vendor.GENERIC, count=count
+        )
     gpu = _find_quiet(cat, text)
     memory_gib: float | None = None
     if gpu is None:
@@ -188,7 +202,7 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
             bytes_ = parse_size(tm.group(2) + tm.group(3))
             memory_gib = bytes_ / GIB if bytes_ else None
     if gpu is None:
-        raise AssumedGpuError(f"{spec!r}: unknown GPU; give its memory as NAME=SIZE (e.g. \"{text}=16GiB\")")
+        raise AssumedGpuError(f'{spec!r}: unknown GPU; give its memory as NAME=SIZE (e.g. "{text}=16GiB")')
     base = gpu.assumed(memory_gib)
     return AssumedGpu(base.name, base.memory_bytes, base.vendor, count, base.unified_ram_bytes)
 
@@ -200,7 +214,9 @@ def _find_quiet(cat: GpuCatalog, name: str) -> CatalogGpu | None:
         return None
 
 
-def assumed_devices(specs: list[str] | tuple[str, ...], catalog: GpuCatalog | None = None) -> tuple[Device, ...]:
+def assumed_devices(
+    specs: list[str] | tuple[str, ...], catalog: GpuCatalog | None = None
+) -> tuple[Device, ...]:
     """Every device of every spec, in order ("2x RTX 3090" gives two)."""
     out: list[Device] = []
     for spec in specs:

@@ -57,7 +57,9 @@ def parse_vm_stat(text: str, total_bytes: int) -> HostMemory:
         lm = _VM_LINE.match(line.strip())
         if lm:
             pages[lm.group(1)] = int(lm.group(2))
-    avail_pages = pages.get("Pages free", 0) + pages.get("Pages inactive", 0) + pages.get("Pages speculative", 0)
+    avail_pages = (
+        pages.get("Pages free", 0) + pages.get("Pages inactive", 0) + pages.get("Pages speculative", 0)
+    )
     return HostMemory(
         total_bytes=total_bytes,
         available_bytes=min(total_bytes, avail_pages * page),

@@ -130,7 +130,11 @@ class NvmlProbe:
         problems: list[str] = []
         driver = _optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
         cuda_int = _optional(lambda: int(nvml.nvmlSystemGetCudaDriverVersion()))
-        cuda = f"{cuda_int // 1000}.{cuda_int % 1000 // 10}" if isinstance(cuda_int, int) and cuda_int > 0 else ""
+        cuda = (
+            f"{cuda_int // 1000}.{cuda_int % 1000 // 10}"
+            if isinstance(cuda_int, int) and cuda_int > 0
+            else ""
+        )
         count = int(nvml.nvmlDeviceGetCount())
         gpus: list[_Gpu] = []
         for i in range(count):
@@ -150,7 +154,9 @@ class NvmlProbe:
             if gpu.mig_enabled:
                 migs = [m for m in gpu.migs if mig_filter is None or m.uuid in mig_filter]
                 if not migs:
-                    problems.append(f"NVIDIA: {gpu.name} ({gpu.bus_id}) is in MIG mode with no MIG instance visible")
+                    problems.append(
+                        f"NVIDIA: {gpu.name} ({gpu.bus_id}) is in MIG mode with no MIG instance visible"
+                    )
                 for m in migs:
                     detected.append(self._mig_device(gpu, m, len(detected), driver, cuda))
             else:
@@ -283,7 +289,9 @@ class NvmlProbe:
             i = int(entry)
             return (ordered[i], None) if 0 <= i < len(ordered) else None
         low = entry.lower()
-        if low.startswith("mig-gpu-"):  # MIG-GPU-<uuid>/<gi>/<ci> (CUDA 11.0 form): instance ids are not in NVML
+        if low.startswith(
+            "mig-gpu-"
+        ):  # MIG-GPU-<uuid>/<gi>/<ci> (CUDA 11.0 form): instance ids are not in NVML
             parent = entry[4:].split("/")[0]
             gpu = next((g for g in ordered if g.uuid.lower() == parent.lower()), None)
             return (gpu, None) if gpu is not None else None

@@ -50,7 +50,9 @@ def build_machine(
     use_detected = not req.assume_gpus and not req.no_gpu
     needs_probe = use_detected or ram is None
     detected = (detect or hardware.detect_hardware)() if needs_probe else ProbeResult()
-    config = HardwareConfig(use_detected=use_detected, hypothetical=() if req.no_gpu else hyp, host_ram_bytes=ram)
+    config = HardwareConfig(
+        use_detected=use_detected, hypothetical=() if req.no_gpu else hyp, host_ram_bytes=ram
+    )
     machine = config.machine(detected)
     return Machine((*req.rpc, *machine.gpus), machine.host), tuple(detected.problems)
 

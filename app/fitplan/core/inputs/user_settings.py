@@ -222,7 +222,9 @@ class _Fields:
         if not _same_kind(value, default):
             self.bad(key, value)
             return default
-        lo_hi = CHOICE_RANGES.get(name) if isinstance(default, int) and not isinstance(default, bool) else None
+        lo_hi = (
+            CHOICE_RANGES.get(name) if isinstance(default, int) and not isinstance(default, bool) else None
+        )
         if lo_hi is not None and not lo_hi[0] <= value <= lo_hi[1]:  # type: ignore[operator]
             self.bad(key, value)
             return default
@@ -249,7 +251,9 @@ def _choices_from(raw: object, key: str, f: _Fields) -> ModelChoices | None:
         f.bad(key, raw)
         return None
     d = ModelChoices()
-    kw: dict[str, Any] = {n: f.get(raw, n, getattr(d, n), f"{key}.{n}") for n in ModelChoices.__dataclass_fields__}
+    kw: dict[str, Any] = {
+        n: f.get(raw, n, getattr(d, n), f"{key}.{n}") for n in ModelChoices.__dataclass_fields__
+    }
     for name, kind in (("flash_attn", FlashAttn), ("mmproj", MmprojPlacement), ("engine", Engine)):
         if kw[name] not in {e.value for e in kind}:
             f.bad(f"{key}.{name}", kw[name])
@@ -270,7 +274,12 @@ def _device_from(raw: object, key: str, f: _Fields) -> HypotheticalDevice | None
         f.bad(key, raw)
         return None
     name, total, vendor = raw.get("name"), raw.get("total_bytes"), raw.get("vendor", "nvidia")
-    if not isinstance(name, str) or not isinstance(total, int) or isinstance(total, bool) or not isinstance(vendor, str):
+    if (
+        not isinstance(name, str)
+        or not isinstance(total, int)
+        or isinstance(total, bool)
+        or not isinstance(vendor, str)
+    ):
         f.bad(key, raw)
         return None
     if not 0 < total < 2**60:
@@ -385,7 +394,10 @@ def load_user_settings(directory: Path | None = None) -> LoadResult:
         f" and {len(problems) - _MAX_PROBLEMS_SHOWN} more" if len(problems) > _MAX_PROBLEMS_SHOWN else ""
     )
     kept = f"; the file as it was is kept as {copy.name}" if copy is not None else ""
-    return _loaded(path, LoadResult(settings, f"Some saved settings were not valid and use their defaults: {shown}{kept}."))
+    return _loaded(
+        path,
+        LoadResult(settings, f"Some saved settings were not valid and use their defaults: {shown}{kept}."),
+    )
 
 
 def _aside(path: Path, suffix: str, why: str) -> LoadResult:
@@ -405,7 +417,9 @@ def _loaded(path: Path, result: LoadResult) -> LoadResult:
     return result
 
 
-def _merge_items(base: tuple[Any, ...], ours: tuple[Any, ...], disk: tuple[Any, ...], ours_first: bool) -> tuple[Any, ...]:
+def _merge_items(
+    base: tuple[Any, ...], ours: tuple[Any, ...], disk: tuple[Any, ...], ours_first: bool
+) -> tuple[Any, ...]:
     """A list field merged three ways: what we removed since `base` goes, what we added comes, the rest as on disk."""
     removed = [x for x in base if x not in ours]
     added = [x for x in ours if x not in base]
@@ -496,7 +510,9 @@ def save_user_settings(settings: UserSettings, directory: Path | None = None) ->
         with _locked(path):
             base = _synced.get(path)
             disk = _read_disk(path) if base is not None else None
-            merged = merge_settings(base, settings, disk) if base is not None and disk is not None else settings
+            merged = (
+                merge_settings(base, settings, disk) if base is not None and disk is not None else settings
+            )
             _write_atomic(path, merged)
     except OSError as exc:
         raise SettingsSaveError(

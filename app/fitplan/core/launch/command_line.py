@@ -209,7 +209,9 @@ def ollama_export(source: Plan | LaunchSettings, model_path: str, model_name: st
     ref = first_shard(model_path)
     check_printable(ref, "the Modelfile's FROM path")
     if ref != ref.strip() or ref.startswith('"'):
-        raise FlagError(f"the Modelfile's FROM path {ascii(ref)[:80]} starts with a quote or a blank, or ends with one")
+        raise FlagError(
+            f"the Modelfile's FROM path {ascii(ref)[:80]} starts with a quote or a blank, or ends with one"
+        )
     env = tuple(engines.ollama_environment(cfg).items())
     name = model_name or re.sub(
         r"[^a-z0-9_.-]+", "-", re.split(r"[\\/]", model_path)[-1].lower().removesuffix(".gguf")
@@ -228,7 +230,9 @@ def env_lines(env: Sequence[tuple[str, str]], shell: Shell | str) -> str:
         if sh is Shell.SH:
             lines.append(f"export {name}={quote(value, sh)}")
         elif sh is Shell.POWERSHELL:
-            lines.append(f"$env:{name} = {powershell_literal(value)}")  # every PowerShell single quote doubled
+            lines.append(
+                f"$env:{name} = {powershell_literal(value)}"
+            )  # every PowerShell single quote doubled
         else:
             if not _ENV_VALUE.fullmatch(value):
                 raise FlagError(f"{name}={value!r}: cmd.exe's set cannot carry this value unquoted")
@@ -342,6 +346,7 @@ def annotate(
 # ---------------------------------------------------------------------------------------------------------------------
 # Import
 # ---------------------------------------------------------------------------------------------------------------------
+
 
 def _pinned(word: str) -> tuple[str, ...]:
     """The flag keys one argv word pins: a spelling of a `FLAGS` row (ollama's pin the settings they set), or an

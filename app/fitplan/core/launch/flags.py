@@ -553,7 +553,11 @@ _DRAFT_DEFAULTS = DraftSettings(model_path="")
 def _w_n_max(row: Flag, src: Source) -> list[Written]:
     s = src.settings
     if s.draft is not None:
-        return [] if s.draft.n_max == _DRAFT_DEFAULTS.n_max else [row.emit(str(s.draft.n_max), key="draft.n_max")]
+        return (
+            []
+            if s.draft.n_max == _DRAFT_DEFAULTS.n_max
+            else [row.emit(str(s.draft.n_max), key="draft.n_max")]
+        )
     return _changed(row, src)
 
 
@@ -741,7 +745,9 @@ FLAGS: tuple[Flag, ...] = (
 
 #: Views of the table: mainline rows, engine rows, and every spelling.
 MEMORY_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if f.engine is None and f.names)
-ENGINE_FLAGS: tuple[tuple[Engine, Flag], ...] = tuple((f.engine, f) for f in FLAGS if f.engine is not None and f.names)
+ENGINE_FLAGS: tuple[tuple[Engine, Flag], ...] = tuple(
+    (f.engine, f) for f in FLAGS if f.engine is not None and f.names
+)
 FLAG_BY_KEY: dict[str, Flag] = {f.key: f for f in FLAGS}
 FLAG_BY_NAME: dict[str, Flag] = {n: f for f in FLAGS for n in f.names}
 _BY_NAME: dict[str, Flag] = {n: f for f in MEMORY_FLAGS for n in f.names}
@@ -872,7 +878,9 @@ class ParsedFlags:
     ignored: tuple[str, ...] = ()  # flags accepted and not affecting the estimate (with their values)
     rpc_servers: tuple[str, ...] = ()  # --rpc host:port,...
     unmodelled: tuple[str, ...] = ()  # accepted flags that do change memory but are not modelled
-    passthrough: tuple[str, ...] = ()  # the words of the ignored and unmodelled flags, to carry into a command
+    passthrough: tuple[
+        str, ...
+    ] = ()  # the words of the ignored and unmodelled flags, to carry into a command
 
 
 def parse_engine(value: str) -> Engine:
@@ -888,7 +896,9 @@ def parse_engine(value: str) -> Engine:
     try:
         return Engine(v)
     except ValueError:
-        raise FlagError(f"--engine: {_shown(value)} is not one of {', '.join(e.value for e in Engine)}") from None
+        raise FlagError(
+            f"--engine: {_shown(value)} is not one of {', '.join(e.value for e in Engine)}"
+        ) from None
 
 
 def _find_engine(args: Sequence[str]) -> Engine | None:
@@ -1049,7 +1059,9 @@ def _apply_ollama(values: dict[str, object], upd: dict[str, object], base: Launc
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def written_flags(settings: LaunchSettings, model_path: str | None = None, rpc_servers: Sequence[str] = ()) -> list[Written]:
+def written_flags(
+    settings: LaunchSettings, model_path: str | None = None, rpc_servers: Sequence[str] = ()
+) -> list[Written]:
     """Every flag a command line for the settings carries, in order (each row of `FLAGS` decides its own)."""
     src = Source(settings, model_path, tuple(rpc_servers))
     return [w for row in FLAGS if row.write is not None for w in row.write(row, src)]
@@ -1057,7 +1069,9 @@ def written_flags(settings: LaunchSettings, model_path: str | None = None, rpc_s
 
 #: Preset key (and a switch's value) -> the spelling it stands for.
 _PRESET_VALUE: dict[str, Flag] = {f.ini: f for f in FLAGS if f.ini and f.read is not None}
-_PRESET_SWITCH: dict[tuple[str, str], Flag] = {(f.ini, f.ini_value): f for f in FLAGS if f.ini and f.read is None}
+_PRESET_SWITCH: dict[tuple[str, str], Flag] = {
+    (f.ini, f.ini_value): f for f in FLAGS if f.ini and f.read is None
+}
 
 
 def preset_args(entries: Sequence[tuple[str, str]]) -> tuple[str, ...]:

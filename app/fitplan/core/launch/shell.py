@@ -87,7 +87,9 @@ _PS_SINGLE_QUOTES = frozenset("'\u2018\u2019\u201a\u201b")
 _PS_DOUBLE_QUOTES = frozenset('"\u201c\u201d\u201e')
 # A bare PowerShell argument: ASCII only, and it must not start like a number (argument mode converts `1e3`, `0x10`,
 # `007`, `1kb` to numbers), a variable, an operator or a type literal. Plain integers are kept bare.
-_PS_SAFE = re.compile(r"(?:[A-Za-z_/\\]|\.[A-Za-z_/\\.])[A-Za-z0-9_./\\:=+-]*|--?[A-Za-z][A-Za-z0-9_-]*|0|-?[1-9][0-9]*|\.")
+_PS_SAFE = re.compile(
+    r"(?:[A-Za-z_/\\]|\.[A-Za-z_/\\.])[A-Za-z0-9_./\\:=+-]*|--?[A-Za-z][A-Za-z0-9_-]*|0|-?[1-9][0-9]*|\."
+)
 
 #: Characters cmd.exe interprets on its command line; each is escaped with `^` (`%` gets one after it instead).
 _CMD_META = frozenset('()%!^"<>&|')
@@ -95,7 +97,35 @@ _CMD_META = frozenset('()%!^"<>&|')
 
 #: Words sh, bash and zsh read as reserved in the program's place (quoted there, they are plain words).
 _SH_RESERVED = frozenset(
-    ["!", "{", "}", "[[", "]]", "case", "coproc", "do", "done", "elif", "else", "end", "esac", "fi", "for", "foreach", "function", "if", "in", "nocorrect", "noglob", "repeat", "select", "then", "time", "until", "while"]
+    [
+        "!",
+        "{",
+        "}",
+        "[[",
+        "]]",
+        "case",
+        "coproc",
+        "do",
+        "done",
+        "elif",
+        "else",
+        "end",
+        "esac",
+        "fi",
+        "for",
+        "foreach",
+        "function",
+        "if",
+        "in",
+        "nocorrect",
+        "noglob",
+        "repeat",
+        "select",
+        "then",
+        "time",
+        "until",
+        "while",
+    ]
 )
 
 
@@ -180,7 +210,9 @@ def _escape_cmd(text: str) -> str:
 
 def _check_cmd(arg: str) -> None:
     if "\n" in arg or "\r" in arg:
-        raise ShellSyntaxError(f"cmd.exe cannot pass an argument that contains a line break: {ascii(arg)[:80]}")
+        raise ShellSyntaxError(
+            f"cmd.exe cannot pass an argument that contains a line break: {ascii(arg)[:80]}"
+        )
     if "!" in arg:
         raise ShellSyntaxError(
             f"cmd.exe cannot pass '!' the same way with and without delayed expansion: {ascii(arg)[:80]} "
@@ -232,7 +264,9 @@ def file_writing_lines(name: str, lines: Sequence[str], shell: Shell | str) -> t
         return ("@'", *lines, f"'@ | Set-Content {target}")
     for line in lines:
         _check_cmd(line)
-    return tuple(f"{'>' if i == 0 else '>>'} {target} echo({_escape_cmd(line)}" for i, line in enumerate(lines))
+    return tuple(
+        f"{'>' if i == 0 else '>>'} {target} echo({_escape_cmd(line)}" for i, line in enumerate(lines)
+    )
 
 
 _CONTINUATION = {Shell.SH: " \\", Shell.POWERSHELL: " `", Shell.CMD: " ^"}

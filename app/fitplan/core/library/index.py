@@ -21,7 +21,9 @@ from typing import Protocol
 from fitplan.core.base.files import read_json_file
 from fitplan.core.library.model import FileSummary
 
-INDEX_SCHEMA = 3  # 2: header-only files are models (schema 1 cached them as incomplete); 3: entries hold ctime_ns
+INDEX_SCHEMA = (
+    3  # 2: header-only files are models (schema 1 cached them as incomplete); 3: entries hold ctime_ns
+)
 #: The largest index read back (about 150 bytes an entry: a million files).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 
@@ -95,7 +97,11 @@ class JsonScanIndex(MemoryScanIndex):
             doc = read_json_file(self.path, MAX_INDEX_BYTES)
         except (OSError, ValueError):
             return
-        if not isinstance(doc, dict) or doc.get("schema") != INDEX_SCHEMA or not isinstance(doc.get("files"), dict):
+        if (
+            not isinstance(doc, dict)
+            or doc.get("schema") != INDEX_SCHEMA
+            or not isinstance(doc.get("files"), dict)
+        ):
             return
         for key, row in doc["files"].items():
             try:

@@ -312,7 +312,9 @@ class LibraryScanner:
                 continue
             state.seen_files.add(ident)
             state.counters.files_seen += 1
-            if not stat_mod.S_ISREG(st.st_mode):  # a FIFO, socket or device (also behind a link): never opened
+            if not stat_mod.S_ISREG(
+                st.st_mode
+            ):  # a FIFO, socket or device (also behind a link): never opened
                 out.append(SkippedFile(path, "not a regular file (a pipe, socket or device)"))
                 continue
             result = self._summary_of(path, st, state)
@@ -341,7 +343,9 @@ class LibraryScanner:
         try:
             header = self._reader(path)
             summary = summarise_header(header)
-        except IncompleteModelError as exc:  # header-only files (HEADER_ONLY_KEY) are complete: the reader says so
+        except (
+            IncompleteModelError
+        ) as exc:  # header-only files (HEADER_ONLY_KEY) are complete: the reader says so
             reason = _incomplete_reason(exc.actual_size, exc.expected_size)
             self.index.put(key, IndexEntry(st.st_size, st.st_mtime_ns, None, reason, path, ctime))
             return reason
@@ -378,7 +382,9 @@ class LibraryScanner:
             elif m and int(m.group("count")) > 1:
                 splits.setdefault((m.group("prefix"), int(m.group("count"))), {})[int(m.group("no"))] = f
             elif f.summary.split_count > 1:
-                yield SkippedFile(f.path, "one part of a split model whose file names do not follow -0000k-of-0000n")
+                yield SkippedFile(
+                    f.path, "one part of a split model whose file names do not follow -0000k-of-0000n"
+                )
             else:
                 models.append(f)
         if projectors and not models and not splits:
@@ -401,7 +407,11 @@ class LibraryScanner:
 
     @staticmethod
     def _model(
-        shards: list[_Found], root: LibraryRoot, mmproj: str | None, display: str = "", aliases: tuple[str, ...] = ()
+        shards: list[_Found],
+        root: LibraryRoot,
+        mmproj: str | None,
+        display: str = "",
+        aliases: tuple[str, ...] = (),
     ) -> LibraryModel:
         first = shards[0]
         s = first.summary
@@ -428,7 +438,9 @@ class LibraryScanner:
     def _scan_ollama(self, store: Path, root: LibraryRoot, state: _ScanState) -> Iterator[ScanEvent]:
         manifests = store / "manifests"
         blobs = store / "blobs"
-        by_digest: dict[str, list[tuple[str, str | None, str]]] = {}  # model digest -> (name, projector, manifest)
+        by_digest: dict[
+            str, list[tuple[str, str | None, str]]
+        ] = {}  # model digest -> (name, projector, manifest)
         for dirpath, dirnames, filenames in os.walk(manifests, onerror=None):
             dirnames.sort()
             for fn in sorted(filenames):
@@ -493,7 +505,8 @@ def pick_projector(model_path: str, projectors: list[str]) -> str | None:
     model = os.path.basename(model_path)
     first_word = name_tokens(model)[:1]
     fitting = [
-        p for p in projectors
+        p
+        for p in projectors
         if not name_tokens(os.path.basename(p)) or name_tokens(os.path.basename(p))[:1] == first_word
     ]
     if not fitting:
@@ -564,7 +577,7 @@ _HUB_RE = re.compile(r"(?:^|/)models--(?P<repo>[^/]+)/snapshots/[^/]+/(?P<rest>.
 
 
 def display_name(path: str, root: LibraryRoot) -> str:
-    """"org/repo: file.gguf" inside a hub cache, else the path under its root."""
+    """ "org/repo: file.gguf" inside a hub cache, else the path under its root."""
     posix = path.replace(os.sep, "/")
     m = _HUB_RE.search(posix)
     if m:

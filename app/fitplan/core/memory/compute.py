@@ -97,6 +97,7 @@ SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
 #: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
 
+
 def kv_type_id(name: str) -> int:
     """The ggml type of a mainline cache type name ("q8_0")."""
     return type_id(name)
@@ -720,7 +721,9 @@ class _PlanBuilder:
         v_rot: set[int] = set()
         if not inputs.ik_attention and profile.has_memory:
             for i, group in enumerate(_attn_layers(profile, trunk)):
-                n_rot_k, n_rot_v = _hadamard_rotations(profile, group, inputs.cache_type_k, inputs.cache_type_v)
+                n_rot_k, n_rot_v = _hadamard_rotations(
+                    profile, group, inputs.cache_type_k, inputs.cache_type_v
+                )
                 rot_bytes[i] = F32 * (n_rot_k * n_rot_k + n_rot_v * n_rot_v)
                 if n_rot_v:
                     v_rot.update(group)
@@ -1277,7 +1280,9 @@ def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
 
 
 def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
-    return max((f - _reuse(first, held, hole.at(nb, ns), f) for f, first, held, hole in p.ffn_holes), default=0)
+    return max(
+        (f - _reuse(first, held, hole.at(nb, ns), f) for f, first, held, hole in p.ffn_holes), default=0
+    )
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:

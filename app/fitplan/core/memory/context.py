@@ -40,8 +40,6 @@ SERVER_AUTO_PARALLEL = 4
 F32_BYTES = 4
 
 
-
-
 class CellRule(StrEnum):
     """How a cache's cell count follows the context."""
 
@@ -49,7 +47,9 @@ class CellRule(StrEnum):
     SWA = "swa"  # PAD(min(n_ctx_seq, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256); n_ctx_seq with --swa-full
     SEQUENCES = "sequences"  # recurrent rows: max(1, n_seq_max) * (1 + n_rs_seq), independent of n_ctx
     COMPRESSED = "compressed"  # DeepSeek-V4: PAD(max(1, ceil(n_ctx_seq / compress_ratio)), 256)
-    FIXED = "fixed"  # a fork's buffer whose size does not follow the context (KVarN stage and tail): one "cell"
+    FIXED = (
+        "fixed"  # a fork's buffer whose size does not follow the context (KVarN stage and tail): one "cell"
+    )
     KVARN_SWA = "kvarn_swa"  # beellama KVarN SWA records: 128 * (ceil(min(n_ctx_seq, n_swa)/128) + ceil(n_ubatch/128))
 
 
@@ -300,7 +300,9 @@ def sequence_layout(settings: LaunchSettings) -> tuple[int, bool]:
     return n_seq_max, kv_unified
 
 
-def context_grid(profile: ModelProfile, settings: LaunchSettings, rules: EngineMemory | None = None) -> ContextGrid:
+def context_grid(
+    profile: ModelProfile, settings: LaunchSettings, rules: EngineMemory | None = None
+) -> ContextGrid:
     """The context grid of `settings` under the engine's `rules` (None = mainline's; see `sequence_layout`)."""
     if rules is None:
         _mainline_only(settings, "context_grid")
@@ -455,13 +457,17 @@ def context_caches(
         return _dsv4_caches(profile, ctx, settings, tk, tk_name)
     if layout is archs.MemoryLayout.DSA_ISWA:
         # src/llama-kv-cache-dsa-iswa.cpp: non-SWA MLA cache, its indexer, then the window-sized SWA cache
-        out.append(kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT))
+        out.append(
+            kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
+        )
         if has_indexer:
             out.append(indexer())
         out.append(kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA))
     elif layout is not archs.MemoryLayout.RECURRENT:
         if split_swa and layout in (archs.MemoryLayout.KV, archs.MemoryLayout.HYBRID):
-            out.append(kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT))
+            out.append(
+                kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
+            )
             out.append(kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA))
         else:
             out.append(kv("llama_kv_cache", kv_layers, CellRule.CONTEXT))
@@ -479,7 +485,9 @@ def context_caches(
                 n_stream=1,
                 type_k="f32",
                 type_v="f32",
-                layer_rows=tuple((ly.index, F32_BYTES * ly.n_embd_r, F32_BYTES * ly.n_embd_s) for ly in rs_layers),
+                layer_rows=tuple(
+                    (ly.index, F32_BYTES * ly.n_embd_r, F32_BYTES * ly.n_embd_s) for ly in rs_layers
+                ),
                 cell_rule=CellRule.SEQUENCES,
                 layer_extra=tuple((ly.index, F32_BYTES * ly.n_embd_p) for ly in rs_layers if ly.n_embd_p),
             )
@@ -519,11 +527,14 @@ def _dsv4_caches(
     csa = [ly for ly in layers if ly.compress_ratio == archs.DSV4_CSA_RATIO]
     hca = [ly for ly in layers if ly.compress_ratio == archs.DSV4_HCA_RATIO]
     caches = [
-        k_only("llama_kv_cache (non-SWA)", [ly for ly in layers if not ly.is_swa], CellRule.CONTEXT, ctx.n_ctx_seq),
-        k_only("llama_kv_cache (SWA)", [ly for ly in layers if ly.is_swa], CellRule.SWA, swa_unified_cells),
         k_only(
-            "llama_kv_cache (CSA)", csa, CellRule.COMPRESSED, compressed_cells(ctx.n_ctx_seq, 4), ratio=4
+            "llama_kv_cache (non-SWA)",
+            [ly for ly in layers if not ly.is_swa],
+            CellRule.CONTEXT,
+            ctx.n_ctx_seq,
         ),
+        k_only("llama_kv_cache (SWA)", [ly for ly in layers if ly.is_swa], CellRule.SWA, swa_unified_cells),
+        k_only("llama_kv_cache (CSA)", csa, CellRule.COMPRESSED, compressed_cells(ctx.n_ctx_seq, 4), ratio=4),
         k_only(
             "llama_kv_cache (HCA)", hca, CellRule.COMPRESSED, compressed_cells(ctx.n_ctx_seq, 128), ratio=128
         ),

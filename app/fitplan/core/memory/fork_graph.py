@@ -19,7 +19,9 @@ class ForkGraph(Protocol):
         """The fork runs this model's attention as MLA (its latent cache), whatever the file says."""
         ...
 
-    def mla_v_copy_row(self, profile: ModelProfile, mla_mode: int, flash_attn: bool, cache_type_v: str) -> int:
+    def mla_v_copy_row(
+        self, profile: ModelProfile, mla_mode: int, flash_attn: bool, cache_type_v: str
+    ) -> int:
         """Bytes per cell of the transposed latent copy the fork keeps for V (0: none)."""
         ...
 

@@ -64,7 +64,6 @@ _OUTPUT_PREFIXES = (
 )
 
 
-
 class _Meta:
     """Typed access to `{arch}.*` metadata with llama.cpp's get_key / get_key_or_arr semantics."""
 
@@ -381,7 +380,9 @@ def _recurrent_layers(meta: _Meta, t: ArchTraits, d: _Dims) -> list[bool]:
             return [x != 0 for x in meta.key_or_arr("attention.recurrent_layers", n, [0] * n)]
         interval = meta.num(Keys.LLM.FULL_ATTENTION_INTERVAL, rec.default_interval)
         if interval <= 0:
-            d.warnings.append(f"{meta.full(Keys.LLM.FULL_ATTENTION_INTERVAL)} is missing; llama.cpp refuses this file")
+            d.warnings.append(
+                f"{meta.full(Keys.LLM.FULL_ATTENTION_INTERVAL)} is missing; llama.cpp refuses this file"
+            )
             interval = 1
         return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
     return [False] * n
@@ -502,17 +503,23 @@ def _ple_state(meta: _Meta, t: ArchTraits, d: _Dims) -> tuple[set[int], int]:
     ngram = meta.num("ple.ngram_size")
     conv = meta.num("ple.conv_kernel")
     heads = (ngram - 1) * meta.num("ple.heads_per_ngram")
-    state = (conv - 1) * ngram * meta.num("hyper_connection.count") * d.n_embd if heads > 0 and conv > 0 else 0
+    state = (
+        (conv - 1) * ngram * meta.num("hyper_connection.count") * d.n_embd if heads > 0 and conv > 0 else 0
+    )
     return set(ple_arr), state
 
 
-def _cache_owners(t: ArchTraits, d: _Dims, is_recr: list[bool], kv_from_start: int) -> tuple[list[bool], list[bool]]:
+def _cache_owners(
+    t: ArchTraits, d: _Dims, is_recr: list[bool], kv_from_start: int
+) -> tuple[list[bool], list[bool]]:
     """Which layers own KV and which hold recurrent state (src/llama-model.cpp:create_memory)."""
     n, n_layer = d.n_layer_all, d.n_layer
     layout = t.memory.layout
     if layout is MemoryLayout.KV:
         trunk_only = d.n_nextn > 0 and n_layer > 0 and d.router_layer < 0
-        own = [(kv_from_start < 0 or il < kv_from_start) and (not trunk_only or il < n_layer) for il in range(n)]
+        own = [
+            (kv_from_start < 0 or il < kv_from_start) and (not trunk_only or il < n_layer) for il in range(n)
+        ]
         return own, [False] * n
     if layout is MemoryLayout.RECURRENT:
         return [False] * n, [il < n_layer for il in range(n)]
@@ -521,7 +528,9 @@ def _cache_owners(t: ArchTraits, d: _Dims, is_recr: list[bool], kv_from_start: i
     if layout is MemoryLayout.DSV4:
         return [True] * n, [False] * n  # the raw cache has no layer filter (hparams_raw.n_layer_nextn = 0)
     if layout in (MemoryLayout.DSA, MemoryLayout.DSA_ISWA, MemoryLayout.MSA):
-        trunk_only = t.memory.mla_trunk_filter and d.n_nextn > 0  # filter_mla keeps the trunk with NextN layers
+        trunk_only = (
+            t.memory.mla_trunk_filter and d.n_nextn > 0
+        )  # filter_mla keeps the trunk with NextN layers
         return [not trunk_only or il < n_layer for il in range(n)], [False] * n
     return [False] * n, [False] * n
 
@@ -544,7 +553,9 @@ def _hybrid_owners(filt: HybridAttnFilter, d: _Dims, is_recr: list[bool]) -> tup
     return has_kv, holds_rs
 
 
-def _indexer_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool], ratios: list[int]) -> list[bool]:
+def _indexer_layers(
+    meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool], ratios: list[int]
+) -> list[bool]:
     """Which layers carry an indexer key cache (src/llama-model.cpp:create_memory filter_lid / filter_idx)."""
     rule = t.memory.indexer
     n_layer = d.n_layer
@@ -690,7 +701,9 @@ def _arch_warnings(t: ArchTraits) -> list[str]:
 def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
     """Resolve a model's hyper-parameters per layer, as llama.cpp's load_hparams + create_memory do."""
     headers, file_size = _headers(files)
-    hparam_warnings = validate_hparams(headers)  # every hyper-parameter checked once (raises HeaderValueError)
+    hparam_warnings = validate_hparams(
+        headers
+    )  # every hyper-parameter checked once (raises HeaderValueError)
     h = headers[0]
     if is_mmproj(h):
         return _mmproj_profile(headers, file_size)
@@ -705,7 +718,11 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
     ple_layers, ple_state = _ple_state(meta, t, d)
     kv_from_start = _kv_from_start(meta, t, d)
     has_kv, holds_rs = _cache_owners(t, d, is_recr, kv_from_start)
-    ratios = meta.key_or_arr("attention.compress_ratios", d.n_layer_all, d.zeros) if t.hparams.compressed_layers else d.zeros
+    ratios = (
+        meta.key_or_arr("attention.compress_ratios", d.n_layer_all, d.zeros)
+        if t.hparams.compressed_layers
+        else d.zeros
+    )
     indexer = _indexer_layers(meta, t, d, is_recr, ratios)
     plan = _LayerPlan(
         is_recr=is_recr, is_swa=is_swa, has_kv=has_kv, holds_rs=holds_rs, indexer=indexer, ratios=ratios,

@@ -188,7 +188,9 @@ class ModelProfile:
     #: attention.kv_lora_rank even when the GGUF lacks the *_mla keys (legacy DeepSeek files): mainline then runs
     #: them non-MLA, but ik_llama.cpp still keeps the latent cache (it decides MLA by architecture)
     kv_lora_rank: int = 0
-    indexer_head_size: int = 0  # elements per indexer-cache row (key_length x k-pool row count); 0 = no indexer cache
+    indexer_head_size: int = (
+        0  # elements per indexer-cache row (key_length x k-pool row count); 0 = no indexer cache
+    )
     clip: ClipParams | None = None  # the vision tower of an mmproj file
     #: attention.indexer.top_k: KV cells a DSA indexer keeps per token (0 = no top-k mask)
     indexer_top_k: int = 0

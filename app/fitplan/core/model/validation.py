@@ -32,19 +32,56 @@ UINT32_MAX = 2**32 - 1
 #: `{arch}.` keys fitplan reads as integers (fitplan.core.model.builder), with their smallest allowed value.
 INT_KEYS: dict[str, int] = dict.fromkeys(
     (
-        "attention.compress_ratios", "attention.head_count", "attention.head_count_kv",
-        "attention.indexer.key_length", "attention.indexer.kpool", "attention.indexer.top_k",
-        "attention.key_length", "attention.key_length_mla", "attention.key_length_swa", "attention.kv_lora_rank",
-        "attention.q_lora_rank", "attention.recurrent_layers", "attention.shared_kv_layers",
-        "attention.sliding_window", "attention.sliding_window_pattern", "attention.value_length",
-        "attention.value_length_mla", "attention.value_length_swa", "block_count", "context_length",
-        "embedding_length", "embedding_length_out", "expert_count", "expert_feed_forward_length",
-        "expert_group_used_count", "expert_shared_count", "expert_shared_feed_forward_length", "expert_used_count",
-        "feed_forward_length", "full_attention_interval", "hyper_connection.count", "kda.head_dim",
-        "leading_dense_block_count", "nextn_predict_layers", "num_loops", "ple.conv_kernel", "ple.heads_per_ngram",
-        "ple.layers", "ple.ngram_size", "pooling_type", "rope.dimension_count",
-        "rope.scaling.original_context_length", "shortconv.l_cache", "ssm.conv_kernel", "ssm.group_count",
-        "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "token_shift_count", "vocab_size",
+        "attention.compress_ratios",
+        "attention.head_count",
+        "attention.head_count_kv",
+        "attention.indexer.key_length",
+        "attention.indexer.kpool",
+        "attention.indexer.top_k",
+        "attention.key_length",
+        "attention.key_length_mla",
+        "attention.key_length_swa",
+        "attention.kv_lora_rank",
+        "attention.q_lora_rank",
+        "attention.recurrent_layers",
+        "attention.shared_kv_layers",
+        "attention.sliding_window",
+        "attention.sliding_window_pattern",
+        "attention.value_length",
+        "attention.value_length_mla",
+        "attention.value_length_swa",
+        "block_count",
+        "context_length",
+        "embedding_length",
+        "embedding_length_out",
+        "expert_count",
+        "expert_feed_forward_length",
+        "expert_group_used_count",
+        "expert_shared_count",
+        "expert_shared_feed_forward_length",
+        "expert_used_count",
+        "feed_forward_length",
+        "full_attention_interval",
+        "hyper_connection.count",
+        "kda.head_dim",
+        "leading_dense_block_count",
+        "nextn_predict_layers",
+        "num_loops",
+        "ple.conv_kernel",
+        "ple.heads_per_ngram",
+        "ple.layers",
+        "ple.ngram_size",
+        "pooling_type",
+        "rope.dimension_count",
+        "rope.scaling.original_context_length",
+        "shortconv.l_cache",
+        "ssm.conv_kernel",
+        "ssm.group_count",
+        "ssm.inner_size",
+        "ssm.state_size",
+        "ssm.time_step_rank",
+        "token_shift_count",
+        "vocab_size",
         "wkv.head_size",
     ),
     0,
@@ -55,8 +92,15 @@ FLOAT_KEYS: dict[str, bool] = {"rope.freq_base": False, "rope.scaling.factor": T
 CLIP_INT_KEYS = frozenset(
     f"clip.vision.{k}"
     for k in (
-        "attention.head_count", "block_count", "embedding_length", "feed_forward_length", "image_size",
-        "n_wa_pattern", "patch_size", "projection_dim", "spatial_merge_size",
+        "attention.head_count",
+        "block_count",
+        "embedding_length",
+        "feed_forward_length",
+        "image_size",
+        "n_wa_pattern",
+        "patch_size",
+        "projection_dim",
+        "spatial_merge_size",
     )
 )
 
@@ -80,7 +124,9 @@ def _scalars(v: MetadataValue) -> Iterable[int | float | str]:
 
 def _check_int(source: str, key: str, v: MetadataValue, lowest: int) -> None:
     if isinstance(v, GGUFArray) and v.length > LLAMA_MAX_LAYERS:
-        raise HeaderValueError(source, key, f"array of {v.length} values (llama.cpp reads at most {LLAMA_MAX_LAYERS})")
+        raise HeaderValueError(
+            source, key, f"array of {v.length} values (llama.cpp reads at most {LLAMA_MAX_LAYERS})"
+        )
     for x in _scalars(v):
         if isinstance(x, str):
             raise HeaderValueError(source, key, f"{_show(x)} is text, not a number")
@@ -91,7 +137,9 @@ def _check_int(source: str, key: str, v: MetadataValue, lowest: int) -> None:
                 raise HeaderValueError(source, key, f"{x} is not a whole number")
         n = int(x)
         if n < lowest:
-            raise HeaderValueError(source, key, f"{n} is negative" if lowest == 0 else f"{n} is below {lowest}")
+            raise HeaderValueError(
+                source, key, f"{n} is negative" if lowest == 0 else f"{n} is below {lowest}"
+            )
         if n > UINT32_MAX:
             raise HeaderValueError(source, key, f"{n} exceeds {UINT32_MAX}")
 
@@ -116,7 +164,7 @@ def _check_types(h: GGUFHeader, arch: str) -> None:
             continue
         if not key.startswith(prefix):
             continue
-        sub = key[len(prefix):]
+        sub = key[len(prefix) :]
         if sub in INT_KEYS:
             _check_int(h.source, key, v, INT_KEYS[sub])
         elif sub in FLOAT_KEYS:
@@ -143,32 +191,45 @@ def _per_layer(h: GGUFHeader, key: str, n_layer: int, default: int) -> list[int]
 def _check_layers(h: GGUFHeader, arch: str, blk: dict[int, set[str]], warnings: list[str]) -> int:
     n_layer = _num(h, f"{arch}.block_count")
     if n_layer > LLAMA_MAX_LAYERS:
-        raise HeaderValueError(h.source, f"{arch}.block_count", f"{n_layer} layers (llama.cpp holds at most {LLAMA_MAX_LAYERS})")
+        raise HeaderValueError(
+            h.source, f"{arch}.block_count", f"{n_layer} layers (llama.cpp holds at most {LLAMA_MAX_LAYERS})"
+        )
     nextn = _num(h, f"{arch}.nextn_predict_layers")
     if nextn > n_layer:
-        raise HeaderValueError(h.source, f"{arch}.nextn_predict_layers", f"{nextn} exceeds block_count {n_layer}")
+        raise HeaderValueError(
+            h.source, f"{arch}.nextn_predict_layers", f"{nextn} exceeds block_count {n_layer}"
+        )
     hp = traits_of(arch).hparams
     loops = _num(h, f"{arch}.num_loops", 1) if hp.layer_loops else 1
     if loops > 1 and (n_layer - nextn) * loops > LLAMA_MAX_LAYERS:
         raise HeaderValueError(
-            h.source, f"{arch}.num_loops",
+            h.source,
+            f"{arch}.num_loops",
             f"{loops} loops of {n_layer - nextn} layers exceed {LLAMA_MAX_LAYERS} layers",
         )
     top = max(blk, default=-1)
     if blk and top >= n_layer + (1 if hp.router_layer else 0):
-        warnings.append(f"tensors go up to blk.{top} but {arch}.block_count is {n_layer}; llama.cpp refuses such a file")
+        warnings.append(
+            f"tensors go up to blk.{top} but {arch}.block_count is {n_layer}; llama.cpp refuses such a file"
+        )
     elif blk and n_layer > top + 1 and not hp.layer_loops:
-        warnings.append(f"{arch}.block_count is {n_layer} but tensors stop at blk.{top}; llama.cpp would miss tensors")
+        warnings.append(
+            f"{arch}.block_count is {n_layer} but tensors stop at blk.{top}; llama.cpp would miss tensors"
+        )
     return n_layer
 
 
-def _check_heads(h: GGUFHeader, arch: str, n_layer: int, blk: dict[int, set[str]], warnings: list[str]) -> None:
+def _check_heads(
+    h: GGUFHeader, arch: str, n_layer: int, blk: dict[int, set[str]], warnings: list[str]
+) -> None:
     heads = _per_layer(h, f"{arch}.attention.head_count", n_layer, 0)
     kv = _per_layer(h, f"{arch}.attention.head_count_kv", n_layer, -1)
     for il, (nh, nkv) in enumerate(zip(heads, kv, strict=False)):
         if nkv > nh:
             key = f"{arch}.attention.head_count_kv"
-            raise HeaderValueError(h.source, key, f"{nkv} KV heads exceed the {nh} attention heads (layer {il})")
+            raise HeaderValueError(
+                h.source, key, f"{nkv} KV heads exceed the {nh} attention heads (layer {il})"
+            )
     with_attn = sorted(il for il, subs in blk.items() if subs & _ATTN_TENSORS)
     if with_attn and max(heads, default=0) == 0:
         warnings.append(
@@ -181,15 +242,23 @@ def _check_experts(h: GGUFHeader, tensors: Iterable[GGUFTensorInfo], arch: str, 
     exps = [t for t in tensors if "_exps" in t.name or "_chexps" in t.name]
     n_expert = _num(h, f"{arch}.expert_count")
     if exps and n_expert == 0:
-        raise HeaderValueError(h.source, f"{arch}.expert_count", f"0 or missing, but {exps[0].name} holds experts")
+        raise HeaderValueError(
+            h.source, f"{arch}.expert_count", f"0 or missing, but {exps[0].name} holds experts"
+        )
     used = max(_per_layer(h, f"{arch}.expert_used_count", 1, 0), default=0)
     if n_expert > 0 and used > n_expert:
-        raise HeaderValueError(h.source, f"{arch}.expert_used_count", f"{used} exceeds expert_count {n_expert}")
+        raise HeaderValueError(
+            h.source, f"{arch}.expert_used_count", f"{used} exceeds expert_count {n_expert}"
+        )
     if n_expert > 1 and used == 0:
-        warnings.append(f"{arch}.expert_count is {n_expert} but expert_used_count is 0; llama.cpp refuses this file")
+        warnings.append(
+            f"{arch}.expert_count is {n_expert} but expert_used_count is 0; llama.cpp refuses this file"
+        )
     stacked = {t.shape[2] for t in exps if len(t.shape) == 3 and "_exps" in t.name}
     if n_expert > 0 and stacked and stacked != {n_expert}:
-        warnings.append(f"{arch}.expert_count is {n_expert} but the expert tensors hold {sorted(stacked)} experts")
+        warnings.append(
+            f"{arch}.expert_count is {n_expert} but the expert tensors hold {sorted(stacked)} experts"
+        )
 
 
 def validate_hparams(headers: Sequence[GGUFHeader]) -> tuple[str, ...]:

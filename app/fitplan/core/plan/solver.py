@@ -155,7 +155,9 @@ class Solver:
             counts, cur = step
         return tuple(counts)
 
-    def _layer_costs(self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int) -> tuple[list[int], list[int]]:
+    def _layer_costs(
+        self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int
+    ) -> tuple[list[int], list[int]]:
         """Per offloaded layer index, the bytes it brings to its GPU (its weights, less the experts --n-cpu-moe
         keeps on the CPU, plus an even share of what the estimate adds: KV cache, recurrent state, row padding);
         per GPU, what it uses besides its layers (compute buffers, reserve). From one estimate at `counts`."""

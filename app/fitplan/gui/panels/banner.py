@@ -58,7 +58,9 @@ class _MessageRow(QFrame):
 
     def apply_theme(self) -> None:
         light, dark = LEVEL_COLOURS.get(self.message.level, LEVEL_COLOURS["info"])
-        self.setStyleSheet(f"QFrame#message {{ background: {dark if is_dark() else light}; border-radius: 4px; }}")
+        self.setStyleSheet(
+            f"QFrame#message {{ background: {dark if is_dark() else light}; border-radius: 4px; }}"
+        )
 
 
 class MessageBanner(QFrame):

@@ -37,7 +37,9 @@ MAJOR_TICKS = (1024, 4096, 32768, 131072, 1048576)
 
 def _ticks(lo: float, hi: float) -> list[list[tuple[float, str]]]:
     major = [(math.log2(c), fmt_ctx(c)) for c in MAJOR_TICKS if lo - 0.01 <= math.log2(c) <= hi + 0.01]
-    minor = [(math.log2(c), fmt_ctx(c)) for c in TICK_CONTEXTS if c not in MAJOR_TICKS and lo <= math.log2(c) <= hi]
+    minor = [
+        (math.log2(c), fmt_ctx(c)) for c in TICK_CONTEXTS if c not in MAJOR_TICKS and lo <= math.log2(c) <= hi
+    ]
     return [major, minor]
 
 
@@ -87,7 +89,9 @@ class ChartPanel(QWidget):
         self.legend = QLabel("")
         self.legend.setTextFormat(Qt.TextFormat.RichText)  # our own markup: term names and colours only
         self.legend.setWordWrap(True)
-        self.legend.setToolTip("Each coloured band is one part of the memory llama.cpp allocates on this device")
+        self.legend.setToolTip(
+            "Each coloured band is one part of the memory llama.cpp allocates on this device"
+        )
 
         # Stacked areas: each term's item fills from 0 to the cumulative top; lower terms are drawn above.
         self.areas: dict[TermKind, pg.PlotDataItem] = {}
@@ -95,39 +99,58 @@ class ChartPanel(QWidget):
             colour = QColor(TERM_COLOURS[kind])
             fill = QColor(colour)  # opaque: the bands overlap, each drawn from 0 up to its cumulative top
             area = pg.PlotDataItem(
-                [0.0], [0.0], pen=pg.mkPen(colour, width=1), fillLevel=0.0, fillBrush=pg.mkBrush(fill), antialias=False,
+                [0.0],
+                [0.0],
+                pen=pg.mkPen(colour, width=1),
+                fillLevel=0.0,
+                fillBrush=pg.mkBrush(fill),
+                antialias=False,
             )
             area.setZValue(-z)
             self.plot.addItem(area)
             self.areas[kind] = area
         self.capacity = pg.InfiniteLine(
-            angle=0, pen=pg.mkPen(CAPACITY_COLOUR, width=2),
-            label="free {value:.1f} GiB", labelOpts={"position": 0.08, "color": CAPACITY_COLOUR, "anchors": [(0, 1), (0, 1)]},
+            angle=0,
+            pen=pg.mkPen(CAPACITY_COLOUR, width=2),
+            label="free {value:.1f} GiB",
+            labelOpts={"position": 0.08, "color": CAPACITY_COLOUR, "anchors": [(0, 1), (0, 1)]},
         )
         self.margin_line = pg.InfiniteLine(
-            angle=0, pen=pg.mkPen(MARGIN_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-            label="margin", labelOpts={"position": 0.45, "color": MARGIN_COLOUR, "anchors": [(0.5, 0), (0.5, 0)]},
+            angle=0,
+            pen=pg.mkPen(MARGIN_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            label="margin",
+            labelOpts={"position": 0.45, "color": MARGIN_COLOUR, "anchors": [(0.5, 0), (0.5, 0)]},
         )
         self.margin_line.setToolTip("The margin kept free on each GPU: the plan must stay under this line")
         self.max_line = pg.InfiniteLine(
-            angle=90, pen=pg.mkPen(MAX_LINE_COLOUR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine),
-            label="", labelOpts={"position": 0.5, "color": MAX_LINE_COLOUR, "anchors": [(1, 0.5), (1, 0.5)]},
+            angle=90,
+            pen=pg.mkPen(MAX_LINE_COLOUR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine),
+            label="",
+            labelOpts={"position": 0.5, "color": MAX_LINE_COLOUR, "anchors": [(1, 0.5), (1, 0.5)]},
         )
         self.max_line.setToolTip("The largest context that fits the planned devices with the margin")
         self.context_line = pg.InfiniteLine(
-            angle=90, movable=True, pen=pg.mkPen(CONTEXT_LINE_COLOUR, width=2),
+            angle=90,
+            movable=True,
+            pen=pg.mkPen(CONTEXT_LINE_COLOUR, width=2),
             hoverPen=pg.mkPen(CONTEXT_LINE_COLOUR, width=4),
-            label="", labelOpts={"position": 0.95, "color": CONTEXT_LINE_COLOUR},
+            label="",
+            labelOpts={"position": 0.95, "color": CONTEXT_LINE_COLOUR},
         )
         self.context_line.setToolTip("The chosen context: drag to change it")
         self.trained = pg.InfiniteLine(
-            angle=90, pen=pg.mkPen("#999999", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-            label="trained {value:.0f}", labelOpts={"position": 0.04, "color": "#ffffff", "fill": (60, 60, 60, 190)},
+            angle=90,
+            pen=pg.mkPen("#999999", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            label="trained {value:.0f}",
+            labelOpts={"position": 0.04, "color": "#ffffff", "fill": (60, 60, 60, 190)},
         )
         self.trained.setToolTip("The model's training context: longer contexts may degrade quality")
         self.plot.addItem(self.trained, ignoreBounds=True)
         self.too_big = pg.LinearRegionItem(
-            values=(20, 21), movable=False, brush=pg.mkBrush(QColor(213, 94, 0, 45)), pen=pg.mkPen(None),
+            values=(20, 21),
+            movable=False,
+            brush=pg.mkBrush(QColor(213, 94, 0, 45)),
+            pen=pg.mkPen(None),
         )
         self.too_big.setZValue(5)
         for line in (self.capacity, self.margin_line, self.max_line):
@@ -250,7 +273,9 @@ class ChartPanel(QWidget):
         self.max_line.setVisible(bool(top))
         if top:
             self.max_line.setValue(start)
-            self.max_line.label.setFormat(f"fits up to {fmt_ctx(top)}" + (" (trained)" if by_training else ""))
+            self.max_line.label.setFormat(
+                f"fits up to {fmt_ctx(top)}" + (" (trained)" if by_training else "")
+            )
         self.too_big.setRegion((start, hi))
         self.too_big.setVisible(start < hi and not by_training)
         if top:
@@ -305,7 +330,9 @@ class ChartPanel(QWidget):
             if curve.bytes[d, t, i]
         ]
         total = curve.bytes[d, :, i].sum() / GIB
-        return f"At {fmt_ctx(int(curve.contexts[i]))}: total {total:.2f} GiB = " + " + ".join(parts) + " (GiB)"
+        return (
+            f"At {fmt_ctx(int(curve.contexts[i]))}: total {total:.2f} GiB = " + " + ".join(parts) + " (GiB)"
+        )
 
     def _hover(self, pos: QPointF) -> None:
         vb = self.plot.getPlotItem().getViewBox()

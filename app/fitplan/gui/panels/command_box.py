@@ -50,7 +50,9 @@ class CommandPanel(QWidget):
         self.copy_button.setToolTip("Copy the command to the clipboard (Ctrl+Shift+C)")
         self.copy_button.clicked.connect(self.copy)
         self.verify_button = QPushButton("Verify with llama.cpp")
-        self.verify_button.setToolTip("Run llama-fit-params from your llama.cpp build with these settings and compare")
+        self.verify_button.setToolTip(
+            "Run llama-fit-params from your llama.cpp build with these settings and compare"
+        )
         self.verify_button.clicked.connect(self.verify_requested.emit)
         self.verify_button.setVisible(False)
         self.copied = QLabel("")

@@ -100,7 +100,7 @@ class DeviceBarsPanel(QWidget):
             name, bar, text = self._row(i)
             margin = margin_bytes if de.device.kind is DeviceKind.GPU else 0
             self._fill(de, margin, name, bar, text)
-        for name, bar, text in self.rows[len(shown):]:
+        for name, bar, text in self.rows[len(shown) :]:
             for w in (name, bar, text):
                 w.setVisible(False)
 

@@ -41,7 +41,9 @@ class HardwarePanel(QWidget):
         self._host: Device | None = None
         self._items: list[Device] = []  # the device of each list row (rows carry their index)
         self.host_label = QLabel("System RAM: detecting…")
-        self.host_label.setToolTip("Host memory: holds the layers not offloaded, the embeddings and the output buffer")
+        self.host_label.setToolTip(
+            "Host memory: holds the layers not offloaded, the embeddings and the output buffer"
+        )
         self.host_ram = QDoubleSpinBox(suffix=" GiB", decimals=0, minimum=0.0, maximum=4096.0, value=0.0)
         self.host_ram.setSpecialValueText("as detected")
         self.host_ram.setToolTip(
@@ -114,7 +116,9 @@ class HardwarePanel(QWidget):
             self.host_label.setText("System RAM: unknown")
         self._rebuild(hypothetical, planned)
 
-    def set_hypothetical(self, devices: tuple[HypotheticalDevice, ...], planned: tuple[str, ...] | None) -> None:
+    def set_hypothetical(
+        self, devices: tuple[HypotheticalDevice, ...], planned: tuple[str, ...] | None
+    ) -> None:
         self._rebuild(devices, planned)
 
     def _rebuild(self, hypothetical: tuple[HypotheticalDevice, ...], planned: tuple[str, ...] | None) -> None:
@@ -151,7 +155,9 @@ class HardwarePanel(QWidget):
 
     def hypothetical(self) -> tuple[HypotheticalDevice, ...]:
         return tuple(
-            HypotheticalDevice(d.name, d.total_bytes, d.vendor.value) for d, _on in self.devices() if d.hypothetical
+            HypotheticalDevice(d.name, d.total_bytes, d.vendor.value)
+            for d, _on in self.devices()
+            if d.hypothetical
         )
 
     def planned_names(self) -> tuple[str, ...] | None:
@@ -165,7 +171,9 @@ class HardwarePanel(QWidget):
         if self._host is None:
             return None
         gib = self.host_ram.value()
-        return planned_machine([d for d, on in self.devices() if on], self._host, int(gib * GIB) if gib > 0 else None)
+        return planned_machine(
+            [d for d, on in self.devices() if on], self._host, int(gib * GIB) if gib > 0 else None
+        )
 
     # -- actions -------------------------------------------------------------------------------------------------
     def _unique(self, name: str) -> str:
@@ -203,4 +211,3 @@ class HardwarePanel(QWidget):
             return
         remaining = tuple(h for h in self.hypothetical() if h.name != device.name)
         self._rebuild(remaining, self.planned_names())
-

@@ -80,8 +80,12 @@ class LogContextSlider(QSlider):
     def _action(self, action: int) -> None:
         """Arrow keys, page keys and the wheel step along CONTEXT_GRID instead of by slider positions."""
         a = QAbstractSlider.SliderAction
-        steps = {a.SliderSingleStepAdd: 1, a.SliderSingleStepSub: -1, a.SliderPageStepAdd: 2,
-                 a.SliderPageStepSub: -2}.get(a(action))
+        steps = {
+            a.SliderSingleStepAdd: 1,
+            a.SliderSingleStepSub: -1,
+            a.SliderPageStepAdd: 2,
+            a.SliderPageStepSub: -2,
+        }.get(a(action))
         if steps is None:
             self._exact = None
             return
@@ -184,7 +188,9 @@ class SettingsPanel(QWidget):
         self.ubatch = QSpinBox(minimum=32, maximum=65536, singleStep=128)
         self.ubatch.setToolTip("Micro-batch (-ub): compute buffers scale with it (activations, logits)")
         self.margin = QSpinBox(minimum=0, maximum=MARGIN_MAX_MIB, singleStep=256, suffix=" MiB")
-        self.margin.setToolTip("Headroom kept free on every GPU (like --fit-target): the plan must leave this much")
+        self.margin.setToolTip(
+            "Headroom kept free on every GPU (like --fit-target): the plan must leave this much"
+        )
         # ik_llama.cpp
         self.mla = QComboBox()
         for mode, label in MLA_MODES.items():
@@ -294,8 +300,15 @@ class SettingsPanel(QWidget):
         for combo in (self.cache_k, self.cache_v, self.mmproj, self.flash, self.mla, self.tail_type):
             combo.currentIndexChanged.connect(self._emit)
         for spin in (
-            self.slots, self.gpu_layers, self.cpu_moe, self.batch, self.ubatch, self.margin, self.amb,
-            self.tail_tokens, self.overhead,
+            self.slots,
+            self.gpu_layers,
+            self.cpu_moe,
+            self.batch,
+            self.ubatch,
+            self.margin,
+            self.amb,
+            self.tail_tokens,
+            self.overhead,
         ):
             spin.valueChanged.connect(self._emit)
         for box in (self.unified, self.fmoe, self.rtr, self.no_kv_offload):
@@ -342,7 +355,9 @@ class SettingsPanel(QWidget):
         current = self._engine
         widest = 0
         for engine in Engine:
-            self._apply_engine(engine, fill_types=False)  # the type names are no wider than mainline's "iq4_nl"
+            self._apply_engine(
+                engine, fill_types=False
+            )  # the type names are no wider than mainline's "iq4_nl"
             widest = max(widest, self.minimumSizeHint().width())
         self._apply_engine(current, fill_types=False)
         return widest
@@ -402,13 +417,16 @@ class SettingsPanel(QWidget):
                 "PARAMETER num_gpu: layers on the GPU; each layer left out moves its weights and KV to RAM. "
                 "all (auto): ollama fits as many as it can"
             )
-            self.batch.setToolTip("PARAMETER num_batch: ollama passes it as -b and -ub; compute buffers scale with it")
+            self.batch.setToolTip(
+                "PARAMETER num_batch: ollama passes it as -b and -ub; compute buffers scale with it"
+            )
         else:
             self.cache_k.setToolTip(
                 "K cache type (-ctk): bytes per cached key element; q8_0 about halves f16." + kvarn
             )
             self.cache_v.setToolTip(
-                "V cache type (-ctv): bytes per cached value element; a quantized V needs flash attention." + kvarn
+                "V cache type (-ctv): bytes per cached value element; a quantized V needs flash attention."
+                + kvarn
             )
             self.slots.setToolTip(
                 "Parallel slots (-np): the context is shared between them; more slots mean more output buffer "
@@ -435,7 +453,9 @@ class SettingsPanel(QWidget):
                 "KV cache; 1 without flash attention adds a transposed V copy; 0 caches full K and V heads."
             )
         else:
-            self.mla.setToolTip("-mla applies to multi-head latent attention models only; this one runs as -mla 0")
+            self.mla.setToolTip(
+                "-mla applies to multi-head latent attention models only; this one runs as -mla 0"
+            )
         self.mla.setEnabled(self._is_mla)
         if not self._is_mla:
             self.mla.setCurrentIndex(max(0, self.mla.findData(0)))
@@ -540,7 +560,11 @@ class SettingsPanel(QWidget):
         self.gpu_layers_slider.blockSignals(True)
         self.gpu_layers_slider.setValue(top if value < 0 else min(value, top))
         self.gpu_layers_slider.blockSignals(False)
-        shown = f"all {top} of {top} layers (auto)" if value < 0 else f"{min(value, top)} of {top} layers on the GPU"
+        shown = (
+            f"all {top} of {top} layers (auto)"
+            if value < 0
+            else f"{min(value, top)} of {top} layers on the GPU"
+        )
         self.gpu_layers_of.setText(shown)
 
     def kv_offload_off(self) -> bool:

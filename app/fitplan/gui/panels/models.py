@@ -70,15 +70,29 @@ class ModelRow:
     @staticmethod
     def of(model: LoadedModel) -> ModelRow:
         p = model.profile
-        return ModelRow(model.source, p.name, p.architecture, p.file_type, max(p.file_size, p.weight_bytes), p.n_params,
-                        projector=model.mmproj is not None)
+        return ModelRow(
+            model.source,
+            p.name,
+            p.architecture,
+            p.file_type,
+            max(p.file_size, p.weight_bytes),
+            p.n_params,
+            projector=model.mmproj is not None,
+        )
 
     @staticmethod
     def of_entry(entry: LibraryModel) -> ModelRow:
         size = entry.expected_size if entry.header_only else entry.file_size
-        return ModelRow(entry.path, entry.name or entry.display_name, entry.architecture, entry.file_type, size,
-                        entry.n_params, example=entry.root_kind is RootKind.EXAMPLES,
-                        projector=entry.mmproj_path is not None)
+        return ModelRow(
+            entry.path,
+            entry.name or entry.display_name,
+            entry.architecture,
+            entry.file_type,
+            size,
+            entry.n_params,
+            example=entry.root_kind is RootKind.EXAMPLES,
+            projector=entry.mmproj_path is not None,
+        )
 
     @property
     def label(self) -> str:
@@ -100,12 +114,16 @@ class ModelTableModel(QAbstractTableModel):
     def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.HEADERS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> object:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return self.HEADERS[section]
         return None
 
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
+    def data(
+        self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> object:
         if not index.isValid():
             return None
         row = self._rows[index.row()]
@@ -113,12 +131,18 @@ class ModelTableModel(QAbstractTableModel):
         if role == PATH_ROLE:
             return row.path
         if role == Qt.ItemDataRole.ToolTipRole:
-            extra = "\nHeader-only example bundled with fitplan (no weights, real memory figures)" if row.example else ""
+            extra = (
+                "\nHeader-only example bundled with fitplan (no weights, real memory figures)"
+                if row.example
+                else ""
+            )
             pair = "\nwith its vision projector (mmproj)" if row.projector else ""
             if row.placeholder:
                 return plain_tip(f"{row.path}\nopened before; click to read its header again")
-            return plain_tip(f"{row.name}\n{row.arch}, {row.params / 1e9:.1f}B parameters, {row.quant}{pair}\n"
-                             f"{row.path}\n{FIT_WORDS.get(row.fit, '')}{extra}")
+            return plain_tip(
+                f"{row.name}\n{row.arch}, {row.params / 1e9:.1f}B parameters, {row.quant}{pair}\n"
+                f"{row.path}\n{FIT_WORDS.get(row.fit, '')}{extra}"
+            )
         if role == Qt.ItemDataRole.FontRole and row.example and col == 0:
             font = QFont()
             font.setItalic(True)
@@ -142,8 +166,12 @@ class ModelTableModel(QAbstractTableModel):
         for i, existing in enumerate(self._rows):
             if existing.path == row.path:
                 # what the scan knew (an example, its projector) and the last fit badge stay
-                self._rows[i] = replace(row, example=existing.example or row.example,
-                                        projector=existing.projector or row.projector, fit=row.fit or existing.fit)
+                self._rows[i] = replace(
+                    row,
+                    example=existing.example or row.example,
+                    projector=existing.projector or row.projector,
+                    fit=row.fit or existing.fit,
+                )
                 self.dataChanged.emit(self.index(i, 0), self.index(i, len(self.HEADERS) - 1))
                 return
         self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows))
@@ -242,7 +270,9 @@ class ModelsPanel(QWidget):
         narrow = event.size().width() < NARROW_WIDTH
         for col in OPTIONAL_COLUMNS:
             self.table.setColumnHidden(col, narrow)
-        self.table.setColumnHidden(QUANT_COLUMN, event.size().width() < VERY_NARROW_WIDTH)  # in the tooltip too
+        self.table.setColumnHidden(
+            QUANT_COLUMN, event.size().width() < VERY_NARROW_WIDTH
+        )  # in the tooltip too
         self._place_buttons(event.size().width() < BUTTONS_TWO_ROWS_WIDTH)
         super().resizeEvent(event)
 

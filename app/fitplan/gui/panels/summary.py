@@ -23,7 +23,16 @@ def file_size_text(p: ModelProfile) -> str:
 
 
 class SummaryPanel(QWidget):
-    FIELDS = ("Model", "Architecture", "Parameters", "File size", "Quant mix", "Trained context", "Layers", "Projector")
+    FIELDS = (
+        "Model",
+        "Architecture",
+        "Parameters",
+        "File size",
+        "Quant mix",
+        "Trained context",
+        "Layers",
+        "Projector",
+    )
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -33,7 +42,9 @@ class SummaryPanel(QWidget):
         self.values: dict[str, QLabel] = {}
         for name in self.FIELDS:
             label = QLabel("—")
-            label.setTextFormat(Qt.TextFormat.PlainText)  # header text from a stranger's file: never rich text
+            label.setTextFormat(
+                Qt.TextFormat.PlainText
+            )  # header text from a stranger's file: never rich text
             label.setWordWrap(True)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.values[name] = label

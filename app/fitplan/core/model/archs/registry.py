@@ -123,7 +123,9 @@ ARCH_SWA: dict[str, ArchSwa] = {
     "olmo2": ArchSwa(SwaRule.IF_WINDOW, 4),  # models/olmo2.cpp
     "afmoe": ArchSwa(SwaRule.IF_WINDOW, 4),  # models/afmoe.cpp
     "mellum": ArchSwa(SwaRule.IF_WINDOW, 4),  # models/mellum.cpp
-    "smallthinker": ArchSwa(SwaRule.IF_WINDOW, 4, dense_first=True, forced_window=4096),  # models/smallthinker.cpp
+    "smallthinker": ArchSwa(
+        SwaRule.IF_WINDOW, 4, dense_first=True, forced_window=4096
+    ),  # models/smallthinker.cpp
     "laguna": ArchSwa(SwaRule.IF_WINDOW, 4, dense_first=True),  # models/laguna.cpp
     "plamo3": ArchSwa(SwaRule.IF_WINDOW, 8),  # models/plamo3.cpp
     "muse-glimmer": ArchSwa(SwaRule.ALWAYS, 4),  # models/muse-glimmer.cpp
@@ -190,7 +192,10 @@ LAYER_LOOP_ARCHS = frozenset({"nanbeige"})
 #: models/granite-switch.cpp: a single-head router attention layer is appended at index n_real.
 ROUTER_LAYER_ARCHS = frozenset({"graniteswitch"})
 #: src/llama-hparams.cpp:has_kv / n_layer_kv_from_start: models/gemma3n.cpp (20), models/gemma4.cpp (shared_kv_layers).
-KV_SHARING: Mapping[str, KvSharing] = {"gemma3n": KvSharing.FROM_LAYER_20, "gemma4": KvSharing.SHARED_KV_LAYERS}
+KV_SHARING: Mapping[str, KvSharing] = {
+    "gemma3n": KvSharing.FROM_LAYER_20,
+    "gemma4": KvSharing.SHARED_KV_LAYERS,
+}
 #: models/minimax-01.cpp: n_embd_head_la = key_length.
 LINEAR_ATTN_KEY_HEAD_ARCHS = frozenset({"minimax-01"})
 #: src/llama-hparams.cpp:ple_conv_state, models/qwen4exp.cpp: the PLE conv history.
@@ -388,7 +393,9 @@ def _traits(a: str, known: bool = True) -> ArchTraits:
 
 
 #: Every known architecture's record.
-ARCHITECTURES: Mapping[str, ArchTraits] = MappingProxyType({a: _traits(a) for a in sorted(KNOWN_ARCHITECTURES)})
+ARCHITECTURES: Mapping[str, ArchTraits] = MappingProxyType(
+    {a: _traits(a) for a in sorted(KNOWN_ARCHITECTURES)}
+)
 
 #: Every table above that names architectures (checked by the tests: each name is a known architecture).
 NAME_TABLES: Mapping[str, frozenset[str]] = MappingProxyType(

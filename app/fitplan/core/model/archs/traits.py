@@ -35,7 +35,9 @@ class IndexerRule(StrEnum):
     TYPED = "typed"  # models/dots3note.cpp: attention.indexer.types (default off)
     AFTER_DENSE = "after_dense"  # models/minimax-m3.cpp: il >= leading_dense_block_count
     ATTENTION_TYPED = "attention_typed"  # models/glm5-next.cpp: attention layers, types default on
-    ATTENTION_IF_HEAD = "attention_if_head"  # models/qwen4exp.cpp: attention layers when indexer.key_length > 0
+    ATTENTION_IF_HEAD = (
+        "attention_if_head"  # models/qwen4exp.cpp: attention layers when indexer.key_length > 0
+    )
     DSV4_CSA = "dsv4_csa"  # src/llama-kv-cache-dsv4.cpp: the CSA layers (compress ratio 4)
 
 
@@ -60,7 +62,9 @@ class HParamTraits:
     reads_kda: bool = False  # kda.head_dim (Kimi delta attention)
     non_causal: bool = False  # hparams.causal_attn forced false
     has_encoder: bool = False  # src/llama-model.cpp:llama_model_has_encoder
-    nextn_needs_eh_proj: bool = False  # models/deepseek4.cpp: the MTP block counts only with its eh_proj tensor
+    nextn_needs_eh_proj: bool = (
+        False  # models/deepseek4.cpp: the MTP block counts only with its eh_proj tensor
+    )
     dense_when_single_expert: bool = False  # load_hparams: dense Hunyuan when expert_count <= 1
     rereads_head_lengths: bool = False  # models/plamo2.cpp re-reads key/value_length
     head_v_is_kv_lora: bool = False  # models/kimi-k3.cpp, glm5-next.cpp: the MLA cache holds the latent
@@ -94,7 +98,9 @@ class MemoryTraits:
 class GraphTraits:
     """src/models/<arch>.cpp graph builders: what changes the compute buffers' live set."""
 
-    parallel_attn_ffn: bool = False  # attention and FFN from one norm output (command-r, cohere2, phi2, plamo)
+    parallel_attn_ffn: bool = (
+        False  # attention and FFN from one norm output (command-r, cohere2, phi2, plamo)
+    )
     dense_ffn_only: bool = False  # models/refact.cpp: only the dense FFN is built
     weight_before_ffn: bool = False  # build_moe_ffn: llama4 scales the input by the router weights first
     embd_skip: bool = False  # the input embeddings stay live for a skip connection (talkie, hrm_text)
