@@ -39,7 +39,7 @@ def _device(doc: dict[str, object], index: int) -> dict[str, object]:
     return dev
 
 
-def test_estimate_ik_on_the_header_fixture(capsys: pytest.CaptureFixture[str]):
+def test_estimate_ik_on_the_header_fixture(capsys: pytest.CaptureFixture[str]) -> None:
     """The issue's command: ik_llama.cpp, -mla 3 -amb 512 at 32K on DeepSeek-V2-Lite's header."""
     rc, doc = _json(
         capsys,
@@ -72,7 +72,7 @@ def test_estimate_ik_on_the_header_fixture(capsys: pytest.CaptureFixture[str]):
     assert terms["kv"] == 972 * MIB
 
 
-def test_estimate_header_only_option_and_gpu(capsys: pytest.CaptureFixture[str]):
+def test_estimate_header_only_option_and_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = _json(
         capsys,
         ["estimate", DEEPSEEK, "--engine", "ik_llama.cpp", "-c", "32768", "--header-only", "--assume-gpu", "24GiB",
@@ -85,12 +85,12 @@ def test_estimate_header_only_option_and_gpu(capsys: pytest.CaptureFixture[str])
     assert gpu["transient"] == []
 
 
-def test_estimate_fork_flag_without_engine_is_bad_input(capsys: pytest.CaptureFixture[str]):
+def test_estimate_fork_flag_without_engine_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", DEEPSEEK, "-mla", "3", "--assume-gpu", "24GiB"]) == 2
     assert "--engine ik_llama.cpp" in capsys.readouterr().err
 
 
-def test_estimate_beellama_text_shows_the_transient_window(capsys: pytest.CaptureFixture[str]):
+def test_estimate_beellama_text_shows_the_transient_window(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["estimate", "--engine", "beellama", QWEN3_8B, "-c", "8192", "-np", "1", "-ctk", "kvarn4",
                "--assume-gpu", "24GiB"])  # fmt: skip
     out = capsys.readouterr().out
@@ -100,7 +100,7 @@ def test_estimate_beellama_text_shows_the_transient_window(capsys: pytest.Captur
     assert "engine beellama" in out
 
 
-def test_estimate_ollama_json(capsys: pytest.CaptureFixture[str]):
+def test_estimate_ollama_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = _json(capsys, ["estimate", "--engine", "ollama", QWEN3_8B, "OLLAMA_KV_CACHE_TYPE=q8_0",
                              "--assume-gpu", "24GiB", "--json"])  # fmt: skip
     assert rc == 0
@@ -118,7 +118,7 @@ def test_estimate_ollama_json(capsys: pytest.CaptureFixture[str]):
     assert any("VRAM tier" in a for a in doc["assumptions"])  # type: ignore[union-attr]
 
 
-def test_plan_ik_command(capsys: pytest.CaptureFixture[str]):
+def test_plan_ik_command(capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = _json(capsys, ["plan", "--engine", "ik_llama.cpp", DEEPSEEK, "-amb", "512", "-c", "32768",
                              "--header-only", "--assume-gpu", "24GiB", *HOST, "--json"])  # fmt: skip
     assert rc == 0 and doc["engine"] == "ik_llama.cpp"
@@ -128,7 +128,7 @@ def test_plan_ik_command(capsys: pytest.CaptureFixture[str]):
     assert "--fit" not in argv
 
 
-def test_plan_ollama_text(capsys: pytest.CaptureFixture[str]):
+def test_plan_ollama_text(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["plan", "--engine", "ollama", QWEN3_8B, "--num-ctx", "8192", "--kv-cache-type", "q8_0",
                "--header-only", "--assume-gpu", "24GiB", *HOST, "--shell", "sh"])  # fmt: skip
     out = capsys.readouterr().out
@@ -144,7 +144,7 @@ def test_plan_ollama_text(capsys: pytest.CaptureFixture[str]):
     [("sh", "export OLLAMA_NUM_PARALLEL=2"), ("powershell", "$env:OLLAMA_NUM_PARALLEL = '2'"),
      ("cmd", "set OLLAMA_NUM_PARALLEL=2")],
 )  # fmt: skip
-def test_command_ollama_per_shell(capsys: pytest.CaptureFixture[str], shell: str, line: str):
+def test_command_ollama_per_shell(capsys: pytest.CaptureFixture[str], shell: str, line: str) -> None:
     rc = main(["command", "--engine", "ollama", QWEN3_8B, "OLLAMA_NUM_PARALLEL=2", "--num-ctx", "4096",
                "--header-only", "--assume-gpu", "24GiB", *HOST, "--shell", shell])  # fmt: skip
     out = capsys.readouterr().out
@@ -153,7 +153,7 @@ def test_command_ollama_per_shell(capsys: pytest.CaptureFixture[str], shell: str
     assert "PARAMETER num_ctx 4096" in out
 
 
-def test_command_ollama_json_and_no_preset(capsys: pytest.CaptureFixture[str]):
+def test_command_ollama_json_and_no_preset(capsys: pytest.CaptureFixture[str]) -> None:
     rc, doc = _json(capsys, ["command", "--engine", "ollama", QWEN3_8B, "--num-ctx", "4096", "--header-only",
                              "--assume-gpu", "24GiB", *HOST, "--json"])  # fmt: skip
     assert rc == 0
@@ -165,7 +165,7 @@ def test_command_ollama_json_and_no_preset(capsys: pytest.CaptureFixture[str]):
                  *HOST]) == 2  # fmt: skip
 
 
-def test_command_beellama_feeds_back(capsys: pytest.CaptureFixture[str]):
+def test_command_beellama_feeds_back(capsys: pytest.CaptureFixture[str]) -> None:
     base = ["command", "--engine", "beellama", QWEN3_8B, "--header-only", "--assume-gpu", "24GiB", *HOST,
             "--shell", "sh"]  # fmt: skip
     assert main([*base, "-ctk", "kvarn4", "-ctv", "kvarn4", "--kv-tail-tokens", "1024", "-c", "16384"]) == 0

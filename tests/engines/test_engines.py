@@ -97,7 +97,7 @@ def mib(parts: tuple) -> float:
 # --- ik_llama.cpp -----------------------------------------------------------------------------------------------
 
 
-def test_ik_deepseek_lite_32k_k_only_vs_k_plus_v():
+def test_ik_deepseek_lite_32k_k_only_vs_k_plus_v() -> None:
     """ik_llama.cpp discussion #354 (2025-04-29), DeepSeek-Lite, 32K: K-only 972 MiB vs K576 + V512 1836 MiB.
 
     The 1836 MiB layout (a 576-wide K plus a 512-wide V per layer) is what mainline allocated then and what ik
@@ -108,7 +108,7 @@ def test_ik_deepseek_lite_32k_k_only_vs_k_plus_v():
     assert mib(ik_kv_cache(p, 32768, mla_mode=1, flash_attn=False)) == 1836.0
 
 
-def test_ik_deepseek_lite_65k_q8_kv_row_metadata():
+def test_ik_deepseek_lite_65k_q8_kv_row_metadata() -> None:
     """ik PR #240: 65K, -ctk q8_KV -mla 1 without FA: c^KV 985.50 MiB = 584 B (576 + 8 row meta) * 27 * 65536."""
     parts = ik_kv_cache(deepseek(27), 65536, mla_mode=1, flash_attn=False, type_k="q8_KV", type_v="f16")
     latent = next(p for p in parts if p.name.startswith("K"))
@@ -118,13 +118,13 @@ def test_ik_deepseek_lite_65k_q8_kv_row_metadata():
 
 
 @pytest.mark.parametrize(("ctx", "expected_mib"), [(32768, 1166.62), (65536, 2333.25)])
-def test_ik_deepseek_r1_q8_0_mla2(ctx, expected_mib):
+def test_ik_deepseek_r1_q8_0_mla2(ctx: int, expected_mib: float) -> None:
     """ik discussion #258, DeepSeek-R1 (61 layers) -mla 2 -fa -ctk q8_0: KV 1166.62 MiB at 32K, 2333.25 at 65K."""
     got = mib(ik_kv_cache(deepseek(61), ctx, mla_mode=2, flash_attn=True, type_k="q8_0", type_v="q8_0"))
     assert round(got, 2) == expected_mib  # 612 B * 61 * ctx
 
 
-def test_ik_mla_without_fa_uses_ctv_for_modes_2_and_3():
+def test_ik_mla_without_fa_uses_ctv_for_modes_2_and_3() -> None:
     p = deepseek(27)
     # -mla 2 without FA: the latent takes -ctv (f16: 576 * 2 B), not -ctk (q8_0 would be 612 B)
     mode2 = ik_kv_cache(p, 1024, mla_mode=2, flash_attn=False, type_k="q8_0", type_v="f16")
@@ -137,12 +137,12 @@ def test_ik_mla_without_fa_uses_ctv_for_modes_2_and_3():
         ik_kv_cache(p, 1024, mla_mode=2, flash_attn=False, type_k="q8_0", type_v="q8_0")
 
 
-def test_ik_mla0_is_decompressed_heads():
+def test_ik_mla0_is_decompressed_heads() -> None:
     # 16 heads * 192 K + 16 * 128 V, f16: 10240 B per cell per layer (ik's legacy layout), 27 layers, 1024 cells
     assert sum(x.bytes for x in ik_kv_cache(deepseek(27), 1024, mla_mode=0)) == 283_115_520
 
 
-def test_ik_amb_caps_attention_intermediate():
+def test_ik_amb_caps_attention_intermediate() -> None:
     p = deepseek(27)
     full = ik_attention_intermediate_bytes(p, 32768, 512, mla_mode=3, flash_attn=False, amb_mib=0)
     assert full == 1 << 30  # KQ: 32768 cells x 512 tokens x 16 heads x 4 B
@@ -150,7 +150,7 @@ def test_ik_amb_caps_attention_intermediate():
     assert capped == 256 * MIB  # 64 MiB per head -> 4 heads per chunk
 
 
-def test_ik_rejects_unknown_cache_type():
+def test_ik_rejects_unknown_cache_type() -> None:
     with pytest.raises(SettingsError):
         cache_row_bytes(Engine.LLAMA_CPP, "q6_0", 128)
     assert cache_row_bytes(Engine.IK_LLAMA, "q6_0", 128) == 4 * 26
@@ -180,7 +180,7 @@ def _kvarn(ctx: int, *, ctk: str = "kvarn4", tail: int = 0, np_: int = 1, unifie
     )
 
 
-def test_kvarn_record_sizes():
+def test_kvarn_record_sizes() -> None:
     # beellama's published table: record bytes per side
     assert [kvarn_record_bytes(b) for b in (2, 3, 4, 5, 6, 8)] == [4864, 6912, 8960, 11008, 13056, 17152]
 
@@ -194,14 +194,14 @@ def test_kvarn_record_sizes():
         (100000, "kvarn4", 128, 1892),  # KVarN4 at 100,000
     ],
 )
-def test_kvarn_qwen36_27b_matches_fit_log(ctx, ctk, tail, reported_context_mib):
+def test_kvarn_qwen36_27b_matches_fit_log(ctx: int, ctk: str, tail: int, reported_context_mib: float) -> None:
     """beellama docs/records/kvarn-tail-fit-remediation-completion-20260809.md (Vulkan fit, np 1, ub 512): the
     reported 'context' MiB is KV + recurrent state. Within 1 MiB of what the fork printed."""
     got = _kvarn(ctx, ctk=ctk, tail=tail) + QWEN36_RS_MIB
     assert abs(got - reported_context_mib) < 1.0
 
 
-def test_kvarn_parts_match_formula_breakdown():
+def test_kvarn_parts_match_formula_breakdown() -> None:
     """records 857.5 + stage 24 + tail 8.06 MiB at 50,000 tokens (beellama's published records)."""
     parts = {
         p.name: p.bytes / MIB
@@ -222,7 +222,7 @@ def test_kvarn_parts_match_formula_breakdown():
     assert round(parts["KVarN tail"], 2) == 8.06
 
 
-def test_kvarn_16k_to_64k_grows_each_side_by_420_mib():
+def test_kvarn_16k_to_64k_grows_each_side_by_420_mib() -> None:
     """beellama features doc: 16K -> 64K grows compressed K and V by 420 MiB each (16*8*384*8960 B)."""
 
     def records(ctx: int) -> float:
@@ -241,7 +241,7 @@ def test_kvarn_16k_to_64k_grows_each_side_by_420_mib():
     assert records(65536) - records(16384) == 2 * 420.0
 
 
-def test_kvarn_mtp_draft_cache_vs_f16():
+def test_kvarn_mtp_draft_cache_vs_f16() -> None:
     """MTP draft: one nextn layer (4 x 256) at ctx 212,992, 4 slots unified: f16 832 MiB, kvarn2 about 131 MiB."""
     nextn = (
         LayerProfile(
@@ -274,7 +274,7 @@ def test_kvarn_mtp_draft_cache_vs_f16():
     assert abs(sum(parts.values()) - 131) < 1.5  # reported "about 131"; formula gives 130.0
 
 
-def test_kvarn_promotes_the_other_side_and_rejects_bad_heads():
+def test_kvarn_promotes_the_other_side_and_rejects_bad_heads() -> None:
     assert kvarn_promote("kvarn4", "f16") == ("kvarn4", "kvarn4")
     assert kvarn_promote("q8_0", "kvarn3") == ("kvarn3", "kvarn3")
     bad = _profile(
@@ -304,7 +304,7 @@ def test_kvarn_promotes_the_other_side_and_rejects_bad_heads():
         )
 
 
-def test_kvarn_materialization_window():
+def test_kvarn_materialization_window() -> None:
     """Qwen3.6-27B: 4 KiB per token -> 128 MiB with a 32K chunk, 256 MiB with 64K (beellama's published records)."""
     p = qwen36_27b()
     assert kvarn_materialization_window_bytes(p, 100352, 1, chunk=32768) == 128 * MIB
@@ -318,16 +318,16 @@ def test_kvarn_materialization_window():
 @pytest.mark.parametrize(
     ("vram_gib", "ctx"), [(8, 4096), (22.9, 4096), (24, 32768), (46, 32768), (48, 262144)]
 )
-def test_ollama_vram_tier_default_context(vram_gib, ctx):
+def test_ollama_vram_tier_default_context(vram_gib: float, ctx: int) -> None:
     """ollama server/routes.go: >= 47 GiB -> 262144, >= 23 GiB -> 32768, else 4096."""
     assert ollama_default_num_ctx(int(vram_gib * GIB)) == ctx
 
 
-def test_ollama_gpu_overhead_lowers_the_tier():
+def test_ollama_gpu_overhead_lowers_the_tier() -> None:
     assert ollama_default_num_ctx(24 * GIB, gpu_overhead_bytes=2 * GIB) == 4096
 
 
-def test_ollama_builds_llama_server_args_and_exports():
+def test_ollama_builds_llama_server_args_and_exports() -> None:
     cfg = OllamaConfig(num_parallel=2, kv_cache_type="q8_0", flash_attention=True)
     args = ollama_llama_server_args(cfg, n_ctx_train=131072, total_vram_bytes=24 * GIB, n_gpus=1)
     # ollama multiplies the per-request context by the slots and passes -np without -kvu
@@ -344,7 +344,7 @@ def test_ollama_builds_llama_server_args_and_exports():
 # --- through context_memory (what the estimator calls) -----------------------------------------------------------
 
 
-def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
+def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact() -> None:
     from fitplan.core.base.launch_settings import LaunchSettings
     from fitplan.core.engines import engine_context_caches as context_caches
     from fitplan.core.engines import resolve_context
@@ -381,7 +381,7 @@ def test_context_memory_dispatches_to_the_fork_and_curves_stay_exact():
     assert round(sum(c.bytes for c in context_caches(deepseek(61), dctx, ik)) / MIB, 2) == 1166.62
 
 
-def test_fork_settings_are_validated():
+def test_fork_settings_are_validated() -> None:
     from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings
     from fitplan.core.engines import resolve_context
 

@@ -80,7 +80,7 @@ def qwen36_27b(nextn: bool = False) -> ModelProfile:
 # --- ik_llama.cpp -------------------------------------------------------------------------------------------------
 
 
-def test_ik_defaults_are_fa_on_and_mla_3():
+def test_ik_defaults_are_fa_on_and_mla_3() -> None:
     s = settings("--engine", "ik_llama.cpp")
     assert s.engine is Engine.IK_LLAMA
     assert s.flash_attn is FlashAttn.ON and s.mla_mode == 3 and s.fused_moe
@@ -88,7 +88,7 @@ def test_ik_defaults_are_fa_on_and_mla_3():
     assert settings("--engine", "ik_llama.cpp", "-fa", "off", "-mla", "1").flash_attn is FlashAttn.OFF
 
 
-def test_ik_deepseek_lite_32k_kv_through_the_estimate():
+def test_ik_deepseek_lite_32k_kv_through_the_estimate() -> None:
     """ik discussion #354: DeepSeek-Lite at 32K with FlashMLA: K-only cache 972 MiB (576 * 2 B * 27 * 32768)."""
     est = estimate(
         sparse("deepseek-v2-lite"), settings("--engine", "ik_llama.cpp", "-c", "32768"), machine(24)
@@ -99,7 +99,7 @@ def test_ik_deepseek_lite_32k_kv_through_the_estimate():
     assert not any("ik_llama.cpp" in a for a in mainline.assumptions)
 
 
-def test_ik_mla1_without_fa_adds_the_transposed_v_cache():
+def test_ik_mla1_without_fa_adds_the_transposed_v_cache() -> None:
     """ik PR #240 layout at 32K: c^KV q8_KV 584 B/row + kv^T f16 512 * 2 B/row, 27 layers x 32768 cells."""
     s = settings(
         "--engine", "ik_llama.cpp", "-c", "32768", "-mla", "1", "-fa", "off", "-ctk", "q8_KV", "-np", "1"
@@ -108,7 +108,7 @@ def test_ik_mla1_without_fa_adds_the_transposed_v_cache():
     assert kv_bytes(est) == 27 * 32768 * (584 + 1024)
 
 
-def test_ik_rtr_makes_host_weights_anonymous():
+def test_ik_rtr_makes_host_weights_anonymous() -> None:
     """-rtr repacks at load and forces --no-mmap: the host weights are no longer file-backed."""
     p = sparse("deepseek-v2-lite")
     plain = estimate(p, settings("--engine", "ik_llama.cpp", "-c", "4096", "-dev", "none"), machine())
@@ -124,7 +124,7 @@ def test_ik_rtr_makes_host_weights_anonymous():
     assert rtr.settings.load_mode is LoadMode.AUTO and rtr.settings.run_time_repack
 
 
-def test_ik_fmoe_and_amb_are_noted():
+def test_ik_fmoe_and_amb_are_noted() -> None:
     s = settings("--engine", "ik_llama.cpp", "-c", "32768", "-amb", "512", "-fa", "off")
     est = estimate(sparse("deepseek-v2-lite"), s, machine(24))
     notes = " ".join(est.assumptions)
@@ -137,7 +137,7 @@ def test_ik_fmoe_and_amb_are_noted():
 # --- beellama.cpp ---------------------------------------------------------------------------------------------
 
 
-def test_beellama_kvarn_kv_through_the_estimate():
+def test_beellama_kvarn_kv_through_the_estimate() -> None:
     """beellama fit record (beellama's published records): Qwen3.6-27B at 50,000 (-> 50,176) with kvarn4 and a 128-token tail:
     records 857.5 + stage 24 + tail 8.0625 MiB (the reported 1039 MiB adds 149 MiB of recurrent state)."""
     s = settings("--engine", "beellama", "-c", "50000", "-np", "1", "-ctk", "kvarn4", "-ctv", "kvarn4",
@@ -146,7 +146,7 @@ def test_beellama_kvarn_kv_through_the_estimate():
     assert kv_bytes(est) / MIB == 857.5 + 24 + 8.0625
 
 
-def test_beellama_materialization_window_is_transient_per_gpu():
+def test_beellama_materialization_window_is_transient_per_gpu() -> None:
     """The CUDA prefill window: min(n_kv, 65536) x 4 heads x 1 stream x (256 + 256) x 2 B = 256 MiB at 100,352
     cells (beellama's published records: 4 KiB per token -> 256 MiB at the 64K chunk), on each GPU with attention layers,
     shown apart and not in used_bytes."""
@@ -164,14 +164,14 @@ def test_beellama_materialization_window_is_transient_per_gpu():
     assert not any(d.transient for d in nkvo.devices)
 
 
-def test_beellama_window_grows_with_context_below_the_chunk():
+def test_beellama_window_grows_with_context_below_the_chunk() -> None:
     # 8192 cells: 8192 x 4 x 512 x 2 B = 32 MiB
     s = settings("--engine", "beellama", "-c", "8192", "-np", "1", "-ctk", "kvarn3")
     est = estimate(qwen36_27b(), s, machine(24))
     assert [t.bytes for t in est.devices[0].transient] == [32 * MIB]
 
 
-def test_standard_cache_types_have_no_window():
+def test_standard_cache_types_have_no_window() -> None:
     est = estimate(qwen36_27b(), settings("--engine", "beellama", "-c", "8192", "-ctk", "q4_0"), machine(24))
     assert not est.devices[0].transient
 
@@ -186,7 +186,7 @@ def test_standard_cache_types_have_no_window():
         ("kvarn2", 123.5 + 4.5 + 2.015625),
     ],
 )
-def test_beellama_mtp_draft_cache(draft_type: str, expected_mib: float):
+def test_beellama_mtp_draft_cache(draft_type: str, expected_mib: float) -> None:
     """MTP draft context (beellama's published records): the NextN layer only, at the target's context, 4 unified slots."""
     s = settings("--engine", "beellama", "-c", "212992", "-np", "4", "-kvu", "--spec-type", "draft-mtp",
                  "-ctkd", draft_type, "-ctvd", draft_type)  # fmt: skip
@@ -198,7 +198,7 @@ def test_beellama_mtp_draft_cache(draft_type: str, expected_mib: float):
     assert kv_bytes(main) == kv_bytes(est)
 
 
-def test_beellama_swa_cache_types_and_tail_forms():
+def test_beellama_swa_cache_types_and_tail_forms() -> None:
     s = settings("--engine", "beellama", "-ctk", "q8_0", "--cache-type-k-swa", "kvarn4", "--cache-type-v-swa",
                  "kvarn4", "--kv-tail-tokens", "full=auto,swa=256")  # fmt: skip
     assert (s.cache_type_k_swa, s.cache_type_v_swa) == ("kvarn4", "kvarn4")
@@ -208,7 +208,7 @@ def test_beellama_swa_cache_types_and_tail_forms():
 # --- ollama ---------------------------------------------------------------------------------------------------
 
 
-def test_ollama_defaults_from_the_engine():
+def test_ollama_defaults_from_the_engine() -> None:
     s = settings("--engine", "ollama")
     assert (s.n_ctx, s.n_parallel, s.kv_unified, s.n_batch, s.n_ubatch) == (0, 1, False, 512, 512)
     assert s.flash_attn is FlashAttn.AUTO
@@ -222,7 +222,7 @@ def test_ollama_defaults_from_the_engine():
         ((24, 24), 40960),  # 48 GiB: 262144, capped at the training context 40960
     ],
 )
-def test_ollama_vram_tier_context_in_the_estimate(gpus: tuple[float, ...], n_ctx: int):
+def test_ollama_vram_tier_context_in_the_estimate(gpus: tuple[float, ...], n_ctx: int) -> None:
     est = estimate(sparse("qwen3-8b"), settings("--engine", "ollama"), machine(*gpus))
     ctx = est.context
     assert (ctx.n_ctx, ctx.n_seq_max, ctx.kv_unified, ctx.n_batch, ctx.n_ubatch) == (
@@ -237,7 +237,7 @@ def test_ollama_vram_tier_context_in_the_estimate(gpus: tuple[float, ...], n_ctx
     assert any(f"num_ctx {n_ctx}" in a for a in est.assumptions)
 
 
-def test_ollama_slots_multiply_the_context_and_are_not_unified():
+def test_ollama_slots_multiply_the_context_and_are_not_unified() -> None:
     s = settings(
         "--engine", "ollama", "OLLAMA_NUM_PARALLEL=2", "--num-ctx", "8192", "OLLAMA_KV_CACHE_TYPE=q8_0"
     )
@@ -248,7 +248,7 @@ def test_ollama_slots_multiply_the_context_and_are_not_unified():
     assert kv_bytes(est) == 2 * 1088 * 36 * 16384
 
 
-def test_ollama_gpu_overhead_is_part_of_the_reserve_and_lowers_the_tier():
+def test_ollama_gpu_overhead_is_part_of_the_reserve_and_lowers_the_tier() -> None:
     s = settings("--engine", "ollama", "OLLAMA_GPU_OVERHEAD=2147483648")
     est = estimate(sparse("qwen3-8b"), s, machine(24))
     assert est.devices[0].bytes_of(TermKind.RESERVE) == 512 * MIB + 2 * GIB
@@ -258,7 +258,7 @@ def test_ollama_gpu_overhead_is_part_of_the_reserve_and_lowers_the_tier():
     assert est.context.n_ctx == 4096  # 24 GiB - 2 GiB = 22 GiB: under the 23 GiB tier
 
 
-def test_mainline_reserve_and_context_are_unchanged_by_ollama_fields():
+def test_mainline_reserve_and_context_are_unchanged_by_ollama_fields() -> None:
     """gpu_overhead_bytes only counts with the ollama engine."""
     s = LaunchSettings(n_ctx=4096, gpu_overhead_bytes=GIB)
     est = estimate(sparse("qwen3-8b"), s, machine(24))
@@ -268,7 +268,7 @@ def test_mainline_reserve_and_context_are_unchanged_by_ollama_fields():
 # --- validation -----------------------------------------------------------------------------------------------
 
 
-def test_cache_types_are_checked_per_engine():
+def test_cache_types_are_checked_per_engine() -> None:
     p = sparse("qwen3-8b")
     with pytest.raises(SettingsError, match=r"llama\.cpp accepts"):
         validate_settings(p, LaunchSettings(cache_type_k="kvarn4"))

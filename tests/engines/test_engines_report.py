@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ ROWS = REPORT.rows()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r[0]}: {r[1]}" for r in ROWS])
-def test_published_number_is_reproduced(row):
+def test_published_number_is_reproduced(row: Any) -> None:
     _source, what, published, fn, _path = row
     got = fn()
     pub = float(published.lstrip("~"))
@@ -38,7 +39,7 @@ def test_published_number_is_reproduced(row):
         assert abs(got - pub) < (1.0 if decimals == 0 else 0.01)
 
 
-def test_report_prints_a_table(capsys: pytest.CaptureFixture[str]):
+def test_report_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert REPORT.main() == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + len(ROWS) and lines[0].startswith("| source |")

@@ -9,6 +9,7 @@ skipped: a case the estimator cannot run is a failure, and a case llama.cpp refu
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ RECORDER_ERRORS = ("unknown buffer type",)
 
 
 @pytest.fixture(scope="module")
-def summary():  # type: ignore[no-untyped-def]
+def summary() -> Any:
     return report.summarize()
 
 
@@ -47,16 +48,16 @@ def _fmt(results) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines)
 
 
-def test_fixtures_exist(summary) -> None:  # type: ignore[no-untyped-def]
+def test_fixtures_exist(summary: Any) -> None:
     assert report.fixture_files(), "no recordings under tests/fixtures/llamacpp"
     assert len(summary.measured) >= 100
 
 
-def test_every_case_runs(summary) -> None:  # type: ignore[no-untyped-def]
+def test_every_case_runs(summary: Any) -> None:
     assert not summary.errors, "estimator failed on:\n" + _fmt(summary.errors)
 
 
-def test_refused_settings_are_refused(summary) -> None:  # type: ignore[no-untyped-def]
+def test_refused_settings_are_refused(summary: Any) -> None:
     refused = [r for r in summary.results if r.expected_error]
     model_refusals = [r for r in refused if not any(e in r.expected_error for e in RECORDER_ERRORS)]
     not_refused = [r for r in model_refusals if not r.error]
@@ -65,11 +66,11 @@ def test_refused_settings_are_refused(summary) -> None:  # type: ignore[no-untyp
     )
 
 
-def test_weights_exact_to_the_mib(summary) -> None:  # type: ignore[no-untyped-def]
+def test_weights_exact_to_the_mib(summary: Any) -> None:
     assert not summary.weights_misses, "weights differ by 1 MiB or more:\n" + _fmt(summary.weights_misses)
 
 
-def test_kv_and_recurrent_state_exact(summary) -> None:  # type: ignore[no-untyped-def]
+def test_kv_and_recurrent_state_exact(summary: Any) -> None:
     assert not summary.context_misses, "KV / recurrent state differ:\n" + _fmt(summary.context_misses)
 
 
@@ -91,7 +92,7 @@ TOTALS_GAP = (
 )
 
 
-def test_compute_share_within_tolerance(summary) -> None:  # type: ignore[no-untyped-def]
+def test_compute_share_within_tolerance(summary: Any) -> None:
     share = summary.compute_share_ok
     msg = (
         f"compute within {report.COMPUTE_TOLERANCE:.0%} on {share:.1%} of {len(summary.measured)} cases "
@@ -101,11 +102,11 @@ def test_compute_share_within_tolerance(summary) -> None:  # type: ignore[no-unt
 
 
 @pytest.mark.xfail(strict=True, reason=COMPUTE_TARGET_GAP)
-def test_compute_never_far_under(summary) -> None:  # type: ignore[no-untyped-def]
+def test_compute_never_far_under(summary: Any) -> None:
     assert not summary.compute_far_under, "compute more than 10% under:\n" + _fmt(summary.compute_far_under)
 
 
-def test_compute_targets_on_realistic_models(summary) -> None:  # type: ignore[no-untyped-def]
+def test_compute_targets_on_realistic_models(summary: Any) -> None:
     """The published-shape models on one backend (sparse grid): the targets hold there, and must keep holding."""
     cases = [r for r in summary.measured if r.grid == "sparse"]
     assert len(cases) >= 100
@@ -118,11 +119,11 @@ def test_compute_targets_on_realistic_models(summary) -> None:  # type: ignore[n
 
 
 @pytest.mark.xfail(strict=True, reason=TOTALS_GAP)
-def test_totals_never_far_under(summary) -> None:  # type: ignore[no-untyped-def]
+def test_totals_never_far_under(summary: Any) -> None:
     assert not summary.total_far_under, "totals more than 2% under:\n" + _fmt(summary.total_far_under)
 
 
-def test_totals_never_far_under_on_published_shapes(summary) -> None:  # type: ignore[no-untyped-def]
+def test_totals_never_far_under_on_published_shapes(summary: Any) -> None:
     """Every recording of a published model (all grids but the architecture smoke models, projectors included):
     no device's total is more than 2% under llama.cpp's."""
     cases = [r for r in summary.measured if r.grid not in report.SMOKE_GRIDS]
@@ -131,7 +132,7 @@ def test_totals_never_far_under_on_published_shapes(summary) -> None:  # type: i
     assert not under, "totals more than 2% under:\n" + _fmt(under)
 
 
-def test_projector_recordings_within_tolerance(summary) -> None:  # type: ignore[no-untyped-def]
+def test_projector_recordings_within_tolerance(summary: Any) -> None:
     """The llama-server recordings with an mmproj (LLaVA MLP, Gemma 3 SigLIP, Qwen2.5-VL): compute within 5%."""
     cases = [r for r in summary.measured if r.grid == "server" and r.case.startswith("mmproj")]
     assert len(cases) == 3
@@ -139,7 +140,7 @@ def test_projector_recordings_within_tolerance(summary) -> None:  # type: ignore
     assert not misses, "misses:\n" + _fmt(misses)
 
 
-def test_quantized_caches_with_flash_attention(summary) -> None:  # type: ignore[no-untyped-def]
+def test_quantized_caches_with_flash_attention(summary: Any) -> None:
     """The `quantkv` recordings (quantized K/V caches with flash attention, contexts 512-8192, `-ub` 512 and 2048,
     1 and 4 slots) of the models whose graphs build the Hadamard rotation of the cache (llama.cpp's
     `build_attn_inp_kv_impl`, `build_attn_inp_kv_iswa`): compute within 1% (before the rotation was modelled:

@@ -512,7 +512,7 @@ def test_cross_check_detects_differences(tmp_path: Path) -> None:
     assert len(diff_against_gguf_py(p, bad)) == 1
 
 
-def test_header_only_files_are_complete_by_declaration(tmp_path):
+def test_header_only_files_are_complete_by_declaration(tmp_path: Path) -> None:
     """A file marked fitplan.header_only (the bundled examples) is a complete header, sized as declared; the same
     file without the key is an interrupted download."""
     import numpy as np

@@ -413,7 +413,7 @@ def test_annotate_against_the_real_estimator() -> None:
     assert "KV cache" in by_flag["-c"].note
 
 
-def test_a_model_url_is_passed_with_mu_not_m():
+def test_a_model_url_is_passed_with_mu_not_m() -> None:
     """llama-server's -m takes a local path; a URL is downloaded with -mu (--model-url)."""
     from fitplan.core.base.launch_settings import LaunchSettings
     from fitplan.core.launch.command_line import plan_to_args

@@ -15,7 +15,7 @@ def _args(*argv: str) -> tuple[str, ...]:
     return plan_to_args(parse_flags(list(argv)).settings, "m.gguf")
 
 
-def test_ik_command_writes_mla_amb_fmoe():
+def test_ik_command_writes_mla_amb_fmoe() -> None:
     argv = _args("--engine", "ik_llama.cpp", "-c", "32768", "-amb", "512", "-ngl", "all", "--fit", "off")
     assert argv == (
         "llama-server",
@@ -38,14 +38,14 @@ def test_ik_command_writes_mla_amb_fmoe():
     assert "-no-fmoe" in off and "-rtr" in off and off[off.index("-mla") + 1] == "1"
 
 
-def test_ik_command_uses_its_mmap_switches():
+def test_ik_command_uses_its_mmap_switches() -> None:
     assert "--no-mmap" in _args("--engine", "ik", "--no-mmap")
     assert "-lm" not in _args("--engine", "ik", "--no-mmap")
     both = _args("--engine", "ik", "--no-mmap", "--mlock")
     assert "--no-mmap" in both and "--mlock" in both
 
 
-def test_beellama_command_writes_kvarn_and_tail_flags():
+def test_beellama_command_writes_kvarn_and_tail_flags() -> None:
     argv = _args("--engine", "beellama", "-ctk", "kvarn4", "-ctv", "kvarn4", "--kv-tail-tokens", "1024",
                  "--kv-tail-type", "f32", "--cache-type-k-swa", "kvarn3", "--cache-type-v-swa", "kvarn3")  # fmt: skip
     text = " ".join(argv)
@@ -68,18 +68,18 @@ def test_beellama_command_writes_kvarn_and_tail_flags():
         ("--engine", "beellama", "--spec-type", "draft-mtp", "-ctkd", "kvarn2", "-ctvd", "kvarn2", "-np", "4"),
     ],
 )  # fmt: skip
-def test_fork_commands_round_trip(argv: tuple[str, ...]):
+def test_fork_commands_round_trip(argv: tuple[str, ...]) -> None:
     s = parse_flags(list(argv)).settings
     back = parse_flags(list(plan_to_args(s, None, program="")), engine=s.engine).settings
     assert back == s
 
 
-def test_ik_preset_uses_long_names():
+def test_ik_preset_uses_long_names() -> None:
     ini = to_preset_ini(parse_flags(["--engine", "ik", "-amb", "512"]).settings, "ds", "/m.gguf")
     assert "mla-use = 3" in ini and "attention-max-batch = 512" in ini and "fused-moe = true" in ini
 
 
-def test_ollama_export_environment_and_modelfile():
+def test_ollama_export_environment_and_modelfile() -> None:
     s = parse_flags(["--engine", "ollama", "OLLAMA_NUM_PARALLEL=2", "--num-ctx", "16384", "--kv-cache-type", "q8_0",
                      "--num-gpu", "30", "--gpu-overhead", "1073741824"]).settings  # fmt: skip
     exp = ollama_export(s, "/models/Qwen3-8B-Q4_K_M.gguf")
@@ -96,7 +96,7 @@ def test_ollama_export_environment_and_modelfile():
     assert exp.create_argv() == ("ollama", "create", "qwen3-8b-q4_k_m", "-f", "Modelfile")
 
 
-def test_ollama_export_points_at_the_first_shard():
+def test_ollama_export_points_at_the_first_shard() -> None:
     s = LaunchSettings(engine=Engine.OLLAMA, n_ctx=4096, n_parallel=1, n_gpu_layers=NGL_ALL)
     exp = ollama_export(s, "/m/big-00002-of-00003.gguf")
     assert exp.modelfile.startswith("FROM /m/big-00001-of-00003.gguf\n")
@@ -111,11 +111,11 @@ def test_ollama_export_points_at_the_first_shard():
         (Shell.CMD, "set OLLAMA_NUM_PARALLEL=2\nset OLLAMA_KV_CACHE_TYPE=q8_0"),
     ],
 )
-def test_env_lines_per_shell(shell: Shell, expected: str):
+def test_env_lines_per_shell(shell: Shell, expected: str) -> None:
     assert env_lines((("OLLAMA_NUM_PARALLEL", "2"), ("OLLAMA_KV_CACHE_TYPE", "q8_0")), shell) == expected
 
 
-def test_env_lines_quote_and_refuse():
+def test_env_lines_quote_and_refuse() -> None:
     assert env_lines((("OLLAMA_HOST", "a b"),), Shell.SH) == "export OLLAMA_HOST='a b'"
     assert env_lines((("X", "it's"),), Shell.POWERSHELL) == "$env:X = 'it''s'"
     with pytest.raises(FlagError):
@@ -124,7 +124,7 @@ def test_env_lines_quote_and_refuse():
         env_lines((("1X", "1"),), Shell.SH)
 
 
-def test_ollama_settings_pin_like_llama_server_flags():
+def test_ollama_settings_pin_like_llama_server_flags() -> None:
     keys = given_keys(
         ["--num-ctx", "8192", "OLLAMA_KV_CACHE_TYPE=q8_0", "--num-parallel", "2", "--num-gpu", "10"]
     )
@@ -132,7 +132,7 @@ def test_ollama_settings_pin_like_llama_server_flags():
     assert "cache_type_k" in given_keys(["OLLAMA_KV_CACHE_TYPE=q4_0"])
 
 
-def test_import_an_ik_command():
+def test_import_an_ik_command() -> None:
     from fitplan.core.launch.command_line import import_command
 
     imp = import_command(

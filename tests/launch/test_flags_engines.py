@@ -18,7 +18,7 @@ from fitplan.core.launch.flags import (
 )
 
 
-def test_engine_flag_forms_and_aliases():
+def test_engine_flag_forms_and_aliases() -> None:
     assert parse_flags(["--engine", "ik_llama.cpp"]).settings.engine is Engine.IK_LLAMA
     assert parse_flags(["--engine=beellama"]).settings.engine is Engine.BEELLAMA
     assert parse_flags([], engine=Engine.OLLAMA).settings.engine is Engine.OLLAMA
@@ -29,18 +29,18 @@ def test_engine_flag_forms_and_aliases():
         parse_flags(["--engine"])
 
 
-def test_engine_flag_in_argv_wins_over_the_argument():
+def test_engine_flag_in_argv_wins_over_the_argument() -> None:
     assert parse_flags(["--engine", "beellama"], engine=Engine.IK_LLAMA).settings.engine is Engine.BEELLAMA
 
 
-def test_engine_spellings_do_not_collide_with_mainline():
+def test_engine_spellings_do_not_collide_with_mainline() -> None:
     mainline = {n for f in MEMORY_FLAGS for n in f.names} | set(_IGNORED_ARITY)
     fork = [n for _, f in ENGINE_FLAGS for n in f.names]
     assert len(fork) == len(set(fork))
     assert not set(fork) & mainline
 
 
-def test_ik_flags():
+def test_ik_flags() -> None:
     s = parse_flags(
         ["--engine", "ik_llama.cpp", "--mla-use", "2", "--attention-max-batch", "1024", "-no-fmoe", "-rtr",
          "-ctk", "q8_kv", "-ctv", "q6_0"]
@@ -69,7 +69,7 @@ def test_ik_flags():
         (["--engine", "ollama", "--kv-cache-type", "kvarn4"], "beellama only"),
     ],
 )
-def test_bad_engine_values(argv: list[str], message: str):
+def test_bad_engine_values(argv: list[str], message: str) -> None:
     with pytest.raises(FlagError, match=re.escape(message)):
         parse_flags(argv)
 
@@ -91,17 +91,17 @@ def test_bad_engine_values(argv: list[str], message: str):
         (["-ctv", "q2_0"], "beellama"),
     ],
 )
-def test_fork_flag_with_mainline_names_the_engine(argv: list[str], owner: str):
+def test_fork_flag_with_mainline_names_the_engine(argv: list[str], owner: str) -> None:
     with pytest.raises(FlagError, match=re.escape(f"--engine {owner}")):
         parse_flags(argv)
 
 
-def test_fork_flag_with_another_fork_is_refused():
+def test_fork_flag_with_another_fork_is_refused() -> None:
     with pytest.raises(FlagError, match=r"ik_llama\.cpp only.*engine now: beellama"):
         parse_flags(["--engine", "beellama", "-mla", "3"])
 
 
-def test_beellama_flags():
+def test_beellama_flags() -> None:
     s = parse_flags(
         ["--engine", "beellama", "-ctk", "kvarn4", "-ctv", "kvarn2", "--kv-tail-tokens", "auto", "--kv-tail-type",
          "BF16", "--cache-type-k-swa", "kvarn3", "--cache-type-v-swa", "kvarn3"]
@@ -115,7 +115,7 @@ def test_beellama_flags():
     assert (tail.kv_tail_tokens, tail.kv_tail_tokens_swa) == (2048, 0)
 
 
-def test_mtp_draft_cache_types_without_a_draft_model():
+def test_mtp_draft_cache_types_without_a_draft_model() -> None:
     s = parse_flags(["--engine", "beellama", "--spec-type", "draft-mtp", "--spec-draft-type-k", "kvarn2",
                      "-ctvd", "kvarn2"]).settings  # fmt: skip
     assert s.draft is None and (s.mtp_cache_type_k, s.mtp_cache_type_v) == ("kvarn2", "kvarn2")
@@ -124,7 +124,7 @@ def test_mtp_draft_cache_types_without_a_draft_model():
     assert with_model.mtp_cache_type_k == "f16"
 
 
-def test_ollama_environment_and_modelfile_flags():
+def test_ollama_environment_and_modelfile_flags() -> None:
     s = parse_flags(
         ["--engine", "ollama", "OLLAMA_NUM_PARALLEL=3", "OLLAMA_CONTEXT_LENGTH=8192", "OLLAMA_KV_CACHE_TYPE=q4_0",
          "OLLAMA_FLASH_ATTENTION=1", "OLLAMA_GPU_OVERHEAD=536870912", "--num-gpu", "20", "--num-batch", "256",
@@ -143,18 +143,18 @@ def test_ollama_environment_and_modelfile_flags():
     assert set(OLLAMA_ENV) >= {"OLLAMA_CONTEXT_LENGTH", "OLLAMA_NUM_PARALLEL", "OLLAMA_KV_CACHE_TYPE"}
 
 
-def test_ollama_num_ctx_uses_the_final_slot_count():
+def test_ollama_num_ctx_uses_the_final_slot_count() -> None:
     # order does not matter: --num-ctx before --num-parallel still multiplies
     s = parse_flags(["--engine", "ollama", "--num-ctx", "4096", "--num-parallel", "2"]).settings
     assert s.n_ctx == 8192
 
 
-def test_ollama_mainline_flags_still_work():
+def test_ollama_mainline_flags_still_work() -> None:
     s = parse_flags(["--engine", "ollama", "-ngl", "all", "-c", "16384"]).settings
     assert (s.n_gpu_layers, s.n_ctx, s.n_parallel) == (NGL_ALL, 16384, 1)
 
 
-def test_base_settings_keep_their_engine():
+def test_base_settings_keep_their_engine() -> None:
     base = LaunchSettings(engine=Engine.IK_LLAMA, mla_mode=1)
     s = parse_flags(["-amb", "256"], base).settings
     assert (s.engine, s.mla_mode, s.attn_max_batch_mib) == (Engine.IK_LLAMA, 1, 256)
