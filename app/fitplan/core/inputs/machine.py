@@ -48,8 +48,13 @@ def build_machine(
     except ValueError as exc:
         raise FlagError(f"--assume-gpu: {exc}") from None
     use_detected = not req.assume_gpus and not req.no_gpu
-    needs_probe = use_detected or ram is None
-    detected = (detect or hardware.detect_hardware)() if needs_probe else ProbeResult()
+    if use_detected or detect is not None:
+        detected = (detect or hardware.detect_hardware)()
+    elif ram is None:
+        # only host RAM is needed: the GPU probes (and what they could not read) do not matter here
+        detected = ProbeResult(host=hardware.HostMemoryProbe().read())
+    else:
+        detected = ProbeResult()
     config = HardwareConfig(
         use_detected=use_detected, hypothetical=() if req.no_gpu else hyp, host_ram_bytes=ram
     )
