@@ -104,3 +104,25 @@ def test_save_and_load_a_configuration(qtbot: Any, window: MainWindow, tmp_path:
     window.planner.load_configuration(str(path))
     wait_settled(qtbot, window)
     assert window.settings.context_box.value() == 8192
+
+
+def test_the_alternatives_are_listed_and_apply_in_one_click(qtbot: Any, window: MainWindow) -> None:
+    """The planner's "what would change it" rows are in the verdict panel, each with the effect the estimator
+    computed; a flag change applies to the controls in one click, and the plan follows."""
+    outcome = window.planner.outcome
+    assert outcome.alternatives, "the 8B example on one card has alternatives (a different cache type, -np 1, ...)"
+    buttons = window.verdict.alternative_buttons
+    assert [b.text().removesuffix("  (apply)") for b in buttons] == [a.describe() for a in outcome.alternatives]
+    flag_rows = [(a, b) for a, b in zip(outcome.alternatives, buttons, strict=True) if a.change.startswith("-")]
+    assert flag_rows, [a.change for a in outcome.alternatives]
+    alt, button = flag_rows[0]
+    before = window.settings.choices()
+    button.click()
+    after = wait_settled(qtbot, window)
+    assert window.settings.choices() != before
+    # the applied change is in the settings the new plan was made with
+    words = alt.change.split()
+    values = dict(zip(words[::2], words[1::2], strict=True))
+    s = after.estimate.settings
+    read = {"-ctk": s.cache_type_k, "-ctv": s.cache_type_v, "-np": str(s.n_parallel), "-c": str(s.n_ctx)}
+    assert {k: read[k] for k in values} == values

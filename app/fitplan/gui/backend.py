@@ -21,6 +21,8 @@ from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.model.profile import LayerKind, ModelProfile
+from fitplan.core.plan.alternatives import Alternative, what_would_change
+from fitplan.core.plan.search import default_estimate_fn
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
@@ -108,6 +110,7 @@ class PlanOutcome:
     ollama: OllamaSetup | None = (
         None  # engine ollama: its environment and Modelfile instead of a command line
     )
+    alternatives: tuple[Alternative, ...] = ()  # what would change the plan, each checked by the estimator
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +359,14 @@ class Backend:
             n_cpu_moe=settings.n_cpu_moe or None,
             mmproj=settings.mmproj,
         )
-        plan = planner.plan(model.profile, machine, pins, margin=margin, mmproj=mmproj)
+        estimate_fn = default_estimate_fn(mmproj=mmproj)
+        plan = planner.plan(model.profile, machine, pins, margin=margin, estimate_fn=estimate_fn)
+        # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
+        alternatives = (
+            what_would_change(model.profile, machine, pins, plan, margin=margin, estimate_fn=estimate_fn)
+            if request.with_curve and settings.engine is not Engine.OLLAMA
+            else ()
+        )
         plan_settings: LaunchSettings = plan.settings
         est: Estimate = (
             plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine)
@@ -379,6 +389,7 @@ class Backend:
             plan_settings,
             (*notes, *plan.notes),
             ollama,
+            alternatives,
         )
 
     def fit_level(self, request: PlanRequest) -> str:

@@ -228,6 +228,7 @@ class Planner(QObject):
 
         p = panels
         p.models.open_requested.connect(self.open)
+        p.verdict.apply_requested.connect(self.apply_alternative)
         p.models.folder_added.connect(self.add_folder)
         p.hardware.devices_changed.connect(self._devices_changed)
         p.settings.changed.connect(self.schedule_estimate)
@@ -555,6 +556,7 @@ class Planner(QObject):
         if p.settings.context_is_automatic():
             p.settings.show_context(outcome.estimate.settings.n_ctx)
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
+        p.verdict.set_alternatives(outcome.alternatives)
         p.verdict.setToolTip(
             "Assumptions behind this estimate:\n• " + "\n• ".join(outcome.estimate.assumptions)
             if outcome.estimate.assumptions
@@ -675,6 +677,22 @@ class Planner(QObject):
         self.p.banner.show_message("info", text, key="verify")
 
     # -- a pasted command, saved and loaded configurations --------------------------------------------------------
+    def apply_alternative(self, change: str) -> None:
+        """One click on a "what would change it" row: its flags are applied to the current settings."""
+        from fitplan.core.launch.flags import parse_flags
+
+        req = self.current_request()
+        if req is None:
+            return
+        try:
+            parsed = parse_flags(change.split(), base=req.settings)
+        except FitplanError as exc:
+            self.p.banner.show_message("error", f"{change}: {exc}", key="alternative")
+            return
+        self.p.settings.set_choices(choices_from_settings(parsed.settings, self.p.settings.choices()))
+        self.schedule_estimate()
+        self.p.status.showMessage(f"Applied {change}", 4000)
+
     def paste_command(self, text: str) -> None:
         """Set every control from a llama-server command line (pasted, dropped or loaded from a script). Flags
         fitplan does not model are kept in the command and named; a model given with -m is opened."""

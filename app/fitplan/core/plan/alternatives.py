@@ -91,10 +91,11 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
     if pins.n_parallel is None or pins.n_parallel != 1:
         out.append(_Candidate("-np 1", dataclasses.replace(pins, n_parallel=1, kv_unified=None), machine))
     cap = base.context.cap
-    if base.fits and pins.n_ctx is None and base.settings.n_ctx < cap:
+    if base.fits and base.settings.n_ctx < cap:
+        # a larger context, and what it costs in placement (pinned or not)
         bigger = min(cap, 2 * base.settings.n_ctx)
         out.append(_Candidate(f"-c {bigger}", dataclasses.replace(pins, n_ctx=bigger), machine))
-    if pins.n_ctx is not None and pins.n_ctx > 4096:
+    if not base.fits and pins.n_ctx is not None and pins.n_ctx > 4096:
         half = max(4096, pins.n_ctx // 2 // 256 * 256)
         out.append(_Candidate(f"-c {half}", dataclasses.replace(pins, n_ctx=half), machine))
     moe = any(ly.is_moe for ly in profile.layers)
@@ -154,8 +155,8 @@ def what_would_change(
             base.settings.n_ctx,
             base.placement.description,
         )
-        if base.fits and same:
-            continue
+        if base.fits and (same or alt.settings.n_ctx <= base.settings.n_ctx):
+            continue  # a plan that fits changes only for more context
         out.append(
             Alternative(
                 c.change,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
+from collections.abc import Sequence
 
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from fitplan.core.plan.alternatives import Alternative
 from fitplan.gui.backend import Verdict, VerdictLevel
 from fitplan.gui.theme import verdict_colour
 
@@ -13,6 +16,9 @@ ERROR_LEVEL = "error"
 
 
 class VerdictPanel(QFrame):
+    #: the flags of an alternative the user chose to apply ("-ctk q8_0 -ctv q8_0")
+    apply_requested = Signal(str)
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("verdict")
@@ -30,6 +36,14 @@ class VerdictPanel(QFrame):
         layout = QVBoxLayout(self)
         layout.addWidget(self.label)
         layout.addWidget(self.detail)
+        self.alternatives_title = QLabel("What would change it:")
+        self.alternatives_title.setTextFormat(Qt.TextFormat.PlainText)
+        layout.addWidget(self.alternatives_title)
+        self._alt_layout = QVBoxLayout()
+        self._alt_layout.setSpacing(2)
+        layout.addLayout(self._alt_layout)
+        self.alternative_buttons: list[QPushButton] = []
+        self.alternatives_title.hide()
         self.level = ""
 
     def set_verdict(self, verdict: Verdict, detail: str = "") -> None:
@@ -39,11 +53,34 @@ class VerdictPanel(QFrame):
         self.detail.setVisible(bool(detail))
         self.apply_theme()
 
+    def set_alternatives(self, alternatives: Sequence[Alternative]) -> None:
+        """One row per alternative, its effect as the estimator computed it; a flag change applies in one click,
+        a hardware change (a bigger card, more RAM) is only shown."""
+        for b in self.alternative_buttons:
+            self._alt_layout.removeWidget(b)
+            b.deleteLater()
+        self.alternative_buttons = []
+        for alt in alternatives:
+            flags = alt.change.startswith("-")
+            b = QPushButton(alt.describe() + ("  (apply)" if flags else ""))
+            b.setFlat(True)
+            b.setStyleSheet("text-align: left")
+            b.setEnabled(flags)
+            b.setToolTip(
+                f"Apply {alt.change} to the settings" if flags else "A change of hardware: shown, not applied"
+            )
+            if flags:
+                b.clicked.connect(lambda _=False, c=alt.change: self.apply_requested.emit(c))
+            self._alt_layout.addWidget(b)
+            self.alternative_buttons.append(b)
+        self.alternatives_title.setVisible(bool(alternatives))
+
     def set_error(self, text: str) -> None:
         """No verdict: the settings cannot be estimated (the previous verdict must not stay on screen)."""
         self.level = ERROR_LEVEL
         self.label.setText(text)
         self.detail.setVisible(False)
+        self.set_alternatives(())
         self.setToolTip("")
         self.apply_theme()
 
