@@ -1,4 +1,4 @@
-"""`fitplan quants` on a 12-file repository served by a loopback Hub (tests/fake_hub.py), cold and from the cache.
+"""`fitplan quants` on a 12-file repository served by a loopback Hub (tests/support/hub.py), cold and from the cache.
 
 The repository: Qwen2.5-VL-7B (the fixture header) as six single-file quants, Q8_0 in 2 shards, BF16 in 3 and a
 projector (12 GGUF files, ~47 GiB declared), plus 3 non-GGUF files. For each pass it prints the bytes the CDN sent
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from fake_hub import HubState, fake_hub, quant_repo  # noqa: E402
+from support.hub import HubState, fake_hub, quant_repo  # noqa: E402
 
 REPO = "bench/Qwen2.5-VL-7B-Instruct-GGUF"
 MACHINE = ["--assume-gpu", "12GiB", "--host-ram", "32GiB"]

@@ -110,10 +110,16 @@ def test_the_alternatives_are_listed_and_apply_in_one_click(qtbot: Any, window: 
     """The planner's "what would change it" rows are in the verdict panel, each with the effect the estimator
     computed; a flag change applies to the controls in one click, and the plan follows."""
     outcome = window.planner.outcome
-    assert outcome.alternatives, "the 8B example on one card has alternatives (a different cache type, -np 1, ...)"
+    assert outcome.alternatives, (
+        "the 8B example on one card has alternatives (a different cache type, -np 1, ...)"
+    )
     buttons = window.verdict.alternative_buttons
-    assert [b.text().removesuffix("  (apply)") for b in buttons] == [a.describe() for a in outcome.alternatives]
-    flag_rows = [(a, b) for a, b in zip(outcome.alternatives, buttons, strict=True) if a.change.startswith("-")]
+    assert [b.text().removesuffix("  (apply)") for b in buttons] == [
+        a.describe() for a in outcome.alternatives
+    ]
+    flag_rows = [
+        (a, b) for a, b in zip(outcome.alternatives, buttons, strict=True) if a.change.startswith("-")
+    ]
     assert flag_rows, [a.change for a in outcome.alternatives]
     alt, button = flag_rows[0]
     before = window.settings.choices()
