@@ -27,11 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "app"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from support.plan_models import deepseek_v3  # noqa: E402
-
 from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device  # noqa: E402
 from fitplan.core.plan.oracle import exhaustive_plan  # noqa: E402
 from fitplan.core.plan.planner import Pins, Plan, plan  # noqa: E402
+from support.plan_models import deepseek_v3  # noqa: E402
 
 MACHINES = {
     "8 x 80 GiB, 512 GiB host": (80, 512),
