@@ -170,6 +170,47 @@ class MainWindow(QMainWindow):
         self.setStatusBar(QStatusBar())
         self.statusBar().addPermanentWidget(self.activity)
 
+        self._lay_out()
+
+        self.planner = Planner(
+            backend,
+            Panels(
+                self.models,
+                self.summary,
+                self.hardware,
+                self.settings,
+                self.chart,
+                self.verdict,
+                self.devices,
+                self.command,
+                self.banner,
+                self.statusBar(),
+                self.activity,
+            ),
+            user,
+            config_dir,
+            self,
+        )
+        self._build_menus()
+        self._set_tab_order()
+        self.planner.model_loaded.connect(self._name_in_title)
+        for widget, name in (
+            (self.verdict, "Verdict"),
+            (self.chart.plot, "Memory by context chart"),
+            (self.command.text, "Command"),
+            (self.models.table, "Models"),
+            (self.hardware.list, "Devices to plan for"),
+            (self.banner, "Message"),
+        ):
+            widget.setAccessibleName(name)
+        if user.window_geometry:
+            self.restoreGeometry(QByteArray.fromBase64(user.window_geometry.encode()))
+            self.resize(fitted_size(self.size(), available))  # saved on a bigger screen
+        if user.window_state:
+            self.restoreState(QByteArray.fromBase64(user.window_state.encode()))
+
+    def _lay_out(self) -> None:
+        """Three columns: the models and the summary; the verdict, chart and command; hardware and settings."""
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(_group("Models", self.models))
         summary_scroll = QScrollArea()
@@ -229,43 +270,6 @@ class MainWindow(QMainWindow):
         left.setSizes([430, 330])  # the summary (about 11 rows) without scrolling at the default size
         self.splitter.setChildrenCollapsible(False)
         self.setCentralWidget(self.splitter)
-
-        self.planner = Planner(
-            backend,
-            Panels(
-                self.models,
-                self.summary,
-                self.hardware,
-                self.settings,
-                self.chart,
-                self.verdict,
-                self.devices,
-                self.command,
-                self.banner,
-                self.statusBar(),
-                self.activity,
-            ),
-            user,
-            config_dir,
-            self,
-        )
-        self._build_menus()
-        self._set_tab_order()
-        self.planner.model_loaded.connect(self._name_in_title)
-        for widget, name in (
-            (self.verdict, "Verdict"),
-            (self.chart.plot, "Memory by context chart"),
-            (self.command.text, "Command"),
-            (self.models.table, "Models"),
-            (self.hardware.list, "Devices to plan for"),
-            (self.banner, "Message"),
-        ):
-            widget.setAccessibleName(name)
-        if user.window_geometry:
-            self.restoreGeometry(QByteArray.fromBase64(user.window_geometry.encode()))
-            self.resize(fitted_size(self.size(), available))  # saved on a bigger screen
-        if user.window_state:
-            self.restoreState(QByteArray.fromBase64(user.window_state.encode()))
 
     def _build_menus(self) -> None:
         menu = self.menuBar().addMenu("&File")

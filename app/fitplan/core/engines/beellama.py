@@ -51,6 +51,21 @@ def kvarn_tail_rows(request: int, window: int, rollback_rows: int = 1) -> int:
     return n + rollback_rows
 
 
+def _layer_types(settings: LaunchSettings, swa: bool) -> tuple[str, str, tuple[str, str], int]:
+    """(K type, V type, tail types, tail element bytes) of a layer: the SWA types for SWA layers when given."""
+    if swa and settings.cache_type_k_swa:
+        type_k, type_v = kvarn_promote(
+            settings.cache_type_k_swa, settings.cache_type_v_swa or settings.cache_type_k_swa
+        )
+    else:
+        type_k, type_v = kvarn_promote(settings.cache_type_k, settings.cache_type_v)
+    is_kvarn = type_k in KVARN_BITS
+    ttype = settings.kv_tail_type or ("f16" if is_kvarn else "bf16")
+    tail_elt = 4 if ttype == "f32" else 2
+    tail_types = (ttype, ttype)
+    return type_k, type_v, tail_types, tail_elt
+
+
 def beellama_caches(
     profile: ModelProfile,
     ctx: ResolvedContext,
@@ -81,16 +96,8 @@ def beellama_caches(
     for la in kv_layers:
         swa = la.is_swa and not settings.swa_full and profile.n_swa > 0
         window = profile.n_swa if swa else ctx.n_ctx_seq
-        if swa and settings.cache_type_k_swa:
-            type_k, type_v = kvarn_promote(
-                settings.cache_type_k_swa, settings.cache_type_v_swa or settings.cache_type_k_swa
-            )
-        else:
-            type_k, type_v = kvarn_promote(settings.cache_type_k, settings.cache_type_v)
+        type_k, type_v, tail_types, tail_elt = _layer_types(settings, swa)
         is_kvarn = type_k in KVARN_BITS
-        ttype = settings.kv_tail_type or ("f16" if is_kvarn else "bf16")
-        tail_elt = 4 if ttype == "f32" else 2
-        tail_types = (ttype, ttype)
         tail_request = settings.kv_tail_tokens
         if swa and settings.kv_tail_tokens_swa >= 0:
             tail_request = settings.kv_tail_tokens_swa
@@ -155,6 +162,16 @@ def beellama_caches(
                         side,
                         width * tail_elt * n_tail * n_seq,
                     )
+    return _group_allocations(groups, profile, ctx, settings)
+
+
+def _group_allocations(
+    groups: dict[str, tuple[CellRule, str, str, dict[int, list[int]]]],
+    profile: ModelProfile,
+    ctx: ResolvedContext,
+    settings: LaunchSettings,
+) -> tuple[CacheAllocation, ...]:
+    """One cache allocation per tensor group (records, stage, tail, plain KV), at this context."""
     out: list[CacheAllocation] = []
     for name, (rule, tk, tv, rows) in groups.items():
         alloc = CacheAllocation(

@@ -93,6 +93,29 @@ class ChartPanel(QWidget):
             "Each coloured band is one part of the memory llama.cpp allocates on this device"
         )
 
+        self._add_plot_items()
+        self.context_line.sigPositionChanged.connect(self._line_moved)
+        self.plot.scene().sigMouseMoved.connect(self._hover)
+
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(QLabel("Device:"))
+        top.addWidget(self.device_box, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.readout)
+
+        hints = QGuiApplication.styleHints()
+        if hints is not None:
+            hints.colorSchemeChanged.connect(self._scheme_changed)
+        self.apply_theme()
+
+    def _add_plot_items(self) -> None:
+        """The stacked term areas, the capacity, margin, largest-context, chosen-context and training lines, and the
+        region past the largest context that fits."""
         # Stacked areas: each term's item fills from 0 to the cumulative top; lower terms are drawn above.
         self.areas: dict[TermKind, pg.PlotDataItem] = {}
         for z, kind in enumerate(TERM_ORDER):
@@ -157,24 +180,6 @@ class ChartPanel(QWidget):
             self.plot.addItem(line, ignoreBounds=True)
         self.plot.addItem(self.too_big, ignoreBounds=True)
         self.plot.addItem(self.context_line, ignoreBounds=True)
-        self.context_line.sigPositionChanged.connect(self._line_moved)
-        self.plot.scene().sigMouseMoved.connect(self._hover)
-
-        top = QHBoxLayout()
-        top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(QLabel("Device:"))
-        top.addWidget(self.device_box, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
-        layout.addWidget(self.plot, 1)
-        layout.addWidget(self.legend)
-        layout.addWidget(self.readout)
-
-        hints = QGuiApplication.styleHints()
-        if hints is not None:
-            hints.colorSchemeChanged.connect(self._scheme_changed)
-        self.apply_theme()
 
     def _scheme_changed(self, _scheme: object) -> None:
         self.apply_theme()

@@ -130,6 +130,15 @@ class SettingsPanel(QWidget):
         self._updating = False
         self._engine = Engine.LLAMA_CPP
         self._is_mla = False
+        self._make_controls()
+        self._make_fork_controls()
+        self._lay_out()
+        self._connect()
+        self._apply_engine(Engine.LLAMA_CPP)
+        self.set_choices(ModelChoices())
+
+    def _make_controls(self) -> None:
+        """The controls every engine has (context, caches, slots, placement, batches, margin)."""
         self.engine = QComboBox()
         for engine, label in ENGINE_LABELS.items():
             self.engine.addItem(label, engine.value)
@@ -191,6 +200,9 @@ class SettingsPanel(QWidget):
         self.margin.setToolTip(
             "Headroom kept free on every GPU (like --fit-target): the plan must leave this much"
         )
+
+    def _make_fork_controls(self) -> None:
+        """The controls of one engine only: ik_llama.cpp's, beellama.cpp's, ollama's."""
         # ik_llama.cpp
         self.mla = QComboBox()
         for mode, label in MLA_MODES.items():
@@ -239,6 +251,7 @@ class SettingsPanel(QWidget):
             "picks the automatic num_ctx"
         )
 
+    def _lay_out(self) -> None:
         ctx_row = QHBoxLayout()
         ctx_row.addWidget(self.context_slider, 1)
         ctx_row.addWidget(self.context_box)
@@ -294,6 +307,7 @@ class SettingsPanel(QWidget):
         layout.addWidget(self.advanced_box)
         self._form = form
 
+    def _connect(self) -> None:
         self.context_slider.valueChanged.connect(self._slider_moved)
         self.context_box.valueChanged.connect(self._box_changed)
         self.engine.currentIndexChanged.connect(self._engine_changed)
@@ -316,8 +330,6 @@ class SettingsPanel(QWidget):
         self.gpu_layers_slider.valueChanged.connect(self._ngl_slider_moved)
         self.gpu_layers.valueChanged.connect(self._show_ngl)
         self.ollama_auto.toggled.connect(self._ollama_auto_toggled)
-        self._apply_engine(Engine.LLAMA_CPP)
-        self.set_choices(ModelChoices())
 
     # -- engine --------------------------------------------------------------------------------------------------
     def current_engine(self) -> Engine:
