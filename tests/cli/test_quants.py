@@ -10,9 +10,9 @@ import pytest
 
 from fitplan.cli import main
 from fitplan.core.inputs.model_source import forget_loaded
-from support.hub import HubState, fake_hub, quant_repo
+from support.hub import TEST_REPO, HubState
 
-REPO = "test/Qwen2.5-VL-7B-Instruct-GGUF"
+REPO = TEST_REPO
 MACHINE = ["--assume-gpu", "12GiB", "--host-ram", "32GiB"]
 ALL = {"Q2_K", "Q3_K_M", "IQ4_XS", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "BF16"}
 
@@ -24,20 +24,6 @@ def _plain(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     forget_loaded()
     yield
     forget_loaded()
-
-
-@pytest.fixture(scope="module")
-def repo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return quant_repo(tmp_path_factory.mktemp("repo"))
-
-
-@pytest.fixture
-def hub(repo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, HubState]]:
-    st = HubState()
-    st.add(REPO, repo_dir)
-    with fake_hub(st) as (endpoint, state):
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        yield endpoint, state
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -25,10 +25,10 @@ from fitplan.core.gguf.remote import FIRST_CHUNK_REMOTE
 from fitplan.core.gguf.remote_cache import RemoteHeaderCache
 from fitplan.core.inputs.model_source import SourceKind, forget_loaded, load_model
 from fitplan.core.launch.command_line import plan_to_args
-from support.hub import HubState, fake_hub, quant_repo, requant
+from support.hub import TEST_REPO, HubState, requant
 from support.models import TESTS
 
-REPO = "test/Qwen2.5-VL-7B-Instruct-GGUF"
+REPO = TEST_REPO
 NAME = "Qwen2.5-VL-7B-Instruct"
 
 
@@ -37,21 +37,6 @@ def _fresh_memo() -> Iterator[None]:
     forget_loaded()
     yield
     forget_loaded()
-
-
-@pytest.fixture(scope="module")
-def repo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return quant_repo(tmp_path_factory.mktemp("repo"))
-
-
-@pytest.fixture
-def hub(repo_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, HubState]]:
-    st = HubState()
-    st.add(REPO, repo_dir)
-    with fake_hub(st) as (endpoint, state):
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield endpoint, state
 
 
 # -- spellings and names -------------------------------------------------------------------------------------------

@@ -16,19 +16,14 @@ from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.quants import QuantsDialog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.hub import HubState, fake_hub, quant_repo
+from support.hub import TEST_REPO, HubState, fake_hub
 
 pytestmark = [
     pytest.mark.gui,
     pytest.mark.qt_log_level_fail("WARNING"),
     pytest.mark.qt_log_ignore("propagateSizeHints"),  # the offscreen platform, when a dialog is shown
 ]
-REPO = "test/Qwen2.5-VL-7B-Instruct-GGUF"
-
-
-@pytest.fixture(scope="module")
-def repo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return quant_repo(tmp_path_factory.mktemp("repo"))
+REPO = TEST_REPO
 
 
 @pytest.fixture(autouse=True)

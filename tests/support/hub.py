@@ -308,6 +308,10 @@ def requant(src: Path, dst: Path, quant: str | None, shards: int = 1) -> list[Pa
     return out
 
 
+#: The repository name the shared `hub` fixture serves `quant_repo` under.
+TEST_REPO = "test/Qwen2.5-VL-7B-Instruct-GGUF"
+
+
 def quant_repo(folder: Path) -> Path:
     """A 12-GGUF-file repository of Qwen2.5-VL-7B (fixture header): six single-file quants, the fixture's own
     Q4_K_M mix among them, Q8_0 as 2 shards and BF16 as 3 (in folders), a projector, and three non-GGUF files."""
