@@ -18,6 +18,7 @@ from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.model.profile import LayerKind, ModelProfile
@@ -111,6 +112,9 @@ class PlanOutcome:
         None  # engine ollama: its environment and Modelfile instead of a command line
     )
     alternatives: tuple[Alternative, ...] = ()  # what would change the plan, each checked by the estimator
+    accuracy: AccuracyBand | None = (
+        None  # the measured error band of this architecture and configuration class
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +394,7 @@ class Backend:
             (*notes, *plan.notes),
             ollama,
             alternatives,
+            accuracy_band(model.profile, est),
         )
 
     def fit_level(self, request: PlanRequest) -> str:

@@ -194,6 +194,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._set_tab_order()
         self.planner.model_loaded.connect(self._name_in_title)
+        self.planner.outcome_shown.connect(lambda o: self.verdict.set_accuracy(o.accuracy))
         for widget, name in (
             (self.verdict, "Verdict"),
             (self.chart.plot, "Memory by context chart"),
