@@ -117,6 +117,25 @@ def test_mmproj_draft_and_server_memory_flags() -> None:
     assert s.embedding and s.spec_types == ("draft-mtp",)
 
 
+def test_no_mmproj_is_read_and_written_for_hub_models_only() -> None:
+    """--no-mmproj (and --no-mmproj-auto) stop -hf loading the repository's projector; --mmproj-auto undoes it. It
+    only matters for -hf, so it is written there and not after -m."""
+    from fitplan.core.launch.command_line import import_preset, plan_to_args, to_preset_ini
+
+    for spelling in ("--no-mmproj", "--no-mmproj-auto"):
+        assert parse_flags(["-hf", "org/repo:Q4_K_M", spelling]).settings.mmproj_auto is False
+    assert parse_flags(["--no-mmproj", "--mmproj-auto"]).settings.mmproj_auto is True
+    off = parse_flags(["--no-mmproj"]).settings
+    assert "--no-mmproj" in plan_to_args(off, "hf.co/org/repo:Q4_K_M")
+    assert "--no-mmproj" not in plan_to_args(off, "model.gguf")
+    assert "--no-mmproj" not in plan_to_args(parse_flags([]).settings, "hf.co/org/repo:Q4_K_M")
+    none = LaunchSettings(mmproj=MmprojPlacement.NONE)
+    assert "--no-mmproj" in plan_to_args(none, "hf.co/org/repo:Q4_K_M")  # "no projector" chosen in the window
+    ini = to_preset_ini(off, "m", "hf.co/org/repo:Q4_K_M")
+    assert "mmproj-auto = false" in ini
+    assert import_preset(ini).settings.mmproj_auto is False
+
+
 def test_rpc_servers() -> None:
     p = parse_flags(["--rpc", "10.0.0.2:50052,10.0.0.3:50052"])
     assert p.rpc_servers == ("10.0.0.2:50052", "10.0.0.3:50052")
