@@ -20,7 +20,7 @@ from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.inputs.machine import MachineRequest, build_machine
-from fitplan.core.inputs.model_source import load_model
+from fitplan.core.inputs.model_source import launch_projector, load_model
 from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.usage import MarginPolicy
@@ -181,8 +181,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         return out.error("no model: give MODEL or -m MODEL")
     settings = dataclasses.replace(parsed.settings, tool=Tool(args.tool))
     ho = bool(getattr(args, "header_only", False))
-    profile = load_profile(model, ho)
-    mmproj = load_profile(settings.mmproj_path, ho) if settings.mmproj_path else None
+    loaded = load_model(model, header_only=True)
+    profile = loaded.profile
+    mm_source, mmproj = launch_projector(loaded, settings)
+    if mm_source is not None and mmproj is None:
+        mmproj = load_profile(mm_source, ho)
     draft = load_profile(settings.draft.model_path, ho) if settings.draft is not None else None
     machine, notes = machine_for(parsed, list(args.assume_gpu), args.host_ram)
     reserve = None if args.reserve is None else int(parse_mib("--reserve", args.reserve) * MIB)
