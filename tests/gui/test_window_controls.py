@@ -98,6 +98,7 @@ def test_one_device_of_two(qtbot: Any, two: MainWindow, capsys: pytest.CaptureFi
     bars = [name.text() for name, _bar, _text in two.devices.rows if name.isVisible()]
     assert bars == ["RTX 3060", "Host"]  # the card llama-server does not use holds nothing
     assert out.curve is not None and int(out.curve.bytes[0].sum()) == 0  # the chart of CUDA0 is empty
+    assert two.chart.device_box.currentIndex() == 1  # so the chart shows CUDA1
     words = command_words(two)
     assert value_after(words, "-dev") == "CUDA1" == value_after(cli_words(capsys, "-dev", "CUDA1"), "-dev")
 
@@ -115,6 +116,7 @@ def test_no_device_plans_for_system_ram(
     pick(two, "All")
     out = settle(qtbot, two)
     assert out.estimate.settings.devices is None and "-dev" not in command_words(two)
+    assert two.chart.device_box.currentIndex() == 0  # back to the device shown before
 
 
 def test_a_pasted_dev_sets_the_control(qtbot: Any, two: MainWindow) -> None:

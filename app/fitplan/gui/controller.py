@@ -29,6 +29,7 @@ from fitplan.core.model.profile import ModelProfile
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
     Backend,
+    CurveData,
     Detection,
     LoadedModel,
     PlanOutcome,
@@ -729,6 +730,7 @@ class Planner(QObject):
                 p.chart.select_device(most_overfull(outcome), automatic=True)
             else:
                 p.chart.restore_device()  # back to the device the user chose once the plan fits again
+                self._chart_a_used_device(outcome.curve)
         p.chart.set_context(outcome.estimate.settings.n_ctx)
         p.devices.set_estimate(outcome.estimate, self.p.settings.choices().margin_mib * MIB)
         if p.settings.context_is_automatic():
@@ -750,6 +752,12 @@ class Planner(QObject):
         fits = f"fits up to {fmt_ctx(outcome.max_context)}" if outcome.max_context else "does not fit"
         p.status.showMessage(f"Estimate updated: {fits}", 3000)
         self.outcome_shown.emit(outcome)
+
+    def _chart_a_used_device(self, curve: CurveData) -> None:
+        """A device left out by -dev holds nothing: the chart shows the first one that holds something."""
+        used = [i for i in range(len(curve.devices)) if curve.bytes[i].any()]
+        if used and self.p.chart.device_box.currentIndex() not in used:
+            self.p.chart.select_device(used[0], automatic=True)
 
     def show_error(self, err: JobError) -> None:
         key = message_key(err.what)
