@@ -387,7 +387,7 @@ class Planner(QObject):
         def work(_progress: Any) -> LoadedModel | JobError:
             try:
                 return self.backend.load(source)
-            except FitplanError as exc:
+            except Exception as exc:  # noqa: BLE001 - handed to `failed`, like every job's failure to show_error
                 return describe(what, exc)
 
         def done(result: LoadedModel | JobError) -> None:
@@ -635,8 +635,8 @@ class Planner(QObject):
         def work(_progress: Any) -> ModelProfile | str:
             try:
                 return backend.load(path).profile
-            except FitplanError as exc:
-                return str(exc)
+            except Exception as exc:  # noqa: BLE001 - any failure is said, and the estimates go on without it
+                return describe("", exc).message
 
         self.jobs.start(
             f"Reading the draft model {Path(path).name}", work, lambda r: self._draft_read(token, path, r)
