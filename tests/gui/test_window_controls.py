@@ -88,7 +88,9 @@ def test_the_device_menu_lists_the_planned_gpus_and_none(two: MainWindow) -> Non
     assert "-dev" not in command_words(two)
 
 
-def test_one_device_of_two(qtbot: Any, two: MainWindow, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_device_of_two(
+    qtbot: Any, two: MainWindow, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     pick(two, "CUDA0")  # untick the first card: only CUDA1 is used
     out = settle(qtbot, two)
     assert two.settings.devices() == ("CUDA1",) and two.settings.devices_button.text() == "CUDA1"
@@ -101,6 +103,15 @@ def test_one_device_of_two(qtbot: Any, two: MainWindow, capsys: pytest.CaptureFi
     assert two.chart.device_box.currentIndex() == 1  # so the chart shows CUDA1
     words = command_words(two)
     assert value_after(words, "-dev") == "CUDA1" == value_after(cli_words(capsys, "-dev", "CUDA1"), "-dev")
+    # the saved preset and script say it too, as `fitplan command --preset` does
+    two.planner.save_configuration(str(tmp_path / "plan.ini"))
+    two.planner.save_configuration(str(tmp_path / "plan.sh"))
+    preset = [line for line in (tmp_path / "plan.ini").read_text().splitlines() if line.startswith("device")]
+    capsys.readouterr()
+    assert cli.main(["command", str(LLAMA), *ASSUME, "-dev", "CUDA1", "--preset"]) == 0
+    cli_preset = [line for line in capsys.readouterr().out.splitlines() if line.startswith("device")]
+    assert preset == cli_preset and len(preset) == 1
+    assert value_after((tmp_path / "plan.sh").read_text().replace("\\\n", " ").split(), "-dev") == "CUDA1"
 
 
 def test_no_device_plans_for_system_ram(
