@@ -249,9 +249,8 @@ class Planner(QObject):
         self._draft_source = ""  # the draft model (-md) whose profile is read or being read
         self._draft_profile: ModelProfile | None = None
         self._draft_token = 0  # the draft read whose answer is awaited (0: none)
-        self._stand_in = (
-            ""  # the example opened because the last model could not be: it does not become the last
-        )
+        # the example opened because the last model could not be read: it does not become the last model
+        self._stand_in = ""
         self._url_token = 0  # the URL read whose answer is awaited (0: none)
         self._url_failed_hook: Callable[[JobError], None] | None = None
         self._url_bridge = _UrlBridge(self)
@@ -447,6 +446,7 @@ class Planner(QObject):
         p.models.select(model.source)
         if not is_url(model.source):
             p.models.set_start_folder(str(Path(model.source).parent))
+            p.settings.draft_folder = str(Path(model.source).parent)  # a draft is often next to its model
         p.summary.set_model(model)
         choices = self.user.model_choices.get(model.source)
         if choices is None:

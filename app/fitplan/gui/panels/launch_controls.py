@@ -775,7 +775,7 @@ class SettingsPanel(QWidget):
         self._select_draft(path)  # the combo announces the change
 
     def ask_draft_file(self) -> None:
-        start = self.draft_folder or (str(Path(self.draft_path()).parent) if self.draft_path() else "")
+        start = str(Path(self.draft_path()).parent) if self.draft_path() else self.draft_folder
         path, _ = QFileDialog.getOpenFileName(
             self, "Choose a draft model", start, "GGUF models (*.gguf);;All files (*)"
         )
