@@ -320,3 +320,35 @@ def test_a_failed_save_is_in_the_message_list(qtbot: Any, tmp_path: Path) -> Non
     w.settings.context_box.setValue(4096)
     assert settle(qtbot, w).estimate.settings.n_ctx == 4096  # the window keeps working
     w.close()
+
+
+def test_a_hub_models_projector_follows_llama_server(
+    qtbot: Any, private_config: Path, hub: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """For a Hub model the window counts the repository's projector, which -hf loads without any flag; choosing
+    "not loaded" writes --no-mmproj. Both commands, estimated by `fitplan estimate`, give the window's projector
+    bytes."""
+    ref = f"hf.co/{TEST_REPO}:Q4_K_M"
+    w = make_window(qtbot, TWO_GPUS, private_config)
+    w.show()
+    w.planner.start(ref)
+
+    def window_and_cli() -> tuple[int, int, list[str]]:
+        out = settle(qtbot, w)
+        mine = sum(d.bytes_of(TermKind.MMPROJ) for d in out.estimate.devices)
+        words = command_words(w)
+        assert words[1:3] == ["-hf", f"{TEST_REPO}:Q4_K_M"], words
+        capsys.readouterr()
+        rc = cli.main(["estimate", ref, *words[3:], *ASSUME, "--json"])
+        printed = capsys.readouterr()
+        assert rc == 0, (words, printed.err)
+        theirs = sum(int(d["terms"]["mmproj"]) for d in json.loads(printed.out)["devices"])
+        return mine, theirs, words
+
+    mine, theirs, words = window_and_cli()
+    assert mine > 0 and mine == theirs and "--no-mmproj" not in words and "-mmu" not in words
+    s = w.settings
+    s.mmproj.setCurrentIndex(s.mmproj.findData("none"))
+    mine, theirs, words = window_and_cli()
+    assert mine == theirs == 0 and "--no-mmproj" in words
+    w.close()

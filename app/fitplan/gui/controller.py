@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QStatusBar
 from fitplan.core.base.devices import GIB, MIB, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
+from fitplan.core.inputs.model_source import is_remote_source
 from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.model.profile import ModelProfile
@@ -288,13 +289,11 @@ class Planner(QObject):
         self.scan_library(self.backend.library_roots(self.user.folders), announce=False)
         self._restore_opened()
         if initial:
-            if is_url(initial) or Path(initial).expanduser().is_file():
+            if is_remote_source(initial) or Path(initial).expanduser().is_file():
                 self.open(initial)
             else:
                 self.p.banner.show_message("error", f"{initial}: no such file", key="open")
             return
-        from fitplan.core.inputs.model_source import is_remote_source
-
         first = self.user.last_model
         if first and is_remote_source(first):
             self.open(first, failed=lambda err: self._reopen_failed(first, err))
