@@ -288,6 +288,18 @@ def test_the_last_hub_model_reopens(qtbot: Any, private_config: Path, hub: Any) 
     w.close()
 
 
+def test_a_hub_model_opened_before_is_listed_unread(qtbot: Any, private_config: Path, hub: Any) -> None:
+    _, state = hub
+    ref = f"hf.co/{TEST_REPO}:Q6_K"
+    save_user_settings(UserSettings(last_model=str(LLAMA), recent_files=(ref, str(LLAMA))), private_config)
+    w = make_window(qtbot, TWO_GPUS, private_config)
+    w.show()
+    w.planner.start()
+    settle(qtbot, w)
+    assert ref in w.models.model.paths() and state.cdn_bytes == 0  # listed again, nothing read until clicked
+    w.close()
+
+
 @pytest.mark.usefixtures("_fresh_loads")
 def test_an_unreachable_hub_model_falls_back_to_the_example(
     qtbot: Any, private_config: Path, monkeypatch: pytest.MonkeyPatch

@@ -326,8 +326,8 @@ class Planner(QObject):
     def _restore_opened(self) -> None:
         """The models opened by file, drop or URL in earlier sessions join the list again (URLs unread until
         clicked: reading them needs the network)."""
-        local = [p for p in self.user.recent_files if not is_url(p) and Path(p).is_file()]
-        for url in (p for p in self.user.recent_files if is_url(p)):
+        local = [p for p in self.user.recent_files if not is_remote_source(p) and Path(p).is_file()]
+        for url in (p for p in self.user.recent_files if is_remote_source(p)):
             self.p.models.add_placeholder(url)
         if not local:
             return
