@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMenu,
+    QPushButton,
     QSizePolicy,
     QSlider,
     QSpinBox,
@@ -225,8 +226,8 @@ class SettingsPanel(QWidget):
 
     def _make_draft_controls(self) -> None:
         """The devices llama-server uses (-dev) and a draft model for speculative decoding (-md, -ngld, -ctkd)."""
-        self.devices_button = QToolButton()
-        self.devices_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.devices_button = QPushButton()
+        self.devices_button.setStyleSheet("text-align: left; padding: 3px 6px;")  # read like the combo boxes
         self.devices_button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.devices_menu = QMenu(self.devices_button)
         self.devices_button.setMenu(self.devices_menu)
