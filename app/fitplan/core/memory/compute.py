@@ -564,14 +564,22 @@ def _hadamard_rotations(
 
 @dataclass(frozen=True, slots=True)
 class Affine:
-    """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells."""
+    """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells.
+
+    `room` > 0: the cell-dependent part is a tensor that goes into a free block of that size while it fits there;
+    it then adds nothing (and `c` is not reached: a separate term holds what is live in that case).
+    """
 
     a_base: int = 0
     a_swa: int = 0
     c: int = 0
+    room: int = 0
 
     def at(self, n_kv_base: int, n_kv_swa: int) -> int:
-        return self.a_base * n_kv_base + self.a_swa * n_kv_swa + self.c
+        grow = self.a_base * n_kv_base + self.a_swa * n_kv_swa
+        if self.room and grow <= self.room:
+            return 0
+        return grow + self.c
 
 
 def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
@@ -651,6 +659,108 @@ def _indexer_queries(profile: ModelProfile, n_tok: int) -> tuple[int, int]:
         fit = min(2, room // one_q) if one_q else 0
         idx_q += room - fit * one_q
     return idx_heads, idx_q
+
+
+class _BestFit:
+    """A few allocations replayed the way `ggml_dyn_tallocr_alloc` (ggml/src/ggml-alloc.c) places them: the
+    smallest free block below the end that fits (the later one on a tie), else the free end of the buffer; a freed
+    tensor's space merges with its free neighbours. Offsets are relative to the top of what stays live below (the
+    device's blocks); `holes` are free blocks under it. `peak` is the highest end reached."""
+
+    def __init__(self, holes: tuple[int, ...] = ()) -> None:
+        self.free: list[list[int]] = []  # [offset, size], sorted, all below `end`
+        at = 0
+        for h in holes:
+            at -= h + 1  # separate blocks below the base (never adjacent to each other or to the end)
+            self.free.insert(0, [at, h])
+        self.end = 0  # the free end starts here
+        self.peak = 0
+        self.live: dict[str, tuple[int, int]] = {}
+
+    def alloc(self, name: str, size: int) -> None:
+        best = -1
+        for i, (_, bsize) in enumerate(self.free):
+            if bsize >= size and (best < 0 or bsize <= self.free[best][1]):
+                best = i
+        if best >= 0 and size:
+            off = self.free[best][0]
+            self.free[best][0] += size
+            self.free[best][1] -= size
+            if not self.free[best][1]:
+                del self.free[best]
+        else:
+            off = self.end
+            self.end += size
+            self.peak = max(self.peak, self.end)
+        self.live[name] = (off, size)
+
+    def release(self, *names: str) -> None:
+        for name in names:
+            off, size = self.live.pop(name)
+            if off + size == self.end:
+                self.end = off
+            else:
+                self.free.append([off, size])
+                self.free.sort()
+            merged: list[list[int]] = []
+            for blk in self.free:
+                if merged and merged[-1][0] + merged[-1][1] == blk[0]:
+                    merged[-1][1] += blk[1]
+                else:
+                    merged.append(blk)
+            if merged and merged[-1][0] + merged[-1][1] == self.end:
+                self.end = merged.pop()[0]
+            self.free = merged
+
+    def largest_hole(self) -> int:
+        return max((size for _, size in self.free), default=0)
+
+
+def _absorbed_mla_attention(
+    profile: ModelProfile, lp: LayerProfile, mla: MlaParams, n_tok: int, fa: bool, hole: int
+) -> tuple[int, int, int]:
+    """The first layer's attention with the absorbed MLA query (src/models/deepseek2.cpp, llama_model_deepseek2::
+    graph, then `llm_graph_context::build_attn_mha`), replayed through the allocator (`_BestFit`) over the
+    device's blocks with the one-block `hole` the mixed batch's token rows left: (peak, end, largest free block)
+    before the KQ scores, bytes above the blocks. `build_attn` expands Q's graph first: the compressed query
+    q_a `[q_lora_rank, n_tok]` normed in place (when the model has one), the query q `[key_length_mla, n_head,
+    n_tok]`, the absorbed q_nope `[kv_lora_rank, n_head, n_tok]`, the roped q_pe `[n_rot, n_head, n_tok]` and
+    their concatenation Qcur; then K's: the compressed KV kv_cmpr_pe `[kv_lora_rank + n_rot, n_tok]`, its normed
+    latent, the roped k_pe and Kcur, stored into the cache. With flash attention its output `[kv_lora_rank,
+    n_head, n_tok]`, the product with wv_b and its contiguous copy `[value_length_mla, n_head, n_tok]` follow,
+    and the output projection. The allocator's peaks: DeepSeek-V3 (128 heads, `-ub 512`) q's freed 48 MiB,
+    q_nope_absorbed 128, q_pe 16 and Qcur 144 MiB above the blocks (336 MiB), the KQ scores above Qcur without
+    flash attention; the deepseek2 smoke model (one head): q_nope_absorbed in q_a's freed space, q_pe in the
+    token rows' hole, Qcur, then kv_cmpr_pe above it (3.25 MiB)."""
+    f = F32 * n_tok
+    h = lp.n_head
+    kv, rope = mla.kv_lora_rank, mla.n_rot
+    sim = _BestFit((hole,))
+    if mla.q_lora_rank:
+        sim.alloc("q_a", f * mla.q_lora_rank)
+    sim.alloc("q", f * h * mla.key_length_mla)
+    if mla.q_lora_rank:
+        sim.release("q_a")
+    sim.alloc("q_nope_absorbed", f * h * kv)
+    sim.alloc("q_pe", f * h * rope)
+    sim.release("q")
+    sim.alloc("Qcur", f * h * (kv + rope))
+    sim.release("q_nope_absorbed", "q_pe")
+    sim.alloc("kv_cmpr_pe", f * (kv + rope))
+    sim.alloc("kv_cmpr", f * kv)
+    sim.alloc("k_pe", f * rope)
+    sim.release("kv_cmpr_pe")
+    sim.alloc("Kcur", f * (kv + rope))
+    sim.release("kv_cmpr", "k_pe", "Kcur")
+    if fa:
+        sim.alloc("fattn", f * h * lp.n_embd_head_v)
+        sim.release("Qcur")
+        sim.alloc("fattn_mla", f * h * mla.value_length_mla)
+        sim.release("fattn")
+        sim.alloc("cont", f * h * mla.value_length_mla)
+        sim.release("fattn_mla")
+        sim.alloc("wo", f * profile.n_embd)
+    return sim.peak, sim.end, sim.largest_hole()
 
 
 def _kv_a_mqa_rows(profile: ModelProfile) -> dict[int, tuple[int, int]]:
@@ -807,9 +917,13 @@ class _PlanBuilder:
         lp = self.profile.layers[il]
         # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
         # absorbed q_nope [kv_lora_rank, n_head, n_tok].
+        mla = self.profile.mla
+        if mla is not None and self._replayed_mla():
+            self._deepseek2_mla_layer(lp, mla, is_swa, out)
+            return
         q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
-        if self.profile.mla is not None:
-            q += F32 * self.n_tok * lp.n_head * self.profile.mla.kv_lora_rank
+        if mla is not None:
+            q += F32 * self.n_tok * lp.n_head * mla.kv_lora_rank
         if il in self.kv_a_mqa:
             # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
             # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
@@ -853,6 +967,22 @@ class _PlanBuilder:
             out.add(Affine(a_swa=a, c=q))
         else:
             out.add(Affine(a_base=a, c=q))
+
+    def _replayed_mla(self) -> bool:
+        """Mainline's graph of src/models/deepseek2.cpp with the absorbed MLA query, whose attention is replayed
+        through the allocator (`_absorbed_mla_attention`); a fork's MLA modes are modelled by the fork."""
+        return self.profile.traits.graph.deepseek2_mla and self.inputs.fork_graph is None
+
+    def _deepseek2_mla_layer(self, lp: LayerProfile, mla: MlaParams, is_swa: bool, out: set[Affine]) -> None:
+        """The attention terms of an absorbed-MLA layer: the replayed peak, and without flash attention the KQ
+        scores `[n_kv, n_tok, n_head]` (softmax in place) above the replay's end unless they fit into its
+        largest free block (short contexts: the space the query's parts left under Qcur)."""
+        hole = self.embd_block + (I32 + I64) * self.n_tok  # the mixed batch's token rows, tokens and slots
+        peak, end, room = _absorbed_mla_attention(self.profile, lp, mla, self.n_tok, self.fa, hole)
+        out.add(Affine(c=peak))
+        if not self.fa:
+            a = F32 * self.n_tok * lp.n_head
+            out.add(Affine(a_swa=a, c=end, room=room) if is_swa else Affine(a_base=a, c=end, room=room))
 
     def _kimi_mla_concat(self, lp: LayerProfile, mla: MlaParams) -> Affine:
         # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
@@ -921,7 +1051,17 @@ class _PlanBuilder:
         if self.fa or self.profile.mla is None or not _attn_layers(self.profile, layers)[0]:
             return Affine()
         # the contiguous copy of V (the latent rows of every stream's cells)
-        row = row_bytes(kv_type_id(self.inputs.cache_type_k), self.profile.mla.kv_lora_rank)
+        mla = self.profile.mla
+        row = row_bytes(kv_type_id(self.inputs.cache_type_k), mla.kv_lora_rank)
+        if self._replayed_mla():
+            # it is made after the KQ scores, which free Qcur `[kv_lora_rank + n_rot, n_head, n_tok]`: it goes
+            # into that space while it fits (the deepseek2 smoke model at c512 without flash attention: 5.52 MiB
+            # with the 0.5 MiB copy inside Qcur's freed 1.125 MiB)
+            heads = max(
+                (self.profile.layers[il].n_head for il in _attn_layers(self.profile, layers)[0]), default=0
+            )
+            qcur = F32 * self.n_tok * heads * (mla.kv_lora_rank + mla.n_rot)
+            return Affine(a_base=row * self.inputs.n_stream, room=qcur)
         return Affine(a_base=row * self.inputs.n_stream)
 
     def v_idxs(self, layers: list[int]) -> int:
@@ -1295,7 +1435,10 @@ def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]
 
 
 def _aff(a: Affine, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
-    return a.a_base * nb + a.a_swa * ns + a.c
+    grow = a.a_base * nb + a.a_swa * ns
+    if a.room:
+        return np.where(grow <= a.room, 0, grow + a.c)
+    return grow + a.c
 
 
 def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:

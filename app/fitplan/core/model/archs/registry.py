@@ -289,6 +289,9 @@ MAMBA_ARCHS = frozenset(
 LIGHTNING_ARCHS = frozenset({"minimax-01"})
 #: MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
 KIMI_MLA_ARCHS = frozenset({"kimi-linear", "kimi-k3"})
+#: The absorbed MLA query of src/models/deepseek2.cpp (llama_model_deepseek2::graph; mistral4 reuses it): q, the
+#: absorbed q_nope and the roped q_pe, then their concatenation Qcur, then K's compressed KV.
+DEEPSEEK2_MLA_ARCHS = frozenset({"deepseek2", "mistral4"})
 #: Recurrent layers are gated delta nets (src/models/qwen3next.cpp, qwen35.cpp, qwen35moe.cpp through
 #: `llm_build_delta_net_base`), run as one fused `ggml_gated_delta_net` op.
 GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
@@ -379,6 +382,7 @@ def _graph(a: str) -> GraphTraits:
         mamba_scan=a in MAMBA_ARCHS,
         lightning=a in LIGHTNING_ARCHS,
         kimi_mla=a in KIMI_MLA_ARCHS,
+        deepseek2_mla=a in DEEPSEEK2_MLA_ARCHS,
         gated_delta_net=a in GDN_ARCHS,
         indexer_q_copies=INDEXER_Q_COPIES.get(a, 0),
         hc_streams=HC_STREAMS.get(a, 0),

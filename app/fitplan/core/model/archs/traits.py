@@ -111,6 +111,7 @@ class GraphTraits:
     mamba_scan: bool = False  # recurrent layers are Mamba-1/2 blocks
     lightning: bool = False  # models/minimax-01.cpp lightning attention
     kimi_mla: bool = False  # MLA concatenates K after the absorbed Q (kimi-linear, kimi-k3)
+    deepseek2_mla: bool = False  # models/deepseek2.cpp's absorbed MLA query (replayed in compute)
     gated_delta_net: bool = False  # fused ggml_gated_delta_net (qwen3next, qwen35, qwen35moe)
     indexer_q_copies: int = 0  # indexer query projections live together at the indexer's peak
     hc_streams: int = 0  # hyper-connection residual streams live through the layers
