@@ -23,6 +23,10 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   projection, conv output, then the conv input or the scan output in the same space), a gated delta net's layer
   (`_gdn_transient`), a lightning-attention layer, the DSA indexer's queries with the compressed query, or the
   indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`GraphTraits.indexer_q_copies` in the architecture registry);
+* where the layout depends on which freed block a tensor fits, a few allocations are replayed through the
+  allocator's best fit (`_BestFit`, ggml-alloc.c): the absorbed MLA query of DeepSeek-V2/V3
+  (`_absorbed_mla_attention`) and the Mamba blocks after a device's last attention layer, over the freed masks
+  (`_mamba_ops`);
 * hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`GraphTraits.hc_streams`) next to the blocks;
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
@@ -362,6 +366,90 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bo
     return F32 * floats
 
 
+#: One step of a replayed allocation sequence: (tensor name, bytes) allocates it, (tensor name, 0) frees it.
+ReplayOp = tuple[str, int]
+
+
+def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """The allocations of one Mamba block in graph order (src/models/mamba-base.cpp, `build_mamba_layer` and
+    `build_mamba2_layer`), f32 bytes; () for models without Mamba blocks. A freed tensor is (name, 0).
+
+    Mamba-2: the conv states' rows, the input projection zxBCdt, the conv input (states + xBC), the conv output
+    (bias and SiLU in place) in place of the conv input, dt, the SSM states' rows, the scan output (y and the
+    final states), y + x D, the contiguous copy of z, the gated output (normed in place) and the output
+    projection. Mamba-1 the same with xz, the conv output x, x_db and dt's projection (with the B, C and dt norms
+    of Jamba and FalconMamba)."""
+    ssm = profile.ssm
+    if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
+        return ()
+    f, t, seqs = F32, n_tok, max(1, n_seqs)
+    d_inner, d_state = ssm.d_inner, ssm.d_state
+    scan = f * (d_inner * t + d_state * d_inner * seqs)
+    if ssm.n_group:
+        ch = d_inner + 2 * ssm.n_group * d_state
+        head = [
+            ("conv_rows", f * (ssm.d_conv - 1) * ch * seqs),
+            ("in_proj", f * (2 * d_inner + 2 * ssm.n_group * d_state + ssm.dt_rank) * t),
+            ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * ch * seqs),
+            ("conv_rows", 0),
+            ("conv", f * ch * t),
+            ("conv_x", 0),
+            ("dt", f * ssm.dt_rank * t),
+        ]
+    else:
+        normed = any(x.name.endswith(".ssm_dt_norm.weight") for x in profile.tensors)
+        head = [
+            ("conv_rows", f * (ssm.d_conv - 1) * d_inner * seqs),
+            ("in_proj", f * 2 * d_inner * t),
+            ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * d_inner * seqs),
+            ("conv_rows", 0),
+            ("conv", f * d_inner * t),
+            ("conv_x", 0),
+            ("x_db", f * (ssm.dt_rank + 2 * d_state) * t),
+        ]
+        if normed:
+            # dt, B and C normed out of x_db's views: x_db is freed once the three norms have read it
+            head += [("dt_n", f * ssm.dt_rank * t), ("b_n", f * d_state * t), ("c_n", f * d_state * t)]
+            head += [("x_db", 0)]
+        else:
+            head += [("dt_n", f * ssm.dt_rank * t)]  # the contiguous dt; the scan reads B and C from x_db
+        head += [("dt", f * d_inner * t), ("dt_n", 0)]
+    tail = [
+        ("s_rows", f * d_state * d_inner * seqs),
+        ("y_ssm", scan),
+        ("s_rows", 0),
+        ("dt", 0),
+    ]
+    if not ssm.n_group:
+        # Mamba-1: x D and y + x D are new tensors
+        tail += [("x_d", f * d_inner * t), ("y", f * d_inner * t), ("x_d", 0), ("conv", 0)]
+    # Mamba-2: x D is computed in place of the conv output x views, y + x D in place of the scan output's y
+    tail += [
+        ("z", f * d_inner * t),
+        ("in_proj", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("y", 0),
+        ("y_ssm", 0),
+        ("conv", 0),
+        ("out", f * profile.n_embd * t),
+    ]
+    if not ssm.n_group:
+        tail[2:2] = [("b_n", 0), ("c_n", 0), ("x_db", 0)]  # what the scan read (the frees skip the absent)
+    return (*head, *tail)
+
+
+def _replay(ops: tuple[ReplayOp, ...], holes: tuple[int, ...]) -> int:
+    """The highest end `ops` reach above the base, with free blocks of `holes` below it (`_BestFit`)."""
+    sim = _BestFit(holes)
+    for name, size in ops:
+        if size:
+            sim.alloc(name, size)
+        elif name in sim.live:
+            sim.release(name)
+    return sim.peak
+
+
 def _hc_width(profile: ModelProfile) -> int:
     """Elements per token of one hyper-connection residual `n_embd x hc` (from `hc_attn_fn` / `hc_attn_down`,
     whose rows span all streams), 0 when the model has none."""
@@ -620,6 +708,17 @@ class _DevicePlan:
     dsa_top_k: int = 0
     # on a later GPU whose last layer is a MoE with a shared expert: that layer's tensors under the logits
     out_below: int = 0
+    # Mamba blocks after the last attention layer: their allocations, replayed over the freed masks' space
+    # (with the block of the layer's input in it), the block under it and the FFN norm's two-block hole
+    ssm_ops: tuple[ReplayOp, ...] = ()
+    ssm_hole: Affine = Affine()
+    ssm_block: int = 0
+
+    def ssm_after(self, nb: int, ns: int) -> int:
+        if not self.ssm_ops:
+            return 0
+        b = self.ssm_block
+        return _replay(self.ssm_ops, (b, max(0, self.ssm_hole.at(nb, ns) - b), FFN_HOLE_BLOCKS * b))
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
@@ -893,14 +992,15 @@ class _PlanBuilder:
         self.kq(layers)
         return tuple(sorted(self.ik_q))
 
-    def kq(self, layers: list[int]) -> tuple[Affine, ...]:
-        """The attention's live set on a backend running `layers`: one Affine per distinct layer shape."""
+    def kq(self, layers: list[int], replayed: frozenset[int] = frozenset()) -> tuple[Affine, ...]:
+        """The attention's live set on a backend running `layers`: one Affine per distinct layer shape (the
+        recurrent layers in `replayed` are counted by `ssm_after` instead)."""
         base, swa = _attn_layers(self.profile, layers)
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
                 self._kq_layer(il, is_swa, out)
-        self._recurrent_terms(layers, bool(base or swa), out)
+        self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
         if self.idx_q and any(self.profile.layers[il].has_indexer for il in layers):
             out.add(Affine(c=self.idx_q))
         iq = max((self.idx_rows.get(il, 0) for il in layers), default=0)
@@ -1014,6 +1114,30 @@ class _PlanBuilder:
             else row_bytes(kv_type_id(self.inputs.cache_type_k), lora) * self.inputs.n_stream
         )
         return Affine(a_base=-v_copy, c=F32 * self.n_tok * (room + lp.n_head * kr + above))
+
+    def ssm_after(
+        self, layers: list[int], m: Affine, vi: int
+    ) -> tuple[frozenset[int], tuple[ReplayOp, ...], Affine]:
+        """The Mamba layers that run after the device's last attention layer, their block's allocations and the
+        space they find free: the masks, V's indices and the small inputs, freed by then, next to the block of
+        the mixed batch's token rows (as for the FFN, `ffn_holes`). The allocator's peaks on the granitehybrid
+        smoke model at c4096 with flash attention: the input projection zxBCdt (3 MiB) inside the freed 4 MiB
+        mask, the conv input and output (2.01 + 2 MiB) above the blocks, 10.53 MiB; jamba (Mamba-1): xz and
+        the conv output in the mask's space, dt's projection and the scan output above, 8.77 MiB."""
+        none: tuple[frozenset[int], tuple[ReplayOp, ...], Affine] = (frozenset(), (), Affine())
+        base, swa = _attn_layers(self.profile, layers)
+        if not (base or swa) or not (m.a_base or m.a_swa or m.c or vi):
+            return none
+        if self.profile.traits.graph.parallel_attn_ffn or any(
+            self.profile.layers[il].kind is LayerKind.HYBRID for il in layers
+        ):
+            return none
+        last = max(base + swa)
+        post = frozenset(il for il in layers if il > last and self.profile.layers[il].is_recurrent)
+        ops = _mamba_ops(self.profile, self.n_tok, self.inputs.n_seqs) if post else ()
+        if not ops:
+            return none
+        return post, ops, Affine(m.a_base, m.a_swa, m.c + vi)
 
     def _recurrent_terms(self, layers: list[int], attends: bool, out: set[Affine]) -> None:
         """The recurrent blocks' live sets (Mamba scans, lightning attention, gated delta nets), added to `out`."""
@@ -1202,7 +1326,8 @@ class _PlanBuilder:
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
             out_extra = 0
         ffn_rest, holes = self.ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
-        kq_gi = self.kq(layers)
+        replayed, ssm_ops, ssm_hole = self.ssm_after(layers, Affine(m.a_base, m.a_swa, m.c + small), vi)
+        kq_gi = self.kq(layers, replayed)
         shexp_ffn = _shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
@@ -1233,6 +1358,9 @@ class _PlanBuilder:
             logits=self.logits if has_out else 0,
             out_block=out_blocks * self.embd_block if has_out else 0,
             out_below=out_extra if has_out else 0,
+            ssm_ops=ssm_ops,
+            ssm_hole=ssm_hole,
+            ssm_block=self.embd_block,
             pp_extra=pp_extra,
             op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
@@ -1297,6 +1425,11 @@ class _PlanBuilder:
             host_m if host_last else Affine(),
             n_copies * self.v_idxs(self.trunk) if host_last else 0,
         )
+        replayed, ssm_ops, ssm_hole = self.ssm_after(
+            host_layers,
+            host_m if host_last else Affine(),
+            n_copies * self.v_idxs(self.trunk) if host_last else 0,
+        )
         if experts_only and self.profile.moe is not None and host_flayers:
             # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
             # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
@@ -1320,7 +1453,7 @@ class _PlanBuilder:
             ik_groups=self.ik_groups(host_layers) if self.inputs.ik_attention else (),
             dsa_zeros=self.dsa_zeros(host_layers),
             dsa_top_k=self.dsa_top_k,
-            kq=self.kq(host_layers)
+            kq=self.kq(host_layers, replayed)
             if not (ffn_only or experts_only)
             else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
             mla_v=self.mla_v(host_layers),
@@ -1328,6 +1461,9 @@ class _PlanBuilder:
             logits=self.logits if self.out_dev is None else 0,
             out_block=self.embd_block if self.inputs.ik_attention and self.out_dev is None else 0,
             ik_output_phase=self.inputs.ik_attention,
+            ssm_ops=ssm_ops,
+            ssm_hole=ssm_hole,
+            ssm_block=self.embd_block,
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,
@@ -1426,7 +1562,7 @@ def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
-    att = max(_max_at(p.kq, nb, ns), ik)
+    att = max(_max_at(p.kq, nb, ns), ik, p.ssm_after(nb, ns))
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
         scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
@@ -1454,6 +1590,9 @@ def _total_array(
     att = _max_aff(p.kq, nb, ns)
     if ik is not None:
         att = np.maximum(att, ik)
+    if p.ssm_ops:
+        ssm = [p.ssm_after(int(b), int(w)) for b, w in zip(nb.tolist(), ns.tolist(), strict=True)]
+        att = np.maximum(att, np.array(ssm, dtype=np.int64))
     ffn = np.full_like(nb, p.ffn)
     for f, first, held, hole in p.ffn_holes:
         room = _aff(hole, nb, ns)
