@@ -234,6 +234,10 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
     """
     moe = profile.moe
     hole = 0 if profile.traits.graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    if profile.traits.graph.residual_into_input:
+        # the residual takes the layer input's block: only the FFN norm's own block is freed under the FFN (the
+        # allocator's peak on the lfm2 smoke model at c4096: gate in the freed mask, up and the GLU output on top)
+        hole = profile.n_embd
     above = 0
     if v_rot and hole and not profile.traits.graph.embd_skip:
         if profile.traits.graph.parallel_attn_ffn:
@@ -1245,7 +1249,10 @@ class _PlanBuilder:
                 rest.append(il)
                 continue
             f, first, held = _ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
-            freed_input = self.embd_block if il != min(layers) else 0
+            # the mixed batch's token rows, freed after the first layer's input is assembled; with the residual
+            # added into the layer input (lfm2) they are free by the first layer's FFN already, next to the mask
+            first_layer = il == min(layers) and not self.profile.traits.graph.residual_into_input
+            freed_input = 0 if first_layer else self.embd_block
             hole = Affine(
                 m.a_base if freed_base else 0,
                 m.a_swa if freed_swa else 0,

@@ -278,6 +278,10 @@ KV_A_MQA_ARCHS = frozenset({"minicpm3"})
 #: A fused QKV projection and no rope (src/models/{gpt2,bloom,jais,mpt,starcoder}.cpp): Q, K and V are views of
 #: the projection's output, which therefore stays live through the attention.
 NO_ROPE_QKV_ARCHS = frozenset({"gpt2", "bloom", "jais", "mpt", "starcoder"})
+#: The residual is added into the layer input, `ggml_add(prev_cur, cur)` (src/models/lfm2.cpp, llm_build_lfm2):
+#: the sum takes the input's block, the attention output's block is freed, and the FFN norm leaves a one-block
+#: hole instead of two.
+RESIDUAL_INTO_INPUT_ARCHS = frozenset({"lfm2", "lfm2moe"})
 #: DeepSeek-V3.2's lightning indexer graph (src/models/deepseek32.cpp and its copies).
 DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
 #: Recurrent layers are Mamba-1 / Mamba-2 blocks (src/models/graph-context-mamba.cpp); gated delta nets, RWKV,
@@ -376,6 +380,7 @@ def _graph(a: str) -> GraphTraits:
         weight_before_ffn=a in WEIGHT_BEFORE_FFN_ARCHS,
         embd_skip=a in EMBD_SKIP_ARCHS,
         no_ffn_hole=a in NO_FFN_HOLE_ARCHS,
+        residual_into_input=a in RESIDUAL_INTO_INPUT_ARCHS,
         kv_a_mqa=a in KV_A_MQA_ARCHS,
         no_rope_qkv=a in NO_ROPE_QKV_ARCHS,
         dsa_indexer=a in DSA_ARCHS,

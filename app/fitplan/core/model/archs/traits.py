@@ -105,6 +105,7 @@ class GraphTraits:
     weight_before_ffn: bool = False  # build_moe_ffn: llama4 scales the input by the router weights first
     embd_skip: bool = False  # the input embeddings stay live for a skip connection (talkie, hrm_text)
     no_ffn_hole: bool = False  # no two-block hole under the FFN (see compute)
+    residual_into_input: bool = False  # the attention's residual is added into the layer input (lfm2)
     kv_a_mqa: bool = False  # models/minicpm3.cpp: compressed K/V without MLA's absorbed query
     no_rope_qkv: bool = False  # fused QKV without rope: Q, K, V are views of the projection
     dsa_indexer: bool = False  # DeepSeek-V3.2's lightning indexer graph
