@@ -717,12 +717,20 @@ class _DevicePlan:
     ssm_ops: tuple[ReplayOp, ...] = ()
     ssm_hole: Affine = Affine()
     ssm_block: int = 0
+    ssm_residual_in_input: bool = False
 
     def ssm_after(self, nb: int, ns: int) -> int:
+        """The replayed Mamba block's extent above the blocks. The residual added into the layer input (jamba)
+        stays in the input's block: the token rows' block and the masks are one free block, with the FFN norm's
+        block beside it (the allocator's peak on the jamba smoke model); else the previous layer's output takes
+        a block of the masks' space, between the token rows' block and the rest, and the FFN norm leaves two
+        blocks (granitehybrid, nemotron_h)."""
         if not self.ssm_ops:
             return 0
-        b = self.ssm_block
-        return _replay(self.ssm_ops, (b, max(0, self.ssm_hole.at(nb, ns) - b), FFN_HOLE_BLOCKS * b))
+        b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
+        if self.ssm_residual_in_input:
+            return _replay(self.ssm_ops, (hole + b, b))
+        return _replay(self.ssm_ops, (b, max(0, hole - b), FFN_HOLE_BLOCKS * b))
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
@@ -1368,6 +1376,7 @@ class _PlanBuilder:
             ssm_ops=ssm_ops,
             ssm_hole=ssm_hole,
             ssm_block=self.embd_block,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input,
             pp_extra=pp_extra,
             op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
@@ -1471,6 +1480,7 @@ class _PlanBuilder:
             ssm_ops=ssm_ops,
             ssm_hole=ssm_hole,
             ssm_block=self.embd_block,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input,
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,

@@ -278,10 +278,10 @@ KV_A_MQA_ARCHS = frozenset({"minicpm3"})
 #: A fused QKV projection and no rope (src/models/{gpt2,bloom,jais,mpt,starcoder}.cpp): Q, K and V are views of
 #: the projection's output, which therefore stays live through the attention.
 NO_ROPE_QKV_ARCHS = frozenset({"gpt2", "bloom", "jais", "mpt", "starcoder"})
-#: The residual is added into the layer input, `ggml_add(prev_cur, cur)` (src/models/lfm2.cpp, llm_build_lfm2):
-#: the sum takes the input's block, the attention output's block is freed, and the FFN norm leaves a one-block
-#: hole instead of two.
-RESIDUAL_INTO_INPUT_ARCHS = frozenset({"lfm2", "lfm2moe"})
+#: The residual is added into the layer input, `ggml_add(prev_cur, cur)` (src/models/lfm2.cpp, llm_build_lfm2;
+#: src/models/jamba.cpp: `ggml_add(inpL, cur)`): the sum takes the input's block, the attention output's block is
+#: freed, and the FFN norm leaves a one-block hole instead of two.
+RESIDUAL_INTO_INPUT_ARCHS = frozenset({"lfm2", "lfm2moe", "jamba"})
 #: DeepSeek-V3.2's lightning indexer graph (src/models/deepseek32.cpp and its copies).
 DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
 #: Recurrent layers are Mamba-1 / Mamba-2 blocks (src/models/graph-context-mamba.cpp); gated delta nets, RWKV,
