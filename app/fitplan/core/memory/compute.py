@@ -268,6 +268,11 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
         # the experts' down outputs are allocated after gate and up are freed: they go into that space (two
         # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
         f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
+        if il in _layer_shapes(profile).gate_up_exps:
+            # one fused gate_up product `[2 n_ff_exp, n_used, n_tok]` (`ffn_gate_up_exps`, build_moe_ffn's merged
+            # path): the first intermediate is both (the cohere2moe smoke model's peak: ffn_moe_gate_up-1, 3 MiB,
+            # above the blocks where the freed 1 MiB of masks cannot take it, then the GLU output)
+            first = 2 * up
         shared = moe.n_ff_shexp * moe.n_expert_shared
         if 3 * shared > f:
             f, first = 3 * shared, shared
@@ -295,6 +300,7 @@ class _LayerShapes:
     dense_up: frozenset[int] = frozenset()  # layers with a dense `ffn_up` matrix
     shexp: frozenset[int] = frozenset()  # layers with a shared expert (`ffn_up_shexp`)
     shexp_ff: int = 0  # the widest shared expert's rows (`ffn_up_shexp`; llama4 declares no such length)
+    gate_up_exps: frozenset[int] = frozenset()  # layers with fused expert gate and up (`ffn_gate_up_exps`)
 
 
 #: Per profile (shared by the estimator's threads).
@@ -310,6 +316,7 @@ def _compute_layer_shapes(profile: ModelProfile) -> _LayerShapes:
     qkv: dict[int, int] = {}
     up: set[int] = set()
     shexp: set[int] = set()
+    gate_up_exps: set[int] = set()
     shexp_ff = 0
     for t in profile.tensors:
         il = t.layer
@@ -320,6 +327,8 @@ def _compute_layer_shapes(profile: ModelProfile) -> _LayerShapes:
             shexp_ff = max(shexp_ff, t.shape[1])
         if t.name.endswith(".ffn_up.weight"):
             up.add(il)
+        if t.name.endswith(".ffn_gate_up_exps.weight"):
+            gate_up_exps.add(il)
         if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
             gated.add(il)
         elif (
@@ -330,7 +339,9 @@ def _compute_layer_shapes(profile: ModelProfile) -> _LayerShapes:
             gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
         elif t.name.endswith(".attn_qkv.weight"):
             qkv[il] = t.shape[1]
-    return _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff)
+    return _LayerShapes(
+        frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff, frozenset(gate_up_exps)
+    )
 
 
 def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bool = True) -> int:
@@ -1238,11 +1249,10 @@ class _PlanBuilder:
         layer's FFN can put its first intermediate in their space (with the device's input block, freed after
         its first layer, next to them)."""
         base, swa = _attn_layers(self.profile, layers)
-        if (
-            not (m.a_base or m.a_swa or m.c or vi)
-            or not (base or swa)
-            or self.profile.traits.graph.parallel_attn_ffn  # the attention output is still live
-        ):
+        # parallel attention/FFN blocks too: their waiting attention output is in the FFN's own hole
+        # (`_ffn_layer`), and the freed inputs take the FFN (the cohere2moe smoke model at c512 without flash
+        # attention: the fused gate_up and the GLU output inside the freed f32 masks and V's indices, 9.02 MiB)
+        if not (m.a_base or m.a_swa or m.c or vi) or not (base or swa):
             return _ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
