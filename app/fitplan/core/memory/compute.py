@@ -397,6 +397,8 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
     ssm = profile.ssm
     if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
         return ()
+    if profile.traits.graph.plamo2_mamba:
+        return _plamo2_mamba_ops(profile, n_tok, n_seqs)
     f, t, seqs = F32, n_tok, max(1, n_seqs)
     d_inner, d_state = ssm.d_inner, ssm.d_state
     scan = f * (d_inner * t + d_state * d_inner * seqs)
@@ -452,6 +454,53 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
     if not ssm.n_group:
         tail[2:2] = [("b_n", 0), ("c_n", 0), ("x_db", 0)]  # what the scan read (the frees skip the absent)
     return (*head, *tail)
+
+
+def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """PLaMo-2's Mamba block in graph order (src/models/plamo2.cpp, `build_plamo2_mamba_layer`): the conv states'
+    rows, the input projection zx and its permuted contiguous copy, x's contiguous copy, the conv input and
+    output, the B/C/dt projection with the three norms, dt's projection, the SSM states' rows and the scan output
+    (x D in place of the conv output, y + x D in place of the scan's y), z's contiguous copy, the gated output and
+    the output projection. The allocator's peak on the plamo2 smoke model (c512 with flash attention): the conv
+    output in the freed mask's space, the scan output in the input projection's, its permuted copy and z's copy
+    on top, 8.02 MiB."""
+    ssm = profile.ssm
+    assert ssm is not None
+    f, t, seqs = F32, n_tok, max(1, n_seqs)
+    d_inner, d_state = ssm.d_inner, ssm.d_state
+    dt_dim = max(64, profile.n_embd // 16)
+    return (
+        ("conv_rows", f * (ssm.d_conv - 1) * d_inner * seqs),
+        ("in_proj", f * 2 * d_inner * t),
+        ("in_proj_out", f * 2 * d_inner * t),
+        ("in_proj", 0),
+        ("x_split", f * d_inner * t),
+        ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * d_inner * seqs),
+        ("conv_rows", 0),
+        ("x_split", 0),
+        ("conv", f * d_inner * t),
+        ("conv_x", 0),
+        ("x_bcdt", f * (2 * d_state + dt_dim) * t),
+        ("b_n", f * d_state * t),
+        ("c_n", f * d_state * t),
+        ("dt_n", f * dt_dim * t),
+        ("x_bcdt", 0),
+        ("dt", f * ssm.dt_rank * t),
+        ("dt_n", 0),
+        ("s_rows", f * d_state * d_inner * seqs),
+        ("y_ssm", f * (d_inner * t + d_state * d_inner * seqs)),
+        ("s_rows", 0),
+        ("dt", 0),
+        ("b_n", 0),
+        ("c_n", 0),
+        ("z", f * d_inner * t),
+        ("in_proj_out", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("y_ssm", 0),
+        ("conv", 0),
+        ("out", f * profile.n_embd * t),
+    )
 
 
 def _replay(ops: tuple[ReplayOp, ...], holes: tuple[int, ...]) -> int:
@@ -731,11 +780,12 @@ class _DevicePlan:
     ssm_residual_in_input: bool = False
 
     def ssm_after(self, nb: int, ns: int) -> int:
-        """The replayed Mamba block's extent above the blocks. The residual added into the layer input (jamba)
-        stays in the input's block: the token rows' block and the masks are one free block, with the FFN norm's
-        block beside it (the allocator's peak on the jamba smoke model); else the previous layer's output takes
-        a block of the masks' space, between the token rows' block and the rest, and the FFN norm leaves two
-        blocks (granitehybrid, nemotron_h)."""
+        """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
+        block (jamba adds the residual into it; plamo2's first layer output takes the embeddings' block) the
+        token rows' block and the masks are one free block, with the FFN norm's block beside it (the allocator's
+        peaks on the jamba and plamo2 smoke models); else the previous layer's output takes a block of the masks'
+        space, between the token rows' block and the rest, and the FFN norm leaves two blocks (granitehybrid,
+        nemotron_h)."""
         if not self.ssm_ops:
             return 0
         b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
@@ -1386,7 +1436,8 @@ class _PlanBuilder:
             ssm_ops=ssm_ops,
             ssm_hole=ssm_hole,
             ssm_block=self.embd_block,
-            ssm_residual_in_input=self.profile.traits.graph.residual_into_input,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
+            or self.profile.traits.graph.plamo2_mamba,
             pp_extra=pp_extra,
             op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
@@ -1490,7 +1541,8 @@ class _PlanBuilder:
             ssm_ops=ssm_ops,
             ssm_hole=ssm_hole,
             ssm_block=self.embd_block,
-            ssm_residual_in_input=self.profile.traits.graph.residual_into_input,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
+            or self.profile.traits.graph.plamo2_mamba,
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,

@@ -289,6 +289,9 @@ DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
 MAMBA_ARCHS = frozenset(
     {"mamba", "mamba2", "jamba", "falcon-h1", "nemotron_h", "nemotron_h_moe", "granitehybrid", "plamo2"}
 )
+#: PLaMo-2's Mamba block (src/models/plamo2.cpp, `build_plamo2_mamba_layer`): a permuted copy of the input
+#: projection, x split off as its own copy, B, C and dt normed out of one projection.
+PLAMO2_MAMBA_ARCHS = frozenset({"plamo2"})
 #: Lightning-attention layers (src/models/minimax-01.cpp), their recurrent layers.
 LIGHTNING_ARCHS = frozenset({"minimax-01"})
 #: MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
@@ -385,6 +388,7 @@ def _graph(a: str) -> GraphTraits:
         no_rope_qkv=a in NO_ROPE_QKV_ARCHS,
         dsa_indexer=a in DSA_ARCHS,
         mamba_scan=a in MAMBA_ARCHS,
+        plamo2_mamba=a in PLAMO2_MAMBA_ARCHS,
         lightning=a in LIGHTNING_ARCHS,
         kimi_mla=a in KIMI_MLA_ARCHS,
         deepseek2_mla=a in DEEPSEEK2_MLA_ARCHS,

@@ -110,6 +110,7 @@ class GraphTraits:
     no_rope_qkv: bool = False  # fused QKV without rope: Q, K, V are views of the projection
     dsa_indexer: bool = False  # DeepSeek-V3.2's lightning indexer graph
     mamba_scan: bool = False  # recurrent layers are Mamba-1/2 blocks
+    plamo2_mamba: bool = False  # models/plamo2.cpp's own Mamba block (its op order is replayed)
     lightning: bool = False  # models/minimax-01.cpp lightning attention
     kimi_mla: bool = False  # MLA concatenates K after the absorbed Q (kimi-linear, kimi-k3)
     deepseek2_mla: bool = False  # models/deepseek2.cpp's absorbed MLA query (replayed in compute)
