@@ -46,6 +46,7 @@ buffers). See `docs/accuracy.md`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -924,8 +925,16 @@ def _absorbed_mla_attention(
     q_nope_absorbed 128, q_pe 16 and Qcur 144 MiB above the blocks (336 MiB), the KQ scores above Qcur without
     flash attention; the deepseek2 smoke model (one head): q_nope_absorbed in q_a's freed space, q_pe in the
     token rows' hole, Qcur, then kv_cmpr_pe above it (3.25 MiB)."""
+    return _replay_absorbed_mla(profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, n_tok, fa, hole)
+
+
+@functools.lru_cache(maxsize=1024)
+def _replay_absorbed_mla(
+    n_embd: int, h: int, head_v: int, mla: MlaParams, n_tok: int, fa: bool, hole: int
+) -> tuple[int, int, int]:
+    """`_absorbed_mla_attention` on the shapes it reads (kept: every layer of a model and every estimate of a
+    plan replay the same sequence)."""
     f = F32 * n_tok
-    h = lp.n_head
     kv, rope = mla.kv_lora_rank, mla.n_rot
     sim = _BestFit((hole,))
     if mla.q_lora_rank:
@@ -945,13 +954,13 @@ def _absorbed_mla_attention(
     sim.alloc("Kcur", f * (kv + rope))
     sim.release("kv_cmpr", "k_pe", "Kcur")
     if fa:
-        sim.alloc("fattn", f * h * lp.n_embd_head_v)
+        sim.alloc("fattn", f * h * head_v)
         sim.release("Qcur")
         sim.alloc("fattn_mla", f * h * mla.value_length_mla)
         sim.release("fattn")
         sim.alloc("cont", f * h * mla.value_length_mla)
         sim.release("fattn_mla")
-        sim.alloc("wo", f * profile.n_embd)
+        sim.alloc("wo", f * n_embd)
     return sim.peak, sim.end, sim.largest_hole()
 
 
