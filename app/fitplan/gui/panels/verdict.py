@@ -45,6 +45,8 @@ class VerdictPanel(QFrame):
         self.alternative_buttons: list[QPushButton] = []
         self.alternatives_title.hide()
         self.level = ""
+        self._alternatives: tuple[Alternative, ...] = ()
+        self._style = ""
 
     def set_verdict(self, verdict: Verdict, detail: str = "") -> None:
         self.level = verdict.level
@@ -56,6 +58,9 @@ class VerdictPanel(QFrame):
     def set_alternatives(self, alternatives: Sequence[Alternative]) -> None:
         """One row per alternative, its effect as the estimator computed it; a flag change applies in one click,
         a hardware change (a bigger card, more RAM) is only shown."""
+        if tuple(alternatives) == self._alternatives and len(self.alternative_buttons) == len(alternatives):
+            return  # the same rows (a context drag rarely changes them): no widgets rebuilt
+        self._alternatives = tuple(alternatives)
         for b in self.alternative_buttons:
             self._alt_layout.removeWidget(b)
             b.deleteLater()
@@ -89,4 +94,7 @@ class VerdictPanel(QFrame):
         if not self.level:
             return
         colour = verdict_colour(VerdictLevel.NO_FIT if self.level == ERROR_LEVEL else self.level).name()
-        self.setStyleSheet(f"QFrame#verdict {{ background: {colour}; border-radius: 6px; }}")
+        style = f"QFrame#verdict {{ background: {colour}; border-radius: 6px; }}"
+        if style != self._style:  # a new style sheet re-polishes the frame and its children
+            self._style = style
+            self.setStyleSheet(style)
