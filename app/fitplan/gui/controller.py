@@ -250,6 +250,7 @@ class Planner(QObject):
         """Detect GPUs, scan the library, restore the models opened before, and open `initial` (a path or URL
         given on the command line; a missing one is reported, not replaced by the example), else the last model,
         else the bundled example."""
+        self.estimator.warm_up()
         self.p.status.showMessage("Detecting GPUs…")
         self.jobs.start("GPU detection", lambda _progress: self.backend.detect(), self._detected)
         self.scan_library(self.backend.library_roots(self.user.folders), announce=False)

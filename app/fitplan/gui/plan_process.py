@@ -99,6 +99,18 @@ class PlanProcess:
             raise ChildGone(str(exc)) from exc
         return self._proc
 
+    def start(self) -> None:
+        """Start the child now (it imports the estimator while the window loads the model); a no-op when it runs,
+        is busy, or cannot start (the first request then tries again, or the thread computes)."""
+        if self._closed or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._start()
+        except ChildGone:
+            pass
+        finally:
+            self._lock.release()
+
     def _token(self, proc: subprocess.Popen[bytes], model: LoadedModel) -> int:
         """The child's name for `model`, sending it first if the child does not hold it."""
         known = self._tokens.get(id(model))
@@ -166,6 +178,23 @@ class PlanProcess:
                 self._lock.release()
 
 
+_prestarted: list[PlanProcess] = []
+
+
+def prestart() -> None:
+    """Start a child before the window is built, so it imports the estimator while the window's own modules load
+    (on another core); the first estimator takes it."""
+    if not _prestarted and process_available():
+        process = PlanProcess()
+        process.start()
+        _prestarted.append(process)
+
+
+def take_process() -> PlanProcess:
+    """The child `prestart` started, else a new handle (its child starts on `start` or the first request)."""
+    return _prestarted.pop() if _prestarted else PlanProcess()
+
+
 def _send(proc: subprocess.Popen[bytes], message: tuple[Any, ...]) -> None:
     assert proc.stdin is not None
     pickle.dump(message, proc.stdin, protocol=PROTOCOL)
@@ -197,6 +226,14 @@ def answer(
         return "error", describe("Estimate", exc, request_id)
 
 
+def warm_up() -> None:
+    """Import what the first estimate needs before it is asked for (the window is loading the model meanwhile)."""
+    import fitplan.core.estimate.curve
+    import fitplan.core.launch.command_line
+    import fitplan.core.plan.alternatives
+    import fitplan.core.plan.planner  # noqa: F401
+
+
 def serve(inp: IO[bytes] | None = None, out: IO[bytes] | None = None) -> None:
     """The child's loop: read a message, answer it; stop when the window closes the pipe."""
     from fitplan.gui.backend import Backend
@@ -205,6 +242,7 @@ def serve(inp: IO[bytes] | None = None, out: IO[bytes] | None = None) -> None:
     out = out or sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but answers goes down the pipe
     backend = Backend(probe=_no_probe, library_places=lambda: ())
+    warm_up()
     models: dict[int, LoadedModel] = {}
     while True:
         try:

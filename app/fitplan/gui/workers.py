@@ -22,7 +22,14 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QThreadPool, Signal, Slot
 
 from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest
-from fitplan.gui.plan_process import ChildGone, JobError, PlanProcess, describe, process_available
+from fitplan.gui.plan_process import (
+    ChildGone,
+    JobError,
+    PlanProcess,
+    describe,
+    process_available,
+    take_process,
+)
 
 __all__ = ["Estimator", "EstimatorWorker", "JobError", "Jobs", "describe", "run_job"]
 
@@ -96,7 +103,7 @@ class Estimator(QObject):
         super().__init__(parent)
         self._thread = QThread()
         self._thread.setObjectName("fitplan-estimator")
-        self._process = PlanProcess() if uses_process(backend) else None
+        self._process = take_process() if uses_process(backend) else None
         self._worker = EstimatorWorker(backend, self._process)
         self._worker.moveToThread(self._thread)
         self._wake.connect(self._worker.wake)  # cross-thread: queued
@@ -104,6 +111,7 @@ class Estimator(QObject):
         self._worker.failed.connect(self._on_failed)
         self._latest = 0
         self._thread.start()
+        self.warm_up()  # the child imports the estimator on another core while the window builds and paints
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)  # never leave the thread running past the event loop
@@ -132,6 +140,11 @@ class Estimator(QObject):
     def _on_failed(self, err: JobError) -> None:
         if err.request_id == self._latest:
             self.error.emit(err)
+
+    def warm_up(self) -> None:
+        """Start the estimate process ahead of the first request (after the window has painted)."""
+        if self._process is not None:
+            self._process.start()
 
     @property
     def in_process(self) -> bool:

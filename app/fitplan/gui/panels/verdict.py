@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from fitplan.core.plan.alternatives import Alternative
 from fitplan.gui.backend import Verdict, VerdictLevel
 from fitplan.gui.theme import verdict_colour
+
+if TYPE_CHECKING:
+    from fitplan.core.plan.alternatives import Alternative
 
 EMPTY_TEXT = "Drop a .gguf here or pick one from your models to see whether it fits."
 ERROR_LEVEL = "error"
