@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +40,7 @@ os.environ["FITPLAN_CONFIG_DIR"] = tempfile.mkdtemp(prefix="fitplan-drag-")
 
 import numpy as np  # noqa: E402
 import pyqtgraph as pg  # noqa: E402
+from _check import against_reference  # noqa: E402
 from _models import write_models  # noqa: E402
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QSlider, QVBoxLayout, QWidget  # noqa: E402
@@ -48,7 +49,7 @@ from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_devi
 from fitplan.core.base.launch_settings import Engine  # noqa: E402
 from fitplan.core.inputs.user_settings import UserSettings  # noqa: E402
 from fitplan.gui.app import configure_pyqtgraph, create_app  # noqa: E402
-from fitplan.gui.backend import Backend, Detection, PlanOutcome, PlanRequest  # noqa: E402
+from fitplan.gui.backend import Backend, Detection, PlanOutcome  # noqa: E402
 from fitplan.gui.main_window import MainWindow  # noqa: E402
 
 HEARTBEAT_MS = 5
@@ -142,40 +143,14 @@ def stats(values: list[float], bare: list[float] | None = None) -> str:
     return text
 
 
-def same_outcome(a: PlanOutcome, b: PlanOutcome) -> str:
-    """'' when `a` and `b` are the same answer, else what differs."""
-    if (a.curve is None) != (b.curve is None):
-        return "one has a curve, the other not"
-    if a.curve is not None and b.curve is not None:
-        if a.curve.devices != b.curve.devices or not np.array_equal(a.curve.contexts, b.curve.contexts):
-            return "curve devices or contexts"
-        if not np.array_equal(a.curve.bytes, b.curve.bytes):
-            return "curve bytes"
-    for name in (
-        "estimate",
-        "verdict",
-        "max_context",
-        "args",
-        "plan_settings",
-        "notes",
-        "ollama",
-        "alternatives",
-    ):
-        if getattr(a, name) != getattr(b, name):
-            return name
-    return "" if replace(a, curve=None) == replace(b, curve=None) else "outcome"
-
-
 def check(window: MainWindow, outcome: PlanOutcome) -> str:
     """The shown `outcome` against `Backend.plan` of its request, computed in this process ('' when equal)."""
     request = window.planner.current_request()
     if request is None or window.planner.model is None:
         return "no request"
-    settings = replace(request.settings, n_ctx=outcome.estimate.settings.n_ctx)
-    reference = Backend().plan(
-        PlanRequest(outcome.request_id, window.planner.model, settings, request.machine, request.margin_bytes)
+    return against_reference(
+        outcome, window.planner.model, request.settings, request.machine, request.margin_bytes
     )
-    return same_outcome(outcome, reference)
 
 
 def bare_window() -> tuple[QWidget, QSlider, QWidget]:
