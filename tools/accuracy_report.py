@@ -7,7 +7,8 @@ compute buffers. This module turns each case into fitplan settings (the same fla
 
 Usage:
     python tools/accuracy_report.py            # print the per-architecture table
-    python tools/accuracy_report.py --write    # also write docs/accuracy.md
+    python tools/accuracy_report.py --write    # also write docs/accuracy.md and the bands the window and
+                                               # `fitplan estimate` show (fitplan/data/accuracy_bands.json)
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "llamacpp"
+IK_FIXTURES = ROOT / "tests" / "fixtures" / "ik_llama"
+#: The measured error bands the window and `fitplan estimate` show (`fitplan.core.estimate.accuracy`).
+BANDS_PATH = ROOT / "app" / "fitplan" / "data" / "accuracy_bands.json"
 sys.path.insert(0, str(ROOT / "app"))
 
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device  # noqa: E402
 from fitplan.core.base.errors import FitplanError  # noqa: E402
-from fitplan.core.base.launch_settings import Tool  # noqa: E402
+from fitplan.core.base.launch_settings import Engine, Tool  # noqa: E402
 from fitplan.core.base.results import Estimate, TermKind  # noqa: E402
+from fitplan.core.estimate.accuracy import ConfigClass, configuration_class  # noqa: E402
 from fitplan.core.estimate.estimator import estimate  # noqa: E402
 from fitplan.core.gguf.reader import read_header  # noqa: E402
 from fitplan.core.launch.flags import parse_flags  # noqa: E402
@@ -64,7 +69,7 @@ class CaseResult:
     error: str = ""  # the estimator failed
     expected_error: str = ""  # llama.cpp refused the settings (the estimate must refuse them too)
     mib_precision: bool = False  # the recording has MiB with two decimals (server logs), not bytes
-    config: str = ""  # the configuration class of the settings (`config_class`)
+    config: ConfigClass | None = None  # the configuration class of the estimated settings
 
     @property
     def key(self) -> str:
@@ -193,13 +198,22 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
     except FitplanError as exc:
         return CaseResult(grid, model_name, arch, str(case["id"]), error=f"{type(exc).__name__}: {exc}")
     assert isinstance(results, dict)
+    config = configuration_class(profile, est)
     if "rows_mib" in results:
-        return CaseResult(grid, model_name, arch, str(case["id"]), devices=_compare_fit_params(results, est))
-    if "buffers_mib" in results:
-        return CaseResult(
-            grid, model_name, arch, str(case["id"]), devices=_compare_server(results, est), mib_precision=True
-        )
-    return CaseResult(grid, model_name, arch, str(case["id"]), devices=_compare(results, est))
+        devices = _compare_fit_params(results, est)
+    elif "buffers_mib" in results:
+        devices = _compare_server(results, est)
+    else:
+        devices = _compare(results, est)
+    return CaseResult(
+        grid,
+        model_name,
+        arch,
+        str(case["id"]),
+        devices,
+        mib_precision="buffers_mib" in results,
+        config=config,
+    )
 
 
 def _floor_mib(n: int) -> int:
@@ -307,17 +321,6 @@ def _compare(results: dict[str, object], est: Estimate) -> tuple[DeviceResult, .
 #: Grids of the architecture smoke models of `test-llama-archs` (hidden size 128-512, vocabulary 128): `archs`
 #: and `quantkv` (quantized K/V caches with flash attention); the other grids hold published shapes.
 SMOKE_GRIDS = frozenset({"archs", "quantkv"})
-_QUANT_FREE_CACHE_TYPES = frozenset({"f16", "bf16", "f32"})
-
-
-def config_class(settings: dict[str, object]) -> str:
-    """The configuration class of a recording: cache types, flash attention and micro-batch ("K/V quantized, FA
-    on, ub 2048")."""
-    quant = any(str(settings.get(k) or "f16") not in _QUANT_FREE_CACHE_TYPES for k in ("type_k", "type_v"))
-    fa = str(settings.get("flash_attn") or "auto")
-    ub = settings.get("n_ubatch")
-    ub_text = f"ub {ub}" if isinstance(ub, int) and ub > 512 else "ub 512"
-    return f"K/V {'quantized' if quant else 'f16'}, FA {fa}, {ub_text}"
 
 
 def all_results() -> Iterator[CaseResult]:
@@ -326,11 +329,7 @@ def all_results() -> Iterator[CaseResult]:
         model = data["model"]
         header = FIXTURES / model["header"] if model.get("header") else _header_for(str(model["path_hint"]))
         for case in data["cases"]:
-            res = run_case(path.parent.name, str(model["name"]), header, case)
-            settings = case.get("settings")
-            yield dataclasses.replace(
-                res, config=config_class(settings if isinstance(settings, dict) else {})
-            )
+            yield run_case(path.parent.name, str(model["name"]), header, case)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,13 +374,111 @@ def summarize() -> Summary:
     return Summary(tuple(all_results()))
 
 
+def ik_results() -> tuple[CaseResult, ...]:
+    """The ik_llama.cpp recordings (tests/fixtures/ik_llama/: one CPU context per case, its K/V cache tensors in
+    bytes and its compute buffer in MiB with two decimals; no weights) compared with the estimate."""
+    out: list[CaseResult] = []
+    host = Machine((), host_device(64 * GIB))
+    for path in sorted(IK_FIXTURES.glob("*.json")):
+        data = json.loads(path.read_text())
+        profile = load_profile(IK_FIXTURES / data["model"]["header"])
+        for case in data["cases"]:
+            if "error" in case:
+                continue
+            args, _ = settings_args([str(a) for a in case["command"]])
+            settings = parse_flags(args, engine=Engine.IK_LLAMA).settings
+            n_seq = int(case["resolved"]["n_seq_max"])
+            est = estimate(profile, dataclasses.replace(settings, n_parallel=n_seq), host, cpu=RECORDING_CPU)
+            res = case["results"]
+            compute = sum(float(b["mib"]) for b in res["compute_buffers_mib"])
+            mine = est.devices[-1]
+            dev = DeviceResult(
+                "Host",
+                (0, 0),
+                (int(res["k_bytes"]) + int(res["v_bytes"]), mine.bytes_of(TermKind.KV)),
+                (round(compute * MIB), _round_mib(mine.bytes_of(TermKind.COMPUTE))),
+            )
+            config = configuration_class(profile, est)
+            out.append(
+                CaseResult("ik_llama", str(data["model"]["name"]), profile.architecture, str(case["id"]), (dev,),
+                           config=config)
+            )  # fmt: skip
+    return tuple(out)
+
+
+MAINLINE_MEASUREMENT = (
+    "llama.cpp 515e85511 (build 11434) dry runs on a CPU build, loopback RPC servers as extra devices "
+    "(every recording in tests/fixtures/llamacpp)"
+)
+IK_MEASUREMENT = "ik_llama.cpp 55d3c05bf contexts on the CPU (tests/fixtures/ik_llama)"
+FORK_NOTES = {
+    "beellama": "its cache sizes are compared with beellama.cpp's published figures (tools/engines_report.py), "
+    "not with recorded runs",
+    "ollama": "ollama runs its own vendored llama.cpp, not 515e85511, and no run of it is recorded",
+}
+
+
+def band_figures(rs: list[CaseResult], weights: bool = True) -> dict[str, object]:
+    """One band of the data file; the percentages rounded as they are shown (one decimal)."""
+    doc: dict[str, object] = {
+        "cases": len(rs),
+        "compute_min_pct": round(min(r.compute_rel for r in rs) * 100, 1),
+        "compute_max_pct": round(max(r.compute_rel for r in rs) * 100, 1),
+        "kv_exact": sum(r.context_exact for r in rs),
+    }
+    if weights:
+        doc["weights_exact"] = sum(r.weights_exact_mib for r in rs)
+    return doc
+
+
+def _bands(results: tuple[CaseResult, ...], weights: bool) -> dict[str, dict[str, dict[str, object]]]:
+    groups: dict[str, dict[str, list[CaseResult]]] = {}
+    for r in results:
+        assert r.config is not None
+        groups.setdefault(r.architecture or r.model, {}).setdefault(r.config.key, []).append(r)
+    return {a: {k: band_figures(rs, weights) for k, rs in c.items()} for a, c in groups.items()}
+
+
+def bands_document(s: Summary, ik: tuple[CaseResult, ...]) -> dict[str, object]:
+    """The measured error bands per engine, architecture and configuration class
+    (`fitplan.core.estimate.accuracy`): llama.cpp's with a band across all architectures for the others;
+    ik_llama.cpp's for the architectures it was recorded with only."""
+    every: dict[str, list[CaseResult]] = {}
+    for r in s.measured:
+        assert r.config is not None
+        every.setdefault(r.config.key, []).append(r)
+    return {
+        "generated_by": "python tools/accuracy_report.py --write",
+        "engines": {
+            Engine.LLAMA_CPP.value: {
+                "measurement": MAINLINE_MEASUREMENT,
+                "architectures": _bands(s.measured, weights=True),
+                "all": {k: band_figures(rs) for k, rs in every.items()},
+            },
+            Engine.IK_LLAMA.value: {
+                "measurement": IK_MEASUREMENT,
+                "architectures": _bands(ik, weights=False),
+            },
+            **{name: {"note": note} for name, note in FORK_NOTES.items()},
+        },
+    }
+
+
+def bands_json(s: Summary, ik: tuple[CaseResult, ...]) -> str:
+    """The data file's text: sorted keys, so that the same recordings give the same bytes."""
+    return json.dumps(bands_document(s, ik), indent=1, sort_keys=True) + "\n"
+
+
 def markdown(s: Summary) -> str:
     lines = [
         "# Accuracy against llama.cpp",
         "",
         "Generated by `python tools/accuracy_report.py --write` from every recording in `tests/fixtures/llamacpp/`",
         "(llama.cpp 515e85511, build 11434, CPU build with loopback RPC servers as extra devices).",
-        "`tests/estimate/test_accuracy.py` asserts the same targets.",
+        "`tests/estimate/test_accuracy.py` asserts the same targets. The same run writes",
+        "`app/fitplan/data/accuracy_bands.json`: the compute error range per architecture and configuration class",
+        "(`fitplan.core.estimate.accuracy.configuration_class`: flash attention on or off, f16 or quantized K/V cache,",
+        "one device or a split), which the window and `fitplan estimate` show next to the estimate.",
         "",
         f"* cases compared: {len(s.measured)}; estimator errors: {len(s.errors)}",
         f"* weights exact to the MiB on every device: {len(s.measured) - len(s.weights_misses)}/{len(s.measured)}",
@@ -415,7 +512,7 @@ def markdown(s: Summary) -> str:
     ]
     by_config: dict[str, list[CaseResult]] = {}
     for r in s.measured:
-        by_config.setdefault(r.config, []).append(r)
+        by_config.setdefault(r.config.label if r.config else "", []).append(r)
     for config, rs in sorted(by_config.items()):
         c = sum(abs(r.compute_rel) <= COMPUTE_TOLERANCE for r in rs)
         lo = min(r.compute_rel for r in rs)
@@ -557,7 +654,9 @@ met on every recording of a published model). By family:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--write", action="store_true", help="write docs/accuracy.md")
+    ap.add_argument(
+        "--write", action="store_true", help="write docs/accuracy.md and app/fitplan/data/accuracy_bands.json"
+    )
     ap.add_argument("--misses", action="store_true", help="list every case that misses a target")
     ns = ap.parse_args(argv)
     s = summarize()
@@ -576,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.write:
         (ROOT / "docs").mkdir(exist_ok=True)
         (ROOT / "docs" / "accuracy.md").write_text(text)
+        BANDS_PATH.write_text(bands_json(s, ik_results()))
     return 0
 
 

@@ -119,6 +119,45 @@ def test_plan_of_a_hub_reference_equals_its_row(
     assert p["argv"] == rows["Q6_K"]["argv"] and p["n_ctx"] == rows["Q6_K"]["n_ctx"]
 
 
+def test_a_hub_reference_counts_the_projector_llama_server_downloads(
+    capsys: pytest.CaptureFixture[str], hub: tuple[str, HubState], repo_dir: Path
+) -> None:
+    """`-hf` loads the repository's projector unless --no-mmproj (common/arg.cpp: download_mmproj): the plan of a
+    Hub reference without --mmproj-file equals the plan of the local file with its projector named, and with
+    --no-mmproj the plan of the file alone, with --no-mmproj in the command."""
+
+    def plan_json(*argv: str) -> dict[str, object]:
+        rc, out, err = run(capsys, "plan", *argv, *MACHINE, "--json")
+        assert rc in (0, 1), err
+        doc: dict[str, object] = json.loads(out)
+        return doc
+
+    local = str(repo_dir / "Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf")
+    with_mm = plan_json(local, "--mmproj-file", str(repo_dir / "mmproj-F16.gguf"))
+    alone = plan_json(local)
+    assert with_mm["n_ctx"] != alone["n_ctx"]  # the projector matters on this machine
+    hf = plan_json(f"hf.co/{REPO}:Q4_K_M")
+    assert hf["n_ctx"] == with_mm["n_ctx"] and str(hf["mmproj"]).endswith("/mmproj-F16.gguf")
+    off = plan_json(f"hf.co/{REPO}:Q4_K_M", "--no-mmproj")
+    assert off["n_ctx"] == alone["n_ctx"] and off["mmproj"] is None
+    assert "--no-mmproj" in off["argv"] and "--no-mmproj" not in hf["argv"]  # type: ignore[operator]
+    rc, text, _ = run(capsys, "plan", f"hf.co/{REPO}:Q4_K_M", *MACHINE)
+    assert rc == 0
+    assert "projector: mmproj-F16.gguf" in text and "-hf loads it" in text
+    # a local -m loads no projector by itself: none is counted unless named
+    assert alone["mmproj"] is None
+
+    # estimate follows the same rule
+    def projector_bytes(*argv: str) -> int:
+        rc, out, err = run(capsys, "estimate", *argv, *MACHINE, "-c", "4096", "--json")
+        assert rc == 0, err
+        return sum(int(d["terms"]["mmproj"]) for d in json.loads(out)["devices"])
+
+    named = projector_bytes(local, "--mmproj", str(repo_dir / "mmproj-F16.gguf"))
+    assert named > 0 and projector_bytes(f"hf.co/{REPO}:Q4_K_M") == named
+    assert projector_bytes(f"hf.co/{REPO}:Q4_K_M", "--no-mmproj") == 0 and projector_bytes(local) == 0
+
+
 def test_pins_apply_to_every_row(capsys: pytest.CaptureFixture[str], hub: tuple[str, HubState]) -> None:
     rows = _rows(quants_json(capsys, f"https://huggingface.co/{REPO}", *MACHINE, "-c", "4096"))
     assert {r["n_ctx"] for r in rows if r["fits"]} == {4096}

@@ -8,11 +8,13 @@ skipped: a case the estimator cannot run is a failure, and a case llama.cpp refu
 
 from __future__ import annotations
 
+from importlib import resources
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from fitplan.core.estimate import accuracy
 from support.models import REPO
 from support.tools import load_tool
 
@@ -151,3 +153,12 @@ def test_quantized_caches_with_flash_attention(summary: Any) -> None:
     assert len(cases) == 28 * len(full) + 12 * len(more)
     misses = [r for r in cases if abs(r.compute_rel) > 0.01]
     assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_band_data_file_is_what_the_report_generates(summary: Any) -> None:
+    """The measured error bands the application reads (fitplan/data/accuracy_bands.json) are the report's
+    figures on today's recordings and estimator: a change of either without `--write` fails here."""
+    generated = report.bands_json(summary, report.ik_results())
+    packaged = resources.files("fitplan").joinpath(accuracy.DATA_PATH).read_text(encoding="utf-8")
+    assert packaged == report.BANDS_PATH.read_text(encoding="utf-8")
+    assert packaged == generated, "regenerate it: python tools/accuracy_report.py --write"

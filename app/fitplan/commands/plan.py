@@ -18,6 +18,7 @@ from typing import Any
 
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import (
+    accuracy_json,
     add_engine_argument,
     add_flags_parser,
     add_margin_arguments,
@@ -28,8 +29,9 @@ from fitplan.commands.estimate import (
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.inputs.machine import machine_of
-from fitplan.core.inputs.model_source import load_model
+from fitplan.core.inputs.model_source import launch_projector, load_model
 from fitplan.core.launch.command_line import (
     OllamaExport,
     annotate,
@@ -140,6 +142,9 @@ class PlanRequest:
     ignored: tuple[str, ...]
     unmodelled: tuple[str, ...]
     passthrough: tuple[str, ...] = ()  # the words of the flags fitplan does not model, kept in the command
+    projector: str | None = None  # the projector counted (path or URL), as llama-server would load it
+    projector_bytes: int = 0
+    projector_auto: bool = False  # the repository's own, loaded by -hf without -mm
 
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
@@ -192,8 +197,11 @@ def build_request(
         settings = dataclasses.replace(settings, mmproj_path=args.mmproj_file)
     given = given_keys(extra)
     pins = pins_from_flags(settings, given, args.min_ctx, args.all_on_gpu)
-    profile = load_profile(args.model, args.header_only)
-    mmproj = load_single(settings.mmproj_path, args.header_only) if settings.mmproj_path else None
+    model = load_model(args.model, header_only=args.header_only)
+    profile = model.profile
+    mm_source, mmproj = launch_projector(model, settings)
+    if mm_source is not None and mmproj is None:
+        mmproj = load_single(mm_source, args.header_only)
     draft = load_profile(settings.draft.model_path, args.header_only) if settings.draft is not None else None
     rpc = rpc_devices(args.rpc_specs)
     base_machine = machine if machine is not None else detect_machine(args.assume_gpu, args.host_ram)
@@ -210,6 +218,9 @@ def build_request(
         ignored=parsed.ignored,
         unmodelled=parsed.unmodelled,
         passthrough=parsed.passthrough,
+        projector=mm_source,
+        projector_bytes=mmproj.weight_bytes if mmproj is not None else 0,
+        projector_auto=mm_source is not None and not settings.mmproj_path,
     )
 
 
@@ -294,6 +305,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         "context_cap": p.context.cap,
         "capped_by_training": p.context.capped_by_training,
         "placement": p.placement,
+        "mmproj": req.projector,
         "devices": devices,
         "shortfalls": [
             {
@@ -306,6 +318,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         ],
         "notes": list(p.notes),
         "verdict": verdict_json(verdict_of(req, p)),
+        "accuracy": accuracy_json(accuracy_band(req.profile, p.estimate)) if p.estimate is not None else None,
         "largest_n_ctx": p.largest.n_ctx if p.largest is not None else 0,
         "ignored_flags": list(req.ignored),
         "unmodelled_flags": list(req.unmodelled),
@@ -345,6 +358,11 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
         )
     lines.append(f"margins: {v.margin_text()}; slots: {_slots(v)}")
     lines.append(f"placement: {p.placement.description}")
+    if req.projector is not None:
+        how = ", the repository's own: -hf loads it (--no-mmproj leaves it out)" if req.projector_auto else ""
+        lines.append(f"projector: {os.path.basename(req.projector)} ({out.size(req.projector_bytes)}){how}")
+    if p.estimate is not None:
+        lines.append(accuracy_band(prof, p.estimate).text)
     lines.append("")
     rows = []
     for u in p.context.usage:

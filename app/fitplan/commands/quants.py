@@ -23,7 +23,7 @@ from fitplan.commands.plan import add_common_arguments, build_request, command_a
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FitplanError, FlagError
 from fitplan.core.gguf.remote import hub_token
-from fitplan.core.inputs.model_source import LoadedModel, SourceModels, load_source_models
+from fitplan.core.inputs.model_source import LoadedModel, SourceKind, SourceModels, load_source_models
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.plan import ranking
 from fitplan.core.plan.planner import Plan
@@ -150,8 +150,8 @@ def plan_row(row: Row, args: argparse.Namespace, extra: Sequence[str], machine: 
         return row
     ns = argparse.Namespace(**vars(args))
     ns.model = row.model_arg
-    if not args.mmproj_file and row.loaded.mmproj_source:
-        ns.mmproj_file = row.loaded.mmproj_source
+    if not args.mmproj_file and row.loaded.mmproj_source and row.loaded.origin.kind is not SourceKind.HUB:
+        ns.mmproj_file = row.loaded.mmproj_source  # a folder's model names its projector; -hf loads its own
     try:
         req = build_request(ns, list(extra), machine)
         p = make_plan(req)

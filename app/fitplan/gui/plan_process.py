@@ -5,10 +5,11 @@ and every paint, slider move and pyqtgraph callback of the GUI thread waits its 
 it runs on another core and the window only waits for the answer on a pipe (which releases the lock).
 
 The child runs `Backend.plan`, the same function the window would call on a thread, on the same inputs (sent
-pickled): the answers are the same. Each model is sent once; a request then carries only its settings and machine.
-This module imports no Qt: the child needs none of it.
+pickled): the answers are the same. Each model (and draft model) is sent once; a request then travels without
+them, naming them by token. This module imports no Qt: the child needs none of it.
 
-    parent -> child   ("model", token, LoadedModel) | ("forget", token) | ("plan", token, request fields)
+    parent -> child   ("model", token, LoadedModel or ModelProfile) | ("forget", token)
+                      | ("plan", model token, draft token or 0, the PlanRequest without its model and draft)
     child -> parent   ("ok", PlanOutcome) | ("error", JobError)
 """
 
@@ -21,14 +22,14 @@ import subprocess
 import sys
 import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from fitplan.core.base.errors import FitplanError
 
 if TYPE_CHECKING:
-    from fitplan.gui.backend import Backend, LoadedModel, PlanOutcome, PlanRequest
+    from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 #: Models the child keeps (the newest sent); an older one is sent again if a request needs it.
@@ -72,7 +73,7 @@ class PlanProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._tokens: dict[int, tuple[int, LoadedModel]] = {}  # id(model) -> (token, the model, kept alive)
+        self._tokens: dict[int, tuple[int, object]] = {}  # id(model) -> (token, the model, kept alive)
         self._next_token = 0
 
     @property
@@ -111,7 +112,7 @@ class PlanProcess:
         finally:
             self._lock.release()
 
-    def _token(self, proc: subprocess.Popen[bytes], model: LoadedModel) -> int:
+    def _token(self, proc: subprocess.Popen[bytes], model: object) -> int:
         """The child's name for `model`, sending it first if the child does not hold it."""
         known = self._tokens.get(id(model))
         if known is not None and known[1] is model:
@@ -133,14 +134,9 @@ class PlanProcess:
             proc = self._start()
             try:
                 token = self._token(proc, request.model)
-                fields = (
-                    request.request_id,
-                    request.settings,
-                    request.machine,
-                    request.margin_bytes,
-                    request.with_curve,
-                )
-                _send(proc, ("plan", token, fields))
+                draft = self._token(proc, request.draft) if request.draft is not None else 0
+                bare = replace(request, model=None, draft=None)  # type: ignore[arg-type]
+                _send(proc, ("plan", token, draft, bare))
                 assert proc.stdout is not None
                 kind, value = pickle.load(proc.stdout)
             except (OSError, EOFError, pickle.PickleError, ValueError, AttributeError) as exc:
@@ -205,12 +201,8 @@ def _no_probe() -> Any:
     raise RuntimeError("the estimate process does not detect hardware")
 
 
-def answer(
-    backend: Backend, models: dict[int, LoadedModel], message: tuple[Any, ...]
-) -> tuple[str, Any] | None:
+def answer(backend: Backend, models: dict[int, Any], message: tuple[Any, ...]) -> tuple[str, Any] | None:
     """The child's reply to one message (None for those that need none)."""
-    from fitplan.gui.backend import PlanRequest
-
     kind = message[0]
     if kind == "model":
         models[message[1]] = message[2]
@@ -218,12 +210,12 @@ def answer(
     if kind == "forget":
         models.pop(message[1], None)
         return None
-    request_id, settings, machine, margin, with_curve = message[2]
-    request = PlanRequest(request_id, models[message[1]], settings, machine, margin, with_curve)
+    _kind, token, draft, bare = message
+    request: PlanRequest = replace(bare, model=models[token], draft=models[draft] if draft else None)
     try:
         return "ok", backend.plan(request)
     except Exception as exc:  # noqa: BLE001 - sent to the window, shown by its one error sink
-        return "error", describe("Estimate", exc, request_id)
+        return "error", describe("Estimate", exc, request.request_id)
 
 
 def warm_up() -> None:
@@ -243,7 +235,7 @@ def serve(inp: IO[bytes] | None = None, out: IO[bytes] | None = None) -> None:
     sys.stdout = sys.stderr  # nothing but answers goes down the pipe
     backend = Backend(probe=_no_probe, library_places=lambda: ())
     warm_up()
-    models: dict[int, LoadedModel] = {}
+    models: dict[int, Any] = {}
     while True:
         try:
             message = pickle.load(inp)

@@ -107,6 +107,9 @@ class LaunchSettings:
     no_host: bool = False
     mmproj_path: str | None = None
     mmproj: MmprojPlacement = MmprojPlacement.GPU
+    mmproj_auto: bool = (
+        True  # --mmproj-auto / --no-mmproj: -hf also downloads and loads the repository's projector
+    )
     draft: DraftSettings | None = None
     tool: Tool = Tool.SERVER
     cache_ram_mib: int = 8192  # --cache-ram

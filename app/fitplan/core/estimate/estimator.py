@@ -89,12 +89,13 @@ def validate_settings(profile: ModelProfile, settings: LaunchSettings) -> None:
 
 def _cache_bytes_by_device(
     cache: context_memory.CacheAllocation, placement: WeightPlacement, settings: LaunchSettings
-) -> dict[int | None, int]:
-    """A cache's bytes on each device: every layer's share goes where that layer's KV lives."""
-    per_dev: dict[int | None, int] = {}
+) -> dict[int | None, tuple[int, int]]:
+    """A cache's bytes and layer count on each device: every layer's share goes where that layer's KV lives."""
+    per_dev: dict[int | None, tuple[int, int]] = {}
     for layer, nbytes in cache.layer_bytes:
         dev = _cache_device(placement, settings, layer)
-        per_dev[dev] = per_dev.get(dev, 0) + nbytes
+        b, n = per_dev.get(dev, (0, 0))
+        per_dev[dev] = (b + nbytes, n + 1)
     return per_dev
 
 
@@ -136,10 +137,8 @@ def estimate(
     # KV cache and recurrent state.
     caches = engines.engine_context_caches(profile, ctx, settings)
     for cache in caches:
-        for dev, nbytes in _cache_bytes_by_device(cache, placement, settings).items():
-            parts.add(
-                dev, Term(cache.kind, nbytes, _cache_explanation(cache, placement, settings, dev), cache.name)
-            )
+        for dev, (nbytes, n_layers) in _cache_bytes_by_device(cache, placement, settings).items():
+            parts.add(dev, Term(cache.kind, nbytes, _cache_explanation(cache, n_layers), cache.name))
 
     if settings.engine is Engine.BEELLAMA:
         _add_beellama_extras(parts, profile, settings, ctx, placement, gpus, names, assumptions)
@@ -325,7 +324,7 @@ def _add_beellama_extras(
     """beellama.cpp: the MTP draft context's caches and the KVarN prefill window (transient) per CUDA GPU."""
     if "draft-mtp" in settings.spec_types:
         for cache in engines.beellama_mtp_caches(profile, ctx, settings):
-            for dev, nbytes in _cache_bytes_by_device(cache, placement, settings).items():
+            for dev, (nbytes, _) in _cache_bytes_by_device(cache, placement, settings).items():
                 parts.add(
                     dev,
                     Term(
@@ -430,13 +429,7 @@ def _pipeline_parallel(
     )
 
 
-def _cache_explanation(
-    cache: context_memory.CacheAllocation,
-    placement: WeightPlacement,
-    settings: LaunchSettings,
-    dev: int | None,
-) -> str:
-    n_layers = sum(1 for il, _ in cache.layer_bytes if _cache_device(placement, settings, il) == dev)
+def _cache_explanation(cache: context_memory.CacheAllocation, n_layers: int) -> str:
     if cache.kind is TermKind.RECURRENT:
         return f"{n_layers} recurrent layers x {cache.cells} rows (R + S state, f32)"
     types = f"K {cache.type_k}" + (f", V {cache.type_v}" if cache.type_v else " (no V: MLA)")

@@ -50,6 +50,10 @@ class RemoteHeaderCache:
         key = f"{url}\0{validator}\0{kind}".encode("utf-8", "surrogatepass")
         return self.directory / f"{hashlib.sha256(key).hexdigest()[:40]}.bin"
 
+    def has(self, url: str, validator: str, kind: str = "") -> bool:
+        """Whether an entry is stored for this URL and validator (`get` still checks it)."""
+        return self._entry(url, validator, kind).is_file()
+
     def get(self, url: str, validator: str, kind: str = "") -> GGUFHeader | None:
         """The header stored for this URL and validator, or None (missing, stale, corrupt or oversized)."""
         try:

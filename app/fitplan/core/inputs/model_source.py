@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fitplan.core.base.errors import FitplanError, GGUFError, MissingShardError
+from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.gguf.hub import (
     HubEntry,
@@ -57,6 +58,7 @@ __all__ = [
     "folder_entries",
     "forget_loaded",
     "is_model_collection",
+    "is_remote_source",
     "load_hub_entry",
     "load_model",
     "load_source_models",
@@ -353,6 +355,13 @@ def _is_hub_spelling(source: str, ref: HubRef | None) -> bool:
     return named and not os.path.exists(os.path.expanduser(source))
 
 
+def is_remote_source(source: str, endpoint: str | None = None) -> bool:
+    """Whether `load_model` reads `source` over the network: a URL, or a Hub reference (`hf.co/ORG/REPO:QUANT`,
+    `ORG/REPO:QUANT`) that is not an existing path."""
+    src = source.strip()
+    return bool(src) and (is_url(src) or _is_hub_spelling(src, parse_hub_ref(src, hub_endpoint(endpoint))))
+
+
 def load_model(
     source: str,
     *,
@@ -389,6 +398,17 @@ def load_model(
         model = _load_url(src, tok, ep, cache)
     _memo_put(key, model)
     return model
+
+
+def launch_projector(model: LoadedModel, settings: LaunchSettings) -> tuple[str | None, ModelProfile | None]:
+    """The projector llama-server loads for `model` with `settings` (common/arg.cpp), as (source, profile): the one
+    -mm/-mmu names (profile None: the caller loads it); else, for a model -hf downloads, the repository's own
+    unless --no-mmproj; else none (-m and -mu load no projector by themselves)."""
+    if settings.mmproj_path:
+        return settings.mmproj_path, None
+    if model.origin.kind is SourceKind.HUB and settings.mmproj_auto and model.mmproj is not None:
+        return model.mmproj_source, model.mmproj
+    return None, None
 
 
 # -- every model of a repository or a folder -------------------------------------------------------------------------
@@ -430,8 +450,14 @@ def _load_in_folder(folder: str, e: HubEntry) -> LoadedModel:
 
 
 def _each(
-    entries: Sequence[HubEntry], load: Callable[[HubEntry], LoadedModel], jobs: int
+    entries: Sequence[HubEntry],
+    load: Callable[[HubEntry], LoadedModel],
+    jobs: int,
+    local: Callable[[HubEntry], bool] = lambda _e: False,
 ) -> tuple[SourceModel, ...]:
+    """Every entry loaded, in order: those `local` says need no request in this thread (a pool's threads cost more
+    to start than a cached header to read), the others `jobs` at a time."""
+
     def one(e: HubEntry) -> SourceModel:
         try:
             return SourceModel(e, load(e))
@@ -440,8 +466,24 @@ def _each(
         except OSError as exc:
             return SourceModel(e, None, f"{exc.filename or e.first}: {exc.strerror or exc}")
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, 16))) as pool:
-        return tuple(pool.map(one, entries))
+    here = [local(e) for e in entries]
+    done = {i: one(e) for i, e in enumerate(entries) if here[i]}
+    remote = [i for i in range(len(entries)) if not here[i]]
+    if remote:
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs, 16, len(remote)))) as pool:
+            done.update(zip(remote, pool.map(one, (entries[i] for i in remote)), strict=True))
+    return tuple(done[i] for i in range(len(entries)))
+
+
+def _all_cached(listing: HubListing, e: HubEntry, cache: RemoteHeaderCache) -> bool:
+    """Whether every header the entry needs (its shards and its projector) is in the cache under its object id."""
+    files = list(e.files)
+    if e.mmproj is not None:
+        try:
+            files.extend(listing.find(file=e.mmproj).files[:1])
+        except HubError:
+            return False  # the load says why
+    return all(cache.has(listing.url(f.path), "oid:" + f.oid) for f in files)
 
 
 def is_model_collection(source: str, endpoint: str | None = None) -> bool:
@@ -469,5 +511,11 @@ def load_source_models(
     tok = hub_token(token)
     listing = list_repo(ref, tok, ep, fresh=True)
     entries = [e for e in listing.models if ref.quant is None or e.name.upper() == ref.quant.upper()]
-    loaded = _each(entries, lambda e: load_hub_entry(listing, e, token=tok), jobs)
+    cache = RemoteHeaderCache()
+    loaded = _each(
+        entries,
+        lambda e: load_hub_entry(listing, e, token=tok, cache=cache),
+        jobs,
+        lambda e: _all_cached(listing, e, cache),
+    )
     return SourceModels(ref.spelling, SourceKind.HUB, loaded, listing.mmproj, listing.ignored, listing)

@@ -460,6 +460,14 @@ def _w_mmproj(row: Flag, src: Source) -> list[Written]:
     return [row.emit(s.mmproj_path)]
 
 
+def _w_no_mmproj(row: Flag, src: Source) -> list[Written]:
+    """--no-mmproj only matters for -hf (which otherwise loads the repository's projector): written there when the
+    projector is switched off, by the flag or by choosing no projector."""
+    s = src.settings
+    off = not s.mmproj_auto or s.mmproj is MmprojPlacement.NONE
+    return [row.emit(None)] if off and src.model_path and hf_arg(src.model_path) is not None else []
+
+
 def _hf_model(st: _Parse, row: Flag, value: str) -> None:
     st.model = HF_REF_PREFIX + value  # the loader reads `hf.co/ORG/REPO:QUANT`
 
@@ -633,6 +641,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("mmproj_path", ("-mm", "--mmproj"), "mmproj_path", _text, write=_w_mmproj, spelling="--mmproj",
          ini="mmproj"),
     Flag("mmproj_url", ("-mmu", "--mmproj-url"), "mmproj_path", _text, write=_w_mmproj, ini="mmproj-url"),
+    Flag("no_mmproj", ("--no-mmproj", "--no-mmproj-auto"), "mmproj_auto", const=False, write=_w_no_mmproj,
+         ini="mmproj-auto", ini_value="false"),
+    Flag("mmproj_auto", ("--mmproj-auto",), "mmproj_auto", const=True, ini="mmproj-auto"),
     Flag("rpc", ("--rpc",), "rpc", _words, store=_rpc, write=_w_rpc, ini="rpc"),
     Flag("n_ctx", ("-c", "--ctx-size"), "n_ctx", _COUNT, write=_w_ctx, ini="ctx-size"),
     Flag("n_parallel", ("-np", "--parallel"), "n_parallel",
@@ -801,7 +812,7 @@ _IGNORED_ARITY: dict[str, int] = {
     "--multiple-choice-tasks": 1, "--kl-divergence": 0, "--save-all-logits": 1, "--kl-divergence-base": 1,
     "--ppl-stride": 1, "--ppl-output-type": 1, "-dt": 1, "--defrag-thold": 1, "-ns": 1, "--sequences": 1,
     "-cb": 0, "--cont-batching": 0, "-nocb": 0, "--no-cont-batching": 0,
-    "--mmproj-auto": 0, "--no-mmproj": 0, "--no-mmproj-auto": 0, "-mmdev": 1, "--mmproj-device": 1,
+    "-mmdev": 1, "--mmproj-device": 1,
     "--image": 1, "--audio": 1, "--video": 1, "--image-min-tokens": 1, "--image-max-tokens": 1,
     "--mtmd-batch-max-tokens": 1, "--video-fps": 1, "--video-timestamp-interval": 1,
     "--video-ffmpeg-dir": 1, "-lzm": 1, "--lazy-mode": 1, "--numa": 1, "--list-devices": 0, "-fitp": 1,

@@ -42,7 +42,7 @@ buffers). See `docs/accuracy.md`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -229,20 +229,21 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
     `norm-0`, and the GLU output above gate and up, where with f16 caches it takes the norm's two freed blocks).
     """
     moe = profile.moe
-    hole = 0 if profile.traits.graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    graph = profile.traits.graph
+    hole = 0 if graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
     above = 0
-    if v_rot and hole and not profile.traits.graph.embd_skip:
-        if profile.traits.graph.parallel_attn_ffn:
+    if v_rot and hole and not graph.embd_skip:
+        if graph.parallel_attn_ffn:
             # the attention output that waits for the FFN is allocated above the blocks, not in the hole (the
             # command-r smoke model with q8_0 caches: `node_39` between `node_2` and gate, one block more)
             above = profile.n_embd
         else:
             hole -= profile.n_embd
-    if profile.traits.graph.parallel_attn_ffn:
+    if graph.parallel_attn_ffn:
         # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
         # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
         hole -= profile.n_embd
-    skip_in_hole = profile.traits.graph.embd_skip and bool(hole)
+    skip_in_hole = graph.embd_skip and bool(hole)
     if skip_in_hole:
         # the skip block (talkie's `embd_skip`, counted with the residual blocks) sits in one block of the hole:
         # the allocator's peak on the talkie smoke model (src/models/talkie.cpp, c512 with flash attention) has
@@ -250,7 +251,7 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
         hole -= profile.n_embd
     lp = profile.layers[il]
     held = 0
-    if profile.traits.graph.dense_ffn_only and il not in _layer_shapes(profile).dense_up:
+    if graph.dense_ffn_only and il not in _layer_shapes(profile).dense_up:
         return 0, 0, 0  # the graph calls the dense FFN with no matrices: nothing but an in-place activation
     if lp.is_moe and moe is not None:
         used = lp.n_expert_used or moe.n_expert_used
@@ -263,7 +264,7 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
         shared = moe.n_ff_shexp * moe.n_expert_shared
         if 3 * shared > f:
             f, first = 3 * shared, shared
-        if profile.traits.graph.weight_before_ffn:
+        if graph.weight_before_ffn:
             # the router-weighted input [n_embd, n_used, n_tok] feeds gate and up
             held = used * profile.n_embd
     elif il in _layer_shapes(profile).gated:
@@ -364,7 +365,14 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bo
 
 def _hc_width(profile: ModelProfile) -> int:
     """Elements per token of one hyper-connection residual `n_embd x hc` (from `hc_attn_fn` / `hc_attn_down`,
-    whose rows span all streams), 0 when the model has none."""
+    whose rows span all streams), 0 when the model has none (cached per profile)."""
+    return _HC_WIDTH.get_or_compute(id(profile), (profile,), lambda: _find_hc_width(profile))
+
+
+_HC_WIDTH: AnchoredCache[int] = AnchoredCache(16)
+
+
+def _find_hc_width(profile: ModelProfile) -> int:
     for t in profile.tensors:
         if t.name.endswith((".hc_attn_fn.weight", ".hc_attn_down.weight")) and len(t.shape) > 1:
             return t.shape[0]
@@ -504,6 +512,18 @@ def _in_hole(pre: int, last: int, hole: int) -> int:
 
 
 def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], list[int]]:
+    """The attention layers among `layers`: those of the base cache, those of the SWA cache (cached per profile
+    and layer set: every backend's plan asks for its own layers, each estimate again)."""
+    base, swa = _ATTN_LAYERS.get_or_compute(
+        (id(profile), tuple(layers)), (profile,), lambda: _split_attn_layers(profile, layers)
+    )
+    return list(base), list(swa)
+
+
+_ATTN_LAYERS: AnchoredCache[tuple[tuple[int, ...], tuple[int, ...]]] = AnchoredCache(256)
+
+
+def _split_attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     base: list[int] = []
     swa: list[int] = []
     for il in layers:
@@ -513,7 +533,7 @@ def _attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[list[int], l
         if lp.kind is LayerKind.NONE and profile.has_memory:
             continue  # an MLP-only layer; in models without a memory module every layer attends without a cache
         (swa if lp.is_swa else base).append(il)
-    return base, swa
+    return tuple(base), tuple(swa)
 
 
 #: `llama-kv-cache.cpp` (llama_kv_cache constructor, `attn_rot_k` / `attn_rot_v`): the smallest Hadamard rotation.
@@ -1416,8 +1436,19 @@ def compute_buffers(
     placement: WeightPlacement,
     gpu_vendors: tuple[Vendor, ...] = (),
 ) -> tuple[ComputeBuffer, ...]:
-    """The compute buffer of every backend: one per GPU in use (in order), then the host's."""
-    return ComputePlan(profile, inputs, placement, gpu_vendors).evaluate(inputs.n_kv_base, inputs.n_kv_swa)
+    """The compute buffer of every backend: one per GPU in use (in order), then the host's.
+
+    The plan does not depend on the KV cells, so the last few are kept (a search over contexts at one placement
+    resolves it once)."""
+    key = (id(profile), replace(inputs, n_kv_base=0, n_kv_swa=0), id(placement), gpu_vendors)
+    plan = _PLANS.get_or_compute(
+        key, (profile, placement), lambda: ComputePlan(profile, inputs, placement, gpu_vendors)
+    )
+    return plan.evaluate(inputs.n_kv_base, inputs.n_kv_swa)
+
+
+#: The last compute plans, keyed by everything but the KV cells (shared by the estimator's threads).
+_PLANS: AnchoredCache[ComputePlan] = AnchoredCache(32)
 
 
 def _sum(parts: list[ComputePart]) -> int:

@@ -25,7 +25,6 @@ adds `row_size(type, 512 - ne0 % 512)` to quantized tensors whose row length is 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -216,13 +215,14 @@ def layer_devices(n_layer_all: int, ngl: int, fractions: Sequence[float]) -> tup
     i_gpu_start = max(n_layer_all + 1 - ngl, 0)
     act = min(ngl, n_layer_all + 1)
     out: list[int | None] = []
+    # float(il - i_gpu_start)/act_gpu_layers is computed in float32 by llama.cpp; the split points too.
+    points = [_f32(f) for f in fractions]
     for il in range(n_layer_all + 1):
         if il < i_gpu_start or (il - i_gpu_start) >= act:
             out.append(None)
             continue
-        # float(il - i_gpu_start)/act_gpu_layers is computed in float32 by llama.cpp; the split points too.
         x = _f32((il - i_gpu_start) / act)
-        d = bisect.bisect_right([_f32(f) for f in fractions], x)
+        d = bisect.bisect_right(points, x)
         out.append(min(d, n_dev - 1))
     return tuple(out)
 
@@ -272,39 +272,6 @@ def active_gpu_positions(settings: LaunchSettings, machine: Machine) -> tuple[in
 def active_gpus(settings: LaunchSettings, machine: Machine) -> tuple[Device, ...]:
     """The GPUs llama.cpp uses, in order (see `active_gpu_positions`, which says where each one sits)."""
     return tuple(machine.gpus[i] for i in active_gpu_positions(settings, machine))
-
-
-_BACKREF = re.compile(r"\\[1-9]|\(\?P=")
-
-
-def _compiled_overrides(overrides: Sequence[TensorOverride]) -> list[tuple[re.Pattern[str], str]]:
-    """The overrides as (regex, buffer type) in order, each run of consecutive CPU overrides joined into one
-    alternation: the first match of a run and "any of the run matches" send a tensor to the same place, so the
-    result is the same, with one regex search instead of one per layer of --n-cpu-moe."""
-    out: list[tuple[re.Pattern[str], str]] = []
-    run: list[str] = []
-
-    def flush() -> None:
-        if not run:
-            return
-        if any(_BACKREF.search(p) for p in run):  # numbered back-references would renumber: keep them apart
-            out.extend((re.compile(p), CPU_BUFT) for p in run)
-            run.clear()
-            return
-        try:
-            out.append((re.compile("|".join(f"(?:{p})" for p in run)), CPU_BUFT))
-        except re.error:  # e.g. the same named group in two patterns: keep them apart
-            out.extend((re.compile(p), CPU_BUFT) for p in run)
-        run.clear()
-
-    for o in overrides:
-        if o.buffer_type == CPU_BUFT:
-            run.append(o.pattern)
-            continue
-        flush()
-        out.append((re.compile(o.pattern), o.buffer_type))
-    flush()
-    return out
 
 
 def _names(gpus: Sequence[Device]) -> str:
@@ -367,27 +334,110 @@ def _host_pinned_buffer(settings: LaunchSettings, machine: Machine, has_gpus: bo
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """The tensors a profile loads, with what their placement needs that no setting changes (cached per profile)."""
+
+    tensors: tuple[TensorProfile, ...]
+    layer_index: tuple[
+        int | None, ...
+    ]  # the layer whose device it follows: None = input layer, n_layer = output
+    matrix: tuple[bool, ...]
+    skipped: tuple[str, ...]  # NextN/MTP blocks not loaded
+    tied: int | None  # index of token_embd.weight when tied embeddings get an output copy
+    output_layer: int
+    runs: tuple[
+        tuple[int | None, int, int], ...
+    ]  # (layer index, start, end): consecutive tensors of one layer
+    run_of: tuple[int, ...]  # each tensor's run
+
+
+_LOADED: AnchoredCache[_Loaded] = AnchoredCache(8)
+
+
+def _loaded(profile: ModelProfile, load_mtp: bool) -> _Loaded:
+    return _LOADED.get_or_compute((id(profile), load_mtp), (profile,), lambda: _load_list(profile, load_mtp))
+
+
+def _load_list(profile: ModelProfile, load_mtp: bool) -> _Loaded:
+    tensors: list[TensorProfile] = []
+    layer_index: list[int | None] = []
+    skipped: list[str] = []
+    L = profile.n_layer_all
+    nextn_layers = {lp.index for lp in profile.layers if lp.is_nextn}
+    tied_embd = profile.tied_embeddings and not any(t.name == "output.weight" for t in profile.tensors)
+    tied: int | None = None
+    for t in profile.tensors:
+        if t.layer is not None and (t.layer in nextn_layers or t.layer >= profile.n_layer) and not load_mtp:
+            skipped.append(t.name)  # TENSOR_SKIP: NextN/MTP blocks are not loaded without MTP
+            continue
+        if t.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD):
+            layer_index.append(None)
+        elif t.layer is not None and t.layer < L:
+            layer_index.append(t.layer)
+        else:
+            layer_index.append(L)  # output layer (and non-block heads)
+        if tied_embd and tied is None and t.role is TensorRole.TOKEN_EMBD and t.name == "token_embd.weight":
+            tied = len(tensors)
+        tensors.append(t)
+    runs: list[tuple[int | None, int, int]] = []
+    run_of: list[int] = []
+    for i, li in enumerate(layer_index):
+        if runs and runs[-1][0] == li and runs[-1][2] == i:
+            runs[-1] = (li, runs[-1][1], i + 1)
+        else:
+            runs.append((li, i, i + 1))
+        run_of.append(len(runs) - 1)
+    return _Loaded(
+        tuple(tensors),
+        tuple(layer_index),
+        tuple(_is_matrix_weight(t) for t in tensors),
+        tuple(skipped),
+        tied,
+        L,
+        tuple(runs),
+        tuple(run_of),
+    )
+
+
+#: Which loaded tensors one `-ot` pattern matches (the --n-cpu-moe patterns repeat across a plan's estimates).
+_MATCHES: AnchoredCache[tuple[int, ...]] = AnchoredCache(2048)
+
+
+def _matches(loaded: _Loaded, pattern: str) -> tuple[int, ...]:
+    def scan() -> tuple[int, ...]:
+        rx = re.compile(pattern)
+        return tuple(i for i, t in enumerate(loaded.tensors) if rx.search(t.name))
+
+    return _MATCHES.get_or_compute((id(loaded), pattern), (loaded,), scan)
+
+
+def _override_targets(loaded: _Loaded, overrides: Sequence[TensorOverride]) -> dict[int, str]:
+    """Tensor index -> the buffer type of the first override whose pattern matches its name (llama_model_loader
+    tries them in order and takes the first match)."""
+    out: dict[int, str] = {}
+    for o in overrides:
+        for i in _matches(loaded, o.pattern):
+            out.setdefault(i, o.buffer_type)
+    return out
+
+
 class _Chooser:
-    """Where one tensor goes and how many bytes it takes there (llama_model_loader's buffer type choice)."""
+    """Where one tensor goes and how many bytes it takes there (llama_model_loader's buffer type choice).
+
+    A tensor's placement depends only on its target (the host or a GPU), so each (tensor, target) is built once and
+    shared by every estimate with the same backends (a plan's search changes only which target each tensor gets)."""
 
     def __init__(
-        self,
-        settings: LaunchSettings,
-        gpus: tuple[Device, ...],
-        backends: list[Backend],
-        devs: tuple[int | None, ...],
-        host_pinned: str | None,
-        cpu: CpuFeatures,
-    ) -> None:
-        self.gpus = gpus
+        self, backends: tuple[Backend, ...], host_pinned: str | None, use_repack: bool, cpu: CpuFeatures
+    ):
         self.backends = backends
-        self.devs = devs
         self.host_pinned = host_pinned
-        self.use_repack = settings.repack and host_pinned is None
+        self.use_repack = use_repack
         self.cpu = cpu
         self.by_buft = {b.buffer_type: i for i, b in enumerate(backends)}
-        self.overrides = _compiled_overrides(effective_overrides(settings))
-        self.quantized: dict[int, bool] = {}
+        self.memo: dict[tuple[int, int | None], TensorPlacement] = {}
+        self.run_memo: dict[_RunKey, tuple[tuple[TensorPlacement, ...], _Sums]] = {}
 
     def cpu_choice(self, t: TensorProfile, matrix: bool) -> tuple[str, int | None, int]:
         if self.host_pinned is not None:
@@ -402,65 +452,143 @@ class _Chooser:
     def gpu_choice(self, t: TensorProfile, gi: int) -> tuple[str, int | None, int]:
         b = self.backends[gi]
         size = t.n_bytes
-        q = self.quantized.get(t.ggml_type)
-        if q is None:
-            q = self.quantized[t.ggml_type] = is_quantized(t.ggml_type)
-        if b.row_padding and q and t.shape and t.shape[0] % b.row_padding:
+        if b.row_padding and t.shape and t.shape[0] % b.row_padding and is_quantized(t.ggml_type):
             size += row_bytes(t.ggml_type, b.row_padding - t.shape[0] % b.row_padding)
         return b.buffer_type, gi, pad(size, b.alignment)
 
-    def choose(
-        self, t: TensorProfile, layer_index: int | None, name: str, matrix: bool
-    ) -> tuple[str, int | None, int]:
-        for rx, buft in self.overrides:
-            if rx.search(name):
-                if buft == CPU_BUFT:
-                    return self.cpu_choice(t, matrix)
-                if buft not in self.by_buft:
-                    raise SettingsError(
-                        f"-ot {rx.pattern}={buft}: unknown buffer type (have: CPU, {_names(self.gpus)})"
-                    )
-                return self.gpu_choice(t, self.by_buft[buft])
-        dev = None if layer_index is None else self.devs[layer_index]
-        if dev is None:
-            return self.cpu_choice(t, matrix)
-        return self.gpu_choice(t, dev)
+    def at(self, t: TensorProfile, target: int | None, matrix: bool) -> tuple[str, int | None, int]:
+        return self.cpu_choice(t, matrix) if target is None else self.gpu_choice(t, target)
+
+    def target(self, buft: str, pattern_of: str) -> int | None:
+        """The target an override's buffer type names: None for the host, else the GPU's index."""
+        if buft == CPU_BUFT:
+            return None
+        gi = self.by_buft.get(buft)
+        if gi is None:
+            raise SettingsError(
+                f"-ot {pattern_of}={buft}: unknown buffer type (have: CPU, "
+                f"{', '.join(b.buffer_type for b in self.backends) or 'none'})"
+            )
+        return gi
+
+    def placed(self, loaded: _Loaded, i: int, target: int | None) -> TensorPlacement:
+        key = (i, target)
+        hit = self.memo.get(key)
+        if hit is None:
+            t, matrix = loaded.tensors[i], loaded.matrix[i]
+            buft, dev, size = self.at(t, target, matrix)
+            hit = self.memo[key] = TensorPlacement(
+                t.name, buft, dev, size, False, t.layer, t.role, t.n_bytes, matrix
+            )
+        return hit
+
+    def run(
+        self, loaded: _Loaded, r: int, target: int | None, moved: tuple[tuple[int, int | None], ...] = ()
+    ) -> tuple[tuple[TensorPlacement, ...], _Sums]:
+        """A whole run of one layer's tensors sent to `target`, but for the (tensor, target) pairs in `moved` (the
+        overrides that match in it), with its bytes and count per buffer."""
+        key = (r, target, moved)
+        hit = self.run_memo.get(key)
+        if hit is None:
+            if len(self.run_memo) >= _RUN_MEMO_SIZE:  # a long session tries many overrides: start again
+                self.run_memo.clear()
+            _, start, end = loaded.runs[r]
+            where = dict(moved)
+            placed = tuple(self.placed(loaded, i, where.get(i, target)) for i in range(start, end))
+            sums: _Sums = {}
+            _add_sizes(sums, placed)
+            hit = self.run_memo[key] = (placed, sums)
+        return hit
+
+
+_RUN_MEMO_SIZE = 8192
+
+#: A run, its layer's target and the overridden tensors' targets.
+_RunKey = tuple[int, int | None, tuple[tuple[int, int | None], ...]]
+
+#: Bytes and tensor count per (buffer type, device).
+_Sums = dict[tuple[str, int | None], list[int]]
+
+
+def _add_sizes(sums: _Sums, placed: Sequence[TensorPlacement]) -> None:
+    for p in placed:
+        acc = sums.setdefault((p.buffer_type, p.device), [0, 0])
+        acc[0] += p.alloc_bytes
+        acc[1] += 1
+
+
+#: Choosers per (loaded tensors, backends): their memo of placements is what makes a plan's estimates cheap.
+_CHOOSERS: AnchoredCache[_Chooser] = AnchoredCache(16)
+
+
+def _chooser(
+    loaded: _Loaded,
+    backends: tuple[Backend, ...],
+    host_pinned: str | None,
+    use_repack: bool,
+    cpu: CpuFeatures,
+) -> _Chooser:
+    key = (id(loaded), backends, host_pinned, use_repack, cpu)
+    return _CHOOSERS.get_or_compute(key, (loaded,), lambda: _Chooser(backends, host_pinned, use_repack, cpu))
 
 
 def _placed_tensors(
-    profile: ModelProfile, ch: _Chooser, load_mtp: bool
-) -> tuple[list[TensorPlacement], list[str]]:
-    """Every tensor's placement in file order, plus the tied embedding's output copy; the skipped NextN blocks."""
+    loaded: _Loaded, ch: _Chooser, devs: tuple[int | None, ...], overrides: Sequence[TensorOverride]
+) -> tuple[list[TensorPlacement], _Sums]:
+    """Every loaded tensor's placement in file order, plus the tied embedding's output copy; bytes and count per
+    buffer. Each run of one layer's tensors goes to its layer's device but for the tensors an override sends
+    elsewhere; the run holding a tied embedding is placed tensor by tensor (its output copy follows it)."""
+    targets = _override_targets(loaded, overrides)
+    patterns = {o.buffer_type: o.pattern for o in reversed(overrides)}
+    resolved = {buft: ch.target(buft, patterns[buft]) for buft in set(targets.values())}
+    moved: dict[int, list[tuple[int, int | None]]] = {}
+    for i in sorted(targets):
+        moved.setdefault(loaded.run_of[i], []).append((i, resolved[targets[i]]))
+    tied_run = None if loaded.tied is None else loaded.run_of[loaded.tied]
     placed: list[TensorPlacement] = []
-    skipped: list[str] = []
-    L = profile.n_layer_all
-    nextn_layers = {lp.index for lp in profile.layers if lp.is_nextn}
-    tied = profile.tied_embeddings and not any(t.name == "output.weight" for t in profile.tensors)
-    for t in profile.tensors:
-        if t.layer is not None and (t.layer in nextn_layers or t.layer >= profile.n_layer) and not load_mtp:
-            skipped.append(t.name)  # TENSOR_SKIP: NextN/MTP blocks are not loaded without MTP
+    sums: _Sums = {}
+    for r, (li, start, end) in enumerate(loaded.runs):
+        layer_target = None if li is None else devs[li]
+        if r == tied_run:
+            first = len(placed)
+            _place_tied_run(loaded, ch, devs, range(start, end), dict(moved.get(r, ())), layer_target, placed)
+            _add_sizes(sums, placed[first:])
             continue
-        if t.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD):
-            li: int | None = None
-        elif t.layer is not None and t.layer < L:
-            li = t.layer
-        else:
-            li = L  # output layer (and non-block heads)
-        matrix = _is_matrix_weight(t)
-        buft, dev, size = ch.choose(t, li, t.name, matrix)
-        placed.append(TensorPlacement(t.name, buft, dev, size, False, t.layer, t.role, t.n_bytes, matrix))
-        if tied and t.role is TensorRole.TOKEN_EMBD and t.name == "token_embd.weight":
-            copy = _output_copy(t, buft, ch, L)
+        run, run_sums = ch.run(loaded, r, layer_target, tuple(moved.get(r, ())))
+        placed.extend(run)
+        for k, (nbytes, count) in run_sums.items():
+            acc = sums.setdefault(k, [0, 0])
+            acc[0] += nbytes
+            acc[1] += count
+    return placed, sums
+
+
+def _place_tied_run(
+    loaded: _Loaded,
+    ch: _Chooser,
+    devs: tuple[int | None, ...],
+    indices: range,
+    moved: dict[int, int | None],
+    layer_target: int | None,
+    placed: list[TensorPlacement],
+) -> None:
+    for i in indices:
+        target = moved.get(i, layer_target)
+        placed.append(ch.placed(loaded, i, target))
+        if i == loaded.tied:  # the copy goes where an override of this name, else the output layer, sends it
+            copy_target = target if i in moved else devs[loaded.output_layer]
+            copy = _output_copy(loaded, i, placed[-1].buffer_type, ch, copy_target)
             if copy is not None:
                 placed.append(copy)
-    return placed, skipped
 
 
-def _output_copy(t: TensorProfile, buft: str, ch: _Chooser, output_layer: int) -> TensorPlacement | None:
+def _output_copy(
+    loaded: _Loaded, i: int, buft: str, ch: _Chooser, target: int | None
+) -> TensorPlacement | None:
     """TENSOR_DUPLICATED: tied embeddings are created again for the output layer (LLM_TENSOR_OUTPUT), a second
-    copy when the output layer's buffer type differs from the input's."""
-    dup = dataclasses.replace(t, name="output.weight", layer=None, role=TensorRole.OUTPUT)
-    obuft, odev, osize = ch.choose(dup, output_layer, t.name, True)
+    copy when the output layer's buffer type differs from the input's. Overrides match it by the input's name."""
+    t = loaded.tensors[i]
+    obuft, odev, osize = ch.at(t, target, True)
     if obuft == buft:
         return None
     return TensorPlacement(
@@ -468,15 +596,8 @@ def _output_copy(t: TensorProfile, buft: str, ch: _Chooser, output_layer: int) -
     )
 
 
-def _buffer_sizes(
-    placed: list[TensorPlacement], use_mmap: bool, host_pinned: str | None
-) -> tuple[BufferSize, ...]:
+def _buffer_sizes(sizes: _Sums, use_mmap: bool, host_pinned: str | None) -> tuple[BufferSize, ...]:
     """Bytes per buffer type and device; with mmap the host CPU buffer is the mapped file."""
-    sizes: dict[tuple[str, int | None], list[int]] = {}
-    for p in placed:
-        acc = sizes.setdefault((p.buffer_type, p.device), [0, 0])
-        acc[0] += p.alloc_bytes
-        acc[1] += 1
     buffers = []
     for (buft, dev), (nbytes, count) in sizes.items():
         name = buft
@@ -502,13 +623,14 @@ def _place_weights(
     devs = layer_devices(profile.n_layer_all, ngl, split_fractions(settings, gpus))
     use_mmap = settings.load_mode not in (LoadMode.NONE, LoadMode.DIO)
     host_pinned = _host_pinned_buffer(settings, machine, bool(gpus))
-    placed, skipped = _placed_tensors(
-        profile, _Chooser(settings, gpus, backends, devs, host_pinned, cpu), load_mtp
-    )
+    loaded = _loaded(profile, load_mtp)
+    ch = _chooser(loaded, tuple(backends), host_pinned, settings.repack and host_pinned is None, cpu)
+    placed, sums = _placed_tensors(loaded, ch, devs, effective_overrides(settings))
+    skipped = loaded.skipped
     return WeightPlacement(
         n_gpu_layers=ngl,
         layer_device=devs,
-        buffers=_buffer_sizes(placed, use_mmap, host_pinned),
+        buffers=_buffer_sizes(sums, use_mmap, host_pinned),
         tensors=tuple(placed),
         skipped=tuple(skipped),
         file_backed=use_mmap,

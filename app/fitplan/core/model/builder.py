@@ -8,6 +8,7 @@ cache), src/llama-arch.cpp:LLM_TENSOR_INFOS (input / output layer tensors).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -150,8 +151,9 @@ def _headers(files: ModelFiles | GGUFHeader) -> tuple[tuple[GGUFHeader, ...], in
     return (files,), files.file_size or files.expected_file_size
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def tensor_role(name: str) -> tuple[int | None, TensorRole]:
-    """Layer index and role of a tensor, from its GGUF name."""
+    """Layer index and role of a tensor, from its GGUF name (kept: the quants of a model share their names)."""
     m = _BLK_RE.match(name)
     if m is None:
         base = name.split(".", 1)[0]
@@ -182,14 +184,18 @@ def tensor_role(name: str) -> tuple[int | None, TensorRole]:
 
 def _tensors(headers: Sequence[GGUFHeader]) -> tuple[TensorProfile, ...]:
     out: list[TensorProfile] = []
+    names: dict[int, str] = {}
     for shard, h in enumerate(headers):
         for t in h.tensors:
             layer, role = tensor_role(t.name)
+            tname = names.get(t.ggml_type)
+            if tname is None:
+                tname = names[t.ggml_type] = type_name(t.ggml_type)
             out.append(
                 TensorProfile(
                     name=t.name,
                     ggml_type=t.ggml_type,
-                    type_name=type_name(t.ggml_type),
+                    type_name=tname,
                     shape=t.shape,
                     n_bytes=t.n_bytes,
                     layer=layer,
