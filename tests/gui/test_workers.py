@@ -114,6 +114,8 @@ def test_the_stock_backend_estimates_in_a_child_process_with_the_same_answers(qt
     model = backend.load(str(LLAMA))
     est = Estimator(backend)
     assert est.in_process
+    est.warm_up()
+    qtbot.waitUntil(est._process.ready, timeout=30000)  # type: ignore[union-attr]  # answers from the child now
     for n_ctx in (4096, 131072):  # one that fits, one that needs more than the GPU has
         request = PlanRequest(est.next_id(), model, LaunchSettings(n_ctx=n_ctx), ONE_GPU)
         _same_outcome(_answer(qtbot, est, request), backend.plan(request))
@@ -146,6 +148,7 @@ def test_a_killed_child_is_started_again_and_a_missing_one_leaves_the_work_to_th
     assert est.in_process and est._process._proc is not child  # type: ignore[union-attr]
     _same_outcome(replace(again, request_id=first.request_id), first)
     est._process._proc.kill()  # type: ignore[union-attr]
+    est._process._proc.wait()  # type: ignore[union-attr]
     monkeypatch.setattr("sys.executable", "/nonexistent/python")  # no child can start now
     third = _answer(qtbot, est, replace(request, request_id=est.next_id()))
     assert not est.in_process  # computed on the estimator thread

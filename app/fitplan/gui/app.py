@@ -87,9 +87,6 @@ def build_window(config_dir: Path | None = None, backend: object | None = None) 
 def launch(argv: Sequence[str] = ()) -> tuple[object, object]:
     """Create the application and show the window; model, GPU and scan jobs start once it has painted."""
     app = create_app(argv)
-    from fitplan.gui.plan_process import prestart
-
-    prestart()  # the estimate process imports the estimator while this one imports and builds the window
     from fitplan.gui.main_window import MainWindow
 
     window, _message = build_window()

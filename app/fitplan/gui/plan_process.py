@@ -10,7 +10,10 @@ them, naming them by token. This module imports no Qt: the child needs none of i
 
     parent -> child   ("model", token, LoadedModel or ModelProfile) | ("forget", token)
                       | ("plan", model token, draft token or 0, the PlanRequest without its model and draft)
-    child -> parent   ("ok", PlanOutcome) | ("error", JobError)
+    child -> parent   ("ready", None) once it has imported the estimator; ("ok", PlanOutcome) | ("error", JobError)
+
+Until the child says it is ready (it is still starting: the first estimate after the window opens), a request is
+computed on the estimator thread instead, so the first answer does not wait for a second interpreter to start.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import subprocess
 import sys
 import threading
@@ -58,6 +62,10 @@ class ChildGone(Exception):
     """The child process is gone (killed, crashed, or never started): plan on the calling thread instead."""
 
 
+class NotReady(Exception):
+    """The child is still starting: plan this request on the calling thread."""
+
+
 def process_available() -> bool:
     """A child interpreter can be started: a source or pip install (a frozen app has no `python -c`)."""
     return not getattr(sys, "frozen", False) and bool(sys.executable)
@@ -75,6 +83,7 @@ class PlanProcess:
         self._closed = False
         self._tokens: dict[int, tuple[int, object]] = {}  # id(model) -> (token, the model, kept alive)
         self._next_token = 0
+        self._ready = False
 
     @property
     def closed(self) -> bool:
@@ -84,6 +93,7 @@ class PlanProcess:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         self._kill()  # a child that died since the last request: its pipes are closed, a new one starts
+        self._ready = False
         env = dict(os.environ)
         package_root = str(Path(__file__).resolve().parents[2])  # the folder holding the fitplan package
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -133,6 +143,8 @@ class PlanProcess:
                 raise ChildGone("closed")
             proc = self._start()
             try:
+                if not self._ready and not self._poll_ready(proc):
+                    raise NotReady
                 token = self._token(proc, request.model)
                 draft = self._token(proc, request.draft) if request.draft is not None else 0
                 bare = replace(request, model=None, draft=None)  # type: ignore[arg-type]
@@ -147,6 +159,32 @@ class PlanProcess:
             return value
         result: PlanOutcome = value
         return result
+
+    def ready(self) -> bool:
+        """Whether requests now go to the child (False while it starts, or while a request is in flight)."""
+        if self._ready:
+            return True
+        if self._closed or self._proc is None or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self._poll_ready(self._proc)
+        except (OSError, EOFError, pickle.PickleError, ValueError, AttributeError):
+            return False
+        finally:
+            self._lock.release()
+
+    def _poll_ready(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Whether the child has said it is ready (reads its message if it has; never waits)."""
+        assert proc.stdout is not None
+        if (
+            sys.platform != "win32"
+        ):  # select() takes no pipes on Windows: there the first request waits for it
+            readable, _, _ = select.select([proc.stdout], [], [], 0)
+            if not readable:
+                return False
+        kind, _ = pickle.load(proc.stdout)
+        self._ready = kind == "ready"
+        return self._ready
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
@@ -172,23 +210,6 @@ class PlanProcess:
                 self._kill()
             finally:
                 self._lock.release()
-
-
-_prestarted: list[PlanProcess] = []
-
-
-def prestart() -> None:
-    """Start a child before the window is built, so it imports the estimator while the window's own modules load
-    (on another core); the first estimator takes it."""
-    if not _prestarted and process_available():
-        process = PlanProcess()
-        process.start()
-        _prestarted.append(process)
-
-
-def take_process() -> PlanProcess:
-    """The child `prestart` started, else a new handle (its child starts on `start` or the first request)."""
-    return _prestarted.pop() if _prestarted else PlanProcess()
 
 
 def _send(proc: subprocess.Popen[bytes], message: tuple[Any, ...]) -> None:
@@ -235,6 +256,8 @@ def serve(inp: IO[bytes] | None = None, out: IO[bytes] | None = None) -> None:
     sys.stdout = sys.stderr  # nothing but answers goes down the pipe
     backend = Backend(probe=_no_probe, library_places=lambda: ())
     warm_up()
+    pickle.dump(("ready", None), out, protocol=PROTOCOL)
+    out.flush()
     models: dict[int, Any] = {}
     while True:
         try:

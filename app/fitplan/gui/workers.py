@@ -25,10 +25,10 @@ from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest
 from fitplan.gui.plan_process import (
     ChildGone,
     JobError,
+    NotReady,
     PlanProcess,
     describe,
     process_available,
-    take_process,
 )
 
 __all__ = ["Estimator", "EstimatorWorker", "JobError", "Jobs", "describe", "run_job"]
@@ -63,6 +63,8 @@ class EstimatorWorker(QObject):
         if process is not None:
             try:
                 return process.plan(request)
+            except NotReady:
+                pass  # still starting: this one is computed here
             except ChildGone:
                 if process.closed:
                     return None  # the window is closing: nobody waits for this answer
@@ -103,7 +105,7 @@ class Estimator(QObject):
         super().__init__(parent)
         self._thread = QThread()
         self._thread.setObjectName("fitplan-estimator")
-        self._process = take_process() if uses_process(backend) else None
+        self._process = PlanProcess() if uses_process(backend) else None
         self._worker = EstimatorWorker(backend, self._process)
         self._worker.moveToThread(self._thread)
         self._wake.connect(self._worker.wake)  # cross-thread: queued
@@ -111,7 +113,6 @@ class Estimator(QObject):
         self._worker.failed.connect(self._on_failed)
         self._latest = 0
         self._thread.start()
-        self.warm_up()  # the child imports the estimator on another core while the window builds and paints
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)  # never leave the thread running past the event loop
