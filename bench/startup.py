@@ -6,9 +6,11 @@ folder, opened on each bench model (bench/_models.py: a 61-layer 256-expert MLA 
 200k-vocabulary SWA model) and on the bundled 8B example, and, in the same run, a bare PySide6 + pyqtgraph window
 (a plot and a slider) for the floor of this machine, each figure also as a ratio to the bare window's. Goal: a
 painted window within 1 s. Check: the first estimate each window showed (computed in its estimate process) is
-compared with `Backend.plan` of the same request computed here; a difference fails the bench.
+compared with `Backend.plan` of the same request computed here; a difference fails the bench. fitplan's own
+bytecode is compiled first, as pip compiles an installed package's (its dependencies start from theirs);
+`--from-source` measures a start that compiles it.
 
-    python bench/startup.py [--runs N]
+    python bench/startup.py [--runs N] [--from-source]
 """
 
 from __future__ import annotations
@@ -117,7 +119,20 @@ def run_once(model: str | None, answer: Path | None = None) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--from-source",
+        action="store_true",
+        help="leave fitplan's modules uncompiled (by default their bytecode is compiled first, as pip does when it "
+        "installs a package: the dependencies, bare window included, start from their compiled bytecode)",
+    )
     args = parser.parse_args()
+    if not args.from_source:
+        # PYTHONDONTWRITEBYTECODE (set on some machines) keeps imports from caching bytecode, so every start would
+        # compile fitplan from source while its dependencies load theirs: compile it once, as an install does.
+        import compileall
+
+        compileall.compile_dir(ROOT / "app" / "fitplan", quiet=1)
+        print("fitplan's bytecode compiled first (as installed); --from-source to start from the sources")
     sys.path.insert(0, str(ROOT / "bench"))
     from _models import write_models
 
