@@ -364,3 +364,18 @@ def test_a_hub_models_projector_follows_llama_server(
     mine, theirs, words = window_and_cli()
     assert mine == theirs == 0 and "--no-mmproj" in words
     w.close()
+
+
+def test_identical_cards_are_told_apart(qtbot: Any, private_config: Path) -> None:
+    """Two of the same card (the most common multi-GPU machine): the chart's device list and the device bars name
+    each by its position."""
+    card = Device("RTX 3090", DeviceKind.GPU, 24 * GIB, 24 * GIB, Vendor.NVIDIA)
+    w = make_window(qtbot, Detection((card, card), host_device(64 * GIB, 48 * GIB)), private_config)
+    w.show()
+    w.planner.start(str(LLAMA))
+    settle(qtbot, w)
+    box = w.chart.device_box
+    assert [box.itemText(i) for i in range(box.count())] == ["RTX 3090 (GPU0)", "RTX 3090 (GPU1)", "Host"]
+    shown = [name.text() for name, _, _ in w.devices.rows if name.isVisible()]
+    assert shown[:2] == ["RTX 3090 (GPU0)", "RTX 3090 (GPU1)"]
+    w.close()

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 from fitplan.core.base.devices import GIB
 from fitplan.core.base.results import TERM_ORDER, TermKind
 from fitplan.gui.backend import CurveData, fmt_ctx, term_label
+from fitplan.gui.naming import device_names
 from fitplan.gui.theme import (
     CAPACITY_COLOUR,
     CONTEXT_LINE_COLOUR,
@@ -230,7 +231,7 @@ class ChartPanel(QWidget):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def set_curve(self, curve: CurveData, margin_bytes: int, max_context: int, n_ctx_train: int = 0) -> None:
-        names = [d.name for d in curve.devices]
+        names = device_names(curve.devices)
         if names != [self.device_box.itemText(i) for i in range(self.device_box.count())]:
             self.device_box.blockSignals(True)
             self.device_box.clear()

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 from fitplan.core.base.devices import GIB, DeviceKind
 from fitplan.core.base.results import TERM_ORDER, DeviceEstimate, Estimate, TermKind
 from fitplan.gui.backend import term_label
+from fitplan.gui.naming import device_names
 from fitplan.gui.theme import CAPACITY_COLOUR, MARGIN_COLOUR, TERM_COLOURS, foreground
 
 BAR_HEIGHT = 14
@@ -94,25 +95,27 @@ class DeviceBarsPanel(QWidget):
         return self.rows[i]
 
     def set_estimate(self, estimate: Estimate, margin_bytes: int) -> None:
+        names = device_names([d.device for d in estimate.devices])
+        labels = {id(d): n for d, n in zip(estimate.devices, names, strict=True)}
         shown = [d for d in estimate.devices if d.terms or d.device.kind is DeviceKind.CPU]
         self.empty.setVisible(not shown)
         for i, de in enumerate(shown):
             name, bar, text = self._row(i)
             margin = margin_bytes if de.device.kind is DeviceKind.GPU else 0
-            self._fill(de, margin, name, bar, text)
+            self._fill(de, labels[id(de)], margin, name, bar, text)
         for name, bar, text in self.rows[len(shown) :]:
             for w in (name, bar, text):
                 w.setVisible(False)
 
     @staticmethod
-    def _fill(de: DeviceEstimate, margin: int, name: QLabel, bar: _Bar, text: QLabel) -> None:
+    def _fill(de: DeviceEstimate, label: str, margin: int, name: QLabel, bar: _Bar, text: QLabel) -> None:
         bar.parts = [(k, de.bytes_of(k)) for k in TERM_ORDER if de.bytes_of(k) > 0]
         bar.capacity = de.device.free_bytes
         bar.margin = margin
         used, cap = de.used_bytes, de.device.free_bytes
-        name.setText(de.device.name)
+        name.setText(label)
         text.setText(f"{used / GIB:.1f} / {cap / GIB:.1f} GiB" + (" over" if used > cap else ""))
-        lines = [f"{de.device.name}: {used / GIB:.2f} GiB of {cap / GIB:.2f} GiB free"]
+        lines = [f"{label}: {used / GIB:.2f} GiB of {cap / GIB:.2f} GiB free"]
         lines += [f"  {term_label(k)}: {n / GIB:.2f} GiB" for k, n in bar.parts]
         if margin:
             lines.append(f"  margin kept free: {margin / GIB:.2f} GiB (dashed)")
