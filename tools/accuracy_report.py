@@ -304,9 +304,10 @@ def _compare(results: dict[str, object], est: Estimate) -> tuple[DeviceResult, .
     return tuple(out)
 
 
-#: Grids of the architecture smoke models of `test-llama-archs` (hidden size 128-512, vocabulary 128): `archs`
+#: Grids of the architecture smoke models of `test-llama-archs` (hidden size 128-512, vocabulary 128): `archs`,
+#: `newarchs` (the newer architectures over a sampled wide grid)
 #: and `quantkv` (quantized K/V caches with flash attention); the other grids hold published shapes.
-SMOKE_GRIDS = frozenset({"archs", "quantkv"})
+SMOKE_GRIDS = frozenset({"archs", "quantkv", "newarchs"})
 _QUANT_FREE_CACHE_TYPES = frozenset({"f16", "bf16", "f32"})
 
 

@@ -148,3 +148,34 @@ def test_dsa_indexer_peak_keeps_the_freed_query_space() -> None:
     pl = place_weights(wide, LaunchSettings(), Machine((), HOST))
     plan = ComputePlan(wide, _inputs(n_kv_swa=512), pl)
     assert Affine(c=attn_wide) in plan.plans[-1].kq
+
+
+def test_dsv4_compressed_attention_at_the_indexer_peak() -> None:
+    p = profile_at(FIXTURES / "archs" / "deepseek4-moe.header.gguf")
+    # c131072 with flash attention: 32768 CSA / indexer cells, 1024 HCA cells, 768 SWA cells. The allocator's peak
+    # (269319072 bytes recorded): the masks dsv4_csa_kq_mask and dsv4_lid_kq_mask [32768, 512] f16 (32 MiB each),
+    # dsv4_hca_kq_mask [1024, 512] f16, the zero-filled leaf [1, 32768, 512] f16 and attn_inp_k_rot [128, 128]
+    # f32; at the indexer one freed 16 MiB query, lid_score_masked [32768, 512] f32 and the top-k [32768, 512] i32
+    parts = _host_parts(p, n_kv_base=32768, n_kv_swa=768)
+    assert parts["compressed-attention masks"] == (3 * 32768 + 1024) * 512 * 2 + 128 * 128 * 4
+    assert parts["attention / SSM scan"] == 16 * MIB + 2 * 32768 * 512 * 4
+    # the blocks: inp_embd, embd, one block and three [2048, 512] streams (hc_init, its copy, l_last)
+    assert parts["embeddings + residual activations"] == 3 * MIB + 3 * 4 * MIB
+    assert sum(parts.values()) == pytest.approx(269319072, abs=0.02 * MIB)
+    # c8192: the score fits the freed query, the two 16 MiB indexer queries are the peak (56720288 bytes)
+    parts = _host_parts(p, n_kv_base=2048, n_kv_swa=768)
+    assert parts["attention / SSM scan"] == 2 * 16 * MIB
+    assert sum(parts.values()) == pytest.approx(56720288, abs=0.02 * MIB)
+    # c32768 without flash attention (239696800 bytes; 0.74 MiB less: half a block of the streams' space is not
+    # taken there): f32 masks and the scores kq [768 + 8192, 512, 8] f32 under the indexer
+    parts = _host_parts(p, n_kv_base=8192, n_kv_swa=768, flash_attn=False)
+    assert parts["KQ scores + Q"] == (768 + 8192) * 512 * 8 * 4 + 2 * 16 * MIB
+    assert sum(parts.values()) == pytest.approx(239696800, abs=0.75 * MIB)
+    # the curve's vectorised form agrees
+    pl = place_weights(p, LaunchSettings(), Machine((), HOST))
+    for fa in (True, False):
+        plan = ComputePlan(p, _inputs(n_kv_swa=768, flash_attn=fa), pl)
+        cells = np.array([256, 512, 2048, 8192, 8448, 32768], dtype=np.int64)
+        rows = plan.totals_array(cells, np.full_like(cells, 768))
+        for i, nb in enumerate(cells):
+            assert rows[-1][i] == plan.evaluate(int(nb), 768)[-1].bytes

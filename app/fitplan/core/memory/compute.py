@@ -50,8 +50,10 @@ from numpy.typing import NDArray
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
 from fitplan.core.gguf.ggml_types import get_type, type_id
+from fitplan.core.memory.context import compressed_cells
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
+from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 F32 = 4
@@ -598,6 +600,88 @@ def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
     return max((a.at(nb, ns) for a in affs), default=0)
 
 
+#: Tensors `[n_embd x hc, n_tok]` of DeepSeek-V4's hyper-connection streams live at the indexer's peak: the
+#: previous layer's output stream `l_last`, above the space the first layer's stream tensors took (`hc_init` and
+#: its copy), and the blocks `[n_embd, n_tok]` with them: the embeddings input, the token-embedding rows `embd`
+#: and one block (the allocator's peaks on the deepseek4 smoke model: `l_last-1` starts ten blocks above the graph
+#: inputs with four streams, at every context, micro-batch and slot count; nine and a half without flash attention).
+DSV4_STREAM_TENSORS = 3
+DSV4_BLOCKS = 3
+#: The contiguous copy of V without flash attention goes into the hole under the previous layer's stream while it
+#: is at most this many blocks (the smoke model: `v_cont-2` at 0.09-1.09 MiB inside the 2.2-2.5 MiB hole, at
+#: 4.09 MiB above the stream).
+DSV4_V_HOLE_BLOCKS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Dsv4Attention:
+    """DeepSeek-V4's compressed attention on a backend that runs a CSA layer (src/models/deepseek4.cpp), as
+    functions of the CSA cache's cells per stream `nb` (the HCA and indexer caches follow from it:
+    src/llama-kv-cache-dsv4.cpp sizes each as GGML_PAD(ceil(n_ctx_seq / ratio), 256)).
+
+    Graph inputs (src/llama-graph.cpp `build_inp_dsv4`, `dsv4_build_comp_inputs`), live through the graph: the
+    masks of the CSA, HCA and indexer caches `[n_kv, n_tok]` (f16 with flash attention, else f32; the indexer's
+    f16 for the fused `ggml_lightning_indexer`), the indexer cache's Hadamard rotation `attn_inp_k_rot`
+    (`[n_rot, n_rot]` f32, always built for the lightning indexer: llama-kv-cache.cpp), and per CSA layer the
+    zero-filled leaf `build_top_k_mask` writes into the mask `[1, min(n_kv, top_k), n_tok]` (f16 with flash
+    attention, else f32).
+
+    At the indexer's peak (`build_lightning_indexer`): its query `lid_q` and the roped copy `[n_indexer_head x
+    key_length, n_tok]`; then the score `lid_score_masked` `[n_kv, n_tok]` f32, which goes into the first
+    query's space while it fits, and the top-k indices `[min(n_kv, top_k), n_tok]` i32 into the second's, else
+    both above (the smoke model at c131072: one freed 16 MiB query and the two 64 MiB tensors on top). Without
+    flash attention the layer's scores `kq` `[n_swa + n_kv, n_tok, n_head]` f32 are computed before the indexer
+    and stay live under it (the top-k mask is added to them), with the contiguous V `[head_v, n_swa + n_kv]` f16.
+    """
+
+    n_tok: int
+    flash_attn: bool
+    csa_layers: int  # CSA layers with the indexer on this backend (one zero-filled leaf each)
+    hca: bool  # the backend runs an HCA layer (its mask)
+    top_k: int
+    query: int  # bytes of one indexer query `[n_indexer_head x key_length, n_tok]` f32
+    rot: int  # the indexer cache's rotation input, bytes
+    n_head: int
+    head_v: int
+    block: int  # `[n_embd, n_tok]` f32
+
+    @staticmethod
+    def _cells(nb: int) -> tuple[int, int]:
+        """(HCA cells, indexer cells) per stream for `nb` CSA cells: the CSA cache holds ceil(n / 4) cells padded
+        to 256, so the HCA cache's ceil(n / 128), padded alike, is that count's ceil(nb / 32), padded (exactly:
+        the padding of the CSA count hides at most 7 HCA cells, and a multiple of 8 pads the same); the indexer
+        cache has the CSA cache's ratio."""
+        return compressed_cells(nb, DSV4_HCA_RATIO // DSV4_CSA_RATIO), nb
+
+    def inputs(self, nb: int) -> int:
+        elt = F16 if self.flash_attn else F32
+        hca, lid = self._cells(nb)
+        masks = elt * self.n_tok * nb + F16 * self.n_tok * lid + (elt * self.n_tok * hca if self.hca else 0)
+        zeros = self.csa_layers * elt * self.n_tok * min(nb, self.top_k)
+        return masks + zeros + self.rot
+
+    def transient(self, nb: int, ns: int) -> int:
+        score = F32 * self.n_tok * nb
+        top = I32 * self.n_tok * min(nb, self.top_k)
+        q = self.query
+        indexer = 2 * q if score <= q else q + score + (top if top > q else 0)
+        if self.flash_attn:
+            return indexer
+        kq = F32 * self.n_tok * self.n_head * (ns + nb)
+        v = F16 * self.head_v * (ns + nb)
+        return kq + (v if v > DSV4_V_HOLE_BLOCKS * self.block else 0) + indexer
+
+    def inputs_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.inputs(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+    def transient_array(self, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter(
+            (self.transient(int(b), int(w)) for b, w in zip(nb, ns, strict=True)),
+            dtype=np.int64,
+            count=nb.size,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _DevicePlan:
     """The compute buffer of one backend as functions of the KV cells (built once per placement)."""
@@ -632,6 +716,8 @@ class _DevicePlan:
     dsa_top_k: int = 0
     # on a later GPU whose last layer is a MoE with a shared expert: that layer's tensors under the logits
     out_below: int = 0
+    # DeepSeek-V4's compressed attention (its graph inputs and the indexer's peak), None elsewhere
+    dsv4: _Dsv4Attention | None = None
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
@@ -716,6 +802,10 @@ class _PlanBuilder:
         kv_a_mqa = _kv_a_mqa_rows(profile)
         # hyper-connection residual streams, live through every layer like the residual blocks
         hc_block = F32 * n_tok * _hc_width(profile) * profile.traits.graph.hc_streams
+        if profile.traits.graph.dsv4_attention and hc_block:
+            # the streams and blocks at DeepSeek-V4's indexer peak (DSV4_STREAM_TENSORS, DSV4_BLOCKS), counted
+            # in place of the residual blocks
+            hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - RESIDUAL_BLOCKS) * embd_block
 
         shapes = _layer_shapes(profile)
         ik_q: set[tuple[bool, int]] = set()
@@ -784,6 +874,29 @@ class _PlanBuilder:
         # indices, but builds its own mask); sliding-window layers have none
         return F32 * self.n_tok * len(_attn_layers(self.profile, layers)[0]) if self.dsa_top_k else 0
 
+    def dsv4(self, layers: list[int]) -> _Dsv4Attention | None:
+        """DeepSeek-V4's compressed attention on a backend running `layers` (None without a CSA layer there)."""
+        profile = self.profile
+        if not profile.traits.graph.dsv4_attention:
+            return None
+        csa = [il for il in layers if profile.layers[il].compress_ratio == DSV4_CSA_RATIO]
+        if not csa:
+            return None
+        lp = profile.layers[csa[0]]
+        head = profile.indexer_head_size
+        return _Dsv4Attention(
+            n_tok=self.n_tok,
+            flash_attn=self.fa,
+            csa_layers=sum(1 for il in csa if profile.layers[il].has_indexer),
+            hca=any(profile.layers[il].compress_ratio == DSV4_HCA_RATIO for il in layers),
+            top_k=profile.indexer_top_k,
+            query=F32 * self.n_tok * max(self.idx_rows.get(il, 0) for il in csa),
+            rot=F32 * _rotation_size(head) ** 2 if head % HADAMARD_MIN == 0 else 0,
+            n_head=lp.n_head,
+            head_v=lp.n_embd_head_v,
+            block=self.embd_block,
+        )
+
     def masks(self, layers: list[int]) -> Affine:
         if not self.profile.has_memory:
             return Affine(c=self.mask_elt * self.n_tok * self.n_tok) if layers else Affine()
@@ -814,7 +927,7 @@ class _PlanBuilder:
         if self.idx_q and any(self.profile.layers[il].has_indexer for il in layers):
             out.add(Affine(c=self.idx_q))
         iq = max((self.idx_rows.get(il, 0) for il in layers), default=0)
-        if iq:
+        if iq and not self.profile.traits.graph.dsv4_attention:  # DeepSeek-V4's: `_Dsv4Attention.transient`
             out.add(Affine(c=self.profile.traits.graph.indexer_q_copies * F32 * self.n_tok * iq))
         if self.profile.traits.graph.parallel_attn_ffn and (base or swa) and self.fa:
             # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
@@ -1107,6 +1220,7 @@ class _PlanBuilder:
             ik_groups=self.ik_groups(layers) if self.inputs.ik_attention else (),
             dsa_zeros=self.dsa_zeros(layers),
             dsa_top_k=self.dsa_top_k,
+            dsv4=self.dsv4(layers) if runs else None,
             kq=kq_gi,
             mla_v=self.mla_v(layers),
             fa_copies=self.fa_copies(layers) if cuda else (),
@@ -1200,6 +1314,7 @@ class _PlanBuilder:
             ik_groups=self.ik_groups(host_layers) if self.inputs.ik_attention else (),
             dsa_zeros=self.dsa_zeros(host_layers),
             dsa_top_k=self.dsa_top_k,
+            dsv4=self.dsv4(host_layers),
             kq=self.kq(host_layers)
             if not (ffn_only or experts_only)
             else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
@@ -1306,7 +1421,7 @@ def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
-    att = max(_max_at(p.kq, nb, ns), ik)
+    att = max(_max_at(p.kq, nb, ns), ik, p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0)
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
         scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
@@ -1331,6 +1446,10 @@ def _total_array(
     att = _max_aff(p.kq, nb, ns)
     if ik is not None:
         att = np.maximum(att, ik)
+    dsv4_inputs = np.zeros_like(nb)
+    if p.dsv4 is not None:
+        att = np.maximum(att, p.dsv4.transient_array(nb, ns))
+        dsv4_inputs = p.dsv4.inputs_array(nb)
     ffn = np.full_like(nb, p.ffn)
     for f, first, held, hole in p.ffn_holes:
         room = _aff(hole, nb, ns)
@@ -1350,7 +1469,7 @@ def _total_array(
         )
         ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
-    zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros
+    zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros + dsv4_inputs
     if p.device is None:
         total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns) + zeros
         if p.ik_output_phase and p.logits and p.layer_phase:
@@ -1392,6 +1511,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
             ComputePart(p.blocks_label, p.blocks),
             ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
             ComputePart("DSA top-k zeros", p.zeros_at(nb)),
+            ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
         ]
         trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
         if p.ik_output_phase and p.logits and trans is not None:
@@ -1414,6 +1534,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
                 ComputePart("FA f16 K/V copies", _max_at(p.fa_copies, nb, ns)),
                 ComputePart("DSA top-k zeros", p.zeros_at(nb)),
+                ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
             ]
         out = (
             [

@@ -183,7 +183,9 @@ DENSE_SINGLE_EXPERT_ARCHS = frozenset({"hunyuan_vl", "hunyuan-dense"})
 HEAD_V_KV_LORA_ARCHS = frozenset({"kimi-k3", "glm5-next"})
 #: models/deepseek4.cpp and models/qwen4exp.cpp: n_embd_out_impl = hyper_connection.count * n_embd.
 HYPER_CONNECTION_OUTPUT_ARCHS = frozenset({"deepseek4", "qwen4exp"})
-#: models/deepseek4.cpp: the MTP block counts only when its eh_proj tensor is present; per-layer compress ratios.
+#: models/deepseek4.cpp: the MTP block counts only when its eh_proj tensor is present; per-layer compress ratios;
+#: the graph's compressed attention (CSA with the lightning indexer, HCA) and its graph inputs
+#: (src/llama-graph.cpp `build_inp_dsv4`), see fitplan.core.memory.compute `_Dsv4Attention`.
 DSV4_ARCHS = frozenset({"deepseek4"})
 #: models/plamo2.cpp re-reads key/value_length (also when head_count is absent).
 REREAD_HEAD_LENGTH_ARCHS = frozenset({"plamo2"})
@@ -382,6 +384,7 @@ def _graph(a: str) -> GraphTraits:
         gated_delta_net=a in GDN_ARCHS,
         indexer_q_copies=INDEXER_Q_COPIES.get(a, 0),
         hc_streams=HC_STREAMS.get(a, 0),
+        dsv4_attention=a in DSV4_ARCHS,
     )
 
 

@@ -114,6 +114,9 @@ class GraphTraits:
     gated_delta_net: bool = False  # fused ggml_gated_delta_net (qwen3next, qwen35, qwen35moe)
     indexer_q_copies: int = 0  # indexer query projections live together at the indexer's peak
     hc_streams: int = 0  # hyper-connection residual streams live through the layers
+    dsv4_attention: bool = (
+        False  # models/deepseek4.cpp: compressed attention (CSA/HCA) and its lightning indexer
+    )
 
 
 @dataclass(frozen=True, slots=True)
