@@ -4,13 +4,14 @@ later GPU whose last layer is a MoE with a shared expert."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
-from fitplan.core.memory.compute import Affine, ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buffers
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
 from support.compute import compute_inputs, parts
@@ -147,7 +148,8 @@ def test_dsa_indexer_peak_keeps_the_freed_query_space() -> None:
     attn_wide = (512 + 64 * (192 + 512) + 64 * 576) * 512 * 4
     pl = place_weights(wide, LaunchSettings(), Machine((), HOST))
     plan = ComputePlan(wide, _inputs(n_kv_swa=512), pl)
-    assert Affine(c=attn_wide) in plan.plans[-1].kq
+    indexer = plan.plans[-1].indexer
+    assert indexer is not None and indexer.transient(512) == attn_wide
 
 
 def test_dsv4_compressed_attention_at_the_indexer_peak() -> None:
@@ -179,3 +181,35 @@ def test_dsv4_compressed_attention_at_the_indexer_peak() -> None:
         rows = plan.totals_array(cells, np.full_like(cells, 768))
         for i, nb in enumerate(cells):
             assert rows[-1][i] == plan.evaluate(int(nb), 768)[-1].bytes
+
+
+def _recorded(grid: str, model: str, case_id: str) -> int:
+    doc = json.loads((TESTS / "fixtures" / "llamacpp" / grid / f"{model}.json").read_text())
+    (case,) = (c for c in doc["cases"] if c["id"] == case_id)
+    return int(sum(b["compute"] for b in case["results"]["buffers"]))
+
+
+def test_dsa_indexer_scores_at_long_contexts(deepseek32: ModelProfile) -> None:
+    # c32768 with flash attention (4 slots, unified cache: 32768 cells): the score indexer_score-0 [32768, 512] f32 does not fit the freed 16 MiB query,
+    # so it and the top-k [32768, 512] i32 go above the other query (the allocator's peak: 340.83 MiB)
+    q = 128 * 64 * 512 * 4
+    base = (512 + 576 + (192 + 512)) * 512 * 4  # qr, Qcur and the freed space of q and q_nope_absorbed
+    parts = _host_parts(deepseek32, n_kv_base=32768)
+    assert parts["attention / SSM scan"] == base + q + 2 * 32768 * 512 * 4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "deepseek32-moe", "c32768-np4-kvu-faon-ub512-f16"), abs=0.3 * MIB
+    )
+    # c8192 without flash attention: the layer's scores kq-0 [8192, 512, 1] f32 stay live under the two queries
+    parts = _host_parts(deepseek32, n_kv_base=8192, flash_attn=False)
+    assert parts["KQ scores + Q"] == base + 8192 * 512 * 4 + 2 * q
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "deepseek32-moe", "c8192-np1-faoff-ub512-f16"), abs=0.3 * MIB
+    )
+    # the curve's vectorised form agrees on both sides of the switch
+    pl = place_weights(deepseek32, LaunchSettings(), Machine((), HOST))
+    for fa in (True, False):
+        plan = ComputePlan(deepseek32, _inputs(flash_attn=fa), pl)
+        cells = np.array([512, 8192, 8448, 32768], dtype=np.int64)
+        rows = plan.totals_array(cells, np.zeros_like(cells))
+        for i, nb in enumerate(cells):
+            assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes

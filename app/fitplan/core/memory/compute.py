@@ -600,6 +600,41 @@ def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
     return max((a.at(nb, ns) for a in affs), default=0)
 
 
+def _indexer_peak(query: int, score: int, top: int) -> int:
+    """A lightning indexer's peak over its two live queries `[n_indexer_head x key_length, n_tok]` (the projection
+    and its roped or rotated copy), bytes: the score `[n_kv, n_tok]` f32 is allocated when the first query is
+    freed and goes into its space while it fits, the top-k indices `[min(n_kv, top_k), n_tok]` i32 then into the
+    second's; else the score goes above the second query and the indices above the score (the allocator's peaks
+    on the deepseek32 smoke model: two 16 MiB `indexer_q-0` at c8192; at c32768 one freed 16 MiB query,
+    `indexer_score-0` and the top-k, 64 MiB each, on top)."""
+    if score <= query:
+        return 2 * query
+    return query + score + (top if top > query else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _IndexerScores:
+    """DeepSeek-V3.2's lightning indexer at its peak (src/models/deepseek32.cpp and its copies), as a function of
+    the indexed cache's cells per stream `nb`: what stays live under it (`base`: the compressed query, the absorbed
+    Q and the freed space below it, see `_indexer_queries`), without flash attention the layer's scores
+    `kq` `[n_kv, n_tok, n_head]` f32, computed before the indexer and kept for the top-k mask added to them (the
+    smoke model without flash attention: `kq-0` under the two `indexer_q-0`), and `_indexer_peak`."""
+
+    base: int
+    query: int
+    n_tok: int
+    top_k: int
+    kq_per_cell: int  # 0 with flash attention
+
+    def transient(self, nb: int) -> int:
+        score = F32 * self.n_tok * nb
+        top = I32 * self.n_tok * min(nb, self.top_k)
+        return self.base + self.kq_per_cell * nb + _indexer_peak(self.query, score, top)
+
+    def transient_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.transient(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+
 #: Tensors `[n_embd x hc, n_tok]` of DeepSeek-V4's hyper-connection streams live at the indexer's peak: the
 #: previous layer's output stream `l_last`, above the space the first layer's stream tensors took (`hc_init` and
 #: its copy), and the blocks `[n_embd, n_tok]` with them: the embeddings input, the token-embedding rows `embd`
@@ -626,10 +661,9 @@ class _Dsv4Attention:
     zero-filled leaf `build_top_k_mask` writes into the mask `[1, min(n_kv, top_k), n_tok]` (f16 with flash
     attention, else f32).
 
-    At the indexer's peak (`build_lightning_indexer`): its query `lid_q` and the roped copy `[n_indexer_head x
-    key_length, n_tok]`; then the score `lid_score_masked` `[n_kv, n_tok]` f32, which goes into the first
-    query's space while it fits, and the top-k indices `[min(n_kv, top_k), n_tok]` i32 into the second's, else
-    both above (the smoke model at c131072: one freed 16 MiB query and the two 64 MiB tensors on top). Without
+    At the indexer's peak (`build_lightning_indexer`, `_indexer_peak`): its query `lid_q` and the roped copy, then
+    the score `lid_score_masked` and the top-k indices (the smoke model at c131072: one freed 16 MiB query and the
+    two 64 MiB tensors on top). Without
     flash attention the layer's scores `kq` `[n_swa + n_kv, n_tok, n_head]` f32 are computed before the indexer
     and stay live under it (the top-k mask is added to them), with the contiguous V `[head_v, n_swa + n_kv]` f16.
     """
@@ -663,8 +697,7 @@ class _Dsv4Attention:
     def transient(self, nb: int, ns: int) -> int:
         score = F32 * self.n_tok * nb
         top = I32 * self.n_tok * min(nb, self.top_k)
-        q = self.query
-        indexer = 2 * q if score <= q else q + score + (top if top > q else 0)
+        indexer = _indexer_peak(self.query, score, top)
         if self.flash_attn:
             return indexer
         kq = F32 * self.n_tok * self.n_head * (ns + nb)
@@ -718,6 +751,8 @@ class _DevicePlan:
     out_below: int = 0
     # DeepSeek-V4's compressed attention (its graph inputs and the indexer's peak), None elsewhere
     dsv4: _Dsv4Attention | None = None
+    # DeepSeek-V3.2's lightning indexer at its peak, None elsewhere
+    indexer: _IndexerScores | None = None
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
@@ -874,6 +909,15 @@ class _PlanBuilder:
         # indices, but builds its own mask); sliding-window layers have none
         return F32 * self.n_tok * len(_attn_layers(self.profile, layers)[0]) if self.dsa_top_k else 0
 
+    def indexer_scores(self, layers: list[int]) -> _IndexerScores | None:
+        """The DSA lightning indexer's peak on a backend running `layers` (None without an indexer layer)."""
+        indexed = [il for il in layers if self.profile.layers[il].has_indexer]
+        if not (self.idx_q and indexed) or self.inputs.ik_attention:
+            return None
+        query = F32 * self.n_tok * self.idx_heads * self.profile.indexer_head_size
+        kq = 0 if self.fa else F32 * self.n_tok * max(self.profile.layers[il].n_head for il in indexed)
+        return _IndexerScores(self.idx_q - 2 * query, query, self.n_tok, self.dsa_top_k, kq)
+
     def dsv4(self, layers: list[int]) -> _Dsv4Attention | None:
         """DeepSeek-V4's compressed attention on a backend running `layers` (None without a CSA layer there)."""
         profile = self.profile
@@ -924,8 +968,12 @@ class _PlanBuilder:
             for il in group:
                 self._kq_layer(il, is_swa, out)
         self._recurrent_terms(layers, bool(base or swa), out)
-        if self.idx_q and any(self.profile.layers[il].has_indexer for il in layers):
-            out.add(Affine(c=self.idx_q))
+        if (
+            self.idx_q
+            and self.inputs.ik_attention
+            and any(self.profile.layers[il].has_indexer for il in layers)
+        ):
+            out.add(Affine(c=self.idx_q))  # mainline's indexer peak: `indexer_scores`
         iq = max((self.idx_rows.get(il, 0) for il in layers), default=0)
         if iq and not self.profile.traits.graph.dsv4_attention:  # DeepSeek-V4's: `_Dsv4Attention.transient`
             out.add(Affine(c=self.profile.traits.graph.indexer_q_copies * F32 * self.n_tok * iq))
@@ -1221,6 +1269,7 @@ class _PlanBuilder:
             dsa_zeros=self.dsa_zeros(layers),
             dsa_top_k=self.dsa_top_k,
             dsv4=self.dsv4(layers) if runs else None,
+            indexer=self.indexer_scores(layers) if runs else None,
             kq=kq_gi,
             mla_v=self.mla_v(layers),
             fa_copies=self.fa_copies(layers) if cuda else (),
@@ -1315,6 +1364,7 @@ class _PlanBuilder:
             dsa_zeros=self.dsa_zeros(host_layers),
             dsa_top_k=self.dsa_top_k,
             dsv4=self.dsv4(host_layers),
+            indexer=self.indexer_scores(host_layers),
             kq=self.kq(host_layers)
             if not (ffn_only or experts_only)
             else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
@@ -1421,7 +1471,12 @@ def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
-    att = max(_max_at(p.kq, nb, ns), ik, p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0)
+    att = max(
+        _max_at(p.kq, nb, ns),
+        ik,
+        p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0,
+        p.indexer.transient(nb) if p.indexer is not None else 0,
+    )
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
         scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
@@ -1450,6 +1505,8 @@ def _total_array(
     if p.dsv4 is not None:
         att = np.maximum(att, p.dsv4.transient_array(nb, ns))
         dsv4_inputs = p.dsv4.inputs_array(nb)
+    if p.indexer is not None:
+        att = np.maximum(att, p.indexer.transient_array(nb))
     ffn = np.full_like(nb, p.ffn)
     for f, first, held, hole in p.ffn_holes:
         room = _aff(hole, nb, ns)
