@@ -213,3 +213,34 @@ def test_dsa_indexer_scores_at_long_contexts(deepseek32: ModelProfile) -> None:
         rows = plan.totals_array(cells, np.zeros_like(cells))
         for i, nb in enumerate(cells):
             assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+
+
+def test_msa_block_sparse_mask_per_stream() -> None:
+    p = profile_at(FIXTURES / "archs" / "minimax-m3-moe.header.gguf")
+    assert p.indexer_block_size == 4  # minimax-m3.attention.indexer.block_size of the smoke model
+    # c8192, one sequence: bmc [512 x 2, 8192] f32 and its transposed copy (32 MiB each) above the inputs pos_mask
+    # [256, 512] f32, bias [64, 512] f32, pos_slot_i [256] and cell_blk [8192] i32, and one block (0.5 MiB)
+    parts = _host_parts(p, n_kv_base=8192)
+    msa = 2 * 8192 * 512 * 2 * 4 + (256 + 64) * 512 * 4 + 256 * 4 + 8192 * 4 + 256 * 512 * 4
+    assert parts["KQ scores + Q"] == msa
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "minimax-m3-moe", "c8192-np1-faon-ub512-f16"), abs=0.02 * MIB
+    )
+    # four sequences, a stream each (2048 cells, 128 tokens per stream): the f32 copy of the whole mask
+    # [2048, 512] does not fit the freed bmc of one stream and goes above
+    parts = _host_parts(p, n_kv_base=2048, n_seqs=4, n_stream=4)
+    msa4 = (
+        2 * 2048 * 128 * 2 * 4 + 2048 * 512 * 4 + (256 + 64) * 512 * 4 + 4 * (256 + 2048) * 4 + 256 * 512 * 4
+    )
+    assert parts["KQ scores + Q"] == msa4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "minimax-m3-moe", "c8192-np4-nokvu-faon-ub512-f16"), abs=0.02 * MIB
+    )
+    # a unified cache with four sequences, or no flash attention: dense attention (recorded 36.02 MiB at c32768
+    # and 52.02 MiB at c8192), no mask per stream
+    for kw, case in (
+        ({"n_kv_base": 32768, "n_seqs": 4, "n_stream": 1}, "c32768-np4-kvu-faon-ub512-f16"),
+        ({"n_kv_base": 8192, "flash_attn": False}, "c8192-np1-faoff-ub512-f16"),
+    ):
+        total = sum(_host_parts(p, **kw).values())
+        assert total == pytest.approx(_recorded("newarchs", "minimax-m3-moe", case), abs=0.02 * MIB)

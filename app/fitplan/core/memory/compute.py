@@ -396,6 +396,15 @@ def _indexer_q_rows(profile: ModelProfile) -> dict[int, int]:
     return out
 
 
+def _tensor_rows(profile: ModelProfile, suffix: str) -> dict[int, int]:
+    """Per layer, the rows (output width) of its tensor named `blk.N<suffix>`."""
+    return {
+        t.layer: t.shape[1]
+        for t in profile.tensors
+        if t.layer is not None and t.name.endswith(suffix) and len(t.shape) > 1
+    }
+
+
 def _gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     """Live set of a gated-delta-net layer when its fused op's output is allocated, bytes (f32).
 
@@ -538,6 +547,8 @@ def _split_attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[tuple[
     return tuple(base), tuple(swa)
 
 
+#: src/llama-kv-cache-msa.cpp `get_n_pos`: the position axis of MiniMax-M3's indexer is padded to at least 256.
+MSA_POSITIONS = 256
 #: `llama-kv-cache.cpp` (llama_kv_cache constructor, `attn_rot_k` / `attn_rot_v`): the smallest Hadamard rotation.
 HADAMARD_MIN = 64
 
@@ -834,6 +845,7 @@ class _PlanBuilder:
 
         dsa_top_k = profile.indexer_top_k if profile.traits.graph.dsa_indexer else 0
         idx_rows = _indexer_q_rows(profile)
+        self.idx_q_proj = _tensor_rows(profile, ".indexer.q_proj.weight")
         kv_a_mqa = _kv_a_mqa_rows(profile)
         # hyper-connection residual streams, live through every layer like the residual blocks
         hc_block = F32 * n_tok * _hc_width(profile) * profile.traits.graph.hc_streams
@@ -974,6 +986,9 @@ class _PlanBuilder:
             and any(self.profile.layers[il].has_indexer for il in layers)
         ):
             out.add(Affine(c=self.idx_q))  # mainline's indexer peak: `indexer_scores`
+        msa = self._msa_mask(layers)
+        if msa is not None:
+            out.add(msa)
         iq = max((self.idx_rows.get(il, 0) for il in layers), default=0)
         if iq and not self.profile.traits.graph.dsv4_attention:  # DeepSeek-V4's: `_Dsv4Attention.transient`
             out.add(Affine(c=self.profile.traits.graph.indexer_q_copies * F32 * self.n_tok * iq))
@@ -982,6 +997,38 @@ class _PlanBuilder:
             # peak: Q, K and V above the norm output); without flash attention the recordings match without it
             out = {Affine(a.a_base, a.a_swa, a.c + self.embd_block) for a in out}
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _msa_mask(self, layers: list[int]) -> Affine | None:
+        """MiniMax-M3's block-sparse layer at its peak (src/models/minimax-m3.cpp, `msa_enabled`: flash attention,
+        and one sequence or a stream per sequence; the layers after the dense lead), None elsewhere.
+
+        Per stream the graph turns the indexer's top-k blocks into a cell mask: `bmc` (`get_rows` of the block
+        mask by the cells' blocks, `[n_tps x Hd, n_kv]` f32, Hd = attention.indexer.head_count) and its
+        transposed copy `bmx` `[n_kv, n_tps, Hd]` f32 are live together; the f32 copy of the FA mask `msa_mf`
+        `[n_kv, n_tok]`, allocated when the mask is added, goes into `bmc`'s freed space when it fits (one
+        stream), else above (the allocator's peaks on the smoke model: `node_121` and `(cont)`, 32 MiB each at
+        c8192; with four streams `(cont)` 2 MiB above the freed 2 MiB and `(copy)` 4 MiB). Under them the graph
+        inputs of `llm_graph_input_msa` (`pos_mask` `[n_ps, n_tok]` and `bias` `[n_blk, n_tok]` f32,
+        `pos_slot_i` `[n_ps, ns]` and `cell_blk` `[n_kv, ns]` i32, with n_ps = 256 positions padded to whole
+        blocks at the reserve: `llama_kv_cache_msa_context::get_n_pos` of an empty cache) and one block more: the
+        peak has the layer's norm output `norm-1` above a freed block, six blocks in all.
+        """
+        profile, ci = self.profile, self.inputs
+        if not (profile.traits.graph.msa_attention and self.fa and profile.indexer_block_size > 0):
+            return None
+        if ci.n_seqs > 1 and ci.n_stream == 1:
+            return None  # a unified cache with several sequences: dense attention
+        sparse = [il for il in layers if profile.layers[il].has_indexer]
+        if not sparse or not profile.indexer_head_size:
+            return None
+        hd = max(self.idx_q_proj.get(il, 0) for il in sparse) // profile.indexer_head_size
+        ns = max(1, ci.n_stream)
+        n_tps = self.n_tok // ns
+        blk = profile.indexer_block_size
+        n_ps = -(-MSA_POSITIONS // blk) * blk
+        inputs = F32 * self.n_tok * (n_ps + n_ps // blk) + I32 * n_ps * ns
+        per_cell = 2 * F32 * n_tps * hd + (F32 * self.n_tok if ns > hd else 0) + I32 * ns
+        return Affine(a_base=per_cell, c=inputs + self.embd_block)
 
     def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
         """One attention layer's live set (added to `out`); ik's chunked groups go to `self.ik_q`."""

@@ -117,6 +117,7 @@ class GraphTraits:
     dsv4_attention: bool = (
         False  # models/deepseek4.cpp: compressed attention (CSA/HCA) and its lightning indexer
     )
+    msa_attention: bool = False  # models/minimax-m3.cpp: block-sparse attention, a mask per stream
 
 
 @dataclass(frozen=True, slots=True)
