@@ -244,3 +244,33 @@ def test_msa_block_sparse_mask_per_stream() -> None:
     ):
         total = sum(_host_parts(p, **kw).values())
         assert total == pytest.approx(_recorded("newarchs", "minimax-m3-moe", case), abs=0.02 * MIB)
+
+
+def test_kpool_selection_chain() -> None:
+    p = profile_at(FIXTURES / "archs" / "qwen4exp-moe.header.gguf")
+    assert (p.indexer_kpool, p.indexer_kpool_tail) == (4, True)  # the compress ratio of the QSA layer
+    # c131072: 32768 pools of the full cache, padded to 32832; top_k 131072 / 4 keeps 32768, n_sel 131075.
+    # The allocator's peak (1625.79 MiB recorded): three freed 16 MiB query tensors under the score
+    # [32832, 512] f32 and the top-k [32768, 512] i32, the selected cells [4 x 32768, 512] i32 (whose space the
+    # f16 zeros take) and four [131075, 512] f32 tensors of the scatter index chain
+    parts = _host_parts(p, n_kv_base=131072)
+    q, score, top = 16 * MIB, 32832 * 512 * 4, 32768 * 512 * 4
+    assert parts["attention / SSM scan"] == 3 * q + score + top + 4 * 32768 * 512 * 4 + 4 * 131075 * 512 * 4
+    inputs = 32832 * 4 * 5 + 32832 * 512 * 2 + 3 * 512 * 4 + 32768 * (4 * 4 + 8)
+    assert parts["k-pool inputs"] == inputs
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "qwen4exp-moe", "c131072-np1-faon-ub512-f16"), abs=2 * MIB
+    )
+    # c8192: the score [2112, 512] fits a freed query, the chain above it (108.95 MiB recorded)
+    parts = _host_parts(p, n_kv_base=8192)
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "qwen4exp-moe", "c8192-np1-faon-ub512-f16"), abs=1.1 * MIB
+    )
+    # the curve's vectorised form agrees
+    pl = place_weights(p, LaunchSettings(), Machine((), HOST))
+    for fa in (True, False):
+        plan = ComputePlan(p, _inputs(flash_attn=fa), pl)
+        cells = np.array([512, 8192, 32768, 131072], dtype=np.int64)
+        rows = plan.totals_array(cells, np.zeros_like(cells))
+        for i, nb in enumerate(cells):
+            assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes

@@ -646,6 +646,85 @@ class _IndexerScores:
         return np.fromiter((self.transient(int(x)) for x in nb), dtype=np.int64, count=nb.size)
 
 
+#: src/llama-memory-hybrid-idx.cpp `kpool_pad`: pools are counted in steps of 64 (at least 64), one more than used.
+KPOOL_PAD = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _KpoolSelection:
+    """qwen4exp's k-pool sparse attention (src/models/qwen4exp.cpp `build_inp_kpool`, `build_indexer_sel`), as a
+    function of the indexer cache's cells per stream `nb`.
+
+    At the reserve the pools are those of a full cache: n_pool = kpool_pad(nb / kpool x n_seq_max)
+    (src/llama-memory-hybrid-idx.cpp, `n_pool_max`), n_top = min(n_pool, top_k / kpool) of them are selected and
+    n_sel = kpool x n_top (+ kpool - 1 tail cells). Graph inputs: `pool_cells` `[n_pool]` and `pool_idxs`
+    `[kpool, n_pool]` i32, `pool_mask` `[n_pool, n_tok]` f16, `tail_idxs` `[kpool - 1, n_tok]` i32,
+    `new_pool_idxs` `[kpool, n_new]` i32 and `new_pool_rep` `[n_new]` i64 (n_new = the pools of the full cache).
+
+    At the peak (the allocator's lists on the smoke model, c8192 and c32768, with and without flash attention):
+    the indexer's score `[n_pool, n_tok]` f32 and top-k `[n_top, n_tok]` i32 (in the freed space of the two
+    indexer queries when the score fits one, with the layer's norm block; else the score above them), then the
+    selected cells `get_rows(pool_idxs, top_k)` `[kpool x n_top, n_tok]` i32, and four `[n_sel, n_tok]` tensors
+    of the scatter index chain (the concatenated selection, its f32 cast, the liveness and the dump rows; the f16
+    repeated zeros `[n_sel, n_tok]` take the freed selection's space). Without flash attention the layer's scores
+    `kq` `[n_kv, n_tok, n_head]` f32 sit under three of them, above `top_score` `[n_top, n_tok]` f32 and the
+    repeated `live_pool` `[kpool - 1, n_top, n_tok]` part.
+    """
+
+    n_tok: int
+    flash_attn: bool
+    kpool: int
+    top_k: int
+    tail: bool
+    n_seqs: int
+    query: int  # bytes of one indexer query
+    block: int
+    kq_per_cell: int  # the layer's scores per cell without flash attention
+
+    def sizes(self, nb: int) -> tuple[int, int, int]:
+        """(n_pool, n_top, n_sel) for `nb` cells per stream."""
+        real = nb // self.kpool * self.n_seqs
+        n_pool = max(KPOOL_PAD, -(-(real + 1) // KPOOL_PAD) * KPOOL_PAD)
+        n_top = min(n_pool, self.top_k // self.kpool)
+        return n_pool, n_top, self.kpool * n_top + (self.kpool - 1 if self.tail else 0)
+
+    def inputs(self, nb: int) -> int:
+        n_pool, _, _ = self.sizes(nb)
+        real = nb // self.kpool * self.n_seqs
+        return (
+            I32 * n_pool * (1 + self.kpool)
+            + F16 * n_pool * self.n_tok
+            + I32 * (self.kpool - 1) * self.n_tok
+            + (I32 * self.kpool + I64) * max(real, 1)
+        )
+
+    def transient(self, nb: int) -> int:
+        n_pool, n_top, n_sel = self.sizes(nb)
+        score, top = F32 * n_pool * self.n_tok, I32 * n_top * self.n_tok
+        sel_rows, chain = I32 * self.kpool * n_top * self.n_tok, F32 * n_sel * self.n_tok
+        q, kq = self.query, self.kq_per_cell * nb
+        if top > 2 * q:
+            # the top-k fits none of the freed query tensors: the three (the projection, its norm, the roped
+            # copy) stay a hole under the score and the top-k (the smoke model at c131072)
+            below = 3 * q + score + top
+            if self.flash_attn:
+                return below + sel_rows + 4 * chain
+            return below + kq + 5 * chain + F16 * n_sel * self.n_tok
+        fits = score <= q
+        if self.flash_attn:
+            below = self.block + score + top if fits else 2 * q + score
+            return max(2 * q, below + sel_rows + 4 * chain)
+        below = (self.block + 2 * score + top) if fits else (2 * q + score + top)
+        live_rest = F32 * (self.kpool - 1) * n_top * self.n_tok
+        return max(2 * q, below + sel_rows + live_rest + kq + 3 * chain)
+
+    def inputs_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.inputs(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+    def transient_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.transient(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+
 #: Tensors `[n_embd x hc, n_tok]` of DeepSeek-V4's hyper-connection streams live at the indexer's peak: the
 #: previous layer's output stream `l_last`, above the space the first layer's stream tensors took (`hc_init` and
 #: its copy), and the blocks `[n_embd, n_tok]` with them: the embeddings input, the token-embedding rows `embd`
@@ -764,6 +843,8 @@ class _DevicePlan:
     dsv4: _Dsv4Attention | None = None
     # DeepSeek-V3.2's lightning indexer at its peak, None elsewhere
     indexer: _IndexerScores | None = None
+    # qwen4exp's k-pool sparse attention (its inputs and the selection's peak), None elsewhere
+    kpool: _KpoolSelection | None = None
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
@@ -929,6 +1010,26 @@ class _PlanBuilder:
         query = F32 * self.n_tok * self.idx_heads * self.profile.indexer_head_size
         kq = 0 if self.fa else F32 * self.n_tok * max(self.profile.layers[il].n_head for il in indexed)
         return _IndexerScores(self.idx_q - 2 * query, query, self.n_tok, self.dsa_top_k, kq)
+
+    def kpool_selection(self, layers: list[int]) -> _KpoolSelection | None:
+        """The k-pool sparse attention on a backend running `layers` (None without an indexer layer there)."""
+        profile = self.profile
+        if not profile.traits.graph.kpool_selection or profile.indexer_kpool < 2:
+            return None
+        indexed = [il for il in layers if profile.layers[il].has_indexer]
+        if not indexed:
+            return None
+        return _KpoolSelection(
+            n_tok=self.n_tok,
+            flash_attn=self.fa,
+            kpool=profile.indexer_kpool,
+            top_k=profile.indexer_top_k,
+            tail=profile.indexer_kpool_tail,
+            n_seqs=max(1, self.inputs.n_seqs),
+            query=F32 * self.n_tok * max(self.idx_rows.get(il, 0) for il in indexed),
+            block=self.embd_block,
+            kq_per_cell=0 if self.fa else F32 * self.n_tok * max(profile.layers[il].n_head for il in indexed),
+        )
 
     def dsv4(self, layers: list[int]) -> _Dsv4Attention | None:
         """DeepSeek-V4's compressed attention on a backend running `layers` (None without a CSA layer there)."""
@@ -1317,6 +1418,7 @@ class _PlanBuilder:
             dsa_top_k=self.dsa_top_k,
             dsv4=self.dsv4(layers) if runs else None,
             indexer=self.indexer_scores(layers) if runs else None,
+            kpool=self.kpool_selection(layers) if runs else None,
             kq=kq_gi,
             mla_v=self.mla_v(layers),
             fa_copies=self.fa_copies(layers) if cuda else (),
@@ -1412,6 +1514,7 @@ class _PlanBuilder:
             dsa_top_k=self.dsa_top_k,
             dsv4=self.dsv4(host_layers),
             indexer=self.indexer_scores(host_layers),
+            kpool=self.kpool_selection(host_layers),
             kq=self.kq(host_layers)
             if not (ffn_only or experts_only)
             else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
@@ -1523,6 +1626,7 @@ def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]
         ik,
         p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0,
         p.indexer.transient(nb) if p.indexer is not None else 0,
+        p.kpool.transient(nb) if p.kpool is not None else 0,
     )
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
@@ -1554,6 +1658,9 @@ def _total_array(
         dsv4_inputs = p.dsv4.inputs_array(nb)
     if p.indexer is not None:
         att = np.maximum(att, p.indexer.transient_array(nb))
+    if p.kpool is not None:
+        att = np.maximum(att, p.kpool.transient_array(nb))
+        dsv4_inputs = dsv4_inputs + p.kpool.inputs_array(nb)
     ffn = np.full_like(nb, p.ffn)
     for f, first, held, hole in p.ffn_holes:
         room = _aff(hole, nb, ns)
@@ -1616,6 +1723,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
             ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
             ComputePart("DSA top-k zeros", p.zeros_at(nb)),
             ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
+            ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
         ]
         trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
         if p.ik_output_phase and p.logits and trans is not None:
@@ -1639,6 +1747,7 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
                 ComputePart("FA f16 K/V copies", _max_at(p.fa_copies, nb, ns)),
                 ComputePart("DSA top-k zeros", p.zeros_at(nb)),
                 ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
+                ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
             ]
         out = (
             [

@@ -196,6 +196,10 @@ class ModelProfile:
     indexer_top_k: int = 0
     #: attention.indexer.block_size: positions per block of MiniMax-M3's block-sparse indexer (0 = none)
     indexer_block_size: int = 0
+    #: the k-pool indexer's pool size (attention.indexer.kpool, qwen4exp: its compress ratio; 0 = no k-pool) and
+    #: whether its selection appends the incomplete tail (attention.indexer.kpool_select_tail)
+    indexer_kpool: int = 0
+    indexer_kpool_tail: bool = False
 
     @property
     def is_moe(self) -> bool:

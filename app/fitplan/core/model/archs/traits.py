@@ -118,6 +118,7 @@ class GraphTraits:
         False  # models/deepseek4.cpp: compressed attention (CSA/HCA) and its lightning indexer
     )
     msa_attention: bool = False  # models/minimax-m3.cpp: block-sparse attention, a mask per stream
+    kpool_selection: bool = False  # models/qwen4exp.cpp: k-pool sparse attention's selection chain
 
 
 @dataclass(frozen=True, slots=True)
