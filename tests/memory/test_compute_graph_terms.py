@@ -274,3 +274,31 @@ def test_kpool_selection_chain() -> None:
         rows = plan.totals_array(cells, np.zeros_like(cells))
         for i, nb in enumerate(cells):
             assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+
+
+def test_kpool_gather_mask_selection() -> None:
+    p = profile_at(FIXTURES / "archs" / "glm5-next-moe.header.gguf")
+    assert (p.indexer_kpool, p.indexer_kpool_tail) == (4, True)  # attention.indexer.kpool, kpool_select_tail
+    # c8192: 2112 pools, n_sel 4 x 2112 + 3 = 8451. The graph input gather_mask [8451, 512] f32 (leaf_10,
+    # 16.51 MiB) with pool_mask [2112, 512] f16; at the peak the score and the top-k [2112, 512] (8.25 MiB), the
+    # selected cells [4 x 2112, 512] i32 (node_71) and one chain tensor [8451, 512] f32 (node_73): 71.48 MiB
+    parts = _host_parts(p, n_kv_base=8192)
+    assert parts["attention / SSM scan"] == 2 * 2112 * 512 * 4 + 4 * 2112 * 512 * 4 + 8451 * 512 * 4
+    assert parts["k-pool inputs"] >= 8451 * 512 * 4 + 2112 * 512 * 2
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "glm5-next-moe", "c8192-np1-faon-ub512-f16"), abs=0.35 * MIB
+    )
+    # c131072: top_k 131072 / 4 caps the selection at 32768 of 32832 pools; two chain tensors on top
+    parts = _host_parts(p, n_kv_base=131072)
+    chain = (4 * 32768 + 3) * 512 * 4
+    assert parts["attention / SSM scan"] == (32832 + 32768 + 4 * 32768) * 512 * 4 + 2 * chain
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "glm5-next-moe", "c131072-np1-faon-ub512-f16"), abs=0.2 * MIB
+    )
+    # without flash attention: the scores kq-0 [8192, 512] f32, two chain tensors and the f32 mask_all
+    # [8192 + 8451, 512] the selection is scattered into (node_107)
+    parts = _host_parts(p, n_kv_base=8192, flash_attn=False)
+    assert parts["KQ scores + Q"] == (8192 + 2 * 8451 + 8192 + 8451) * 512 * 4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "glm5-next-moe", "c8192-np1-faoff-ub512-f16"), abs=1.2 * MIB
+    )

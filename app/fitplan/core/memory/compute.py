@@ -53,7 +53,7 @@ from fitplan.core.gguf.ggml_types import get_type, type_id
 from fitplan.core.memory.context import compressed_cells
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
-from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO
+from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 F32 = 4
@@ -652,7 +652,8 @@ KPOOL_PAD = 64
 
 @dataclass(frozen=True, slots=True)
 class _KpoolSelection:
-    """qwen4exp's k-pool sparse attention (src/models/qwen4exp.cpp `build_inp_kpool`, `build_indexer_sel`), as a
+    """The k-pool sparse attention of qwen4exp (src/models/qwen4exp.cpp `build_inp_kpool`, `build_indexer_sel`)
+    and glm5-next, as a
     function of the indexer cache's cells per stream `nb`.
 
     At the reserve the pools are those of a full cache: n_pool = kpool_pad(nb / kpool x n_seq_max)
@@ -669,6 +670,13 @@ class _KpoolSelection:
     repeated zeros `[n_sel, n_tok]` take the freed selection's space). Without flash attention the layer's scores
     `kq` `[n_kv, n_tok, n_head]` f32 sit under three of them, above `top_score` `[n_top, n_tok]` f32 and the
     repeated `live_pool` `[kpool - 1, n_top, n_tok]` part.
+
+    glm5-next (`gather`: src/models/glm5-next.cpp) also has the graph input `gather_mask` `[n_sel, n_tok]` f32,
+    which gives each slot's liveness (`ggml_exp` of it). Its peak (the allocator's lists on the smoke model): the
+    indexer query `[n_indexer_head x key_length, n_tok]` with the score at short contexts; else the score and
+    the top-k, the selected cells and one `[n_sel, n_tok]` tensor of the chain (two when top_k caps the selection
+    below the pools: c131072, and c32768 with four slots); without flash attention the layer's scores `kq`, two
+    chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered into.
     """
 
     n_tok: int
@@ -680,6 +688,7 @@ class _KpoolSelection:
     query: int  # bytes of one indexer query
     block: int
     kq_per_cell: int  # the layer's scores per cell without flash attention
+    gather: bool = False  # glm5-next's graph (the `gather_mask` input)
 
     def sizes(self, nb: int) -> tuple[int, int, int]:
         """(n_pool, n_top, n_sel) for `nb` cells per stream."""
@@ -696,6 +705,7 @@ class _KpoolSelection:
             + F16 * n_pool * self.n_tok
             + I32 * (self.kpool - 1) * self.n_tok
             + (I32 * self.kpool + I64) * max(real, 1)
+            + (F32 * self.sizes(nb)[2] * self.n_tok if self.gather else 0)
         )
 
     def transient(self, nb: int) -> int:
@@ -703,6 +713,10 @@ class _KpoolSelection:
         score, top = F32 * n_pool * self.n_tok, I32 * n_top * self.n_tok
         sel_rows, chain = I32 * self.kpool * n_top * self.n_tok, F32 * n_sel * self.n_tok
         q, kq = self.query, self.kq_per_cell * nb
+        if self.gather:
+            if not self.flash_attn:
+                return max(q + score, kq + 2 * chain + F32 * (nb + n_sel) * self.n_tok)
+            return max(q + score, score + top + sel_rows + (2 if n_top < n_pool else 1) * chain)
         if top > 2 * q:
             # the top-k fits none of the freed query tensors: the three (the projection, its norm, the roped
             # copy) stay a hole under the score and the top-k (the smoke model at c131072)
@@ -843,7 +857,7 @@ class _DevicePlan:
     dsv4: _Dsv4Attention | None = None
     # DeepSeek-V3.2's lightning indexer at its peak, None elsewhere
     indexer: _IndexerScores | None = None
-    # qwen4exp's k-pool sparse attention (its inputs and the selection's peak), None elsewhere
+    # the k-pool sparse attention of qwen4exp and glm5-next (its inputs and the selection's peak), None elsewhere
     kpool: _KpoolSelection | None = None
 
     def zeros_at(self, nb: int) -> int:
@@ -1014,7 +1028,8 @@ class _PlanBuilder:
     def kpool_selection(self, layers: list[int]) -> _KpoolSelection | None:
         """The k-pool sparse attention on a backend running `layers` (None without an indexer layer there)."""
         profile = self.profile
-        if not profile.traits.graph.kpool_selection or profile.indexer_kpool < 2:
+        graph = profile.traits.graph.kpool_graph
+        if graph is KpoolGraph.NONE or profile.indexer_kpool < 2:
             return None
         indexed = [il for il in layers if profile.layers[il].has_indexer]
         if not indexed:
@@ -1029,6 +1044,7 @@ class _PlanBuilder:
             query=F32 * self.n_tok * max(self.idx_rows.get(il, 0) for il in indexed),
             block=self.embd_block,
             kq_per_cell=0 if self.fa else F32 * self.n_tok * max(profile.layers[il].n_head for il in indexed),
+            gather=graph is KpoolGraph.GATHER_MASK,
         )
 
     def dsv4(self, layers: list[int]) -> _Dsv4Attention | None:

@@ -27,6 +27,7 @@ from fitplan.core.model.archs.traits import (
     GraphTraits,
     HParamTraits,
     IndexerRule,
+    KpoolGraph,
     KpoolSource,
     KvSharing,
     MemoryTraits,
@@ -303,8 +304,12 @@ INDEXER_Q_COPIES: Mapping[str, int] = {"deepseek4": 2, "qwen4exp": 2, "glm5-next
 #: Block-sparse attention (src/models/minimax-m3.cpp, MSA): with flash attention and per-sequence streams the
 #: layers after the dense lead build their attention mask per stream from the indexer's top-k blocks.
 MSA_ARCHS = frozenset({"minimax-m3"})
-#: k-pool sparse attention whose selection is scattered into a mask (src/models/qwen4exp.cpp `build_indexer_sel`).
-KPOOL_SELECTION_ARCHS = frozenset({"qwen4exp"})
+#: k-pool sparse attention whose selection is scattered into a mask (`build_indexer_sel` of src/models/qwen4exp.cpp
+#: and glm5-next.cpp; glm5-next reads each slot's liveness from its `gather_mask` input).
+KPOOL_GRAPHS: Mapping[str, KpoolGraph] = {
+    "qwen4exp": KpoolGraph.SCORE_LIVE,
+    "glm5-next": KpoolGraph.GATHER_MASK,
+}
 #: Hyper-connection residual streams `[n_embd x hc, n_tok]` live through the layers (the allocator's peaks on the
 #: smoke models): the wide residual (`hc_init` / `l_last`) on all of them, plus, on qwen4exp and glm5-next, a
 #: second one: qwen4exp's grouped norm of the streams (`hc_norm`, read again by the inject projection at the
@@ -391,7 +396,7 @@ def _graph(a: str) -> GraphTraits:
         hc_streams=HC_STREAMS.get(a, 0),
         dsv4_attention=a in DSV4_ARCHS,
         msa_attention=a in MSA_ARCHS,
-        kpool_selection=a in KPOOL_SELECTION_ARCHS,
+        kpool_graph=KPOOL_GRAPHS.get(a, KpoolGraph.NONE),
     )
 
 

@@ -49,6 +49,14 @@ class KpoolSource(StrEnum):
     COMPRESS_RATIOS = "compress_ratios"  # models/qwen4exp.cpp: the nonzero attention.compress_ratios value
 
 
+class KpoolGraph(StrEnum):
+    """How a k-pool indexer's selection becomes the attention mask (src/models/<arch>.cpp `build_indexer_sel`)."""
+
+    NONE = "none"
+    SCORE_LIVE = "score_live"  # models/qwen4exp.cpp: a pool is live by its top score
+    GATHER_MASK = "gather_mask"  # models/glm5-next.cpp: liveness from the graph input `gather_mask`
+
+
 @dataclass(frozen=True, slots=True)
 class HParamTraits:
     """src/models/<arch>.cpp:load_arch_hparams and src/llama-model.cpp:load_hparams."""
@@ -118,7 +126,7 @@ class GraphTraits:
         False  # models/deepseek4.cpp: compressed attention (CSA/HCA) and its lightning indexer
     )
     msa_attention: bool = False  # models/minimax-m3.cpp: block-sparse attention, a mask per stream
-    kpool_selection: bool = False  # models/qwen4exp.cpp: k-pool sparse attention's selection chain
+    kpool_graph: KpoolGraph = KpoolGraph.NONE  # the k-pool sparse attention's selection chain
 
 
 @dataclass(frozen=True, slots=True)
