@@ -302,3 +302,19 @@ def test_kpool_gather_mask_selection() -> None:
     assert sum(parts.values()) == pytest.approx(
         _recorded("newarchs", "glm5-next-moe", "c8192-np1-faoff-ub512-f16"), abs=1.2 * MIB
     )
+
+
+def test_fused_qkv_after_a_gated_ffn_goes_above_the_blocks() -> None:
+    jais = profile_at(FIXTURES / "archs" / "jais-dense.header.gguf")
+    # layer 1's QKV [768, 512] f32 (1.5 MiB) does not fit the two-block hole layer 0's gated FFN leaves: one
+    # block more under it (the allocator's peak, 5.02 MiB recorded at c512 with flash attention)
+    parts = _host_parts(jais)
+    assert parts["attention / SSM scan"] == (768 + 256) * 512 * 4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "jais-dense", "c512-np1-faon-ub512-f16"), abs=0.02 * MIB
+    )
+    # gpt2's FFN has no gate: its QKV peak in the first layer is unchanged (4.52 MiB recorded)
+    gpt2 = profile_at(FIXTURES / "archs" / "gpt2-dense.header.gguf")
+    assert sum(_host_parts(gpt2).values()) == pytest.approx(
+        _recorded("archs", "gpt2-dense", "c512-np1"), abs=0.02 * MIB
+    )

@@ -1170,7 +1170,19 @@ class _PlanBuilder:
             q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
         if qkv:
             # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
-            out.add(Affine(c=F32 * self.n_tok * qkv))
+            above = 0
+            if (
+                self.fa
+                and self.profile.traits.graph.no_rope_qkv
+                and il - 1 in self.shapes.gated
+                and qkv > FFN_HOLE_BLOCKS * self.profile.n_embd
+            ):
+                # after a gated FFN the blocks leave a two-block hole the output does not fit, and the layer's
+                # norm output sits in the token rows' freed block: one block more than in the first layer (the
+                # allocator's peak on the jais smoke model at c512: inp_embd, norm-1, the hole, node_2, the
+                # previous layer's output and node_43, the 1.5 MiB QKV, on top: 5.02 MiB)
+                above = self.profile.n_embd
+            out.add(Affine(c=F32 * self.n_tok * (qkv + above)))
         elif self.profile.mla is None:
             # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
             # goes into the one-block hole the mixed batch's token rows leave (freed after the first
