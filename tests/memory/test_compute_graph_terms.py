@@ -318,3 +318,25 @@ def test_fused_qkv_after_a_gated_ffn_goes_above_the_blocks() -> None:
     assert sum(_host_parts(gpt2).values()) == pytest.approx(
         _recorded("archs", "gpt2-dense", "c512-np1"), abs=0.02 * MIB
     )
+
+
+def test_fused_gate_up_experts_and_the_freed_masks() -> None:
+    p = profile_at(FIXTURES / "archs" / "cohere2moe-moe.header.gguf")
+    # layer 1's experts have one fused gate-and-up output ffn_moe_gate_up [768, 2, n_tok] f32 and the GLU output
+    # ffn_moe_swiglu [384, 2, n_tok]; layer 0 is the last full-attention layer, so its mask is free by then
+    # c512: the 3 MiB fused output fits none of the freed space: both on top (8.03 MiB recorded)
+    assert sum(_host_parts(p, n_kv_base=512, n_kv_swa=512).values()) == pytest.approx(
+        _recorded("archs", "cohere2moe-moe", "c512-np1"), abs=0.02 * MIB
+    )
+    # c2048 with -ub 2048: it goes into the freed 8 MiB mask, the GLU output on top (32.11 MiB recorded)
+    parts = _host_parts(p, n_tok=2048, n_out=2048, n_kv_base=2048, n_kv_swa=2048)
+    assert parts["FFN intermediates"] == 384 * 2 * 2048 * 4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "cohere2moe-moe", "c2048-np1-faon-ub2048-f16"), abs=0.04 * MIB
+    )
+    # four streams at c8192: the fused output above the freed 2.76 MiB of masks, the GLU output in them
+    parts = _host_parts(p, n_kv_base=2048, n_kv_swa=768, n_seqs=4, n_stream=4)
+    assert parts["FFN intermediates"] == 768 * 2 * 512 * 4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "cohere2moe-moe", "c8192-np4-nokvu-faon-ub512-f16"), abs=0.02 * MIB
+    )

@@ -263,6 +263,11 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
         # the experts' down outputs are allocated after gate and up are freed: they go into that space (two
         # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
         f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
+        if il in _layer_shapes(profile).gate_up_exps:
+            # one fused gate-and-up output [2 n_ff_exp, n_used, n_tok] (`ffn_moe_gate_up`, build_moe_ffn with
+            # ffn_gate_up_exps): the first intermediate is both (the cohere2moe smoke model's peaks: 3 MiB at
+            # c512 above the freed masks, in the freed 8 MiB mask at c2048 with `-ub 2048`)
+            first = 2 * up
         shared = moe.n_ff_shexp * moe.n_expert_shared
         if 3 * shared > f:
             f, first = 3 * shared, shared
@@ -290,6 +295,7 @@ class _LayerShapes:
     dense_up: frozenset[int] = frozenset()  # layers with a dense `ffn_up` matrix
     shexp: frozenset[int] = frozenset()  # layers with a shared expert (`ffn_up_shexp`)
     shexp_ff: int = 0  # the widest shared expert's rows (`ffn_up_shexp`; llama4 declares no such length)
+    gate_up_exps: frozenset[int] = frozenset()  # layers whose experts' gate and up are one fused matrix
 
 
 #: Per profile (shared by the estimator's threads).
@@ -306,10 +312,13 @@ def _compute_layer_shapes(profile: ModelProfile) -> _LayerShapes:
     up: set[int] = set()
     shexp: set[int] = set()
     shexp_ff = 0
+    gate_up_exps: set[int] = set()
     for t in profile.tensors:
         il = t.layer
         if il is None or il >= len(profile.layers) or len(t.shape) < 2:
             continue
+        if t.name.endswith(".ffn_gate_up_exps.weight"):
+            gate_up_exps.add(il)
         if t.name.endswith(".ffn_up_shexp.weight"):
             shexp.add(il)
             shexp_ff = max(shexp_ff, t.shape[1])
@@ -325,7 +334,9 @@ def _compute_layer_shapes(profile: ModelProfile) -> _LayerShapes:
             gated.add(il)  # fused gate + up (phi3, chatglm, glm4): the GLU splits one [2 n_ff] output
         elif t.name.endswith(".attn_qkv.weight"):
             qkv[il] = t.shape[1]
-    return _LayerShapes(frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff)
+    return _LayerShapes(
+        frozenset(gated), qkv, frozenset(up), frozenset(shexp), shexp_ff, frozenset(gate_up_exps)
+    )
 
 
 def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bool = True) -> int:
@@ -1322,7 +1333,9 @@ class _PlanBuilder:
         if (
             not (m.a_base or m.a_swa or m.c or vi)
             or not (base or swa)
-            or self.profile.traits.graph.parallel_attn_ffn  # the attention output is still live
+            or (
+                self.profile.traits.graph.parallel_attn_ffn and not self.profile.is_moe
+            )  # the attention output is still live
         ):
             return _ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
@@ -1338,7 +1351,10 @@ class _PlanBuilder:
                 rest.append(il)
                 continue
             f, first, held = _ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
-            freed_input = self.embd_block if il != min(layers) else 0
+            # with parallel attention and FFN the layer's attention output waits for the FFN in that block (the
+            # cohere2moe smoke model: `node_73` next to inp_embd, the freed masks above it)
+            parallel = self.profile.traits.graph.parallel_attn_ffn
+            freed_input = self.embd_block if il != min(layers) and not parallel else 0
             hole = Affine(
                 m.a_base if freed_base else 0,
                 m.a_swa if freed_swa else 0,
@@ -1639,6 +1655,10 @@ def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
         return first + held + max(0, more) * first
     if first <= room:
         return first
+    if f and f - first - held <= room and not held:
+        # the first does not fit, what follows does (a fused gate-and-up output above the freed masks, the GLU
+        # output in them: the cohere2moe smoke model with four streams at c8192)
+        return f - first
     return held if held <= room else 0
 
 
@@ -1697,13 +1717,18 @@ def _total_array(
             if first
             else np.zeros_like(room)
         )
+        rest_fits = (f - first - held <= room) & (held == 0) & (f > 0)
         reuse = np.where(
             f <= room,
             f,
             np.where(
                 first + held <= room,
                 first + held + more * first,
-                np.where(first <= room, first, np.where(held <= room, held, 0)),
+                np.where(
+                    first <= room,
+                    first,
+                    np.where(rest_fits, f - first, np.where(held <= room, held, 0)),
+                ),
             ),
         )
         ffn = np.maximum(ffn, f - reuse)
