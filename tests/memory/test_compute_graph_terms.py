@@ -139,17 +139,17 @@ def test_dsa_indexer_peak_keeps_the_freed_query_space() -> None:
     # 1.125 MiB was concatenated above them, then two indexer_q-0 [128, 64, 512] of 16 MiB that do not fit there
     attn = (512 + (192 + 512) + 576 + 2 * 128 * 64) * 512 * 4
     parts = _host_parts(p, n_kv_swa=512)
-    assert parts["attention / SSM scan"] == attn
-    # the rest: three masks 1.5 MiB, five blocks 1.25 MiB, the top-k zeros 1.0 MiB and the small inputs; the
-    # Hadamard rotation input attn_inp_k_rot [128, 128] f32 (64 KiB) is not modelled
-    assert sum(parts.values()) == pytest.approx(41246720 - 128 * 128 * 4, abs=0.02 * MIB)
+    # the rest: three masks 1.5 MiB, five blocks 1.25 MiB, the top-k zeros 1.0 MiB, the small inputs and the
+    # Hadamard rotation input attn_inp_k_rot [128, 128] f32 (64 KiB, counted with the indexer's peak)
+    assert parts["attention / SSM scan"] == attn + 128 * 128 * 4
+    assert sum(parts.values()) == pytest.approx(41246720, abs=0.02 * MIB)
     # a query space that holds both indexer queries adds only itself (as on a published DeepSeek-V3.2 shape)
     wide = dataclasses.replace(p, layers=tuple(dataclasses.replace(lp, n_head=64) for lp in p.layers))
     attn_wide = (512 + 64 * (192 + 512) + 64 * 576) * 512 * 4
     pl = place_weights(wide, LaunchSettings(), Machine((), HOST))
     plan = ComputePlan(wide, _inputs(n_kv_swa=512), pl)
     indexer = plan.plans[-1].indexer
-    assert indexer is not None and indexer.transient(512) == attn_wide
+    assert indexer is not None and indexer.transient(512) == attn_wide + 128 * 128 * 4
 
 
 def test_dsv4_compressed_attention_at_the_indexer_peak() -> None:
@@ -193,7 +193,8 @@ def test_dsa_indexer_scores_at_long_contexts(deepseek32: ModelProfile) -> None:
     # c32768 with flash attention (4 slots, unified cache: 32768 cells): the score indexer_score-0 [32768, 512] f32 does not fit the freed 16 MiB query,
     # so it and the top-k [32768, 512] i32 go above the other query (the allocator's peak: 340.83 MiB)
     q = 128 * 64 * 512 * 4
-    base = (512 + 576 + (192 + 512)) * 512 * 4  # qr, Qcur and the freed space of q and q_nope_absorbed
+    # qr, Qcur and the freed space of q and q_nope_absorbed; the rotation input attn_inp_k_rot [128, 128] f32
+    base = (512 + 576 + (192 + 512)) * 512 * 4 + 128 * 128 * 4
     parts = _host_parts(deepseek32, n_kv_base=32768)
     assert parts["attention / SSM scan"] == base + q + 2 * 32768 * 512 * 4
     assert sum(parts.values()) == pytest.approx(
@@ -339,4 +340,17 @@ def test_fused_gate_up_experts_and_the_freed_masks() -> None:
     assert parts["FFN intermediates"] == 768 * 2 * 512 * 4
     assert sum(parts.values()) == pytest.approx(
         _recorded("newarchs", "cohere2moe-moe", "c8192-np4-nokvu-faon-ub512-f16"), abs=0.02 * MIB
+    )
+
+
+def test_unrotated_indexer_leaves_both_queries_under_the_score() -> None:
+    hy = profile_at(FIXTURES / "archs" / "hy_v4-moe.header.gguf")
+    # src/models/hy-v4.cpp skips the indexer's Hadamard rotation: at c32768 the two freed 16 MiB queries are a
+    # 32 MiB hole under indexer_score-0 [32768, 512] f32 and the top-k (the allocator's peak: 357.77 MiB)
+    q = 16 * MIB
+    base = (512 + 576 + (192 + 512)) * 512 * 4
+    parts = _host_parts(hy, n_kv_base=32768)
+    assert parts["attention / SSM scan"] == base + 2 * q + 2 * 32768 * 512 * 4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "hy_v4-moe", "c32768-np4-kvu-faon-ub512-f16"), abs=0.02 * MIB
     )

@@ -622,16 +622,18 @@ def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
     return max((a.at(nb, ns) for a in affs), default=0)
 
 
-def _indexer_peak(query: int, score: int, top: int) -> int:
+def _indexer_peak(query: int, score: int, top: int, below: int = 1) -> int:
     """A lightning indexer's peak over its two live queries `[n_indexer_head x key_length, n_tok]` (the projection
     and its roped or rotated copy), bytes: the score `[n_kv, n_tok]` f32 is allocated when the first query is
     freed and goes into its space while it fits, the top-k indices `[min(n_kv, top_k), n_tok]` i32 then into the
     second's; else the score goes above the second query and the indices above the score (the allocator's peaks
     on the deepseek32 smoke model: two 16 MiB `indexer_q-0` at c8192; at c32768 one freed 16 MiB query,
-    `indexer_score-0` and the top-k, 64 MiB each, on top)."""
+    `indexer_score-0` and the top-k, 64 MiB each, on top). `below`: the query tensors whose space is under the score
+    then: one where the query is rotated into a third tensor that is live in the last slot, two without the
+    rotation (hy_v4's peak at c32768: a 32 MiB hole under `indexer_score-0`)."""
     if score <= query:
         return 2 * query
-    return query + score + (top if top > query else 0)
+    return below * query + score + (top if top > below * query else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -647,11 +649,12 @@ class _IndexerScores:
     n_tok: int
     top_k: int
     kq_per_cell: int  # 0 with flash attention
+    below: int = 1  # query tensors under the score (`_indexer_peak`)
 
     def transient(self, nb: int) -> int:
         score = F32 * self.n_tok * nb
         top = I32 * self.n_tok * min(nb, self.top_k)
-        return self.base + self.kq_per_cell * nb + _indexer_peak(self.query, score, top)
+        return self.base + self.kq_per_cell * nb + _indexer_peak(self.query, score, top, self.below)
 
     def transient_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
         return np.fromiter((self.transient(int(x)) for x in nb), dtype=np.int64, count=nb.size)
@@ -1034,7 +1037,14 @@ class _PlanBuilder:
             return None
         query = F32 * self.n_tok * self.idx_heads * self.profile.indexer_head_size
         kq = 0 if self.fa else F32 * self.n_tok * max(self.profile.layers[il].n_head for il in indexed)
-        return _IndexerScores(self.idx_q - 2 * query, query, self.n_tok, self.dsa_top_k, kq)
+        rotated = self.profile.traits.graph.indexer_rotation
+        head = self.profile.indexer_head_size
+        # the indexer cache's rotation input `attn_inp_k_rot` [n_rot, n_rot] f32 (llama-kv-cache.cpp builds it
+        # for these architectures whatever the cache type), a graph input live through the graph
+        rot = F32 * _rotation_size(head) ** 2 if rotated and head % HADAMARD_MIN == 0 else 0
+        return _IndexerScores(
+            self.idx_q - 2 * query + rot, query, self.n_tok, self.dsa_top_k, kq, 1 if rotated else 2
+        )
 
     def kpool_selection(self, layers: list[int]) -> _KpoolSelection | None:
         """The k-pool sparse attention on a backend running `layers` (None without an indexer layer there)."""

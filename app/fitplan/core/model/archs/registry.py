@@ -310,6 +310,10 @@ KPOOL_GRAPHS: Mapping[str, KpoolGraph] = {
     "qwen4exp": KpoolGraph.SCORE_LIVE,
     "glm5-next": KpoolGraph.GATHER_MASK,
 }
+#: src/llama-kv-cache.cpp (llama_kv_cache constructor): "always create Hadamard rotation tensors for DeepSeek
+#: lightning indexers", so src/models/deepseek32.cpp and its copies rotate the indexer's query into a third tensor;
+#: src/models/hy-v4.cpp skips the rotation.
+INDEXER_ROTATION_ARCHS = frozenset({"deepseek32", "deepseek4", "glm-dsa", "dots3note"})
 #: Hyper-connection residual streams `[n_embd x hc, n_tok]` live through the layers (the allocator's peaks on the
 #: smoke models): the wide residual (`hc_init` / `l_last`) on all of them, plus, on qwen4exp and glm5-next, a
 #: second one: qwen4exp's grouped norm of the streams (`hc_norm`, read again by the inject projection at the
@@ -397,6 +401,7 @@ def _graph(a: str) -> GraphTraits:
         dsv4_attention=a in DSV4_ARCHS,
         msa_attention=a in MSA_ARCHS,
         kpool_graph=KPOOL_GRAPHS.get(a, KpoolGraph.NONE),
+        indexer_rotation=a in INDEXER_ROTATION_ARCHS,
     )
 
 

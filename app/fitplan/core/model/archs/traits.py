@@ -127,6 +127,7 @@ class GraphTraits:
     )
     msa_attention: bool = False  # models/minimax-m3.cpp: block-sparse attention, a mask per stream
     kpool_graph: KpoolGraph = KpoolGraph.NONE  # the k-pool sparse attention's selection chain
+    indexer_rotation: bool = False  # llama-kv-cache.cpp rotates the lightning indexer's queries and keys
 
 
 @dataclass(frozen=True, slots=True)
