@@ -24,6 +24,10 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   (`_gdn_transient`), a lightning-attention layer, the DSA indexer's queries with the compressed query, or the
   indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`GraphTraits.indexer_q_copies` in the architecture registry);
 * hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`GraphTraits.hc_streams`) next to the blocks;
+* sparse and compressed attention, each with its graph inputs and its peak as a function of the cells: the DSA
+  lightning indexer's score and top-k (`_IndexerScores`), DeepSeek-V4's compressed attention (`_Dsv4Attention`),
+  MiniMax-M3's block-sparse mask per stream (`_msa_mask`) and the k-pool selection of qwen4exp and glm5-next
+  (`_KpoolSelection`);
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
   not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
