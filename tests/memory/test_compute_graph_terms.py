@@ -341,6 +341,24 @@ def test_fused_gate_up_experts_and_the_freed_masks() -> None:
     assert sum(parts.values()) == pytest.approx(
         _recorded("newarchs", "cohere2moe-moe", "c8192-np4-nokvu-faon-ub512-f16"), abs=0.02 * MIB
     )
+    # q8_0 caches (c8192, four streams, -ub 2048): the V rotation input sits between the freed masks, so the
+    # 12 MiB fused output fits neither, the 6 MiB GLU output goes into one of them (38.27 MiB recorded)
+    parts = _host_parts(
+        p, n_tok=2048, n_out=2048, n_kv_base=2048, n_kv_swa=2048, n_seqs=4, n_stream=4,
+        cache_type_k="q8_0", cache_type_v="q8_0",
+    )  # fmt: skip
+    assert parts["FFN intermediates"] == 768 * 2 * 2048 * 4
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "cohere2moe-moe", "c8192-np4-nokvu-faon-ub2048-q8_0"), abs=0.05 * MIB
+    )
+    pl = place_weights(p, LaunchSettings(), Machine((), HOST))
+    plan = ComputePlan(
+        p, _inputs(n_tok=2048, n_out=2048, n_seqs=4, n_stream=4, cache_type_k="q8_0", cache_type_v="q8_0"), pl
+    )
+    cells = np.array([512, 2048, 8192], dtype=np.int64)
+    rows = plan.totals_array(cells, np.full_like(cells, 2048))
+    for i, nb in enumerate(cells):
+        assert rows[-1][i] == plan.evaluate(int(nb), 2048)[-1].bytes
 
 
 def test_unrotated_indexer_leaves_both_queries_under_the_score() -> None:

@@ -859,7 +859,7 @@ class _DevicePlan:
     small_inputs: int = 0  # token ids, positions, K/V row indices, output ids
     # (FFN, first intermediate, hole) of the layers that run after the last use of a mask and V's indices: the
     # first intermediate reuses their space when it fits there.
-    ffn_holes: tuple[tuple[int, int, int, Affine], ...] = ()
+    ffn_holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...] = ()
     # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
     ik_groups: tuple[tuple[bool, int], ...] = ()
     # ik_llama.cpp on the host: the masks and activations are freed before the output layer, whose logits sit
@@ -1338,7 +1338,7 @@ class _PlanBuilder:
 
     def ffn_holes(
         self, layers: list[int], flayers: list[int], m: Affine, vi: int
-    ) -> tuple[int, tuple[tuple[int, int, int, Affine], ...]]:
+    ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
         """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
         layer's FFN can put its first intermediate in their space (with the device's input block, freed after
@@ -1354,7 +1354,7 @@ class _PlanBuilder:
             return _ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
-        holes: set[tuple[int, int, int, Affine]] = set()
+        holes: set[tuple[int, int, int, tuple[Affine, ...]]] = set()
         big = len(self.profile.layers)
         last_base = max(base, default=-1) if base else big
         last_swa = max(swa, default=-1) if swa else big
@@ -1374,8 +1374,17 @@ class _PlanBuilder:
                 m.a_swa if freed_swa else 0,
                 (m.c if freed_base else 0) + v_one * (int(freed_base) + int(freed_swa)) + freed_input,
             )
-            holes.add((f, first, held, hole))
-        key = lambda h: (h[0], h[1], h[2], h[3].a_base, h[3].a_swa, h[3].c)  # noqa: E731
+            alts: tuple[Affine, ...] = (hole,)
+            if freed_base and freed_swa and parallel and any(self.rot_bytes):
+                # the caches' rotation inputs sit between the two masks: the freed masks are two blocks, the FFN
+                # takes the better one (the cohere2moe smoke model with q8_0 caches: `attn_inp_v_rot` between the
+                # freed 6.2 and 8.03 MiB, the 12 MiB fused gate-and-up output above both)
+                alts = (
+                    Affine(m.a_base, 0, m.c + v_one + freed_input),
+                    Affine(0, m.a_swa, v_one + freed_input),
+                )
+            holes.add((f, first, held, alts))
+        key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
         return _ffn_transient(self.profile, rest, self.n_tok, self.v_rot), tuple(sorted(holes, key=key))
 
     def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
@@ -1676,9 +1685,37 @@ def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
     return held if held <= room else 0
 
 
+def _reuse_array(f: int, first: int, held: int, room: NDArray[np.int64]) -> NDArray[np.int64]:
+    """`_reuse` over an array of rooms."""
+    more = (
+        np.maximum(0, np.minimum((room - first - held) // first, (f - first - held) // first))
+        if first
+        else np.zeros_like(room)
+    )
+    rest_fits = (f - first - held <= room) & (held == 0) & (f > 0)
+    out: NDArray[np.int64] = np.where(
+        f <= room,
+        f,
+        np.where(
+            first + held <= room,
+            first + held + more * first,
+            np.where(
+                first <= room,
+                first,
+                np.where(rest_fits, f - first, np.where(held <= room, held, 0)),
+            ),
+        ),
+    )
+    return out
+
+
 def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
     return max(
-        (f - _reuse(first, held, hole.at(nb, ns), f) for f, first, held, hole in p.ffn_holes), default=0
+        (
+            f - max(_reuse(first, held, hole.at(nb, ns), f) for hole in alts)
+            for f, first, held, alts in p.ffn_holes
+        ),
+        default=0,
     )
 
 
@@ -1724,27 +1761,8 @@ def _total_array(
         att = np.maximum(att, p.kpool.transient_array(nb))
         dsv4_inputs = dsv4_inputs + p.kpool.inputs_array(nb)
     ffn = np.full_like(nb, p.ffn)
-    for f, first, held, hole in p.ffn_holes:
-        room = _aff(hole, nb, ns)
-        more = (
-            np.maximum(0, np.minimum((room - first - held) // first, (f - first - held) // first))
-            if first
-            else np.zeros_like(room)
-        )
-        rest_fits = (f - first - held <= room) & (held == 0) & (f > 0)
-        reuse = np.where(
-            f <= room,
-            f,
-            np.where(
-                first + held <= room,
-                first + held + more * first,
-                np.where(
-                    first <= room,
-                    first,
-                    np.where(rest_fits, f - first, np.where(held <= room, held, 0)),
-                ),
-            ),
-        )
+    for f, first, held, alts in p.ffn_holes:
+        reuse = np.max(np.stack([_reuse_array(f, first, held, _aff(hole, nb, ns)) for hole in alts]), axis=0)
         ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
     zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros + dsv4_inputs
