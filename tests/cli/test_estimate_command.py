@@ -13,6 +13,7 @@ from fitplan.core import hardware
 from fitplan.core.base.devices import GIB
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.hardware.probe import HostMemory, ProbeResult
+from support.accuracy import recorded_band
 from support.models import TESTS
 
 MODELS = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
@@ -161,3 +162,37 @@ def test_bad_input_exits_2(model: Path, capsys: pytest.CaptureFixture[str], argv
 def test_missing_model_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", str(tmp_path / "nope.gguf"), "--assume-gpu", "24GiB"]) == 2
     assert main(["estimate", "-c", "4096"]) == 2
+
+
+def test_text_and_json_carry_the_measured_error_band(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the host alone, f16 cache, flash attention on: the band of llama's recordings in that class, with the
+    figures the accuracy report measures on the recordings."""
+    argv = ["estimate", str(model), "-dev", "none", "-c", "4096", "-fa", "on"]
+    expected = recorded_band("llama", "fa-on/kv-f16/one-device")
+    line = (
+        f"compute: within {expected.range_text} on {expected.cases} recorded configurations of llama "
+        "(flash attention on, f16 cache, one device)"
+    )
+    main(argv)
+    assert line in capsys.readouterr().out.splitlines()[-1]
+    _, doc = _json(capsys, [*argv, "--json"])
+    acc = doc["accuracy"]
+    assert isinstance(acc, dict)
+    assert acc["text"].startswith(line)
+    assert acc["configuration"]["key"] == "fa-on/kv-f16/one-device"
+    assert (acc["cases"], acc["compute_min_pct"], acc["compute_max_pct"]) == (
+        expected.cases,
+        expected.compute_min_pct,
+        expected.compute_max_pct,
+    )
+    assert acc["scope"] == "architecture" and acc["engine"] == "llama.cpp"
+
+
+def test_a_fork_is_not_given_llama_cpps_band(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc = _json(
+        capsys, ["estimate", str(model), "-dev", "none", "-c", "4096", "--engine", "beellama", "--json"]
+    )
+    acc = doc["accuracy"]
+    assert isinstance(acc, dict)
+    assert acc["cases"] == 0 and acc["compute_min_pct"] is None
+    assert acc["text"].startswith("compute: no error band recorded for beellama")

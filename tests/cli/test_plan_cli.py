@@ -14,6 +14,7 @@ from fitplan.core.base.devices import GIB
 from fitplan.core.launch.command_line import import_command
 from fitplan.core.launch.shell import Shell
 from fitplan.core.plan.planner import MarginPolicy, Pins, plan
+from support.accuracy import recorded_band
 from support.models import TESTS
 
 SPARSE = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
@@ -176,3 +177,19 @@ def test_plan_keeps_the_flags_it_does_not_model_in_its_command(capsys: pytest.Ca
     assert code == 0
     argv = json.loads(capsys.readouterr().out)["argv"]
     assert argv[-4:] == ["--temp", "0.7", "--lora", "a.gguf"]
+
+
+def test_plan_prints_the_measured_error_band(capsys: pytest.CaptureFixture[str]) -> None:
+    """One GPU that holds every layer, f16 cache, flash attention on: qwen3's band in that class, the figures
+    the accuracy report measures on the recordings."""
+    args = ("plan", QWEN3_8B, *HW, "--assume-gpu", "A=24GiB", "-fa", "on", "-np", "1", "-c", "8192")
+    expected = recorded_band("qwen3", "fa-on/kv-f16/one-device")
+    line = (
+        f"compute: within {expected.range_text} on {expected.cases} recorded configurations of qwen3 "
+        "(flash attention on, f16 cache, one device)"
+    )
+    code, stdout, _ = run(capsys, *args)
+    assert code == 0 and any(s.startswith(line) for s in stdout.splitlines()), stdout
+    code, stdout, _ = run(capsys, *args, "--json")
+    acc = json.loads(stdout)["accuracy"]
+    assert acc["text"].startswith(line) and acc["cases"] == expected.cases

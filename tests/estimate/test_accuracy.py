@@ -8,11 +8,13 @@ skipped: a case the estimator cannot run is a failure, and a case llama.cpp refu
 
 from __future__ import annotations
 
+from importlib import resources
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from fitplan.core.estimate import accuracy
 from support.models import REPO
 from support.tools import load_tool
 
@@ -74,21 +76,17 @@ def test_kv_and_recurrent_state_exact(summary: Any) -> None:
     assert not summary.context_misses, "KV / recurrent state differ:\n" + _fmt(summary.context_misses)
 
 
-#: What is left of the issue's compute targets (docs/accuracy.md, "Known gaps", has the reason per family): 13
-#: recordings are more than 10% under and 12 totals more than 2% under. 7 of the 13, and all 12, are architecture
-#: smoke models of test-llama-archs (hidden size 128-512, vocabulary 128) whose graphs the structural model does not
-#: place exactly (the FFN hole of the lfm2 smoke model's sliding-window layer; the totals also count the k-pool
-#: selection chains of qwen4exp and glm5-next without flash attention at -ub 2048, afmoe and one granitehybrid
-#: case, whose peak is in the second layer); the other 6 are granite-4.0-h-tiny layer splits over RPC (where the
-#: output GPU's logits are placed above a fragmented last layer). These tests turn into failures (strict xfail) the
-#: day the targets are met, so that the markers get removed.
-COMPUTE_TARGET_GAP = (
-    "13 recordings more than 10% under (7 lfm2 smoke-model recordings, 6 granite-4.0-h-tiny RPC splits); "
-    "see docs/accuracy.md"
-)
+#: What is left of the issue's compute targets (docs/accuracy.md, "Known gaps", has the reason per family): 6
+#: recordings are more than 10% under, all granite-4.0-h-tiny layer splits over RPC (where the output GPU's logits
+#: are placed above a fragmented last layer), and 10 totals more than 2% under, all of them architecture smoke
+#: models of test-llama-archs (hidden size 128-512, vocabulary 128) whose graphs the structural model does not place
+#: exactly (the k-pool selection chains of qwen4exp and glm5-next without flash attention at -ub 2048, the Mamba
+#: hybrids granitehybrid, nemotron_h and plamo2 with several sequences or quantized caches, afmoe). These tests turn
+#: into failures (strict xfail) the day the targets are met, so that the markers get removed.
+COMPUTE_TARGET_GAP = "6 recordings more than 10% under (granite-4.0-h-tiny RPC splits); see docs/accuracy.md"
 TOTALS_GAP = (
-    "12 totals more than 2% under, all of them architecture smoke models (lfm2, qwen4exp, glm5-next, afmoe, "
-    "granitehybrid); see docs/accuracy.md"
+    "10 totals more than 2% under, all of them architecture smoke models (qwen4exp, glm5-next, granitehybrid, "
+    "nemotron_h, plamo2, afmoe); see docs/accuracy.md"
 )
 
 
@@ -150,4 +148,68 @@ def test_quantized_caches_with_flash_attention(summary: Any) -> None:
     cases = [r for r in summary.measured if r.grid == "quantkv" and r.model in full | more]
     assert len(cases) == 28 * len(full) + 12 * len(more)
     misses = [r for r in cases if abs(r.compute_rel) > 0.01]
+    assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_band_data_file_is_what_the_report_generates(summary: Any) -> None:
+    """The measured error bands the application reads (fitplan/data/accuracy_bands.json) are the report's
+    figures on today's recordings and estimator: a change of either without `--write` fails here."""
+    generated = report.bands_json(summary, report.ik_results())
+    packaged = resources.files("fitplan").joinpath(accuracy.DATA_PATH).read_text(encoding="utf-8")
+    assert packaged == report.BANDS_PATH.read_text(encoding="utf-8")
+    assert packaged == generated, "regenerate it: python tools/accuracy_report.py --write"
+
+
+def test_many_experts_with_mla(summary: Any) -> None:
+    """DeepSeek-V3's shape (61 layers, 256 experts in 8 groups, 3 dense layers, MLA with a compressed query) over
+    the `wide` sample (contexts 512-131072, 1 and 4 slots, f16 / q8_0 / q4_0 caches, flash attention on and off,
+    `-ub` 512 and 2048): compute within 1% (before the absorbed query was replayed through the allocator: 12-16%
+    over with flash attention, up to 9% under without)."""
+    cases = [r for r in summary.measured if r.grid == "wide" and r.model == "deepseek-v3"]
+    assert len(cases) == 30
+    misses = [r for r in cases if abs(r.compute_rel) > 0.01]
+    assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_mamba2_hybrids_with_one_slot(summary: Any) -> None:
+    """The Mamba-2 hybrid smoke models (granitehybrid, nemotron_h) over the `wide` sample with one slot: compute
+    within 2% (before the Mamba block after the last attention layer was replayed over the freed mask: up to 29%
+    over at 4096 cells)."""
+    models = {"granitehybrid-dense", "nemotron_h-dense"}
+    cases = [r for r in summary.measured if r.grid == "widearchs" and r.model in models and "-np1-" in r.case]
+    assert len(cases) == 2 * 18
+    misses = [r for r in cases if abs(r.compute_rel) > 0.02]
+    assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_lfm2_sliding_window_layer_with_flash_attention(summary: Any) -> None:
+    """The lfm2 smoke model (a sliding-window attention layer, then a short-conv layer; the residual added into
+    the layer input) with flash attention, `quantkv` and `wide` samples: compute within 1% (before its one-block
+    FFN hole and the freed token rows next to the mask were modelled: 10.5% under from 2048 cells on)."""
+    cases = [
+        r
+        for r in summary.measured
+        if r.model == "lfm2-dense" and r.grid in ("quantkv", "widearchs") and "-faon" in r.case
+    ]
+    assert len(cases) == 28 + 22
+    misses = [r for r in cases if abs(r.compute_rel) > 0.01]
+    assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_fused_expert_gate_up_with_parallel_attention(summary: Any) -> None:
+    """The cohere2moe smoke model (parallel attention and FFN, fused `ffn_gate_up_exps`): compute within 1% with
+    and without flash attention (before: 22% over without it, the freed f32 masks and V's indices not reused by
+    a parallel block's FFN; with it the 3 MiB fused gate_up fits no freed block)."""
+    cases = [r for r in summary.measured if r.grid == "archs" and r.model == "cohere2moe-moe"]
+    assert len(cases) == 3
+    misses = [r for r in cases if abs(r.compute_rel) > 0.01]
+    assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_plamo2_mamba_block(summary: Any) -> None:
+    """The plamo2 smoke model (its own Mamba block, replayed in graph order): compute within 1% with flash
+    attention and within 5% without (before: 9-13% over)."""
+    cases = [r for r in summary.measured if r.grid == "archs" and r.model == "plamo2-dense"]
+    assert len(cases) == 3
+    misses = [r for r in cases if abs(r.compute_rel) > (0.05 if r.case.endswith("fa-off") else 0.01)]
     assert not misses, "misses:\n" + _fmt(misses)

@@ -216,6 +216,20 @@ def ollama_two_slots(window: MainWindow) -> None:
     window.settings.overhead.setValue(512)
 
 
+def devices_and_draft(window: MainWindow) -> None:
+    """Only the second card (-dev CUDA1), the 8B model as its own draft (-md) with -ngld 20, the draft rows in view."""
+    s = window.settings
+    next(a for a in s.device_actions() if a.text().startswith("CUDA0")).trigger()
+    s.choose_draft(str(LLAMA))
+    s.draft_ngl.setValue(20)
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    settle(app, window)  # the draft rows are laid out
+    area = _scroll_area_of(s)
+    if area is not None:
+        area.ensureWidgetVisible(s.draft_cache_k, 10, 10)
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
@@ -241,9 +255,13 @@ def main(argv: list[str]) -> int:
         ("deepseek-ik-mla3", DESKTOP, DEEPSEEK, (1280, 800), engine(Engine.IK_LLAMA)),
         ("beellama-kvarn4", DESKTOP, LLAMA, (1280, 800), engine(Engine.BEELLAMA, kvarn4)),
         ("ollama", DESKTOP, LLAMA, (1280, 800), engine(Engine.OLLAMA, ollama_two_slots)),
+        ("devices-and-draft", TWO_GPUS, LLAMA, (1024, 640), devices_and_draft),
     ]
     if dark:
-        states = [("main-dark", DESKTOP, LLAMA, (1280, 800), None)]
+        states = [
+            ("main-dark", DESKTOP, LLAMA, (1280, 800), None),
+            ("devices-and-draft-dark", TWO_GPUS, LLAMA, (1280, 800), devices_and_draft),
+        ]
     for name, det, model, size, prepare in states:
         report[name] = shoot(app, out, name, det, model, size, prepare)
     (out / ("report-dark.json" if dark else "report.json")).write_text(json.dumps(report, indent=2))

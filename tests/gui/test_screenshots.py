@@ -35,6 +35,7 @@ STATES = (
     "deepseek-ik-mla3",
     "beellama-kvarn4",
     "ollama",
+    "devices-and-draft",
 )
 
 
@@ -120,13 +121,16 @@ def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None
     assert "-ctk kvarn4" in str(report["beellama-kvarn4"]["command"])
     ollama = str(report["ollama"]["command"])
     assert "export OLLAMA_NUM_PARALLEL=2" in ollama and "PARAMETER num_ctx" in ollama
+    both = str(report["devices-and-draft"]["command"])
+    assert "-dev CUDA1" in both and "-md " in both and "-ngld 20" in both
 
 
 def test_dark_theme(display: str, home: Path) -> None:
     _run(display, home, "--dark")
-    shot = json.loads((OUT / "report-dark.json").read_text())["main-dark"]
-    assert float(shot["grey_std"]) > MIN_GREY_STD
-    assert shot["clipped"] == []
+    shots = json.loads((OUT / "report-dark.json").read_text())
+    for shot in (shots["main-dark"], shots["devices-and-draft-dark"]):
+        assert float(shot["grey_std"]) > MIN_GREY_STD
+        assert shot["clipped"] == []
     from PySide6.QtGui import QImage
 
     image = QImage(str(OUT / "main-dark.png"))

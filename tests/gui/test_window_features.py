@@ -12,6 +12,7 @@ from PySide6.QtGui import QDropEvent
 from fitplan import LLAMA_CPP_COMMIT, __version__
 from fitplan.core.base.devices import GIB
 from fitplan.gui.main_window import MainWindow
+from support.accuracy import recorded_band
 
 from .conftest import LLAMA
 
@@ -132,3 +133,24 @@ def test_the_alternatives_are_listed_and_apply_in_one_click(qtbot: Any, window: 
     s = after.estimate.settings
     read = {"-ctk": s.cache_type_k, "-ctv": s.cache_type_v, "-np": str(s.n_parallel), "-c": str(s.n_ctx)}
     assert {k: read[k] for k in values} == values
+
+
+def test_the_verdict_shows_the_measured_error_band(qtbot: Any, window: MainWindow) -> None:
+    """The 8B example on one 24 GiB GPU (every layer on it, f16 cache, flash attention resolved on): the band of
+    llama's recordings in that class, with the figures the accuracy report measures, and how it was measured."""
+    label = window.verdict.accuracy
+    expected = recorded_band("llama", "fa-on/kv-f16/one-device")
+    assert label.isVisible()
+    assert label.text().startswith(
+        f"compute: within {expected.range_text} on {expected.cases} recorded configurations of llama "
+        "(flash attention on, f16 cache, one device)"
+    )
+    assert "515e85511" in label.toolTip() and "CPU" in label.toolTip()
+    window.settings.cache_k.setCurrentText("q8_0")
+    window.settings.cache_v.setCurrentText("q8_0")
+    wait_settled(qtbot, window)
+    quantized = recorded_band("llama", "fa-on/kv-quantized/one-device")
+    assert f"within {quantized.range_text} on {quantized.cases} recorded" in label.text()
+    assert "quantized cache" in label.text()
+    window.verdict.set_error("the settings cannot be estimated")
+    assert not label.isVisible()

@@ -50,6 +50,13 @@ def _full_settings() -> UserSettings:
                 kv_tail_type="bf16",
             ),
             "/models/ol.gguf": ModelChoices(engine="ollama", ollama_auto_ctx=True, gpu_overhead_mib=512),
+            "/models/big.gguf": ModelChoices(
+                no_kv_offload=True,
+                draft_model="/models/small.gguf",
+                draft_n_gpu_layers=12,
+                draft_cache_type_k="q8_0",
+                draft_cache_type_v="q4_0",
+            ),
         },
         folders=("/models", "/more models"),
         hypothetical_devices=(
@@ -61,6 +68,8 @@ def _full_settings() -> UserSettings:
         shell="powershell",
         llama_bin_dir="/opt/llama/bin",
         last_model="/models/a.gguf",
+        host_ram_gib=48,
+        launch_devices=("CUDA1",),
     )
 
 
@@ -268,3 +277,49 @@ def test_mainline_cache_types_are_the_engines_module_list() -> None:
 
     for engine in Engine:
         assert engine_cache_types(engine) == cache_types(engine)
+
+
+def test_a_file_from_before_the_device_and_draft_choices_loads(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(
+        json.dumps(
+            {"schema_version": 1, "last_model": "/m.gguf", "model_choices": {"/m.gguf": {"n_ctx": 4096}}}
+        )
+    )
+    loaded = load_user_settings(tmp_path)
+    assert loaded.message is None
+    s = loaded.settings
+    assert s.host_ram_gib == 0 and s.launch_devices is None
+    c = s.model_choices["/m.gguf"]
+    assert c.n_ctx == 4096 and not c.no_kv_offload and c.draft_model == ""
+    assert c.to_launch_settings().draft is None
+
+
+def test_no_gpu_and_bad_device_and_draft_fields(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(
+        json.dumps(
+            {
+                "launch_devices": [],
+                "host_ram_gib": -5,
+                "model_choices": {
+                    "/m.gguf": {
+                        "draft_model": "/d.gguf",
+                        "draft_cache_type_k": "q9_9",
+                        "draft_n_gpu_layers": 7,
+                    }
+                },
+            }
+        )
+    )
+    loaded = load_user_settings(tmp_path)
+    s = loaded.settings
+    assert s.launch_devices == ()  # -dev none
+    assert s.host_ram_gib == 0  # out of range: its default
+    c = s.model_choices["/m.gguf"]
+    assert (c.draft_model, c.draft_cache_type_k, c.draft_n_gpu_layers) == ("/d.gguf", "f16", 7)
+    assert (
+        loaded.message is not None
+        and "host_ram_gib" in loaded.message
+        and "draft_cache_type_k" in loaded.message
+    )
+    draft = c.to_launch_settings().draft
+    assert draft is not None and (draft.model_path, draft.n_gpu_layers) == ("/d.gguf", 7)

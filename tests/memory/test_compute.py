@@ -234,6 +234,28 @@ def test_ik_attention_max_batch_caps_kq() -> None:
     # chunks of 4 heads (256 MiB) while the concatenated outputs of the first three chunks (3 x 4 MiB) stay live;
     # ik recorded 1172.27 MiB without the cap and 416.27 MiB with it: 756 MiB less (tests/fixtures/ik_llama).
     kq = "KQ scores + Q"
-    assert _parts(mainline)[kq] == _parts(ik)[kq]
+    # mainline's absorbed query (the allocator replay of src/models/deepseek2.cpp): q's freed 6 MiB,
+    # q_nope_absorbed 16 MiB and Qcur 18 MiB under the scores (the sparse recording at c32768 without flash
+    # attention matches it to the byte); ik: Q and q_nope_absorbed next to them
+    assert _parts(mainline)[kq] == (1024 + 6 + 16 + 18) * MIB
+    assert _parts(ik)[kq] == (1024 + 18 + 16) * MIB
     assert _parts(ik)[kq] - _parts(capped)[kq] == 1024 * MIB - 256 * MIB - 12 * MIB
     assert ik.bytes - capped.bytes == 756 * MIB
+
+
+def test_absorbed_mla_query_replayed_through_the_allocator() -> None:
+    """DeepSeek-V3 (128 heads, MLA with kv_lora_rank 512, rope 64, key_length_mla 192, q_lora_rank 1536) at
+    `-ub 512`: the allocator's peak (GGML_ALLOCATOR_DEBUG trace of the first layer) has q's freed space
+    `[192 x 128, 512]` (48 MiB), q_nope_absorbed `[512, 128, 512]` (128 MiB), q_pe `[64, 128, 512]` (16 MiB) and
+    Qcur `[576, 128, 512]` (144 MiB) above the blocks; the flash-attention output (128 MiB) later takes
+    q_nope_absorbed's space. Recorded compute buffer at -c 4096: 410.02 MiB with flash attention, 1438.02 MiB
+    without (the 1 GiB of KQ scores above Qcur)."""
+    profile = build_profile(read_header(MODELS / "deepseek-v3.header.gguf", allow_incomplete=True))
+    pl = place_weights(profile, LaunchSettings(), Machine((), HOST))
+    (fa,) = compute_buffers(profile, _inputs(n_kv_base=4096), pl)
+    assert _parts(fa)["attention / SSM scan"] == (48 + 128 + 16 + 144) * MIB
+    (no_fa,) = compute_buffers(profile, _inputs(n_kv_base=4096, flash_attn=False), pl)
+    assert _parts(no_fa)["KQ scores + Q"] == (48 + 128 + 16 + 144 + 1024) * MIB
+    # at 512 cells the scores (128 MiB) fit into the 192 MiB the query's parts left under Qcur: no growth
+    (short,) = compute_buffers(profile, _inputs(n_kv_base=512, flash_attn=False), pl)
+    assert _parts(short)["KQ scores + Q"] == (48 + 128 + 16 + 144) * MIB

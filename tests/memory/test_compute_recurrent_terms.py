@@ -155,11 +155,31 @@ def test_new_terms_keep_the_curve_equal_to_evaluate() -> None:
         "archs/qwen4exp-moe.header.gguf",
         "archs/minimax-01-moe.header.gguf",
         "sparse/qwen3-next-80b-a3b.header.gguf",
+        # the replayed graphs: the absorbed MLA query (the scores fit the space under Qcur at short contexts),
+        # the Mamba blocks after the last attention layer (the freed mask grows with the cells)
+        "sparse/deepseek-v3.header.gguf",
+        "archs/granitehybrid-dense.header.gguf",
+        "archs/jamba-dense.header.gguf",
     ):
         p = _model(rel)
         pl = place_weights(p, LaunchSettings(), Machine((), HOST))
-        plan = ComputePlan(p, _inputs(flash_attn=False), pl)
-        cells = np.array([256, 512, 4096, 65536], dtype=np.int64)
-        rows = plan.totals_array(cells, np.zeros_like(cells))
-        for i, nb in enumerate(cells):
-            assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+        for fa in (False, True):
+            plan = ComputePlan(p, _inputs(flash_attn=fa), pl)
+            cells = np.array([256, 512, 4096, 65536], dtype=np.int64)
+            rows = plan.totals_array(cells, np.zeros_like(cells))
+            for i, nb in enumerate(cells):
+                assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+
+
+def test_mamba2_block_after_the_last_attention_layer_reuses_the_freed_mask() -> None:
+    """granitehybrid smoke model (layer 0 attention, layer 1 Mamba-2), c4096 with flash attention: the allocator's
+    peak in layer 1 has the input projection zxBCdt (1538 x 512 f32, 3 MiB) inside the freed 4 MiB f16 mask, then
+    the conv input (515 x 1024, 2.01 MiB) and the conv output (1024 x 512, 2 MiB) above the blocks: 10.53 MiB
+    recorded, where counting the scan on top of the mask gave 13.54 MiB."""
+    p = _model("archs/granitehybrid-dense.header.gguf")
+    parts = _host(p, n_kv_base=4096, n_kv_swa=0)
+    assert parts["attention / SSM scan"] == 4 * (515 * 1024 + 1024 * 512)
+    # at 512 cells the 0.5 MiB mask takes nothing: the whole block stays above (the recorded 10.04 MiB)
+    assert _host(p, n_kv_base=512, n_kv_swa=0)["attention / SSM scan"] == 4 * (
+        1538 * 512 + 1024 * 512 + 515 * 1024
+    )

@@ -16,6 +16,7 @@ with and without pins. For every scenario:
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -177,7 +178,7 @@ def check_scenario(sc: Scenario) -> list[str]:
 
 
 @settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("FITPLAN_ORACLE_EXAMPLES", "150")),  # more for an offline run
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -14,7 +14,12 @@ references; every run with `-t 1`. Without the test-llama-archs models in WORK/a
 header copy in the fixtures (the header padded with zeros to the recorded file size: a dry run never reads the
 tensor data).
 
-Grid g (`newarchs/`, not a default): the smoke models of the newer architectures (`NEWARCHS_MODELS`) over a sampled
+Grid g (`wide/`, `widearchs/`, `--grids wide`): a sample of the wider settings space (contexts 512 to 131072, 1 and 4
+slots, unified cache on and off, K/V f16 / q8_0 / q4_0, flash attention on and off, `-ub` 512 / 2048, `--swa-full`)
+for graph classes: DeepSeek-V3 (many experts with MLA) and granite-4.0-h-tiny (sparse models), the smoke models of
+the Mamba hybrids and LFM2 (`WIDE_SPARSE_MODELS`, `WIDE_ARCH_MODELS`); every run with `-t 1`.
+
+Grid h (`newarchs/`, not a default): the smoke models of the newer architectures (`NEWARCHS_MODELS`) over a sampled
 wide grid (`NEWARCHS_SAMPLE`: contexts 512..131072, 1 and 4 slots, unified or not, K/V f16/q8_0/q4_0, flash
 attention on/off, `-ub` 512/2048), 20 settings each, rebuilt from their header copies like grid f:
     python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt --grids newarchs [--only deepseek4-moe]
@@ -517,7 +522,7 @@ def grid_quantkv(env: Env, only: list[str] | None) -> None:
         )
 
 
-# grid g. newarchs: the smoke models of the newer architectures (compressed or indexed attention, hyper-connections,
+# grid h. newarchs: the smoke models of the newer architectures (compressed or indexed attention, hyper-connections,
 # Mamba hybrids with MoE, SWA MoE) over a sampled wide grid: context 512..131072, 1 and 4 slots (unified or not),
 # K/V f16/q8_0/q4_0, flash attention on/off, -ub 512/2048 (the archs grid has three settings per model)
 NEWARCHS_MODELS = [
@@ -716,6 +721,90 @@ def grid_sparse(env: Env, only: list[str] | None) -> None:
             f"{time.time() - t0:.1f}s",
             flush=True,
         )
+
+
+# grid g. wide: graph classes over a wider sample of settings (contexts 512..131072, 1 and 4 slots, unified KV on
+# and off, K/V f16 / q8_0 / q4_0, flash attention on and off, -ub 512 / 2048, --swa-full), sampled so that each
+# model keeps a few dozen cases: realistic sparse models (WIDE_SPARSE_MODELS, fixtures in wide/) and smoke models
+# of test-llama-archs (WIDE_ARCH_MODELS, fixtures in widearchs/, rebuilt from their header copies when needed)
+WIDE_SPARSE_MODELS = ["deepseek-v3", "granite-4.0-h-tiny"]
+WIDE_ARCH_MODELS = ["jamba-dense", "granitehybrid-dense", "nemotron_h-dense", "lfm2-dense"]
+WIDE_CONTEXTS = (512, 4096, 32768, 131072)
+
+
+def wide_settings(swa: bool) -> list[tuple[str, list[str]]]:
+    """(id, args) of grid g: per context, f16 caches with 1 slot (FA on and off), 4 slots with a unified cache
+    (FA on) and without (FA off), q8_0 with 1 slot and q4_0 with 4 separate slots (FA on), `-ub 2048` with 1 slot
+    (FA on and off); `--swa-full` with 4 unified slots for models with sliding-window layers."""
+    out: list[tuple[str, list[str]]] = []
+    for c in WIDE_CONTEXTS:
+        rows: list[tuple[int, bool | None, str, str, int]] = [
+            (1, None, "on", "f16", 512),
+            (1, None, "off", "f16", 512),
+            (4, True, "on", "f16", 512),
+            (4, False, "off", "f16", 512),
+            (1, None, "on", "q8_0", 512),
+            (4, False, "on", "q4_0", 512),
+        ]
+        if c > 512:
+            rows += [(1, None, "on", "f16", 2048), (1, None, "off", "f16", 2048)]
+        for np_, kvu, fa, ct, ub in rows:
+            args = ["-c", str(c), "-np", str(np_), "-fa", fa, "-t", "1"]
+            if kvu is not None:
+                args.append("-kvu" if kvu else "-no-kvu")
+            if ct != "f16":
+                args += ["-ctk", ct, "-ctv", ct]
+            if ub != 512:
+                args += ["-b", str(ub), "-ub", str(ub)]
+            kid = f"c{c}-np{np_}" + ("" if kvu is None else ("-kvu" if kvu else "-nokvu")) + f"-fa{fa}"
+            kid += ("" if ct == "f16" else f"-{ct}") + ("" if ub == 512 else f"-ub{ub}")
+            out.append((kid, args))
+        if swa and c > 512:
+            out.append(
+                (
+                    f"c{c}-np4-kvu-faon-swafull",
+                    ["-c", str(c), "-np", "4", "-fa", "on", "-t", "1", "-kvu", "--swa-full"],
+                )
+            )
+    return out
+
+
+def _record_wide(env: Env, grid: str, name: str, path: Path, model: dict[str, Any], swa: bool) -> None:
+    t0 = time.time()
+    cases = [case_from_membreak(env, cid, path, args) for cid, args in wide_settings(swa)]
+    write_fixture(grid, name, fixture_doc("membreak", model, cases))
+    print(
+        grid,
+        name,
+        sum(1 for c in cases if "error" not in c),
+        "/",
+        len(cases),
+        f"{time.time() - t0:.1f}s",
+        flush=True,
+    )
+
+
+def grid_wide(env: Env, only: list[str] | None) -> None:
+    for name in WIDE_SPARSE_MODELS:
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name)
+        _record_wide(env, "wide", name, path, model, swa=name in SWA_MODELS)
+    for name in WIDE_ARCH_MODELS:
+        if only and name not in only:
+            continue
+        path = arch_model(env, name)
+        doc = json.loads((FIXTURES / "archs" / f"{name}.json").read_text())
+        swa = bool(doc["cases"][0].get("results", {}).get("swa_layers"))
+        model = {
+            "generator": "test-llama-archs -o DIR",
+            "name": name,
+            "config": None,
+            "path_hint": f"archs/{path.name}",
+            "file_bytes": path.stat().st_size,
+            "header": f"models/archs/{name}.header.gguf",
+        }
+        _record_wide(env, "widearchs", name, path, model, swa=swa)
 
 
 def free_port() -> int:
@@ -1111,6 +1200,7 @@ GRIDS = {
     "server": grid_server,
     "fitparams": grid_fitparams,
     "quantkv": grid_quantkv,
+    "wide": grid_wide,
     "newarchs": grid_newarchs,
 }
 
@@ -1130,7 +1220,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--grids",
         default="archs,sparse,placement,server,fitparams",
-        help="comma-separated grids: " + ",".join(GRIDS) + " (quantkv and newarchs are not in the default)",
+        help="comma-separated grids: "
+        + ",".join(GRIDS)
+        + " (quantkv, wide and newarchs are not in the default)",
     )
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)

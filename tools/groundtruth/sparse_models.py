@@ -148,6 +148,36 @@ CONFIGS: dict[str, dict[str, object]] = {
         "rope_scaling": "yarn factor 40, original_max_position_embeddings 4096, mscale_all_dim 0.707",
         "tie_word_embeddings": False,
     },
+    "deepseek-v3": {
+        "source": "deepseek-ai/DeepSeek-V3 config.json",
+        "hidden_size": 7168,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "n_group": 8,
+        "topk_group": 4,
+        "first_k_dense_replace": 3,
+        "vocab_size": 129280,
+        "max_position_embeddings": 163840,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "routed_scaling_factor": 2.5,
+        "norm_topk_prob": True,
+        "scoring_func": "sigmoid",
+        "topk_method": "noaux_tc (e_score_correction_bias: exp_probs_b)",
+        "rope_scaling": "yarn factor 40, original_max_position_embeddings 4096, mscale_all_dim 1.0",
+        "num_nextn_predict_layers": "1 (the converter skips the MTP layer)",
+        "tie_word_embeddings": False,
+    },
     "qwen3-next-80b-a3b": {
         "source": "Qwen/Qwen3-Next-80B-A3B-Instruct config.json",
         "hidden_size": 2048,
@@ -622,6 +652,70 @@ def build_deepseek_v2_lite() -> ModelSpec:
     return spec
 
 
+def build_deepseek_v3() -> ModelSpec:
+    """DeepSeek-V3 as conversion/deepseek.py (DeepseekV2Model) writes it: the compressed query (q_a, its norm,
+    q_b), sigmoid routing with the selection bias `exp_probs_b` over 8 expert groups (4 used), normed weights."""
+    cfg, spec = _begin("deepseek-v3", "deepseek2")
+    n_embd, n_layer = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "num_hidden_layers")
+    n_head = cfg_int(cfg, "num_attention_heads")
+    kv_lora, q_lora = cfg_int(cfg, "kv_lora_rank"), cfg_int(cfg, "q_lora_rank")
+    nope, rope, v_hd = (
+        cfg_int(cfg, "qk_nope_head_dim"),
+        cfg_int(cfg, "qk_rope_head_dim"),
+        cfg_int(cfg, "v_head_dim"),
+    )
+    n_ff_exp, n_expert, n_shared = (
+        cfg_int(cfg, "moe_intermediate_size"),
+        cfg_int(cfg, "n_routed_experts"),
+        cfg_int(cfg, "n_shared_experts"),
+    )
+    n_dense = cfg_int(cfg, "first_k_dense_replace")
+    spec.a("feed_forward_length", cfg_int(cfg, "intermediate_size"))
+    spec.a("attention.head_count", n_head)
+    spec.a("attention.head_count_kv", 1)
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "rms_norm_eps"))
+    _expert_keys(spec, cfg, n_expert)
+    spec.a("expert_group_count", cfg_int(cfg, "n_group"))
+    spec.a("expert_group_used_count", cfg_int(cfg, "topk_group"))
+    spec.a("expert_gating_func", 2)  # sigmoid
+    spec.a("leading_dense_block_count", n_dense)
+    spec.a("attention.q_lora_rank", q_lora)
+    spec.a("attention.kv_lora_rank", kv_lora)
+    spec.a("attention.key_length", kv_lora + rope)
+    spec.a("attention.value_length", kv_lora)
+    spec.a("attention.key_length_mla", nope + rope)
+    spec.a("attention.value_length_mla", v_hd)
+    spec.a("expert_feed_forward_length", n_ff_exp)
+    spec.a("expert_shared_count", n_shared)
+    spec.a("expert_weights_scale", cfg_float(cfg, "routed_scaling_factor"))
+    spec.a("expert_weights_norm", True)
+    spec.a("rope.dimension_count", rope)
+    spec.a("rope.scaling.type", "yarn")
+    spec.a("rope.scaling.factor", 40.0)
+    spec.a("rope.scaling.original_context_length", 4096)
+    spec.a("rope.scaling.yarn_log_multiplier", 0.1)
+    _embd_out(spec, n_embd, cfg_int(cfg, "vocab_size"), tied=False)
+    for il in range(n_layer):
+        spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
+        spec.t(f"blk.{il}.attn_q_a_norm.weight", (q_lora,))
+        spec.t(f"blk.{il}.attn_kv_a_norm.weight", (kv_lora,))
+        spec.t(f"blk.{il}.attn_q_a.weight", (n_embd, q_lora), "attn_q")
+        spec.t(f"blk.{il}.attn_q_b.weight", (q_lora, n_head * (nope + rope)), "attn_q")
+        spec.t(f"blk.{il}.attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), "attn_k")
+        spec.t(f"blk.{il}.attn_k_b.weight", (nope, kv_lora, n_head), "attn_k")
+        spec.t(f"blk.{il}.attn_v_b.weight", (kv_lora, v_hd, n_head), "attn_v")
+        spec.t(f"blk.{il}.attn_output.weight", (n_head * v_hd, n_embd), "attn_output")
+        spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
+        if il < n_dense:
+            _ffn_dense(spec, il, n_embd, cfg_int(cfg, "intermediate_size"))
+        else:
+            _ffn_moe(spec, il, n_embd, n_ff_exp, n_expert)
+            spec.t(f"blk.{il}.exp_probs_b.bias", (n_expert,))
+            _ffn_shexp(spec, il, n_embd, n_ff_exp * n_shared)
+    return spec
+
+
 def build_qwen3_next_80b_a3b() -> ModelSpec:
     cfg, spec = _begin("qwen3-next-80b-a3b", "qwen3next")
     n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
@@ -878,6 +972,7 @@ BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "gemma-3-27b": build_gemma_3_27b,
     "gpt-oss-20b": build_gpt_oss_20b,
     "deepseek-v2-lite": build_deepseek_v2_lite,
+    "deepseek-v3": build_deepseek_v3,
     "qwen3-next-80b-a3b": build_qwen3_next_80b_a3b,
     "granite-4.0-h-tiny": build_granite_4_0_h_tiny,
     "qwen2.5-vl-7b": build_qwen2_5_vl_7b,

@@ -17,6 +17,7 @@ from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, Tool
 from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.inputs.model_source import launch_projector, load_model
@@ -190,13 +191,16 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     reserve = None if args.reserve is None else int(parse_mib("--reserve", args.reserve) * MIB)
     est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve)
     v = judge(est, machine, margin_policy(args, machine))
+    band = accuracy_band(profile, est)
     if args.json:
         doc = to_json(model, profile, est, parsed, notes)
         doc["verdict"] = verdict_json(v)
+        doc["accuracy"] = accuracy_json(band)
         out.print_json(doc)
     else:
         print_table(model, profile, est, parsed, notes)
         print(verdict_lines(v))
+        print(band.text)
     # the exit status follows "fits the card" (estimate reports memory; `plan` applies the margins)
     return out.EXIT_OK if v.fits_card else out.EXIT_DOES_NOT_FIT
 
@@ -213,6 +217,32 @@ def verdict_json(v: Verdict) -> dict[str, object]:
         "n_parallel": v.n_seq,
         "kv_unified": v.kv_unified,
         "slots": v.slots_text(),
+    }
+
+
+def accuracy_json(band: AccuracyBand) -> dict[str, object]:
+    """The measured error band (`fitplan.core.estimate.accuracy`) as --json gives it."""
+    f = band.figures
+    c = band.config
+    return {
+        "text": band.text,
+        "engine": band.engine.value,
+        "architecture": band.architecture,
+        "configuration": {
+            "key": c.key,
+            "label": c.label,
+            "flash_attn": c.flash_attn,
+            "quantized_cache": c.quantized_cache,
+            "split": c.split,
+        },
+        "scope": band.scope.value,
+        "cases": f.cases if f is not None else 0,
+        "compute_min_pct": f.compute_min_pct if f is not None else None,
+        "compute_max_pct": f.compute_max_pct if f is not None else None,
+        "weights_exact": f.weights_exact if f is not None else None,
+        "kv_exact": f.kv_exact if f is not None else None,
+        "measurement": band.measurement,
+        "note": band.note,
     }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import (
+    accuracy_json,
     add_engine_argument,
     add_flags_parser,
     add_margin_arguments,
@@ -28,6 +29,7 @@ from fitplan.commands.estimate import (
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.inputs.machine import machine_of
 from fitplan.core.inputs.model_source import launch_projector, load_model
 from fitplan.core.launch.command_line import (
@@ -316,6 +318,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         ],
         "notes": list(p.notes),
         "verdict": verdict_json(verdict_of(req, p)),
+        "accuracy": accuracy_json(accuracy_band(req.profile, p.estimate)) if p.estimate is not None else None,
         "largest_n_ctx": p.largest.n_ctx if p.largest is not None else 0,
         "ignored_flags": list(req.ignored),
         "unmodelled_flags": list(req.unmodelled),
@@ -358,6 +361,8 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
     if req.projector is not None:
         how = ", the repository's own: -hf loads it (--no-mmproj leaves it out)" if req.projector_auto else ""
         lines.append(f"projector: {os.path.basename(req.projector)} ({out.size(req.projector_bytes)}){how}")
+    if p.estimate is not None:
+        lines.append(accuracy_band(prof, p.estimate).text)
     lines.append("")
     rows = []
     for u in p.context.usage:

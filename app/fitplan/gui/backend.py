@@ -18,6 +18,7 @@ from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.model.profile import LayerKind, ModelProfile
@@ -95,6 +96,7 @@ class PlanRequest:
     machine: Machine
     margin_bytes: int = 1024 * MIB
     with_curve: bool = True
+    draft: ModelProfile | None = None  # the profile of settings.draft's model (-md), once read
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,9 @@ class PlanOutcome:
         None  # engine ollama: its environment and Modelfile instead of a command line
     )
     alternatives: tuple[Alternative, ...] = ()  # what would change the plan, each checked by the estimator
+    accuracy: AccuracyBand | None = (
+        None  # the measured error band of this architecture and configuration class
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,10 +299,17 @@ class Backend:
         return tuple((name, int(-neg * GIB), vendor) for _seg, neg, name, vendor in rows)
 
     # -- estimates -----------------------------------------------------------------------------------------------
-    def estimate(self, model: LoadedModel, settings: LaunchSettings, machine: Machine) -> Estimate:
+    def estimate(
+        self,
+        model: LoadedModel,
+        settings: LaunchSettings,
+        machine: Machine,
+        draft: ModelProfile | None = None,
+    ) -> Estimate:
         from fitplan.core.estimate.estimator import estimate
 
-        return estimate(model.profile, settings, machine, mmproj=self._mmproj_for(model, settings))
+        mmproj = self._mmproj_for(model, settings)
+        return estimate(model.profile, settings, machine, mmproj=mmproj, draft=draft)
 
     @staticmethod
     def _mmproj_for(model: LoadedModel, settings: LaunchSettings) -> ModelProfile | None:
@@ -306,18 +318,25 @@ class Backend:
             return None
         return model.mmproj
 
-    def curve(self, model: LoadedModel, settings: LaunchSettings, machine: Machine) -> CurveData:
+    def curve(
+        self,
+        model: LoadedModel,
+        settings: LaunchSettings,
+        machine: Machine,
+        draft: ModelProfile | None = None,
+    ) -> CurveData:
         """Memory at CURVE_POINTS contexts. It does not depend on the chosen context, so while only the context
         changes (a slider drag) the last curve is reused."""
         from fitplan.core.estimate.curve import estimate_curve
 
         top = max(131072, model.profile.n_ctx_train, settings.n_ctx)
-        key = (model.source, id(model.profile), replace(settings, n_ctx=0), machine, top)
+        key = (model.source, id(model.profile), id(draft), replace(settings, n_ctx=0), machine, top)
         if self._curve_cache is not None and self._curve_cache[0] == key:
             return self._curve_cache[1]
         grid = self.curve_contexts(top)
+        mmproj = self._mmproj_for(model, settings)
         c = estimate_curve(
-            model.profile, settings, machine, [int(n) for n in grid], mmproj=self._mmproj_for(model, settings)
+            model.profile, settings, machine, [int(n) for n in grid], mmproj=mmproj, draft=draft
         )
         curve = CurveData(np.asarray(c.contexts, dtype=np.int64), tuple(c.devices), np.asarray(c.bytes))
         self._curve_cache = (key, curve)
@@ -359,7 +378,8 @@ class Backend:
             n_cpu_moe=settings.n_cpu_moe or None,
             mmproj=settings.mmproj,
         )
-        estimate_fn = default_estimate_fn(mmproj=mmproj)
+        draft = request.draft if settings.draft is not None else None
+        estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft)
         plan = planner.plan(model.profile, machine, pins, margin=margin, estimate_fn=estimate_fn)
         # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
         alternatives = (
@@ -369,11 +389,11 @@ class Backend:
         )
         plan_settings: LaunchSettings = plan.settings
         est: Estimate = (
-            plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine)
+            plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine, draft)
         )
         verdict = _verdict_text(plan, planner.plan_verdict(plan, machine), settings.n_ctx, bool(machine.gpus))
         max_ctx = plan.largest.n_ctx if plan.fits and plan.largest is not None else 0
-        curve = self.curve(model, plan_settings, machine) if request.with_curve else None
+        curve = self.curve(model, plan_settings, machine, draft) if request.with_curve else None
         args = self.command_args(model, plan_settings)
         ollama = None
         if settings.engine is Engine.OLLAMA:
@@ -390,6 +410,7 @@ class Backend:
             (*notes, *plan.notes),
             ollama,
             alternatives,
+            accuracy_band(model.profile, est),
         )
 
     def fit_level(self, request: PlanRequest) -> str:

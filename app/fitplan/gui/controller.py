@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,17 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QStatusBar
 
-from fitplan.core.base.devices import MIB
+from fitplan.core.base.devices import GIB, MIB, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
+from fitplan.core.inputs.model_source import is_remote_source
 from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
+from fitplan.core.model.profile import ModelProfile
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
     Backend,
+    CurveData,
     Detection,
     LoadedModel,
     PlanOutcome,
@@ -51,6 +55,7 @@ from fitplan.gui.workers import Estimator, JobError, Jobs, describe
 DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
 BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
+SAVE_DELAY_MS = 2000  # the settings are saved this long after the last change (and when the window closes)
 DEFAULT_CONTEXT = 32768
 
 
@@ -112,9 +117,21 @@ def preset_args(text: str) -> list[str]:
     return out
 
 
+def device_names(machine: Machine | None) -> list[tuple[str, str]]:
+    """The planned GPUs as `-dev` names them (llama.cpp's device name: `CUDA0`, `Vulkan1`), each described."""
+    from fitplan.core.memory.weights import gpu_backend
+
+    gpus = machine.gpus if machine is not None else ()
+    return [
+        (gpu_backend(d, i).buffer_type, f"{d.name} ({d.total_bytes / GIB:.0f} GiB)")
+        for i, d in enumerate(gpus)
+    ]
+
+
 def choices_from_settings(s: LaunchSettings, current: ModelChoices) -> ModelChoices:
     """The Settings panel's choices for launch settings read from a command (what the command does not say stays
     as `current` has it: the margin)."""
+    draft = s.draft
     return replace(
         current,
         n_ctx=s.n_ctx if s.n_ctx > 0 else current.n_ctx,
@@ -136,6 +153,11 @@ def choices_from_settings(s: LaunchSettings, current: ModelChoices) -> ModelChoi
         kv_tail_tokens=s.kv_tail_tokens,
         kv_tail_type=s.kv_tail_type,
         ollama_auto_ctx=s.engine is Engine.OLLAMA and s.n_ctx <= 0,
+        no_kv_offload=s.no_kv_offload,
+        draft_model=draft.model_path if draft is not None else "",
+        draft_n_gpu_layers=max(-1, draft.n_gpu_layers) if draft is not None else current.draft_n_gpu_layers,
+        draft_cache_type_k=draft.cache_type_k if draft is not None else current.draft_cache_type_k,
+        draft_cache_type_v=draft.cache_type_v if draft is not None else current.draft_cache_type_v,
     )
 
 
@@ -221,7 +243,17 @@ class Planner(QObject):
         self._badge_timer.setSingleShot(True)
         self._badge_timer.setInterval(BADGE_DELAY_MS)
         self._badge_timer.timeout.connect(self.refresh_badges)
+        self._save_timer = QTimer(self)
+        self._save_timer.setSingleShot(True)
+        self._save_timer.setInterval(SAVE_DELAY_MS)
+        self._save_timer.timeout.connect(self.save_settings)
+        self._draft_source = ""  # the draft model (-md) whose profile is read or being read
+        self._draft_profile: ModelProfile | None = None
+        self._draft_token = 0  # the draft read whose answer is awaited (0: none)
+        # the example opened because the last model could not be read: it does not become the last model
+        self._stand_in = ""
         self._url_token = 0  # the URL read whose answer is awaited (0: none)
+        self._url_failed_hook: Callable[[JobError], None] | None = None
         self._url_bridge = _UrlBridge(self)
         self._url_bridge.done.connect(self._url_done)
         self._url_bridge.failed.connect(self._url_failed)
@@ -241,6 +273,8 @@ class Planner(QObject):
         self.jobs.error.connect(self.show_error)
 
         p.models.set_recent(user.recent_files)
+        p.hardware.set_host_ram_gib(user.host_ram_gib)
+        p.settings.set_devices(user.launch_devices)
         p.command.set_shell(user.shell)
         self._llama_server = backend.llama_server_in(user.llama_bin_dir)
         p.command.set_verify_available(self._llama_server is not None)
@@ -255,23 +289,45 @@ class Planner(QObject):
         self.scan_library(self.backend.library_roots(self.user.folders), announce=False)
         self._restore_opened()
         if initial:
-            if is_url(initial) or Path(initial).expanduser().is_file():
+            if is_remote_source(initial) or Path(initial).expanduser().is_file():
                 self.open(initial)
             else:
                 self.p.banner.show_message("error", f"{initial}: no such file", key="open")
             return
         first = self.user.last_model
-        if not first or (not is_url(first) and not Path(first).is_file()):
-            ex = examples_dir()
-            first = str(ex / EXAMPLE_MODEL) if ex else ""
+        if first and is_remote_source(first):
+            self.open(first, failed=lambda err: self._reopen_failed(first, err))
+            return
+        if not first or not Path(first).is_file():
+            first = self._example()
         if first:
             self.open(first)
+
+    @staticmethod
+    def _example() -> str:
+        ex = examples_dir()
+        return str(ex / EXAMPLE_MODEL) if ex else ""
+
+    def _reopen_failed(self, source: str, err: JobError) -> None:
+        """The last session's model is on the network and could not be read: say so, show the example meanwhile,
+        and keep the model as the one to reopen next time."""
+        example = self._example()
+        instead = "the bundled example is shown instead" if example else "open a model to plan for"
+        self.p.banner.show_message(
+            "warning",
+            f"Could not reopen {source} (offline?): {err.message}; {instead}. It is tried again next time.",
+            key="reopen",
+        )
+        self.p.status.showMessage(f"{err.what} failed", 5000)
+        if example:
+            self._stand_in = example
+            self.open(example)
 
     def _restore_opened(self) -> None:
         """The models opened by file, drop or URL in earlier sessions join the list again (URLs unread until
         clicked: reading them needs the network)."""
-        local = [p for p in self.user.recent_files if not is_url(p) and Path(p).is_file()]
-        for url in (p for p in self.user.recent_files if is_url(p)):
+        local = [p for p in self.user.recent_files if not is_remote_source(p) and Path(p).is_file()]
+        for url in (p for p in self.user.recent_files if is_remote_source(p)):
             self.p.models.add_placeholder(url)
         if not local:
             return
@@ -292,6 +348,7 @@ class Planner(QObject):
             if model.source not in self.library:
                 self.library[model.source] = model
             self.p.models.add_model(model)
+        self._offer_drafts()
         self._badge_timer.start()
 
     def settled(self) -> bool:
@@ -306,23 +363,43 @@ class Planner(QObject):
     def shutdown(self) -> None:
         self._debounce.stop()
         self._badge_timer.stop()
+        self._save_timer.stop()
         self._url_token = 0  # a URL read still hanging is a daemon thread: nobody waits for it
         self.estimator.shutdown()
         self.jobs.shutdown()
 
     # -- models --------------------------------------------------------------------------------------------------
-    def open(self, source: str) -> None:
+    def open(self, source: str, failed: Callable[[JobError], None] | None = None) -> None:
+        """Open a path, URL or Hub reference; `failed` (default: the message list) hears why it could not be."""
         source = source.strip()
         if is_url(source):
-            self._open_url(source)
+            self._open_url(source, failed)
             return
         name = Path(source).name
+        what = f"Opening {name}"
         self.p.status.showMessage(f"Reading the header of {name}…", 5000)
-        self.jobs.start(f"Opening {name}", lambda _progress: self.backend.load(source), self._loaded)
+        if failed is None:
+            self.jobs.start(what, lambda _progress: self.backend.load(source), self._loaded)
+            return
 
-    def _open_url(self, url: str) -> None:
+        def work(_progress: Any) -> LoadedModel | JobError:
+            try:
+                return self.backend.load(source)
+            except Exception as exc:  # noqa: BLE001 - handed to `failed`, like every job's failure to show_error
+                return describe(what, exc)
+
+        def done(result: LoadedModel | JobError) -> None:
+            if isinstance(result, JobError):
+                failed(result)
+            else:
+                self._loaded(result)
+
+        self.jobs.start(what, work, done)
+
+    def _open_url(self, url: str, failed: Callable[[JobError], None] | None = None) -> None:
         """Read a header over the network on a daemon thread: Cancel (or quitting) never waits for the server."""
         self._url_token += 1
+        self._url_failed_hook = failed
         token, bridge, backend = self._url_token, self._url_bridge, self.backend
 
         def work() -> None:
@@ -358,7 +435,7 @@ class Planner(QObject):
         if token == self._url_token:
             self._url_token = 0
             self.p.activity.stop()
-            self.show_error(err)
+            (self._url_failed_hook or self.show_error)(err)
 
     def _loaded(self, model: LoadedModel) -> None:
         self.model = model
@@ -368,6 +445,7 @@ class Planner(QObject):
         p.models.select(model.source)
         if not is_url(model.source):
             p.models.set_start_folder(str(Path(model.source).parent))
+            p.settings.draft_folder = str(Path(model.source).parent)  # a draft is often next to its model
         p.summary.set_model(model)
         choices = self.user.model_choices.get(model.source)
         if choices is None:
@@ -375,8 +453,11 @@ class Planner(QObject):
         p.settings.set_model(model.profile, model.mmproj is not None, choices)
         p.chart.set_context(choices.n_ctx)
         p.chart.reset_hover()
-        self.user = self.user.with_recent(model.source)
+        stand_in, self._stand_in = self._stand_in, ""
+        if model.source != stand_in:  # the stand-in for a model that could not be reopened is not remembered
+            self.user = self.user.with_recent(model.source)
         p.models.set_recent(self.user.recent_files)
+        self._offer_drafts()
         p.status.showMessage(f"Opened {model.profile.name}", 4000)
         # What was said about the previous model (its warnings, its estimate, a failed open) is gone with it.
         p.banner.clear("model", "estimate", "estimate-error", "open")
@@ -386,9 +467,23 @@ class Planner(QObject):
         self.request_estimate()
         self._badge_timer.start()  # every model opened gets its badge, not only the last of a burst
 
+    def _offer_drafts(self) -> None:
+        """The library's local models, smallest first, are the draft models the Settings panel offers."""
+        rows: list[tuple[int, str, str]] = []
+        for source, entry in self.library.items():
+            if is_url(source) or not Path(source).is_file():
+                continue
+            if isinstance(entry, LibraryModel):
+                size, label = entry.expected_size or entry.file_size, entry.display_name
+            else:
+                size, label = entry.profile.weight_bytes, Path(source).name
+            rows.append((size, label, source))
+        self.p.settings.set_draft_candidates([(label, source) for _size, label, source in sorted(rows)])
+
     def add_folder(self, folder: str, remember: bool = True) -> None:
         if remember and folder not in self.user.folders:
             self.user = replace(self.user, folders=(*self.user.folders, folder))
+            self.save_soon()
         self.scan_library((LibraryRoot(folder, RootKind.FOLDER),), announce=True)
 
     def scan_library(self, roots: tuple[LibraryRoot, ...], announce: bool) -> None:
@@ -421,6 +516,7 @@ class Planner(QObject):
     def _scan_done(self, label: str, n: int, errors: list[str], announce: bool) -> None:
         self._scan_errors = errors
         self._scans_done += 1
+        self._offer_drafts()
         skipped = f", {len(errors)} file(s) skipped" if errors else ""
         self.p.status.showMessage(f"Scanned {label}: {n} model(s){skipped}", 5000)
         self.refresh_badges()
@@ -453,9 +549,13 @@ class Planner(QObject):
     def _devices_changed(self) -> None:
         hw = self.p.hardware
         self.user = replace(
-            self.user, hypothetical_devices=hw.hypothetical(), planned_devices=hw.planned_names()
+            self.user,
+            hypothetical_devices=hw.hypothetical(),
+            planned_devices=hw.planned_names(),
+            host_ram_gib=hw.host_ram_gib(),
         )
         machine = hw.machine()
+        self.p.settings.set_device_names(device_names(machine))
         if machine is not None and machine.gpus:
             self.p.banner.clear("hardware")
         self.p.settings.set_margin_limit(machine)
@@ -469,10 +569,14 @@ class Planner(QObject):
         if self.model is None or machine is None:
             return None
         choices = self.p.settings.choices()
-        self.user = self.user.with_choices(self.model.source, choices)
+        devices = self.p.settings.devices()
+        self.user = replace(self.user.with_choices(self.model.source, choices), launch_devices=devices)
         mm = self.model.mmproj.path if self.model.mmproj is not None else None
-        settings = replace(choices.to_launch_settings(mm), no_kv_offload=self.p.settings.kv_offload_off())
-        return PlanRequest(self.estimator.next_id(), self.model, settings, machine, choices.margin_mib * MIB)
+        settings = replace(choices.to_launch_settings(mm), devices=self.p.settings.launch_devices())
+        draft = self._draft_profile if settings.draft is not None else None
+        return PlanRequest(
+            self.estimator.next_id(), self.model, settings, machine, choices.margin_mib * MIB, draft=draft
+        )
 
     def schedule_estimate(self) -> None:
         """Coalesce a burst of changes; during a long drag still estimate every MAX_WAIT_MS."""
@@ -487,10 +591,70 @@ class Planner(QObject):
 
     def request_estimate(self) -> None:
         self._pending_since = None
+        self.save_soon()
+        self._show_missing_devices()
+        if self._read_draft():
+            return  # estimated once the draft model's header is read
         request = self.current_request()
         if request is not None:
             self.estimate_failed = False
             self.estimator.submit(request)
+
+    def _show_missing_devices(self) -> None:
+        missing = self.p.settings.missing_devices() if self.p.settings.launch_devices() else ()
+        if missing:
+            self.p.banner.show_message(
+                "warning",
+                f"-dev names {', '.join(missing)}, not among the planned GPUs: llama-server would stop with "
+                "'invalid device'. Choose the devices again under Settings, or add the GPU under Hardware.",
+                key="devices",
+            )
+        else:
+            self.p.banner.clear("devices")
+
+    # -- the draft model -----------------------------------------------------------------------------------------
+    def _read_draft(self) -> bool:
+        """Read the header of the chosen draft model (-md) off the GUI thread when it changed; True while it is
+        being read."""
+        path = (
+            self.p.settings.choices().draft_model
+            if self.p.settings.current_engine() is not Engine.OLLAMA
+            else ""
+        )
+        if path == self._draft_source:
+            return bool(self._draft_token)
+        self._draft_source, self._draft_profile = path, None
+        self.p.banner.clear("draft")
+        if not path:
+            self._draft_token = 0
+            return False
+        self._draft_token += 1
+        token, backend = self._draft_token, self.backend
+
+        def work(_progress: Any) -> ModelProfile | str:
+            try:
+                return backend.load(path).profile
+            except Exception as exc:  # noqa: BLE001 - any failure is said, and the estimates go on without it
+                return describe("", exc).message
+
+        self.jobs.start(
+            f"Reading the draft model {Path(path).name}", work, lambda r: self._draft_read(token, path, r)
+        )
+        return True
+
+    def _draft_read(self, token: int, path: str, result: ModelProfile | str) -> None:
+        if token != self._draft_token:
+            return  # another draft was chosen since
+        self._draft_token = 0
+        if isinstance(result, str):
+            self.p.banner.show_message(
+                "error",
+                f"Draft model {path}: {result}. The estimate leaves it out; the command still names it.",
+                key="draft",
+            )
+        else:
+            self._draft_profile = result
+        self.request_estimate()
 
     def refresh_badges(self) -> None:
         """Estimate, off the GUI thread, whether each library model fits the planned devices (its saved settings).
@@ -503,6 +667,7 @@ class Planner(QObject):
         entries = list(self.library.items())
         choices = {source: self.user.model_choices.get(source) for source, _ in entries}
         margin = {source: (c or ModelChoices()).margin_mib * MIB for source, c in choices.items()}
+        devices = self.user.launch_devices
 
         def work(_progress: Any) -> tuple[dict[str, str], dict[str, LoadedModel]]:
             levels: dict[str, str] = {}
@@ -514,8 +679,12 @@ class Planner(QObject):
                         loaded[source] = model
                     c = choices[source] or self.default_choices(model)
                     mm = model.mmproj.path if model.mmproj is not None else None
+                    settings = c.to_launch_settings(mm)
+                    if settings.engine is not Engine.OLLAMA:
+                        settings = replace(settings, devices=devices)
+                    draft = self._draft_of(settings)
                     request = PlanRequest(
-                        0, model, c.to_launch_settings(mm), machine, margin[source], with_curve=False
+                        0, model, settings, machine, margin[source], with_curve=False, draft=draft
                     )
                     levels[source] = self.backend.fit_level(request)
                 except FitplanError:
@@ -523,6 +692,15 @@ class Planner(QObject):
             return levels, loaded
 
         self.jobs.start("Fit badges", work, lambda result: self._badges(generation, *result))
+
+    def _draft_of(self, settings: LaunchSettings) -> ModelProfile | None:
+        """The draft model's profile for a badge (a draft that cannot be read is left out, as in the plan)."""
+        if settings.draft is None:
+            return None
+        try:
+            return self.backend.load(settings.draft.model_path).profile
+        except FitplanError:
+            return None
 
     @staticmethod
     def default_choices(model: LoadedModel) -> ModelChoices:
@@ -551,6 +729,7 @@ class Planner(QObject):
                 p.chart.select_device(most_overfull(outcome), automatic=True)
             else:
                 p.chart.restore_device()  # back to the device the user chose once the plan fits again
+                self._chart_a_used_device(outcome.curve)
         p.chart.set_context(outcome.estimate.settings.n_ctx)
         p.devices.set_estimate(outcome.estimate, self.p.settings.choices().margin_mib * MIB)
         if p.settings.context_is_automatic():
@@ -573,6 +752,12 @@ class Planner(QObject):
         p.status.showMessage(f"Estimate updated: {fits}", 3000)
         self.outcome_shown.emit(outcome)
 
+    def _chart_a_used_device(self, curve: CurveData) -> None:
+        """A device left out by -dev holds nothing: the chart shows the first one that holds something."""
+        used = [i for i in range(len(curve.devices)) if curve.bytes[i].any()]
+        if used and self.p.chart.device_box.currentIndex() not in used:
+            self.p.chart.select_device(used[0], automatic=True)
+
     def show_error(self, err: JobError) -> None:
         key = message_key(err.what)
         self.p.banner.show_message("error", f"{err.what}: {err.message}", key=key)
@@ -589,6 +774,7 @@ class Planner(QObject):
     # -- command -------------------------------------------------------------------------------------------------
     def _shell_changed(self, shell: str) -> None:
         self.user = replace(self.user, shell=shell)
+        self.save_soon()
         if self.outcome is not None:
             self._show_command(self.outcome, shell)
 
@@ -617,6 +803,7 @@ class Planner(QObject):
 
     def set_llama_bin_dir(self, folder: str) -> None:
         self.user = replace(self.user, llama_bin_dir=folder)
+        self.save_soon()
         self._llama_server = self.backend.llama_server_in(folder)
         found = self._llama_server is not None
         self.p.command.set_verify_available(found)
@@ -721,7 +908,7 @@ class Planner(QObject):
                     key="paste-model",
                 )
         self.p.settings.set_choices(choices)
-        self.p.settings.no_kv_offload.setChecked(imported.settings.no_kv_offload)
+        self.p.settings.set_devices(imported.settings.devices)
         self.schedule_estimate()
         if imported.unmodelled or imported.ignored:
             names = ", ".join(e.partition(" ")[0] for e in (*imported.unmodelled, *imported.ignored))
@@ -771,11 +958,27 @@ class Planner(QObject):
         self.paste_command(text)
 
     # -- persistence ---------------------------------------------------------------------------------------------
+    def save_soon(self) -> None:
+        """Save the settings once the changes stop (a crash or a killed session keeps what was chosen)."""
+        self._save_timer.start()
+
     def save(self, geometry: str, state: str) -> None:
+        self.user = replace(self.user, window_geometry=geometry, window_state=state)
+        self.save_settings()
+
+    def save_settings(self) -> bool:
+        """Write the settings now. A folder that cannot be written is said in the message list (the window goes on
+        with the settings in memory); the message goes once a save works again."""
+        self._save_timer.stop()
         if self.model is not None:
             self.user = self.user.with_choices(self.model.source, self.p.settings.choices())
-        self.user = replace(self.user, window_geometry=geometry, window_state=state)
+        self.user = replace(self.user, launch_devices=self.p.settings.devices())
         try:
             save_user_settings(self.user, self.config_dir)
         except OSError as exc:
-            self.p.status.showMessage(f"Could not save settings: {exc}", 5000)
+            text = str(exc)
+            self.p.banner.show_message("error", text[:1].upper() + text[1:], key="settings-save")
+            self.p.status.showMessage("Could not save settings", 5000)
+            return False
+        self.p.banner.clear("settings-save")
+        return True

@@ -194,6 +194,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._set_tab_order()
         self.planner.model_loaded.connect(self._name_in_title)
+        self.planner.outcome_shown.connect(lambda o: self.verdict.set_accuracy(o.accuracy))
         for widget, name in (
             (self.verdict, "Verdict"),
             (self.chart.plot, "Memory by context chart"),
@@ -427,6 +428,7 @@ class MainWindow(QMainWindow):
             s.mmproj,
             s.gpu_layers_slider,
             s.gpu_layers,
+            s.devices_button,
             s.no_kv_offload,
             s.cpu_moe,
             s.mla,
@@ -436,6 +438,11 @@ class MainWindow(QMainWindow):
             s.tail_tokens,
             s.tail_type,
             s.overhead,
+            s.draft,
+            s.draft_browse,
+            s.draft_ngl,
+            s.draft_cache_k,
+            s.draft_cache_v,
             s.margin,
             s.advanced,
             self.hardware.list,

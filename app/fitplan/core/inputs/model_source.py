@@ -58,6 +58,7 @@ __all__ = [
     "folder_entries",
     "forget_loaded",
     "is_model_collection",
+    "is_remote_source",
     "load_hub_entry",
     "load_model",
     "load_source_models",
@@ -352,6 +353,13 @@ def _is_hub_spelling(source: str, ref: HubRef | None) -> bool:
     # path that is missing, not a repository
     named = ref.quant is not None or source.lower().startswith(("hf.co/", "huggingface.co/"))
     return named and not os.path.exists(os.path.expanduser(source))
+
+
+def is_remote_source(source: str, endpoint: str | None = None) -> bool:
+    """Whether `load_model` reads `source` over the network: a URL, or a Hub reference (`hf.co/ORG/REPO:QUANT`,
+    `ORG/REPO:QUANT`) that is not an existing path."""
+    src = source.strip()
+    return bool(src) and (is_url(src) or _is_hub_spelling(src, parse_hub_ref(src, hub_endpoint(endpoint))))
 
 
 def load_model(

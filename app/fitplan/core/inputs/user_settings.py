@@ -31,6 +31,8 @@ from fitplan.core.base.errors import SettingsSaveError
 from fitplan.core.base.files import read_regular_file
 from fitplan.core.base.launch_settings import (
     KV_CACHE_TYPES,
+    NGL_AUTO,
+    DraftSettings,
     Engine,
     FlashAttn,
     LaunchSettings,
@@ -89,6 +91,19 @@ class ModelChoices:
     # ollama
     ollama_auto_ctx: bool = False  # no num_ctx: ollama picks it from its VRAM tier
     gpu_overhead_mib: int = 0  # OLLAMA_GPU_OVERHEAD
+    no_kv_offload: bool = False  # -nkvo (not an ollama setting)
+    # a draft model for speculative decoding (-md, not an ollama setting); "" = none
+    draft_model: str = ""
+    draft_n_gpu_layers: int = NGL_AUTO  # -ngld
+    draft_cache_type_k: str = "f16"  # -ctkd
+    draft_cache_type_v: str = "f16"  # -ctvd
+
+    def draft_settings(self) -> DraftSettings | None:
+        if not self.draft_model or Engine(self.engine) is Engine.OLLAMA:
+            return None
+        return DraftSettings(
+            self.draft_model, self.draft_n_gpu_layers, self.draft_cache_type_k, self.draft_cache_type_v
+        )
 
     def to_launch_settings(self, mmproj_path: str | None = None) -> LaunchSettings:
         engine = Engine(self.engine)
@@ -115,6 +130,8 @@ class ModelChoices:
             kv_tail_tokens=self.kv_tail_tokens,
             kv_tail_type=self.kv_tail_type,
             gpu_overhead_bytes=self.gpu_overhead_mib << 20 if ollama else 0,
+            no_kv_offload=self.no_kv_offload and not ollama,
+            draft=self.draft_settings(),
         )
 
 
@@ -140,6 +157,8 @@ class UserSettings:
     shell: str = "sh"
     llama_bin_dir: str = ""  # a local llama.cpp build's bin folder, for "verify with llama.cpp"
     last_model: str = ""
+    host_ram_gib: int = 0  # system RAM to plan for (a hypothetical machine's); 0 = as detected
+    launch_devices: tuple[str, ...] | None = None  # -dev: llama.cpp device names; None = all, () = none
 
     def with_recent(self, path: str) -> UserSettings:
         recent = (path, *(p for p in self.recent_files if p != path))[:MAX_RECENT]
@@ -194,6 +213,8 @@ CHOICE_RANGES: dict[str, tuple[int, int]] = {
     "attn_max_batch_mib": (0, INT32_MAX),
     "kv_tail_tokens": (0, INT32_MAX),
     "gpu_overhead_mib": (0, INT32_MAX),
+    "draft_n_gpu_layers": (-1, 65536),
+    "host_ram_gib": (0, 4096),
 }
 #: The largest settings file read (real ones are a few kB).
 MAX_SETTINGS_BYTES = 16 * 1024 * 1024
@@ -263,6 +284,10 @@ def _choices_from(raw: object, key: str, f: _Fields) -> ModelChoices | None:
         if kw[name] not in allowed:
             f.bad(f"{key}.{name}", kw[name])
             kw[name] = getattr(d, name)
+    for name in ("draft_cache_type_k", "draft_cache_type_v"):
+        if kw[name] not in allowed:
+            f.bad(f"{key}.{name}", kw[name])
+            kw[name] = getattr(d, name)
     if kw["kv_tail_type"] not in KV_TAIL_TYPES:
         f.bad(f"{key}.kv_tail_type", kw["kv_tail_type"])
         kw["kv_tail_type"] = d.kv_tail_type
@@ -308,6 +333,7 @@ def _from_json(data: object) -> tuple[UserSettings, list[str]]:
         if dev is not None:
             devices.append(dev)
     planned_raw = data.get("planned_devices")
+    launch_raw = data.get("launch_devices")
     shell = f.get(data, "shell", d.shell, "shell")
     if shell not in SHELLS:
         f.bad("shell", shell)
@@ -324,6 +350,8 @@ def _from_json(data: object) -> tuple[UserSettings, list[str]]:
         shell=shell,
         llama_bin_dir=f.get(data, "llama_bin_dir", "", "llama_bin_dir"),
         last_model=f.get(data, "last_model", "", "last_model"),
+        host_ram_gib=f.get(data, "host_ram_gib", d.host_ram_gib, "host_ram_gib"),
+        launch_devices=None if launch_raw is None else f.strings(launch_raw, "launch_devices"),
     )
     return settings, f.problems
 

@@ -23,6 +23,10 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   projection, conv output, then the conv input or the scan output in the same space), a gated delta net's layer
   (`_gdn_transient`), a lightning-attention layer, the DSA indexer's queries with the compressed query, or the
   indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`GraphTraits.indexer_q_copies` in the architecture registry);
+* where the layout depends on which freed block a tensor fits, a few allocations are replayed through the
+  allocator's best fit (`_BestFit`, ggml-alloc.c): the absorbed MLA query of DeepSeek-V2/V3
+  (`_absorbed_mla_attention`) and the Mamba blocks after a device's last attention layer, over the freed masks
+  (`_mamba_ops`);
 * hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`GraphTraits.hc_streams`) next to the blocks;
 * sparse and compressed attention, each with its graph inputs and its peak as a function of the cells: the DSA
   lightning indexer's score and top-k (`_IndexerScores`), DeepSeek-V4's compressed attention (`_Dsv4Attention`),
@@ -46,6 +50,7 @@ buffers). See `docs/accuracy.md`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -237,6 +242,10 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
     moe = profile.moe
     graph = profile.traits.graph
     hole = 0 if graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    if graph.residual_into_input:
+        # the residual takes the layer input's block: only the FFN norm's own block is freed under the FFN (the
+        # allocator's peak on the lfm2 smoke model at c4096: gate in the freed mask, up and the GLU output on top)
+        hole = profile.n_embd
     above = 0
     if v_rot and hole and not graph.embd_skip:
         if graph.parallel_attn_ffn:
@@ -268,9 +277,9 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
         # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
         f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
         if il in _layer_shapes(profile).gate_up_exps:
-            # one fused gate-and-up output [2 n_ff_exp, n_used, n_tok] (`ffn_moe_gate_up`, build_moe_ffn with
-            # ffn_gate_up_exps): the first intermediate is both (the cohere2moe smoke model's peaks: 3 MiB at
-            # c512 above the freed masks, in the freed 8 MiB mask at c2048 with `-ub 2048`)
+            # one fused gate_up product `[2 n_ff_exp, n_used, n_tok]` (`ffn_gate_up_exps`, build_moe_ffn's merged
+            # path): the first intermediate is both (the cohere2moe smoke model's peak: ffn_moe_gate_up-1, 3 MiB,
+            # above the blocks where the freed 1 MiB of masks cannot take it, then the GLU output)
             first = 2 * up
         shared = moe.n_ff_shexp * moe.n_expert_shared
         if 3 * shared > f:
@@ -299,7 +308,7 @@ class _LayerShapes:
     dense_up: frozenset[int] = frozenset()  # layers with a dense `ffn_up` matrix
     shexp: frozenset[int] = frozenset()  # layers with a shared expert (`ffn_up_shexp`)
     shexp_ff: int = 0  # the widest shared expert's rows (`ffn_up_shexp`; llama4 declares no such length)
-    gate_up_exps: frozenset[int] = frozenset()  # layers whose experts' gate and up are one fused matrix
+    gate_up_exps: frozenset[int] = frozenset()  # layers with fused expert gate and up (`ffn_gate_up_exps`)
 
 
 #: Per profile (shared by the estimator's threads).
@@ -315,19 +324,19 @@ def _compute_layer_shapes(profile: ModelProfile) -> _LayerShapes:
     qkv: dict[int, int] = {}
     up: set[int] = set()
     shexp: set[int] = set()
-    shexp_ff = 0
     gate_up_exps: set[int] = set()
+    shexp_ff = 0
     for t in profile.tensors:
         il = t.layer
         if il is None or il >= len(profile.layers) or len(t.shape) < 2:
             continue
-        if t.name.endswith(".ffn_gate_up_exps.weight"):
-            gate_up_exps.add(il)
         if t.name.endswith(".ffn_up_shexp.weight"):
             shexp.add(il)
             shexp_ff = max(shexp_ff, t.shape[1])
         if t.name.endswith(".ffn_up.weight"):
             up.add(il)
+        if t.name.endswith(".ffn_gate_up_exps.weight"):
+            gate_up_exps.add(il)
         if ".ffn_gate." in t.name or ".ffn_gate_up." in t.name:
             gated.add(il)
         elif (
@@ -378,6 +387,139 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bo
         x_db_dt = (ssm.dt_rank + 2 * ssm.d_state) * n_tok + ssm.d_inner * n_tok
         floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + max(conv_in, x_db_dt + scan)
     return F32 * floats
+
+
+#: One step of a replayed allocation sequence: (tensor name, bytes) allocates it, (tensor name, 0) frees it.
+ReplayOp = tuple[str, int]
+
+
+def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """The allocations of one Mamba block in graph order (src/models/mamba-base.cpp, `build_mamba_layer` and
+    `build_mamba2_layer`), f32 bytes; () for models without Mamba blocks. A freed tensor is (name, 0).
+
+    Mamba-2: the conv states' rows, the input projection zxBCdt, the conv input (states + xBC), the conv output
+    (bias and SiLU in place) in place of the conv input, dt, the SSM states' rows, the scan output (y and the
+    final states), y + x D, the contiguous copy of z, the gated output (normed in place) and the output
+    projection. Mamba-1 the same with xz, the conv output x, x_db and dt's projection (with the B, C and dt norms
+    of Jamba and FalconMamba)."""
+    ssm = profile.ssm
+    if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
+        return ()
+    if profile.traits.graph.plamo2_mamba:
+        return _plamo2_mamba_ops(profile, n_tok, n_seqs)
+    f, t, seqs = F32, n_tok, max(1, n_seqs)
+    d_inner, d_state = ssm.d_inner, ssm.d_state
+    scan = f * (d_inner * t + d_state * d_inner * seqs)
+    if ssm.n_group:
+        ch = d_inner + 2 * ssm.n_group * d_state
+        head = [
+            ("conv_rows", f * (ssm.d_conv - 1) * ch * seqs),
+            ("in_proj", f * (2 * d_inner + 2 * ssm.n_group * d_state + ssm.dt_rank) * t),
+            ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * ch * seqs),
+            ("conv_rows", 0),
+            ("conv", f * ch * t),
+            ("conv_x", 0),
+            ("dt", f * ssm.dt_rank * t),
+        ]
+    else:
+        normed = any(x.name.endswith(".ssm_dt_norm.weight") for x in profile.tensors)
+        head = [
+            ("conv_rows", f * (ssm.d_conv - 1) * d_inner * seqs),
+            ("in_proj", f * 2 * d_inner * t),
+            ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * d_inner * seqs),
+            ("conv_rows", 0),
+            ("conv", f * d_inner * t),
+            ("conv_x", 0),
+            ("x_db", f * (ssm.dt_rank + 2 * d_state) * t),
+        ]
+        if normed:
+            # dt, B and C normed out of x_db's views: x_db is freed once the three norms have read it
+            head += [("dt_n", f * ssm.dt_rank * t), ("b_n", f * d_state * t), ("c_n", f * d_state * t)]
+            head += [("x_db", 0)]
+        else:
+            head += [("dt_n", f * ssm.dt_rank * t)]  # the contiguous dt; the scan reads B and C from x_db
+        head += [("dt", f * d_inner * t), ("dt_n", 0)]
+    tail = [
+        ("s_rows", f * d_state * d_inner * seqs),
+        ("y_ssm", scan),
+        ("s_rows", 0),
+        ("dt", 0),
+    ]
+    if not ssm.n_group:
+        # Mamba-1: x D and y + x D are new tensors
+        tail += [("x_d", f * d_inner * t), ("y", f * d_inner * t), ("x_d", 0), ("conv", 0)]
+    # Mamba-2: x D is computed in place of the conv output x views, y + x D in place of the scan output's y
+    tail += [
+        ("z", f * d_inner * t),
+        ("in_proj", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("y", 0),
+        ("y_ssm", 0),
+        ("conv", 0),
+        ("out", f * profile.n_embd * t),
+    ]
+    if not ssm.n_group:
+        tail[2:2] = [("b_n", 0), ("c_n", 0), ("x_db", 0)]  # what the scan read (the frees skip the absent)
+    return (*head, *tail)
+
+
+def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """PLaMo-2's Mamba block in graph order (src/models/plamo2.cpp, `build_plamo2_mamba_layer`): the conv states'
+    rows, the input projection zx and its permuted contiguous copy, x's contiguous copy, the conv input and
+    output, the B/C/dt projection with the three norms, dt's projection, the SSM states' rows and the scan output
+    (x D in place of the conv output, y + x D in place of the scan's y), z's contiguous copy, the gated output and
+    the output projection. The allocator's peak on the plamo2 smoke model (c512 with flash attention): the conv
+    output in the freed mask's space, the scan output in the input projection's, its permuted copy and z's copy
+    on top, 8.02 MiB."""
+    ssm = profile.ssm
+    assert ssm is not None
+    f, t, seqs = F32, n_tok, max(1, n_seqs)
+    d_inner, d_state = ssm.d_inner, ssm.d_state
+    dt_dim = max(64, profile.n_embd // 16)
+    return (
+        ("conv_rows", f * (ssm.d_conv - 1) * d_inner * seqs),
+        ("in_proj", f * 2 * d_inner * t),
+        ("in_proj_out", f * 2 * d_inner * t),
+        ("in_proj", 0),
+        ("x_split", f * d_inner * t),
+        ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * d_inner * seqs),
+        ("conv_rows", 0),
+        ("x_split", 0),
+        ("conv", f * d_inner * t),
+        ("conv_x", 0),
+        ("x_bcdt", f * (2 * d_state + dt_dim) * t),
+        ("b_n", f * d_state * t),
+        ("c_n", f * d_state * t),
+        ("dt_n", f * dt_dim * t),
+        ("x_bcdt", 0),
+        ("dt", f * ssm.dt_rank * t),
+        ("dt_n", 0),
+        ("s_rows", f * d_state * d_inner * seqs),
+        ("y_ssm", f * (d_inner * t + d_state * d_inner * seqs)),
+        ("s_rows", 0),
+        ("dt", 0),
+        ("b_n", 0),
+        ("c_n", 0),
+        ("z", f * d_inner * t),
+        ("in_proj_out", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("y_ssm", 0),
+        ("conv", 0),
+        ("out", f * profile.n_embd * t),
+    )
+
+
+def _replay(ops: tuple[ReplayOp, ...], holes: tuple[int, ...]) -> int:
+    """The highest end `ops` reach above the base, with free blocks of `holes` below it (`_BestFit`)."""
+    sim = _BestFit(holes)
+    for name, size in ops:
+        if size:
+            sim.alloc(name, size)
+        elif name in sim.live:
+            sim.release(name)
+    return sim.peak
 
 
 def _hc_width(profile: ModelProfile) -> int:
@@ -612,14 +754,22 @@ def _hadamard_rotations(
 
 @dataclass(frozen=True, slots=True)
 class Affine:
-    """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells."""
+    """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells.
+
+    `room` > 0: the cell-dependent part is a tensor that goes into a free block of that size while it fits there;
+    it then adds nothing (and `c` is not reached: a separate term holds what is live in that case).
+    """
 
     a_base: int = 0
     a_swa: int = 0
     c: int = 0
+    room: int = 0
 
     def at(self, n_kv_base: int, n_kv_swa: int) -> int:
-        return self.a_base * n_kv_base + self.a_swa * n_kv_swa + self.c
+        grow = self.a_base * n_kv_base + self.a_swa * n_kv_swa
+        if self.room and grow <= self.room:
+            return 0
+        return grow + self.c
 
 
 def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
@@ -877,6 +1027,26 @@ class _DevicePlan:
     indexer: _IndexerScores | None = None
     # the k-pool sparse attention of qwen4exp and glm5-next (its inputs and the selection's peak), None elsewhere
     kpool: _KpoolSelection | None = None
+    # Mamba blocks after the last attention layer: their allocations, replayed over the freed masks' space
+    # (with the block of the layer's input in it), the block under it and the FFN norm's two-block hole
+    ssm_ops: tuple[ReplayOp, ...] = ()
+    ssm_hole: Affine = Affine()
+    ssm_block: int = 0
+    ssm_residual_in_input: bool = False
+
+    def ssm_after(self, nb: int, ns: int) -> int:
+        """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
+        block (jamba adds the residual into it; plamo2's first layer output takes the embeddings' block) the
+        token rows' block and the masks are one free block, with the FFN norm's block beside it (the allocator's
+        peaks on the jamba and plamo2 smoke models); else the previous layer's output takes a block of the masks'
+        space, between the token rows' block and the rest, and the FFN norm leaves two blocks (granitehybrid,
+        nemotron_h)."""
+        if not self.ssm_ops:
+            return 0
+        b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
+        if self.ssm_residual_in_input:
+            return _replay(self.ssm_ops, (hole + b, b))
+        return _replay(self.ssm_ops, (b, max(0, hole - b), FFN_HOLE_BLOCKS * b))
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
@@ -916,6 +1086,116 @@ def _indexer_queries(profile: ModelProfile, n_tok: int) -> tuple[int, int]:
         fit = min(2, room // one_q) if one_q else 0
         idx_q += room - fit * one_q
     return idx_heads, idx_q
+
+
+class _BestFit:
+    """A few allocations replayed the way `ggml_dyn_tallocr_alloc` (ggml/src/ggml-alloc.c) places them: the
+    smallest free block below the end that fits (the later one on a tie), else the free end of the buffer; a freed
+    tensor's space merges with its free neighbours. Offsets are relative to the top of what stays live below (the
+    device's blocks); `holes` are free blocks under it. `peak` is the highest end reached."""
+
+    def __init__(self, holes: tuple[int, ...] = ()) -> None:
+        self.free: list[list[int]] = []  # [offset, size], sorted, all below `end`
+        at = 0
+        for h in holes:
+            at -= h + 1  # separate blocks below the base (never adjacent to each other or to the end)
+            self.free.insert(0, [at, h])
+        self.end = 0  # the free end starts here
+        self.peak = 0
+        self.live: dict[str, tuple[int, int]] = {}
+
+    def alloc(self, name: str, size: int) -> None:
+        best = -1
+        for i, (_, bsize) in enumerate(self.free):
+            if bsize >= size and (best < 0 or bsize <= self.free[best][1]):
+                best = i
+        if best >= 0 and size:
+            off = self.free[best][0]
+            self.free[best][0] += size
+            self.free[best][1] -= size
+            if not self.free[best][1]:
+                del self.free[best]
+        else:
+            off = self.end
+            self.end += size
+            self.peak = max(self.peak, self.end)
+        self.live[name] = (off, size)
+
+    def release(self, *names: str) -> None:
+        for name in names:
+            off, size = self.live.pop(name)
+            if off + size == self.end:
+                self.end = off
+            else:
+                self.free.append([off, size])
+                self.free.sort()
+            merged: list[list[int]] = []
+            for blk in self.free:
+                if merged and merged[-1][0] + merged[-1][1] == blk[0]:
+                    merged[-1][1] += blk[1]
+                else:
+                    merged.append(blk)
+            if merged and merged[-1][0] + merged[-1][1] == self.end:
+                self.end = merged.pop()[0]
+            self.free = merged
+
+    def largest_hole(self) -> int:
+        return max((size for _, size in self.free), default=0)
+
+
+def _absorbed_mla_attention(
+    profile: ModelProfile, lp: LayerProfile, mla: MlaParams, n_tok: int, fa: bool, hole: int
+) -> tuple[int, int, int]:
+    """The first layer's attention with the absorbed MLA query (src/models/deepseek2.cpp, llama_model_deepseek2::
+    graph, then `llm_graph_context::build_attn_mha`), replayed through the allocator (`_BestFit`) over the
+    device's blocks with the one-block `hole` the mixed batch's token rows left: (peak, end, largest free block)
+    before the KQ scores, bytes above the blocks. `build_attn` expands Q's graph first: the compressed query
+    q_a `[q_lora_rank, n_tok]` normed in place (when the model has one), the query q `[key_length_mla, n_head,
+    n_tok]`, the absorbed q_nope `[kv_lora_rank, n_head, n_tok]`, the roped q_pe `[n_rot, n_head, n_tok]` and
+    their concatenation Qcur; then K's: the compressed KV kv_cmpr_pe `[kv_lora_rank + n_rot, n_tok]`, its normed
+    latent, the roped k_pe and Kcur, stored into the cache. With flash attention its output `[kv_lora_rank,
+    n_head, n_tok]`, the product with wv_b and its contiguous copy `[value_length_mla, n_head, n_tok]` follow,
+    and the output projection. The allocator's peaks: DeepSeek-V3 (128 heads, `-ub 512`) q's freed 48 MiB,
+    q_nope_absorbed 128, q_pe 16 and Qcur 144 MiB above the blocks (336 MiB), the KQ scores above Qcur without
+    flash attention; the deepseek2 smoke model (one head): q_nope_absorbed in q_a's freed space, q_pe in the
+    token rows' hole, Qcur, then kv_cmpr_pe above it (3.25 MiB)."""
+    return _replay_absorbed_mla(profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, n_tok, fa, hole)
+
+
+@functools.lru_cache(maxsize=1024)
+def _replay_absorbed_mla(
+    n_embd: int, h: int, head_v: int, mla: MlaParams, n_tok: int, fa: bool, hole: int
+) -> tuple[int, int, int]:
+    """`_absorbed_mla_attention` on the shapes it reads (kept: every layer of a model and every estimate of a
+    plan replay the same sequence)."""
+    f = F32 * n_tok
+    kv, rope = mla.kv_lora_rank, mla.n_rot
+    sim = _BestFit((hole,))
+    if mla.q_lora_rank:
+        sim.alloc("q_a", f * mla.q_lora_rank)
+    sim.alloc("q", f * h * mla.key_length_mla)
+    if mla.q_lora_rank:
+        sim.release("q_a")
+    sim.alloc("q_nope_absorbed", f * h * kv)
+    sim.alloc("q_pe", f * h * rope)
+    sim.release("q")
+    sim.alloc("Qcur", f * h * (kv + rope))
+    sim.release("q_nope_absorbed", "q_pe")
+    sim.alloc("kv_cmpr_pe", f * (kv + rope))
+    sim.alloc("kv_cmpr", f * kv)
+    sim.alloc("k_pe", f * rope)
+    sim.release("kv_cmpr_pe")
+    sim.alloc("Kcur", f * (kv + rope))
+    sim.release("kv_cmpr", "k_pe", "Kcur")
+    if fa:
+        sim.alloc("fattn", f * h * head_v)
+        sim.release("Qcur")
+        sim.alloc("fattn_mla", f * h * mla.value_length_mla)
+        sim.release("fattn")
+        sim.alloc("cont", f * h * mla.value_length_mla)
+        sim.release("fattn_mla")
+        sim.alloc("wo", f * n_embd)
+    return sim.peak, sim.end, sim.largest_hole()
 
 
 def _kv_a_mqa_rows(profile: ModelProfile) -> dict[int, tuple[int, int]]:
@@ -1114,14 +1394,15 @@ class _PlanBuilder:
         self.kq(layers)
         return tuple(sorted(self.ik_q))
 
-    def kq(self, layers: list[int]) -> tuple[Affine, ...]:
-        """The attention's live set on a backend running `layers`: one Affine per distinct layer shape."""
+    def kq(self, layers: list[int], replayed: frozenset[int] = frozenset()) -> tuple[Affine, ...]:
+        """The attention's live set on a backend running `layers`: one Affine per distinct layer shape (the
+        recurrent layers in `replayed` are counted by `ssm_after` instead)."""
         base, swa = _attn_layers(self.profile, layers)
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
                 self._kq_layer(il, is_swa, out)
-        self._recurrent_terms(layers, bool(base or swa), out)
+        self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
         if (
             self.idx_q
             and self.inputs.ik_attention
@@ -1177,9 +1458,13 @@ class _PlanBuilder:
         lp = self.profile.layers[il]
         # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
         # absorbed q_nope [kv_lora_rank, n_head, n_tok].
+        mla = self.profile.mla
+        if mla is not None and self._replayed_mla():
+            self._deepseek2_mla_layer(lp, mla, is_swa, out)
+            return
         q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
-        if self.profile.mla is not None:
-            q += F32 * self.n_tok * lp.n_head * self.profile.mla.kv_lora_rank
+        if mla is not None:
+            q += F32 * self.n_tok * lp.n_head * mla.kv_lora_rank
         if il in self.kv_a_mqa:
             # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
             # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
@@ -1236,6 +1521,22 @@ class _PlanBuilder:
         else:
             out.add(Affine(a_base=a, c=q))
 
+    def _replayed_mla(self) -> bool:
+        """Mainline's graph of src/models/deepseek2.cpp with the absorbed MLA query, whose attention is replayed
+        through the allocator (`_absorbed_mla_attention`); a fork's MLA modes are modelled by the fork."""
+        return self.profile.traits.graph.deepseek2_mla and self.inputs.fork_graph is None
+
+    def _deepseek2_mla_layer(self, lp: LayerProfile, mla: MlaParams, is_swa: bool, out: set[Affine]) -> None:
+        """The attention terms of an absorbed-MLA layer: the replayed peak, and without flash attention the KQ
+        scores `[n_kv, n_tok, n_head]` (softmax in place) above the replay's end unless they fit into its
+        largest free block (short contexts: the space the query's parts left under Qcur)."""
+        hole = self.embd_block + (I32 + I64) * self.n_tok  # the mixed batch's token rows, tokens and slots
+        peak, end, room = _absorbed_mla_attention(self.profile, lp, mla, self.n_tok, self.fa, hole)
+        out.add(Affine(c=peak))
+        if not self.fa:
+            a = F32 * self.n_tok * lp.n_head
+            out.add(Affine(a_swa=a, c=end, room=room) if is_swa else Affine(a_base=a, c=end, room=room))
+
     def _kimi_mla_concat(self, lp: LayerProfile, mla: MlaParams) -> Affine:
         # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
         # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
@@ -1266,6 +1567,30 @@ class _PlanBuilder:
             else row_bytes(kv_type_id(self.inputs.cache_type_k), lora) * self.inputs.n_stream
         )
         return Affine(a_base=-v_copy, c=F32 * self.n_tok * (room + lp.n_head * kr + above))
+
+    def ssm_after(
+        self, layers: list[int], m: Affine, vi: int
+    ) -> tuple[frozenset[int], tuple[ReplayOp, ...], Affine]:
+        """The Mamba layers that run after the device's last attention layer, their block's allocations and the
+        space they find free: the masks, V's indices and the small inputs, freed by then, next to the block of
+        the mixed batch's token rows (as for the FFN, `ffn_holes`). The allocator's peaks on the granitehybrid
+        smoke model at c4096 with flash attention: the input projection zxBCdt (3 MiB) inside the freed 4 MiB
+        mask, the conv input and output (2.01 + 2 MiB) above the blocks, 10.53 MiB; jamba (Mamba-1): xz and
+        the conv output in the mask's space, dt's projection and the scan output above, 8.77 MiB."""
+        none: tuple[frozenset[int], tuple[ReplayOp, ...], Affine] = (frozenset(), (), Affine())
+        base, swa = _attn_layers(self.profile, layers)
+        if not (base or swa) or not (m.a_base or m.a_swa or m.c or vi):
+            return none
+        if self.profile.traits.graph.parallel_attn_ffn or any(
+            self.profile.layers[il].kind is LayerKind.HYBRID for il in layers
+        ):
+            return none
+        last = max(base + swa)
+        post = frozenset(il for il in layers if il > last and self.profile.layers[il].is_recurrent)
+        ops = _mamba_ops(self.profile, self.n_tok, self.inputs.n_seqs) if post else ()
+        if not ops:
+            return none
+        return post, ops, Affine(m.a_base, m.a_swa, m.c + vi)
 
     def _recurrent_terms(self, layers: list[int], attends: bool, out: set[Affine]) -> None:
         """The recurrent blocks' live sets (Mamba scans, lightning attention, gated delta nets), added to `out`."""
@@ -1303,7 +1628,17 @@ class _PlanBuilder:
         if self.fa or self.profile.mla is None or not _attn_layers(self.profile, layers)[0]:
             return Affine()
         # the contiguous copy of V (the latent rows of every stream's cells)
-        row = row_bytes(kv_type_id(self.inputs.cache_type_k), self.profile.mla.kv_lora_rank)
+        mla = self.profile.mla
+        row = row_bytes(kv_type_id(self.inputs.cache_type_k), mla.kv_lora_rank)
+        if self._replayed_mla():
+            # it is made after the KQ scores, which free Qcur `[kv_lora_rank + n_rot, n_head, n_tok]`: it goes
+            # into that space while it fits (the deepseek2 smoke model at c512 without flash attention: 5.52 MiB
+            # with the 0.5 MiB copy inside Qcur's freed 1.125 MiB)
+            heads = max(
+                (self.profile.layers[il].n_head for il in _attn_layers(self.profile, layers)[0]), default=0
+            )
+            qcur = F32 * self.n_tok * heads * (mla.kv_lora_rank + mla.n_rot)
+            return Affine(a_base=row * self.inputs.n_stream, room=qcur)
         return Affine(a_base=row * self.inputs.n_stream)
 
     def v_idxs(self, layers: list[int]) -> int:
@@ -1344,13 +1679,10 @@ class _PlanBuilder:
         layer's FFN can put its first intermediate in their space (with the device's input block, freed after
         its first layer, next to them)."""
         base, swa = _attn_layers(self.profile, layers)
-        if (
-            not (m.a_base or m.a_swa or m.c or vi)
-            or not (base or swa)
-            or (
-                self.profile.traits.graph.parallel_attn_ffn and not self.profile.is_moe
-            )  # the attention output is still live
-        ):
+        # parallel attention/FFN blocks too: their waiting attention output is in the FFN's own hole
+        # (`_ffn_layer`), and the freed inputs take the FFN (the cohere2moe smoke model at c512 without flash
+        # attention: the fused gate_up and the GLU output inside the freed f32 masks and V's indices, 9.02 MiB)
+        if not (m.a_base or m.a_swa or m.c or vi) or not (base or swa):
             return _ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
@@ -1365,10 +1697,13 @@ class _PlanBuilder:
                 rest.append(il)
                 continue
             f, first, held = _ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
-            # with parallel attention and FFN the layer's attention output waits for the FFN in that block (the
-            # cohere2moe smoke model: `node_73` next to inp_embd, the freed masks above it)
+            # the mixed batch's token rows, freed after the first layer's input is assembled; with the residual
+            # added into the layer input (lfm2) they are free by the first layer's FFN already, next to the mask;
+            # with parallel attention and FFN a MoE layer's attention output waits for the FFN in that block (the
+            # cohere2moe smoke model with four streams: `node_73` next to inp_embd, the freed masks above it)
+            first_layer = il == min(layers) and not self.profile.traits.graph.residual_into_input
             parallel = self.profile.traits.graph.parallel_attn_ffn
-            freed_input = self.embd_block if il != min(layers) and not parallel else 0
+            freed_input = 0 if first_layer or (parallel and self.profile.is_moe) else self.embd_block
             hole = Affine(
                 m.a_base if freed_base else 0,
                 m.a_swa if freed_swa else 0,
@@ -1458,7 +1793,8 @@ class _PlanBuilder:
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
             out_extra = 0
         ffn_rest, holes = self.ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
-        kq_gi = self.kq(layers)
+        replayed, ssm_ops, ssm_hole = self.ssm_after(layers, Affine(m.a_base, m.a_swa, m.c + small), vi)
+        kq_gi = self.kq(layers, replayed)
         shexp_ffn = _shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
@@ -1492,6 +1828,11 @@ class _PlanBuilder:
             logits=self.logits if has_out else 0,
             out_block=out_blocks * self.embd_block if has_out else 0,
             out_below=out_extra if has_out else 0,
+            ssm_ops=ssm_ops,
+            ssm_hole=ssm_hole,
+            ssm_block=self.embd_block,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
+            or self.profile.traits.graph.plamo2_mamba,
             pp_extra=pp_extra,
             op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
@@ -1556,6 +1897,11 @@ class _PlanBuilder:
             host_m if host_last else Affine(),
             n_copies * self.v_idxs(self.trunk) if host_last else 0,
         )
+        replayed, ssm_ops, ssm_hole = self.ssm_after(
+            host_layers,
+            host_m if host_last else Affine(),
+            n_copies * self.v_idxs(self.trunk) if host_last else 0,
+        )
         if experts_only and self.profile.moe is not None and host_flayers:
             # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
             # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
@@ -1582,7 +1928,7 @@ class _PlanBuilder:
             dsv4=self.dsv4(host_layers),
             indexer=self.indexer_scores(host_layers),
             kpool=self.kpool_selection(host_layers),
-            kq=self.kq(host_layers)
+            kq=self.kq(host_layers, replayed)
             if not (ffn_only or experts_only)
             else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
             mla_v=self.mla_v(host_layers),
@@ -1590,6 +1936,11 @@ class _PlanBuilder:
             logits=self.logits if self.out_dev is None else 0,
             out_block=self.embd_block if self.inputs.ik_attention and self.out_dev is None else 0,
             ik_output_phase=self.inputs.ik_attention,
+            ssm_ops=ssm_ops,
+            ssm_hole=ssm_hole,
+            ssm_block=self.embd_block,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
+            or self.profile.traits.graph.plamo2_mamba,
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,
@@ -1723,6 +2074,7 @@ def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]
     att = max(
         _max_at(p.kq, nb, ns),
         ik,
+        p.ssm_after(nb, ns),
         p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0,
         p.indexer.transient(nb) if p.indexer is not None else 0,
         p.kpool.transient(nb) if p.kpool is not None else 0,
@@ -1735,7 +2087,10 @@ def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]
 
 
 def _aff(a: Affine, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
-    return a.a_base * nb + a.a_swa * ns + a.c
+    grow = a.a_base * nb + a.a_swa * ns
+    if a.room:
+        return np.where(grow <= a.room, 0, grow + a.c)
+    return grow + a.c
 
 
 def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -1760,6 +2115,9 @@ def _total_array(
     if p.kpool is not None:
         att = np.maximum(att, p.kpool.transient_array(nb))
         dsv4_inputs = dsv4_inputs + p.kpool.inputs_array(nb)
+    if p.ssm_ops:
+        ssm = [p.ssm_after(int(b), int(w)) for b, w in zip(nb.tolist(), ns.tolist(), strict=True)]
+        att = np.maximum(att, np.array(ssm, dtype=np.int64))
     ffn = np.full_like(nb, p.ffn)
     for f, first, held, alts in p.ffn_holes:
         reuse = np.max(np.stack([_reuse_array(f, first, held, _aff(hole, nb, ns)) for hole in alts]), axis=0)

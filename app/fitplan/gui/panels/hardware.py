@@ -153,6 +153,16 @@ class HardwarePanel(QWidget):
             out.append((self._items[int(item.data(DEVICE_ROLE))], item.checkState() == Qt.CheckState.Checked))
         return out
 
+    def host_ram_gib(self) -> int:
+        """The system RAM to plan for, in GiB; 0: as detected."""
+        return round(self.host_ram.value())
+
+    def set_host_ram_gib(self, gib: int) -> None:
+        """Restore a saved host RAM size without announcing a change (the devices are not known yet)."""
+        self.host_ram.blockSignals(True)
+        self.host_ram.setValue(max(0, min(gib, round(self.host_ram.maximum()))))
+        self.host_ram.blockSignals(False)
+
     def hypothetical(self) -> tuple[HypotheticalDevice, ...]:
         return tuple(
             HypotheticalDevice(d.name, d.total_bytes, d.vendor.value)

@@ -7,17 +7,26 @@ follow `fitplan.core.engines.cache_types`, controls an engine does not have are 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractSlider,
     QCheckBox,
     QComboBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QMenu,
+    QPushButton,
+    QSizePolicy,
     QSlider,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -50,6 +59,15 @@ MLA_MODES = {
     2: "2: latent",
     3: "3: latent (default)",
 }
+
+
+def devices_text(selection: tuple[str, ...] | None) -> str:
+    """The device control's caption: what `-dev` says."""
+    if selection is None:
+        return "all GPUs"
+    if not selection:
+        return "none (CPU only)"
+    return ", ".join(selection)
 
 
 def snap_context(n: float) -> int:
@@ -130,12 +148,17 @@ class SettingsPanel(QWidget):
         self._updating = False
         self._engine = Engine.LLAMA_CPP
         self._is_mla = False
+        self._device_names: tuple[tuple[str, str], ...] = ()  # (llama.cpp name, description) of each GPU
+        self._devices: tuple[str, ...] | None = None  # -dev: None = all GPUs, () = none
+        self.draft_folder = ""  # where the draft model dialog starts
+        self._make_draft_controls()
         self._make_controls()
         self._make_fork_controls()
         self._lay_out()
         self._connect()
         self._apply_engine(Engine.LLAMA_CPP)
         self.set_choices(ModelChoices())
+        self._show_devices()
 
     def _make_controls(self) -> None:
         """The controls every engine has (context, caches, slots, placement, batches, margin)."""
@@ -199,6 +222,42 @@ class SettingsPanel(QWidget):
         self.margin = QSpinBox(minimum=0, maximum=MARGIN_MAX_MIB, singleStep=256, suffix=" MiB")
         self.margin.setToolTip(
             "Headroom kept free on every GPU (like --fit-target): the plan must leave this much"
+        )
+
+    def _make_draft_controls(self) -> None:
+        """The devices llama-server uses (-dev) and a draft model for speculative decoding (-md, -ngld, -ctkd)."""
+        self.devices_button = QPushButton()
+        self.devices_button.setStyleSheet("text-align: left; padding: 3px 6px;")  # read like the combo boxes
+        self.devices_button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.devices_menu = QMenu(self.devices_button)
+        self.devices_button.setMenu(self.devices_menu)
+        self.devices_menu.aboutToShow.connect(self.device_actions)
+        self.devices_button.setToolTip(
+            "Devices llama-server uses (-dev): every GPU of the plan (no -dev), some of them (-dev CUDA0,CUDA1), or "
+            "none (-dev none: weights, KV cache and compute stay in system RAM). A GPU left out holds nothing."
+        )
+        self.draft = QComboBox()
+        self.draft.addItem("none", "")
+        self.draft.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.draft.setMinimumContentsLength(8)
+        self._draft_tip = (
+            "Draft model for speculative decoding (-md): a small model of the same vocabulary. Its weights, its own "
+            "KV cache at the same context and its compute buffers are loaded next to the main model's."
+        )
+        self.draft.setToolTip(self._draft_tip)
+        self.draft_browse = QToolButton()
+        self.draft_browse.setText("…")
+        self.draft_browse.setToolTip("Choose a draft model file (.gguf)")
+        self.draft_ngl = QSpinBox(minimum=-1, maximum=999)
+        self.draft_ngl.setSpecialValueText("all (auto)")
+        self.draft_ngl.setToolTip(
+            "Draft layers on the GPU (-ngld): all (auto) offloads every layer of the draft model"
+        )
+        self.draft_cache_k = QComboBox()
+        self.draft_cache_v = QComboBox()
+        self.draft_cache_k.setToolTip("Draft K cache type (-ctkd): bytes per cached key element of the draft")
+        self.draft_cache_v.setToolTip(
+            "Draft V cache type (-ctvd): bytes per cached value element of the draft"
         )
 
     def _make_fork_controls(self) -> None:
@@ -279,6 +338,7 @@ class SettingsPanel(QWidget):
         ngl_row.addWidget(self.gpu_layers)
         form.addRow("GPU layers:", ngl_row)
         form.addRow("", self.gpu_layers_of)
+        form.addRow("Devices (-dev):", self.devices_button)
         form.addRow("", self.no_kv_offload)
         form.addRow("Experts on CPU:", self.cpu_moe)
         form.addRow("MLA mode (-mla):", self.mla)
@@ -288,6 +348,17 @@ class SettingsPanel(QWidget):
         form.addRow("KV tail tokens:", self.tail_tokens)
         form.addRow("Tail type:", self.tail_type)
         form.addRow("GPU overhead:", self.overhead)
+        draft_row = QHBoxLayout()
+        draft_row.addWidget(self.draft, 1)
+        draft_row.addWidget(self.draft_browse)
+        self._draft_row = draft_row
+        form.addRow("Draft model:", draft_row)
+        form.addRow("Draft GPU layers:", self.draft_ngl)
+        draft_kv = QHBoxLayout()
+        draft_kv.addWidget(self.draft_cache_k)
+        draft_kv.addWidget(self.draft_cache_v)
+        self._draft_kv_row = draft_kv
+        form.addRow("Draft KV K / V:", draft_kv)
         form.addRow("Margin:", self.margin)
         self.advanced = QCheckBox("Advanced: batch sizes")
         self.advanced.setToolTip("Show the batch and micro-batch sizes")
@@ -311,8 +382,19 @@ class SettingsPanel(QWidget):
         self.context_slider.valueChanged.connect(self._slider_moved)
         self.context_box.valueChanged.connect(self._box_changed)
         self.engine.currentIndexChanged.connect(self._engine_changed)
-        for combo in (self.cache_k, self.cache_v, self.mmproj, self.flash, self.mla, self.tail_type):
+        for combo in (
+            self.cache_k,
+            self.cache_v,
+            self.mmproj,
+            self.flash,
+            self.mla,
+            self.tail_type,
+            self.draft_cache_k,
+            self.draft_cache_v,
+        ):
             combo.currentIndexChanged.connect(self._emit)
+        self.draft.currentIndexChanged.connect(self._draft_changed)
+        self.draft_browse.clicked.connect(self.ask_draft_file)
         for spin in (
             self.slots,
             self.gpu_layers,
@@ -323,6 +405,7 @@ class SettingsPanel(QWidget):
             self.amb,
             self.tail_tokens,
             self.overhead,
+            self.draft_ngl,
         ):
             spin.valueChanged.connect(self._emit)
         for box in (self.unified, self.fmoe, self.rtr, self.no_kv_offload):
@@ -337,7 +420,7 @@ class SettingsPanel(QWidget):
 
     def _fill_cache_types(self, engine: Engine) -> None:
         types = engine_cache_types(engine)
-        for box in (self.cache_k, self.cache_v):
+        for box in (self.cache_k, self.cache_v, self.draft_cache_k, self.draft_cache_v):
             keep = box.currentText()
             box.blockSignals(True)
             box.clear()
@@ -385,6 +468,9 @@ class SettingsPanel(QWidget):
         form.setRowVisible(self.overhead, ollama)
         form.setRowVisible(self.cpu_moe, not ollama)
         form.setRowVisible(self.no_kv_offload, not ollama)
+        form.setRowVisible(self.devices_button, not ollama)
+        form.setRowVisible(self._draft_row, not ollama)
+        self._show_draft_rows()
         form.setRowVisible(self.mla, ik)
         form.setRowVisible(self.amb, ik)
         form.setRowVisible(self.fmoe, ik)
@@ -531,6 +617,12 @@ class SettingsPanel(QWidget):
         self.tail_type.setCurrentIndex(max(0, self.tail_type.findData(c.kv_tail_type)))
         self.ollama_auto.setChecked(c.ollama_auto_ctx)
         self.overhead.setValue(c.gpu_overhead_mib)
+        self.no_kv_offload.setChecked(c.no_kv_offload)
+        self._select_draft(c.draft_model)
+        self.draft_ngl.setValue(max(-1, c.draft_n_gpu_layers))
+        self.draft_cache_k.setCurrentText(c.draft_cache_type_k)
+        self.draft_cache_v.setCurrentText(c.draft_cache_type_v)
+        self._show_draft_rows()
         self._set_context_enabled()
         self._updating = False
 
@@ -559,6 +651,11 @@ class SettingsPanel(QWidget):
             kv_tail_type=str(self.tail_type.currentData()),
             ollama_auto_ctx=self.ollama_auto.isChecked(),
             gpu_overhead_mib=self.overhead.value(),
+            no_kv_offload=self.no_kv_offload.isChecked(),
+            draft_model=self.draft_path(),
+            draft_n_gpu_layers=self.draft_ngl.value(),
+            draft_cache_type_k=self.draft_cache_k.currentText(),
+            draft_cache_type_v=self.draft_cache_v.currentText(),
         )
 
     def _ngl_slider_moved(self, n: int) -> None:
@@ -580,8 +677,121 @@ class SettingsPanel(QWidget):
         self.gpu_layers_of.setText(shown)
 
     def kv_offload_off(self) -> bool:
-        """-nkvo (not part of the saved choices: it applies to this session)."""
+        """-nkvo as the launch settings have it (ollama has no such setting)."""
         return self.no_kv_offload.isChecked() and self._engine is not Engine.OLLAMA
+
+    # -- devices (-dev) ------------------------------------------------------------------------------------------
+    def set_device_names(self, names: Sequence[tuple[str, str]]) -> None:
+        """The planned machine's GPUs as llama.cpp names them (`CUDA0`) with a description each."""
+        self._device_names = tuple(names)
+        self._show_devices()
+
+    def devices(self) -> tuple[str, ...] | None:
+        """-dev as chosen: None = every GPU (no -dev), () = none (CPU only), else these llama.cpp device names."""
+        return self._devices
+
+    def launch_devices(self) -> tuple[str, ...] | None:
+        """-dev as the launch settings have it (ollama picks its devices itself)."""
+        return None if self._engine is Engine.OLLAMA else self._devices
+
+    def missing_devices(self) -> tuple[str, ...]:
+        """The chosen device names that are not among the planned GPUs."""
+        known = {name for name, _ in self._device_names}
+        return tuple(d for d in self._devices or () if d not in known)
+
+    def set_devices(self, selection: tuple[str, ...] | None) -> None:
+        """Show a selection (saved, or read from a command) without announcing a change."""
+        self._devices = None if selection is None else tuple(dict.fromkeys(selection))
+        self._show_devices()
+
+    def choose_devices(self, selection: tuple[str, ...] | None) -> None:
+        """The user's choice in the device menu: shown and announced."""
+        self.set_devices(selection)
+        self.changed.emit()
+
+    def _toggle_device(self, name: str, on: bool) -> None:
+        known = [n for n, _ in self._device_names]
+        current = list(known if self._devices is None else self._devices)
+        if on and name not in current:
+            current.append(name)
+        elif not on:
+            current = [n for n in current if n != name]
+        order = {n: i for i, n in enumerate(known)}
+        self.choose_devices(tuple(sorted(current, key=lambda n: order.get(n, len(order)))))
+
+    def _show_devices(self) -> None:
+        missing = self.missing_devices()
+        note = f"  (not planned: {', '.join(missing)})" if missing else ""
+        self.devices_button.setText(devices_text(self._devices) + note)
+
+    def device_actions(self) -> list[QAction]:
+        """The device menu, built for the selection of now (it is rebuilt each time it opens)."""
+        sel = self._devices
+        menu = self.devices_menu
+        menu.clear()
+        every = menu.addAction("All GPUs (no -dev)")
+        every.setCheckable(True)
+        every.setChecked(sel is None)
+        every.triggered.connect(lambda: self.choose_devices(None))
+        menu.addSeparator()
+        rows = [*self._device_names, *((n, "not among the planned GPUs") for n in self.missing_devices())]
+        for name, description in rows:
+            action = menu.addAction(f"{name}: {description}" if description else name)
+            action.setCheckable(True)
+            action.setChecked(sel is None or name in sel)
+            action.toggled.connect(partial(self._toggle_device, name))
+        menu.addSeparator()
+        none = menu.addAction("None: CPU only (-dev none)")
+        none.setCheckable(True)
+        none.setChecked(sel == ())
+        none.triggered.connect(lambda: self.choose_devices(()))
+        return [a for a in menu.actions() if not a.isSeparator()]
+
+    # -- draft model (-md) ---------------------------------------------------------------------------------------
+    def draft_path(self) -> str:
+        return str(self.draft.currentData() or "")
+
+    def set_draft_candidates(self, models: Sequence[tuple[str, str]]) -> None:
+        """Offer these (label, path) models of the library as draft models; the chosen one stays chosen."""
+        keep = self.draft_path()
+        self.draft.blockSignals(True)
+        self.draft.clear()
+        self.draft.addItem("none", "")
+        for label, path in models:
+            self.draft.addItem(label, path)
+            self.draft.setItemData(self.draft.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
+        self._select_draft(keep)
+        self.draft.blockSignals(False)
+
+    def _select_draft(self, path: str) -> None:
+        index = self.draft.findData(path)
+        if index < 0:
+            self.draft.addItem(Path(path).name or path, path)
+            index = self.draft.count() - 1
+            self.draft.setItemData(index, path, Qt.ItemDataRole.ToolTipRole)
+        self.draft.setCurrentIndex(index)
+
+    def choose_draft(self, path: str) -> None:
+        """A draft model picked by file: listed if new, chosen, announced."""
+        self._select_draft(path)  # the combo announces the change
+
+    def ask_draft_file(self) -> None:
+        start = str(Path(self.draft_path()).parent) if self.draft_path() else self.draft_folder
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Choose a draft model", start, "GGUF models (*.gguf);;All files (*)"
+        )
+        if path:
+            self.choose_draft(path)
+
+    def _draft_changed(self) -> None:
+        self._show_draft_rows()
+        self._emit()
+
+    def _show_draft_rows(self) -> None:
+        on = bool(self.draft_path()) and self._engine is not Engine.OLLAMA
+        self._form.setRowVisible(self.draft_ngl, on)
+        self._form.setRowVisible(self._draft_kv_row, on)
+        self.draft.setToolTip(self._draft_tip + (f"\n\n{self.draft_path()}" if self.draft_path() else ""))
 
     def set_margin_limit(self, machine: Machine | None) -> None:
         """The margin cannot exceed the free memory of the smallest planned GPU (it is kept free on each)."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from fitplan.core.estimate.accuracy import AccuracyBand
 from fitplan.core.plan.alternatives import Alternative
 from fitplan.gui.backend import Verdict, VerdictLevel
 from fitplan.gui.theme import verdict_colour
@@ -33,9 +34,22 @@ class VerdictPanel(QFrame):
         self.detail = QLabel("")
         self.detail.setTextFormat(Qt.TextFormat.PlainText)
         self.detail.setWordWrap(True)
+        # The measured error band of the architecture and configuration class (`core.estimate.accuracy`).
+        self.accuracy = QLabel("")
+        self.accuracy.setObjectName("accuracy")
+        self.accuracy.setTextFormat(Qt.TextFormat.PlainText)
+        self.accuracy.setWordWrap(True)
+        small = self.accuracy.font()
+        small.setPointSizeF(small.pointSizeF() * 0.9)
+        self.accuracy.setFont(small)
+        self.accuracy.hide()
         layout = QVBoxLayout(self)
+        # tighter than the default: the band's line takes no height the command row needs at the minimum size
+        layout.setSpacing(3)
+        layout.setContentsMargins(9, 6, 9, 6)
         layout.addWidget(self.label)
         layout.addWidget(self.detail)
+        layout.addWidget(self.accuracy)
         self.alternatives_title = QLabel("What would change it:")
         self.alternatives_title.setTextFormat(Qt.TextFormat.PlainText)
         layout.addWidget(self.alternatives_title)
@@ -52,6 +66,12 @@ class VerdictPanel(QFrame):
         self.detail.setText(detail)
         self.detail.setVisible(bool(detail))
         self.apply_theme()
+
+    def set_accuracy(self, band: AccuracyBand | None) -> None:
+        """How far the estimate was from llama.cpp on recorded configurations like this one."""
+        self.accuracy.setText(band.text if band is not None else "")
+        self.accuracy.setToolTip(band.tooltip if band is not None else "")
+        self.accuracy.setVisible(band is not None)
 
     def set_alternatives(self, alternatives: Sequence[Alternative]) -> None:
         """One row per alternative, its effect as the estimator computed it; a flag change applies in one click,
@@ -80,6 +100,7 @@ class VerdictPanel(QFrame):
         self.level = ERROR_LEVEL
         self.label.setText(text)
         self.detail.setVisible(False)
+        self.set_accuracy(None)
         self.set_alternatives(())
         self.setToolTip("")
         self.apply_theme()

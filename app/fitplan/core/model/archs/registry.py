@@ -281,6 +281,10 @@ KV_A_MQA_ARCHS = frozenset({"minicpm3"})
 #: A fused QKV projection and no rope (src/models/{gpt2,bloom,jais,mpt,starcoder}.cpp): Q, K and V are views of
 #: the projection's output, which therefore stays live through the attention.
 NO_ROPE_QKV_ARCHS = frozenset({"gpt2", "bloom", "jais", "mpt", "starcoder"})
+#: The residual is added into the layer input, `ggml_add(prev_cur, cur)` (src/models/lfm2.cpp, llm_build_lfm2;
+#: src/models/jamba.cpp: `ggml_add(inpL, cur)`): the sum takes the input's block, the attention output's block is
+#: freed, and the FFN norm leaves a one-block hole instead of two.
+RESIDUAL_INTO_INPUT_ARCHS = frozenset({"lfm2", "lfm2moe", "jamba"})
 #: DeepSeek-V3.2's lightning indexer graph (src/models/deepseek32.cpp and its copies).
 DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
 #: Recurrent layers are Mamba-1 / Mamba-2 blocks (src/models/graph-context-mamba.cpp); gated delta nets, RWKV,
@@ -288,10 +292,16 @@ DSA_ARCHS = frozenset({"deepseek32", "glm-dsa", "dots3note", "hy_v4"})
 MAMBA_ARCHS = frozenset(
     {"mamba", "mamba2", "jamba", "falcon-h1", "nemotron_h", "nemotron_h_moe", "granitehybrid", "plamo2"}
 )
+#: PLaMo-2's Mamba block (src/models/plamo2.cpp, `build_plamo2_mamba_layer`): a permuted copy of the input
+#: projection, x split off as its own copy, B, C and dt normed out of one projection.
+PLAMO2_MAMBA_ARCHS = frozenset({"plamo2"})
 #: Lightning-attention layers (src/models/minimax-01.cpp), their recurrent layers.
 LIGHTNING_ARCHS = frozenset({"minimax-01"})
 #: MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
 KIMI_MLA_ARCHS = frozenset({"kimi-linear", "kimi-k3"})
+#: The absorbed MLA query of src/models/deepseek2.cpp (llama_model_deepseek2::graph; mistral4 reuses it): q, the
+#: absorbed q_nope and the roped q_pe, then their concatenation Qcur, then K's compressed KV.
+DEEPSEEK2_MLA_ARCHS = frozenset({"deepseek2", "mistral4"})
 #: Recurrent layers are gated delta nets (src/models/qwen3next.cpp, qwen35.cpp, qwen35moe.cpp through
 #: `llm_build_delta_net_base`), run as one fused `ggml_gated_delta_net` op.
 GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
@@ -389,12 +399,15 @@ def _graph(a: str) -> GraphTraits:
         weight_before_ffn=a in WEIGHT_BEFORE_FFN_ARCHS,
         embd_skip=a in EMBD_SKIP_ARCHS,
         no_ffn_hole=a in NO_FFN_HOLE_ARCHS,
+        residual_into_input=a in RESIDUAL_INTO_INPUT_ARCHS,
         kv_a_mqa=a in KV_A_MQA_ARCHS,
         no_rope_qkv=a in NO_ROPE_QKV_ARCHS,
         dsa_indexer=a in DSA_ARCHS,
         mamba_scan=a in MAMBA_ARCHS,
+        plamo2_mamba=a in PLAMO2_MAMBA_ARCHS,
         lightning=a in LIGHTNING_ARCHS,
         kimi_mla=a in KIMI_MLA_ARCHS,
+        deepseek2_mla=a in DEEPSEEK2_MLA_ARCHS,
         gated_delta_net=a in GDN_ARCHS,
         indexer_q_copies=INDEXER_Q_COPIES.get(a, 0),
         hc_streams=HC_STREAMS.get(a, 0),

@@ -113,12 +113,15 @@ class GraphTraits:
     weight_before_ffn: bool = False  # build_moe_ffn: llama4 scales the input by the router weights first
     embd_skip: bool = False  # the input embeddings stay live for a skip connection (talkie, hrm_text)
     no_ffn_hole: bool = False  # no two-block hole under the FFN (see compute)
+    residual_into_input: bool = False  # the attention's residual is added into the layer input (lfm2)
     kv_a_mqa: bool = False  # models/minicpm3.cpp: compressed K/V without MLA's absorbed query
     no_rope_qkv: bool = False  # fused QKV without rope: Q, K, V are views of the projection
     dsa_indexer: bool = False  # DeepSeek-V3.2's lightning indexer graph
     mamba_scan: bool = False  # recurrent layers are Mamba-1/2 blocks
+    plamo2_mamba: bool = False  # models/plamo2.cpp's own Mamba block (its op order is replayed)
     lightning: bool = False  # models/minimax-01.cpp lightning attention
     kimi_mla: bool = False  # MLA concatenates K after the absorbed Q (kimi-linear, kimi-k3)
+    deepseek2_mla: bool = False  # models/deepseek2.cpp's absorbed MLA query (replayed in compute)
     gated_delta_net: bool = False  # fused ggml_gated_delta_net (qwen3next, qwen35, qwen35moe)
     indexer_q_copies: int = 0  # indexer query projections live together at the indexer's peak
     hc_streams: int = 0  # hyper-connection residual streams live through the layers

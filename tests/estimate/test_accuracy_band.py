@@ -1,0 +1,174 @@
+"""fitplan.core.estimate.accuracy: the configuration class of an estimate and the measured error band it shows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.results import Estimate
+from fitplan.core.estimate.accuracy import (
+    AccuracyData,
+    BandScope,
+    ConfigClass,
+    accuracy_band,
+    configuration_class,
+    load_accuracy_data,
+)
+from fitplan.core.estimate.estimator import estimate
+from fitplan.core.launch.flags import parse_flags
+from fitplan.core.model.profile import ModelProfile
+from support.models import sparse
+
+HOST = host_device(128 * GIB)
+ONE_GPU = Machine((assumed_gpu("GPU0", 80),), HOST)
+TWO_GPUS = Machine((assumed_gpu("GPU0", 80), assumed_gpu("GPU1", 80)), HOST)
+NO_GPU = Machine((), HOST)
+
+
+def _est(profile: ModelProfile, machine: Machine, *flags: str, engine: Engine | None = None) -> Estimate:
+    return estimate(profile, parse_flags(["-c", "4096", "-np", "1", *flags], engine=engine).settings, machine)
+
+
+@pytest.mark.parametrize(
+    ("machine", "flags", "expected"),
+    [
+        (NO_GPU, ("-fa", "on"), ConfigClass(flash_attn=True, quantized_cache=False, split=False)),
+        (NO_GPU, ("-fa", "off"), ConfigClass(flash_attn=False, quantized_cache=False, split=False)),
+        (ONE_GPU, ("-fa", "on", "-ngl", "all"), ConfigClass(True, False, False)),
+        (ONE_GPU, ("-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"), ConfigClass(True, True, False)),
+        (ONE_GPU, ("-fa", "on", "-ctk", "q4_0"), ConfigClass(True, True, False)),  # K alone quantized
+        (ONE_GPU, ("-fa", "on", "-ctk", "bf16", "-ctv", "f32"), ConfigClass(True, False, False)),
+        (ONE_GPU, ("-fa", "on", "-ngl", "10"), ConfigClass(True, False, True)),  # layers on the host too
+        (ONE_GPU, ("-fa", "on", "-ngl", "0"), ConfigClass(True, False, False)),  # everything on the host
+        (ONE_GPU, ("-fa", "on", "--cpu-moe"), ConfigClass(True, False, True)),  # experts on the host
+        (ONE_GPU, ("-fa", "on", "-nkvo"), ConfigClass(True, False, True)),  # the cache on the host
+        (TWO_GPUS, ("-fa", "on", "-ngl", "all"), ConfigClass(True, False, True)),
+        (TWO_GPUS, ("-fa", "on", "-sm", "none"), ConfigClass(True, False, False)),  # one of the two GPUs
+    ],
+)
+def test_configuration_class(machine: Machine, flags: tuple[str, ...], expected: ConfigClass) -> None:
+    est = _est(sparse("qwen3-30b-a3b"), machine, *flags)
+    assert configuration_class(sparse("qwen3-30b-a3b"), est) == expected
+
+
+def test_class_follows_the_resolved_flash_attention() -> None:
+    """`-fa auto` is classed by what llama.cpp resolves it to, like the recordings."""
+    p = sparse("llama-3.1-8b")
+    est = _est(p, ONE_GPU)
+    assert configuration_class(p, est).flash_attn is est.context.flash_attn
+
+
+def test_class_keys_and_labels_are_distinct() -> None:
+    classes = [ConfigClass(fa, q, s) for fa in (True, False) for q in (True, False) for s in (True, False)]
+    assert len({c.key for c in classes}) == len({c.label for c in classes}) == 8
+    assert ConfigClass(True, False, False).label == "flash attention on, f16 cache, one device"
+
+
+def test_packaged_data_uses_only_class_keys() -> None:
+    keys = {ConfigClass(fa, q, s).key for fa in (True, False) for q in (True, False) for s in (True, False)}
+    data = load_accuracy_data()
+    mainline = data.engines[Engine.LLAMA_CPP.value]
+    assert mainline.architectures and mainline.all_architectures
+    for e in data.engines.values():
+        for classes in (*e.architectures.values(), e.all_architectures):
+            assert set(classes) <= keys
+
+
+def _data() -> AccuracyData:
+    """A small data file: llama recorded with flash attention on, one device; a fork recorded on deepseek2."""
+    fig = {"cases": 3, "compute_min_pct": -1.5, "compute_max_pct": 2.0, "kv_exact": 3, "weights_exact": 2}
+    every = {
+        "cases": 40,
+        "compute_min_pct": -9.0,
+        "compute_max_pct": 4.0,
+        "kv_exact": 40,
+        "weights_exact": 40,
+    }
+    doc = {
+        "engines": {
+            "llama.cpp": {
+                "measurement": "test recordings",
+                "architectures": {"llama": {"fa-on/kv-f16/one-device": fig}, "deepseek2": {}},
+                "all": {"fa-on/kv-f16/one-device": every, "fa-on/kv-quantized/one-device": every},
+            },
+            "ik_llama.cpp": {
+                "measurement": "fork recordings",
+                "architectures": {"deepseek2": {"fa-on/kv-f16/one-device": {**fig, "weights_exact": None}}},
+            },
+            "beellama": {"note": "published figures only"},
+        }
+    }
+    return AccuracyData.from_json(json.dumps(doc))
+
+
+def test_band_of_a_recorded_architecture_and_class() -> None:
+    p = sparse("llama-3.1-8b")
+    band = accuracy_band(p, _est(p, NO_GPU, "-fa", "on"), _data())
+    assert band.scope is BandScope.ARCHITECTURE and band.figures is not None and band.figures.cases == 3
+    assert band.text == (
+        "compute: within -1.5%..+2.0% on 3 recorded configurations of llama "
+        "(flash attention on, f16 cache, one device); weights exact on 2, K/V on 3 of 3"
+    )
+    assert "test recordings" in band.tooltip
+
+
+def test_band_across_all_architectures_when_this_class_is_not_recorded() -> None:
+    p = sparse("llama-3.1-8b")
+    band = accuracy_band(p, _est(p, NO_GPU, "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"), _data())
+    assert band.scope is BandScope.ALL
+    assert band.text.startswith(
+        "compute: no recordings of llama with flash attention on, quantized cache, one device; "
+        "across all architectures (flash attention on, quantized cache, one device): within -9.0%..+4.0% on 40"
+    )
+
+
+def test_band_across_all_architectures_for_an_unrecorded_architecture() -> None:
+    p = sparse("qwen3-8b")
+    band = accuracy_band(p, _est(p, NO_GPU, "-fa", "on"), _data())
+    assert band.scope is BandScope.ALL
+    assert band.text.startswith("compute: no recordings of this architecture; across all architectures")
+
+
+def test_no_band_for_a_class_nothing_was_recorded_in() -> None:
+    p = sparse("llama-3.1-8b")
+    band = accuracy_band(p, _est(p, NO_GPU, "-fa", "off"), _data())
+    assert band.scope is BandScope.NONE and band.figures is None
+    assert (
+        band.text
+        == "compute: no recordings of any architecture with flash attention off, f16 cache, one device"
+    )
+
+
+def test_a_fork_never_gets_llama_cpps_band() -> None:
+    """llama recorded on llama.cpp only: ik_llama.cpp's estimate of it has no band, and says why."""
+    p = sparse("llama-3.1-8b")
+    band = accuracy_band(p, _est(p, NO_GPU, "-fa", "on", engine=Engine.IK_LLAMA), _data())
+    assert band.scope is BandScope.NONE and band.figures is None
+    assert (
+        band.text
+        == "compute: no recordings of llama on ik_llama.cpp; llama.cpp's band is not claimed for a fork"
+    )
+    assert "fork" in band.tooltip
+
+
+def test_a_forks_own_recordings() -> None:
+    p = sparse("deepseek-v2-lite")
+    band = accuracy_band(p, _est(p, NO_GPU, "-fa", "on", engine=Engine.IK_LLAMA), _data())
+    assert band.scope is BandScope.ARCHITECTURE and band.measurement == "fork recordings"
+    assert band.text == (
+        "compute: within -1.5%..+2.0% on 3 recorded configurations of deepseek2 on ik_llama.cpp "
+        "(flash attention on, f16 cache, one device); K/V exact on all (weights not recorded)"
+    )
+
+
+@pytest.mark.parametrize("engine", [Engine.BEELLAMA, Engine.OLLAMA])
+def test_forks_without_recordings_say_so(engine: Engine) -> None:
+    p = sparse("llama-3.1-8b")
+    band = accuracy_band(p, _est(p, NO_GPU, engine=engine), _data())
+    assert band.scope is BandScope.NONE
+    assert band.text.startswith(f"compute: no error band recorded for {engine.value}; ")
+    packaged = accuracy_band(p, _est(p, NO_GPU, engine=engine))
+    assert packaged.figures is None and packaged.note
