@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fitplan.core.inputs.user_settings import load_user_settings
 
 GUI_SWITCH_INTERVAL_S = 0.001
 SIGNAL_POLL_MS = 250
+FIRST_PAINT_WAIT_MS = 1000
 
 
 def known_binding_problem() -> str | None:
@@ -86,17 +87,41 @@ def build_window(config_dir: Path | None = None, backend: object | None = None) 
 def launch(argv: Sequence[str] = ()) -> tuple[object, object]:
     """Create the application and show the window; model, GPU and scan jobs start once it has painted."""
     app = create_app(argv)
-    from PySide6.QtCore import QTimer
-
     from fitplan.gui.main_window import MainWindow
 
     window, _message = build_window()
     assert isinstance(window, MainWindow)
-    window.show()
     initial = argv[0] if argv else None
-    # Let the first paint happen before the worker threads compete with it for the interpreter.
-    QTimer.singleShot(0, lambda: window.planner.start(initial))
+    after_first_paint(window, lambda: window.planner.start(initial))
+    window.show()
     return app, window
+
+
+def after_first_paint(window: object, start: Callable[[], None]) -> None:
+    """Call `start` once `window` has painted (or after FIRST_PAINT_WAIT_MS if it never does, e.g. minimised):
+    the worker threads it starts would otherwise compete with the first paint for the interpreter."""
+    from PySide6.QtCore import QEvent, QObject, QTimer
+    from PySide6.QtWidgets import QWidget
+
+    assert isinstance(window, QWidget)
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            window.removeEventFilter(watch)
+            start()
+
+    class _FirstPaint(QObject):
+        def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+            if event.type() == QEvent.Type.Paint:
+                QTimer.singleShot(0, self, once)  # after this paint has finished
+            return False
+
+    watch = _FirstPaint(window)
+    window.installEventFilter(watch)
+    QTimer.singleShot(FIRST_PAINT_WAIT_MS, watch, once)  # dropped with the window
 
 
 def build_parser(prog: str = "fitplan-gui") -> argparse.ArgumentParser:

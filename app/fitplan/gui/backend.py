@@ -22,12 +22,11 @@ from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.model.profile import LayerKind, ModelProfile
-from fitplan.core.plan.alternatives import Alternative, what_would_change
-from fitplan.core.plan.search import default_estimate_fn
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
     from fitplan.core.library.scanner import LibraryScanner
+    from fitplan.core.plan.alternatives import Alternative
     from fitplan.core.plan.planner import Plan
     from fitplan.core.plan.verdict import Verdict as CoreVerdict
 
@@ -353,6 +352,8 @@ class Backend:
     def plan(self, request: PlanRequest) -> PlanOutcome:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.plan import planner
+        from fitplan.core.plan.alternatives import what_would_change
+        from fitplan.core.plan.search import default_estimate_fn
 
         model, settings, machine = request.model, request.settings, request.machine
         notes: list[str] = []

@@ -23,7 +23,6 @@ from PySide6.QtWidgets import QStatusBar
 from fitplan.core.base.devices import GIB, MIB, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
-from fitplan.core.inputs.model_source import is_remote_source
 from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.model.profile import ModelProfile
@@ -284,6 +283,11 @@ class Planner(QObject):
         """Detect GPUs, scan the library, restore the models opened before, and open `initial` (a path or URL
         given on the command line; a missing one is reported, not replaced by the example), else the last model,
         else the bundled example."""
+        from fitplan.core.inputs.model_source import (
+            is_remote_source,  # the Hub code loads after the first paint
+        )
+
+        self.estimator.warm_up()
         self.p.status.showMessage("Detecting GPUs…")
         self.jobs.start("GPU detection", lambda _progress: self.backend.detect(), self._detected)
         self.scan_library(self.backend.library_roots(self.user.folders), announce=False)
@@ -326,6 +330,8 @@ class Planner(QObject):
     def _restore_opened(self) -> None:
         """The models opened by file, drop or URL in earlier sessions join the list again (URLs unread until
         clicked: reading them needs the network)."""
+        from fitplan.core.inputs.model_source import is_remote_source
+
         local = [p for p in self.user.recent_files if not is_remote_source(p) and Path(p).is_file()]
         for url in (p for p in self.user.recent_files if is_remote_source(p)):
             self.p.models.add_placeholder(url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import (
@@ -43,9 +44,11 @@ from fitplan.gui.panels.device_bars import DeviceBarsPanel
 from fitplan.gui.panels.hardware import HardwarePanel
 from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
-from fitplan.gui.panels.quants import QuantsDialog
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
+
+if TYPE_CHECKING:
+    from fitplan.gui.panels.quants import QuantsDialog
 
 #: Small enough for a 1024x640 screen once its panels and the title bar took their share.
 MIN_SIZE = (960, 540)
@@ -337,6 +340,9 @@ class MainWindow(QMainWindow):
 
     def compare_quants(self, source: str = "") -> QuantsDialog:
         """The Compare quants dialog, for `source` (default: the folder of the open local model)."""
+        # the Hub and ranking code load when the dialog is first asked for, not before the window paints
+        from fitplan.gui.panels.quants import QuantsDialog
+
         model = self.planner.model
         if not source and model is not None and Path(model.source).is_file():
             source = str(Path(model.source).parent)

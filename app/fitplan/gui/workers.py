@@ -4,13 +4,16 @@ The estimator always computes from the newest request: the GUI thread drops each
 (under a lock) and pokes the worker with a queued signal; when the worker wakes it takes whatever is newest, so a
 burst of slider moves costs one computation, not one per move. Results carry the request id back; the window keeps
 only the result of its newest request. Errors travel as signals; nothing is swallowed.
+
+The estimator thread hands the computation itself to a child process (`plan_process`) and waits for the answer
+there, so the pure-Python estimate never competes with painting for the interpreter lock; where no child can run
+(a frozen app, a backend with its own `plan`) or the child is gone, the thread computes it itself.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
-import traceback
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,25 +21,22 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QThreadPool, Signal, Slot
 
-from fitplan.core.base.errors import FitplanError
 from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest
+from fitplan.gui.plan_process import (
+    ChildGone,
+    JobError,
+    NotReady,
+    PlanProcess,
+    describe,
+    process_available,
+)
+
+__all__ = ["Estimator", "EstimatorWorker", "JobError", "Jobs", "describe", "run_job"]
 
 
-@dataclass(frozen=True, slots=True)
-class JobError:
-    """A failure to show the user: what was being done, and the message."""
-
-    what: str
-    message: str
-    request_id: int = 0
-    expected: bool = True  # a FitplanError (bad file, bad setting) rather than a bug
-
-
-def describe(what: str, exc: BaseException, request_id: int = 0) -> JobError:
-    if isinstance(exc, FitplanError):
-        return JobError(what, str(exc), request_id, True)
-    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return JobError(what, f"unexpected error: {detail}", request_id, False)
+def uses_process(backend: Backend) -> bool:
+    """Whether `backend`'s estimates can run in the child: its `plan` is the stock one (the child has no other)."""
+    return type(backend).plan is Backend.plan and process_available()
 
 
 class EstimatorWorker(QObject):
@@ -45,9 +45,10 @@ class EstimatorWorker(QObject):
     finished = Signal(object)  # PlanOutcome
     failed = Signal(object)  # JobError
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, process: PlanProcess | None = None) -> None:
         super().__init__()
         self._backend = backend
+        self._process = process
         self._lock = threading.Lock()
         self._pending: PlanRequest | None = None
 
@@ -56,6 +57,20 @@ class EstimatorWorker(QObject):
         with self._lock:
             self._pending = request
 
+    def _plan(self, request: PlanRequest) -> PlanOutcome | JobError | None:
+        """In the child when there is one (None: it was stopped for shutdown), else on this thread."""
+        process = self._process
+        if process is not None:
+            try:
+                return process.plan(request)
+            except NotReady:
+                pass  # still starting: this one is computed here
+            except ChildGone:
+                if process.closed:
+                    return None  # the window is closing: nobody waits for this answer
+                self._process = None  # gone for good: from now on this thread computes
+        return self._backend.plan(request)
+
     @Slot()
     def wake(self) -> None:
         with self._lock:
@@ -63,11 +78,14 @@ class EstimatorWorker(QObject):
         if request is None:
             return  # an earlier wake already took the newest request
         try:
-            outcome = self._backend.plan(request)
+            outcome = self._plan(request)
         except Exception as exc:  # noqa: BLE001 - shown to the user by the one error sink
             self.failed.emit(describe("Estimate", exc, request.request_id))
             return
-        self.finished.emit(outcome)
+        if isinstance(outcome, JobError):
+            self.failed.emit(outcome)
+        elif outcome is not None:
+            self.finished.emit(outcome)
 
 
 def _shutdown_if_alive(ref: weakref.ref[Estimator]) -> None:
@@ -87,7 +105,8 @@ class Estimator(QObject):
         super().__init__(parent)
         self._thread = QThread()
         self._thread.setObjectName("fitplan-estimator")
-        self._worker = EstimatorWorker(backend)
+        self._process = PlanProcess() if uses_process(backend) else None
+        self._worker = EstimatorWorker(backend, self._process)
         self._worker.moveToThread(self._thread)
         self._wake.connect(self._worker.wake)  # cross-thread: queued
         self._worker.finished.connect(self._on_finished)
@@ -123,7 +142,20 @@ class Estimator(QObject):
         if err.request_id == self._latest:
             self.error.emit(err)
 
+    def warm_up(self) -> None:
+        """Start the estimate process ahead of the first request (after the window has painted)."""
+        if self._process is not None:
+            self._process.start()
+
+    @property
+    def in_process(self) -> bool:
+        """Whether estimates are computed in the child process (tests and benches check both paths)."""
+        process = self._worker._process
+        return process is not None and not process.closed
+
     def shutdown(self) -> None:
+        if self._process is not None:
+            self._process.close()  # a computation in flight ends now; the thread then quits at once
         try:
             running = self._thread.isRunning()
         except RuntimeError:  # the C++ thread object is already gone

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fitplan.core.gguf.header import HEADER_ONLY_KEY
 from fitplan.core.library.index import (
     INDEX_SCHEMA,
@@ -21,7 +23,21 @@ from fitplan.core.library.model import (
     ScanResult,
     SkippedFile,
 )
-from fitplan.core.library.scanner import HeaderReader, LibraryScanner, ScanEvent, summarise_header
+
+if TYPE_CHECKING:
+    from fitplan.core.library.scanner import HeaderReader, LibraryScanner, ScanEvent, summarise_header
+
+#: Loaded on first use: the scanner brings the GGUF reader, which a window listing models does not need to paint.
+_FROM_SCANNER = frozenset({"HeaderReader", "LibraryScanner", "ScanEvent", "summarise_header"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _FROM_SCANNER:
+        from fitplan.core.library import scanner
+
+        return getattr(scanner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "HEADER_ONLY_KEY",

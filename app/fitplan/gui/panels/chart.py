@@ -52,6 +52,13 @@ def legend_html(kinds: list[TermKind]) -> str:
     )
 
 
+def same_curve(a: CurveData, b: CurveData) -> bool:
+    """The same memory at the same contexts on the same devices (a new answer for another chosen context)."""
+    return a is b or (
+        a.devices == b.devices and np.array_equal(a.contexts, b.contexts) and np.array_equal(a.bytes, b.bytes)
+    )
+
+
 class ChartPanel(QWidget):
     context_dragged = Signal(int)  # the user dragged the vertical context line
     device_changed = Signal(int)
@@ -66,6 +73,8 @@ class ChartPanel(QWidget):
         self._max_context = 0
         self._n_ctx_train = 0
         self._legend_kinds: tuple[TermKind, ...] = ()
+        self._drawn: tuple[int, int, int] | None = None  # (device, margin, training context) the bands show
+        self._ticks: list[list[tuple[float, str]]] = []
         self._user_device = 0  # the device the user picked; a no-fit result may show another for a while
 
         self.device_box = QComboBox()
@@ -206,6 +215,7 @@ class ChartPanel(QWidget):
     def clear(self) -> None:
         """Nothing to show (the settings are invalid): every band and marker goes, the device list stays."""
         self._curve = None
+        self._drawn = None
         for area in self.areas.values():
             area.setVisible(False)
         for line in (self.capacity, self.margin_line, self.max_line, self.too_big, self.trained):
@@ -228,11 +238,21 @@ class ChartPanel(QWidget):
             self._device = min(self._device, len(names) - 1)
             self.device_box.setCurrentIndex(self._device)
             self.device_box.blockSignals(False)
+        unchanged = (
+            self._curve is not None
+            and self._drawn == (self._device, margin_bytes, n_ctx_train)
+            and same_curve(self._curve, curve)
+        )
         self._curve = curve
         self._margin = margin_bytes
+        self._n_ctx_train = n_ctx_train
+        if unchanged:  # a context drag: the bands stay, only the largest-context marks may move
+            if max_context != self._max_context:
+                self._max_context = max_context
+                self._mark_max_context(float(self._x[0]), float(self._x[-1]))
+            return
         self._x = np.log2(curve.contexts.astype(np.float64))
         self._max_context = max_context
-        self._n_ctx_train = n_ctx_train
         self._redraw()
 
     def _redraw(self) -> None:
@@ -240,12 +260,14 @@ class ChartPanel(QWidget):
         if curve is None or not len(self._x):
             return
         d = self._device
+        self._drawn = (d, self._margin, self._n_ctx_train)
         cumulative = np.zeros(len(self._x))
         shown = []
         for t, kind in enumerate(TERM_ORDER):
             cumulative = cumulative + curve.bytes[d, t] / GIB
-            self.areas[kind].setData(self._x, cumulative.copy())
             visible = bool(curve.bytes[d, t].any())
+            if visible or self.areas[kind].isVisible():
+                self.areas[kind].setData(self._x, cumulative.copy())
             self.areas[kind].setVisible(visible)
             if visible:
                 shown.append(kind)
@@ -262,7 +284,10 @@ class ChartPanel(QWidget):
         item = self.plot.getPlotItem()
         item.setXRange(lo, hi + X_PAD, padding=0.0)
         item.setYRange(0, max(free, float(cumulative.max())) * Y_HEADROOM, padding=0.0)
-        item.getAxis("bottom").setTicks(_ticks(lo, hi))
+        ticks = _ticks(lo, hi)
+        if ticks != self._ticks:
+            item.getAxis("bottom").setTicks(ticks)
+            self._ticks = ticks
         trained = math.log2(self._n_ctx_train) if self._n_ctx_train > 0 else hi + 1
         self.trained.setVisible(trained < hi)
         self.trained.setValue(trained)

@@ -97,7 +97,8 @@ class CommandPanel(QWidget):
             self.shell.setCurrentIndex(i)
 
     def set_command(self, text: str, engine: Engine = Engine.LLAMA_CPP) -> None:
-        self.text.setPlainText(text)
+        if text != self.text.toPlainText():  # a context drag mostly rewrites only -c: the same text stays put
+            self.text.setPlainText(text)
         self.copied.setText("")
         self.set_visible_lines(min(MAX_LINES, max(MIN_LINES, len(text.splitlines()))))
         if engine is Engine.OLLAMA:

@@ -180,7 +180,7 @@ class ModelTableModel(QAbstractTableModel):
 
     def set_fit(self, path: str, fit: str) -> None:
         for i, existing in enumerate(self._rows):
-            if existing.path == path:
+            if existing.path == path and existing.fit != fit:
                 self._rows[i] = replace(existing, fit=fit)
                 self.dataChanged.emit(self.index(i, 5), self.index(i, 5))
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from fitplan.core.estimate.accuracy import AccuracyBand
-from fitplan.core.plan.alternatives import Alternative
 from fitplan.gui.backend import Verdict, VerdictLevel
 from fitplan.gui.theme import verdict_colour
+
+if TYPE_CHECKING:
+    from fitplan.core.plan.alternatives import Alternative
 
 EMPTY_TEXT = "Drop a .gguf here or pick one from your models to see whether it fits."
 ERROR_LEVEL = "error"
@@ -59,6 +62,8 @@ class VerdictPanel(QFrame):
         self.alternative_buttons: list[QPushButton] = []
         self.alternatives_title.hide()
         self.level = ""
+        self._alternatives: tuple[Alternative, ...] = ()
+        self._style = ""
 
     def set_verdict(self, verdict: Verdict, detail: str = "") -> None:
         self.level = verdict.level
@@ -76,6 +81,9 @@ class VerdictPanel(QFrame):
     def set_alternatives(self, alternatives: Sequence[Alternative]) -> None:
         """One row per alternative, its effect as the estimator computed it; a flag change applies in one click,
         a hardware change (a bigger card, more RAM) is only shown."""
+        if tuple(alternatives) == self._alternatives and len(self.alternative_buttons) == len(alternatives):
+            return  # the same rows (a context drag rarely changes them): no widgets rebuilt
+        self._alternatives = tuple(alternatives)
         for b in self.alternative_buttons:
             self._alt_layout.removeWidget(b)
             b.deleteLater()
@@ -110,4 +118,7 @@ class VerdictPanel(QFrame):
         if not self.level:
             return
         colour = verdict_colour(VerdictLevel.NO_FIT if self.level == ERROR_LEVEL else self.level).name()
-        self.setStyleSheet(f"QFrame#verdict {{ background: {colour}; border-radius: 6px; }}")
+        style = f"QFrame#verdict {{ background: {colour}; border-radius: 6px; }}"
+        if style != self._style:  # a new style sheet re-polishes the frame and its children
+            self._style = style
+            self.setStyleSheet(style)
