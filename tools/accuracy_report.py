@@ -319,9 +319,21 @@ def _compare(results: dict[str, object], est: Estimate) -> tuple[DeviceResult, .
 
 
 #: Grids of the architecture smoke models of `test-llama-archs` (hidden size 128-512, vocabulary 128): `archs`,
-#: `quantkv` (quantized K/V caches with flash attention) and `widearchs` (the wider settings sample of some graph
-#: classes); the other grids hold published shapes.
-SMOKE_GRIDS = frozenset({"archs", "quantkv", "widearchs"})
+#: `quantkv` (quantized K/V caches with flash attention), `widearchs` (the wider settings sample of some graph
+#: classes) and `newarchs` (the newer architectures over a sampled wide grid); the other grids hold published
+#: shapes.
+SMOKE_GRIDS = frozenset({"archs", "quantkv", "widearchs", "newarchs"})
+_QUANT_FREE_CACHE_TYPES = frozenset({"f16", "bf16", "f32"})
+
+
+def config_class(settings: dict[str, object]) -> str:
+    """The configuration class of a recording: cache types, flash attention and micro-batch ("K/V quantized, FA
+    on, ub 2048")."""
+    quant = any(str(settings.get(k) or "f16") not in _QUANT_FREE_CACHE_TYPES for k in ("type_k", "type_v"))
+    fa = str(settings.get("flash_attn") or "auto")
+    ub = settings.get("n_ubatch")
+    ub_text = f"ub {ub}" if isinstance(ub, int) and ub > 512 else "ub 512"
+    return f"K/V {'quantized' if quant else 'f16'}, FA {fa}, {ub_text}"
 
 
 def all_results() -> Iterator[CaseResult]:
@@ -552,8 +564,14 @@ MODEL_NOTES = """\
   latent, the absorbed Q and K at K's concatenation, above the space the query and q_nope_absorbed freed when Q was
   concatenated, which takes what fits of the three), MiniCPM3's compressed KV, the indexer queries of DeepSeek-V4,
   qwen4exp and glm5-next (two `[n_indexer_head x key_length, n_tok]` tensors, one on glm5-next) and the
-  hyper-connection residual streams `[n_embd x hc, n_tok]` (one on DeepSeek-V4 and hy_v4, two on qwen4exp and
-  glm5-next). Where a block waits for the FFN (the attention output of parallel attention/FFN blocks) it takes one
+  hyper-connection residual streams `[n_embd x hc, n_tok]` (one on hy_v4, two on qwen4exp and glm5-next, three
+  at DeepSeek-V4's indexer peak), DeepSeek-V4's compressed attention (`build_inp_dsv4`'s CSA, HCA and indexer
+  masks, the zero-filled top-k leaf, the lightning indexer's score and top-k over the CSA cells, the layer's
+  scores under it without flash attention), the lightning indexer's score and top-k of the DSA models at long
+  contexts, MiniMax-M3's block-sparse mask per stream (`bmc`, its transposed copy and the f32 copy of the FA
+  mask, with `llm_graph_input_msa`'s inputs) and the k-pool selection of qwen4exp and glm5-next
+  (`build_inp_kpool`'s inputs, `gather_mask` on glm5-next, the score and top-k over the pools, the selected cells
+  and the `[n_sel, n_tok]` tensors of the scatter index chain). Where a block waits for the FFN (the attention output of parallel attention/FFN blocks) it takes one
   block of the FFN norm's hole, and so does talkie's skip block; the cacheless diffusion models (dream, llada)
   have their mask between the two freed blocks, so no two-block hole. A quantized K or V cache (head size a
   multiple of 64) is rotated (`llama-kv-cache.cpp`, `attn_rot_k/v`; `llama_mul_mat_hadamard` in
@@ -592,9 +610,9 @@ MODEL_NOTES = """\
 
 ## Known gaps (compute)
 
-The targets: compute within 5% on at least 90% of the recordings (met), never more than 10% under (11 recordings
-miss: 5 smoke models, 6 granite-4.0-h-tiny splits), totals never more than 2% under (13 miss, all smoke models;
-met on every recording of a published model). By family:
+The targets: compute within 5% on at least 90% of the recordings (met), never more than 10% under (6 recordings
+miss, all granite-4.0-h-tiny splits over RPC), totals never more than 2% under (10 miss, all smoke models; met on
+every recording of a published model). By family:
 
 * **Mamba hybrids with several sequences** (the granitehybrid, nemotron_h and jamba smoke models, `widearchs`
   grid): with one slot the Mamba block after the last attention layer is replayed over the freed masks and
@@ -614,23 +632,25 @@ met on every recording of a published model). By family:
   byte-exact with flash attention at every context (the residual added into the layer input leaves a one-block
   FFN hole; the freed token rows join the freed mask from the first layer on); without flash attention, c512
   with four separate slots is 10% over.
-* **Graphs the model does not name** (architecture smoke models, `archs` grid: hidden size 128-512, vocabulary
-  128, two to four layers, where a few MiB of graph detail weigh 10-30%): DeepSeek-V4 (14.6% under with flash
-  attention, 31.1% without: its compressed-attention masks and caches, and 6 MiB of holes at the peak once the
-  indexer queries, the stream and the blocks are counted) and glm5-next (8.1-15.8% under: the k-pool indexer's
-  inputs and scores are not modelled. At the smoke model's peak, c512 with flash attention, 2.33 MiB short: the
-  graph inputs of `build_inp_kpool` (src/models/glm5-next.cpp) `pool_idxs` `[kpool, n_pool]` i32, `pool_mask`
-  `[n_pool, n_tok]` f16, `tail_idxs` `[kpool - 1, n_tok]` i32 and `gather_mask` `[n_sel, n_tok]` f32 with
-  `n_sel = kpool x min(n_pool, top_k / kpool) + kpool - 1` (with `indexer.kpool_select_tail`), and the layer's
-  `indexer_score` `[n_pool, n_tok]` f32 next to the indexer query; `n_pool` at reserve is
-  `max(64, pad64(cells / kpool x n_seq_max + 1))` (src/llama-memory-hybrid-idx.cpp `kpool_pad`): 192 there, so
-  3 + 192 + 6 + 1542 + 384 KiB, and a 263 KiB hole before K's row indices. It follows the cache size in 64-pool steps, and the select-tail key is not in the
-  profile). Within 10% but over 5%: jais (9.9%
-  under: the next layer's fused QKV output does not fit the one-MiB hole the blocks leave) and minimax-m3 (7.8%
-  under); granitehybrid at c1024 with two sequences 4.7% under. The three peaks are in the second layer, with the
-  first layer's FFN output (`ffn_down-0`, `ffn_out-0`) one block above `node_2`: six blocks under the transient
-  where the first layer has five; which layers leave that block there (the fused-QKV models gpt2, bloom, mpt and
-  starcoder peak in their first layer) was not traced.
+* **Sparse and compressed attention of the newer architectures** (smoke models, `archs` grid and the `newarchs`
+  grid: 20 settings each, contexts 512-131072, 1 and 4 slots, unified or not, K/V f16/q8_0/q4_0, flash attention
+  on/off, `-ub` 512/2048), each term read from the allocator's peak lists: DeepSeek-V4's compressed attention
+  (the CSA, HCA and indexer masks, the top-k zeros, the indexer's score and top-k, the scores under it without
+  flash attention: -1.6..+1.2%, before -95..-14.6%), the DSA indexer's score and top-k at long contexts and the
+  layer's scores under it without flash attention (deepseek32, glm-dsa, dots3note, hy_v4: -0.0..+1.2%, before
+  -47..0%), MiniMax-M3's block-sparse mask per stream (0..+3.3%, before -88.6..0%), the k-pool selection of
+  qwen4exp and glm5-next (`build_inp_kpool`'s inputs, the score, top-k, selected cells and the `[n_sel, n_tok]`
+  tensors of the scatter index chain: qwen4exp -8.9..+5.5%, glm5-next -6.8..+26.5%, before -95% at long
+  contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
+  freed masks, which the caches' rotation inputs split in two with quantized caches (-0.1..+4.0%, before up to
+  +37.3%). Left: the k-pool chains without flash attention at `-ub 2048` (qwen4exp 6.9-8.9% under, glm5-next
+  6.8%) and glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in holes
+  whose layout follows earlier allocations (the allocator would have to be simulated); afmoe at c8192 (4.0%
+  under: a block waits in the FFN norm's hole of its dense first layer); on the Mamba hybrids of this grid,
+  nemotron_h_moe at `-ub 2048` and with q8_0 caches at 2048 cells (21% over) and plamo2 with quantized caches
+  (2.4% under in total); granitehybrid at c1024 with two sequences 4.7% under (its peak in the second layer, with
+  the first layer's FFN output one block above `node_2`: six blocks under the transient where the first layer has
+  five).
 * **Experts on the host** (`-cmoe`, `-ncmoe`, `-ot exps=CPU` over two RPC devices): modelled from the allocator's
   peaks on Qwen3-Next-80B-A3B, Llama-4-Scout and qwen3-30b-a3b: the host running only experts (the embeddings
   input and a one-block hole, the masks, the router's copied argsort `[n_expert, n_tok]` i32, the experts'
@@ -643,12 +663,14 @@ met on every recording of a published model). By family:
   the partial splits (qwen3-30b-a3b `-ncmoe 24`: 84.01 MiB for 92.01; gpt-oss-20b `-ncmoe 12`: 104.38 for 90.76;
   Llama-4-Scout `-ncmoe 1`: 124.01 for 114.02), granite-4.0-h-tiny (56.14 for 61.54) and deepseek-v2-lite (92.13
   for 88.13); a later GPU is counted with its two blocks (no trace of its experts-elsewhere phase).
-* **DSA indexers** (deepseek32, glm-dsa, dots3note, hy_v4: 0.0-1.4% under): the top-k masks' zero-filled
-  `[1, min(n_kv, top_k), n_tok]` f32 leaves (one per full-attention layer, allocated up front;
-  `attention.indexer.top_k`, 4 MiB per layer on a real DeepSeek-V3.2 at `-ub 512`) and, at the indexer's peak, the
+* **DSA indexers** (deepseek32, glm-dsa, dots3note, hy_v4: -0.0..+1.2% on both grids): the top-k masks'
+  zero-filled `[1, min(n_kv, top_k), n_tok]` f32 leaves (one per full-attention layer, allocated up front;
+  `attention.indexer.top_k`, 4 MiB per layer on a real DeepSeek-V3.2 at `-ub 512`), at the indexer's peak the
   space the query `q` and `q_nope_absorbed` freed below Qcur (1.375 MiB on the smoke models; the indexer queries
-  go into it when they fit) are modelled; left out: the Hadamard rotation input `attn_inp_k_rot` (64 KiB) and,
-  without flash attention, 0.5 MiB not traced.
+  go into it when they fit), the indexer cache's rotation input `attn_inp_k_rot`, and at long contexts the score
+  `[n_kv, n_tok]` f32 and the top-k `[min(n_kv, top_k), n_tok]` i32 above the freed queries (one where the query
+  is rotated into a third tensor, both on hy_v4, which skips the rotation); without flash attention the layer's
+  scores `kq` stay live under the indexer. Left: without flash attention 0.5 MiB not traced.
 * **Output GPU after a MoE layer**: modelled where the allocator's traces were read: a later GPU whose last layer is
   a MoE with a shared expert whose down outputs fit into gate and up (deepseek-v2-lite: the FFN input and norm,
   the router's tensors and the down outputs stay under the logits, byte-exact), and a GPU that holds only the

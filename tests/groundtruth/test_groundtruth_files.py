@@ -22,7 +22,7 @@ from support.models import REPO
 from support.tools import load_tool
 
 FIXTURES = REPO / "tests" / "fixtures" / "llamacpp"
-GRIDS = ("archs", "sparse", "placement", "server", "fitparams", "quantkv", "wide", "widearchs")
+GRIDS = ("archs", "sparse", "placement", "server", "fitparams", "quantkv", "wide", "widearchs", "newarchs")
 FIXTURE_FILES = sorted(p for g in GRIDS for p in (FIXTURES / g).glob("*.json"))
 MIB = 1 << 20
 

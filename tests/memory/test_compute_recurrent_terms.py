@@ -143,8 +143,9 @@ def test_indexer_queries_and_hyper_connection_streams() -> None:
     # five blocks and two [1024, 512] streams (l_last-0, the grouped norm): 2.5 + 4 MiB
     assert parts["embeddings + residual activations"] == 5 * 256 * 512 * 4 + 2 * 1024 * 512 * 4
     glm = _model("archs/glm5-next-moe.header.gguf")
-    # glm5-next scores the projection itself: one 16 MiB query (node_52)
-    assert _host(glm)["attention / SSM scan"] == 8192 * 512 * 4
+    # glm5-next scores the projection itself: one 16 MiB query (node_52) and its score over the 192 pools
+    # [192, 512] f32 (indexer_score-0, 0.375 MiB, in the peak list at c512)
+    assert _host(glm)["attention / SSM scan"] == 8192 * 512 * 4 + 192 * 512 * 4
     # models without hyper-connections have no stream width
     assert _hc_width(_model("archs/qwen35-dense.header.gguf")) == 0
 

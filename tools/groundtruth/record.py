@@ -18,6 +18,11 @@ Grid g (`wide/`, `widearchs/`, `--grids wide`): a sample of the wider settings s
 slots, unified cache on and off, K/V f16 / q8_0 / q4_0, flash attention on and off, `-ub` 512 / 2048, `--swa-full`)
 for graph classes: DeepSeek-V3 (many experts with MLA) and granite-4.0-h-tiny (sparse models), the smoke models of
 the Mamba hybrids and LFM2 (`WIDE_SPARSE_MODELS`, `WIDE_ARCH_MODELS`); every run with `-t 1`.
+
+Grid h (`newarchs/`, not a default): the smoke models of the newer architectures (`NEWARCHS_MODELS`) over a sampled
+wide grid (`NEWARCHS_SAMPLE`: contexts 512..131072, 1 and 4 slots, unified or not, K/V f16/q8_0/q4_0, flash
+attention on/off, `-ub` 512/2048), 20 settings each, rebuilt from their header copies like grid f:
+    python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt --grids newarchs [--only deepseek4-moe]
 """
 
 from __future__ import annotations
@@ -280,7 +285,9 @@ def _error_text(stderr: str) -> str:
     keep = [
         ln
         for ln in lines
-        if re.search(r"error|failed|exception|not supported|does not support|requires", ln, re.I)
+        if re.search(
+            r"error|failed|exception|not supported|does not support|does not divide|requires", ln, re.I
+        )
     ]
     return " | ".join(keep[-3:]) if keep else (lines[-1] if lines else "failed")
 
@@ -506,6 +513,96 @@ def grid_quantkv(env: Env, only: list[str] | None) -> None:
         write_fixture("quantkv", name, fixture_doc("membreak", model, cases))
         print(
             "quantkv",
+            name,
+            sum(1 for c in cases if "error" not in c),
+            "/",
+            len(cases),
+            f"{time.time() - t0:.1f}s",
+            flush=True,
+        )
+
+
+# grid h. newarchs: the smoke models of the newer architectures (compressed or indexed attention, hyper-connections,
+# Mamba hybrids with MoE, SWA MoE) over a sampled wide grid: context 512..131072, 1 and 4 slots (unified or not),
+# K/V f16/q8_0/q4_0, flash attention on/off, -ub 512/2048 (the archs grid has three settings per model)
+NEWARCHS_MODELS = [
+    "deepseek4-moe",
+    "glm5-next-moe",
+    "jais-dense",
+    "minimax-m3-moe",
+    "qwen4exp-moe",
+    "deepseek32-moe",
+    "glm-dsa-moe",
+    "hy_v4-moe",
+    "dots3note-moe",
+    "cohere2moe-moe",
+    "plamo2-dense",
+    "nemotron_h_moe-dense",
+    "exaone-moe-moe",
+    "laguna-moe",
+    "afmoe-moe",
+]
+
+#: (context, slots, unified, cache type, flash attention, ubatch): a sample of the product that takes every value
+#: of each axis and pairs the long contexts with both attention paths; quantized caches only with flash attention
+#: (llama.cpp refuses a quantized V cache without it)
+NEWARCHS_SAMPLE: list[tuple[int, int, bool | None, str, str, int]] = [
+    (512, 1, None, "f16", "on", 512),
+    (512, 1, None, "f16", "off", 512),
+    (2048, 1, None, "f16", "on", 2048),
+    (2048, 1, None, "f16", "off", 2048),
+    (2048, 1, None, "q8_0", "on", 512),
+    (8192, 1, None, "f16", "on", 512),
+    (8192, 1, None, "f16", "off", 512),
+    (8192, 4, False, "f16", "on", 512),
+    (8192, 4, False, "f16", "off", 2048),
+    (8192, 4, False, "q8_0", "on", 2048),
+    (8192, 1, None, "q4_0", "on", 512),
+    (32768, 1, None, "f16", "on", 2048),
+    (32768, 1, None, "f16", "off", 512),
+    (32768, 4, True, "f16", "on", 512),
+    (32768, 4, True, "f16", "off", 512),
+    (32768, 1, None, "q8_0", "on", 512),
+    (32768, 4, True, "q4_0", "on", 2048),
+    (131072, 1, None, "f16", "on", 512),
+    (131072, 1, None, "f16", "off", 512),
+    (131072, 1, None, "q4_0", "on", 512),
+]
+
+
+def newarchs_settings() -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    for c, np_, kvu, ct, fa, ub in NEWARCHS_SAMPLE:
+        args = ["-c", str(c), "-np", str(np_), "-fa", fa, "-b", "2048", "-ub", str(ub), "-t", "1"]
+        if kvu is not None:
+            args.append("-kvu" if kvu else "-no-kvu")
+        if ct != "f16":
+            args += ["-ctk", ct, "-ctv", ct]
+        kid = (
+            f"c{c}-np{np_}" + ("" if kvu is None else ("-kvu" if kvu else "-nokvu")) + f"-fa{fa}-ub{ub}-{ct}"
+        )
+        out.append((kid, args))
+    return out
+
+
+def grid_newarchs(env: Env, only: list[str] | None) -> None:
+    for name in NEWARCHS_MODELS:
+        if only and name not in only:
+            continue
+        path = arch_model(env, name)
+        t0 = time.time()
+        cases = [case_from_membreak(env, cid, path, args) for cid, args in newarchs_settings()]
+        model = {
+            "generator": "test-llama-archs -o DIR",
+            "name": name,
+            "config": None,
+            "path_hint": f"archs/{path.name}",
+            "file_bytes": path.stat().st_size,
+            "header": f"models/archs/{name}.header.gguf",
+        }
+        write_fixture("newarchs", name, fixture_doc("membreak", model, cases))
+        print(
+            "newarchs",
             name,
             sum(1 for c in cases if "error" not in c),
             "/",
@@ -1104,6 +1201,7 @@ GRIDS = {
     "fitparams": grid_fitparams,
     "quantkv": grid_quantkv,
     "wide": grid_wide,
+    "newarchs": grid_newarchs,
 }
 
 
@@ -1122,7 +1220,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--grids",
         default="archs,sparse,placement,server,fitparams",
-        help="comma-separated grids: " + ",".join(GRIDS) + " (quantkv and wide are not in the default)",
+        help="comma-separated grids: "
+        + ",".join(GRIDS)
+        + " (quantkv, wide and newarchs are not in the default)",
     )
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)

@@ -28,6 +28,10 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   (`_absorbed_mla_attention`) and the Mamba blocks after a device's last attention layer, over the freed masks
   (`_mamba_ops`);
 * hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`GraphTraits.hc_streams`) next to the blocks;
+* sparse and compressed attention, each with its graph inputs and its peak as a function of the cells: the DSA
+  lightning indexer's score and top-k (`_IndexerScores`), DeepSeek-V4's compressed attention (`_Dsv4Attention`),
+  MiniMax-M3's block-sparse mask per stream (`_msa_mask`) and the k-pool selection of qwen4exp and glm5-next
+  (`_KpoolSelection`);
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
   not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
@@ -55,8 +59,10 @@ from numpy.typing import NDArray
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
 from fitplan.core.gguf.ggml_types import get_type, type_id
+from fitplan.core.memory.context import compressed_cells
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.memory.weights import WeightPlacement, row_bytes
+from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 F32 = 4
@@ -547,6 +553,15 @@ def _indexer_q_rows(profile: ModelProfile) -> dict[int, int]:
     return out
 
 
+def _tensor_rows(profile: ModelProfile, suffix: str) -> dict[int, int]:
+    """Per layer, the rows (output width) of its tensor named `blk.N<suffix>`."""
+    return {
+        t.layer: t.shape[1]
+        for t in profile.tensors
+        if t.layer is not None and t.name.endswith(suffix) and len(t.shape) > 1
+    }
+
+
 def _gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     """Live set of a gated-delta-net layer when its fused op's output is allocated, bytes (f32).
 
@@ -689,6 +704,8 @@ def _split_attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[tuple[
     return tuple(base), tuple(swa)
 
 
+#: src/llama-kv-cache-msa.cpp `get_n_pos`: the position axis of MiniMax-M3's indexer is padded to at least 256.
+MSA_POSITIONS = 256
 #: `llama-kv-cache.cpp` (llama_kv_cache constructor, `attn_rot_k` / `attn_rot_v`): the smallest Hadamard rotation.
 HADAMARD_MIN = 64
 
@@ -759,6 +776,217 @@ def _max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
     return max((a.at(nb, ns) for a in affs), default=0)
 
 
+def _indexer_peak(query: int, score: int, top: int, below: int = 1) -> int:
+    """A lightning indexer's peak over its two live queries `[n_indexer_head x key_length, n_tok]` (the projection
+    and its roped or rotated copy), bytes: the score `[n_kv, n_tok]` f32 is allocated when the first query is
+    freed and goes into its space while it fits, the top-k indices `[min(n_kv, top_k), n_tok]` i32 then into the
+    second's; else the score goes above the second query and the indices above the score (the allocator's peaks
+    on the deepseek32 smoke model: two 16 MiB `indexer_q-0` at c8192; at c32768 one freed 16 MiB query,
+    `indexer_score-0` and the top-k, 64 MiB each, on top). `below`: the query tensors whose space is under the score
+    then: one where the query is rotated into a third tensor that is live in the last slot, two without the
+    rotation (hy_v4's peak at c32768: a 32 MiB hole under `indexer_score-0`)."""
+    if score <= query:
+        return 2 * query
+    return below * query + score + (top if top > below * query else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _IndexerScores:
+    """DeepSeek-V3.2's lightning indexer at its peak (src/models/deepseek32.cpp and its copies), as a function of
+    the indexed cache's cells per stream `nb`: what stays live under it (`base`: the compressed query, the absorbed
+    Q and the freed space below it, see `_indexer_queries`), without flash attention the layer's scores
+    `kq` `[n_kv, n_tok, n_head]` f32, computed before the indexer and kept for the top-k mask added to them (the
+    smoke model without flash attention: `kq-0` under the two `indexer_q-0`), and `_indexer_peak`."""
+
+    base: int
+    query: int
+    n_tok: int
+    top_k: int
+    kq_per_cell: int  # 0 with flash attention
+    below: int = 1  # query tensors under the score (`_indexer_peak`)
+
+    def transient(self, nb: int) -> int:
+        score = F32 * self.n_tok * nb
+        top = I32 * self.n_tok * min(nb, self.top_k)
+        return self.base + self.kq_per_cell * nb + _indexer_peak(self.query, score, top, self.below)
+
+    def transient_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.transient(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+
+#: src/llama-memory-hybrid-idx.cpp `kpool_pad`: pools are counted in steps of 64 (at least 64), one more than used.
+KPOOL_PAD = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _KpoolSelection:
+    """The k-pool sparse attention of qwen4exp (src/models/qwen4exp.cpp `build_inp_kpool`, `build_indexer_sel`)
+    and glm5-next, as a
+    function of the indexer cache's cells per stream `nb`.
+
+    At the reserve the pools are those of a full cache: n_pool = kpool_pad(nb / kpool x n_seq_max)
+    (src/llama-memory-hybrid-idx.cpp, `n_pool_max`), n_top = min(n_pool, top_k / kpool) of them are selected and
+    n_sel = kpool x n_top (+ kpool - 1 tail cells). Graph inputs: `pool_cells` `[n_pool]` and `pool_idxs`
+    `[kpool, n_pool]` i32, `pool_mask` `[n_pool, n_tok]` f16, `tail_idxs` `[kpool - 1, n_tok]` i32,
+    `new_pool_idxs` `[kpool, n_new]` i32 and `new_pool_rep` `[n_new]` i64 (n_new = the pools of the full cache).
+
+    At the peak (the allocator's lists on the smoke model, c8192 and c32768, with and without flash attention):
+    the indexer's score `[n_pool, n_tok]` f32 and top-k `[n_top, n_tok]` i32 (in the freed space of the two
+    indexer queries when the score fits one, with the layer's norm block; else the score above them), then the
+    selected cells `get_rows(pool_idxs, top_k)` `[kpool x n_top, n_tok]` i32, and four `[n_sel, n_tok]` tensors
+    of the scatter index chain (the concatenated selection, its f32 cast, the liveness and the dump rows; the f16
+    repeated zeros `[n_sel, n_tok]` take the freed selection's space). Without flash attention the layer's scores
+    `kq` `[n_kv, n_tok, n_head]` f32 sit under three of them, above `top_score` `[n_top, n_tok]` f32 and the
+    repeated `live_pool` `[kpool - 1, n_top, n_tok]` part.
+
+    glm5-next (`gather`: src/models/glm5-next.cpp) also has the graph input `gather_mask` `[n_sel, n_tok]` f32,
+    which gives each slot's liveness (`ggml_exp` of it). Its peak (the allocator's lists on the smoke model): the
+    indexer query `[n_indexer_head x key_length, n_tok]` with the score at short contexts; else the score and
+    the top-k, the selected cells and one `[n_sel, n_tok]` tensor of the chain (two when top_k caps the selection
+    below the pools: c131072, and c32768 with four slots); without flash attention the layer's scores `kq`, two
+    chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered into.
+    """
+
+    n_tok: int
+    flash_attn: bool
+    kpool: int
+    top_k: int
+    tail: bool
+    n_seqs: int
+    query: int  # bytes of one indexer query
+    block: int
+    kq_per_cell: int  # the layer's scores per cell without flash attention
+    gather: bool = False  # glm5-next's graph (the `gather_mask` input)
+
+    def sizes(self, nb: int) -> tuple[int, int, int]:
+        """(n_pool, n_top, n_sel) for `nb` cells per stream."""
+        real = nb // self.kpool * self.n_seqs
+        n_pool = max(KPOOL_PAD, -(-(real + 1) // KPOOL_PAD) * KPOOL_PAD)
+        n_top = min(n_pool, self.top_k // self.kpool)
+        return n_pool, n_top, self.kpool * n_top + (self.kpool - 1 if self.tail else 0)
+
+    def inputs(self, nb: int) -> int:
+        n_pool, _, _ = self.sizes(nb)
+        real = nb // self.kpool * self.n_seqs
+        return (
+            I32 * n_pool * (1 + self.kpool)
+            + F16 * n_pool * self.n_tok
+            + I32 * (self.kpool - 1) * self.n_tok
+            + (I32 * self.kpool + I64) * max(real, 1)
+            + (F32 * self.sizes(nb)[2] * self.n_tok if self.gather else 0)
+        )
+
+    def transient(self, nb: int) -> int:
+        n_pool, n_top, n_sel = self.sizes(nb)
+        score, top = F32 * n_pool * self.n_tok, I32 * n_top * self.n_tok
+        sel_rows, chain = I32 * self.kpool * n_top * self.n_tok, F32 * n_sel * self.n_tok
+        q, kq = self.query, self.kq_per_cell * nb
+        if self.gather:
+            if not self.flash_attn:
+                return max(q + score, kq + 2 * chain + F32 * (nb + n_sel) * self.n_tok)
+            return max(q + score, score + top + sel_rows + (2 if n_top < n_pool else 1) * chain)
+        if top > 2 * q:
+            # the top-k fits none of the freed query tensors: the three (the projection, its norm, the roped
+            # copy) stay a hole under the score and the top-k (the smoke model at c131072)
+            below = 3 * q + score + top
+            if self.flash_attn:
+                return below + sel_rows + 4 * chain
+            return below + kq + 5 * chain + F16 * n_sel * self.n_tok
+        fits = score <= q
+        if self.flash_attn:
+            below = self.block + score + top if fits else 2 * q + score
+            return max(2 * q, below + sel_rows + 4 * chain)
+        below = (self.block + 2 * score + top) if fits else (2 * q + score + top)
+        live_rest = F32 * (self.kpool - 1) * n_top * self.n_tok
+        return max(2 * q, below + sel_rows + live_rest + kq + 3 * chain)
+
+    def inputs_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.inputs(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+    def transient_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.transient(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+
+#: Tensors `[n_embd x hc, n_tok]` of DeepSeek-V4's hyper-connection streams live at the indexer's peak: the
+#: previous layer's output stream `l_last`, above the space the first layer's stream tensors took (`hc_init` and
+#: its copy), and the blocks `[n_embd, n_tok]` with them: the embeddings input, the token-embedding rows `embd`
+#: and one block (the allocator's peaks on the deepseek4 smoke model: `l_last-1` starts ten blocks above the graph
+#: inputs with four streams, at every context, micro-batch and slot count; nine and a half without flash attention).
+DSV4_STREAM_TENSORS = 3
+DSV4_BLOCKS = 3
+#: The contiguous copy of V without flash attention goes into the hole under the previous layer's stream while it
+#: is at most this many blocks (the smoke model: `v_cont-2` at 0.09-1.09 MiB inside the 2.2-2.5 MiB hole, at
+#: 4.09 MiB above the stream).
+DSV4_V_HOLE_BLOCKS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Dsv4Attention:
+    """DeepSeek-V4's compressed attention on a backend that runs a CSA layer (src/models/deepseek4.cpp), as
+    functions of the CSA cache's cells per stream `nb` (the HCA and indexer caches follow from it:
+    src/llama-kv-cache-dsv4.cpp sizes each as GGML_PAD(ceil(n_ctx_seq / ratio), 256)).
+
+    Graph inputs (src/llama-graph.cpp `build_inp_dsv4`, `dsv4_build_comp_inputs`), live through the graph: the
+    masks of the CSA, HCA and indexer caches `[n_kv, n_tok]` (f16 with flash attention, else f32; the indexer's
+    f16 for the fused `ggml_lightning_indexer`), the indexer cache's Hadamard rotation `attn_inp_k_rot`
+    (`[n_rot, n_rot]` f32, always built for the lightning indexer: llama-kv-cache.cpp), and per CSA layer the
+    zero-filled leaf `build_top_k_mask` writes into the mask `[1, min(n_kv, top_k), n_tok]` (f16 with flash
+    attention, else f32).
+
+    At the indexer's peak (`build_lightning_indexer`, `_indexer_peak`): its query `lid_q` and the roped copy, then
+    the score `lid_score_masked` and the top-k indices (the smoke model at c131072: one freed 16 MiB query and the
+    two 64 MiB tensors on top). Without
+    flash attention the layer's scores `kq` `[n_swa + n_kv, n_tok, n_head]` f32 are computed before the indexer
+    and stay live under it (the top-k mask is added to them), with the contiguous V `[head_v, n_swa + n_kv]` f16.
+    """
+
+    n_tok: int
+    flash_attn: bool
+    csa_layers: int  # CSA layers with the indexer on this backend (one zero-filled leaf each)
+    hca: bool  # the backend runs an HCA layer (its mask)
+    top_k: int
+    query: int  # bytes of one indexer query `[n_indexer_head x key_length, n_tok]` f32
+    rot: int  # the indexer cache's rotation input, bytes
+    n_head: int
+    head_v: int
+    block: int  # `[n_embd, n_tok]` f32
+
+    @staticmethod
+    def _cells(nb: int) -> tuple[int, int]:
+        """(HCA cells, indexer cells) per stream for `nb` CSA cells: the CSA cache holds ceil(n / 4) cells padded
+        to 256, so the HCA cache's ceil(n / 128), padded alike, is that count's ceil(nb / 32), padded (exactly:
+        the padding of the CSA count hides at most 7 HCA cells, and a multiple of 8 pads the same); the indexer
+        cache has the CSA cache's ratio."""
+        return compressed_cells(nb, DSV4_HCA_RATIO // DSV4_CSA_RATIO), nb
+
+    def inputs(self, nb: int) -> int:
+        elt = F16 if self.flash_attn else F32
+        hca, lid = self._cells(nb)
+        masks = elt * self.n_tok * nb + F16 * self.n_tok * lid + (elt * self.n_tok * hca if self.hca else 0)
+        zeros = self.csa_layers * elt * self.n_tok * min(nb, self.top_k)
+        return masks + zeros + self.rot
+
+    def transient(self, nb: int, ns: int) -> int:
+        score = F32 * self.n_tok * nb
+        top = I32 * self.n_tok * min(nb, self.top_k)
+        indexer = _indexer_peak(self.query, score, top)
+        if self.flash_attn:
+            return indexer
+        kq = F32 * self.n_tok * self.n_head * (ns + nb)
+        v = F16 * self.head_v * (ns + nb)
+        return kq + (v if v > DSV4_V_HOLE_BLOCKS * self.block else 0) + indexer
+
+    def inputs_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter((self.inputs(int(x)) for x in nb), dtype=np.int64, count=nb.size)
+
+    def transient_array(self, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
+        return np.fromiter(
+            (self.transient(int(b), int(w)) for b, w in zip(nb, ns, strict=True)),
+            dtype=np.int64,
+            count=nb.size,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _DevicePlan:
     """The compute buffer of one backend as functions of the KV cells (built once per placement)."""
@@ -781,7 +1009,7 @@ class _DevicePlan:
     small_inputs: int = 0  # token ids, positions, K/V row indices, output ids
     # (FFN, first intermediate, hole) of the layers that run after the last use of a mask and V's indices: the
     # first intermediate reuses their space when it fits there.
-    ffn_holes: tuple[tuple[int, int, int, Affine], ...] = ()
+    ffn_holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...] = ()
     # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
     ik_groups: tuple[tuple[bool, int], ...] = ()
     # ik_llama.cpp on the host: the masks and activations are freed before the output layer, whose logits sit
@@ -793,6 +1021,12 @@ class _DevicePlan:
     dsa_top_k: int = 0
     # on a later GPU whose last layer is a MoE with a shared expert: that layer's tensors under the logits
     out_below: int = 0
+    # DeepSeek-V4's compressed attention (its graph inputs and the indexer's peak), None elsewhere
+    dsv4: _Dsv4Attention | None = None
+    # DeepSeek-V3.2's lightning indexer at its peak, None elsewhere
+    indexer: _IndexerScores | None = None
+    # the k-pool sparse attention of qwen4exp and glm5-next (its inputs and the selection's peak), None elsewhere
+    kpool: _KpoolSelection | None = None
     # Mamba blocks after the last attention layer: their allocations, replayed over the freed masks' space
     # (with the block of the layer's input in it), the block under it and the FFN norm's two-block hole
     ssm_ops: tuple[ReplayOp, ...] = ()
@@ -1004,9 +1238,14 @@ class _PlanBuilder:
 
         dsa_top_k = profile.indexer_top_k if profile.traits.graph.dsa_indexer else 0
         idx_rows = _indexer_q_rows(profile)
+        self.idx_q_proj = _tensor_rows(profile, ".indexer.q_proj.weight")
         kv_a_mqa = _kv_a_mqa_rows(profile)
         # hyper-connection residual streams, live through every layer like the residual blocks
         hc_block = F32 * n_tok * _hc_width(profile) * profile.traits.graph.hc_streams
+        if profile.traits.graph.dsv4_attention and hc_block:
+            # the streams and blocks at DeepSeek-V4's indexer peak (DSV4_STREAM_TENSORS, DSV4_BLOCKS), counted
+            # in place of the residual blocks
+            hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - RESIDUAL_BLOCKS) * embd_block
 
         shapes = _layer_shapes(profile)
         ik_q: set[tuple[bool, int]] = set()
@@ -1075,6 +1314,67 @@ class _PlanBuilder:
         # indices, but builds its own mask); sliding-window layers have none
         return F32 * self.n_tok * len(_attn_layers(self.profile, layers)[0]) if self.dsa_top_k else 0
 
+    def indexer_scores(self, layers: list[int]) -> _IndexerScores | None:
+        """The DSA lightning indexer's peak on a backend running `layers` (None without an indexer layer)."""
+        indexed = [il for il in layers if self.profile.layers[il].has_indexer]
+        if not (self.idx_q and indexed) or self.inputs.ik_attention:
+            return None
+        query = F32 * self.n_tok * self.idx_heads * self.profile.indexer_head_size
+        kq = 0 if self.fa else F32 * self.n_tok * max(self.profile.layers[il].n_head for il in indexed)
+        rotated = self.profile.traits.graph.indexer_rotation
+        head = self.profile.indexer_head_size
+        # the indexer cache's rotation input `attn_inp_k_rot` [n_rot, n_rot] f32 (llama-kv-cache.cpp builds it
+        # for these architectures whatever the cache type), a graph input live through the graph
+        rot = F32 * _rotation_size(head) ** 2 if rotated and head % HADAMARD_MIN == 0 else 0
+        return _IndexerScores(
+            self.idx_q - 2 * query + rot, query, self.n_tok, self.dsa_top_k, kq, 1 if rotated else 2
+        )
+
+    def kpool_selection(self, layers: list[int]) -> _KpoolSelection | None:
+        """The k-pool sparse attention on a backend running `layers` (None without an indexer layer there)."""
+        profile = self.profile
+        graph = profile.traits.graph.kpool_graph
+        if graph is KpoolGraph.NONE or profile.indexer_kpool < 2:
+            return None
+        indexed = [il for il in layers if profile.layers[il].has_indexer]
+        if not indexed:
+            return None
+        return _KpoolSelection(
+            n_tok=self.n_tok,
+            flash_attn=self.fa,
+            kpool=profile.indexer_kpool,
+            top_k=profile.indexer_top_k,
+            tail=profile.indexer_kpool_tail,
+            n_seqs=max(1, self.inputs.n_seqs),
+            query=F32 * self.n_tok * max(self.idx_rows.get(il, 0) for il in indexed),
+            block=self.embd_block,
+            kq_per_cell=0 if self.fa else F32 * self.n_tok * max(profile.layers[il].n_head for il in indexed),
+            gather=graph is KpoolGraph.GATHER_MASK,
+        )
+
+    def dsv4(self, layers: list[int]) -> _Dsv4Attention | None:
+        """DeepSeek-V4's compressed attention on a backend running `layers` (None without a CSA layer there)."""
+        profile = self.profile
+        if not profile.traits.graph.dsv4_attention:
+            return None
+        csa = [il for il in layers if profile.layers[il].compress_ratio == DSV4_CSA_RATIO]
+        if not csa:
+            return None
+        lp = profile.layers[csa[0]]
+        head = profile.indexer_head_size
+        return _Dsv4Attention(
+            n_tok=self.n_tok,
+            flash_attn=self.fa,
+            csa_layers=sum(1 for il in csa if profile.layers[il].has_indexer),
+            hca=any(profile.layers[il].compress_ratio == DSV4_HCA_RATIO for il in layers),
+            top_k=profile.indexer_top_k,
+            query=F32 * self.n_tok * max(self.idx_rows.get(il, 0) for il in csa),
+            rot=F32 * _rotation_size(head) ** 2 if head % HADAMARD_MIN == 0 else 0,
+            n_head=lp.n_head,
+            head_v=lp.n_embd_head_v,
+            block=self.embd_block,
+        )
+
     def masks(self, layers: list[int]) -> Affine:
         if not self.profile.has_memory:
             return Affine(c=self.mask_elt * self.n_tok * self.n_tok) if layers else Affine()
@@ -1103,16 +1403,55 @@ class _PlanBuilder:
             for il in group:
                 self._kq_layer(il, is_swa, out)
         self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
-        if self.idx_q and any(self.profile.layers[il].has_indexer for il in layers):
-            out.add(Affine(c=self.idx_q))
+        if (
+            self.idx_q
+            and self.inputs.ik_attention
+            and any(self.profile.layers[il].has_indexer for il in layers)
+        ):
+            out.add(Affine(c=self.idx_q))  # mainline's indexer peak: `indexer_scores`
+        msa = self._msa_mask(layers)
+        if msa is not None:
+            out.add(msa)
         iq = max((self.idx_rows.get(il, 0) for il in layers), default=0)
-        if iq:
+        if iq and not self.profile.traits.graph.dsv4_attention:  # DeepSeek-V4's: `_Dsv4Attention.transient`
             out.add(Affine(c=self.profile.traits.graph.indexer_q_copies * F32 * self.n_tok * iq))
         if self.profile.traits.graph.parallel_attn_ffn and (base or swa) and self.fa:
             # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
             # peak: Q, K and V above the norm output); without flash attention the recordings match without it
             out = {Affine(a.a_base, a.a_swa, a.c + self.embd_block) for a in out}
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _msa_mask(self, layers: list[int]) -> Affine | None:
+        """MiniMax-M3's block-sparse layer at its peak (src/models/minimax-m3.cpp, `msa_enabled`: flash attention,
+        and one sequence or a stream per sequence; the layers after the dense lead), None elsewhere.
+
+        Per stream the graph turns the indexer's top-k blocks into a cell mask: `bmc` (`get_rows` of the block
+        mask by the cells' blocks, `[n_tps x Hd, n_kv]` f32, Hd = attention.indexer.head_count) and its
+        transposed copy `bmx` `[n_kv, n_tps, Hd]` f32 are live together; the f32 copy of the FA mask `msa_mf`
+        `[n_kv, n_tok]`, allocated when the mask is added, goes into `bmc`'s freed space when it fits (one
+        stream), else above (the allocator's peaks on the smoke model: `node_121` and `(cont)`, 32 MiB each at
+        c8192; with four streams `(cont)` 2 MiB above the freed 2 MiB and `(copy)` 4 MiB). Under them the graph
+        inputs of `llm_graph_input_msa` (`pos_mask` `[n_ps, n_tok]` and `bias` `[n_blk, n_tok]` f32,
+        `pos_slot_i` `[n_ps, ns]` and `cell_blk` `[n_kv, ns]` i32, with n_ps = 256 positions padded to whole
+        blocks at the reserve: `llama_kv_cache_msa_context::get_n_pos` of an empty cache) and one block more: the
+        peak has the layer's norm output `norm-1` above a freed block, six blocks in all.
+        """
+        profile, ci = self.profile, self.inputs
+        if not (profile.traits.graph.msa_attention and self.fa and profile.indexer_block_size > 0):
+            return None
+        if ci.n_seqs > 1 and ci.n_stream == 1:
+            return None  # a unified cache with several sequences: dense attention
+        sparse = [il for il in layers if profile.layers[il].has_indexer]
+        if not sparse or not profile.indexer_head_size:
+            return None
+        hd = max(self.idx_q_proj.get(il, 0) for il in sparse) // profile.indexer_head_size
+        ns = max(1, ci.n_stream)
+        n_tps = self.n_tok // ns
+        blk = profile.indexer_block_size
+        n_ps = -(-MSA_POSITIONS // blk) * blk
+        inputs = F32 * self.n_tok * (n_ps + n_ps // blk) + I32 * n_ps * ns
+        per_cell = 2 * F32 * n_tps * hd + (F32 * self.n_tok if ns > hd else 0) + I32 * ns
+        return Affine(a_base=per_cell, c=inputs + self.embd_block)
 
     def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
         """One attention layer's live set (added to `out`); ik's chunked groups go to `self.ik_q`."""
@@ -1141,7 +1480,19 @@ class _PlanBuilder:
             q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
         if qkv:
             # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
-            out.add(Affine(c=F32 * self.n_tok * qkv))
+            above = 0
+            if (
+                self.fa
+                and self.profile.traits.graph.no_rope_qkv
+                and il - 1 in self.shapes.gated
+                and qkv > FFN_HOLE_BLOCKS * self.profile.n_embd
+            ):
+                # after a gated FFN the blocks leave a two-block hole the output does not fit, and the layer's
+                # norm output sits in the token rows' freed block: one block more than in the first layer (the
+                # allocator's peak on the jais smoke model at c512: inp_embd, norm-1, the hole, node_2, the
+                # previous layer's output and node_43, the 1.5 MiB QKV, on top: 5.02 MiB)
+                above = self.profile.n_embd
+            out.add(Affine(c=F32 * self.n_tok * (qkv + above)))
         elif self.profile.mla is None:
             # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
             # goes into the one-block hole the mixed batch's token rows leave (freed after the first
@@ -1322,7 +1673,7 @@ class _PlanBuilder:
 
     def ffn_holes(
         self, layers: list[int], flayers: list[int], m: Affine, vi: int
-    ) -> tuple[int, tuple[tuple[int, int, int, Affine], ...]]:
+    ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
         """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
         layer's FFN can put its first intermediate in their space (with the device's input block, freed after
@@ -1335,7 +1686,7 @@ class _PlanBuilder:
             return _ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
-        holes: set[tuple[int, int, int, Affine]] = set()
+        holes: set[tuple[int, int, int, tuple[Affine, ...]]] = set()
         big = len(self.profile.layers)
         last_base = max(base, default=-1) if base else big
         last_swa = max(swa, default=-1) if swa else big
@@ -1347,16 +1698,28 @@ class _PlanBuilder:
                 continue
             f, first, held = _ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
             # the mixed batch's token rows, freed after the first layer's input is assembled; with the residual
-            # added into the layer input (lfm2) they are free by the first layer's FFN already, next to the mask
+            # added into the layer input (lfm2) they are free by the first layer's FFN already, next to the mask;
+            # with parallel attention and FFN a MoE layer's attention output waits for the FFN in that block (the
+            # cohere2moe smoke model with four streams: `node_73` next to inp_embd, the freed masks above it)
             first_layer = il == min(layers) and not self.profile.traits.graph.residual_into_input
-            freed_input = 0 if first_layer else self.embd_block
+            parallel = self.profile.traits.graph.parallel_attn_ffn
+            freed_input = 0 if first_layer or (parallel and self.profile.is_moe) else self.embd_block
             hole = Affine(
                 m.a_base if freed_base else 0,
                 m.a_swa if freed_swa else 0,
                 (m.c if freed_base else 0) + v_one * (int(freed_base) + int(freed_swa)) + freed_input,
             )
-            holes.add((f, first, held, hole))
-        key = lambda h: (h[0], h[1], h[2], h[3].a_base, h[3].a_swa, h[3].c)  # noqa: E731
+            alts: tuple[Affine, ...] = (hole,)
+            if freed_base and freed_swa and parallel and any(self.rot_bytes):
+                # the caches' rotation inputs sit between the two masks: the freed masks are two blocks, the FFN
+                # takes the better one (the cohere2moe smoke model with q8_0 caches: `attn_inp_v_rot` between the
+                # freed 6.2 and 8.03 MiB, the 12 MiB fused gate-and-up output above both)
+                alts = (
+                    Affine(m.a_base, 0, m.c + v_one + freed_input),
+                    Affine(0, m.a_swa, v_one + freed_input),
+                )
+            holes.add((f, first, held, alts))
+        key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
         return _ffn_transient(self.profile, rest, self.n_tok, self.v_rot), tuple(sorted(holes, key=key))
 
     def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
@@ -1456,6 +1819,9 @@ class _PlanBuilder:
             ik_groups=self.ik_groups(layers) if self.inputs.ik_attention else (),
             dsa_zeros=self.dsa_zeros(layers),
             dsa_top_k=self.dsa_top_k,
+            dsv4=self.dsv4(layers) if runs else None,
+            indexer=self.indexer_scores(layers) if runs else None,
+            kpool=self.kpool_selection(layers) if runs else None,
             kq=kq_gi,
             mla_v=self.mla_v(layers),
             fa_copies=self.fa_copies(layers) if cuda else (),
@@ -1559,6 +1925,9 @@ class _PlanBuilder:
             ik_groups=self.ik_groups(host_layers) if self.inputs.ik_attention else (),
             dsa_zeros=self.dsa_zeros(host_layers),
             dsa_top_k=self.dsa_top_k,
+            dsv4=self.dsv4(host_layers),
+            indexer=self.indexer_scores(host_layers),
+            kpool=self.kpool_selection(host_layers),
             kq=self.kq(host_layers, replayed)
             if not (ffn_only or experts_only)
             else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
@@ -1660,17 +2029,56 @@ def _reuse(first: int, held: int, room: int, f: int = 0) -> int:
         return first + held + max(0, more) * first
     if first <= room:
         return first
+    if f and f - first - held <= room and not held:
+        # the first does not fit, what follows does (a fused gate-and-up output above the freed masks, the GLU
+        # output in them: the cohere2moe smoke model with four streams at c8192)
+        return f - first
     return held if held <= room else 0
+
+
+def _reuse_array(f: int, first: int, held: int, room: NDArray[np.int64]) -> NDArray[np.int64]:
+    """`_reuse` over an array of rooms."""
+    more = (
+        np.maximum(0, np.minimum((room - first - held) // first, (f - first - held) // first))
+        if first
+        else np.zeros_like(room)
+    )
+    rest_fits = (f - first - held <= room) & (held == 0) & (f > 0)
+    out: NDArray[np.int64] = np.where(
+        f <= room,
+        f,
+        np.where(
+            first + held <= room,
+            first + held + more * first,
+            np.where(
+                first <= room,
+                first,
+                np.where(rest_fits, f - first, np.where(held <= room, held, 0)),
+            ),
+        ),
+    )
+    return out
 
 
 def _last_ffn(p: _DevicePlan, nb: int, ns: int) -> int:
     return max(
-        (f - _reuse(first, held, hole.at(nb, ns), f) for f, first, held, hole in p.ffn_holes), default=0
+        (
+            f - max(_reuse(first, held, hole.at(nb, ns), f) for hole in alts)
+            for f, first, held, alts in p.ffn_holes
+        ),
+        default=0,
     )
 
 
 def _transient(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
-    att = max(_max_at(p.kq, nb, ns), ik, p.ssm_after(nb, ns))
+    att = max(
+        _max_at(p.kq, nb, ns),
+        ik,
+        p.ssm_after(nb, ns),
+        p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0,
+        p.indexer.transient(nb) if p.indexer is not None else 0,
+        p.kpool.transient(nb) if p.kpool is not None else 0,
+    )
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
         scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
@@ -1698,29 +2106,24 @@ def _total_array(
     att = _max_aff(p.kq, nb, ns)
     if ik is not None:
         att = np.maximum(att, ik)
+    dsv4_inputs = np.zeros_like(nb)
+    if p.dsv4 is not None:
+        att = np.maximum(att, p.dsv4.transient_array(nb, ns))
+        dsv4_inputs = p.dsv4.inputs_array(nb)
+    if p.indexer is not None:
+        att = np.maximum(att, p.indexer.transient_array(nb))
+    if p.kpool is not None:
+        att = np.maximum(att, p.kpool.transient_array(nb))
+        dsv4_inputs = dsv4_inputs + p.kpool.inputs_array(nb)
     if p.ssm_ops:
         ssm = [p.ssm_after(int(b), int(w)) for b, w in zip(nb.tolist(), ns.tolist(), strict=True)]
         att = np.maximum(att, np.array(ssm, dtype=np.int64))
     ffn = np.full_like(nb, p.ffn)
-    for f, first, held, hole in p.ffn_holes:
-        room = _aff(hole, nb, ns)
-        more = (
-            np.maximum(0, np.minimum((room - first - held) // first, (f - first - held) // first))
-            if first
-            else np.zeros_like(room)
-        )
-        reuse = np.where(
-            f <= room,
-            f,
-            np.where(
-                first + held <= room,
-                first + held + more * first,
-                np.where(first <= room, first, np.where(held <= room, held, 0)),
-            ),
-        )
+    for f, first, held, alts in p.ffn_holes:
+        reuse = np.max(np.stack([_reuse_array(f, first, held, _aff(hole, nb, ns)) for hole in alts]), axis=0)
         ffn = np.maximum(ffn, f - reuse)
     trans = np.where(att > ffn, att, ffn)
-    zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros
+    zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros + dsv4_inputs
     if p.device is None:
         total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns) + zeros
         if p.ik_output_phase and p.logits and p.layer_phase:
@@ -1762,6 +2165,8 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
             ComputePart(p.blocks_label, p.blocks),
             ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
             ComputePart("DSA top-k zeros", p.zeros_at(nb)),
+            ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
+            ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
         ]
         trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
         if p.ik_output_phase and p.logits and trans is not None:
@@ -1784,6 +2189,8 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
                 ComputePart("FA f16 K/V copies", _max_at(p.fa_copies, nb, ns)),
                 ComputePart("DSA top-k zeros", p.zeros_at(nb)),
+                ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
+                ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
             ]
         out = (
             [

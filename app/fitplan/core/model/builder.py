@@ -599,17 +599,27 @@ def _indexer_layers(
     return out
 
 
+def _indexer_kpool(meta: _Meta, t: ArchTraits, d: _Dims) -> int:
+    """The k-pool indexer's pool size (hparams.indexer_kpool), 0 without k-pooling."""
+    src = t.memory.kpool_source
+    if src is KpoolSource.INDEXER_KPOOL:
+        return meta.num("attention.indexer.kpool")
+    if src is KpoolSource.COMPRESS_RATIOS:  # models/qwen4exp.cpp: the one nonzero attention.compress_ratios
+        return max(meta.key_or_arr("attention.compress_ratios", d.n_layer_all, d.zeros), default=0)
+    return 0
+
+
+def _indexer_kpool_tail(meta: _Meta, t: ArchTraits) -> bool:
+    """hparams.indexer_kpool_select_tail: models/qwen4exp.cpp always sets it, glm5-next.cpp reads the key."""
+    if t.memory.kpool_source is KpoolSource.COMPRESS_RATIOS:
+        return True
+    return bool(meta.num("attention.indexer.kpool_select_tail"))
+
+
 def _indexer_width(meta: _Meta, t: ArchTraits, d: _Dims) -> int:
     """Values per indexer key row: the key length, times the k-pool row when k-pooling is on."""
     idx_head = meta.num(Keys.Attention.Indexer.KEY_LENGTH)
-    src = t.memory.kpool_source
-    if src is KpoolSource.INDEXER_KPOOL:
-        kpool = meta.num("attention.indexer.kpool")
-    elif src is KpoolSource.COMPRESS_RATIOS:  # models/qwen4exp.cpp: the one nonzero attention.compress_ratios
-        kpool = max(meta.key_or_arr("attention.compress_ratios", d.n_layer_all, d.zeros), default=0)
-    else:
-        kpool = 0
-    return idx_head * t.memory.kpool_row if kpool > 0 else idx_head
+    return idx_head * t.memory.kpool_row if _indexer_kpool(meta, t, d) > 0 else idx_head
 
 
 @dataclass(frozen=True, slots=True)
@@ -782,4 +792,10 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         warnings=(*hparam_warnings, *_arch_warnings(t), *d.warnings, *meta.warnings),
         indexer_head_size=_indexer_width(meta, t, d) if any(indexer) else 0,
         indexer_top_k=meta.num(Keys.Attention.Indexer.TOP_K),
+        # not in gguf-py's Keys: src/llama-arch.cpp LLM_KV_ATTENTION_INDEXER_BLOCK_SIZE
+        indexer_block_size=meta.num("{arch}.attention.indexer.block_size"),
+        indexer_kpool=_indexer_kpool(meta, t, d) if any(indexer) else 0,
+        indexer_kpool_tail=_indexer_kpool_tail(meta, t)
+        if any(indexer) and _indexer_kpool(meta, t, d)
+        else False,
     )

@@ -27,6 +27,7 @@ from fitplan.core.model.archs.traits import (
     GraphTraits,
     HParamTraits,
     IndexerRule,
+    KpoolGraph,
     KpoolSource,
     KvSharing,
     MemoryTraits,
@@ -183,7 +184,9 @@ DENSE_SINGLE_EXPERT_ARCHS = frozenset({"hunyuan_vl", "hunyuan-dense"})
 HEAD_V_KV_LORA_ARCHS = frozenset({"kimi-k3", "glm5-next"})
 #: models/deepseek4.cpp and models/qwen4exp.cpp: n_embd_out_impl = hyper_connection.count * n_embd.
 HYPER_CONNECTION_OUTPUT_ARCHS = frozenset({"deepseek4", "qwen4exp"})
-#: models/deepseek4.cpp: the MTP block counts only when its eh_proj tensor is present; per-layer compress ratios.
+#: models/deepseek4.cpp: the MTP block counts only when its eh_proj tensor is present; per-layer compress ratios;
+#: the graph's compressed attention (CSA with the lightning indexer, HCA) and its graph inputs
+#: (src/llama-graph.cpp `build_inp_dsv4`), see fitplan.core.memory.compute `_Dsv4Attention`.
 DSV4_ARCHS = frozenset({"deepseek4"})
 #: models/plamo2.cpp re-reads key/value_length (also when head_count is absent).
 REREAD_HEAD_LENGTH_ARCHS = frozenset({"plamo2"})
@@ -308,6 +311,19 @@ GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 #: glm5-next.cpp scores the projection itself (`indexer_q` only). The allocator's peaks on the smoke models show
 #: exactly these 16 MiB tensors at `-ub 512`.
 INDEXER_Q_COPIES: Mapping[str, int] = {"deepseek4": 2, "qwen4exp": 2, "glm5-next": 1}
+#: Block-sparse attention (src/models/minimax-m3.cpp, MSA): with flash attention and per-sequence streams the
+#: layers after the dense lead build their attention mask per stream from the indexer's top-k blocks.
+MSA_ARCHS = frozenset({"minimax-m3"})
+#: k-pool sparse attention whose selection is scattered into a mask (`build_indexer_sel` of src/models/qwen4exp.cpp
+#: and glm5-next.cpp; glm5-next reads each slot's liveness from its `gather_mask` input).
+KPOOL_GRAPHS: Mapping[str, KpoolGraph] = {
+    "qwen4exp": KpoolGraph.SCORE_LIVE,
+    "glm5-next": KpoolGraph.GATHER_MASK,
+}
+#: src/llama-kv-cache.cpp (llama_kv_cache constructor): "always create Hadamard rotation tensors for DeepSeek
+#: lightning indexers", so src/models/deepseek32.cpp and its copies rotate the indexer's query into a third tensor;
+#: src/models/hy-v4.cpp skips the rotation.
+INDEXER_ROTATION_ARCHS = frozenset({"deepseek32", "deepseek4", "glm-dsa", "dots3note"})
 #: Hyper-connection residual streams `[n_embd x hc, n_tok]` live through the layers (the allocator's peaks on the
 #: smoke models): the wide residual (`hc_init` / `l_last`) on all of them, plus, on qwen4exp and glm5-next, a
 #: second one: qwen4exp's grouped norm of the streams (`hc_norm`, read again by the inject projection at the
@@ -395,6 +411,10 @@ def _graph(a: str) -> GraphTraits:
         gated_delta_net=a in GDN_ARCHS,
         indexer_q_copies=INDEXER_Q_COPIES.get(a, 0),
         hc_streams=HC_STREAMS.get(a, 0),
+        dsv4_attention=a in DSV4_ARCHS,
+        msa_attention=a in MSA_ARCHS,
+        kpool_graph=KPOOL_GRAPHS.get(a, KpoolGraph.NONE),
+        indexer_rotation=a in INDEXER_ROTATION_ARCHS,
     )
 
 

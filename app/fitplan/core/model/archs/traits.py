@@ -49,6 +49,14 @@ class KpoolSource(StrEnum):
     COMPRESS_RATIOS = "compress_ratios"  # models/qwen4exp.cpp: the nonzero attention.compress_ratios value
 
 
+class KpoolGraph(StrEnum):
+    """How a k-pool indexer's selection becomes the attention mask (src/models/<arch>.cpp `build_indexer_sel`)."""
+
+    NONE = "none"
+    SCORE_LIVE = "score_live"  # models/qwen4exp.cpp: a pool is live by its top score
+    GATHER_MASK = "gather_mask"  # models/glm5-next.cpp: liveness from the graph input `gather_mask`
+
+
 @dataclass(frozen=True, slots=True)
 class HParamTraits:
     """src/models/<arch>.cpp:load_arch_hparams and src/llama-model.cpp:load_hparams."""
@@ -117,6 +125,12 @@ class GraphTraits:
     gated_delta_net: bool = False  # fused ggml_gated_delta_net (qwen3next, qwen35, qwen35moe)
     indexer_q_copies: int = 0  # indexer query projections live together at the indexer's peak
     hc_streams: int = 0  # hyper-connection residual streams live through the layers
+    dsv4_attention: bool = (
+        False  # models/deepseek4.cpp: compressed attention (CSA/HCA) and its lightning indexer
+    )
+    msa_attention: bool = False  # models/minimax-m3.cpp: block-sparse attention, a mask per stream
+    kpool_graph: KpoolGraph = KpoolGraph.NONE  # the k-pool sparse attention's selection chain
+    indexer_rotation: bool = False  # llama-kv-cache.cpp rotates the lightning indexer's queries and keys
 
 
 @dataclass(frozen=True, slots=True)
