@@ -200,6 +200,42 @@ def _below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
     return 2 * F32 * n_tok * profile.n_embd + router + down
 
 
+def _mamba2_split_below_logits(profile: ModelProfile, layers: list[int], ffn_here: bool, n_tok: int) -> int:
+    """Bytes under the logits on a later GPU of a Mamba-2 MoE hybrid that runs a Mamba layer ahead of an
+    attention layer (read from the allocator's peaks of granite-4.0-h-tiny split over two RPC devices, with a
+    `ggml-alloc.c` built with GGML_ALLOCATOR_DEBUG; 0 elsewhere).
+
+    The Mamba layers free zero-byte tensors (the empty `rs_s_copy` view of the extra recurrent states, a zero-byte
+    node after the scan), and `ggml_dyn_tallocr_free_bytes` inserts them as free blocks. Once such a block sits
+    inside a merged free region, a region freed next to the buffer's free end no longer merges into it (the merge
+    only looks at the next entry of the list), so the free end stays where the last layer's FFN left it and the
+    logits go above that layer's tensors: the FFN input, the norm output and the one-block hole (blocks
+    `[n_embd, n_tok]`), then the experts' gate, up and GLU output `[n_ff_exp, n_used, n_tok]` and the down
+    outputs `[n_embd, n_used, n_tok]` above them, which do not fit into gate and up (`-ngl 20`, layers 30-39 on
+    the output GPU: the logits at 45.04 MiB). With the experts on the host only the down outputs copied back for
+    the experts' sum are above the blocks (`-cmoe`: 27.04 MiB). Where the device's first layer is the attention
+    layer, or it runs none, the logits stay next to the last blocks (layers 35-39 and 37-39: 9.29 MiB, within a
+    block of the one counted with the logits; not modelled)."""
+    moe, ssm = profile.moe, profile.ssm
+    if moe is None or ssm is None or not ssm.n_group or not profile.traits.graph.mamba_scan or not layers:
+        return 0
+    lp = profile.layers[layers[-1]]
+    first_attn = next((i for i, il in enumerate(layers) if profile.layers[il].has_kv), None)
+    if (
+        not lp.is_moe
+        or first_attn is None
+        or not any(profile.layers[il].is_recurrent for il in layers[:first_attn])
+    ):
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+    down = F32 * n_tok * used * profile.n_embd
+    if down <= 2 * up:
+        return 0  # the down outputs fit into gate and up (`_below_logits`)
+    # the out block the logits are counted with is the FFN input's; the norm output and the hole are two more
+    return FFN_HOLE_BLOCKS * F32 * n_tok * profile.n_embd + (3 * up if ffn_here else 0) + down
+
+
 def _routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
     """Bytes under the logits on a GPU that holds the output layer and no block (`-ngl 1`), when the last block is a
     MoE without a shared expert (read from the allocator's traces of qwen3-30b-a3b and gpt-oss-20b).
@@ -1783,6 +1819,10 @@ class _PlanBuilder:
             if not first and self.trunk and self.placement.layer_device[self.trunk[-1]] == gi
             else 0
         )
+        if has_out and not first and not out_extra and self.trunk and layers and layers[-1] == self.trunk[-1]:
+            out_extra = _mamba2_split_below_logits(
+                self.profile, layers, self.ffn_dev.get(self.trunk[-1], gi) == gi, self.n_tok
+            )
         if has_out and not runs and self.trunk:
             out_extra = _routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
         pp_extra = Affine()
