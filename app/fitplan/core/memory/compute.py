@@ -14,7 +14,8 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   their space when it fits;
 * `[n_embd, n_tok]` blocks: on the backend that runs the first layer five are live at the peak (the embeddings
   input and the token-embedding rows, which stay allocated, the residual stream and the two-block hole the FFN
-  norm output leaves); a GPU that receives the hidden state from another device holds two;
+  norm output leaves; three without the mixed-batch inputs, `NO_MIXED_BATCH_BLOCKS`); a GPU that receives the
+  hidden state from another device holds two;
 * the largest transient of one layer, which never coexists with the logits: the FFN intermediates (gate, up and
   the GLU output `[n_ff, n_tok]`; MoE: up, gate, GLU `[n_ff_exp, n_used, n_tok]` and the experts' down outputs
   `[n_embd, n_used, n_tok]`, which take gate's and up's space when they fit; no gate: the up projection only),
@@ -75,6 +76,10 @@ OP_OFFLOAD_MIN_BATCH = 32
 #: token-embedding rows (kept allocated through the graph), the residual stream (the FFN input) and the two-block
 #: hole the FFN norm output leaves (FFN_HOLE_BLOCKS); the CPU dry runs show exactly this for dense and MoE models.
 RESIDUAL_BLOCKS = 5
+#: Architectures without mixed-batch inputs (`GraphTraits.no_mixed_batch`, src/llama-arch.cpp
+#: `llm_arch_supports_mixed_batch`): the embeddings input, the FFN input and the one-block hole the freed
+#: token-embedding rows leave, into which the FFN norm output goes (the allocator's peak on the cogvlm smoke model).
+NO_MIXED_BATCH_BLOCKS = 3
 #: On a GPU that does not hold the input embeddings: the hidden state handed over from the previous device and the
 #: residual stream (the RPC recordings show two blocks besides the masks and the transient).
 GPU_LAYER_BLOCKS = 2
@@ -168,6 +173,11 @@ class ComputeBuffer:
 #: Blocks of `[n_embd, n_tok]` freed just before the FFN (the FFN norm output and its neighbour) that form one hole:
 #: an FFN intermediate no larger than this is placed there instead of at the end of the buffer.
 FFN_HOLE_BLOCKS = 2
+
+
+def _residual_blocks(profile: ModelProfile) -> int:
+    """`[n_embd, n_tok]` blocks in the layer phase of the backend that runs the first layer."""
+    return NO_MIXED_BATCH_BLOCKS if profile.traits.graph.no_mixed_batch else RESIDUAL_BLOCKS
 
 
 def _below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
@@ -278,6 +288,11 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
     moe = profile.moe
     graph = profile.traits.graph
     hole = 0 if graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    if graph.no_mixed_batch:
+        # the FFN norm output takes the one-block hole of the token-embedding rows (NO_MIXED_BATCH_BLOCKS): once
+        # it is freed after up, that block is the only space under the FFN (the cogvlm smoke model's peak: gate,
+        # up and the GLU output above `ffn_inp`)
+        hole = profile.n_embd
     if graph.residual_into_input:
         # the residual takes the layer input's block: only the FFN norm's own block is freed under the FFN (the
         # allocator's peak on the lfm2 smoke model at c4096: gate in the freed mask, up and the GLU output on top)
@@ -1281,7 +1296,7 @@ class _PlanBuilder:
         if profile.traits.graph.dsv4_attention and hc_block:
             # the streams and blocks at DeepSeek-V4's indexer peak (DSV4_STREAM_TENSORS, DSV4_BLOCKS), counted
             # in place of the residual blocks
-            hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - RESIDUAL_BLOCKS) * embd_block
+            hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - _residual_blocks(profile)) * embd_block
 
         shapes = _layer_shapes(profile)
         ik_q: set[tuple[bool, int]] = set()
@@ -1809,7 +1824,7 @@ class _PlanBuilder:
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
-        blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
+        blocks = (_residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
         if first and layers and not flayers and not self.profile.is_moe:
             blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
         out_blocks = RESIDUAL_BLOCKS if first else 1
@@ -1887,7 +1902,7 @@ class _PlanBuilder:
                 blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
             elif not ffn_only:
                 blocks = (
-                    (RESIDUAL_BLOCKS + self.skip) if has_layers else HOST_INPUT_BLOCKS
+                    (_residual_blocks(self.profile) + self.skip) if has_layers else HOST_INPUT_BLOCKS
                 ) * self.embd_block
                 blocks += self.hc_block if has_layers else 0
             else:
