@@ -1084,6 +1084,7 @@ class _DevicePlan:
     ssm_hole: Affine = Affine()
     ssm_block: int = 0
     ssm_residual_in_input: bool = False
+    ssm_after_attention_only: bool = False
 
     def ssm_after(self, nb: int, ns: int) -> int:
         """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
@@ -1097,6 +1098,25 @@ class _DevicePlan:
         b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
         if self.ssm_residual_in_input:
             return _replay(self.ssm_ops, (hole + b, b))
+        if self.ssm_after_attention_only:
+            # flash attention and a last attention layer without FFN (nemotron_h's attention-only layers): the
+            # token rows' block and the masks are one free block; the conv states' rows go at its bottom and the
+            # attention layer's output `l_out` right above them (it is computed after them in graph order), while
+            # the next norm and the embedding rows hold the FFN norm's two blocks until the input projection has
+            # read the norm (the allocator's peaks on the nemotron_h_moe smoke model: `node_33` and `node_39` at
+            # 0.50-1.01 MiB; at c2048 the conv output, 2 MiB, in the freed 2 MiB mask, 9.53 MiB; at c4096 the input
+            # projection zxBCdt in it, 10.53 MiB; with four sequences at c8192 the 48 KiB of conv rows leave
+            # 1.97 MiB, too little for the conv output, 11.57 MiB)
+            fill = ("norm_blocks", FFN_HOLE_BLOCKS * b)
+            ops = (
+                fill,
+                self.ssm_ops[0],
+                ("l_out", b),
+                self.ssm_ops[1],
+                ("norm_blocks", 0),
+                *self.ssm_ops[2:],
+            )
+            return _replay(ops, (hole + b, FFN_HOLE_BLOCKS * b))
         return _replay(self.ssm_ops, (b, max(0, hole - b), FFN_HOLE_BLOCKS * b))
 
     def zeros_at(self, nb: int) -> int:
@@ -1643,6 +1663,14 @@ class _PlanBuilder:
             return none
         return post, ops, Affine(m.a_base, m.a_swa, m.c + vi)
 
+    def _attention_only_before_ssm(self, layers: list[int]) -> bool:
+        """Whether the device's last attention layer, before the replayed Mamba blocks, has no FFN."""
+        base, swa = _attn_layers(self.profile, layers)
+        if not (base or swa):
+            return False
+        lp = self.profile.layers[max(base + swa)]
+        return self.fa and not lp.n_ff and not lp.is_moe
+
     def _recurrent_terms(self, layers: list[int], attends: bool, out: set[Affine]) -> None:
         """The recurrent blocks' live sets (Mamba scans, lightning attention, gated delta nets), added to `out`."""
         # Hybrid layers (falcon-h1) run attention and the SSM side by side from one norm output: the masks
@@ -1888,6 +1916,7 @@ class _PlanBuilder:
             ssm_block=self.embd_block,
             ssm_residual_in_input=self.profile.traits.graph.residual_into_input
             or self.profile.traits.graph.plamo2_mamba,
+            ssm_after_attention_only=self._attention_only_before_ssm(layers),
             pp_extra=pp_extra,
             op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
@@ -1996,6 +2025,7 @@ class _PlanBuilder:
             ssm_block=self.embd_block,
             ssm_residual_in_input=self.profile.traits.graph.residual_into_input
             or self.profile.traits.graph.plamo2_mamba,
+            ssm_after_attention_only=self._attention_only_before_ssm(host_layers),
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,
