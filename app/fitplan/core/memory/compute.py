@@ -216,13 +216,12 @@ def _mamba2_split_below_logits(profile: ModelProfile, layers: list[int], ffn_her
     `ggml-alloc.c` built with GGML_ALLOCATOR_DEBUG; 0 elsewhere).
 
     The Mamba layers free zero-byte tensors (the empty `rs_s_copy` view of the extra recurrent states, a zero-byte
-    node after the scan), and `ggml_dyn_tallocr_free_bytes` inserts them as free blocks. Once such a block sits
-    inside a merged free region, a region freed next to the buffer's free end no longer merges into it (the merge
-    only looks at the next entry of the list), so the free end stays where the last layer's FFN left it and the
-    logits go above that layer's tensors: the FFN input, the norm output and the one-block hole (blocks
-    `[n_embd, n_tok]`), then the experts' gate, up and GLU output `[n_ff_exp, n_used, n_tok]` and the down
-    outputs `[n_embd, n_used, n_tok]` above them, which do not fit into gate and up (`-ngl 20`, layers 30-39 on
-    the output GPU: the logits at 45.04 MiB). With the experts on the host only the down outputs copied back for
+    node after the scan), and `ggml_dyn_tallocr_free_bytes` inserts them as free blocks; once the list is out of
+    order a freed region no longer merges into the buffer's free end, so the free end stays where the last layer's
+    FFN left it and the logits go above that layer's tensors: the FFN input, the norm output and the one-block
+    hole (blocks `[n_embd, n_tok]`), then the experts' gate, up and GLU output `[n_ff_exp, n_used, n_tok]` and the
+    down outputs `[n_embd, n_used, n_tok]` above them, which do not fit into gate and up (`-ngl 20`, layers 30-39
+    on the output GPU: the logits at 45.04 MiB). With the experts on the host only the down outputs copied back for
     the experts' sum are above the blocks (`-cmoe`: 27.04 MiB). Where the device's first layer is the attention
     layer, or it runs none, the logits stay next to the last blocks (layers 35-39 and 37-39: 9.29 MiB, within a
     block of the one counted with the logits; not modelled)."""
