@@ -622,10 +622,8 @@ model). By family:
   follows the previous layer's FFN placement, which is not replayed. Jamba (Mamba-1) is within 1% at most
   settings, but a few allocations fit a freed block by a few KiB or miss it (x_db into the mask's remainder):
   6-23% over with a q8_0/q4_0 cache or `-ub 2048` at 4096 cells, where the hole sizes would have to be known to
-  the byte. The pure Mamba-1 smoke model (no attention layer) stays 6% over: its allocator peak shows x D and y + x D
-  computed in place (of the conv output and the scan's y), which the Mamba-1 replay still counts as new tensors;
-  counting them in place on jamba needs its free blocks to the byte (at c4096 x_db misses the mask's remainder
-  by 2 KiB, and jamba builds no positions input), else it turns 11% under. plamo2's own Mamba block is
+  the byte. The pure Mamba-1 smoke model (no attention layer): x_db goes into the space the mixed batch's token
+  rows, tokens and slots leave (0.504 MiB in 0.506; -0.2..-0.1%, before +6.1..+6.4%). plamo2's own Mamba block is
   replayed in its graph order (byte-exact with flash attention, 3.2% under without).
 * **LFM2 of published size**: no LFM2 model of published size is recorded (`sparse_models.py` has no LFM2
   configuration, the published configuration values not being in the repository). The lfm2 smoke model is

@@ -72,3 +72,13 @@ def test_granite_output_gpu_below_logits() -> None:
     # blocks (9.29 MiB in both peak lists), nothing modelled under them
     assert _mamba2_split_below_logits(p, list(range(35, 40)), True, 512) == 0
     assert _mamba2_split_below_logits(p, list(range(37, 40)), True, 512) == 0
+
+
+def test_pure_mamba1_x_db_in_the_mixed_rows_hole() -> None:
+    # the mamba smoke model (no attention layer), c512: x_db ([2 + 2 x 128, 512] f32, 0.504 MiB) in the space of
+    # `inp_mixed_embd` and the mixed batch's tokens and slots (0.506 MiB); the peak list's scan phase: xz 2 MiB, the
+    # conv output 1 MiB, dt 1 MiB and the scan output 1.25 MiB; llama.cpp's buffer 8142880 bytes (7.77 MiB)
+    p = profile_at(MODELS / "archs/mamba-dense.header.gguf")
+    total, named = _host_total(p, n_kv_base=0)
+    assert named["attention / SSM scan"] == 2 * MIB + 1 * MIB + 1 * MIB + 5 * MIB // 4
+    assert total == pytest.approx(8142880, rel=0.005)
