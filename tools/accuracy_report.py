@@ -650,7 +650,9 @@ model). By family:
   five). Modelled from the allocator's peaks: nemotron_h_moe's Mamba block after its attention-only layer with
   flash attention, over one freed block (the token rows' block and the masks, with the conv states' rows and the
   attention layer's output at its bottom: the conv output in the freed 2 MiB mask at 2048 cells, exact, before
-  21% over), and cogvlm, which builds no mixed-batch inputs (`llm_arch_supports_mixed_batch`): three blocks in the
+  21% over; with q8_0 caches the trace puts the layer's output in the FFN norm's hole and the conv input in the
+  freed space instead, for the same peak, and nemotron_h with q4_0 caches and four slots at c512 stays 9.2% under:
+  the contiguous copy of z goes on top), and cogvlm, which builds no mixed-batch inputs (`llm_arch_supports_mixed_batch`): three blocks in the
   layer phase and a one-block FFN hole (+0.1..+0.2%, before +6..+13%).
 * **Experts on the host** (`-cmoe`, `-ncmoe`, `-ot exps=CPU` over two RPC devices): modelled from the allocator's
   peaks on Qwen3-Next-80B-A3B, Llama-4-Scout and qwen3-30b-a3b: the host running only experts (the embeddings

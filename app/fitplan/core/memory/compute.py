@@ -1112,7 +1112,10 @@ class _DevicePlan:
             # read the norm (the allocator's peaks on the nemotron_h_moe smoke model: `node_33` and `node_39` at
             # 0.50-1.01 MiB; at c2048 the conv output, 2 MiB, in the freed 2 MiB mask, 9.53 MiB; at c4096 the input
             # projection zxBCdt in it, 10.53 MiB; with four sequences at c8192 the 48 KiB of conv rows leave
-            # 1.97 MiB, too little for the conv output, 11.57 MiB)
+            # 1.97 MiB, too little for the conv output, 11.57 MiB). With q8_0 caches at c2048 the trace differs:
+            # the layer's output in one block of the FFN norm's two and the conv input (2.01 MiB) in the freed
+            # 2.59 MiB, for the same peak (9.60 MiB; this replay gives 9.61); with q4_0 caches and four sequences
+            # at c512 the contiguous copy of z goes on top (10.90 MiB, this replay 9.90)
             fill = ("norm_blocks", FFN_HOLE_BLOCKS * b)
             ops = (
                 fill,
