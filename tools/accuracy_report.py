@@ -44,9 +44,9 @@ MIB = 1 << 20
 #: The recordings were made on an x86-64 host with AVX2 and AVX-512 (CPU_REPACK then takes q4_0, q4_K, q2_K,
 #: iq4_nl and mxfp4 weights).
 RECORDING_CPU = CpuFeatures(avx2=True, avx512=True)
-#: Compute targets of the issue: within 5% on >= 90% of cases, never more than 10% under.
+#: Compute targets: within 5% on >= 98% of cases (the issue asked for 90%), never more than 10% under.
 COMPUTE_TOLERANCE = 0.05
-COMPUTE_SHARE = 0.90
+COMPUTE_SHARE = 0.98
 COMPUTE_MAX_UNDER = 0.10
 TOTAL_MAX_UNDER = 0.02
 
@@ -610,9 +610,9 @@ MODEL_NOTES = """\
 
 ## Known gaps (compute)
 
-The targets: compute within 5% on at least 90% of the recordings (met), never more than 10% under (6 recordings
-miss, all granite-4.0-h-tiny splits over RPC), totals never more than 2% under (10 miss, all smoke models; met on
-every recording of a published model). By family:
+The targets: compute within 5% on at least 98% of the recordings (met; the issue asked for 90%), never more than
+10% under (met), totals never more than 2% under (10 miss, all smoke models; met on every recording of a published
+model). By family:
 
 * **Mamba hybrids with several sequences** (the granitehybrid, nemotron_h and jamba smoke models, `widearchs`
   grid): with one slot the Mamba block after the last attention layer is replayed over the freed masks and
@@ -622,10 +622,8 @@ every recording of a published model). By family:
   follows the previous layer's FFN placement, which is not replayed. Jamba (Mamba-1) is within 1% at most
   settings, but a few allocations fit a freed block by a few KiB or miss it (x_db into the mask's remainder):
   6-23% over with a q8_0/q4_0 cache or `-ub 2048` at 4096 cells, where the hole sizes would have to be known to
-  the byte. The pure Mamba-1 smoke model (no attention layer) stays 6% over: its allocator peak shows x D and y + x D
-  computed in place (of the conv output and the scan's y), which the Mamba-1 replay still counts as new tensors;
-  counting them in place on jamba needs its free blocks to the byte (at c4096 x_db misses the mask's remainder
-  by 2 KiB, and jamba builds no positions input), else it turns 11% under. plamo2's own Mamba block is
+  the byte. The pure Mamba-1 smoke model (no attention layer): x_db goes into the space the mixed batch's token
+  rows, tokens and slots leave (0.504 MiB in 0.506; -0.2..-0.1%, before +6.1..+6.4%). plamo2's own Mamba block is
   replayed in its graph order (byte-exact with flash attention, 3.2% under without).
 * **LFM2 of published size**: no LFM2 model of published size is recorded (`sparse_models.py` has no LFM2
   configuration, the published configuration values not being in the repository). The lfm2 smoke model is
@@ -647,10 +645,15 @@ every recording of a published model). By family:
   6.8%) and glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in holes
   whose layout follows earlier allocations (the allocator would have to be simulated); afmoe at c8192 (4.0%
   under: a block waits in the FFN norm's hole of its dense first layer); on the Mamba hybrids of this grid,
-  nemotron_h_moe at `-ub 2048` and with q8_0 caches at 2048 cells (21% over) and plamo2 with quantized caches
-  (2.4% under in total); granitehybrid at c1024 with two sequences 4.7% under (its peak in the second layer, with
+  plamo2 with quantized caches (2.4% under in total); granitehybrid at c1024 with two sequences 4.7% under (its peak in the second layer, with
   the first layer's FFN output one block above `node_2`: six blocks under the transient where the first layer has
-  five).
+  five). Modelled from the allocator's peaks: nemotron_h_moe's Mamba block after its attention-only layer with
+  flash attention, over one freed block (the token rows' block and the masks, with the conv states' rows and the
+  attention layer's output at its bottom: the conv output in the freed 2 MiB mask at 2048 cells, exact, before
+  21% over; with q8_0 caches the trace puts the layer's output in the FFN norm's hole and the conv input in the
+  freed space instead, for the same peak, and nemotron_h with q4_0 caches and four slots at c512 stays 9.2% under:
+  the contiguous copy of z goes on top), and cogvlm, which builds no mixed-batch inputs (`llm_arch_supports_mixed_batch`): three blocks in the
+  layer phase and a one-block FFN hole (+0.1..+0.2%, before +6..+13%).
 * **Experts on the host** (`-cmoe`, `-ncmoe`, `-ot exps=CPU` over two RPC devices): modelled from the allocator's
   peaks on Qwen3-Next-80B-A3B, Llama-4-Scout and qwen3-30b-a3b: the host running only experts (the embeddings
   input and a one-block hole, the masks, the router's copied argsort `[n_expert, n_tok]` i32, the experts'
@@ -675,15 +678,20 @@ every recording of a published model). By family:
   a MoE with a shared expert whose down outputs fit into gate and up (deepseek-v2-lite: the FFN input and norm,
   the router's tensors and the down outputs stay under the logits, byte-exact), and a GPU that holds only the
   output layer after a MoE without shared expert (qwen3-30b-a3b, gpt-oss-20b `-ngl 1`: the down outputs are copied
-  there for the experts' sum). Not modelled: granite-4.0-h-tiny on RPC splits (7-18% under) and deepseek-v2-lite
-  with `-ot blk.0=RPC1` (6.8% over). In the granite splits the allocator's free list (traced with a `ggml-alloc.c`
+  there for the experts' sum), and granite-4.0-h-tiny's output GPU on RPC splits (-0.7..+0.4%, `-nkvo` 5.5% under
+  with its host and first GPU; before 8.8-17.9% under). Not modelled: deepseek-v2-lite with `-ot blk.0=RPC1` (6.8%
+  over). In the granite splits the allocator's free list (traced with a `ggml-alloc.c`
   that prints it at every allocation) holds zero-byte blocks: the Mamba layers free zero-byte tensors (the empty
   `rs_s_copy` view of the extra recurrent states, a zero-byte node after the scan), and `ggml_dyn_tallocr_free_bytes`
   inserts them as blocks; once an allocation moves the offset of the block before one past it, the list is out of
   order and a freed region no longer merges into the buffer's free end. The last layer's freed down outputs then
   stay a separate block and the logits go above them: above the FFN input, the norm, a one-block hole, gate, up,
   GLU output and the down outputs (`-ngl 20`: 45.04 MiB under the 196 MiB logits), except where the layer set
-  leaves no such block (`-ngl 20 -ts 3,1`: 9.29 MiB). Modelling it needs the allocator simulated, not a formula.
+  leaves no such block (`-ngl 20 -ts 3,1`: 9.29 MiB). The peak lists show this wherever the output GPU runs a
+  Mamba layer ahead of an attention layer (layers 30-39, 33-39, 20-39: the logits at 45.04 MiB, with the experts on
+  the host above the copied-back down outputs at 27.04 MiB), and the logits next to the blocks where its first layer
+  is the attention layer or it runs none (35-39, 37-39: 9.29 MiB, one block more than counted); that rule is what
+  the estimate counts (`_mamba2_split_below_logits`), not a replay of the free list.
 * **ik_llama.cpp** (not in the table: `tests/fixtures/ik_llama/` records deepseek-v2-lite's compute buffer too):
   the mainline structure is 10-24% over where the logits dominate (ik keeps one block next to them, not five) and
   15-27% under with `-mla 2/3 -fa on` at 32k cells (64-69% for the legacy-key file, which the estimate does not

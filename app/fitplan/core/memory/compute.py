@@ -14,7 +14,8 @@ This module names the tensors that make up that peak (all sizes in bytes, f32 ac
   their space when it fits;
 * `[n_embd, n_tok]` blocks: on the backend that runs the first layer five are live at the peak (the embeddings
   input and the token-embedding rows, which stay allocated, the residual stream and the two-block hole the FFN
-  norm output leaves); a GPU that receives the hidden state from another device holds two;
+  norm output leaves; three without the mixed-batch inputs, `NO_MIXED_BATCH_BLOCKS`); a GPU that receives the
+  hidden state from another device holds two;
 * the largest transient of one layer, which never coexists with the logits: the FFN intermediates (gate, up and
   the GLU output `[n_ff, n_tok]`; MoE: up, gate, GLU `[n_ff_exp, n_used, n_tok]` and the experts' down outputs
   `[n_embd, n_used, n_tok]`, which take gate's and up's space when they fit; no gate: the up projection only),
@@ -75,6 +76,10 @@ OP_OFFLOAD_MIN_BATCH = 32
 #: token-embedding rows (kept allocated through the graph), the residual stream (the FFN input) and the two-block
 #: hole the FFN norm output leaves (FFN_HOLE_BLOCKS); the CPU dry runs show exactly this for dense and MoE models.
 RESIDUAL_BLOCKS = 5
+#: Architectures without mixed-batch inputs (`GraphTraits.no_mixed_batch`, src/llama-arch.cpp
+#: `llm_arch_supports_mixed_batch`): the embeddings input, the FFN input and the one-block hole the freed
+#: token-embedding rows leave, into which the FFN norm output goes (the allocator's peak on the cogvlm smoke model).
+NO_MIXED_BATCH_BLOCKS = 3
 #: On a GPU that does not hold the input embeddings: the hidden state handed over from the previous device and the
 #: residual stream (the RPC recordings show two blocks besides the masks and the transient).
 GPU_LAYER_BLOCKS = 2
@@ -170,6 +175,11 @@ class ComputeBuffer:
 FFN_HOLE_BLOCKS = 2
 
 
+def _residual_blocks(profile: ModelProfile) -> int:
+    """`[n_embd, n_tok]` blocks in the layer phase of the backend that runs the first layer."""
+    return NO_MIXED_BATCH_BLOCKS if profile.traits.graph.no_mixed_batch else RESIDUAL_BLOCKS
+
+
 def _below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
     """Bytes that stay under the logits on a later GPU whose last layer is a MoE with a shared expert (read from
     the allocator's trace of deepseek-v2-lite split over two devices).
@@ -198,6 +208,41 @@ def _below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
         return 0
     router = 2 * F32 * n_tok * moe.n_expert + F32 * n_tok * used
     return 2 * F32 * n_tok * profile.n_embd + router + down
+
+
+def _mamba2_split_below_logits(profile: ModelProfile, layers: list[int], ffn_here: bool, n_tok: int) -> int:
+    """Bytes under the logits on a later GPU of a Mamba-2 MoE hybrid that runs a Mamba layer ahead of an
+    attention layer (read from the allocator's peaks of granite-4.0-h-tiny split over two RPC devices, with a
+    `ggml-alloc.c` built with GGML_ALLOCATOR_DEBUG; 0 elsewhere).
+
+    The Mamba layers free zero-byte tensors (the empty `rs_s_copy` view of the extra recurrent states, a zero-byte
+    node after the scan), and `ggml_dyn_tallocr_free_bytes` inserts them as free blocks; once the list is out of
+    order a freed region no longer merges into the buffer's free end, so the free end stays where the last layer's
+    FFN left it and the logits go above that layer's tensors: the FFN input, the norm output and the one-block
+    hole (blocks `[n_embd, n_tok]`), then the experts' gate, up and GLU output `[n_ff_exp, n_used, n_tok]` and the
+    down outputs `[n_embd, n_used, n_tok]` above them, which do not fit into gate and up (`-ngl 20`, layers 30-39
+    on the output GPU: the logits at 45.04 MiB). With the experts on the host only the down outputs copied back for
+    the experts' sum are above the blocks (`-cmoe`: 27.04 MiB). Where the device's first layer is the attention
+    layer, or it runs none, the logits stay next to the last blocks (layers 35-39 and 37-39: 9.29 MiB, within a
+    block of the one counted with the logits; not modelled)."""
+    moe, ssm = profile.moe, profile.ssm
+    if moe is None or ssm is None or not ssm.n_group or not profile.traits.graph.mamba_scan or not layers:
+        return 0
+    lp = profile.layers[layers[-1]]
+    first_attn = next((i for i, il in enumerate(layers) if profile.layers[il].has_kv), None)
+    if (
+        not lp.is_moe
+        or first_attn is None
+        or not any(profile.layers[il].is_recurrent for il in layers[:first_attn])
+    ):
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+    down = F32 * n_tok * used * profile.n_embd
+    if down <= 2 * up:
+        return 0  # the down outputs fit into gate and up (`_below_logits`)
+    # the out block the logits are counted with is the FFN input's; the norm output and the hole are two more
+    return FFN_HOLE_BLOCKS * F32 * n_tok * profile.n_embd + (3 * up if ffn_here else 0) + down
 
 
 def _routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
@@ -242,6 +287,11 @@ def _ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) 
     moe = profile.moe
     graph = profile.traits.graph
     hole = 0 if graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    if graph.no_mixed_batch:
+        # the FFN norm output takes the one-block hole of the token-embedding rows (NO_MIXED_BATCH_BLOCKS): once
+        # it is freed after up, that block is the only space under the FFN (the cogvlm smoke model's peak: gate,
+        # up and the GLU output above `ffn_inp`)
+        hole = profile.n_embd
     if graph.residual_into_input:
         # the residual takes the layer input's block: only the FFN norm's own block is freed under the FFN (the
         # allocator's peak on the lfm2 smoke model at c4096: gate in the freed mask, up and the GLU output on top)
@@ -384,7 +434,14 @@ def _ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bo
                 floats += z
     else:
         conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * ssm.d_inner * n_seqs
-        x_db_dt = (ssm.dt_rank + 2 * ssm.d_state) * n_tok + ssm.d_inner * n_tok
+        x_db = (ssm.dt_rank + 2 * ssm.d_state) * n_tok
+        rows_hole = F32 * profile.n_embd * n_tok + (I32 + I64) * n_tok
+        if not attention and not profile.traits.graph.no_mixed_batch and F32 * x_db <= rows_hole:
+            # no attention layer: x_db goes into the space of the mixed batch's token rows, tokens and slots,
+            # freed after the first layer's input is assembled (the allocator's peak on the mamba smoke model at
+            # c512: `node_32`, 0.504 MiB, at 0.50-1.01 MiB where `inp_mixed_embd` was; 7.77 MiB)
+            x_db = 0
+        x_db_dt = x_db + ssm.d_inner * n_tok
         floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + max(conv_in, x_db_dt + scan)
     return F32 * floats
 
@@ -1033,6 +1090,7 @@ class _DevicePlan:
     ssm_hole: Affine = Affine()
     ssm_block: int = 0
     ssm_residual_in_input: bool = False
+    ssm_after_attention_only: bool = False
 
     def ssm_after(self, nb: int, ns: int) -> int:
         """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
@@ -1046,6 +1104,28 @@ class _DevicePlan:
         b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
         if self.ssm_residual_in_input:
             return _replay(self.ssm_ops, (hole + b, b))
+        if self.ssm_after_attention_only:
+            # flash attention and a last attention layer without FFN (nemotron_h's attention-only layers): the
+            # token rows' block and the masks are one free block; the conv states' rows go at its bottom and the
+            # attention layer's output `l_out` right above them (it is computed after them in graph order), while
+            # the next norm and the embedding rows hold the FFN norm's two blocks until the input projection has
+            # read the norm (the allocator's peaks on the nemotron_h_moe smoke model: `node_33` and `node_39` at
+            # 0.50-1.01 MiB; at c2048 the conv output, 2 MiB, in the freed 2 MiB mask, 9.53 MiB; at c4096 the input
+            # projection zxBCdt in it, 10.53 MiB; with four sequences at c8192 the 48 KiB of conv rows leave
+            # 1.97 MiB, too little for the conv output, 11.57 MiB). With q8_0 caches at c2048 the trace differs:
+            # the layer's output in one block of the FFN norm's two and the conv input (2.01 MiB) in the freed
+            # 2.59 MiB, for the same peak (9.60 MiB; this replay gives 9.61); with q4_0 caches and four sequences
+            # at c512 the contiguous copy of z goes on top (10.90 MiB, this replay 9.90)
+            fill = ("norm_blocks", FFN_HOLE_BLOCKS * b)
+            ops = (
+                fill,
+                self.ssm_ops[0],
+                ("l_out", b),
+                self.ssm_ops[1],
+                ("norm_blocks", 0),
+                *self.ssm_ops[2:],
+            )
+            return _replay(ops, (hole + b, FFN_HOLE_BLOCKS * b))
         return _replay(self.ssm_ops, (b, max(0, hole - b), FFN_HOLE_BLOCKS * b))
 
     def zeros_at(self, nb: int) -> int:
@@ -1245,7 +1325,7 @@ class _PlanBuilder:
         if profile.traits.graph.dsv4_attention and hc_block:
             # the streams and blocks at DeepSeek-V4's indexer peak (DSV4_STREAM_TENSORS, DSV4_BLOCKS), counted
             # in place of the residual blocks
-            hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - RESIDUAL_BLOCKS) * embd_block
+            hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - _residual_blocks(profile)) * embd_block
 
         shapes = _layer_shapes(profile)
         ik_q: set[tuple[bool, int]] = set()
@@ -1592,6 +1672,14 @@ class _PlanBuilder:
             return none
         return post, ops, Affine(m.a_base, m.a_swa, m.c + vi)
 
+    def _attention_only_before_ssm(self, layers: list[int]) -> bool:
+        """Whether the device's last attention layer, before the replayed Mamba blocks, has no FFN."""
+        base, swa = _attn_layers(self.profile, layers)
+        if not (base or swa):
+            return False
+        lp = self.profile.layers[max(base + swa)]
+        return self.fa and not lp.n_ff and not lp.is_moe
+
     def _recurrent_terms(self, layers: list[int], attends: bool, out: set[Affine]) -> None:
         """The recurrent blocks' live sets (Mamba scans, lightning attention, gated delta nets), added to `out`."""
         # Hybrid layers (falcon-h1) run attention and the SSM side by side from one norm output: the masks
@@ -1773,7 +1861,7 @@ class _PlanBuilder:
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
-        blocks = (RESIDUAL_BLOCKS if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
+        blocks = (_residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
         if first and layers and not flayers and not self.profile.is_moe:
             blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
         out_blocks = RESIDUAL_BLOCKS if first else 1
@@ -1783,6 +1871,10 @@ class _PlanBuilder:
             if not first and self.trunk and self.placement.layer_device[self.trunk[-1]] == gi
             else 0
         )
+        if has_out and not first and not out_extra and self.trunk and layers and layers[-1] == self.trunk[-1]:
+            out_extra = _mamba2_split_below_logits(
+                self.profile, layers, self.ffn_dev.get(self.trunk[-1], gi) == gi, self.n_tok
+            )
         if has_out and not runs and self.trunk:
             out_extra = _routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
         pp_extra = Affine()
@@ -1833,6 +1925,7 @@ class _PlanBuilder:
             ssm_block=self.embd_block,
             ssm_residual_in_input=self.profile.traits.graph.residual_into_input
             or self.profile.traits.graph.plamo2_mamba,
+            ssm_after_attention_only=self._attention_only_before_ssm(layers),
             pp_extra=pp_extra,
             op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
@@ -1847,7 +1940,7 @@ class _PlanBuilder:
                 blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
             elif not ffn_only:
                 blocks = (
-                    (RESIDUAL_BLOCKS + self.skip) if has_layers else HOST_INPUT_BLOCKS
+                    (_residual_blocks(self.profile) + self.skip) if has_layers else HOST_INPUT_BLOCKS
                 ) * self.embd_block
                 blocks += self.hc_block if has_layers else 0
             else:
@@ -1941,6 +2034,7 @@ class _PlanBuilder:
             ssm_block=self.embd_block,
             ssm_residual_in_input=self.profile.traits.graph.residual_into_input
             or self.profile.traits.graph.plamo2_mamba,
+            ssm_after_attention_only=self._attention_only_before_ssm(host_layers),
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,

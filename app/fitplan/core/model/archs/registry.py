@@ -275,6 +275,15 @@ EMBD_SKIP_ARCHS = frozenset({"talkie", "hrm_text"})
 #: models' peak at c512 has the freed blocks at 0.5-1.0 and 1.51-2.01 MiB with the mask between them, and gate, up
 #: and the GLU output on top (5.26 MiB).
 NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text", "dream", "llada"})
+#: `llm_arch_supports_mixed_batch` (src/llama-arch.cpp) is false: `llm_graph_context::build_inp_embd` builds no
+#: mixed-batch inputs (`inp_mixed_embd` and its token rows), so the first backend's layer phase holds three
+#: blocks, not five: the embeddings input, the FFN input and a one-block hole (the freed token-embedding rows
+#: `embd`, where the FFN norm output goes). The allocator's peak on the cogvlm smoke model at c512: `inp_embd`, the
+#: hole at 1.01-1.51 MiB, `ffn_inp` (node_21) and gate, up and the GLU output on top (4.26 MiB); DeepSeek-V4 counts
+#: the same three blocks (`DSV4_BLOCKS` in compute).
+NO_MIXED_BATCH_ARCHS = frozenset(
+    {"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"}
+)
 #: The attention compresses K/V through `attn_kv_a_mqa` without MLA's absorbed query (src/models/minicpm3.cpp):
 #: Q, the compressed KV with its rope part and the normed latent are live together.
 KV_A_MQA_ARCHS = frozenset({"minicpm3"})
@@ -399,6 +408,7 @@ def _graph(a: str) -> GraphTraits:
         weight_before_ffn=a in WEIGHT_BEFORE_FFN_ARCHS,
         embd_skip=a in EMBD_SKIP_ARCHS,
         no_ffn_hole=a in NO_FFN_HOLE_ARCHS,
+        no_mixed_batch=a in NO_MIXED_BATCH_ARCHS,
         residual_into_input=a in RESIDUAL_INTO_INPUT_ARCHS,
         kv_a_mqa=a in KV_A_MQA_ARCHS,
         no_rope_qkv=a in NO_ROPE_QKV_ARCHS,
