@@ -39,6 +39,8 @@ PROTOCOL = pickle.HIGHEST_PROTOCOL
 #: Models the child keeps (the newest sent); an older one is sent again if a request needs it.
 KEEP_MODELS = 8
 CHILD_CODE = "from fitplan.gui.plan_process import serve; serve()"
+#: How much lower the child's scheduling priority is than the window's (POSIX nice increment).
+CHILD_NICENESS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,12 @@ class PlanProcess:
         env = dict(os.environ)
         package_root = str(Path(__file__).resolve().parents[2])  # the folder holding the fitplan package
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-        flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) if sys.platform == "win32" else 0
+        # below the window's priority: on a machine with few cores the window's thread gets a core first
+        flags = (
+            getattr(subprocess, "CREATE_NO_WINDOW", 0) | getattr(subprocess, "BELOW_NORMAL_PRIORITY_CLASS", 0)
+            if sys.platform == "win32"
+            else 0
+        )
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", CHILD_CODE],
@@ -108,6 +115,9 @@ class PlanProcess:
             )
         except OSError as exc:
             raise ChildGone(str(exc)) from exc
+        if hasattr(os, "setpriority"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self._proc.pid, CHILD_NICENESS)
         return self._proc
 
     def start(self) -> None:
