@@ -494,32 +494,34 @@ def arch_model(env: Env, name: str) -> Path:
     return path
 
 
+def smoke_model(name: str, path: Path) -> dict[str, Any]:
+    """The fixture's model record of a `test-llama-archs` smoke model (its header is in models/archs/)."""
+    return {
+        "generator": "test-llama-archs -o DIR",
+        "name": name,
+        "config": None,
+        "path_hint": f"archs/{path.name}",
+        "file_bytes": path.stat().st_size,
+        "header": f"models/archs/{name}.header.gguf",
+    }
+
+
+def _record_smoke(env: Env, grid: str, name: str, settings: Sequence[tuple[str, list[str]]]) -> None:
+    """Record one smoke model over `settings` into `grid`'s fixture."""
+    path = arch_model(env, name)
+    t0 = time.time()
+    cases = [case_from_membreak(env, cid, path, args) for cid, args in settings]
+    write_fixture(grid, name, fixture_doc("membreak", smoke_model(name, path), cases))
+    ok = sum(1 for c in cases if "error" not in c)
+    print(grid, name, ok, "/", len(cases), f"{time.time() - t0:.1f}s", flush=True)
+
+
 def grid_quantkv(env: Env, only: list[str] | None) -> None:
     for name in QUANTKV_MODELS + QUANTKV_MORE_MODELS:
         if only and name not in only:
             continue
-        path = arch_model(env, name)
-        t0 = time.time()
         grid = quantkv_settings() if name in QUANTKV_MODELS else quantkv_settings(("q8_0",), f16=False)
-        cases = [case_from_membreak(env, cid, path, args) for cid, args in grid]
-        model = {
-            "generator": "test-llama-archs -o DIR",
-            "name": name,
-            "config": None,
-            "path_hint": f"archs/{path.name}",
-            "file_bytes": path.stat().st_size,
-            "header": f"models/archs/{name}.header.gguf",
-        }
-        write_fixture("quantkv", name, fixture_doc("membreak", model, cases))
-        print(
-            "quantkv",
-            name,
-            sum(1 for c in cases if "error" not in c),
-            "/",
-            len(cases),
-            f"{time.time() - t0:.1f}s",
-            flush=True,
-        )
+        _record_smoke(env, "quantkv", name, grid)
 
 
 # grid h. newarchs: the smoke models of the newer architectures (compressed or indexed attention, hyper-connections,
@@ -589,27 +591,7 @@ def grid_newarchs(env: Env, only: list[str] | None) -> None:
     for name in NEWARCHS_MODELS:
         if only and name not in only:
             continue
-        path = arch_model(env, name)
-        t0 = time.time()
-        cases = [case_from_membreak(env, cid, path, args) for cid, args in newarchs_settings()]
-        model = {
-            "generator": "test-llama-archs -o DIR",
-            "name": name,
-            "config": None,
-            "path_hint": f"archs/{path.name}",
-            "file_bytes": path.stat().st_size,
-            "header": f"models/archs/{name}.header.gguf",
-        }
-        write_fixture("newarchs", name, fixture_doc("membreak", model, cases))
-        print(
-            "newarchs",
-            name,
-            sum(1 for c in cases if "error" not in c),
-            "/",
-            len(cases),
-            f"{time.time() - t0:.1f}s",
-            flush=True,
-        )
+        _record_smoke(env, "newarchs", name, newarchs_settings())
 
 
 def sparse_model(env: Env, name: str, vocab: str = "none") -> tuple[Path, dict[str, Any]]:
@@ -796,15 +778,7 @@ def grid_wide(env: Env, only: list[str] | None) -> None:
         path = arch_model(env, name)
         doc = json.loads((FIXTURES / "archs" / f"{name}.json").read_text())
         swa = bool(doc["cases"][0].get("results", {}).get("swa_layers"))
-        model = {
-            "generator": "test-llama-archs -o DIR",
-            "name": name,
-            "config": None,
-            "path_hint": f"archs/{path.name}",
-            "file_bytes": path.stat().st_size,
-            "header": f"models/archs/{name}.header.gguf",
-        }
-        _record_wide(env, "widearchs", name, path, model, swa=swa)
+        _record_wide(env, "widearchs", name, path, smoke_model(name, path), swa=swa)
 
 
 def free_port() -> int:
