@@ -3,6 +3,7 @@ a llama.cpp build is present)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -15,7 +16,7 @@ from fitplan.core.gguf.reader import read_header
 from support.models import TESTS
 
 MODELS = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
-REAL_BIN = Path("/work/llama/build/bin")
+REAL_BIN = Path(os.environ.get("FITPLAN_LLAMA_BUILD", "/work/llama/build")) / "bin"  # tools/groundtruth
 
 FAKE_STDOUT = "Host 2268 1024 298 \n"
 FAKE_STDERR = """\
@@ -109,7 +110,7 @@ def test_binary_failure_and_absence(tmp_path: Path, model: Path, capsys: pytest.
 
 @pytest.mark.llamacpp
 @pytest.mark.skipif(
-    not (REAL_BIN / "llama-fit-params").exists(), reason="no llama.cpp build at /work/llama/build"
+    not (REAL_BIN / "llama-fit-params").exists(), reason="no llama.cpp build (FITPLAN_LLAMA_BUILD)"
 )
 def test_with_the_real_binary(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["verify", str(model), "-c", "4096", "-dev", "none", "--llama-bin", str(REAL_BIN)])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -390,13 +391,13 @@ def test_an_override_that_moves_no_expert_is_tried_before_experts_move() -> None
     assert any("turns off pipeline parallelism" in n for n in p.notes)
 
 
-LLAMA_BIN = Path("/work/llama/build/bin")
+LLAMA_BIN = Path(os.environ.get("FITPLAN_LLAMA_BUILD", "/work/llama/build")) / "bin"  # tools/groundtruth
 
 
 @pytest.mark.llamacpp
 @pytest.mark.skipif(
     not (LLAMA_BIN / "llama-fit-params").exists() or not (LLAMA_BIN / "ggml-rpc-server").exists(),
-    reason="needs a llama.cpp build with RPC in /work/llama/build/bin",
+    reason="needs a llama.cpp build with RPC (FITPLAN_LLAMA_BUILD)",
 )
 def test_compare_fit_against_llama_fit_params(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
