@@ -1572,6 +1572,14 @@ class _PlanBuilder:
                 # allocator's peak on the jais smoke model at c512: inp_embd, norm-1, the hole, node_2, the
                 # previous layer's output and node_43, the 1.5 MiB QKV, on top: 5.02 MiB)
                 above = self.profile.n_embd
+            if il in self.v_rot and not self.profile.traits.graph.no_rope_qkv:
+                # V is a view of the projection: its rotation (`llama_mul_mat_hadamard`, src/llama-impl.h) copies
+                # it (`ggml_cont_2d`) and multiplies the copy, and `llm_graph_context::build_attn` expands Q, then
+                # V, then K, so the projection is still live for K: the rotated Q and V's copy take the token rows'
+                # and the attention norm's freed blocks, V's product goes above the projection (the allocator's
+                # peak on the plamo2 smoke model with q4_0 caches at c8192: `wqkv-0`, then `node_16` on top;
+                # the unroped views of jais are within 0.1% without it)
+                above += lp.n_embd_v_gqa
             out.add(Affine(c=F32 * self.n_tok * (qkv + above)))
         elif self.profile.mla is None:
             # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V

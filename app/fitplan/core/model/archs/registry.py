@@ -273,8 +273,12 @@ EMBD_SKIP_ARCHS = frozenset({"talkie", "hrm_text"})
 #: hidden size), so the FFN's last intermediate goes on top instead of into the hole. The cacheless diffusion
 #: models' graphs (src/models/dream.cpp, llada.cpp) allocate their mask `self_kq_mask` between the two: the smoke
 #: models' peak at c512 has the freed blocks at 0.5-1.0 and 1.51-2.01 MiB with the mask between them, and gate, up
-#: and the GLU output on top (5.26 MiB).
-NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text", "dream", "llada"})
+#: and the GLU output on top (5.26 MiB). afmoe normalizes the attention output before the residual is added
+#: (src/models/afmoe.cpp, llm_build_afmoe: `attn_post_norm`, then `ffn_inp = ggml_add(cur, inpSA)`): the FFN input
+#: lands between the FFN norm's block and the layer input, and the block above the layer input is the buffer's
+#: free end. The smoke model's peak at c8192 with flash attention: `ffn_norm` freed at 9.78-10.28 MiB, `ffn_inp`
+#: (node_40) and `node_2` above it, up and the GLU output on top (12.78 MiB).
+NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text", "dream", "llada", "afmoe"})
 #: `llm_arch_supports_mixed_batch` (src/llama-arch.cpp) is false: `llm_graph_context::build_inp_embd` builds no
 #: mixed-batch inputs (`inp_mixed_embd` and its token rows), so the first backend's layer phase holds three
 #: blocks, not five: the embeddings input, the FFN input and a one-block hole (the freed token-embedding rows
