@@ -13,6 +13,7 @@ find) is a warning.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -105,6 +106,16 @@ CLIP_INT_KEYS = frozenset(
 )
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.([^.]+)")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _blk_part(name: str) -> tuple[int, str] | None:
+    """A block tensor's layer and first name part (`blk.3.attn_q.weight` -> (3, "attn_q")); kept: the quants of a
+    model share their names."""
+    m = _BLK_RE.match(name)
+    return None if m is None else (int(m.group(1)), m.group(2))
+
+
 _ATTN_TENSORS = frozenset({"attn_q", "attn_k", "attn_qkv", "attn_q_a", "attn_kv_a_mqa"})
 _MAX_SHOWN = 40  # characters of a value quoted in a message
 
@@ -274,9 +285,9 @@ def validate_hparams(headers: Sequence[GGUFHeader]) -> tuple[str, ...]:
     blk: dict[int, set[str]] = {}
     for shard in headers:
         for t in shard.tensors:
-            m = _BLK_RE.match(t.name)
-            if m is not None:
-                blk.setdefault(int(m.group(1)), set()).add(m.group(2))
+            part = _blk_part(t.name)
+            if part is not None:
+                blk.setdefault(part[0], set()).add(part[1])
     warnings: list[str] = []
     n_layer = _check_layers(h, arch, blk, warnings)
     _check_heads(h, arch, n_layer, blk, warnings)
