@@ -27,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from support.hub import HubState, fake_hub, quant_repo  # noqa: E402
+from support.hub import HubState, fake_hub, flags_without_model, quant_repo  # noqa: E402
 
 REPO = "bench/Qwen2.5-VL-7B-Instruct-GGUF"
 MACHINE = ["--assume-gpu", "12GiB", "--host-ram", "32GiB"]
@@ -41,19 +41,6 @@ def cli_json(argv: list[str]) -> dict[str, object]:
         main(argv)
     doc: dict[str, object] = json.loads(buf.getvalue())
     return doc
-
-
-def _flags(argv: list[str]) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for a in argv[1:]:
-        if skip:
-            skip = False
-        elif a in ("-m", "-hf", "-mu", "--mmproj", "-mmu"):
-            skip = True
-        else:
-            out.append(a)
-    return out
 
 
 def check_rows(folder: Path) -> tuple[int, list[str]]:
@@ -73,9 +60,9 @@ def check_rows(folder: Path) -> tuple[int, list[str]]:
                 "--json",
             ]
         )
-        got = (r["fits"], r["n_ctx"], r["placement"], _flags(r["argv"]))
+        got = (r["fits"], r["n_ctx"], r["placement"], flags_without_model(r["argv"]))
         want = (plan["fits"], plan["n_ctx"] if plan["fits"] else 0, plan["placement"]["description"],  # type: ignore[index]
-                _flags(plan["argv"]))  # type: ignore[arg-type]  # fmt: skip
+                flags_without_model(plan["argv"]))  # type: ignore[arg-type]  # fmt: skip
         if got != want:
             bad.append(f"{r['name']}: quants {got} != plan {want}")
     return len(rows), bad

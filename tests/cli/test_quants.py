@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fitplan.cli import main
 from fitplan.core.inputs.model_source import forget_loaded
-from support.hub import TEST_REPO, HubState
+from support.hub import TEST_REPO, HubState, flags_without_model
 
 REPO = TEST_REPO
 MACHINE = ["--assume-gpu", "12GiB", "--host-ram", "32GiB"]
@@ -43,20 +43,6 @@ def _rows(doc: dict[str, object]) -> list[dict[str, object]]:
     rows = doc["quants"]
     assert isinstance(rows, list)
     return rows
-
-
-def _without_model(argv: Sequence[str]) -> list[str]:
-    """The flags of a command, without the program and the model and projector arguments."""
-    out: list[str] = []
-    skip = False
-    for a in argv[1:]:
-        if skip:
-            skip = False
-        elif a in ("-m", "-hf", "-mu", "--mmproj", "-mmu"):
-            skip = True
-        else:
-            out.append(a)
-    return out
 
 
 def test_repository_rows(capsys: pytest.CaptureFixture[str], hub: tuple[str, HubState]) -> None:
@@ -104,7 +90,7 @@ def test_each_row_equals_fitplan_plan_on_the_same_file(
         assert (p["fits"], p["n_ctx"] if p["fits"] else 0, p["placement"]["description"]) == (
             r["fits"], r["n_ctx"], r["placement"],
         ), r["name"]  # fmt: skip
-        assert _without_model(p["argv"]) == _without_model(r["argv"]), r["name"]  # type: ignore[arg-type]
+        assert flags_without_model(p["argv"]) == flags_without_model(r["argv"]), r["name"]  # type: ignore[arg-type]
 
 
 def test_plan_of_a_hub_reference_equals_its_row(

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -327,3 +327,18 @@ def quant_repo(folder: Path) -> Path:
     (folder / "config.json").write_text("{}\n")
     (folder / ".gitattributes").write_text("*.gguf filter=lfs\n")
     return folder
+
+
+def flags_without_model(argv: Sequence[str]) -> list[str]:
+    """The flags of a command, without the program and the model and projector arguments (a Hub row's command
+    names the model by `-hf`, the same plan's on a local file by `-m` and `--mmproj`)."""
+    out: list[str] = []
+    skip = False
+    for a in argv[1:]:
+        if skip:
+            skip = False
+        elif a in ("-m", "-hf", "-mu", "--mmproj", "-mmu"):
+            skip = True
+        else:
+            out.append(a)
+    return out
