@@ -500,3 +500,14 @@ def test_clipboard_paste_of_a_command_sets_the_controls(qtbot: Any, window: Main
     assert out.estimate.settings.cache_type_k == "q8_0"
     command = window.command.text.toPlainText()
     assert "--temp 0.7" in command and "--temp" in window.banner.text()
+
+
+def test_the_window_is_not_settled_while_a_refresh_is_about_to_start(qtbot: Any, window: MainWindow) -> None:
+    """Tests and benches wait for `settled`: a pending estimate or badge refresh is work still to come."""
+    assert window.planner.settled()
+    window.planner.schedule_estimate()
+    assert not window.planner.settled()
+    qtbot.waitUntil(window.planner.settled, timeout=15000)
+    window.planner._badge_timer.start()
+    assert not window.planner.settled()
+    qtbot.waitUntil(window.planner.settled, timeout=15000)

@@ -358,9 +358,9 @@ class Planner(QObject):
         self._badge_timer.start()
 
     def settled(self) -> bool:
-        """No job running and the newest request answered (tests and benches wait for this)."""
+        """No job running or about to start, and the newest request answered (tests and benches wait for this)."""
         out = self.outcome
-        if self.jobs.running or self._url_token:
+        if self.jobs.running or self._url_token or self._debounce.isActive() or self._badge_timer.isActive():
             return False
         if self.estimate_failed:
             return True
