@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, QSize, Qt, QUrl
+from PySide6.QtCore import QEvent, QMimeData, QObject, QPointF, QSize, Qt, QUrl
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication, QFileDialog
 
@@ -511,3 +511,45 @@ def test_the_window_is_not_settled_while_a_refresh_is_about_to_start(qtbot: Any,
     window.planner._badge_timer.start()
     assert not window.planner.settled()
     qtbot.waitUntil(window.planner.settled, timeout=15000)
+
+
+# -- start-up --------------------------------------------------------------------------------------------------------
+def test_the_start_up_jobs_wait_for_the_first_paint(
+    qtbot: Any, private_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPU detection, the library scan and the model's header start once the window has painted (they would
+    compete with the first paint for the interpreter), and only once; a window that never paints (minimised)
+    starts them after FIRST_PAINT_WAIT_MS."""
+    import fitplan.gui.app as gui_app
+
+    w = make_window(qtbot, ONE_GPU, private_config)
+    assert isinstance(w, MainWindow)
+    calls: list[float] = []
+    painted: list[float] = []
+
+    class Watch(QObject):
+        def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+            if event.type() == QEvent.Type.Paint and not painted:
+                painted.append(time.monotonic())
+            return False
+
+    watch = Watch()
+    w.installEventFilter(watch)
+    gui_app.after_first_paint(w, lambda: calls.append(time.monotonic()))
+    qtbot.wait(100)
+    assert calls == []  # not shown yet: nothing started
+    w.show()
+    qtbot.waitUntil(lambda: len(calls) == 1, timeout=TIMEOUT)
+    assert painted and calls[0] >= painted[0]
+    qtbot.wait(gui_app.FIRST_PAINT_WAIT_MS + 200)
+    w.update()
+    qtbot.wait(50)
+    assert len(calls) == 1  # neither the fallback timer nor a later paint starts them again
+
+    monkeypatch.setattr(gui_app, "FIRST_PAINT_WAIT_MS", 150)
+    hidden = make_window(qtbot, ONE_GPU, private_config)
+    late: list[float] = []
+    t = time.monotonic()
+    gui_app.after_first_paint(hidden, lambda: late.append(time.monotonic() - t))
+    qtbot.waitUntil(lambda: len(late) == 1, timeout=TIMEOUT)
+    assert late[0] >= 0.14

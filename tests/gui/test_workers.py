@@ -160,3 +160,45 @@ def test_a_backend_with_its_own_plan_is_never_sent_to_the_child() -> None:
     est = Estimator(SlowBackend())
     assert not est.in_process  # SlowBackend.plan exists only in this process
     est.shutdown()
+
+
+def test_where_pipes_cannot_be_polled_the_first_request_waits_for_the_child(
+    qtbot: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows' select() takes no pipes: the first request then waits for the child to be ready instead of being
+    computed on the thread, and the answers are the same."""
+    monkeypatch.setattr("fitplan.gui.plan_process.PIPES_SELECTABLE", False)
+    polled: list[object] = []
+    monkeypatch.setattr("select.select", lambda *a: polled.append(a) or pytest.fail("select() on a pipe"))
+    backend = Backend(probe=lambda: pytest.fail("no probing"))
+    model = backend.load(str(LLAMA))
+    est = Estimator(backend)
+    computed_here: list[int] = []
+    monkeypatch.setattr(Backend, "plan", _counting(Backend.plan, computed_here))
+    request = PlanRequest(est.next_id(), model, LaunchSettings(n_ctx=8192), ONE_GPU)
+    outcome = _answer(qtbot, est, request)  # sent at once, before the child has said it is ready
+    assert computed_here == [] and est.in_process and est._process._ready  # type: ignore[union-attr]
+    assert polled == []
+    _same_outcome(outcome, backend.plan(request))
+    est.shutdown()
+
+
+def _counting(plan: Any, calls: list[int]) -> Any:
+    def counted(self: Backend, request: PlanRequest) -> PlanOutcome:
+        calls.append(request.request_id)
+        result: PlanOutcome = plan(self, request)
+        return result
+
+    return counted
+
+
+def test_a_frozen_app_estimates_on_the_thread(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen app has no interpreter to start a child with: its estimates are computed on the estimator thread."""
+    monkeypatch.setattr("sys.frozen", True, raising=False)
+    backend = Backend(probe=lambda: pytest.fail("no probing"))
+    model = backend.load(str(LLAMA))
+    est = Estimator(backend)
+    assert not est.in_process
+    request = PlanRequest(est.next_id(), model, LaunchSettings(n_ctx=8192), ONE_GPU)
+    _same_outcome(_answer(qtbot, est, request), backend.plan(request))
+    est.shutdown()

@@ -41,6 +41,9 @@ KEEP_MODELS = 8
 CHILD_CODE = "from fitplan.gui.plan_process import serve; serve()"
 #: How much lower the child's scheduling priority is than the window's (POSIX nice increment).
 CHILD_NICENESS = 10
+#: Whether select() can poll the child's pipe without waiting (not on Windows, where it takes sockets only): where
+#: it cannot, the first request waits for the child to say it is ready, on the estimator thread.
+PIPES_SELECTABLE = sys.platform != "win32"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,11 +187,10 @@ class PlanProcess:
             self._lock.release()
 
     def _poll_ready(self, proc: subprocess.Popen[bytes]) -> bool:
-        """Whether the child has said it is ready (reads its message if it has; never waits)."""
+        """Whether the child has said it is ready (reads its message if it has; never waits where the pipe can be
+        polled, else waits for the message)."""
         assert proc.stdout is not None
-        if (
-            sys.platform != "win32"
-        ):  # select() takes no pipes on Windows: there the first request waits for it
+        if PIPES_SELECTABLE:
             readable, _, _ = select.select([proc.stdout], [], [], 0)
             if not readable:
                 return False
