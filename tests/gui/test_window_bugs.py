@@ -553,3 +553,39 @@ def test_the_start_up_jobs_wait_for_the_first_paint(
     gui_app.after_first_paint(hidden, lambda: late.append(time.monotonic() - t))
     qtbot.waitUntil(lambda: len(late) == 1, timeout=TIMEOUT)
     assert late[0] >= 0.14
+
+
+def test_the_window_paints_before_the_estimator_and_the_gguf_tables_are_imported(tmp_path: Path) -> None:
+    """What the first paint waits for is only the window: the GGUF tables, the model profile, the estimator and
+    the planner load afterwards, with the first model (each costs the cold start tens of milliseconds)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from fitplan.gui.app import create_app, build_window\n"
+        "app = create_app()\n"
+        "window, _ = build_window()\n"
+        "window.show(); app.processEvents()\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "FITPLAN_CONFIG_DIR": str(tmp_path / "cfg")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "app")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    modules = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "fitplan.gui.main_window" in modules  # the window was built
+    late = {
+        "gguf",
+        "yaml",
+        "fitplan.core.gguf.ggml_types",
+        "fitplan.core.model.profile",
+        "fitplan.core.model.archs",
+        "fitplan.core.engines",
+        "fitplan.core.estimate.accuracy",
+        "fitplan.core.memory.compute",
+        "fitplan.core.plan.planner",
+    }
+    assert not late & modules, sorted(late & modules)

@@ -18,14 +18,14 @@ from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
-from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
-from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
-from fitplan.core.model.profile import LayerKind, ModelProfile
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
+    from fitplan.core.estimate.accuracy import AccuracyBand
+    from fitplan.core.gguf.header import GGUFHeader, ModelFiles
     from fitplan.core.library.scanner import LibraryScanner
+    from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
     from fitplan.core.plan.planner import Plan
     from fitplan.core.plan.verdict import Verdict as CoreVerdict
@@ -173,6 +173,8 @@ def fmt_ctx(n: int) -> str:
 
 def layer_makeup(profile: ModelProfile) -> str:
     """'48 layers: 12 full attention, 36 linear attention' in the user's words."""
+    from fitplan.core.model.profile import LayerKind
+
     words = {
         LayerKind.FULL: "full attention",
         LayerKind.SWA: "sliding-window attention",
@@ -351,6 +353,7 @@ class Backend:
 
     def plan(self, request: PlanRequest) -> PlanOutcome:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
+        from fitplan.core.estimate.accuracy import accuracy_band
         from fitplan.core.plan import planner
         from fitplan.core.plan.alternatives import what_would_change
         from fitplan.core.plan.search import default_estimate_fn

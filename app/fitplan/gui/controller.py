@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QStatusBar
@@ -25,7 +25,6 @@ from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
 from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
-from fitplan.core.model.profile import ModelProfile
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
     Backend,
@@ -49,6 +48,10 @@ from fitplan.gui.panels.models import ModelsPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 from fitplan.gui.workers import Estimator, JobError, Jobs, describe
+
+if TYPE_CHECKING:
+    from fitplan.core.model.profile import ModelProfile
+
 
 #: Settings changes are coalesced for this long before an estimate is requested (the chart line moves at once).
 DEBOUNCE_MS = 30

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
@@ -33,9 +34,11 @@ from PySide6.QtWidgets import (
 
 from fitplan.core.base.devices import MIB, Machine
 from fitplan.core.base.launch_settings import Engine, FlashAttn, MmprojPlacement
-from fitplan.core.engines import engine_base_settings
 from fitplan.core.inputs.user_settings import KV_TAIL_TYPES, ModelChoices, engine_cache_types
-from fitplan.core.model.profile import ModelProfile
+
+if TYPE_CHECKING:
+    from fitplan.core.model.profile import ModelProfile
+
 
 SLIDER_STEPS = 1000
 CONTEXT_MIN = 256
@@ -432,6 +435,8 @@ class SettingsPanel(QWidget):
         engine = Engine(str(self.engine.currentData()))
         if self._updating or engine is self._engine:
             return  # set_choices applies the engine itself
+        from fitplan.core.engines import engine_base_settings  # the GGUF tables load after the first paint
+
         was_ollama = self._engine is Engine.OLLAMA
         self._updating = True
         self._apply_engine(engine)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
 from fitplan.core.base.devices import GIB
-from fitplan.core.model.profile import ModelProfile
 from fitplan.gui.backend import LoadedModel, fmt_ctx, layer_makeup
+
+if TYPE_CHECKING:
+    from fitplan.core.model.profile import ModelProfile
 
 
 def model_bytes(p: ModelProfile) -> int:

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from fitplan.core.estimate.accuracy import AccuracyBand
 from fitplan.gui.backend import Verdict, VerdictLevel
 from fitplan.gui.theme import verdict_colour
 
 if TYPE_CHECKING:
+    from fitplan.core.estimate.accuracy import AccuracyBand
     from fitplan.core.plan.alternatives import Alternative
 
 EMPTY_TEXT = "Drop a .gguf here or pick one from your models to see whether it fits."
