@@ -644,7 +644,10 @@ model). By family:
   freed block, `top_score` below the layer when the inputs read by then leave it room; qwen4exp -1.0..+1.0%,
   before -8.9..+5.5%; glm5-next -6.8..+26.5%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
   freed masks, which the caches' rotation inputs split in two with quantized caches (-0.1..+4.0%, before up to
-  +37.3%). Left: glm5-next's k-pool chain without flash attention at `-ub 2048` (6.8% under) and glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in holes
+  +37.3%). Left: glm5-next's k-pool chain without flash attention at `-ub 2048` (6.8% under: replaying its layer
+  from `q_resid` to `mask_all` gives the allocator's transient to the byte at c2048 `-ub 2048` and c8192
+  `-ub 512`, but the part under it is then over: the stream blocks counted for a later layer, 13 MiB where
+  the first layer's peak has about 6, and the MLA V copy, which lands in a freed block) and glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in holes
   whose layout follows earlier allocations (the allocator would have to be simulated); on the Mamba hybrids of
   this grid, plamo2 with q8_0 caches in its Mamba block (c2048 `-ub 512` and c8192 with four slots at `-ub 2048`,
   3.2% under, not traced); granitehybrid at c1024 with two sequences 4.7% under (its peak in the second layer, with

@@ -962,7 +962,7 @@ class _KpoolSelection:
         the query projection, its norm (scaled and roped in place), the score, the top-k, the selected cells and
         their concatenation with the tail `sel_idx`, the layer's scores `kq` (the mask's chain is expanded with
         the softmax, after them), the repeated zeros and the f32 cast of `sel_idx`, `top_score` (in the space the
-        graph inputs read by then leave below, when it fits: `freed_inputs`; its scale and clamp in place), the
+        graph inputs read by then leave below the layer, when it fits; its scale and clamp in place), the
         repeated `live_pool`, `live`, its `ggml_fill` and `ggml_cumsum` (`dump`, scaled in place; the sub, mul
         and add in place of the cast), the i32 cast, the f32 `mask_all` `[n_kv + n_sel, n_tok]` the zeros are
         scattered into (`ggml_set_rows` in place) and the selection mask `[n_kv, n_tok]`."""
@@ -1485,9 +1485,8 @@ class _PlanBuilder:
         if not indexed:
             return None
         rows = max(self.idx_rows.get(il, 0) for il in indexed)  # the indexer query's rows
-        key = profile.indexer_head_size // max(
-            1, profile.traits.memory.kpool_row
-        )  # a cache row holds kpool_row keys
+        # a cache row holds kpool_row keys (the raw key and the pooled one for qwen4exp)
+        key = profile.indexer_head_size // max(1, profile.traits.memory.kpool_row)
         return _KpoolSelection(
             n_tok=self.n_tok,
             flash_attn=self.fa,
