@@ -892,9 +892,11 @@ class _KpoolSelection:
     indexer queries when the score fits one, with the layer's norm block; else the score above them), then the
     selected cells `get_rows(pool_idxs, top_k)` `[kpool x n_top, n_tok]` i32, and four `[n_sel, n_tok]` tensors
     of the scatter index chain (the concatenated selection, its f32 cast, the liveness and the dump rows; the f16
-    repeated zeros `[n_sel, n_tok]` take the freed selection's space). Without flash attention the layer's scores
-    `kq` `[n_kv, n_tok, n_head]` f32 sit under three of them, above `top_score` `[n_top, n_tok]` f32 and the
-    repeated `live_pool` `[kpool - 1, n_top, n_tok]` part.
+    repeated zeros `[n_sel, n_tok]` take the freed selection's space). Without flash attention the layer is
+    replayed through the allocator (`scatter_ops`, `_BestFit`): which freed block the layer's scores `kq`
+    `[n_kv, n_tok, n_head]` f32, the repeated `live_pool` and `live` fit depends on how the selection's tail
+    makes the chain's `[n_sel, n_tok]` tensors a little larger than the selected cells (the allocator's lists on
+    the smoke model, c512-c131072, 1 and 4 slots, `-ub` 512 and 2048).
 
     glm5-next (`gather`: src/models/glm5-next.cpp) also has the graph input `gather_mask` `[n_sel, n_tok]` f32,
     which gives each slot's liveness (`ggml_exp` of it). Its peak (the allocator's lists on the smoke model): the
@@ -914,6 +916,9 @@ class _KpoolSelection:
     block: int
     kq_per_cell: int  # the layer's scores per cell without flash attention
     gather: bool = False  # glm5-next's graph (the `gather_mask` input)
+    head: int = 0  # the indexer's key length
+    heads: int = 0  # the indexer's heads
+    v_idxs: int = 0  # V's row indices without flash attention (a graph input)
 
     def sizes(self, nb: int) -> tuple[int, int, int]:
         """(n_pool, n_top, n_sel) for `nb` cells per stream."""
@@ -942,20 +947,80 @@ class _KpoolSelection:
             if not self.flash_attn:
                 return max(q + score, kq + 2 * chain + F32 * (nb + n_sel) * self.n_tok)
             return max(q + score, score + top + sel_rows + (2 if n_top < n_pool else 1) * chain)
+        if not self.flash_attn:
+            return _replay(self.scatter_ops(nb), ())
         if top > 2 * q:
             # the top-k fits none of the freed query tensors: the three (the projection, its norm, the roped
             # copy) stay a hole under the score and the top-k (the smoke model at c131072)
-            below = 3 * q + score + top
-            if self.flash_attn:
-                return below + sel_rows + 4 * chain
-            return below + kq + 5 * chain + F16 * n_sel * self.n_tok
-        fits = score <= q
-        if self.flash_attn:
-            below = self.block + score + top if fits else 2 * q + score
-            return max(2 * q, below + sel_rows + 4 * chain)
-        below = (self.block + 2 * score + top) if fits else (2 * q + score + top)
-        live_rest = F32 * (self.kpool - 1) * n_top * self.n_tok
-        return max(2 * q, below + sel_rows + live_rest + kq + 3 * chain)
+            return 3 * q + score + top + sel_rows + 4 * chain
+        below = self.block + score + top if score <= q else 2 * q + score
+        return max(2 * q, below + sel_rows + 4 * chain)
+
+    def scatter_ops(self, nb: int) -> tuple[ReplayOp, ...]:
+        """Without flash attention, the layer from the indexer query to the selection mask in graph order
+        (src/models/qwen4exp.cpp `build_qsa_sel`, then `build_attn_mha`'s scores), a freed tensor as (name, 0):
+        the query projection, its norm (scaled and roped in place), the score, the top-k, the selected cells and
+        their concatenation with the tail `sel_idx`, the layer's scores `kq` (the mask's chain is expanded with
+        the softmax, after them), the repeated zeros and the f32 cast of `sel_idx`, `top_score` (in the space the
+        graph inputs read by then leave below the layer, when it fits; its scale and clamp in place), the
+        repeated `live_pool`, `live`, its `ggml_fill` and `ggml_cumsum` (`dump`, scaled in place; the sub, mul
+        and add in place of the cast), the i32 cast, the f32 `mask_all` `[n_kv + n_sel, n_tok]` the zeros are
+        scattered into (`ggml_set_rows` in place) and the selection mask `[n_kv, n_tok]`."""
+        n_pool, n_top, n_sel = self.sizes(nb)
+        t = self.n_tok
+        q, chain, ts = self.query, F32 * n_sel * t, F32 * n_top * t
+        # the graph inputs the layer has read before its score leave a hole below it: the zero seed of the
+        # pooled half `[key_length, n_tok]` f32 and the new pools' `new_pool_idxs`, `new_pool_rep` and
+        # `new_pool_pos`; the gathered pooled keys `[key_length, n_pool]` and the filled head weights
+        # `[n_indexer_head, n_tok]` go there when they fit, else into the query's freed space under the score
+        n_new = max(nb // self.kpool * self.n_seqs, 1)
+        hole = F32 * self.head * t + (I32 * self.kpool + I64 + I32 * 4) * n_new
+        early: list[ReplayOp] = []
+        for name, size in (("pooled_k", F32 * self.head * n_pool), ("head_weights", F32 * self.heads * t)):
+            if size <= hole:
+                hole -= size
+            else:
+                early.append((name, size))
+        # by the top score, the head weights' seed and V's row indices have been read too: it goes below when
+        # it fits the space they leave with the first seed's
+        freed = F32 * t * (self.head + self.heads) + self.v_idxs
+        ts_ops: tuple[ReplayOp, ...] = () if ts <= freed else (("top_score", ts),)
+        return (
+            ("q", q),
+            ("q_norm", q),
+            ("q", 0),
+            *early,
+            ("score", F32 * n_pool * t),
+            ("q_norm", 0),
+            ("pooled_k", 0),
+            ("head_weights", 0),
+            ("top_k", I32 * n_top * t),
+            ("sel_rows", I32 * self.kpool * n_top * t),
+            ("sel_idx", chain),
+            ("sel_rows", 0),
+            ("kq", self.kq_per_cell * nb),
+            ("zeros", chain),
+            ("idx_f", chain),
+            ("sel_idx", 0),
+            *ts_ops,
+            ("score", 0),
+            ("top_k", 0),
+            ("live_pool", F32 * self.kpool * n_top * t),
+            ("top_score", 0),
+            ("live", chain),
+            ("live_pool", 0),
+            ("fill", chain),
+            ("dump", chain),
+            ("fill", 0),
+            ("live", 0),
+            ("dump", 0),
+            ("sel_i32", chain),
+            ("idx_f", 0),
+            ("mask_all", F32 * (nb + n_sel) * t),
+            ("zeros", 0),
+            ("sel_i32", 0),
+            ("sel", F32 * nb * t),
+        )
 
     def inputs_array(self, nb: NDArray[np.int64]) -> NDArray[np.int64]:
         return np.fromiter((self.inputs(int(x)) for x in nb), dtype=np.int64, count=nb.size)
@@ -1419,6 +1484,9 @@ class _PlanBuilder:
         indexed = [il for il in layers if profile.layers[il].has_indexer]
         if not indexed:
             return None
+        rows = max(self.idx_rows.get(il, 0) for il in indexed)  # the indexer query's rows
+        # a cache row holds kpool_row keys (the raw key and the pooled one for qwen4exp)
+        key = profile.indexer_head_size // max(1, profile.traits.memory.kpool_row)
         return _KpoolSelection(
             n_tok=self.n_tok,
             flash_attn=self.fa,
@@ -1426,10 +1494,13 @@ class _PlanBuilder:
             top_k=profile.indexer_top_k,
             tail=profile.indexer_kpool_tail,
             n_seqs=max(1, self.inputs.n_seqs),
-            query=F32 * self.n_tok * max(self.idx_rows.get(il, 0) for il in indexed),
+            query=F32 * self.n_tok * rows,
             block=self.embd_block,
             kq_per_cell=0 if self.fa else F32 * self.n_tok * max(profile.layers[il].n_head for il in indexed),
             gather=graph is KpoolGraph.GATHER_MASK,
+            head=key,
+            heads=rows // key if key else 0,
+            v_idxs=self.v_idxs(layers),
         )
 
     def dsv4(self, layers: list[int]) -> _Dsv4Attention | None:
