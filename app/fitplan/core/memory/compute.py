@@ -524,11 +524,14 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
 def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
     """PLaMo-2's Mamba block in graph order (src/models/plamo2.cpp, `build_plamo2_mamba_layer`): the conv states'
     rows, the input projection zx and its permuted contiguous copy, x's contiguous copy, the conv input and
-    output, the B/C/dt projection with the three norms, dt's projection, the SSM states' rows and the scan output
-    (x D in place of the conv output, y + x D in place of the scan's y), z's contiguous copy, the gated output and
-    the output projection. The allocator's peak on the plamo2 smoke model (c512 with flash attention): the conv
-    output in the freed mask's space, the scan output in the input projection's, its permuted copy and z's copy
-    on top, 8.02 MiB."""
+    output, the B/C/dt projection, then the scan's sources in `ggml_ssm_scan`'s order (dt's norm and projection,
+    then B's and C's norms: the graph is built depth-first through the sources, ggml.c `ggml_visit_parents`), the
+    scan output, the gather of the other sequences' states (`_extra_states`), z's contiguous copy, x D (a new
+    tensor: the conv output's views keep it from reusing their space; y + x D is computed in its place), the
+    gated output and the output projection. The allocator's peaks on the plamo2 smoke model: c512 with flash
+    attention, the conv output in the freed mask's space, the scan output in the input projection's, its permuted
+    copy and z's copy on top, 8.02 MiB; c8192 with four slots at `-ub 2048` (q8_0 caches), the scan output (5 MiB)
+    on top of the permuted copy, no freed block holding it, 31.16 MiB."""
     ssm = profile.ssm
     assert ssm is not None
     f, t, seqs = F32, n_tok, max(1, n_seqs)
@@ -546,26 +549,38 @@ def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[R
         ("conv", f * d_inner * t),
         ("conv_x", 0),
         ("x_bcdt", f * (2 * d_state + dt_dim) * t),
-        ("b_n", f * d_state * t),
-        ("c_n", f * d_state * t),
         ("dt_n", f * dt_dim * t),
-        ("x_bcdt", 0),
         ("dt", f * ssm.dt_rank * t),
         ("dt_n", 0),
-        ("s_rows", f * d_state * d_inner * seqs),
+        ("b_n", f * d_state * t),
+        ("c_n", f * d_state * t),
+        ("x_bcdt", 0),
         ("y_ssm", f * (d_inner * t + d_state * d_inner * seqs)),
-        ("s_rows", 0),
         ("dt", 0),
         ("b_n", 0),
         ("c_n", 0),
+        *_extra_states(f * d_state * d_inner, seqs),
         ("z", f * d_inner * t),
         ("in_proj_out", 0),
+        ("x_d", f * d_inner * t),
+        ("conv", 0),
+        ("y_ssm", 0),
         ("gated", f * d_inner * t),
         ("z", 0),
-        ("y_ssm", 0),
-        ("conv", 0),
+        ("x_d", 0),
         ("out", f * profile.n_embd * t),
     )
+
+
+def _extra_states(state: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """The gather of the SSM states the ubatch leaves alone, right after the scan (src/llama-graph.cpp,
+    `llm_graph_context::build_rs` with a custom row getter: `ggml_get_rows` of `s_copy_tail`, n_rs - 1 rows of
+    `state` bytes, copied back into the cache and freed). At the reserve the recurrent memory is full, n_rs is its
+    size, n_seq_max; the allocator's lists on the granitehybrid, nemotron_h and plamo2 smoke models: 0.25 MiB with
+    two slots, 0.75 MiB with four, none with one."""
+    if n_seqs <= 1:
+        return ()
+    return (("s_extra", state * (n_seqs - 1)), ("s_extra", 0))
 
 
 def _replay(ops: tuple[ReplayOp, ...], holes: tuple[int, ...]) -> int:
