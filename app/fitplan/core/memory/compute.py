@@ -455,10 +455,10 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
     `build_mamba2_layer`), f32 bytes; () for models without Mamba blocks. A freed tensor is (name, 0).
 
     Mamba-2: the conv states' rows, the input projection zxBCdt, the conv input (states + xBC), the conv output
-    (bias and SiLU in place) in place of the conv input, dt, the SSM states' rows, the scan output (y and the
-    final states), y + x D, the contiguous copy of z, the gated output (normed in place) and the output
-    projection. Mamba-1 the same with xz, the conv output x, x_db and dt's projection (with the B, C and dt norms
-    of Jamba and FalconMamba)."""
+    (bias and SiLU in place) in place of the conv input, dt, then `_mamba2_tail` from the scan on. Mamba-1: the
+    same head with xz, the conv output x, x_db and dt's projection (with the B, C and dt norms of Jamba and
+    FalconMamba), the SSM states' rows, the scan output, x D and y + x D, the contiguous copy of z, the gated
+    output and the output projection."""
     ssm = profile.ssm
     if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
         return ()
@@ -496,16 +496,16 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
         else:
             head += [("dt_n", f * ssm.dt_rank * t)]  # the contiguous dt; the scan reads B and C from x_db
         head += [("dt", f * d_inner * t), ("dt_n", 0)]
+    if ssm.n_group:
+        return (*head, *_mamba2_tail(profile, t, seqs))
     tail = [
         ("s_rows", f * d_state * d_inner * seqs),
         ("y_ssm", scan),
         ("s_rows", 0),
         ("dt", 0),
     ]
-    if not ssm.n_group:
-        # Mamba-1: x D and y + x D are new tensors
-        tail += [("x_d", f * d_inner * t), ("y", f * d_inner * t), ("x_d", 0), ("conv", 0)]
-    # Mamba-2: x D is computed in place of the conv output x views, y + x D in place of the scan output's y
+    # Mamba-1: x D and y + x D are new tensors
+    tail += [("x_d", f * d_inner * t), ("y", f * d_inner * t), ("x_d", 0), ("conv", 0)]
     tail += [
         ("z", f * d_inner * t),
         ("in_proj", 0),
@@ -516,19 +516,49 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
         ("conv", 0),
         ("out", f * profile.n_embd * t),
     ]
-    if not ssm.n_group:
-        tail[2:2] = [("b_n", 0), ("c_n", 0), ("x_db", 0)]  # what the scan read (the frees skip the absent)
+    tail[2:2] = [("b_n", 0), ("c_n", 0), ("x_db", 0)]  # what the scan read (the frees skip the absent)
     return (*head, *tail)
+
+
+def _mamba2_tail(profile: ModelProfile, t: int, seqs: int) -> tuple[ReplayOp, ...]:
+    """A Mamba-2 block from the scan on (src/models/mamba-base.cpp, `build_mamba2_layer`): the scan output (y and
+    the final states), the gather of the other slots' states (`_extra_states`), z's contiguous copy, x D (a new
+    tensor: the conv output has other views, so it cannot take its space; y + x D is computed in its place), the
+    gated output, its grouped RMS norm (a new tensor: it reads a reshaped view) and the output projection. The
+    allocator's lists on the granitehybrid and nemotron_h smoke models with four slots (c512, q4_0 caches): the
+    scan output in the conv input's space, the 0.75 MiB of states in the masks' and z's copy on top, 10.90 MiB."""
+    ssm = profile.ssm
+    assert ssm is not None
+    f, d_inner = F32, ssm.d_inner
+    normed = any(x.name.endswith(".ssm_norm.weight") for x in profile.tensors)
+    return (
+        ("y_ssm", f * (d_inner * t + ssm.d_state * d_inner * seqs)),
+        ("dt", 0),
+        *_extra_states(f * ssm.d_state * d_inner, seqs),
+        ("z", f * d_inner * t),
+        ("in_proj", 0),
+        ("x_d", f * d_inner * t),
+        ("conv", 0),
+        ("y_ssm", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("x_d", 0),
+        *((("normed", f * d_inner * t), ("gated", 0)) if normed else ()),
+        ("out", f * profile.n_embd * t),
+    )
 
 
 def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
     """PLaMo-2's Mamba block in graph order (src/models/plamo2.cpp, `build_plamo2_mamba_layer`): the conv states'
     rows, the input projection zx and its permuted contiguous copy, x's contiguous copy, the conv input and
-    output, the B/C/dt projection with the three norms, dt's projection, the SSM states' rows and the scan output
-    (x D in place of the conv output, y + x D in place of the scan's y), z's contiguous copy, the gated output and
-    the output projection. The allocator's peak on the plamo2 smoke model (c512 with flash attention): the conv
-    output in the freed mask's space, the scan output in the input projection's, its permuted copy and z's copy
-    on top, 8.02 MiB."""
+    output, the B/C/dt projection, then the scan's sources in `ggml_ssm_scan`'s order (dt's norm and projection,
+    then B's and C's norms: the graph is built depth-first through the sources, ggml.c `ggml_visit_parents`), the
+    scan output, the gather of the other sequences' states (`_extra_states`), z's contiguous copy, x D (a new
+    tensor: the conv output's views keep it from reusing their space; y + x D is computed in its place), the
+    gated output and the output projection. The allocator's peaks on the plamo2 smoke model: c512 with flash
+    attention, the conv output in the freed mask's space, the scan output in the input projection's, its permuted
+    copy and z's copy on top, 8.02 MiB; c8192 with four slots at `-ub 2048` (q8_0 caches), the scan output (5 MiB)
+    on top of the permuted copy, no freed block holding it, 31.16 MiB."""
     ssm = profile.ssm
     assert ssm is not None
     f, t, seqs = F32, n_tok, max(1, n_seqs)
@@ -546,26 +576,38 @@ def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[R
         ("conv", f * d_inner * t),
         ("conv_x", 0),
         ("x_bcdt", f * (2 * d_state + dt_dim) * t),
-        ("b_n", f * d_state * t),
-        ("c_n", f * d_state * t),
         ("dt_n", f * dt_dim * t),
-        ("x_bcdt", 0),
         ("dt", f * ssm.dt_rank * t),
         ("dt_n", 0),
-        ("s_rows", f * d_state * d_inner * seqs),
+        ("b_n", f * d_state * t),
+        ("c_n", f * d_state * t),
+        ("x_bcdt", 0),
         ("y_ssm", f * (d_inner * t + d_state * d_inner * seqs)),
-        ("s_rows", 0),
         ("dt", 0),
         ("b_n", 0),
         ("c_n", 0),
+        *_extra_states(f * d_state * d_inner, seqs),
         ("z", f * d_inner * t),
         ("in_proj_out", 0),
+        ("x_d", f * d_inner * t),
+        ("conv", 0),
+        ("y_ssm", 0),
         ("gated", f * d_inner * t),
         ("z", 0),
-        ("y_ssm", 0),
-        ("conv", 0),
+        ("x_d", 0),
         ("out", f * profile.n_embd * t),
     )
+
+
+def _extra_states(state: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """The gather of the SSM states the ubatch leaves alone, right after the scan (src/llama-graph.cpp,
+    `llm_graph_context::build_rs` with a custom row getter: `ggml_get_rows` of `s_copy_tail`, n_rs - 1 rows of
+    `state` bytes, copied back into the cache and freed). At the reserve the recurrent memory is full, n_rs is its
+    size, n_seq_max; the allocator's lists on the granitehybrid, nemotron_h and plamo2 smoke models: 0.25 MiB with
+    two slots, 0.75 MiB with four, none with one."""
+    if n_seqs <= 1:
+        return ()
+    return (("s_extra", state * (n_seqs - 1)), ("s_extra", 0))
 
 
 def _replay(ops: tuple[ReplayOp, ...], holes: tuple[int, ...]) -> int:
@@ -1110,6 +1152,23 @@ class _Dsv4Attention:
 
 
 @dataclass(frozen=True, slots=True)
+class _SsmLead:
+    """The space around the host's last attention layer (flash attention) before the Mamba blocks after it, for
+    replaying that layer's tail with them (`_DevicePlan.ssm_after`). The allocator's lists on the granitehybrid and
+    nemotron_h smoke models: when the attention output is allocated, the graph inputs the layer has read are free
+    below the blocks, in their allocation order (the mixed batch's tokens and slots and the token rows' block, K's
+    rotation and the positions, then the K/V row indices and the mask), split in two by V's rotation, which stays
+    live until the attention output is rotated back; above them the embeddings' block and the attention output's."""
+
+    mask: Affine  # the masks, freed after the attention
+    low: int  # the lower free block besides the token rows' block: mixed tokens and slots, K's rotation, positions
+    v_rot: int  # V's rotation input (0: none, the two free blocks are one)
+    idxs: int  # the K/V row indices, under the mask
+    ffn: int  # the last attention layer's FFN intermediate [n_ff, n_tok] (0: that layer has no FFN)
+    gated: bool  # its FFN has a separate gate
+
+
+@dataclass(frozen=True, slots=True)
 class _DevicePlan:
     """The compute buffer of one backend as functions of the KV cells (built once per placement)."""
 
@@ -1156,6 +1215,7 @@ class _DevicePlan:
     ssm_block: int = 0
     ssm_residual_in_input: bool = False
     ssm_after_attention_only: bool = False
+    ssm_lead: _SsmLead | None = None
 
     def ssm_after(self, nb: int, ns: int) -> int:
         """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
@@ -1163,10 +1223,13 @@ class _DevicePlan:
         token rows' block and the masks are one free block, with the FFN norm's block beside it (the allocator's
         peaks on the jamba and plamo2 smoke models); else the previous layer's output takes a block of the masks'
         space, between the token rows' block and the rest, and the FFN norm leaves two blocks (granitehybrid,
-        nemotron_h)."""
+        nemotron_h). On the host with flash attention the last attention layer's tail is replayed with the block
+        instead (`_ssm_after_lead`)."""
         if not self.ssm_ops:
             return 0
         b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
+        if self.ssm_lead is not None:
+            return self._ssm_after_lead(self.ssm_lead, nb, ns)
         if self.ssm_residual_in_input:
             return _replay(self.ssm_ops, (hole + b, b))
         if self.ssm_after_attention_only:
@@ -1192,6 +1255,50 @@ class _DevicePlan:
             )
             return _replay(ops, (hole + b, FFN_HOLE_BLOCKS * b))
         return _replay(self.ssm_ops, (b, max(0, hole - b), FFN_HOLE_BLOCKS * b))
+
+    def _ssm_after_lead(self, lead: _SsmLead, nb: int, ns: int) -> int:
+        """The last attention layer's tail and the Mamba block after it, replayed from the attention output on
+        (src/llama-graph.cpp `llm_graph_context::build_attn`, then the layer's FFN, `build_ffn`, and the Mamba
+        block): the conv states' rows (built ahead of the output projection in graph order), V's rotation of the
+        attention output (quantized V cache), the output projection, the FFN (norm, gate and up, the GLU output,
+        which is a new tensor, and the down projection, which takes a freed block only where one of its size is
+        left: the masks' space less the conv rows and the projection, or what the GLU output left of the FFN
+        norm's), then the Mamba block with its input norm. The allocator's lists on the granitehybrid smoke model:
+        with one slot the down projection in the masks' space (0.504 MiB left, 10.04 MiB); with two or four the
+        conv rows (24 or 48 KiB) leave too little and it goes on top (10.55, 10.57 MiB); with q4_0 caches and four
+        slots the GLU output on top and the down projection in the FFN norm's block, the Mamba block's z copy on
+        top of the conv output (10.90 MiB; nemotron_h's attention-only layer alike)."""
+        b = self.ssm_block
+        ops = self.ssm_ops
+        a2 = lead.idxs + lead.mask.at(nb, ns)
+        free: tuple[tuple[str, int], ...] = (
+            (("", b + lead.low), ("v_rot", lead.v_rot), ("", a2))
+            if lead.v_rot
+            else (("", b + lead.low + a2),)
+        )
+        # the output ids between the inputs and the embeddings' block, the layer input above the attention output
+        sim = _BestFit.from_layout((*free, ("ids", 1), ("embd", b), ("fa_out", b), ("inp", 1)))
+        seq: list[ReplayOp] = [ops[0]]
+        if lead.v_rot:
+            seq += [("v_out", b), ("v_rot", 0), ("fa_out", 0), ("wo", b), ("v_out", 0)]
+        else:
+            seq += [("wo", b), ("fa_out", 0)]
+        seq.append(("embd", 0))
+        if lead.ffn:
+            seq.append(("ffn_norm", b))
+            if lead.gated:
+                seq += [("gate", lead.ffn), ("up", lead.ffn), ("ffn_norm", 0), ("glu", lead.ffn)]
+                seq += [("gate", 0), ("up", 0), ("down", b), ("glu", 0)]
+            else:
+                seq += [("up", lead.ffn), ("ffn_norm", 0), ("down", b), ("up", 0)]
+            seq.append(("wo", 0))  # the FFN input: the layer output is the down projection's
+        seq += [("norm", b), ops[1], ("norm", 0), *ops[2:]]
+        for name, size in seq:
+            if size:
+                sim.alloc(name, size)
+            elif name in sim.live:
+                sim.release(name)
+        return sim.peak
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)
@@ -1248,6 +1355,20 @@ class _BestFit:
         self.end = 0  # the free end starts here
         self.peak = 0
         self.live: dict[str, tuple[int, int]] = {}
+
+    @classmethod
+    def from_layout(cls, segments: tuple[tuple[str, int], ...]) -> _BestFit:
+        """The space under the base from the bottom up: ("", size) a free block, (name, size) a live tensor
+        (released by name); zero-sized segments are skipped."""
+        sim = cls()
+        at = -sum(size for _, size in segments)
+        for name, size in segments:
+            if size and name:
+                sim.live[name] = (at, size)
+            elif size:
+                sim.free.append([at, size])
+            at += size
+        return sim
 
     def alloc(self, name: str, size: int) -> None:
         best = -1
@@ -1413,6 +1534,7 @@ class _PlanBuilder:
         # the Hadamard rotations of a quantized cache (mainline only): their f32 matrices are graph inputs of every
         # backend that runs the cache's layers, and a rotated V leaves a smaller FFN hole (`_ffn_layer`)
         rot_bytes = [0, 0]  # base cache, SWA cache
+        v_rot_bytes = [0, 0]  # V's rotation alone
         v_rot: set[int] = set()
         if not inputs.ik_attention and profile.has_memory:
             for i, group in enumerate(_attn_layers(profile, trunk)):
@@ -1420,9 +1542,11 @@ class _PlanBuilder:
                     profile, group, inputs.cache_type_k, inputs.cache_type_v
                 )
                 rot_bytes[i] = F32 * (n_rot_k * n_rot_k + n_rot_v * n_rot_v)
+                v_rot_bytes[i] = F32 * n_rot_v * n_rot_v
                 if n_rot_v:
                     v_rot.update(group)
         self.rot_bytes = (rot_bytes[0], rot_bytes[1])
+        self.v_rot_bytes = (v_rot_bytes[0], v_rot_bytes[1])
         self.v_rot = frozenset(v_rot)
 
         skip = 1 if profile.traits.graph.embd_skip else 0
@@ -2114,9 +2238,37 @@ class _PlanBuilder:
             ssm_residual_in_input=self.profile.traits.graph.residual_into_input
             or self.profile.traits.graph.plamo2_mamba,
             ssm_after_attention_only=self._attention_only_before_ssm(host_layers),
+            ssm_lead=self._ssm_lead(host_layers, m) if ssm_ops and host_last and n_copies == 1 else None,
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,
+        )
+
+    def _ssm_lead(self, layers: list[int], m: Affine) -> _SsmLead | None:
+        """The host's space around its last attention layer for `_DevicePlan.ssm_after` (flash attention, a dense
+        FFN or none in that layer, the Mamba blocks' input not kept in the input's block); None elsewhere."""
+        graph = self.profile.traits.graph
+        if not self.fa or graph.residual_into_input or graph.plamo2_mamba:
+            return None
+        base, swa = _attn_layers(self.profile, layers)
+        if swa or not base:
+            return None
+        last = max(base)
+        lp = self.profile.layers[last]
+        if lp.is_moe:
+            return None
+        names = {t.name.rsplit(".", 2)[-2] for t in self.profile.tensors if t.layer == last}
+        gated = "ffn_gate" in names
+        if lp.n_ff and ("ffn_up" not in names or "ffn_gate_up" in names):
+            return None
+        v_rot = self.v_rot_bytes[0]
+        return _SsmLead(
+            mask=m,
+            low=(2 * I32 + I64) * self.n_tok + self.rot_bytes[0] - v_rot,
+            v_rot=v_rot,
+            idxs=2 * I64 * self.n_tok,
+            ffn=F32 * lp.n_ff * self.n_tok if lp.n_ff else 0,
+            gated=gated,
         )
 
 
