@@ -82,6 +82,8 @@ def dark_palette() -> QPalette:
         (roles.PlaceholderText, "#9a9a9a"),
     ):
         p.setColor(role, QColor(colour))
+    for role in (roles.WindowText, roles.Text, roles.ButtonText):  # a desktop theme greys disabled controls
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor("#7f7f7f"))
     return p
 
 
