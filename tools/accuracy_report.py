@@ -584,7 +584,10 @@ MODEL_NOTES = """\
   and LFM2's hybrid iSWA memory build no rotation inputs. The FFN intermediates of a layer whose mask is freed go
   into the freed space while they fit there (the best-fit free block of `ggml_dyn_tallocr_alloc`): all of them
   after the last attention layer at long contexts, LFM2's short-conv layers for instance (lfm2moe smoke model at
-  c8192: 17% over before, byte-exact now), or gate and up but not the GLU output (gemma3 at `-ub 2048`). With
+  c8192: 17% over before, byte-exact now), or gate and up but not the GLU output (gemma3 at `-ub 2048`). On the
+  host that runs the last layer the logits go into a freed mask when they fit there (LFM2-1.2B, vocabulary 65536,
+  at 131072 cells with flash attention: the 128 MiB logits in the 128 MiB f16 mask, the peak at the first
+  layer's FFN; byte-exact, before 40.8% over; Llama-4-Scout at 10M cells, before up to 12.6% over). With
   the routed experts on the host, the host's buffer, the GPU's shared expert or
   the experts' copied-back outputs, and the hole those leave under a GPU's mask are named too. The terms were
   checked on representative cases against the allocator's own list of the live tensors at every new peak: build
@@ -631,11 +634,10 @@ model). By family:
   replayed in its graph order, the scan's sources in `ggml_ssm_scan`'s order, x D a tensor of its own and the
   other slots' states gathered after the scan (byte-exact at every recorded setting, before 3.2% under without
   flash attention, with q8_0 caches at `-ub 512` and with four slots at `-ub 2048`).
-* **LFM2 of published size**: no LFM2 model of published size is recorded (`sparse_models.py` has no LFM2
-  configuration, the published configuration values not being in the repository). The lfm2 smoke model is
-  byte-exact with flash attention at every context (the residual added into the layer input leaves a one-block
-  FFN hole; the freed token rows join the freed mask from the first layer on); without flash attention, c512
-  with four separate slots is 10% over.
+* **LFM2**: LFM2-1.2B at its published size (`wide` grid: 30 settings, contexts 512-131072) is byte-exact in
+  weights, context and compute at every setting. The lfm2 smoke model is byte-exact with flash attention at
+  every context (the residual added into the layer input leaves a one-block FFN hole; the freed token rows join
+  the freed mask from the first layer on); without flash attention, c512 with four separate slots is 10% over.
 * **Sparse and compressed attention of the newer architectures** (smoke models, `archs` grid and the `newarchs`
   grid: 20 settings each, contexts 512-131072, 1 and 4 slots, unified or not, K/V f16/q8_0/q4_0, flash attention
   on/off, `-ub` 512/2048), each term read from the allocator's peak lists: DeepSeek-V4's compressed attention

@@ -306,6 +306,27 @@ def test_sparse_gemma3_header_matches_published_shapes(tmp_path: Path) -> None:
     assert r.fields["gemma3.attention.sliding_window"].contents() == 1024
 
 
+def test_sparse_lfm2_header_matches_published_shapes(tmp_path: Path) -> None:
+    """LFM2-1.2B: 16 layers, attention (K/V 8 heads x 64) on layers 2, 5, 8, 10, 12 and 14, short convolutions
+    (L_cache 3) elsewhere, the FFN 8192 wide (block_ff_dim 12288 auto-adjusted), vocab 65536 x 2048, tied output."""
+    header = FIXTURES / "models" / "sparse" / "lfm2-1.2b.header.gguf"
+    doc = _load(FIXTURES / "wide" / "lfm2-1.2b.json")
+    r = GGUFReader(_expand_header(header, doc["model"]["file_bytes"], tmp_path))
+    tensors = {t.name: [int(x) for x in t.shape] for t in r.tensors}
+    assert tensors["token_embd.weight"] == [2048, 65536]
+    assert "output.weight" not in tensors and tensors["token_embd_norm.weight"] == [2048]
+    assert tensors["blk.0.ffn_up.weight"] == [2048, 8192]
+    assert tensors["blk.2.attn_k.weight"] == [2048, 8 * 64]
+    assert tensors["blk.0.shortconv.in_proj.weight"] == [2048, 3 * 2048]
+    assert tensors["blk.0.shortconv.conv.weight"] == [3, 2048]
+    assert "blk.0.attn_k.weight" not in tensors and "blk.2.shortconv.conv.weight" not in tensors
+    kv = [int(x) for x in r.fields["lfm2.attention.head_count_kv"].contents()]
+    assert [il for il, n in enumerate(kv) if n] == [2, 5, 8, 10, 12, 14] and len(kv) == 16
+    # llama.cpp read the same: 6 attention layers in the KV cache, the other 10 in the recurrent state
+    res = doc["cases"][0]["results"]
+    assert res["kv"][0]["layers"] == 6 and res["resolved"]["n_layer"] == 16
+
+
 def _case(grid: str, model: str, case_id: str) -> dict[str, Any]:
     doc = _load(FIXTURES / grid / f"{model}.json")
     for case in doc["cases"]:

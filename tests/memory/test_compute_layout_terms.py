@@ -82,3 +82,23 @@ def test_pure_mamba1_x_db_in_the_mixed_rows_hole() -> None:
     total, named = _host_total(p, n_kv_base=0)
     assert named["attention / SSM scan"] == 2 * MIB + 1 * MIB + 1 * MIB + 5 * MIB // 4
     assert total == pytest.approx(8142880, rel=0.005)
+
+
+@pytest.mark.parametrize(
+    ("n_kv", "llamacpp", "on_top"),
+    [
+        (
+            32768,
+            188764192,
+            True,
+        ),  # peak list: `result_output` (128 MiB) at 52.02-180.02 MiB, above the 32 MiB mask
+        (131072, 205541408, False),  # the 128 MiB mask holds the logits; the peak at the first layer's FFN
+    ],
+)
+def test_lfm2_logits_in_the_freed_mask(n_kv: int, llamacpp: int, on_top: bool) -> None:
+    # LFM2-1.2B (wide grid, -fa on, -np 1, -ub 512): the logits [65536, 512] f32 go into the f16 mask
+    # [n_kv, 512], freed after the last attention layer, once it is as large as they are
+    p = profile_at(MODELS / "sparse/lfm2-1.2b.header.gguf")
+    total, named = _host_total(p, n_kv_base=n_kv)
+    assert total == pytest.approx(llamacpp, rel=0.001)
+    assert ("logits" in named) is on_top

@@ -16,7 +16,7 @@ tensor data).
 
 Grid g (`wide/`, `widearchs/`, `--grids wide`): a sample of the wider settings space (contexts 512 to 131072, 1 and 4
 slots, unified cache on and off, K/V f16 / q8_0 / q4_0, flash attention on and off, `-ub` 512 / 2048, `--swa-full`)
-for graph classes: DeepSeek-V3 (many experts with MLA) and granite-4.0-h-tiny (sparse models), the smoke models of
+for graph classes: DeepSeek-V3 (many experts with MLA), granite-4.0-h-tiny and LFM2-1.2B (sparse models), the smoke models of
 the Mamba hybrids and LFM2 (`WIDE_SPARSE_MODELS`, `WIDE_ARCH_MODELS`); every run with `-t 1`.
 
 Grid h (`newarchs/`, not a default): the smoke models of the newer architectures (`NEWARCHS_MODELS`) over a sampled
@@ -709,7 +709,7 @@ def grid_sparse(env: Env, only: list[str] | None) -> None:
 # and off, K/V f16 / q8_0 / q4_0, flash attention on and off, -ub 512 / 2048, --swa-full), sampled so that each
 # model keeps a few dozen cases: realistic sparse models (WIDE_SPARSE_MODELS, fixtures in wide/) and smoke models
 # of test-llama-archs (WIDE_ARCH_MODELS, fixtures in widearchs/, rebuilt from their header copies when needed)
-WIDE_SPARSE_MODELS = ["deepseek-v3", "granite-4.0-h-tiny"]
+WIDE_SPARSE_MODELS = ["deepseek-v3", "granite-4.0-h-tiny", "lfm2-1.2b"]
 WIDE_ARCH_MODELS = ["jamba-dense", "granitehybrid-dense", "nemotron_h-dense", "lfm2-dense"]
 WIDE_CONTEXTS = (512, 4096, 32768, 131072)
 

@@ -261,6 +261,25 @@ CONFIGS: dict[str, dict[str, object]] = {
         "mrope_section": [16, 24, 24],
         "tie_word_embeddings": False,
     },
+    "lfm2-1.2b": {
+        "source": "LiquidAI/LFM2-1.2B config.json",
+        "hidden_size": 2048,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "block_ff_dim": 12288,
+        "block_auto_adjust_ff_dim": True,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_multiple_of": 256,
+        "conv_L_cache": 3,
+        "conv_bias": False,
+        "full_attn_idxs": [2, 5, 8, 10, 12, 14],
+        "vocab_size": 65536,
+        "max_position_embeddings": 128000,
+        "norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "tie_embedding": True,
+    },
 }
 
 # vision projectors (mmproj files, as llama.cpp's converter writes them: F16 matrices, F32 norms and biases)
@@ -811,6 +830,53 @@ def build_granite_4_0_h_tiny() -> ModelSpec:
     return spec
 
 
+def lfm2_ff_dim(cfg: dict[str, object]) -> int:
+    """The FFN width the converter writes (conversion/lfm2.py ``LFM2Model._add_feed_forward_length``): with
+    ``block_auto_adjust_ff_dim`` two thirds of ``block_ff_dim``, times the multiplier, rounded up to
+    ``block_multiple_of``."""
+    ff = cfg_int(cfg, "block_ff_dim")
+    if cfg["block_auto_adjust_ff_dim"]:
+        ff = int(2 * ff / 3)
+        ff = int(cfg_float(cfg, "block_ffn_dim_multiplier") * ff)
+        mult = cfg_int(cfg, "block_multiple_of")
+        ff = mult * ((ff + mult - 1) // mult)
+    return ff
+
+
+def build_lfm2_1_2b() -> ModelSpec:
+    """LFM2 as conversion/lfm2.py writes it: ``head_count_kv`` 0 on the short-convolution layers (llama.cpp takes
+    those as recurrent, ``src/models/lfm2.cpp``), the output norm named ``token_embd_norm``, tied embeddings, and
+    tensor names and shapes from ``llama_model_lfm2::load_arch_tensors``."""
+    cfg, spec = _begin("lfm2-1.2b", "lfm2")
+    n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
+    n_ff, l_cache = lfm2_ff_dim(cfg), cfg_int(cfg, "conv_L_cache")
+    attn_layers = cfg["full_attn_idxs"]
+    assert isinstance(attn_layers, list)
+    spec.a("feed_forward_length", n_ff)
+    spec.a("attention.head_count", n_head)
+    spec.arr_u32(
+        f"{spec.arch}.attention.head_count_kv", [n_kv if il in attn_layers else 0 for il in range(n_layer)]
+    )
+    spec.a("rope.freq_base", cfg_float(cfg, "rope_theta"))
+    spec.a("attention.layer_norm_rms_epsilon", cfg_float(cfg, "norm_eps"))
+    spec.a("shortconv.l_cache", l_cache)
+    spec.t("token_embd.weight", (n_embd, cfg_int(cfg, "vocab_size")), "token_embd")
+    spec.t("token_embd_norm.weight", (n_embd,))
+    for il in range(n_layer):
+        spec.t(f"blk.{il}.attn_norm.weight", (n_embd,))
+        if il in attn_layers:
+            spec.t(f"blk.{il}.attn_q_norm.weight", (hd,))
+            spec.t(f"blk.{il}.attn_k_norm.weight", (hd,))
+            _attn_std(spec, il, n_embd, n_head, n_kv, hd)
+        else:
+            spec.t(f"blk.{il}.shortconv.conv.weight", (l_cache, n_embd))  # conv_bias false: no bias
+            spec.t(f"blk.{il}.shortconv.in_proj.weight", (n_embd, 3 * n_embd), "attn_q")
+            spec.t(f"blk.{il}.shortconv.out_proj.weight", (n_embd, n_embd), "attn_output")
+        spec.t(f"blk.{il}.ffn_norm.weight", (n_embd,))
+        _ffn_dense(spec, il, n_embd, n_ff)
+    return spec
+
+
 def build_qwen2_5_vl_7b() -> ModelSpec:
     cfg, spec = _begin("qwen2.5-vl-7b", "qwen2vl")
     n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
@@ -977,6 +1043,7 @@ BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "granite-4.0-h-tiny": build_granite_4_0_h_tiny,
     "qwen2.5-vl-7b": build_qwen2_5_vl_7b,
     "llama-4-scout-17b-16e": build_llama_4_scout,
+    "lfm2-1.2b": build_lfm2_1_2b,
 }
 
 

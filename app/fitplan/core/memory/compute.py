@@ -1216,6 +1216,19 @@ class _DevicePlan:
     ssm_residual_in_input: bool = False
     ssm_after_attention_only: bool = False
     ssm_lead: _SsmLead | None = None
+    # on the host that runs the last layer: the masks, each freed after the last layer that reads it; the logits
+    # take the space of one when they fit there (`logits_on_top`)
+    logits_room: tuple[Affine, ...] = ()
+
+    def logits_on_top(self, nb: int, ns: int) -> int:
+        """The logits where they raise the buffer: nothing when a freed mask holds them. The graph allocator
+        (ggml-alloc.c, `ggml_dyn_tallocr_alloc`) gives a tensor the smallest free block it fits in, and by the
+        output layer (src/llama-graph.cpp `build_inp_attn_kv`: the mask is an input of every attention layer and of
+        nothing after them) the masks' blocks are free (the allocator's trace on LFM2-1.2B at 131072 cells with
+        flash attention: the 128 MiB logits in the freed 128 MiB f16 mask, the peak at the first layer's FFN)."""
+        if self.logits and any(self.logits <= a.at(nb, ns) for a in self.logits_room):
+            return 0
+        return self.logits
 
     def ssm_after(self, nb: int, ns: int) -> int:
         """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
@@ -2239,10 +2252,20 @@ class _PlanBuilder:
             or self.profile.traits.graph.plamo2_mamba,
             ssm_after_attention_only=self._attention_only_before_ssm(host_layers),
             ssm_lead=self._ssm_lead(host_layers, m) if ssm_ops and host_last and n_copies == 1 else None,
+            logits_room=self._logits_room(host_layers) if host_last and n_copies == 1 else (),
             pp_extra=Affine(),
             op_offload_copy=0,
             host_inputs=not runs,
         )
+
+    def _logits_room(self, layers: list[int]) -> tuple[Affine, ...]:
+        """The masks of `layers` (one per cache the attention layers read: base and SWA), each a block the logits
+        can take once it is freed (`_DevicePlan.logits_on_top`)."""
+        if not self.profile.has_memory:
+            return ()
+        base, swa = _attn_layers(self.profile, layers)
+        one = self.mask_elt * self.n_tok
+        return tuple(a for a, used in ((Affine(a_base=one), base), (Affine(a_swa=one), swa)) if used)
 
     def _ssm_lead(self, layers: list[int], m: Affine) -> _SsmLead | None:
         """The host's space around its last attention layer for `_DevicePlan.ssm_after` (flash attention, a dense
@@ -2456,9 +2479,10 @@ def _total_array(
             host_out = p.logits + p.out_block
             return np.where(host_layer >= host_out, host_layer, host_out)
         if p.logits:
-            trans = (
-                np.where(p.logits >= trans, p.logits, trans) if p.layer_phase else np.full_like(nb, p.logits)
-            )
+            logits = np.full_like(nb, p.logits)
+            for a in p.logits_room:
+                logits = np.where(p.logits <= _aff(a, nb, ns), 0, logits)
+            trans = np.where(logits >= trans, logits, trans) if p.layer_phase else logits
         elif not p.layer_phase:
             trans = np.zeros_like(nb)
         return total + trans
@@ -2498,8 +2522,8 @@ def _evaluate(p: _DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
             host_out = [ComputePart("logits", p.logits), ComputePart("output norm", p.out_block)]
             if _sum(parts) + trans[1] < _sum(host_out):
                 parts, trans = host_out, None
-        elif p.logits and (trans is None or p.logits >= trans[1]):
-            trans = ("logits", p.logits)
+        elif p.logits and (trans is None or p.logits_on_top(nb, ns) >= trans[1]):
+            trans = ("logits", p.logits_on_top(nb, ns))
         if trans is not None:
             parts.append(ComputePart(*trans))
     else:
