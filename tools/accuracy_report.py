@@ -626,10 +626,18 @@ model). By family:
   and the gated output's norm (granitehybrid, nemotron_h and nemotron_h_moe: every flash-attention recording
   within 0.05%, before granitehybrid c1024 with two slots and c512 with four 4.7% under, granitehybrid and
   nemotron_h c512 with four slots and q4_0 caches 9.2% under). Without flash attention the FFN intermediates
-  stay on top at c512 with four separate slots (granitehybrid 10% over). Jamba (Mamba-1) is within 1% at most
-  settings, but a few allocations fit a freed block by a few KiB or miss it (x_db into the mask's remainder):
-  6-23% over with a q8_0/q4_0 cache or `-ub 2048` at 4096 cells, where the hole sizes would have to be known to
-  the byte. The pure Mamba-1 smoke model (no attention layer): x_db goes into the space the mixed batch's token
+  stay on top at c512 with four separate slots (granitehybrid 10% over). Jamba's Mamba-1 block is replayed in
+  its graph order over the inputs its attention layer freed, with and without flash attention: the conv states'
+  rows gathered inside the attention layer (in the smallest free block then: the freed inputs, the mask's block
+  beside V's live rotation with a quantized V cache, or the freed `kqv` block without flash attention), the
+  block's input norm, then xz, the conv input and output, x_db, the scan's sources in `ggml_ssm_scan`'s order
+  (dt's norm and projection, B's and C's norms), the scan output (the scan reads the ubatch's states from the
+  cache: no gathered copy), the other slots' states, z's copy, x D and y + x D in the conv output's place, the
+  gated output and the output projection (with flash attention every jamba recording within 0.05%, before up
+  to 23.3% over with q8_0/q4_0 caches, several slots or `-ub 2048`). Without flash attention the attention
+  layer's Q goes into the freed mixed batch's rows under the KQ scores, which the attention term puts on top
+  (+0.1..+1.8%; c4096 with four separate slots, where the Mamba block stays below the scores, 5.3% over, before
+  10.5%). The pure Mamba-1 smoke model (no attention layer): x_db goes into the space the mixed batch's token
   rows, tokens and slots leave (0.504 MiB in 0.506; -0.2..-0.1%, before +6.1..+6.4%). plamo2's own Mamba block is
   replayed in its graph order, the scan's sources in `ggml_ssm_scan`'s order, x D a tensor of its own and the
   other slots' states gathered after the scan (byte-exact at every recorded setting, before 3.2% under without

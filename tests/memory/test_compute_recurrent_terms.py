@@ -183,3 +183,25 @@ def test_mamba2_block_after_the_last_attention_layer_reuses_the_freed_mask() -> 
     assert _host(p, n_kv_base=512, n_kv_swa=0)["attention / SSM scan"] == 4 * (
         1538 * 512 + 1024 * 512 + 515 * 1024
     )
+
+
+def test_jamba_mamba1_block_after_the_attention_layer_in_graph_order() -> None:
+    """jamba smoke model (layer 0 attention, layer 1 Mamba-1: d_inner 512, d_state 128, dt_rank 2, d_conv 4), 512
+    tokens, read from the allocator's lists. The scan reads the ubatch's states from the cache (no gathered copy of
+    them), so with flash attention at c4096 xz, the conv input and output fit the freed 4 MiB mask, x_db the conv
+    input's space, and only dt (512 x 512) and the scan output (y and one state, 512 x 512 + 128 x 512) go on top
+    (8.77 MiB recorded, where a gathered state copy gave 7.77). Without flash attention at c512 the layer's input
+    norm takes the freed inputs' bottom and xz the 2.01 MiB left, so the conv input (515 x 512), the conv output,
+    dt and the scan output go on top (8.77 MiB). With q4_0 caches and four slots without a unified cache (c512:
+    128 cells a stream) V's rotation splits the freed inputs and the conv rows take the mask's block: xz, the conv
+    input (131 x 512 x 4), the conv output and the scan output (four states) on top, where dt fits the conv
+    input's space (8.87 MiB recorded; a gathered 1 MiB state copy gave 9.87)."""
+    p = _model("archs/jamba-dense.header.gguf")
+    scan = "attention / SSM scan"
+    assert _host(p, n_kv_base=4096)[scan] == 4 * (512 * 512 + 512 * 512 + 128 * 512)
+    # without flash attention the part is the larger of the KQ scores (2 MiB here) and the replayed block
+    assert _host(p, n_kv_base=512, flash_attn=False)["KQ scores + Q"] == 4 * (
+        515 * 512 + 512 * 512 + 512 * 512 + 512 * 512 + 128 * 512
+    )
+    q4 = _host(p, n_kv_base=128, n_seqs=4, n_stream=4, cache_type_k="q4_0", cache_type_v="q4_0")
+    assert q4[scan] == 4 * (1024 * 512 + 131 * 512 * 4 + 512 * 512 + 512 * 512 + 128 * 512 * 4)

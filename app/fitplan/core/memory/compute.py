@@ -456,9 +456,7 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
 
     Mamba-2: the conv states' rows, the input projection zxBCdt, the conv input (states + xBC), the conv output
     (bias and SiLU in place) in place of the conv input, dt, then `_mamba2_tail` from the scan on. Mamba-1: the
-    same head with xz, the conv output x, x_db and dt's projection (with the B, C and dt norms of Jamba and
-    FalconMamba), the SSM states' rows, the scan output, x D and y + x D, the contiguous copy of z, the gated
-    output and the output projection."""
+    same head with xz and the conv output x, then `_mamba1_tail`."""
     ssm = profile.ssm
     if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
         return ()
@@ -466,58 +464,58 @@ def _mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp
         return _plamo2_mamba_ops(profile, n_tok, n_seqs)
     f, t, seqs = F32, n_tok, max(1, n_seqs)
     d_inner, d_state = ssm.d_inner, ssm.d_state
-    scan = f * (d_inner * t + d_state * d_inner * seqs)
+    # Mamba-2 convolves x, B and C (zxBCdt); Mamba-1 only x (xz)
+    ch = d_inner + 2 * ssm.n_group * d_state
+    in_proj = 2 * d_inner + 2 * ssm.n_group * d_state + ssm.dt_rank if ssm.n_group else 2 * d_inner
+    head = (
+        ("conv_rows", f * (ssm.d_conv - 1) * ch * seqs),
+        ("in_proj", f * in_proj * t),
+        ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * ch * seqs),
+        ("conv_rows", 0),
+        ("conv", f * ch * t),
+        ("conv_x", 0),
+    )
     if ssm.n_group:
-        ch = d_inner + 2 * ssm.n_group * d_state
-        head = [
-            ("conv_rows", f * (ssm.d_conv - 1) * ch * seqs),
-            ("in_proj", f * (2 * d_inner + 2 * ssm.n_group * d_state + ssm.dt_rank) * t),
-            ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * ch * seqs),
-            ("conv_rows", 0),
-            ("conv", f * ch * t),
-            ("conv_x", 0),
-            ("dt", f * ssm.dt_rank * t),
-        ]
-    else:
-        normed = any(x.name.endswith(".ssm_dt_norm.weight") for x in profile.tensors)
-        head = [
-            ("conv_rows", f * (ssm.d_conv - 1) * d_inner * seqs),
-            ("in_proj", f * 2 * d_inner * t),
-            ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * d_inner * seqs),
-            ("conv_rows", 0),
-            ("conv", f * d_inner * t),
-            ("conv_x", 0),
-            ("x_db", f * (ssm.dt_rank + 2 * d_state) * t),
-        ]
-        if normed:
-            # dt, B and C normed out of x_db's views: x_db is freed once the three norms have read it
-            head += [("dt_n", f * ssm.dt_rank * t), ("b_n", f * d_state * t), ("c_n", f * d_state * t)]
-            head += [("x_db", 0)]
-        else:
-            head += [("dt_n", f * ssm.dt_rank * t)]  # the contiguous dt; the scan reads B and C from x_db
-        head += [("dt", f * d_inner * t), ("dt_n", 0)]
-    if ssm.n_group:
-        return (*head, *_mamba2_tail(profile, t, seqs))
-    tail = [
-        ("s_rows", f * d_state * d_inner * seqs),
-        ("y_ssm", scan),
-        ("s_rows", 0),
+        return (*head, ("dt", f * ssm.dt_rank * t), *_mamba2_tail(profile, t, seqs))
+    return (*head, *_mamba1_tail(profile, t, seqs))
+
+
+def _mamba1_tail(profile: ModelProfile, t: int, seqs: int) -> tuple[ReplayOp, ...]:
+    """A Mamba-1 block from x_db on (src/models/mamba-base.cpp, `build_mamba_layer`): x_db, then the scan's
+    sources in `ggml_ssm_scan`'s order (ggml.c: s, x, dt, A, B, C; the graph is built depth-first through the
+    sources, `ggml_visit_parents`): dt's norm (Jamba, FalconMamba) or contiguous copy and its projection, then B's
+    and C's norms (the norms read x_db's views, which is freed after the last), the scan output (y and the final
+    states; the scan reads the ubatch's states from the cache through the slot indices, no gathered copy), the
+    gather of the other slots' states (`_extra_states`), z's contiguous copy, x D and y + x D in place of the conv
+    output (its last reader), the gated output and the output projection. The allocator's list on the jamba smoke
+    model with four slots at c512 (q4_0 caches): x_db in the freed mask's space, dt in the conv input's, the
+    scan output on top of the conv output, 8.87 MiB."""
+    ssm = profile.ssm
+    assert ssm is not None
+    f, d_inner, d_state = F32, ssm.d_inner, ssm.d_state
+    normed = any(x.name.endswith(".ssm_dt_norm.weight") for x in profile.tensors)
+    bc: tuple[ReplayOp, ...] = (("b_n", f * d_state * t), ("c_n", f * d_state * t)) if normed else ()
+    return (
+        ("x_db", f * (ssm.dt_rank + 2 * d_state) * t),
+        ("dt_n", f * ssm.dt_rank * t),
+        ("dt", f * d_inner * t),
+        ("dt_n", 0),
+        *bc,
+        *((("x_db", 0),) if normed else ()),
+        ("y_ssm", f * (d_inner * t + d_state * d_inner * seqs)),
         ("dt", 0),
-    ]
-    # Mamba-1: x D and y + x D are new tensors
-    tail += [("x_d", f * d_inner * t), ("y", f * d_inner * t), ("x_d", 0), ("conv", 0)]
-    tail += [
+        ("b_n", 0),
+        ("c_n", 0),
+        ("x_db", 0),
+        *_extra_states(f * d_state * d_inner, seqs),
         ("z", f * d_inner * t),
         ("in_proj", 0),
+        ("y_ssm", 0),
         ("gated", f * d_inner * t),
         ("z", 0),
-        ("y", 0),
-        ("y_ssm", 0),
         ("conv", 0),
         ("out", f * profile.n_embd * t),
-    ]
-    tail[2:2] = [("b_n", 0), ("c_n", 0), ("x_db", 0)]  # what the scan read (the frees skip the absent)
-    return (*head, *tail)
+    )
 
 
 def _mamba2_tail(profile: ModelProfile, t: int, seqs: int) -> tuple[ReplayOp, ...]:
@@ -1166,6 +1164,12 @@ class _SsmLead:
     idxs: int  # the K/V row indices, under the mask
     ffn: int  # the last attention layer's FFN intermediate [n_ff, n_tok] (0: that layer has no FFN)
     gated: bool  # its FFN has a separate gate
+    # jamba: the residual goes into the layer input's block (`_DevicePlan._ssm_after_residual`), with or without
+    # flash attention; `tokens` and `out_ids` are the token ids' and the output ids' bytes
+    residual: bool = False
+    fa: bool = True
+    tokens: int = 0
+    out_ids: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -1241,6 +1245,8 @@ class _DevicePlan:
         if not self.ssm_ops:
             return 0
         b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
+        if self.ssm_lead is not None and self.ssm_lead.residual:
+            return self._ssm_after_residual(self.ssm_lead, nb, ns)
         if self.ssm_lead is not None:
             return self._ssm_after_lead(self.ssm_lead, nb, ns)
         if self.ssm_residual_in_input:
@@ -1305,6 +1311,44 @@ class _DevicePlan:
             else:
                 seq += [("up", lead.ffn), ("ffn_norm", 0), ("down", b), ("up", 0)]
             seq.append(("wo", 0))  # the FFN input: the layer output is the down projection's
+        seq += [("norm", b), ops[1], ("norm", 0), *ops[2:]]
+        for name, size in seq:
+            if size:
+                sim.alloc(name, size)
+            elif name in sim.live:
+                sim.release(name)
+        return sim.peak
+
+    def _ssm_after_residual(self, lead: _SsmLead, nb: int, ns: int) -> int:
+        """Jamba's Mamba-1 block after the host's last attention layer, replayed from the conv states' rows on
+        (src/models/jamba.cpp: the attention's residual is added into the layer input's block, the FFN's into that
+        sum; src/models/mamba-base.cpp `build_mamba_layer`). The conv states' rows are gathered inside the
+        attention layer in graph order (after the attention output, before the output projection), when the
+        space below holds, from the bottom: the freed plain token ids, the token rows' block, the freed mixed
+        batch's tokens, slots and token rows, the rotations, the K/V row indices and the mask (flash attention:
+        split by V's rotation, which is still live; without it the attention output `kqv_out` is at its bottom),
+        the output ids, the layer input's block, the attention output's block (flash attention: still live;
+        without it the freed `kqv`) and the last block; the rows take the smallest free block that fits
+        (ggml-alloc.c, `ggml_dyn_tallocr_alloc`). By the Mamba block the layer's other tensors are freed; its
+        input norm takes the smallest free block, then the block's allocations (`_mamba_ops`). The allocator's
+        lists on the jamba smoke model: c4096 with flash attention, the rows at the freed inputs' bottom, the norm
+        in the attention output's block, xz, the conv input and output in the mask's space, x_db in the conv
+        input's, dt and the scan output on top (8.77 MiB); without flash attention at c512 the rows in the freed
+        `kqv` block, the norm and xz in the freed inputs, the conv input and output, dt and the scan output on top
+        (8.77 MiB); q4_0 caches with four slots, the rows in the mask's block (8.87 MiB)."""
+        b, ops = self.ssm_block, self.ssm_ops
+        low = lead.low + b  # the mixed batch's tokens, slots and token rows
+        a2 = lead.idxs + lead.mask.at(nb, ns)
+        if not lead.fa:
+            free: tuple[tuple[str, int], ...] = (("kqv_out", b), ("", low - b + lead.v_rot + a2))
+        elif lead.v_rot:
+            free = (("", low), ("v_rot", lead.v_rot), ("", a2))
+        else:
+            free = (("", low + a2),)
+        top = ("fa_out", b) if lead.fa else ("", b)
+        inputs = (("", lead.tokens), ("inp_embd", b))
+        sim = _BestFit.from_layout((*inputs, *free, ("out_ids", lead.out_ids), ("embd", b), top, ("last", b)))
+        seq: list[ReplayOp] = [ops[0], ("v_rot", 0), ("kqv_out", 0), ("fa_out", 0)]
         seq += [("norm", b), ops[1], ("norm", 0), *ops[2:]]
         for name, size in seq:
             if size:
@@ -2269,8 +2313,11 @@ class _PlanBuilder:
 
     def _ssm_lead(self, layers: list[int], m: Affine) -> _SsmLead | None:
         """The host's space around its last attention layer for `_DevicePlan.ssm_after` (flash attention, a dense
-        FFN or none in that layer, the Mamba blocks' input not kept in the input's block); None elsewhere."""
+        FFN or none in that layer, the Mamba blocks' input not kept in the input's block; jamba's Mamba-1 blocks
+        with or without flash attention, `_jamba_lead`); None elsewhere."""
         graph = self.profile.traits.graph
+        if graph.residual_into_input and not graph.plamo2_mamba:
+            return self._jamba_lead(layers, m)
         if not self.fa or graph.residual_into_input or graph.plamo2_mamba:
             return None
         base, swa = _attn_layers(self.profile, layers)
@@ -2292,6 +2339,28 @@ class _PlanBuilder:
             idxs=2 * I64 * self.n_tok,
             ffn=F32 * lp.n_ff * self.n_tok if lp.n_ff else 0,
             gated=gated,
+        )
+
+    def _jamba_lead(self, layers: list[int], m: Affine) -> _SsmLead | None:
+        """Jamba's graph inputs around its last attention layer (`_DevicePlan._ssm_after_residual`): the mixed
+        batch's tokens (i32) and slots (i64), no positions (src/models/jamba.cpp uses no RoPE), the rotations, K's
+        row indices and V's (i64 per token with flash attention, per element without it, `v_idxs`)."""
+        ssm = self.profile.ssm
+        base, swa = _attn_layers(self.profile, layers)
+        if ssm is None or ssm.n_group or swa or not base:
+            return None
+        v_rot = self.v_rot_bytes[0]
+        return _SsmLead(
+            mask=m,
+            low=(I32 + I64) * self.n_tok + self.rot_bytes[0] - v_rot,
+            v_rot=v_rot,
+            idxs=I64 * self.n_tok + (I64 * self.n_tok if self.fa else self.v_idxs(layers)),
+            ffn=0,
+            gated=False,
+            residual=True,
+            fa=self.fa,
+            tokens=I32 * self.n_tok,
+            out_ids=I32 * self.n_out,
         )
 
 
