@@ -634,7 +634,8 @@ model). By family:
   (dt's norm and projection, B's and C's norms), the scan output (the scan reads the ubatch's states from the
   cache: no gathered copy), the other slots' states, z's copy, x D and y + x D in the conv output's place, the
   gated output and the output projection (with flash attention every jamba recording within 0.05%, before up
-  to 23.3% over with q8_0/q4_0 caches, several slots or `-ub 2048`). Without flash attention the attention
+  to 23.3% over with q8_0/q4_0 caches, several slots or `-ub 2048`; a GPU running these layers gets the same
+  replay, which no recording checks). Without flash attention the attention
   layer's Q goes into the freed mixed batch's rows under the KQ scores, which the attention term puts on top
   (+0.1..+1.8%; c4096 with four separate slots, where the Mamba block stays below the scores, 5.3% over, before
   10.5%). The pure Mamba-1 smoke model (no attention layer): x_db goes into the space the mixed batch's token

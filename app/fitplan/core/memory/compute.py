@@ -1241,7 +1241,8 @@ class _DevicePlan:
         peaks on the jamba and plamo2 smoke models); else the previous layer's output takes a block of the masks'
         space, between the token rows' block and the rest, and the FFN norm leaves two blocks (granitehybrid,
         nemotron_h). On the host with flash attention the last attention layer's tail is replayed with the block
-        instead (`_ssm_after_lead`)."""
+        instead (`_ssm_after_lead`); jamba's Mamba-1 block over the inputs its attention layer freed
+        (`_ssm_after_residual`)."""
         if not self.ssm_ops:
             return 0
         b, hole = self.ssm_block, self.ssm_hole.at(nb, ns)
@@ -2186,6 +2187,12 @@ class _PlanBuilder:
             ssm_residual_in_input=self.profile.traits.graph.residual_into_input
             or self.profile.traits.graph.plamo2_mamba,
             ssm_after_attention_only=self._attention_only_before_ssm(layers),
+            # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
+            ssm_lead=self._jamba_lead(layers, m)
+            if ssm_ops
+            and self.profile.traits.graph.residual_into_input
+            and not self.profile.traits.graph.plamo2_mamba
+            else None,
             pp_extra=pp_extra,
             op_offload_copy=self.op_copy if gi == 0 else 0,
             host_inputs=False,
