@@ -83,8 +83,8 @@ def test_kv_and_recurrent_state_exact(summary: Any) -> None:
 #: plamo2 with several sequences or q8_0 caches). The test turns into a failure (strict xfail) the day
 #: the target is met, so that the marker gets removed.
 TOTALS_GAP = (
-    "6 totals more than 2% under, all of them architecture smoke models (glm5-next, granitehybrid, "
-    "nemotron_h, plamo2); see docs/accuracy.md"
+    "5 totals more than 2% under, all of them architecture smoke models (granitehybrid, nemotron_h, plamo2); "
+    "see docs/accuracy.md"
 )
 
 
@@ -126,6 +126,18 @@ def test_kpool_selection_without_flash_attention(summary: Any) -> None:
     cases = [r for r in summary.measured if r.model == "qwen4exp-moe" and "-faoff-" in r.case]
     assert len(cases) >= 7
     misses = [r for r in cases if abs(r.compute_rel) > 0.011]
+    assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_glm5_next_first_layer_without_flash_attention(summary: Any) -> None:
+    """glm5-next without flash attention, its first layer replayed through the allocator from `q_resid` to the
+    selection mask (`_KpoolSelection.first_layer`) over what the allocator's lists have under it (one residual
+    stream, V's copy in a freed block): compute within 1% on every recording without flash attention,
+    c512-c131072 (before: -6.8% at c2048 `-ub 2048`, +2.5% at c32768 with four slots, +1.8% at c8192 with four
+    slots)."""
+    cases = [r for r in summary.measured if r.model == "glm5-next-moe" and "-faoff-" in r.case]
+    assert len(cases) >= 7
+    misses = [r for r in cases if abs(r.compute_rel) > 0.01]
     assert not misses, "misses:\n" + _fmt(misses)
 
 
