@@ -564,8 +564,8 @@ MODEL_NOTES = """\
   latent, the absorbed Q and K at K's concatenation, above the space the query and q_nope_absorbed freed when Q was
   concatenated, which takes what fits of the three), MiniCPM3's compressed KV, the indexer queries of DeepSeek-V4,
   qwen4exp and glm5-next (two `[n_indexer_head x key_length, n_tok]` tensors, one on glm5-next) and the
-  hyper-connection residual streams `[n_embd x hc, n_tok]` (one on hy_v4, two on qwen4exp and glm5-next, three
-  at DeepSeek-V4's indexer peak), DeepSeek-V4's compressed attention (`build_inp_dsv4`'s CSA, HCA and indexer
+  hyper-connection residual streams `[n_embd x hc, n_tok]` (one on hy_v4, two on qwen4exp and glm5-next, one
+  under glm5-next's first layer without flash attention, three at DeepSeek-V4's indexer peak), DeepSeek-V4's compressed attention (`build_inp_dsv4`'s CSA, HCA and indexer
   masks, the zero-filled top-k leaf, the lightning indexer's score and top-k over the CSA cells, the layer's
   scores under it without flash attention), the lightning indexer's score and top-k of the DSA models at long
   contexts, MiniMax-M3's block-sparse mask per stream (`bmc`, its transposed copy and the f32 copy of the FA
@@ -614,8 +614,7 @@ MODEL_NOTES = """\
 ## Known gaps (compute)
 
 The targets: compute within 5% on at least 98% of the recordings (met; the issue asked for 90%), never more than
-10% under (met), totals never more than 2% under (1 miss, a smoke model; met on every recording of a published
-model). By family:
+10% under (met), totals never more than 2% under (met). By family:
 
 * **Mamba hybrids with several sequences** (the granitehybrid, nemotron_h and jamba smoke models, `widearchs`
   grid): with flash attention on the host the last attention layer's tail and the Mamba block after it are
@@ -659,13 +658,15 @@ model). By family:
   allocator, from the indexer query to the selection mask, `src/models/qwen4exp.cpp` `build_qsa_sel`: the
   scores `kq` before the chain, the tail making the chain's tensors a little larger than the selected cells'
   freed block, `top_score` below the layer when the inputs read by then leave it room; qwen4exp -1.0..+1.0%,
-  before -8.9..+5.5%; glm5-next -6.8..+26.5%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
+  before -8.9..+5.5%; glm5-next's first layer likewise from `q_resid` to the selection mask,
+  `src/models/glm5-next.cpp` `build_dsa_layer` and `build_kpool_select`, over what the allocator's lists have
+  under it there: one residual stream, `hc_init`, where later layers count two, the pooled key's zero seed and
+  the fill seeds of the zeros and of `mask_all`, with V's contiguous copy replayed in the layer, in the two
+  freed token-row blocks when it fits, else in a block the layer freed: without flash attention -0.6..+0.1%,
+  before -6.8..+2.5%; glm5-next -1.9..+26.5%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
   freed masks, which the caches' rotation inputs split in two with quantized caches (-0.1..+4.0%, before up to
-  +37.3%). Left: glm5-next's k-pool chain without flash attention at `-ub 2048` (6.8% under: replaying its layer
-  from `q_resid` to `mask_all` gives the allocator's transient to the byte at c2048 `-ub 2048` and c8192
-  `-ub 512`, but the part under it is then over: the stream blocks counted for a later layer, 13 MiB where
-  the first layer's peak has about 6, and the MLA V copy, which lands in a freed block) and glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in holes
-  whose layout follows earlier allocations (the allocator would have to be simulated). Modelled from the
+  +37.3%). Left: glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in
+  holes whose layout follows earlier allocations (the allocator would have to be simulated). Modelled from the
   allocator's peaks: nemotron_h_moe's Mamba block after its attention-only layer with
   flash attention, over one freed block (the token rows' block and the masks, with the conv states' rows and the
   attention layer's output at its bottom: the conv output in the freed 2 MiB mask at 2048 cells, exact, before

@@ -76,17 +76,6 @@ def test_kv_and_recurrent_state_exact(summary: Any) -> None:
     assert not summary.context_misses, "KV / recurrent state differ:\n" + _fmt(summary.context_misses)
 
 
-#: What is left of the issue's compute targets (docs/accuracy.md, "Known gaps", has the reason): one total more
-#: than 2% under, an architecture smoke model of test-llama-archs (hidden size 128-512, vocabulary 128) whose graph
-#: the structural model does not place exactly (the k-pool selection chain of glm5-next without flash attention at
-#: -ub 2048). The test turns into a failure (strict xfail) the day the target is met, so that the marker gets
-#: removed.
-TOTALS_GAP = (
-    "1 total more than 2% under, an architecture smoke model (glm5-next without flash attention at -ub 2048); "
-    "see docs/accuracy.md"
-)
-
-
 def test_compute_share_within_tolerance(summary: Any) -> None:
     share = summary.compute_share_ok
     msg = (
@@ -112,8 +101,8 @@ def test_compute_targets_on_realistic_models(summary: Any) -> None:
     assert not totals_under, "totals more than 2% under:\n" + _fmt(totals_under)
 
 
-@pytest.mark.xfail(strict=True, reason=TOTALS_GAP)
 def test_totals_never_far_under(summary: Any) -> None:
+    """No device's context + compute + output total is more than 2% under llama.cpp's, on every recording."""
     assert not summary.total_far_under, "totals more than 2% under:\n" + _fmt(summary.total_far_under)
 
 
@@ -125,6 +114,18 @@ def test_kpool_selection_without_flash_attention(summary: Any) -> None:
     cases = [r for r in summary.measured if r.model == "qwen4exp-moe" and "-faoff-" in r.case]
     assert len(cases) >= 7
     misses = [r for r in cases if abs(r.compute_rel) > 0.011]
+    assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_glm5_next_first_layer_without_flash_attention(summary: Any) -> None:
+    """glm5-next without flash attention, its first layer replayed through the allocator from `q_resid` to the
+    selection mask (`_KpoolSelection.first_layer`) over what the allocator's lists have under it (one residual
+    stream, V's copy in a freed block): compute within 1% on every recording without flash attention,
+    c512-c131072 (before: -6.8% at c2048 `-ub 2048`, +2.5% at c32768 with four slots, +1.8% at c8192 with four
+    slots)."""
+    cases = [r for r in summary.measured if r.model == "glm5-next-moe" and "-faoff-" in r.case]
+    assert len(cases) >= 7
+    misses = [r for r in cases if abs(r.compute_rel) > 0.01]
     assert not misses, "misses:\n" + _fmt(misses)
 
 

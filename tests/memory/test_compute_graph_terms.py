@@ -296,12 +296,26 @@ def test_kpool_gather_mask_selection() -> None:
     assert sum(parts.values()) == pytest.approx(
         _recorded("newarchs", "glm5-next-moe", "c131072-np1-faon-ub512-f16"), abs=0.2 * MIB
     )
-    # without flash attention: the scores kq-0 [8192, 512] f32, two chain tensors and the f32 mask_all
-    # [8192 + 8451, 512] the selection is scattered into (node_107)
+    # without flash attention the first layer (the k-pool layer) reaches 95700992 bytes above `hc_init`'s end in
+    # the allocator's peak list at c8192 `-ub 512` (node_107, mask_all [8192 + 8451, 512] f32, ends at 134786400;
+    # hc_init at 38036832-39085408, v_cont-0 [512, 8192] f16 right above it, in the freed indexer query's
+    # space). Under it: one stream hc_init [512, 512] f32 where the plan counts two, V's copy not under it, and the
+    # graph inputs the plan does not count elsewhere: the pooled key's zero seed [128, 512] f32 (leaf_19) and the
+    # fill seeds [8451] and [8192 + 8451] f32 (leaf_36, leaf_37)
     parts = _host_parts(p, n_kv_base=8192, flash_attn=False)
-    assert parts["KQ scores + Q"] == (8192 + 2 * 8451 + 8192 + 8451) * 512 * 4
+    assert parts["MLA V copy"] == 512 * 8192 * 2
+    seeds = 128 * 512 * 4 + (8451 + 8192 + 8451) * 4
+    assert parts["KQ scores + Q"] == 95700992 + seeds - 512 * 512 * 4 - 512 * 8192 * 2
     assert sum(parts.values()) == pytest.approx(
-        _recorded("newarchs", "glm5-next-moe", "c8192-np1-faoff-ub512-f16"), abs=1.2 * MIB
+        _recorded("newarchs", "glm5-next-moe", "c8192-np1-faoff-ub512-f16"), abs=0.02 * MIB
+    )
+    # c2048 `-ub 2048`: 105979904 bytes above hc_init's end (48670048; node_107 ends at 154649952, the peak); V's
+    # 2 MiB copy goes into the 2 MiB hole of the two freed token-row blocks under hc_init (v_cont-0 at 41330016)
+    parts = _host_parts(p, n_kv_base=2048, n_tok=2048, flash_attn=False)
+    seeds = 128 * 2048 * 4 + (2307 + 2048 + 2307) * 4
+    assert parts["KQ scores + Q"] == 105979904 + seeds - 512 * 2048 * 4 - 512 * 2048 * 2
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("newarchs", "glm5-next-moe", "c2048-np1-faoff-ub2048-f16"), abs=0.04 * MIB
     )
 
 

@@ -943,7 +943,8 @@ class _KpoolSelection:
     indexer query `[n_indexer_head x key_length, n_tok]` with the score at short contexts; else the score and
     the top-k, the selected cells and one `[n_sel, n_tok]` tensor of the chain (two when top_k caps the selection
     below the pools: c131072, and c32768 with four slots); without flash attention the layer's scores `kq`, two
-    chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered into.
+    chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered into, and where
+    the k-pool layer is the graph's first, that layer replayed through the allocator (`first_layer`).
     """
 
     n_tok: int
@@ -959,6 +960,11 @@ class _KpoolSelection:
     head: int = 0  # the indexer's key length
     heads: int = 0  # the indexer's heads
     v_idxs: int = 0  # V's row indices without flash attention (a graph input)
+    # glm5-next without flash attention, where its first k-pool layer is the graph's first layer (`gather_ops`):
+    # the MLA rows per token (q_resid, the query, the absorbed query, the compressed KV row), () elsewhere
+    mla_rows: tuple[int, ...] = ()
+    v_row: int = 0  # the contiguous copy of V per cell (`mla_v`'s bytes, counted under every transient)
+    streams_over: int = 0  # the residual streams the plan counts under the transient beyond the first layer's
 
     def sizes(self, nb: int) -> tuple[int, int, int]:
         """(n_pool, n_top, n_sel) for `nb` cells per stream."""
@@ -985,6 +991,8 @@ class _KpoolSelection:
         q, kq = self.query, self.kq_per_cell * nb
         if self.gather:
             if not self.flash_attn:
+                if self.mla_rows:
+                    return self.first_layer(nb)
                 return max(q + score, kq + 2 * chain + F32 * (nb + n_sel) * self.n_tok)
             return max(q + score, score + top + sel_rows + (2 if n_top < n_pool else 1) * chain)
         if not self.flash_attn:
@@ -995,6 +1003,85 @@ class _KpoolSelection:
             return 3 * q + score + top + sel_rows + 4 * chain
         below = self.block + score + top if score <= q else 2 * q + score
         return max(2 * q, below + sel_rows + 4 * chain)
+
+    def first_layer(self, nb: int) -> int:
+        """glm5-next's first layer without flash attention, bytes over what the plan counts under every transient
+        (the graph inputs, the five blocks, `hc_streams` residual streams and V's contiguous copy).
+
+        What is live under the layer there (the allocator's lists on the smoke model, c2048 `-ub 2048` and c8192
+        `-ub 512`, layer 0 the k-pool layer): the graph inputs, among them the zero seed of the pooled key
+        `[key_length, n_tok]` f32 that `build_inp_kpool`'s cache row is concatenated with (src/models/glm5-next.cpp
+        `build_dsa_layer`, freed once read, a hole under the layer), the token-embedding blocks and one residual
+        stream, `hc_init` `[n_embd x hc, n_tok]` (the repeated embeddings; a later layer's output stream does not
+        exist yet), with the two freed token-row blocks of the mixed batch (`inp_embd` and its `get_rows` copy)
+        a hole under it. V's contiguous copy is allocated in the layer (`gather_ops`): it takes that hole when it
+        fits (c2048: the 2 MiB copy in the 2 MiB hole), else a block the layer has freed (c8192: above `hc_init`,
+        in the indexer query's freed space); it does not raise the peak in either."""
+        _, _, n_sel = self.sizes(nb)
+        # with the fill seeds of the repeated zeros `[n_sel]` and of `mask_all` `[n_kv + n_sel]` f32 (graph inputs)
+        seed = F32 * self.head * self.n_tok + F32 * (2 * n_sel + nb)
+        layer = _replay(self.gather_ops(nb), (2 * self.block,))
+        return layer + seed - self.streams_over - self.v_row * nb
+
+    def gather_ops(self, nb: int) -> tuple[ReplayOp, ...]:
+        """glm5-next without flash attention: its MLA layer from the query's low-rank projection to the selection
+        mask in graph order (src/models/glm5-next.cpp `build_dsa_layer`, `build_kpool_select`), a freed tensor
+        as (name, 0): `q_resid` `[q_lora_rank, n_tok]` (normed in place), the indexer query, the score, the
+        top-k and its reordering by score (the f32 cast, the selected scores, their argsort, the reordered rows,
+        their contiguous copy and the i32 cast), the selected cells and `sel_idx`, the query `q` `[n_head x
+        key_length_mla, n_tok]`, the absorbed query, the compressed KV row (stored into the cache), V's
+        contiguous copy `[kv_lora_rank, n_kv]` (read by `kqv` after the mask), the layer's scores `kq`, the
+        repeated zeros, the f32 cast of `sel_idx`, `live` (`ggml_exp` of the `gather_mask` input; the sub, mul
+        and add in place of the cast), the f32 `mask_all` `[n_kv + n_sel, n_tok]` and the selection mask
+        `[n_kv, n_tok]`. The i32 cast of the indices takes the space `gather_mask` leaves once `live` has read it
+        (the same bytes; the allocator's lists on the smoke model, whose one k-pool layer is the last to read
+        it)."""
+        n_pool, n_top, n_sel = self.sizes(nb)
+        t = self.n_tok
+        q_a, q_b, q_abs, kv_a = (F32 * t * r for r in self.mla_rows)
+        chain, top = F32 * n_sel * t, F32 * n_top * t
+        return (
+            ("q_resid", q_a),
+            ("iq", self.query),
+            ("score", F32 * n_pool * t),
+            ("iq", 0),
+            ("top_k", I32 * n_top * t),
+            ("top_f", top),
+            ("sel_score", top),
+            ("score", 0),
+            ("top_k", 0),
+            ("order", I32 * n_top * t),
+            ("top_rows", top),
+            ("top_f", 0),
+            ("sel_score", 0),
+            ("order", 0),
+            ("top_cont", top),
+            ("top_rows", 0),
+            ("top_i32", I32 * n_top * t),
+            ("top_cont", 0),
+            ("sel_rows", I32 * self.kpool * n_top * t),
+            ("top_i32", 0),
+            ("sel_idx", chain),
+            ("sel_rows", 0),
+            ("q", q_b),
+            ("q_resid", 0),
+            ("q_absorbed", q_abs),
+            ("q", 0),
+            ("kv_cmpr", kv_a),
+            ("kv_cmpr", 0),
+            ("v_cont", self.v_row * nb),
+            ("kq", self.kq_per_cell * nb),
+            ("q_absorbed", 0),
+            ("zeros", chain),
+            ("idx_f", chain),
+            ("sel_idx", 0),
+            ("live", chain),
+            ("live", 0),
+            ("idx_f", 0),
+            ("mask_all", F32 * (nb + n_sel) * t),
+            ("zeros", 0),
+            ("sel", F32 * nb * t),
+        )
 
     def scatter_ops(self, nb: int) -> tuple[ReplayOp, ...]:
         """Without flash attention, the layer from the indexer query to the selection mask in graph order
@@ -1669,6 +1756,7 @@ class _PlanBuilder:
         rows = max(self.idx_rows.get(il, 0) for il in indexed)  # the indexer query's rows
         # a cache row holds kpool_row keys (the raw key and the pooled one for qwen4exp)
         key = profile.indexer_head_size // max(1, profile.traits.memory.kpool_row)
+        mla_rows, v_row, streams_over = self.kpool_first_layer(layers, indexed, graph)
         return _KpoolSelection(
             n_tok=self.n_tok,
             flash_attn=self.fa,
@@ -1683,7 +1771,30 @@ class _PlanBuilder:
             head=key,
             heads=rows // key if key else 0,
             v_idxs=self.v_idxs(layers),
+            mla_rows=mla_rows,
+            v_row=v_row,
+            streams_over=streams_over,
         )
+
+    def kpool_first_layer(
+        self, layers: list[int], indexed: list[int], graph: KpoolGraph
+    ) -> tuple[tuple[int, ...], int, int]:
+        """glm5-next's first layer without flash attention (`_KpoolSelection.first_layer`), where this backend runs
+        the graph's first layer and it is a k-pool layer: its MLA rows per token (src/models/glm5-next.cpp
+        `build_dsa_layer`: q_resid `[q_lora_rank]`, `q` `[n_head x key_length_mla]`, the absorbed query
+        `[kv_lora_rank x n_head]` and the compressed KV row `[kv_lora_rank + n_rot]`), V's copy per cell and the
+        streams counted beyond `hc_init`; ((), 0, 0) elsewhere."""
+        mla = self.profile.mla
+        v_copy = self.mla_v(layers)
+        first = bool(self.trunk) and layers[0] == self.trunk[0] == indexed[0]
+        if graph is not KpoolGraph.GATHER_MASK or self.fa or mla is None or not mla.q_lora_rank or not first:
+            return (), 0, 0
+        if v_copy.room or v_copy.a_swa or v_copy.c or self.inputs.ik_attention:
+            return (), 0, 0
+        h = self.profile.layers[indexed[0]].n_head
+        stream = F32 * self.n_tok * _hc_width(self.profile)
+        rows = (mla.q_lora_rank, h * mla.key_length_mla, h * mla.kv_lora_rank, mla.kv_lora_rank + mla.n_rot)
+        return rows, v_copy.a_base, self.hc_block - stream if self.hc_block else 0
 
     def dsv4(self, layers: list[int]) -> _Dsv4Attention | None:
         """DeepSeek-V4's compressed attention on a backend running `layers` (None without a CSA layer there)."""
