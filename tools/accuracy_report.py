@@ -715,7 +715,7 @@ The targets: compute within 5% on at least 98% of the recordings (met; the issue
   Mamba layer ahead of an attention layer (layers 30-39, 33-39, 20-39: the logits at 45.04 MiB, with the experts on
   the host above the copied-back down outputs at 27.04 MiB), and the logits next to the blocks where its first layer
   is the attention layer or it runs none (35-39, 37-39: 9.29 MiB, one block more than counted); that rule is what
-  the estimate counts (`_mamba2_split_below_logits`), not a replay of the free list.
+  the estimate counts (`mamba2_split_below_logits`), not a replay of the free list.
 * **ik_llama.cpp** (not in the table: `tests/fixtures/ik_llama/` records deepseek-v2-lite's compute buffer too):
   the mainline structure is 10-24% over where the logits dominate (ik keeps one block next to them, not five) and
   15-27% under with `-mla 2/3 -fa on` at 32k cells (64-69% for the legacy-key file, which the estimate does not

@@ -107,7 +107,7 @@ def test_totals_never_far_under(summary: Any) -> None:
 
 
 def test_kpool_selection_without_flash_attention(summary: Any) -> None:
-    """qwen4exp's k-pool selection without flash attention, replayed through the allocator (`_KpoolSelection.
+    """qwen4exp's k-pool selection without flash attention, replayed through the allocator (`KpoolSelection.
     scatter_ops`): compute within 1.1% on every recording without flash attention, c512-c131072 (before: -8.9%
     at c2048 and -6.9% at c8192 with four slots, `-ub 2048`, where `live` and the cumulative sum land above the
     scores, and +5.5% at c131072)."""
@@ -119,7 +119,7 @@ def test_kpool_selection_without_flash_attention(summary: Any) -> None:
 
 def test_glm5_next_first_layer_without_flash_attention(summary: Any) -> None:
     """glm5-next without flash attention, its first layer replayed through the allocator from `q_resid` to the
-    selection mask (`_KpoolSelection.first_layer`) over what the allocator's lists have under it (one residual
+    selection mask (`KpoolSelection.first_layer`) over what the allocator's lists have under it (one residual
     stream, V's copy in a freed block): compute within 1% on every recording without flash attention,
     c512-c131072 (before: -6.8% at c2048 `-ub 2048`, +2.5% at c32768 with four slots, +1.8% at c8192 with four
     slots)."""

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from fitplan.core.memory.compute import _in_hole
+from fitplan.core.memory.compute.allocator import in_hole
 from support.models import REPO
 from support.tools import load_tool
 
@@ -45,11 +45,11 @@ def test_in_hole_arithmetic() -> None:
     # Qwen3-Next-80B-A3B at -ub 512: hole = down outputs [2048, 10, 512] f32 = 40 MiB; the delta-net layer's
     # tensors before its output: 16 + 8 + 8 + 2 MiB + two 64 KiB inputs = 34.125 MiB; the output [128, 32, 512]
     # f32 + state [128, 128, 32] f32 = 8 + 2 = 10 MiB. 34.125 + 10 > 40, so the output goes above: 40 + 10 = 50.
-    assert _in_hole(34 * MIB + MIB // 8, 10 * MIB, 40 * MIB) == 50 * MIB
+    assert in_hole(34 * MIB + MIB // 8, 10 * MIB, 40 * MIB) == 50 * MIB
     # everything fits: the hole itself is what is held
-    assert _in_hole(10 * MIB, 10 * MIB, 40 * MIB) == 40 * MIB
+    assert in_hole(10 * MIB, 10 * MIB, 40 * MIB) == 40 * MIB
     # -ncmoe 1, layer 1's experts: gate + up + GLU output 3 x [512, 10, 512] f32 = 30 MiB, down 40 MiB: 40 + 40
-    assert _in_hole(30 * MIB, 40 * MIB, 40 * MIB) == 80 * MIB
+    assert in_hole(30 * MIB, 40 * MIB, 40 * MIB) == 80 * MIB
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import pytest
 
 from fitplan.core.base.devices import GIB, Machine, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
-from fitplan.core.memory.compute import _mamba2_split_below_logits, compute_buffers
+from fitplan.core.memory.compute import compute_buffers
+from fitplan.core.memory.compute.recurrent import mamba2_split_below_logits
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
 from support.compute import compute_inputs, parts
@@ -65,13 +66,13 @@ def test_granite_output_gpu_below_logits() -> None:
     # -ngl 20 over two RPC devices, layers 30-39 on the output GPU (Mamba layers ahead of attention layer 35):
     # the logits at 45.04 MiB, above the FFN input's block (counted with the logits), the norm's and the hole's
     # blocks, gate, up, the GLU output ([512, 6, 512] f32, 6 MiB each) and the down outputs ([1536, 6, 512], 18 MiB)
-    assert _mamba2_split_below_logits(p, list(range(30, 40)), True, 512) == 2 * block + 3 * 6 * MIB + 18 * MIB
+    assert mamba2_split_below_logits(p, list(range(30, 40)), True, 512) == 2 * block + 3 * 6 * MIB + 18 * MIB
     # -cmoe: the experts on the host, only the down outputs copied back above the blocks (logits at 27.04 MiB)
-    assert _mamba2_split_below_logits(p, list(range(20, 40)), False, 512) == 2 * block + 18 * MIB
+    assert mamba2_split_below_logits(p, list(range(20, 40)), False, 512) == 2 * block + 18 * MIB
     # layers 35-39 (first layer the attention layer) and 37-39 (no attention layer): the logits next to the
     # blocks (9.29 MiB in both peak lists), nothing modelled under them
-    assert _mamba2_split_below_logits(p, list(range(35, 40)), True, 512) == 0
-    assert _mamba2_split_below_logits(p, list(range(37, 40)), True, 512) == 0
+    assert mamba2_split_below_logits(p, list(range(35, 40)), True, 512) == 0
+    assert mamba2_split_below_logits(p, list(range(37, 40)), True, 512) == 0
 
 
 def test_pure_mamba1_x_db_in_the_mixed_rows_hole() -> None:

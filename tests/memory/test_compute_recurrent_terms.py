@@ -9,15 +9,10 @@ import pytest
 
 from fitplan.core.base.devices import GIB, Machine, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
-from fitplan.core.memory.compute import (
-    Affine,
-    ComputeInputs,
-    ComputePlan,
-    _gdn_transient,
-    _hc_width,
-    _indexer_q_rows,
-    compute_buffers,
-)
+from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.memory.compute.allocator import Affine
+from fitplan.core.memory.compute.recurrent import gdn_transient
+from fitplan.core.memory.compute.shapes import hc_width, indexer_q_rows
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
 from support.compute import compute_inputs
@@ -47,25 +42,25 @@ def test_gated_delta_net_on_qwen3_next() -> None:
     # The allocator's peak on the first RPC device with -cmoe (-ub 512): conv_output_raw 16 MiB ([4096 + 2 x 16 x
     # 128, 512] f32), the repeated Q and K 8 MiB each ([128, 32, 512]), a and b 64 KiB each ([32, 512]), the state
     # read from the cache 2 MiB ([128, 128, 32]) and the fused op's output 10 MiB (8 MiB + the 2 MiB new state).
-    assert _gdn_transient(p, 512, 1) == 16 * MIB + 2 * 8 * MIB + 2 * 64 * 1024 + 2 * MIB + 10 * MIB
+    assert gdn_transient(p, 512, 1) == 16 * MIB + 2 * 8 * MIB + 2 * 64 * 1024 + 2 * MIB + 10 * MIB
     # a second sequence doubles the states only
-    assert _gdn_transient(p, 512, 2) - _gdn_transient(p, 512, 1) == 2 * 2 * MIB
+    assert gdn_transient(p, 512, 2) - gdn_transient(p, 512, 1) == 2 * 2 * MIB
 
 
 def test_gated_delta_net_on_the_qwen35_smoke_model() -> None:
     p = _model("archs/qwen35-dense.header.gguf")
     # peak list: conv_output_raw 1.5 MiB ([256 + 2 x 2 x 128, 512]), the L2-normed Q and K 0.5 MiB each (two heads
     # of 128, no repeat), the state 128 KiB ([128, 128, 2]), the op's output 0.625 MiB, beta and the gate 4 KiB each
-    assert _gdn_transient(p, 512, 1) == 3 * MIB // 2 + MIB + 128 * 1024 + 5 * MIB // 8 + 2 * 4096
+    assert gdn_transient(p, 512, 1) == 3 * MIB // 2 + MIB + 128 * 1024 + 5 * MIB // 8 + 2 * 4096
     parts = _host(p)
-    assert parts["attention / SSM scan"] == _gdn_transient(p, 512, 1)
+    assert parts["attention / SSM scan"] == gdn_transient(p, 512, 1)
     # recorded 6.15 MiB (-c 512 -np 1); the estimate, masks 0.5 + five blocks 2.5 + 3.26 MiB, is 0.13 MiB over:
     # the peak list shows four blocks and 0.37 MiB of holes where the model counts five blocks
     assert sum(parts.values()) == pytest.approx(6.15 * MIB, rel=0.025)
 
 
 def test_other_recurrent_graphs_have_no_delta_net() -> None:
-    assert _gdn_transient(_model("archs/minimax-01-moe.header.gguf"), 512, 1) == 0
+    assert gdn_transient(_model("archs/minimax-01-moe.header.gguf"), 512, 1) == 0
 
 
 def test_lightning_attention() -> None:
@@ -135,8 +130,8 @@ def test_ffn_on_top_without_a_two_block_hole(rel: str, recorded_mib: float) -> N
 def test_indexer_queries_and_hyper_connection_streams() -> None:
     q4 = _model("archs/qwen4exp-moe.header.gguf")
     # indexer.q_proj [256, 8192] on layer 1; hc_attn_down rows 1024 = 4 streams x 256
-    assert _indexer_q_rows(q4) == {1: 8192}
-    assert _hc_width(q4) == 1024
+    assert indexer_q_rows(q4) == {1: 8192}
+    assert hc_width(q4) == 1024
     parts = _host(q4)
     # the projection and its norm, 16 MiB each (node_250, norm-1 in the peak list)
     assert parts["attention / SSM scan"] == 2 * 8192 * 512 * 4
@@ -147,7 +142,7 @@ def test_indexer_queries_and_hyper_connection_streams() -> None:
     # [192, 512] f32 (indexer_score-0, 0.375 MiB, in the peak list at c512)
     assert _host(glm)["attention / SSM scan"] == 8192 * 512 * 4 + 192 * 512 * 4
     # models without hyper-connections have no stream width
-    assert _hc_width(_model("archs/qwen35-dense.header.gguf")) == 0
+    assert hc_width(_model("archs/qwen35-dense.header.gguf")) == 0
 
 
 def test_new_terms_keep_the_curve_equal_to_evaluate() -> None:

@@ -4,7 +4,7 @@ ik builds DeepSeek-style MLA attention in its own graph (`build_deepseek2`), one
 attention setting, and splits the large attention intermediates into head chunks with `-amb` (attn_max_batch,
 MiB). The reserve graph is built for `n_tok` tokens over every cell of the cache (`n_kv`). At the attention's peak
 these tensors are live (f32 unless said otherwise), on top of the masks, the small inputs and the residual blocks
-that `compute.py` counts:
+that `fitplan.core.memory.compute` counts:
 
 * `-mla 0` (the decompressed heads, `llm_build_kqv`): `q_states` = concat(q_nope, q_rope)
   `[n_embd_head_k, n_head, n_tok]` and the scores `kq` `[n_kv, n_tok, heads]`;
@@ -19,7 +19,7 @@ that `compute.py` counts:
   repeated rope part `k_rope` `[n_rot, n_kv, n_max_head]`, made at the first chunk's K and kept for the others.
   The later tensors of a chunk (k, the flash-attention output, the growing concat of the outputs) fit in the space
   `kv_f32` leaves;
-* `-mla 0/1` with flash attention (and `-mla 2/3` on fewer than 128 tokens) are mainline-like: `compute.py` counts
+* `-mla 0/1` with flash attention (and `-mla 2/3` on fewer than 128 tokens) are mainline-like: `fitplan.core.memory.compute` counts
   them as mainline's.
 
 Measured with the graph allocator's debug list on ik_llama.cpp 55d3c05bf (CPU, DeepSeek-V2-Lite, 32k cells, 512

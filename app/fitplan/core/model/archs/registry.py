@@ -186,7 +186,7 @@ HEAD_V_KV_LORA_ARCHS = frozenset({"kimi-k3", "glm5-next"})
 HYPER_CONNECTION_OUTPUT_ARCHS = frozenset({"deepseek4", "qwen4exp"})
 #: models/deepseek4.cpp: the MTP block counts only when its eh_proj tensor is present; per-layer compress ratios;
 #: the graph's compressed attention (CSA with the lightning indexer, HCA) and its graph inputs
-#: (src/llama-graph.cpp `build_inp_dsv4`), see fitplan.core.memory.compute `_Dsv4Attention`.
+#: (src/llama-graph.cpp `build_inp_dsv4`), see fitplan.core.memory.compute `Dsv4Attention`.
 DSV4_ARCHS = frozenset({"deepseek4"})
 #: models/plamo2.cpp re-reads key/value_length (also when head_count is absent).
 REREAD_HEAD_LENGTH_ARCHS = frozenset({"plamo2"})

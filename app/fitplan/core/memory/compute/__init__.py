@@ -1,0 +1,153 @@
+"""Compute buffers: what llama.cpp's scheduler reserves per backend (`llama_context::sched_reserve`).
+
+The reserve builds the prompt-processing graph for `n_tok = min(n_ctx, n_ubatch)` tokens, `n_seq_max` sequences and
+`n_out = min(n_tok, n_outputs_max)` outputs, with every KV view spanning the whole cache. The graph allocator then
+reuses memory between tensors whose lifetimes do not overlap, so the buffer is the peak of the live set, not the sum.
+
+This package names the tensors that make up that peak (all sizes in bytes, f32 activations unless said otherwise):
+
+* graph inputs, allocated in the host backend and copied to each GPU that uses them: the KQ masks
+  (`[n_kv, n_tok]`, f16 with flash attention, f32 without; one per distinct mask: base cache and SWA cache), the
+  `v_idxs` of the transposed V cache without flash attention (`n_tok x n_embd_v_gqa` int64, one per cache; none
+  for MLA, whose V is a view of K), and the small ones (token ids, positions, K/V row indices, output ids). A mask
+  and its indices are freed after the last layer that reads them: that layer's FFN puts its first intermediate in
+  their space when it fits;
+* `[n_embd, n_tok]` blocks: on the backend that runs the first layer five are live at the peak (the embeddings
+  input and the token-embedding rows, which stay allocated, the residual stream and the two-block hole the FFN
+  norm output leaves; three without the mixed-batch inputs, `NO_MIXED_BATCH_BLOCKS`); a GPU that receives the
+  hidden state from another device holds two;
+* the largest transient of one layer, which never coexists with the logits: the FFN intermediates (gate, up and
+  the GLU output `[n_ff, n_tok]`; MoE: up, gate, GLU `[n_ff_exp, n_used, n_tok]` and the experts' down outputs
+  `[n_embd, n_used, n_tok]`, which take gate's and up's space when they fit; no gate: the up projection only),
+  the attention (Q and the flash-attention output, or Q, K and V before they are stored, or a fused QKV output;
+  without flash attention the KQ scores `[n_kv, n_tok, n_head]`, softmax in place), a Mamba block (input
+  projection, conv output, then the conv input or the scan output in the same space), a gated delta net's layer
+  (`gdn_transient`), a lightning-attention layer, the DSA indexer's queries with the compressed query, or the
+  indexer query projection of DeepSeek-V4, qwen4exp and glm5-next (`GraphTraits.indexer_q_copies` in the architecture registry);
+* where the layout depends on which freed block a tensor fits, a few allocations are replayed through the
+  allocator's best fit (`BestFit`, ggml-alloc.c): the absorbed MLA query of DeepSeek-V2/V3
+  (`absorbed_mla_attention`) and the Mamba blocks after a device's last attention layer, over the freed masks
+  (`mamba_ops`);
+* hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`GraphTraits.hc_streams`) next to the blocks;
+* sparse and compressed attention, each with its graph inputs and its peak as a function of the cells: the DSA
+  lightning indexer's score and top-k (`IndexerScores`), DeepSeek-V4's compressed attention (`Dsv4Attention`),
+  MiniMax-M3's block-sparse mask per stream (`_msa_mask`) and the k-pool selection of qwen4exp and glm5-next
+  (`KpoolSelection`);
+* the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
+* with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
+  not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
+* CUDA only, with a quantized K or V cache and flash attention: the f16 copies of one layer's whole K and V views
+  the FA kernel allocates (`ggml_cuda_flash_attn_ext_get_alloc_size`);
+* MLA without flash attention: the contiguous copy of V (`n_kv x kv_lora_rank`, K cache type);
+* pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
+  freed, below the rest of the graph (see `PIPELINE_COPIES`).
+
+Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
+servers as extra devices (layer splits, overrides, pipeline parallelism); the placement of the terms was checked
+against the graph allocator's debug list of live tensors at each peak. Read from the source only, no GPU being
+available: the CUDA-specific parts (op-offload weight copies, FA f16 copies, the 128-byte alignment of CUDA
+buffers). See `docs/accuracy.md`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from fitplan.core.base.cache import AnchoredCache
+from fitplan.core.base.devices import Vendor
+from fitplan.core.memory.compute.builder import PlanBuilder
+from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
+from fitplan.core.memory.compute.inputs import ComputeBuffer, ComputeInputs, ComputePart
+from fitplan.core.memory.compute.shapes import kv_type_id
+from fitplan.core.memory.weights import WeightPlacement
+from fitplan.core.model.profile import ModelProfile
+
+
+class ComputePlan:
+    """Everything the compute buffers depend on except the KV cells, resolved once for a placement.
+
+    `evaluate(n_kv_base, n_kv_swa)` is a handful of integer operations per backend, so a whole context curve is
+    cheap; `compute_buffers` is the one-shot form.
+    """
+
+    def __init__(
+        self,
+        profile: ModelProfile,
+        inputs: ComputeInputs,
+        placement: WeightPlacement,
+        gpu_vendors: tuple[Vendor, ...] = (),
+    ) -> None:
+        self.inputs = inputs
+        b = PlanBuilder(profile, inputs, placement, gpu_vendors)
+        self.plans = (*(b.gpu_plan(gi) for gi in range(len(gpu_vendors))), b.host_plan())
+        self._profile = profile
+        self._ik_gpu_backend = len(gpu_vendors) > 0
+
+    def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
+        return tuple(
+            evaluate_plan(p, n_kv_base, n_kv_swa, self._ik(p, n_kv_base, n_kv_swa)) for p in self.plans
+        )
+
+    def _ik(self, p: DevicePlan, nb: int, ns: int) -> int:
+        """ik_llama.cpp's attention at its peak, largest over the device's attention groups: an MLA model's own
+        graph (`ik_compute.ik_mla_attention`), else mainline's Q with ik's chunked intermediate."""
+        ci = self.inputs
+        out = 0
+        graph = ci.fork_graph
+        if graph is None:
+            return out
+        for is_swa, q in p.ik_groups:
+            peak = graph.attention_peak(
+                self._profile,
+                ns if is_swa else nb,
+                ci.n_tok,
+                q,
+                mla_mode=ci.ik_mla_mode,
+                flash_attn=ci.flash_attn,
+                amb_mib=ci.ik_amb_mib,
+                cache_type=ci.ik_type_k or ci.cache_type_k,
+                gpu_backend=self._ik_gpu_backend,
+            )
+            out = max(out, peak)
+        return out
+
+    def totals_array(self, n_kv_base: NDArray[np.int64], n_kv_swa: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Bytes per backend (rows: GPUs in order, then the host) for arrays of KV cells: the vectorised form of
+        `evaluate`, term for term (tests check they agree)."""
+        rows = []
+        for p in self.plans:
+            ik = None
+            if p.ik_groups:
+                ik = np.array(
+                    [self._ik(p, int(b), int(w)) for b, w in zip(n_kv_base, n_kv_swa, strict=True)],
+                    dtype=np.int64,
+                )
+            rows.append(total_array(p, n_kv_base, n_kv_swa, ik))
+        return np.stack(rows)
+
+
+def compute_buffers(
+    profile: ModelProfile,
+    inputs: ComputeInputs,
+    placement: WeightPlacement,
+    gpu_vendors: tuple[Vendor, ...] = (),
+) -> tuple[ComputeBuffer, ...]:
+    """The compute buffer of every backend: one per GPU in use (in order), then the host's.
+
+    The plan does not depend on the KV cells, so the last few are kept (a search over contexts at one placement
+    resolves it once)."""
+    key = (id(profile), replace(inputs, n_kv_base=0, n_kv_swa=0), id(placement), gpu_vendors)
+    plan = _PLANS.get_or_compute(
+        key, (profile, placement), lambda: ComputePlan(profile, inputs, placement, gpu_vendors)
+    )
+    return plan.evaluate(inputs.n_kv_base, inputs.n_kv_swa)
+
+
+#: The last compute plans, keyed by everything but the KV cells (shared by the estimator's threads).
+_PLANS: AnchoredCache[ComputePlan] = AnchoredCache(32)
+
+
+__all__ = ["ComputeBuffer", "ComputeInputs", "ComputePart", "ComputePlan", "compute_buffers", "kv_type_id"]

@@ -1,0 +1,184 @@
+"""The graph allocator's model: tensor element sizes, the best-fit replay of `ggml_dyn_tallocr_alloc`
+(ggml-alloc.c), terms affine in the cells and sequences, and the reuse of a freed block by the next tensor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+F32 = 4
+F16 = 2
+I32 = 4
+I64 = 8
+
+
+#: One step of a replayed allocation sequence: (tensor name, bytes) allocates it, (tensor name, 0) frees it.
+ReplayOp = tuple[str, int]
+
+
+def replay(ops: tuple[ReplayOp, ...], holes: tuple[int, ...]) -> int:
+    """The highest end `ops` reach above the base, with free blocks of `holes` below it (`BestFit`)."""
+    sim = BestFit(holes)
+    for name, size in ops:
+        if size:
+            sim.alloc(name, size)
+        elif name in sim.live:
+            sim.release(name)
+    return sim.peak
+
+
+def in_hole(pre: int, last: int, hole: int) -> int:
+    """Bytes a live set takes over the hole's start: `pre` allocated first, then `last` (the largest, allocated
+    last) into what is left of the hole or, when it does not fit there, above the mask."""
+    if pre + last <= hole:
+        return hole
+    if pre <= hole:
+        return hole + last
+    return pre + last  # more than the hole before the last tensor: where it goes was not traced
+
+
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """`a_base * n_kv_base + a_swa * n_kv_swa + c`: how a tensor's size follows the KV cells.
+
+    `room` > 0: the cell-dependent part is a tensor that goes into a free block of that size while it fits there;
+    it then adds nothing (and `c` is not reached: a separate term holds what is live in that case).
+    """
+
+    a_base: int = 0
+    a_swa: int = 0
+    c: int = 0
+    room: int = 0
+
+    def at(self, n_kv_base: int, n_kv_swa: int) -> int:
+        grow = self.a_base * n_kv_base + self.a_swa * n_kv_swa
+        if self.room and grow <= self.room:
+            return 0
+        return grow + self.c
+
+
+def max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
+    return max((a.at(nb, ns) for a in affs), default=0)
+
+
+class BestFit:
+    """A few allocations replayed the way `ggml_dyn_tallocr_alloc` (ggml/src/ggml-alloc.c) places them: the
+    smallest free block below the end that fits (the later one on a tie), else the free end of the buffer; a freed
+    tensor's space merges with its free neighbours. Offsets are relative to the top of what stays live below (the
+    device's blocks); `holes` are free blocks under it. `peak` is the highest end reached."""
+
+    def __init__(self, holes: tuple[int, ...] = ()) -> None:
+        self.free: list[list[int]] = []  # [offset, size], sorted, all below `end`
+        at = 0
+        for h in holes:
+            at -= h + 1  # separate blocks below the base (never adjacent to each other or to the end)
+            self.free.insert(0, [at, h])
+        self.end = 0  # the free end starts here
+        self.peak = 0
+        self.live: dict[str, tuple[int, int]] = {}
+
+    @classmethod
+    def from_layout(cls, segments: tuple[tuple[str, int], ...]) -> BestFit:
+        """The space under the base from the bottom up: ("", size) a free block, (name, size) a live tensor
+        (released by name); zero-sized segments are skipped."""
+        sim = cls()
+        at = -sum(size for _, size in segments)
+        for name, size in segments:
+            if size and name:
+                sim.live[name] = (at, size)
+            elif size:
+                sim.free.append([at, size])
+            at += size
+        return sim
+
+    def alloc(self, name: str, size: int) -> None:
+        best = -1
+        for i, (_, bsize) in enumerate(self.free):
+            if bsize >= size and (best < 0 or bsize <= self.free[best][1]):
+                best = i
+        if best >= 0 and size:
+            off = self.free[best][0]
+            self.free[best][0] += size
+            self.free[best][1] -= size
+            if not self.free[best][1]:
+                del self.free[best]
+        else:
+            off = self.end
+            self.end += size
+            self.peak = max(self.peak, self.end)
+        self.live[name] = (off, size)
+
+    def release(self, *names: str) -> None:
+        for name in names:
+            off, size = self.live.pop(name)
+            if off + size == self.end:
+                self.end = off
+            else:
+                self.free.append([off, size])
+                self.free.sort()
+            merged: list[list[int]] = []
+            for blk in self.free:
+                if merged and merged[-1][0] + merged[-1][1] == blk[0]:
+                    merged[-1][1] += blk[1]
+                else:
+                    merged.append(blk)
+            if merged and merged[-1][0] + merged[-1][1] == self.end:
+                self.end = merged.pop()[0]
+            self.free = merged
+
+    def largest_hole(self) -> int:
+        return max((size for _, size in self.free), default=0)
+
+
+def ffn_reuse(first: int, held: int, room: int, f: int = 0) -> int:
+    """What of the FFN's intermediates fits into the freed inputs' space: all of them (`f`, the whole set) when
+    they fit there together, else the first intermediate and the held block (the larger first), and as many of
+    the next first-sized intermediates as still fit behind them (the gemma3 smoke model at `-ub 2048`: gate and up
+    in the freed 8 MiB SWA mask, the GLU output elsewhere).
+
+    The graph allocator (ggml-alloc.c, `ggml_dyn_tallocr_alloc`) gives each tensor the smallest free block it fits
+    in and takes the end of the buffer only when none does, so a freed mask larger than the whole FFN takes all of
+    it: with a long context this is the FFN of every layer after the last attention layer, LFM2's short-conv
+    layers for instance (the allocator's peaks on the lfm2moe smoke model at c8192: gate, up, the GLU output and
+    the experts' outputs of the conv layer inside the freed 8 MiB mask, and the buffer's peak at the attention
+    layer's Q, K and V next to the mask).
+    """
+    if f and f <= room:
+        return f
+    if first + held <= room:
+        # the next intermediates of the first's size (up after gate) follow it there while they fit
+        more = min((room - first - held) // first, (f - first - held) // first) if first and f else 0
+        return first + held + max(0, more) * first
+    if first <= room:
+        return first
+    if f and f - first - held <= room and not held:
+        # the first does not fit, what follows does (a fused gate-and-up output above the freed masks, the GLU
+        # output in them: the cohere2moe smoke model with four streams at c8192)
+        return f - first
+    return held if held <= room else 0
+
+
+def reuse_array(f: int, first: int, held: int, room: NDArray[np.int64]) -> NDArray[np.int64]:
+    """`ffn_reuse` over an array of rooms."""
+    more = (
+        np.maximum(0, np.minimum((room - first - held) // first, (f - first - held) // first))
+        if first
+        else np.zeros_like(room)
+    )
+    rest_fits = (f - first - held <= room) & (held == 0) & (f > 0)
+    out: NDArray[np.int64] = np.where(
+        f <= room,
+        f,
+        np.where(
+            first + held <= room,
+            first + held + more * first,
+            np.where(
+                first <= room,
+                first,
+                np.where(rest_fits, f - first, np.where(held <= room, held, 0)),
+            ),
+        ),
+    )
+    return out

@@ -1,0 +1,953 @@
+"""The builder: walks a model's layers over the devices of a placement and names the tensors of each
+device's peak (see the package's docstring for the terms)."""
+
+from __future__ import annotations
+
+from fitplan.core.base.devices import Vendor
+from fitplan.core.memory.compute.allocator import F16, F32, I32, I64, Affine, ReplayOp, in_hole
+from fitplan.core.memory.compute.attention import (
+    DSV4_BLOCKS,
+    DSV4_STREAM_TENSORS,
+    HADAMARD_MIN,
+    MSA_POSITIONS,
+    Dsv4Attention,
+    IndexerScores,
+    KpoolSelection,
+    absorbed_mla_attention,
+    hadamard_rotations,
+    indexer_queries,
+    rotation_size,
+)
+from fitplan.core.memory.compute.device_plan import DevicePlan
+from fitplan.core.memory.compute.ffn import (
+    FFN_HOLE_BLOCKS,
+    RESIDUAL_BLOCKS,
+    expert_copy_hole,
+    ffn_in_hole,
+    ffn_layer,
+    ffn_transient,
+    moe_split_below_logits,
+    residual_blocks,
+    routed_sum_inputs,
+    shexp_only_ffn,
+)
+from fitplan.core.memory.compute.inputs import ComputeInputs
+from fitplan.core.memory.compute.recurrent import (
+    SsmLead,
+    gdn_output,
+    gdn_transient,
+    mamba2_split_below_logits,
+    mamba_ops,
+    ssm_transient,
+)
+from fitplan.core.memory.compute.shapes import (
+    attn_layers,
+    ffn_devices,
+    hc_width,
+    indexer_q_rows,
+    kv_a_mqa_rows,
+    kv_type_id,
+    largest_host_weight_group,
+    layer_shapes,
+    tensor_rows,
+)
+from fitplan.core.memory.weights import WeightPlacement, row_bytes
+from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
+from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
+
+#: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
+OP_OFFLOAD_MIN_BATCH = 32
+#: On a GPU that does not hold the input embeddings: the hidden state handed over from the previous device and the
+#: residual stream (the RPC recordings show two blocks besides the masks and the transient).
+GPU_LAYER_BLOCKS = 2
+#: Host with no layers: the embeddings input, the token-embedding get_rows output and the two blocks the recordings
+#: show next to them.
+HOST_INPUT_BLOCKS = 4
+#: `ggml-backend.cpp:GGML_SCHED_MAX_COPIES`: with pipeline parallelism the scheduler makes this many copies of
+#: every graph input (on the host) and of every split input (on the backend that reads it), flagged as graph inputs
+#: and outputs so the allocator places them first and never frees them; the rest of the graph is allocated after.
+PIPELINE_COPIES = 4
+#: Split inputs that carry the hidden state, per copy. The GPU that runs the first layer reads three
+#: `[n_embd, n_tok]` tensors computed on the host: the embeddings input of a mixed batch (`inp_mixed_embd`), the
+#: token-embedding rows of the mixed batch and those of the plain batch (`embd`). Every later GPU reads two from the
+#: previous device: the last layer's output (`l_out`, the residual) and the weightless norm of the next layer's
+#: input, which the scheduler runs where its source is.
+PP_INPUT_BLOCKS_FIRST = 3
+PP_INPUT_BLOCKS_OTHER = 2
+#: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
+#: (`node_2`), the two-block hole of the FFN norm and the attention output; on a later GPU the hole and the
+#: attention output. (Measured with the allocator's debug dump: the dumps list every live tensor at each new peak.)
+PP_LAYER_BLOCKS_FIRST = 4
+PP_LAYER_BLOCKS_OTHER = 3
+#: The output phase on the first GPU (all layers there, the other devices empty): the copy of the embeddings
+#: input stays, next to the output norm's block.
+PP_OUTPUT_BLOCKS_FIRST = 2
+#: Host graph inputs of `[n_embd, n_tok]`: the embeddings input and the mixed-batch embeddings input.
+HOST_GRAPH_INPUT_BLOCKS = 2
+#: Per token, the small graph inputs a backend with attention layers reads: positions (i32) and the K and V
+#: row indices (i64 each, flash attention; without it V's indices are per element, `v_idxs` below).
+SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
+#: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
+OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
+
+
+class PlanBuilder:
+    """The graph facts of one model, settings and placement that every backend's `DevicePlan` is built from."""
+
+    def __init__(
+        self,
+        profile: ModelProfile,
+        inputs: ComputeInputs,
+        placement: WeightPlacement,
+        gpu_vendors: tuple[Vendor, ...],
+    ) -> None:
+        self.inputs = inputs
+        n_tok, n_out = inputs.n_tok, inputs.n_out
+        fa = inputs.flash_attn
+        n_gpu = len(gpu_vendors)
+        trunk = [lp.index for lp in profile.layers if not lp.is_nextn and lp.index < profile.n_layer]
+        by_dev: dict[int | None, list[int]] = {}
+        for il in trunk:
+            by_dev.setdefault(placement.layer_device[il], []).append(il)
+        out_dev = placement.output_device
+        mask_elt = F16 if fa else F32
+        embd_block = F32 * profile.n_embd * n_tok
+        # ik_llama.cpp reserves the worst case with every token an output (llm_build_context: n_outputs = n_tokens)
+        logits = F32 * profile.n_vocab * (n_tok if inputs.ik_attention else n_out)
+        v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
+
+        idx_heads, idx_q = indexer_queries(profile, n_tok)
+
+        dsa_top_k = profile.indexer_top_k if profile.traits.graph.dsa_indexer else 0
+        idx_rows = indexer_q_rows(profile)
+        self.idx_q_proj = tensor_rows(profile, ".indexer.q_proj.weight")
+        kv_a_mqa = kv_a_mqa_rows(profile)
+        # hyper-connection residual streams, live through every layer like the residual blocks
+        hc_block = F32 * n_tok * hc_width(profile) * profile.traits.graph.hc_streams
+        if profile.traits.graph.dsv4_attention and hc_block:
+            # the streams and blocks at DeepSeek-V4's indexer peak (DSV4_STREAM_TENSORS, DSV4_BLOCKS), counted
+            # in place of the residual blocks
+            hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - residual_blocks(profile)) * embd_block
+
+        shapes = layer_shapes(profile)
+        ik_q: set[tuple[bool, int]] = set()
+        offload_gpu0 = bool(
+            n_gpu
+            and inputs.op_offload
+            and n_tok >= OP_OFFLOAD_MIN_BATCH
+            and gpu_vendors[0] in OP_OFFLOAD_VENDORS
+        )
+        # Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when
+        # op offload takes host-resident matrix multiplications there.
+        ffn_dev = ffn_devices(profile, placement)
+        if offload_gpu0:
+            ffn_dev = {il: (0 if d is None else d) for il, d in ffn_dev.items()}
+        ffn_by_dev: dict[int | None, list[int]] = {}
+        for il in trunk:
+            ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
+        op_copy = largest_host_weight_group(profile, placement) if offload_gpu0 else 0
+
+        # the Hadamard rotations of a quantized cache (mainline only): their f32 matrices are graph inputs of every
+        # backend that runs the cache's layers, and a rotated V leaves a smaller FFN hole (`ffn_layer`)
+        rot_bytes = [0, 0]  # base cache, SWA cache
+        v_rot_bytes = [0, 0]  # V's rotation alone
+        v_rot: set[int] = set()
+        if not inputs.ik_attention and profile.has_memory:
+            for i, group in enumerate(attn_layers(profile, trunk)):
+                n_rot_k, n_rot_v = hadamard_rotations(
+                    profile, group, inputs.cache_type_k, inputs.cache_type_v
+                )
+                rot_bytes[i] = F32 * (n_rot_k * n_rot_k + n_rot_v * n_rot_v)
+                v_rot_bytes[i] = F32 * n_rot_v * n_rot_v
+                if n_rot_v:
+                    v_rot.update(group)
+        self.rot_bytes = (rot_bytes[0], rot_bytes[1])
+        self.v_rot_bytes = (v_rot_bytes[0], v_rot_bytes[1])
+        self.v_rot = frozenset(v_rot)
+
+        skip = 1 if profile.traits.graph.embd_skip else 0
+        below_logits = moe_split_below_logits(profile, trunk[-1], n_tok) if trunk else 0
+        self.profile, self.placement, self.gpu_vendors = profile, placement, gpu_vendors
+        self.n_tok = n_tok
+        self.n_out = n_out
+        self.fa = fa
+        self.n_gpu = n_gpu
+        self.trunk = trunk
+        self.by_dev = by_dev
+        self.out_dev = out_dev
+        self.mask_elt = mask_elt
+        self.embd_block = embd_block
+        self.logits = logits
+        self.v_gqa_max = v_gqa_max
+        self.idx_heads = idx_heads
+        self.idx_q = idx_q
+        self.dsa_top_k = dsa_top_k
+        self.idx_rows = idx_rows
+        self.kv_a_mqa = kv_a_mqa
+        self.hc_block = hc_block
+        self.shapes = shapes
+        self.ik_q = ik_q
+        self.offload_gpu0 = offload_gpu0
+        self.ffn_dev = ffn_dev
+        self.ffn_by_dev = ffn_by_dev
+        self.op_copy = op_copy
+        self.skip = skip
+        self.below_logits = below_logits
+
+    def dsa_zeros(self, layers: list[int]) -> int:
+        # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
+        # indices, but builds its own mask); sliding-window layers have none
+        return F32 * self.n_tok * len(attn_layers(self.profile, layers)[0]) if self.dsa_top_k else 0
+
+    def indexer_scores(self, layers: list[int]) -> IndexerScores | None:
+        """The DSA lightning indexer's peak on a backend running `layers` (None without an indexer layer)."""
+        indexed = [il for il in layers if self.profile.layers[il].has_indexer]
+        if not (self.idx_q and indexed) or self.inputs.ik_attention:
+            return None
+        query = F32 * self.n_tok * self.idx_heads * self.profile.indexer_head_size
+        kq = 0 if self.fa else F32 * self.n_tok * max(self.profile.layers[il].n_head for il in indexed)
+        rotated = self.profile.traits.graph.indexer_rotation
+        head = self.profile.indexer_head_size
+        # the indexer cache's rotation input `attn_inp_k_rot` [n_rot, n_rot] f32 (llama-kv-cache.cpp builds it
+        # for these architectures whatever the cache type), a graph input live through the graph
+        rot = F32 * rotation_size(head) ** 2 if rotated and head % HADAMARD_MIN == 0 else 0
+        return IndexerScores(
+            self.idx_q - 2 * query + rot, query, self.n_tok, self.dsa_top_k, kq, 1 if rotated else 2
+        )
+
+    def kpool_selection(self, layers: list[int]) -> KpoolSelection | None:
+        """The k-pool sparse attention on a backend running `layers` (None without an indexer layer there)."""
+        profile = self.profile
+        graph = profile.traits.graph.kpool_graph
+        if graph is KpoolGraph.NONE or profile.indexer_kpool < 2:
+            return None
+        indexed = [il for il in layers if profile.layers[il].has_indexer]
+        if not indexed:
+            return None
+        rows = max(self.idx_rows.get(il, 0) for il in indexed)  # the indexer query's rows
+        # a cache row holds kpool_row keys (the raw key and the pooled one for qwen4exp)
+        key = profile.indexer_head_size // max(1, profile.traits.memory.kpool_row)
+        mla_rows, v_row, streams_over = self.kpool_first_layer(layers, indexed, graph)
+        return KpoolSelection(
+            n_tok=self.n_tok,
+            flash_attn=self.fa,
+            kpool=profile.indexer_kpool,
+            top_k=profile.indexer_top_k,
+            tail=profile.indexer_kpool_tail,
+            n_seqs=max(1, self.inputs.n_seqs),
+            query=F32 * self.n_tok * rows,
+            block=self.embd_block,
+            kq_per_cell=0 if self.fa else F32 * self.n_tok * max(profile.layers[il].n_head for il in indexed),
+            gather=graph is KpoolGraph.GATHER_MASK,
+            head=key,
+            heads=rows // key if key else 0,
+            v_idxs=self.v_idxs(layers),
+            mla_rows=mla_rows,
+            v_row=v_row,
+            streams_over=streams_over,
+        )
+
+    def kpool_first_layer(
+        self, layers: list[int], indexed: list[int], graph: KpoolGraph
+    ) -> tuple[tuple[int, ...], int, int]:
+        """glm5-next's first layer without flash attention (`KpoolSelection.first_layer`), where this backend runs
+        the graph's first layer and it is a k-pool layer: its MLA rows per token (src/models/glm5-next.cpp
+        `build_dsa_layer`: q_resid `[q_lora_rank]`, `q` `[n_head x key_length_mla]`, the absorbed query
+        `[kv_lora_rank x n_head]` and the compressed KV row `[kv_lora_rank + n_rot]`), V's copy per cell and the
+        streams counted beyond `hc_init`; ((), 0, 0) elsewhere."""
+        mla = self.profile.mla
+        v_copy = self.mla_v(layers)
+        first = bool(self.trunk) and layers[0] == self.trunk[0] == indexed[0]
+        if graph is not KpoolGraph.GATHER_MASK or self.fa or mla is None or not mla.q_lora_rank or not first:
+            return (), 0, 0
+        if v_copy.room or v_copy.a_swa or v_copy.c or self.inputs.ik_attention:
+            return (), 0, 0
+        h = self.profile.layers[indexed[0]].n_head
+        stream = F32 * self.n_tok * hc_width(self.profile)
+        rows = (mla.q_lora_rank, h * mla.key_length_mla, h * mla.kv_lora_rank, mla.kv_lora_rank + mla.n_rot)
+        return rows, v_copy.a_base, self.hc_block - stream if self.hc_block else 0
+
+    def dsv4(self, layers: list[int]) -> Dsv4Attention | None:
+        """DeepSeek-V4's compressed attention on a backend running `layers` (None without a CSA layer there)."""
+        profile = self.profile
+        if not profile.traits.graph.dsv4_attention:
+            return None
+        csa = [il for il in layers if profile.layers[il].compress_ratio == DSV4_CSA_RATIO]
+        if not csa:
+            return None
+        lp = profile.layers[csa[0]]
+        head = profile.indexer_head_size
+        return Dsv4Attention(
+            n_tok=self.n_tok,
+            flash_attn=self.fa,
+            csa_layers=sum(1 for il in csa if profile.layers[il].has_indexer),
+            hca=any(profile.layers[il].compress_ratio == DSV4_HCA_RATIO for il in layers),
+            top_k=profile.indexer_top_k,
+            query=F32 * self.n_tok * max(self.idx_rows.get(il, 0) for il in csa),
+            rot=F32 * rotation_size(head) ** 2 if head % HADAMARD_MIN == 0 else 0,
+            n_head=lp.n_head,
+            head_v=lp.n_embd_head_v,
+            block=self.embd_block,
+        )
+
+    def masks(self, layers: list[int]) -> Affine:
+        if not self.profile.has_memory:
+            return Affine(c=self.mask_elt * self.n_tok * self.n_tok) if layers else Affine()
+        base, swa = attn_layers(self.profile, layers)
+        lid = (
+            F16 * self.n_tok
+            if self.idx_q and any(self.profile.layers[il].has_indexer for il in layers)
+            else 0
+        )
+        return Affine(
+            a_base=(self.mask_elt * self.n_tok if base else 0) + lid,
+            a_swa=self.mask_elt * self.n_tok if swa else 0,
+        )
+
+    def ik_groups(self, layers: list[int]) -> tuple[tuple[bool, int], ...]:
+        self.ik_q.clear()
+        self.kq(layers)
+        return tuple(sorted(self.ik_q))
+
+    def kq(self, layers: list[int], replayed: frozenset[int] = frozenset()) -> tuple[Affine, ...]:
+        """The attention's live set on a backend running `layers`: one Affine per distinct layer shape (the
+        recurrent layers in `replayed` are counted by `ssm_after` instead)."""
+        base, swa = attn_layers(self.profile, layers)
+        out: set[Affine] = set()
+        for group, is_swa in ((base, False), (swa, True)):
+            for il in group:
+                self._kq_layer(il, is_swa, out)
+        self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
+        if (
+            self.idx_q
+            and self.inputs.ik_attention
+            and any(self.profile.layers[il].has_indexer for il in layers)
+        ):
+            out.add(Affine(c=self.idx_q))  # mainline's indexer peak: `indexer_scores`
+        msa = self._msa_mask(layers)
+        if msa is not None:
+            out.add(msa)
+        iq = max((self.idx_rows.get(il, 0) for il in layers), default=0)
+        if iq and not self.profile.traits.graph.dsv4_attention:  # DeepSeek-V4's: `Dsv4Attention.transient`
+            out.add(Affine(c=self.profile.traits.graph.indexer_q_copies * F32 * self.n_tok * iq))
+        if self.profile.traits.graph.parallel_attn_ffn and (base or swa) and self.fa:
+            # the norm output feeds the FFN after the attention: it stays live through it (phi2's allocator
+            # peak: Q, K and V above the norm output); without flash attention the recordings match without it
+            out = {Affine(a.a_base, a.a_swa, a.c + self.embd_block) for a in out}
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _msa_mask(self, layers: list[int]) -> Affine | None:
+        """MiniMax-M3's block-sparse layer at its peak (src/models/minimax-m3.cpp, `msa_enabled`: flash attention,
+        and one sequence or a stream per sequence; the layers after the dense lead), None elsewhere.
+
+        Per stream the graph turns the indexer's top-k blocks into a cell mask: `bmc` (`get_rows` of the block
+        mask by the cells' blocks, `[n_tps x Hd, n_kv]` f32, Hd = attention.indexer.head_count) and its
+        transposed copy `bmx` `[n_kv, n_tps, Hd]` f32 are live together; the f32 copy of the FA mask `msa_mf`
+        `[n_kv, n_tok]`, allocated when the mask is added, goes into `bmc`'s freed space when it fits (one
+        stream), else above (the allocator's peaks on the smoke model: `node_121` and `(cont)`, 32 MiB each at
+        c8192; with four streams `(cont)` 2 MiB above the freed 2 MiB and `(copy)` 4 MiB). Under them the graph
+        inputs of `llm_graph_input_msa` (`pos_mask` `[n_ps, n_tok]` and `bias` `[n_blk, n_tok]` f32,
+        `pos_slot_i` `[n_ps, ns]` and `cell_blk` `[n_kv, ns]` i32, with n_ps = 256 positions padded to whole
+        blocks at the reserve: `llama_kv_cache_msa_context::get_n_pos` of an empty cache) and one block more: the
+        peak has the layer's norm output `norm-1` above a freed block, six blocks in all.
+        """
+        profile, ci = self.profile, self.inputs
+        if not (profile.traits.graph.msa_attention and self.fa and profile.indexer_block_size > 0):
+            return None
+        if ci.n_seqs > 1 and ci.n_stream == 1:
+            return None  # a unified cache with several sequences: dense attention
+        sparse = [il for il in layers if profile.layers[il].has_indexer]
+        if not sparse or not profile.indexer_head_size:
+            return None
+        hd = max(self.idx_q_proj.get(il, 0) for il in sparse) // profile.indexer_head_size
+        ns = max(1, ci.n_stream)
+        n_tps = self.n_tok // ns
+        blk = profile.indexer_block_size
+        n_ps = -(-MSA_POSITIONS // blk) * blk
+        inputs = F32 * self.n_tok * (n_ps + n_ps // blk) + I32 * n_ps * ns
+        per_cell = 2 * F32 * n_tps * hd + (F32 * self.n_tok if ns > hd else 0) + I32 * ns
+        return Affine(a_base=per_cell, c=inputs + self.embd_block)
+
+    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
+        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.ik_q`."""
+        lp = self.profile.layers[il]
+        # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
+        # absorbed q_nope [kv_lora_rank, n_head, n_tok].
+        mla = self.profile.mla
+        if mla is not None and self._replayed_mla():
+            self._deepseek2_mla_layer(lp, mla, is_swa, out)
+            return
+        q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+        if mla is not None:
+            q += F32 * self.n_tok * lp.n_head * mla.kv_lora_rank
+        if il in self.kv_a_mqa:
+            # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
+            # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
+            rows, lora = self.kv_a_mqa[il]
+            out.add(Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+        if self.profile.mla is not None and self.profile.traits.graph.kimi_mla:
+            out.add(self._kimi_mla_concat(lp, self.profile.mla))
+        if not self.profile.has_memory:
+            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
+            q += F32 * self.n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+        qkv = self.shapes.qkv_rows.get(il, 0)
+        if qkv and not self.fa and self.profile.traits.graph.no_rope_qkv:
+            q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
+        if qkv:
+            # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
+            above = 0
+            if (
+                self.fa
+                and self.profile.traits.graph.no_rope_qkv
+                and il - 1 in self.shapes.gated
+                and qkv > FFN_HOLE_BLOCKS * self.profile.n_embd
+            ):
+                # after a gated FFN the blocks leave a two-block hole the output does not fit, and the layer's
+                # norm output sits in the token rows' freed block: one block more than in the first layer (the
+                # allocator's peak on the jais smoke model at c512: inp_embd, norm-1, the hole, node_2, the
+                # previous layer's output and node_43, the 1.5 MiB QKV, on top: 5.02 MiB)
+                above = self.profile.n_embd
+            if il in self.v_rot and not self.profile.traits.graph.no_rope_qkv:
+                # V is a view of the projection: its rotation (`llama_mul_mat_hadamard`, src/llama-impl.h) copies
+                # it (`ggml_cont_2d`) and multiplies the copy, and `llm_graph_context::build_attn` expands Q, then
+                # V, then K, so the projection is still live for K: the rotated Q and V's copy take the token rows'
+                # and the attention norm's freed blocks, V's product goes above the projection (the allocator's
+                # peak on the plamo2 smoke model with q4_0 caches at c8192: `wqkv-0`, then `node_16` on top;
+                # the unroped views of jais are within 0.1% without it)
+                above += lp.n_embd_v_gqa
+            out.add(Affine(c=F32 * self.n_tok * (qkv + above)))
+        elif self.profile.mla is None:
+            # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
+            # goes into the one-block hole the mixed batch's token rows leave (freed after the first
+            # layer's input is assembled)
+            kv_min = min(lp.n_embd_k_gqa, lp.n_embd_v_gqa)
+            q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
+            out.add(Affine(c=F32 * self.n_tok * (q_k_v - (kv_min if kv_min <= self.profile.n_embd else 0))))
+        if self.fa:
+            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
+            out.add(Affine(c=q + F32 * self.n_tok * lp.n_head * lp.n_embd_head_v))
+            if self.inputs.fork_graph is not None and self.inputs.fork_graph.has_mla(self.profile):
+                self.ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
+            return
+        a = F32 * self.n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
+        if qkv and not self.profile.traits.graph.no_rope_qkv:
+            # the roped Q of a fused projection takes the attention norm's block (the norm has one
+            # reader, freed before the QKV output is split): only what exceeds a block is added
+            q = max(0, q - F32 * self.n_tok * self.profile.n_embd)
+        if self.inputs.ik_attention and self.profile.has_memory:
+            self.ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
+            return
+        if not self.profile.has_memory:
+            out.add(Affine(c=a * self.n_tok + q))
+        elif is_swa:
+            out.add(Affine(a_swa=a, c=q))
+        else:
+            out.add(Affine(a_base=a, c=q))
+
+    def _replayed_mla(self) -> bool:
+        """Mainline's graph of src/models/deepseek2.cpp with the absorbed MLA query, whose attention is replayed
+        through the allocator (`absorbed_mla_attention`); a fork's MLA modes are modelled by the fork."""
+        return self.profile.traits.graph.deepseek2_mla and self.inputs.fork_graph is None
+
+    def _deepseek2_mla_layer(self, lp: LayerProfile, mla: MlaParams, is_swa: bool, out: set[Affine]) -> None:
+        """The attention terms of an absorbed-MLA layer: the replayed peak, and without flash attention the KQ
+        scores `[n_kv, n_tok, n_head]` (softmax in place) above the replay's end unless they fit into its
+        largest free block (short contexts: the space the query's parts left under Qcur)."""
+        hole = self.embd_block + (I32 + I64) * self.n_tok  # the mixed batch's token rows, tokens and slots
+        peak, end, room = absorbed_mla_attention(self.profile, lp, mla, self.n_tok, self.fa, hole)
+        out.add(Affine(c=peak))
+        if not self.fa:
+            a = F32 * self.n_tok * lp.n_head
+            out.add(Affine(a_swa=a, c=end, room=room) if is_swa else Affine(a_base=a, c=end, room=room))
+
+    def _kimi_mla_concat(self, lp: LayerProfile, mla: MlaParams) -> Affine:
+        # src/models/kimi-linear.cpp: the compressed KV with its rope part [kv_lora + rope, n_tok],
+        # its normed latent part [kv_lora, n_tok], the absorbed Qcur [kv_lora + rope, n_head, n_tok]
+        # and Kcur [kv_lora + rope, n_tok] are live when Kcur is concatenated (the allocator's peak
+        # on the kimi-linear smoke model: 1.125 + 1.0 + 1.125 + 1.125 MiB), above the space the
+        # query projection q [key_length_mla, n_head, n_tok] and q_nope_absorbed [kv_lora, n_head,
+        # n_tok] took when the concatenation into Qcur read them (kimi-k3: q_nope_absorbed goes into
+        # the freed q_a [q_lora, n_tok] when it fits). The compressed KV, its norm and Kcur go
+        # into that space while they fit: on the smoke models the compressed KV leaves 0.25 MiB of
+        # it, a hole under Qcur (kimi-linear: q 0.375 + q_nope_absorbed 1.0 MiB at 1.76-3.14 MiB,
+        # then the compressed KV at 1.76-2.89), 6.39 MiB in all
+        kr, lora, q_lora = lp.n_embd_head_k, mla.kv_lora_rank, mla.q_lora_rank
+        q_abs = lp.n_head * lora
+        slot = q_lora if 0 < q_abs <= q_lora else q_lora + q_abs
+        room = slot + lp.n_head * mla.key_length_mla
+        left, above = room, 0
+        for t in (kr, lora, kr):  # the compressed KV, its normed latent, Kcur
+            if t <= left:
+                left -= t
+            else:
+                above += t
+        # without flash attention the contiguous copy of V (`mla_v`, counted with every attention
+        # term) comes later: it is not live at this point (kimi-linear smoke model, -fa off: 6.89 MiB
+        # with the f32 mask, no copy of V)
+        v_copy = (
+            0
+            if self.fa or self.inputs.ik_attention
+            else row_bytes(kv_type_id(self.inputs.cache_type_k), lora) * self.inputs.n_stream
+        )
+        return Affine(a_base=-v_copy, c=F32 * self.n_tok * (room + lp.n_head * kr + above))
+
+    def ssm_after(
+        self, layers: list[int], m: Affine, vi: int
+    ) -> tuple[frozenset[int], tuple[ReplayOp, ...], Affine]:
+        """The Mamba layers that run after the device's last attention layer, their block's allocations and the
+        space they find free: the masks, V's indices and the small inputs, freed by then, next to the block of
+        the mixed batch's token rows (as for the FFN, `ffn_holes`). The allocator's peaks on the granitehybrid
+        smoke model at c4096 with flash attention: the input projection zxBCdt (3 MiB) inside the freed 4 MiB
+        mask, the conv input and output (2.01 + 2 MiB) above the blocks, 10.53 MiB; jamba (Mamba-1): xz and
+        the conv output in the mask's space, dt's projection and the scan output above, 8.77 MiB."""
+        none: tuple[frozenset[int], tuple[ReplayOp, ...], Affine] = (frozenset(), (), Affine())
+        base, swa = attn_layers(self.profile, layers)
+        if not (base or swa) or not (m.a_base or m.a_swa or m.c or vi):
+            return none
+        if self.profile.traits.graph.parallel_attn_ffn or any(
+            self.profile.layers[il].kind is LayerKind.HYBRID for il in layers
+        ):
+            return none
+        last = max(base + swa)
+        post = frozenset(il for il in layers if il > last and self.profile.layers[il].is_recurrent)
+        ops = mamba_ops(self.profile, self.n_tok, self.inputs.n_seqs) if post else ()
+        if not ops:
+            return none
+        return post, ops, Affine(m.a_base, m.a_swa, m.c + vi)
+
+    def _attention_only_before_ssm(self, layers: list[int]) -> bool:
+        """Whether the device's last attention layer, before the replayed Mamba blocks, has no FFN."""
+        base, swa = attn_layers(self.profile, layers)
+        if not (base or swa):
+            return False
+        lp = self.profile.layers[max(base + swa)]
+        return self.fa and not lp.n_ff and not lp.is_moe
+
+    def _recurrent_terms(self, layers: list[int], attends: bool, out: set[Affine]) -> None:
+        """The recurrent blocks' live sets (Mamba scans, lightning attention, gated delta nets), added to `out`."""
+        # Hybrid layers (falcon-h1) run attention and the SSM side by side from one norm output: the masks
+        # stay live through the SSM and the attention output waits for it.
+        parallel = any(self.profile.layers[il].kind is LayerKind.HYBRID for il in layers)
+        ssm = ssm_transient(self.profile, self.n_tok, self.inputs.n_seqs, attends and not parallel)
+        if ssm and any(self.profile.layers[il].is_recurrent for il in layers):
+            out.add(Affine(c=ssm + (F32 * self.n_tok * self.profile.n_embd if parallel else 0)))
+        if self.profile.traits.graph.lightning:
+            # src/models/minimax-01.cpp, a lightning-attention layer over the whole ubatch per sequence: the
+            # fused QKV output [3 n_head head_dim, n_tok], the inter-block product qkv_none_diag
+            # [n_head head_dim, n_tok], the intra-block scores qk [n_st, n_st, n_head, n_seqs] and the graph
+            # input diag_decay_exp of the same shape, freed after the last such layer (the smoke model's peak:
+            # 1.5 + 0.5 + 2 + 2 MiB at 512 tokens)
+            n_st = self.n_tok // max(1, self.inputs.n_seqs)
+            for il in layers:
+                lp = self.profile.layers[il]
+                if lp.is_recurrent:
+                    dim = lp.n_head * lp.n_embd_head_k
+                    sq = n_st * n_st * lp.n_head * self.inputs.n_seqs
+                    out.add(Affine(c=F32 * (4 * dim * self.n_tok + 2 * sq)))
+        gdn = gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
+        if gdn and any(self.profile.layers[il].is_recurrent for il in layers):
+            out.add(Affine(c=gdn))
+
+    def mla_v(self, layers: list[int]) -> Affine:
+        if self.inputs.fork_graph is not None:
+            # ik's kv_cache_trans (-mla 2/3 without flash attention, in the latent's type: -ctv), or none
+            row = self.inputs.fork_graph.mla_v_copy_row(
+                self.profile, self.inputs.ik_mla_mode, self.fa, self.inputs.cache_type_v
+            )
+            has = row and attn_layers(self.profile, layers)[0]
+            return Affine(a_base=row * self.inputs.n_stream) if has else Affine()
+        if self.fa or self.profile.mla is None or not attn_layers(self.profile, layers)[0]:
+            return Affine()
+        # the contiguous copy of V (the latent rows of every stream's cells)
+        mla = self.profile.mla
+        row = row_bytes(kv_type_id(self.inputs.cache_type_k), mla.kv_lora_rank)
+        if self._replayed_mla():
+            # it is made after the KQ scores, which free Qcur `[kv_lora_rank + n_rot, n_head, n_tok]`: it goes
+            # into that space while it fits (the deepseek2 smoke model at c512 without flash attention: 5.52 MiB
+            # with the 0.5 MiB copy inside Qcur's freed 1.125 MiB)
+            heads = max(
+                (self.profile.layers[il].n_head for il in attn_layers(self.profile, layers)[0]), default=0
+            )
+            qcur = F32 * self.n_tok * heads * (mla.kv_lora_rank + mla.n_rot)
+            return Affine(a_base=row * self.inputs.n_stream, room=qcur)
+        return Affine(a_base=row * self.inputs.n_stream)
+
+    def v_idxs(self, layers: list[int]) -> int:
+        if self.inputs.ik_attention:
+            return 0  # ik stores V through a view at kv_head: no index input (its allocator lists none)
+        if self.fa or not self.profile.has_memory or self.profile.mla is not None:
+            return 0  # MLA caches have no V: V is a view of the latent K rows
+        base, swa = attn_layers(self.profile, layers)
+        # one per cache (an iSWA model has two: the base and the SWA cache's)
+        return I64 * self.n_tok * self.v_gqa_max * ((1 if base else 0) + (1 if swa else 0))
+
+    def small_inputs(self, layers: list[int]) -> int:
+        base, swa = attn_layers(self.profile, layers)
+        if not (base or swa) or not self.profile.has_memory:
+            return 0
+        # positions (i32) and K's row indices (i64); V's (i64) too with flash attention (else `v_idxs`); the
+        # Hadamard rotations of the caches the layers read
+        rot = (self.rot_bytes[0] if base else 0) + (self.rot_bytes[1] if swa else 0)
+        return self.n_tok * (SMALL_INPUT_BYTES_PER_TOKEN - (0 if self.fa else I64)) + rot
+
+    def fa_copies(self, layers: list[int]) -> tuple[Affine, ...]:
+        if not self.fa or (self.inputs.cache_type_k == "f16" and self.inputs.cache_type_v == "f16"):
+            return ()
+        base, swa = attn_layers(self.profile, layers)
+        out: set[Affine] = set()
+        for il in base + swa:
+            lp = self.profile.layers[il]
+            k = F16 * lp.n_embd_k_gqa if self.inputs.cache_type_k != "f16" else 0
+            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" else 0
+            out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
+
+    def ffn_holes(
+        self, layers: list[int], flayers: list[int], m: Affine, vi: int
+    ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
+        """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
+        of those that can: a mask and V's indices are freed after the last layer that reads them, so that
+        layer's FFN can put its first intermediate in their space (with the device's input block, freed after
+        its first layer, next to them)."""
+        base, swa = attn_layers(self.profile, layers)
+        # parallel attention/FFN blocks too: their waiting attention output is in the FFN's own hole
+        # (`ffn_layer`), and the freed inputs take the FFN (the cohere2moe smoke model at c512 without flash
+        # attention: the fused gate_up and the GLU output inside the freed f32 masks and V's indices, 9.02 MiB)
+        if not (m.a_base or m.a_swa or m.c or vi) or not (base or swa):
+            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
+        v_one = vi // ((1 if base else 0) + (1 if swa else 0))
+        rest: list[int] = []
+        holes: set[tuple[int, int, int, tuple[Affine, ...]]] = set()
+        big = len(self.profile.layers)
+        last_base = max(base, default=-1) if base else big
+        last_swa = max(swa, default=-1) if swa else big
+        for il in flayers:
+            # inputs freed by the end of this layer's attention (freed neighbours merge into one block)
+            freed_base, freed_swa = il >= last_base, il >= last_swa
+            if not (freed_base or freed_swa):
+                rest.append(il)
+                continue
+            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
+            # the mixed batch's token rows, freed after the first layer's input is assembled; with the residual
+            # added into the layer input (lfm2) they are free by the first layer's FFN already, next to the mask;
+            # with parallel attention and FFN a MoE layer's attention output waits for the FFN in that block (the
+            # cohere2moe smoke model with four streams: `node_73` next to inp_embd, the freed masks above it)
+            first_layer = il == min(layers) and not self.profile.traits.graph.residual_into_input
+            parallel = self.profile.traits.graph.parallel_attn_ffn
+            freed_input = 0 if first_layer or (parallel and self.profile.is_moe) else self.embd_block
+            hole = Affine(
+                m.a_base if freed_base else 0,
+                m.a_swa if freed_swa else 0,
+                (m.c if freed_base else 0) + v_one * (int(freed_base) + int(freed_swa)) + freed_input,
+            )
+            alts: tuple[Affine, ...] = (hole,)
+            if freed_base and freed_swa and parallel and any(self.rot_bytes):
+                # the caches' rotation inputs sit between the two masks: the freed masks are two blocks, the FFN
+                # takes the better one (the cohere2moe smoke model with q8_0 caches: `attn_inp_v_rot` between the
+                # freed 6.2 and 8.03 MiB, the 12 MiB fused gate-and-up output above both)
+                alts = (
+                    Affine(m.a_base, 0, m.c + v_one + freed_input),
+                    Affine(0, m.a_swa, v_one + freed_input),
+                )
+            holes.add((f, first, held, alts))
+        key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
+        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot), tuple(sorted(holes, key=key))
+
+    def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
+        """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
+        the small inputs, the hidden-state blocks, and the output ids on the output GPU. The layer phase then
+        adds its own blocks; the output phase its norm output and the logits."""
+        pp_small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0)
+        if first:
+            pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
+        hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * self.embd_block
+        return Affine(
+            PIPELINE_COPIES * m.a_base,
+            PIPELINE_COPIES * m.a_swa,
+            PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
+        )
+
+    def _expert_copy_terms(
+        self, gi: int, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], ffn_rest: int
+    ) -> tuple[tuple[Affine, ...], int]:
+        """What the layers between a copied expert layer and the last attention layer allocate over the hole
+        under the masks (`expert_copy_hole`): the attention terms and the FFN transient, raised to it."""
+        copy_hole, e, last_att = expert_copy_hole(
+            self.profile, self.placement.layer_device, self.ffn_dev, gi, layers, self.n_tok
+        )
+        if not copy_hole:
+            return kq_gi, ffn_rest
+        held_set = {Affine(c=copy_hole)}
+        gdn = gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
+        if gdn and any(self.profile.layers[il].is_recurrent for il in layers if e < il <= last_att):
+            out = gdn_output(self.profile, self.n_tok, self.inputs.n_seqs)
+            held_set.add(Affine(c=in_hole(gdn - out, out, copy_hole)))
+        kq_gi = tuple(sorted(set(kq_gi) | held_set, key=lambda x: (x.a_base, x.a_swa, x.c)))
+        ffn_rest = max(
+            [ffn_rest]
+            + [ffn_in_hole(self.profile, il, self.n_tok, copy_hole) for il in flayers if e < il < last_att]
+        )
+        return kq_gi, ffn_rest
+
+    def gpu_plan(self, gi: int) -> DevicePlan:
+        """The compute plan of GPU `gi`."""
+        layers = self.by_dev.get(gi, [])
+        flayers = self.ffn_by_dev.get(gi, [])
+        has_out = self.out_dev == gi
+        runs = bool(layers or flayers)
+        # The GPU that runs the first layer takes the embeddings from the host: it holds the same residual
+        # blocks as a single backend does (the recordings with one RPC device show five).
+        first = bool(self.trunk) and self.placement.layer_device[self.trunk[0]] == gi
+        cuda = self.gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
+        pp = self.inputs.pipeline_parallel and (runs or has_out)
+        m = self.masks(layers)
+        # the copies of the small split inputs: positions, K/V row indices, the output ids
+        small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
+        vi = self.v_idxs(layers) if runs else 0
+        blocks = (residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
+        if first and layers and not flayers and not self.profile.is_moe:
+            blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
+        out_blocks = RESIDUAL_BLOCKS if first else 1
+        # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
+        out_extra = (
+            self.below_logits
+            if not first and self.trunk and self.placement.layer_device[self.trunk[-1]] == gi
+            else 0
+        )
+        if has_out and not first and not out_extra and self.trunk and layers and layers[-1] == self.trunk[-1]:
+            out_extra = mamba2_split_below_logits(
+                self.profile, layers, self.ffn_dev.get(self.trunk[-1], gi) == gi, self.n_tok
+            )
+        if has_out and not runs and self.trunk:
+            out_extra = routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
+        pp_extra = Affine()
+        if pp:
+            pp_extra = self._pipeline_inputs(layers, first, has_out, m, vi)
+            m, vi = Affine(), 0
+            blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
+            out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+            out_extra = 0
+        ffn_rest, holes = self.ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
+        replayed, ssm_ops, ssm_hole = self.ssm_after(layers, Affine(m.a_base, m.a_swa, m.c + small), vi)
+        kq_gi = self.kq(layers, replayed)
+        shexp_ffn = shexp_only_ffn(
+            self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
+        )
+        if shexp_ffn and first:
+            # the first GPU holds four block-sized spaces in that phase, not five (the allocator's peaks on
+            # qwen3-30b-a3b and Llama-4-Scout with `-cmoe`; gpt-oss-20b's recording matches to the 0.01 MiB)
+            shexp_ffn -= self.embd_block
+        if shexp_ffn > ffn_rest:
+            ffn_rest = shexp_ffn
+        if runs and not pp:
+            kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
+        return DevicePlan(
+            device=gi,
+            layer_phase=runs,
+            masks=m if runs else Affine(),
+            v_idxs=vi,
+            small_inputs=small,
+            blocks_label="layer input + residual",
+            blocks=blocks * self.embd_block + (self.hc_block if layers else 0) if runs else 0,
+            ffn=ffn_rest,
+            ffn_holes=holes,
+            ik_groups=self.ik_groups(layers) if self.inputs.ik_attention else (),
+            dsa_zeros=self.dsa_zeros(layers),
+            dsa_top_k=self.dsa_top_k,
+            dsv4=self.dsv4(layers) if runs else None,
+            indexer=self.indexer_scores(layers) if runs else None,
+            kpool=self.kpool_selection(layers) if runs else None,
+            kq=kq_gi,
+            mla_v=self.mla_v(layers),
+            fa_copies=self.fa_copies(layers) if cuda else (),
+            logits=self.logits if has_out else 0,
+            out_block=out_blocks * self.embd_block if has_out else 0,
+            out_below=out_extra if has_out else 0,
+            ssm_ops=ssm_ops,
+            ssm_hole=ssm_hole,
+            ssm_block=self.embd_block,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
+            or self.profile.traits.graph.plamo2_mamba,
+            ssm_after_attention_only=self._attention_only_before_ssm(layers),
+            # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
+            ssm_lead=self._jamba_lead(layers, m)
+            if ssm_ops
+            and self.profile.traits.graph.residual_into_input
+            and not self.profile.traits.graph.plamo2_mamba
+            else None,
+            pp_extra=pp_extra,
+            op_offload_copy=self.op_copy if gi == 0 else 0,
+            host_inputs=False,
+        )
+
+    def _host_blocks(
+        self, runs: bool, has_layers: bool, ffn_only: bool, experts_only: bool, n_copies: int, host_small: int
+    ) -> tuple[int, str]:
+        """The host's block-sized activations and their label."""
+        if runs:
+            if experts_only:
+                blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
+            elif not ffn_only:
+                blocks = (
+                    (residual_blocks(self.profile) + self.skip) if has_layers else HOST_INPUT_BLOCKS
+                ) * self.embd_block
+                blocks += self.hc_block if has_layers else 0
+            else:
+                # only dense FFNs (their weights kept on the host): the embeddings input and the FFN input's copy
+                # stay; the token-embedding rows went to the first GPU before (the input phase, in `kq` below)
+                blocks = HOST_GRAPH_INPUT_BLOCKS * self.embd_block
+            label = "embeddings + residual activations"
+        else:
+            # The graph inputs (embeddings inputs, masks, V's indices), n_copies times with pipeline parallelism,
+            # and the two token-embedding get_rows outputs.
+            blocks = (
+                n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
+            ) * self.embd_block
+            if n_copies > 1:
+                blocks += n_copies * host_small
+            label = "embeddings input + get_rows"
+        return blocks, label
+
+    def host_plan(self) -> DevicePlan:
+        """The compute plan of the host."""
+        host_layers = self.by_dev.get(None, [])
+        host_flayers = self.ffn_by_dev.get(None, [])
+        runs = bool(host_layers or host_flayers)
+        n_copies = PIPELINE_COPIES if self.inputs.pipeline_parallel and not runs else 1
+        m = self.masks(self.trunk)
+        # the small graph inputs: token ids of the plain and the mixed batch (i32), the mixed batch's slots (i64),
+        # positions, K/V row indices and the output ids
+        host_small = self.small_inputs(self.trunk) + I32 * self.n_out + (2 * I32 + I64) * self.n_tok
+        ffn_only = runs and not host_layers and not self.profile.is_moe
+        # only routed experts (`-cmoe`, `-ncmoe`, `-ot exps=CPU`): the graph inputs stay as with dense FFNs; the
+        # other two blocks and the FFN input's copy are freed by the first experts' peak (the allocator's live
+        # tensors on Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the embeddings input, a one-block hole, the
+        # mask, the router's copied argsort, a hole where gate and up were, the GLU output and the down outputs)
+        experts_only = runs and not host_layers and self.profile.is_moe and self.profile.moe is not None
+        blocks, label = self._host_blocks(
+            runs, bool(host_layers), ffn_only, experts_only, n_copies, host_small
+        )
+        host_m = Affine(
+            n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c + (host_small if n_copies == 1 else 0)
+        )
+        # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
+        # last layer
+        host_last = bool(self.trunk) and self.placement.layer_device[self.trunk[-1]] is None
+        ffn_rest, holes = self.ffn_holes(
+            host_layers,
+            host_flayers,
+            host_m if host_last else Affine(),
+            n_copies * self.v_idxs(self.trunk) if host_last else 0,
+        )
+        replayed, ssm_ops, ssm_hole = self.ssm_after(
+            host_layers,
+            host_m if host_last else Affine(),
+            n_copies * self.v_idxs(self.trunk) if host_last else 0,
+        )
+        if experts_only and self.profile.moe is not None and host_flayers:
+            # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
+            # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
+            # allocator's peak on Llama-4-Scout with `-cmoe`: the two masks, gate, up and the GLU output above the
+            # embeddings input and a one-block hole)
+            ffn_rest = max(
+                f - held for f, _, held in (ffn_layer(self.profile, il, self.n_tok) for il in host_flayers)
+            )
+            ffn_rest += I32 * self.n_tok * self.profile.moe.n_expert
+            holes = ()
+        return DevicePlan(
+            device=None,
+            layer_phase=runs,
+            masks=Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c),
+            v_idxs=n_copies * self.v_idxs(self.trunk),
+            small_inputs=host_small if n_copies == 1 else 0,
+            blocks_label=label,
+            blocks=blocks,
+            ffn=ffn_rest,
+            ffn_holes=holes,
+            ik_groups=self.ik_groups(host_layers) if self.inputs.ik_attention else (),
+            dsa_zeros=self.dsa_zeros(host_layers),
+            dsa_top_k=self.dsa_top_k,
+            dsv4=self.dsv4(host_layers),
+            indexer=self.indexer_scores(host_layers),
+            kpool=self.kpool_selection(host_layers),
+            kq=self.kq(host_layers, replayed)
+            if not (ffn_only or experts_only)
+            else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
+            mla_v=self.mla_v(host_layers),
+            fa_copies=(),
+            logits=self.logits if self.out_dev is None else 0,
+            out_block=self.embd_block if self.inputs.ik_attention and self.out_dev is None else 0,
+            ik_output_phase=self.inputs.ik_attention,
+            ssm_ops=ssm_ops,
+            ssm_hole=ssm_hole,
+            ssm_block=self.embd_block,
+            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
+            or self.profile.traits.graph.plamo2_mamba,
+            ssm_after_attention_only=self._attention_only_before_ssm(host_layers),
+            ssm_lead=self._ssm_lead(host_layers, m) if ssm_ops and host_last and n_copies == 1 else None,
+            logits_room=self._logits_room(host_layers) if host_last and n_copies == 1 else (),
+            pp_extra=Affine(),
+            op_offload_copy=0,
+            host_inputs=not runs,
+        )
+
+    def _logits_room(self, layers: list[int]) -> tuple[Affine, ...]:
+        """The masks of `layers` (one per cache the attention layers read: base and SWA), each a block the logits
+        can take once it is freed (`DevicePlan.logits_on_top`)."""
+        if not self.profile.has_memory:
+            return ()
+        base, swa = attn_layers(self.profile, layers)
+        one = self.mask_elt * self.n_tok
+        return tuple(a for a, used in ((Affine(a_base=one), base), (Affine(a_swa=one), swa)) if used)
+
+    def _ssm_lead(self, layers: list[int], m: Affine) -> SsmLead | None:
+        """The host's space around its last attention layer for `DevicePlan.ssm_after` (flash attention, a dense
+        FFN or none in that layer, the Mamba blocks' input not kept in the input's block; jamba's Mamba-1 blocks
+        with or without flash attention, `_jamba_lead`); None elsewhere."""
+        graph = self.profile.traits.graph
+        if graph.residual_into_input and not graph.plamo2_mamba:
+            return self._jamba_lead(layers, m)
+        if not self.fa or graph.residual_into_input or graph.plamo2_mamba:
+            return None
+        base, swa = attn_layers(self.profile, layers)
+        if swa or not base:
+            return None
+        last = max(base)
+        lp = self.profile.layers[last]
+        if lp.is_moe:
+            return None
+        names = {t.name.rsplit(".", 2)[-2] for t in self.profile.tensors if t.layer == last}
+        gated = "ffn_gate" in names
+        if lp.n_ff and ("ffn_up" not in names or "ffn_gate_up" in names):
+            return None
+        v_rot = self.v_rot_bytes[0]
+        return SsmLead(
+            mask=m,
+            low=(2 * I32 + I64) * self.n_tok + self.rot_bytes[0] - v_rot,
+            v_rot=v_rot,
+            idxs=2 * I64 * self.n_tok,
+            ffn=F32 * lp.n_ff * self.n_tok if lp.n_ff else 0,
+            gated=gated,
+        )
+
+    def _jamba_lead(self, layers: list[int], m: Affine) -> SsmLead | None:
+        """Jamba's graph inputs around its last attention layer (`DevicePlan._ssm_after_residual`): the mixed
+        batch's tokens (i32) and slots (i64), no positions (src/models/jamba.cpp uses no RoPE), the rotations, K's
+        row indices and V's (i64 per token with flash attention, per element without it, `v_idxs`)."""
+        ssm = self.profile.ssm
+        base, swa = attn_layers(self.profile, layers)
+        if ssm is None or ssm.n_group or swa or not base:
+            return None
+        v_rot = self.v_rot_bytes[0]
+        return SsmLead(
+            mask=m,
+            low=(I32 + I64) * self.n_tok + self.rot_bytes[0] - v_rot,
+            v_rot=v_rot,
+            idxs=I64 * self.n_tok + (I64 * self.n_tok if self.fa else self.v_idxs(layers)),
+            ffn=0,
+            gated=False,
+            residual=True,
+            fa=self.fa,
+            tokens=I32 * self.n_tok,
+            out_ids=I32 * self.n_out,
+        )

@@ -1,0 +1,235 @@
+"""The feed-forward network's transient and what stays below the logits: gate, up, the GLU output and down,
+the experts' outputs and their sum, and the holes the FFN norm leaves (`llm_graph_context::build_ffn`,
+`build_moe_ffn` in src/llama-graph.cpp)."""
+
+from __future__ import annotations
+
+from fitplan.core.memory.compute.allocator import F32, in_hole
+from fitplan.core.memory.compute.shapes import attn_layers, layer_shapes
+from fitplan.core.model.profile import ModelProfile
+
+#: Activation blocks `[n_embd, n_tok]` on the backend that runs the first layer: the embeddings input and the
+#: token-embedding rows (kept allocated through the graph), the residual stream (the FFN input) and the two-block
+#: hole the FFN norm output leaves (FFN_HOLE_BLOCKS); the CPU dry runs show exactly this for dense and MoE models.
+RESIDUAL_BLOCKS = 5
+#: Architectures without mixed-batch inputs (`GraphTraits.no_mixed_batch`, src/llama-arch.cpp
+#: `llm_arch_supports_mixed_batch`): the embeddings input, the FFN input and the one-block hole the freed
+#: token-embedding rows leave, into which the FFN norm output goes (the allocator's peak on the cogvlm smoke model).
+NO_MIXED_BATCH_BLOCKS = 3
+
+
+#: Blocks of `[n_embd, n_tok]` freed just before the FFN (the FFN norm output and its neighbour) that form one hole:
+#: an FFN intermediate no larger than this is placed there instead of at the end of the buffer.
+FFN_HOLE_BLOCKS = 2
+
+
+def residual_blocks(profile: ModelProfile) -> int:
+    """`[n_embd, n_tok]` blocks in the layer phase of the backend that runs the first layer."""
+    return NO_MIXED_BATCH_BLOCKS if profile.traits.graph.no_mixed_batch else RESIDUAL_BLOCKS
+
+
+def moe_split_below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """Bytes that stay under the logits on a later GPU whose last layer is a MoE with a shared expert (read from
+    the allocator's trace of deepseek-v2-lite split over two devices).
+
+    The shared expert reads the FFN norm output after the routed experts, so the FFN input and the norm output
+    stay live while the sum of the routed experts is allocated: no freed block below fits it, and it lands right
+    above the experts' down outputs `[n_embd, n_used, n_tok]`, which took the space of gate and up (the rest of
+    that space joins the free end of the buffer once the GLU output above it is freed). The residual, the output
+    norm and the logits then follow in that sum's place. Under them: the two blocks, the router's probabilities
+    and top-k indices `[n_expert, n_tok]` and weights `[n_used, n_tok]`, and the down outputs. Without a shared expert (gpt-oss, Qwen3-MoE) the
+    norm output is freed after up and the sum takes its place; llama4's router-weighted input leaves a block-sized
+    hole too.
+    """
+    moe = profile.moe
+    lp = profile.layers[il]
+    if not (lp.is_moe and moe is not None) or profile.traits.graph.weight_before_ffn:
+        return 0
+    if il not in layer_shapes(profile).shexp:
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+    down = F32 * n_tok * used * profile.n_embd
+    if down > 2 * up:
+        # the down outputs go above the GLU output and gate + up leave a hole the sum can take (Qwen3-Next);
+        # where the logits then go is not modelled (granite-4.0-h-tiny: above the down outputs all the same)
+        return 0
+    router = 2 * F32 * n_tok * moe.n_expert + F32 * n_tok * used
+    return 2 * F32 * n_tok * profile.n_embd + router + down
+
+
+def routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """Bytes under the logits on a GPU that holds the output layer and no block (`-ngl 1`), when the last block is a
+    MoE without a shared expert (read from the allocator's traces of qwen3-30b-a3b and gpt-oss-20b).
+
+    The ops after the experts' down projection carry no weights, so the scheduler runs them with the output
+    layer: the down outputs `[n_embd, n_used, n_tok]`, the router weights `[n_used, n_tok]` and the FFN input are
+    copied in, and the sum of the experts (then the residual, the output norm and the logits in its place) lands
+    above them. A shared expert's matrix keeps the sum where the experts ran.
+    """
+    moe = profile.moe
+    lp = profile.layers[il]
+    if not (lp.is_moe and moe is not None) or il in layer_shapes(profile).shexp:
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    return F32 * n_tok * (used * profile.n_embd + used + profile.n_embd)
+
+
+def ffn_transient(
+    profile: ModelProfile, layers: list[int], n_tok: int, v_rot: frozenset[int] = frozenset()
+) -> int:
+    """Largest FFN intermediate set of the given layers, f32 (see `ffn_layer`)."""
+    return max((ffn_layer(profile, il, n_tok, il in v_rot)[0] for il in layers), default=0)
+
+
+def ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) -> tuple[int, int, int]:
+    """One layer's FFN intermediate set, its first (largest-shape) intermediate and the input it holds through the
+    experts (llama4's router-weighted copy of the FFN input), bytes f32.
+
+    Dense: gate, up and the GLU output `[n_ff, n_tok]` are live together (the down projection comes after gate and
+    up are freed). MoE: up, gate, GLU output `[n_ff_exp, n_used, n_tok]` and the experts' down projections
+    `[n_embd, n_used, n_tok]`. The last of them to be allocated goes into the two-block hole the FFN norm leaves
+    when it fits there (small FFNs), so it adds nothing.
+
+    `v_rot`: the layer's attention output is rotated back (`hadamard_rotations`), which leaves one block of the
+    hole: the output chain (flash attention, the rotation's product, the output projection with the residual added
+    in place) has one more block-sized tensor, so the FFN input lands next to the FFN norm's block instead of in a
+    block of its own (the allocator's trace on the llama smoke model with q8_0 caches: `ffn_inp-0` right above
+    `norm-0`, and the GLU output above gate and up, where with f16 caches it takes the norm's two freed blocks).
+    """
+    moe = profile.moe
+    graph = profile.traits.graph
+    hole = 0 if graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    if graph.no_mixed_batch:
+        # the FFN norm output takes the one-block hole of the token-embedding rows (NO_MIXED_BATCH_BLOCKS): once
+        # it is freed after up, that block is the only space under the FFN (the cogvlm smoke model's peak: gate,
+        # up and the GLU output above `ffn_inp`)
+        hole = profile.n_embd
+    if graph.residual_into_input:
+        # the residual takes the layer input's block: only the FFN norm's own block is freed under the FFN (the
+        # allocator's peak on the lfm2 smoke model at c4096: gate in the freed mask, up and the GLU output on top)
+        hole = profile.n_embd
+    above = 0
+    if v_rot and hole and not graph.embd_skip:
+        if graph.parallel_attn_ffn:
+            # the attention output that waits for the FFN is allocated above the blocks, not in the hole (the
+            # command-r smoke model with q8_0 caches: `node_39` between `node_2` and gate, one block more)
+            above = profile.n_embd
+        else:
+            hole -= profile.n_embd
+    if graph.parallel_attn_ffn:
+        # the attention output waits for the FFN (both read the same norm output) in one block of the hole: the
+        # allocator's peak on the command-r smoke model has it there (node_30) and gate, up and the GLU output on top
+        hole -= profile.n_embd
+    skip_in_hole = graph.embd_skip and bool(hole)
+    if skip_in_hole:
+        # the skip block (talkie's `embd_skip`, counted with the residual blocks) sits in one block of the hole:
+        # the allocator's peak on the talkie smoke model (src/models/talkie.cpp, c512 with flash attention) has
+        # `embd` next to the freed `ffn_norm-0` and gate, up and the GLU output on top, 5.27 MiB
+        hole -= profile.n_embd
+    lp = profile.layers[il]
+    held = 0
+    if graph.dense_ffn_only and il not in layer_shapes(profile).dense_up:
+        return 0, 0, 0  # the graph calls the dense FFN with no matrices: nothing but an in-place activation
+    if lp.is_moe and moe is not None:
+        used = lp.n_expert_used or moe.n_expert_used
+        # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
+        n_ff_exp = moe.n_ff_exp or lp.n_ff
+        up, down = used * n_ff_exp, used * profile.n_embd
+        # the experts' down outputs are allocated after gate and up are freed: they go into that space (two
+        # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
+        f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
+        if il in layer_shapes(profile).gate_up_exps:
+            # one fused gate_up product `[2 n_ff_exp, n_used, n_tok]` (`ffn_gate_up_exps`, build_moe_ffn's merged
+            # path): the first intermediate is both (the cohere2moe smoke model's peak: ffn_moe_gate_up-1, 3 MiB,
+            # above the blocks where the freed 1 MiB of masks cannot take it, then the GLU output)
+            first = 2 * up
+        shared = moe.n_ff_shexp * moe.n_expert_shared
+        if 3 * shared > f:
+            f, first = 3 * shared, shared
+        if graph.weight_before_ffn:
+            # the router-weighted input [n_embd, n_used, n_tok] feeds gate and up
+            held = used * profile.n_embd
+    elif il in layer_shapes(profile).gated:
+        f, first = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0), lp.n_ff
+    else:
+        # no gate (build_ffn without `gate`): only the up projection `[n_ff, n_tok]`, its bias, scale and
+        # activation computed in place; it goes into the hole when it fits
+        f = first = 0 if lp.n_ff <= hole else lp.n_ff
+    if skip_in_hole:
+        f = max(0, f - profile.n_embd)  # the skip block is in the device's blocks already, inside the hole
+    return F32 * n_tok * (f + held + above), F32 * n_tok * first, F32 * n_tok * held
+
+
+def expert_copy_hole(
+    profile: ModelProfile,
+    layer_device: tuple[int | None, ...],
+    ffn_dev: dict[int, int | None],
+    gi: int,
+    layers: list[int],
+    n_tok: int,
+) -> tuple[int, int, int]:
+    """The hole a GPU's masks sit on when its routed experts run on the host: (bytes, layer, last attention layer).
+
+    A layer whose experts run on the host (`-cmoe`, `-ncmoe`, `-ot exps=CPU`) and whose shared expert runs on the
+    GPU has its experts' down outputs `[n_embd, n_used, n_tok]` (f32) copied back for the weighted sum. When the
+    split that starts with that sum also runs the GPU's first attention layer, the copy and the mask are that
+    split's inputs, allocated together: the mask lands above the copy, and once the sum has read the copy its
+    space stays a hole under the mask until the last attention layer frees the mask. What the layers in between
+    allocate goes into that hole while it fits, the rest above the mask (the allocator's live tensors on
+    Qwen3-Next-80B-A3B over two RPC devices, `-cmoe`: the 40 MiB of `ffn_moe_down-2` at 16-56 MiB, the mask at
+    56-64 MiB, layer 4's delta-net tensors at 16-50.3 MiB and its 10 MiB output at 68-78 MiB; `-ncmoe 1`: layer 1's
+    gate, up and GLU output at 16-46 MiB and its 40 MiB of down outputs at 68-108 MiB).
+    """
+    base, swa = attn_layers(profile, layers)
+    att = sorted(base + swa)
+    moe = profile.moe
+    if not att or moe is None:
+        return 0, -1, -1
+    shexp = layer_shapes(profile).shexp
+    for il in range(att[0] - 1, -1, -1):
+        if il >= len(layer_device) or layer_device[il] != gi:
+            return 0, -1, -1  # the split starts with the layer input copied from another device
+        if ffn_dev.get(il, gi) == gi:
+            continue
+        lp = profile.layers[il]
+        if ffn_dev.get(il) is not None or not lp.is_moe or il not in shexp:
+            return 0, -1, -1  # experts on another GPU, or no shared expert: not traced
+        used = lp.n_expert_used or moe.n_expert_used
+        return F32 * n_tok * used * profile.n_embd, il, att[-1]
+    return 0, -1, -1
+
+
+def ffn_in_hole(profile: ModelProfile, il: int, n_tok: int, hole: int) -> int:
+    """A layer's FFN intermediates over the hole under the masks (`in_hole`): a MoE's gate, up and GLU output
+    first, then the experts' down outputs when they do not go into gate and up's space (`ffn_layer`)."""
+    f = ffn_layer(profile, il, n_tok)[0]
+    lp, moe = profile.layers[il], profile.moe
+    if lp.is_moe and moe is not None:
+        used = lp.n_expert_used or moe.n_expert_used
+        up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+        down = F32 * n_tok * used * profile.n_embd
+        if f == 3 * up + down:
+            return in_hole(3 * up, down, hole)
+    return in_hole(f, 0, hole)
+
+
+def shexp_only_ffn(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
+    """FFN intermediates on a GPU whose layers' routed experts run elsewhere: the shared expert runs there after
+    the experts, its gate, up and GLU output `[n_ff_shexp, n_tok]` over the experts' sum `[n_embd, n_tok]` (the
+    allocator's peak on Llama-4-Scout with `-cmoe`: `ffn_moe_out-2`, `ffn_gate-2`, `ffn_up-2`, `ffn_swiglu-2`);
+    without a shared expert, the down outputs copied back for the weighted sum."""
+    shapes = layer_shapes(profile)
+    moe = profile.moe
+    out = 0
+    for il in layers:
+        lp = profile.layers[il]
+        if not lp.is_moe or moe is None:
+            continue
+        if il in shapes.shexp:
+            out = max(out, F32 * n_tok * (3 * shapes.shexp_ff + profile.n_embd))
+        else:
+            # no shared expert: the experts' down outputs [n_embd, n_used, n_tok] are copied back for the
+            # weighted sum (qwen3-30b-a3b -cmoe: `ffn_moe_down-0` copied to the first device, 32 MiB)
+            out = max(out, F32 * n_tok * (lp.n_expert_used or moe.n_expert_used) * profile.n_embd)
+    return out

@@ -1,0 +1,304 @@
+"""Recurrent layers: Mamba-1/2 blocks (src/models/mamba-base.cpp), plamo2's (src/models/plamo2.cpp), gated
+delta nets, the other slots' states (`llm_graph_context::build_rs`) and a device's Mamba block after its last
+attention layer, replayed through the allocator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fitplan.core.memory.compute.allocator import F32, I32, I64, Affine, ReplayOp
+from fitplan.core.memory.compute.ffn import FFN_HOLE_BLOCKS
+from fitplan.core.model.profile import ModelProfile
+
+
+def mamba2_split_below_logits(profile: ModelProfile, layers: list[int], ffn_here: bool, n_tok: int) -> int:
+    """Bytes under the logits on a later GPU of a Mamba-2 MoE hybrid that runs a Mamba layer ahead of an
+    attention layer (read from the allocator's peaks of granite-4.0-h-tiny split over two RPC devices, with a
+    `ggml-alloc.c` built with GGML_ALLOCATOR_DEBUG; 0 elsewhere).
+
+    The Mamba layers free zero-byte tensors (the empty `rs_s_copy` view of the extra recurrent states, a zero-byte
+    node after the scan), and `ggml_dyn_tallocr_free_bytes` inserts them as free blocks; once the list is out of
+    order a freed region no longer merges into the buffer's free end, so the free end stays where the last layer's
+    FFN left it and the logits go above that layer's tensors: the FFN input, the norm output and the one-block
+    hole (blocks `[n_embd, n_tok]`), then the experts' gate, up and GLU output `[n_ff_exp, n_used, n_tok]` and the
+    down outputs `[n_embd, n_used, n_tok]` above them, which do not fit into gate and up (`-ngl 20`, layers 30-39
+    on the output GPU: the logits at 45.04 MiB). With the experts on the host only the down outputs copied back for
+    the experts' sum are above the blocks (`-cmoe`: 27.04 MiB). Where the device's first layer is the attention
+    layer, or it runs none, the logits stay next to the last blocks (layers 35-39 and 37-39: 9.29 MiB, within a
+    block of the one counted with the logits; not modelled)."""
+    moe, ssm = profile.moe, profile.ssm
+    if moe is None or ssm is None or not ssm.n_group or not profile.traits.graph.mamba_scan or not layers:
+        return 0
+    lp = profile.layers[layers[-1]]
+    first_attn = next((i for i, il in enumerate(layers) if profile.layers[il].has_kv), None)
+    if (
+        not lp.is_moe
+        or first_attn is None
+        or not any(profile.layers[il].is_recurrent for il in layers[:first_attn])
+    ):
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    up = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+    down = F32 * n_tok * used * profile.n_embd
+    if down <= 2 * up:
+        return 0  # the down outputs fit into gate and up (`moe_split_below_logits`)
+    # the out block the logits are counted with is the FFN input's; the norm output and the hole are two more
+    return FFN_HOLE_BLOCKS * F32 * n_tok * profile.n_embd + (3 * up if ffn_here else 0) + down
+
+
+def ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: bool = True) -> int:
+    """Live set of one Mamba block during the selective scan, f32 (src/models/graph-context-mamba.cpp).
+
+    Mamba-2 (`ssm.group_count` > 0): the input projection zxBCdt `[2 d_inner + 2 n_group d_state + n_head, n_tok]`
+    and the conv output `[channels, n_tok]` (channels = d_inner + 2 n_group d_state) stay live through the scan;
+    before them the conv input (conv state + xBC, `[d_conv - 1 + n_tok / n_seqs, channels, n_seqs]`), freed after
+    the convolution, and after it the scan output (y `[d_inner, n_tok]` plus the final states
+    `[d_state, d_inner, n_seqs]`) take the same space. Mamba-1: zx `[2 d_inner, n_tok]` and the conv output
+    `[d_inner, n_tok]`, then the conv input, or x_db `[dt_rank + 2 d_state, n_tok]`, dt `[d_inner, n_tok]` and the
+    scan output.
+    """
+    ssm = profile.ssm
+    if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
+        return 0
+    scan = n_tok * ssm.d_inner + ssm.d_state * ssm.d_inner * n_seqs
+    if ssm.n_group:
+        channels = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
+        in_proj = 2 * ssm.d_inner + 2 * ssm.n_group * ssm.d_state + ssm.dt_rank
+        conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * channels * n_seqs
+        # The conv input is freed after the convolution; the scan output takes its place when it fits there,
+        # else it goes above and the conv input's space stays a hole. After the scan, the contiguous copy of z
+        # `[d_inner, n_tok]` (for the gated output) needs a free block: what the scan left of the conv input's
+        # space, or, on a backend with attention layers, the space of the masks freed after the last of them.
+        z = ssm.d_inner * n_tok
+        if scan > conv_in:
+            floats = in_proj * n_tok + channels * n_tok + conv_in + scan
+        else:
+            floats = in_proj * n_tok + channels * n_tok + conv_in
+            if not attention and conv_in - scan < z:
+                floats += z
+    else:
+        conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * ssm.d_inner * n_seqs
+        x_db = (ssm.dt_rank + 2 * ssm.d_state) * n_tok
+        rows_hole = F32 * profile.n_embd * n_tok + (I32 + I64) * n_tok
+        if not attention and not profile.traits.graph.no_mixed_batch and F32 * x_db <= rows_hole:
+            # no attention layer: x_db goes into the space of the mixed batch's token rows, tokens and slots,
+            # freed after the first layer's input is assembled (the allocator's peak on the mamba smoke model at
+            # c512: `node_32`, 0.504 MiB, at 0.50-1.01 MiB where `inp_mixed_embd` was; 7.77 MiB)
+            x_db = 0
+        x_db_dt = x_db + ssm.d_inner * n_tok
+        floats = 2 * ssm.d_inner * n_tok + ssm.d_inner * n_tok + max(conv_in, x_db_dt + scan)
+    return F32 * floats
+
+
+def mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """The allocations of one Mamba block in graph order (src/models/mamba-base.cpp, `build_mamba_layer` and
+    `build_mamba2_layer`), f32 bytes; () for models without Mamba blocks. A freed tensor is (name, 0).
+
+    Mamba-2: the conv states' rows, the input projection zxBCdt, the conv input (states + xBC), the conv output
+    (bias and SiLU in place) in place of the conv input, dt, then `_mamba2_tail` from the scan on. Mamba-1: the
+    same head with xz and the conv output x, then `_mamba1_tail`."""
+    ssm = profile.ssm
+    if ssm is None or not profile.traits.graph.mamba_scan or not ssm.d_inner:
+        return ()
+    if profile.traits.graph.plamo2_mamba:
+        return _plamo2_mamba_ops(profile, n_tok, n_seqs)
+    f, t, seqs = F32, n_tok, max(1, n_seqs)
+    d_inner, d_state = ssm.d_inner, ssm.d_state
+    # Mamba-2 convolves x, B and C (zxBCdt); Mamba-1 only x (xz)
+    ch = d_inner + 2 * ssm.n_group * d_state
+    in_proj = 2 * d_inner + 2 * ssm.n_group * d_state + ssm.dt_rank if ssm.n_group else 2 * d_inner
+    head = (
+        ("conv_rows", f * (ssm.d_conv - 1) * ch * seqs),
+        ("in_proj", f * in_proj * t),
+        ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * ch * seqs),
+        ("conv_rows", 0),
+        ("conv", f * ch * t),
+        ("conv_x", 0),
+    )
+    if ssm.n_group:
+        return (*head, ("dt", f * ssm.dt_rank * t), *_mamba2_tail(profile, t, seqs))
+    return (*head, *_mamba1_tail(profile, t, seqs))
+
+
+def _mamba1_tail(profile: ModelProfile, t: int, seqs: int) -> tuple[ReplayOp, ...]:
+    """A Mamba-1 block from x_db on (src/models/mamba-base.cpp, `build_mamba_layer`): x_db, then the scan's
+    sources in `ggml_ssm_scan`'s order (ggml.c: s, x, dt, A, B, C; the graph is built depth-first through the
+    sources, `ggml_visit_parents`): dt's norm (Jamba, FalconMamba) or contiguous copy and its projection, then B's
+    and C's norms (the norms read x_db's views, which is freed after the last), the scan output (y and the final
+    states; the scan reads the ubatch's states from the cache through the slot indices, no gathered copy), the
+    gather of the other slots' states (`_extra_states`), z's contiguous copy, x D and y + x D in place of the conv
+    output (its last reader), the gated output and the output projection. The allocator's list on the jamba smoke
+    model with four slots at c512 (q4_0 caches): x_db in the freed mask's space, dt in the conv input's, the
+    scan output on top of the conv output, 8.87 MiB."""
+    ssm = profile.ssm
+    assert ssm is not None
+    f, d_inner, d_state = F32, ssm.d_inner, ssm.d_state
+    normed = any(x.name.endswith(".ssm_dt_norm.weight") for x in profile.tensors)
+    bc: tuple[ReplayOp, ...] = (("b_n", f * d_state * t), ("c_n", f * d_state * t)) if normed else ()
+    return (
+        ("x_db", f * (ssm.dt_rank + 2 * d_state) * t),
+        ("dt_n", f * ssm.dt_rank * t),
+        ("dt", f * d_inner * t),
+        ("dt_n", 0),
+        *bc,
+        *((("x_db", 0),) if normed else ()),
+        ("y_ssm", f * (d_inner * t + d_state * d_inner * seqs)),
+        ("dt", 0),
+        ("b_n", 0),
+        ("c_n", 0),
+        ("x_db", 0),
+        *_extra_states(f * d_state * d_inner, seqs),
+        ("z", f * d_inner * t),
+        ("in_proj", 0),
+        ("y_ssm", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("conv", 0),
+        ("out", f * profile.n_embd * t),
+    )
+
+
+def _mamba2_tail(profile: ModelProfile, t: int, seqs: int) -> tuple[ReplayOp, ...]:
+    """A Mamba-2 block from the scan on (src/models/mamba-base.cpp, `build_mamba2_layer`): the scan output (y and
+    the final states), the gather of the other slots' states (`_extra_states`), z's contiguous copy, x D (a new
+    tensor: the conv output has other views, so it cannot take its space; y + x D is computed in its place), the
+    gated output, its grouped RMS norm (a new tensor: it reads a reshaped view) and the output projection. The
+    allocator's lists on the granitehybrid and nemotron_h smoke models with four slots (c512, q4_0 caches): the
+    scan output in the conv input's space, the 0.75 MiB of states in the masks' and z's copy on top, 10.90 MiB."""
+    ssm = profile.ssm
+    assert ssm is not None
+    f, d_inner = F32, ssm.d_inner
+    normed = any(x.name.endswith(".ssm_norm.weight") for x in profile.tensors)
+    return (
+        ("y_ssm", f * (d_inner * t + ssm.d_state * d_inner * seqs)),
+        ("dt", 0),
+        *_extra_states(f * ssm.d_state * d_inner, seqs),
+        ("z", f * d_inner * t),
+        ("in_proj", 0),
+        ("x_d", f * d_inner * t),
+        ("conv", 0),
+        ("y_ssm", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("x_d", 0),
+        *((("normed", f * d_inner * t), ("gated", 0)) if normed else ()),
+        ("out", f * profile.n_embd * t),
+    )
+
+
+def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """PLaMo-2's Mamba block in graph order (src/models/plamo2.cpp, `build_plamo2_mamba_layer`): the conv states'
+    rows, the input projection zx and its permuted contiguous copy, x's contiguous copy, the conv input and
+    output, the B/C/dt projection, then the scan's sources in `ggml_ssm_scan`'s order (dt's norm and projection,
+    then B's and C's norms: the graph is built depth-first through the sources, ggml.c `ggml_visit_parents`), the
+    scan output, the gather of the other sequences' states (`_extra_states`), z's contiguous copy, x D (a new
+    tensor: the conv output's views keep it from reusing their space; y + x D is computed in its place), the
+    gated output and the output projection. The allocator's peaks on the plamo2 smoke model: c512 with flash
+    attention, the conv output in the freed mask's space, the scan output in the input projection's, its permuted
+    copy and z's copy on top, 8.02 MiB; c8192 with four slots at `-ub 2048` (q8_0 caches), the scan output (5 MiB)
+    on top of the permuted copy, no freed block holding it, 31.16 MiB."""
+    ssm = profile.ssm
+    assert ssm is not None
+    f, t, seqs = F32, n_tok, max(1, n_seqs)
+    d_inner, d_state = ssm.d_inner, ssm.d_state
+    dt_dim = max(64, profile.n_embd // 16)
+    return (
+        ("conv_rows", f * (ssm.d_conv - 1) * d_inner * seqs),
+        ("in_proj", f * 2 * d_inner * t),
+        ("in_proj_out", f * 2 * d_inner * t),
+        ("in_proj", 0),
+        ("x_split", f * d_inner * t),
+        ("conv_x", f * (ssm.d_conv - 1 + t // seqs) * d_inner * seqs),
+        ("conv_rows", 0),
+        ("x_split", 0),
+        ("conv", f * d_inner * t),
+        ("conv_x", 0),
+        ("x_bcdt", f * (2 * d_state + dt_dim) * t),
+        ("dt_n", f * dt_dim * t),
+        ("dt", f * ssm.dt_rank * t),
+        ("dt_n", 0),
+        ("b_n", f * d_state * t),
+        ("c_n", f * d_state * t),
+        ("x_bcdt", 0),
+        ("y_ssm", f * (d_inner * t + d_state * d_inner * seqs)),
+        ("dt", 0),
+        ("b_n", 0),
+        ("c_n", 0),
+        *_extra_states(f * d_state * d_inner, seqs),
+        ("z", f * d_inner * t),
+        ("in_proj_out", 0),
+        ("x_d", f * d_inner * t),
+        ("conv", 0),
+        ("y_ssm", 0),
+        ("gated", f * d_inner * t),
+        ("z", 0),
+        ("x_d", 0),
+        ("out", f * profile.n_embd * t),
+    )
+
+
+def _extra_states(state: int, n_seqs: int) -> tuple[ReplayOp, ...]:
+    """The gather of the SSM states the ubatch leaves alone, right after the scan (src/llama-graph.cpp,
+    `llm_graph_context::build_rs` with a custom row getter: `ggml_get_rows` of `s_copy_tail`, n_rs - 1 rows of
+    `state` bytes, copied back into the cache and freed). At the reserve the recurrent memory is full, n_rs is its
+    size, n_seq_max; the allocator's lists on the granitehybrid, nemotron_h and plamo2 smoke models: 0.25 MiB with
+    two slots, 0.75 MiB with four, none with one."""
+    if n_seqs <= 1:
+        return ()
+    return (("s_extra", state * (n_seqs - 1)), ("s_extra", 0))
+
+
+def gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """Live set of a gated-delta-net layer when its fused op's output is allocated, bytes (f32).
+
+    With head_k = `ssm.state_size`, num_k = `ssm.group_count`, num_v = `ssm.time_step_rank`, head_v = d_inner /
+    num_v: the convolution output `[d_inner + 2 num_k head_k, n_tok]` (Q, K and V are views of it), the L2-normed
+    Q and K repeated to num_v heads `[head_k, num_v, n_tok]` each (the normed ones themselves when num_k = num_v),
+    beta and the gate's input `[num_v, n_tok]`, the recurrent state read from the cache `[head_v, head_v, num_v,
+    n_seqs]` and the op's output: the attention output `[head_v, num_v, n_tok]` followed by the new state. The
+    gate z `[d_inner, n_tok]` is computed after the op (it is read only by the gated norm). Measured with the
+    allocator's list of live tensors: 44.12 MiB on Qwen3-Next-80B-A3B at `-ub 512` (16 + 8 + 8 + 2 + 10 MiB and
+    two 64 KiB inputs), 3.26 MiB on the qwen35 smoke model.
+    """
+    ssm = profile.ssm
+    if ssm is None or not profile.traits.graph.gated_delta_net or not (ssm.d_inner and ssm.dt_rank):
+        return 0
+    head_k, num_k, num_v = ssm.d_state, ssm.n_group, ssm.dt_rank
+    head_v = ssm.d_inner // num_v
+    state = head_v * head_v * num_v * n_seqs
+    conv = (ssm.d_inner + 2 * num_k * head_k) * n_tok
+    qk = 2 * head_k * num_v * n_tok
+    return F32 * (conv + qk + 2 * num_v * n_tok + state + ssm.d_inner * n_tok + state)
+
+
+def gdn_output(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """The fused gated-delta-net op's output, the last tensor of `gdn_transient`: the attention output
+    `[head_v, num_v, n_tok]` followed by the new state `[head_v, head_v, num_v, n_seqs]`, bytes (f32)."""
+    ssm = profile.ssm
+    if ssm is None or not profile.traits.graph.gated_delta_net or not (ssm.d_inner and ssm.dt_rank):
+        return 0
+    head_v = ssm.d_inner // ssm.dt_rank
+    return F32 * (ssm.d_inner * n_tok + head_v * head_v * ssm.dt_rank * n_seqs)
+
+
+@dataclass(frozen=True, slots=True)
+class SsmLead:
+    """The space around the host's last attention layer (flash attention) before the Mamba blocks after it, for
+    replaying that layer's tail with them (`DevicePlan.ssm_after`). The allocator's lists on the granitehybrid and
+    nemotron_h smoke models: when the attention output is allocated, the graph inputs the layer has read are free
+    below the blocks, in their allocation order (the mixed batch's tokens and slots and the token rows' block, K's
+    rotation and the positions, then the K/V row indices and the mask), split in two by V's rotation, which stays
+    live until the attention output is rotated back; above them the embeddings' block and the attention output's."""
+
+    mask: Affine  # the masks, freed after the attention
+    low: int  # the lower free block besides the token rows' block: mixed tokens and slots, K's rotation, positions
+    v_rot: int  # V's rotation input (0: none, the two free blocks are one)
+    idxs: int  # the K/V row indices, under the mask
+    ffn: int  # the last attention layer's FFN intermediate [n_ff, n_tok] (0: that layer has no FFN)
+    gated: bool  # its FFN has a separate gate
+    # jamba: the residual goes into the layer input's block (`DevicePlan._ssm_after_residual`), with or without
+    # flash attention; `tokens` and `out_ids` are the token ids' and the output ids' bytes
+    residual: bool = False
+    fa: bool = True
+    tokens: int = 0
+    out_ids: int = 0
