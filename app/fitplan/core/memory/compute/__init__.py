@@ -31,7 +31,7 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
 * hyper-connection models: their residual streams `[n_embd x hc, n_tok]` (`GraphTraits.hc_streams`) next to the blocks;
 * sparse and compressed attention, each with its graph inputs and its peak as a function of the cells: the DSA
   lightning indexer's score and top-k (`IndexerScores`), DeepSeek-V4's compressed attention (`Dsv4Attention`),
-  MiniMax-M3's block-sparse mask per stream (`_msa_mask`) and the k-pool selection of qwen4exp and glm5-next
+  MiniMax-M3's block-sparse mask per stream (`PlanBuilder._msa_mask`) and the k-pool selection of qwen4exp and glm5-next
   (`KpoolSelection`);
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
