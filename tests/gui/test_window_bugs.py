@@ -562,8 +562,9 @@ def test_the_start_up_jobs_wait_for_the_first_paint(
 
 
 def test_the_window_paints_before_the_estimator_and_the_gguf_tables_are_imported(tmp_path: Path) -> None:
-    """What the first paint waits for is only the window: the GGUF tables, the model profile, the estimator and
-    the planner load afterwards, with the first model (each costs the cold start tens of milliseconds)."""
+    """What the first paint waits for is only the window: the GGUF tables, the model profile, the estimator, the
+    planner and pyqtgraph (the chart's plot) load afterwards, with the first model (each costs the cold start tens of
+    milliseconds, pyqtgraph a quarter of a second)."""
     import json
     import os
     import subprocess
@@ -593,5 +594,29 @@ def test_the_window_paints_before_the_estimator_and_the_gguf_tables_are_imported
         "fitplan.core.estimate.accuracy",
         "fitplan.core.memory.compute",
         "fitplan.core.plan.planner",
+        "pyqtgraph",
     }
     assert not late & modules, sorted(late & modules)
+
+
+def test_the_chart_plot_is_built_once_the_window_starts_and_keeps_what_it_was_given(
+    qtbot: Any, private_config: Path
+) -> None:
+    """Before the start-up jobs the chart holds an empty frame (pyqtgraph is not imported yet); the plot built
+    then shows the context it was given meanwhile, and building again changes nothing."""
+    import math
+
+    w = make_window(qtbot, ONE_GPU, private_config)
+    assert isinstance(w, MainWindow)
+    w.show()
+    assert not w.chart.built
+    w.chart.set_context(8192)
+    w.chart.apply_theme()  # a theme switch before the plot exists
+    w.planner.start()
+    assert w.chart.built and w.chart.plot.accessibleName() == "Memory by context chart"
+    assert math.isclose(w.chart.context_line.value(), 13.0)
+    plot = w.chart.plot
+    w.chart.build()
+    assert w.chart.plot is plot
+    wait_settled(qtbot, w)
+    assert w.chart.has_data() and any(a.isVisible() for a in w.chart.areas.values())

@@ -72,7 +72,6 @@ def build_window(config_dir: Path | None = None, backend: object | None = None) 
     from fitplan.gui.backend import Backend
     from fitplan.gui.main_window import MainWindow
 
-    configure_pyqtgraph()
     loaded = load_user_settings(config_dir)
     window = MainWindow(backend if isinstance(backend, Backend) else Backend(), loaded.settings, config_dir)
     if loaded.message:

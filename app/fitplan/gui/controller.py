@@ -291,6 +291,7 @@ class Planner(QObject):
         )
 
         self.estimator.warm_up()
+        self.p.chart.build()  # pyqtgraph loads now, while the model's header is read and the first estimate runs
         self.p.status.showMessage("Detecting GPUs…")
         self.jobs.start("GPU detection", lambda _progress: self.backend.detect(), self._detected)
         self.scan_library(self.backend.library_roots(self.user.folders), announce=False)

@@ -200,7 +200,6 @@ class MainWindow(QMainWindow):
         self.planner.outcome_shown.connect(lambda o: self.verdict.set_accuracy(o.accuracy))
         for widget, name in (
             (self.verdict, "Verdict"),
-            (self.chart.plot, "Memory by context chart"),
             (self.command.text, "Command"),
             (self.models.table, "Models"),
             (self.hardware.list, "Devices to plan for"),

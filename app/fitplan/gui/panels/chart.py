@@ -1,18 +1,20 @@
 """Chart: memory against context for one device, stacked by term, with capacity, margin and the chosen context.
 
-Every plot item is created once in `__init__`; updates only call `setData` / `setValue` / `setRegion`. The x axis is
-log2(context) with ticks labelled in tokens (4K, 32K, 128K...).
+The plot is built by `build()`, once: pyqtgraph is imported then, after the window's first paint (the window opens
+without waiting for it; until then an empty frame of the plot's size holds its place). Every plot item is created
+there; updates only call `setData` / `setValue` / `setRegion`. The x axis is log2(context) with ticks labelled in
+tokens (4K, 32K, 128K...).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from fitplan.core.base.devices import GIB
 from fitplan.core.base.results import TERM_ORDER, TermKind
@@ -26,6 +28,9 @@ from fitplan.gui.theme import (
     background,
     foreground,
 )
+
+if TYPE_CHECKING:
+    import pyqtgraph as pg
 
 X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
 Y_HEADROOM = 1.15  # room above the capacity line for its label
@@ -86,7 +91,49 @@ class ChartPanel(QWidget):
         self.readout.setTextFormat(Qt.TextFormat.PlainText)
         self.readout.setWordWrap(True)
         self.readout.setMinimumHeight(self.readout.fontMetrics().height() * 2)
+        self._context = 0  # the chosen context, shown by the context line once the plot is built
+        self._placeholder: QFrame | None = QFrame()  # the plot's place until `build()`
+        self._placeholder.setMinimumHeight(PLOT_MIN_HEIGHT)
+        self._placeholder.setAutoFillBackground(True)
+        self._placeholder.setBackgroundRole(QPalette.ColorRole.Base)
+        self.legend = QLabel("")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)  # our own markup: term names and colours only
+        self.legend.setWordWrap(True)
+        self.legend.setToolTip(
+            "Each coloured band is one part of the memory llama.cpp allocates on this device"
+        )
 
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(QLabel("Device:"))
+        top.addWidget(self.device_box, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self._placeholder, 1)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.readout)
+        self._layout = layout
+
+        hints = QGuiApplication.styleHints()
+        if hints is not None:
+            hints.colorSchemeChanged.connect(self._scheme_changed)
+
+    @property
+    def built(self) -> bool:
+        return self._placeholder is None
+
+    def build(self) -> None:
+        """Import pyqtgraph and build the plot in the placeholder's place (once; later calls return at once), then
+        show what the panel was given meanwhile."""
+        if self._placeholder is None:
+            return
+        global pg
+        import pyqtgraph as pg
+
+        from fitplan.gui.app import configure_pyqtgraph
+
+        configure_pyqtgraph()
         self.plot = pg.PlotWidget()
         self.plot.setMinimumHeight(PLOT_MIN_HEIGHT)
         self.plot.setMenuEnabled(False)
@@ -96,32 +143,18 @@ class ChartPanel(QWidget):
         item.setLabel("left", "GiB")
         item.setLabel("bottom", "context (tokens)")
         item.showGrid(x=True, y=True, alpha=0.15)
-        self.legend = QLabel("")
-        self.legend.setTextFormat(Qt.TextFormat.RichText)  # our own markup: term names and colours only
-        self.legend.setWordWrap(True)
-        self.legend.setToolTip(
-            "Each coloured band is one part of the memory llama.cpp allocates on this device"
-        )
-
         self._add_plot_items()
         self.context_line.sigPositionChanged.connect(self._line_moved)
         self.plot.scene().sigMouseMoved.connect(self._hover)
-
-        top = QHBoxLayout()
-        top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(QLabel("Device:"))
-        top.addWidget(self.device_box, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(top)
-        layout.addWidget(self.plot, 1)
-        layout.addWidget(self.legend)
-        layout.addWidget(self.readout)
-
-        hints = QGuiApplication.styleHints()
-        if hints is not None:
-            hints.colorSchemeChanged.connect(self._scheme_changed)
+        self.plot.setAccessibleName("Memory by context chart")
+        self._layout.replaceWidget(self._placeholder, self.plot)
+        self._placeholder.deleteLater()
+        self._placeholder = None
         self.apply_theme()
+        self.clear_marks()
+        if self._context:
+            self.set_context(self._context)
+        self._redraw()
 
     def _add_plot_items(self) -> None:
         """The stacked term areas, the capacity, margin, largest-context, chosen-context and training lines, and the
@@ -196,6 +229,10 @@ class ChartPanel(QWidget):
 
     def apply_theme(self) -> None:
         """Background, axis and label colours from the current palette (light or dark)."""
+        if self._legend_kinds:
+            self.legend.setText(legend_html(list(self._legend_kinds)))
+        if not self.built:
+            return  # the placeholder follows the palette by itself
         fg = foreground()
         pen = pg.mkPen(fg)
         self.plot.setBackground(background())
@@ -206,22 +243,27 @@ class ChartPanel(QWidget):
             axis.setTextPen(pen)
             axis.setLabel(text, color=fg.name())
             axis.label.setDefaultTextColor(fg)
-        if self._legend_kinds:
-            self.legend.setText(legend_html(list(self._legend_kinds)))
 
     def is_dark_chart(self) -> bool:
         """Whether the chart is drawn on a dark background (tests check it follows the theme)."""
+        self.build()
         return bool(self.plot.backgroundBrush().color().lightness() < 128)
 
     def clear(self) -> None:
         """Nothing to show (the settings are invalid): every band and marker goes, the device list stays."""
         self._curve = None
         self._drawn = None
+        self.clear_marks()
+        self.reset_hover()
+
+    def clear_marks(self) -> None:
+        """Every band and marker hidden (nothing drawn yet, or nothing to show)."""
+        if not self.built:
+            return
         for area in self.areas.values():
             area.setVisible(False)
         for line in (self.capacity, self.margin_line, self.max_line, self.too_big, self.trained):
             line.setVisible(False)
-        self.reset_hover()
 
     def has_data(self) -> bool:
         return self._curve is not None
@@ -250,7 +292,8 @@ class ChartPanel(QWidget):
         if unchanged:  # a context drag: the bands stay, only the largest-context marks may move
             if max_context != self._max_context:
                 self._max_context = max_context
-                self._mark_max_context(float(self._x[0]), float(self._x[-1]))
+                if self.built:
+                    self._mark_max_context(float(self._x[0]), float(self._x[-1]))
             return
         self._x = np.log2(curve.contexts.astype(np.float64))
         self._max_context = max_context
@@ -258,7 +301,7 @@ class ChartPanel(QWidget):
 
     def _redraw(self) -> None:
         curve = self._curve
-        if curve is None or not len(self._x):
+        if curve is None or not len(self._x) or not self.built:
             return
         d = self._device
         self._drawn = (d, self._margin, self._n_ctx_train)
@@ -315,6 +358,9 @@ class ChartPanel(QWidget):
             self.too_big.setToolTip("No context fits in the planned memory")
 
     def set_context(self, n_ctx: int) -> None:
+        self._context = n_ctx
+        if not self.built:
+            return
         self._setting_context = True
         self.context_line.setValue(math.log2(max(1, n_ctx)))
         self.context_line.label.setFormat(fmt_ctx(n_ctx))
