@@ -20,13 +20,7 @@ ReplayOp = tuple[str, int]
 
 def replay(ops: tuple[ReplayOp, ...], holes: tuple[int, ...]) -> int:
     """The highest end `ops` reach above the base, with free blocks of `holes` below it (`BestFit`)."""
-    sim = BestFit(holes)
-    for name, size in ops:
-        if size:
-            sim.alloc(name, size)
-        elif name in sim.live:
-            sim.release(name)
-    return sim.peak
+    return BestFit(holes).run(ops)
 
 
 def in_hole(pre: int, last: int, hole: int) -> int:
@@ -127,6 +121,15 @@ class BestFit:
             if merged and merged[-1][0] + merged[-1][1] == self.end:
                 self.end = merged.pop()[0]
             self.free = merged
+
+    def run(self, ops: tuple[ReplayOp, ...] | list[ReplayOp]) -> int:
+        """Replay `ops` (a size allocates the name, 0 frees it if live) and give the highest end reached."""
+        for name, size in ops:
+            if size:
+                self.alloc(name, size)
+            elif name in self.live:
+                self.release(name)
+        return self.peak
 
     def largest_hole(self) -> int:
         return max((size for _, size in self.free), default=0)

@@ -164,12 +164,7 @@ class DevicePlan:
                 seq += [("up", lead.ffn), ("ffn_norm", 0), ("down", b), ("up", 0)]
             seq.append(("wo", 0))  # the FFN input: the layer output is the down projection's
         seq += [("norm", b), ops[1], ("norm", 0), *ops[2:]]
-        for name, size in seq:
-            if size:
-                sim.alloc(name, size)
-            elif name in sim.live:
-                sim.release(name)
-        return sim.peak
+        return sim.run(seq)
 
     def _ssm_after_residual(self, lead: SsmLead, nb: int, ns: int) -> int:
         """Jamba's Mamba-1 block after the host's last attention layer, replayed from the conv states' rows on
@@ -202,12 +197,7 @@ class DevicePlan:
         sim = BestFit.from_layout((*inputs, *free, ("out_ids", lead.out_ids), ("embd", b), top, ("last", b)))
         seq: list[ReplayOp] = [ops[0], ("v_rot", 0), ("kqv_out", 0), ("fa_out", 0)]
         seq += [("norm", b), ops[1], ("norm", 0), *ops[2:]]
-        for name, size in seq:
-            if size:
-                sim.alloc(name, size)
-            elif name in sim.live:
-                sim.release(name)
-        return sim.peak
+        return sim.run(seq)
 
     def zeros_at(self, nb: int) -> int:
         return self.dsa_zeros * min(nb, self.dsa_top_k)

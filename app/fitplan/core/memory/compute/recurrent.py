@@ -172,17 +172,27 @@ def _mamba2_tail(profile: ModelProfile, t: int, seqs: int) -> tuple[ReplayOp, ..
     return (
         ("y_ssm", f * (d_inner * t + ssm.d_state * d_inner * seqs)),
         ("dt", 0),
-        *_extra_states(f * ssm.d_state * d_inner, seqs),
-        ("z", f * d_inner * t),
-        ("in_proj", 0),
-        ("x_d", f * d_inner * t),
-        ("conv", 0),
-        ("y_ssm", 0),
-        ("gated", f * d_inner * t),
-        ("z", 0),
-        ("x_d", 0),
+        *_gated_with_x_d(f * d_inner * t, f * ssm.d_state * d_inner, seqs, "in_proj"),
         *((("normed", f * d_inner * t), ("gated", 0)) if normed else ()),
         ("out", f * profile.n_embd * t),
+    )
+
+
+def _gated_with_x_d(row: int, state: int, seqs: int, projection: str) -> tuple[ReplayOp, ...]:
+    """After a Mamba-2 scan (mamba-base.cpp `build_mamba2_layer`, plamo2.cpp `build_plamo2_mamba_layer`): the
+    gather of the other slots' states, z's contiguous copy (then `projection`, z's source, is freed), x D as a
+    tensor of its own (the conv output's views keep it from reusing their space; y + x D in its place), the
+    gated output; `row` is one `[d_inner, n_tok]` f32 tensor's bytes, `state` one slot's states'."""
+    return (
+        *_extra_states(state, seqs),
+        ("z", row),
+        (projection, 0),
+        ("x_d", row),
+        ("conv", 0),
+        ("y_ssm", 0),
+        ("gated", row),
+        ("z", 0),
+        ("x_d", 0),
     )
 
 
@@ -224,15 +234,7 @@ def _plamo2_mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[R
         ("dt", 0),
         ("b_n", 0),
         ("c_n", 0),
-        *_extra_states(f * d_state * d_inner, seqs),
-        ("z", f * d_inner * t),
-        ("in_proj_out", 0),
-        ("x_d", f * d_inner * t),
-        ("conv", 0),
-        ("y_ssm", 0),
-        ("gated", f * d_inner * t),
-        ("z", 0),
-        ("x_d", 0),
+        *_gated_with_x_d(f * d_inner * t, f * d_state * d_inner, seqs, "in_proj_out"),
         ("out", f * profile.n_embd * t),
     )
 
