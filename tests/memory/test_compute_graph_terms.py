@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
@@ -14,7 +13,7 @@ from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buffers
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
-from support.compute import compute_inputs, parts
+from support.compute import assert_curve_matches_evaluate, compute_inputs, parts
 from support.models import TESTS, profile_at
 
 FIXTURES = TESTS / "fixtures" / "llamacpp" / "models"
@@ -63,10 +62,7 @@ def test_dsa_zeros_curve_matches_evaluate(deepseek32: ModelProfile) -> None:
     capped = dataclasses.replace(deepseek32, indexer_top_k=300)
     pl = place_weights(capped, LaunchSettings(), Machine((), HOST))
     plan = ComputePlan(capped, _inputs(), pl)
-    cells = np.array([64, 256, 299, 300, 301, 512, 4096], dtype=np.int64)
-    rows = plan.totals_array(cells, np.zeros_like(cells))
-    for i, nb in enumerate(cells):
-        assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+    assert_curve_matches_evaluate(plan, [64, 256, 299, 300, 301, 512, 4096])
 
 
 def test_logits_sit_above_the_last_moe_layer_on_a_later_gpu(dsv2lite: ModelProfile) -> None:
@@ -177,10 +173,7 @@ def test_dsv4_compressed_attention_at_the_indexer_peak() -> None:
     pl = place_weights(p, LaunchSettings(), Machine((), HOST))
     for fa in (True, False):
         plan = ComputePlan(p, _inputs(n_kv_swa=768, flash_attn=fa), pl)
-        cells = np.array([256, 512, 2048, 8192, 8448, 32768], dtype=np.int64)
-        rows = plan.totals_array(cells, np.full_like(cells, 768))
-        for i, nb in enumerate(cells):
-            assert rows[-1][i] == plan.evaluate(int(nb), 768)[-1].bytes
+        assert_curve_matches_evaluate(plan, [256, 512, 2048, 8192, 8448, 32768], n_kv_swa=768)
 
 
 def _recorded(grid: str, model: str, case_id: str) -> int:
@@ -210,10 +203,7 @@ def test_dsa_indexer_scores_at_long_contexts(deepseek32: ModelProfile) -> None:
     pl = place_weights(deepseek32, LaunchSettings(), Machine((), HOST))
     for fa in (True, False):
         plan = ComputePlan(deepseek32, _inputs(flash_attn=fa), pl)
-        cells = np.array([512, 8192, 8448, 32768], dtype=np.int64)
-        rows = plan.totals_array(cells, np.zeros_like(cells))
-        for i, nb in enumerate(cells):
-            assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+        assert_curve_matches_evaluate(plan, [512, 8192, 8448, 32768])
 
 
 def test_msa_block_sparse_mask_per_stream() -> None:
@@ -271,10 +261,7 @@ def test_kpool_selection_chain() -> None:
     pl = place_weights(p, LaunchSettings(), Machine((), HOST))
     for fa in (True, False):
         plan = ComputePlan(p, _inputs(flash_attn=fa), pl)
-        cells = np.array([512, 8192, 32768, 131072], dtype=np.int64)
-        rows = plan.totals_array(cells, np.zeros_like(cells))
-        for i, nb in enumerate(cells):
-            assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+        assert_curve_matches_evaluate(plan, [512, 8192, 32768, 131072])
 
 
 def test_kpool_gather_mask_selection() -> None:
@@ -369,10 +356,7 @@ def test_fused_gate_up_experts_and_the_freed_masks() -> None:
     plan = ComputePlan(
         p, _inputs(n_tok=2048, n_out=2048, n_seqs=4, n_stream=4, cache_type_k="q8_0", cache_type_v="q8_0"), pl
     )
-    cells = np.array([512, 2048, 8192], dtype=np.int64)
-    rows = plan.totals_array(cells, np.full_like(cells, 2048))
-    for i, nb in enumerate(cells):
-        assert rows[-1][i] == plan.evaluate(int(nb), 2048)[-1].bytes
+    assert_curve_matches_evaluate(plan, [512, 2048, 8192], n_kv_swa=2048)
 
 
 def test_unrotated_indexer_leaves_both_queries_under_the_score() -> None:

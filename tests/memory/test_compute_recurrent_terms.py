@@ -4,7 +4,6 @@ MiniCPM3's compressed attention, indexer queries and hyper-connection streams.""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from fitplan.core.base.devices import GIB, Machine, host_device
@@ -15,7 +14,7 @@ from fitplan.core.memory.compute.recurrent import gdn_transient
 from fitplan.core.memory.compute.shapes import hc_width, indexer_q_rows
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
-from support.compute import compute_inputs
+from support.compute import assert_curve_matches_evaluate, compute_inputs
 from support.models import MODELS, TESTS, profile_at
 
 FIXTURES = TESTS / "fixtures" / "llamacpp" / "models"
@@ -160,10 +159,7 @@ def test_new_terms_keep_the_curve_equal_to_evaluate() -> None:
         pl = place_weights(p, LaunchSettings(), Machine((), HOST))
         for fa in (False, True):
             plan = ComputePlan(p, _inputs(flash_attn=fa), pl)
-            cells = np.array([256, 512, 4096, 65536], dtype=np.int64)
-            rows = plan.totals_array(cells, np.zeros_like(cells))
-            for i, nb in enumerate(cells):
-                assert rows[-1][i] == plan.evaluate(int(nb), 0)[-1].bytes
+            assert_curve_matches_evaluate(plan, [256, 512, 4096, 65536])
 
 
 def test_mamba2_block_after_the_last_attention_layer_reuses_the_freed_mask() -> None:

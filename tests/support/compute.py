@@ -18,3 +18,14 @@ def compute_inputs(*, n_kv_base: int, n_kv_swa: int = 0, **kw: Any) -> ComputeIn
 def parts(buf: Any) -> dict[str, int]:
     """A compute buffer's named parts, label -> bytes."""
     return {p.label: p.bytes for p in buf.parts}
+
+
+def assert_curve_matches_evaluate(plan: Any, cells: list[int], n_kv_swa: int = 0) -> None:
+    """The curve's vectorised totals (`ComputePlan.totals_array`) equal `evaluate` at each of `cells` (with
+    `n_kv_swa` SWA cells), on every device."""
+    import numpy as np
+
+    nb = np.array(cells, dtype=np.int64)
+    rows = plan.totals_array(nb, np.full_like(nb, n_kv_swa))
+    for i, n in enumerate(cells):
+        assert rows[-1][i] == plan.evaluate(n, n_kv_swa)[-1].bytes
