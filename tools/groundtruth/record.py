@@ -365,10 +365,14 @@ def _dump(obj: Any, indent: int = 0) -> str:
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 
 
-def write_fixture(grid: str, name: str, doc: dict[str, Any]) -> Path:
+def write_fixture(grid: str, name: str, doc: dict[str, Any], started: float | None = None) -> Path:
+    """Write the fixture and print how many of its cases llama.cpp accepted (and the time since `started`)."""
     path = FIXTURES / grid / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(_dump(doc) + "\n")
+    cases = doc["cases"]
+    took = [f"{time.time() - started:.1f}s"] if started is not None else []
+    print(grid, name, sum(1 for c in cases if "error" not in c), "/", len(cases), *took, flush=True)
     return path
 
 
@@ -420,7 +424,6 @@ def grid_archs(env: Env, only: list[str] | None) -> None:
             "header": header_copy(gguf_path, f"archs/{name}.header.gguf"),
         }
         write_fixture("archs", name, fixture_doc("membreak", model, cases))
-        print("archs", name, sum(1 for c in cases if "error" not in c), "/", len(cases), flush=True)
 
 
 # grid f. quantkv: quantized K/V caches with flash attention on the smoke models of a few architecture families,
@@ -511,9 +514,7 @@ def _record_smoke(env: Env, grid: str, name: str, settings: Sequence[tuple[str, 
     path = arch_model(env, name)
     t0 = time.time()
     cases = [case_from_membreak(env, cid, path, args) for cid, args in settings]
-    write_fixture(grid, name, fixture_doc("membreak", smoke_model(name, path), cases))
-    ok = sum(1 for c in cases if "error" not in c)
-    print(grid, name, ok, "/", len(cases), f"{time.time() - t0:.1f}s", flush=True)
+    write_fixture(grid, name, fixture_doc("membreak", smoke_model(name, path), cases), started=t0)
 
 
 def grid_quantkv(env: Env, only: list[str] | None) -> None:
@@ -693,16 +694,7 @@ def grid_sparse(env: Env, only: list[str] | None) -> None:
         t0 = time.time()
         for cid, args, sd in sparse_settings(name, ctx_train):
             cases.append(case_from_membreak(env, cid, path, args, server_defaults=sd))
-        write_fixture("sparse", name, fixture_doc("membreak", model, cases))
-        print(
-            "sparse",
-            name,
-            sum(1 for c in cases if "error" not in c),
-            "/",
-            len(cases),
-            f"{time.time() - t0:.1f}s",
-            flush=True,
-        )
+        write_fixture("sparse", name, fixture_doc("membreak", model, cases), started=t0)
 
 
 # grid g. wide: graph classes over a wider sample of settings (contexts 512..131072, 1 and 4 slots, unified KV on
@@ -754,16 +746,7 @@ def wide_settings(swa: bool) -> list[tuple[str, list[str]]]:
 def _record_wide(env: Env, grid: str, name: str, path: Path, model: dict[str, Any], swa: bool) -> None:
     t0 = time.time()
     cases = [case_from_membreak(env, cid, path, args) for cid, args in wide_settings(swa)]
-    write_fixture(grid, name, fixture_doc("membreak", model, cases))
-    print(
-        grid,
-        name,
-        sum(1 for c in cases if "error" not in c),
-        "/",
-        len(cases),
-        f"{time.time() - t0:.1f}s",
-        flush=True,
-    )
+    write_fixture(grid, name, fixture_doc("membreak", model, cases), started=t0)
 
 
 def grid_wide(env: Env, only: list[str] | None) -> None:
@@ -888,16 +871,7 @@ def grid_placement(env: Env, only: list[str] | None) -> None:
                 case = json.loads(text)
                 case["settings"]["devices"] = "rpc:127.0.0.1:P1,127.0.0.1:P2"
                 cases.append(case)
-            write_fixture("placement", name, fixture_doc("membreak", model, cases))
-            print(
-                "placement",
-                name,
-                sum(1 for c in cases if "error" not in c),
-                "/",
-                len(cases),
-                f"{time.time() - t0:.1f}s",
-                flush=True,
-            )
+            write_fixture("placement", name, fixture_doc("membreak", model, cases), started=t0)
 
 
 # ------------------------------------------------------------------------------------------------ server grid
@@ -1164,7 +1138,6 @@ def grid_fitparams(env: Env, only: list[str] | None) -> None:
                 )
     for name, cases in per_model.items():
         write_fixture("fitparams", name, fixture_doc("llama-fit-params", models[name][1], cases))
-        print("fitparams", name, sum(1 for c in cases if "error" not in c), "/", len(cases), flush=True)
 
 
 GRIDS = {
