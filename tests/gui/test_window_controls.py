@@ -275,14 +275,21 @@ def _fresh_loads() -> Iterator[None]:
     forget_loaded()
 
 
-@pytest.mark.usefixtures("_fresh_loads")
-def test_the_last_hub_model_reopens(qtbot: Any, private_config: Path, hub: Any) -> None:
-    ref = f"hf.co/{TEST_REPO}:Q4_K_M"
-    save_user_settings(UserSettings(last_model=ref, recent_files=(ref,)), private_config)
-    w = make_window(qtbot, TWO_GPUS, private_config)
+def _restarted(qtbot: Any, saved: UserSettings, config: Path) -> MainWindow:
+    """The window started on settings a previous session saved, once its start-up jobs are done."""
+    save_user_settings(saved, config)
+    w = make_window(qtbot, TWO_GPUS, config)
+    assert isinstance(w, MainWindow)
     w.show()
     w.planner.start()
     settle(qtbot, w)
+    return w
+
+
+@pytest.mark.usefixtures("_fresh_loads")
+def test_the_last_hub_model_reopens(qtbot: Any, private_config: Path, hub: Any) -> None:
+    ref = f"hf.co/{TEST_REPO}:Q4_K_M"
+    w = _restarted(qtbot, UserSettings(last_model=ref, recent_files=(ref,)), private_config)
     assert w.planner.model is not None and w.planner.model.source == ref
     assert f"-hf {TEST_REPO}:Q4_K_M" in w.command.text.toPlainText()
     w.close()
@@ -291,11 +298,7 @@ def test_the_last_hub_model_reopens(qtbot: Any, private_config: Path, hub: Any) 
 def test_a_hub_model_opened_before_is_listed_unread(qtbot: Any, private_config: Path, hub: Any) -> None:
     _, state = hub
     ref = f"hf.co/{TEST_REPO}:Q6_K"
-    save_user_settings(UserSettings(last_model=str(LLAMA), recent_files=(ref, str(LLAMA))), private_config)
-    w = make_window(qtbot, TWO_GPUS, private_config)
-    w.show()
-    w.planner.start()
-    settle(qtbot, w)
+    w = _restarted(qtbot, UserSettings(last_model=str(LLAMA), recent_files=(ref, str(LLAMA))), private_config)
     assert ref in w.models.model.paths() and state.cdn_bytes == 0  # listed again, nothing read until clicked
     w.close()
 
@@ -306,11 +309,7 @@ def test_an_unreachable_hub_model_falls_back_to_the_example(
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
     ref = f"{TEST_REPO}:Q4_K_M"
-    save_user_settings(UserSettings(last_model=ref, recent_files=(ref,)), private_config)
-    w = make_window(qtbot, TWO_GPUS, private_config)
-    w.show()
-    w.planner.start()
-    settle(qtbot, w)
+    w = _restarted(qtbot, UserSettings(last_model=ref, recent_files=(ref,)), private_config)
     assert w.planner.model is not None and Path(w.planner.model.source).name == EXAMPLE_MODEL
     assert w.banner.has("reopen") and ref in w.banner.text()
     w.close()
