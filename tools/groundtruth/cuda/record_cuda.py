@@ -55,7 +55,7 @@ SDIST_VERSION = "11434.0.0"
 LLAMA_CPP = {"commit": "515e85511", "build": 11434}
 KIT_SCHEMA = 1
 MAX_FIXTURE_BYTES = 16 * 1024 * 1024
-GRIDS = ("smoke", "default", "full")
+GRIDS = ("smoke", "default", "full", "standin")
 PHASES = ("start", "init", "model", "context", "prompt", "decode")
 #: Models of the dry-run grid (every realistic sparse text model with a header in the fixtures).
 DRY_MODELS = (
@@ -70,6 +70,8 @@ DRY_MODELS = (
     "qwen2.5-vl-7b",
     "llama-4-scout-17b-16e",
 )
+#: Models of the `standin` grid: every model with stand-in recordings.
+STANDIN_MODELS = (*DRY_MODELS, "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3")
 #: Models of the real-load grid, smallest first (the time budget cuts the tail, never the head).
 LOAD_MODELS = {
     "smoke": ("llama-3.1-8b",),
@@ -266,6 +268,32 @@ def dry_settings(grid: str, info: ModelInfo) -> list[tuple[str, list[str], bool]
     return out
 
 
+STANDIN_FIXTURES = REPO / "tests" / "fixtures" / "llamacpp" / "standin"
+
+
+def standin_settings(info: ModelInfo) -> list[tuple[str, list[str], bool]]:
+    """(id, args, server_defaults) of the `standin` grid: the recorded stand-in cases of this model on one CUDA
+    device (tests/fixtures/llamacpp/standin), with the same flags, so that `compare_standin.py` can put the real
+    card's buffers beside the stand-in's case by case."""
+    path = STANDIN_FIXTURES / f"{info.name}.json"
+    if not path.exists():
+        return []
+    out: list[tuple[str, list[str], bool]] = []
+    for case in json.loads(path.read_text())["cases"]:
+        cmd = [str(x) for x in case["command"]]
+        if "error" in case or "--standin" not in cmd:
+            continue
+        spec = cmd[cmd.index("--standin") + 1]
+        if "," in spec or not spec.startswith("cuda:"):
+            continue  # one CUDA card: the machine the kit runs on
+        args = cmd[1:]
+        for flag in ("--standin", "-m"):
+            i = args.index(flag)
+            del args[i : i + 2]
+        out.append((str(case["id"]), args, "--server-defaults" in args))
+    return [(cid, [x for x in args if x != "--server-defaults"], sd) for cid, args, sd in out]
+
+
 def load_settings(grid: str, info: ModelInfo) -> list[tuple[str, list[str], bool]]:
     """(id, args, server_defaults) of the real-load grid: full offload, partial offload (-ngl, or -ncmoe)."""
     half = str(info.n_layer // 2)
@@ -344,15 +372,16 @@ def make_plan(a: argparse.Namespace, cuda_arch: str | None) -> Plan:
         cargs,
         build_commands(src, build, cargs, a.jobs),
     )
-    names = a.models or list(DRY_MODELS)
+    names = a.models or list(dict.fromkeys(STANDIN_MODELS if a.grid == "standin" else DRY_MODELS))
     for name in names:
         plan.models[name] = model_info(name)
     for name in names:
         info = plan.models[name]
-        for cid, args, sd in dry_settings(a.grid, info):
+        settings = standin_settings(info) if a.grid == "standin" else dry_settings(a.grid, info)
+        for cid, args, sd in settings:
             plan.cases.append(Case("dryrun", name, cid, tuple(args), sd))
         plan.cases.append(Case("fitparams", name, "c4096-np1-faon", ("-c", "4096", "-np", "1", "-fa", "on")))
-    for name in a.load_models if a.load_models is not None else LOAD_MODELS[a.grid]:
+    for name in a.load_models if a.load_models is not None else LOAD_MODELS.get(a.grid, ()):
         if name not in plan.models:
             continue
         for cid, args, sd in load_settings(a.grid, plan.models[name]):
@@ -689,7 +718,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not (a.sdist or a.src or a.skip_build or a.dry_run):
         ap.error("--sdist (or --src, or --skip-build with --build) is required")
     for names in (a.models, a.load_models):
-        unknown = [m for m in names or () if m not in DRY_MODELS]
+        unknown = [m for m in names or () if m not in STANDIN_MODELS]
         if unknown:
             ap.error(f"unknown model(s): {', '.join(unknown)}")
     if a.cpu and a.prompt == 0:

@@ -10,12 +10,12 @@ the user's settings is the same function, `configuration_class`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from importlib import resources
 
-from fitplan.core.base.devices import DeviceKind
+from fitplan.core.base.devices import DeviceKind, Vendor
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.model.profile import ModelProfile
@@ -114,12 +114,15 @@ class AccuracyBand:
     architecture_recorded: bool  # the engine's recordings include the architecture (in some class)
     measurement: str  # how the engine's figures were measured ("" when it has no recordings)
     note: str = ""  # what else is known of the engine's accuracy
+    backend: str = ""  # the GPU backend the figures were measured on ("cuda"); "" = the CPU recordings
 
     @property
     def text(self) -> str:
         """One line: "compute: within -0.1%..+3.7% on 24 recorded configurations of qwen3moe (...)"."""
         f = self.figures
         fork = "" if self.engine is Engine.LLAMA_CPP else f" on {self.engine.value}"
+        if self.backend:
+            fork += f" on {BACKEND_WORDS[self.backend]}"
         if self.scope is BandScope.ARCHITECTURE and f is not None:
             return (
                 f"compute: within {f.range_text} on {f.configurations()} of {self.architecture}{fork} "
@@ -175,17 +178,21 @@ class EngineAccuracy:
     note: str
     architectures: dict[str, dict[str, BandFigures]]
     all_architectures: dict[str, BandFigures]
+    #: the same figures measured on a GPU backend ("cuda": device-shaped stand-ins of ggml-cuda)
+    backends: dict[str, EngineAccuracy] = field(default_factory=dict)
 
     @staticmethod
     def from_doc(doc: dict[str, object]) -> EngineAccuracy:
         archs = doc.get("architectures") or {}
         every = doc.get("all") or {}
-        assert isinstance(archs, dict) and isinstance(every, dict)
+        backends = doc.get("backends") or {}
+        assert isinstance(archs, dict) and isinstance(every, dict) and isinstance(backends, dict)
         return EngineAccuracy(
             measurement=str(doc.get("measurement", "")),
             note=str(doc.get("note", "")),
             architectures={str(a): _figures(c) for a, c in archs.items()},
             all_architectures=_figures(every),
+            backends={str(k): EngineAccuracy.from_doc(v) for k, v in backends.items()},
         )
 
 
@@ -210,6 +217,24 @@ def load_accuracy_data() -> AccuracyData:
 _NOTHING = EngineAccuracy("", "no recordings of it", {}, {})
 
 
+#: GPU makers whose llama.cpp backend is ggml-cuda (ROCm is ggml-cuda built for HIP): their plans get the band
+#: measured on the CUDA-shaped stand-ins.
+_CUDA_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD})
+#: How a band's backend is named in its text.
+BACKEND_WORDS = {"cuda": "CUDA/ROCm stand-ins"}
+
+
+def estimate_backend(est: Estimate) -> str:
+    """The backend whose recordings the estimate's band comes from: "cuda" when a CUDA or ROCm GPU holds part of
+    the model or computes, else "cpu" (the CPU recordings, which also stand for the other GPU backends)."""
+    for d in est.devices:
+        if d.device.kind is DeviceKind.CPU or d.device.vendor not in _CUDA_VENDORS:
+            continue
+        if d.bytes_of(TermKind.WEIGHTS) or d.bytes_of(TermKind.COMPUTE):
+            return "cuda"
+    return "cpu"
+
+
 def accuracy_band(profile: ModelProfile, est: Estimate, data: AccuracyData | None = None) -> AccuracyBand:
     """The measured error band of the profile's architecture in the estimate's configuration class, for the
     estimate's engine; across all architectures when the architecture has no recording in that class (where the
@@ -219,10 +244,23 @@ def accuracy_band(profile: ModelProfile, est: Estimate, data: AccuracyData | Non
     config = configuration_class(profile, est)
     engine = est.settings.engine
     e = d.engines.get(engine.value, _NOTHING)
+    backend = estimate_backend(est)
+    if backend in e.backends:
+        e = e.backends[backend]
     recorded = arch in e.architectures
 
     def band(scope: BandScope, figures: BandFigures | None) -> AccuracyBand:
-        return AccuracyBand(arch, engine, config, scope, figures, recorded, e.measurement, e.note)
+        return AccuracyBand(
+            arch,
+            engine,
+            config,
+            scope,
+            figures,
+            recorded,
+            e.measurement,
+            e.note,
+            backend if backend in BACKEND_WORDS else "",
+        )
 
     own = e.architectures.get(arch, {}).get(config.key)
     if own is not None:

@@ -28,7 +28,7 @@ from fitplan.core.base.devices import Device, Machine
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.base.results import TERM_ORDER, Estimate, ResolvedContext, TermKind
-from fitplan.core.estimate.estimator import compute_inputs, draft_settings, estimate
+from fitplan.core.estimate.estimator import compute_inputs, draft_settings, estimate, gpu_row_padding
 from fitplan.core.memory import context as context_memory
 from fitplan.core.memory.compute import ComputePlan
 from fitplan.core.memory.weights import (
@@ -144,6 +144,7 @@ def estimate_curve(
     )
     n_ctx_out[idx] = n_ctx
     gpus = active_gpus(settings, machine)
+    padding = gpu_row_padding(settings, machine)
     dev_row = _device_rows(machine, active_gpu_positions(settings, machine))
     placement = place_weights(
         profile, ref_settings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
@@ -160,11 +161,20 @@ def estimate_curve(
         streams = np.fromiter((cache.n_stream_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
         extra = dict(cache.layer_extra)
         per_dev: dict[int | None, int] = {}
-        for il, k_row, v_row in cache.layer_rows:
+        padded: dict[int, list[tuple[int, int, int]]] = {}  # GPUs that pad quantized rows
+        for rows in cache.layer_rows:
+            il, k_row, v_row = rows
             dev = None if settings.no_kv_offload else _layer_dev(placement.layer_device, il)
             per_dev[dev] = per_dev.get(dev, 0) + k_row + v_row + extra.get(il, 0)
+            if dev is not None and dev < len(padding) and padding[dev][0]:
+                padded.setdefault(dev, []).append(rows)
         for dev, row in per_dev.items():
             out[dev_row[dev], _KIND_INDEX[cache.kind], idx] += row * cells * streams
+        for gi, layers in padded.items():
+            rule, align = padding[gi]
+            m_all: list[int] = (cells * streams).tolist()
+            grown = [sum(cache.row_padding_bytes(r, rule, align, m) for r in layers) for m in m_all]
+            out[dev_row[gi], _KIND_INDEX[cache.kind], idx] += np.asarray(grown, dtype=np.int64)
         if cache.kind is TermKind.KV and cache.layer_rows and not cache.name.endswith("(indexer)"):
             if cache.cell_rule is context_memory.CellRule.SWA:
                 ns = np.maximum(ns, cells)

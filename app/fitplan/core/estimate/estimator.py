@@ -88,15 +88,50 @@ def validate_settings(profile: ModelProfile, settings: LaunchSettings) -> None:
 
 
 def _cache_bytes_by_device(
-    cache: context_memory.CacheAllocation, placement: WeightPlacement, settings: LaunchSettings
+    cache: context_memory.CacheAllocation,
+    placement: WeightPlacement,
+    settings: LaunchSettings,
+    row_padding: Sequence[tuple[int, int]] = (),
 ) -> dict[int | None, tuple[int, int]]:
-    """A cache's bytes and layer count on each device: every layer's share goes where that layer's KV lives."""
+    """A cache's bytes and layer count on each device: every layer's share goes where that layer's KV lives,
+    with the padded last row a GPU's buffer type adds to a quantized tensor ((row padding, alignment) per GPU)."""
     per_dev: dict[int | None, tuple[int, int]] = {}
-    for layer, nbytes in cache.layer_bytes:
+    m = cache.cells * cache.n_stream
+    for rows, (layer, nbytes) in zip(cache.layer_rows, cache.layer_bytes, strict=True):
         dev = _cache_device(placement, settings, layer)
+        if dev is not None and dev < len(row_padding):
+            nbytes += cache.row_padding_bytes(rows, *row_padding[dev], m)
         b, n = per_dev.get(dev, (0, 0))
         per_dev[dev] = (b + nbytes, n + 1)
     return per_dev
+
+
+def gpu_row_padding(settings: LaunchSettings, machine: Machine) -> tuple[tuple[int, int], ...]:
+    """Per active GPU, the elements its buffer type pads the last row of a quantized tensor to (0: none) and the
+    buffer's alignment. Measured for mainline on the CUDA-shaped stand-ins; ik_llama.cpp's published cache sizes
+    are the tensors' own (its figures match without the padding), so a fork's caches are not padded."""
+    if settings.engine is not Engine.LLAMA_CPP:
+        return ()
+    return tuple(
+        (b.row_padding, b.alignment)
+        for b in (gpu_backend(machine.gpus[i], i) for i in active_gpu_positions(settings, machine))
+    )
+
+
+def _gpu_compute_note(gpus: Sequence[Device]) -> str:
+    """What the GPU compute buffers were checked against, for the plan's GPUs."""
+    others = sorted({d.vendor.value for d in gpus if d.vendor not in (Vendor.NVIDIA, Vendor.AMD, Vendor.RPC)})
+    if not others and all(d.vendor is Vendor.RPC for d in gpus):
+        return "compute buffers of RPC devices: measured with loopback ggml-rpc-server devices"
+    if not others:
+        return (
+            "GPU compute buffers: measured on CUDA-shaped stand-in devices (llama.cpp's own scheduler and allocator, "
+            "no GPU kernel run); what only a running GPU allocates is the runtime reserve"
+        )
+    return (
+        f"GPU compute buffers on {', '.join(others)} devices: planned with ggml-cuda's rules, which were measured on "
+        "CUDA-shaped stand-ins; this backend's alignment, allocation limits and op offload were not measured"
+    )
 
 
 def _cache_device(placement: WeightPlacement, settings: LaunchSettings, layer: int) -> int | None:
@@ -136,8 +171,9 @@ def estimate(
 
     # KV cache and recurrent state.
     caches = engines.engine_context_caches(profile, ctx, settings)
+    padding = gpu_row_padding(settings, machine)
     for cache in caches:
-        for dev, (nbytes, n_layers) in _cache_bytes_by_device(cache, placement, settings).items():
+        for dev, (nbytes, n_layers) in _cache_bytes_by_device(cache, placement, settings, padding).items():
             parts.add(dev, Term(cache.kind, nbytes, _cache_explanation(cache, n_layers), cache.name))
 
     if settings.engine is Engine.BEELLAMA:
@@ -153,10 +189,7 @@ def estimate(
     for cb in cbufs:
         parts.add(cb.device, _compute_term(cb, cinputs))
     if gpus:
-        assumptions.append(
-            "GPU compute buffers: the split of graph tensors between GPU and host follows the scheduler's rules; "
-            "it was checked against CPU runs only"
-        )
+        assumptions.append(_gpu_compute_note(gpus))
 
     # mmproj.
     if mmproj is not None:

@@ -93,6 +93,33 @@ class CacheAllocation:
         """Bytes of one cell across all layers (K+V, or R+S, plus any P rows)."""
         return sum(k + v for _, k, v in self.layer_rows) + sum(p for _, p in self.layer_extra)
 
+    def row_padding_bytes(
+        self, layer_rows: tuple[int, int, int], row_padding: int, alignment: int, m: int
+    ) -> int:
+        """What a GPU buffer type adds to one layer's K and V tensors of `m` cells x streams: the last row of a
+        quantized tensor padded to `row_padding` elements (ggml-cuda.cu `ggml_backend_cuda_buffer_type_get_alloc_size`,
+        `MATRIX_ROW_PADDING`; the tensors are `[n_embd_k_gqa, cells, streams]`, so one padded row each), and each
+        tensor's allocation padded to the buffer's `alignment` (ggml-alloc.c `ggml_backend_alloc_ctx_tensors_from_buft`)."""
+        if not row_padding or self.kind is not TermKind.KV:
+            return 0
+        extra = 0
+        _, k_row, v_row = layer_rows
+        for name, row in ((self.type_k, k_row), (self.type_v, v_row)):
+            if not name or not row:
+                continue
+            try:
+                t = get_type(type_id(name))
+            except ValueError:  # a fork's own cache type: its buffers are not ggml-cuda's
+                continue
+            if not t.quantized:
+                continue
+            ne0 = row // t.type_size * t.block_size
+            if ne0 % row_padding:
+                size = row * m
+                grown = size + row_size(t.id, row_padding - ne0 % row_padding, check=False)
+                extra += pad(grown, alignment) - size
+        return extra
+
     def buffer_bytes(self, alignment: int = 32) -> int:
         """Bytes of the backend buffer: every K/V (R/S) tensor padded to the buffer's alignment (CPU 32, CUDA 128),
         as ggml_backend_alloc_ctx_tensors_from_buft lays them out."""

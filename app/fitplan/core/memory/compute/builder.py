@@ -27,6 +27,9 @@ from fitplan.core.memory.compute.ffn import (
     ffn_layer,
     ffn_transient,
     moe_split_below_logits,
+    offloaded_down_top,
+    offloaded_ffn_above,
+    offloaded_ffn_peak,
     residual_blocks,
     routed_sum_inputs,
     shexp_only_ffn,
@@ -44,10 +47,10 @@ from fitplan.core.memory.compute.shapes import (
     attn_layers,
     ffn_devices,
     hc_width,
+    host_matrices,
     indexer_q_rows,
     kv_a_mqa_rows,
     kv_type_id,
-    largest_host_weight_group,
     layer_shapes,
     tensor_rows,
 )
@@ -106,10 +109,25 @@ class PlanBuilder:
         fa = inputs.flash_attn
         n_gpu = len(gpu_vendors)
         trunk = [lp.index for lp in profile.layers if not lp.is_nextn and lp.index < profile.n_layer]
+        offload_gpu0 = bool(
+            n_gpu
+            and inputs.op_offload
+            and n_tok >= OP_OFFLOAD_MIN_BATCH
+            and gpu_vendors[0] in OP_OFFLOAD_VENDORS
+        )
+        # Where each layer's graph runs. With op offload the scheduler gives every matrix multiplication whose
+        # weight sits in host memory to the first GPU (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`,
+        # the device's `offload_op`), and the ops between them follow it there (the scheduler's expansion passes):
+        # a host layer's activations, its K/V views and the output layer's logits are then on the first GPU, the
+        # host keeps the graph inputs (the allocator's lists on a CUDA-shaped stand-in: llama-3.1-8b with -ngl 0
+        # and 16, the host's compute buffer as with every layer offloaded).
+        compute_dev = placement.layer_device
+        if offload_gpu0:
+            compute_dev = tuple(0 if d is None else d for d in compute_dev)
         by_dev: dict[int | None, list[int]] = {}
         for il in trunk:
-            by_dev.setdefault(placement.layer_device[il], []).append(il)
-        out_dev = placement.output_device
+            by_dev.setdefault(compute_dev[il], []).append(il)
+        out_dev = compute_dev[-1]
         mask_elt = F16 if fa else F32
         embd_block = F32 * profile.n_embd * n_tok
         # ik_llama.cpp reserves the worst case with every token an output (llm_build_context: n_outputs = n_tokens)
@@ -131,12 +149,6 @@ class PlanBuilder:
 
         shapes = layer_shapes(profile)
         ik_q: set[tuple[bool, int]] = set()
-        offload_gpu0 = bool(
-            n_gpu
-            and inputs.op_offload
-            and n_tok >= OP_OFFLOAD_MIN_BATCH
-            and gpu_vendors[0] in OP_OFFLOAD_VENDORS
-        )
         # Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when
         # op offload takes host-resident matrix multiplications there.
         ffn_dev = ffn_devices(profile, placement)
@@ -145,7 +157,8 @@ class PlanBuilder:
         ffn_by_dev: dict[int | None, list[int]] = {}
         for il in trunk:
             ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
-        op_copy = largest_host_weight_group(profile, placement) if offload_gpu0 else 0
+        # the host-resident weights the first GPU copies in, one split at a time (`host_matrices`)
+        self.host_mats = host_matrices(placement) if offload_gpu0 else {}
 
         # the Hadamard rotations of a quantized cache (mainline only): their f32 matrices are graph inputs of every
         # backend that runs the cache's layers, and a rotated V leaves a smaller FFN hole (`ffn_layer`)
@@ -190,7 +203,7 @@ class PlanBuilder:
         self.offload_gpu0 = offload_gpu0
         self.ffn_dev = ffn_dev
         self.ffn_by_dev = ffn_by_dev
-        self.op_copy = op_copy
+        self.compute_dev = compute_dev
         self.skip = skip
         self.below_logits = below_logits
 
@@ -598,7 +611,9 @@ class PlanBuilder:
         for il in base + swa:
             lp = self.profile.layers[il]
             k = F16 * lp.n_embd_k_gqa if self.inputs.cache_type_k != "f16" else 0
-            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" else 0
+            # MLA has no V cache: V is a view of K and shares K's f16 copy (fattn-common.cuh
+            # `ggml_cuda_flash_attn_ext_get_f16_extra_data`, V_is_K_view)
+            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" and not self.profile.is_mla else 0
             out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
 
@@ -673,7 +688,7 @@ class PlanBuilder:
         """What the layers between a copied expert layer and the last attention layer allocate over the hole
         under the masks (`expert_copy_hole`): the attention terms and the FFN transient, raised to it."""
         copy_hole, e, last_att = expert_copy_hole(
-            self.profile, self.placement.layer_device, self.ffn_dev, gi, layers, self.n_tok
+            self.profile, self.compute_dev, self.ffn_dev, gi, layers, self.n_tok
         )
         if not copy_hole:
             return kq_gi, ffn_rest
@@ -689,6 +704,77 @@ class PlanBuilder:
         )
         return kq_gi, ffn_rest
 
+    def _offloaded_terms(
+        self, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], ffn_rest: int
+    ) -> tuple[tuple[Affine, ...], int]:
+        """The first GPU with op offload: the FFNs whose matrices are in host memory with their copies
+        (`offloaded_ffn_peak`), and the attention of a layer whose K/V cache is in host memory with the copies of
+        its K and V views (the flash-attention or KQ op's sources in a host buffer are the split's inputs)."""
+        peaks = [
+            offloaded_ffn_peak(self.profile, il, self.n_tok, self.host_mats[il])
+            for il in flayers
+            if il in self.host_mats
+        ]
+        ffn_rest = max([ffn_rest, *peaks])
+        kq_gi = self._late_masks(layers, flayers, kq_gi)
+        host_kv = [il for il in layers if self.placement.layer_device[il] is None]
+        if host_kv:
+            base, swa = attn_layers(self.profile, host_kv)
+            tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
+            views: set[Affine] = set()
+            for group, is_swa in ((base, False), (swa, True)):
+                for il in group:
+                    lp = self.profile.layers[il]
+                    row = row_bytes(tk, lp.n_embd_k_gqa)
+                    if not self.profile.is_mla:  # MLA's V is a view of K
+                        row += row_bytes(tv, lp.n_embd_v_gqa)
+                    views.add(Affine(a_swa=row) if is_swa else Affine(a_base=row))
+            kq_gi = tuple(
+                sorted(
+                    {Affine(a.a_base + v.a_base, a.a_swa + v.a_swa, a.c) for a in kq_gi for v in views}
+                    | set(kq_gi),
+                    key=lambda x: (x.a_base, x.a_swa, x.c),
+                )
+            )
+        return kq_gi, ffn_rest
+
+    def _late_masks(
+        self, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...]
+    ) -> tuple[Affine, ...]:
+        """A mask first read after a layer whose down matrix the first GPU copies in lands right above that copy
+        (`offloaded_down_top`) and stays until its last reader: what a later layer allocates goes above it when it
+        does not fit in the space below (the copy's, and the two-block hole the FFN norm leaves). The allocator's
+        lists on a CUDA-shaped stand-in: Llama-4-Scout without flash attention, `-cmoe`: the full-attention mask
+        at 600 MiB above layer 2's down copy and layer 3's 640 MiB of KQ scores above it; Qwen3-Next-80B-A3B:
+        layer 3's 420 MiB down copy above its mask, its GLU output having taken part of the space below; with
+        flash attention Llama-4-Scout's later copies fit below (its 16 MiB GLU output in the norm's hole)."""
+        out = set(kq_gi)
+        on = set(flayers)
+        hole = FFN_HOLE_BLOCKS * self.embd_block
+        for group in attn_layers(self.profile, layers):
+            # a reader whose own attention weights are copied in starts a split of its own with them
+            if not group or group[0] - 1 not in on or self.placement.layer_device[group[0]] is None:
+                continue
+            mats = self.host_mats.get(group[0] - 1)
+            top = offloaded_down_top(self.profile, group[0] - 1, self.n_tok, mats) if mats else 0
+            if not top:
+                continue
+            later = [il for il in layers if il >= group[0]]
+            for a in self.kq(later):
+                if a.a_base or a.a_swa:  # the scores go above while they do not fit below
+                    out.add(Affine(a.a_base, a.a_swa, a.c + top, room=top))
+            above = max(
+                (
+                    offloaded_ffn_above(self.profile, il, self.n_tok, self.host_mats[il], (top, hole))
+                    for il in later
+                    if il in self.host_mats and il in on
+                ),
+                default=0,
+            )
+            if above:
+                out.add(Affine(c=top + above))
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c, x.room)))
+
     def gpu_plan(self, gi: int) -> DevicePlan:
         """The compute plan of GPU `gi`."""
         layers = self.by_dev.get(gi, [])
@@ -697,7 +783,7 @@ class PlanBuilder:
         runs = bool(layers or flayers)
         # The GPU that runs the first layer takes the embeddings from the host: it holds the same residual
         # blocks as a single backend does (the recordings with one RPC device show five).
-        first = bool(self.trunk) and self.placement.layer_device[self.trunk[0]] == gi
+        first = bool(self.trunk) and self.compute_dev[self.trunk[0]] == gi
         cuda = self.gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
         pp = self.inputs.pipeline_parallel and (runs or has_out)
         m = self.masks(layers)
@@ -707,12 +793,18 @@ class PlanBuilder:
         blocks = (residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
         if first and layers and not flayers and not self.profile.is_moe:
             blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
-        out_blocks = RESIDUAL_BLOCKS if first else 1
+        # The first GPU's output phase: the graph inputs it copied at the start of its first split (the masks, V's
+        # indices and the small inputs) stay where they were put, above the input blocks they were copied next
+        # to, and the block allocated right after them is live to the end: the logits go on top of all that (the
+        # allocator's peak on a CUDA-shaped stand-in, llama-3.1-8b at 32768 cells with flash attention: three
+        # input blocks, the 32 MiB mask, the output ids, a block, then the logits)
+        out_inputs = (
+            first and self.placement.layer_device[self.trunk[0]] == gi and not self.inputs.pipeline_parallel
+        )
+        out_blocks = (residual_blocks(self.profile) - 1 if out_inputs else RESIDUAL_BLOCKS) if first else 1
         # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
         out_extra = (
-            self.below_logits
-            if not first and self.trunk and self.placement.layer_device[self.trunk[-1]] == gi
-            else 0
+            self.below_logits if not first and self.trunk and self.compute_dev[self.trunk[-1]] == gi else 0
         )
         if has_out and not first and not out_extra and self.trunk and layers and layers[-1] == self.trunk[-1]:
             out_extra = mamba2_split_below_logits(
@@ -741,6 +833,12 @@ class PlanBuilder:
             ffn_rest = shexp_ffn
         if runs and not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
+        out_copy = 0
+        if self.host_mats and gi == 0:
+            kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest)
+            if has_out and self.placement.output_device is None:
+                out_mats = self.host_mats.get(None, {})
+                out_copy = out_mats.get("output.weight") or max(out_mats.values(), default=0)
         return DevicePlan(
             device=gi,
             layer_phase=runs,
@@ -763,6 +861,7 @@ class PlanBuilder:
             logits=self.logits if has_out else 0,
             out_block=out_blocks * self.embd_block if has_out else 0,
             out_below=out_extra if has_out else 0,
+            out_inputs=out_inputs and has_out,
             ssm_ops=ssm_ops,
             ssm_hole=ssm_hole,
             ssm_block=self.embd_block,
@@ -776,7 +875,7 @@ class PlanBuilder:
             and not self.profile.traits.graph.plamo2_mamba
             else None,
             pp_extra=pp_extra,
-            op_offload_copy=self.op_copy if gi == 0 else 0,
+            op_offload_copy=out_copy,
             host_inputs=False,
         )
 
@@ -832,7 +931,7 @@ class PlanBuilder:
         )
         # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
         # last layer
-        host_last = bool(self.trunk) and self.placement.layer_device[self.trunk[-1]] is None
+        host_last = bool(self.trunk) and self.compute_dev[self.trunk[-1]] is None
         ffn_rest, holes = self.ffn_holes(
             host_layers,
             host_flayers,

@@ -74,6 +74,8 @@ class DevicePlan:
     # on the host that runs the last layer: the masks, each freed after the last layer that reads it; the logits
     # take the space of one when they fit there (`logits_on_top`)
     logits_room: tuple[Affine, ...] = ()
+    # a GPU's output phase with the graph inputs it copied (masks, V's indices, small inputs) under the logits
+    out_inputs: bool = False
 
     def logits_on_top(self, nb: int, ns: int) -> int:
         """The logits where they raise the buffer: nothing when a freed mask holds them. The graph allocator
@@ -214,8 +216,10 @@ def _last_ffn(p: DevicePlan, nb: int, ns: int) -> int:
 
 
 def _transient(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
+    # CUDA's f16 copies of a quantized cache are part of the flash-attention op's own allocation: they are live
+    # with the attention, not with the FFN after it (ggml-cuda.cu `ggml_backend_cuda_buffer_type_get_alloc_size`)
     att = max(
-        max_at(p.kq, nb, ns),
+        max_at(p.kq, nb, ns) + max_at(p.fa_copies, nb, ns),
         ik,
         p.ssm_after(nb, ns),
         p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0,
@@ -227,6 +231,15 @@ def _transient(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
         scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
         return ("KQ scores + Q" if scores else "attention / SSM scan"), att
     return "FFN intermediates", ffn
+
+
+def _transient_parts(p: DevicePlan, nb: int, ns: int, ik: int) -> list[ComputePart]:
+    """The transient as parts: the attention's with the flash-attention f16 copies named apart."""
+    label, size = _transient(p, nb, ns, ik)
+    fa = max_at(p.fa_copies, nb, ns)
+    if label == "FFN intermediates" or not fa:
+        return [ComputePart(label, size)]
+    return [ComputePart(label, size - fa), ComputePart("FA f16 K/V copies", fa)]
 
 
 def _aff(a: Affine, nb: NDArray[np.int64], ns: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -246,7 +259,7 @@ def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int
 def total_array(
     p: DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64], ik: NDArray[np.int64] | None = None
 ) -> NDArray[np.int64]:
-    att = _max_aff(p.kq, nb, ns)
+    att = _max_aff(p.kq, nb, ns) + _max_aff(p.fa_copies, nb, ns)
     if ik is not None:
         att = np.maximum(att, ik)
     dsv4_inputs = np.zeros_like(nb)
@@ -281,7 +294,9 @@ def total_array(
         elif not p.layer_phase:
             trans = np.zeros_like(nb)
         return total + trans
-    out = p.logits + p.out_block + p.out_below
+    out: NDArray[np.int64] | int = p.logits + p.out_block + p.out_below
+    if p.out_inputs:
+        out = out + _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs
     if p.layer_phase:
         layer = (
             _aff(p.masks, nb, ns)
@@ -290,12 +305,11 @@ def total_array(
             + p.blocks
             + trans
             + _aff(p.mla_v, nb, ns)
-            + _max_aff(p.fa_copies, nb, ns)
             + zeros
         )
         phase = np.where(layer >= out, layer, out)
     else:
-        phase = np.full_like(nb, out)
+        phase = np.zeros_like(nb) + out
     return phase + _aff(p.pp_extra, nb, ns) + p.op_offload_copy
 
 
@@ -329,9 +343,8 @@ def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer
                 ComputePart("v_idxs (copy)", p.v_idxs),
                 ComputePart("positions, indices (copy)", p.small_inputs),
                 ComputePart(p.blocks_label, p.blocks),
-                ComputePart(*_transient(p, nb, ns, ik)),
+                *_transient_parts(p, nb, ns, ik),
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
-                ComputePart("FA f16 K/V copies", max_at(p.fa_copies, nb, ns)),
                 ComputePart("DSA top-k zeros", p.zeros_at(nb)),
                 ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
                 ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
@@ -341,6 +354,10 @@ def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer
                 ComputePart("logits", p.logits),
                 ComputePart("output norm", p.out_block),
                 ComputePart("last MoE layer under the logits", p.out_below),
+                ComputePart(
+                    "inputs under the logits (copy)",
+                    p.masks.at(nb, ns) + p.v_idxs + p.small_inputs if p.out_inputs else 0,
+                ),
             ]
             if p.logits
             else []

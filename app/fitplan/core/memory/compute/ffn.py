@@ -4,7 +4,7 @@ the experts' outputs and their sum, and the holes the FFN norm leaves (`llm_grap
 
 from __future__ import annotations
 
-from fitplan.core.memory.compute.allocator import F32, in_hole
+from fitplan.core.memory.compute.allocator import F32, BestFit, ReplayOp, in_hole
 from fitplan.core.memory.compute.shapes import attn_layers, layer_shapes
 from fitplan.core.model.profile import ModelProfile
 
@@ -233,3 +233,76 @@ def shexp_only_ffn(profile: ModelProfile, layers: list[int], n_tok: int) -> int:
             # weighted sum (qwen3-30b-a3b -cmoe: `ffn_moe_down-0` copied to the first device, 32 MiB)
             out = max(out, F32 * n_tok * (lp.n_expert_used or moe.n_expert_used) * profile.n_embd)
     return out
+
+
+def offloaded_ffn_peak(profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]) -> int:
+    return _offloaded_ffn(profile, il, n_tok, mats)[0]
+
+
+def offloaded_down_top(profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]) -> int:
+    """Where the copy of a layer's down matrix ends in `offloaded_ffn_peak`'s replay (0: not copied). The split
+    that starts with that copy runs on until the next copied weight, so a graph input first read in between (the
+    mask of a model's first attention layer after its recurrent or chunked ones) is allocated right above it, with
+    the copy, and stays there until the last layer that reads it (the allocator's list on a CUDA-shaped stand-in,
+    Qwen3-Next-80B-A3B with `-cmoe`: layer 3's mask at 446 MiB, right above layer 2's 420 MiB down copy, and
+    layer 3's own down copy above the mask)."""
+    if any(n.endswith(".bias") for n in mats):
+        return 0  # the down projection's bias is copied in after it: the input goes with that copy
+    return _offloaded_ffn(profile, il, n_tok, mats)[1]
+
+
+def offloaded_ffn_above(
+    profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int], holes: tuple[int, ...]
+) -> int:
+    """`offloaded_ffn_peak`'s replay over free blocks of `holes` (the space under a tensor that stays, and the
+    FFN norm's hole) under that tensor: how far it reaches above it (0: everything fits below). Where the GLU
+    output fits in the norm's hole, the copies keep the space under the tensor to themselves and fit there (the
+    allocator's list on Llama-4-Scout with flash attention and `-cmoe`: its 16 MiB GLU outputs beside 20 MiB of
+    freed blocks, no copy above the full-attention mask); where it does not, it splits that space and the down
+    copy goes above (Qwen3-Next-80B-A3B: the 10 MiB GLU output beside an 8 MiB hole)."""
+    lp = profile.layers[il]
+    moe = profile.moe
+    used = (lp.n_expert_used or moe.n_expert_used) if lp.is_moe and moe is not None else 1
+    n_ff = (moe.n_ff_exp or lp.n_ff) if lp.is_moe and moe is not None else lp.n_ff
+    if len(holes) > 1 and F32 * n_tok * used * n_ff <= holes[1]:
+        return 0
+    return _offloaded_ffn(profile, il, n_tok, mats, holes[:1])[0]
+
+
+def _offloaded_ffn(
+    profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int], holes: tuple[int, ...] = ()
+) -> tuple[int, int]:
+    """A layer's FFN on the first GPU with its matrices in host memory (op offload): each matrix is copied in at
+    the start of the split that multiplies by it and freed after that multiplication, so the copies follow each
+    other through one space while the outputs pile up (ggml-backend.cpp `ggml_backend_sched_split_graph`; the
+    allocator's list on a CUDA-shaped stand-in, Qwen3-30B-A3B with `-cmoe` at `-ub 512`: gate's 108 MiB copy and
+    output, up's copy in gate's space and its output, the GLU output in the freed copies' space, down's 157.5 MiB
+    copy above it and its output on top). Replayed with the allocator's best fit (`BestFit`); the highest end above
+    what stays live under the FFN."""
+    lp = profile.layers[il]
+    moe = profile.moe
+    if lp.is_moe and moe is not None:
+        used = lp.n_expert_used or moe.n_expert_used
+        rows = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
+        out = F32 * n_tok * used * profile.n_embd
+        keys = ("ffn_gate_up_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+    else:
+        rows = F32 * n_tok * lp.n_ff
+        out = F32 * n_tok * profile.n_embd
+        keys = ("ffn_gate_up.", "ffn_gate.", "ffn_up.", "ffn_down.")
+    w = [next((b for n, b in mats.items() if k in n and n.endswith(".weight")), 0) for k in keys]
+    if not rows or not any(w):
+        return 0, 0
+    fused, gate, up, down = w
+    ops: list[ReplayOp] = []
+    if fused:
+        ops += [("w", fused), ("gu", 2 * rows), ("w", 0)]
+    else:
+        if gate:
+            ops += [("w", gate), ("g", rows), ("w", 0)]
+        ops += [("w", up), ("u", rows), ("w", 0)]
+    ops += [("glu", rows), ("gu", 0), ("g", 0), ("u", 0), ("w", down)]
+    sim = BestFit(holes)
+    sim.run(ops)
+    at, size = sim.live["w"] if down else (0, 0)
+    return sim.run([("d", out), ("glu", 0), ("w", 0)]), at + size if down else 0

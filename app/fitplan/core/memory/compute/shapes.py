@@ -147,28 +147,41 @@ def kv_a_mqa_rows(profile: ModelProfile) -> dict[int, tuple[int, int]]:
 
 
 #: Per placement (shared by the estimator's threads).
-_DERIVED: AnchoredCache[tuple[dict[int, int | None], int]] = AnchoredCache(16)
+_DERIVED: AnchoredCache[tuple[dict[int, int | None], dict[int | None, dict[str, int]]]] = AnchoredCache(16)
 
 
-def _placement_facts(placement: WeightPlacement) -> tuple[dict[int, int | None], int]:
+def _placement_facts(
+    placement: WeightPlacement,
+) -> tuple[dict[int, int | None], dict[int | None, dict[str, int]]]:
     """Per placement (cached: placements are reused across contexts): the device of each layer's FFN / expert
-    matrices (an override can move them off the layer's device), and the largest group of host-resident matrix
-    weights one layer multiplies (what op offload copies to the GPU)."""
+    matrices (an override can move them off the layer's device), and the host-resident matrix weights of each
+    layer (None: the output layer's)."""
     return _DERIVED.get_or_compute(id(placement), (placement,), lambda: _compute_placement_facts(placement))
 
 
-def _compute_placement_facts(placement: WeightPlacement) -> tuple[dict[int, int | None], int]:
+def _compute_placement_facts(
+    placement: WeightPlacement,
+) -> tuple[dict[int, int | None], dict[int | None, dict[str, int]]]:
     ffn: dict[int, int | None] = {}
-    host_group: dict[int | None, int] = {}
+    host: dict[int | None, dict[str, int]] = {}
     ffn_role, exp_role = TensorRole.FFN, TensorRole.EXPERTS
     for p in placement.tensors:
         role = p.role
         il = p.layer
         if il is not None and (role is ffn_role or role is exp_role) and (role is exp_role or il not in ffn):
             ffn[il] = p.device
-        if p.device is None and p.matrix and not p.duplicate:
-            host_group[il] = host_group.get(il, 0) + p.n_bytes
-    return ffn, max(host_group.values(), default=0)
+        if p.device is not None:
+            continue
+        if p.matrix or (il is None and p.name == "token_embd.weight"):
+            # the output layer's matrix: output.weight, or with tied embeddings the token embeddings (their copy
+            # for the output layer, or themselves when the output layer stays on the host too)
+            if il is None and not (p.duplicate or p.name in ("output.weight", "token_embd.weight")):
+                continue
+            host.setdefault(il, {})[p.name] = max(p.n_bytes, host.get(il, {}).get(p.name, 0))
+        elif il is not None and p.name.endswith((".ffn_down_exps.bias", ".ffn_down.bias")):
+            # a bias added after the down projection is a weight of its own op: its copy starts the next split
+            host.setdefault(il, {})[p.name] = p.n_bytes
+    return ffn, host
 
 
 def ffn_devices(profile: ModelProfile, placement: WeightPlacement) -> dict[int, int | None]:
@@ -177,7 +190,9 @@ def ffn_devices(profile: ModelProfile, placement: WeightPlacement) -> dict[int, 
     return _placement_facts(placement)[0]
 
 
-def largest_host_weight_group(profile: ModelProfile, placement: WeightPlacement) -> int:
-    """Bytes of the largest set of host-resident matrix weights one layer multiplies (op offload copies them)."""
-    del profile
+def host_matrices(placement: WeightPlacement) -> dict[int | None, dict[str, int]]:
+    """The matrix weights in host memory, per layer (None: the output layer's), name to bytes: with op offload
+    the first GPU copies each in at the start of the split that multiplies by it and frees the copy after that
+    multiplication (ggml-backend.cpp `ggml_backend_sched_split_graph`: a weight on an incompatible backend starts
+    a new split, "the memory of the previously offloaded weights can be reused")."""
     return _placement_facts(placement)[1]
