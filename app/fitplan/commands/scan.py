@@ -17,6 +17,7 @@ from typing import Any
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_margin_arguments, margin_policy
 from fitplan.core.base.devices import Machine
+from fitplan.core.base.files import expand_home
 from fitplan.core.gguf.header import ModelFiles
 from fitplan.core.gguf.header_cache import cached_read_header
 from fitplan.core.inputs.machine import MachineRequest, build_machine
@@ -86,7 +87,7 @@ def register(subparsers: Any) -> None:
 
 def roots_for(dirs: Sequence[str]) -> tuple[LibraryRoot, ...]:
     if dirs:
-        return tuple(LibraryRoot(os.path.abspath(os.path.expanduser(d)), RootKind.FOLDER) for d in dirs)
+        return tuple(LibraryRoot(os.path.abspath(expand_home(d)), RootKind.FOLDER) for d in dirs)
     return default_roots()
 
 

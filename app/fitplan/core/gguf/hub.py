@@ -13,7 +13,6 @@ through `remote.http_get`: the token goes only to the endpoint. GGUF files only;
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -22,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fitplan.core.base.errors import GGUFError
-from fitplan.core.gguf.reader import SPLIT_NAME_RE, mmproj_match_key
+from fitplan.core.base.numbers import loads_json
+from fitplan.core.gguf.reader import SPLIT_NAME_RE, mmproj_match_key, parse_split_name
 from fitplan.core.gguf.remote import Deadline, hf_resolve_url, http_get, hub_endpoint
 
 __all__ = [
@@ -251,8 +251,8 @@ def fetch_tree(ref: HubRef, endpoint: str, token: str | None) -> list[HubFile]:
         if ans.status != 200:
             raise HubError(_list_problem(ans.status, token is not None), None, ref.spelling)
         try:
-            page = json.loads(ans.body)
-        except (ValueError, RecursionError):  # RecursionError: brackets nested thousands deep
+            page = loads_json(ans.body)
+        except ValueError:  # not JSON, not UTF-8, or brackets nested thousands deep
             raise HubError("the Hub's tree listing is not JSON", None, ref.spelling) from None
         files.extend(_files_of(page, ref.spelling))
         nxt = _next_link(ans.headers.get("link", ""))
@@ -274,9 +274,11 @@ def group_files(files: Sequence[HubFile]) -> tuple[list[HubEntry], list[HubEntry
             ignored += 1
             continue
         folder, _, name = f.path.rpartition("/")
-        m = SPLIT_NAME_RE.match(name)
-        if m and int(m.group("count")) > 1:
-            sets.setdefault((folder, m.group("prefix"), int(m.group("count"))), {})[int(m.group("no"))] = f
+        split = parse_split_name(name)
+        if split is not None and split.problem:
+            ignored += 1
+        elif split is not None:
+            sets.setdefault((folder, split.prefix, split.count), {})[split.no] = f
         else:
             singles.append(HubEntry(quant_label(f.path) or _stem(f.path), (f,)))
     for (folder, prefix, count), shards in sets.items():

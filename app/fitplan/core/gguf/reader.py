@@ -15,6 +15,7 @@ import os
 import re
 import struct
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
@@ -23,6 +24,7 @@ import numpy as np
 
 from fitplan.core.base.errors import FileAccessError, GGUFError, IncompleteModelError, MissingShardError
 from fitplan.core.base.files import NotRegularFileError, open_regular_file
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf import ggml_types
 from fitplan.core.gguf.header import (
     DEFAULT_ARRAY_LIMIT,
@@ -596,7 +598,35 @@ def read_header(
 # -- split models -------------------------------------------------------------------------------------------------
 
 #: llama.cpp llama_split_path: "%s-%05d-of-%05d.gguf" (shard numbers start at 1).
-SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>[0-9]{5})-of-(?P<count>[0-9]{5})\.gguf$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitName:
+    """A shard file name read once: `prefix-0000k-of-0000n.gguf`; `problem` says why no such shard can exist."""
+
+    prefix: str
+    no: int
+    count: int
+
+    @property
+    def problem(self) -> str:
+        if self.no < 1 or self.no > self.count:
+            return f"shard number {self.no} of {self.count} cannot exist (shards are numbered 1 to the count)"
+        return ""
+
+
+def parse_split_name(name: str) -> SplitName | None:
+    """The shard numbers of a file name (the one reader of them: local files, scans and Hub listings); None when the
+    name is not a shard name or names a set of one file."""
+    m = SPLIT_NAME_RE.match(name)
+    if m is None:
+        return None
+    no = int_or_none(m.group("no"), 0, MAX_SPLIT_COUNT)
+    count = int_or_none(m.group("count"), 0, MAX_SPLIT_COUNT)
+    if no is None or count is None or count <= 1:
+        return None
+    return SplitName(m.group("prefix"), no, count)
 
 
 def split_shard_names(name: str, count: int | None = None) -> tuple[str, ...] | None:
@@ -604,7 +634,7 @@ def split_shard_names(name: str, count: int | None = None) -> tuple[str, ...] | 
     m = SPLIT_NAME_RE.match(name)
     if m is None:
         return None
-    named = int(m.group("count"))
+    named = int_or_none(m.group("count"), 0, MAX_SPLIT_COUNT) or 0
     if count is not None and count != named:
         raise GGUFError(f"split.count is {count} but the file name says {named} shards", None, name)
     n = named

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fitplan.core.base.errors import FitplanError, GGUFError, MissingShardError
+from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.gguf.hub import (
@@ -219,7 +220,7 @@ def _projector(url: str, oid: str, read: Callable[[], GGUFHeader]) -> tuple[GGUF
 
 
 def _load_local(source: str, header_only: bool, find_mmproj: bool) -> LoadedModel:
-    path = os.path.expanduser(source)
+    path = expand_home(source)
     files = open_model(path, find_mmproj=find_mmproj, allow_incomplete=header_only)
     profile = build_profile(files)
     mm, note = _mmproj_of(files, profile)
@@ -352,7 +353,7 @@ def _is_hub_spelling(source: str, ref: HubRef | None) -> bool:
     # `org/model:Q4_K_M` could be a relative path: an existing file wins; `models/x.gguf` (no quant, no hf.co/) is a
     # path that is missing, not a repository
     named = ref.quant is not None or source.lower().startswith(("hf.co/", "huggingface.co/"))
-    return named and not os.path.exists(os.path.expanduser(source))
+    return named and not os.path.exists(expand_home(source))
 
 
 def is_remote_source(source: str, endpoint: str | None = None) -> bool:
@@ -488,7 +489,7 @@ def _all_cached(listing: HubListing, e: HubEntry, cache: RemoteHeaderCache) -> b
 
 def is_model_collection(source: str, endpoint: str | None = None) -> bool:
     """A folder, or a Hub repository named without a quant (what `load_source_models` takes)."""
-    if os.path.isdir(os.path.expanduser(source)):
+    if os.path.isdir(expand_home(source)):
         return True
     ref = parse_hub_ref(source, hub_endpoint(endpoint))
     return ref is not None and ref.quant is None and ref.file is None
@@ -499,7 +500,7 @@ def load_source_models(
 ) -> SourceModels:
     """Every model of a local folder or a Hub repository (headers only, `jobs` at a time), each isolated: one that
     cannot be read carries its error. A repository spelled with a quant keeps only that one."""
-    folder = os.path.expanduser(source.strip())
+    folder = expand_home(source.strip())
     if os.path.isdir(folder):
         models, projectors, ignored = folder_entries(folder)
         loaded = _each(models, lambda e: _load_in_folder(folder, e), jobs)

@@ -38,6 +38,7 @@ from fitplan.core.base.launch_settings import (
     LaunchSettings,
     MmprojPlacement,
 )
+from fitplan.core.base.numbers import loads_json
 
 #: Bump when a field changes meaning; adding a field with a default does not need a bump.
 SCHEMA_VERSION = 1
@@ -382,10 +383,7 @@ def _keep_copy(path: Path, data: bytes, suffix: str) -> Path | None:
 
 
 def _parse(data: bytes) -> object:
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError as exc:
-        raise ValueError("nested too deeply") from exc
+    return loads_json(data.decode("utf-8"))
 
 
 def load_user_settings(directory: Path | None = None) -> LoadResult:

@@ -35,7 +35,7 @@ from fitplan.core.base.errors import MAX_LISTED, FileAccessError, GGUFError, Inc
 from fitplan.core.base.files import open_regular_file, read_json_file
 from fitplan.core.gguf.ggml_types import model_file_type, quant_mix, type_name
 from fitplan.core.gguf.header import GGUFHeader
-from fitplan.core.gguf.reader import mmproj_match_key, name_tokens
+from fitplan.core.gguf.reader import mmproj_match_key, name_tokens, parse_split_name
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
 from fitplan.core.library.model import (
     FileSummary,
@@ -52,7 +52,6 @@ ProgressCallback = Callable[[ScanProgress], None]
 ScanEvent = LibraryModel | SkippedFile
 
 PARTIAL_SUFFIXES = (".part", ".incomplete", ".downloading", ".downloadinprogress", ".crdownload", ".tmp")
-SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
 OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
@@ -375,12 +374,13 @@ class LibraryScanner:
             if isinstance(f, SkippedFile):
                 yield f
                 continue
-            name = os.path.basename(f.path)
-            m = SPLIT_RE.match(name)
+            split = parse_split_name(os.path.basename(f.path))
             if f.summary.is_mmproj:
                 projectors.append(f)
-            elif m and int(m.group("count")) > 1:
-                splits.setdefault((m.group("prefix"), int(m.group("count"))), {})[int(m.group("no"))] = f
+            elif split is not None and split.problem:
+                yield SkippedFile(f.path, split.problem)
+            elif split is not None:
+                splits.setdefault((split.prefix, split.count), {})[split.no] = f
             elif f.summary.split_count > 1:
                 yield SkippedFile(
                     f.path, "one part of a split model whose file names do not follow -0000k-of-0000n"
