@@ -324,7 +324,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         "unmodelled_flags": list(req.unmodelled),
         "engine": p.settings.engine.value,
         "argv": list(argv),
-        "command": join(argv, shell),
+        "command": join(argv, shell, exact_text=False),
         "shell": shell.value,
         "rpc_hosts": [{"endpoint": h.endpoint, "argv": list(h.argv)} for h in rpc_server_commands(req.rpc)],
     }

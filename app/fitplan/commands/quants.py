@@ -181,7 +181,7 @@ def row_to_dict(r: Row, shell: Shell, recommended: bool) -> dict[str, object]:
         "n_ctx": p.settings.n_ctx if p is not None and p.fits else 0,
         "placement": p.placement.description if p is not None else None,
         "all_on_gpu": r.all_on_gpu,
-        "command": join(r.argv, shell) if r.argv else None,
+        "command": join(r.argv, shell, exact_text=False) if r.argv else None,
         "argv": list(r.argv),
         "mmproj": r.loaded.mmproj_source if r.loaded is not None else None,
         "recommended": recommended,

@@ -222,8 +222,22 @@ def _files_of(page: object, source: str) -> list[HubFile]:
             oid = lfs.get("oid", oid)
         if not isinstance(path, str) or not isinstance(oid, str) or type(size) is not int or size < 0:
             raise HubError(f"the Hub's tree listing has a malformed entry ({ascii(item)[:80]})", None, source)
+        if not (_is_text(path) and _is_text(oid)):
+            continue  # a lone surrogate or a control character: no file on the Hub is named so, none is asked for
         out.append(HubFile(path, size, oid))
     return out
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _is_text(s: str) -> bool:
+    """Printable text that encodes to UTF-8 (a path or id that can be put in a URL and shown)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return _CONTROL.search(s) is None
 
 
 def _list_problem(status: int, has_token: bool) -> str:

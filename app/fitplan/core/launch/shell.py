@@ -272,12 +272,36 @@ def file_writing_lines(name: str, lines: Sequence[str], shell: Shell | str) -> t
 _CONTINUATION = {Shell.SH: " \\", Shell.POWERSHELL: " `", Shell.CMD: " ^"}
 
 
-def join(argv: Sequence[str], shell: Shell | str, *, multiline: bool = False, indent: str = "  ") -> str:
+def check_exact_text(argv: Sequence[str]) -> None:
+    """Refuse an argument that holds bytes that are not text (a file name's undecodable bytes, kept by Python as
+    lone surrogates): a terminal can show them only escaped, and the escaped form names another file. `--json`
+    keeps them exactly (its `argv`)."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ShellSyntaxError(
+                f"{ascii(arg)[:80]} holds bytes that are not UTF-8 text ({arg[exc.start : exc.end]!a}), so no "
+                "command written as text runs it; the exact argv is in --json output, or rename the file"
+            ) from None
+
+
+def join(
+    argv: Sequence[str],
+    shell: Shell | str,
+    *,
+    multiline: bool = False,
+    indent: str = "  ",
+    exact_text: bool = True,
+) -> str:
     """The command line for `argv` in `shell`. `multiline=True` starts each flag (a word beginning with `-`) on a
-    new line, joined with the shell's line continuation."""
+    new line, joined with the shell's line continuation. With `exact_text` (text a person pastes) an argument that
+    is not text is refused (`check_exact_text`); a JSON document passes False: its escapes decode back exactly."""
     sh = Shell(shell)
     if not argv:
         return ""
+    if exact_text:
+        check_exact_text(argv)
     words = [quote(argv[0], sh, program=True)]
     if sh is Shell.POWERSHELL and words[0] != argv[0]:
         words[0] = "& " + words[0]
