@@ -39,7 +39,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
-from fitplan.core.base.errors import FlagError
+from fitplan.core.base.errors import FitplanError, FlagError
 
 __all__ = [
     "Shell",
@@ -93,6 +93,63 @@ _PS_SAFE = re.compile(
 
 #: Characters cmd.exe interprets on its command line; each is escaped with `^` (`%` gets one after it instead).
 _CMD_META = frozenset('()%!^"<>&|')
+#: cmd.exe's longest command line (8,191 characters, after expansion): a longer one is refused, not cut.
+CMD_MAX_LINE = 8191
+#: Characters that end cmd.exe's command word as a blank does (its token delimiters).
+_CMD_DELIMITERS = frozenset(" \t;,=\x0b\x0c\xa0")
+#: cmd.exe's internal commands: an unquoted first word that starts with one of these (`echo.exe`, `dir/w`, `cd..`)
+#: runs the internal command, never a program file of that name.
+_CMD_INTERNAL = re.compile(
+    r"(?i)(assoc|break|call|cd|chdir|cls|color|copy|date|del|dir|dpath|echo|endlocal|erase|exit|for|ftype|goto|"
+    r"if|keys|md|mkdir|mklink|move|path|pause|popd|prompt|pushd|rd|rem|ren|rename|rmdir|set|setlocal|shift|start|"
+    r"time|title|type|ver|verify|vol)(?:[^A-Za-z0-9_\-]|$)"
+)
+#: PowerShell's language keywords (about_Language_Keywords): in the program's place each starts a statement.
+_PS_KEYWORDS = frozenset(
+    [
+        "begin",
+        "break",
+        "catch",
+        "class",
+        "clean",
+        "configuration",
+        "continue",
+        "data",
+        "define",
+        "do",
+        "dynamicparam",
+        "else",
+        "elseif",
+        "end",
+        "enum",
+        "exit",
+        "filter",
+        "finally",
+        "for",
+        "foreach",
+        "from",
+        "function",
+        "hidden",
+        "if",
+        "in",
+        "inlinescript",
+        "parallel",
+        "param",
+        "process",
+        "return",
+        "sequence",
+        "static",
+        "switch",
+        "throw",
+        "trap",
+        "try",
+        "until",
+        "using",
+        "var",
+        "while",
+        "workflow",
+    ]
+)
 
 
 #: Words sh, bash and zsh read as reserved in the program's place (quoted there, they are plain words).
@@ -131,7 +188,13 @@ _SH_RESERVED = frozenset(
 
 def _quote_sh(arg: str, program: bool) -> str:
     bare = (_SH_SAFE_PROGRAM if program else _SH_SAFE).fullmatch(arg)
-    if bare and not arg.startswith("=") and not (program and arg in _SH_RESERVED):
+    # a program word starting with "-" is zsh's precommand modifier `-`; one starting with "%" is a job in bash
+    # and zsh (`%1` runs `fg %1`): both are quoted
+    if (
+        bare
+        and not arg.startswith("=")
+        and not (program and (arg in _SH_RESERVED or arg.startswith(("-", "%"))))
+    ):
         return arg
     return "'" + arg.replace("'", "'\"'\"'") + "'"
 
@@ -204,7 +267,8 @@ def _escape_cmd(text: str) -> str:
         nxt = text[i + 1 : i + 2]
         # %^name: the name cmd's %-expansion would look up starts with ^ (none does); a following metacharacter
         # brings its own caret, and a name starting with a blank names no variable either
-        out.append("%" if not nxt or nxt in " \t" or (nxt in _CMD_META and nxt != "%") else "%^")
+        # a variable name may start with a blank (`set " x=1"` defines " x"), so a blank gets the caret too
+        out.append("%" if not nxt or (nxt in _CMD_META and nxt != "%") else "%^")
     return "".join(out)
 
 
@@ -229,13 +293,18 @@ def quote(arg: str, shell: Shell | str, *, program: bool = False) -> str:
     if sh is Shell.SH:
         return _quote_sh(arg, program)
     if sh is Shell.POWERSHELL:
-        if program and not re.match(r"[A-Za-z_./\\]", arg):
+        if program and (not re.match(r"[A-Za-z_./\\]", arg) or arg.lower() in _PS_KEYWORDS):
             return powershell_literal(arg)
         return _quote_ps(arg)
     if program:
         if '"' in arg:
             raise ShellSyntaxError(f"a program path cannot contain a double quote: {ascii(arg)[:80]}")
-        if not arg or " " in arg or "\t" in arg or arg.startswith("@"):
+        if (
+            not arg
+            or any(c in _CMD_DELIMITERS for c in arg)
+            or arg.startswith(("@", ":"))
+            or _CMD_INTERNAL.match(arg)
+        ):
             if "%" not in arg:
                 return f'"{arg}"'
             return _escape_cmd(f'"{arg}"')
@@ -306,6 +375,10 @@ def join(
     if sh is Shell.POWERSHELL and words[0] != argv[0]:
         words[0] = "& " + words[0]
     words.extend(quote(a, sh) for a in argv[1:])
+    if sh is Shell.CMD and sum(len(w) + 1 for w in words) - 1 > CMD_MAX_LINE:
+        raise ShellSyntaxError(
+            f"the command is longer than cmd.exe's {CMD_MAX_LINE} characters per line (use PowerShell)"
+        )
     if not multiline:
         return " ".join(words)
     lines: list[list[str]] = [[words[0]]]
@@ -804,8 +877,46 @@ def split(text: str, shell: Shell | str) -> tuple[str, ...]:
     return commands[0]
 
 
+def _written_by_fitplan(text: str) -> tuple[Shell, ...]:
+    """The shells in which `text` is exactly what `join` writes for the argv that shell reads from it: fitplan's
+    own exports are recognised by writing them again, not guessed (a Windows path reads differently in sh)."""
+    want = text.strip().replace("\r\n", "\n")
+    if len(want) > MAX_RECOGNISED_CHARS:
+        return ()
+    found = []
+    for sh in (Shell.SH, Shell.POWERSHELL, Shell.CMD):
+        try:
+            commands = split_commands(want, sh)
+            if len(commands) != 1:
+                continue
+            argv = commands[0]
+            if want in (join(argv, sh, exact_text=False), join(argv, sh, multiline=True, exact_text=False)):
+                found.append(sh)
+        except FitplanError:
+            continue
+    return tuple(found)
+
+
+#: A paste longer than this is not written again to recognise it (the guess decides alone).
+MAX_RECOGNISED_CHARS = 1 << 16
+
+
 def detect_shell(text: str) -> Shell:
-    """Guess which shell a pasted command was written for, from its continuations, quotes and call syntax."""
+    """Which shell a pasted command was written for: the one whose fitplan export it is exactly, else a guess from
+    its continuations, quotes and call syntax."""
+    exact = _written_by_fitplan(text)
+    guess = _guess_shell(text)
+    if not exact or guess in exact:
+        return guess
+    # the guess reads it differently from how fitplan wrote it: the shell that wrote it decides
+    try:
+        same = split_commands(text, guess) == split_commands(text, exact[0])
+    except FitplanError:
+        same = False
+    return guess if same else exact[0]
+
+
+def _guess_shell(text: str) -> Shell:
     stripped = [line.rstrip() for line in text.splitlines() if line.strip()]
     ends = [line[-1] for line in stripped[:-1]] if len(stripped) > 1 else []
     votes = {Shell.SH: 0, Shell.POWERSHELL: 0, Shell.CMD: 0}
