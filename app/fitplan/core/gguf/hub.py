@@ -17,12 +17,12 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.numbers import loads_json
-from fitplan.core.gguf.reader import SPLIT_NAME_RE, mmproj_match_key, parse_split_name
+from fitplan.core.gguf.reader import SPLIT_NAME_RE, ProjectorIndex, parse_split_name
 from fitplan.core.gguf.remote import Deadline, hf_resolve_url, http_get, hub_endpoint
 
 __all__ = [
@@ -316,15 +316,24 @@ def _stem(path: str) -> str:
     return m.group("prefix") if m else re.sub(r"\.gguf$", "", name, flags=re.IGNORECASE)
 
 
-def pair_mmproj(model: HubEntry, projectors: Sequence[HubEntry]) -> str | None:
-    """The projector for a model: those in its own folder first, else the repository's root; best name match."""
-    folder = model.first.rpartition("/")[0]
-    for where in (folder, ""):
-        cands = [p.first for p in projectors if p.first.rpartition("/")[0] == where]
-        if cands:
-            name = model.first.rsplit("/", 1)[-1]
-            return min(cands, key=lambda c: mmproj_match_key(name, c.rsplit("/", 1)[-1]))
-    return None
+def projector_pairing(projectors: Sequence[HubEntry]) -> Callable[[HubEntry], str | None]:
+    """The projector for each model: those in its own folder first, else the repository's root; best name match
+    (`ProjectorIndex`: built once, so a listing of thousands of models and projectors is paired in O(n log n))."""
+    by_folder: dict[str, list[tuple[str, str]]] = {}
+    for p in projectors:
+        folder, _, name = p.first.rpartition("/")
+        by_folder.setdefault(folder, []).append((name, p.first))
+    indexes = {folder: ProjectorIndex(items) for folder, items in by_folder.items()}
+
+    def pair(model: HubEntry) -> str | None:
+        folder, _, name = model.first.rpartition("/")
+        for where in (folder, ""):
+            index = indexes.get(where)
+            if index is not None:
+                return index.best(name)
+        return None
+
+    return pair
 
 
 _LISTINGS: dict[tuple[str, str, str], tuple[float, HubListing]] = {}
@@ -343,7 +352,8 @@ def list_repo(
     if hit is not None and not fresh and now - hit[0] < LISTING_TTL_S:
         return hit[1]
     models, projectors, ignored = group_files(fetch_tree(ref, ep, token))
-    paired = tuple(HubEntry(m.name, m.files, m.missing, pair_mmproj(m, projectors)) for m in models)
+    pair = projector_pairing(projectors)
+    paired = tuple(HubEntry(m.name, m.files, m.missing, pair(m)) for m in models)
     listing = HubListing(HubRef(ref.repo_id, ref.revision), ep, paired, tuple(projectors), ignored)
     with _LISTINGS_LOCK:
         _LISTINGS[key] = (now, listing)

@@ -11,10 +11,11 @@ nesting of arrays is bounded, and every failure is a `GGUFError` naming the offs
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -62,6 +63,12 @@ MAX_STRING_LENGTH = 1024 * 1024 * 1024
 MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024
 #: ggml's GGML_MAX_DIMS.
 MAX_DIMS = 4
+#: ggml.h GGML_MAX_NAME: a tensor name is shorter (gguf.cpp refuses longer ones), so no name is long enough to make
+#: an `-ot` pattern backtrack for long.
+GGML_MAX_NAME = 64
+#: The most tensors one file may list (the largest models list a few thousand; per-expert layouts tens of
+#: thousands): 3 million tiny tensor infos would fit under the header size cap and cost gigabytes.
+MAX_TENSORS = 1 << 17
 #: Upper bound on a header (metadata + tensor infos). Real ones stay under ~20 MB (a 262k-token vocabulary is 16 MB);
 #: the cap keeps a hostile count in a large file from reading gigabytes of tensor data as "strings".
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -434,6 +441,8 @@ class _Parser:
         n_tensors, n_kv = struct.unpack_from(self.byte_order + "QQ", self.buf, 8)
         if n_tensors * _MIN_TENSOR_BYTES > self.remaining(24):
             raise self.err(f"tensor count {n_tensors} cannot fit in the {self.remaining(24)} bytes left", 8)
+        if n_tensors > MAX_TENSORS:
+            raise self.err(f"{n_tensors} tensors: more than the {MAX_TENSORS} fitplan reads in one file", 8)
         if n_kv * _MIN_KV_BYTES > self.remaining(24):
             raise self.err(f"metadata count {n_kv} cannot fit in the {self.remaining(24)} bytes left", 16)
         metadata, pos = self._metadata(n_kv, 24)
@@ -510,6 +519,11 @@ class _Parser:
         for i in range(n_tensors):
             at = pos
             name, pos = self.string(pos, f"tensor {i} name")
+            if pos - at - 8 >= GGML_MAX_NAME:  # gguf.cpp refuses it: "tensor name ... is too long"
+                raise self.err(
+                    f"tensor {i} name is {pos - at - 8} bytes long (llama.cpp takes at most {GGML_MAX_NAME - 1})",
+                    at,
+                )
             if name in names:
                 raise self.err(f"duplicate tensor name {name!r}", at)
             names.add(name)
@@ -844,6 +858,63 @@ def mmproj_match_key(model_name: str, mmproj_name: str) -> tuple[int, int, int, 
             prec = i
             break
     return (-prefix, -shared, prec, mmproj_name)
+
+
+#: At most this many projectors are ranked for one model: those nearest it in name-word order (all of them when a
+#: folder or repository has this many or fewer), so pairing M models with P projectors costs O((M + P) log P).
+MAX_RANKED_PROJECTORS = 32
+
+
+def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class ProjectorIndex:
+    """Projector file names sorted by their name words, built once per folder or listing. The projectors sharing
+    the most leading words with a model are its neighbours in that order, so `candidates` walks out from the
+    model's place instead of ranking every projector (`mmproj_match_key` then ranks the few it returns)."""
+
+    def __init__(self, items: Sequence[tuple[str, str]]) -> None:
+        """`items`: (file name, value returned) of each projector."""
+        keyed = sorted((tuple(name_tokens(name)), name, value) for name, value in items)
+        self._keys = [k for k, _, _ in keyed]
+        self._items = [(name, value) for _, name, value in keyed]
+        self.nameless = [(name, value) for k, name, value in keyed if not k]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def candidates(self, model_name: str) -> list[tuple[str, str]]:
+        """Up to MAX_RANKED_PROJECTORS projectors, those sharing the longest run of leading words first."""
+        if len(self._items) <= MAX_RANKED_PROJECTORS:
+            return list(self._items)
+        mt = tuple(name_tokens(model_name))
+        hi = bisect.bisect_left(self._keys, mt)
+        lo = hi - 1
+        out: list[tuple[str, str]] = []
+        while len(out) < MAX_RANKED_PROJECTORS and (lo >= 0 or hi < len(self._keys)):
+            up = _common_prefix(mt, self._keys[hi]) if hi < len(self._keys) else -1
+            down = _common_prefix(mt, self._keys[lo]) if lo >= 0 else -1
+            if up >= down:
+                out.append(self._items[hi])
+                hi += 1
+            else:
+                out.append(self._items[lo])
+                lo -= 1
+        # projectors with no model words ("mmproj-F16.gguf") share no prefix with any model but may suit every one
+        return out + [c for c in self.nameless[:MAX_RANKED_PROJECTORS] if c not in out]
+
+    def best(self, model_name: str, allowed: Callable[[str], bool] = lambda _n: True) -> str | None:
+        """The value of the best projector for the model (`mmproj_match_key`) among those `allowed` by name."""
+        cands = [c for c in self.candidates(model_name) if allowed(c[0])]
+        if not cands:
+            return None
+        return min(cands, key=lambda c: mmproj_match_key(model_name, c[0]))[1]
 
 
 def rank_mmproj(
