@@ -29,6 +29,7 @@ from fitplan.commands.estimate import (
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.inputs.machine import machine_of
 from fitplan.core.inputs.model_source import launch_projector, load_model
@@ -91,7 +92,10 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
     )
     p.add_argument(
-        "--min-ctx", type=int, metavar="N", help="keep at least N tokens of context (per sequence)"
+        "--min-ctx",
+        type=int_reader(0, INT32_MAX),
+        metavar="N",
+        help="keep at least N tokens of context (per sequence)",
     )
     p.add_argument("--all-on-gpu", action="store_true", help="never move weights to the CPU")
     p.add_argument(

@@ -22,6 +22,7 @@ from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import add_common_arguments, build_request, command_argv, detect_machine, make_plan
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FitplanError, FlagError
+from fitplan.core.base.numbers import int_reader
 from fitplan.core.gguf.remote import hub_token
 from fitplan.core.inputs.model_source import LoadedModel, SourceKind, SourceModels, load_source_models
 from fitplan.core.launch.shell import Shell, default_shell, join
@@ -94,7 +95,11 @@ def register(subparsers: Any) -> None:
             )
     p.add_argument("--token", help="Hugging Face token (default $HF_TOKEN); sent to the Hub endpoint only")
     p.add_argument(
-        "--jobs", type=int, default=DEFAULT_JOBS, metavar="N", help="headers read at once (default 4)"
+        "--jobs",
+        type=int_reader(1, 64),
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help="headers read at once (default 4)",
     )
     p.add_argument("--shell", choices=[s.value for s in Shell], help="shell to quote the commands for")
     p.add_argument("--json", action="store_true", help="print one JSON document")

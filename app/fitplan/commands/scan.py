@@ -18,6 +18,7 @@ from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_margin_arguments, margin_policy
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.files import expand_home
+from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.gguf.header import ModelFiles
 from fitplan.core.gguf.header_cache import cached_read_header
 from fitplan.core.inputs.machine import MachineRequest, build_machine
@@ -78,7 +79,13 @@ def register(subparsers: Any) -> None:
     )
     add_margin_arguments(p)
     # the old spelling of --margin, kept working
-    p.add_argument("--margin-mib", dest="margin", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--margin-mib",
+        dest="margin",
+        type=int_reader(0, INT32_MAX),
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     p.add_argument(
         "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
     )

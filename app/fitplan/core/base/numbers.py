@@ -15,22 +15,27 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
     "MAX_DIGITS",
     "NumberError",
     "int_or_none",
+    "int_reader",
     "loads_json",
     "parse_int",
     "parse_real",
     "real_or_none",
 ]
 
+#: llama.cpp's flags are 32-bit integers: the usual upper bound of a count or MiB size from a command line.
+INT32_MAX = 2**31 - 1
 #: More digits than any number fitplan reads has (a uint64 has 20); longer text is refused before conversion.
 MAX_DIGITS = 30
 
 _INT = re.compile(r"[+-]?[0-9]{1,30}")  # 30: MAX_DIGITS
+_HEX = re.compile(r"[0-9A-Fa-f]{1,30}")
 _REAL = re.compile(r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?")
 _MAX_SHOWN = 40
 
@@ -55,20 +60,31 @@ def _bounded(n: float, lo: float, hi: float) -> None:
         )
 
 
-def parse_int(text: str, lo: int, hi: int) -> int:
-    """A whole number in [lo, hi] written with ASCII digits (an optional sign, blanks around it allowed)."""
+def parse_int(text: str, lo: int, hi: int, base: int = 10) -> int:
+    """A whole number in [lo, hi] written with ASCII digits (an optional sign, blanks around it allowed);
+    `base` 16 reads hexadecimal digits (no `0x`)."""
     s = text.strip() if len(text) <= 4 * MAX_DIGITS else text
-    if not _INT.fullmatch(s):
+    if not (_INT if base == 10 else _HEX).fullmatch(s):
         raise NumberError(f"expected a whole number, got {_shown(text)}")
-    n = int(s, 10)  # at most MAX_DIGITS digits: never Python's digit limit
+    n = int(s, base)  # at most MAX_DIGITS digits: never Python's digit limit
     _bounded(n, lo, hi)
     return n
 
 
-def int_or_none(text: str, lo: int, hi: int) -> int | None:
+def int_reader(lo: int, hi: int) -> Callable[[str], int]:
+    """`parse_int` in [lo, hi] as a one-argument reader (a command-line option's type): refuses with NumberError."""
+
+    def read(text: str) -> int:
+        return parse_int(text, lo, hi)
+
+    read.__name__ = f"whole number from {lo} to {hi}"
+    return read
+
+
+def int_or_none(text: str, lo: int, hi: int, base: int = 10) -> int | None:
     """`parse_int`, or None (for names and listings, where a number that cannot be right means "not one of ours")."""
     try:
-        return parse_int(text, lo, hi)
+        return parse_int(text, lo, hi, base)
     except NumberError:
         return None
 

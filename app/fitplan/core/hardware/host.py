@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.hardware.probe import HostMemory, ProbeResult
 
 CommandRunner = Callable[[list[str]], str | None]
@@ -51,12 +52,14 @@ _VM_LINE = re.compile(r"^(Pages [^:]+):\s+(\d+)\.?\s*$")
 
 def parse_vm_stat(text: str, total_bytes: int) -> HostMemory:
     m = _VM_PAGE_SIZE.search(text)
-    page = int(m.group(1)) if m else 4096
+    page = (int_or_none(m.group(1), 1, 1 << 30) if m else None) or 4096
     pages: dict[str, int] = {}
     for line in text.splitlines():
         lm = _VM_LINE.match(line.strip())
         if lm:
-            pages[lm.group(1)] = int(lm.group(2))
+            n = int_or_none(lm.group(2), 0, 1 << 50)
+            if n is not None:
+                pages[lm.group(1)] = n
     avail_pages = (
         pages.get("Pages free", 0) + pages.get("Pages inactive", 0) + pages.get("Pages speculative", 0)
     )

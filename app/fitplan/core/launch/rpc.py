@@ -144,6 +144,11 @@ def with_rpc(machine: Machine, servers: Sequence[RpcServer]) -> Machine:
     (CUDA0 stays CUDA0 although it is no longer the first device)."""
     if not servers:
         return machine
+    if len(servers) + len(machine.gpus) > LLAMA_MAX_DEVICES:
+        raise FlagError(
+            f"at most {LLAMA_MAX_DEVICES} devices in all (llama.cpp's device limit); got {len(servers)} from --rpc "
+            f"and {len(machine.gpus)} GPUs"
+        )
     local: list[Device] = []
     for i, d in enumerate(machine.gpus):
         if not d.backend_name and d.vendor is not Vendor.RPC:

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 from fitplan.core.base.errors import FitplanError, FlagError
+from fitplan.core.base.numbers import int_or_none
 
 __all__ = [
     "Shell",
@@ -605,10 +606,9 @@ def _ps_escape(text: str, i: int) -> tuple[str, int]:
     if e == "u" and text.startswith("{", i + 2):
         end = text.find("}", i + 3)
         if end > 0:
-            try:
-                return chr(int(text[i + 3 : end], 16)), end + 1
-            except ValueError:
-                pass
+            code = int_or_none(text[i + 3 : end], 0, sys.maxunicode, base=16)
+            if code is not None:
+                return chr(code), end + 1
     return e, i + 2
 
 
@@ -939,6 +939,8 @@ def _guess_shell(text: str) -> Shell:
         votes[Shell.POWERSHELL] += 1
     if "'" in text and re.search(r"[A-Za-z]:\\", text):
         votes[Shell.POWERSHELL] += 1
+    if re.search("[\u2018\u2019\u201a\u201b]{2}", text):  # PowerShell doubles typographic quotes in '...'
+        votes[Shell.POWERSHELL] += 2
     best = max(votes.values())
     for sh in (Shell.SH, Shell.POWERSHELL, Shell.CMD):
         if votes[sh] == best:
