@@ -106,8 +106,9 @@ _ARCH_KEYS = (
 
 
 @contextmanager
-def _range_server(total: str) -> Iterator[str]:
-    """A server that answers every range request with 206 and a Content-Range whose total is `total`."""
+def _range_server(total: str, log: list[str] | None = None) -> Iterator[str]:
+    """A server that answers every range request with 206 and a Content-Range whose total is `total` (each request's
+    Range header is appended to `log`)."""
     body = raw_gguf({"general.architecture": "llama"})
 
     class H(http.server.BaseHTTPRequestHandler):
@@ -115,6 +116,8 @@ def _range_server(total: str) -> Iterator[str]:
             pass
 
         def do_GET(self) -> None:
+            if log is not None:
+                log.append(self.headers.get("Range", ""))
             m = re.match(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
             a, b = (int(m.group(1)), int(m.group(2))) if m else (0, len(body) - 1)
             chunk = body[a : b + 1]
@@ -379,6 +382,21 @@ def test_class3_work_is_bounded_by_the_input(tmp_path: Path) -> None:
         Case("a link to / in a scanned folder", ("scan", str(linked), "--no-fit", "--json"), True, "answer"),
     ]
     _report("class 3 (work bounded by the input)", cases)
+
+
+def test_class3_the_listing_deadline_bounds_every_header_read() -> None:
+    """Once the time for all of a listing's headers is spent, a header read is refused before any request."""
+    from fitplan.core.base.errors import GGUFError
+    from fitplan.core.gguf.remote import Deadline
+    from fitplan.core.inputs.model_source import read_cached_header
+
+    requests: list[str] = []
+    with _range_server("100", requests) as url:
+        with pytest.raises(GGUFError, match="spent"):
+            read_cached_header(url, validator="oid:x", overall=Deadline(0.0))
+        assert requests == []
+        assert read_cached_header(url, validator="oid:y", overall=Deadline(30.0)).architecture == "llama"
+    assert requests  # with time left, the same read asks the server
 
 
 # -- class 4: the library scan --------------------------------------------------------------------------------------
