@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from fitplan.core.base.errors import FitplanError
 from fitplan.core.launch.command_line import import_command
 from fitplan.core.launch.shell import Shell, join, split
 from support.hostile import (
@@ -333,6 +334,20 @@ def test_class2_text_from_listings_and_file_names(tmp_path: Path) -> None:
                 report.total += r.total
                 hub_failures += r.failures
     report.failures += hub_failures
+    for path in ("/m/caf\u00e9.gguf", "/m/\u65e5\u672c.gguf", "C:\\m\\\u00e9 x.gguf"):
+        for (
+            shell
+        ) in Shell:  # written for an ASCII-only terminal: exact or refused with a reason, never escaped
+            report.total += 1
+            try:
+                text = join(("llama-server", "-m", path), shell, exact_text="ascii")
+            except FitplanError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - anything else is a failure to report
+                report.failures.append(f"ascii terminal, {shell.value}: {type(exc).__name__}: {exc}")
+                continue
+            if not text.isascii() or split(text, shell)[2] != path:
+                report.failures.append(f"ascii terminal, {shell.value}: {text!a} does not name {path!a}")
     print(counts_line("class 2 (text)", report))
     assert not report.failures, "\n".join(report.failures[:30])
 

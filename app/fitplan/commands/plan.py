@@ -257,7 +257,7 @@ def ollama_text(exp: OllamaExport, shell: Shell) -> str:
     lines.append("Modelfile:")
     lines.append(exp.modelfile.rstrip("\n"))
     lines.append("")
-    lines.append(join(exp.create_argv(), shell))
+    lines.append(join(exp.create_argv(), shell, exact_text=out.text_encoding()))
     return "\n".join(lines)
 
 
@@ -392,7 +392,7 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
         lines.append(ollama_text(exp, shell))
         return "\n".join(lines)
     lines.append(f"command ({shell.value}):")
-    lines.append(join(argv, shell, multiline=True))
+    lines.append(join(argv, shell, multiline=True, exact_text=out.text_encoding()))
     hosts = rpc_server_commands(req.rpc)
     if hosts:
         lines.append("")

@@ -240,7 +240,7 @@ def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
     for r in rows:
         if r.fits:
             tag = " (recommended)" if r is best else ""
-            lines.append(f"{r.name}{tag}: {join(r.argv, shell)}")
+            lines.append(f"{r.name}{tag}: {join(r.argv, shell, exact_text=out.text_encoding())}")
     return "\n".join(lines)
 
 

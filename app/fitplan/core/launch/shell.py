@@ -321,6 +321,7 @@ def file_writing_lines(name: str, lines: Sequence[str], shell: Shell | str) -> t
     here-string (PowerShell), or `echo(` lines with every metacharacter escaped (cmd.exe). Each line must be
     printable text (`check_printable`), and what would end the here-document early is refused."""
     sh = Shell(shell)
+    check_exact_text(lines)
     for line in lines:
         check_printable(line, f"a line of {name}")
     target = quote(name, sh)
@@ -342,10 +343,10 @@ def file_writing_lines(name: str, lines: Sequence[str], shell: Shell | str) -> t
 _CONTINUATION = {Shell.SH: " \\", Shell.POWERSHELL: " `", Shell.CMD: " ^"}
 
 
-def check_exact_text(argv: Sequence[str]) -> None:
+def check_exact_text(argv: Sequence[str], encoding: str = "utf-8") -> None:
     """Refuse an argument that holds bytes that are not text (a file name's undecodable bytes, kept by Python as
-    lone surrogates): a terminal can show them only escaped, and the escaped form names another file. `--json`
-    keeps them exactly (its `argv`)."""
+    lone surrogates), or characters the output's `encoding` cannot write (an ASCII-only terminal): either could be
+    shown only escaped, and the escaped form names another file. `--json` keeps them exactly (its `argv`)."""
     for arg in argv:
         try:
             arg.encode("utf-8")
@@ -354,6 +355,15 @@ def check_exact_text(argv: Sequence[str]) -> None:
                 f"{ascii(arg)[:80]} holds bytes that are not UTF-8 text ({arg[exc.start : exc.end]!a}), so no "
                 "command written as text runs it; the exact argv is in --json output, or rename the file"
             ) from None
+        try:
+            arg.encode(encoding)
+        except UnicodeEncodeError as exc:
+            raise ShellSyntaxError(
+                f"{ascii(arg)[:80]} holds {arg[exc.start : exc.end]!a}, which this terminal's encoding "
+                f"({encoding}) cannot write, so the command shown would not run it; use a UTF-8 locale or --json"
+            ) from None
+        except LookupError:
+            pass  # an encoding Python does not know: nothing more to check
 
 
 def join(
@@ -362,16 +372,17 @@ def join(
     *,
     multiline: bool = False,
     indent: str = "  ",
-    exact_text: bool = True,
+    exact_text: bool | str = True,
 ) -> str:
     """The command line for `argv` in `shell`. `multiline=True` starts each flag (a word beginning with `-`) on a
-    new line, joined with the shell's line continuation. With `exact_text` (text a person pastes) an argument that
-    is not text is refused (`check_exact_text`); a JSON document passes False: its escapes decode back exactly."""
+    new line, joined with the shell's line continuation. With `exact_text` (text a person pastes; a string names
+    the encoding it is written in) an argument that is not text is refused (`check_exact_text`); a JSON document
+    passes False: its escapes decode back exactly."""
     sh = Shell(shell)
     if not argv:
         return ""
     if exact_text:
-        check_exact_text(argv)
+        check_exact_text(argv, exact_text if isinstance(exact_text, str) else "utf-8")
     words = [quote(argv[0], sh, program=True)]
     if sh is Shell.POWERSHELL and words[0] != argv[0]:
         words[0] = "& " + words[0]
