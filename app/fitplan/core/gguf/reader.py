@@ -837,35 +837,15 @@ def name_tokens(file_name: str) -> list[str]:
     return [t for t in re.split(r"[-.\s]+", stem) if t and t != "mmproj" and not _QUANT_TOKEN_RE.match(t)]
 
 
-def mmproj_match_key(model_name: str, mmproj_name: str) -> tuple[int, int, int, str]:
-    """Sort key (smaller is better) of a projector for a model, by file names.
-
-    The rule: most leading name words shared with the model, then most words shared anywhere, then precision
-    (MMPROJ_PRECISION_PREFERENCE order, others after), then name.
-    """
-    mt = name_tokens(model_name)
-    pt = name_tokens(mmproj_name)
-    prefix = 0
-    for a, b in zip(mt, pt, strict=False):
-        if a != b:
-            break
-        prefix += 1
-    shared = len(set(mt) & set(pt))
+def _precision_rank(mmproj_name: str) -> int:
     lower = mmproj_name.lower()
-    prec = len(MMPROJ_PRECISION_PREFERENCE)
     for i, tag in enumerate(MMPROJ_PRECISION_PREFERENCE):
         if re.search(rf"(?:^|[-_.]){re.escape(tag)}(?:[-_.]|$)", lower):
-            prec = i
-            break
-    return (-prefix, -shared, prec, mmproj_name)
+            return i
+    return len(MMPROJ_PRECISION_PREFERENCE)
 
 
-#: At most this many projectors are ranked for one model: those nearest it in name-word order (all of them when a
-#: folder or repository has this many or fewer), so pairing M models with P projectors costs O((M + P) log P).
-MAX_RANKED_PROJECTORS = 32
-
-
-def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -874,47 +854,75 @@ def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     return n
 
 
+def mmproj_match_key(model_name: str, mmproj_name: str) -> tuple[int, int, int, str]:
+    """Sort key (smaller is better) of a projector for a model, by file names.
+
+    The rule: most leading name words shared with the model, then most words shared anywhere, then precision
+    (MMPROJ_PRECISION_PREFERENCE order, others after), then name.
+    """
+    mt = name_tokens(model_name)
+    pt = name_tokens(mmproj_name)
+    return (-_common_prefix(mt, pt), -len(set(mt) & set(pt)), _precision_rank(mmproj_name), mmproj_name)
+
+
+#: At most this many projectors are ranked for one model: those nearest it in name-word order (all of them when a
+#: folder or repository has this many or fewer), so pairing M models with P projectors costs O((M + P) log P).
+MAX_RANKED_PROJECTORS = 16
+
+_Projector = tuple[tuple[str, ...], str, str, int]  # name words, file name, value, precision rank
+
+
 class ProjectorIndex:
     """Projector file names sorted by their name words, built once per folder or listing. The projectors sharing
     the most leading words with a model are its neighbours in that order, so `candidates` walks out from the
-    model's place instead of ranking every projector (`mmproj_match_key` then ranks the few it returns)."""
+    model's place instead of ranking every projector, and each is ranked by `mmproj_match_key`'s rule from words
+    computed once."""
 
     def __init__(self, items: Sequence[tuple[str, str]]) -> None:
         """`items`: (file name, value returned) of each projector."""
-        keyed = sorted((tuple(name_tokens(name)), name, value) for name, value in items)
-        self._keys = [k for k, _, _ in keyed]
-        self._items = [(name, value) for _, name, value in keyed]
-        self.nameless = [(name, value) for k, name, value in keyed if not k]
+        self._items: list[_Projector] = sorted(
+            (tuple(name_tokens(name)), name, value, _precision_rank(name)) for name, value in items
+        )
+        self._keys = [p[0] for p in self._items]
+        self._nameless = [p for p in self._items if not p[0]][:MAX_RANKED_PROJECTORS]
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def candidates(self, model_name: str) -> list[tuple[str, str]]:
-        """Up to MAX_RANKED_PROJECTORS projectors, those sharing the longest run of leading words first."""
+    def candidates(self, words: tuple[str, ...]) -> list[_Projector]:
+        """Up to MAX_RANKED_PROJECTORS projectors, those sharing the longest run of leading words first, and the
+        first of those with no model words ("mmproj-F16.gguf": they may suit any model)."""
         if len(self._items) <= MAX_RANKED_PROJECTORS:
-            return list(self._items)
-        mt = tuple(name_tokens(model_name))
-        hi = bisect.bisect_left(self._keys, mt)
+            return self._items
+        hi = bisect.bisect_left(self._keys, words)
         lo = hi - 1
-        out: list[tuple[str, str]] = []
+        out: list[_Projector] = []
         while len(out) < MAX_RANKED_PROJECTORS and (lo >= 0 or hi < len(self._keys)):
-            up = _common_prefix(mt, self._keys[hi]) if hi < len(self._keys) else -1
-            down = _common_prefix(mt, self._keys[lo]) if lo >= 0 else -1
+            up = _common_prefix(words, self._keys[hi]) if hi < len(self._keys) else -1
+            down = _common_prefix(words, self._keys[lo]) if lo >= 0 else -1
             if up >= down:
                 out.append(self._items[hi])
                 hi += 1
             else:
                 out.append(self._items[lo])
                 lo -= 1
-        # projectors with no model words ("mmproj-F16.gguf") share no prefix with any model but may suit every one
-        return out + [c for c in self.nameless[:MAX_RANKED_PROJECTORS] if c not in out]
+        return out + [p for p in self._nameless if p not in out]
 
-    def best(self, model_name: str, allowed: Callable[[str], bool] = lambda _n: True) -> str | None:
-        """The value of the best projector for the model (`mmproj_match_key`) among those `allowed` by name."""
-        cands = [c for c in self.candidates(model_name) if allowed(c[0])]
-        if not cands:
-            return None
-        return min(cands, key=lambda c: mmproj_match_key(model_name, c[0]))[1]
+    def best(
+        self, model_name: str, allowed: Callable[[tuple[str, ...]], bool] = lambda _w: True
+    ) -> str | None:
+        """The value of the best projector for the model (`mmproj_match_key`'s order) among those whose name words
+        are `allowed`."""
+        mt = tuple(name_tokens(model_name))
+        words = set(mt)
+        best: tuple[tuple[int, int, int, str], str] | None = None
+        for pt, name, value, prec in self.candidates(mt):
+            if not allowed(pt):
+                continue
+            key = (-_common_prefix(mt, pt), -len(words.intersection(pt)), prec, name)
+            if best is None or key < best[0]:
+                best = (key, value)
+        return None if best is None else best[1]
 
 
 def rank_mmproj(

@@ -542,9 +542,8 @@ def pick_projector(model_path: str, projectors: ProjectorIndex | list[str]) -> s
     model = os.path.basename(model_path)
     first_word = name_tokens(model)[:1]
 
-    def fits(name: str) -> bool:
-        words = name_tokens(name)
-        return not words or words[:1] == first_word
+    def fits(words: tuple[str, ...]) -> bool:
+        return not words or list(words[:1]) == first_word
 
     return projectors.best(model, fits)
 
