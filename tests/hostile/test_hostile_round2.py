@@ -240,6 +240,10 @@ def _number_parsing_outside_the_parser(source: str, rel: str) -> list[str]:
             and f.value.id == "json"
         ):
             found.append(f"{where}: json.{f.attr}")
+        if isinstance(f, ast.Attribute) and f.attr in ("isdigit", "isdecimal", "isnumeric"):
+            found.append(
+                f"{where}: .{f.attr}() (true of '²' and '١' too; int() then refuses or misreads them)"
+            )
         if isinstance(f, ast.Attribute) and f.attr == "expanduser":
             found.append(f"{where}: expanduser (Path.expanduser raises on ~nosuchuser)")
         if isinstance(f, ast.Attribute) and f.attr == "add_argument":
@@ -266,10 +270,10 @@ def test_class1_every_number_from_outside_goes_through_one_parser() -> None:
 def test_class1_the_source_walk_finds_each_kind_of_bare_parse() -> None:
     source = (
         "n = int(m.group(1))\nx = float(t.strip())\nk = int(s, 16)\nd = json.loads(s)\np = Path(s).expanduser()\n"
-        "a.add_argument('--t', type=float)\nok = int(len(s))\n"
+        "a.add_argument('--t', type=float)\nif s.isdigit(): pass\nok = int(len(s))\n"
     )
     found = _number_parsing_outside_the_parser(source, "x.py")
-    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5", "6"]
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5", "6", "7"]
 
 
 # -- class 2: text ------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ __all__ = [
     "NumberError",
     "int_or_none",
     "int_reader",
+    "is_digits",
     "loads_json",
     "parse_int",
     "parse_real",
@@ -69,6 +70,12 @@ def parse_int(text: str, lo: int, hi: int, base: int = 10) -> int:
     n = int(s, base)  # at most MAX_DIGITS digits: never Python's digit limit
     _bounded(n, lo, hi)
     return n
+
+
+def is_digits(text: str) -> bool:
+    """Whether `text` is one or more ASCII digits (`str.isdigit()` is also true of `²` and `١`, which `int()`
+    refuses or reads as another number)."""
+    return text.isascii() and text.isdigit()
 
 
 def int_reader(lo: int, hi: int) -> Callable[[str], int]:

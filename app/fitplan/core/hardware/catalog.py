@@ -23,7 +23,7 @@ from importlib import resources
 
 from fitplan.core.base.devices import GIB, LLAMA_MAX_DEVICES, Device, Vendor
 from fitplan.core.base.errors import FitplanError
-from fitplan.core.base.numbers import int_or_none, loads_json, real_or_none
+from fitplan.core.base.numbers import int_or_none, is_digits, loads_json, real_or_none
 from fitplan.core.hardware.apple import estimated_metal_working_set
 from fitplan.core.hardware.config import AssumedGpu
 
@@ -133,7 +133,7 @@ class GpuCatalog:
             keys = {normalise_name(gpu.name), *(normalise_name(a) for a in gpu.aliases)}
             for key in list(keys):
                 for prefix in _FAMILY_PREFIXES:  # "4090" for "RTX 4090", "7900xtx" for "RX 7900 XTX"
-                    if key.startswith(prefix) and key[len(prefix) :][:1].isdigit():
+                    if key.startswith(prefix) and is_digits(key[len(prefix) :][:1]):
                         keys.add(key[len(prefix) :])
             for key in keys:
                 index.setdefault(key, []).append(gpu)

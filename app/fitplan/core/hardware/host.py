@@ -34,9 +34,10 @@ def parse_meminfo(text: str) -> HostMemory | None:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
-        if parts and parts[0].isdigit():
+        n = int_or_none(parts[0], 0, 1 << 60) if parts else None
+        if n is not None:
             scale = 1024 if len(parts) > 1 and parts[1].lower() == "kb" else 1
-            values[key.strip()] = int(parts[0]) * scale
+            values[key.strip()] = n * scale
     total = values.get("MemTotal")
     if total is None:
         return None
@@ -115,11 +116,11 @@ class HostMemoryProbe:
             except OSError:
                 return None
         if self._platform == "darwin":
-            total_s = (self._run(["sysctl", "-n", "hw.memsize"]) or "").strip()
-            if not total_s.isdigit():
+            total_n = int_or_none((self._run(["sysctl", "-n", "hw.memsize"]) or "").strip(), 1, 1 << 60)
+            if total_n is None:
                 return None
             vm = self._run(["vm_stat"])
-            total = int(total_s)
+            total = total_n
             return parse_vm_stat(vm, total) if vm else HostMemory(total, total, "sysctl hw.memsize")
         if self._platform in ("win32", "cygwin"):
             return self._windows()

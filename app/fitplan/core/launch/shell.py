@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 from fitplan.core.base.errors import FitplanError, FlagError
-from fitplan.core.base.numbers import int_or_none
+from fitplan.core.base.numbers import int_or_none, is_digits
 
 __all__ = [
     "Shell",
@@ -433,7 +433,7 @@ class _Commands:
 
     def redirect(self, has_target: bool) -> None:
         """`>` or `<`: a pending all-digit word is a file-descriptor number; the next word is the target."""
-        if self.in_word and "".join(self.buf).isdigit():
+        if self.in_word and is_digits("".join(self.buf)):
             self.buf = []
             self.in_word = False
         self.end_word()
@@ -465,7 +465,7 @@ def _redirect(text: str, i: int, acc: _Commands) -> int:
         i += 1
     if i < n and text[i] == "&":
         i += 1
-        while i < n and (text[i].isdigit() or text[i] == "-"):
+        while i < n and (is_digits(text[i]) or text[i] == "-"):
             i += 1
         acc.redirect(has_target=False)
         return i
@@ -726,7 +726,7 @@ def _cmd_caret(text: str, i: int, out: list[str]) -> int:
 def _cmd_redirect(text: str, i: int, out: list[str]) -> int:
     """A redirection at `i` (`>`, `>>`, `2>&1`, `<`): drop an fd number written right before it, and its target."""
     n = len(text)
-    while out and out[-1].isdigit() and (len(out) == 1 or out[-2] in " \t"):
+    while out and is_digits(out[-1]) and (len(out) == 1 or out[-2] in " \t"):
         out.pop()
     i += 1
     while i < n and text[i] in ">&":
