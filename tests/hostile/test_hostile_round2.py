@@ -395,6 +395,37 @@ def test_class3_work_is_bounded_by_the_input(tmp_path: Path) -> None:
     _report("class 3 (work bounded by the input)", cases)
 
 
+def test_class3_projector_pairing_agrees_with_ranking_every_projector() -> None:
+    """The index's pick is the reference's (`mmproj_match_key` over every projector) up to 16 projectors, and has
+    the reference's longest run of shared leading words above that."""
+    from fitplan.core.gguf.reader import ProjectorIndex, mmproj_match_key
+
+    rng = random.Random(SEED)
+    words = ("qwen", "gemma", "3", "4b", "it", "vl", "27b", "instruct", "ud")
+    for trial in range(200):
+        n = rng.choice((1, 3, 16, 40))
+        names = {
+            "mmproj-"
+            + "-".join(rng.choices(words, k=rng.randrange(0, 4)))
+            + rng.choice(("-f16", "-bf16", "-f32", ""))
+            + f"-{k}.gguf"
+            for k in range(n)
+        }
+        model = "-".join(rng.choices(words, k=rng.randrange(1, 5))) + "-Q4_K_M.gguf"
+        ref = min(names, key=lambda p: mmproj_match_key(model, p))
+        got = ProjectorIndex([(p, p) for p in names]).best(model)
+        if len(names) <= 16:
+            assert got == ref, (trial, model, sorted(names))
+        else:
+            assert got is not None
+            assert mmproj_match_key(model, got)[0] == mmproj_match_key(model, ref)[0], (
+                trial,
+                model,
+                got,
+                ref,
+            )
+
+
 def test_class3_the_listing_deadline_bounds_every_header_read() -> None:
     """Once the time for all of a listing's headers is spent, a header read is refused before any request."""
     from fitplan.core.base.errors import GGUFError
