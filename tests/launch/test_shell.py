@@ -199,10 +199,10 @@ def test_golden_cmd() -> None:
     with pytest.raises(ShellSyntaxError, match="delayed expansion"):
         join(WINDOWS, Shell.CMD)  # the '!': cmd.exe reads it differently with delayed expansion on and off
     # '%' keeps a caret right after it where a variable name could start: '%PATH%' would be expanded before
-    # cmd.exe removes carets, '% it' cannot (no variable name starts with a blank)
+    # cmd.exe removes carets, and so could '% it' (a variable name may start with a blank: set " it=x")
     assert join((*WINDOWS[:-1], '100% it\'s "fast" %PATH%'), Shell.CMD) == (
         '"C:\\Program Files\\llama.cpp\\llama-server.exe" -m "D:\\My Models\\gemma-3-27b-it-Q4_K_M.gguf" '
-        '-ot blk\\.^(1^|2^)\\.ffn_.*_exps=CPU --alias ^"100% it\'s \\^"fast\\^" %^PATH%^"'
+        '-ot blk\\.^(1^|2^)\\.ffn_.*_exps=CPU --alias ^"100%^ it\'s \\^"fast\\^" %^PATH%^"'
     )
     assert (
         join(TYPICAL[:3], Shell.CMD, multiline=True)
@@ -354,7 +354,7 @@ def test_a_file_written_by_sh_holds_the_lines_exactly(tmp_path: Path) -> None:
 
 def test_cmd_echo_lines_escape_every_metacharacter() -> None:
     lines = file_writing_lines("Modelfile", MODELFILE_LINES, Shell.CMD)
-    assert lines[0] == "> Modelfile echo(FROM /models/100% ^& ^<more^>.gguf"
+    assert lines[0] == "> Modelfile echo(FROM /models/100%^ ^& ^<more^>.gguf"
     assert lines[2] == ">> Modelfile echo("  # an empty line, not "ECHO is on."
     # %^PATH% names no variable: cmd's %-expansion finds none, then the caret goes
     assert lines[3] == ">> Modelfile echo(SYSTEM ^(say^) ^^hi^^ %^PATH%"

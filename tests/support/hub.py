@@ -189,7 +189,8 @@ def _cdn_handler(state: HubState) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """The base URL of `handler` served on a loopback port by a thread, stopped on exit."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
     t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -206,7 +207,7 @@ def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
 def fake_hub(state: HubState | None = None) -> Iterator[tuple[str, HubState]]:
     """(hub endpoint, state) of a running pair of loopback servers, stopped on exit."""
     st = state if state is not None else HubState()
-    with _serve(_cdn_handler(st)) as cdn, _serve(_hub_handler(st)) as hub:
+    with serve(_cdn_handler(st)) as cdn, serve(_hub_handler(st)) as hub:
         st.cdn_base = cdn
         yield hub, st
 

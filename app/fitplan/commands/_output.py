@@ -132,6 +132,11 @@ class TerminalSafeStream:
         return getattr(self.raw, name)
 
 
+def text_encoding() -> str:
+    """The encoding stdout writes (under its `TerminalSafeStream`): what an exported command must fit."""
+    return getattr(unescaped(sys.stdout), "encoding", None) or "utf-8"
+
+
 def unescaped(stream: Any) -> Any:
     """The stream under a `TerminalSafeStream` (itself otherwise): for control output fitplan writes itself."""
     return stream.raw if isinstance(stream, TerminalSafeStream) else stream

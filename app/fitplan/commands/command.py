@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
             "engine": p.settings.engine.value,
             "argv": list(argv),
             "shell": shell.value,
-            "command": join(argv, shell, multiline=args.multiline),
+            "command": join(argv, shell, multiline=args.multiline, exact_text=False),
             "preset": preset_text(req, p, args.name or _default_name(args.model)),
             "kept_flags": list(kept),
             "unmodelled_flags": list(req.unmodelled),
@@ -116,5 +116,5 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     elif args.preset:
         print(preset_text(req, p, args.name or _default_name(args.model)), end="")
     else:
-        print(join(argv, shell, multiline=args.multiline))
+        print(join(argv, shell, multiline=args.multiline, exact_text=out.text_encoding()))
     return out.EXIT_OK if p.fits else out.EXIT_DOES_NOT_FIT

@@ -16,6 +16,7 @@ from fitplan.commands import _output as out
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, Tool
+from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
 from fitplan.core.estimate.estimator import estimate
@@ -101,10 +102,18 @@ def register(subparsers: Any) -> None:
 def add_margin_arguments(p: argparse.ArgumentParser) -> None:
     """--margin and --host-margin: what `plan`, `estimate` and `scan` keep free (one spelling for all three)."""
     p.add_argument(
-        "--margin", type=int, default=1024, metavar="MiB", help="memory left free per GPU (default 1024)"
+        "--margin",
+        type=int_reader(0, INT32_MAX),
+        default=1024,
+        metavar="MiB",
+        help="memory left free per GPU (default 1024)",
     )
     p.add_argument(
-        "--host-margin", type=int, default=1024, metavar="MiB", help="host RAM left free (default 1024)"
+        "--host-margin",
+        type=int_reader(0, INT32_MAX),
+        default=1024,
+        metavar="MiB",
+        help="host RAM left free (default 1024)",
     )
     p.add_argument(
         "--use-total", action="store_true", help="measure against total memory instead of free memory"

@@ -29,6 +29,7 @@ from fitplan.commands.estimate import (
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.inputs.machine import machine_of
 from fitplan.core.inputs.model_source import launch_projector, load_model
@@ -91,7 +92,10 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
     )
     p.add_argument(
-        "--min-ctx", type=int, metavar="N", help="keep at least N tokens of context (per sequence)"
+        "--min-ctx",
+        type=int_reader(0, INT32_MAX),
+        metavar="N",
+        help="keep at least N tokens of context (per sequence)",
     )
     p.add_argument("--all-on-gpu", action="store_true", help="never move weights to the CPU")
     p.add_argument(
@@ -253,7 +257,7 @@ def ollama_text(exp: OllamaExport, shell: Shell) -> str:
     lines.append("Modelfile:")
     lines.append(exp.modelfile.rstrip("\n"))
     lines.append("")
-    lines.append(join(exp.create_argv(), shell))
+    lines.append(join(exp.create_argv(), shell, exact_text=out.text_encoding()))
     return "\n".join(lines)
 
 
@@ -324,7 +328,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         "unmodelled_flags": list(req.unmodelled),
         "engine": p.settings.engine.value,
         "argv": list(argv),
-        "command": join(argv, shell),
+        "command": join(argv, shell, exact_text=False),
         "shell": shell.value,
         "rpc_hosts": [{"endpoint": h.endpoint, "argv": list(h.argv)} for h in rpc_server_commands(req.rpc)],
     }
@@ -388,7 +392,7 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
         lines.append(ollama_text(exp, shell))
         return "\n".join(lines)
     lines.append(f"command ({shell.value}):")
-    lines.append(join(argv, shell, multiline=True))
+    lines.append(join(argv, shell, multiline=True, exact_text=out.text_encoding()))
     hosts = rpc_server_commands(req.rpc)
     if hosts:
         lines.append("")

@@ -22,6 +22,7 @@ from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import add_common_arguments, build_request, command_argv, detect_machine, make_plan
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FitplanError, FlagError
+from fitplan.core.base.numbers import int_reader
 from fitplan.core.gguf.remote import hub_token
 from fitplan.core.inputs.model_source import LoadedModel, SourceKind, SourceModels, load_source_models
 from fitplan.core.launch.shell import Shell, default_shell, join
@@ -94,7 +95,11 @@ def register(subparsers: Any) -> None:
             )
     p.add_argument("--token", help="Hugging Face token (default $HF_TOKEN); sent to the Hub endpoint only")
     p.add_argument(
-        "--jobs", type=int, default=DEFAULT_JOBS, metavar="N", help="headers read at once (default 4)"
+        "--jobs",
+        type=int_reader(1, 64),
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help="headers read at once (default 4)",
     )
     p.add_argument("--shell", choices=[s.value for s in Shell], help="shell to quote the commands for")
     p.add_argument("--json", action="store_true", help="print one JSON document")
@@ -181,7 +186,7 @@ def row_to_dict(r: Row, shell: Shell, recommended: bool) -> dict[str, object]:
         "n_ctx": p.settings.n_ctx if p is not None and p.fits else 0,
         "placement": p.placement.description if p is not None else None,
         "all_on_gpu": r.all_on_gpu,
-        "command": join(r.argv, shell) if r.argv else None,
+        "command": join(r.argv, shell, exact_text=False) if r.argv else None,
         "argv": list(r.argv),
         "mmproj": r.loaded.mmproj_source if r.loaded is not None else None,
         "recommended": recommended,
@@ -235,7 +240,7 @@ def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
     for r in rows:
         if r.fits:
             tag = " (recommended)" if r is best else ""
-            lines.append(f"{r.name}{tag}: {join(r.argv, shell)}")
+            lines.append(f"{r.name}{tag}: {join(r.argv, shell, exact_text=out.text_encoding())}")
     return "\n".join(lines)
 
 

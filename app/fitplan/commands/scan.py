@@ -17,6 +17,8 @@ from typing import Any
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_margin_arguments, margin_policy
 from fitplan.core.base.devices import Machine
+from fitplan.core.base.files import expand_home
+from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.gguf.header import ModelFiles
 from fitplan.core.gguf.header_cache import cached_read_header
 from fitplan.core.inputs.machine import MachineRequest, build_machine
@@ -77,7 +79,13 @@ def register(subparsers: Any) -> None:
     )
     add_margin_arguments(p)
     # the old spelling of --margin, kept working
-    p.add_argument("--margin-mib", dest="margin", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--margin-mib",
+        dest="margin",
+        type=int_reader(0, INT32_MAX),
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     p.add_argument(
         "--host-ram", metavar="SIZE", help="plan for this much host RAM instead of the detected amount"
     )
@@ -86,7 +94,7 @@ def register(subparsers: Any) -> None:
 
 def roots_for(dirs: Sequence[str]) -> tuple[LibraryRoot, ...]:
     if dirs:
-        return tuple(LibraryRoot(os.path.abspath(os.path.expanduser(d)), RootKind.FOLDER) for d in dirs)
+        return tuple(LibraryRoot(os.path.abspath(expand_home(d)), RootKind.FOLDER) for d in dirs)
     return default_roots()
 
 

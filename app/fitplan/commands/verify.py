@@ -29,6 +29,7 @@ from fitplan.commands.estimate import add_flags_parser, machine_for, split_model
 from fitplan.core.base.devices import MIB, DeviceKind
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import Tool
+from fitplan.core.base.numbers import NumberError, parse_real, real_or_none
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.header import GGUFHeader
@@ -47,6 +48,9 @@ SERVER_ONLY_KEYS = frozenset(
     }
 )  # fmt: skip
 
+#: --timeout at most a week; a MiB count in llama.cpp's output at most 2^40 MiB.
+MAX_TIMEOUT_S = 7 * 86400
+MAX_MIB = float(2**40)
 _DEVICE_LINE = re.compile(r"^\s*(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
 _BREAKDOWN = re.compile(r"\|\s+-\s+(.+?)\s+\|.*?(\d+)\s+=\s+(\d+)\s+\+\s+(\d+)\s+\+\s+(\d+)")
 _COMPUTE = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
@@ -77,7 +81,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
     p.add_argument("--llama-bin", type=Path, help=f"folder holding {BINARY} (default: search PATH)")
     p.add_argument("--assume-gpu", action="append", default=[], metavar="NAME=SIZE", help=argparse.SUPPRESS)
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for llama.cpp")
+    p.add_argument("--timeout", default="300", help="seconds to wait for llama.cpp (at most a week)")
     p.add_argument("--token", help="Hugging Face token for a URL or Hub model (default $HF_TOKEN)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=run, accepts_extra=True)
@@ -112,16 +116,29 @@ def parse_output(stdout: str, stderr: str) -> tuple[list[Measured], dict[str, fl
     rows: dict[str, Measured] = {}
     for line in stdout.splitlines():
         m = _DEVICE_LINE.match(line)
-        if m:
-            rows[m.group(1)] = Measured(m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4)))
+        mib = _mibs(m.group(2, 3, 4)) if m else None
+        if m and mib:
+            rows[m.group(1)] = Measured(m.group(1), *mib)
     for line in stderr.splitlines():
         m = _BREAKDOWN.search(line)
-        if m:
+        mib = _mibs(m.group(3, 4, 5)) if m else None
+        if m and mib:
             name = m.group(1).split(" (")[0].strip()
             if name not in rows:
-                rows[name] = Measured(name, float(m.group(3)), float(m.group(4)), float(m.group(5)))
-    compute = {m.group(1): float(m.group(2)) for m in (_COMPUTE.search(x) for x in stderr.splitlines()) if m}
+                rows[name] = Measured(name, *mib)
+    compute: dict[str, float] = {}
+    for m in (_COMPUTE.search(x) for x in stderr.splitlines()):
+        mib = _mibs(m.group(2, 2, 2)) if m else None
+        if m and mib:
+            compute[m.group(1)] = mib[0]
     return list(rows.values()), compute
+
+
+def _mibs(texts: tuple[str | Any, ...]) -> tuple[float, float, float] | None:
+    """Three MiB counts from llama.cpp's output (a line that does not parse is not a row)."""
+    vals = [real_or_none(str(t), 0, MAX_MIB) for t in texts]
+    a, b, c = vals
+    return None if a is None or b is None or c is None else (a, b, c)
 
 
 def detect_cpu_features() -> CpuFeatures:
@@ -143,8 +160,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     args.model, extra = split_model_flag(args.model, extra)
     try:
         parsed = parse_flags(extra)
+        timeout = parse_real(args.timeout, 1, MAX_TIMEOUT_S)
     except FlagError as exc:
         return out.error(str(exc))
+    except NumberError as exc:
+        return out.error(f"--timeout: {exc}")
     model = args.model or parsed.model_path
     if not model:
         return out.error("no model: give MODEL or -m MODEL")
@@ -168,7 +188,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             )
         cmd = [exe, "-m", target, *fit_params_args(extra), "-fitp", "on", "-v"]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return out.error(f"could not run {BINARY}: {exc}")
     if proc.returncode != 0:

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from fitplan.core.base.files import expand_home
 from fitplan.core.inputs.user_settings import load_user_settings
 
 GUI_SWITCH_INTERVAL_S = 0.001
@@ -141,7 +142,7 @@ def model_problem(model: str) -> str | None:
     """Why MODEL cannot be opened, in one line (None when it can be tried): checked before any window opens."""
     if model.startswith(("http://", "https://")):
         return None
-    path = Path(model).expanduser()
+    path = Path(expand_home(model))
     if not path.exists():
         return f"{model}: no such file"
     if path.is_dir():

@@ -16,6 +16,7 @@ import numpy as np
 
 from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
 from fitplan.core.base.errors import GGUFError
+from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
@@ -256,7 +257,7 @@ class Backend:
         examples = examples_dir()
         if examples is not None:
             roots.append(LibraryRoot(str(examples), RootKind.EXAMPLES))
-        roots += [LibraryRoot(str(Path(f).expanduser()), RootKind.FOLDER) for f in folders]
+        roots += [LibraryRoot(expand_home(f), RootKind.FOLDER) for f in folders]
         roots += (self._library_places or default_roots)()
         return dedupe_roots(roots)
 

@@ -8,6 +8,9 @@ from enum import StrEnum
 from fitplan.core.base.units import GIB as GIB
 from fitplan.core.base.units import MIB as MIB
 
+#: include/llama.h llama_max_devices(): llama.cpp uses at most this many devices, every kind together.
+LLAMA_MAX_DEVICES = 16
+
 
 class DeviceKind(StrEnum):
     GPU = "gpu"

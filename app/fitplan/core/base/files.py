@@ -8,12 +8,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from typing import Any
 
-__all__ = ["NotRegularFileError", "open_regular_file", "read_json_file", "read_regular_file"]
+from fitplan.core.base.numbers import loads_json
+
+__all__ = ["NotRegularFileError", "expand_home", "open_regular_file", "read_json_file", "read_regular_file"]
+
+
+def expand_home(path: str | os.PathLike[str]) -> str:
+    """`~` and `~user` expanded where they can be; `~nosuchuser/x` stays as written (then it is not found), where
+    `Path.expanduser()` raises. Every path from the user, the environment or another tool's settings goes here."""
+    text = os.fspath(path)
+    try:
+        return os.path.expanduser(text)
+    except (RuntimeError, KeyError, ValueError, OSError):
+        return text
 
 
 class NotRegularFileError(OSError):
@@ -53,10 +64,4 @@ def read_json_file(path: str | os.PathLike[str], max_bytes: int) -> Any:
     """The parsed JSON of a regular file of at most `max_bytes`. OSError when it cannot be opened; ValueError
     when it is not a JSON document fitplan can hold (too large, too deeply nested, not UTF-8, not JSON).
     Numbers too large for a float parse as infinity: callers check each field."""
-    data = read_regular_file(path, max_bytes)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError as exc:
-        raise ValueError("JSON nested too deeply") from exc
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8: {exc.reason}") from exc
+    return loads_json(read_regular_file(path, max_bytes))

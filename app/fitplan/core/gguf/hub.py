@@ -13,16 +13,16 @@ through `remote.http_get`: the token goes only to the endpoint. GGUF files only;
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fitplan.core.base.errors import GGUFError
-from fitplan.core.gguf.reader import SPLIT_NAME_RE, mmproj_match_key
+from fitplan.core.base.numbers import loads_json
+from fitplan.core.gguf.reader import SPLIT_NAME_RE, ProjectorIndex, parse_split_name
 from fitplan.core.gguf.remote import Deadline, hf_resolve_url, http_get, hub_endpoint
 
 __all__ = [
@@ -222,8 +222,22 @@ def _files_of(page: object, source: str) -> list[HubFile]:
             oid = lfs.get("oid", oid)
         if not isinstance(path, str) or not isinstance(oid, str) or type(size) is not int or size < 0:
             raise HubError(f"the Hub's tree listing has a malformed entry ({ascii(item)[:80]})", None, source)
+        if not (_is_text(path) and _is_text(oid)):
+            continue  # a lone surrogate or a control character: no file on the Hub is named so, none is asked for
         out.append(HubFile(path, size, oid))
     return out
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _is_text(s: str) -> bool:
+    """Printable text that encodes to UTF-8 (a path or id that can be put in a URL and shown)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return _CONTROL.search(s) is None
 
 
 def _list_problem(status: int, has_token: bool) -> str:
@@ -251,8 +265,8 @@ def fetch_tree(ref: HubRef, endpoint: str, token: str | None) -> list[HubFile]:
         if ans.status != 200:
             raise HubError(_list_problem(ans.status, token is not None), None, ref.spelling)
         try:
-            page = json.loads(ans.body)
-        except (ValueError, RecursionError):  # RecursionError: brackets nested thousands deep
+            page = loads_json(ans.body)
+        except ValueError:  # not JSON, not UTF-8, or brackets nested thousands deep
             raise HubError("the Hub's tree listing is not JSON", None, ref.spelling) from None
         files.extend(_files_of(page, ref.spelling))
         nxt = _next_link(ans.headers.get("link", ""))
@@ -274,9 +288,11 @@ def group_files(files: Sequence[HubFile]) -> tuple[list[HubEntry], list[HubEntry
             ignored += 1
             continue
         folder, _, name = f.path.rpartition("/")
-        m = SPLIT_NAME_RE.match(name)
-        if m and int(m.group("count")) > 1:
-            sets.setdefault((folder, m.group("prefix"), int(m.group("count"))), {})[int(m.group("no"))] = f
+        split = parse_split_name(name)
+        if split is not None and split.problem:
+            ignored += 1
+        elif split is not None:
+            sets.setdefault((folder, split.prefix, split.count), {})[split.no] = f
         else:
             singles.append(HubEntry(quant_label(f.path) or _stem(f.path), (f,)))
     for (folder, prefix, count), shards in sets.items():
@@ -300,15 +316,24 @@ def _stem(path: str) -> str:
     return m.group("prefix") if m else re.sub(r"\.gguf$", "", name, flags=re.IGNORECASE)
 
 
-def pair_mmproj(model: HubEntry, projectors: Sequence[HubEntry]) -> str | None:
-    """The projector for a model: those in its own folder first, else the repository's root; best name match."""
-    folder = model.first.rpartition("/")[0]
-    for where in (folder, ""):
-        cands = [p.first for p in projectors if p.first.rpartition("/")[0] == where]
-        if cands:
-            name = model.first.rsplit("/", 1)[-1]
-            return min(cands, key=lambda c: mmproj_match_key(name, c.rsplit("/", 1)[-1]))
-    return None
+def projector_pairing(projectors: Sequence[HubEntry]) -> Callable[[HubEntry], str | None]:
+    """The projector for each model: those in its own folder first, else the repository's root; best name match
+    (`ProjectorIndex`: built once, so a listing of thousands of models and projectors is paired in O(n log n))."""
+    by_folder: dict[str, list[tuple[str, str]]] = {}
+    for p in projectors:
+        folder, _, name = p.first.rpartition("/")
+        by_folder.setdefault(folder, []).append((name, p.first))
+    indexes = {folder: ProjectorIndex(items) for folder, items in by_folder.items()}
+
+    def pair(model: HubEntry) -> str | None:
+        folder, _, name = model.first.rpartition("/")
+        for where in (folder, ""):
+            index = indexes.get(where)
+            if index is not None:
+                return index.best(name)
+        return None
+
+    return pair
 
 
 _LISTINGS: dict[tuple[str, str, str], tuple[float, HubListing]] = {}
@@ -327,7 +352,8 @@ def list_repo(
     if hit is not None and not fresh and now - hit[0] < LISTING_TTL_S:
         return hit[1]
     models, projectors, ignored = group_files(fetch_tree(ref, ep, token))
-    paired = tuple(HubEntry(m.name, m.files, m.missing, pair_mmproj(m, projectors)) for m in models)
+    pair = projector_pairing(projectors)
+    paired = tuple(HubEntry(m.name, m.files, m.missing, pair(m)) for m in models)
     listing = HubListing(HubRef(ref.repo_id, ref.revision), ep, paired, tuple(projectors), ignored)
     with _LISTINGS_LOCK:
         _LISTINGS[key] = (now, listing)

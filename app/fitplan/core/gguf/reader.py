@@ -11,10 +11,12 @@ nesting of arrays is bounded, and every failure is a `GGUFError` naming the offs
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
@@ -23,6 +25,7 @@ import numpy as np
 
 from fitplan.core.base.errors import FileAccessError, GGUFError, IncompleteModelError, MissingShardError
 from fitplan.core.base.files import NotRegularFileError, open_regular_file
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf import ggml_types
 from fitplan.core.gguf.header import (
     DEFAULT_ARRAY_LIMIT,
@@ -60,6 +63,12 @@ MAX_STRING_LENGTH = 1024 * 1024 * 1024
 MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024
 #: ggml's GGML_MAX_DIMS.
 MAX_DIMS = 4
+#: ggml.h GGML_MAX_NAME: a tensor name is shorter (gguf.cpp refuses longer ones), so no name is long enough to make
+#: an `-ot` pattern backtrack for long.
+GGML_MAX_NAME = 64
+#: The most tensors one file may list (the largest models list a few thousand; per-expert layouts tens of
+#: thousands): 3 million tiny tensor infos would fit under the header size cap and cost gigabytes.
+MAX_TENSORS = 1 << 17
 #: Upper bound on a header (metadata + tensor infos). Real ones stay under ~20 MB (a 262k-token vocabulary is 16 MB);
 #: the cap keeps a hostile count in a large file from reading gigabytes of tensor data as "strings".
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -432,6 +441,8 @@ class _Parser:
         n_tensors, n_kv = struct.unpack_from(self.byte_order + "QQ", self.buf, 8)
         if n_tensors * _MIN_TENSOR_BYTES > self.remaining(24):
             raise self.err(f"tensor count {n_tensors} cannot fit in the {self.remaining(24)} bytes left", 8)
+        if n_tensors > MAX_TENSORS:
+            raise self.err(f"{n_tensors} tensors: more than the {MAX_TENSORS} fitplan reads in one file", 8)
         if n_kv * _MIN_KV_BYTES > self.remaining(24):
             raise self.err(f"metadata count {n_kv} cannot fit in the {self.remaining(24)} bytes left", 16)
         metadata, pos = self._metadata(n_kv, 24)
@@ -508,6 +519,11 @@ class _Parser:
         for i in range(n_tensors):
             at = pos
             name, pos = self.string(pos, f"tensor {i} name")
+            if pos - at - 8 >= GGML_MAX_NAME:  # gguf.cpp refuses it: "tensor name ... is too long"
+                raise self.err(
+                    f"tensor {i} name is {pos - at - 8} bytes long (llama.cpp takes at most {GGML_MAX_NAME - 1})",
+                    at,
+                )
             if name in names:
                 raise self.err(f"duplicate tensor name {name!r}", at)
             names.add(name)
@@ -596,7 +612,35 @@ def read_header(
 # -- split models -------------------------------------------------------------------------------------------------
 
 #: llama.cpp llama_split_path: "%s-%05d-of-%05d.gguf" (shard numbers start at 1).
-SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>[0-9]{5})-of-(?P<count>[0-9]{5})\.gguf$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitName:
+    """A shard file name read once: `prefix-0000k-of-0000n.gguf`; `problem` says why no such shard can exist."""
+
+    prefix: str
+    no: int
+    count: int
+
+    @property
+    def problem(self) -> str:
+        if self.no < 1 or self.no > self.count:
+            return f"shard number {self.no} of {self.count} cannot exist (shards are numbered 1 to the count)"
+        return ""
+
+
+def parse_split_name(name: str) -> SplitName | None:
+    """The shard numbers of a file name (the one reader of them: local files, scans and Hub listings); None when the
+    name is not a shard name or names a set of one file."""
+    m = SPLIT_NAME_RE.match(name)
+    if m is None:
+        return None
+    no = int_or_none(m.group("no"), 0, MAX_SPLIT_COUNT)
+    count = int_or_none(m.group("count"), 0, MAX_SPLIT_COUNT)
+    if no is None or count is None or count <= 1:
+        return None
+    return SplitName(m.group("prefix"), no, count)
 
 
 def split_shard_names(name: str, count: int | None = None) -> tuple[str, ...] | None:
@@ -604,7 +648,7 @@ def split_shard_names(name: str, count: int | None = None) -> tuple[str, ...] | 
     m = SPLIT_NAME_RE.match(name)
     if m is None:
         return None
-    named = int(m.group("count"))
+    named = int_or_none(m.group("count"), 0, MAX_SPLIT_COUNT) or 0
     if count is not None and count != named:
         raise GGUFError(f"split.count is {count} but the file name says {named} shards", None, name)
     n = named
@@ -793,6 +837,23 @@ def name_tokens(file_name: str) -> list[str]:
     return [t for t in re.split(r"[-.\s]+", stem) if t and t != "mmproj" and not _QUANT_TOKEN_RE.match(t)]
 
 
+def _precision_rank(mmproj_name: str) -> int:
+    lower = mmproj_name.lower()
+    for i, tag in enumerate(MMPROJ_PRECISION_PREFERENCE):
+        if re.search(rf"(?:^|[-_.]){re.escape(tag)}(?:[-_.]|$)", lower):
+            return i
+    return len(MMPROJ_PRECISION_PREFERENCE)
+
+
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def mmproj_match_key(model_name: str, mmproj_name: str) -> tuple[int, int, int, str]:
     """Sort key (smaller is better) of a projector for a model, by file names.
 
@@ -801,19 +862,67 @@ def mmproj_match_key(model_name: str, mmproj_name: str) -> tuple[int, int, int, 
     """
     mt = name_tokens(model_name)
     pt = name_tokens(mmproj_name)
-    prefix = 0
-    for a, b in zip(mt, pt, strict=False):
-        if a != b:
-            break
-        prefix += 1
-    shared = len(set(mt) & set(pt))
-    lower = mmproj_name.lower()
-    prec = len(MMPROJ_PRECISION_PREFERENCE)
-    for i, tag in enumerate(MMPROJ_PRECISION_PREFERENCE):
-        if re.search(rf"(?:^|[-_.]){re.escape(tag)}(?:[-_.]|$)", lower):
-            prec = i
-            break
-    return (-prefix, -shared, prec, mmproj_name)
+    return (-_common_prefix(mt, pt), -len(set(mt) & set(pt)), _precision_rank(mmproj_name), mmproj_name)
+
+
+#: At most this many projectors are ranked for one model: those nearest it in name-word order (all of them when a
+#: folder or repository has this many or fewer), so pairing M models with P projectors costs O((M + P) log P).
+MAX_RANKED_PROJECTORS = 16
+
+_Projector = tuple[tuple[str, ...], str, str, int]  # name words, file name, value, precision rank
+
+
+class ProjectorIndex:
+    """Projector file names sorted by their name words, built once per folder or listing. The projectors sharing
+    the most leading words with a model are its neighbours in that order, so `candidates` walks out from the
+    model's place instead of ranking every projector, and each is ranked by `mmproj_match_key`'s rule from words
+    computed once."""
+
+    def __init__(self, items: Sequence[tuple[str, str]]) -> None:
+        """`items`: (file name, value returned) of each projector."""
+        self._items: list[_Projector] = sorted(
+            (tuple(name_tokens(name)), name, value, _precision_rank(name)) for name, value in items
+        )
+        self._keys = [p[0] for p in self._items]
+        self._nameless = [p for p in self._items if not p[0]][:MAX_RANKED_PROJECTORS]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def candidates(self, words: tuple[str, ...]) -> list[_Projector]:
+        """Up to MAX_RANKED_PROJECTORS projectors, those sharing the longest run of leading words first, and the
+        first of those with no model words ("mmproj-F16.gguf": they may suit any model)."""
+        if len(self._items) <= MAX_RANKED_PROJECTORS:
+            return self._items
+        hi = bisect.bisect_left(self._keys, words)
+        lo = hi - 1
+        out: list[_Projector] = []
+        while len(out) < MAX_RANKED_PROJECTORS and (lo >= 0 or hi < len(self._keys)):
+            up = _common_prefix(words, self._keys[hi]) if hi < len(self._keys) else -1
+            down = _common_prefix(words, self._keys[lo]) if lo >= 0 else -1
+            if up >= down:
+                out.append(self._items[hi])
+                hi += 1
+            else:
+                out.append(self._items[lo])
+                lo -= 1
+        return out + [p for p in self._nameless if p not in out]
+
+    def best(
+        self, model_name: str, allowed: Callable[[tuple[str, ...]], bool] = lambda _w: True
+    ) -> str | None:
+        """The value of the best projector for the model (`mmproj_match_key`'s order) among those whose name words
+        are `allowed`."""
+        mt = tuple(name_tokens(model_name))
+        words = set(mt)
+        best: tuple[tuple[int, int, int, str], str] | None = None
+        for pt, name, value, prec in self.candidates(mt):
+            if not allowed(pt):
+                continue
+            key = (-_common_prefix(mt, pt), -len(words.intersection(pt)), prec, name)
+            if best is None or key < best[0]:
+                best = (key, value)
+        return None if best is None else best[1]
 
 
 def rank_mmproj(

@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from fitplan.core.base.errors import GGUFError, MissingShardError
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf.header import DEFAULT_ARRAY_LIMIT, GGUFHeader, ModelFiles
 from fitplan.core.gguf.reader import check_split_set, parse_header, split_shard_names
 
@@ -71,7 +72,9 @@ MAX_REQUESTS_PER_HEADER = 24
 MAX_REMOTE_SHARDS = 256
 #: After this many missing shards the others are not asked for.
 MAX_MISSING_REPORTED = 3
-_CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+_CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+([0-9]+)-([0-9]+)/([0-9]+|\*)\s*$", re.IGNORECASE)
+#: No file fitplan reads remotely is larger (1 PiB): a larger offset or size in a header is a bad answer.
+MAX_REMOTE_BYTES = 1 << 50
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _KEPT_HEADERS = (
     "content-range", "content-length", "content-type", "etag", "x-linked-etag", "x-linked-size", "link",
@@ -196,9 +199,9 @@ def _cut_off(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
 
 
 def _read_body(resp: http.client.HTTPResponse, max_body: int, url: str) -> bytes:
-    declared = resp.getheader("Content-Length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > max_body:
-        raise GGUFError(f"the answer is {int(declared)} bytes, more than the {max_body} expected", None, url)
+    declared = int_or_none(resp.getheader("Content-Length") or "", 0, MAX_REMOTE_BYTES)
+    if declared is not None and declared > max_body:
+        raise GGUFError(f"the answer is {declared} bytes, more than the {max_body} expected", None, url)
     chunks: list[bytes] = []
     n = 0
     while True:
@@ -381,15 +384,24 @@ class HttpRangeSource:
         m = _CONTENT_RANGE_RE.match(cr)
         if m is None:
             raise GGUFError(f"bad Content-Range {_clean(cr)!r} in a 206 answer", offset, self.url)
-        start, last, total = int(m.group(1)), int(m.group(2)), m.group(3)
+        start = int_or_none(m.group(1), 0, MAX_REMOTE_BYTES)
+        last = int_or_none(m.group(2), 0, MAX_REMOTE_BYTES)
+        total = m.group(3)
+        size = None if total == "*" else int_or_none(total, 1, MAX_REMOTE_BYTES)
+        if start is None or last is None or (total != "*" and size is None):
+            raise GGUFError(
+                f"bad Content-Range {_clean(cr)[:60]!r} in a 206 answer (numbers past {MAX_REMOTE_BYTES} bytes)",
+                offset,
+                self.url,
+            )
         if start != offset or last < start or last > offset + length - 1:
             raise GGUFError(
                 f"the server sent bytes {start}-{last}, asked for {offset}-{offset + length - 1}",
                 offset,
                 self.url,
             )
-        if total != "*":
-            self._size = int(total)
+        if size is not None:
+            self._size = size
         if self.etag is None:
             self.etag = ans.headers.get("x-linked-etag") or ans.headers.get("etag") or None
         want = last - start + 1

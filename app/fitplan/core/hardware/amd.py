@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fitplan.core.base.devices import Device, DeviceKind, Vendor
+from fitplan.core.base.numbers import int_or_none, is_digits
 from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 
 AMD_PCI_VENDOR = "0x1002"
@@ -62,13 +63,14 @@ class AmdSysfsProbe:
             total_s = _read(dev_dir / "mem_info_vram_total")
             used_s = _read(dev_dir / "mem_info_vram_used")
             slot = _slot(dev_dir)
-            if total_s is None or not total_s.isdigit():
+            total_n = int_or_none(total_s or "", 1, 1 << 60)
+            if total_n is None:
                 problems.append(
                     f"AMD: {card.name} ({slot}): no readable mem_info_vram_total (amdgpu driver?)"
                 )
                 continue
-            total = int(total_s)
-            used = int(used_s) if used_s is not None and used_s.isdigit() else 0
+            total = total_n
+            used = int_or_none(used_s or "", 0, total) or 0
             name = _read(dev_dir / "product_name") or ""
             if not name:
                 device_id = (_read(dev_dir / "device") or "").lower().removeprefix("0x")
@@ -101,11 +103,12 @@ def _apply_visible(
     out: list[tuple[str, str, int, int]] = []
     used: set[int] = set()
     for entry in (e.strip() for e in value.split(",") if value.strip()):
-        if not entry.isdigit() or int(entry) >= len(gpus) or int(entry) in used:
+        index = int_or_none(entry, 0, len(gpus) - 1) if is_digits(entry) else None
+        if index is None or index in used:
             problems.append(
                 f"AMD: {var} entry {entry!r} is not a GPU index fitplan can match: it and the rest are ignored"
             )
             break
-        used.add(int(entry))
-        out.append(gpus[int(entry)])
+        used.add(index)
+        out.append(gpus[index])
     return out

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 
 from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Vendor
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.hardware.host import CommandRunner, run_command
 from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 
@@ -74,13 +75,13 @@ class AppleSiliconProbe:
             return ProbeResult()
         if _sysctl(self._run, "hw.optional.arm64") != "1":
             return ProbeResult(problems=("Apple: an Intel Mac: its Metal GPUs are not detected",))
-        ram_s = _sysctl(self._run, "hw.memsize")
-        if not ram_s.isdigit():
+        ram_n = int_or_none(_sysctl(self._run, "hw.memsize"), 1, 1 << 60)
+        if ram_n is None:
             return ProbeResult(problems=("Apple: could not read hw.memsize",))
-        ram = int(ram_s)
+        ram = ram_n
         chip = _sysctl(self._run, "machdep.cpu.brand_string") or "Apple Silicon"
         limit_s = _sysctl(self._run, "iogpu.wired_limit_mb")
-        wired = int(limit_s) * MIB if limit_s.isdigit() else 0
+        wired = (int_or_none(limit_s, 0, 1 << 40) or 0) * MIB
         metal = self._metal()
         if metal is not None:
             total, how = metal, "Metal recommendedMaxWorkingSetSize"

@@ -15,15 +15,15 @@ Apple Silicon entries are unified memory: the GPU gets macOS's default Metal wor
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from fitplan.core.base.devices import GIB, Device, Vendor
+from fitplan.core.base.devices import GIB, LLAMA_MAX_DEVICES, Device, Vendor
 from fitplan.core.base.errors import FitplanError
+from fitplan.core.base.numbers import int_or_none, is_digits, loads_json, real_or_none
 from fitplan.core.hardware.apple import estimated_metal_working_set
 from fitplan.core.hardware.config import AssumedGpu
 
@@ -44,7 +44,9 @@ _TRAILING_SIZE_RE = re.compile(r"^(.*?)[\s\-_]*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|m
 _COUNT_RE = re.compile(r"^\s*(\d+)\s*(?:[\*×]\s*|x(?:\s+|(?=\d)))(.+)$", re.IGNORECASE)
 _VENDOR_WORDS = ("nvidia", "geforce", "amd", "radeon", "intel", "apple", "tesla", "instinct")
 #: include/llama.h llama_max_devices(): more GPUs than llama.cpp can use is a typo (and costs minutes).
-MAX_ASSUMED_GPUS = 16
+MAX_ASSUMED_GPUS = LLAMA_MAX_DEVICES
+#: The largest memory size fitplan reads (1 PiB): a larger one is not a size.
+MAX_SIZE_BYTES = 1 << 50
 _FAMILY_PREFIXES = ("rtx", "gtx", "rx", "arc", "mi")
 
 
@@ -94,7 +96,9 @@ def parse_size(text: str) -> int | None:
     m = _SIZE_RE.match(text)
     if not m:
         return None
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    x = real_or_none(m.group(1), 0, MAX_SIZE_BYTES)
+    size = None if x is None else x * _UNITS[(m.group(2) or "").lower()]
+    return None if size is None or size > MAX_SIZE_BYTES else int(size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +113,7 @@ class GpuCatalog:
 
     @classmethod
     def from_json(cls, text: str) -> GpuCatalog:
-        doc = json.loads(text)
+        doc = loads_json(text)
         out = []
         for row in doc["gpus"]:
             out.append(
@@ -129,7 +133,7 @@ class GpuCatalog:
             keys = {normalise_name(gpu.name), *(normalise_name(a) for a in gpu.aliases)}
             for key in list(keys):
                 for prefix in _FAMILY_PREFIXES:  # "4090" for "RTX 4090", "7900xtx" for "RX 7900 XTX"
-                    if key.startswith(prefix) and key[len(prefix) :][:1].isdigit():
+                    if key.startswith(prefix) and is_digits(key[len(prefix) :][:1]):
                         keys.add(key[len(prefix) :])
             for key in keys:
                 index.setdefault(key, []).append(gpu)
@@ -166,14 +170,12 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
     count = 1
     m = _COUNT_RE.match(text)
     if m and _find_quiet(cat, text) is None:
-        count = int(m.group(1))
-        text = m.group(2).strip()
-        if count < 1:
-            raise AssumedGpuError(f"{spec!r}: the GPU count must be at least 1")
-        if count > MAX_ASSUMED_GPUS:  # llama.cpp uses at most llama_max_devices() = 16 devices
+        n = int_or_none(m.group(1), 1, MAX_ASSUMED_GPUS)
+        if n is None:  # llama.cpp uses at most llama_max_devices() = 16 devices
             raise AssumedGpuError(
-                f"{spec[:40]!r}: at most {MAX_ASSUMED_GPUS} GPUs (llama.cpp's device limit)"
+                f"{spec[:40]!r}: the GPU count must be 1 to {MAX_ASSUMED_GPUS} (llama.cpp's device limit)"
             )
+        count, text = n, m.group(2).strip()
     if "=" in text:
         name, _, size_text = text.partition("=")
         size = parse_size(size_text)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.hardware.probe import HostMemory, ProbeResult
 
 CommandRunner = Callable[[list[str]], str | None]
@@ -33,9 +34,10 @@ def parse_meminfo(text: str) -> HostMemory | None:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
-        if parts and parts[0].isdigit():
+        n = int_or_none(parts[0], 0, 1 << 60) if parts else None
+        if n is not None:
             scale = 1024 if len(parts) > 1 and parts[1].lower() == "kb" else 1
-            values[key.strip()] = int(parts[0]) * scale
+            values[key.strip()] = n * scale
     total = values.get("MemTotal")
     if total is None:
         return None
@@ -51,12 +53,14 @@ _VM_LINE = re.compile(r"^(Pages [^:]+):\s+(\d+)\.?\s*$")
 
 def parse_vm_stat(text: str, total_bytes: int) -> HostMemory:
     m = _VM_PAGE_SIZE.search(text)
-    page = int(m.group(1)) if m else 4096
+    page = (int_or_none(m.group(1), 1, 1 << 30) if m else None) or 4096
     pages: dict[str, int] = {}
     for line in text.splitlines():
         lm = _VM_LINE.match(line.strip())
         if lm:
-            pages[lm.group(1)] = int(lm.group(2))
+            n = int_or_none(lm.group(2), 0, 1 << 50)
+            if n is not None:
+                pages[lm.group(1)] = n
     avail_pages = (
         pages.get("Pages free", 0) + pages.get("Pages inactive", 0) + pages.get("Pages speculative", 0)
     )
@@ -112,11 +116,11 @@ class HostMemoryProbe:
             except OSError:
                 return None
         if self._platform == "darwin":
-            total_s = (self._run(["sysctl", "-n", "hw.memsize"]) or "").strip()
-            if not total_s.isdigit():
+            total_n = int_or_none((self._run(["sysctl", "-n", "hw.memsize"]) or "").strip(), 1, 1 << 60)
+            if total_n is None:
                 return None
             vm = self._run(["vm_stat"])
-            total = int(total_s)
+            total = total_n
             return parse_vm_stat(vm, total) if vm else HostMemory(total, total, "sysctl hw.memsize")
         if self._platform in ("win32", "cygwin"):
             return self._windows()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fitplan.core.base.devices import Device, DeviceKind, Vendor
+from fitplan.core.base.numbers import int_or_none, is_digits
 from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 
 # NVML return codes (nvml.h) the messages below single out.
@@ -285,9 +286,9 @@ class NvmlProbe:
 
     @staticmethod
     def _match_entry(ordered: list[_Gpu], entry: str) -> tuple[_Gpu, set[str] | None] | None:
-        if entry.lstrip("-").isdigit():
-            i = int(entry)
-            return (ordered[i], None) if 0 <= i < len(ordered) else None
+        if is_digits(entry.lstrip("-")):
+            i = int_or_none(entry, -(2**63), 2**63 - 1)
+            return (ordered[i], None) if i is not None and 0 <= i < len(ordered) else None
         low = entry.lower()
         if low.startswith(
             "mig-gpu-"

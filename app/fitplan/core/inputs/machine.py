@@ -13,7 +13,7 @@ from fitplan.core import hardware
 from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FitplanError, FlagError
 from fitplan.core.hardware import HardwareConfig, parse_assumed_gpu
-from fitplan.core.hardware.catalog import parse_size
+from fitplan.core.hardware.catalog import MAX_ASSUMED_GPUS, parse_size
 from fitplan.core.hardware.probe import ProbeResult
 
 __all__ = ["MachineRequest", "build_machine", "parse_host_ram"]
@@ -59,6 +59,14 @@ def build_machine(
         use_detected=use_detected, hypothetical=() if req.no_gpu else hyp, host_ram_bytes=ram
     )
     machine = config.machine(detected)
+    total = len(req.rpc) + len(machine.gpus)
+    if (
+        total > MAX_ASSUMED_GPUS
+    ):  # llama_max_devices(): a total over every spec, --rpc and --assume-gpu together
+        given = " and ".join(
+            x for x in (f"{len(req.rpc)} from --rpc" if req.rpc else "", f"{len(machine.gpus)} GPUs") if x
+        )
+        raise FlagError(f"at most {MAX_ASSUMED_GPUS} devices in all (llama.cpp's device limit); got {given}")
     return Machine((*req.rpc, *machine.gpus), machine.host), tuple(detected.problems)
 
 

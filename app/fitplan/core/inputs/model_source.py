@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fitplan.core.base.errors import FitplanError, GGUFError, MissingShardError
+from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.gguf.header import GGUFHeader, ModelFiles
 from fitplan.core.gguf.hub import (
@@ -30,8 +31,8 @@ from fitplan.core.gguf.hub import (
     forget_listings,
     group_files,
     list_repo,
-    pair_mmproj,
     parse_hub_ref,
+    projector_pairing,
 )
 from fitplan.core.gguf.reader import check_split_set, open_model
 from fitplan.core.gguf.remote import (
@@ -126,15 +127,22 @@ def read_cached_header(
     endpoint: str | None = None,
     cache: RemoteHeaderCache | None = None,
     counter: ReadCounter | None = None,
+    overall: Deadline | None = None,
 ) -> GGUFHeader:
     """A remote header through the cache. With a known `validator` (the Hub's object id) a hit asks nothing;
-    without one, a 1-byte range request learns the file's ETag or size first."""
+    without one, a 1-byte range request learns the file's ETag or size first. `overall`: the deadline of the
+    whole operation (a listing's headers), which this read's own deadline never outlasts."""
     c = cache if cache is not None else RemoteHeaderCache()
     if validator is not None:
         hit = c.get(url, validator)
         if hit is not None:
             return hit
-    src = HttpRangeSource(url, token, endpoint=endpoint, deadline=Deadline(_HEADER_DEADLINE_S))
+    seconds = _HEADER_DEADLINE_S if overall is None else min(_HEADER_DEADLINE_S, overall.left())
+    if seconds <= 0 and overall is not None:
+        raise GGUFError(
+            f"not read: the {overall.seconds:g} s for all the headers of the listing were spent", None, url
+        )
+    src = HttpRangeSource(url, token, endpoint=endpoint, deadline=Deadline(seconds))
     try:
         if validator is None:
             src.probe()
@@ -219,7 +227,7 @@ def _projector(url: str, oid: str, read: Callable[[], GGUFHeader]) -> tuple[GGUF
 
 
 def _load_local(source: str, header_only: bool, find_mmproj: bool) -> LoadedModel:
-    path = os.path.expanduser(source)
+    path = expand_home(source)
     files = open_model(path, find_mmproj=find_mmproj, allow_incomplete=header_only)
     profile = build_profile(files)
     mm, note = _mmproj_of(files, profile)
@@ -252,6 +260,7 @@ def load_hub_entry(
     cache: RemoteHeaderCache | None = None,
     with_mmproj: bool = True,
     source: str | None = None,
+    overall: Deadline | None = None,
 ) -> LoadedModel:
     """One model of a listed repository: every shard's header (validated by the listing's object ids, so a cached
     header costs no request) and its paired projector."""
@@ -264,7 +273,7 @@ def load_hub_entry(
     def read(path: str, oid: str) -> GGUFHeader:
         return read_cached_header(
             listing.url(path), validator="oid:" + oid, token=token, endpoint=listing.endpoint, cache=cache,
-            counter=counter,
+            counter=counter, overall=overall,
         )  # fmt: skip
 
     shards = tuple(read(f.path, f.oid) for f in entry.files)
@@ -337,8 +346,9 @@ def folder_entries(folder: str) -> tuple[list[HubEntry], list[HubEntry], int]:
     files: list[HubFile] = []
     _walk(folder, FOLDER_DEPTH, "", files)
     models, projectors, ignored = group_files(files)
+    pair = projector_pairing(projectors)
     return (
-        [HubEntry(m.name, m.files, m.missing, pair_mmproj(m, projectors)) for m in models],
+        [HubEntry(m.name, m.files, m.missing, pair(m)) for m in models],
         projectors,
         ignored,
     )
@@ -352,7 +362,7 @@ def _is_hub_spelling(source: str, ref: HubRef | None) -> bool:
     # `org/model:Q4_K_M` could be a relative path: an existing file wins; `models/x.gguf` (no quant, no hf.co/) is a
     # path that is missing, not a repository
     named = ref.quant is not None or source.lower().startswith(("hf.co/", "huggingface.co/"))
-    return named and not os.path.exists(os.path.expanduser(source))
+    return named and not os.path.exists(expand_home(source))
 
 
 def is_remote_source(source: str, endpoint: str | None = None) -> bool:
@@ -488,10 +498,26 @@ def _all_cached(listing: HubListing, e: HubEntry, cache: RemoteHeaderCache) -> b
 
 def is_model_collection(source: str, endpoint: str | None = None) -> bool:
     """A folder, or a Hub repository named without a quant (what `load_source_models` takes)."""
-    if os.path.isdir(os.path.expanduser(source)):
+    if os.path.isdir(expand_home(source)):
         return True
     ref = parse_hub_ref(source, hub_endpoint(endpoint))
     return ref is not None and ref.quant is None and ref.file is None
+
+
+#: The most models `load_source_models` reads from one folder or repository, and the time all their headers may
+#: take together (each header also has its own deadline): a listing of thousands of quants is refused at once.
+MAX_SOURCE_MODELS = 256
+SOURCE_DEADLINE_S = 120.0
+
+
+def _check_model_count(n: int, source: str) -> None:
+    if n > MAX_SOURCE_MODELS:
+        raise GGUFError(
+            f"{n} models: more than the {MAX_SOURCE_MODELS} compared at once; name one (ORG/REPO:QUANT) or a "
+            "smaller folder",
+            None,
+            source,
+        )
 
 
 def load_source_models(
@@ -499,9 +525,10 @@ def load_source_models(
 ) -> SourceModels:
     """Every model of a local folder or a Hub repository (headers only, `jobs` at a time), each isolated: one that
     cannot be read carries its error. A repository spelled with a quant keeps only that one."""
-    folder = os.path.expanduser(source.strip())
+    folder = expand_home(source.strip())
     if os.path.isdir(folder):
         models, projectors, ignored = folder_entries(folder)
+        _check_model_count(len(models), folder)
         loaded = _each(models, lambda e: _load_in_folder(folder, e), jobs)
         return SourceModels(folder, SourceKind.FILE, loaded, tuple(projectors), ignored)
     ep = hub_endpoint(endpoint)
@@ -511,10 +538,12 @@ def load_source_models(
     tok = hub_token(token)
     listing = list_repo(ref, tok, ep, fresh=True)
     entries = [e for e in listing.models if ref.quant is None or e.name.upper() == ref.quant.upper()]
+    _check_model_count(len(entries), ref.spelling)
     cache = RemoteHeaderCache()
+    overall = Deadline(SOURCE_DEADLINE_S)
     loaded = _each(
         entries,
-        lambda e: load_hub_entry(listing, e, token=tok, cache=cache),
+        lambda e: load_hub_entry(listing, e, token=tok, cache=cache, overall=overall),
         jobs,
         lambda e: _all_cached(listing, e, cache),
     )

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fitplan.core.base.errors import SettingsSaveError
-from fitplan.core.base.files import read_regular_file
+from fitplan.core.base.files import NotRegularFileError, read_regular_file
 from fitplan.core.base.launch_settings import (
     KV_CACHE_TYPES,
     NGL_AUTO,
@@ -38,6 +38,7 @@ from fitplan.core.base.launch_settings import (
     LaunchSettings,
     MmprojPlacement,
 )
+from fitplan.core.base.numbers import loads_json
 
 #: Bump when a field changes meaning; adding a field with a default does not need a bump.
 SCHEMA_VERSION = 1
@@ -382,10 +383,7 @@ def _keep_copy(path: Path, data: bytes, suffix: str) -> Path | None:
 
 
 def _parse(data: bytes) -> object:
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError as exc:
-        raise ValueError("nested too deeply") from exc
+    return loads_json(data.decode("utf-8"))
 
 
 def load_user_settings(directory: Path | None = None) -> LoadResult:
@@ -397,8 +395,17 @@ def load_user_settings(directory: Path | None = None) -> LoadResult:
         data = read_regular_file(path, MAX_SETTINGS_BYTES)
     except FileNotFoundError:
         return _loaded(path, LoadResult(UserSettings()))
-    except (OSError, ValueError) as exc:
+    except (NotRegularFileError, ValueError) as exc:  # a folder, FIFO or device, or too large: never readable
         return _loaded(path, _aside(path, "unreadable", f"Saved settings could not be read ({exc})"))
+    except OSError as exc:  # EMFILE, EACCES, EIO...: may pass; the file stays, and a save merges into it
+        return _loaded(
+            path,
+            LoadResult(
+                UserSettings(),
+                f"Saved settings could not be read now ({exc.strerror or exc}); they are"
+                " kept as they are, and changes made now are added to them when they can be read again.",
+            ),
+        )
     try:
         doc = _parse(data)
         version = doc.get("schema_version") if isinstance(doc, dict) else None
@@ -519,13 +526,39 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _read_disk(path: Path) -> UserSettings | None:
-    """The settings on disk now, or None when there are none or they are not a usable object."""
+def _read_disk(path: Path) -> tuple[UserSettings | None, dict[str, Any]]:
+    """The settings on disk now (None when there are none or they are not a usable object) and the raw document's
+    fields this version does not know (a newer fitplan's), which the save writes back. An OSError other than a
+    missing file is raised: a save must not replace a file it could not read (EMFILE, EIO)."""
     try:
-        settings, _problems = _from_json(_parse(read_regular_file(path, MAX_SETTINGS_BYTES)))
-    except (OSError, ValueError, SettingsFormatError):
-        return None
-    return settings
+        data = read_regular_file(path, MAX_SETTINGS_BYTES)
+    except (FileNotFoundError, NotRegularFileError, ValueError):
+        return None, {}
+    try:
+        doc = _parse(data)
+        settings, _problems = _from_json(doc)
+    except (ValueError, SettingsFormatError):
+        return None, {}
+    return settings, _unknown_fields(doc)
+
+
+def _unknown_fields(doc: object) -> dict[str, Any]:
+    """Fields of a settings document this version does not read, at the top and in each model's choices."""
+    if not isinstance(doc, dict):
+        return {}
+    known = set(UserSettings.__dataclass_fields__)
+    extra: dict[str, Any] = {k: v for k, v in doc.items() if k not in known}
+    choices = doc.get("model_choices")
+    if isinstance(choices, dict):
+        known_c = set(ModelChoices.__dataclass_fields__)
+        per_model = {
+            k: {n: x for n, x in v.items() if n not in known_c}
+            for k, v in choices.items()
+            if isinstance(v, dict) and any(n not in known_c for n in v)
+        }
+        if per_model:
+            extra["model_choices"] = per_model
+    return extra
 
 
 def save_user_settings(settings: UserSettings, directory: Path | None = None) -> Path:
@@ -537,11 +570,11 @@ def save_user_settings(settings: UserSettings, directory: Path | None = None) ->
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(path):
             base = _synced.get(path)
-            disk = _read_disk(path) if base is not None else None
+            disk, extra = _read_disk(path)
             merged = (
                 merge_settings(base, settings, disk) if base is not None and disk is not None else settings
             )
-            _write_atomic(path, merged)
+            _write_atomic(path, merged, extra)
     except OSError as exc:
         raise SettingsSaveError(
             f"cannot save settings in {path.parent}: {exc.strerror or exc}; the changes are kept only until fitplan"
@@ -551,8 +584,19 @@ def save_user_settings(settings: UserSettings, directory: Path | None = None) ->
     return path
 
 
-def _write_atomic(path: Path, settings: UserSettings) -> None:
-    payload = json.dumps(_to_json(replace(settings, schema_version=SCHEMA_VERSION)), indent=2, sort_keys=True)
+def _write_atomic(path: Path, settings: UserSettings, extra: Mapping[str, Any] | None = None) -> None:
+    """Write the settings, with `extra` (fields a newer version wrote) kept beside them. A settings file that is a
+    link is written through: its target is replaced, the link stays."""
+    doc = _to_json(replace(settings, schema_version=SCHEMA_VERSION))
+    for k, v in (extra or {}).items():
+        if k == "model_choices":
+            for model, fields in v.items():
+                if model in doc["model_choices"]:
+                    doc["model_choices"][model] = {**fields, **doc["model_choices"][model]}
+        else:
+            doc.setdefault(k, v)
+    payload = json.dumps(doc, indent=2, sort_keys=True)
+    path = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

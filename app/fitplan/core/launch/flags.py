@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitplan.core import engines
+from fitplan.core.base.devices import LLAMA_MAX_DEVICES
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import (
     NGL_ALL,
@@ -33,6 +34,7 @@ from fitplan.core.base.launch_settings import (
     SplitMode,
     TensorOverride,
 )
+from fitplan.core.base.numbers import int_or_none, real_or_none
 from fitplan.core.gguf.hub import HF_REF_PREFIX, hf_arg
 from fitplan.core.gguf.remote import is_url
 from fitplan.core.memory.context import LLAMA_MAX_SEQ
@@ -43,8 +45,6 @@ FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
 #: llama.cpp reads integer flags with std::stoi: a 32-bit int.
 INT32_MAX = 2**31 - 1
-#: include/llama.h llama_max_devices(): -ts and -fitt take at most this many values.
-LLAMA_MAX_DEVICES = 16
 #: src/llama-hparams.h LLAMA_MAX_LAYERS: no model has more layers (--n-cpu-ffn N makes N overrides).
 LLAMA_MAX_LAYERS = 512
 #: ollama's OLLAMA_GPU_OVERHEAD is bytes; more than 1 PiB per GPU is a typo.
@@ -73,9 +73,10 @@ Reader = Callable[[str, str, Engine], Any]
 
 
 def _int(flag: str, value: str) -> int:
-    if not _INT.fullmatch(value.strip()):
+    n = int_or_none(value, -(2**63), 2**63 - 1) if _INT.fullmatch(value.strip()) else None
+    if n is None:
         raise FlagError(f"{flag}: expected an integer, got {_shown(value)}")
-    return int(value.strip(), 10)
+    return n
 
 
 def _shown(value: str) -> str:
@@ -117,8 +118,8 @@ def _number(flag: str, text: str, example: str) -> float:
     """A finite number >= 0 (no nan, inf, or negative share)."""
     if not _DECIMAL.fullmatch(text.strip()):
         raise FlagError(f"{flag}: expected finite numbers >= 0 like {example} (got {_shown(text)})")
-    x = float(text)
-    if not math.isfinite(x) or x < 0:
+    x = real_or_none(text, 0, math.inf)
+    if x is None:
         raise FlagError(f"{flag}: {_shown(text)} must be a finite number >= 0")
     return x
 
@@ -147,9 +148,10 @@ def _tensor_split(flag: str, value: str, _engine: Engine) -> tuple[float, ...]:
 def _fit_target(flag: str, value: str, _engine: Engine) -> tuple[int, ...]:
     out = []
     for x in _counted(flag, _split_list(value)):
-        if not _INT.fullmatch(x.strip()):
+        n = int_or_none(x, -(2**63), 2**63 - 1) if _INT.fullmatch(x.strip()) else None
+        if n is None:
             raise FlagError(f"{flag}: expected MiB values like 1024,2048 (got {_shown(value)})")
-        out.append(_in_range(flag, int(x), 0, INT32_MAX, " MiB"))
+        out.append(_in_range(flag, n, 0, INT32_MAX, " MiB"))
     return tuple(out)
 
 
@@ -1035,12 +1037,19 @@ def _finish(st: _Parse) -> LaunchSettings:
         d = DraftSettings(model_path=str(draft["draft_model"]))
         upd["draft"] = DraftSettings(
             model_path=d.model_path,
-            n_gpu_layers=int(str(draft.get("draft_ngl", d.n_gpu_layers))),
+            n_gpu_layers=_whole(draft.get("draft_ngl", d.n_gpu_layers)),
             cache_type_k=str(draft.get("draft_type_k", d.cache_type_k)),
             cache_type_v=str(draft.get("draft_type_v", d.cache_type_v)),
-            n_max=int(str(draft.get("draft_n_max", d.n_max))),
+            n_max=_whole(draft.get("draft_n_max", d.n_max)),
         )
     return dataclasses.replace(st.base, **upd)  # type: ignore[arg-type]
+
+
+def _whole(v: object) -> int:
+    """A value the table's reader already made an integer."""
+    if not isinstance(v, int):
+        raise TypeError(f"expected an integer setting, got {type(v).__name__}")
+    return v
 
 
 def _apply_ollama(values: dict[str, object], upd: dict[str, object], base: LaunchSettings) -> None:

@@ -16,8 +16,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.devices import LLAMA_MAX_DEVICES, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FlagError
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.hardware.catalog import parse_size as catalog_parse_size
 from fitplan.core.memory.weights import gpu_backend
 
@@ -97,9 +98,9 @@ def parse_rpc_spec(spec: str, device_index: int = 0) -> RpcServer:
     if m is None:
         raise FlagError(f"--rpc {spec!r}: expected HOST:PORT=SIZE, for example 192.168.1.20:50052=24GiB")
     host = m.group("host").strip("[]")
-    port = int(m.group("port")) if m.group("port") else DEFAULT_RPC_PORT
-    if not 0 < port <= 65535:
-        raise FlagError(f"--rpc {spec!r}: port {port} is out of range")
+    port = int_or_none(m.group("port"), 1, 65535) if m.group("port") else DEFAULT_RPC_PORT
+    if port is None:
+        raise FlagError(f"--rpc {spec[:60]!r}: the port must be 1 to 65535")
     size = parse_size(m.group("size"))
     if size <= 0:
         raise FlagError(f"--rpc {spec!r}: the device needs a size above zero")
@@ -110,6 +111,10 @@ def rpc_devices(specs: Sequence[str]) -> tuple[RpcServer, ...]:
     """Several specs; a repeated endpoint is the next device of the same server."""
     out: list[RpcServer] = []
     count: dict[str, int] = {}
+    if len(specs) > LLAMA_MAX_DEVICES:
+        raise FlagError(
+            f"--rpc: at most {LLAMA_MAX_DEVICES} devices in all (llama.cpp's device limit), got {len(specs)}"
+        )
     for spec in specs:
         first = parse_rpc_spec(spec)
         k = count.get(first.endpoint, 0)
@@ -139,6 +144,11 @@ def with_rpc(machine: Machine, servers: Sequence[RpcServer]) -> Machine:
     (CUDA0 stays CUDA0 although it is no longer the first device)."""
     if not servers:
         return machine
+    if len(servers) + len(machine.gpus) > LLAMA_MAX_DEVICES:
+        raise FlagError(
+            f"at most {LLAMA_MAX_DEVICES} devices in all (llama.cpp's device limit); got {len(servers)} from --rpc "
+            f"and {len(machine.gpus)} GPUs"
+        )
     local: list[Device] = []
     for i, d in enumerate(machine.gpus):
         if not d.backend_name and d.vendor is not Vendor.RPC:

@@ -39,7 +39,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
-from fitplan.core.base.errors import FlagError
+from fitplan.core.base.errors import FitplanError, FlagError
+from fitplan.core.base.numbers import int_or_none, is_digits
 
 __all__ = [
     "Shell",
@@ -93,6 +94,63 @@ _PS_SAFE = re.compile(
 
 #: Characters cmd.exe interprets on its command line; each is escaped with `^` (`%` gets one after it instead).
 _CMD_META = frozenset('()%!^"<>&|')
+#: cmd.exe's longest command line (8,191 characters, after expansion): a longer one is refused, not cut.
+CMD_MAX_LINE = 8191
+#: Characters that end cmd.exe's command word as a blank does (its token delimiters).
+_CMD_DELIMITERS = frozenset(" \t;,=\x0b\x0c\xa0")
+#: cmd.exe's internal commands: an unquoted first word that starts with one of these (`echo.exe`, `dir/w`, `cd..`)
+#: runs the internal command, never a program file of that name.
+_CMD_INTERNAL = re.compile(
+    r"(?i)(assoc|break|call|cd|chdir|cls|color|copy|date|del|dir|dpath|echo|endlocal|erase|exit|for|ftype|goto|"
+    r"if|keys|md|mkdir|mklink|move|path|pause|popd|prompt|pushd|rd|rem|ren|rename|rmdir|set|setlocal|shift|start|"
+    r"time|title|type|ver|verify|vol)(?:[^A-Za-z0-9_\-]|$)"
+)
+#: PowerShell's language keywords (about_Language_Keywords): in the program's place each starts a statement.
+_PS_KEYWORDS = frozenset(
+    [
+        "begin",
+        "break",
+        "catch",
+        "class",
+        "clean",
+        "configuration",
+        "continue",
+        "data",
+        "define",
+        "do",
+        "dynamicparam",
+        "else",
+        "elseif",
+        "end",
+        "enum",
+        "exit",
+        "filter",
+        "finally",
+        "for",
+        "foreach",
+        "from",
+        "function",
+        "hidden",
+        "if",
+        "in",
+        "inlinescript",
+        "parallel",
+        "param",
+        "process",
+        "return",
+        "sequence",
+        "static",
+        "switch",
+        "throw",
+        "trap",
+        "try",
+        "until",
+        "using",
+        "var",
+        "while",
+        "workflow",
+    ]
+)
 
 
 #: Words sh, bash and zsh read as reserved in the program's place (quoted there, they are plain words).
@@ -131,7 +189,13 @@ _SH_RESERVED = frozenset(
 
 def _quote_sh(arg: str, program: bool) -> str:
     bare = (_SH_SAFE_PROGRAM if program else _SH_SAFE).fullmatch(arg)
-    if bare and not arg.startswith("=") and not (program and arg in _SH_RESERVED):
+    # a program word starting with "-" is zsh's precommand modifier `-`; one starting with "%" is a job in bash
+    # and zsh (`%1` runs `fg %1`): both are quoted
+    if (
+        bare
+        and not arg.startswith("=")
+        and not (program and (arg in _SH_RESERVED or arg.startswith(("-", "%"))))
+    ):
         return arg
     return "'" + arg.replace("'", "'\"'\"'") + "'"
 
@@ -204,7 +268,8 @@ def _escape_cmd(text: str) -> str:
         nxt = text[i + 1 : i + 2]
         # %^name: the name cmd's %-expansion would look up starts with ^ (none does); a following metacharacter
         # brings its own caret, and a name starting with a blank names no variable either
-        out.append("%" if not nxt or nxt in " \t" or (nxt in _CMD_META and nxt != "%") else "%^")
+        # a variable name may start with a blank (`set " x=1"` defines " x"), so a blank gets the caret too
+        out.append("%" if not nxt or (nxt in _CMD_META and nxt != "%") else "%^")
     return "".join(out)
 
 
@@ -229,13 +294,18 @@ def quote(arg: str, shell: Shell | str, *, program: bool = False) -> str:
     if sh is Shell.SH:
         return _quote_sh(arg, program)
     if sh is Shell.POWERSHELL:
-        if program and not re.match(r"[A-Za-z_./\\]", arg):
+        if program and (not re.match(r"[A-Za-z_./\\]", arg) or arg.lower() in _PS_KEYWORDS):
             return powershell_literal(arg)
         return _quote_ps(arg)
     if program:
         if '"' in arg:
             raise ShellSyntaxError(f"a program path cannot contain a double quote: {ascii(arg)[:80]}")
-        if not arg or " " in arg or "\t" in arg or arg.startswith("@"):
+        if (
+            not arg
+            or any(c in _CMD_DELIMITERS for c in arg)
+            or arg.startswith(("@", ":"))
+            or _CMD_INTERNAL.match(arg)
+        ):
             if "%" not in arg:
                 return f'"{arg}"'
             return _escape_cmd(f'"{arg}"')
@@ -251,6 +321,7 @@ def file_writing_lines(name: str, lines: Sequence[str], shell: Shell | str) -> t
     here-string (PowerShell), or `echo(` lines with every metacharacter escaped (cmd.exe). Each line must be
     printable text (`check_printable`), and what would end the here-document early is refused."""
     sh = Shell(shell)
+    check_exact_text(lines)
     for line in lines:
         check_printable(line, f"a line of {name}")
     target = quote(name, sh)
@@ -272,16 +343,54 @@ def file_writing_lines(name: str, lines: Sequence[str], shell: Shell | str) -> t
 _CONTINUATION = {Shell.SH: " \\", Shell.POWERSHELL: " `", Shell.CMD: " ^"}
 
 
-def join(argv: Sequence[str], shell: Shell | str, *, multiline: bool = False, indent: str = "  ") -> str:
+def check_exact_text(argv: Sequence[str], encoding: str = "utf-8") -> None:
+    """Refuse an argument that holds bytes that are not text (a file name's undecodable bytes, kept by Python as
+    lone surrogates), or characters the output's `encoding` cannot write (an ASCII-only terminal): either could be
+    shown only escaped, and the escaped form names another file. `--json` keeps them exactly (its `argv`)."""
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ShellSyntaxError(
+                f"{ascii(arg)[:80]} holds bytes that are not UTF-8 text ({arg[exc.start : exc.end]!a}), so no "
+                "command written as text runs it; the exact argv is in --json output, or rename the file"
+            ) from None
+        try:
+            arg.encode(encoding)
+        except UnicodeEncodeError as exc:
+            raise ShellSyntaxError(
+                f"{ascii(arg)[:80]} holds {arg[exc.start : exc.end]!a}, which this terminal's encoding "
+                f"({encoding}) cannot write, so the command shown would not run it; use a UTF-8 locale or --json"
+            ) from None
+        except LookupError:
+            pass  # an encoding Python does not know: nothing more to check
+
+
+def join(
+    argv: Sequence[str],
+    shell: Shell | str,
+    *,
+    multiline: bool = False,
+    indent: str = "  ",
+    exact_text: bool | str = True,
+) -> str:
     """The command line for `argv` in `shell`. `multiline=True` starts each flag (a word beginning with `-`) on a
-    new line, joined with the shell's line continuation."""
+    new line, joined with the shell's line continuation. With `exact_text` (text a person pastes; a string names
+    the encoding it is written in) an argument that is not text is refused (`check_exact_text`); a JSON document
+    passes False: its escapes decode back exactly."""
     sh = Shell(shell)
     if not argv:
         return ""
+    if exact_text:
+        check_exact_text(argv, exact_text if isinstance(exact_text, str) else "utf-8")
     words = [quote(argv[0], sh, program=True)]
     if sh is Shell.POWERSHELL and words[0] != argv[0]:
         words[0] = "& " + words[0]
     words.extend(quote(a, sh) for a in argv[1:])
+    if sh is Shell.CMD and sum(len(w) + 1 for w in words) - 1 > CMD_MAX_LINE:
+        raise ShellSyntaxError(
+            f"the command is longer than cmd.exe's {CMD_MAX_LINE} characters per line (use PowerShell)"
+        )
     if not multiline:
         return " ".join(words)
     lines: list[list[str]] = [[words[0]]]
@@ -324,7 +433,7 @@ class _Commands:
 
     def redirect(self, has_target: bool) -> None:
         """`>` or `<`: a pending all-digit word is a file-descriptor number; the next word is the target."""
-        if self.in_word and "".join(self.buf).isdigit():
+        if self.in_word and is_digits("".join(self.buf)):
             self.buf = []
             self.in_word = False
         self.end_word()
@@ -356,7 +465,7 @@ def _redirect(text: str, i: int, acc: _Commands) -> int:
         i += 1
     if i < n and text[i] == "&":
         i += 1
-        while i < n and (text[i].isdigit() or text[i] == "-"):
+        while i < n and (is_digits(text[i]) or text[i] == "-"):
             i += 1
         acc.redirect(has_target=False)
         return i
@@ -508,10 +617,9 @@ def _ps_escape(text: str, i: int) -> tuple[str, int]:
     if e == "u" and text.startswith("{", i + 2):
         end = text.find("}", i + 3)
         if end > 0:
-            try:
-                return chr(int(text[i + 3 : end], 16)), end + 1
-            except ValueError:
-                pass
+            code = int_or_none(text[i + 3 : end], 0, sys.maxunicode, base=16)
+            if code is not None:
+                return chr(code), end + 1
     return e, i + 2
 
 
@@ -618,7 +726,7 @@ def _cmd_caret(text: str, i: int, out: list[str]) -> int:
 def _cmd_redirect(text: str, i: int, out: list[str]) -> int:
     """A redirection at `i` (`>`, `>>`, `2>&1`, `<`): drop an fd number written right before it, and its target."""
     n = len(text)
-    while out and out[-1].isdigit() and (len(out) == 1 or out[-2] in " \t"):
+    while out and is_digits(out[-1]) and (len(out) == 1 or out[-2] in " \t"):
         out.pop()
     i += 1
     while i < n and text[i] in ">&":
@@ -780,8 +888,46 @@ def split(text: str, shell: Shell | str) -> tuple[str, ...]:
     return commands[0]
 
 
+def _written_by_fitplan(text: str) -> tuple[Shell, ...]:
+    """The shells in which `text` is exactly what `join` writes for the argv that shell reads from it: fitplan's
+    own exports are recognised by writing them again, not guessed (a Windows path reads differently in sh)."""
+    want = text.strip().replace("\r\n", "\n")
+    if len(want) > MAX_RECOGNISED_CHARS:
+        return ()
+    found = []
+    for sh in (Shell.SH, Shell.POWERSHELL, Shell.CMD):
+        try:
+            commands = split_commands(want, sh)
+            if len(commands) != 1:
+                continue
+            argv = commands[0]
+            if want in (join(argv, sh, exact_text=False), join(argv, sh, multiline=True, exact_text=False)):
+                found.append(sh)
+        except FitplanError:
+            continue
+    return tuple(found)
+
+
+#: A paste longer than this is not written again to recognise it (the guess decides alone).
+MAX_RECOGNISED_CHARS = 1 << 16
+
+
 def detect_shell(text: str) -> Shell:
-    """Guess which shell a pasted command was written for, from its continuations, quotes and call syntax."""
+    """Which shell a pasted command was written for: the one whose fitplan export it is exactly, else a guess from
+    its continuations, quotes and call syntax."""
+    exact = _written_by_fitplan(text)
+    guess = _guess_shell(text)
+    if not exact or guess in exact:
+        return guess
+    # the guess reads it differently from how fitplan wrote it: the shell that wrote it decides
+    try:
+        same = split_commands(text, guess) == split_commands(text, exact[0])
+    except FitplanError:
+        same = False
+    return guess if same else exact[0]
+
+
+def _guess_shell(text: str) -> Shell:
     stripped = [line.rstrip() for line in text.splitlines() if line.strip()]
     ends = [line[-1] for line in stripped[:-1]] if len(stripped) > 1 else []
     votes = {Shell.SH: 0, Shell.POWERSHELL: 0, Shell.CMD: 0}
@@ -804,6 +950,8 @@ def detect_shell(text: str) -> Shell:
         votes[Shell.POWERSHELL] += 1
     if "'" in text and re.search(r"[A-Za-z]:\\", text):
         votes[Shell.POWERSHELL] += 1
+    if re.search("[\u2018\u2019\u201a\u201b]{2}", text):  # PowerShell doubles typographic quotes in '...'
+        votes[Shell.POWERSHELL] += 2
     best = max(votes.values())
     for sh in (Shell.SH, Shell.POWERSHELL, Shell.CMD):
         if votes[sh] == best:

@@ -148,7 +148,8 @@ class JsonScanIndex(MemoryScanIndex):
         fd, tmp = tempfile.mkstemp(prefix=".scan-index-", suffix=".json", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"schema": INDEX_SCHEMA, "files": files}, f, separators=(",", ":"))
+                # one dumps() call: the C encoder (json.dump() encodes piece by piece in Python, 5x slower)
+                f.write(json.dumps({"schema": INDEX_SCHEMA, "files": files}, separators=(",", ":")))
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -14,12 +14,13 @@ caller passes, so tests never look at the real home folder.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from fitplan.core.base.files import expand_home
+from fitplan.core.base.numbers import loads_json
 from fitplan.core.library.model import LibraryRoot, RootKind
 
 LINUX_SERVICE_OLLAMA = Path("/usr/share/ollama/.ollama/models")
@@ -27,7 +28,7 @@ LINUX_SERVICE_OLLAMA = Path("/usr/share/ollama/.ollama/models")
 
 def _env_path(env: Mapping[str, str], name: str) -> Path | None:
     value = env.get(name, "").strip()
-    return Path(value).expanduser() if value else None
+    return Path(expand_home(value)) if value else None
 
 
 def hf_hub_cache(env: Mapping[str, str], home: Path) -> Path:
@@ -68,17 +69,17 @@ def lmstudio_folders(home: Path) -> list[Path]:
     homes = [home / ".lmstudio", home / ".cache" / "lm-studio"]
     pointer = _read_text(home / ".lmstudio-home-pointer")
     if pointer:
-        homes.insert(0, Path(pointer).expanduser())
+        homes.insert(0, Path(expand_home(pointer)))
     out: list[Path] = []
     for h in homes:
         settings = _read_text(h / "settings.json")
         if settings:
             try:
-                folder = json.loads(settings).get("downloadsFolder")
+                folder = loads_json(settings).get("downloadsFolder")
             except (ValueError, AttributeError):
                 folder = None
             if isinstance(folder, str) and folder.strip():
-                out.append(Path(folder).expanduser())
+                out.append(Path(expand_home(folder)))
         out.append(h / "models")
     return out
 

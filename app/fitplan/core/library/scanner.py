@@ -35,7 +35,7 @@ from fitplan.core.base.errors import MAX_LISTED, FileAccessError, GGUFError, Inc
 from fitplan.core.base.files import open_regular_file, read_json_file
 from fitplan.core.gguf.ggml_types import model_file_type, quant_mix, type_name
 from fitplan.core.gguf.header import GGUFHeader
-from fitplan.core.gguf.reader import mmproj_match_key, name_tokens
+from fitplan.core.gguf.reader import ProjectorIndex, name_tokens, parse_split_name
 from fitplan.core.library.index import IndexEntry, MemoryScanIndex, ScanIndex
 from fitplan.core.library.model import (
     FileSummary,
@@ -52,7 +52,6 @@ ProgressCallback = Callable[[ScanProgress], None]
 ScanEvent = LibraryModel | SkippedFile
 
 PARTIAL_SUFFIXES = (".part", ".incomplete", ".downloading", ".downloadinprogress", ".crdownload", ".tmp")
-SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
 OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
@@ -60,6 +59,8 @@ OLLAMA_DEFAULT_HOST = "registry.ollama.ai"
 OLLAMA_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 #: Real manifests are a few kB; anything larger is not one.
 MAX_MANIFEST_BYTES = 1024 * 1024
+#: The most files and folders one root's walk lists (a library holds thousands; a link to a huge tree is cut).
+MAX_ROOT_ENTRIES = 200_000
 
 
 def default_reader() -> HeaderReader:
@@ -77,6 +78,15 @@ def file_type_name(header: GGUFHeader) -> str:
     return model_file_type(header.metadata.get("general.file_type"), mix)
 
 
+#: The most characters of a header's text (architecture, name) a scan keeps: a table of models pads every row to
+#: its widest cell, so one 16 MiB name would cost gigabytes.
+MAX_SUMMARY_TEXT = 200
+
+
+def _shown_text(text: str) -> str:
+    return text if len(text) <= MAX_SUMMARY_TEXT else text[: MAX_SUMMARY_TEXT - 1] + "\u2026"
+
+
 def summarise_header(header: GGUFHeader) -> FileSummary:
     arch = header.architecture
     n_params = 0
@@ -87,8 +97,8 @@ def summarise_header(header: GGUFHeader) -> FileSummary:
         n_params += n
     split_count = header.get_int("split.count", 1)
     return FileSummary(
-        architecture=arch,
-        name=header.get_str("general.name"),
+        architecture=_shown_text(arch),
+        name=_shown_text(header.get_str("general.name")),
         file_type=file_type_name(header),
         n_params=n_params,
         n_ctx_train=header.get_int(f"{arch}.context_length"),
@@ -234,7 +244,9 @@ class LibraryScanner:
         if (top_st.st_dev, top_st.st_ino) in state.seen_dirs:
             return
         state.seen_dirs.add((top_st.st_dev, top_st.st_ino))
+        top_real = os.path.realpath(top)
         stack = [str(top)]
+        entries_seen = 0
         while stack:
             if state.cancelled:
                 return
@@ -246,6 +258,12 @@ class LibraryScanner:
             except OSError as exc:
                 yield SkippedFile(folder, f"unreadable folder: {exc.strerror or exc}")
                 continue
+            entries_seen += len(entries)
+            if entries_seen > MAX_ROOT_ENTRIES:
+                yield SkippedFile(
+                    folder, f"scan of {top} stopped: more than {MAX_ROOT_ENTRIES} files and folders under it"
+                )
+                return
             names = {e.name for e in entries}
             if folder != str(top) and "manifests" in names and "blobs" in names:
                 yield from self._scan_ollama(Path(folder), root, state)  # an ollama store inside a folder
@@ -263,18 +281,11 @@ class LibraryScanner:
                     if in_hub_repo and e.name == "blobs":
                         yield from _hub_partial_blobs(e.path)
                         continue
-                    if e.name.startswith("."):
-                        continue
-                    try:
-                        dst = e.stat()
-                    except OSError as exc:
-                        yield SkippedFile(e.path, f"unreadable folder: {exc.strerror or exc}")
-                        continue
-                    ident = (dst.st_dev, dst.st_ino)
-                    if ident in state.seen_dirs:
-                        continue  # a link loop, or a folder already scanned through another path
-                    state.seen_dirs.add(ident)
-                    subdirs.append(e.path)
+                    entered = _subfolder(e, state, top_real)
+                    if isinstance(entered, SkippedFile):
+                        yield entered
+                    elif entered is not None:
+                        subdirs.append(entered)
                     continue
                 low = e.name.lower()
                 if _is_partial_name(e.name):
@@ -375,12 +386,13 @@ class LibraryScanner:
             if isinstance(f, SkippedFile):
                 yield f
                 continue
-            name = os.path.basename(f.path)
-            m = SPLIT_RE.match(name)
+            split = parse_split_name(os.path.basename(f.path))
             if f.summary.is_mmproj:
                 projectors.append(f)
-            elif m and int(m.group("count")) > 1:
-                splits.setdefault((m.group("prefix"), int(m.group("count"))), {})[int(m.group("no"))] = f
+            elif split is not None and split.problem:
+                yield SkippedFile(f.path, split.problem)
+            elif split is not None:
+                splits.setdefault((split.prefix, split.count), {})[split.no] = f
             elif f.summary.split_count > 1:
                 yield SkippedFile(
                     f.path, "one part of a split model whose file names do not follow -0000k-of-0000n"
@@ -401,9 +413,9 @@ class LibraryScanner:
                 continue
             shards = [parts[i] for i in range(1, count + 1)]
             groups.append((shards[0].path, shards))
-        proj_paths = [p.path for p in projectors]
+        index = ProjectorIndex([(os.path.basename(p.path), p.path) for p in projectors])
         for first, shards in sorted(groups, key=lambda g: g[0]):
-            yield self._model(shards, root, pick_projector(first, proj_paths))
+            yield self._model(shards, root, pick_projector(first, index))
 
     @staticmethod
     def _model(
@@ -484,6 +496,29 @@ class LibraryScanner:
             yield self._model([f], root, mmproj, display=names[0], aliases=names[1:])
 
 
+def _subfolder(e: os.DirEntry[str], state: _ScanState, top_real: str) -> str | SkippedFile | None:
+    """The folder to walk into, why it is skipped, or None (hidden, or already walked through another path)."""
+    if e.name.startswith("."):
+        return None
+    try:
+        dst = e.stat()
+    except OSError as exc:
+        return SkippedFile(e.path, f"unreadable folder: {exc.strerror or exc}")
+    ident = (dst.st_dev, dst.st_ino)
+    if ident in state.seen_dirs:
+        return None  # a link loop, or a folder already scanned through another path
+    if e.is_symlink() and _holds(os.path.realpath(e.path), top_real):
+        return SkippedFile(e.path, "link to a folder that holds the scanned folder: not followed")
+    state.seen_dirs.add(ident)
+    return e.path
+
+
+def _holds(folder: str, path: str) -> bool:
+    """Whether `folder` is `path` or one of the folders above it (a link to it would walk the scanned folder's
+    parents: a link to / the whole disk)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _first_missing(parts: Collection[int], count: int, limit: int = MAX_LISTED) -> list[int]:
     """The first `limit` shard numbers in 1..count not in `parts` (without walking all of a huge count)."""
     out: list[int] = []
@@ -495,23 +530,22 @@ def _first_missing(parts: Collection[int], count: int, limit: int = MAX_LISTED) 
     return out
 
 
-def pick_projector(model_path: str, projectors: list[str]) -> str | None:
+def pick_projector(model_path: str, projectors: ProjectorIndex | list[str]) -> str | None:
     """The projector of the model's folder that belongs to it, best match first (the reader's ranking).
 
     A projector whose name has no model words ("mmproj-F16.gguf", the layout of a Hugging Face repo) goes with
     every model of its folder; a named one ("mmproj-gemma-3-4b-f16.gguf") only with models whose name starts
     with the same word, so a flat folder of unrelated models does not pair them with a stranger's projector.
     """
+    if not isinstance(projectors, ProjectorIndex):
+        projectors = ProjectorIndex([(os.path.basename(p), p) for p in projectors])
     model = os.path.basename(model_path)
     first_word = name_tokens(model)[:1]
-    fitting = [
-        p
-        for p in projectors
-        if not name_tokens(os.path.basename(p)) or name_tokens(os.path.basename(p))[:1] == first_word
-    ]
-    if not fitting:
-        return None
-    return min(fitting, key=lambda p: mmproj_match_key(model, os.path.basename(p)))
+
+    def fits(words: tuple[str, ...]) -> bool:
+        return not words or list(words[:1]) == first_word
+
+    return projectors.best(model, fits)
 
 
 def _hub_partial_blobs(blobs: str) -> Iterator[SkippedFile]:

@@ -9,12 +9,15 @@ cache), src/llama-arch.cpp:LLM_TENSOR_INFOS (input / output layer tensors).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gguf.constants import Keys
 
+from fitplan.core.base.errors import HeaderValueError
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf.ggml_types import model_file_type, quant_mix, type_name
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, MetadataValue, ModelFiles
 from fitplan.core.gguf.reader import is_mmproj
@@ -44,7 +47,7 @@ from fitplan.core.model.profile import (
     TensorProfile,
     TensorRole,
 )
-from fitplan.core.model.validation import validate_hparams
+from fitplan.core.model.validation import MAX_LAYER_INDEX, validate_hparams
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 
@@ -71,7 +74,15 @@ class _Meta:
     def __init__(self, header: GGUFHeader, arch: str) -> None:
         self.md = header.metadata
         self.arch = arch
+        self.source = header.source
         self.warnings: list[str] = []
+
+    def _whole(self, key: str, x: float) -> int:
+        """Every integer this class returns: a NaN, an infinity or a fraction in any key is refused naming the key
+        (the key lists of `validation` name what llama.cpp checks; this holds for a key they do not list)."""
+        if isinstance(x, float) and not (math.isfinite(x) and x.is_integer()):
+            raise HeaderValueError(self.source, self.full(key), f"{x} is not a whole number")
+        return int(x)
 
     def full(self, key: str) -> str:
         """`{arch}.key`: a `gguf.constants.Keys` template, or a key gguf-py does not name yet (its suffix)."""
@@ -90,16 +101,18 @@ class _Meta:
         if isinstance(v, int):
             return v
         if isinstance(v, float):
-            return int(v)
+            return self._whole(key, v)
         if isinstance(v, GGUFArray) and v.values:
             first = v.values[0]
             if isinstance(first, (int, float)):
-                return int(first)
+                return self._whole(key, first)
         return default
 
     def real(self, key: str, default: float = 0.0) -> float:
         v = self.raw(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if not math.isfinite(v):
+                raise HeaderValueError(self.source, self.full(key), f"{v} is not a finite number")
             return float(v)
         return default
 
@@ -123,7 +136,7 @@ class _Meta:
         if v.values is None:
             self.warnings.append(f"{self.full(key)}: array of {v.length} values was not read")
             return None
-        return [int(x) for x in v.values if isinstance(x, (int, float))]
+        return [self._whole(key, x) for x in v.values if isinstance(x, (int, float))]
 
     def key_or_arr(self, key: str, n: int, default: list[int]) -> list[int]:
         """src/llama-model-loader.cpp:get_key_or_arr: an array fills the first len entries, a scalar fills n."""
@@ -141,7 +154,7 @@ class _Meta:
                 out[i] = x
             return out
         if isinstance(v, (int, float)) and not isinstance(v, str):
-            return [int(v)] * n + out[n:]
+            return [self._whole(key, v)] * n + out[n:]
         return default
 
 
@@ -166,7 +179,9 @@ def tensor_role(name: str) -> tuple[int | None, TensorRole]:
         if base.endswith("norm"):
             return None, TensorRole.NORM
         return None, TensorRole.OTHER
-    layer = int(m.group(1))
+    layer = int_or_none(m.group(1), 0, MAX_LAYER_INDEX)
+    if layer is None:  # blk.<5000 digits>: no layer of any model; counted as an unknown tensor
+        return None, TensorRole.OTHER
     rest = m.group(2)
     sub = rest.split(".", 1)[0]
     if "_exps" in sub or "_chexps" in sub:

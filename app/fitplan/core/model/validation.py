@@ -19,14 +19,17 @@ import re
 from collections.abc import Iterable, Sequence
 
 from fitplan.core.base.errors import HeaderValueError
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, GGUFTensorInfo, MetadataValue
 from fitplan.core.gguf.reader import is_mmproj
 from fitplan.core.model.archs import traits_of
 
-__all__ = ["LLAMA_MAX_LAYERS", "UINT32_MAX", "validate_hparams"]
+__all__ = ["LLAMA_MAX_LAYERS", "MAX_LAYER_INDEX", "UINT32_MAX", "validate_hparams"]
 
 #: src/llama-hparams.h: the per-layer arrays (n_head_arr, n_ff_arr, ...) hold this many entries.
 LLAMA_MAX_LAYERS = 512
+#: The largest `blk.N` index read from a tensor name; a longer number names no layer.
+MAX_LAYER_INDEX = 2**32 - 1
 #: llama.cpp reads every count and size below as a uint32_t.
 UINT32_MAX = 2**32 - 1
 
@@ -113,7 +116,8 @@ def _blk_part(name: str) -> tuple[int, str] | None:
     """A block tensor's layer and first name part (`blk.3.attn_q.weight` -> (3, "attn_q")); kept: the quants of a
     model share their names."""
     m = _BLK_RE.match(name)
-    return None if m is None else (int(m.group(1)), m.group(2))
+    layer = None if m is None else int_or_none(m.group(1), 0, MAX_LAYER_INDEX)
+    return None if m is None or layer is None else (layer, m.group(2))
 
 
 _ATTN_TENSORS = frozenset({"attn_q", "attn_k", "attn_qkv", "attn_q_a", "attn_kv_a_mqa"})
