@@ -28,6 +28,7 @@ from fitplan.core.estimate.estimator import estimate
 from fitplan.core.launch.command_line import plan_to_args
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.objective import PlacementKey, min_gpu_headroom, placement_key
 from fitplan.core.plan.oracle import OracleResult, exhaustive_plan
 from fitplan.core.plan.planner import Pins, Plan, plan
 from fitplan.core.plan.usage import MarginPolicy, usage_of
@@ -96,13 +97,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     return Scenario(kind, gpu, identical, host, draw(st.sampled_from(PIN_CHOICES)))
 
 
-def _key(p: Plan) -> tuple[int, int]:
-    return (-p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
+def _key(p: Plan) -> PlacementKey:
+    return placement_key(p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
 
 
 def _min_headroom(p: Plan) -> int:
-    heads = [u.headroom_bytes for u in p.context.usage if u.gpu_index is not None]
-    return min(heads) if heads else 0
+    return min_gpu_headroom(p.context.usage)
 
 
 def _exported_fits(prof: ModelProfile, p: Plan, m: Machine) -> bool:
@@ -140,7 +140,7 @@ def _check_monotone(prof: ModelProfile, sc: Scenario, pins: Pins, p: Plan) -> li
         more = plan(prof, m, pins)
         if p.fits and not more.fits:
             bad.append(f"more {what} loses the fit")
-        elif p.fits and _key(more) > _key(p):
+        elif p.fits and _key(more) < _key(p):
             bad.append(f"more {what} takes weights off the GPUs: {_key(p)} -> {_key(more)}")
         elif p.fits and pins.n_ctx is None:
             same = dataclasses.replace(

@@ -23,7 +23,7 @@ from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.inputs.model_source import launch_projector, load_model
 from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.usage import MarginPolicy
+from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB, MarginPolicy
 from fitplan.core.plan.verdict import Verdict, judge
 
 EXAMPLES = """examples:
@@ -100,11 +100,12 @@ def register(subparsers: Any) -> None:
 
 def add_margin_arguments(p: argparse.ArgumentParser) -> None:
     """--margin and --host-margin: what `plan`, `estimate` and `scan` keep free (one spelling for all three)."""
+    d = DEFAULT_MARGIN_MIB
     p.add_argument(
-        "--margin", type=int, default=1024, metavar="MiB", help="memory left free per GPU (default 1024)"
+        "--margin", type=int, default=d, metavar="MiB", help=f"memory left free per GPU (default {d})"
     )
     p.add_argument(
-        "--host-margin", type=int, default=1024, metavar="MiB", help="host RAM left free (default 1024)"
+        "--host-margin", type=int, default=d, metavar="MiB", help=f"host RAM left free (default {d})"
     )
     p.add_argument(
         "--use-total", action="store_true", help="measure against total memory instead of free memory"
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     v = judge(est, machine, margin_policy(args, machine))
     band = accuracy_band(profile, est)
     if args.json:
-        doc = to_json(model, profile, est, parsed, notes)
+        doc = to_json(model, profile, est, parsed, notes, fits_card=v.fits_card)
         doc["verdict"] = verdict_json(v)
         doc["accuracy"] = accuracy_json(band)
         out.print_json(doc)
@@ -256,7 +257,13 @@ def verdict_lines(v: Verdict) -> str:
 
 
 def to_json(
-    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
+    model: str,
+    profile: ModelProfile,
+    est: Estimate,
+    parsed: ParsedFlags,
+    notes: list[str],
+    *,
+    fits_card: bool,
 ) -> dict[str, object]:
     ctx = est.context
     s = est.settings
@@ -313,7 +320,7 @@ def to_json(
             }
             for d in est.devices
         ],
-        "fits": est.fits(),
+        "fits": fits_card,  # the verdict's "fits the card" (no margin)
         # Host RAM llama-server fills while it runs, each bound under its own key (-1 = no limit).
         "host_runtime": {
             b.name.replace(" ", "_"): {"max_bytes": b.max_bytes, "explanation": b.explanation}

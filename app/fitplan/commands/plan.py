@@ -152,10 +152,6 @@ def load_profile(path: str, header_only: bool = False) -> ModelProfile:
     return load_model(path, header_only=header_only).profile
 
 
-def load_single(path: str, header_only: bool = False) -> ModelProfile:
-    return load_model(path, header_only=header_only).profile
-
-
 def detect_machine(assume: Sequence[str], host_ram: str | None) -> Machine:
     """The machine to plan for (`fitplan.core.inputs.machine`)."""
     return machine_of(assume, host_ram)
@@ -201,7 +197,7 @@ def build_request(
     profile = model.profile
     mm_source, mmproj = launch_projector(model, settings)
     if mm_source is not None and mmproj is None:
-        mmproj = load_single(mm_source, args.header_only)
+        mmproj = load_profile(mm_source, args.header_only)
     draft = load_profile(settings.draft.model_path, args.header_only) if settings.draft is not None else None
     rpc = rpc_devices(args.rpc_specs)
     base_machine = machine if machine is not None else detect_machine(args.assume_gpu, args.host_ram)
@@ -334,11 +330,6 @@ def verdict_of(req: PlanRequest, p: Plan) -> Verdict:
     return plan_verdict(p, req.machine)
 
 
-def _slots(v: Verdict) -> str:
-    default = " (llama-server's -np auto)" if v.n_seq == 4 and v.kv_unified else ""
-    return v.slots_text() + default
-
-
 def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -> str:
     lines: list[str] = []
     prof = req.profile
@@ -356,7 +347,7 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
         lines.append(
             f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap}{more})"
         )
-    lines.append(f"margins: {v.margin_text()}; slots: {_slots(v)}")
+    lines.append(f"margins: {v.margin_text()}; slots: {v.slots_text(name_default=True)}")
     lines.append(f"placement: {p.placement.description}")
     if req.projector is not None:
         how = ", the repository's own: -hf loads it (--no-mmproj leaves it out)" if req.projector_auto else ""

@@ -56,6 +56,7 @@ from fitplan.core.engines.ollama import (
     ollama_modelfile,
     ollama_resolve,
 )
+from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.memory.context import (
     MAINLINE,
     N_CTX_PAD,
@@ -99,7 +100,7 @@ def _fork_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
                 f"{settings.engine.value} has no {which} cache type {t!r}; allowed: {', '.join(allowed)}"
             )
     on = settings.flash_attn is not FlashAttn.OFF
-    if not on and settings.cache_type_v.lower() not in ("f32", "f16", "bf16"):
+    if not on and is_quantized_cache_type(settings.cache_type_v):
         raise SettingsError(f"a quantized V cache ({settings.cache_type_v}) requires flash attention")
     return on
 

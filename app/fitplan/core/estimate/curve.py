@@ -62,17 +62,6 @@ class Curve:
         total: NDArray[np.int64] = self.bytes.sum(axis=1)
         return total
 
-    def fits(self, margin_bytes: int = 0, use_free: bool = True) -> NDArray[np.bool_]:
-        """Per context: every device within its free (or total) memory minus the margin."""
-        cap = np.array([(d.free_bytes if use_free else d.total_bytes) - margin_bytes for d in self.devices])
-        ok: NDArray[np.bool_] = np.all(self.used() <= cap[:, None], axis=0)
-        return ok
-
-    def max_context_that_fits(self, margin_bytes: int = 0) -> int | None:
-        """The largest resolved n_ctx of the curve that fits, or None."""
-        ok = self.fits(margin_bytes)
-        return int(self.n_ctx[ok].max()) if ok.any() else None
-
 
 def _resolved_n_ctx(
     grid: context_memory.ContextGrid, n_ctx_train: int, contexts: NDArray[np.int64]

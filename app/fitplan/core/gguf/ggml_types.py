@@ -156,6 +156,17 @@ def type_id(name: str) -> int:
         raise ValueError(f"unknown ggml type name {name!r}") from None
 
 
+#: the cache types whose K/V cells are plain floats: every other cache type is a block (quantized) type
+FLOAT_CACHE_TYPES = frozenset({"f32", "f16", "bf16"})
+
+
+def is_quantized_cache_type(name: str) -> bool:
+    """Whether a K/V cache type (-ctk/-ctv, any engine's: "q8_0", ik's "q8_kv", beellama's "kvarn4") stores
+    quantized blocks, not plain floats: the one rule for "a quantized cache" (flash attention required for V, the
+    f16 copies of the attention, the accuracy classes)."""
+    return name.lower() not in FLOAT_CACHE_TYPES
+
+
 def row_size(type_id: int, n: int, *, ik: bool = False, check: bool = True) -> int:
     """Bytes of one row of `n` elements (`ggml_row_size`). `n` must be a multiple of the block size unless
     `check` is off (ggml's own integer arithmetic, used for padding rows)."""

@@ -38,6 +38,7 @@ from fitplan.core.base.launch_settings import (
     LaunchSettings,
     MmprojPlacement,
 )
+from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB
 
 #: Bump when a field changes meaning; adding a field with a default does not need a bump.
 SCHEMA_VERSION = 1
@@ -78,7 +79,7 @@ class ModelChoices:
     n_cpu_moe: int = 0
     n_batch: int = 2048
     n_ubatch: int = 512
-    margin_mib: int = 1024
+    margin_mib: int = DEFAULT_MARGIN_MIB
     engine: str = Engine.LLAMA_CPP.value
     # ik_llama.cpp
     mla_mode: int = 3  # -mla

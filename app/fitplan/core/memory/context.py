@@ -27,7 +27,7 @@ from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import KV_CACHE_TYPES, Engine, FlashAttn, LaunchSettings, Tool
 from fitplan.core.base.results import ResolvedContext, TermKind
 from fitplan.core.base.units import pad
-from fitplan.core.gguf.ggml_types import get_type, row_size, type_id
+from fitplan.core.gguf.ggml_types import get_type, is_quantized_cache_type, row_size, type_id
 from fitplan.core.model import archs
 from fitplan.core.model.profile import LayerProfile, ModelProfile, SwaType
 
@@ -220,8 +220,7 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
             f"this model does not support different K ({settings.cache_type_k}) and V ({settings.cache_type_v}) "
             "cache types"
         )
-    qv = get_type(tv).quantized
-    if qv and fa is FlashAttn.OFF:
+    if is_quantized_cache_type(settings.cache_type_v) and fa is FlashAttn.OFF:
         raise SettingsError(f"a quantized V cache ({settings.cache_type_v}) requires flash attention")
     on = fa is not FlashAttn.OFF
     if on:

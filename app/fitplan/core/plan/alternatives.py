@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.devices import GIB, Device, Machine
 from fitplan.core.base.errors import FitplanError
-from fitplan.core.gguf.ggml_types import get_type, type_id
+from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.planner import Pins, Plan, plan
 from fitplan.core.plan.search import EstimateFn
@@ -50,13 +50,6 @@ def _ctx(n: int) -> str:
     return f"{n:,}"
 
 
-def _is_quantized(name: str) -> bool:
-    try:
-        return get_type(type_id(name)).quantized
-    except (FitplanError, KeyError, ValueError):
-        return False
-
-
 def _bigger(d: Device, gib: int) -> Device:
     total = gib * GIB
     used = d.total_bytes - d.free_bytes
@@ -85,7 +78,11 @@ def _machine_candidates(machine: Machine, pins: Pins) -> list[_Candidate]:
 def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Machine) -> list[_Candidate]:
     s = base.settings
     out: list[_Candidate] = []
-    if pins.cache_type_k is None and pins.cache_type_v is None and not _is_quantized(s.cache_type_k):
+    if (
+        pins.cache_type_k is None
+        and pins.cache_type_v is None
+        and not is_quantized_cache_type(s.cache_type_k)
+    ):
         q8 = dataclasses.replace(pins, cache_type_k="q8_0", cache_type_v="q8_0")
         out.append(_Candidate("-ctk q8_0 -ctv q8_0", q8, machine))
     if pins.n_parallel is None or pins.n_parallel != 1:

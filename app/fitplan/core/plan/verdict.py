@@ -16,7 +16,8 @@ from enum import StrEnum
 
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.results import Estimate
-from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, gib, shortfalls, usage_of
+from fitplan.core.memory.context import SERVER_AUTO_PARALLEL
+from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls, usage_of
 
 __all__ = ["FitLevel", "Verdict", "judge", "slots_text"]
 
@@ -50,25 +51,19 @@ class Verdict:
     def margin_text(self) -> str:
         return self.margin.describe()
 
-    def slots_text(self) -> str:
-        return slots_text(self.n_seq, self.kv_unified)
-
-    def describe(self) -> str:
-        """One line: the answer, the margins it uses, what is short or what is left, and the slots."""
-        parts = [f"{self.headline} ({self.margin_text()})"]
-        if self.shortfalls:
-            parts.append("; ".join(s.describe() for s in self.shortfalls))
-        elif self.tightest is not None:
-            parts.append(f"{gib(self.tightest.headroom_bytes)} to spare on {self.tightest.label}")
-        parts.append(f"for {self.slots_text()}")
-        return ": ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else "")
+    def slots_text(self, *, name_default: bool = False) -> str:
+        return slots_text(self.n_seq, self.kv_unified, name_default=name_default)
 
 
-def slots_text(n_seq: int, kv_unified: bool) -> str:
-    """The slot count where results are shown: the window plans 1 slot by default, llama-server 4 unified."""
+def slots_text(n_seq: int, kv_unified: bool, *, name_default: bool = False) -> str:
+    """The slot count where results are shown: the window plans 1 slot by default, llama-server 4 unified (with
+    `name_default`, that case says so)."""
     if n_seq == 1:
         return "1 slot"
-    return f"{n_seq} slots sharing one KV cache" if kv_unified else f"{n_seq} slots, one KV cache each"
+    if not kv_unified:
+        return f"{n_seq} slots, one KV cache each"
+    server_default = name_default and n_seq == SERVER_AUTO_PARALLEL
+    return f"{n_seq} slots sharing one KV cache" + (" (llama-server's -np auto)" if server_default else "")
 
 
 def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_cpu: bool = False) -> Verdict:
