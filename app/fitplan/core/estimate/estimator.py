@@ -21,12 +21,9 @@ from fitplan.core import engines
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import (
-    KV_CACHE_TYPES,
     NGL_ALL,
     NGL_AUTO,
-    Engine,
     LaunchSettings,
-    LoadMode,
     MmprojPlacement,
     SplitMode,
 )
@@ -120,10 +117,12 @@ def estimate(
     """Everything llama.cpp allocates for `profile` with `settings` on `machine`, per device and term."""
     validate_settings(profile, settings)
     gpus = active_gpus(settings, machine)
-    assumptions: list[str] = []
-    settings, wsettings = _engine_settings(profile, settings, gpus, assumptions)
+    engine = engines.hooks(settings.engine)
+    resolved = engine.settings(profile, settings, gpus)
+    settings = resolved.settings
+    assumptions: list[str] = list(resolved.assumptions)
     placement = place_weights(
-        profile, wsettings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
+        profile, resolved.weights, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
     )
     warnings = _profile_warnings(profile)
     _auto_ngl_note(settings, bool(gpus), assumptions)
@@ -140,10 +139,14 @@ def estimate(
         for dev, (nbytes, n_layers) in _cache_bytes_by_device(cache, placement, settings).items():
             parts.add(dev, Term(cache.kind, nbytes, _cache_explanation(cache, n_layers), cache.name))
 
-    if settings.engine is Engine.BEELLAMA:
-        _add_beellama_extras(parts, profile, settings, ctx, placement, gpus, names, assumptions)
-    elif settings.engine is Engine.IK_LLAMA:
-        _ik_assumptions(profile, settings, ctx, assumptions)
+    extras = engine.extras(
+        profile, settings, ctx, lambda layer: _cache_device(placement, settings, layer), gpus, names
+    )
+    for dev, term in extras.terms:
+        parts.add(dev, term)
+    for dev, term in extras.transient:
+        parts.add_transient(dev, term)
+    assumptions.extend(extras.assumptions)
 
     _add_output(parts, profile, ctx)
 
@@ -166,7 +169,7 @@ def estimate(
     if draft is not None and settings.draft is not None:
         _add_draft(parts, draft, settings, machine, ctx, cpu)
 
-    _add_reserves(parts, gpus, settings, reserve_bytes, assumptions)
+    _add_reserves(parts, gpus, engine.gpu_overhead(settings), reserve_bytes, assumptions)
 
     if settings.n_ctx > profile.n_ctx_train > 0:
         warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
@@ -224,7 +227,7 @@ def _add_output(parts: _Parts, profile: ModelProfile, ctx: ResolvedContext) -> N
 def _add_reserves(
     parts: _Parts,
     gpus: Sequence[Device],
-    settings: LaunchSettings,
+    overhead: tuple[int, str],
     reserve_bytes: int | None,
     assumptions: list[str],
 ) -> None:
@@ -234,11 +237,8 @@ def _add_reserves(
             continue
         rb = reserve_bytes if reserve_bytes is not None else default_reserve_bytes(d)
         explanation = reserve_explanation(d, rb, reserve_bytes is not None)
-        if settings.engine is Engine.OLLAMA and settings.gpu_overhead_bytes:
-            rb += settings.gpu_overhead_bytes
-            explanation += (
-                f" + OLLAMA_GPU_OVERHEAD {settings.gpu_overhead_bytes / MIB:.0f} MiB (ollama keeps it free)"
-            )
+        rb += overhead[0]  # what the engine keeps free besides (0 for most)
+        explanation += overhead[1]
         parts.add(gi, Term(TermKind.RESERVE, rb, explanation))
     if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC) for d in gpus):
         assumptions.append("runtime reserve per CUDA GPU assumed 512 MiB (context, cuBLAS workspace, pool)")
@@ -264,108 +264,6 @@ def _auto_ngl_note(settings: LaunchSettings, has_gpus: bool, assumptions: list[s
         )
 
 
-def _engine_settings(
-    profile: ModelProfile, settings: LaunchSettings, gpus: Sequence[Device], assumptions: list[str]
-) -> tuple[LaunchSettings, LaunchSettings]:
-    """What the engine makes of the settings: (settings the context is built from, settings the weights are placed
-    with). ollama resolves its VRAM-tier context and one non-unified slot; ik_llama.cpp's -rtr loads without mmap."""
-    if settings.engine is Engine.OLLAMA:
-        vram = sum(d.total_bytes for d in gpus)
-        res = engines.ollama_resolve(profile, settings, vram, len(gpus))
-        assumptions.append(res.note)
-        return res.settings, res.settings
-    if settings.engine is Engine.IK_LLAMA and settings.run_time_repack:
-        assumptions.append(
-            "ik_llama.cpp -rtr: CPU-side weights are repacked at load (same bytes) and --no-mmap is forced: they "
-            "are anonymous RAM, not page cache"
-        )
-        return settings, dataclasses.replace(settings, load_mode=LoadMode.NONE)
-    return settings, settings
-
-
-def _ik_assumptions(
-    profile: ModelProfile, settings: LaunchSettings, ctx: ResolvedContext, assumptions: list[str]
-) -> None:
-    mode = engines.ik_effective_mla_mode(profile, settings.mla_mode)
-    if profile.is_mla:
-        assumptions.append(f"ik_llama.cpp -mla {mode}: KV cache laid out by ik's llama_kv_cache_init")
-    if settings.fused_moe and profile.is_moe:
-        assumptions.append(
-            "ik_llama.cpp -fmoe: fused up/gate MoE kernels; the compute buffer still counts separate up and gate "
-            "intermediates (mainline's graph), so it errs high there"
-        )
-    inter = engines.ik_attention_intermediate_bytes(
-        profile,
-        ctx.n_ctx_seq,
-        min(ctx.n_ctx, ctx.n_ubatch),
-        mla_mode=mode,
-        flash_attn=ctx.flash_attn,
-        amb_mib=settings.attn_max_batch_mib,
-    )
-    if inter:
-        cap = f"-amb {settings.attn_max_batch_mib}" if settings.attn_max_batch_mib else "no -amb cap"
-        assumptions.append(
-            f"ik_llama.cpp compute buffers follow ik's own graph (core/engines/ik_compute.py, checked against recorded ik "
-            f"CPU runs): the attention intermediate per layer is {inter / MIB:.1f} MiB ({cap}); with a GPU, ik's f16 "
-            "copies of the decompressed K/V are read from its source, not measured"
-        )
-
-
-def _add_beellama_extras(
-    parts: _Parts,
-    profile: ModelProfile,
-    settings: LaunchSettings,
-    ctx: ResolvedContext,
-    placement: WeightPlacement,
-    gpus: Sequence[Device],
-    names: Sequence[str],
-    assumptions: list[str],
-) -> None:
-    """beellama.cpp: the MTP draft context's caches and the KVarN prefill window (transient) per CUDA GPU."""
-    if "draft-mtp" in settings.spec_types:
-        for cache in engines.beellama_mtp_caches(profile, ctx, settings):
-            for dev, (nbytes, _) in _cache_bytes_by_device(cache, placement, settings).items():
-                parts.add(
-                    dev,
-                    Term(
-                        TermKind.DRAFT,
-                        nbytes,
-                        f"MTP draft context: {cache.name} of the NextN layers at {ctx.n_ctx_seq} cells, K "
-                        f"{cache.type_k}, V {cache.type_v}",
-                        f"MTP draft {cache.name}",
-                    ),
-                )
-    if not engines.uses_kvarn(settings) or settings.no_kv_offload:
-        return
-    chunk = engines.KVARN_WINDOW_CHUNK["0.4.6"]
-    for gi, d in enumerate(gpus):
-        if d.vendor not in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC):
-            continue
-        layers = frozenset(
-            la.index
-            for la in profile.layers
-            if la.has_kv and _cache_device(placement, settings, la.index) == gi
-        )
-        if not layers:
-            continue
-        w = engines.kvarn_materialization_window_bytes(profile, ctx.n_ctx_seq, ctx.n_stream, chunk, layers)
-        parts.add_transient(
-            gi,
-            Term(
-                TermKind.KV,
-                w,
-                f"KVarN prefill window: min(n_kv {ctx.n_ctx_seq}, chunk {chunk}) x n_head_kv x {ctx.n_stream} "
-                "streams x (Dk + Dv) x 2 B of F16 scratch in the CUDA pool, while a prompt is processed",
-                "KVarN window (transient)",
-            ),
-        )
-        assumptions.append(
-            f"beellama KVarN: {names[gi]} also needs a transient {w / MIB:.0f} MiB prefill window (CUDA pool "
-            f"scratch, chunk {chunk} tokens; {engines.KVARN_WINDOW_CHUNK['0.4.5']} in v0.4.5): not in the "
-            "persistent total"
-        )
-
-
 def _resolve(profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement) -> ResolvedContext:
     ctx = context_memory.resolve_context(profile, settings, engines.memory_rules(settings.engine))
     return dataclasses.replace(ctx, n_gpu_layers=placement.n_gpu_layers)
@@ -382,36 +280,21 @@ def compute_inputs(
     """What the compute reserve depends on, for this context."""
     n_kv_base, n_kv_swa = _mask_cells(caches, ctx)
     n_tok = min(ctx.n_ctx, ctx.n_ubatch)
-    ik = settings.engine is Engine.IK_LLAMA
+    engine = engines.hooks(settings.engine)
     return ComputeInputs(
         n_tok=n_tok,
-        n_out=min(
-            n_tok, ctx.n_outputs_max
-        ),  # ik_compute sizes ik's own logits (every token is an output there)
+        n_out=min(n_tok, ctx.n_outputs_max),  # a fork graph sizes its own logits
         n_kv_base=n_kv_base,
         n_kv_swa=n_kv_swa,
         flash_attn=ctx.flash_attn,
-        cache_type_k=_graph_cache_type(settings.cache_type_k),
-        cache_type_v=_graph_cache_type(settings.cache_type_v),
+        cache_type_k=engine.graph_cache_type(settings.cache_type_k),
+        cache_type_v=engine.graph_cache_type(settings.cache_type_v),
         op_offload=settings.op_offload,
         n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
         n_stream=ctx.n_stream,
-        fork_graph=engines.fork_graph(settings.engine),
-        ik_amb_mib=settings.attn_max_batch_mib,
-        ik_mla_mode=engines.ik_effective_mla_mode(profile, settings.mla_mode),
-        ik_type_k=settings.cache_type_k if ik else "",
+        fork_graph=engine.fork_graph(profile, settings),
     )
-
-
-def _graph_cache_type(name: str) -> str:
-    """The mainline cache type the compute graph is sized with: a fork's own type maps to the mainline type of the
-    same role (ik's q8_KV and q6_0 and beellama's q2_0..q6_1 to q8_0; KVarN, read as F16 windows, to f16)."""
-    if name in KV_CACHE_TYPES:
-        return name
-    if name.lower() in engines.KVARN_BITS:
-        return "f16"
-    return "q8_0"
 
 
 def _pipeline_parallel(

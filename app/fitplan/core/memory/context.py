@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from fitplan.core.base.errors import SettingsError
-from fitplan.core.base.launch_settings import KV_CACHE_TYPES, Engine, FlashAttn, LaunchSettings, Tool
+from fitplan.core.base.launch_settings import KV_CACHE_TYPES, FlashAttn, LaunchSettings, Tool
 from fitplan.core.base.results import ResolvedContext, TermKind
 from fitplan.core.base.units import pad
 from fitplan.core.gguf.ggml_types import get_type, is_quantized_cache_type, row_size, type_id
@@ -47,10 +47,10 @@ class CellRule(StrEnum):
     SWA = "swa"  # PAD(min(n_ctx_seq, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256); n_ctx_seq with --swa-full
     SEQUENCES = "sequences"  # recurrent rows: max(1, n_seq_max) * (1 + n_rs_seq), independent of n_ctx
     COMPRESSED = "compressed"  # DeepSeek-V4: PAD(max(1, ceil(n_ctx_seq / compress_ratio)), 256)
-    FIXED = (
-        "fixed"  # a fork's buffer whose size does not follow the context (KVarN stage and tail): one "cell"
-    )
-    KVARN_SWA = "kvarn_swa"  # beellama KVarN SWA records: 128 * (ceil(min(n_ctx_seq, n_swa)/128) + ceil(n_ubatch/128))
+    FIXED = "fixed"  # a fork's buffer whose size does not follow the context: one "cell"
+    #: a fork's SWA records kept in blocks of 128 cells, one stream:
+    #: 128 * (ceil(min(n_ctx_seq, n_swa) / 128) + ceil(n_ubatch / 128))
+    SWA_BLOCKS = "swa_blocks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +122,12 @@ class CacheAllocation:
             return compressed_cells(ctx.n_ctx_seq, self.compress_ratio)
         if self.cell_rule is CellRule.FIXED:
             return 1
-        if self.cell_rule is CellRule.KVARN_SWA:
+        if self.cell_rule is CellRule.SWA_BLOCKS:
             return 128 * (-(-min(ctx.n_ctx_seq, self.n_swa) // 128) + -(-ctx.n_ubatch // 128))
         return max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq)
 
     def n_stream_at(self, ctx: ResolvedContext) -> int:
-        if self.kind is TermKind.RECURRENT or self.cell_rule in (CellRule.FIXED, CellRule.KVARN_SWA):
+        if self.kind is TermKind.RECURRENT or self.cell_rule in (CellRule.FIXED, CellRule.SWA_BLOCKS):
             return 1
         return ctx.n_seq_max if self.per_sequence_streams else ctx.n_stream
 
@@ -181,18 +181,6 @@ def n_rs_seq(profile: ModelProfile, settings: LaunchSettings) -> int:
     return max(0, n_max)
 
 
-def _is_fork(settings: LaunchSettings) -> bool:
-    """ik_llama.cpp and beellama.cpp size their caches themselves (fitplan.core.engines); ollama runs mainline."""
-    return settings.engine in (Engine.IK_LLAMA, Engine.BEELLAMA)
-
-
-def _mainline_only(settings: LaunchSettings, what: str) -> None:
-    if _is_fork(settings):
-        raise ValueError(
-            f"{what}: mainline rules asked for {settings.engine.value}; use fitplan.core.engines.memory_rules"
-        )
-
-
 class EngineMemory(Protocol):
     """An engine's rules for the context and its caches. Mainline's are `MAINLINE`; the forks' live in
     `fitplan.core.engines` (`memory_rules(engine)` is the one dispatch point)."""
@@ -209,7 +197,6 @@ class EngineMemory(Protocol):
 def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     """src/llama-context.cpp:llama_init_from_model rules; FA "auto" resolves to on (the probe keeps it on for CPU,
     CUDA and Metal with common head sizes)."""
-    _mainline_only(settings, "resolve_flash_attn")
     tk = _cache_type(settings.cache_type_k, "K")
     tv = _cache_type(settings.cache_type_v, "V")
     fa = settings.flash_attn
@@ -304,7 +291,6 @@ def context_grid(
 ) -> ContextGrid:
     """The context grid of `settings` under the engine's `rules` (None = mainline's; see `sequence_layout`)."""
     if rules is None:
-        _mainline_only(settings, "context_grid")
         rules = MAINLINE
     n_seq_max, kv_unified = sequence_layout(settings)
     flash_attn = rules.resolve_flash_attn(profile, settings)
@@ -397,7 +383,6 @@ def context_caches(
     profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
 ) -> tuple[CacheAllocation, ...]:
     """Every cache llama.cpp's create_memory builds for this context, in creation order."""
-    _mainline_only(settings, "context_caches")
     layout = profile.traits.memory.layout
     if layout is archs.MemoryLayout.NONE or not profile.layers:
         return ()
@@ -607,5 +592,5 @@ class _Mainline:
         return context_caches(profile, ctx, settings)
 
 
-#: Mainline llama.cpp's rules (ollama runs them too).
+#: Mainline llama.cpp's rules (the engines that size nothing their own way run them too).
 MAINLINE: EngineMemory = _Mainline()

@@ -47,10 +47,10 @@ class DevicePlan:
     # first intermediate reuses their space when it fits there.
     ffn_holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...] = ()
     # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
-    ik_groups: tuple[tuple[bool, int], ...] = ()
+    fork_groups: tuple[tuple[bool, int], ...] = ()
     # ik_llama.cpp on the host: the masks and activations are freed before the output layer, whose logits sit
     # with the output norm's block alone (the allocator's peak list of ik's output phase)
-    ik_output_phase: bool = False
+    fork_output_phase: bool = False
     # DSA top-k masks (src/llama-graph.cpp build_attn with top_k): a zero-filled f32 [1, min(n_kv, top_k), n_tok]
     # leaf per layer, allocated up front: bytes per kept cell, and the top_k cap
     dsa_zeros: int = 0
@@ -213,10 +213,10 @@ def _last_ffn(p: DevicePlan, nb: int, ns: int) -> int:
     )
 
 
-def _transient(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
+def _transient(p: DevicePlan, nb: int, ns: int, fork: int = 0) -> tuple[str, int]:
     att = max(
         max_at(p.kq, nb, ns),
-        ik,
+        fork,
         p.ssm_after(nb, ns),
         p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0,
         p.indexer.transient(nb) if p.indexer is not None else 0,
@@ -224,7 +224,7 @@ def _transient(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
     )
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
-        scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
+        scores = fork or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
         return ("KQ scores + Q" if scores else "attention / SSM scan"), att
     return "FFN intermediates", ffn
 
@@ -244,11 +244,11 @@ def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int
 
 
 def total_array(
-    p: DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64], ik: NDArray[np.int64] | None = None
+    p: DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64], fork: NDArray[np.int64] | None = None
 ) -> NDArray[np.int64]:
     att = _max_aff(p.kq, nb, ns)
-    if ik is not None:
-        att = np.maximum(att, ik)
+    if fork is not None:
+        att = np.maximum(att, fork)
     dsv4_inputs = np.zeros_like(nb)
     if p.dsv4 is not None:
         att = np.maximum(att, p.dsv4.transient_array(nb, ns))
@@ -269,7 +269,7 @@ def total_array(
     zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros + dsv4_inputs
     if p.device is None:
         total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns) + zeros
-        if p.ik_output_phase and p.logits and p.layer_phase:
+        if p.fork_output_phase and p.logits and p.layer_phase:
             host_layer = total + trans
             host_out = p.logits + p.out_block
             return np.where(host_layer >= host_out, host_layer, host_out)
@@ -299,7 +299,7 @@ def total_array(
     return phase + _aff(p.pp_extra, nb, ns) + p.op_offload_copy
 
 
-def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
+def evaluate_plan(p: DevicePlan, nb: int, ns: int, fork: int = 0) -> ComputeBuffer:
     parts: list[ComputePart]
     if p.device is None:
         parts = [
@@ -312,8 +312,8 @@ def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer
             ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
             ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
         ]
-        trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
-        if p.ik_output_phase and p.logits and trans is not None:
+        trans: tuple[str, int] | None = _transient(p, nb, ns, fork) if p.layer_phase else None
+        if p.fork_output_phase and p.logits and trans is not None:
             host_out = [ComputePart("logits", p.logits), ComputePart("output norm", p.out_block)]
             if _sum(parts) + trans[1] < _sum(host_out):
                 parts, trans = host_out, None
@@ -329,7 +329,7 @@ def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer
                 ComputePart("v_idxs (copy)", p.v_idxs),
                 ComputePart("positions, indices (copy)", p.small_inputs),
                 ComputePart(p.blocks_label, p.blocks),
-                ComputePart(*_transient(p, nb, ns, ik)),
+                ComputePart(*_transient(p, nb, ns, fork)),
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
                 ComputePart("FA f16 K/V copies", max_at(p.fa_copies, nb, ns)),
                 ComputePart("DSA top-k zeros", p.zeros_at(nb)),
