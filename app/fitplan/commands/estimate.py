@@ -12,6 +12,7 @@ import dataclasses
 import os
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FlagError
@@ -66,7 +67,7 @@ def add_flags_parser(
 
 
 def register(subparsers: Any) -> None:
-    summary = "memory per device and term for a model with llama-server flags"
+    summary = SUMMARIES["estimate"]
     p = add_flags_parser(subparsers, "estimate", summary, __doc__, EXAMPLES)
     p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
     p.add_argument(

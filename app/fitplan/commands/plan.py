@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import (
     accuracy_json,
@@ -112,7 +113,7 @@ def register(subparsers: Any) -> None:
     p = add_flags_parser(
         subparsers,
         "plan",
-        "the largest context and fastest placement that fit, with the llama-server command",
+        SUMMARIES["plan"],
         "The fastest placement and the largest context that fit, and the llama-server command. "
         "Any llama-server flags after MODEL (-c, -np, -ctk, -ngl, -ts, --n-cpu-moe, -fa ...) are pins: the plan "
         "keeps them and chooses the rest.",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_margin_arguments, margin_policy
 from fitplan.core.base.devices import Machine
@@ -60,7 +61,7 @@ class FitAnswer:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "scan",
-        help="list the GGUF models in folders (default: the usual download places)",
+        help=SUMMARIES["scan"],
         description=__doc__,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -16,8 +16,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+from fitplan.core.gguf.gguf_py import gguf_constants
+
+if TYPE_CHECKING:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+else:
+    _gguf = gguf_constants()
+    GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType = (
+        _gguf.GGML_QUANT_SIZES,
+        _gguf.GGMLQuantizationType,
+        _gguf.LlamaFileType,
+    )
 
 
 @dataclass(frozen=True, slots=True)

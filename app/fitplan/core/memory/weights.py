@@ -28,8 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from gguf.constants import GGMLQuantizationType
+from fitplan.core.gguf.gguf_py import gguf_constants
+
+if TYPE_CHECKING:
+    from gguf.constants import GGMLQuantizationType
+else:
+    GGMLQuantizationType = gguf_constants().GGMLQuantizationType
 
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Device, Machine, Vendor
