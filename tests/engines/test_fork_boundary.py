@@ -53,9 +53,9 @@ def fork_names(source: str) -> list[tuple[int, str]]:
                 found.append((line, word))
         if isinstance(node, ast.Attribute) and node.attr in FORK_ENGINES:
             found.append((line, node.attr))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            if FORK_NAME.search(node.value):
-                found.append((line, node.value))
+        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
+        if text and id(node) not in docs and FORK_NAME.search(text):
+            found.append((line, text))
     return found
 
 
