@@ -386,6 +386,23 @@ def _load_list(profile: ModelProfile, load_mtp: bool) -> _Loaded:
         if tied_embd and tied is None and t.role is TensorRole.TOKEN_EMBD and t.name == "token_embd.weight":
             tied = len(tensors)
         tensors.append(t)
+    runs, run_of = _layer_runs(layer_index)
+    return _Loaded(
+        tuple(tensors),
+        tuple(layer_index),
+        tuple(_is_matrix_weight(t) for t in tensors),
+        tuple(skipped),
+        tied,
+        L,
+        runs,
+        run_of,
+    )
+
+
+def _layer_runs(
+    layer_index: list[int | None],
+) -> tuple[tuple[tuple[int | None, int, int], ...], tuple[int, ...]]:
+    """Consecutive tensors of one layer as (layer, first, end) runs, and each tensor's run."""
     runs: list[tuple[int | None, int, int]] = []
     run_of: list[int] = []
     for i, li in enumerate(layer_index):
@@ -394,16 +411,7 @@ def _load_list(profile: ModelProfile, load_mtp: bool) -> _Loaded:
         else:
             runs.append((li, i, i + 1))
         run_of.append(len(runs) - 1)
-    return _Loaded(
-        tuple(tensors),
-        tuple(layer_index),
-        tuple(_is_matrix_weight(t) for t in tensors),
-        tuple(skipped),
-        tied,
-        L,
-        tuple(runs),
-        tuple(run_of),
-    )
+    return tuple(runs), tuple(run_of)
 
 
 #: Which loaded tensors one `-ot` pattern matches (the --n-cpu-moe patterns repeat across a plan's estimates).

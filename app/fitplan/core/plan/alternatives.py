@@ -100,17 +100,23 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
         n = base.placement.n_cpu_moe + max(2, profile.n_layer_all // 8)
         if n <= profile.n_layer_all:
             out.append(_Candidate(f"--n-cpu-moe {n}", dataclasses.replace(pins, n_cpu_moe=n), machine))
-    if pins.n_gpu_layers is not None:
-        out.append(_Candidate("without -ngl", dataclasses.replace(pins, n_gpu_layers=None), machine))
-    if pins.n_cpu_moe is not None:
-        out.append(_Candidate("without --n-cpu-moe", dataclasses.replace(pins, n_cpu_moe=None), machine))
-    if pins.tensor_split is not None:
-        out.append(_Candidate("without -ts", dataclasses.replace(pins, tensor_split=None), machine))
-    if pins.all_weights_on_gpu:
-        out.append(
-            _Candidate("without --all-on-gpu", dataclasses.replace(pins, all_weights_on_gpu=False), machine)
-        )
+    out.extend(_unpinned(pins, machine))
     return out
+
+
+def _unpinned(pins: Pins, machine: Machine) -> list[_Candidate]:
+    """Each placement pin the user set, dropped."""
+    drops: list[tuple[str, object, object]] = [
+        ("-ngl", pins.n_gpu_layers, {"n_gpu_layers": None}),
+        ("--n-cpu-moe", pins.n_cpu_moe, {"n_cpu_moe": None}),
+        ("-ts", pins.tensor_split, {"tensor_split": None}),
+        ("--all-on-gpu", pins.all_weights_on_gpu or None, {"all_weights_on_gpu": False}),
+    ]
+    return [
+        _Candidate(f"without {flag}", dataclasses.replace(pins, **changes), machine)  # type: ignore[arg-type]
+        for flag, value, changes in drops
+        if value is not None
+    ]
 
 
 def _effect(base: Plan, alt: Plan) -> str:
