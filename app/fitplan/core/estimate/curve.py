@@ -140,25 +140,9 @@ def estimate_curve(
     ref_ctx = dataclasses.replace(ref.context, n_gpu_layers=placement.n_gpu_layers)
     caches = engines.engine_context_caches(profile, ref_ctx, ref_settings)
 
-    # Cells of every cache at every context (the rules stay in context_memory).
     ctx_objs = _contexts_like(ref_ctx, n_ctx, n_ctx_seq)
-    nb = np.zeros(idx.size, dtype=np.int64)
-    ns = np.zeros(idx.size, dtype=np.int64)
-    for cache in caches:
-        cells = np.fromiter((cache.cells_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
-        streams = np.fromiter((cache.n_stream_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
-        extra = dict(cache.layer_extra)
-        per_dev: dict[int | None, int] = {}
-        for il, k_row, v_row in cache.layer_rows:
-            dev = None if settings.no_kv_offload else _layer_dev(placement.layer_device, il)
-            per_dev[dev] = per_dev.get(dev, 0) + k_row + v_row + extra.get(il, 0)
-        for dev, row in per_dev.items():
-            out[dev_row[dev], _KIND_INDEX[cache.kind], idx] += row * cells * streams
-        if cache.kind is TermKind.KV and cache.layer_rows and not cache.name.endswith("(indexer)"):
-            if cache.cell_rule is context_memory.CellRule.SWA:
-                ns = np.maximum(ns, cells)
-            else:
-                nb = np.maximum(nb, cells)
+    layer_dev = None if settings.no_kv_offload else placement.layer_device
+    nb, ns = _add_caches(out, idx, caches, ctx_objs, dev_row, layer_dev)
 
     cin = compute_inputs(profile, ref_settings, ref_ctx, caches, gpus, placement)
     plan = ComputePlan(profile, cin, placement, tuple(d.vendor for d in gpus))
@@ -172,6 +156,37 @@ def estimate_curve(
         )
         out[:, _KIND_INDEX[TermKind.DRAFT], idx] = dcurve.used()
     return Curve(ctxs, n_ctx_out, devices, out)
+
+
+def _add_caches(
+    out: NDArray[np.int64],
+    idx: NDArray[np.intp],
+    caches: Sequence[context_memory.CacheAllocation],
+    ctx_objs: Sequence[ResolvedContext],
+    dev_row: dict[int | None, int],
+    layer_device: tuple[int | None, ...] | None,
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Every cache's bytes at every context into `out` (the cell rules stay in context_memory), each layer's share
+    on its layer's device (`layer_device` None: all on the host, -nkvo); and the KV cells of the masks, full and
+    SWA, per context."""
+    nb = np.zeros(idx.size, dtype=np.int64)
+    ns = np.zeros(idx.size, dtype=np.int64)
+    for cache in caches:
+        cells = np.fromiter((cache.cells_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
+        streams = np.fromiter((cache.n_stream_at(c) for c in ctx_objs), dtype=np.int64, count=len(ctx_objs))
+        extra = dict(cache.layer_extra)
+        per_dev: dict[int | None, int] = {}
+        for il, k_row, v_row in cache.layer_rows:
+            dev = None if layer_device is None else _layer_dev(layer_device, il)
+            per_dev[dev] = per_dev.get(dev, 0) + k_row + v_row + extra.get(il, 0)
+        for dev, row in per_dev.items():
+            out[dev_row[dev], _KIND_INDEX[cache.kind], idx] += row * cells * streams
+        if cache.kind is TermKind.KV and cache.layer_rows and not cache.name.endswith("(indexer)"):
+            if cache.cell_rule is context_memory.CellRule.SWA:
+                ns = np.maximum(ns, cells)
+            else:
+                nb = np.maximum(nb, cells)
+    return nb, ns
 
 
 def _contexts_like(

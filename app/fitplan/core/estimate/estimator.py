@@ -50,7 +50,7 @@ from fitplan.core.memory.weights import (
     gpu_backend,
     place_weights,
 )
-from fitplan.core.model.profile import ModelProfile
+from fitplan.core.model.profile import ClipParams, ModelProfile
 
 #: Patches assumed for an mmproj whose header gives no position-embedding table (a 448x448 image, 14-pixel patches).
 MMPROJ_DEFAULT_PATCHES = 1024
@@ -405,47 +405,69 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
     shapes = {t.name: t.shape for t in mmproj.tensors}
     clip = mmproj.clip
     if clip is not None and clip.n_embd > 0 and clip.patch_size > 0 and clip.n_head > 0:
-        n_embd, n_ff, n_head, patch = clip.n_embd, clip.n_ff, clip.n_head, clip.patch_size
-        ptype = clip.projector_type
         fa = "flash attention" if flash_attn else "no flash attention"
-        if ptype == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
-            merge = clip.spatial_merge_size or 2
-            side = QWEN_VL_WARMUP_SIDE * merge * patch
-            n_pos = (side // patch) ** 2
-            e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
-            # inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask, window_idx
-            inputs = sum(
-                pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
-            )
-            body = 4 * e + pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
-            return inputs + body, (
-                f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
-                "inputs with the window mask, its f16 copy, four blocks and the FFN"
-            )
-        n_side = clip.image_size // patch
-        n_pos = n_side * n_side
-        if ptype == "gemma3":
-            e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
-            body = 3 * e + f if flash_attn else 6 * e + kq
-            return body, (
-                f"SigLIP warm-up image {clip.image_size}x{clip.image_size} ({n_pos} patches, width {n_embd}, "
-                f"FFN {n_ff}, {fa})"
-            )
-        if ptype == "mlp":
-            n_tok = n_pos + (1 if "v.class_embd" in shapes else 0)
-            mm0 = shapes.get("mm.0.weight")
-            proj = mm0[1] if mm0 and len(mm0) > 1 else clip.projection_dim
-            e, f, kq = 4 * n_tok * n_embd, 4 * n_tok * n_ff, 4 * n_tok * n_tok * n_head
-            # inp_raw, positions (n_tok i32), patches (n_pos i32)
-            inputs = sum(pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
-            # the patch embedding before the class token is joined ([n_embd, n_pos]) leaves a hole among the blocks
-            e_patch = 4 * n_pos * n_embd
-            block = 3 * e + e_patch + f if flash_attn else 4 * e + e_patch + kq
-            projector = e_patch + 2 * 4 * n_pos * proj
-            return inputs + max(block, projector), (
-                f"CLIP warm-up image {clip.image_size}x{clip.image_size} ({n_tok} positions, width {n_embd}, "
-                f"FFN {n_ff}, projection {proj}, {fa})"
-            )
+        if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
+            return _qwen25vl_compute(clip, flash_attn, align, fa)
+        if clip.projector_type == "gemma3":
+            return _siglip_compute(clip, flash_attn, fa)
+        if clip.projector_type == "mlp":
+            return _llava_compute(clip, shapes, flash_attn, align, fa)
+    return _generic_projector_compute(mmproj, shapes, flash_attn)
+
+
+def _qwen25vl_compute(clip: ClipParams, flash_attn: bool, align: int, fa: str) -> tuple[int, str]:
+    n_embd, n_ff, n_head, patch = clip.n_embd, clip.n_ff, clip.n_head, clip.patch_size
+    merge = clip.spatial_merge_size or 2
+    side = QWEN_VL_WARMUP_SIDE * merge * patch
+    n_pos = (side // patch) ** 2
+    e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
+    # inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask, window_idx
+    inputs = sum(pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos))
+    body = 4 * e + pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
+    return inputs + body, (
+        f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
+        "inputs with the window mask, its f16 copy, four blocks and the FFN"
+    )
+
+
+def _siglip_compute(clip: ClipParams, flash_attn: bool, fa: str) -> tuple[int, str]:
+    n_embd, n_ff, n_head = clip.n_embd, clip.n_ff, clip.n_head
+    n_side = clip.image_size // clip.patch_size
+    n_pos = n_side * n_side
+    e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
+    body = 3 * e + f if flash_attn else 6 * e + kq
+    return body, (
+        f"SigLIP warm-up image {clip.image_size}x{clip.image_size} ({n_pos} patches, width {n_embd}, "
+        f"FFN {n_ff}, {fa})"
+    )
+
+
+def _llava_compute(
+    clip: ClipParams, shapes: dict[str, tuple[int, ...]], flash_attn: bool, align: int, fa: str
+) -> tuple[int, str]:
+    n_embd, n_ff, n_head = clip.n_embd, clip.n_ff, clip.n_head
+    n_side = clip.image_size // clip.patch_size
+    n_pos = n_side * n_side
+    n_tok = n_pos + (1 if "v.class_embd" in shapes else 0)
+    mm0 = shapes.get("mm.0.weight")
+    proj = mm0[1] if mm0 and len(mm0) > 1 else clip.projection_dim
+    e, f, kq = 4 * n_tok * n_embd, 4 * n_tok * n_ff, 4 * n_tok * n_tok * n_head
+    # inp_raw, positions (n_tok i32), patches (n_pos i32)
+    inputs = sum(pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
+    # the patch embedding before the class token is joined ([n_embd, n_pos]) leaves a hole among the blocks
+    e_patch = 4 * n_pos * n_embd
+    block = 3 * e + e_patch + f if flash_attn else 4 * e + e_patch + kq
+    projector = e_patch + 2 * 4 * n_pos * proj
+    return inputs + max(block, projector), (
+        f"CLIP warm-up image {clip.image_size}x{clip.image_size} ({n_tok} positions, width {n_embd}, "
+        f"FFN {n_ff}, projection {proj}, {fa})"
+    )
+
+
+def _generic_projector_compute(
+    mmproj: ModelProfile, shapes: dict[str, tuple[int, ...]], flash_attn: bool
+) -> tuple[int, str]:
+    clip = mmproj.clip
     pos = shapes.get("v.position_embd.weight")
     n_embd = pos[0] if pos else (clip.n_embd if clip else mmproj.n_embd)
     n_pos = pos[1] if pos and len(pos) > 1 else MMPROJ_DEFAULT_PATCHES

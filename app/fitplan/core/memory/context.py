@@ -437,48 +437,51 @@ def context_caches(
 
     has_indexer = profile.indexer_head_size > 0 and any(ly.has_indexer for ly in profile.layers)
     split_swa = profile.swa_type is not SwaType.NONE
+
+    def kv_caches() -> list[CacheAllocation]:
+        """The attention caches, in the order the layout's memory module creates them."""
+        if layout is archs.MemoryLayout.DSA_ISWA:
+            # src/llama-kv-cache-dsa-iswa.cpp: non-SWA MLA cache, its indexer, then the window-sized SWA cache
+            full = kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
+            swa = kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA)
+            return [full, indexer(), swa] if has_indexer else [full, swa]
+        if layout is archs.MemoryLayout.RECURRENT:
+            return []
+        if split_swa and layout in (archs.MemoryLayout.KV, archs.MemoryLayout.HYBRID):
+            caches = [
+                kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT),
+                kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA),
+            ]
+        else:
+            caches = [kv("llama_kv_cache", kv_layers, CellRule.CONTEXT)]
+        if has_indexer and layout is not archs.MemoryLayout.HYBRID:
+            caches.append(indexer())
+        return caches
+
     if layout is archs.MemoryLayout.DSV4:
         return _dsv4_caches(profile, ctx, settings, tk, tk_name)
-    if layout is archs.MemoryLayout.DSA_ISWA:
-        # src/llama-kv-cache-dsa-iswa.cpp: non-SWA MLA cache, its indexer, then the window-sized SWA cache
-        out.append(
-            kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
-        )
-        if has_indexer:
-            out.append(indexer())
-        out.append(kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA))
-    elif layout is not archs.MemoryLayout.RECURRENT:
-        if split_swa and layout in (archs.MemoryLayout.KV, archs.MemoryLayout.HYBRID):
-            out.append(
-                kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
-            )
-            out.append(kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA))
-        else:
-            out.append(kv("llama_kv_cache", kv_layers, CellRule.CONTEXT))
-        if has_indexer and layout is not archs.MemoryLayout.HYBRID:
-            out.append(indexer())
-
-    rs_layers = [ly for ly in profile.layers if ly.is_recurrent]
+    out.extend(kv_caches())
     if layout in (archs.MemoryLayout.RECURRENT, archs.MemoryLayout.HYBRID):
-        rows = max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq)
-        out.append(
-            CacheAllocation(
-                name="llama_memory_recurrent",
-                kind=TermKind.RECURRENT,
-                cells=rows,
-                n_stream=1,
-                type_k="f32",
-                type_v="f32",
-                layer_rows=tuple(
-                    (ly.index, F32_BYTES * ly.n_embd_r, F32_BYTES * ly.n_embd_s) for ly in rs_layers
-                ),
-                cell_rule=CellRule.SEQUENCES,
-                layer_extra=tuple((ly.index, F32_BYTES * ly.n_embd_p) for ly in rs_layers if ly.n_embd_p),
-            )
-        )
+        out.append(_recurrent_cache(profile, ctx))
         if has_indexer and layout is archs.MemoryLayout.HYBRID:
             out.append(indexer())  # llama_memory_hybrid_idx creates its indexer after the hybrid caches
     return tuple(out)
+
+
+def _recurrent_cache(profile: ModelProfile, ctx: ResolvedContext) -> CacheAllocation:
+    """llama_memory_recurrent: R and S rows (and P, where a layer has one) per sequence and rollback snapshot."""
+    rs_layers = [ly for ly in profile.layers if ly.is_recurrent]
+    return CacheAllocation(
+        name="llama_memory_recurrent",
+        kind=TermKind.RECURRENT,
+        cells=max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq),
+        n_stream=1,
+        type_k="f32",
+        type_v="f32",
+        layer_rows=tuple((ly.index, F32_BYTES * ly.n_embd_r, F32_BYTES * ly.n_embd_s) for ly in rs_layers),
+        cell_rule=CellRule.SEQUENCES,
+        layer_extra=tuple((ly.index, F32_BYTES * ly.n_embd_p) for ly in rs_layers if ly.n_embd_p),
+    )
 
 
 def _dsv4_caches(
