@@ -362,23 +362,8 @@ def _m(n: int) -> str:
     return f"{n / MIB:.2f}"
 
 
-def print_table(
-    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
-) -> None:
-    ctx = est.context
-    print(
-        out.style(f"{os.path.basename(model)}", out.BOLD) + f"  {profile.architecture}, {profile.file_type}, "
-        f"{out.size(profile.file_size)}"
-    )
-    print(
-        f"context {ctx.n_ctx} ({ctx.n_seq_max} slot{'s' if ctx.n_seq_max != 1 else ''}, "
-        f"{'unified' if ctx.kv_unified else f'{ctx.n_ctx_seq} per slot'}), "
-        f"KV {est.settings.cache_type_k}/{est.settings.cache_type_v}, flash attention "
-        f"{'on' if ctx.flash_attn else 'off'}, batch {ctx.n_batch}/{ctx.n_ubatch}, "
-        f"{ctx.n_gpu_layers}/{profile.n_layer_all + 1} layers on GPU"
-        + (f", engine {est.settings.engine.value}" if est.settings.engine is not Engine.LLAMA_CPP else "")
-    )
-    print()
+def _print_devices(est: Estimate) -> None:
+    """The table of devices and terms (MiB), then what comes and goes while the server runs."""
     kinds = [k for k in TERM_KEYS if any(d.bytes_of(k) for d in est.devices)]
     headers = ["device", *[k.value for k in kinds], "used", "free", ""]
     rows: list[list[object]] = []
@@ -404,6 +389,26 @@ def print_table(
             "-rtr" if est.settings.run_time_repack and est.settings.engine is Engine.IK_LLAMA else "-lm none"
         )
         print(f"host weights are anonymous memory ({why}): they cannot be paged out")
+
+
+def print_table(
+    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
+) -> None:
+    ctx = est.context
+    print(
+        out.style(f"{os.path.basename(model)}", out.BOLD) + f"  {profile.architecture}, {profile.file_type}, "
+        f"{out.size(profile.file_size)}"
+    )
+    print(
+        f"context {ctx.n_ctx} ({ctx.n_seq_max} slot{'s' if ctx.n_seq_max != 1 else ''}, "
+        f"{'unified' if ctx.kv_unified else f'{ctx.n_ctx_seq} per slot'}), "
+        f"KV {est.settings.cache_type_k}/{est.settings.cache_type_v}, flash attention "
+        f"{'on' if ctx.flash_attn else 'off'}, batch {ctx.n_batch}/{ctx.n_ubatch}, "
+        f"{ctx.n_gpu_layers}/{profile.n_layer_all + 1} layers on GPU"
+        + (f", engine {est.settings.engine.value}" if est.settings.engine is not Engine.LLAMA_CPP else "")
+    )
+    print()
+    _print_devices(est)
     for w in est.warnings:
         out.warn(w)
     for a in est.assumptions:

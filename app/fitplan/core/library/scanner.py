@@ -254,47 +254,57 @@ class LibraryScanner:
             subdirs: list[str] = []
             in_hub_repo = os.path.basename(folder).startswith("models--")
             for e in entries:
-                try:
-                    is_dir = e.is_dir()
-                    is_file = not is_dir and e.is_file()
-                except OSError:
-                    is_dir = is_file = False
-                if is_dir:
-                    if in_hub_repo and e.name == "blobs":
-                        yield from _hub_partial_blobs(e.path)
-                        continue
-                    if e.name.startswith("."):
-                        continue
-                    try:
-                        dst = e.stat()
-                    except OSError as exc:
-                        yield SkippedFile(e.path, f"unreadable folder: {exc.strerror or exc}")
-                        continue
-                    ident = (dst.st_dev, dst.st_ino)
-                    if ident in state.seen_dirs:
-                        continue  # a link loop, or a folder already scanned through another path
-                    state.seen_dirs.add(ident)
-                    subdirs.append(e.path)
-                    continue
-                low = e.name.lower()
-                if _is_partial_name(e.name):
-                    state.counters.files_seen += 1
-                    yield SkippedFile(e.path, "partial download")
-                elif low.endswith(".gguf"):
-                    if not is_file:
-                        state.counters.files_seen += 1
-                        yield SkippedFile(e.path, "link to a file that is not there (download not finished?)")
-                        continue
-                    try:
-                        files.append((e.path, e.stat()))
-                    except OSError as exc:
-                        yield SkippedFile(e.path, f"unreadable: {exc.strerror or exc}")
+                yield from self._classify(e, in_hub_repo, state, files, subdirs)
             if files:
                 found = self._summarise_files(files, state)
                 if found is None:
                     return
                 yield from self._batch_events(folder, found, root, state)
             stack.extend(reversed(subdirs))
+
+    def _classify(
+        self,
+        e: os.DirEntry[str],
+        in_hub_repo: bool,
+        state: _ScanState,
+        files: list[tuple[str, os.stat_result]],
+        subdirs: list[str],
+    ) -> Iterator[ScanEvent]:
+        """One folder entry: a folder to walk (into `subdirs`), a model file (into `files`), or what was skipped."""
+        try:
+            is_dir = e.is_dir()
+            is_file = not is_dir and e.is_file()
+        except OSError:
+            is_dir = is_file = False
+        if is_dir:
+            if in_hub_repo and e.name == "blobs":
+                yield from _hub_partial_blobs(e.path)
+                return
+            if e.name.startswith("."):
+                return
+            try:
+                dst = e.stat()
+            except OSError as exc:
+                yield SkippedFile(e.path, f"unreadable folder: {exc.strerror or exc}")
+                return
+            ident = (dst.st_dev, dst.st_ino)
+            if ident in state.seen_dirs:
+                return  # a link loop, or a folder already scanned through another path
+            state.seen_dirs.add(ident)
+            subdirs.append(e.path)
+            return
+        if _is_partial_name(e.name):
+            state.counters.files_seen += 1
+            yield SkippedFile(e.path, "partial download")
+        elif e.name.lower().endswith(".gguf"):
+            if not is_file:
+                state.counters.files_seen += 1
+                yield SkippedFile(e.path, "link to a file that is not there (download not finished?)")
+                return
+            try:
+                files.append((e.path, e.stat()))
+            except OSError as exc:
+                yield SkippedFile(e.path, f"unreadable: {exc.strerror or exc}")
 
     # -- files ----------------------------------------------------------------------------------------------------
 
@@ -441,16 +451,7 @@ class LibraryScanner:
         by_digest: dict[
             str, list[tuple[str, str | None, str]]
         ] = {}  # model digest -> (name, projector, manifest)
-        for dirpath, dirnames, filenames in os.walk(manifests, onerror=None):
-            dirnames.sort()
-            for fn in sorted(filenames):
-                mpath = os.path.join(dirpath, fn)
-                parsed = parse_ollama_manifest(mpath, manifests)
-                if isinstance(parsed, str):
-                    yield SkippedFile(mpath, parsed)
-                    continue
-                name, model_digest, projector_digest = parsed
-                by_digest.setdefault(model_digest, []).append((name, projector_digest, mpath))
+        yield from _read_manifests(manifests, by_digest)
         try:
             partials = sorted(p for p in os.listdir(blobs) if p.endswith("-partial"))
         except OSError as exc:
@@ -587,3 +588,20 @@ def display_name(path: str, root: LibraryRoot) -> str:
     except ValueError:
         return path
     return path if rel.startswith("..") else rel.replace(os.sep, "/")
+
+
+def _read_manifests(
+    manifests: Path, by_digest: dict[str, list[tuple[str, str | None, str]]]
+) -> Iterator[ScanEvent]:
+    """Every ollama manifest under `manifests` into `by_digest` (model digest -> (name, projector, manifest)); the
+    unreadable ones skipped."""
+    for dirpath, dirnames, filenames in os.walk(manifests, onerror=None):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            mpath = os.path.join(dirpath, fn)
+            parsed = parse_ollama_manifest(mpath, manifests)
+            if isinstance(parsed, str):
+                yield SkippedFile(mpath, parsed)
+                continue
+            name, model_digest, projector_digest = parsed
+            by_digest.setdefault(model_digest, []).append((name, projector_digest, mpath))
