@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fitplan.core.base.devices import Machine
 from fitplan.core.engines import context_grid
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.objective import PlacementKey, key, min_gpu_headroom, point_key, tie_key
+from fitplan.core.plan.objective import Key, PlacementKey, key, min_gpu_headroom, point_key, tie_key
 from fitplan.core.plan.planner import Pins, Problem, problem_of
 from fitplan.core.plan.search import EstimateFn, Evaluator, default_estimate_fn
 from fitplan.core.plan.solver import Point, Solver
@@ -36,6 +36,7 @@ class OracleResult:
         int  # the largest context of the best point (the pinned one when -c is pinned), 0 when nothing fits
     )
     min_headroom: int  # the smallest GPU headroom at that context
+    key: Key | None  # `objective.key` of the best point (None when nothing fits)
     points: int  # points of the space enumerated
     evaluations: int  # estimates computed
 
@@ -107,11 +108,11 @@ def exhaustive_plan(
         elif pk == best_key:
             best.append(p)
     if best_key is None:
-        return OracleResult(False, None, None, 0, 0, count, ev.evaluations)
+        return OracleResult(False, None, None, 0, 0, None, count, ev.evaluations)
     scored = []
     for p in best:
         n_ctx = _largest_context(pb, solver, p)
         head = min_gpu_headroom(solver.usage(p, n_ctx))
         scored.append((key(best_key, tie_key(n_ctx, p.ncmoe, head)), n_ctx, head, p))
-    _, n_ctx, head, point = max(scored, key=lambda t: t[0])
-    return OracleResult(True, point, best_key, n_ctx, head, count, ev.evaluations)
+    best_full, n_ctx, head, point = max(scored, key=lambda t: t[0])
+    return OracleResult(True, point, best_key, n_ctx, head, best_full, count, ev.evaluations)

@@ -270,11 +270,8 @@ def _scored(pb: Problem, p: Point, cf: ContextFit) -> _Scored:
 
 def _best_context(pb: Problem, solver: Solver, found: list[Check]) -> tuple[Point, ContextFit]:
     """The best of the solver's points by the objective (`objective.key`)."""
-    scored: list[_Scored] = []
-    for c in found:
-        if scored and (scored[0].context.capped_by_training or pb.pinned_ctx is not None):
-            break  # the first (fewest --n-cpu-moe) already has the largest context there is
-        scored.append(_context_at(pb, solver, c.point))
+    # at most two candidates (`Solver.search`): each is scored whole, so that the objective alone decides
+    scored = [_context_at(pb, solver, c.point) for c in found]
     best = max(scored, key=lambda s: s.key)
     return best.point, best.context
 
