@@ -200,7 +200,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         doc["accuracy"] = accuracy_json(band)
         out.print_json(doc)
     else:
-        print_table(model, profile, est, parsed, notes)
+        print_table(model, profile, est, parsed, notes, v)
         print(verdict_lines(v))
         print(band.text)
     # the exit status follows "fits the card" (estimate reports memory; `plan` applies the margins)
@@ -362,15 +362,15 @@ def _m(n: int) -> str:
     return f"{n / MIB:.2f}"
 
 
-def _print_devices(est: Estimate) -> None:
-    """The table of devices and terms (MiB), then what comes and goes while the server runs."""
+def _print_devices(est: Estimate, v: Verdict) -> None:
+    """The table of devices and terms (MiB), each marked by the verdict's "fits the card", then what comes and goes
+    while the server runs."""
     kinds = [k for k in TERM_KEYS if any(d.bytes_of(k) for d in est.devices)]
     headers = ["device", *[k.value for k in kinds], "used", "free", ""]
     rows: list[list[object]] = []
-    for d in est.devices:
+    for d, use in zip(est.devices, v.card_usage, strict=True):
         cap = d.device.free_bytes
-        ok = d.used_bytes <= cap
-        mark = out.style("fits", out.GREEN) if ok else out.style("DOES NOT FIT", out.RED, out.BOLD)
+        mark = out.style("fits", out.GREEN) if use.fits else out.style("DOES NOT FIT", out.RED, out.BOLD)
         if d.device.total_bytes == 0:
             mark = out.style("size unknown", out.YELLOW)
         rows.append([d.device.name, *[_m(d.bytes_of(k)) for k in kinds], _m(d.used_bytes), _m(cap), mark])
@@ -392,7 +392,7 @@ def _print_devices(est: Estimate) -> None:
 
 
 def print_table(
-    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
+    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str], v: Verdict
 ) -> None:
     ctx = est.context
     print(
@@ -408,7 +408,7 @@ def print_table(
         + (f", engine {est.settings.engine.value}" if est.settings.engine is not Engine.LLAMA_CPP else "")
     )
     print()
-    _print_devices(est)
+    _print_devices(est, v)
     for w in est.warnings:
         out.warn(w)
     for a in est.assumptions:

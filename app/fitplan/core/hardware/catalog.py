@@ -188,7 +188,7 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
 
 
 def _count_prefix(spec: str, text: str, cat: GpuCatalog) -> tuple[int, str]:
-    """"2x RTX 3090": (2, "RTX 3090"); a name that merely starts like a count stays whole."""
+    """ "2x RTX 3090": (2, "RTX 3090"); a name that merely starts like a count stays whole."""
     m = _COUNT_RE.match(text)
     if not m or _find_quiet(cat, text) is not None:
         return 1, text

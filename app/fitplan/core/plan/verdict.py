@@ -39,6 +39,9 @@ class Verdict:
     tightest: DeviceUse | None  # the checked GPU (else the host) with the least headroom
     n_seq: int  # slots (sequences) the estimate was made for
     kv_unified: bool
+    card_usage: tuple[
+        DeviceUse, ...
+    ] = ()  # against each device's memory, no margin (what `fits_card` judges)
 
     @property
     def headline(self) -> str:
@@ -72,7 +75,8 @@ def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_c
     usage = usage_of(est, machine, margin)
     bare = dataclasses.replace(margin, gpu_margin_bytes=0, host_margin_bytes=0, per_gpu_bytes=())
     ok = fits(usage)
-    card = fits(usage_of(est, machine, bare))
+    card_usage = usage_of(est, machine, bare)
+    card = fits(card_usage)
     level = FitLevel.NO_FIT
     if ok:
         level = FitLevel.OFFLOAD if weights_on_cpu and machine.gpus else FitLevel.FITS
@@ -80,4 +84,6 @@ def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_c
     gpus = [u for u in checked if u.gpu_index is not None] or checked
     tightest = min(gpus, key=lambda u: u.headroom_bytes) if gpus else None
     ctx = est.context
-    return Verdict(level, ok, card, margin, usage, shortfalls(usage), tightest, ctx.n_seq_max, ctx.kv_unified)
+    return Verdict(
+        level, ok, card, margin, usage, shortfalls(usage), tightest, ctx.n_seq_max, ctx.kv_unified, card_usage
+    )
