@@ -36,7 +36,7 @@ from fitplan.core.engines.common import (
     cache_row_bytes,
     cache_types,
 )
-from fitplan.core.engines.hooks import EngineExtras, EngineHooks, EngineSettings, hooks
+from fitplan.core.engines.hooks import EngineExtras, EngineHooks, EngineSettings, ExtrasInput, hooks
 from fitplan.core.engines.ik import (
     ik_caches,
     ik_context_pad,
@@ -189,6 +189,7 @@ __all__ = [
     "EngineExtras",
     "EngineHooks",
     "EngineSettings",
+    "ExtrasInput",
     "OllamaConfig",
     "OllamaResolved",
     "beellama_caches",

@@ -35,7 +35,7 @@ from fitplan.core.engines.ollama import ollama_resolve
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
 
-__all__ = ["EngineExtras", "EngineHooks", "EngineSettings", "hooks"]
+__all__ = ["EngineExtras", "EngineHooks", "EngineSettings", "ExtrasInput", "hooks"]
 
 #: Where a layer's cache lives: an active GPU's index, None for the host.
 CacheDevice = Callable[[int], "int | None"]
@@ -59,6 +59,18 @@ class EngineExtras:
     assumptions: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ExtrasInput:
+    """What an engine's own terms depend on: one estimate's model, settings, context and devices."""
+
+    profile: ModelProfile
+    settings: LaunchSettings
+    ctx: ResolvedContext
+    cache_device: CacheDevice
+    gpus: Sequence[Device]
+    names: Sequence[str]  # the active GPUs' buffer names ("CUDA0", ...)
+
+
 class EngineHooks:
     """Mainline llama.cpp: the estimate as `fitplan.core.memory` computes it."""
 
@@ -67,15 +79,7 @@ class EngineHooks:
     ) -> EngineSettings:
         return EngineSettings(settings, settings)
 
-    def extras(
-        self,
-        profile: ModelProfile,
-        settings: LaunchSettings,
-        ctx: ResolvedContext,
-        cache_device: CacheDevice,
-        gpus: Sequence[Device],
-        names: Sequence[str],
-    ) -> EngineExtras:
+    def extras(self, at: ExtrasInput) -> EngineExtras:
         return EngineExtras()
 
     def gpu_overhead(self, settings: LaunchSettings) -> tuple[int, str]:
@@ -126,15 +130,8 @@ class _Ik(EngineHooks):
         mode = ik_effective_mla_mode(profile, settings.mla_mode)
         return IkGraph(mode, settings.attn_max_batch_mib, settings.cache_type_k)
 
-    def extras(
-        self,
-        profile: ModelProfile,
-        settings: LaunchSettings,
-        ctx: ResolvedContext,
-        cache_device: CacheDevice,
-        gpus: Sequence[Device],
-        names: Sequence[str],
-    ) -> EngineExtras:
+    def extras(self, at: ExtrasInput) -> EngineExtras:
+        profile, settings, ctx = at.profile, at.settings, at.ctx
         mode = ik_effective_mla_mode(profile, settings.mla_mode)
         notes: list[str] = []
         if profile.is_mla:
@@ -164,23 +161,16 @@ class _Ik(EngineHooks):
 
 
 class _Beellama(EngineHooks):
-    def extras(
-        self,
-        profile: ModelProfile,
-        settings: LaunchSettings,
-        ctx: ResolvedContext,
-        cache_device: CacheDevice,
-        gpus: Sequence[Device],
-        names: Sequence[str],
-    ) -> EngineExtras:
+    def extras(self, at: ExtrasInput) -> EngineExtras:
         """The MTP draft context's caches and the KVarN prefill window (transient) per CUDA GPU."""
+        profile, settings, ctx, cache_device = at.profile, at.settings, at.ctx, at.cache_device
         terms = _mtp_terms(profile, settings, ctx, cache_device) if "draft-mtp" in settings.spec_types else ()
         if not uses_kvarn(settings) or settings.no_kv_offload:
             return EngineExtras(terms)
         transient: list[tuple[int | None, Term]] = []
         notes: list[str] = []
         chunk = KVARN_WINDOW_CHUNK["0.4.6"]
-        for gi, d in enumerate(gpus):
+        for gi, d in enumerate(at.gpus):
             if d.vendor not in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC):
                 continue
             layers = frozenset(
@@ -195,7 +185,7 @@ class _Beellama(EngineHooks):
             )
             transient.append((gi, Term(TermKind.KV, w, words, "KVarN window (transient)")))
             notes.append(
-                f"beellama KVarN: {names[gi]} also needs a transient {w / MIB:.0f} MiB prefill window (CUDA pool "
+                f"beellama KVarN: {at.names[gi]} also needs a transient {w / MIB:.0f} MiB prefill window (CUDA pool "
                 f"scratch, chunk {chunk} tokens; {KVARN_WINDOW_CHUNK['0.4.5']} in v0.4.5): not in the "
                 "persistent total"
             )

@@ -15,6 +15,7 @@ Terms (see `fitplan.core.base.results.TermKind`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from fitplan.core import engines
@@ -139,9 +140,8 @@ def estimate(
         for dev, (nbytes, n_layers) in _cache_bytes_by_device(cache, placement, settings).items():
             parts.add(dev, Term(cache.kind, nbytes, _cache_explanation(cache, n_layers), cache.name))
 
-    extras = engine.extras(
-        profile, settings, ctx, lambda layer: _cache_device(placement, settings, layer), gpus, names
-    )
+    cache_device = functools.partial(_cache_device, placement, settings)
+    extras = engine.extras(engines.ExtrasInput(profile, settings, ctx, cache_device, gpus, names))
     for dev, term in extras.terms:
         parts.add(dev, term)
     for dev, term in extras.transient:
