@@ -18,6 +18,7 @@ from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_margin_arguments, margin_policy
 from fitplan.core.base.devices import Machine
+from fitplan.core.base.launch_settings import SERVER_AUTO_PARALLEL
 from fitplan.core.gguf.header import ModelFiles
 from fitplan.core.gguf.header_cache import cached_read_header
 from fitplan.core.inputs.machine import MachineRequest, build_machine
@@ -33,7 +34,6 @@ from fitplan.core.library import (
 )
 from fitplan.core.library.model import ScanProgress
 from fitplan.core.library.scanner import HeaderReader, ProgressCallback
-from fitplan.core.memory.context import SERVER_AUTO_PARALLEL
 from fitplan.core.model.builder import build_profile
 from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
 from fitplan.core.plan.verdict import slots_text

@@ -24,7 +24,13 @@ from enum import StrEnum
 from typing import Protocol
 
 from fitplan.core.base.errors import SettingsError
-from fitplan.core.base.launch_settings import KV_CACHE_TYPES, FlashAttn, LaunchSettings, Tool
+from fitplan.core.base.launch_settings import (
+    KV_CACHE_TYPES,
+    SERVER_AUTO_PARALLEL,
+    FlashAttn,
+    LaunchSettings,
+    Tool,
+)
 from fitplan.core.base.results import ResolvedContext, TermKind
 from fitplan.core.base.units import pad
 from fitplan.core.gguf.ggml_types import get_type, is_quantized_cache_type, row_size, type_id
@@ -35,8 +41,6 @@ from fitplan.core.model.profile import LayerProfile, ModelProfile, SwaType
 N_CTX_PAD = 256
 #: include/llama.h LLAMA_MAX_SEQ.
 LLAMA_MAX_SEQ = 256
-#: tools/server/server.cpp: -np auto means 4 slots with a unified KV cache.
-SERVER_AUTO_PARALLEL = 4
 F32_BYTES = 4
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from fitplan.core.base.devices import Machine
+from fitplan.core.base.launch_settings import SERVER_AUTO_PARALLEL
 from fitplan.core.base.results import Estimate
-from fitplan.core.memory.context import SERVER_AUTO_PARALLEL
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls, usage_of
 
 __all__ = ["FitLevel", "Verdict", "judge", "slots_text"]
