@@ -142,6 +142,8 @@ def cmd_test(args: list[str]) -> int:
         failed.append("import contracts")
     if timed("mypy", [str(PY), "-m", "mypy"]) != 0:
         failed.append("mypy")
+    if timed("complexity", [str(PY), str(ROOT / "tools" / "complexity.py")]) != 0:
+        failed.append("complexity")
     rc = timed("pytest", [str(PY), "-m", "pytest", "-q", "--durations=10", *args], env=env)
     if rc == PYTEST_NO_TESTS:
         # A run that tested nothing must not pass CI silently; a hand-picked selection says what it matched.

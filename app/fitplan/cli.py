@@ -3,6 +3,10 @@
 Each subcommand lives in `fitplan.commands.<name>` and exposes `register(subparsers)`; the registered handler
 (`set_defaults(handler=...)`) returns the exit code: 0 ok, 1 does not fit (where that is the question), 2 bad input.
 Shared output conventions (colour, tables, JSON, errors on stderr) are in `fitplan.commands._output`.
+
+The command starts like one: `--version` and `--help` import no subcommand (the top-level help lists the summaries
+of `fitplan.commands.SUMMARIES`), and a subcommand imports only its own module and what that uses
+(`bench/cli_startup.py` times it).
 """
 
 from __future__ import annotations
@@ -16,11 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from fitplan import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT, __version__
-from fitplan.commands import _output as out
-from fitplan.core.base.errors import FitplanError
+from fitplan.commands import SUMMARIES
 
 #: Subcommand modules, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("inspect", "estimate", "plan", "command", "quants", "scan", "gpus", "verify")
+COMMANDS: tuple[str, ...] = tuple(SUMMARIES)
 
 EPILOG = """examples:
   fitplan                                   open the planner window
@@ -50,7 +53,9 @@ def version_text() -> str:
     return f"fitplan {__version__} (estimates llama.cpp commit {LLAMA_CPP_COMMIT}, build {LLAMA_CPP_BUILD})"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+    """The whole parser; with `lazy`, only the subcommand `only` is registered in full (its module imported) and
+    the others are named with their summary, which is all `--help` and a parse for `only` need."""
     parser = argparse.ArgumentParser(
         prog="fitplan",
         description="Will this GGUF model fit on my machine, with what context, and how do I launch it?",
@@ -60,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"fitplan.commands.{name}").register(sub)
+        if lazy and name != only:
+            sub.add_parser(name, help=SUMMARIES.get(name))
+        else:
+            importlib.import_module(f"fitplan.commands.{name}").register(sub)
     # Keep the line breaks of each subcommand's "examples:" epilog.
     for subparser in sub.choices.values():
         if subparser.epilog and subparser.formatter_class is argparse.HelpFormatter:
@@ -84,7 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fitplan.gui.app import main as gui_main
 
         return int(gui_main(args_list, prog="fitplan"))
-    parser = build_parser()
+    if args_list == ["--version"]:
+        print(version_text())
+        return 0
+    from fitplan.commands import _output as out  # not needed for --version
+
+    parser = build_parser(_subcommand(args_list), lazy=True)
     try:
         args, extra = parser.parse_known_args(args_list)
         handler = getattr(args, "handler", None)
@@ -99,7 +112,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_handler(handler, args, extra)
 
 
+def _subcommand(args: Sequence[str]) -> str | None:
+    """The subcommand the arguments name: the first word that is not an option (the top level has only -h and
+    --version), when it is one."""
+    first = next((a for a in args if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
 def _run_handler(handler: Any, args: argparse.Namespace, extra: list[str]) -> int:
+    from fitplan.commands import _output as out  # imported here: see main
+    from fitplan.core.base.errors import FitplanError
+
     try:
         return int(handler(args, extra))
     except FitplanError as exc:

@@ -38,7 +38,7 @@ def color_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def fake_command(monkeypatch: pytest.MonkeyPatch, handler: object, accepts_extra: bool = False) -> None:
-    """Register a subcommand `fake` (module `fitplan.commands._fake`) in place of the real ones."""
+    """Register a subcommand `fake` (module `fitplan.commands.fake`) in place of the real ones."""
 
     def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p = sub.add_parser(
@@ -48,10 +48,10 @@ def fake_command(monkeypatch: pytest.MonkeyPatch, handler: object, accepts_extra
         p.add_argument("--json", action="store_true")
         p.set_defaults(handler=handler, accepts_extra=accepts_extra)
 
-    module = types.ModuleType("fitplan.commands._fake")
+    module = types.ModuleType("fitplan.commands.fake")
     module.register = register  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fitplan.commands._fake", module)
-    monkeypatch.setattr(cli, "COMMANDS", ("_fake",))
+    monkeypatch.setitem(sys.modules, "fitplan.commands.fake", module)
+    monkeypatch.setattr(cli, "COMMANDS", ("fake",))
 
 
 # --- version and help ---------------------------------------------------------------------------------------

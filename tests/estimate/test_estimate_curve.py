@@ -16,6 +16,8 @@ from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.usage import MarginPolicy
+from fitplan.core.plan.verdict import judge
 from support.models import TESTS, sparse
 
 MODELS = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
@@ -97,21 +99,23 @@ def test_curve_with_experts_on_the_host(model: str, settings: LaunchSettings) ->
     _assert_equal(sparse(model), settings, Machine(rpc, HOST))
 
 
-def test_fits_and_max_context() -> None:
+def test_memory_grows_with_the_context() -> None:
+    # the largest-context search bisects the grid (`plan.search`): it relies on every device's use growing with -c
     prof = sparse("llama-3.1-8b")
     machine = Machine(_gpus(1, 12), HOST)
     ctxs = list(range(4096, 131073, 4096))
     curve = estimate_curve(prof, LaunchSettings(n_gpu_layers=NGL_ALL), machine, ctxs)
-    fits = curve.fits()
-    assert fits[0] and not fits[-1]
-    assert np.all(np.diff(fits.astype(int)) <= 0)  # once it stops fitting, it never fits again
-    best = curve.max_context_that_fits()
-    assert best is not None
-    assert estimate(prof, LaunchSettings(n_ctx=best, n_gpu_layers=NGL_ALL), machine).fits()
-    over = best + 4096
-    assert not estimate(prof, LaunchSettings(n_ctx=over, n_gpu_layers=NGL_ALL), machine).fits()
+    assert np.all(np.diff(curve.used(), axis=1) >= 0)
     kv = curve.term(0, TermKind.KV)
     assert np.all(np.diff(kv) > 0)
+    # the verdict at each point: fits at 4096, not at 128K on 12 GiB, and never again once it stops
+    margin = MarginPolicy()
+    ok = [
+        judge(estimate(prof, LaunchSettings(n_ctx=c, n_gpu_layers=NGL_ALL), machine), machine, margin).fits
+        for c in ctxs
+    ]
+    assert ok[0] and not ok[-1]
+    assert ok == sorted(ok, reverse=True)
 
 
 def test_bad_contexts() -> None:

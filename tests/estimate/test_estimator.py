@@ -25,6 +25,8 @@ from fitplan.core.estimate.estimator import estimate, mmproj_compute
 from fitplan.core.memory.reserve import DEFAULT_CUDA_RESERVE
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.usage import MarginPolicy
+from fitplan.core.plan.verdict import judge
 from support.models import TESTS, sparse
 
 MODELS = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
@@ -51,7 +53,8 @@ def _host(e: Estimate):  # type: ignore[no-untyped-def]
 
 def test_full_offload_on_one_gpu(llama8b: ModelProfile) -> None:
     s = LaunchSettings(n_ctx=32768, n_gpu_layers=NGL_ALL)
-    e = estimate(llama8b, s, Machine((_gpu(),), HOST))
+    m = Machine((_gpu(),), HOST)
+    e = estimate(llama8b, s, m)
     gpu, host = e.devices
     # KV: 32 layers x 32768 cells x (8 heads x 128 x 2 B) x 2 (K and V) = 4096 MiB, all on the GPU.
     assert gpu.bytes_of(TermKind.KV) == 4096 * MIB
@@ -62,7 +65,7 @@ def test_full_offload_on_one_gpu(llama8b: ModelProfile) -> None:
     # Server default: 4 slots, n_outputs_max = 4: logits 4 B x 128256 x 4 on the host.
     assert host.bytes_of(TermKind.OUTPUT) == 4 * 128256 * 4
     assert e.context.n_gpu_layers == 33
-    assert e.fits()
+    assert judge(e, m, MarginPolicy()).fits_card
     assert all(t.explanation for d in e.devices for t in d.terms)
 
 
@@ -97,8 +100,9 @@ def test_user_reserve_replaces_the_assumption(llama8b: ModelProfile) -> None:
 
 
 def test_does_not_fit_on_a_small_gpu(llama8b: ModelProfile) -> None:
-    e = estimate(llama8b, LaunchSettings(n_ctx=131072, n_gpu_layers=NGL_ALL), Machine((_gpu(8),), HOST))
-    assert not e.fits()
+    m = Machine((_gpu(8),), HOST)
+    e = estimate(llama8b, LaunchSettings(n_ctx=131072, n_gpu_layers=NGL_ALL), m)
+    assert not judge(e, m, MarginPolicy()).fits_card
     assert "auto" not in " ".join(e.assumptions)  # -ngl was given
 
 

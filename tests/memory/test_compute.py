@@ -13,7 +13,7 @@ import pytest
 
 from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, TensorOverride
-from fitplan.core.engines.ik_compute import IK_GRAPH
+from fitplan.core.engines.ik_compute import IkGraph
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buffers
 from fitplan.core.memory.weights import place_weights
@@ -255,8 +255,8 @@ def test_ik_attention_max_batch_caps_kq() -> None:
     pl = place_weights(profile, LaunchSettings(), Machine((), HOST))
     off = {"flash_attn": False, "n_kv_base": 32768, "n_out": 4}
     (mainline,) = compute_buffers(profile, _inputs(**off), pl)
-    (ik,) = compute_buffers(profile, _inputs(fork_graph=IK_GRAPH, **off), pl)
-    (capped,) = compute_buffers(profile, _inputs(fork_graph=IK_GRAPH, ik_amb_mib=256, **off), pl)
+    (ik,) = compute_buffers(profile, _inputs(fork_graph=IkGraph(), **off), pl)
+    (capped,) = compute_buffers(profile, _inputs(fork_graph=IkGraph(amb_mib=256), **off), pl)
     # KQ [32768 cells, 512 tokens, 16 heads] f32: 64 MiB a head, 1 GiB uncapped in both; -amb 256 computes it in
     # chunks of 4 heads (256 MiB) while the concatenated outputs of the first three chunks (3 x 4 MiB) stay live;
     # ik recorded 1172.27 MiB without the cap and 416.27 MiB with it: 756 MiB less (tests/fixtures/ik_llama).

@@ -20,13 +20,14 @@ from fitplan.core.plan.planner import (
     Pins,
     context_step,
     kv_streams,
-    max_context_that_fits,
     plan,
 )
+from fitplan.core.plan.verdict import judge
 from support.fake_estimator import (
     fake_estimate,
     make_profile,
 )
+from support.plan_models import largest_context
 
 
 def machine(*gib: float, host_gib: float = 64) -> Machine:
@@ -41,14 +42,14 @@ def used_on(est: Estimate | None, index: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# max_context_that_fits
+# the largest context at a fixed placement (search.context_fit)
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def test_largest_context_is_exact() -> None:
     # GPU 8 GiB, margin 1 GiB -> 7168 MiB usable. Fixed use: 32 x 100 + 300 output + 500 compute = 4000 MiB.
     # KV: 32 layers x 4 KiB = 128 KiB per cell -> (7168 - 4000) MiB / 128 KiB = 25344 cells = 99 x 256.
-    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
+    fit = largest_context(make_profile(), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
     assert fit.fits
     assert fit.step == 256
     assert fit.n_ctx == 25344
@@ -64,7 +65,7 @@ def test_largest_context_is_exact() -> None:
 def test_one_step_more_does_not_fit(gib: float) -> None:
     prof = make_profile(n_ctx_train=1 << 20)
     m = machine(gib)
-    fit = max_context_that_fits(prof, LaunchSettings(), m, estimate_fn=fake_estimate)
+    fit = largest_context(prof, LaunchSettings(), m, estimate_fn=fake_estimate)
     margin = MarginPolicy()
     assert fit.fits
     at = fake_estimate(prof, dataclasses.replace(LaunchSettings(), n_ctx=fit.n_ctx), m)
@@ -75,7 +76,7 @@ def test_one_step_more_does_not_fit(gib: float) -> None:
 
 
 def test_context_capped_at_training_length() -> None:
-    fit = max_context_that_fits(
+    fit = largest_context(
         make_profile(n_ctx_train=16384), LaunchSettings(), machine(24), estimate_fn=fake_estimate
     )
     assert fit.n_ctx == 16384
@@ -86,7 +87,7 @@ def test_context_capped_at_training_length() -> None:
 
 def test_training_length_off_the_grid_rounds_down() -> None:
     # 40000 is not a multiple of 256: the largest grid point within it is 156 x 256 = 39936
-    fit = max_context_that_fits(
+    fit = largest_context(
         make_profile(n_ctx_train=40000), LaunchSettings(), machine(48), estimate_fn=fake_estimate
     )
     assert fit.n_ctx == 39936
@@ -98,7 +99,7 @@ def test_streams_multiply_the_step() -> None:
     s = LaunchSettings(n_parallel=4)
     assert kv_streams(s) == 4
     assert context_step(s) == 1024
-    fit = max_context_that_fits(make_profile(), s, machine(8), estimate_fn=fake_estimate)
+    fit = largest_context(make_profile(), s, machine(8), estimate_fn=fake_estimate)
     assert fit.step == 1024
     assert fit.n_ctx == 24576
     # and the cap is the training length per stream: 4 x 32768
@@ -115,7 +116,7 @@ def test_stream_rules() -> None:
 
 def test_nothing_fits_reports_shortfall() -> None:
     # 4 GiB GPU -> 3072 MiB usable; at one step (256 cells x 128 KiB = 32 MiB) the GPU needs 4032 MiB: 960 MiB short
-    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(4), estimate_fn=fake_estimate)
+    fit = largest_context(make_profile(), LaunchSettings(), machine(4), estimate_fn=fake_estimate)
     assert not fit.fits
     assert fit.n_ctx == 0
     assert len(fit.shortfalls) == 1
@@ -128,15 +129,15 @@ def test_margin_and_total_memory() -> None:
     # use the total instead of free: a GPU with 2 GiB taken by another program
     gpu = Device("busy", DeviceKind.GPU, 8 * GIB, 6 * GIB, Vendor.NVIDIA)
     m = Machine((gpu,), host_device(64 * GIB))
-    by_free = max_context_that_fits(make_profile(), LaunchSettings(), m, estimate_fn=fake_estimate)
-    by_total = max_context_that_fits(
+    by_free = largest_context(make_profile(), LaunchSettings(), m, estimate_fn=fake_estimate)
+    by_total = largest_context(
         make_profile(), LaunchSettings(), m, MarginPolicy(use_free=False), estimate_fn=fake_estimate
     )
     # free: (6144 - 1024 - 4000) MiB / 128 KiB = 8960 = 35 x 256; total: 25344 as above
     assert by_free.n_ctx == 8960
     assert by_total.n_ctx == 25344
     # a 2048 MiB margin: (8192 - 2048 - 4000) MiB / 128 KiB = 17152 = 67 x 256
-    wide = max_context_that_fits(
+    wide = largest_context(
         make_profile(),
         LaunchSettings(),
         m,
@@ -149,15 +150,13 @@ def test_margin_and_total_memory() -> None:
 def test_host_is_checked() -> None:
     # no GPU: everything on the host. 8 GiB RAM, 1 GiB margin -> 7168 MiB. Fixed: 3200 + 300 + 200 embd + 100 compute
     # = 3800 MiB; KV 128 KiB per cell -> 3368 MiB / 128 KiB = 26944 cells -> 105 x 256 = 26880
-    fit = max_context_that_fits(
-        make_profile(), LaunchSettings(), machine(host_gib=8), estimate_fn=fake_estimate
-    )
+    fit = largest_context(make_profile(), LaunchSettings(), machine(host_gib=8), estimate_fn=fake_estimate)
     assert fit.n_ctx == 26880
     assert fit.binding_label == "host RAM"
 
 
 def test_binary_search_is_cheap() -> None:
-    fit = max_context_that_fits(
+    fit = largest_context(
         make_profile(n_ctx_train=1 << 20), LaunchSettings(), machine(8), estimate_fn=fake_estimate
     )
     # 4096 grid points: two ends, ~12 bisection steps, the next step
@@ -249,13 +248,13 @@ def test_plan_splits_two_gpus() -> None:
     for i, g in enumerate(m.gpus):
         assert used_on(p.estimate, i) <= margin.capacity(g, i)
     # balancing never does worse than the proportional split (7168 : 3072 -> 23 : 10 layers)
-    prop = max_context_that_fits(
+    prop = largest_context(
         prof, dataclasses.replace(p.settings, tensor_split=(23.0, 10.0)), m, estimate_fn=fake_estimate
     )
     assert p.settings.n_ctx >= prop.n_ctx
     # one step more does not fit with the chosen split
     assert p.context.next_estimate is not None
-    assert not p.context.next_estimate.fits(1024 * MIB)
+    assert not judge(p.context.next_estimate, m, MarginPolicy()).fits
 
 
 def test_pinned_all_weights_on_gpu_reports_shortfall() -> None:
@@ -306,7 +305,7 @@ def test_plan_context_capped() -> None:
 
 
 def test_context_fit_type() -> None:
-    fit = max_context_that_fits(make_profile(), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
+    fit = largest_context(make_profile(), LaunchSettings(), machine(8), estimate_fn=fake_estimate)
     assert isinstance(fit, ContextFit)
     assert [u.label for u in fit.usage] == ["GPU0 (G0)", "host RAM"]
 

@@ -33,10 +33,11 @@ from fitplan.core.plan.planner import (
     Plan,
     context_step,
     kv_streams,
-    max_context_that_fits,
     plan,
 )
+from fitplan.core.plan.verdict import judge
 from support.models import TESTS
+from support.plan_models import largest_context
 from support.tools import load_tool
 
 FIXTURES = TESTS / "fixtures" / "llamacpp"
@@ -86,20 +87,20 @@ def one_gpu(gib: float) -> Machine:
 def test_largest_context_is_exact_with_the_estimator(name: str, gib: float, settings: LaunchSettings) -> None:
     prof = profile(name)
     m = one_gpu(gib)
-    fit = max_context_that_fits(prof, settings, m, estimate_fn=fn)
+    fit = largest_context(prof, settings, m, estimate_fn=fn)
     assert fit.fits, fit.describe()
     assert fit.step == context_step(settings, prof)
     if settings.engine is Engine.IK_LLAMA and settings.flash_attn is FlashAttn.OFF:
         assert fit.step == 32
     assert fit.n_ctx % fit.step == 0
     at = estimate(prof, dataclasses.replace(settings, n_ctx=fit.n_ctx), m)
-    assert at.fits(MARGIN.gpu_margin_bytes)
+    assert judge(at, m, MARGIN).fits
     if fit.capped_by_training:
         pad = fit.step // kv_streams(settings)  # cells per stream
         assert fit.n_ctx == (prof.n_ctx_train // pad) * fit.step
     else:
         nxt = estimate(prof, dataclasses.replace(settings, n_ctx=fit.n_ctx + fit.step), m)
-        assert not nxt.fits(MARGIN.gpu_margin_bytes)
+        assert not judge(nxt, m, MARGIN).fits
         assert at.context.n_ctx == fit.n_ctx  # on the grid: llama.cpp allocates exactly that many cells
 
 
@@ -119,7 +120,7 @@ def test_plans_fit_and_are_tight(name: str, gibs: tuple[float, ...]) -> None:
     m = Machine(tuple(assumed_gpu(f"G{i}", g) for i, g in enumerate(gibs)), host_device(128 * GIB))
     p = plan(prof, m, estimate_fn=fn)
     assert p.fits, p.binding
-    assert p.estimate is not None and p.estimate.fits(MARGIN.gpu_margin_bytes)
+    assert p.estimate is not None and judge(p.estimate, m, MARGIN).fits
     s = p.settings
     floor = dataclasses.replace(s, n_ctx=4096)
     # one step faster does not fit at the 4096-token floor
@@ -157,9 +158,9 @@ def test_kvarn_plan_on_a_hybrid_model_fits_more_context_than_f16(name: str, gib:
     assert kvarn.placement == f16.placement  # the same weights on the same devices: only the cache differs
     assert kvarn.context.n_ctx > f16.context.n_ctx
     s = kvarn.settings
-    assert estimate(prof, s, m).fits(MARGIN.gpu_margin_bytes)
+    assert judge(estimate(prof, s, m), m, MARGIN).fits
     nxt = dataclasses.replace(s, n_ctx=s.n_ctx + kvarn.context.step)
-    assert not estimate(prof, nxt, m).fits(MARGIN.gpu_margin_bytes)
+    assert not judge(estimate(prof, nxt, m), m, MARGIN).fits
 
 
 def test_big_moe_on_three_gpus_takes_few_estimates() -> None:
@@ -182,8 +183,7 @@ def _fits(prof: ModelProfile, s: LaunchSettings, m: Machine, p: Plan) -> bool:
         a, b = s.tensor_split
         splits += [(a - 1, b + 1), (a + 1, b - 1)]
     return any(
-        estimate(prof, dataclasses.replace(s, tensor_split=ts), m).fits(MARGIN.gpu_margin_bytes)
-        for ts in splits
+        judge(estimate(prof, dataclasses.replace(s, tensor_split=ts), m), m, MARGIN).fits for ts in splits
     )
 
 

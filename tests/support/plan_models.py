@@ -11,9 +11,13 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from fitplan.core.base.devices import Machine
+from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.gguf.reader import read_header
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.search import ContextFit, EstimateFn, Evaluator, context_fit, default_estimate_fn
+from fitplan.core.plan.usage import MarginPolicy
 from support.tools import load_tool
 
 #: name -> (builder, config changes): depth-truncated models of each kind the planner meets
@@ -84,3 +88,15 @@ def small_model(kind: str) -> ModelProfile:
 
 def deepseek_v3() -> ModelProfile:
     return generated("deepseek-v2-lite", DEEPSEEK_V3, "deepseek-v3-671b")
+
+
+def largest_context(
+    profile: ModelProfile,
+    settings: LaunchSettings,
+    machine: Machine,
+    margin: MarginPolicy | None = None,
+    estimate_fn: EstimateFn | None = None,
+) -> ContextFit:
+    """The planner's largest-context search (`search.context_fit`) at the fixed placement of `settings`."""
+    ev = Evaluator(profile, machine, margin or MarginPolicy(), estimate_fn or default_estimate_fn())
+    return context_fit(ev, settings)

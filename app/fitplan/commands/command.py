@@ -11,6 +11,7 @@ import dataclasses
 import os
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_flags_parser, engine_of
 from fitplan.commands.plan import (
@@ -40,7 +41,7 @@ def register(subparsers: Any) -> None:
     p = add_flags_parser(
         subparsers,
         "command",
-        "print only the llama-server command of the plan (or its preset INI section)",
+        SUMMARIES["command"],
         "The llama-server command of `fitplan plan`, quoted for a shell. Any llama-server flags after "
         "MODEL are pins, so a printed command can be fed back.",
         EXAMPLES,

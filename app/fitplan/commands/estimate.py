@@ -12,6 +12,7 @@ import dataclasses
 import os
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FlagError
@@ -24,7 +25,7 @@ from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.inputs.model_source import launch_projector, load_model
 from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.usage import MarginPolicy
+from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB, MarginPolicy
 from fitplan.core.plan.verdict import Verdict, judge
 
 EXAMPLES = """examples:
@@ -67,7 +68,7 @@ def add_flags_parser(
 
 
 def register(subparsers: Any) -> None:
-    summary = "memory per device and term for a model with llama-server flags"
+    summary = SUMMARIES["estimate"]
     p = add_flags_parser(subparsers, "estimate", summary, __doc__, EXAMPLES)
     p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
     p.add_argument(
@@ -101,19 +102,20 @@ def register(subparsers: Any) -> None:
 
 def add_margin_arguments(p: argparse.ArgumentParser) -> None:
     """--margin and --host-margin: what `plan`, `estimate` and `scan` keep free (one spelling for all three)."""
+    d = DEFAULT_MARGIN_MIB
     p.add_argument(
         "--margin",
         type=int_reader(0, INT32_MAX),
-        default=1024,
+        default=d,
         metavar="MiB",
-        help="memory left free per GPU (default 1024)",
+        help=f"memory left free per GPU (default {d})",
     )
     p.add_argument(
         "--host-margin",
         type=int_reader(0, INT32_MAX),
-        default=1024,
+        default=d,
         metavar="MiB",
-        help="host RAM left free (default 1024)",
+        help=f"host RAM left free (default {d})",
     )
     p.add_argument(
         "--use-total", action="store_true", help="measure against total memory instead of free memory"
@@ -202,12 +204,12 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     v = judge(est, machine, margin_policy(args, machine))
     band = accuracy_band(profile, est)
     if args.json:
-        doc = to_json(model, profile, est, parsed, notes)
+        doc = to_json(model, profile, est, parsed, notes, fits_card=v.fits_card)
         doc["verdict"] = verdict_json(v)
         doc["accuracy"] = accuracy_json(band)
         out.print_json(doc)
     else:
-        print_table(model, profile, est, parsed, notes)
+        print_table(model, profile, est, parsed, notes, v)
         print(verdict_lines(v))
         print(band.text)
     # the exit status follows "fits the card" (estimate reports memory; `plan` applies the margins)
@@ -265,7 +267,13 @@ def verdict_lines(v: Verdict) -> str:
 
 
 def to_json(
-    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
+    model: str,
+    profile: ModelProfile,
+    est: Estimate,
+    parsed: ParsedFlags,
+    notes: list[str],
+    *,
+    fits_card: bool,
 ) -> dict[str, object]:
     ctx = est.context
     s = est.settings
@@ -322,7 +330,7 @@ def to_json(
             }
             for d in est.devices
         ],
-        "fits": est.fits(),
+        "fits": fits_card,  # the verdict's "fits the card" (no margin)
         # Host RAM llama-server fills while it runs, each bound under its own key (-1 = no limit).
         "host_runtime": {
             b.name.replace(" ", "_"): {"max_bytes": b.max_bytes, "explanation": b.explanation}
@@ -363,30 +371,15 @@ def _m(n: int) -> str:
     return f"{n / MIB:.2f}"
 
 
-def print_table(
-    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str]
-) -> None:
-    ctx = est.context
-    print(
-        out.style(f"{os.path.basename(model)}", out.BOLD) + f"  {profile.architecture}, {profile.file_type}, "
-        f"{out.size(profile.file_size)}"
-    )
-    print(
-        f"context {ctx.n_ctx} ({ctx.n_seq_max} slot{'s' if ctx.n_seq_max != 1 else ''}, "
-        f"{'unified' if ctx.kv_unified else f'{ctx.n_ctx_seq} per slot'}), "
-        f"KV {est.settings.cache_type_k}/{est.settings.cache_type_v}, flash attention "
-        f"{'on' if ctx.flash_attn else 'off'}, batch {ctx.n_batch}/{ctx.n_ubatch}, "
-        f"{ctx.n_gpu_layers}/{profile.n_layer_all + 1} layers on GPU"
-        + (f", engine {est.settings.engine.value}" if est.settings.engine is not Engine.LLAMA_CPP else "")
-    )
-    print()
+def _print_devices(est: Estimate, v: Verdict) -> None:
+    """The table of devices and terms (MiB), each marked by the verdict's "fits the card", then what comes and goes
+    while the server runs."""
     kinds = [k for k in TERM_KEYS if any(d.bytes_of(k) for d in est.devices)]
     headers = ["device", *[k.value for k in kinds], "used", "free", ""]
     rows: list[list[object]] = []
-    for d in est.devices:
+    for d, use in zip(est.devices, v.card_usage, strict=True):
         cap = d.device.free_bytes
-        ok = d.used_bytes <= cap
-        mark = out.style("fits", out.GREEN) if ok else out.style("DOES NOT FIT", out.RED, out.BOLD)
+        mark = out.style("fits", out.GREEN) if use.fits else out.style("DOES NOT FIT", out.RED, out.BOLD)
         if d.device.total_bytes == 0:
             mark = out.style("size unknown", out.YELLOW)
         rows.append([d.device.name, *[_m(d.bytes_of(k)) for k in kinds], _m(d.used_bytes), _m(cap), mark])
@@ -405,6 +398,26 @@ def print_table(
             "-rtr" if est.settings.run_time_repack and est.settings.engine is Engine.IK_LLAMA else "-lm none"
         )
         print(f"host weights are anonymous memory ({why}): they cannot be paged out")
+
+
+def print_table(
+    model: str, profile: ModelProfile, est: Estimate, parsed: ParsedFlags, notes: list[str], v: Verdict
+) -> None:
+    ctx = est.context
+    print(
+        out.style(f"{os.path.basename(model)}", out.BOLD) + f"  {profile.architecture}, {profile.file_type}, "
+        f"{out.size(profile.file_size)}"
+    )
+    print(
+        f"context {ctx.n_ctx} ({ctx.n_seq_max} slot{'s' if ctx.n_seq_max != 1 else ''}, "
+        f"{'unified' if ctx.kv_unified else f'{ctx.n_ctx_seq} per slot'}), "
+        f"KV {est.settings.cache_type_k}/{est.settings.cache_type_v}, flash attention "
+        f"{'on' if ctx.flash_attn else 'off'}, batch {ctx.n_batch}/{ctx.n_ubatch}, "
+        f"{ctx.n_gpu_layers}/{profile.n_layer_all + 1} layers on GPU"
+        + (f", engine {est.settings.engine.value}" if est.settings.engine is not Engine.LLAMA_CPP else "")
+    )
+    print()
+    _print_devices(est, v)
     for w in est.warnings:
         out.warn(w)
     for a in est.assumptions:

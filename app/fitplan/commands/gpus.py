@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.core.base.devices import GIB
 from fitplan.core.hardware import DetectedGpu, DeviceProbe, ProbeResult, detect_hardware
@@ -19,7 +20,7 @@ EPILOG = """examples:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "gpus",
-        help="list the GPUs and host RAM found on this machine",
+        help=SUMMARIES["gpus"],
         description=__doc__,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

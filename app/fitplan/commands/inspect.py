@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.core.gguf.header import ModelFiles
 from fitplan.core.inputs.model_source import load_model
@@ -24,7 +25,7 @@ EXAMPLES = """examples:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "inspect",
-        help="what the header says: architecture, size, quant mix, layers, attention kinds",
+        help=SUMMARIES["inspect"],
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import (
     accuracy_json,
@@ -116,7 +117,7 @@ def register(subparsers: Any) -> None:
     p = add_flags_parser(
         subparsers,
         "plan",
-        "the largest context and fastest placement that fit, with the llama-server command",
+        SUMMARIES["plan"],
         "The fastest placement and the largest context that fit, and the llama-server command. "
         "Any llama-server flags after MODEL (-c, -np, -ctk, -ngl, -ts, --n-cpu-moe, -fa ...) are pins: the plan "
         "keeps them and chooses the rest.",
@@ -153,10 +154,6 @@ class PlanRequest:
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
     """A model's profile from its headers: a local file (any shard), an http(s) URL, or a Hub model."""
-    return load_model(path, header_only=header_only).profile
-
-
-def load_single(path: str, header_only: bool = False) -> ModelProfile:
     return load_model(path, header_only=header_only).profile
 
 
@@ -205,7 +202,7 @@ def build_request(
     profile = model.profile
     mm_source, mmproj = launch_projector(model, settings)
     if mm_source is not None and mmproj is None:
-        mmproj = load_single(mm_source, args.header_only)
+        mmproj = load_profile(mm_source, args.header_only)
     draft = load_profile(settings.draft.model_path, args.header_only) if settings.draft is not None else None
     rpc = rpc_devices(args.rpc_specs)
     base_machine = machine if machine is not None else detect_machine(args.assume_gpu, args.host_ram)
@@ -338,11 +335,6 @@ def verdict_of(req: PlanRequest, p: Plan) -> Verdict:
     return plan_verdict(p, req.machine)
 
 
-def _slots(v: Verdict) -> str:
-    default = " (llama-server's -np auto)" if v.n_seq == 4 and v.kv_unified else ""
-    return v.slots_text() + default
-
-
 def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -> str:
     lines: list[str] = []
     prof = req.profile
@@ -360,7 +352,7 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
         lines.append(
             f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap}{more})"
         )
-    lines.append(f"margins: {v.margin_text()}; slots: {_slots(v)}")
+    lines.append(f"margins: {v.margin_text()}; slots: {v.slots_text(name_default=True)}")
     lines.append(f"placement: {p.placement.description}")
     if req.projector is not None:
         how = ", the repository's own: -hf loads it (--no-mmproj leaves it out)" if req.projector_auto else ""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import add_common_arguments, build_request, command_argv, detect_machine, make_plan
@@ -81,7 +82,7 @@ def register(subparsers: Any) -> None:
     p = add_flags_parser(
         subparsers,
         "quants",
-        "which file of a Hugging Face repository (or a folder of quants) fits, before the download",
+        SUMMARIES["quants"],
         __doc__,
         EXAMPLES,
         usage="fitplan quants SOURCE [llama-server flags...] [options]",

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_margin_arguments, margin_policy
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.files import expand_home
+from fitplan.core.base.launch_settings import SERVER_AUTO_PARALLEL
 from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.gguf.header import ModelFiles
 from fitplan.core.gguf.header_cache import cached_read_header
@@ -34,7 +36,6 @@ from fitplan.core.library import (
 )
 from fitplan.core.library.model import ScanProgress
 from fitplan.core.library.scanner import HeaderReader, ProgressCallback
-from fitplan.core.memory.context import SERVER_AUTO_PARALLEL
 from fitplan.core.model.builder import build_profile
 from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
 from fitplan.core.plan.verdict import slots_text
@@ -62,7 +63,7 @@ class FitAnswer:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "scan",
-        help="list the GGUF models in folders (default: the usual download places)",
+        help=SUMMARIES["scan"],
         description=__doc__,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

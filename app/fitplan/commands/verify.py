@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_flags_parser, machine_for, split_model_flag
 from fitplan.core.base.devices import MIB, DeviceKind
@@ -76,7 +77,7 @@ EXAMPLES = """examples:
 
 
 def register(subparsers: Any) -> None:
-    summary = "compare the estimate with llama.cpp's own dry run (llama-fit-params)"
+    summary = SUMMARIES["verify"]
     p = add_flags_parser(subparsers, "verify", summary, __doc__, EXAMPLES)
     p.add_argument("model", nargs="?", help="a .gguf file (or give it with -m)")
     p.add_argument("--llama-bin", type=Path, help=f"folder holding {BINARY} (default: search PATH)")

@@ -55,6 +55,8 @@ class MmprojPlacement(StrEnum):
 
 
 #: Every -ctk/-ctv value mainline llama.cpp accepts (common/arg.cpp:kv_cache_types).
+#: tools/server/server.cpp: -np auto means 4 slots with a unified KV cache.
+SERVER_AUTO_PARALLEL = 4
 KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 #: Sentinels for n_gpu_layers.

@@ -87,10 +87,3 @@ class Estimate:
     weights_file_backed: bool = True  # CPU-side weights are mmap'd (evictable page cache) vs anonymous memory
     warnings: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
-
-    def fits(self, margin_bytes: int = 0, use_free: bool = True) -> bool:
-        for d in self.devices:
-            cap = d.device.free_bytes if use_free else d.device.total_bytes
-            if d.used_bytes > cap - margin_bytes:
-                return False
-        return True

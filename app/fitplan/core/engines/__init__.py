@@ -1,8 +1,8 @@
 """Layer 4, the forks: what ik_llama.cpp, beellama.cpp (KVarN) and ollama allocate differently from mainline.
 
 One protocol, one dispatch point: `memory_rules(engine)` returns the engine's context and cache rules (mainline's
-`fitplan.core.memory.context.MAINLINE` for llama.cpp and ollama), `fork_graph(engine)` the attention graph a fork
-plugs into the compute model (None for mainline's). Mainline `fitplan.core.memory` never imports this package.
+`fitplan.core.memory.context.MAINLINE` for llama.cpp and ollama), `hooks(engine)` what the engine changes in an
+estimate (its settings, its own terms, the attention graph it plugs into the compute model). Mainline `fitplan.core.memory` never imports this package.
 Each fork lives in its own module (`ik`, `ik_compute`, `beellama`, `ollama`); `common` has their shared tables.
 """
 
@@ -36,6 +36,7 @@ from fitplan.core.engines.common import (
     cache_row_bytes,
     cache_types,
 )
+from fitplan.core.engines.hooks import EngineExtras, EngineHooks, EngineSettings, ExtrasInput, hooks
 from fitplan.core.engines.ik import (
     ik_caches,
     ik_context_pad,
@@ -45,7 +46,7 @@ from fitplan.core.engines.ik import (
     ik_latent_dims,
     ik_pad_context,
 )
-from fitplan.core.engines.ik_compute import IK_GRAPH, ik_attention_intermediate_bytes
+from fitplan.core.engines.ik_compute import ik_attention_intermediate_bytes
 from fitplan.core.engines.ollama import (
     OllamaConfig,
     OllamaResolved,
@@ -56,6 +57,7 @@ from fitplan.core.engines.ollama import (
     ollama_modelfile,
     ollama_resolve,
 )
+from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.memory.context import (
     MAINLINE,
     N_CTX_PAD,
@@ -66,7 +68,6 @@ from fitplan.core.memory.context import (
 )
 from fitplan.core.memory.context import context_grid as mainline_context_grid
 from fitplan.core.memory.context import resolve_context as resolve_mainline_context
-from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
 
 
@@ -99,7 +100,7 @@ def _fork_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
                 f"{settings.engine.value} has no {which} cache type {t!r}; allowed: {', '.join(allowed)}"
             )
     on = settings.flash_attn is not FlashAttn.OFF
-    if not on and settings.cache_type_v.lower() not in ("f32", "f16", "bf16"):
+    if not on and is_quantized_cache_type(settings.cache_type_v):
         raise SettingsError(f"a quantized V cache ({settings.cache_type_v}) requires flash attention")
     return on
 
@@ -149,11 +150,6 @@ def memory_rules(engine: Engine) -> EngineMemory:
     return _RULES[engine]
 
 
-def fork_graph(engine: Engine) -> ForkGraph | None:
-    """The attention graph a fork plugs into the compute model, None where it runs mainline's."""
-    return IK_GRAPH if engine is Engine.IK_LLAMA else None
-
-
 def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     """Flash attention as the settings' engine resolves it."""
     return memory_rules(settings.engine).resolve_flash_attn(profile, settings)
@@ -183,7 +179,6 @@ def engine_context_caches(
 
 __all__ = [
     "GIB",
-    "IK_GRAPH",
     "KVARN_BITS",
     "KVARN_GROUP",
     "KVARN_STAGE_BYTES_PER_SLICE_GROUP",
@@ -191,6 +186,10 @@ __all__ = [
     "KV_TAIL_AUTO",
     "MIB",
     "EngineCachePart",
+    "EngineExtras",
+    "EngineHooks",
+    "EngineSettings",
+    "ExtrasInput",
     "OllamaConfig",
     "OllamaResolved",
     "beellama_caches",
@@ -203,7 +202,7 @@ __all__ = [
     "engine_base_settings",
     "engine_context_caches",
     "fork_context_caches",
-    "fork_graph",
+    "hooks",
     "ik_attention_intermediate_bytes",
     "ik_caches",
     "ik_context_pad",

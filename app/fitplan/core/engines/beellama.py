@@ -127,7 +127,9 @@ def beellama_caches(
                 h = la.n_head_kv * (hd // 128)
                 per_cell = (16 * KVARN_BITS[tname] + 6) * h  # record_bytes * h / 128 tokens
                 if swa:
-                    add("KVarN records (SWA)", CellRule.KVARN_SWA, (type_k, type_v), la.index, side, per_cell)
+                    add(
+                        "KVarN records (SWA)", CellRule.SWA_BLOCKS, (type_k, type_v), la.index, side, per_cell
+                    )
                     stage = KVARN_STAGE_BYTES_PER_SLICE_GROUP * h * 2
                 else:
                     add("KVarN records", CellRule.CONTEXT, (type_k, type_v), la.index, side, per_cell)

@@ -15,6 +15,7 @@ from fitplan.core.engines.common import (
     _kv_layers,
     cache_row_bytes,
 )
+from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.memory.context import N_CTX_PAD, CacheAllocation
 from fitplan.core.model.profile import ModelProfile
 
@@ -56,7 +57,7 @@ def ik_caches(
     mode = ik_effective_mla_mode(profile, settings.mla_mode)
     eng = Engine.IK_LLAMA
     type_k, type_v = settings.cache_type_k, settings.cache_type_v
-    if not ctx.flash_attn and type_v.lower() not in ("f32", "f16", "bf16"):
+    if not ctx.flash_attn and is_quantized_cache_type(type_v):
         # common/common.cpp: "Quantized V cache cannot be used without flash attention" (recorded: ik exits)
         raise SettingsError(f"ik_llama.cpp refuses a quantized V cache ({type_v}) without flash attention")
     layers = _kv_layers(profile)

@@ -219,15 +219,17 @@ def ik_attention_intermediate_bytes(
 
 @dataclass(frozen=True, slots=True)
 class IkGraph:
-    """ik_llama.cpp's attention graph as the mainline compute model's `ForkGraph`."""
+    """ik_llama.cpp's attention graph as the mainline compute model's `ForkGraph`, bound to ik's settings."""
+
+    mla_mode: int = 3  # the effective -mla mode (`ik.ik_effective_mla_mode`)
+    amb_mib: int = 0  # -amb, 0 = no cap
+    cache_type_k: str = ""  # -ctk as ik names it (q8_KV keeps its own row header); "" = the graph's type
 
     def has_mla(self, profile: ModelProfile) -> bool:
         return ik_mla_dims(profile) is not None
 
-    def mla_v_copy_row(
-        self, profile: ModelProfile, mla_mode: int, flash_attn: bool, cache_type_v: str
-    ) -> int:
-        return ik_mla_v_copy_row(profile, mla_mode, flash_attn, cache_type_v)
+    def mla_v_copy_row(self, profile: ModelProfile, flash_attn: bool, cache_type_v: str) -> int:
+        return ik_mla_v_copy_row(profile, self.mla_mode, flash_attn, cache_type_v)
 
     def attention_peak(
         self,
@@ -236,9 +238,7 @@ class IkGraph:
         n_tok: int,
         q_bytes: int,
         *,
-        mla_mode: int,
         flash_attn: bool,
-        amb_mib: int,
         cache_type: str,
         gpu_backend: bool,
     ) -> int:
@@ -247,21 +247,17 @@ class IkGraph:
             profile,
             n_kv,
             n_tok,
-            mla_mode=mla_mode,
+            mla_mode=self.mla_mode,
             flash_attn=flash_attn,
-            amb_mib=amb_mib,
-            cache_type=cache_type,
+            amb_mib=self.amb_mib,
+            cache_type=self.cache_type_k or cache_type,
             gpu_backend=gpu_backend,
         )
         if terms is not None:
             return sum(t.bytes for t in terms)
         if ik_mla_dims(profile) is None or not flash_attn:
             inter = ik_attention_intermediate_bytes(
-                profile, n_kv, n_tok, mla_mode=mla_mode, flash_attn=flash_attn, amb_mib=amb_mib
+                profile, n_kv, n_tok, mla_mode=self.mla_mode, flash_attn=flash_attn, amb_mib=self.amb_mib
             )
             return q_bytes + inter
         return 0
-
-
-#: The one instance the estimator hands to the compute model.
-IK_GRAPH = IkGraph()

@@ -18,13 +18,11 @@ from importlib import resources
 from fitplan.core.base.devices import DeviceKind, Vendor
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.model.profile import ModelProfile
 
 #: Where the bands are, inside the package.
 DATA_PATH = "data/accuracy_bands.json"
-
-#: Cache types whose K/V are not quantized (no rotation, no dequantization).
-_UNQUANTIZED_CACHE_TYPES = frozenset({"f16", "bf16", "f32"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +52,7 @@ class ConfigClass:
 def configuration_class(profile: ModelProfile, est: Estimate) -> ConfigClass:
     """The class of one estimated configuration (the report classifies each recording with this function)."""
     s = est.settings
-    quantized = any(t not in _UNQUANTIZED_CACHE_TYPES for t in (s.cache_type_k, s.cache_type_v))
+    quantized = any(is_quantized_cache_type(t) for t in (s.cache_type_k, s.cache_type_v))
     gpus = [
         d for d in est.devices if d.device.kind is not DeviceKind.CPU and d.bytes_of(TermKind.WEIGHTS) > 0
     ]

@@ -62,17 +62,6 @@ class Curve:
         total: NDArray[np.int64] = self.bytes.sum(axis=1)
         return total
 
-    def fits(self, margin_bytes: int = 0, use_free: bool = True) -> NDArray[np.bool_]:
-        """Per context: every device within its free (or total) memory minus the margin."""
-        cap = np.array([(d.free_bytes if use_free else d.total_bytes) - margin_bytes for d in self.devices])
-        ok: NDArray[np.bool_] = np.all(self.used() <= cap[:, None], axis=0)
-        return ok
-
-    def max_context_that_fits(self, margin_bytes: int = 0) -> int | None:
-        """The largest resolved n_ctx of the curve that fits, or None."""
-        ok = self.fits(margin_bytes)
-        return int(self.n_ctx[ok].max()) if ok.any() else None
-
 
 def _resolved_n_ctx(
     grid: context_memory.ContextGrid, n_ctx_train: int, contexts: NDArray[np.int64]
@@ -152,8 +141,37 @@ def estimate_curve(
     ref_ctx = dataclasses.replace(ref.context, n_gpu_layers=placement.n_gpu_layers)
     caches = engines.engine_context_caches(profile, ref_ctx, ref_settings)
 
-    # Cells of every cache at every context (the rules stay in context_memory).
     ctx_objs = _contexts_like(ref_ctx, n_ctx, n_ctx_seq)
+    layer_dev = None if settings.no_kv_offload else placement.layer_device
+    nb, ns = _add_caches(out, idx, caches, ctx_objs, dev_row, layer_dev, padding)
+
+    cin = compute_inputs(profile, ref_settings, ref_ctx, caches, gpus, placement)
+    plan = ComputePlan(profile, cin, placement, tuple(d.vendor for d in gpus))
+    totals = plan.totals_array(nb, ns)
+    for row_i, p in enumerate(plan.plans):
+        out[dev_row[p.device], _KIND_INDEX[TermKind.COMPUTE], idx] = totals[row_i]
+
+    if draft is not None and settings.draft is not None:
+        dcurve = estimate_curve(
+            draft, draft_settings(settings), machine, [int(x) for x in n_ctx], reserve_bytes=0, cpu=cpu
+        )
+        out[:, _KIND_INDEX[TermKind.DRAFT], idx] = dcurve.used()
+    return Curve(ctxs, n_ctx_out, devices, out)
+
+
+def _add_caches(
+    out: NDArray[np.int64],
+    idx: NDArray[np.intp],
+    caches: Sequence[context_memory.CacheAllocation],
+    ctx_objs: Sequence[ResolvedContext],
+    dev_row: dict[int | None, int],
+    layer_device: tuple[int | None, ...] | None,
+    padding: tuple[tuple[int, int], ...] = (),
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Every cache's bytes at every context into `out` (the cell rules stay in context_memory), each layer's share
+    on its layer's device (`layer_device` None: all on the host, -nkvo), with a GPU's padded quantized rows
+    (`padding`: row padding and alignment per GPU, `gpu_row_padding`); and the KV cells of the masks, full and
+    SWA, per context."""
     nb = np.zeros(idx.size, dtype=np.int64)
     ns = np.zeros(idx.size, dtype=np.int64)
     for cache in caches:
@@ -164,7 +182,7 @@ def estimate_curve(
         padded: dict[int, list[tuple[int, int, int]]] = {}  # GPUs that pad quantized rows
         for rows in cache.layer_rows:
             il, k_row, v_row = rows
-            dev = None if settings.no_kv_offload else _layer_dev(placement.layer_device, il)
+            dev = None if layer_device is None else _layer_dev(layer_device, il)
             per_dev[dev] = per_dev.get(dev, 0) + k_row + v_row + extra.get(il, 0)
             if dev is not None and dev < len(padding) and padding[dev][0]:
                 padded.setdefault(dev, []).append(rows)
@@ -180,19 +198,7 @@ def estimate_curve(
                 ns = np.maximum(ns, cells)
             else:
                 nb = np.maximum(nb, cells)
-
-    cin = compute_inputs(profile, ref_settings, ref_ctx, caches, gpus, placement)
-    plan = ComputePlan(profile, cin, placement, tuple(d.vendor for d in gpus))
-    totals = plan.totals_array(nb, ns)
-    for row_i, p in enumerate(plan.plans):
-        out[dev_row[p.device], _KIND_INDEX[TermKind.COMPUTE], idx] = totals[row_i]
-
-    if draft is not None and settings.draft is not None:
-        dcurve = estimate_curve(
-            draft, draft_settings(settings), machine, [int(x) for x in n_ctx], reserve_bytes=0, cpu=cpu
-        )
-        out[:, _KIND_INDEX[TermKind.DRAFT], idx] = dcurve.used()
-    return Curve(ctxs, n_ctx_out, devices, out)
+    return nb, ns
 
 
 def _contexts_like(

@@ -15,18 +15,16 @@ Terms (see `fitplan.core.base.results.TermKind`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from fitplan.core import engines
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import (
-    KV_CACHE_TYPES,
     NGL_ALL,
     NGL_AUTO,
-    Engine,
     LaunchSettings,
-    LoadMode,
     MmprojPlacement,
     SplitMode,
 )
@@ -53,7 +51,7 @@ from fitplan.core.memory.weights import (
     gpu_backend,
     place_weights,
 )
-from fitplan.core.model.profile import ModelProfile
+from fitplan.core.model.profile import ClipParams, ModelProfile
 
 #: Patches assumed for an mmproj whose header gives no position-embedding table (a 448x448 image, 14-pixel patches).
 MMPROJ_DEFAULT_PATCHES = 1024
@@ -108,9 +106,8 @@ def _cache_bytes_by_device(
 
 def gpu_row_padding(settings: LaunchSettings, machine: Machine) -> tuple[tuple[int, int], ...]:
     """Per active GPU, the elements its buffer type pads the last row of a quantized tensor to (0: none) and the
-    buffer's alignment. Measured for mainline on the CUDA-shaped stand-ins; ik_llama.cpp's published cache sizes
-    are the tensors' own (its figures match without the padding), so a fork's caches are not padded."""
-    if settings.engine is not Engine.LLAMA_CPP:
+    buffer's alignment, where the engine's cache sizes include it (`EngineHooks.pads_cache_rows`)."""
+    if not engines.hooks(settings.engine).pads_cache_rows:
         return ()
     return tuple(
         (b.row_padding, b.alignment)
@@ -126,7 +123,7 @@ def _gpu_compute_note(gpus: Sequence[Device]) -> str:
     if not others:
         return (
             "GPU compute buffers: measured on CUDA-shaped stand-in devices (llama.cpp's own scheduler and allocator, "
-            "no GPU kernel run); what only a running GPU allocates is the runtime reserve"
+            "no GPU kernel run); what only a running GPU allocates is counted apart"
         )
     return (
         f"GPU compute buffers on {', '.join(others)} devices: planned with ggml-cuda's rules, which were measured on "
@@ -155,10 +152,12 @@ def estimate(
     """Everything llama.cpp allocates for `profile` with `settings` on `machine`, per device and term."""
     validate_settings(profile, settings)
     gpus = active_gpus(settings, machine)
-    assumptions: list[str] = []
-    settings, wsettings = _engine_settings(profile, settings, gpus, assumptions)
+    engine = engines.hooks(settings.engine)
+    resolved = engine.settings(profile, settings, gpus)
+    settings = resolved.settings
+    assumptions: list[str] = list(resolved.assumptions)
     placement = place_weights(
-        profile, wsettings, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
+        profile, resolved.weights, machine, cpu=cpu, load_mtp="draft-mtp" in settings.spec_types
     )
     warnings = _profile_warnings(profile)
     _auto_ngl_note(settings, bool(gpus), assumptions)
@@ -176,10 +175,13 @@ def estimate(
         for dev, (nbytes, n_layers) in _cache_bytes_by_device(cache, placement, settings, padding).items():
             parts.add(dev, Term(cache.kind, nbytes, _cache_explanation(cache, n_layers), cache.name))
 
-    if settings.engine is Engine.BEELLAMA:
-        _add_beellama_extras(parts, profile, settings, ctx, placement, gpus, names, assumptions)
-    elif settings.engine is Engine.IK_LLAMA:
-        _ik_assumptions(profile, settings, ctx, assumptions)
+    cache_device = functools.partial(_cache_device, placement, settings)
+    extras = engine.extras(engines.ExtrasInput(profile, settings, ctx, cache_device, gpus, names))
+    for dev, term in extras.terms:
+        parts.add(dev, term)
+    for dev, term in extras.transient:
+        parts.add_transient(dev, term)
+    assumptions.extend(extras.assumptions)
 
     _add_output(parts, profile, ctx)
 
@@ -199,7 +201,7 @@ def estimate(
     if draft is not None and settings.draft is not None:
         _add_draft(parts, draft, settings, machine, ctx, cpu)
 
-    _add_reserves(parts, gpus, settings, reserve_bytes, assumptions)
+    _add_reserves(parts, gpus, engine.gpu_overhead(settings), reserve_bytes, assumptions)
 
     if settings.n_ctx > profile.n_ctx_train > 0:
         warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
@@ -257,7 +259,7 @@ def _add_output(parts: _Parts, profile: ModelProfile, ctx: ResolvedContext) -> N
 def _add_reserves(
     parts: _Parts,
     gpus: Sequence[Device],
-    settings: LaunchSettings,
+    overhead: tuple[int, str],
     reserve_bytes: int | None,
     assumptions: list[str],
 ) -> None:
@@ -267,11 +269,8 @@ def _add_reserves(
             continue
         rb = reserve_bytes if reserve_bytes is not None else default_reserve_bytes(d)
         explanation = reserve_explanation(d, rb, reserve_bytes is not None)
-        if settings.engine is Engine.OLLAMA and settings.gpu_overhead_bytes:
-            rb += settings.gpu_overhead_bytes
-            explanation += (
-                f" + OLLAMA_GPU_OVERHEAD {settings.gpu_overhead_bytes / MIB:.0f} MiB (ollama keeps it free)"
-            )
+        rb += overhead[0]  # what the engine keeps free besides (0 for most)
+        explanation += overhead[1]
         parts.add(gi, Term(TermKind.RESERVE, rb, explanation))
     if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC) for d in gpus):
         assumptions.append("runtime reserve per CUDA GPU assumed 512 MiB (context, cuBLAS workspace, pool)")
@@ -297,108 +296,6 @@ def _auto_ngl_note(settings: LaunchSettings, has_gpus: bool, assumptions: list[s
         )
 
 
-def _engine_settings(
-    profile: ModelProfile, settings: LaunchSettings, gpus: Sequence[Device], assumptions: list[str]
-) -> tuple[LaunchSettings, LaunchSettings]:
-    """What the engine makes of the settings: (settings the context is built from, settings the weights are placed
-    with). ollama resolves its VRAM-tier context and one non-unified slot; ik_llama.cpp's -rtr loads without mmap."""
-    if settings.engine is Engine.OLLAMA:
-        vram = sum(d.total_bytes for d in gpus)
-        res = engines.ollama_resolve(profile, settings, vram, len(gpus))
-        assumptions.append(res.note)
-        return res.settings, res.settings
-    if settings.engine is Engine.IK_LLAMA and settings.run_time_repack:
-        assumptions.append(
-            "ik_llama.cpp -rtr: CPU-side weights are repacked at load (same bytes) and --no-mmap is forced: they "
-            "are anonymous RAM, not page cache"
-        )
-        return settings, dataclasses.replace(settings, load_mode=LoadMode.NONE)
-    return settings, settings
-
-
-def _ik_assumptions(
-    profile: ModelProfile, settings: LaunchSettings, ctx: ResolvedContext, assumptions: list[str]
-) -> None:
-    mode = engines.ik_effective_mla_mode(profile, settings.mla_mode)
-    if profile.is_mla:
-        assumptions.append(f"ik_llama.cpp -mla {mode}: KV cache laid out by ik's llama_kv_cache_init")
-    if settings.fused_moe and profile.is_moe:
-        assumptions.append(
-            "ik_llama.cpp -fmoe: fused up/gate MoE kernels; the compute buffer still counts separate up and gate "
-            "intermediates (mainline's graph), so it errs high there"
-        )
-    inter = engines.ik_attention_intermediate_bytes(
-        profile,
-        ctx.n_ctx_seq,
-        min(ctx.n_ctx, ctx.n_ubatch),
-        mla_mode=mode,
-        flash_attn=ctx.flash_attn,
-        amb_mib=settings.attn_max_batch_mib,
-    )
-    if inter:
-        cap = f"-amb {settings.attn_max_batch_mib}" if settings.attn_max_batch_mib else "no -amb cap"
-        assumptions.append(
-            f"ik_llama.cpp compute buffers follow ik's own graph (core/engines/ik_compute.py, checked against recorded ik "
-            f"CPU runs): the attention intermediate per layer is {inter / MIB:.1f} MiB ({cap}); with a GPU, ik's f16 "
-            "copies of the decompressed K/V are read from its source, not measured"
-        )
-
-
-def _add_beellama_extras(
-    parts: _Parts,
-    profile: ModelProfile,
-    settings: LaunchSettings,
-    ctx: ResolvedContext,
-    placement: WeightPlacement,
-    gpus: Sequence[Device],
-    names: Sequence[str],
-    assumptions: list[str],
-) -> None:
-    """beellama.cpp: the MTP draft context's caches and the KVarN prefill window (transient) per CUDA GPU."""
-    if "draft-mtp" in settings.spec_types:
-        for cache in engines.beellama_mtp_caches(profile, ctx, settings):
-            for dev, (nbytes, _) in _cache_bytes_by_device(cache, placement, settings).items():
-                parts.add(
-                    dev,
-                    Term(
-                        TermKind.DRAFT,
-                        nbytes,
-                        f"MTP draft context: {cache.name} of the NextN layers at {ctx.n_ctx_seq} cells, K "
-                        f"{cache.type_k}, V {cache.type_v}",
-                        f"MTP draft {cache.name}",
-                    ),
-                )
-    if not engines.uses_kvarn(settings) or settings.no_kv_offload:
-        return
-    chunk = engines.KVARN_WINDOW_CHUNK["0.4.6"]
-    for gi, d in enumerate(gpus):
-        if d.vendor not in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC):
-            continue
-        layers = frozenset(
-            la.index
-            for la in profile.layers
-            if la.has_kv and _cache_device(placement, settings, la.index) == gi
-        )
-        if not layers:
-            continue
-        w = engines.kvarn_materialization_window_bytes(profile, ctx.n_ctx_seq, ctx.n_stream, chunk, layers)
-        parts.add_transient(
-            gi,
-            Term(
-                TermKind.KV,
-                w,
-                f"KVarN prefill window: min(n_kv {ctx.n_ctx_seq}, chunk {chunk}) x n_head_kv x {ctx.n_stream} "
-                "streams x (Dk + Dv) x 2 B of F16 scratch in the CUDA pool, while a prompt is processed",
-                "KVarN window (transient)",
-            ),
-        )
-        assumptions.append(
-            f"beellama KVarN: {names[gi]} also needs a transient {w / MIB:.0f} MiB prefill window (CUDA pool "
-            f"scratch, chunk {chunk} tokens; {engines.KVARN_WINDOW_CHUNK['0.4.5']} in v0.4.5): not in the "
-            "persistent total"
-        )
-
-
 def _resolve(profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement) -> ResolvedContext:
     ctx = context_memory.resolve_context(profile, settings, engines.memory_rules(settings.engine))
     return dataclasses.replace(ctx, n_gpu_layers=placement.n_gpu_layers)
@@ -415,36 +312,21 @@ def compute_inputs(
     """What the compute reserve depends on, for this context."""
     n_kv_base, n_kv_swa = _mask_cells(caches, ctx)
     n_tok = min(ctx.n_ctx, ctx.n_ubatch)
-    ik = settings.engine is Engine.IK_LLAMA
+    engine = engines.hooks(settings.engine)
     return ComputeInputs(
         n_tok=n_tok,
-        n_out=min(
-            n_tok, ctx.n_outputs_max
-        ),  # ik_compute sizes ik's own logits (every token is an output there)
+        n_out=min(n_tok, ctx.n_outputs_max),  # a fork graph sizes its own logits
         n_kv_base=n_kv_base,
         n_kv_swa=n_kv_swa,
         flash_attn=ctx.flash_attn,
-        cache_type_k=_graph_cache_type(settings.cache_type_k),
-        cache_type_v=_graph_cache_type(settings.cache_type_v),
+        cache_type_k=engine.graph_cache_type(settings.cache_type_k),
+        cache_type_v=engine.graph_cache_type(settings.cache_type_v),
         op_offload=settings.op_offload,
         n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
         n_stream=ctx.n_stream,
-        fork_graph=engines.fork_graph(settings.engine),
-        ik_amb_mib=settings.attn_max_batch_mib,
-        ik_mla_mode=engines.ik_effective_mla_mode(profile, settings.mla_mode),
-        ik_type_k=settings.cache_type_k if ik else "",
+        fork_graph=engine.fork_graph(profile, settings),
     )
-
-
-def _graph_cache_type(name: str) -> str:
-    """The mainline cache type the compute graph is sized with: a fork's own type maps to the mainline type of the
-    same role (ik's q8_KV and q6_0 and beellama's q2_0..q6_1 to q8_0; KVarN, read as F16 windows, to f16)."""
-    if name in KV_CACHE_TYPES:
-        return name
-    if name.lower() in engines.KVARN_BITS:
-        return "f16"
-    return "q8_0"
 
 
 def _pipeline_parallel(
@@ -555,47 +437,69 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
     shapes = {t.name: t.shape for t in mmproj.tensors}
     clip = mmproj.clip
     if clip is not None and clip.n_embd > 0 and clip.patch_size > 0 and clip.n_head > 0:
-        n_embd, n_ff, n_head, patch = clip.n_embd, clip.n_ff, clip.n_head, clip.patch_size
-        ptype = clip.projector_type
         fa = "flash attention" if flash_attn else "no flash attention"
-        if ptype == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
-            merge = clip.spatial_merge_size or 2
-            side = QWEN_VL_WARMUP_SIDE * merge * patch
-            n_pos = (side // patch) ** 2
-            e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
-            # inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask, window_idx
-            inputs = sum(
-                pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
-            )
-            body = 4 * e + pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
-            return inputs + body, (
-                f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
-                "inputs with the window mask, its f16 copy, four blocks and the FFN"
-            )
-        n_side = clip.image_size // patch
-        n_pos = n_side * n_side
-        if ptype == "gemma3":
-            e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
-            body = 3 * e + f if flash_attn else 6 * e + kq
-            return body, (
-                f"SigLIP warm-up image {clip.image_size}x{clip.image_size} ({n_pos} patches, width {n_embd}, "
-                f"FFN {n_ff}, {fa})"
-            )
-        if ptype == "mlp":
-            n_tok = n_pos + (1 if "v.class_embd" in shapes else 0)
-            mm0 = shapes.get("mm.0.weight")
-            proj = mm0[1] if mm0 and len(mm0) > 1 else clip.projection_dim
-            e, f, kq = 4 * n_tok * n_embd, 4 * n_tok * n_ff, 4 * n_tok * n_tok * n_head
-            # inp_raw, positions (n_tok i32), patches (n_pos i32)
-            inputs = sum(pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
-            # the patch embedding before the class token is joined ([n_embd, n_pos]) leaves a hole among the blocks
-            e_patch = 4 * n_pos * n_embd
-            block = 3 * e + e_patch + f if flash_attn else 4 * e + e_patch + kq
-            projector = e_patch + 2 * 4 * n_pos * proj
-            return inputs + max(block, projector), (
-                f"CLIP warm-up image {clip.image_size}x{clip.image_size} ({n_tok} positions, width {n_embd}, "
-                f"FFN {n_ff}, projection {proj}, {fa})"
-            )
+        if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
+            return _qwen25vl_compute(clip, flash_attn, align, fa)
+        if clip.projector_type == "gemma3":
+            return _siglip_compute(clip, flash_attn, fa)
+        if clip.projector_type == "mlp":
+            return _llava_compute(clip, shapes, flash_attn, align, fa)
+    return _generic_projector_compute(mmproj, shapes, flash_attn)
+
+
+def _qwen25vl_compute(clip: ClipParams, flash_attn: bool, align: int, fa: str) -> tuple[int, str]:
+    n_embd, n_ff, n_head, patch = clip.n_embd, clip.n_ff, clip.n_head, clip.patch_size
+    merge = clip.spatial_merge_size or 2
+    side = QWEN_VL_WARMUP_SIDE * merge * patch
+    n_pos = (side // patch) ** 2
+    e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
+    # inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask, window_idx
+    inputs = sum(pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos))
+    body = 4 * e + pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
+    return inputs + body, (
+        f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
+        "inputs with the window mask, its f16 copy, four blocks and the FFN"
+    )
+
+
+def _siglip_compute(clip: ClipParams, flash_attn: bool, fa: str) -> tuple[int, str]:
+    n_embd, n_ff, n_head = clip.n_embd, clip.n_ff, clip.n_head
+    n_side = clip.image_size // clip.patch_size
+    n_pos = n_side * n_side
+    e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
+    body = 3 * e + f if flash_attn else 6 * e + kq
+    return body, (
+        f"SigLIP warm-up image {clip.image_size}x{clip.image_size} ({n_pos} patches, width {n_embd}, "
+        f"FFN {n_ff}, {fa})"
+    )
+
+
+def _llava_compute(
+    clip: ClipParams, shapes: dict[str, tuple[int, ...]], flash_attn: bool, align: int, fa: str
+) -> tuple[int, str]:
+    n_embd, n_ff, n_head = clip.n_embd, clip.n_ff, clip.n_head
+    n_side = clip.image_size // clip.patch_size
+    n_pos = n_side * n_side
+    n_tok = n_pos + (1 if "v.class_embd" in shapes else 0)
+    mm0 = shapes.get("mm.0.weight")
+    proj = mm0[1] if mm0 and len(mm0) > 1 else clip.projection_dim
+    e, f, kq = 4 * n_tok * n_embd, 4 * n_tok * n_ff, 4 * n_tok * n_tok * n_head
+    # inp_raw, positions (n_tok i32), patches (n_pos i32)
+    inputs = sum(pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
+    # the patch embedding before the class token is joined ([n_embd, n_pos]) leaves a hole among the blocks
+    e_patch = 4 * n_pos * n_embd
+    block = 3 * e + e_patch + f if flash_attn else 4 * e + e_patch + kq
+    projector = e_patch + 2 * 4 * n_pos * proj
+    return inputs + max(block, projector), (
+        f"CLIP warm-up image {clip.image_size}x{clip.image_size} ({n_tok} positions, width {n_embd}, "
+        f"FFN {n_ff}, projection {proj}, {fa})"
+    )
+
+
+def _generic_projector_compute(
+    mmproj: ModelProfile, shapes: dict[str, tuple[int, ...]], flash_attn: bool
+) -> tuple[int, str]:
+    clip = mmproj.clip
     pos = shapes.get("v.position_embd.weight")
     n_embd = pos[0] if pos else (clip.n_embd if clip else mmproj.n_embd)
     n_pos = pos[1] if pos and len(pos) > 1 else MMPROJ_DEFAULT_PATCHES

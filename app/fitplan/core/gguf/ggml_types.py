@@ -16,8 +16,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+from fitplan.core.gguf.gguf_py import gguf_constants
+
+if TYPE_CHECKING:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+else:
+    _gguf = gguf_constants()
+    GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType = (
+        _gguf.GGML_QUANT_SIZES,
+        _gguf.GGMLQuantizationType,
+        _gguf.LlamaFileType,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +165,17 @@ def type_id(name: str) -> int:
         return _BY_NAME[name.upper()]
     except KeyError:
         raise ValueError(f"unknown ggml type name {name!r}") from None
+
+
+#: the cache types whose K/V cells are plain floats: every other cache type is a block (quantized) type
+FLOAT_CACHE_TYPES = frozenset({"f32", "f16", "bf16"})
+
+
+def is_quantized_cache_type(name: str) -> bool:
+    """Whether a K/V cache type (-ctk/-ctv, any engine's: "q8_0", ik's "q8_kv", beellama's "kvarn4") stores
+    quantized blocks, not plain floats: the one rule for "a quantized cache" (flash attention required for V, the
+    f16 copies of the attention, the accuracy classes)."""
+    return name.lower() not in FLOAT_CACHE_TYPES
 
 
 def row_size(type_id: int, n: int, *, ik: bool = False, check: bool = True) -> int:

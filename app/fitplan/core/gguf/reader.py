@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -957,6 +957,34 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _diff_field(key: str, ours: MetadataValue, f: Any) -> list[str]:
+    """How one metadata value differs from gguf-py's field `f` (a `gguf.ReaderField`)."""
+    from gguf.constants import GGUFValueType
+
+    t0 = int(f.types[0])
+    if t0 != GGUFValueType.ARRAY:
+        want = f.contents()
+        if t0 == GGUFValueType.BOOL:
+            want = bool(want)
+        return [] if _same(ours, want) else [f"{key}: {ours!r} != {want!r}"]
+    if not isinstance(ours, GGUFArray):
+        return [f"{key}: array expected, got {ours!r}"]
+    if len(f.types) == 1:  # gguf-py records no element type for an empty array
+        return [f"{key}: length {ours.length} != 0"] if ours.length != 0 else []
+    diffs: list[str] = []
+    if ours.element_type != int(f.types[1]):
+        diffs.append(f"{key}: element type {ours.element_type} != {int(f.types[1])}")
+    nested = len(f.types) > 2
+    if not nested and ours.length != len(f.data):
+        diffs.append(f"{key}: length {ours.length} != {len(f.data)}")
+    if ours.values is not None:
+        mine = _flatten(ours)
+        want = f.contents()
+        if len(mine) != len(want) or not all(_same(a, b) for a, b in zip(mine, want, strict=True)):
+            diffs.append(f"{key}: values differ")
+    return diffs
+
+
 def diff_against_gguf_py(path: str | os.PathLike[str], header: GGUFHeader) -> list[str]:
     """Differences between `header` and what gguf-py's GGUFReader reads from `path` (empty when they agree).
 
@@ -964,7 +992,6 @@ def diff_against_gguf_py(path: str | os.PathLike[str], header: GGUFHeader) -> li
     flattened values, as gguf-py flattens them), and every tensor's name, type, shape, data offset and byte size.
     Slow (gguf-py builds every array element); meant for tests and benches.
     """
-    from gguf.constants import GGUFValueType
 
     from gguf import GGUFReader
 
@@ -976,36 +1003,8 @@ def diff_against_gguf_py(path: str | os.PathLike[str], header: GGUFHeader) -> li
     if list(theirs) != list(header.metadata):
         diffs.append(f"keys differ: {sorted(set(theirs) ^ set(header.metadata))} / order")
     for key, f in theirs.items():
-        if key not in header.metadata:
-            continue
-        ours = header.metadata[key]
-        t0 = int(f.types[0])
-        if t0 == GGUFValueType.ARRAY:
-            if not isinstance(ours, GGUFArray):
-                diffs.append(f"{key}: array expected, got {ours!r}")
-                continue
-            if len(f.types) == 1:  # gguf-py records no element type for an empty array
-                if ours.length != 0:
-                    diffs.append(f"{key}: length {ours.length} != 0")
-                continue
-            if ours.element_type != int(f.types[1]):
-                diffs.append(f"{key}: element type {ours.element_type} != {int(f.types[1])}")
-            nested = len(f.types) > 2
-            if not nested and ours.length != len(f.data):
-                diffs.append(f"{key}: length {ours.length} != {len(f.data)}")
-            if ours.values is not None or nested:
-                mine = _flatten(ours)
-                if nested and ours.values is None:
-                    continue
-                want = f.contents()
-                if len(mine) != len(want) or not all(_same(a, b) for a, b in zip(mine, want, strict=True)):
-                    diffs.append(f"{key}: values differ")
-        else:
-            want = f.contents()
-            if t0 == GGUFValueType.BOOL:
-                want = bool(want)
-            if not _same(ours, want):
-                diffs.append(f"{key}: {ours!r} != {want!r}")
+        if key in header.metadata:
+            diffs.extend(_diff_field(key, header.metadata[key], f))
     if len(r.tensors) != len(header.tensors):
         diffs.append(f"tensor count {len(header.tensors)} != {len(r.tensors)}")
     for mine_t, rt in zip(header.tensors, r.tensors, strict=False):

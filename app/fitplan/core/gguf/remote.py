@@ -20,23 +20,25 @@ What a stranger's server can do is bounded (docs/security.md):
 from __future__ import annotations
 
 import contextlib
-import http.client
-import ipaddress
 import os
 import re
 import socket
-import ssl
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fitplan.core.base.errors import GGUFError, MissingShardError
 from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf.header import DEFAULT_ARRAY_LIMIT, GGUFHeader, ModelFiles
 from fitplan.core.gguf.reader import check_split_set, parse_header, split_shard_names
+
+if (
+    TYPE_CHECKING
+):  # http.client, ssl and urllib.request load with the first request, not with the command line
+    import http.client
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -112,6 +114,8 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -161,6 +165,8 @@ def _clean(text: object, limit: int = 120) -> str:
 def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
     if _is_loopback(host):
         return None
+    import urllib.request
+
     proxy = urllib.request.getproxies().get(scheme)
     if not proxy or urllib.request.proxy_bypass(host):
         return None
@@ -172,6 +178,9 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
 
 def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
     """A connection for `url` (through the environment's proxy, if any) and the request target to send."""
+    import http.client
+    import ssl
+
     parts = urllib.parse.urlsplit(url)
     scheme, host = parts.scheme.lower(), parts.hostname or ""
     port = parts.port
@@ -254,6 +263,8 @@ def _one_request(
 
 
 def _transport_error(exc: BaseException, url: str, deadline: Deadline) -> GGUFError:
+    import http.client
+
     if deadline.expired():
         return GGUFError(f"the server took longer than {deadline.seconds:g} s in all; gave up", None, url)
     if isinstance(exc, (socket.timeout, TimeoutError)):
@@ -277,6 +288,8 @@ def http_get(
 ) -> HttpAnswer:
     """GET `url`, following up to `MAX_REDIRECTS` redirects. The token goes with each hop that `token_allowed`;
     every failure of the transport or of the server's answer is a one-line `GGUFError`."""
+    import http.client
+
     dl = deadline if deadline is not None else Deadline(HEADER_DEADLINE_S)
     current = url
     for _ in range(MAX_REDIRECTS + 1):

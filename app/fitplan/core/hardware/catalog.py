@@ -167,27 +167,9 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
     text = spec.strip()
     if not text:
         raise AssumedGpuError("empty GPU spec")
-    count = 1
-    m = _COUNT_RE.match(text)
-    if m and _find_quiet(cat, text) is None:
-        n = int_or_none(m.group(1), 1, MAX_ASSUMED_GPUS)
-        if n is None:  # llama.cpp uses at most llama_max_devices() = 16 devices
-            raise AssumedGpuError(
-                f"{spec[:40]!r}: the GPU count must be 1 to {MAX_ASSUMED_GPUS} (llama.cpp's device limit)"
-            )
-        count, text = n, m.group(2).strip()
+    count, text = _count_prefix(spec, text, cat)
     if "=" in text:
-        name, _, size_text = text.partition("=")
-        size = parse_size(size_text)
-        if size is None or size <= 0:
-            raise AssumedGpuError(f"{spec!r}: {size_text.strip()!r} is not a memory size (e.g. 24GiB)")
-        gpu = _find_quiet(cat, name)
-        vendor = gpu.vendor if gpu is not None else Vendor.GENERIC
-        label = name.strip() or f"{size / GIB:g} GiB GPU"
-        if gpu is not None and gpu.unified_memory:
-            base = gpu.assumed(size / GIB)
-            return AssumedGpu(base.name, base.memory_bytes, vendor, count, base.unified_ram_bytes)
-        return AssumedGpu(name=label, memory_bytes=size, vendor=vendor, count=count)
+        return _named_size(spec, text, cat, count)
     size = parse_size(text) if _find_quiet(cat, text) is None else None
     if size is not None:
         if size <= 0:
@@ -207,6 +189,34 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
         raise AssumedGpuError(f'{spec!r}: unknown GPU; give its memory as NAME=SIZE (e.g. "{text}=16GiB")')
     base = gpu.assumed(memory_gib)
     return AssumedGpu(base.name, base.memory_bytes, base.vendor, count, base.unified_ram_bytes)
+
+
+def _count_prefix(spec: str, text: str, cat: GpuCatalog) -> tuple[int, str]:
+    """ "2x RTX 3090": (2, "RTX 3090"); a name that merely starts like a count stays whole."""
+    m = _COUNT_RE.match(text)
+    if not m or _find_quiet(cat, text) is not None:
+        return 1, text
+    count = int_or_none(m.group(1), 1, MAX_ASSUMED_GPUS)
+    if count is None:  # llama.cpp uses at most llama_max_devices() = 16 devices
+        raise AssumedGpuError(
+            f"{spec[:40]!r}: the GPU count must be 1 to {MAX_ASSUMED_GPUS} (llama.cpp's device limit)"
+        )
+    return count, m.group(2).strip()
+
+
+def _named_size(spec: str, text: str, cat: GpuCatalog, count: int) -> AssumedGpu:
+    """NAME=SIZE: the catalog's vendor (and unified memory) when it knows NAME."""
+    name, _, size_text = text.partition("=")
+    size = parse_size(size_text)
+    if size is None or size <= 0:
+        raise AssumedGpuError(f"{spec!r}: {size_text.strip()!r} is not a memory size (e.g. 24GiB)")
+    gpu = _find_quiet(cat, name)
+    vendor = gpu.vendor if gpu is not None else Vendor.GENERIC
+    label = name.strip() or f"{size / GIB:g} GiB GPU"
+    if gpu is not None and gpu.unified_memory:
+        base = gpu.assumed(size / GIB)
+        return AssumedGpu(base.name, base.memory_bytes, vendor, count, base.unified_ram_bytes)
+    return AssumedGpu(name=label, memory_bytes=size, vendor=vendor, count=count)
 
 
 def _find_quiet(cat: GpuCatalog, name: str) -> CatalogGpu | None:

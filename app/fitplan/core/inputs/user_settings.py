@@ -39,6 +39,7 @@ from fitplan.core.base.launch_settings import (
     MmprojPlacement,
 )
 from fitplan.core.base.numbers import loads_json
+from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB
 
 #: Bump when a field changes meaning; adding a field with a default does not need a bump.
 SCHEMA_VERSION = 1
@@ -79,7 +80,7 @@ class ModelChoices:
     n_cpu_moe: int = 0
     n_batch: int = 2048
     n_ubatch: int = 512
-    margin_mib: int = 1024
+    margin_mib: int = DEFAULT_MARGIN_MIB
     engine: str = Engine.LLAMA_CPP.value
     # ik_llama.cpp
     mla_mode: int = 3  # -mla

@@ -41,7 +41,6 @@ from fitplan.core.memory.context import LLAMA_MAX_SEQ
 
 #: `common.h:LLM_FFN_DENSE_REGEX`: what `--n-cpu-ffn N` moves to the CPU (per layer).
 FFN_DENSE_REGEX = r"\.ffn_(up|down|gate)\."
-FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
 #: llama.cpp reads integer flags with std::stoi: a 32-bit int.
 INT32_MAX = 2**31 - 1

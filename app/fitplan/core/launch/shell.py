@@ -649,6 +649,18 @@ def _ps_quoted(text: str, i: int, acc: _Commands, quotes: frozenset[str], kind: 
         i += 1
 
 
+def _ps_backtick(text: str, i: int, acc: _Commands) -> int:
+    """A backtick at `i`: a line continuation (the word ends), or an escaped character. Returns the next index."""
+    if i + 1 >= len(text):
+        return i + 1
+    if text[i + 1] == "\n" or text.startswith("\r\n", i + 1):
+        acc.end_word()
+        return i + (2 if text[i + 1] == "\n" else 3)
+    ch, i = _ps_escape(text, i)
+    acc.add(ch)
+    return i
+
+
 def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
     acc = _Commands()
     i, n = 0, len(text)
@@ -656,15 +668,7 @@ def _split_ps(text: str) -> tuple[tuple[str, ...], ...]:
     while i < n:
         c = text[i]
         if c == "`":
-            if i + 1 >= n:
-                i += 1
-                continue
-            if text[i + 1] == "\n" or text.startswith("\r\n", i + 1):
-                acc.end_word()
-                i += 2 if text[i + 1] == "\n" else 3
-                continue
-            ch, i = _ps_escape(text, i)
-            acc.add(ch)
+            i = _ps_backtick(text, i, acc)
             continue
         if c in _PS_SINGLE_QUOTES:
             i = _ps_quoted(text, i, acc, _PS_SINGLE_QUOTES, "single")
@@ -910,6 +914,8 @@ def _written_by_fitplan(text: str) -> tuple[Shell, ...]:
 
 #: A paste longer than this is not written again to recognise it (the guess decides alone).
 MAX_RECOGNISED_CHARS = 1 << 16
+#: A line-end character of a continued line, and the shell it belongs to.
+_CONTINUATIONS = {"\\": Shell.SH, "`": Shell.POWERSHELL, "^": Shell.CMD}
 
 
 def detect_shell(text: str) -> Shell:
@@ -929,34 +935,34 @@ def detect_shell(text: str) -> Shell:
 
 def _guess_shell(text: str) -> Shell:
     stripped = [line.rstrip() for line in text.splitlines() if line.strip()]
-    ends = [line[-1] for line in stripped[:-1]] if len(stripped) > 1 else []
     votes = {Shell.SH: 0, Shell.POWERSHELL: 0, Shell.CMD: 0}
-    for e in ends:
-        if e == "\\":
-            votes[Shell.SH] += 3
-        elif e == "`":
-            votes[Shell.POWERSHELL] += 3
-        elif e == "^":
-            votes[Shell.CMD] += 3
+    for line in stripped[:-1]:
+        sh = _CONTINUATIONS.get(line[-1])
+        if sh is not None:
+            votes[sh] += 3
     first = stripped[0].lstrip() if stripped else ""
-    if first.startswith("& ") or "$env:" in text or re.search(r"(?i)\bSet-Location\b|\.ps1\b", text):
-        votes[Shell.POWERSHELL] += 2
-    if re.search(r"(?i)^\s*(set|cd /d|rem)\s", text, re.M) or re.search(r"%[A-Za-z_][A-Za-z0-9_]*%", text):
-        votes[Shell.CMD] += 2
-    if re.search(r"(?m)^\s*(export\s|[A-Za-z_][A-Za-z0-9_]*=\S+\s)", text) or "$HOME" in text or "~/" in text:
-        votes[Shell.SH] += 2
-    if re.search(r'\.exe"?\s', text) or re.search(r'"[A-Za-z]:\\', text):
-        votes[Shell.CMD] += 1
-        votes[Shell.POWERSHELL] += 1
-    if "'" in text and re.search(r"[A-Za-z]:\\", text):
-        votes[Shell.POWERSHELL] += 1
-    if re.search("[\u2018\u2019\u201a\u201b]{2}", text):  # PowerShell doubles typographic quotes in '...'
-        votes[Shell.POWERSHELL] += 2
+    for sh, points in _syntax_votes(text, first):
+        votes[sh] += points
     best = max(votes.values())
-    for sh in (Shell.SH, Shell.POWERSHELL, Shell.CMD):
-        if votes[sh] == best:
-            return sh
-    return Shell.SH  # pragma: no cover
+    return next(sh for sh in (Shell.SH, Shell.POWERSHELL, Shell.CMD) if votes[sh] == best)
+
+
+def _syntax_votes(text: str, first: str) -> list[tuple[Shell, int]]:
+    """Points for each shell whose call syntax, variables or paths the text uses."""
+    out: list[tuple[Shell, int]] = []
+    if first.startswith("& ") or "$env:" in text or re.search(r"(?i)\bSet-Location\b|\.ps1\b", text):
+        out.append((Shell.POWERSHELL, 2))
+    if re.search(r"(?i)^\s*(set|cd /d|rem)\s", text, re.M) or re.search(r"%[A-Za-z_][A-Za-z0-9_]*%", text):
+        out.append((Shell.CMD, 2))
+    if re.search(r"(?m)^\s*(export\s|[A-Za-z_][A-Za-z0-9_]*=\S+\s)", text) or "$HOME" in text or "~/" in text:
+        out.append((Shell.SH, 2))
+    if re.search(r'\.exe"?\s', text) or re.search(r'"[A-Za-z]:\\', text):
+        out += [(Shell.CMD, 1), (Shell.POWERSHELL, 1)]
+    if "'" in text and re.search(r"[A-Za-z]:\\", text):
+        out.append((Shell.POWERSHELL, 1))
+    if re.search("[\u2018\u2019\u201a\u201b]{2}", text):  # PowerShell doubles typographic quotes in '...'
+        out.append((Shell.POWERSHELL, 2))
+    return out
 
 
 def join_many(commands: Iterable[Sequence[str]], shell: Shell | str) -> str:

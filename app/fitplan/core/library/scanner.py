@@ -272,40 +272,51 @@ class LibraryScanner:
             subdirs: list[str] = []
             in_hub_repo = os.path.basename(folder).startswith("models--")
             for e in entries:
-                try:
-                    is_dir = e.is_dir()
-                    is_file = not is_dir and e.is_file()
-                except OSError:
-                    is_dir = is_file = False
-                if is_dir:
-                    if in_hub_repo and e.name == "blobs":
-                        yield from _hub_partial_blobs(e.path)
-                        continue
-                    entered = _subfolder(e, state, top_real)
-                    if isinstance(entered, SkippedFile):
-                        yield entered
-                    elif entered is not None:
-                        subdirs.append(entered)
-                    continue
-                low = e.name.lower()
-                if _is_partial_name(e.name):
-                    state.counters.files_seen += 1
-                    yield SkippedFile(e.path, "partial download")
-                elif low.endswith(".gguf"):
-                    if not is_file:
-                        state.counters.files_seen += 1
-                        yield SkippedFile(e.path, "link to a file that is not there (download not finished?)")
-                        continue
-                    try:
-                        files.append((e.path, e.stat()))
-                    except OSError as exc:
-                        yield SkippedFile(e.path, f"unreadable: {exc.strerror or exc}")
+                yield from self._classify(e, in_hub_repo, state, files, subdirs, top_real)
             if files:
                 found = self._summarise_files(files, state)
                 if found is None:
                     return
                 yield from self._batch_events(folder, found, root, state)
             stack.extend(reversed(subdirs))
+
+    def _classify(
+        self,
+        e: os.DirEntry[str],
+        in_hub_repo: bool,
+        state: _ScanState,
+        files: list[tuple[str, os.stat_result]],
+        subdirs: list[str],
+        top_real: str,
+    ) -> Iterator[ScanEvent]:
+        """One folder entry: a folder to walk (into `subdirs`), a model file (into `files`), or what was skipped."""
+        try:
+            is_dir = e.is_dir()
+            is_file = not is_dir and e.is_file()
+        except OSError:
+            is_dir = is_file = False
+        if is_dir:
+            if in_hub_repo and e.name == "blobs":
+                yield from _hub_partial_blobs(e.path)
+                return
+            entered = _subfolder(e, state, top_real)
+            if isinstance(entered, SkippedFile):
+                yield entered
+            elif entered is not None:
+                subdirs.append(entered)
+            return
+        if _is_partial_name(e.name):
+            state.counters.files_seen += 1
+            yield SkippedFile(e.path, "partial download")
+        elif e.name.lower().endswith(".gguf"):
+            if not is_file:
+                state.counters.files_seen += 1
+                yield SkippedFile(e.path, "link to a file that is not there (download not finished?)")
+                return
+            try:
+                files.append((e.path, e.stat()))
+            except OSError as exc:
+                yield SkippedFile(e.path, f"unreadable: {exc.strerror or exc}")
 
     # -- files ----------------------------------------------------------------------------------------------------
 
@@ -403,16 +414,7 @@ class LibraryScanner:
             for p in projectors:
                 yield SkippedFile(p.path, "projector (mmproj) with no model in its folder")
         groups: list[tuple[str, list[_Found]]] = [(f.path, [f]) for f in models]
-        for (prefix, count), parts in splits.items():
-            n_missing = count - len(parts)
-            if n_missing:
-                missing = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in _first_missing(parts, count)]
-                more = f" and {n_missing - len(missing)} more" if n_missing > len(missing) else ""
-                for f in parts.values():
-                    yield SkippedFile(f.path, "missing shard(s): " + ", ".join(missing) + more)
-                continue
-            shards = [parts[i] for i in range(1, count + 1)]
-            groups.append((shards[0].path, shards))
+        yield from _complete_splits(splits, groups)
         index = ProjectorIndex([(os.path.basename(p.path), p.path) for p in projectors])
         for first, shards in sorted(groups, key=lambda g: g[0]):
             yield self._model(shards, root, pick_projector(first, index))
@@ -453,16 +455,7 @@ class LibraryScanner:
         by_digest: dict[
             str, list[tuple[str, str | None, str]]
         ] = {}  # model digest -> (name, projector, manifest)
-        for dirpath, dirnames, filenames in os.walk(manifests, onerror=None):
-            dirnames.sort()
-            for fn in sorted(filenames):
-                mpath = os.path.join(dirpath, fn)
-                parsed = parse_ollama_manifest(mpath, manifests)
-                if isinstance(parsed, str):
-                    yield SkippedFile(mpath, parsed)
-                    continue
-                name, model_digest, projector_digest = parsed
-                by_digest.setdefault(model_digest, []).append((name, projector_digest, mpath))
+        yield from _read_manifests(manifests, by_digest)
         try:
             partials = sorted(p for p in os.listdir(blobs) if p.endswith("-partial"))
         except OSError as exc:
@@ -517,6 +510,23 @@ def _holds(folder: str, path: str) -> bool:
     """Whether `folder` is `path` or one of the folders above it (a link to it would walk the scanned folder's
     parents: a link to / the whole disk)."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _complete_splits(
+    splits: dict[tuple[str, int], dict[int, _Found]], groups: list[tuple[str, list[_Found]]]
+) -> Iterator[SkippedFile]:
+    """Each complete split set into `groups` (first shard's path, shards in order); the parts of an incomplete
+    one skipped with the shards they miss."""
+    for (prefix, count), parts in splits.items():
+        n_missing = count - len(parts)
+        if n_missing:
+            missing = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in _first_missing(parts, count)]
+            more = f" and {n_missing - len(missing)} more" if n_missing > len(missing) else ""
+            for f in parts.values():
+                yield SkippedFile(f.path, "missing shard(s): " + ", ".join(missing) + more)
+            continue
+        shards = [parts[i] for i in range(1, count + 1)]
+        groups.append((shards[0].path, shards))
 
 
 def _first_missing(parts: Collection[int], count: int, limit: int = MAX_LISTED) -> list[int]:
@@ -621,3 +631,20 @@ def display_name(path: str, root: LibraryRoot) -> str:
     except ValueError:
         return path
     return path if rel.startswith("..") else rel.replace(os.sep, "/")
+
+
+def _read_manifests(
+    manifests: Path, by_digest: dict[str, list[tuple[str, str | None, str]]]
+) -> Iterator[ScanEvent]:
+    """Every ollama manifest under `manifests` into `by_digest` (model digest -> (name, projector, manifest)); the
+    unreadable ones skipped."""
+    for dirpath, dirnames, filenames in os.walk(manifests, onerror=None):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            mpath = os.path.join(dirpath, fn)
+            parsed = parse_ollama_manifest(mpath, manifests)
+            if isinstance(parsed, str):
+                yield SkippedFile(mpath, parsed)
+                continue
+            name, model_digest, projector_digest = parsed
+            by_digest.setdefault(model_digest, []).append((name, projector_digest, mpath))

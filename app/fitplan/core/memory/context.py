@@ -24,10 +24,16 @@ from enum import StrEnum
 from typing import Protocol
 
 from fitplan.core.base.errors import SettingsError
-from fitplan.core.base.launch_settings import KV_CACHE_TYPES, Engine, FlashAttn, LaunchSettings, Tool
+from fitplan.core.base.launch_settings import (
+    KV_CACHE_TYPES,
+    SERVER_AUTO_PARALLEL,
+    FlashAttn,
+    LaunchSettings,
+    Tool,
+)
 from fitplan.core.base.results import ResolvedContext, TermKind
 from fitplan.core.base.units import pad
-from fitplan.core.gguf.ggml_types import get_type, row_size, type_id
+from fitplan.core.gguf.ggml_types import get_type, is_quantized_cache_type, row_size, type_id
 from fitplan.core.model import archs
 from fitplan.core.model.profile import LayerProfile, ModelProfile, SwaType
 
@@ -35,8 +41,6 @@ from fitplan.core.model.profile import LayerProfile, ModelProfile, SwaType
 N_CTX_PAD = 256
 #: include/llama.h LLAMA_MAX_SEQ.
 LLAMA_MAX_SEQ = 256
-#: tools/server/server.cpp: -np auto means 4 slots with a unified KV cache.
-SERVER_AUTO_PARALLEL = 4
 F32_BYTES = 4
 
 
@@ -47,10 +51,10 @@ class CellRule(StrEnum):
     SWA = "swa"  # PAD(min(n_ctx_seq, n_swa * (unified ? n_seq_max : 1) + n_ubatch), 256); n_ctx_seq with --swa-full
     SEQUENCES = "sequences"  # recurrent rows: max(1, n_seq_max) * (1 + n_rs_seq), independent of n_ctx
     COMPRESSED = "compressed"  # DeepSeek-V4: PAD(max(1, ceil(n_ctx_seq / compress_ratio)), 256)
-    FIXED = (
-        "fixed"  # a fork's buffer whose size does not follow the context (KVarN stage and tail): one "cell"
-    )
-    KVARN_SWA = "kvarn_swa"  # beellama KVarN SWA records: 128 * (ceil(min(n_ctx_seq, n_swa)/128) + ceil(n_ubatch/128))
+    FIXED = "fixed"  # a fork's buffer whose size does not follow the context: one "cell"
+    #: a fork's SWA records kept in blocks of 128 cells, one stream:
+    #: 128 * (ceil(min(n_ctx_seq, n_swa) / 128) + ceil(n_ubatch / 128))
+    SWA_BLOCKS = "swa_blocks"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +153,12 @@ class CacheAllocation:
             return compressed_cells(ctx.n_ctx_seq, self.compress_ratio)
         if self.cell_rule is CellRule.FIXED:
             return 1
-        if self.cell_rule is CellRule.KVARN_SWA:
+        if self.cell_rule is CellRule.SWA_BLOCKS:
             return 128 * (-(-min(ctx.n_ctx_seq, self.n_swa) // 128) + -(-ctx.n_ubatch // 128))
         return max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq)
 
     def n_stream_at(self, ctx: ResolvedContext) -> int:
-        if self.kind is TermKind.RECURRENT or self.cell_rule in (CellRule.FIXED, CellRule.KVARN_SWA):
+        if self.kind is TermKind.RECURRENT or self.cell_rule in (CellRule.FIXED, CellRule.SWA_BLOCKS):
             return 1
         return ctx.n_seq_max if self.per_sequence_streams else ctx.n_stream
 
@@ -208,18 +212,6 @@ def n_rs_seq(profile: ModelProfile, settings: LaunchSettings) -> int:
     return max(0, n_max)
 
 
-def _is_fork(settings: LaunchSettings) -> bool:
-    """ik_llama.cpp and beellama.cpp size their caches themselves (fitplan.core.engines); ollama runs mainline."""
-    return settings.engine in (Engine.IK_LLAMA, Engine.BEELLAMA)
-
-
-def _mainline_only(settings: LaunchSettings, what: str) -> None:
-    if _is_fork(settings):
-        raise ValueError(
-            f"{what}: mainline rules asked for {settings.engine.value}; use fitplan.core.engines.memory_rules"
-        )
-
-
 class EngineMemory(Protocol):
     """An engine's rules for the context and its caches. Mainline's are `MAINLINE`; the forks' live in
     `fitplan.core.engines` (`memory_rules(engine)` is the one dispatch point)."""
@@ -236,7 +228,6 @@ class EngineMemory(Protocol):
 def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
     """src/llama-context.cpp:llama_init_from_model rules; FA "auto" resolves to on (the probe keeps it on for CPU,
     CUDA and Metal with common head sizes)."""
-    _mainline_only(settings, "resolve_flash_attn")
     tk = _cache_type(settings.cache_type_k, "K")
     tv = _cache_type(settings.cache_type_v, "V")
     fa = settings.flash_attn
@@ -247,8 +238,7 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
             f"this model does not support different K ({settings.cache_type_k}) and V ({settings.cache_type_v}) "
             "cache types"
         )
-    qv = get_type(tv).quantized
-    if qv and fa is FlashAttn.OFF:
+    if is_quantized_cache_type(settings.cache_type_v) and fa is FlashAttn.OFF:
         raise SettingsError(f"a quantized V cache ({settings.cache_type_v}) requires flash attention")
     on = fa is not FlashAttn.OFF
     if on:
@@ -332,7 +322,6 @@ def context_grid(
 ) -> ContextGrid:
     """The context grid of `settings` under the engine's `rules` (None = mainline's; see `sequence_layout`)."""
     if rules is None:
-        _mainline_only(settings, "context_grid")
         rules = MAINLINE
     n_seq_max, kv_unified = sequence_layout(settings)
     flash_attn = rules.resolve_flash_attn(profile, settings)
@@ -425,7 +414,6 @@ def context_caches(
     profile: ModelProfile, ctx: ResolvedContext, settings: LaunchSettings
 ) -> tuple[CacheAllocation, ...]:
     """Every cache llama.cpp's create_memory builds for this context, in creation order."""
-    _mainline_only(settings, "context_caches")
     layout = profile.traits.memory.layout
     if layout is archs.MemoryLayout.NONE or not profile.layers:
         return ()
@@ -480,48 +468,51 @@ def context_caches(
 
     has_indexer = profile.indexer_head_size > 0 and any(ly.has_indexer for ly in profile.layers)
     split_swa = profile.swa_type is not SwaType.NONE
+
+    def kv_caches() -> list[CacheAllocation]:
+        """The attention caches, in the order the layout's memory module creates them."""
+        if layout is archs.MemoryLayout.DSA_ISWA:
+            # src/llama-kv-cache-dsa-iswa.cpp: non-SWA MLA cache, its indexer, then the window-sized SWA cache
+            full = kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
+            swa = kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA)
+            return [full, indexer(), swa] if has_indexer else [full, swa]
+        if layout is archs.MemoryLayout.RECURRENT:
+            return []
+        if split_swa and layout in (archs.MemoryLayout.KV, archs.MemoryLayout.HYBRID):
+            caches = [
+                kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT),
+                kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA),
+            ]
+        else:
+            caches = [kv("llama_kv_cache", kv_layers, CellRule.CONTEXT)]
+        if has_indexer and layout is not archs.MemoryLayout.HYBRID:
+            caches.append(indexer())
+        return caches
+
     if layout is archs.MemoryLayout.DSV4:
         return _dsv4_caches(profile, ctx, settings, tk, tk_name)
-    if layout is archs.MemoryLayout.DSA_ISWA:
-        # src/llama-kv-cache-dsa-iswa.cpp: non-SWA MLA cache, its indexer, then the window-sized SWA cache
-        out.append(
-            kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
-        )
-        if has_indexer:
-            out.append(indexer())
-        out.append(kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA))
-    elif layout is not archs.MemoryLayout.RECURRENT:
-        if split_swa and layout in (archs.MemoryLayout.KV, archs.MemoryLayout.HYBRID):
-            out.append(
-                kv("llama_kv_cache (non-SWA)", [ly for ly in kv_layers if not ly.is_swa], CellRule.CONTEXT)
-            )
-            out.append(kv("llama_kv_cache (SWA)", [ly for ly in kv_layers if ly.is_swa], CellRule.SWA))
-        else:
-            out.append(kv("llama_kv_cache", kv_layers, CellRule.CONTEXT))
-        if has_indexer and layout is not archs.MemoryLayout.HYBRID:
-            out.append(indexer())
-
-    rs_layers = [ly for ly in profile.layers if ly.is_recurrent]
+    out.extend(kv_caches())
     if layout in (archs.MemoryLayout.RECURRENT, archs.MemoryLayout.HYBRID):
-        rows = max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq)
-        out.append(
-            CacheAllocation(
-                name="llama_memory_recurrent",
-                kind=TermKind.RECURRENT,
-                cells=rows,
-                n_stream=1,
-                type_k="f32",
-                type_v="f32",
-                layer_rows=tuple(
-                    (ly.index, F32_BYTES * ly.n_embd_r, F32_BYTES * ly.n_embd_s) for ly in rs_layers
-                ),
-                cell_rule=CellRule.SEQUENCES,
-                layer_extra=tuple((ly.index, F32_BYTES * ly.n_embd_p) for ly in rs_layers if ly.n_embd_p),
-            )
-        )
+        out.append(_recurrent_cache(profile, ctx))
         if has_indexer and layout is archs.MemoryLayout.HYBRID:
             out.append(indexer())  # llama_memory_hybrid_idx creates its indexer after the hybrid caches
     return tuple(out)
+
+
+def _recurrent_cache(profile: ModelProfile, ctx: ResolvedContext) -> CacheAllocation:
+    """llama_memory_recurrent: R and S rows (and P, where a layer has one) per sequence and rollback snapshot."""
+    rs_layers = [ly for ly in profile.layers if ly.is_recurrent]
+    return CacheAllocation(
+        name="llama_memory_recurrent",
+        kind=TermKind.RECURRENT,
+        cells=max(1, ctx.n_seq_max) * (1 + ctx.n_rs_seq),
+        n_stream=1,
+        type_k="f32",
+        type_v="f32",
+        layer_rows=tuple((ly.index, F32_BYTES * ly.n_embd_r, F32_BYTES * ly.n_embd_s) for ly in rs_layers),
+        cell_rule=CellRule.SEQUENCES,
+        layer_extra=tuple((ly.index, F32_BYTES * ly.n_embd_p) for ly in rs_layers if ly.n_embd_p),
+    )
 
 
 def _dsv4_caches(
@@ -635,5 +626,5 @@ class _Mainline:
         return context_caches(profile, ctx, settings)
 
 
-#: Mainline llama.cpp's rules (ollama runs them too).
+#: Mainline llama.cpp's rules (the engines that size nothing their own way run them too).
 MAINLINE: EngineMemory = _Mainline()

@@ -1,8 +1,10 @@
 """The hook through which a fork's own attention graph replaces mainline's in the compute model.
 
-Mainline `fitplan.core.memory` knows no fork by name. An engine whose graph differs (ik_llama.cpp: MLA per -mla
-mode, -amb head chunks) supplies a `ForkGraph` in `ComputeInputs.fork_graph`; the compute model asks it only for
-what differs and keeps everything else mainline's.
+Mainline `fitplan.core.memory` knows no fork by name. An engine whose graph differs supplies a `ForkGraph` in
+`ComputeInputs.fork_graph`, bound to that engine's own settings (its modes and chunk sizes travel inside the
+object, opaque to mainline); the compute model asks it only for what differs and keeps everything else
+mainline's. A compute model with a fork graph also reserves the output layer for every token and runs the
+host's output phase on its own.
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ class ForkGraph(Protocol):
         """The fork runs this model's attention as MLA (its latent cache), whatever the file says."""
         ...
 
-    def mla_v_copy_row(
-        self, profile: ModelProfile, mla_mode: int, flash_attn: bool, cache_type_v: str
-    ) -> int:
+    def mla_v_copy_row(self, profile: ModelProfile, flash_attn: bool, cache_type_v: str) -> int:
         """Bytes per cell of the transposed latent copy the fork keeps for V (0: none)."""
         ...
 
@@ -32,11 +32,10 @@ class ForkGraph(Protocol):
         n_tok: int,
         q_bytes: int,
         *,
-        mla_mode: int,
         flash_attn: bool,
-        amb_mib: int,
         cache_type: str,
         gpu_backend: bool,
     ) -> int:
-        """The fork's attention at its peak for one attention group (`q_bytes`: mainline's Q there)."""
+        """The fork's attention at its peak for one attention group (`q_bytes`: mainline's Q there; `cache_type`:
+        the graph's K type; `gpu_backend`: a GPU is in use)."""
         ...

@@ -28,8 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from gguf.constants import GGMLQuantizationType
+from fitplan.core.gguf.gguf_py import gguf_constants
+
+if TYPE_CHECKING:
+    from gguf.constants import GGMLQuantizationType
+else:
+    GGMLQuantizationType = gguf_constants().GGMLQuantizationType
 
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Device, Machine, Vendor
@@ -380,6 +386,23 @@ def _load_list(profile: ModelProfile, load_mtp: bool) -> _Loaded:
         if tied_embd and tied is None and t.role is TensorRole.TOKEN_EMBD and t.name == "token_embd.weight":
             tied = len(tensors)
         tensors.append(t)
+    runs, run_of = _layer_runs(layer_index)
+    return _Loaded(
+        tuple(tensors),
+        tuple(layer_index),
+        tuple(_is_matrix_weight(t) for t in tensors),
+        tuple(skipped),
+        tied,
+        L,
+        runs,
+        run_of,
+    )
+
+
+def _layer_runs(
+    layer_index: list[int | None],
+) -> tuple[tuple[tuple[int | None, int, int], ...], tuple[int, ...]]:
+    """Consecutive tensors of one layer as (layer, first, end) runs, and each tensor's run."""
     runs: list[tuple[int | None, int, int]] = []
     run_of: list[int] = []
     for i, li in enumerate(layer_index):
@@ -388,16 +411,7 @@ def _load_list(profile: ModelProfile, load_mtp: bool) -> _Loaded:
         else:
             runs.append((li, i, i + 1))
         run_of.append(len(runs) - 1)
-    return _Loaded(
-        tuple(tensors),
-        tuple(layer_index),
-        tuple(_is_matrix_weight(t) for t in tensors),
-        tuple(skipped),
-        tied,
-        L,
-        tuple(runs),
-        tuple(run_of),
-    )
+    return tuple(runs), tuple(run_of)
 
 
 #: Which loaded tensors one `-ot` pattern matches (the --n-cpu-moe patterns repeat across a plan's estimates).

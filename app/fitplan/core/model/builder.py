@@ -13,8 +13,14 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gguf.constants import Keys
+from fitplan.core.gguf.gguf_py import gguf_constants
+
+if TYPE_CHECKING:
+    from gguf.constants import Keys
+else:
+    Keys = gguf_constants().Keys
 
 from fitplan.core.base.errors import HeaderValueError
 from fitplan.core.base.numbers import int_or_none
@@ -24,6 +30,7 @@ from fitplan.core.gguf.reader import is_mmproj
 from fitplan.core.model import archs
 from fitplan.core.model.archs import (
     MMPROJ_ARCHITECTURE,
+    ArchSwa,
     ArchTraits,
     HybridAttnFilter,
     IndexerRule,
@@ -426,18 +433,11 @@ def _swa_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool]) -> tu
 
     rule = sw.rule
     if rule is SwaRule.ALWAYS:
-        if not found and sw.default_window == 0:
-            d.warnings.append(f"{meta.full(Keys.Attention.SLIDING_WINDOW)} is missing; llama.cpp requires it")
-        return sw.swa_type, window if found else sw.default_window, pattern(sw.period, sw.dense_first)
+        return sw.swa_type, _always_window(meta, sw, d, found, window), pattern(sw.period, sw.dense_first)
     if rule is SwaRule.IF_WINDOW and found and window > 0:
         return sw.swa_type, sw.forced_window or window, pattern(sw.period, sw.dense_first)
     if rule is SwaRule.ARRAY:
-        arr = meta.array(Keys.Attention.SLIDING_WINDOW_PATTERN)
-        if arr is None:
-            d.warnings.append(f"{meta.full(Keys.Attention.SLIDING_WINDOW_PATTERN)} must be a per-layer array")
-            return sw.swa_type, window, [False] * n
-        flags = [bool(x) for x in arr[:n]]
-        return sw.swa_type, window, flags + [False] * (n - len(flags))
+        return sw.swa_type, window, _swa_array(meta, d, n)
     if rule is SwaRule.LLAMA4 and not (found and window == 0):
         return SwaType.CHUNKED, sw.forced_window, pattern(sw.period, False)
     if rule is SwaRule.EXAONE4 and d.n_layer == 64:
@@ -447,6 +447,23 @@ def _swa_layers(meta: _Meta, t: ArchTraits, d: _Dims, is_recr: list[bool]) -> tu
     if rule is SwaRule.ALL_LAYERS:
         return SwaType.STANDARD, window, [True] * n
     return SwaType.NONE, 0, [False] * n
+
+
+def _always_window(meta: _Meta, sw: ArchSwa, d: _Dims, found: bool, window: int) -> int:
+    """The window of an always-SWA architecture: the file's, else the architecture's default (none: a warning)."""
+    if not found and sw.default_window == 0:
+        d.warnings.append(f"{meta.full(Keys.Attention.SLIDING_WINDOW)} is missing; llama.cpp requires it")
+    return window if found else sw.default_window
+
+
+def _swa_array(meta: _Meta, d: _Dims, n: int) -> list[bool]:
+    """is_swa per layer from the file's per-layer array (missing: a warning, and no SWA layer)."""
+    arr = meta.array(Keys.Attention.SLIDING_WINDOW_PATTERN)
+    if arr is None:
+        d.warnings.append(f"{meta.full(Keys.Attention.SLIDING_WINDOW_PATTERN)} must be a per-layer array")
+        return [False] * n
+    flags = [bool(x) for x in arr[:n]]
+    return flags + [False] * (n - len(flags))
 
 
 def _mla(meta: _Meta, t: ArchTraits, d: _Dims) -> MlaParams | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.devices import GIB, Device, Machine
 from fitplan.core.base.errors import FitplanError
-from fitplan.core.gguf.ggml_types import get_type, type_id
+from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.planner import Pins, Plan, plan
 from fitplan.core.plan.search import EstimateFn
@@ -50,13 +50,6 @@ def _ctx(n: int) -> str:
     return f"{n:,}"
 
 
-def _is_quantized(name: str) -> bool:
-    try:
-        return get_type(type_id(name)).quantized
-    except (FitplanError, KeyError, ValueError):
-        return False
-
-
 def _bigger(d: Device, gib: int) -> Device:
     total = gib * GIB
     used = d.total_bytes - d.free_bytes
@@ -85,7 +78,11 @@ def _machine_candidates(machine: Machine, pins: Pins) -> list[_Candidate]:
 def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Machine) -> list[_Candidate]:
     s = base.settings
     out: list[_Candidate] = []
-    if pins.cache_type_k is None and pins.cache_type_v is None and not _is_quantized(s.cache_type_k):
+    if (
+        pins.cache_type_k is None
+        and pins.cache_type_v is None
+        and not is_quantized_cache_type(s.cache_type_k)
+    ):
         q8 = dataclasses.replace(pins, cache_type_k="q8_0", cache_type_v="q8_0")
         out.append(_Candidate("-ctk q8_0 -ctv q8_0", q8, machine))
     if pins.n_parallel is None or pins.n_parallel != 1:
@@ -103,17 +100,23 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
         n = base.placement.n_cpu_moe + max(2, profile.n_layer_all // 8)
         if n <= profile.n_layer_all:
             out.append(_Candidate(f"--n-cpu-moe {n}", dataclasses.replace(pins, n_cpu_moe=n), machine))
-    if pins.n_gpu_layers is not None:
-        out.append(_Candidate("without -ngl", dataclasses.replace(pins, n_gpu_layers=None), machine))
-    if pins.n_cpu_moe is not None:
-        out.append(_Candidate("without --n-cpu-moe", dataclasses.replace(pins, n_cpu_moe=None), machine))
-    if pins.tensor_split is not None:
-        out.append(_Candidate("without -ts", dataclasses.replace(pins, tensor_split=None), machine))
-    if pins.all_weights_on_gpu:
-        out.append(
-            _Candidate("without --all-on-gpu", dataclasses.replace(pins, all_weights_on_gpu=False), machine)
-        )
+    out.extend(_unpinned(pins, machine))
     return out
+
+
+def _unpinned(pins: Pins, machine: Machine) -> list[_Candidate]:
+    """Each placement pin the user set, dropped."""
+    drops: list[tuple[str, object, object]] = [
+        ("-ngl", pins.n_gpu_layers, {"n_gpu_layers": None}),
+        ("--n-cpu-moe", pins.n_cpu_moe, {"n_cpu_moe": None}),
+        ("-ts", pins.tensor_split, {"tensor_split": None}),
+        ("--all-on-gpu", pins.all_weights_on_gpu or None, {"all_weights_on_gpu": False}),
+    ]
+    return [
+        _Candidate(f"without {flag}", dataclasses.replace(pins, **changes), machine)  # type: ignore[arg-type]
+        for flag, value, changes in drops
+        if value is not None
+    ]
 
 
 def _effect(base: Plan, alt: Plan) -> str:

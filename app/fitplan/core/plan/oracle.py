@@ -2,16 +2,11 @@
 
 For spaces small enough to enumerate (the test suite's scenarios, `bench/plan.py`): every -ngl, every --n-cpu-moe
 and, with several GPUs and no -ts pin, every split of the offloaded layers, each estimated at the context floor;
-the best by the planner's written objective (`planner`'s docstring) wins:
+of the points that fit there, the best by the planner's objective (`objective.key`) wins. The largest context of a
+point is found by bisection over the grid (memory only grows with the context).
 
-1. it fits at the floor;
-2. the most layers on the GPUs, then the fewest weight bytes off them;
-3. the largest context (each context of the grid is tried by bisection: memory only grows with the context);
-4. the fewest --n-cpu-moe;
-5. the largest smallest headroom across the GPUs.
-
-It shares the pins' reading (`planner.problem_of`), the settings a point launches (`Solver.settings`) and the
-estimator with the planner, and none of the planner's search.
+It shares the pins' reading (`planner.problem_of`), the settings a point launches (`Solver.settings`), the
+estimator and the objective with the planner, and none of the planner's search.
 """
 
 from __future__ import annotations
@@ -22,11 +17,12 @@ from dataclasses import dataclass
 from fitplan.core.base.devices import Machine
 from fitplan.core.engines import context_grid
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.objective import Key, PlacementKey, key, min_gpu_headroom, point_key, tie_key
 from fitplan.core.plan.planner import Pins, Problem, problem_of
 from fitplan.core.plan.search import EstimateFn, Evaluator, default_estimate_fn
 from fitplan.core.plan.solver import Point, Solver
 from fitplan.core.plan.space import compositions
-from fitplan.core.plan.usage import DeviceUse, MarginPolicy, fits
+from fitplan.core.plan.usage import MarginPolicy, fits
 
 __all__ = ["OracleResult", "exhaustive_plan", "space_size"]
 
@@ -35,11 +31,12 @@ __all__ = ["OracleResult", "exhaustive_plan", "space_size"]
 class OracleResult:
     fits: bool
     point: Point | None  # the best point (None when nothing fits)
-    placement_key: tuple[int, int] | None  # (-offloaded layer indices, weight bytes off the GPUs)
+    placement_key: PlacementKey | None  # `objective.placement_key` of the best point
     n_ctx: (
         int  # the largest context of the best point (the pinned one when -c is pinned), 0 when nothing fits
     )
     min_headroom: int  # the smallest GPU headroom at that context
+    key: Key | None  # `objective.key` of the best point (None when nothing fits)
     points: int  # points of the space enumerated
     evaluations: int  # estimates computed
 
@@ -67,11 +64,6 @@ def space_size(profile: ModelProfile, machine: Machine, pins: Pins | None = None
         tensor_split=pb.pins.tensor_split,
     )
     return sum(1 for _ in _points(pb, solver))
-
-
-def _min_headroom(usage: tuple[DeviceUse, ...]) -> int:
-    heads = [u.headroom_bytes for u in usage if u.gpu_index is not None]
-    return min(heads) if heads else 0
 
 
 def _largest_context(pb: Problem, solver: Solver, p: Point) -> int:
@@ -103,25 +95,24 @@ def exhaustive_plan(
     pb = problem_of(profile, machine, pins or Pins())
     ev = Evaluator(profile, machine, margin or MarginPolicy(), estimate_fn or default_estimate_fn())
     solver = Solver(ev, pb.base, pb.space, tensor_split=pb.pins.tensor_split)
-    n_gpus = len(machine.gpus) if pb.has_gpu else 0
-    best_key: tuple[int, int] | None = None
+    best_key: PlacementKey | None = None
     best: list[Point] = []
     count = 0
     for p in _points(pb, solver):
         count += 1
         if not fits(solver.usage(p, pb.need_ctx)):
             continue
-        act = min(p.ngl, pb.space.L + 1) if n_gpus else 0
-        key = (-act, pb.space.off_gpu_bytes(act, p.ncmoe))
-        if best_key is None or key < best_key:
-            best_key, best = key, [p]
-        elif key == best_key:
+        pk = point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu)
+        if best_key is None or pk > best_key:
+            best_key, best = pk, [p]
+        elif pk == best_key:
             best.append(p)
     if best_key is None:
-        return OracleResult(False, None, None, 0, 0, count, ev.evaluations)
+        return OracleResult(False, None, None, 0, 0, None, count, ev.evaluations)
     scored = []
     for p in best:
         n_ctx = _largest_context(pb, solver, p)
-        scored.append((n_ctx, -p.ncmoe, _min_headroom(solver.usage(p, n_ctx)), p))
-    n_ctx, _, head, point = max(scored, key=lambda t: t[:3])
-    return OracleResult(True, point, best_key, n_ctx, head, count, ev.evaluations)
+        head = min_gpu_headroom(solver.usage(p, n_ctx))
+        scored.append((key(best_key, tie_key(n_ctx, p.ncmoe, head)), n_ctx, head, p))
+    best_full, n_ctx, head, point = max(scored, key=lambda t: t[0])
+    return OracleResult(True, point, best_key, n_ctx, head, best_full, count, ev.evaluations)

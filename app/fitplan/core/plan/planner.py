@@ -1,24 +1,10 @@
-"""Plan a launch: where the weights go and the largest context, by a written objective.
-
-The best plan, in order (each criterion only breaks the ties of the ones before it):
-
-1. it fits: every device within its capacity minus the margins (`MarginPolicy`: 1024 MiB per GPU, like llama.cpp's
-   `--fit-target`, and 1024 MiB of host RAM, by default);
-2. its context is at least the floor: the pinned `-c`, else `--min-ctx`, else 4096 tokens per sequence (llama.cpp's
-   `--fit-ctx`), never above the training length;
-3. it keeps the fewest weight bytes off the GPUs, counted layer first: the most layers on the GPUs (`-ngl`), then
-   the fewest expert bytes on the CPU (`--n-cpu-moe`; `PlacementSpace.off_gpu_bytes`). A layer on the CPU runs
-   its attention there and every token reads all of its weights; of a layer's experts each token reads only
-   n_expert_used of n_expert, so experts leave the GPUs before layers do (llama.cpp's `--fit` order);
-4. then it has the largest context on llama.cpp's grid (`engines.context_grid`);
-5. then the fewest `--n-cpu-moe` (pipeline parallelism kept);
-6. then the best balance across GPUs: the largest smallest headroom.
+"""Plan a launch: where the weights go and the largest context, by the written objective of `objective`.
 
 The user's pins are always kept: `-c`, `-np`, `-kvu`/`-no-kvu`, `-ngl`, `-ts`, `--n-cpu-moe` (and `--cpu-moe`), `-ot`,
 the cache types, flash attention, `--min-ctx` and "all weights on the GPU" (`--all-on-gpu`), along with every other
 setting in `Pins.base`. The plan only chooses `-ngl`, `--n-cpu-moe`, `-ts` (as layer counts) and `-c`, and turns
 `--fit` off. The search (`solver`) and the largest-context search (`search`) are checked against an exhaustive
-search of the same space with the same estimator (`oracle`, in the test suite).
+search of the same space with the same estimator and the same objective (`oracle`, in the test suite).
 
 The estimate itself is injected (`EstimateFn`): by default `fitplan.core.estimate.estimator.estimate`.
 """
@@ -35,6 +21,7 @@ from fitplan.core.base.results import Estimate
 from fitplan.core.engines import context_grid
 from fitplan.core.memory.context import N_CTX_PAD
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.objective import Key, key, min_gpu_headroom, point_key, tie_key
 from fitplan.core.plan.search import (
     ContextFit,
     EstimateFn,
@@ -44,7 +31,6 @@ from fitplan.core.plan.search import (
     context_step,
     default_estimate_fn,
     kv_streams,
-    max_context_that_fits,
     training_cap,
 )
 from fitplan.core.plan.solver import Check, Point, Solver
@@ -68,7 +54,6 @@ __all__ = [
     "default_estimate_fn",
     "device_label",
     "kv_streams",
-    "max_context_that_fits",
     "plan",
     "plan_verdict",
     "training_cap",
@@ -248,7 +233,7 @@ def plan(
 class _Scored:
     point: Point
     context: ContextFit
-    min_headroom: int
+    key: Key
 
 
 def _context_at(pb: Problem, solver: Solver, p: Point) -> _Scored:
@@ -261,7 +246,7 @@ def _context_at(pb: Problem, solver: Solver, p: Point) -> _Scored:
         step = context_grid(pb.profile, pb.base).step
         cap = training_cap(pb.profile, pb.base)
         cf = ContextFit(pb.pinned_ctx, step, cap, False, est, None, usage, "", (), 0)
-        return _Scored(q, cf, _min_gpu_headroom(usage))
+        return _scored(pb, q, cf)
     cf = context_fit(ev, solver.settings(p, 0), min_ctx=pb.need_ctx)
     q = p
     for _ in range(3):  # rebalance for the context found, then search again while that raises the context
@@ -275,23 +260,19 @@ def _context_at(pb: Problem, solver: Solver, p: Point) -> _Scored:
         if cf2.n_ctx < cf.n_ctx:
             break
         q, cf = cand, cf2
-    return _Scored(q, cf, _min_gpu_headroom(cf.usage))
+    return _scored(pb, q, cf)
 
 
-def _min_gpu_headroom(usage: tuple[DeviceUse, ...]) -> int:
-    heads = [u.headroom_bytes for u in usage if u.gpu_index is not None]
-    return min(heads) if heads else 0
+def _scored(pb: Problem, p: Point, cf: ContextFit) -> _Scored:
+    ties = tie_key(cf.n_ctx, p.ncmoe, min_gpu_headroom(cf.usage))
+    return _Scored(p, cf, key(point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu), ties))
 
 
 def _best_context(pb: Problem, solver: Solver, found: list[Check]) -> tuple[Point, ContextFit]:
-    """Among the points with the fewest off-GPU bytes: the largest context, then the fewest --n-cpu-moe, then the
-    largest smallest GPU headroom."""
-    scored: list[_Scored] = []
-    for c in found:
-        if scored and (scored[0].context.capped_by_training or pb.pinned_ctx is not None):
-            break  # the first (fewest --n-cpu-moe) already has the largest context there is
-        scored.append(_context_at(pb, solver, c.point))
-    best = max(scored, key=lambda s: (s.context.n_ctx, -s.point.ncmoe, s.min_headroom))
+    """The best of the solver's points by the objective (`objective.key`)."""
+    # at most two candidates (`Solver.search`): each is scored whole, so that the objective alone decides
+    scored = [_context_at(pb, solver, c.point) for c in found]
+    best = max(scored, key=lambda s: s.key)
     return best.point, best.context
 
 
@@ -335,7 +316,7 @@ def _fit(pb: Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginPo
         space.is_moe
         and pb.ncmoe_choices[0] != pb.ncmoe_choices[1]
         and p.ncmoe > 0
-        and space.off_gpu_bytes(p.ngl, p.ncmoe) == space.off_gpu_bytes(p.ngl, 0)
+        and point_key(space, p.ngl, p.ncmoe, pb.has_gpu) == point_key(space, p.ngl, 0, pb.has_gpu)
     ):
         notes.append(
             f"--n-cpu-moe {p.ncmoe} moves no expert tensor but, as any tensor override, turns off pipeline "

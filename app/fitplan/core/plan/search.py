@@ -35,7 +35,6 @@ __all__ = [
     "default_estimate_fn",
     "kv_streams",
     "largest_true",
-    "max_context_that_fits",
     "smallest_true",
     "smallest_true_from",
     "training_cap",
@@ -215,15 +214,3 @@ def context_fit(ev: Evaluator, settings: LaunchSettings, *, min_ctx: int = 0) ->
     return ContextFit(
         best * step, step, cap, capped, est, next_est, usage, binding, (), ev.evaluations - start
     )
-
-
-def max_context_that_fits(
-    profile: ModelProfile,
-    settings: LaunchSettings,
-    machine: Machine,
-    margin: MarginPolicy | None = None,
-    estimate_fn: EstimateFn | None = None,
-) -> ContextFit:
-    """The largest context on llama.cpp's padded grid that fits with `settings` (whose `n_ctx` is ignored)."""
-    ev = Evaluator(profile, machine, margin or MarginPolicy(), estimate_fn or default_estimate_fn())
-    return context_fit(ev, settings)

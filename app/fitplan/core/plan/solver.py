@@ -1,4 +1,5 @@
-"""The placement search: the most layers on the GPUs, then the fewest expert bytes off them (`planner`).
+"""The placement search: the best point by `objective.placement_key` (the most layers on the GPUs, then the fewest
+expert bytes off them), visited in that key's order.
 
 GPU memory falls and host memory rises as layers (lower -ngl) or experts (higher --n-cpu-moe) leave the GPUs, so:
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, SplitMode
 from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.plan.objective import point_key
 from fitplan.core.plan.search import Evaluator, largest_true, smallest_true_from
 from fitplan.core.plan.space import PlacementSpace, proportional_split
 from fitplan.core.plan.usage import DeviceUse
@@ -371,7 +373,7 @@ class Solver:
         space = self.space
         if len(self.gpus) < 2 or p.ncmoe >= hi_n or p.ncmoe > 0:
             return [c]
-        if space.off_gpu_bytes(p.ngl, p.ncmoe + 1) != space.off_gpu_bytes(p.ngl, p.ncmoe):
+        if point_key(space, p.ngl, p.ncmoe + 1, True) != point_key(space, p.ngl, p.ncmoe, True):
             return [c]
         extra = self.check(p.ngl, p.ncmoe + 1, n_ctx)
         return [c, extra] if extra.fits else [c]

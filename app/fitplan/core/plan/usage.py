@@ -8,7 +8,22 @@ from dataclasses import dataclass
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.results import Estimate
 
-__all__ = ["DeviceUse", "MarginPolicy", "Shortfall", "device_label", "fits", "gib", "shortfalls", "usage_of"]
+__all__ = [
+    "DEFAULT_MARGIN_MIB",
+    "DeviceUse",
+    "MarginPolicy",
+    "Shortfall",
+    "device_label",
+    "fits",
+    "gib",
+    "shortfalls",
+    "usage_of",
+]
+
+
+#: The default margin per GPU and of host RAM, in MiB: llama.cpp's `--fit-target` default. The one default the CLI's
+#: --margin/--host-margin, the saved settings and `MarginPolicy` share.
+DEFAULT_MARGIN_MIB = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +35,9 @@ class MarginPolicy:
     each device's free memory (what `--fit` does), else against its total.
     """
 
-    gpu_margin_bytes: int = 1024 * MIB
+    gpu_margin_bytes: int = DEFAULT_MARGIN_MIB * MIB
     use_free: bool = True
-    host_margin_bytes: int = 1024 * MIB
+    host_margin_bytes: int = DEFAULT_MARGIN_MIB * MIB
     per_gpu_bytes: tuple[int, ...] = ()
     check_host: bool = True
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from fitplan.core.base.devices import Machine
+from fitplan.core.base.launch_settings import SERVER_AUTO_PARALLEL
 from fitplan.core.base.results import Estimate
-from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, gib, shortfalls, usage_of
+from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls, usage_of
 
 __all__ = ["FitLevel", "Verdict", "judge", "slots_text"]
 
@@ -38,6 +39,9 @@ class Verdict:
     tightest: DeviceUse | None  # the checked GPU (else the host) with the least headroom
     n_seq: int  # slots (sequences) the estimate was made for
     kv_unified: bool
+    card_usage: tuple[
+        DeviceUse, ...
+    ] = ()  # against each device's memory, no margin (what `fits_card` judges)
 
     @property
     def headline(self) -> str:
@@ -50,25 +54,19 @@ class Verdict:
     def margin_text(self) -> str:
         return self.margin.describe()
 
-    def slots_text(self) -> str:
-        return slots_text(self.n_seq, self.kv_unified)
-
-    def describe(self) -> str:
-        """One line: the answer, the margins it uses, what is short or what is left, and the slots."""
-        parts = [f"{self.headline} ({self.margin_text()})"]
-        if self.shortfalls:
-            parts.append("; ".join(s.describe() for s in self.shortfalls))
-        elif self.tightest is not None:
-            parts.append(f"{gib(self.tightest.headroom_bytes)} to spare on {self.tightest.label}")
-        parts.append(f"for {self.slots_text()}")
-        return ": ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else "")
+    def slots_text(self, *, name_default: bool = False) -> str:
+        return slots_text(self.n_seq, self.kv_unified, name_default=name_default)
 
 
-def slots_text(n_seq: int, kv_unified: bool) -> str:
-    """The slot count where results are shown: the window plans 1 slot by default, llama-server 4 unified."""
+def slots_text(n_seq: int, kv_unified: bool, *, name_default: bool = False) -> str:
+    """The slot count where results are shown: the window plans 1 slot by default, llama-server 4 unified (with
+    `name_default`, that case says so)."""
     if n_seq == 1:
         return "1 slot"
-    return f"{n_seq} slots sharing one KV cache" if kv_unified else f"{n_seq} slots, one KV cache each"
+    if not kv_unified:
+        return f"{n_seq} slots, one KV cache each"
+    server_default = name_default and n_seq == SERVER_AUTO_PARALLEL
+    return f"{n_seq} slots sharing one KV cache" + (" (llama-server's -np auto)" if server_default else "")
 
 
 def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_cpu: bool = False) -> Verdict:
@@ -77,7 +75,8 @@ def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_c
     usage = usage_of(est, machine, margin)
     bare = dataclasses.replace(margin, gpu_margin_bytes=0, host_margin_bytes=0, per_gpu_bytes=())
     ok = fits(usage)
-    card = fits(usage_of(est, machine, bare))
+    card_usage = usage_of(est, machine, bare)
+    card = fits(card_usage)
     level = FitLevel.NO_FIT
     if ok:
         level = FitLevel.OFFLOAD if weights_on_cpu and machine.gpus else FitLevel.FITS
@@ -85,4 +84,6 @@ def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_c
     gpus = [u for u in checked if u.gpu_index is not None] or checked
     tightest = min(gpus, key=lambda u: u.headroom_bytes) if gpus else None
     ctx = est.context
-    return Verdict(level, ok, card, margin, usage, shortfalls(usage), tightest, ctx.n_seq_max, ctx.kv_unified)
+    return Verdict(
+        level, ok, card, margin, usage, shortfalls(usage), tightest, ctx.n_seq_max, ctx.kv_unified, card_usage
+    )

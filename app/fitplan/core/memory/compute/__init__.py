@@ -84,32 +84,30 @@ class ComputePlan:
         b = PlanBuilder(profile, inputs, placement, gpu_vendors)
         self.plans = (*(b.gpu_plan(gi) for gi in range(len(gpu_vendors))), b.host_plan())
         self._profile = profile
-        self._ik_gpu_backend = len(gpu_vendors) > 0
+        self._gpu_backend = len(gpu_vendors) > 0
 
     def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
         return tuple(
-            evaluate_plan(p, n_kv_base, n_kv_swa, self._ik(p, n_kv_base, n_kv_swa)) for p in self.plans
+            evaluate_plan(p, n_kv_base, n_kv_swa, self._fork(p, n_kv_base, n_kv_swa)) for p in self.plans
         )
 
-    def _ik(self, p: DevicePlan, nb: int, ns: int) -> int:
-        """ik_llama.cpp's attention at its peak, largest over the device's attention groups: an MLA model's own
-        graph (`ik_compute.ik_mla_attention`), else mainline's Q with ik's chunked intermediate."""
+    def _fork(self, p: DevicePlan, nb: int, ns: int) -> int:
+        """A fork's attention at its peak (`ForkGraph.attention_peak`), largest over the device's attention
+        groups."""
         ci = self.inputs
         out = 0
         graph = ci.fork_graph
         if graph is None:
             return out
-        for is_swa, q in p.ik_groups:
+        for is_swa, q in p.fork_groups:
             peak = graph.attention_peak(
                 self._profile,
                 ns if is_swa else nb,
                 ci.n_tok,
                 q,
-                mla_mode=ci.ik_mla_mode,
                 flash_attn=ci.flash_attn,
-                amb_mib=ci.ik_amb_mib,
-                cache_type=ci.ik_type_k or ci.cache_type_k,
-                gpu_backend=self._ik_gpu_backend,
+                cache_type=ci.cache_type_k,
+                gpu_backend=self._gpu_backend,
             )
             out = max(out, peak)
         return out
@@ -119,13 +117,13 @@ class ComputePlan:
         `evaluate`, term for term (tests check they agree)."""
         rows = []
         for p in self.plans:
-            ik = None
-            if p.ik_groups:
-                ik = np.array(
-                    [self._ik(p, int(b), int(w)) for b, w in zip(n_kv_base, n_kv_swa, strict=True)],
+            fork = None
+            if p.fork_groups:
+                fork = np.array(
+                    [self._fork(p, int(b), int(w)) for b, w in zip(n_kv_base, n_kv_swa, strict=True)],
                     dtype=np.int64,
                 )
-            rows.append(total_array(p, n_kv_base, n_kv_swa, ik))
+            rows.append(total_array(p, n_kv_base, n_kv_swa, fork))
         return np.stack(rows)
 
 

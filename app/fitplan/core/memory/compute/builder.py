@@ -94,6 +94,28 @@ SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
 
 
+def compute_devices(
+    inputs: ComputeInputs, placement: WeightPlacement, gpu_vendors: tuple[Vendor, ...]
+) -> tuple[bool, tuple[int | None, ...]]:
+    """Whether the first GPU takes host-resident multiplications (op offload), and where each layer's graph runs.
+
+    With op offload the scheduler gives every matrix multiplication whose weight sits in host memory to the first
+    GPU (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`, the device's `offload_op`), and the ops between
+    them follow it there (the scheduler's expansion passes): a host layer's activations, its K/V views and the
+    output layer's logits are then on the first GPU, the host keeps the graph inputs (the allocator's lists on a
+    CUDA-shaped stand-in: llama-3.1-8b with -ngl 0 and 16, the host's compute buffer as with every layer
+    offloaded)."""
+    offload = bool(
+        gpu_vendors
+        and inputs.op_offload
+        and inputs.n_tok >= OP_OFFLOAD_MIN_BATCH
+        and gpu_vendors[0] in OP_OFFLOAD_VENDORS
+    )
+    if not offload:
+        return False, placement.layer_device
+    return True, tuple(0 if d is None else d for d in placement.layer_device)
+
+
 class PlanBuilder:
     """The graph facts of one model, settings and placement that every backend's `DevicePlan` is built from."""
 
@@ -109,21 +131,7 @@ class PlanBuilder:
         fa = inputs.flash_attn
         n_gpu = len(gpu_vendors)
         trunk = [lp.index for lp in profile.layers if not lp.is_nextn and lp.index < profile.n_layer]
-        offload_gpu0 = bool(
-            n_gpu
-            and inputs.op_offload
-            and n_tok >= OP_OFFLOAD_MIN_BATCH
-            and gpu_vendors[0] in OP_OFFLOAD_VENDORS
-        )
-        # Where each layer's graph runs. With op offload the scheduler gives every matrix multiplication whose
-        # weight sits in host memory to the first GPU (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`,
-        # the device's `offload_op`), and the ops between them follow it there (the scheduler's expansion passes):
-        # a host layer's activations, its K/V views and the output layer's logits are then on the first GPU, the
-        # host keeps the graph inputs (the allocator's lists on a CUDA-shaped stand-in: llama-3.1-8b with -ngl 0
-        # and 16, the host's compute buffer as with every layer offloaded).
-        compute_dev = placement.layer_device
-        if offload_gpu0:
-            compute_dev = tuple(0 if d is None else d for d in compute_dev)
+        offload_gpu0, compute_dev = compute_devices(inputs, placement, gpu_vendors)
         by_dev: dict[int | None, list[int]] = {}
         for il in trunk:
             by_dev.setdefault(compute_dev[il], []).append(il)
@@ -131,7 +139,7 @@ class PlanBuilder:
         mask_elt = F16 if fa else F32
         embd_block = F32 * profile.n_embd * n_tok
         # ik_llama.cpp reserves the worst case with every token an output (llm_build_context: n_outputs = n_tokens)
-        logits = F32 * profile.n_vocab * (n_tok if inputs.ik_attention else n_out)
+        logits = F32 * profile.n_vocab * (n_tok if inputs.fork_attention else n_out)
         v_gqa_max = max((lp.n_embd_v_gqa for lp in profile.layers), default=0)
 
         idx_heads, idx_q = indexer_queries(profile, n_tok)
@@ -148,7 +156,7 @@ class PlanBuilder:
             hc_block = DSV4_STREAM_TENSORS * hc_block + (DSV4_BLOCKS - residual_blocks(profile)) * embd_block
 
         shapes = layer_shapes(profile)
-        ik_q: set[tuple[bool, int]] = set()
+        fork_q: set[tuple[bool, int]] = set()
         # Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when
         # op offload takes host-resident matrix multiplications there.
         ffn_dev = ffn_devices(profile, placement)
@@ -165,7 +173,7 @@ class PlanBuilder:
         rot_bytes = [0, 0]  # base cache, SWA cache
         v_rot_bytes = [0, 0]  # V's rotation alone
         v_rot: set[int] = set()
-        if not inputs.ik_attention and profile.has_memory:
+        if not inputs.fork_attention and profile.has_memory:
             for i, group in enumerate(attn_layers(profile, trunk)):
                 n_rot_k, n_rot_v = hadamard_rotations(
                     profile, group, inputs.cache_type_k, inputs.cache_type_v
@@ -199,7 +207,7 @@ class PlanBuilder:
         self.kv_a_mqa = kv_a_mqa
         self.hc_block = hc_block
         self.shapes = shapes
-        self.ik_q = ik_q
+        self.fork_q = fork_q
         self.offload_gpu0 = offload_gpu0
         self.ffn_dev = ffn_dev
         self.ffn_by_dev = ffn_by_dev
@@ -215,7 +223,7 @@ class PlanBuilder:
     def indexer_scores(self, layers: list[int]) -> IndexerScores | None:
         """The DSA lightning indexer's peak on a backend running `layers` (None without an indexer layer)."""
         indexed = [il for il in layers if self.profile.layers[il].has_indexer]
-        if not (self.idx_q and indexed) or self.inputs.ik_attention:
+        if not (self.idx_q and indexed) or self.inputs.fork_attention:
             return None
         query = F32 * self.n_tok * self.idx_heads * self.profile.indexer_head_size
         kq = 0 if self.fa else F32 * self.n_tok * max(self.profile.layers[il].n_head for il in indexed)
@@ -273,7 +281,7 @@ class PlanBuilder:
         first = bool(self.trunk) and layers[0] == self.trunk[0] == indexed[0]
         if graph is not KpoolGraph.GATHER_MASK or self.fa or mla is None or not mla.q_lora_rank or not first:
             return (), 0, 0
-        if v_copy.room or v_copy.a_swa or v_copy.c or self.inputs.ik_attention:
+        if v_copy.room or v_copy.a_swa or v_copy.c or self.inputs.fork_attention:
             return (), 0, 0
         h = self.profile.layers[indexed[0]].n_head
         stream = F32 * self.n_tok * hc_width(self.profile)
@@ -317,10 +325,10 @@ class PlanBuilder:
             a_swa=self.mask_elt * self.n_tok if swa else 0,
         )
 
-    def ik_groups(self, layers: list[int]) -> tuple[tuple[bool, int], ...]:
-        self.ik_q.clear()
+    def fork_groups(self, layers: list[int]) -> tuple[tuple[bool, int], ...]:
+        self.fork_q.clear()
         self.kq(layers)
-        return tuple(sorted(self.ik_q))
+        return tuple(sorted(self.fork_q))
 
     def kq(self, layers: list[int], replayed: frozenset[int] = frozenset()) -> tuple[Affine, ...]:
         """The attention's live set on a backend running `layers`: one Affine per distinct layer shape (the
@@ -333,7 +341,7 @@ class PlanBuilder:
         self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
         if (
             self.idx_q
-            and self.inputs.ik_attention
+            and self.inputs.fork_attention
             and any(self.profile.layers[il].has_indexer for il in layers)
         ):
             out.add(Affine(c=self.idx_q))  # mainline's indexer peak: `indexer_scores`
@@ -382,7 +390,7 @@ class PlanBuilder:
         return Affine(a_base=per_cell, c=inputs + self.embd_block)
 
     def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
-        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.ik_q`."""
+        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.fork_q`."""
         lp = self.profile.layers[il]
         # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
         # absorbed q_nope [kv_lora_rank, n_head, n_tok].
@@ -440,15 +448,15 @@ class PlanBuilder:
             # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
             out.add(Affine(c=q + F32 * self.n_tok * lp.n_head * lp.n_embd_head_v))
             if self.inputs.fork_graph is not None and self.inputs.fork_graph.has_mla(self.profile):
-                self.ik_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
+                self.fork_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
             return
         a = F32 * self.n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
         if qkv and not self.profile.traits.graph.no_rope_qkv:
             # the roped Q of a fused projection takes the attention norm's block (the norm has one
             # reader, freed before the QKV output is split): only what exceeds a block is added
             q = max(0, q - F32 * self.n_tok * self.profile.n_embd)
-        if self.inputs.ik_attention and self.profile.has_memory:
-            self.ik_q.add((is_swa, q))  # the scores come in -amb chunks (ik_groups)
+        if self.inputs.fork_attention and self.profile.has_memory:
+            self.fork_q.add((is_swa, q))  # the scores come in -amb chunks (fork_groups)
             return
         if not self.profile.has_memory:
             out.add(Affine(c=a * self.n_tok + q))
@@ -499,7 +507,7 @@ class PlanBuilder:
         # with the f32 mask, no copy of V)
         v_copy = (
             0
-            if self.fa or self.inputs.ik_attention
+            if self.fa or self.inputs.fork_attention
             else row_bytes(kv_type_id(self.inputs.cache_type_k), lora) * self.inputs.n_stream
         )
         return Affine(a_base=-v_copy, c=F32 * self.n_tok * (room + lp.n_head * kr + above))
@@ -564,9 +572,7 @@ class PlanBuilder:
     def mla_v(self, layers: list[int]) -> Affine:
         if self.inputs.fork_graph is not None:
             # ik's kv_cache_trans (-mla 2/3 without flash attention, in the latent's type: -ctv), or none
-            row = self.inputs.fork_graph.mla_v_copy_row(
-                self.profile, self.inputs.ik_mla_mode, self.fa, self.inputs.cache_type_v
-            )
+            row = self.inputs.fork_graph.mla_v_copy_row(self.profile, self.fa, self.inputs.cache_type_v)
             has = row and attn_layers(self.profile, layers)[0]
             return Affine(a_base=row * self.inputs.n_stream) if has else Affine()
         if self.fa or self.profile.mla is None or not attn_layers(self.profile, layers)[0]:
@@ -586,7 +592,7 @@ class PlanBuilder:
         return Affine(a_base=row * self.inputs.n_stream)
 
     def v_idxs(self, layers: list[int]) -> int:
-        if self.inputs.ik_attention:
+        if self.inputs.fork_attention:
             return 0  # ik stores V through a view at kv_head: no index input (its allocator lists none)
         if self.fa or not self.profile.has_memory or self.profile.mla is not None:
             return 0  # MLA caches have no V: V is a view of the latent K rows
@@ -775,6 +781,23 @@ class PlanBuilder:
                 out.add(Affine(c=top + above))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c, x.room)))
 
+    def _output_layout(self, gi: int, first: bool, has_out: bool) -> tuple[bool, int]:
+        """Whether the graph inputs stay under the logits on GPU `gi` (the first GPU that holds the first layer,
+        without pipeline parallelism, when it computes the logits), and the blocks next to the logits."""
+        if not first:
+            return False, 1
+        inputs = self.placement.layer_device[self.trunk[0]] == gi and not self.inputs.pipeline_parallel
+        if not has_out:
+            return False, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
+        return inputs, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
+
+    def _output_copy(self, gi: int, has_out: bool) -> int:
+        """The output matrix's copy under the logits when the first GPU takes the host's output layer."""
+        if not has_out or not self.host_mats or gi != 0 or self.placement.output_device is not None:
+            return 0
+        out_mats = self.host_mats.get(None, {})
+        return out_mats.get("output.weight") or max(out_mats.values(), default=0)
+
     def gpu_plan(self, gi: int) -> DevicePlan:
         """The compute plan of GPU `gi`."""
         layers = self.by_dev.get(gi, [])
@@ -798,10 +821,7 @@ class PlanBuilder:
         # to, and the block allocated right after them is live to the end: the logits go on top of all that (the
         # allocator's peak on a CUDA-shaped stand-in, llama-3.1-8b at 32768 cells with flash attention: three
         # input blocks, the 32 MiB mask, the output ids, a block, then the logits)
-        out_inputs = (
-            first and self.placement.layer_device[self.trunk[0]] == gi and not self.inputs.pipeline_parallel
-        )
-        out_blocks = (residual_blocks(self.profile) - 1 if out_inputs else RESIDUAL_BLOCKS) if first else 1
+        out_inputs, out_blocks = self._output_layout(gi, first, has_out)
         # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
         out_extra = (
             self.below_logits if not first and self.trunk and self.compute_dev[self.trunk[-1]] == gi else 0
@@ -833,12 +853,8 @@ class PlanBuilder:
             ffn_rest = shexp_ffn
         if runs and not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
-        out_copy = 0
         if self.host_mats and gi == 0:
             kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest)
-            if has_out and self.placement.output_device is None:
-                out_mats = self.host_mats.get(None, {})
-                out_copy = out_mats.get("output.weight") or max(out_mats.values(), default=0)
         return DevicePlan(
             device=gi,
             layer_phase=runs,
@@ -849,7 +865,7 @@ class PlanBuilder:
             blocks=blocks * self.embd_block + (self.hc_block if layers else 0) if runs else 0,
             ffn=ffn_rest,
             ffn_holes=holes,
-            ik_groups=self.ik_groups(layers) if self.inputs.ik_attention else (),
+            fork_groups=self.fork_groups(layers) if self.inputs.fork_attention else (),
             dsa_zeros=self.dsa_zeros(layers),
             dsa_top_k=self.dsa_top_k,
             dsv4=self.dsv4(layers) if runs else None,
@@ -861,7 +877,7 @@ class PlanBuilder:
             logits=self.logits if has_out else 0,
             out_block=out_blocks * self.embd_block if has_out else 0,
             out_below=out_extra if has_out else 0,
-            out_inputs=out_inputs and has_out,
+            out_inputs=out_inputs,
             ssm_ops=ssm_ops,
             ssm_hole=ssm_hole,
             ssm_block=self.embd_block,
@@ -875,7 +891,7 @@ class PlanBuilder:
             and not self.profile.traits.graph.plamo2_mamba
             else None,
             pp_extra=pp_extra,
-            op_offload_copy=out_copy,
+            op_offload_copy=self._output_copy(gi, has_out),
             host_inputs=False,
         )
 
@@ -963,7 +979,7 @@ class PlanBuilder:
             blocks=blocks,
             ffn=ffn_rest,
             ffn_holes=holes,
-            ik_groups=self.ik_groups(host_layers) if self.inputs.ik_attention else (),
+            fork_groups=self.fork_groups(host_layers) if self.inputs.fork_attention else (),
             dsa_zeros=self.dsa_zeros(host_layers),
             dsa_top_k=self.dsa_top_k,
             dsv4=self.dsv4(host_layers),
@@ -975,8 +991,8 @@ class PlanBuilder:
             mla_v=self.mla_v(host_layers),
             fa_copies=(),
             logits=self.logits if self.out_dev is None else 0,
-            out_block=self.embd_block if self.inputs.ik_attention and self.out_dev is None else 0,
-            ik_output_phase=self.inputs.ik_attention,
+            out_block=self.embd_block if self.inputs.fork_attention and self.out_dev is None else 0,
+            fork_output_phase=self.inputs.fork_attention,
             ssm_ops=ssm_ops,
             ssm_hole=ssm_hole,
             ssm_block=self.embd_block,

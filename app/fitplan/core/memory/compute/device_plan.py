@@ -47,10 +47,10 @@ class DevicePlan:
     # first intermediate reuses their space when it fits there.
     ffn_holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...] = ()
     # ik_llama.cpp: (is_swa, Q bytes) per attention group; the intermediate follows the group's KV cells
-    ik_groups: tuple[tuple[bool, int], ...] = ()
+    fork_groups: tuple[tuple[bool, int], ...] = ()
     # ik_llama.cpp on the host: the masks and activations are freed before the output layer, whose logits sit
     # with the output norm's block alone (the allocator's peak list of ik's output phase)
-    ik_output_phase: bool = False
+    fork_output_phase: bool = False
     # DSA top-k masks (src/llama-graph.cpp build_attn with top_k): a zero-filled f32 [1, min(n_kv, top_k), n_tok]
     # leaf per layer, allocated up front: bytes per kept cell, and the top_k cap
     dsa_zeros: int = 0
@@ -215,12 +215,12 @@ def _last_ffn(p: DevicePlan, nb: int, ns: int) -> int:
     )
 
 
-def _transient(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
+def _transient(p: DevicePlan, nb: int, ns: int, fork: int = 0) -> tuple[str, int]:
     # CUDA's f16 copies of a quantized cache are part of the flash-attention op's own allocation: they are live
     # with the attention, not with the FFN after it (ggml-cuda.cu `ggml_backend_cuda_buffer_type_get_alloc_size`)
     att = max(
         max_at(p.kq, nb, ns) + max_at(p.fa_copies, nb, ns),
-        ik,
+        fork,
         p.ssm_after(nb, ns),
         p.dsv4.transient(nb, ns) if p.dsv4 is not None else 0,
         p.indexer.transient(nb) if p.indexer is not None else 0,
@@ -228,14 +228,14 @@ def _transient(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> tuple[str, int]:
     )
     ffn = max(p.ffn, _last_ffn(p, nb, ns))
     if att > ffn:
-        scores = ik or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
+        scores = fork or (p.kq and any(a.a_base or a.a_swa for a in p.kq))
         return ("KQ scores + Q" if scores else "attention / SSM scan"), att
     return "FFN intermediates", ffn
 
 
-def _transient_parts(p: DevicePlan, nb: int, ns: int, ik: int) -> list[ComputePart]:
+def _transient_parts(p: DevicePlan, nb: int, ns: int, fork: int) -> list[ComputePart]:
     """The transient as parts: the attention's with the flash-attention f16 copies named apart."""
-    label, size = _transient(p, nb, ns, ik)
+    label, size = _transient(p, nb, ns, fork)
     fa = max_at(p.fa_copies, nb, ns)
     if label == "FFN intermediates" or not fa:
         return [ComputePart(label, size)]
@@ -257,11 +257,11 @@ def _max_aff(affs: tuple[Affine, ...], nb: NDArray[np.int64], ns: NDArray[np.int
 
 
 def total_array(
-    p: DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64], ik: NDArray[np.int64] | None = None
+    p: DevicePlan, nb: NDArray[np.int64], ns: NDArray[np.int64], fork: NDArray[np.int64] | None = None
 ) -> NDArray[np.int64]:
     att = _max_aff(p.kq, nb, ns) + _max_aff(p.fa_copies, nb, ns)
-    if ik is not None:
-        att = np.maximum(att, ik)
+    if fork is not None:
+        att = np.maximum(att, fork)
     dsv4_inputs = np.zeros_like(nb)
     if p.dsv4 is not None:
         att = np.maximum(att, p.dsv4.transient_array(nb, ns))
@@ -282,7 +282,7 @@ def total_array(
     zeros: NDArray[np.int64] = np.minimum(nb, p.dsa_top_k) * p.dsa_zeros + dsv4_inputs
     if p.device is None:
         total = _aff(p.masks, nb, ns) + p.v_idxs + p.small_inputs + p.blocks + _aff(p.mla_v, nb, ns) + zeros
-        if p.ik_output_phase and p.logits and p.layer_phase:
+        if p.fork_output_phase and p.logits and p.layer_phase:
             host_layer = total + trans
             host_out = p.logits + p.out_block
             return np.where(host_layer >= host_out, host_layer, host_out)
@@ -313,7 +313,7 @@ def total_array(
     return phase + _aff(p.pp_extra, nb, ns) + p.op_offload_copy
 
 
-def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer:
+def evaluate_plan(p: DevicePlan, nb: int, ns: int, fork: int = 0) -> ComputeBuffer:
     parts: list[ComputePart]
     if p.device is None:
         parts = [
@@ -326,8 +326,8 @@ def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer
             ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
             ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
         ]
-        trans: tuple[str, int] | None = _transient(p, nb, ns, ik) if p.layer_phase else None
-        if p.ik_output_phase and p.logits and trans is not None:
+        trans: tuple[str, int] | None = _transient(p, nb, ns, fork) if p.layer_phase else None
+        if p.fork_output_phase and p.logits and trans is not None:
             host_out = [ComputePart("logits", p.logits), ComputePart("output norm", p.out_block)]
             if _sum(parts) + trans[1] < _sum(host_out):
                 parts, trans = host_out, None
@@ -343,29 +343,32 @@ def evaluate_plan(p: DevicePlan, nb: int, ns: int, ik: int = 0) -> ComputeBuffer
                 ComputePart("v_idxs (copy)", p.v_idxs),
                 ComputePart("positions, indices (copy)", p.small_inputs),
                 ComputePart(p.blocks_label, p.blocks),
-                *_transient_parts(p, nb, ns, ik),
+                *_transient_parts(p, nb, ns, fork),
                 ComputePart("MLA V copy", p.mla_v.at(nb, ns)),
                 ComputePart("DSA top-k zeros", p.zeros_at(nb)),
                 ComputePart("compressed-attention masks", p.dsv4.inputs(nb) if p.dsv4 is not None else 0),
                 ComputePart("k-pool inputs", p.kpool.inputs(nb) if p.kpool is not None else 0),
             ]
-        out = (
-            [
-                ComputePart("logits", p.logits),
-                ComputePart("output norm", p.out_block),
-                ComputePart("last MoE layer under the logits", p.out_below),
-                ComputePart(
-                    "inputs under the logits (copy)",
-                    p.masks.at(nb, ns) + p.v_idxs + p.small_inputs if p.out_inputs else 0,
-                ),
-            ]
-            if p.logits
-            else []
-        )
+        out = _output_parts(p, nb, ns)
         parts = layer if _sum(layer) >= _sum(out) else out
         parts.append(ComputePart("pipeline-parallel input copies", p.pp_extra.at(nb, ns)))
         parts.append(ComputePart("op-offload weight copy", p.op_offload_copy))
     return ComputeBuffer(p.device, tuple(x for x in parts if x.bytes))
+
+
+def _output_parts(p: DevicePlan, nb: int, ns: int) -> list[ComputePart]:
+    """A GPU's output phase: the logits and what stays under them."""
+    if not p.logits:
+        return []
+    return [
+        ComputePart("logits", p.logits),
+        ComputePart("output norm", p.out_block),
+        ComputePart("last MoE layer under the logits", p.out_below),
+        ComputePart(
+            "inputs under the logits (copy)",
+            p.masks.at(nb, ns) + p.v_idxs + p.small_inputs if p.out_inputs else 0,
+        ),
+    ]
 
 
 def _sum(parts: list[ComputePart]) -> int:

@@ -24,16 +24,12 @@ class ComputeInputs:
         False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
     )
     n_stream: int = 1  # KV streams (n_seq_max without a unified cache): n_kv_* are cells per stream
-    # a fork's own attention graph (ik_llama.cpp: MLA per -mla mode, -amb head chunks), with the output layer
+    # a fork's own attention graph, bound to the fork's settings (`memory.fork_graph`), with the output layer
     # reserved for every token and the host's output phase on its own; None = mainline's graph
     fork_graph: ForkGraph | None = None
-    ik_amb_mib: int = 0
-    ik_mla_mode: int = 3
-    # ik_llama.cpp: the -ctk type as ik names it (q8_KV keeps its own row header); "" = cache_type_k
-    ik_type_k: str = ""
 
     @property
-    def ik_attention(self) -> bool:
+    def fork_attention(self) -> bool:
         return self.fork_graph is not None
 
 

@@ -1,0 +1,61 @@
+"""The command line starts like one: `--version` and `--help` load no numpy, no gguf-py, no Hub client and no
+subcommand; a subcommand loads its own module only (`bench/cli_startup.py` times them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = (
+    "numpy",
+    "gguf",
+    "gguf.constants",
+    "fitplan.core.gguf.hub",
+    "fitplan.core.gguf.remote",
+    "http.client",
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "examples" / "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+
+PROBE = """
+import contextlib, io, json, sys
+from fitplan.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def modules_after(*args: str) -> tuple[int, set[str]]:
+    """The exit status of `fitplan ARGS` in a fresh interpreter, and every module it imported."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True)
+    doc = json.loads(done.stdout.splitlines()[-1])
+    return doc["code"], set(doc["modules"])
+
+
+@pytest.mark.parametrize("args", [("--version",), ("--help",)])
+def test_version_and_help_import_nothing_heavy(args: tuple[str, ...]) -> None:
+    code, modules = modules_after(*args)
+    assert code == 0
+    assert sorted(modules & set(HEAVY)) == []
+    assert not any(m.startswith("fitplan.commands.") and m != "fitplan.commands._output" for m in modules)
+
+
+def test_a_subcommand_imports_its_own_module_only() -> None:
+    code, modules = modules_after("gpus", "--help")
+    assert code == 0
+    assert "fitplan.commands.gpus" in modules
+    others = {m for m in modules if m.startswith("fitplan.commands.")} - {"fitplan.commands.gpus"}
+    assert others <= {"fitplan.commands._output"}
+
+
+def test_plan_reads_gguf_tables_without_the_gguf_package() -> None:
+    # gguf-py's package imports its writer, numpy and yaml; the tables load on their own (`core.gguf.gguf_py`)
+    code, planned = modules_after("plan", str(EXAMPLE), "--assume-gpu", "24GiB", "--host-ram", "64GiB")
+    assert code == 0
+    assert "gguf.constants" in planned
+    assert "gguf" not in planned and "yaml" not in planned
