@@ -23,7 +23,6 @@ from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
-    from fitplan.core.gguf.header import GGUFHeader, ModelFiles
     from fitplan.core.library.scanner import LibraryScanner
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
@@ -115,6 +114,8 @@ class PlanOutcome:
     accuracy: AccuracyBand | None = (
         None  # the measured error band of this architecture and configuration class
     )
+    #: the bytes the plan keeps free on each device of the estimate (the core's `MarginPolicy.kept_free`)
+    margins: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,16 +236,6 @@ class Backend:
             )
         # an unknown architecture is already a warning of the profile's (the builder says it once)
         return LoadedModel(m.model_arg, profile, m.mmproj, profile.warnings, m.mmproj_note)
-
-    def _load_remote(self, url: str) -> LoadedModel:
-        """A model by URL (every shard of a split set, the token to the Hub only): the same loader as `load`."""
-        return self.load(url)
-
-    @staticmethod
-    def _build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
-        from fitplan.core.model.builder import build_profile
-
-        return build_profile(files)
 
     # -- library ------------------------------------------------------------------------------------------------
     def library_roots(self, folders: tuple[str, ...]) -> tuple[LibraryRoot, ...]:
@@ -415,6 +406,7 @@ class Backend:
             ollama,
             alternatives,
             accuracy_band(model.profile, est),
+            margin.kept_free(machine),
         )
 
     def fit_level(self, request: PlanRequest) -> str:

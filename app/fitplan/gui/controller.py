@@ -23,7 +23,15 @@ from PySide6.QtWidgets import QStatusBar
 from fitplan.core.base.devices import GIB, MIB, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
-from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
+from fitplan.core.inputs.user_settings import (
+    ModelChoices,
+    UserSettings,
+    choices_from_settings,
+    default_choices,
+    save_user_settings,
+    unheld_flags,
+    with_unheld,
+)
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
@@ -58,7 +66,6 @@ DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
 BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 SAVE_DELAY_MS = 2000  # the settings are saved this long after the last change (and when the window closes)
-DEFAULT_CONTEXT = 32768
 
 
 def verify_summary(rows: list[dict[str, Any]]) -> str:
@@ -83,9 +90,7 @@ def verify_summary(rows: list[dict[str, Any]]) -> str:
 MAX_CONFIG_CHARS = 200_000
 
 
-def kept_flags(
-    args: tuple[str, ...], ignored: tuple[str, ...], unmodelled: tuple[str, ...]
-) -> tuple[str, ...]:
+def kept_flags(ignored: tuple[str, ...], unmodelled: tuple[str, ...]) -> tuple[str, ...]:
     """The pasted flags the plan's command does not write itself (those without a memory effect, and those whose
     effect fitplan does not model), each with its value, as argv words."""
     out: list[str] = []
@@ -93,30 +98,6 @@ def kept_flags(
         flag, _, value = entry.partition(" ")
         out += [flag, value] if value else [flag]
     return tuple(out)
-
-
-def preset_args(text: str) -> list[str]:
-    """The flags of the first section of a llama-server preset INI: `key = value` as `--key value`, `true` as the
-    bare flag; the model line becomes `-m`."""
-    out: list[str] = []
-    sections = 0
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith((";", "#")):
-            continue
-        if line.startswith("["):
-            sections += 1
-            if sections > 1:
-                break
-            continue
-        key, _, value = (part.strip() for part in line.partition("="))
-        if not key:
-            continue
-        if value.lower() == "true":
-            out.append(f"--{key}")
-        elif value.lower() != "false":
-            out += ["-m" if key == "model" else f"--{key}", value]
-    return out
 
 
 def device_names(machine: Machine | None) -> list[tuple[str, str]]:
@@ -128,39 +109,6 @@ def device_names(machine: Machine | None) -> list[tuple[str, str]]:
         (gpu_backend(d, i).buffer_type, f"{d.name} ({d.total_bytes / GIB:.0f} GiB)")
         for i, d in enumerate(gpus)
     ]
-
-
-def choices_from_settings(s: LaunchSettings, current: ModelChoices) -> ModelChoices:
-    """The Settings panel's choices for launch settings read from a command (what the command does not say stays
-    as `current` has it: the margin)."""
-    draft = s.draft
-    return replace(
-        current,
-        n_ctx=s.n_ctx if s.n_ctx > 0 else current.n_ctx,
-        cache_type_k=s.cache_type_k,
-        cache_type_v=s.cache_type_v,
-        n_parallel=max(1, s.n_parallel),
-        kv_unified=bool(s.kv_unified),
-        mmproj=s.mmproj.value,
-        flash_attn=s.flash_attn.value,
-        n_gpu_layers=s.n_gpu_layers,
-        n_cpu_moe=s.n_cpu_moe,
-        n_batch=s.n_batch,
-        n_ubatch=s.n_ubatch,
-        engine=s.engine.value,
-        mla_mode=s.mla_mode,
-        attn_max_batch_mib=s.attn_max_batch_mib,
-        fused_moe=s.fused_moe,
-        run_time_repack=s.run_time_repack,
-        kv_tail_tokens=s.kv_tail_tokens,
-        kv_tail_type=s.kv_tail_type,
-        ollama_auto_ctx=s.engine is Engine.OLLAMA and s.n_ctx <= 0,
-        no_kv_offload=s.no_kv_offload,
-        draft_model=draft.model_path if draft is not None else "",
-        draft_n_gpu_layers=max(-1, draft.n_gpu_layers) if draft is not None else current.draft_n_gpu_layers,
-        draft_cache_type_k=draft.cache_type_k if draft is not None else current.draft_cache_type_k,
-        draft_cache_type_v=draft.cache_type_v if draft is not None else current.draft_cache_type_v,
-    )
 
 
 def most_overfull(outcome: PlanOutcome) -> int:
@@ -227,6 +175,8 @@ class Planner(QObject):
         self.detection: Detection | None = None
         self.outcome: PlanOutcome | None = None
         self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
+        # pasted or preset flags no control holds (--no-op-offload, -nr, -ot ...): applied to every request
+        self.unheld: tuple[str, ...] = ()
         self.estimate_failed = (
             False  # the newest request ended in an error (nothing of the last outcome is shown)
         )
@@ -583,6 +533,7 @@ class Planner(QObject):
         self.user = replace(self.user.with_choices(self.model.source, choices), launch_devices=devices)
         mm = self.model.mmproj.path if self.model.mmproj is not None else None
         settings = replace(choices.to_launch_settings(mm), devices=self.p.settings.launch_devices())
+        settings = with_unheld(settings, self.unheld)
         draft = self._draft_profile if settings.draft is not None else None
         return PlanRequest(
             self.estimator.next_id(), self.model, settings, machine, choices.margin_mib * MIB, draft=draft
@@ -714,7 +665,7 @@ class Planner(QObject):
 
     @staticmethod
     def default_choices(model: LoadedModel) -> ModelChoices:
-        return ModelChoices(n_ctx=min(DEFAULT_CONTEXT, max(256, model.profile.n_ctx_train)))
+        return default_choices(model.profile.n_ctx_train)
 
     def _badges(self, generation: int, levels: dict[str, str], loaded: dict[str, LoadedModel]) -> None:
         for source, model in loaded.items():
@@ -732,16 +683,14 @@ class Planner(QObject):
         p.banner.clear("estimate-error")
         if outcome.curve is not None:
             trained = self.model.profile.n_ctx_train if self.model is not None else 0
-            p.chart.set_curve(
-                outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context, trained
-            )
+            p.chart.set_curve(outcome.curve, outcome.margins, outcome.max_context, trained)
             if outcome.verdict.level == VerdictLevel.NO_FIT:
                 p.chart.select_device(most_overfull(outcome), automatic=True)
             else:
                 p.chart.restore_device()  # back to the device the user chose once the plan fits again
                 self._chart_a_used_device(outcome.curve)
         p.chart.set_context(outcome.estimate.settings.n_ctx)
-        p.devices.set_estimate(outcome.estimate, self.p.settings.choices().margin_mib * MIB)
+        p.devices.set_estimate(outcome.estimate, outcome.margins)
         if p.settings.context_is_automatic():
             p.settings.show_context(outcome.estimate.settings.n_ctx)
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
@@ -901,11 +850,49 @@ class Planner(QObject):
             self.p.banner.show_message("error", f"Paste: {exc}", key="paste")
             self.paste_failed.emit(str(exc))
             return
+        self._take_flags(imported.settings, imported.model_path, imported.ignored, imported.unmodelled)
+        self.p.status.showMessage("Settings taken from the pasted command", 4000)
+
+    def load_preset(self, text: str) -> None:
+        """Set every control from a llama-server preset (INI), read by the core's preset reader as llama-server
+        reads it: the section of the open model if the preset has one, else its first."""
+        from fitplan.core.launch.command_line import (
+            PRESET_GLOBAL_SECTION,
+            preset_section_args,
+            read_preset_ini,
+        )
+        from fitplan.core.launch.flags import parse_flags
+
+        try:
+            names = [n for n in read_preset_ini(text) if n != PRESET_GLOBAL_SECTION]
+            if not names:
+                raise FitplanError("the preset has no section")
+            name = names[0]
+            if self.model is not None:
+                stem = Path(self.model.source).stem
+                name = next((n for n in names if n == stem), name)
+            parsed = parse_flags(preset_section_args(text, name)[1], engine=self.p.settings.current_engine())
+        except FitplanError as exc:
+            self.p.banner.show_message("error", f"Preset: {exc}", key="paste")
+            self.paste_failed.emit(str(exc))
+            return
+        self._take_flags(parsed.settings, parsed.model_path, parsed.ignored, parsed.unmodelled)
+        more = f" (of {len(names)} sections)" if len(names) > 1 else ""
+        self.p.status.showMessage(f"Settings taken from the preset's [{name}]{more}", 4000)
+
+    def _take_flags(
+        self,
+        settings: LaunchSettings,
+        model: str | None,
+        ignored: tuple[str, ...],
+        unmodelled: tuple[str, ...],
+    ) -> None:
+        """The controls set from flags read by the core (a pasted command or a preset section)."""
         self.p.banner.clear("paste")
         current = self.p.settings.choices()
-        choices = choices_from_settings(imported.settings, current)
-        self.kept_args = kept_flags(imported.args, imported.ignored, imported.unmodelled)
-        model = imported.model_path
+        choices = choices_from_settings(settings, current)
+        self.kept_args = kept_flags(ignored, unmodelled)
+        self.unheld = unheld_flags(settings)
         if model and (self.model is None or Path(model).expanduser() != Path(self.model.source)):
             if Path(model).expanduser().is_file():
                 self.user = self.user.with_choices(str(Path(model).expanduser()), choices)
@@ -918,14 +905,20 @@ class Planner(QObject):
                     key="paste-model",
                 )
         self.p.settings.set_choices(choices)
-        self.p.settings.set_devices(imported.settings.devices)
+        self.p.settings.set_devices(settings.devices)
         self.schedule_estimate()
-        if imported.unmodelled or imported.ignored:
-            names = ", ".join(e.partition(" ")[0] for e in (*imported.unmodelled, *imported.ignored))
+        if unmodelled or ignored:
+            names = ", ".join(e.partition(" ")[0] for e in (*unmodelled, *ignored))
             self.p.banner.show_message(
                 "info", f"Kept in the command, not in the estimate: {names}", key="paste-kept"
             )
-        self.p.status.showMessage("Settings taken from the pasted command", 4000)
+        if self.unheld:
+            names = ", ".join(dict.fromkeys(w for w in self.unheld if w.startswith("-")))
+            self.p.banner.show_message(
+                "info", f"Planned and kept in the command (no control here): {names}", key="paste-unheld"
+            )
+        else:
+            self.p.banner.clear("paste-unheld")
 
     def save_configuration(self, path: str, kind: str = "") -> None:
         """The plan as a llama-server preset (.ini), a script for the chosen shell, or an ollama Modelfile."""
@@ -964,8 +957,9 @@ class Planner(QObject):
             self.p.banner.show_message("error", f"Could not read {path}: {exc.strerror or exc}", key="paste")
             return
         if Path(path).suffix.lower() == ".ini":
-            text = " ".join(["llama-server", *preset_args(text)])
-        self.paste_command(text)
+            self.load_preset(text)
+        else:
+            self.paste_command(text)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save_soon(self) -> None:
