@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QStatusBar
 from fitplan.core.base.devices import GIB, MIB, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
+from fitplan.core.base.units import fmt_ctx
 from fitplan.core.inputs.user_settings import (
     ModelChoices,
     UserSettings,
@@ -35,6 +36,7 @@ from fitplan.core.inputs.user_settings import (
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
+    WINDOW_PINS,
     Backend,
     CurveData,
     Detection,
@@ -43,7 +45,6 @@ from fitplan.gui.backend import (
     PlanRequest,
     VerdictLevel,
     examples_dir,
-    fmt_ctx,
 )
 from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
@@ -111,12 +112,6 @@ def device_names(machine: Machine | None) -> list[tuple[str, str]]:
     ]
 
 
-def most_overfull(outcome: PlanOutcome) -> int:
-    """Index of the device that is most over its free memory in the outcome's estimate (what to show first)."""
-    devices = outcome.estimate.devices
-    return max(range(len(devices)), key=lambda i: devices[i].used_bytes - devices[i].device.free_bytes)
-
-
 @dataclass
 class Panels:
     models: ModelsPanel
@@ -177,6 +172,7 @@ class Planner(QObject):
         self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
         # pasted or preset flags no control holds (--no-op-offload, -nr, -ot ...): applied to every request
         self.unheld: tuple[str, ...] = ()
+        self.unheld_pins: frozenset[str] = frozenset()  # the settings those flags pin
         self.estimate_failed = (
             False  # the newest request ended in an error (nothing of the last outcome is shown)
         )
@@ -536,7 +532,13 @@ class Planner(QObject):
         settings = with_unheld(settings, self.unheld)
         draft = self._draft_profile if settings.draft is not None else None
         return PlanRequest(
-            self.estimator.next_id(), self.model, settings, machine, choices.margin_mib * MIB, draft=draft
+            self.estimator.next_id(),
+            self.model,
+            settings,
+            machine,
+            choices.margin_mib * MIB,
+            draft=draft,
+            pinned=WINDOW_PINS | self.unheld_pins,
         )
 
     def schedule_estimate(self) -> None:
@@ -684,8 +686,8 @@ class Planner(QObject):
         if outcome.curve is not None:
             trained = self.model.profile.n_ctx_train if self.model is not None else 0
             p.chart.set_curve(outcome.curve, outcome.margins, outcome.max_context, trained)
-            if outcome.verdict.level == VerdictLevel.NO_FIT:
-                p.chart.select_device(most_overfull(outcome), automatic=True)
+            if outcome.verdict.level == VerdictLevel.NO_FIT and outcome.verdict.most_short is not None:
+                p.chart.select_device(outcome.verdict.most_short, automatic=True)
             else:
                 p.chart.restore_device()  # back to the device the user chose once the plan fits again
                 self._chart_a_used_device(outcome.curve)
@@ -888,11 +890,14 @@ class Planner(QObject):
         unmodelled: tuple[str, ...],
     ) -> None:
         """The controls set from flags read by the core (a pasted command or a preset section)."""
+        from fitplan.core.launch.command_line import given_keys
+
         self.p.banner.clear("paste")
         current = self.p.settings.choices()
         choices = choices_from_settings(settings, current)
         self.kept_args = kept_flags(ignored, unmodelled)
         self.unheld = unheld_flags(settings)
+        self.unheld_pins = given_keys(self.unheld)
         if model and (self.model is None or Path(model).expanduser() != Path(self.model.source)):
             if Path(model).expanduser().is_file():
                 self.user = self.user.with_choices(str(Path(model).expanduser()), choices)

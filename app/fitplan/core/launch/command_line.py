@@ -129,10 +129,9 @@ def to_preset_ini(
     comment: str = "",
 ) -> str:
     """One `[name]` section of a llama-server models preset (INI) with the same settings as `plan_to_args`."""
-    if not name or any(c in name for c in "[];#\n\r") or name != name.strip(" \t") or not name.isprintable():
+    if not name or "]" in name or name != name.strip(" \t") or not name.isprintable():
         raise FlagError(
-            f"preset name {name!r}: must be non-empty and printable, without '[', ']', ';', '#', line breaks "
-            "or outer blanks"
+            f"preset name {name!r}: must be non-empty and printable (no line breaks), without ']' or outer blanks"
         )
     lines: list[str] = []
     if comment:

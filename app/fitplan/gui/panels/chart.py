@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QVBoxLayou
 
 from fitplan.core.base.devices import GIB
 from fitplan.core.base.results import TERM_ORDER, TermKind
-from fitplan.gui.backend import CurveData, fmt_ctx, term_label
+from fitplan.core.base.units import fmt_ctx
+from fitplan.gui.backend import CurveData, term_label
 from fitplan.gui.naming import device_names
 from fitplan.gui.theme import (
     CAPACITY_COLOUR,
