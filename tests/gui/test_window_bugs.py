@@ -420,9 +420,6 @@ def test_verify_summarises_and_compares_with_the_planned_gpus(
     fake.write_text("#!/bin/sh\necho 'CUDA0 4403 4096 520'\necho 'load_tensors: raw log line' >&2\n")
     fake.chmod(0o755)
     window.planner.set_llama_bin_dir(str(build))
-    argv = window.planner.verify_argv()
-    assert argv is not None and "--assume-gpu" in argv
-    assert any(a.startswith("RTX 4090=") for a in argv)
     window.planner.verify()
     qtbot.waitUntil(lambda: window.banner.has("verify"), timeout=60000)
     text = window.banner.text()

@@ -7,7 +7,7 @@ estimator, planner, curve, hardware probes) are imported on first use, in that t
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -407,6 +407,20 @@ class Backend:
         lines.append(join(list(setup.create_argv), shell))
         lines.append(join(["ollama", "run", setup.create_argv[2]], shell))
         return "\n".join(lines)
+
+    @staticmethod
+    def verify(model: LoadedModel, args: Sequence[str], machine: Machine, bin_dir: str) -> str:
+        """llama-fit-params' dry run of a plan's flags next to the estimate for `machine`, in one sentence (the
+        comparison of `fitplan verify`). Raises FitplanError when it cannot run."""
+        from fitplan.core.base.errors import FitplanError
+        from fitplan.core.inputs.model_source import load_model
+        from fitplan.core.launch.fit_params import BINARY, compare, find_binary, summary
+
+        exe = find_binary(Path(bin_dir))
+        if exe is None:
+            raise FitplanError(f"{BINARY} not found in {bin_dir}: it is built with llama.cpp")
+        loaded = load_model(model.source, header_only=True)
+        return summary(compare(exe, loaded.profile, loaded.files, args, machine, timeout=600).rows)
 
     @staticmethod
     def llama_server_in(bin_dir: str) -> str | None:

@@ -7,9 +7,6 @@ goes to the estimator thread or the job pool; every error ends in `show_error`.
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -67,25 +64,6 @@ DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
 BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 SAVE_DELAY_MS = 2000  # the settings are saved this long after the last change (and when the window closes)
-
-
-def verify_summary(rows: list[dict[str, Any]]) -> str:
-    """One sentence per device from `fitplan verify --json` rows: the plan's MiB against llama.cpp's own."""
-    totals: dict[str, list[float]] = {}
-    for row in rows:
-        theirs = row.get("llamacpp_mib")
-        if theirs is None:
-            continue
-        pair = totals.setdefault(str(row.get("device", "?")), [0.0, 0.0])
-        pair[0] += float(row.get("estimate_mib", 0.0))
-        pair[1] += float(theirs)
-    if not totals:
-        return "llama-fit-params gave no per-device memory to compare with."
-    parts = []
-    for device, (ours, theirs) in totals.items():
-        rel = f" ({(ours - theirs) / theirs:+.1%})" if theirs else ""
-        parts.append(f"{device}: planned {ours:,.0f} MiB, llama.cpp {theirs:,.0f} MiB{rel}")
-    return "Checked with llama-fit-params (weights, KV and compute): " + "; ".join(parts) + "."
 
 
 MAX_CONFIG_CHARS = 200_000
@@ -775,48 +753,23 @@ class Planner(QObject):
         else:
             self.p.banner.clear("llama-bin")
 
-    def verify_argv(self) -> list[str] | None:
-        """`fitplan verify` for the shown plan, estimating for the planned GPUs (not whatever this machine has)."""
-        outcome, machine = self.outcome, self.p.hardware.machine()
-        if outcome is None or machine is None or self.model is None or not self.user.llama_bin_dir:
-            return None
-        argv = [
-            sys.executable,
-            "-m",
-            "fitplan",
-            "verify",
-            *outcome.args[1:],
-            "--llama-bin",
-            self.user.llama_bin_dir,
-            "--json",
-        ]
-        for gpu in machine.gpus:
-            argv += ["--assume-gpu", f"{gpu.name.replace('=', '-')}={gpu.free_bytes // MIB}MiB"]
-        return argv
-
     def verify(self) -> None:
-        argv = self.verify_argv()
-        if argv is None:
+        """llama-fit-params' dry run of the shown plan next to its estimate for the planned devices (not whatever
+        this machine has), off the GUI thread, through the same comparison as `fitplan verify`."""
+        outcome, machine, model = self.outcome, self.p.hardware.machine(), self.model
+        if outcome is None or machine is None or model is None or not self.user.llama_bin_dir:
             return
         hypothetical = [d.name for d, on in self.p.hardware.devices() if on and d.hypothetical]
+        folder, args = self.user.llama_bin_dir, outcome.args[1:]
 
         def run(_progress: Any) -> str:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-            if done.returncode != 0:
-                lines = (done.stderr or done.stdout).strip().splitlines()
-                raise FitplanError(lines[-1] if lines else f"fitplan verify failed (exit {done.returncode})")
-            return done.stdout
+            return self.backend.verify(model, args, machine, folder)
 
         self.p.activity.start("Running llama-fit-params…", None)
-        self.jobs.start("Verify with llama.cpp", run, lambda out: self._verified(out, hypothetical))
+        self.jobs.start("Verify with llama.cpp", run, lambda text: self._verified(text, hypothetical))
 
-    def _verified(self, output: str, hypothetical: list[str]) -> None:
+    def _verified(self, text: str, hypothetical: list[str]) -> None:
         self.p.activity.stop()
-        try:
-            rows = json.loads(output).get("rows", [])
-        except (ValueError, AttributeError):
-            rows = []
-        text = verify_summary(rows)
         if hypothetical:
             text += (
                 f" llama-fit-params measured this machine's devices, not the hypothetical "
