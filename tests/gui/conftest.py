@@ -53,8 +53,8 @@ def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def make_window(qtbot: object, detection: Detection, config: Path) -> object:
     from fitplan.core.inputs.user_settings import load_user_settings
-    from fitplan.gui.app import configure_pyqtgraph
     from fitplan.gui.main_window import MainWindow
+    from fitplan.gui.theme import configure_pyqtgraph
 
     configure_pyqtgraph()
     # The library holds the bundled examples and the test's folders only, never the download places of this machine.

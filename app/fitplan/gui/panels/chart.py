@@ -134,7 +134,7 @@ class ChartPanel(QWidget):
         global pg
         import pyqtgraph as pg
 
-        from fitplan.gui.app import configure_pyqtgraph
+        from fitplan.gui.theme import configure_pyqtgraph
 
         configure_pyqtgraph()
         self.plot = pg.PlotWidget()
