@@ -311,21 +311,17 @@ class Backend:
         from fitplan.core.estimate.accuracy import accuracy_band
         from fitplan.core.plan import planner
         from fitplan.core.plan.alternatives import what_would_change
-        from fitplan.core.plan.pins import pins_from_settings
+        from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
         from fitplan.core.plan.search import default_estimate_fn
         from fitplan.core.plan.summary import verdict_words
 
         model, settings, machine = request.model, request.settings, request.machine
         notes: list[str] = []
         export_settings = settings
-        if settings.engine is Engine.OLLAMA and settings.n_ctx <= 0:
-            # ollama picks num_ctx from the VRAM of the GPUs: plan at that context, export without pinning it.
-            from fitplan.core import engines
-
-            vram = sum(d.total_bytes for d in machine.gpus)
-            resolved = engines.ollama_resolve(model.profile, settings, vram, len(machine.gpus))
-            settings = resolved.settings
-            notes.append(resolved.note + ".")
+        auto = ollama_auto_context(model.profile, settings, machine)
+        if auto is not None:  # plan at ollama's own context, export without pinning it
+            settings, note = auto
+            notes.append(note)
         margin = planner.MarginPolicy(gpu_margin_bytes=request.margin_bytes)
         mmproj = self._mmproj_for(model, settings)
         given = request.pinned | ({"n_cpu_moe"} if settings.n_cpu_moe else set())

@@ -5,10 +5,25 @@ from __future__ import annotations
 
 import dataclasses
 
-from fitplan.core.base.launch_settings import NGL_AUTO, LaunchSettings
+from fitplan.core import engines
+from fitplan.core.base.devices import Machine
+from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.planner import Pins
 
-__all__ = ["pins_from_settings"]
+__all__ = ["ollama_auto_context", "pins_from_settings"]
+
+
+def ollama_auto_context(
+    profile: ModelProfile, settings: LaunchSettings, machine: Machine
+) -> tuple[LaunchSettings, str] | None:
+    """ollama without a context picks num_ctx from the VRAM of the machine's GPUs: the settings at that context
+    (to plan and pin) and the note that says so; None for other engines or a context that is set."""
+    if settings.engine is not Engine.OLLAMA or settings.n_ctx > 0:
+        return None
+    vram = sum(d.total_bytes for d in machine.gpus)
+    resolved = engines.ollama_resolve(profile, settings, vram, len(machine.gpus))
+    return resolved.settings, resolved.note + "."
 
 
 def pins_from_settings(
