@@ -318,9 +318,9 @@ class Backend:
         model, settings, machine = request.model, request.settings, request.machine
         notes: list[str] = []
         export_settings = settings
-        auto = ollama_auto_context(model.profile, settings, machine)
-        if auto is not None:  # plan at ollama's own context, export without pinning it
-            settings, note = auto
+        resolved = ollama_auto_context(model.profile, settings, machine)
+        if resolved is not None:  # plan at ollama's own context, export without pinning it
+            settings, note = resolved
             notes.append(note)
         margin = planner.MarginPolicy(gpu_margin_bytes=request.margin_bytes)
         mmproj = self._mmproj_for(model, settings)
