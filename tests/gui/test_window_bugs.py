@@ -20,7 +20,7 @@ from fitplan.core.inputs.user_settings import HypotheticalDevice, UserSettings, 
 from fitplan.gui.backend import Detection, VerdictLevel
 from fitplan.gui.main_window import MainWindow
 
-from .conftest import GEMMA, LLAMA, NO_GPU, ONE_GPU, QWEN_MOE, make_window
+from .conftest import GEMMA, LLAMA, NO_GPU, ONE_GPU, QWEN_MOE, make_window, wait_settled
 
 pytestmark = [pytest.mark.gui]
 TIMEOUT = 15000
@@ -29,13 +29,6 @@ SMALL = Detection(
     (Device("RTX 3050", DeviceKind.GPU, 8 * GIB, int(7.5 * GIB), Vendor.NVIDIA),),
     host_device(16 * GIB, 6 * GIB),
 )
-
-
-def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(
-        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
-    )
-    return window.planner.outcome
 
 
 def started(qtbot: Any, detection: Detection, config: Path, model: Path | str | None = None) -> MainWindow:

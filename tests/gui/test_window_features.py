@@ -14,17 +14,10 @@ from fitplan.core.base.devices import GIB
 from fitplan.gui.main_window import MainWindow
 from support.accuracy import recorded_band
 
-from .conftest import LLAMA
+from .conftest import LLAMA, wait_settled
 
 pytestmark = [pytest.mark.gui]
 TIMEOUT = 15000
-
-
-def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(
-        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
-    )
-    return window.planner.outcome
 
 
 def test_every_device_has_a_used_of_capacity_bar(window: MainWindow) -> None:

@@ -22,17 +22,10 @@ from fitplan.core.plan.usage import MarginPolicy
 from fitplan.gui.main_window import MainWindow
 from support.headers import dense, make_header
 
-from .conftest import LLAMA
+from .conftest import LLAMA, wait_settled
 
 pytestmark = [pytest.mark.gui]
 TIMEOUT = 15000
-
-
-def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(
-        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
-    )
-    return window.planner.outcome
 
 
 def load_preset(qtbot: Any, window: MainWindow, path: Path, text: str) -> Any:

@@ -109,31 +109,26 @@ class ModelChoices:
         engine = Engine(self.engine)
         ollama = engine is Engine.OLLAMA
         return LaunchSettings(
+            **{name: getattr(self, name) for name in SAME_AS_SETTINGS},
             n_ctx=0 if ollama and self.ollama_auto_ctx else self.n_ctx,
             n_parallel=self.n_parallel,
             kv_unified=self.kv_unified,
-            cache_type_k=self.cache_type_k,
-            cache_type_v=self.cache_type_v,
             flash_attn=FlashAttn(self.flash_attn),
-            n_batch=self.n_batch,
-            n_ubatch=self.n_ubatch,
-            n_gpu_layers=self.n_gpu_layers,
-            n_cpu_moe=self.n_cpu_moe,
             mmproj_path=None if self.mmproj == MmprojPlacement.NONE.value else mmproj_path,
             mmproj=MmprojPlacement(self.mmproj),
             fit=False,
             engine=engine,
-            mla_mode=self.mla_mode,
-            attn_max_batch_mib=self.attn_max_batch_mib,
-            fused_moe=self.fused_moe,
-            run_time_repack=self.run_time_repack,
-            kv_tail_tokens=self.kv_tail_tokens,
-            kv_tail_type=self.kv_tail_type,
             gpu_overhead_bytes=self.gpu_overhead_mib << 20 if ollama else 0,
             no_kv_offload=self.no_kv_offload and not ollama,
             draft=self.draft_settings(),
         )
 
+
+#: The choices that are the `LaunchSettings` field of the same name, value for value.
+SAME_AS_SETTINGS = (
+    "cache_type_k", "cache_type_v", "n_batch", "n_ubatch", "n_gpu_layers", "n_cpu_moe", "mla_mode",
+    "attn_max_batch_mib", "fused_moe", "run_time_repack", "kv_tail_tokens", "kv_tail_type",
+)  # fmt: skip
 
 #: The context a model opens with when nothing was chosen for it (capped at its training length).
 DEFAULT_CONTEXT = 32768
@@ -151,24 +146,13 @@ def choices_from_settings(s: LaunchSettings, current: ModelChoices) -> ModelChoi
     draft = s.draft
     return replace(
         current,
-        n_ctx=s.n_ctx if s.n_ctx > 0 else current.n_ctx,
-        cache_type_k=s.cache_type_k,
-        cache_type_v=s.cache_type_v,
-        n_parallel=max(1, s.n_parallel),
+        **{name: getattr(s, name) for name in SAME_AS_SETTINGS},
         kv_unified=bool(s.kv_unified),
+        n_ctx=s.n_ctx if s.n_ctx > 0 else current.n_ctx,
+        n_parallel=max(1, s.n_parallel),
         mmproj=s.mmproj.value,
         flash_attn=s.flash_attn.value,
-        n_gpu_layers=s.n_gpu_layers,
-        n_cpu_moe=s.n_cpu_moe,
-        n_batch=s.n_batch,
-        n_ubatch=s.n_ubatch,
         engine=s.engine.value,
-        mla_mode=s.mla_mode,
-        attn_max_batch_mib=s.attn_max_batch_mib,
-        fused_moe=s.fused_moe,
-        run_time_repack=s.run_time_repack,
-        kv_tail_tokens=s.kv_tail_tokens,
-        kv_tail_type=s.kv_tail_type,
         ollama_auto_ctx=s.engine is Engine.OLLAMA and s.n_ctx <= 0,
         no_kv_offload=s.no_kv_offload,
         draft_model=draft.model_path if draft is not None else "",
