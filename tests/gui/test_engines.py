@@ -186,7 +186,7 @@ def test_engine_is_remembered_per_model(qtbot: Any, private_config: Path) -> Non
 def test_verify_is_offered_for_mainline_only(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
     (tmp_path / "llama-server").write_text("")
     (tmp_path / "llama-server").chmod(0o755)
-    window.planner.set_llama_bin_dir(str(tmp_path))
+    window.planner.commands.set_llama_bin_dir(str(tmp_path))
     assert window.command.verify_button.isVisibleTo(window)
     choose_engine(qtbot, window, Engine.IK_LLAMA)
     assert not window.command.verify_button.isVisibleTo(window)

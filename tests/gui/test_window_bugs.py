@@ -412,8 +412,8 @@ def test_verify_summarises_and_compares_with_the_planned_gpus(
     # A CUDA device line as llama-fit-params prints it (MiB: model, context, compute) and a stray log line.
     fake.write_text("#!/bin/sh\necho 'CUDA0 4403 4096 520'\necho 'load_tensors: raw log line' >&2\n")
     fake.chmod(0o755)
-    window.planner.set_llama_bin_dir(str(build))
-    window.planner.verify()
+    window.planner.commands.set_llama_bin_dir(str(build))
+    window.planner.commands.verify()
     qtbot.waitUntil(lambda: window.banner.has("verify"), timeout=60000)
     text = window.banner.text()
     assert "raw log line" not in text
@@ -441,7 +441,7 @@ def test_at_the_minimum_size_nothing_overlaps_the_plot(qtbot: Any, private_confi
     assert isinstance(w, MainWindow)
     (build := private_config.parent / "bin").mkdir()
     (build / "llama-server").write_text("")
-    w.planner.set_llama_bin_dir(str(build))
+    w.planner.commands.set_llama_bin_dir(str(build))
     w.resize(w.minimumSize())
     w.show()
     w.planner.start(str(GEMMA))

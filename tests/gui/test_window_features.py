@@ -87,7 +87,7 @@ def test_save_and_load_a_configuration(qtbot: Any, window: MainWindow, tmp_path:
     window.settings.set_context(8192)
     wait_settled(qtbot, window)
     path = tmp_path / name
-    window.planner.save_configuration(str(path))
+    window.planner.configs.save_configuration(str(path))
     text = path.read_text()
     if name == "Modelfile":
         assert "num_ctx 8192" in text
@@ -95,7 +95,7 @@ def test_save_and_load_a_configuration(qtbot: Any, window: MainWindow, tmp_path:
     assert "8192" in text
     window.settings.set_context(4096)
     wait_settled(qtbot, window)
-    window.planner.load_configuration(str(path))
+    window.planner.configs.load_configuration(str(path))
     wait_settled(qtbot, window)
     assert window.settings.context_box.value() == 8192
 

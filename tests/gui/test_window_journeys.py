@@ -435,12 +435,12 @@ def test_verify_button_only_with_a_local_llama_cpp_build(
     assert window.command.verify_button.isHidden()
     empty = tmp_path / "empty"
     empty.mkdir()
-    window.planner.set_llama_bin_dir(str(empty))
+    window.planner.commands.set_llama_bin_dir(str(empty))
     assert window.command.verify_button.isHidden()
     assert window.banner.level == "warning" and "llama-server" in window.banner.text()
     build = tmp_path / "bin"
     build.mkdir()
     (build / "llama-server").write_text("")
-    window.planner.set_llama_bin_dir(str(build))
+    window.planner.commands.set_llama_bin_dir(str(build))
     assert not window.command.verify_button.isHidden()
     assert window.planner.user.llama_bin_dir == str(build)

@@ -30,7 +30,7 @@ TIMEOUT = 15000
 
 def load_preset(qtbot: Any, window: MainWindow, path: Path, text: str) -> Any:
     path.write_text(text, encoding="utf-8")
-    window.planner.load_configuration(str(path))
+    window.planner.configs.load_configuration(str(path))
     return wait_settled(qtbot, window)
 
 
@@ -74,7 +74,7 @@ def test_a_preset_is_read_as_llama_server_reads_it(qtbot: Any, window: MainWindo
     )
     with qtbot.waitSignal(window.planner.model_loaded, timeout=TIMEOUT):
         (tmp_path / "p.ini").write_text(text, encoding="utf-8", newline="")
-        window.planner.load_configuration(str(tmp_path / "p.ini"))
+        window.planner.configs.load_configuration(str(tmp_path / "p.ini"))
     out = wait_settled(qtbot, window)
     assert window.planner.model is not None and window.planner.model.source == str(model)
     s = out.estimate.settings

@@ -24,10 +24,8 @@ from fitplan.core.base.units import fmt_ctx
 from fitplan.core.inputs.user_settings import (
     ModelChoices,
     UserSettings,
-    choices_from_settings,
     default_choices,
     save_user_settings,
-    unheld_flags,
     with_unheld,
 )
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
@@ -43,6 +41,8 @@ from fitplan.gui.backend import (
     VerdictLevel,
     examples_dir,
 )
+from fitplan.gui.command_controller import CommandController
+from fitplan.gui.configurations import Configurations
 from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
@@ -64,19 +64,6 @@ DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
 BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 SAVE_DELAY_MS = 2000  # the settings are saved this long after the last change (and when the window closes)
-
-
-MAX_CONFIG_CHARS = 200_000
-
-
-def kept_flags(ignored: tuple[str, ...], unmodelled: tuple[str, ...]) -> tuple[str, ...]:
-    """The pasted flags the plan's command does not write itself (those without a memory effect, and those whose
-    effect fitplan does not model), each with its value, as argv words."""
-    out: list[str] = []
-    for entry in (*unmodelled, *ignored):
-        flag, _, value = entry.partition(" ")
-        out += [flag, value] if value else [flag]
-    return tuple(out)
 
 
 def device_names(machine: Machine | None) -> list[tuple[str, str]]:
@@ -127,7 +114,6 @@ class _UrlBridge(QObject):
 
 class Planner(QObject):
     model_loaded = Signal(object)  # LoadedModel
-    paste_failed = Signal(str)
     outcome_shown = Signal(object)  # PlanOutcome
     hardware_ready = Signal()
 
@@ -147,10 +133,6 @@ class Planner(QObject):
         self.model: LoadedModel | None = None
         self.detection: Detection | None = None
         self.outcome: PlanOutcome | None = None
-        self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
-        # pasted or preset flags no control holds (--no-op-offload, -nr, -ot ...): applied to every request
-        self.unheld: tuple[str, ...] = ()
-        self.unheld_pins: frozenset[str] = frozenset()  # the settings those flags pin
         self.estimate_failed = (
             False  # the newest request ended in an error (nothing of the last outcome is shown)
         )
@@ -184,16 +166,19 @@ class Planner(QObject):
         self._url_bridge.done.connect(self._url_done)
         self._url_bridge.failed.connect(self._url_failed)
 
+        self.configs = Configurations(self)  # commands and presets in, configurations out
+        self.commands = CommandController(self)  # the Command panel: the command, copy, verify
+
         p = panels
         p.models.open_requested.connect(self.open)
-        p.verdict.apply_requested.connect(self.apply_alternative)
+        p.verdict.apply_requested.connect(self.configs.apply_alternative)
         p.models.folder_added.connect(self.add_folder)
         p.hardware.devices_changed.connect(self._devices_changed)
         p.settings.changed.connect(self.schedule_estimate)
         p.settings.context_moved.connect(p.chart.set_context)
         p.chart.context_dragged.connect(p.settings.set_context)
-        p.command.shell_changed.connect(self._shell_changed)
-        p.command.verify_requested.connect(self.verify)
+        p.command.shell_changed.connect(self.commands.shell_changed)
+        p.command.verify_requested.connect(self.commands.verify)
         self.estimator.result.connect(self._show_outcome)
         self.estimator.error.connect(self.show_error)
         self.jobs.error.connect(self.show_error)
@@ -202,8 +187,6 @@ class Planner(QObject):
         p.hardware.set_host_ram_gib(user.host_ram_gib)
         p.settings.set_devices(user.launch_devices)
         p.command.set_shell(user.shell)
-        self._llama_server = backend.llama_server_in(user.llama_bin_dir)
-        p.command.set_verify_available(self._llama_server is not None)
 
     # -- start ---------------------------------------------------------------------------------------------------
     def start(self, initial: str | None = None) -> None:
@@ -507,7 +490,7 @@ class Planner(QObject):
         self.user = replace(self.user.with_choices(self.model.source, choices), launch_devices=devices)
         mm = self.model.mmproj.path if self.model.mmproj is not None else None
         settings = replace(choices.to_launch_settings(mm), devices=self.p.settings.launch_devices())
-        settings = with_unheld(settings, self.unheld)
+        settings = with_unheld(settings, self.configs.unheld)
         draft = self._draft_profile if settings.draft is not None else None
         return PlanRequest(
             self.estimator.next_id(),
@@ -516,7 +499,7 @@ class Planner(QObject):
             machine,
             choices.margin_mib * MIB,
             draft=draft,
-            pinned=WINDOW_PINS | self.unheld_pins,
+            pinned=WINDOW_PINS | self.configs.unheld_pins,
         )
 
     def schedule_estimate(self) -> None:
@@ -680,7 +663,7 @@ class Planner(QObject):
             if outcome.estimate.assumptions
             else ""
         )
-        self._show_command(outcome, p.command.current_shell())
+        self.commands.show(outcome, p.command.current_shell())
         if self.model is not None:
             p.models.set_fit(self.model.source, outcome.verdict.level)
         if outcome.estimate.warnings:
@@ -709,215 +692,6 @@ class Planner(QObject):
             self.p.devices.clear()
             self.p.command.set_command("")
             self.p.command.set_verify_available(False)
-
-    # -- command -------------------------------------------------------------------------------------------------
-    def _shell_changed(self, shell: str) -> None:
-        self.user = replace(self.user, shell=shell)
-        self.save_soon()
-        if self.outcome is not None:
-            self._show_command(self.outcome, shell)
-
-    def _show_command(self, outcome: PlanOutcome, shell: str) -> None:
-        """The llama-server line, or for ollama its environment, Modelfile and create command."""
-        engine = outcome.plan_settings.engine if outcome.plan_settings is not None else Engine.LLAMA_CPP
-        try:
-            if outcome.ollama is not None:
-                text = self.backend.render_ollama(outcome.ollama, shell)
-            else:
-                text = self.backend.render_command((*outcome.args, *self.kept_args), shell)
-        except FitplanError as exc:
-            text = ""
-            self.p.banner.show_message(
-                "warning", f"The command cannot be written for this shell: {exc}", key="command"
-            )
-        else:
-            self.p.banner.clear("command")
-        self.p.command.set_command(text, engine)
-        # llama-fit-params verifies mainline llama.cpp's allocation only.
-        self.p.command.set_verify_available(self._llama_server is not None and engine is Engine.LLAMA_CPP)
-
-    def copy_command(self) -> None:
-        self.p.command.copy()
-        self.p.status.showMessage("Command copied to the clipboard", 3000)
-
-    def set_llama_bin_dir(self, folder: str) -> None:
-        self.user = replace(self.user, llama_bin_dir=folder)
-        self.save_soon()
-        self._llama_server = self.backend.llama_server_in(folder)
-        found = self._llama_server is not None
-        self.p.command.set_verify_available(found)
-        if not found:
-            self.p.banner.show_message(
-                "warning", f"No llama-server in {folder}; verification stays off.", key="llama-bin"
-            )
-        else:
-            self.p.banner.clear("llama-bin")
-
-    def verify(self) -> None:
-        """llama-fit-params' dry run of the shown plan next to its estimate for the planned devices (not whatever
-        this machine has), off the GUI thread, through the same comparison as `fitplan verify`."""
-        outcome, machine, model = self.outcome, self.p.hardware.machine(), self.model
-        if outcome is None or machine is None or model is None or not self.user.llama_bin_dir:
-            return
-        hypothetical = [d.name for d, on in self.p.hardware.devices() if on and d.hypothetical]
-        folder, args = self.user.llama_bin_dir, outcome.args[1:]
-
-        def run(_progress: Any) -> str:
-            return self.backend.verify(model, args, machine, folder)
-
-        self.p.activity.start("Running llama-fit-params…", None)
-        self.jobs.start("Verify with llama.cpp", run, lambda text: self._verified(text, hypothetical))
-
-    def _verified(self, text: str, hypothetical: list[str]) -> None:
-        self.p.activity.stop()
-        if hypothetical:
-            text += (
-                f" llama-fit-params measured this machine's devices, not the hypothetical "
-                f"{', '.join(hypothetical)}: compare per device with care."
-            )
-        self.p.banner.show_message("info", text, key="verify")
-
-    # -- a pasted command, saved and loaded configurations --------------------------------------------------------
-    def apply_alternative(self, change: str) -> None:
-        """One click on a "what would change it" row: its flags are applied to the current settings."""
-        from fitplan.core.launch.flags import parse_flags
-
-        req = self.current_request()
-        if req is None:
-            return
-        try:
-            parsed = parse_flags(change.split(), base=req.settings)
-        except FitplanError as exc:
-            self.p.banner.show_message("error", f"{change}: {exc}", key="alternative")
-            return
-        self.p.settings.set_choices(choices_from_settings(parsed.settings, self.p.settings.choices()))
-        self.schedule_estimate()
-        self.p.status.showMessage(f"Applied {change}", 4000)
-
-    def paste_command(self, text: str) -> None:
-        """Set every control from a llama-server command line (pasted, dropped or loaded from a script). Flags
-        fitplan does not model are kept in the command and named; a model given with -m is opened."""
-        from fitplan.core.launch.command_line import import_command
-
-        try:
-            imported = import_command(text, engine=self.p.settings.current_engine())
-        except FitplanError as exc:
-            self.p.banner.show_message("error", f"Paste: {exc}", key="paste")
-            self.paste_failed.emit(str(exc))
-            return
-        self._take_flags(imported.settings, imported.model_path, imported.ignored, imported.unmodelled)
-        self.p.status.showMessage("Settings taken from the pasted command", 4000)
-
-    def load_preset(self, text: str) -> None:
-        """Set every control from a llama-server preset (INI), read by the core's preset reader as llama-server
-        reads it: the section of the open model if the preset has one, else its first."""
-        from fitplan.core.launch.command_line import (
-            PRESET_GLOBAL_SECTION,
-            preset_section_args,
-            read_preset_ini,
-        )
-        from fitplan.core.launch.flags import parse_flags
-
-        try:
-            names = [n for n in read_preset_ini(text) if n != PRESET_GLOBAL_SECTION]
-            if not names:
-                raise FitplanError("the preset has no section")
-            name = names[0]
-            if self.model is not None:
-                stem = Path(self.model.source).stem
-                name = next((n for n in names if n == stem), name)
-            parsed = parse_flags(preset_section_args(text, name)[1], engine=self.p.settings.current_engine())
-        except FitplanError as exc:
-            self.p.banner.show_message("error", f"Preset: {exc}", key="paste")
-            self.paste_failed.emit(str(exc))
-            return
-        self._take_flags(parsed.settings, parsed.model_path, parsed.ignored, parsed.unmodelled)
-        more = f" (of {len(names)} sections)" if len(names) > 1 else ""
-        self.p.status.showMessage(f"Settings taken from the preset's [{name}]{more}", 4000)
-
-    def _take_flags(
-        self,
-        settings: LaunchSettings,
-        model: str | None,
-        ignored: tuple[str, ...],
-        unmodelled: tuple[str, ...],
-    ) -> None:
-        """The controls set from flags read by the core (a pasted command or a preset section)."""
-        from fitplan.core.launch.command_line import given_keys
-
-        self.p.banner.clear("paste")
-        current = self.p.settings.choices()
-        choices = choices_from_settings(settings, current)
-        self.kept_args = kept_flags(ignored, unmodelled)
-        self.unheld = unheld_flags(settings)
-        self.unheld_pins = given_keys(self.unheld)
-        if model and (self.model is None or Path(model).expanduser() != Path(self.model.source)):
-            if Path(model).expanduser().is_file():
-                self.user = self.user.with_choices(str(Path(model).expanduser()), choices)
-                self.open(str(Path(model).expanduser()))
-            else:
-                self.p.banner.show_message(
-                    "warning",
-                    f"The pasted command's model {model} is not on this "
-                    "machine; its settings apply to the open model.",
-                    key="paste-model",
-                )
-        self.p.settings.set_choices(choices)
-        self.p.settings.set_devices(settings.devices)
-        self.schedule_estimate()
-        if unmodelled or ignored:
-            names = ", ".join(e.partition(" ")[0] for e in (*unmodelled, *ignored))
-            self.p.banner.show_message(
-                "info", f"Kept in the command, not in the estimate: {names}", key="paste-kept"
-            )
-        if self.unheld:
-            names = ", ".join(dict.fromkeys(w for w in self.unheld if w.startswith("-")))
-            self.p.banner.show_message(
-                "info", f"Planned and kept in the command (no control here): {names}", key="paste-unheld"
-            )
-        else:
-            self.p.banner.clear("paste-unheld")
-
-    def save_configuration(self, path: str, kind: str = "") -> None:
-        """The plan as a llama-server preset (.ini), a script for the chosen shell, or an ollama Modelfile."""
-        from fitplan.core.launch.command_line import ollama_export, to_preset_ini
-
-        out = self.outcome
-        if out is None or self.model is None or out.plan_settings is None:
-            self.p.banner.show_message("warning", "Nothing to save yet: open a model first.", key="save")
-            return
-        name = Path(path).name
-        try:
-            if name.lower().endswith(".ini") or "preset" in kind:
-                text = to_preset_ini(
-                    out.plan_settings, Path(self.model.source).stem or "model", self.model.source
-                )
-            elif name == "Modelfile" or name.lower().endswith(".modelfile") or "Modelfile" in kind:
-                text = ollama_export(out.plan_settings, self.model.source).modelfile
-            else:
-                shell = {".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}.get(
-                    Path(path).suffix.lower(), self.p.command.current_shell()
-                )
-                body = self.backend.render_command((*out.args, *self.kept_args), shell)
-                text = ("#!/bin/sh\n" if shell == "sh" else "") + body + "\n"
-            Path(path).write_text(text, encoding="utf-8")
-        except (FitplanError, OSError) as exc:
-            self.p.banner.show_message("error", f"Could not save {name}: {exc}", key="save")
-            return
-        self.p.banner.clear("save")
-        self.p.status.showMessage(f"Saved {path}", 4000)
-
-    def load_configuration(self, path: str) -> None:
-        """A saved script or preset: its command (or preset section) sets the controls."""
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")[:MAX_CONFIG_CHARS]
-        except OSError as exc:
-            self.p.banner.show_message("error", f"Could not read {path}: {exc.strerror or exc}", key="paste")
-            return
-        if Path(path).suffix.lower() == ".ini":
-            self.load_preset(text)
-        else:
-            self.paste_command(text)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save_soon(self) -> None:
