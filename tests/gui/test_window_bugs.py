@@ -225,7 +225,7 @@ def test_three_dropped_files_all_get_a_fit_badge(qtbot: Any, window: MainWindow,
     # is superseded by the next one's, yet each must get its badge.
     planner = window.planner
     qtbot.waitUntil(
-        lambda: not planner._badge_timer.isActive() and planner.jobs.running == 0, timeout=TIMEOUT
+        lambda: not planner.library.badge_timer.isActive() and planner.jobs.running == 0, timeout=TIMEOUT
     )
     for model in [window.planner.backend.load(p) for p in paths]:
         window.planner._loaded(model)
@@ -498,7 +498,7 @@ def test_the_window_is_not_settled_while_a_refresh_is_about_to_start(qtbot: Any,
     window.planner.schedule_estimate()
     assert not window.planner.settled()
     qtbot.waitUntil(window.planner.settled, timeout=15000)
-    window.planner._badge_timer.start()
+    window.planner.library.badge_timer.start()
     assert not window.planner.settled()
     qtbot.waitUntil(window.planner.settled, timeout=15000)
 

@@ -334,7 +334,7 @@ def test_folder_scan_adds_every_model_with_a_fit_badge(qtbot: Any, window: MainW
     from fitplan.gui.panels.models import FIT_BADGES
 
     qtbot.waitUntil(lambda: window.planner.jobs.running == 0, timeout=TIMEOUT)
-    window.planner.add_folder(str(LLAMA.parent))
+    window.planner.library.add_folder(str(LLAMA.parent))
     qtbot.waitUntil(
         lambda: window.models.model.rowCount() >= 4 and window.planner.jobs.running == 0, timeout=TIMEOUT
     )

@@ -18,17 +18,13 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QStatusBar
 
 from fitplan.core.base.devices import GIB, MIB, Machine
-from fitplan.core.base.errors import FitplanError
-from fitplan.core.base.launch_settings import Engine, LaunchSettings
+from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.units import fmt_ctx
 from fitplan.core.inputs.user_settings import (
-    ModelChoices,
     UserSettings,
-    default_choices,
     save_user_settings,
     with_unheld,
 )
-from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
     WINDOW_PINS,
@@ -43,6 +39,7 @@ from fitplan.gui.backend import (
 )
 from fitplan.gui.command_controller import CommandController
 from fitplan.gui.configurations import Configurations
+from fitplan.gui.library_controller import LibraryController, default_choices_of, is_url
 from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
@@ -62,7 +59,6 @@ if TYPE_CHECKING:
 #: Settings changes are coalesced for this long before an estimate is requested (the chart line moves at once).
 DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
-BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 SAVE_DELAY_MS = 2000  # the settings are saved this long after the last change (and when the window closes)
 
 
@@ -90,10 +86,6 @@ class Panels:
     banner: MessageBanner
     status: QStatusBar
     activity: ActivityPanel
-
-
-def is_url(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
 
 
 def message_key(what: str) -> str:
@@ -138,19 +130,11 @@ class Planner(QObject):
         )
         self.estimator = Estimator(backend, self)
         self.jobs = Jobs(parent=self)
-        self._scan_errors: list[str] = []
-        self._scans_done = 0
-        self.library: dict[str, LoadedModel | LibraryModel] = {}  # every model in the list, by path or URL
-        self._badge_generation = 0
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(DEBOUNCE_MS)
         self._debounce.timeout.connect(self.request_estimate)
         self._pending_since: float | None = None  # when the first change of the current burst came in
-        self._badge_timer = QTimer(self)
-        self._badge_timer.setSingleShot(True)
-        self._badge_timer.setInterval(BADGE_DELAY_MS)
-        self._badge_timer.timeout.connect(self.refresh_badges)
         self._save_timer = QTimer(self)
         self._save_timer.setSingleShot(True)
         self._save_timer.setInterval(SAVE_DELAY_MS)
@@ -166,13 +150,14 @@ class Planner(QObject):
         self._url_bridge.done.connect(self._url_done)
         self._url_bridge.failed.connect(self._url_failed)
 
+        self.library = LibraryController(self)  # the Models panel: the library, scans, badges
         self.configs = Configurations(self)  # commands and presets in, configurations out
         self.commands = CommandController(self)  # the Command panel: the command, copy, verify
 
         p = panels
         p.models.open_requested.connect(self.open)
         p.verdict.apply_requested.connect(self.configs.apply_alternative)
-        p.models.folder_added.connect(self.add_folder)
+        p.models.folder_added.connect(self.library.add_folder)
         p.hardware.devices_changed.connect(self._devices_changed)
         p.settings.changed.connect(self.schedule_estimate)
         p.settings.context_moved.connect(p.chart.set_context)
@@ -201,8 +186,8 @@ class Planner(QObject):
         self.p.chart.build()  # pyqtgraph loads now, while the model's header is read and the first estimate runs
         self.p.status.showMessage("Detecting GPUs…")
         self.jobs.start("GPU detection", lambda _progress: self.backend.detect(), self._detected)
-        self.scan_library(self.backend.library_roots(self.user.folders), announce=False)
-        self._restore_opened()
+        self.library.scan_library(self.backend.library_roots(self.user.folders), announce=False)
+        self.library.restore_opened()
         if initial:
             if is_remote_source(initial) or Path(initial).expanduser().is_file():
                 self.open(initial)
@@ -238,40 +223,15 @@ class Planner(QObject):
             self._stand_in = example
             self.open(example)
 
-    def _restore_opened(self) -> None:
-        """The models opened by file, drop or URL in earlier sessions join the list again (URLs unread until
-        clicked: reading them needs the network)."""
-        from fitplan.core.inputs.model_source import is_remote_source
-
-        local = [p for p in self.user.recent_files if not is_remote_source(p) and Path(p).is_file()]
-        for url in (p for p in self.user.recent_files if is_remote_source(p)):
-            self.p.models.add_placeholder(url)
-        if not local:
-            return
-
-        def work(_progress: Any) -> list[LoadedModel]:
-            out: list[LoadedModel] = []
-            for path in local:
-                try:
-                    out.append(self.backend.load(path))
-                except FitplanError:
-                    continue  # gone bad since: it simply is not listed
-            return out
-
-        self.jobs.start("Restoring models", work, self._restored)
-
-    def _restored(self, models: list[LoadedModel]) -> None:
-        for model in models:
-            if model.source not in self.library:
-                self.library[model.source] = model
-            self.p.models.add_model(model)
-        self._offer_drafts()
-        self._badge_timer.start()
-
     def settled(self) -> bool:
         """No job running or about to start, and the newest request answered (tests and benches wait for this)."""
         out = self.outcome
-        if self.jobs.running or self._url_token or self._debounce.isActive() or self._badge_timer.isActive():
+        if (
+            self.jobs.running
+            or self._url_token
+            or self._debounce.isActive()
+            or self.library.badge_timer.isActive()
+        ):
             return False
         if self.estimate_failed:
             return True
@@ -279,7 +239,7 @@ class Planner(QObject):
 
     def shutdown(self) -> None:
         self._debounce.stop()
-        self._badge_timer.stop()
+        self.library.badge_timer.stop()
         self._save_timer.stop()
         self._url_token = 0  # a URL read still hanging is a daemon thread: nobody waits for it
         self.estimator.shutdown()
@@ -357,7 +317,7 @@ class Planner(QObject):
     def _loaded(self, model: LoadedModel) -> None:
         self.model = model
         p = self.p
-        self.library[model.source] = model
+        self.library.add(model)
         p.models.add_model(model)
         p.models.select(model.source)
         if not is_url(model.source):
@@ -366,7 +326,7 @@ class Planner(QObject):
         p.summary.set_model(model)
         choices = self.user.model_choices.get(model.source)
         if choices is None:
-            choices = self.default_choices(model)
+            choices = default_choices_of(model)
         p.settings.set_model(model.profile, model.mmproj is not None, choices)
         p.chart.set_context(choices.n_ctx)
         p.chart.reset_hover()
@@ -374,7 +334,7 @@ class Planner(QObject):
         if model.source != stand_in:  # the stand-in for a model that could not be reopened is not remembered
             self.user = self.user.with_recent(model.source)
         p.models.set_recent(self.user.recent_files)
-        self._offer_drafts()
+        self.library.offer_drafts()
         p.status.showMessage(f"Opened {model.profile.name}", 4000)
         # What was said about the previous model (its warnings, its estimate, a failed open) is gone with it.
         p.banner.clear("model", "estimate", "estimate-error", "open")
@@ -382,66 +342,7 @@ class Planner(QObject):
             p.banner.show_message("warning", " ".join(model.warnings), key="model")
         self.model_loaded.emit(model)
         self.request_estimate()
-        self._badge_timer.start()  # every model opened gets its badge, not only the last of a burst
-
-    def _offer_drafts(self) -> None:
-        """The library's local models, smallest first, are the draft models the Settings panel offers."""
-        rows: list[tuple[int, str, str]] = []
-        for source, entry in self.library.items():
-            if is_url(source) or not Path(source).is_file():
-                continue
-            if isinstance(entry, LibraryModel):
-                size, label = entry.expected_size or entry.file_size, entry.display_name
-            else:
-                size, label = entry.profile.weight_bytes, Path(source).name
-            rows.append((size, label, source))
-        self.p.settings.set_draft_candidates([(label, source) for _size, label, source in sorted(rows)])
-
-    def add_folder(self, folder: str, remember: bool = True) -> None:
-        if remember and folder not in self.user.folders:
-            self.user = replace(self.user, folders=(*self.user.folders, folder))
-            self.save_soon()
-        self.scan_library((LibraryRoot(folder, RootKind.FOLDER),), announce=True)
-
-    def scan_library(self, roots: tuple[LibraryRoot, ...], announce: bool) -> None:
-        """Scan `roots` off the GUI thread; each model joins the list as its folder is done. `announce`: the user
-        asked for this scan, so files that could not be used are reported in the banner (else in the status bar)."""
-        flag = self.jobs.cancel_flag()
-        errors: list[str] = []
-        label = roots[0].path if len(roots) == 1 else "the model library"
-
-        def scan(progress: Any) -> int:
-            n = 0
-            for item in self.backend.scan_library(roots, flag):
-                progress(item)
-                n += isinstance(item, LibraryModel)
-            return n
-
-        def scanned(item: LibraryModel | SkippedFile) -> None:
-            if isinstance(item, LibraryModel):
-                if item.path not in self.library:
-                    self.library[item.path] = item
-                self.p.models.add_entry(item)
-            else:
-                errors.append(f"{item.path}: {item.reason}")
-
-        self.p.status.showMessage(f"Scanning {label}…")
-        self.jobs.start(
-            f"Scanning {label}", scan, lambda n: self._scan_done(label, n, errors, announce), scanned
-        )
-
-    def _scan_done(self, label: str, n: int, errors: list[str], announce: bool) -> None:
-        self._scan_errors = errors
-        self._scans_done += 1
-        self._offer_drafts()
-        skipped = f", {len(errors)} file(s) skipped" if errors else ""
-        self.p.status.showMessage(f"Scanned {label}: {n} model(s){skipped}", 5000)
-        self.refresh_badges()
-        if errors and announce:
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            self.p.banner.show_message(
-                "warning", f"Some files could not be used: {errors[0]}{more}", key="scan"
-            )
+        self.library.badge_timer.start()  # every model opened gets its badge, not only the last of a burst
 
     # -- hardware ------------------------------------------------------------------------------------------------
     def _detected(self, detection: Detection) -> None:
@@ -460,8 +361,8 @@ class Planner(QObject):
             )
         self.hardware_ready.emit()
         self.request_estimate()
-        if self._scans_done:
-            self.refresh_badges()  # the scan ended first: its models wait for the hardware
+        if self.library.scans_done:
+            self.library.refresh_badges()  # the scan ended first: its models wait for the hardware
 
     def _devices_changed(self) -> None:
         hw = self.p.hardware
@@ -478,7 +379,7 @@ class Planner(QObject):
         self.p.settings.set_margin_limit(machine)
         self.p.chart.reset_hover()
         self.schedule_estimate()
-        self._badge_timer.start()
+        self.library.badge_timer.start()
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def current_request(self) -> PlanRequest | None:
@@ -579,65 +480,6 @@ class Planner(QObject):
         else:
             self._draft_profile = result
         self.request_estimate()
-
-    def refresh_badges(self) -> None:
-        """Estimate, off the GUI thread, whether each library model fits the planned devices (its saved settings).
-        Models the scan found but nobody opened yet have their header read first."""
-        machine = self.p.hardware.machine()
-        if machine is None or not self.library:
-            return
-        self._badge_generation += 1
-        generation = self._badge_generation
-        entries = list(self.library.items())
-        choices = {source: self.user.model_choices.get(source) for source, _ in entries}
-        margin = {source: (c or ModelChoices()).margin_mib * MIB for source, c in choices.items()}
-        devices = self.user.launch_devices
-
-        def work(_progress: Any) -> tuple[dict[str, str], dict[str, LoadedModel]]:
-            levels: dict[str, str] = {}
-            loaded: dict[str, LoadedModel] = {}
-            for source, entry in entries:
-                try:
-                    model = entry if isinstance(entry, LoadedModel) else self.backend.load(source)
-                    if not isinstance(entry, LoadedModel):
-                        loaded[source] = model
-                    c = choices[source] or self.default_choices(model)
-                    mm = model.mmproj.path if model.mmproj is not None else None
-                    settings = c.to_launch_settings(mm)
-                    if settings.engine is not Engine.OLLAMA:
-                        settings = replace(settings, devices=devices)
-                    draft = self._draft_of(settings)
-                    request = PlanRequest(
-                        0, model, settings, machine, margin[source], with_curve=False, draft=draft
-                    )
-                    levels[source] = self.backend.fit_level(request)
-                except FitplanError:
-                    levels[source] = ""
-            return levels, loaded
-
-        self.jobs.start("Fit badges", work, lambda result: self._badges(generation, *result))
-
-    def _draft_of(self, settings: LaunchSettings) -> ModelProfile | None:
-        """The draft model's profile for a badge (a draft that cannot be read is left out, as in the plan)."""
-        if settings.draft is None:
-            return None
-        try:
-            return self.backend.load(settings.draft.model_path).profile
-        except FitplanError:
-            return None
-
-    @staticmethod
-    def default_choices(model: LoadedModel) -> ModelChoices:
-        return default_choices(model.profile.n_ctx_train)
-
-    def _badges(self, generation: int, levels: dict[str, str], loaded: dict[str, LoadedModel]) -> None:
-        for source, model in loaded.items():
-            if not isinstance(self.library.get(source), LoadedModel):
-                self.library[source] = model
-        if generation != self._badge_generation:
-            return  # the hardware changed since: a newer refresh is on its way
-        for source, level in levels.items():
-            self.p.models.set_fit(source, level)
 
     def _show_outcome(self, outcome: PlanOutcome) -> None:
         self.outcome = outcome

@@ -512,7 +512,7 @@ class MainWindow(QMainWindow):
             return
         event.acceptProposedAction()
         for folder in folders:
-            self.planner.add_folder(folder)
+            self.planner.library.add_folder(folder)
         for source in sources:
             self.planner.open(source)
 
