@@ -85,9 +85,8 @@ class Verdict:
     level: str
     text: str
     binding: str = ""  # the device whose memory limits the plan
-    most_short: int | None = (
-        None  # when it does not fit: the device short by the most (its estimate position)
-    )
+    #: when it does not fit: the device short by the most after its margin (its position in the estimate)
+    most_short: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

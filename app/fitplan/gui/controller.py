@@ -1,7 +1,9 @@
 """The planner's state and flow: which model, which devices, which settings; requests out, results in.
 
 Panels never talk to the backend; they emit signals that land here, and this object updates them. Blocking work
-goes to the estimator thread or the job pool; every error ends in `show_error`.
+goes to the estimator thread or the job pool; every error ends in `show_error`. Three controllers hold the rest by
+concern: `library` (the Models panel: library, scans, fit badges), `configs` (commands and presets in, configurations
+out) and `commands` (the Command panel and verify). Every rule comes from the core.
 """
 
 from __future__ import annotations
