@@ -48,9 +48,10 @@ from PySide6.QtWidgets import QApplication, QSlider, QVBoxLayout, QWidget  # noq
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
 from fitplan.core.base.launch_settings import Engine  # noqa: E402
 from fitplan.core.inputs.user_settings import UserSettings  # noqa: E402
-from fitplan.gui.app import configure_pyqtgraph, create_app  # noqa: E402
+from fitplan.gui.app import create_app  # noqa: E402
 from fitplan.gui.backend import Backend, Detection, PlanOutcome  # noqa: E402
 from fitplan.gui.main_window import MainWindow  # noqa: E402
+from fitplan.gui.theme import configure_pyqtgraph  # noqa: E402
 
 HEARTBEAT_MS = 5
 STEP_MS = 16  # a 60 Hz pointer

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "app"))
 
-from fitplan.commands.plan import pins_from_flags  # noqa: E402
+
 from fitplan.core.base.devices import GIB, MIB, Machine, host_device  # noqa: E402
 from fitplan.core.base.launch_settings import LaunchSettings, Tool  # noqa: E402
 from fitplan.core.estimate.estimator import estimate  # noqa: E402
@@ -45,6 +45,7 @@ from fitplan.core.launch.flags import parse_flags  # noqa: E402
 from fitplan.core.launch.rpc import RpcServer, with_rpc  # noqa: E402
 from fitplan.core.model.builder import build_profile  # noqa: E402
 from fitplan.core.model.profile import ModelProfile  # noqa: E402
+from fitplan.core.plan.pins import pins_from_settings  # noqa: E402
 from fitplan.core.plan.planner import MarginPolicy, Plan, plan  # noqa: E402
 
 DEFAULT_BIN = Path("/work/llama/build/bin")
@@ -212,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
             machine = with_rpc(Machine((), host_device(64 * GIB)), rpc)
             parsed = parse_flags(flags, LaunchSettings(tool=Tool.FIT_PARAMS))
-            pins = pins_from_flags(parsed.settings, given_keys(flags), None, False)
+            pins = pins_from_settings(parsed.settings, given_keys(flags))
             margin = MarginPolicy(gpu_margin_bytes=a.margin * MIB, check_host=False)
             p: Plan = plan(prof, machine, pins, margin=margin)
             ours = [x for x in plan_to_args(p, None, program="") if x not in ("--fit", "off")]

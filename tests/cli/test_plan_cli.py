@@ -103,6 +103,24 @@ def test_preset(capsys: pytest.CaptureFixture[str]) -> None:
     assert "fit = off" in lines
 
 
+@pytest.mark.parametrize("name", ["q\rx", "q\nx", "q]x"])
+def test_preset_name_that_would_break_its_header_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    code, stdout, err = run(
+        capsys, "command", QWEN3_8B, *HW, "--assume-gpu", "A=24GiB", "--preset", "--name", name
+    )
+    assert (code, stdout) == (2, "")
+    assert err.startswith("fitplan: error: preset name") and err.count("\n") == 1
+
+
+def test_plan_json_carries_the_verdict_sentence_the_window_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run(capsys, "plan", QWEN3_8B, *HW, "--assume-gpu", "A=8GiB", "-np", "1", "--json")
+    text = json.loads(stdout)["verdict"]["text"]
+    assert code == 0 and text.startswith("Fits: ") and "to spare on GPU0 (A) after the margin." in text
+    assert text.endswith("Planned for 1 slot (llama-server's default: 4 slots sharing one KV cache).")
+
+
 def test_does_not_fit_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, _ = run(capsys, "plan", QWEN3_8B, *HW, "--assume-gpu", "A=2GiB", "--all-on-gpu")
     assert code == 1

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fitplan.cli import main
-from fitplan.commands.verify import fit_params_args, parse_output
 from fitplan.core.gguf.reader import read_header
+from fitplan.core.launch.fit_params import fit_params_args, parse_output
 from support.models import TESTS
 
 MODELS = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,8 +54,8 @@ def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def make_window(qtbot: object, detection: Detection, config: Path) -> object:
     from fitplan.core.inputs.user_settings import load_user_settings
-    from fitplan.gui.app import configure_pyqtgraph
     from fitplan.gui.main_window import MainWindow
+    from fitplan.gui.theme import configure_pyqtgraph
 
     configure_pyqtgraph()
     # The library holds the bundled examples and the test's folders only, never the download places of this machine.
@@ -73,3 +74,11 @@ def window(qtbot: object, private_config: Path) -> Iterator[object]:
     qtbot.waitUntil(w.planner.settled, timeout=15000)  # type: ignore[attr-defined]
     yield w
     w.close()
+
+
+def wait_settled(qtbot: Any, window: Any, timeout: int = 15000) -> Any:
+    """Wait until no change is pending and the newest request is answered; the outcome shown."""
+    qtbot.waitUntil(
+        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=timeout
+    )
+    return window.planner.outcome

@@ -40,9 +40,10 @@ sys.path.insert(0, str(ROOT / "app"))
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
 from fitplan.core.base.launch_settings import Engine  # noqa: E402
 from fitplan.core.inputs.user_settings import UserSettings  # noqa: E402
-from fitplan.gui.app import configure_pyqtgraph, create_app  # noqa: E402
+from fitplan.gui.app import create_app  # noqa: E402
 from fitplan.gui.backend import Backend, Detection  # noqa: E402
 from fitplan.gui.main_window import MainWindow  # noqa: E402
+from fitplan.gui.theme import configure_pyqtgraph  # noqa: E402
 
 EXAMPLES = ROOT / "resources" / "examples"
 LLAMA = EXAMPLES / "Llama-3.1-8B-Instruct-Q4_K_M.gguf"

@@ -15,18 +15,11 @@ from fitplan.core.inputs.user_settings import load_user_settings
 from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.models import PATH_ROLE
 
-from .conftest import DEEPSEEK, GEMMA, LLAMA, ONE_GPU, QWEN_MOE, make_window
+from .conftest import DEEPSEEK, GEMMA, LLAMA, ONE_GPU, QWEN_MOE, make_window, wait_settled
 
 pytestmark = [pytest.mark.gui, pytest.mark.qt_log_level_fail("WARNING")]
 TIMEOUT = 15000
 CTX = 32768
-
-
-def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(
-        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
-    )
-    return window.planner.outcome
 
 
 def choose_engine(qtbot: Any, window: MainWindow, engine: Engine) -> Any:
@@ -193,7 +186,7 @@ def test_engine_is_remembered_per_model(qtbot: Any, private_config: Path) -> Non
 def test_verify_is_offered_for_mainline_only(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
     (tmp_path / "llama-server").write_text("")
     (tmp_path / "llama-server").chmod(0o755)
-    window.planner.set_llama_bin_dir(str(tmp_path))
+    window.planner.commands.set_llama_bin_dir(str(tmp_path))
     assert window.command.verify_button.isVisibleTo(window)
     choose_engine(qtbot, window, Engine.IK_LLAMA)
     assert not window.command.verify_button.isVisibleTo(window)

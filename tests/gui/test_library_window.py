@@ -59,7 +59,7 @@ def test_an_added_folder_reports_what_it_skipped(qtbot: Any, window: MainWindow,
     shutil.copy(LLAMA, folder / "next.gguf.part")
     (folder / "cut.gguf").write_bytes(LLAMA.read_bytes()[:4096])
     qtbot.waitUntil(lambda: window.planner.jobs.running == 0, timeout=TIMEOUT)
-    window.planner.add_folder(str(folder))
+    window.planner.library.add_folder(str(folder))
     qtbot.waitUntil(
         lambda: str(folder / "mine.gguf") in labels(window) and window.planner.jobs.running == 0,
         timeout=TIMEOUT,
@@ -67,7 +67,9 @@ def test_an_added_folder_reports_what_it_skipped(qtbot: Any, window: MainWindow,
     assert labels(window)[str(folder / "mine.gguf")] == "Llama 3.1 8B Instruct"
     assert window.banner.level == "warning"
     assert "Some files could not be used" in window.banner.text() and "(and 1 more)" in window.banner.text()
-    reasons = {Path(e.split(": ", 1)[0]).name: e.split(": ", 1)[1] for e in window.planner._scan_errors}
+    reasons = {
+        Path(e.split(": ", 1)[0]).name: e.split(": ", 1)[1] for e in window.planner.library.scan_errors
+    }
     assert reasons["next.gguf.part"] == "partial download"
     assert reasons["cut.gguf"].startswith("not a readable GGUF file")  # cut inside its header
     assert str(folder) in window.planner.user.folders

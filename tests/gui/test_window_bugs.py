@@ -20,7 +20,7 @@ from fitplan.core.inputs.user_settings import HypotheticalDevice, UserSettings, 
 from fitplan.gui.backend import Detection, VerdictLevel
 from fitplan.gui.main_window import MainWindow
 
-from .conftest import GEMMA, LLAMA, NO_GPU, ONE_GPU, QWEN_MOE, make_window
+from .conftest import GEMMA, LLAMA, NO_GPU, ONE_GPU, QWEN_MOE, make_window, wait_settled
 
 pytestmark = [pytest.mark.gui]
 TIMEOUT = 15000
@@ -29,13 +29,6 @@ SMALL = Detection(
     (Device("RTX 3050", DeviceKind.GPU, 8 * GIB, int(7.5 * GIB), Vendor.NVIDIA),),
     host_device(16 * GIB, 6 * GIB),
 )
-
-
-def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(
-        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
-    )
-    return window.planner.outcome
 
 
 def started(qtbot: Any, detection: Detection, config: Path, model: Path | str | None = None) -> MainWindow:
@@ -232,7 +225,7 @@ def test_three_dropped_files_all_get_a_fit_badge(qtbot: Any, window: MainWindow,
     # is superseded by the next one's, yet each must get its badge.
     planner = window.planner
     qtbot.waitUntil(
-        lambda: not planner._badge_timer.isActive() and planner.jobs.running == 0, timeout=TIMEOUT
+        lambda: not planner.library.badge_timer.isActive() and planner.jobs.running == 0, timeout=TIMEOUT
     )
     for model in [window.planner.backend.load(p) for p in paths]:
         window.planner._loaded(model)
@@ -419,11 +412,8 @@ def test_verify_summarises_and_compares_with_the_planned_gpus(
     # A CUDA device line as llama-fit-params prints it (MiB: model, context, compute) and a stray log line.
     fake.write_text("#!/bin/sh\necho 'CUDA0 4403 4096 520'\necho 'load_tensors: raw log line' >&2\n")
     fake.chmod(0o755)
-    window.planner.set_llama_bin_dir(str(build))
-    argv = window.planner.verify_argv()
-    assert argv is not None and "--assume-gpu" in argv
-    assert any(a.startswith("RTX 4090=") for a in argv)
-    window.planner.verify()
+    window.planner.commands.set_llama_bin_dir(str(build))
+    window.planner.commands.verify()
     qtbot.waitUntil(lambda: window.banner.has("verify"), timeout=60000)
     text = window.banner.text()
     assert "raw log line" not in text
@@ -451,7 +441,7 @@ def test_at_the_minimum_size_nothing_overlaps_the_plot(qtbot: Any, private_confi
     assert isinstance(w, MainWindow)
     (build := private_config.parent / "bin").mkdir()
     (build / "llama-server").write_text("")
-    w.planner.set_llama_bin_dir(str(build))
+    w.planner.commands.set_llama_bin_dir(str(build))
     w.resize(w.minimumSize())
     w.show()
     w.planner.start(str(GEMMA))
@@ -508,7 +498,7 @@ def test_the_window_is_not_settled_while_a_refresh_is_about_to_start(qtbot: Any,
     window.planner.schedule_estimate()
     assert not window.planner.settled()
     qtbot.waitUntil(window.planner.settled, timeout=15000)
-    window.planner._badge_timer.start()
+    window.planner.library.badge_timer.start()
     assert not window.planner.settled()
     qtbot.waitUntil(window.planner.settled, timeout=15000)
 

@@ -104,8 +104,8 @@ def test_one_device_of_two(
     words = command_words(two)
     assert value_after(words, "-dev") == "CUDA1" == value_after(cli_words(capsys, "-dev", "CUDA1"), "-dev")
     # the saved preset and script say it too, as `fitplan command --preset` does
-    two.planner.save_configuration(str(tmp_path / "plan.ini"))
-    two.planner.save_configuration(str(tmp_path / "plan.sh"))
+    two.planner.configs.save_configuration(str(tmp_path / "plan.ini"))
+    two.planner.configs.save_configuration(str(tmp_path / "plan.sh"))
     preset = [line for line in (tmp_path / "plan.ini").read_text().splitlines() if line.startswith("device")]
     capsys.readouterr()
     assert cli.main(["command", str(LLAMA), *ASSUME, "-dev", "CUDA1", "--preset"]) == 0
@@ -131,7 +131,7 @@ def test_no_device_plans_for_system_ram(
 
 
 def test_a_pasted_dev_sets_the_control(qtbot: Any, two: MainWindow) -> None:
-    two.planner.paste_command(f"llama-server -m {LLAMA} -dev CUDA1 -c 8192")
+    two.planner.configs.paste_command(f"llama-server -m {LLAMA} -dev CUDA1 -c 8192")
     out = settle(qtbot, two)
     assert two.settings.devices() == ("CUDA1",)
     checked = [a.text() for a in two.settings.device_actions() if a.isChecked()]
@@ -141,7 +141,7 @@ def test_a_pasted_dev_sets_the_control(qtbot: Any, two: MainWindow) -> None:
 
 
 def test_a_device_no_longer_planned_is_said_not_dropped(qtbot: Any, two: MainWindow) -> None:
-    two.planner.paste_command(f"llama-server -m {LLAMA} -dev CUDA1")
+    two.planner.configs.paste_command(f"llama-server -m {LLAMA} -dev CUDA1")
     settle(qtbot, two)
     two.hardware.list.item(1).setCheckState(Qt.CheckState.Unchecked)  # plan without the RTX 3060
     settle(qtbot, two)
@@ -210,7 +210,7 @@ def test_a_draft_model_by_file_and_by_paste(
     out = settle(qtbot, two)
     assert two.settings.draft_path() == str(copy) and two.settings.draft.currentText() == "tiny-draft.gguf"
     assert out.estimate.devices[0].bytes_of(TermKind.DRAFT) > 0
-    two.planner.paste_command(f"llama-server -m {LLAMA} -md {LLAMA} -ngld 5 -ctkd q8_0 -ctvd q4_0")
+    two.planner.configs.paste_command(f"llama-server -m {LLAMA} -md {LLAMA} -ngld 5 -ctkd q8_0 -ctvd q4_0")
     settle(qtbot, two)
     s = two.settings
     assert (
@@ -224,7 +224,7 @@ def test_a_draft_model_by_file_and_by_paste(
         "q8_0",
         "q4_0",
     )
-    two.planner.paste_command(f"llama-server -m {LLAMA} -c 4096")  # no -md: the draft goes
+    two.planner.configs.paste_command(f"llama-server -m {LLAMA} -c 4096")  # no -md: the draft goes
     out = settle(qtbot, two)
     assert s.draft_path() == "" and out.estimate.settings.draft is None
 

@@ -14,17 +14,10 @@ from fitplan.core.base.devices import GIB
 from fitplan.gui.main_window import MainWindow
 from support.accuracy import recorded_band
 
-from .conftest import LLAMA
+from .conftest import LLAMA, wait_settled
 
 pytestmark = [pytest.mark.gui]
 TIMEOUT = 15000
-
-
-def wait_settled(qtbot: Any, window: MainWindow) -> Any:
-    qtbot.waitUntil(
-        lambda: not window.planner._debounce.isActive() and window.planner.settled(), timeout=TIMEOUT
-    )
-    return window.planner.outcome
 
 
 def test_every_device_has_a_used_of_capacity_bar(window: MainWindow) -> None:
@@ -94,7 +87,7 @@ def test_save_and_load_a_configuration(qtbot: Any, window: MainWindow, tmp_path:
     window.settings.set_context(8192)
     wait_settled(qtbot, window)
     path = tmp_path / name
-    window.planner.save_configuration(str(path))
+    window.planner.configs.save_configuration(str(path))
     text = path.read_text()
     if name == "Modelfile":
         assert "num_ctx 8192" in text
@@ -102,7 +95,7 @@ def test_save_and_load_a_configuration(qtbot: Any, window: MainWindow, tmp_path:
     assert "8192" in text
     window.settings.set_context(4096)
     wait_settled(qtbot, window)
-    window.planner.load_configuration(str(path))
+    window.planner.configs.load_configuration(str(path))
     wait_settled(qtbot, window)
     assert window.settings.context_box.value() == 8192
 

@@ -334,7 +334,7 @@ def test_folder_scan_adds_every_model_with_a_fit_badge(qtbot: Any, window: MainW
     from fitplan.gui.panels.models import FIT_BADGES
 
     qtbot.waitUntil(lambda: window.planner.jobs.running == 0, timeout=TIMEOUT)
-    window.planner.add_folder(str(LLAMA.parent))
+    window.planner.library.add_folder(str(LLAMA.parent))
     qtbot.waitUntil(
         lambda: window.models.model.rowCount() >= 4 and window.planner.jobs.running == 0, timeout=TIMEOUT
     )
@@ -435,12 +435,12 @@ def test_verify_button_only_with_a_local_llama_cpp_build(
     assert window.command.verify_button.isHidden()
     empty = tmp_path / "empty"
     empty.mkdir()
-    window.planner.set_llama_bin_dir(str(empty))
+    window.planner.commands.set_llama_bin_dir(str(empty))
     assert window.command.verify_button.isHidden()
     assert window.banner.level == "warning" and "llama-server" in window.banner.text()
     build = tmp_path / "bin"
     build.mkdir()
     (build / "llama-server").write_text("")
-    window.planner.set_llama_bin_dir(str(build))
+    window.planner.commands.set_llama_bin_dir(str(build))
     assert not window.command.verify_button.isHidden()
     assert window.planner.user.llama_bin_dir == str(build)

@@ -16,10 +16,14 @@ from fitplan.core.inputs.user_settings import (
     HypotheticalDevice,
     ModelChoices,
     UserSettings,
+    choices_from_settings,
     config_dir,
+    default_choices,
     load_user_settings,
     save_user_settings,
     settings_path,
+    unheld_flags,
+    with_unheld,
 )
 
 
@@ -323,3 +327,27 @@ def test_no_gpu_and_bad_device_and_draft_fields(tmp_path: Path) -> None:
     )
     draft = c.to_launch_settings().draft
     assert draft is not None and (draft.model_path, draft.n_gpu_layers) == ("/d.gguf", 7)
+
+
+def test_choices_and_launch_settings_say_the_same() -> None:
+    """Choices turned into settings and read back are the same choices; what no choice holds comes back through the
+    unheld flags."""
+    from fitplan.core.launch.flags import parse_flags
+
+    c = ModelChoices(n_ctx=8192, cache_type_k="q8_0", n_parallel=3, kv_unified=True, n_gpu_layers=20,
+                     n_cpu_moe=2, n_batch=1024, n_ubatch=256, no_kv_offload=True, draft_model="/m/d.gguf",
+                     draft_n_gpu_layers=5, flash_attn="on", mmproj="cpu", margin_mib=512)  # fmt: skip
+    assert choices_from_settings(c.to_launch_settings(), ModelChoices(margin_mib=512)) == c
+    s = parse_flags(["-c", "4096", "--no-op-offload", "-nr", "--swa-full", "-ot", "blk\\.1\\.=CPU"]).settings
+    words = unheld_flags(s)
+    assert words == ("-ot", "blk\\.1\\.=CPU", "--swa-full", "--no-op-offload", "-nr")
+    back = with_unheld(choices_from_settings(s, ModelChoices()).to_launch_settings(), words)
+    assert (back.op_offload, back.repack, back.swa_full, back.tensor_overrides) == (
+        False, False, True, s.tensor_overrides,
+    )  # fmt: skip
+
+
+def test_a_model_opens_at_the_default_context_or_its_training_length() -> None:
+    assert default_choices(131072).n_ctx == 32768
+    assert default_choices(4096).n_ctx == 4096
+    assert default_choices(0).n_ctx == 256

@@ -27,6 +27,7 @@ from fitplan.core.launch.command_line import (
     import_command,
     import_preset,
     plan_to_args,
+    preset_section_args,
     read_preset_ini,
     to_preset_ini,
 )
@@ -282,7 +283,8 @@ def test_preset_reads_back_as_the_settings(settings: LaunchSettings) -> None:
     [
         ("[m]\nkv-offload = maybe\n", "expected true or false"),
         ("[m]\nctx-sise = 5\n", "not a key fitplan reads"),
-        ("ctx-size = 5\n", "expected [name]"),
+        ("[m]\n-c = 5\n", "expected [name]"),
+        ("[m]\nkv-offload = FALSE\n", "expected true or false"),
         ("[m]\nctx-size = nan\n", "expected an integer"),
         ("[a]\n[b]\n", "2 sections"),
     ],
@@ -295,6 +297,50 @@ def test_preset_reader_errors(text: str, message: str) -> None:
 def test_model_url_is_read_back() -> None:
     url = "https://huggingface.co/org/repo/resolve/main/model-00001-of-00003.gguf"
     assert parse_flags(plan_to_args(LaunchSettings(), url)[1:]).model_path == url
+
+
+def test_preset_reader_reads_the_ini_as_llama_server_does() -> None:
+    """common/preset.cpp's grammar: `;` and `#` start a comment anywhere, lines end at \\n, \\r\\n or \\r, keys before
+    a section are in [default], `version` is reserved; a value is raw text (blanks, quotes, backslashes)."""
+    text = (
+        "version = 1\rctx-size = 4096 ; the context\r"
+        "[a] ; the first\r\n"
+        "model = C:\\my models\\it's.gguf # the model\n"
+        "parallel=2;no blank before the comment\n"
+        "kv-offload = 0\nop-offload = off\nrepack = disabled\nmmproj-offload = false\n"
+    )
+    assert read_preset_ini(text) == {
+        "default": ("-c", "4096"),
+        "a": ("-m", "C:\\my models\\it's.gguf", "-np", "2", "-nkvo", "--no-op-offload", "-nr",
+              "--no-mmproj-offload"),
+    }  # fmt: skip
+
+
+def test_preset_reader_takes_every_spelling_llama_server_takes() -> None:
+    """A key may be any long spelling of a flag (a negated one flips the value); a switch without a negation is
+    left out when false (llama.cpp skips it); flags fitplan does not model are kept as given."""
+    text = "[m]\nno-kv-offload = true\nkv-unified = false\nswa-full = false\ntemp = 0.7\njinja = on\n"
+    assert read_preset_ini(text) == {"m": ("-nkvo", "-no-kvu", "--temp", "0.7", "--jinja")}
+    parsed = import_preset(text)
+    assert parsed.settings.no_kv_offload and parsed.ignored == ("--temp 0.7", "--jinja")
+
+
+def test_preset_global_section_applies_before_the_chosen_one() -> None:
+    text = "[*]\nparallel = 2\nctx-size = 1024\n[m]\nctx-size = 8192\n"
+    assert preset_section_args(text) == ("m", ("-np", "2", "-c", "1024", "-c", "8192"))
+    s = import_preset(text).settings
+    assert (s.n_parallel, s.n_ctx) == (2, 8192)
+
+
+@pytest.mark.parametrize("name", ["a\rb", "a\nb", "a]", " a", "a\tb", "a\x85b", ""])
+def test_preset_name_that_would_break_the_section_header_is_refused(name: str) -> None:
+    with pytest.raises(FlagError, match="preset name"):
+        to_preset_ini(LaunchSettings(), name, "/m/x.gguf")
+
+
+@pytest.mark.parametrize("name", ["[a", "a;b", "a#b", "a b"])
+def test_preset_name_llama_server_reads_back_is_kept(name: str) -> None:
+    assert list(read_preset_ini(to_preset_ini(LaunchSettings(), name, "/m/x.gguf"))) == [name]
 
 
 def test_preset_refuses_what_ini_cannot_hold() -> None:

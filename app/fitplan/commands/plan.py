@@ -29,7 +29,7 @@ from fitplan.commands.estimate import (
 )
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
-from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings
+from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.inputs.machine import machine_of
@@ -49,6 +49,7 @@ from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import what_would_change
+from fitplan.core.plan.pins import pins_from_settings
 from fitplan.core.plan.planner import (
     EstimateFn,
     MarginPolicy,
@@ -58,6 +59,7 @@ from fitplan.core.plan.planner import (
     plan,
     plan_verdict,
 )
+from fitplan.core.plan.summary import slots_words, verdict_words
 from fitplan.core.plan.verdict import Verdict
 
 EXAMPLES = """examples:
@@ -162,29 +164,6 @@ def detect_machine(assume: Sequence[str], host_ram: str | None) -> Machine:
     return machine_of(assume, host_ram)
 
 
-def pins_from_flags(
-    settings: LaunchSettings, given: frozenset[str], min_ctx: int | None, all_on_gpu: bool
-) -> Pins:
-    """Pins: the settings as parsed, with a pin for each placement-relevant flag the user wrote."""
-    base = dataclasses.replace(settings, n_gpu_layers=NGL_AUTO, tensor_split=(), n_cpu_moe=0)
-    return Pins(
-        base=base,
-        n_ctx=settings.n_ctx if "n_ctx" in given else None,
-        min_ctx=min_ctx,
-        n_parallel=settings.n_parallel if "n_parallel" in given else None,
-        kv_unified=settings.kv_unified if given & {"kv_unified", "no_kv_unified"} else None,
-        cache_type_k=settings.cache_type_k if "cache_type_k" in given else None,
-        cache_type_v=settings.cache_type_v if "cache_type_v" in given else None,
-        n_gpu_layers=settings.n_gpu_layers
-        if "n_gpu_layers" in given and settings.n_gpu_layers != NGL_AUTO
-        else None,
-        tensor_split=settings.tensor_split if "tensor_split" in given else None,
-        n_cpu_moe=settings.n_cpu_moe if "n_cpu_moe" in given else None,
-        mmproj=settings.mmproj if given & {"no_mmproj_offload", "mmproj_offload"} else None,
-        all_weights_on_gpu=all_on_gpu,
-    )
-
-
 def build_request(
     args: argparse.Namespace, extra: Sequence[str], machine: Machine | None = None
 ) -> PlanRequest:
@@ -197,7 +176,7 @@ def build_request(
     if args.mmproj_file:
         settings = dataclasses.replace(settings, mmproj_path=args.mmproj_file)
     given = given_keys(extra)
-    pins = pins_from_flags(settings, given, args.min_ctx, args.all_on_gpu)
+    pins = pins_from_settings(settings, given, args.min_ctx, args.all_on_gpu)
     model = load_model(args.model, header_only=args.header_only)
     profile = model.profile
     mm_source, mmproj = launch_projector(model, settings)
@@ -318,7 +297,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
             for s in p.shortfalls
         ],
         "notes": list(p.notes),
-        "verdict": verdict_json(verdict_of(req, p)),
+        "verdict": verdict_json(verdict_of(req, p)) | {"text": verdict_text(req, p)},
         "accuracy": accuracy_json(accuracy_band(req.profile, p.estimate)) if p.estimate is not None else None,
         "largest_n_ctx": p.largest.n_ctx if p.largest is not None else 0,
         "ignored_flags": list(req.ignored),
@@ -333,6 +312,11 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
 
 def verdict_of(req: PlanRequest, p: Plan) -> Verdict:
     return plan_verdict(p, req.machine)
+
+
+def verdict_text(req: PlanRequest, p: Plan) -> str:
+    """The verdict in the one sentence the window shows too (`fitplan.core.plan.summary`)."""
+    return verdict_words(p, verdict_of(req, p), p.settings.n_ctx, bool(req.machine.gpus)).text
 
 
 def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -> str:
@@ -352,7 +336,7 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
         lines.append(
             f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap}{more})"
         )
-    lines.append(f"margins: {v.margin_text()}; slots: {v.slots_text(name_default=True)}")
+    lines.append(f"margins: {v.margin_text()}; slots: {slots_words(v)}")
     lines.append(f"placement: {p.placement.description}")
     if req.projector is not None:
         how = ", the repository's own: -hf loads it (--no-mmproj leaves it out)" if req.projector_auto else ""

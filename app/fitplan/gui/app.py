@@ -60,14 +60,6 @@ def create_app(argv: Sequence[str] = ()) -> object:
     return app
 
 
-def configure_pyqtgraph() -> None:
-    import pyqtgraph as pg
-
-    from fitplan.gui.theme import is_dark
-
-    pg.setConfigOptions(antialias=True, background=None, foreground="w" if is_dark() else "k")
-
-
 def build_window(config_dir: Path | None = None, backend: object | None = None) -> tuple[object, str | None]:
     """The window and the message about set-aside settings (if any); shared by main(), benches and tests."""
     from fitplan.gui.backend import Backend

@@ -7,7 +7,7 @@ estimator, planner, curve, hardware probes) are imported on first use, in that t
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,29 +17,29 @@ import numpy as np
 from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.files import expand_home
-from fitplan.core.base.launch_settings import NGL_AUTO, Engine, LaunchSettings, MmprojPlacement
+from fitplan.core.base.launch_settings import Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
-    from fitplan.core.gguf.header import GGUFHeader, ModelFiles
     from fitplan.core.library.scanner import LibraryScanner
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
-    from fitplan.core.plan.planner import Plan
-    from fitplan.core.plan.verdict import Verdict as CoreVerdict
 
 #: The model the window opens when the user has none: a header-only example (resources/examples).
 EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+
+#: The settings the window's controls pin (the flag keys of `fitplan.core.launch.command_line.given_keys`).
+WINDOW_PINS = frozenset(
+    {"n_ctx", "n_parallel", "kv_unified", "cache_type_k", "cache_type_v", "n_gpu_layers", "mmproj_offload"}
+)
 
 #: Contexts the chart samples (log-spaced, multiples of 256).
 CURVE_POINTS = 72
 MIN_CONTEXT = 256
 CONTEXT_STEP = 256
-#: llama-server's -np auto, what `fitplan plan` plans by default (the window plans its own slot setting).
-SERVER_DEFAULT_SLOTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +81,13 @@ class VerdictLevel:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """The core's verdict in words (`fitplan.core.plan.summary.verdict_words`), its level as the window's string."""
+
     level: str
     text: str
     binding: str = ""  # the device whose memory limits the plan
+    #: when it does not fit: the device short by the most after its margin (its position in the estimate)
+    most_short: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,9 @@ class PlanRequest:
     margin_bytes: int = 1024 * MIB
     with_curve: bool = True
     draft: ModelProfile | None = None  # the profile of settings.draft's model (-md), once read
+    #: the flag keys the plan keeps as set (`pins_from_settings`): every control of the window, and the flags of a
+    #: command or preset that no control holds; --n-cpu-moe is a pin when it is not 0
+    pinned: frozenset[str] = WINDOW_PINS
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,8 @@ class PlanOutcome:
     accuracy: AccuracyBand | None = (
         None  # the measured error band of this architecture and configuration class
     )
+    #: the bytes the plan keeps free on each device of the estimate (the core's `MarginPolicy.kept_free`)
+    margins: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,51 +134,6 @@ class OllamaSetup:
     environment: tuple[tuple[str, str], ...]
     modelfile: str
     create_argv: tuple[str, ...]
-
-
-def _verdict_text(plan: Plan, v: CoreVerdict, n_ctx: int, has_gpu: bool) -> Verdict:
-    """The window's wording of the core verdict (`fitplan.core.plan.verdict`), with its margins and slots."""
-    slots = f" Planned for {v.slots_text()}."
-    if v.n_seq != SERVER_DEFAULT_SLOTS or not v.kv_unified:
-        slots = f" Planned for {v.slots_text()} (llama-server's default: 4 slots sharing one KV cache)."
-    if v.level is FitLevel.NO_FIT:
-        shorts = "; ".join(s.describe() for s in plan.shortfalls or v.shortfalls)
-        label = (plan.shortfalls or v.shortfalls)[0].label if (plan.shortfalls or v.shortfalls) else ""
-        return Verdict(
-            VerdictLevel.NO_FIT, f"Does not fit at {fmt_ctx(n_ctx)} context: {shorts}.{slots}", label
-        )
-    largest = plan.largest
-    more = ""
-    if largest is not None and largest.fits:
-        if largest.capped_by_training:
-            more = f" Up to {fmt_ctx(largest.n_ctx)} context fits (the model's training length)."
-        else:
-            more = (
-                f" Up to {fmt_ctx(largest.n_ctx)} context fits; {largest.binding_label} memory is the limit."
-            )
-    if v.level is FitLevel.OFFLOAD:
-        binding = largest.binding_label if largest is not None else ""
-        return Verdict(
-            VerdictLevel.OFFLOAD, f"Fits only with {plan.placement.description}.{more}{slots}", binding
-        )
-    tight = v.tightest
-    where = (tight.label if has_gpu else "system RAM (CPU only)") if tight is not None else ""
-    spare = fmt_gib(tight.headroom_bytes) if tight is not None else fmt_gib(0)
-    return Verdict(
-        VerdictLevel.FITS,
-        f"Fits: {spare} to spare on {where} after the margin.{more}{slots}",
-        tight.label if tight is not None else "",
-    )
-
-
-def fmt_gib(n: int | float) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
-def fmt_ctx(n: int) -> str:
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024}K"
-    return f"{n:,}"
 
 
 def layer_makeup(profile: ModelProfile) -> str:
@@ -236,16 +200,6 @@ class Backend:
             )
         # an unknown architecture is already a warning of the profile's (the builder says it once)
         return LoadedModel(m.model_arg, profile, m.mmproj, profile.warnings, m.mmproj_note)
-
-    def _load_remote(self, url: str) -> LoadedModel:
-        """A model by URL (every shard of a split set, the token to the Hub only): the same loader as `load`."""
-        return self.load(url)
-
-    @staticmethod
-    def _build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
-        from fitplan.core.model.builder import build_profile
-
-        return build_profile(files)
 
     # -- library ------------------------------------------------------------------------------------------------
     def library_roots(self, folders: tuple[str, ...]) -> tuple[LibraryRoot, ...]:
@@ -357,32 +311,21 @@ class Backend:
         from fitplan.core.estimate.accuracy import accuracy_band
         from fitplan.core.plan import planner
         from fitplan.core.plan.alternatives import what_would_change
+        from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
         from fitplan.core.plan.search import default_estimate_fn
+        from fitplan.core.plan.summary import verdict_words
 
         model, settings, machine = request.model, request.settings, request.machine
         notes: list[str] = []
         export_settings = settings
-        if settings.engine is Engine.OLLAMA and settings.n_ctx <= 0:
-            # ollama picks num_ctx from the VRAM of the GPUs: plan at that context, export without pinning it.
-            from fitplan.core import engines
-
-            vram = sum(d.total_bytes for d in machine.gpus)
-            resolved = engines.ollama_resolve(model.profile, settings, vram, len(machine.gpus))
-            settings = resolved.settings
-            notes.append(resolved.note + ".")
+        resolved = ollama_auto_context(model.profile, settings, machine)
+        if resolved is not None:  # plan at ollama's own context, export without pinning it
+            settings, note = resolved
+            notes.append(note)
         margin = planner.MarginPolicy(gpu_margin_bytes=request.margin_bytes)
         mmproj = self._mmproj_for(model, settings)
-        pins = planner.Pins(
-            base=settings,
-            n_ctx=settings.n_ctx,
-            n_parallel=settings.n_parallel,
-            kv_unified=settings.kv_unified,
-            cache_type_k=settings.cache_type_k,
-            cache_type_v=settings.cache_type_v,
-            n_gpu_layers=None if settings.n_gpu_layers == NGL_AUTO else settings.n_gpu_layers,
-            n_cpu_moe=settings.n_cpu_moe or None,
-            mmproj=settings.mmproj,
-        )
+        given = request.pinned | ({"n_cpu_moe"} if settings.n_cpu_moe else set())
+        pins = pins_from_settings(settings, frozenset(given))
         draft = request.draft if settings.draft is not None else None
         estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft)
         plan = planner.plan(model.profile, machine, pins, margin=margin, estimate_fn=estimate_fn)
@@ -396,7 +339,8 @@ class Backend:
         est: Estimate = (
             plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine, draft)
         )
-        verdict = _verdict_text(plan, planner.plan_verdict(plan, machine), settings.n_ctx, bool(machine.gpus))
+        words = verdict_words(plan, planner.plan_verdict(plan, machine), settings.n_ctx, bool(machine.gpus))
+        verdict = Verdict(words.level.value, words.text, words.binding, words.most_short)
         max_ctx = plan.largest.n_ctx if plan.fits and plan.largest is not None else 0
         curve = self.curve(model, plan_settings, machine, draft) if request.with_curve else None
         args = self.command_args(model, plan_settings)
@@ -416,6 +360,7 @@ class Backend:
             ollama,
             alternatives,
             accuracy_band(model.profile, est),
+            margin.kept_free(machine),
         )
 
     def fit_level(self, request: PlanRequest) -> str:
@@ -458,6 +403,20 @@ class Backend:
         lines.append(join(list(setup.create_argv), shell))
         lines.append(join(["ollama", "run", setup.create_argv[2]], shell))
         return "\n".join(lines)
+
+    @staticmethod
+    def verify(model: LoadedModel, args: Sequence[str], machine: Machine, bin_dir: str) -> str:
+        """llama-fit-params' dry run of a plan's flags next to the estimate for `machine`, in one sentence (the
+        comparison of `fitplan verify`). Raises FitplanError when it cannot run."""
+        from fitplan.core.base.errors import FitplanError
+        from fitplan.core.inputs.model_source import load_model
+        from fitplan.core.launch.fit_params import BINARY, compare, find_binary, summary
+
+        exe = find_binary(Path(bin_dir))
+        if exe is None:
+            raise FitplanError(f"{BINARY} not found in {bin_dir}: it is built with llama.cpp")
+        loaded = load_model(model.source, header_only=True)
+        return summary(compare(exe, loaded.profile, loaded.files, args, machine, timeout=600).rows)
 
     @staticmethod
     def llama_server_in(bin_dir: str) -> str | None:

@@ -1,15 +1,14 @@
 """The planner's state and flow: which model, which devices, which settings; requests out, results in.
 
 Panels never talk to the backend; they emit signals that land here, and this object updates them. Blocking work
-goes to the estimator thread or the job pool; every error ends in `show_error`.
+goes to the estimator thread or the job pool; every error ends in `show_error`. Three controllers hold the rest by
+concern: `library` (the Models panel: library, scans, fit badges), `configs` (commands and presets in, configurations
+out) and `commands` (the Command panel and verify). Every rule comes from the core.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,12 +20,17 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QStatusBar
 
 from fitplan.core.base.devices import GIB, MIB, Machine
-from fitplan.core.base.errors import FitplanError
-from fitplan.core.base.launch_settings import Engine, LaunchSettings
-from fitplan.core.inputs.user_settings import ModelChoices, UserSettings, save_user_settings
-from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
+from fitplan.core.base.files import expand_home
+from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.units import fmt_ctx
+from fitplan.core.inputs.user_settings import (
+    UserSettings,
+    save_user_settings,
+    with_unheld,
+)
 from fitplan.gui.backend import (
     EXAMPLE_MODEL,
+    WINDOW_PINS,
     Backend,
     CurveData,
     Detection,
@@ -35,8 +39,10 @@ from fitplan.gui.backend import (
     PlanRequest,
     VerdictLevel,
     examples_dir,
-    fmt_ctx,
 )
+from fitplan.gui.command_controller import CommandController
+from fitplan.gui.configurations import Configurations
+from fitplan.gui.library_controller import LibraryController, default_choices_of, is_url
 from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
 from fitplan.gui.panels.chart import ChartPanel
@@ -56,67 +62,7 @@ if TYPE_CHECKING:
 #: Settings changes are coalesced for this long before an estimate is requested (the chart line moves at once).
 DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
-BADGE_DELAY_MS = 400  # fit badges of the whole library are refreshed once the hardware stops changing
 SAVE_DELAY_MS = 2000  # the settings are saved this long after the last change (and when the window closes)
-DEFAULT_CONTEXT = 32768
-
-
-def verify_summary(rows: list[dict[str, Any]]) -> str:
-    """One sentence per device from `fitplan verify --json` rows: the plan's MiB against llama.cpp's own."""
-    totals: dict[str, list[float]] = {}
-    for row in rows:
-        theirs = row.get("llamacpp_mib")
-        if theirs is None:
-            continue
-        pair = totals.setdefault(str(row.get("device", "?")), [0.0, 0.0])
-        pair[0] += float(row.get("estimate_mib", 0.0))
-        pair[1] += float(theirs)
-    if not totals:
-        return "llama-fit-params gave no per-device memory to compare with."
-    parts = []
-    for device, (ours, theirs) in totals.items():
-        rel = f" ({(ours - theirs) / theirs:+.1%})" if theirs else ""
-        parts.append(f"{device}: planned {ours:,.0f} MiB, llama.cpp {theirs:,.0f} MiB{rel}")
-    return "Checked with llama-fit-params (weights, KV and compute): " + "; ".join(parts) + "."
-
-
-MAX_CONFIG_CHARS = 200_000
-
-
-def kept_flags(
-    args: tuple[str, ...], ignored: tuple[str, ...], unmodelled: tuple[str, ...]
-) -> tuple[str, ...]:
-    """The pasted flags the plan's command does not write itself (those without a memory effect, and those whose
-    effect fitplan does not model), each with its value, as argv words."""
-    out: list[str] = []
-    for entry in (*unmodelled, *ignored):
-        flag, _, value = entry.partition(" ")
-        out += [flag, value] if value else [flag]
-    return tuple(out)
-
-
-def preset_args(text: str) -> list[str]:
-    """The flags of the first section of a llama-server preset INI: `key = value` as `--key value`, `true` as the
-    bare flag; the model line becomes `-m`."""
-    out: list[str] = []
-    sections = 0
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith((";", "#")):
-            continue
-        if line.startswith("["):
-            sections += 1
-            if sections > 1:
-                break
-            continue
-        key, _, value = (part.strip() for part in line.partition("="))
-        if not key:
-            continue
-        if value.lower() == "true":
-            out.append(f"--{key}")
-        elif value.lower() != "false":
-            out += ["-m" if key == "model" else f"--{key}", value]
-    return out
 
 
 def device_names(machine: Machine | None) -> list[tuple[str, str]]:
@@ -128,45 +74,6 @@ def device_names(machine: Machine | None) -> list[tuple[str, str]]:
         (gpu_backend(d, i).buffer_type, f"{d.name} ({d.total_bytes / GIB:.0f} GiB)")
         for i, d in enumerate(gpus)
     ]
-
-
-def choices_from_settings(s: LaunchSettings, current: ModelChoices) -> ModelChoices:
-    """The Settings panel's choices for launch settings read from a command (what the command does not say stays
-    as `current` has it: the margin)."""
-    draft = s.draft
-    return replace(
-        current,
-        n_ctx=s.n_ctx if s.n_ctx > 0 else current.n_ctx,
-        cache_type_k=s.cache_type_k,
-        cache_type_v=s.cache_type_v,
-        n_parallel=max(1, s.n_parallel),
-        kv_unified=bool(s.kv_unified),
-        mmproj=s.mmproj.value,
-        flash_attn=s.flash_attn.value,
-        n_gpu_layers=s.n_gpu_layers,
-        n_cpu_moe=s.n_cpu_moe,
-        n_batch=s.n_batch,
-        n_ubatch=s.n_ubatch,
-        engine=s.engine.value,
-        mla_mode=s.mla_mode,
-        attn_max_batch_mib=s.attn_max_batch_mib,
-        fused_moe=s.fused_moe,
-        run_time_repack=s.run_time_repack,
-        kv_tail_tokens=s.kv_tail_tokens,
-        kv_tail_type=s.kv_tail_type,
-        ollama_auto_ctx=s.engine is Engine.OLLAMA and s.n_ctx <= 0,
-        no_kv_offload=s.no_kv_offload,
-        draft_model=draft.model_path if draft is not None else "",
-        draft_n_gpu_layers=max(-1, draft.n_gpu_layers) if draft is not None else current.draft_n_gpu_layers,
-        draft_cache_type_k=draft.cache_type_k if draft is not None else current.draft_cache_type_k,
-        draft_cache_type_v=draft.cache_type_v if draft is not None else current.draft_cache_type_v,
-    )
-
-
-def most_overfull(outcome: PlanOutcome) -> int:
-    """Index of the device that is most over its free memory in the outcome's estimate (what to show first)."""
-    devices = outcome.estimate.devices
-    return max(range(len(devices)), key=lambda i: devices[i].used_bytes - devices[i].device.free_bytes)
 
 
 @dataclass
@@ -182,10 +89,6 @@ class Panels:
     banner: MessageBanner
     status: QStatusBar
     activity: ActivityPanel
-
-
-def is_url(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
 
 
 def message_key(what: str) -> str:
@@ -206,7 +109,6 @@ class _UrlBridge(QObject):
 
 class Planner(QObject):
     model_loaded = Signal(object)  # LoadedModel
-    paste_failed = Signal(str)
     outcome_shown = Signal(object)  # PlanOutcome
     hardware_ready = Signal()
 
@@ -226,25 +128,16 @@ class Planner(QObject):
         self.model: LoadedModel | None = None
         self.detection: Detection | None = None
         self.outcome: PlanOutcome | None = None
-        self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
         self.estimate_failed = (
             False  # the newest request ended in an error (nothing of the last outcome is shown)
         )
         self.estimator = Estimator(backend, self)
         self.jobs = Jobs(parent=self)
-        self._scan_errors: list[str] = []
-        self._scans_done = 0
-        self.library: dict[str, LoadedModel | LibraryModel] = {}  # every model in the list, by path or URL
-        self._badge_generation = 0
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(DEBOUNCE_MS)
         self._debounce.timeout.connect(self.request_estimate)
         self._pending_since: float | None = None  # when the first change of the current burst came in
-        self._badge_timer = QTimer(self)
-        self._badge_timer.setSingleShot(True)
-        self._badge_timer.setInterval(BADGE_DELAY_MS)
-        self._badge_timer.timeout.connect(self.refresh_badges)
         self._save_timer = QTimer(self)
         self._save_timer.setSingleShot(True)
         self._save_timer.setInterval(SAVE_DELAY_MS)
@@ -260,16 +153,20 @@ class Planner(QObject):
         self._url_bridge.done.connect(self._url_done)
         self._url_bridge.failed.connect(self._url_failed)
 
+        self.library = LibraryController(self)  # the Models panel: the library, scans, badges
+        self.configs = Configurations(self)  # commands and presets in, configurations out
+        self.commands = CommandController(self)  # the Command panel: the command, copy, verify
+
         p = panels
         p.models.open_requested.connect(self.open)
-        p.verdict.apply_requested.connect(self.apply_alternative)
-        p.models.folder_added.connect(self.add_folder)
+        p.verdict.apply_requested.connect(self.configs.apply_alternative)
+        p.models.folder_added.connect(self.library.add_folder)
         p.hardware.devices_changed.connect(self._devices_changed)
         p.settings.changed.connect(self.schedule_estimate)
         p.settings.context_moved.connect(p.chart.set_context)
         p.chart.context_dragged.connect(p.settings.set_context)
-        p.command.shell_changed.connect(self._shell_changed)
-        p.command.verify_requested.connect(self.verify)
+        p.command.shell_changed.connect(self.commands.shell_changed)
+        p.command.verify_requested.connect(self.commands.verify)
         self.estimator.result.connect(self._show_outcome)
         self.estimator.error.connect(self.show_error)
         self.jobs.error.connect(self.show_error)
@@ -278,8 +175,6 @@ class Planner(QObject):
         p.hardware.set_host_ram_gib(user.host_ram_gib)
         p.settings.set_devices(user.launch_devices)
         p.command.set_shell(user.shell)
-        self._llama_server = backend.llama_server_in(user.llama_bin_dir)
-        p.command.set_verify_available(self._llama_server is not None)
 
     # -- start ---------------------------------------------------------------------------------------------------
     def start(self, initial: str | None = None) -> None:
@@ -294,10 +189,10 @@ class Planner(QObject):
         self.p.chart.build()  # pyqtgraph loads now, while the model's header is read and the first estimate runs
         self.p.status.showMessage("Detecting GPUs…")
         self.jobs.start("GPU detection", lambda _progress: self.backend.detect(), self._detected)
-        self.scan_library(self.backend.library_roots(self.user.folders), announce=False)
-        self._restore_opened()
+        self.library.scan_library(self.backend.library_roots(self.user.folders), announce=False)
+        self.library.restore_opened()
         if initial:
-            if is_remote_source(initial) or Path(initial).expanduser().is_file():
+            if is_remote_source(initial) or Path(expand_home(initial)).is_file():
                 self.open(initial)
             else:
                 self.p.banner.show_message("error", f"{initial}: no such file", key="open")
@@ -331,40 +226,15 @@ class Planner(QObject):
             self._stand_in = example
             self.open(example)
 
-    def _restore_opened(self) -> None:
-        """The models opened by file, drop or URL in earlier sessions join the list again (URLs unread until
-        clicked: reading them needs the network)."""
-        from fitplan.core.inputs.model_source import is_remote_source
-
-        local = [p for p in self.user.recent_files if not is_remote_source(p) and Path(p).is_file()]
-        for url in (p for p in self.user.recent_files if is_remote_source(p)):
-            self.p.models.add_placeholder(url)
-        if not local:
-            return
-
-        def work(_progress: Any) -> list[LoadedModel]:
-            out: list[LoadedModel] = []
-            for path in local:
-                try:
-                    out.append(self.backend.load(path))
-                except FitplanError:
-                    continue  # gone bad since: it simply is not listed
-            return out
-
-        self.jobs.start("Restoring models", work, self._restored)
-
-    def _restored(self, models: list[LoadedModel]) -> None:
-        for model in models:
-            if model.source not in self.library:
-                self.library[model.source] = model
-            self.p.models.add_model(model)
-        self._offer_drafts()
-        self._badge_timer.start()
-
     def settled(self) -> bool:
         """No job running or about to start, and the newest request answered (tests and benches wait for this)."""
         out = self.outcome
-        if self.jobs.running or self._url_token or self._debounce.isActive() or self._badge_timer.isActive():
+        if (
+            self.jobs.running
+            or self._url_token
+            or self._debounce.isActive()
+            or self.library.badge_timer.isActive()
+        ):
             return False
         if self.estimate_failed:
             return True
@@ -372,7 +242,7 @@ class Planner(QObject):
 
     def shutdown(self) -> None:
         self._debounce.stop()
-        self._badge_timer.stop()
+        self.library.badge_timer.stop()
         self._save_timer.stop()
         self._url_token = 0  # a URL read still hanging is a daemon thread: nobody waits for it
         self.estimator.shutdown()
@@ -450,7 +320,7 @@ class Planner(QObject):
     def _loaded(self, model: LoadedModel) -> None:
         self.model = model
         p = self.p
-        self.library[model.source] = model
+        self.library.add(model)
         p.models.add_model(model)
         p.models.select(model.source)
         if not is_url(model.source):
@@ -459,7 +329,7 @@ class Planner(QObject):
         p.summary.set_model(model)
         choices = self.user.model_choices.get(model.source)
         if choices is None:
-            choices = self.default_choices(model)
+            choices = default_choices_of(model)
         p.settings.set_model(model.profile, model.mmproj is not None, choices)
         p.chart.set_context(choices.n_ctx)
         p.chart.reset_hover()
@@ -467,7 +337,7 @@ class Planner(QObject):
         if model.source != stand_in:  # the stand-in for a model that could not be reopened is not remembered
             self.user = self.user.with_recent(model.source)
         p.models.set_recent(self.user.recent_files)
-        self._offer_drafts()
+        self.library.offer_drafts()
         p.status.showMessage(f"Opened {model.profile.name}", 4000)
         # What was said about the previous model (its warnings, its estimate, a failed open) is gone with it.
         p.banner.clear("model", "estimate", "estimate-error", "open")
@@ -475,66 +345,7 @@ class Planner(QObject):
             p.banner.show_message("warning", " ".join(model.warnings), key="model")
         self.model_loaded.emit(model)
         self.request_estimate()
-        self._badge_timer.start()  # every model opened gets its badge, not only the last of a burst
-
-    def _offer_drafts(self) -> None:
-        """The library's local models, smallest first, are the draft models the Settings panel offers."""
-        rows: list[tuple[int, str, str]] = []
-        for source, entry in self.library.items():
-            if is_url(source) or not Path(source).is_file():
-                continue
-            if isinstance(entry, LibraryModel):
-                size, label = entry.expected_size or entry.file_size, entry.display_name
-            else:
-                size, label = entry.profile.weight_bytes, Path(source).name
-            rows.append((size, label, source))
-        self.p.settings.set_draft_candidates([(label, source) for _size, label, source in sorted(rows)])
-
-    def add_folder(self, folder: str, remember: bool = True) -> None:
-        if remember and folder not in self.user.folders:
-            self.user = replace(self.user, folders=(*self.user.folders, folder))
-            self.save_soon()
-        self.scan_library((LibraryRoot(folder, RootKind.FOLDER),), announce=True)
-
-    def scan_library(self, roots: tuple[LibraryRoot, ...], announce: bool) -> None:
-        """Scan `roots` off the GUI thread; each model joins the list as its folder is done. `announce`: the user
-        asked for this scan, so files that could not be used are reported in the banner (else in the status bar)."""
-        flag = self.jobs.cancel_flag()
-        errors: list[str] = []
-        label = roots[0].path if len(roots) == 1 else "the model library"
-
-        def scan(progress: Any) -> int:
-            n = 0
-            for item in self.backend.scan_library(roots, flag):
-                progress(item)
-                n += isinstance(item, LibraryModel)
-            return n
-
-        def scanned(item: LibraryModel | SkippedFile) -> None:
-            if isinstance(item, LibraryModel):
-                if item.path not in self.library:
-                    self.library[item.path] = item
-                self.p.models.add_entry(item)
-            else:
-                errors.append(f"{item.path}: {item.reason}")
-
-        self.p.status.showMessage(f"Scanning {label}…")
-        self.jobs.start(
-            f"Scanning {label}", scan, lambda n: self._scan_done(label, n, errors, announce), scanned
-        )
-
-    def _scan_done(self, label: str, n: int, errors: list[str], announce: bool) -> None:
-        self._scan_errors = errors
-        self._scans_done += 1
-        self._offer_drafts()
-        skipped = f", {len(errors)} file(s) skipped" if errors else ""
-        self.p.status.showMessage(f"Scanned {label}: {n} model(s){skipped}", 5000)
-        self.refresh_badges()
-        if errors and announce:
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            self.p.banner.show_message(
-                "warning", f"Some files could not be used: {errors[0]}{more}", key="scan"
-            )
+        self.library.badge_timer.start()  # every model opened gets its badge, not only the last of a burst
 
     # -- hardware ------------------------------------------------------------------------------------------------
     def _detected(self, detection: Detection) -> None:
@@ -553,8 +364,8 @@ class Planner(QObject):
             )
         self.hardware_ready.emit()
         self.request_estimate()
-        if self._scans_done:
-            self.refresh_badges()  # the scan ended first: its models wait for the hardware
+        if self.library.scans_done:
+            self.library.refresh_badges()  # the scan ended first: its models wait for the hardware
 
     def _devices_changed(self) -> None:
         hw = self.p.hardware
@@ -571,7 +382,7 @@ class Planner(QObject):
         self.p.settings.set_margin_limit(machine)
         self.p.chart.reset_hover()
         self.schedule_estimate()
-        self._badge_timer.start()
+        self.library.badge_timer.start()
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def current_request(self) -> PlanRequest | None:
@@ -583,9 +394,16 @@ class Planner(QObject):
         self.user = replace(self.user.with_choices(self.model.source, choices), launch_devices=devices)
         mm = self.model.mmproj.path if self.model.mmproj is not None else None
         settings = replace(choices.to_launch_settings(mm), devices=self.p.settings.launch_devices())
+        settings = with_unheld(settings, self.configs.unheld)
         draft = self._draft_profile if settings.draft is not None else None
         return PlanRequest(
-            self.estimator.next_id(), self.model, settings, machine, choices.margin_mib * MIB, draft=draft
+            self.estimator.next_id(),
+            self.model,
+            settings,
+            machine,
+            choices.margin_mib * MIB,
+            draft=draft,
+            pinned=WINDOW_PINS | self.configs.unheld_pins,
         )
 
     def schedule_estimate(self) -> None:
@@ -666,65 +484,6 @@ class Planner(QObject):
             self._draft_profile = result
         self.request_estimate()
 
-    def refresh_badges(self) -> None:
-        """Estimate, off the GUI thread, whether each library model fits the planned devices (its saved settings).
-        Models the scan found but nobody opened yet have their header read first."""
-        machine = self.p.hardware.machine()
-        if machine is None or not self.library:
-            return
-        self._badge_generation += 1
-        generation = self._badge_generation
-        entries = list(self.library.items())
-        choices = {source: self.user.model_choices.get(source) for source, _ in entries}
-        margin = {source: (c or ModelChoices()).margin_mib * MIB for source, c in choices.items()}
-        devices = self.user.launch_devices
-
-        def work(_progress: Any) -> tuple[dict[str, str], dict[str, LoadedModel]]:
-            levels: dict[str, str] = {}
-            loaded: dict[str, LoadedModel] = {}
-            for source, entry in entries:
-                try:
-                    model = entry if isinstance(entry, LoadedModel) else self.backend.load(source)
-                    if not isinstance(entry, LoadedModel):
-                        loaded[source] = model
-                    c = choices[source] or self.default_choices(model)
-                    mm = model.mmproj.path if model.mmproj is not None else None
-                    settings = c.to_launch_settings(mm)
-                    if settings.engine is not Engine.OLLAMA:
-                        settings = replace(settings, devices=devices)
-                    draft = self._draft_of(settings)
-                    request = PlanRequest(
-                        0, model, settings, machine, margin[source], with_curve=False, draft=draft
-                    )
-                    levels[source] = self.backend.fit_level(request)
-                except FitplanError:
-                    levels[source] = ""
-            return levels, loaded
-
-        self.jobs.start("Fit badges", work, lambda result: self._badges(generation, *result))
-
-    def _draft_of(self, settings: LaunchSettings) -> ModelProfile | None:
-        """The draft model's profile for a badge (a draft that cannot be read is left out, as in the plan)."""
-        if settings.draft is None:
-            return None
-        try:
-            return self.backend.load(settings.draft.model_path).profile
-        except FitplanError:
-            return None
-
-    @staticmethod
-    def default_choices(model: LoadedModel) -> ModelChoices:
-        return ModelChoices(n_ctx=min(DEFAULT_CONTEXT, max(256, model.profile.n_ctx_train)))
-
-    def _badges(self, generation: int, levels: dict[str, str], loaded: dict[str, LoadedModel]) -> None:
-        for source, model in loaded.items():
-            if not isinstance(self.library.get(source), LoadedModel):
-                self.library[source] = model
-        if generation != self._badge_generation:
-            return  # the hardware changed since: a newer refresh is on its way
-        for source, level in levels.items():
-            self.p.models.set_fit(source, level)
-
     def _show_outcome(self, outcome: PlanOutcome) -> None:
         self.outcome = outcome
         self.estimate_failed = False
@@ -732,16 +491,14 @@ class Planner(QObject):
         p.banner.clear("estimate-error")
         if outcome.curve is not None:
             trained = self.model.profile.n_ctx_train if self.model is not None else 0
-            p.chart.set_curve(
-                outcome.curve, self.p.settings.choices().margin_mib * MIB, outcome.max_context, trained
-            )
-            if outcome.verdict.level == VerdictLevel.NO_FIT:
-                p.chart.select_device(most_overfull(outcome), automatic=True)
+            p.chart.set_curve(outcome.curve, outcome.margins, outcome.max_context, trained)
+            if outcome.verdict.level == VerdictLevel.NO_FIT and outcome.verdict.most_short is not None:
+                p.chart.select_device(outcome.verdict.most_short, automatic=True)
             else:
                 p.chart.restore_device()  # back to the device the user chose once the plan fits again
                 self._chart_a_used_device(outcome.curve)
         p.chart.set_context(outcome.estimate.settings.n_ctx)
-        p.devices.set_estimate(outcome.estimate, self.p.settings.choices().margin_mib * MIB)
+        p.devices.set_estimate(outcome.estimate, outcome.margins)
         if p.settings.context_is_automatic():
             p.settings.show_context(outcome.estimate.settings.n_ctx)
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
@@ -751,7 +508,7 @@ class Planner(QObject):
             if outcome.estimate.assumptions
             else ""
         )
-        self._show_command(outcome, p.command.current_shell())
+        self.commands.show(outcome, p.command.current_shell())
         if self.model is not None:
             p.models.set_fit(self.model.source, outcome.verdict.level)
         if outcome.estimate.warnings:
@@ -780,192 +537,6 @@ class Planner(QObject):
             self.p.devices.clear()
             self.p.command.set_command("")
             self.p.command.set_verify_available(False)
-
-    # -- command -------------------------------------------------------------------------------------------------
-    def _shell_changed(self, shell: str) -> None:
-        self.user = replace(self.user, shell=shell)
-        self.save_soon()
-        if self.outcome is not None:
-            self._show_command(self.outcome, shell)
-
-    def _show_command(self, outcome: PlanOutcome, shell: str) -> None:
-        """The llama-server line, or for ollama its environment, Modelfile and create command."""
-        engine = outcome.plan_settings.engine if outcome.plan_settings is not None else Engine.LLAMA_CPP
-        try:
-            if outcome.ollama is not None:
-                text = self.backend.render_ollama(outcome.ollama, shell)
-            else:
-                text = self.backend.render_command((*outcome.args, *self.kept_args), shell)
-        except FitplanError as exc:
-            text = ""
-            self.p.banner.show_message(
-                "warning", f"The command cannot be written for this shell: {exc}", key="command"
-            )
-        else:
-            self.p.banner.clear("command")
-        self.p.command.set_command(text, engine)
-        # llama-fit-params verifies mainline llama.cpp's allocation only.
-        self.p.command.set_verify_available(self._llama_server is not None and engine is Engine.LLAMA_CPP)
-
-    def copy_command(self) -> None:
-        self.p.command.copy()
-        self.p.status.showMessage("Command copied to the clipboard", 3000)
-
-    def set_llama_bin_dir(self, folder: str) -> None:
-        self.user = replace(self.user, llama_bin_dir=folder)
-        self.save_soon()
-        self._llama_server = self.backend.llama_server_in(folder)
-        found = self._llama_server is not None
-        self.p.command.set_verify_available(found)
-        if not found:
-            self.p.banner.show_message(
-                "warning", f"No llama-server in {folder}; verification stays off.", key="llama-bin"
-            )
-        else:
-            self.p.banner.clear("llama-bin")
-
-    def verify_argv(self) -> list[str] | None:
-        """`fitplan verify` for the shown plan, estimating for the planned GPUs (not whatever this machine has)."""
-        outcome, machine = self.outcome, self.p.hardware.machine()
-        if outcome is None or machine is None or self.model is None or not self.user.llama_bin_dir:
-            return None
-        argv = [
-            sys.executable,
-            "-m",
-            "fitplan",
-            "verify",
-            *outcome.args[1:],
-            "--llama-bin",
-            self.user.llama_bin_dir,
-            "--json",
-        ]
-        for gpu in machine.gpus:
-            argv += ["--assume-gpu", f"{gpu.name.replace('=', '-')}={gpu.free_bytes // MIB}MiB"]
-        return argv
-
-    def verify(self) -> None:
-        argv = self.verify_argv()
-        if argv is None:
-            return
-        hypothetical = [d.name for d, on in self.p.hardware.devices() if on and d.hypothetical]
-
-        def run(_progress: Any) -> str:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-            if done.returncode != 0:
-                lines = (done.stderr or done.stdout).strip().splitlines()
-                raise FitplanError(lines[-1] if lines else f"fitplan verify failed (exit {done.returncode})")
-            return done.stdout
-
-        self.p.activity.start("Running llama-fit-params…", None)
-        self.jobs.start("Verify with llama.cpp", run, lambda out: self._verified(out, hypothetical))
-
-    def _verified(self, output: str, hypothetical: list[str]) -> None:
-        self.p.activity.stop()
-        try:
-            rows = json.loads(output).get("rows", [])
-        except (ValueError, AttributeError):
-            rows = []
-        text = verify_summary(rows)
-        if hypothetical:
-            text += (
-                f" llama-fit-params measured this machine's devices, not the hypothetical "
-                f"{', '.join(hypothetical)}: compare per device with care."
-            )
-        self.p.banner.show_message("info", text, key="verify")
-
-    # -- a pasted command, saved and loaded configurations --------------------------------------------------------
-    def apply_alternative(self, change: str) -> None:
-        """One click on a "what would change it" row: its flags are applied to the current settings."""
-        from fitplan.core.launch.flags import parse_flags
-
-        req = self.current_request()
-        if req is None:
-            return
-        try:
-            parsed = parse_flags(change.split(), base=req.settings)
-        except FitplanError as exc:
-            self.p.banner.show_message("error", f"{change}: {exc}", key="alternative")
-            return
-        self.p.settings.set_choices(choices_from_settings(parsed.settings, self.p.settings.choices()))
-        self.schedule_estimate()
-        self.p.status.showMessage(f"Applied {change}", 4000)
-
-    def paste_command(self, text: str) -> None:
-        """Set every control from a llama-server command line (pasted, dropped or loaded from a script). Flags
-        fitplan does not model are kept in the command and named; a model given with -m is opened."""
-        from fitplan.core.launch.command_line import import_command
-
-        try:
-            imported = import_command(text, engine=self.p.settings.current_engine())
-        except FitplanError as exc:
-            self.p.banner.show_message("error", f"Paste: {exc}", key="paste")
-            self.paste_failed.emit(str(exc))
-            return
-        self.p.banner.clear("paste")
-        current = self.p.settings.choices()
-        choices = choices_from_settings(imported.settings, current)
-        self.kept_args = kept_flags(imported.args, imported.ignored, imported.unmodelled)
-        model = imported.model_path
-        if model and (self.model is None or Path(model).expanduser() != Path(self.model.source)):
-            if Path(model).expanduser().is_file():
-                self.user = self.user.with_choices(str(Path(model).expanduser()), choices)
-                self.open(str(Path(model).expanduser()))
-            else:
-                self.p.banner.show_message(
-                    "warning",
-                    f"The pasted command's model {model} is not on this "
-                    "machine; its settings apply to the open model.",
-                    key="paste-model",
-                )
-        self.p.settings.set_choices(choices)
-        self.p.settings.set_devices(imported.settings.devices)
-        self.schedule_estimate()
-        if imported.unmodelled or imported.ignored:
-            names = ", ".join(e.partition(" ")[0] for e in (*imported.unmodelled, *imported.ignored))
-            self.p.banner.show_message(
-                "info", f"Kept in the command, not in the estimate: {names}", key="paste-kept"
-            )
-        self.p.status.showMessage("Settings taken from the pasted command", 4000)
-
-    def save_configuration(self, path: str, kind: str = "") -> None:
-        """The plan as a llama-server preset (.ini), a script for the chosen shell, or an ollama Modelfile."""
-        from fitplan.core.launch.command_line import ollama_export, to_preset_ini
-
-        out = self.outcome
-        if out is None or self.model is None or out.plan_settings is None:
-            self.p.banner.show_message("warning", "Nothing to save yet: open a model first.", key="save")
-            return
-        name = Path(path).name
-        try:
-            if name.lower().endswith(".ini") or "preset" in kind:
-                text = to_preset_ini(
-                    out.plan_settings, Path(self.model.source).stem or "model", self.model.source
-                )
-            elif name == "Modelfile" or name.lower().endswith(".modelfile") or "Modelfile" in kind:
-                text = ollama_export(out.plan_settings, self.model.source).modelfile
-            else:
-                shell = {".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}.get(
-                    Path(path).suffix.lower(), self.p.command.current_shell()
-                )
-                body = self.backend.render_command((*out.args, *self.kept_args), shell)
-                text = ("#!/bin/sh\n" if shell == "sh" else "") + body + "\n"
-            Path(path).write_text(text, encoding="utf-8")
-        except (FitplanError, OSError) as exc:
-            self.p.banner.show_message("error", f"Could not save {name}: {exc}", key="save")
-            return
-        self.p.banner.clear("save")
-        self.p.status.showMessage(f"Saved {path}", 4000)
-
-    def load_configuration(self, path: str) -> None:
-        """A saved script or preset: its command (or preset section) sets the controls."""
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")[:MAX_CONFIG_CHARS]
-        except OSError as exc:
-            self.p.banner.show_message("error", f"Could not read {path}: {exc.strerror or exc}", key="paste")
-            return
-        if Path(path).suffix.lower() == ".ini":
-            text = " ".join(["llama-server", *preset_args(text)])
-        self.paste_command(text)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save_soon(self) -> None:

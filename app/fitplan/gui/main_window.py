@@ -314,7 +314,7 @@ class MainWindow(QMainWindow):
         edit.addAction(paste_action)
         plan = self.menuBar().addMenu("&Plan")
         copy_action = QAction("&Copy command", self, shortcut=QKeySequence("Ctrl+Shift+C"))
-        copy_action.triggered.connect(self.planner.copy_command)
+        copy_action.triggered.connect(self.planner.commands.copy_command)
         ctx_action = QAction("Focus &context", self, shortcut=QKeySequence("Ctrl+L"))
         ctx_action.triggered.connect(self.settings.focus_context)
         for a in (copy_action, ctx_action):
@@ -390,7 +390,7 @@ class MainWindow(QMainWindow):
             focus.paste()  # type: ignore[attr-defined]
             return
         clipboard = QGuiApplication.clipboard()
-        self.planner.paste_command(clipboard.text() if clipboard is not None else "")
+        self.planner.configs.paste_command(clipboard.text() if clipboard is not None else "")
 
     def _ask_save_configuration(self) -> None:
         path, chosen = QFileDialog.getSaveFileName(
@@ -400,7 +400,7 @@ class MainWindow(QMainWindow):
             "llama-server preset (*.ini);;Shell script (*.sh *.ps1 *.bat);;ollama Modelfile (Modelfile *.modelfile)",
         )
         if path:
-            self.planner.save_configuration(path, chosen)
+            self.planner.configs.save_configuration(path, chosen)
 
     def _ask_load_configuration(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -410,7 +410,7 @@ class MainWindow(QMainWindow):
             "llama-server presets and scripts (*.ini *.sh *.ps1 *.bat *.cmd *.txt);;All files (*)",
         )
         if path:
-            self.planner.load_configuration(path)
+            self.planner.configs.load_configuration(path)
 
     def _set_tab_order(self) -> None:
         m, s, c = self.models, self.settings, self.command
@@ -467,7 +467,7 @@ class MainWindow(QMainWindow):
     def _ask_llama_dir(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "llama.cpp build folder (with llama-server)")
         if folder:
-            self.planner.set_llama_bin_dir(folder)
+            self.planner.commands.set_llama_bin_dir(folder)
 
     # -- drag and drop -------------------------------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
@@ -504,7 +504,7 @@ class MainWindow(QMainWindow):
         mime = event.mimeData()
         if not mime.hasUrls() and mime.hasText() and looks_like_command(mime.text()):
             event.acceptProposedAction()
-            self.planner.paste_command(mime.text())
+            self.planner.configs.paste_command(mime.text())
             return
         sources = self._sources(event)
         folders = dropped_folders(self._local(event))
@@ -512,7 +512,7 @@ class MainWindow(QMainWindow):
             return
         event.acceptProposedAction()
         for folder in folders:
-            self.planner.add_folder(folder)
+            self.planner.library.add_folder(folder)
         for source in sources:
             self.planner.open(source)
 

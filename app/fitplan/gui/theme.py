@@ -65,3 +65,11 @@ def background() -> QColor:
     if isinstance(app, QGuiApplication):
         return app.palette().color(QPalette.ColorRole.Base)
     return QColor("white")
+
+
+def configure_pyqtgraph() -> None:
+    """pyqtgraph's look for this theme (called once pyqtgraph is loaded: the chart builds its plot after the first
+    paint)."""
+    import pyqtgraph as pg
+
+    pg.setConfigOptions(antialias=True, background=None, foreground="w" if is_dark() else "k")

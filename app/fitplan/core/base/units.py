@@ -1,4 +1,5 @@
-"""Byte units and the one padding rule (GGML_PAD) every size in fitplan is rounded with."""
+"""Byte units, the one padding rule (GGML_PAD) every size in fitplan is rounded with, and how a context length and
+a size are written for people."""
 
 from __future__ import annotations
 
@@ -10,3 +11,15 @@ GIB = 1 << 30
 def pad(n: int, align: int) -> int:
     """GGML_PAD: `n` rounded up to a multiple of `align`."""
     return (n + align - 1) // align * align
+
+
+def fmt_ctx(n: int) -> str:
+    """A context length for people: 32K, 1,000."""
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    return f"{n:,}"
+
+
+def fmt_gib(n: int | float) -> str:
+    """A size in GiB with one decimal: 22.0 GiB."""
+    return f"{n / GIB:.1f} GiB"

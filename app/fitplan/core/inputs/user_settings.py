@@ -69,7 +69,7 @@ class SettingsFormatError(ValueError):
 class ModelChoices:
     """The settings the user picked for one model (the controls of the Settings panel)."""
 
-    n_ctx: int = 32768
+    n_ctx: int = 32768  # DEFAULT_CONTEXT
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     n_parallel: int = 1
@@ -111,30 +111,91 @@ class ModelChoices:
         engine = Engine(self.engine)
         ollama = engine is Engine.OLLAMA
         return LaunchSettings(
+            **{name: getattr(self, name) for name in SAME_AS_SETTINGS},
             n_ctx=0 if ollama and self.ollama_auto_ctx else self.n_ctx,
             n_parallel=self.n_parallel,
             kv_unified=self.kv_unified,
-            cache_type_k=self.cache_type_k,
-            cache_type_v=self.cache_type_v,
             flash_attn=FlashAttn(self.flash_attn),
-            n_batch=self.n_batch,
-            n_ubatch=self.n_ubatch,
-            n_gpu_layers=self.n_gpu_layers,
-            n_cpu_moe=self.n_cpu_moe,
             mmproj_path=None if self.mmproj == MmprojPlacement.NONE.value else mmproj_path,
             mmproj=MmprojPlacement(self.mmproj),
             fit=False,
             engine=engine,
-            mla_mode=self.mla_mode,
-            attn_max_batch_mib=self.attn_max_batch_mib,
-            fused_moe=self.fused_moe,
-            run_time_repack=self.run_time_repack,
-            kv_tail_tokens=self.kv_tail_tokens,
-            kv_tail_type=self.kv_tail_type,
             gpu_overhead_bytes=self.gpu_overhead_mib << 20 if ollama else 0,
             no_kv_offload=self.no_kv_offload and not ollama,
             draft=self.draft_settings(),
         )
+
+
+#: The choices that are the `LaunchSettings` field of the same name, value for value.
+SAME_AS_SETTINGS = (
+    "cache_type_k", "cache_type_v", "n_batch", "n_ubatch", "n_gpu_layers", "n_cpu_moe", "mla_mode",
+    "attn_max_batch_mib", "fused_moe", "run_time_repack", "kv_tail_tokens", "kv_tail_type",
+)  # fmt: skip
+
+#: The context a model opens with when nothing was chosen for it (capped at its training length).
+DEFAULT_CONTEXT = 32768
+MIN_CONTEXT = 256
+
+
+def default_choices(n_ctx_train: int) -> ModelChoices:
+    """The choices of a model opened for the first time: the default context, capped by its training length."""
+    return ModelChoices(n_ctx=min(DEFAULT_CONTEXT, max(MIN_CONTEXT, n_ctx_train)))
+
+
+def choices_from_settings(s: LaunchSettings, current: ModelChoices) -> ModelChoices:
+    """The choices that launch settings read from a command or a preset stand for (what they do not say stays as
+    `current` has it: the margin). The settings no choice holds are `unheld_flags`."""
+    draft = s.draft
+    return replace(
+        current,
+        **{name: getattr(s, name) for name in SAME_AS_SETTINGS},
+        kv_unified=bool(s.kv_unified),
+        n_ctx=s.n_ctx if s.n_ctx > 0 else current.n_ctx,
+        n_parallel=max(1, s.n_parallel),
+        mmproj=s.mmproj.value,
+        flash_attn=s.flash_attn.value,
+        engine=s.engine.value,
+        ollama_auto_ctx=s.engine is Engine.OLLAMA and s.n_ctx <= 0,
+        no_kv_offload=s.no_kv_offload,
+        draft_model=draft.model_path if draft is not None else "",
+        draft_n_gpu_layers=max(-1, draft.n_gpu_layers) if draft is not None else current.draft_n_gpu_layers,
+        draft_cache_type_k=draft.cache_type_k if draft is not None else current.draft_cache_type_k,
+        draft_cache_type_v=draft.cache_type_v if draft is not None else current.draft_cache_type_v,
+    )
+
+
+#: The settings `ModelChoices` holds (as `written_flags` names them), and those a front end keeps beside them
+#: (the model, its devices, the projector found next to it).
+_HELD = frozenset(
+    {
+        "model", "devices", "mmproj_path", "fit", "engine", "n_ctx", "n_parallel", "kv_unified", "cache_type_k",
+        "cache_type_v", "flash_attn", "n_batch", "n_ubatch", "n_gpu_layers", "n_cpu_moe", "mmproj", "mla_mode",
+        "attn_max_batch_mib", "fused_moe", "run_time_repack", "kv_tail_tokens", "kv_tail_type",
+        "gpu_overhead_bytes", "no_kv_offload", "draft.model_path", "draft.n_gpu_layers", "draft.cache_type_k",
+        "draft.cache_type_v",
+    }
+)  # fmt: skip
+
+
+def unheld_flags(s: LaunchSettings) -> tuple[str, ...]:
+    """The argv words of the settings no model choice holds (`--no-op-offload`, `-nr`, `--swa-full`, `-ot` ...):
+    parsed onto the choices' settings (`with_unheld`), the plan launches everything a command or preset said."""
+    from fitplan.core.launch.flags import written_flags
+
+    words: list[str] = []
+    for w in written_flags(s):
+        if w.key not in _HELD:
+            words += [w.flag] if w.value is None else [w.flag, w.value]
+    return tuple(words)
+
+
+def with_unheld(settings: LaunchSettings, words: tuple[str, ...]) -> LaunchSettings:
+    """`settings` with the `unheld_flags` words applied."""
+    if not words:
+        return settings
+    from fitplan.core.launch.flags import parse_flags
+
+    return parse_flags(list(words), base=settings, engine=settings.engine).settings
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ __all__ = [
     "import_preset",
     "ollama_export",
     "plan_to_args",
+    "preset_section_args",
     "read_preset_ini",
     "to_preset_ini",
 ]
@@ -128,9 +129,9 @@ def to_preset_ini(
     comment: str = "",
 ) -> str:
     """One `[name]` section of a llama-server models preset (INI) with the same settings as `plan_to_args`."""
-    if not name or "]" in name or "\n" in name or name != name.strip():
+    if not name or "]" in name or name != name.strip(" \t") or not name.isprintable():
         raise FlagError(
-            f"preset name {name!r}: must be non-empty, without ']' or line breaks or outer blanks"
+            f"preset name {name!r}: must be non-empty and printable (no line breaks), without ']' or outer blanks"
         )
     lines: list[str] = []
     if comment:
@@ -148,34 +149,59 @@ def to_preset_ini(
     return "\n".join(lines) + "\n"
 
 
+#: common/preset.cpp's INI grammar: lines end at \r\n, \n or \r; blanks are spaces and tabs; a `;` or `#` starts a
+#: comment anywhere (so a value ends before it); keys are identifiers; keys before any section are in [default].
+_INI_LINE_END = re.compile(r"\r\n|\n|\r")
+_INI_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+PRESET_DEFAULT_SECTION = "default"
+PRESET_GLOBAL_SECTION = "*"
+
+
+def _ini_line(raw: str) -> str:
+    """A line without its comment and outer blanks."""
+    cut = min((i for i in (raw.find(";"), raw.find("#")) if i >= 0), default=len(raw))
+    return raw[:cut].strip(" \t")
+
+
 def read_preset_ini(text: str) -> dict[str, tuple[str, ...]]:
     """The sections of a `--models-preset` INI text, each as the llama-server arguments its keys stand for (the way
-    back of `to_preset_ini`; keys are read through the same flag table)."""
+    back of `to_preset_ini`; keys are read through the same flag table), read as common/preset.cpp reads them."""
     sections: dict[str, list[tuple[str, str]]] = {}
     current: list[tuple[str, str]] | None = None
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in ";#":
+    for n, raw in enumerate(_INI_LINE_END.split(text), 1):
+        head, close, rest = raw.strip(" \t").partition("]")
+        if head.startswith("[") and close and not _ini_line(rest):
+            current = sections.setdefault(head[1:].strip(" \t"), [])
             continue
-        if line.startswith("[") and line.endswith("]"):
-            current = sections.setdefault(line[1:-1].strip(), [])
+        line = _ini_line(raw)
+        if not line:
             continue
         key, eq, value = line.partition("=")
-        if not eq or current is None:
+        key = key.strip(" \t")
+        if not eq or not _INI_KEY.fullmatch(key):
             raise FlagError(f"preset line {n}: expected [name] or key = value, got {raw[:60]!r}")
-        current.append((key.strip(), value.strip()))
+        if current is None:
+            current = sections.setdefault(PRESET_DEFAULT_SECTION, [])
+        current.append((key, value.strip(" \t")))
     return {name: preset_args(entries) for name, entries in sections.items()}
 
 
-def import_preset(text: str, name: str | None = None, engine: Engine | None = None) -> ParsedFlags:
-    """One section of a preset (the only one, or `name`) read back into settings, as `parse_flags` reads flags."""
+def preset_section_args(text: str, name: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """One section of a preset (`name`, else the only one) and its arguments, after those of the global section
+    `[*]` that llama-server applies to every preset."""
     sections = read_preset_ini(text)
+    common = sections.pop(PRESET_GLOBAL_SECTION, ())
     if name is None and len(sections) != 1:
         raise FlagError(f"the preset has {len(sections)} sections: name one ({', '.join(sections)[:200]})")
     key = name if name is not None else next(iter(sections))
     if key not in sections:
         raise FlagError(f"the preset has no section [{key}]")
-    return parse_flags(sections[key], engine=engine)
+    return key, (*common, *sections[key])
+
+
+def import_preset(text: str, name: str | None = None, engine: Engine | None = None) -> ParsedFlags:
+    """One section of a preset (the only one, or `name`) read back into settings, as `parse_flags` reads flags."""
+    return parse_flags(preset_section_args(text, name)[1], engine=engine)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1093,20 +1093,66 @@ _PRESET_SWITCH: dict[tuple[str, str], Flag] = {
 }
 
 
+#: How llama.cpp reads a switch's preset value (common/arg.cpp `is_truthy` / `is_falsey`; case matters).
+PRESET_TRUE = frozenset({"on", "enabled", "true", "1"})
+PRESET_FALSE = frozenset({"off", "disabled", "false", "0"})
+
+
+def _switch_value(key: str, value: str) -> str:
+    """A switch's preset value as "true" or "false" (llama.cpp's truthy and falsey words), else a one-line error."""
+    if value in PRESET_TRUE:
+        return "true"
+    if value in PRESET_FALSE:
+        return "false"
+    raise FlagError(f"preset key {key}: expected true or false, got {_shown(value)}")
+
+
+def _preset_switch(key: str, value: str) -> tuple[str, ...]:
+    """A switch key (`kv-offload = false`): its flag, or none where llama.cpp has no negation (it skips it)."""
+    sw = _PRESET_SWITCH.get((key, _switch_value(key, value)))
+    return (sw.short,) if sw is not None else ()
+
+
+def _preset_flag_name(key: str, value: str) -> tuple[str, ...] | None:
+    """A key spelled as one of a flag's long names (`no-kv-offload = true`, `temp = 0.7`), as llama.cpp's
+    preset loader accepts every spelling: the flag's arguments, or None when llama-server has no such flag."""
+    name = "--" + key if ("--" + key) in FLAG_BY_NAME or ("--" + key) in _IGNORED_ARITY else "-" + key
+    row = FLAG_BY_NAME.get(name)
+    if row is not None:
+        if row.read is not None:
+            return (row.short, value)
+        if _switch_value(key, value) == "true":
+            return (row.short,)
+        opposite = _PRESET_SWITCH.get((row.ini, "true" if row.ini_value == "false" else "false"))
+        return (opposite.short,) if opposite is not None and opposite is not row else ()
+    arity = _IGNORED_ARITY.get(name)
+    if arity == 1:
+        return (name, value)
+    if arity == 0:
+        if _switch_value(key, value) == "true":
+            return (name,)
+        negated = "--" + key[3:] if key.startswith("no-") else "--no-" + key
+        return (negated,) if negated in _IGNORED_ARITY else ()
+    return None
+
+
 def preset_args(entries: Sequence[tuple[str, str]]) -> tuple[str, ...]:
-    """The llama-server arguments a preset section's `key = value` entries stand for (`--models-preset` keys)."""
+    """The llama-server arguments a preset section's `key = value` entries stand for (`--models-preset` keys, as
+    common/preset.cpp reads them: a preset key, or any long spelling of a flag; `version` is reserved)."""
     argv: list[str] = []
     for key, value in entries:
+        if key == "version":
+            continue
         row = _PRESET_VALUE.get(key)
         if row is not None:
             spelling = row.short if row.names else row.spelling
             argv.extend((spelling, value))
             continue
-        sw = _PRESET_SWITCH.get((key, value.lower()))
-        if sw is not None:
-            argv.append(sw.short)
-            continue
         if any(k == key for k, _ in _PRESET_SWITCH):
-            raise FlagError(f"preset key {key}: expected true or false, got {_shown(value)}")
-        raise FlagError(f"preset key {_shown(key)}: not a key fitplan reads")
+            argv.extend(_preset_switch(key, value))
+            continue
+        words = _preset_flag_name(key, value)
+        if words is None:
+            raise FlagError(f"preset key {_shown(key)}: not a key fitplan reads")
+        argv.extend(words)
     return tuple(argv)

@@ -53,6 +53,12 @@ class MarginPolicy:
         base = device.free_bytes if self.use_free else device.total_bytes
         return base - self.margin(device, gpu_index)
 
+    def kept_free(self, machine: Machine) -> tuple[int, ...]:
+        """The bytes kept free on each device of `machine` (its GPUs in order, then the host), as `capacity`
+        applies them; 0 on the host when it is not checked. What a front end draws as each device's margin."""
+        gpus = tuple(self.margin(d, i) for i, d in enumerate(machine.gpus))
+        return (*gpus, self.margin(machine.host, None) if self.check_host else 0)
+
     def describe(self) -> str:
         """The margins in words, as every verdict states them."""
         basis = "free" if self.use_free else "total"

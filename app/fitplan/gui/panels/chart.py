@@ -18,7 +18,8 @@ from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QVBoxLayou
 
 from fitplan.core.base.devices import GIB
 from fitplan.core.base.results import TERM_ORDER, TermKind
-from fitplan.gui.backend import CurveData, fmt_ctx, term_label
+from fitplan.core.base.units import fmt_ctx
+from fitplan.gui.backend import CurveData, term_label
 from fitplan.gui.naming import device_names
 from fitplan.gui.theme import (
     CAPACITY_COLOUR,
@@ -72,14 +73,16 @@ class ChartPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._curve: CurveData | None = None
-        self._margin = 0
+        self._margins: tuple[int, ...] = ()
         self._x = np.zeros(0)
         self._device = 0
         self._setting_context = False
         self._max_context = 0
         self._n_ctx_train = 0
         self._legend_kinds: tuple[TermKind, ...] = ()
-        self._drawn: tuple[int, int, int] | None = None  # (device, margin, training context) the bands show
+        self._drawn: tuple[int, tuple[int, ...], int] | None = (
+            None  # (device, margins, training context) shown
+        )
         self._ticks: list[list[tuple[float, str]]] = []
         self._user_device = 0  # the device the user picked; a no-fit result may show another for a while
 
@@ -131,7 +134,7 @@ class ChartPanel(QWidget):
         global pg
         import pyqtgraph as pg
 
-        from fitplan.gui.app import configure_pyqtgraph
+        from fitplan.gui.theme import configure_pyqtgraph
 
         configure_pyqtgraph()
         self.plot = pg.PlotWidget()
@@ -187,7 +190,9 @@ class ChartPanel(QWidget):
             label="margin",
             labelOpts={"position": 0.45, "color": MARGIN_COLOUR, "anchors": [(0.5, 0), (0.5, 0)]},
         )
-        self.margin_line.setToolTip("The margin kept free on each GPU: the plan must stay under this line")
+        self.margin_line.setToolTip(
+            "The margin the plan keeps free on this device (GPU or host RAM): it must stay under this line"
+        )
         self.max_line = pg.InfiniteLine(
             angle=90,
             pen=pg.mkPen(MAX_LINE_COLOUR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine),
@@ -272,7 +277,10 @@ class ChartPanel(QWidget):
         self.readout.setText(HOVER_HINT)
 
     # -- data ----------------------------------------------------------------------------------------------------
-    def set_curve(self, curve: CurveData, margin_bytes: int, max_context: int, n_ctx_train: int = 0) -> None:
+    def set_curve(
+        self, curve: CurveData, margins: tuple[int, ...], max_context: int, n_ctx_train: int = 0
+    ) -> None:
+        """`margins`: the bytes the plan keeps free on each device of the curve (the core's `kept_free`)."""
         names = device_names(curve.devices)
         if names != [self.device_box.itemText(i) for i in range(self.device_box.count())]:
             self.device_box.blockSignals(True)
@@ -283,11 +291,11 @@ class ChartPanel(QWidget):
             self.device_box.blockSignals(False)
         unchanged = (
             self._curve is not None
-            and self._drawn == (self._device, margin_bytes, n_ctx_train)
+            and self._drawn == (self._device, margins, n_ctx_train)
             and same_curve(self._curve, curve)
         )
         self._curve = curve
-        self._margin = margin_bytes
+        self._margins = margins
         self._n_ctx_train = n_ctx_train
         if unchanged:  # a context drag: the bands stay, only the largest-context marks may move
             if max_context != self._max_context:
@@ -304,7 +312,7 @@ class ChartPanel(QWidget):
         if curve is None or not len(self._x) or not self.built:
             return
         d = self._device
-        self._drawn = (d, self._margin, self._n_ctx_train)
+        self._drawn = (d, self._margins, self._n_ctx_train)
         cumulative = np.zeros(len(self._x))
         shown = []
         for t, kind in enumerate(TERM_ORDER):
@@ -322,8 +330,9 @@ class ChartPanel(QWidget):
         free = device.free_bytes / GIB
         self.capacity.setVisible(True)
         self.capacity.setValue(free)
-        self.margin_line.setValue(max(0.0, (device.free_bytes - self._margin) / GIB))
-        self.margin_line.setVisible(device.kind.value == "gpu" and self._margin > 0)
+        margin = self._margins[d] if d < len(self._margins) else 0
+        self.margin_line.setValue(max(0.0, (device.free_bytes - margin) / GIB))
+        self.margin_line.setVisible(margin > 0)
         lo, hi = float(self._x[0]), float(self._x[-1])
         item = self.plot.getPlotItem()
         item.setXRange(lo, hi + X_PAD, padding=0.0)

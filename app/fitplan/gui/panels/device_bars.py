@@ -1,7 +1,8 @@
 """All devices at a glance: for each planned device one bar, "used / capacity", split by memory term.
 
-The bar's full width is the device's free memory (what the plan may use); the dashed tick is the margin kept free on
-a GPU; a device over its capacity gets a red outline and its text says by how much.
+The bar's full width is the device's free memory; the dashed tick is the margin the plan keeps free on it (each GPU's
+and the host's, as the planner applies them); a device over its capacity gets a red outline and its text says by how
+much.
 """
 
 from __future__ import annotations
@@ -94,14 +95,18 @@ class DeviceBarsPanel(QWidget):
             self.rows.append((name, bar, text))
         return self.rows[i]
 
-    def set_estimate(self, estimate: Estimate, margin_bytes: int) -> None:
+    def set_estimate(self, estimate: Estimate, margins: tuple[int, ...]) -> None:
+        """`margins`: the bytes the plan keeps free on each device of the estimate (the core's `kept_free`)."""
         names = device_names([d.device for d in estimate.devices])
         labels = {id(d): n for d, n in zip(estimate.devices, names, strict=True)}
-        shown = [d for d in estimate.devices if d.terms or d.device.kind is DeviceKind.CPU]
+        shown = [
+            (d, margins[i] if i < len(margins) else 0)
+            for i, d in enumerate(estimate.devices)
+            if d.terms or d.device.kind is DeviceKind.CPU
+        ]
         self.empty.setVisible(not shown)
-        for i, de in enumerate(shown):
+        for i, (de, margin) in enumerate(shown):
             name, bar, text = self._row(i)
-            margin = margin_bytes if de.device.kind is DeviceKind.GPU else 0
             self._fill(de, labels[id(de)], margin, name, bar, text)
         for name, bar, text in self.rows[len(shown) :]:
             for w in (name, bar, text):

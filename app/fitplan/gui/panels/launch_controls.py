@@ -589,7 +589,9 @@ class SettingsPanel(QWidget):
         self.mmproj.setToolTip(
             self._mmproj_tip if has_projector else "No projector (mmproj) file was found next to this model"
         )
-        self._is_mla = profile.is_mla
+        from fitplan.core.engines import ik_is_mla  # the model is read: the core is loaded
+
+        self._is_mla = ik_is_mla(profile)  # ik_llama.cpp's own rule, as its estimate uses it
         self._word_mla_tooltip()
         self.fmoe.setEnabled(profile.is_moe)  # fused expert matmuls: nothing to fuse without experts
         self._updating = False

@@ -29,9 +29,10 @@ from PySide6.QtWidgets import (
 
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.base.units import fmt_ctx, fmt_gib
 from fitplan.core.inputs.model_source import load_source_models
 from fitplan.core.plan import ranking
-from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest, VerdictLevel, fmt_ctx, fmt_gib
+from fitplan.gui.backend import Backend, PlanOutcome, PlanRequest, VerdictLevel
 from fitplan.gui.theme import verdict_colour
 from fitplan.gui.workers import JobError, Jobs
 

@@ -8,7 +8,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
 from fitplan.core.base.devices import GIB
-from fitplan.gui.backend import LoadedModel, fmt_ctx, layer_makeup
+from fitplan.core.base.units import fmt_ctx
+from fitplan.gui.backend import LoadedModel, layer_makeup
 
 if TYPE_CHECKING:
     from fitplan.core.model.profile import ModelProfile

@@ -1,0 +1,189 @@
+"""Configurations in and out: a pasted or dropped command, a preset (INI) or script loaded, a "what would change it"
+row applied, and the plan saved as a preset, a script or an ollama Modelfile. Every flag is read by the core."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Signal
+
+from fitplan.core.base.errors import FitplanError
+from fitplan.core.base.files import expand_home
+from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.inputs.user_settings import choices_from_settings, unheld_flags
+
+if TYPE_CHECKING:
+    from fitplan.gui.controller import Planner
+
+MAX_CONFIG_CHARS = 200_000
+
+
+def kept_flags(ignored: tuple[str, ...], unmodelled: tuple[str, ...]) -> tuple[str, ...]:
+    """The pasted flags the plan's command does not write itself (those without a memory effect, and those whose
+    effect fitplan does not model), each with its value, as argv words."""
+    out: list[str] = []
+    for entry in (*unmodelled, *ignored):
+        flag, _, value = entry.partition(" ")
+        out += [flag, value] if value else [flag]
+    return tuple(out)
+
+
+class Configurations(QObject):
+    """The flags a command or preset set beyond the controls: kept in the command, or planned (no control)."""
+
+    paste_failed = Signal(str)
+
+    def __init__(self, planner: Planner) -> None:
+        super().__init__(planner)
+        self.planner = planner
+        self.p = planner.p
+        self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
+        # pasted or preset flags no control holds (--no-op-offload, -nr, -ot ...): applied to every request
+        self.unheld: tuple[str, ...] = ()
+        self.unheld_pins: frozenset[str] = frozenset()  # the settings those flags pin
+
+    def apply_alternative(self, change: str) -> None:
+        """One click on a "what would change it" row: its flags are applied to the current settings."""
+        from fitplan.core.launch.flags import parse_flags
+
+        req = self.planner.current_request()
+        if req is None:
+            return
+        try:
+            parsed = parse_flags(change.split(), base=req.settings)
+        except FitplanError as exc:
+            self.p.banner.show_message("error", f"{change}: {exc}", key="alternative")
+            return
+        self.p.settings.set_choices(choices_from_settings(parsed.settings, self.p.settings.choices()))
+        self.planner.schedule_estimate()
+        self.p.status.showMessage(f"Applied {change}", 4000)
+
+    def paste_command(self, text: str) -> None:
+        """Set every control from a llama-server command line (pasted, dropped or loaded from a script). Flags
+        fitplan does not model are kept in the command and named; a model given with -m is opened."""
+        from fitplan.core.launch.command_line import import_command
+
+        try:
+            imported = import_command(text, engine=self.p.settings.current_engine())
+        except FitplanError as exc:
+            self.p.banner.show_message("error", f"Paste: {exc}", key="paste")
+            self.paste_failed.emit(str(exc))
+            return
+        self._take_flags(imported.settings, imported.model_path, imported.ignored, imported.unmodelled)
+        self.p.status.showMessage("Settings taken from the pasted command", 4000)
+
+    def load_preset(self, text: str) -> None:
+        """Set every control from a llama-server preset (INI), read by the core's preset reader as llama-server
+        reads it: the section of the open model if the preset has one, else its first."""
+        from fitplan.core.launch.command_line import (
+            PRESET_GLOBAL_SECTION,
+            preset_section_args,
+            read_preset_ini,
+        )
+        from fitplan.core.launch.flags import parse_flags
+
+        try:
+            names = [n for n in read_preset_ini(text) if n != PRESET_GLOBAL_SECTION]
+            if not names:
+                raise FitplanError("the preset has no section")
+            name = names[0]
+            if self.planner.model is not None:
+                stem = Path(self.planner.model.source).stem
+                name = next((n for n in names if n == stem), name)
+            parsed = parse_flags(preset_section_args(text, name)[1], engine=self.p.settings.current_engine())
+        except FitplanError as exc:
+            self.p.banner.show_message("error", f"Preset: {exc}", key="paste")
+            self.paste_failed.emit(str(exc))
+            return
+        self._take_flags(parsed.settings, parsed.model_path, parsed.ignored, parsed.unmodelled)
+        more = f" (of {len(names)} sections)" if len(names) > 1 else ""
+        self.p.status.showMessage(f"Settings taken from the preset's [{name}]{more}", 4000)
+
+    def _take_flags(
+        self,
+        settings: LaunchSettings,
+        model: str | None,
+        ignored: tuple[str, ...],
+        unmodelled: tuple[str, ...],
+    ) -> None:
+        """The controls set from flags read by the core (a pasted command or a preset section)."""
+        from fitplan.core.launch.command_line import given_keys
+
+        self.p.banner.clear("paste")
+        current = self.p.settings.choices()
+        choices = choices_from_settings(settings, current)
+        self.kept_args = kept_flags(ignored, unmodelled)
+        self.unheld = unheld_flags(settings)
+        self.unheld_pins = given_keys(self.unheld)
+        if model and (
+            self.planner.model is None or Path(expand_home(model)) != Path(self.planner.model.source)
+        ):
+            if Path(expand_home(model)).is_file():
+                self.planner.user = self.planner.user.with_choices(str(Path(expand_home(model))), choices)
+                self.planner.open(str(Path(expand_home(model))))
+            else:
+                self.p.banner.show_message(
+                    "warning",
+                    f"The pasted command's model {model} is not on this "
+                    "machine; its settings apply to the open model.",
+                    key="paste-model",
+                )
+        self.p.settings.set_choices(choices)
+        self.p.settings.set_devices(settings.devices)
+        self.planner.schedule_estimate()
+        if unmodelled or ignored:
+            names = ", ".join(e.partition(" ")[0] for e in (*unmodelled, *ignored))
+            self.p.banner.show_message(
+                "info", f"Kept in the command, not in the estimate: {names}", key="paste-kept"
+            )
+        if self.unheld:
+            names = ", ".join(dict.fromkeys(w for w in self.unheld if w.startswith("-")))
+            self.p.banner.show_message(
+                "info", f"Planned and kept in the command (no control here): {names}", key="paste-unheld"
+            )
+        else:
+            self.p.banner.clear("paste-unheld")
+
+    def save_configuration(self, path: str, kind: str = "") -> None:
+        """The plan as a llama-server preset (.ini), a script for the chosen shell, or an ollama Modelfile."""
+        from fitplan.core.launch.command_line import ollama_export, to_preset_ini
+
+        out = self.planner.outcome
+        if out is None or self.planner.model is None or out.plan_settings is None:
+            self.p.banner.show_message("warning", "Nothing to save yet: open a model first.", key="save")
+            return
+        name = Path(path).name
+        try:
+            if name.lower().endswith(".ini") or "preset" in kind:
+                text = to_preset_ini(
+                    out.plan_settings,
+                    Path(self.planner.model.source).stem or "model",
+                    self.planner.model.source,
+                )
+            elif name == "Modelfile" or name.lower().endswith(".modelfile") or "Modelfile" in kind:
+                text = ollama_export(out.plan_settings, self.planner.model.source).modelfile
+            else:
+                shell = {".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}.get(
+                    Path(path).suffix.lower(), self.p.command.current_shell()
+                )
+                body = self.planner.backend.render_command((*out.args, *self.kept_args), shell)
+                text = ("#!/bin/sh\n" if shell == "sh" else "") + body + "\n"
+            Path(path).write_text(text, encoding="utf-8")
+        except (FitplanError, OSError) as exc:
+            self.p.banner.show_message("error", f"Could not save {name}: {exc}", key="save")
+            return
+        self.p.banner.clear("save")
+        self.p.status.showMessage(f"Saved {path}", 4000)
+
+    def load_configuration(self, path: str) -> None:
+        """A saved script or preset: its command (or preset section) sets the controls."""
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")[:MAX_CONFIG_CHARS]
+        except OSError as exc:
+            self.p.banner.show_message("error", f"Could not read {path}: {exc.strerror or exc}", key="paste")
+            return
+        if Path(path).suffix.lower() == ".ini":
+            self.load_preset(text)
+        else:
+            self.paste_command(text)
