@@ -267,6 +267,22 @@ def test_class1_every_number_from_outside_goes_through_one_parser() -> None:
     assert not found, "\n".join(found[:40])
 
 
+def test_class4_the_window_expands_home_without_raising() -> None:
+    """A pasted `-m ~nosuchuser/x` or a folder setting: the window expands `~` with the core's `expand_home` too
+    (Path.expanduser raises on an unknown user)."""
+    found = []
+    for path in sorted((APP / "gui").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "expanduser"
+            ):
+                found.append(f"{path.relative_to(APP).as_posix()}:{node.lineno}")
+    assert not found, found
+
+
 def test_class1_the_source_walk_finds_each_kind_of_bare_parse() -> None:
     source = (
         "n = int(m.group(1))\nx = float(t.strip())\nk = int(s, 16)\nd = json.loads(s)\np = Path(s).expanduser()\n"
