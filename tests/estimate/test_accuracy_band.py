@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.devices import GIB, Machine, Vendor, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import Estimate
 from fitplan.core.estimate.accuracy import (
@@ -172,3 +172,43 @@ def test_forks_without_recordings_say_so(engine: Engine) -> None:
     assert band.text.startswith(f"compute: no error band recorded for {engine.value}; ")
     packaged = accuracy_band(p, _est(p, NO_GPU, engine=engine))
     assert packaged.figures is None and packaged.note
+
+
+def _with_cuda() -> AccuracyData:
+    """A small data file with a CUDA backend whose llama figures differ from the CPU's."""
+    fig = {"cases": 5, "compute_min_pct": -0.5, "compute_max_pct": 4.5, "kv_exact": 5, "weights_exact": 5}
+    doc = {
+        "engines": {
+            "llama.cpp": {
+                "measurement": "test recordings",
+                "architectures": {"llama": {"fa-on/kv-f16/one-device": {**fig, "cases": 3}}},
+                "all": {},
+                "backends": {
+                    "cuda": {
+                        "measurement": "stand-in recordings",
+                        "architectures": {"llama": {"fa-on/kv-f16/one-device": fig}},
+                        "all": {},
+                    }
+                },
+            }
+        }
+    }
+    return AccuracyData.from_json(json.dumps(doc))
+
+
+def test_a_cuda_plan_gets_the_stand_ins_band_and_others_the_cpu_band() -> None:
+    p = sparse("llama-3.1-8b")
+    data = _with_cuda()
+    cuda = accuracy_band(p, _est(p, ONE_GPU, "-fa", "on", "-ngl", "all"), data)
+    assert cuda.figures is not None and cuda.figures.cases == 5
+    assert cuda.text.startswith(
+        "compute: within -0.5%..+4.5% on 5 recorded configurations of llama on CUDA/ROCm"
+    )
+    assert "stand-in recordings" in cuda.tooltip
+    # everything on the host: the CPU recordings' band
+    host = accuracy_band(p, _est(p, NO_GPU, "-fa", "on"), data)
+    assert host.figures is not None and host.figures.cases == 3 and "CUDA" not in host.text
+    # an Apple GPU is not ggml-cuda: the CPU recordings stand for it
+    apple = Machine((assumed_gpu("M2", 64, Vendor.APPLE),), HOST)
+    other = accuracy_band(p, _est(p, apple, "-fa", "on", "-ngl", "all"), data)
+    assert other.figures is not None and other.figures.cases == 3

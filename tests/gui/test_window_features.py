@@ -129,20 +129,21 @@ def test_the_alternatives_are_listed_and_apply_in_one_click(qtbot: Any, window: 
 
 
 def test_the_verdict_shows_the_measured_error_band(qtbot: Any, window: MainWindow) -> None:
-    """The 8B example on one 24 GiB GPU (every layer on it, f16 cache, flash attention resolved on): the band of
-    llama's recordings in that class, with the figures the accuracy report measures, and how it was measured."""
+    """The 8B example on one 24 GiB NVIDIA GPU (every layer on it, f16 cache, flash attention resolved on): the
+    band of llama's recordings on the CUDA-shaped stand-ins in that class, with the figures the accuracy report
+    measures, and how it was measured."""
     label = window.verdict.accuracy
-    expected = recorded_band("llama", "fa-on/kv-f16/one-device")
+    expected = recorded_band("llama", "fa-on/kv-f16/one-device", "cuda")
     assert label.isVisible()
     assert label.text().startswith(
         f"compute: within {expected.range_text} on {expected.cases} recorded configurations of llama "
-        "(flash attention on, f16 cache, one device)"
+        "on CUDA/ROCm stand-ins (flash attention on, f16 cache, one device)"
     )
-    assert "515e85511" in label.toolTip() and "CPU" in label.toolTip()
+    assert "515e85511" in label.toolTip() and "stand-in" in label.toolTip()
     window.settings.cache_k.setCurrentText("q8_0")
     window.settings.cache_v.setCurrentText("q8_0")
     wait_settled(qtbot, window)
-    quantized = recorded_band("llama", "fa-on/kv-quantized/one-device")
+    quantized = recorded_band("llama", "fa-on/kv-quantized/one-device", "cuda")
     assert f"within {quantized.range_text} on {quantized.cases} recorded" in label.text()
     assert "quantized cache" in label.text()
     window.verdict.set_error("the settings cannot be estimated")

@@ -23,7 +23,7 @@ class RecordedBand:
 
 
 @functools.cache
-def _measured(architecture: str) -> tuple[Any, ...]:
+def _measured(architecture: str, backend: str = "cpu") -> tuple[Any, ...]:
     """The report's results for every recording of one architecture (the models of other architectures are not
     estimated)."""
     report = load_tool("tools/accuracy_report.py")
@@ -40,14 +40,15 @@ def _measured(architecture: str) -> tuple[Any, ...]:
             continue
         for case in data["cases"]:
             r = report.run_case(path.parent.name, str(model["name"]), header, case)
-            if r.devices and not r.error and r.backend == "cpu":  # the CPU band: no GPU in these estimates
+            if r.devices and not r.error and r.backend == backend:  # "cpu", or "cuda": the stand-ins
                 out.append(r)
     return tuple(out)
 
 
-def recorded_band(architecture: str, class_key: str) -> RecordedBand:
-    """The band the report measures on the recordings of `architecture` in the class `class_key`."""
-    rs = [r for r in _measured(architecture) if r.config is not None and r.config.key == class_key]
+def recorded_band(architecture: str, class_key: str, backend: str = "cpu") -> RecordedBand:
+    """The band the report measures on the recordings of `architecture` in the class `class_key`, on the CPU
+    recordings or ("cuda") the GPU stand-ins'."""
+    rs = [r for r in _measured(architecture, backend) if r.config is not None and r.config.key == class_key]
     assert rs, f"no recording of {architecture} in {class_key}"
     lo = min(r.compute_rel for r in rs)
     hi = max(r.compute_rel for r in rs)
