@@ -20,7 +20,17 @@ from fitplan.commands import _output as out
 from fitplan.core.base.errors import FitplanError
 
 #: Subcommand modules, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("inspect", "estimate", "plan", "command", "quants", "scan", "gpus", "verify")
+COMMANDS: tuple[str, ...] = (
+    "inspect",
+    "estimate",
+    "plan",
+    "command",
+    "quants",
+    "scan",
+    "gpus",
+    "verify",
+    "launch",
+)
 
 EPILOG = """examples:
   fitplan                                   open the planner window
