@@ -19,7 +19,6 @@ import contextlib
 import os
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.launch.launch_check import LaunchCheck, save_check
-from fitplan.core.launch.launcher import Launcher, LaunchPlan, LaunchReport
+from fitplan.core.launch.launcher import Launcher, LaunchPlan, LaunchReport, new_log_file
 from fitplan.core.launch.server_log import FailureKind
 from fitplan.core.launch.server_process import SERVER, find_server
 
@@ -135,14 +134,6 @@ def report_json(launcher: Launcher, report: LaunchReport) -> dict[str, object]:
     return doc
 
 
-def _log_path(given: str | None) -> Path:
-    if given:
-        return Path(given)
-    fd, name = tempfile.mkstemp(prefix="fitplan-launch-", suffix=".log")
-    os.close(fd)
-    return Path(name)
-
-
 def _on_sigterm(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -163,7 +154,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         command_argv(req, p, SERVER), p.estimate, accuracy_band(req.profile, p.estimate), model, size
     )
     echo = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    launcher = Launcher(plan, binary, echo, _log_path(args.log_file))
+    launcher = Launcher(plan, binary, echo, Path(args.log_file) if args.log_file else new_log_file())
     print(out.style("$ " + " ".join(launcher.argv), out.DIM), file=sys.stderr)
     old = signal.signal(signal.SIGTERM, _on_sigterm) if hasattr(signal, "SIGTERM") else None
     try:

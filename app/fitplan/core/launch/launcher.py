@@ -9,6 +9,8 @@ failure in one line); `stop()` stops the server and reports again with the memor
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -52,6 +54,13 @@ class LaunchReport:
     @property
     def running(self) -> bool:
         return self.result.returncode is None
+
+
+def new_log_file() -> Path:
+    """A new file for one launch's log, kept after the launch (a failed one points the user to it)."""
+    fd, name = tempfile.mkstemp(prefix="fitplan-launch-", suffix=".log")
+    os.close(fd)
+    return Path(name)
 
 
 class Launcher:
