@@ -48,7 +48,7 @@ TERM_COLORS = {
 
 
 def _mib(n: int) -> str:
-    return f"{n / MIB:,.2f}"
+    return f"{n / MIB:.2f}"
 
 
 class CheckBars(QWidget):
@@ -225,7 +225,7 @@ class ServerPanel(QWidget):
             if isinstance(parent, QTabWidget):
                 for i in range(parent.count()):
                     page = parent.widget(i)
-                    if page is self or page.isAncestorOf(self):
+                    if page is not None and (page is self or page.isAncestorOf(self)):
                         parent.setCurrentIndex(i)
             elif isinstance(parent, QScrollArea):
                 parent.ensureWidgetVisible(child)
@@ -304,11 +304,10 @@ class ServerPanel(QWidget):
             for t in d.terms:
                 r = self.table.rowCount()
                 self.table.insertRow(r)
-                rel = f" ({t.difference_bytes / t.allocated_bytes:+.1%})" if t.allocated_bytes else ""
                 band = t.tolerance.text if t.tolerance else "none claimed"
                 mark = {True: " ✓", False: " ✗ outside", None: ""}[t.within]
                 cells = [d.device, t.term.value, _mib(t.estimate_bytes), _mib(t.allocated_bytes),
-                         f"{t.difference_bytes / MIB:+.2f}{rel}", band + mark]  # fmt: skip
+                         f"{t.difference_bytes / MIB:+.2f}", band + mark]  # fmt: skip
                 for c, text in enumerate(cells):
                     item = QTableWidgetItem(text)
                     if 2 <= c <= 4:
