@@ -25,30 +25,31 @@ LOG_VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity")
 #: The flags that turn the verbose log on altogether.
 VERBOSE_FLAGS = ("-v", "--verbose", "--log-verbose")
 
+# The lines of one allocation each (also read by tools/groundtruth/record.py, which records them as fixtures).
 # common/log.cpp prefixes each line with a timestamp and a level letter when timestamps are on: "0.00.123.456 I "
 _PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ")
-_MODEL_BUF = re.compile(r"^load_tensors: +(\S+) model buffer size = +([\d.]+) MiB")
-_KV_BUF = re.compile(r"^llama_kv_cache: +(\S+) KV buffer size = +([\d.]+) MiB")
-_RS_BUF = re.compile(r"^llama_memory_recurrent: +(\S+) RS buffer size = +([\d.]+) MiB")
-_OUTPUT_BUF = re.compile(r"^llama_context: +(\S+) +output buffer size = +([\d.]+) MiB")
-_COMPUTE_BUF = re.compile(r"^sched_reserve: +(\S+) compute buffer size = +([\d.]+) MiB")
-_CLIP_MODEL = re.compile(r"^load_hparams: model size: +([\d.]+) MiB")
-_CLIP_COMPUTE = re.compile(r"^reserve_compute_meta: +(\S+) compute buffer size = +([\d.]+) MiB")
-_KV_SIZE = re.compile(
+RE_MODEL_BUF = re.compile(r"^load_tensors: +(\S+) model buffer size = +([\d.]+) MiB")
+RE_KV_BUF = re.compile(r"^llama_kv_cache: +(\S+) KV buffer size = +([\d.]+) MiB")
+RE_RS_BUF = re.compile(r"^llama_memory_recurrent: +(\S+) RS buffer size = +([\d.]+) MiB")
+RE_OUTPUT = re.compile(r"^llama_context: +(\S+) +output buffer size = +([\d.]+) MiB")
+RE_COMPUTE_BUF = re.compile(r"^sched_reserve: +(\S+) compute buffer size = +([\d.]+) MiB")
+RE_CLIP_MODEL = re.compile(r"^load_hparams: model size: +([\d.]+) MiB")
+RE_CLIP_COMPUTE = re.compile(r"^reserve_compute_meta: +(\S+) compute buffer size = +([\d.]+) MiB")
+RE_KV_SIZE = re.compile(
     r"^llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
     r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
 )
-_CREATING = re.compile(r"^\w+: creating +(.+?)(?:, size = \d+ cells)?$")
-_RS_SIZE = re.compile(
+RE_CREATING = re.compile(r"^\w+: creating +(.+?)(?:, size = \d+ cells)?$")
+RE_RS_SIZE = re.compile(
     r"^llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) rs_seq\), "
-    r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB"
+    r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB(?:, P \((\w+)\): +([\d.]+) MiB)?"
 )
-_CTX_PARAM = re.compile(r"^llama_context: (n_\w+|kv_unified|flash_attn|causal_attn) += (\S+)")
-_FA = re.compile(
+RE_CTX_PARAM = re.compile(r"^llama_context: (n_\w+|kv_unified|flash_attn|causal_attn) += (\S+)")
+RE_FA = re.compile(
     r": Flash Attention (enabled|not supported, set to disabled)$|(enabling flash_attn since .*)"
 )
-_WORST = re.compile(r"^sched_reserve: worst-case: n_tokens = (\d+), n_seqs = (\d+), n_outputs = (\d+)")
-_BREAKDOWN = re.compile(r"^common_memory_breakdown_print: \|\s+-\s+(.+?)\s+\|(.*)\|\s*$")
+RE_WORST = re.compile(r"^sched_reserve: worst-case: n_tokens = (\d+), n_seqs = (\d+), n_outputs = (\d+)")
+RE_BREAKDOWN = re.compile(r"^common_memory_breakdown_print: \|\s+-\s+(.+?)\s+\|(.*)\|\s*$")
 # common_params_print_info at verbosity 4: "  - CPU     : Intel(R) Xeon(R) (64000 MiB, 60000 MiB free)"
 _DEVICE = re.compile(r"^\s+- (\S+)\s*: (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
 _BUILD = re.compile(r"build(?: =|:)? (\d+) \(([0-9a-f]+)\)")
@@ -187,16 +188,16 @@ def strip_prefix(line: str) -> str:
 
 def _buffer(line: str) -> BufferLine | None:
     for rx, kind in (
-        (_MODEL_BUF, BufferKind.MODEL),
-        (_KV_BUF, BufferKind.KV),
-        (_RS_BUF, BufferKind.RS),
-        (_OUTPUT_BUF, BufferKind.OUTPUT),
-        (_COMPUTE_BUF, BufferKind.COMPUTE),
-        (_CLIP_COMPUTE, BufferKind.MMPROJ_COMPUTE),
+        (RE_MODEL_BUF, BufferKind.MODEL),
+        (RE_KV_BUF, BufferKind.KV),
+        (RE_RS_BUF, BufferKind.RS),
+        (RE_OUTPUT, BufferKind.OUTPUT),
+        (RE_COMPUTE_BUF, BufferKind.COMPUTE),
+        (RE_CLIP_COMPUTE, BufferKind.MMPROJ_COMPUTE),
     ):
         if m := rx.match(line):
             return BufferLine(kind, m.group(1), float(m.group(2)))
-    if m := _CLIP_MODEL.match(line):
+    if m := RE_CLIP_MODEL.match(line):
         return BufferLine(BufferKind.MMPROJ_MODEL, "", float(m.group(1)))
     return None
 
@@ -281,30 +282,30 @@ def _step(st: _State, line: str) -> None:
         st.buffers.append(b)
         st.buffer_lines.append(line)
         return
-    if m := _CREATING.match(line):
+    if m := RE_CREATING.match(line):
         st.pending_cache = _cache_label(m.group(1))
-    elif m := _KV_SIZE.match(line):
+    elif m := RE_KV_SIZE.match(line):
         g = m.groups()
         st.kv.append(
             KvCacheLine(st.pending_cache, float(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5],
                         float(g[6]), g[7], float(g[8]))
         )  # fmt: skip
         st.pending_cache = "kv"
-    elif m := _RS_SIZE.match(line):
+    elif m := RE_RS_SIZE.match(line):
         g = m.groups()
         st.rs.append(
             RsCacheLine(float(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5], float(g[6]), g[7],
                         float(g[8]))
         )  # fmt: skip
-    elif m := _CTX_PARAM.match(line):
+    elif m := RE_CTX_PARAM.match(line):
         st.resolved[m.group(1)] = m.group(2)
-    elif m := _WORST.match(line):
+    elif m := RE_WORST.match(line):
         st.worst = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    elif m := _BREAKDOWN.match(line):
+    elif m := RE_BREAKDOWN.match(line):
         st.breakdown.append(BreakdownRow(m.group(1), tuple(int(x) for x in re.findall(r"-?\d+", m.group(2)))))
     elif m := _DEVICE.match(line):
         st.devices.append(LogDevice(m.group(1), m.group(2).strip(), int(m.group(3)), int(m.group(4))))
-    if m := _FA.search(line):
+    if m := RE_FA.search(line):
         st.fa = "disabled" if m.group(1) and m.group(1) != "enabled" else "enabled"
     if st.build is None and "build" in line and (m := _BUILD.search(line)):
         st.build = (int(m.group(1)), m.group(2))
