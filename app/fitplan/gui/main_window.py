@@ -35,8 +35,6 @@ from fitplan import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT, __version__
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.inputs.user_settings import UserSettings
-from fitplan.core.launch.launcher import LaunchPlan
-from fitplan.core.launch.server_process import find_server
 from fitplan.gui.backend import Backend
 from fitplan.gui.controller import Panels, Planner
 from fitplan.gui.panels.activity import ActivityPanel
@@ -52,6 +50,7 @@ from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 
 if TYPE_CHECKING:
+    from fitplan.core.launch.launcher import LaunchPlan
     from fitplan.gui.panels.quants import QuantsDialog
 
 #: Small enough for a 1024x640 screen once its panels and the title bar took their share.
@@ -238,7 +237,8 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(self.verdict)
         # The chart and the launch of the plan share the room: Launch (Ctrl+R) brings its tab forward.
         self.centre_tabs = QTabWidget()
-        self.centre_tabs.addTab(_group("Memory by context", self.chart), "Memory by context")
+        self.centre_tabs.setDocumentMode(True)  # no frame: the chart keeps the height it had in its group box
+        self.centre_tabs.addTab(self.chart, "Memory by context")
         self.centre_tabs.addTab(self.server, "Launch and check")
         centre_layout.addWidget(self.centre_tabs, 1)
         centre_layout.addWidget(_group("Command", self.command))
@@ -484,12 +484,16 @@ class MainWindow(QMainWindow):
     # -- launch ------------------------------------------------------------------------------------------------
     def _launch_plan(self) -> LaunchPlan | None:
         """The shown plan's llama-server command and estimate (None for ollama, or before an estimate)."""
+        from fitplan.core.launch.launcher import LaunchPlan
+
         o, model = self.planner.outcome, self.planner.model
         if o is None or model is None or o.ollama is not None or self.planner.estimate_failed:
             return None
         return LaunchPlan((*o.args, *self.planner.kept_args), o.estimate, o.accuracy, model.source)
 
     def _llama_server(self) -> str:
+        from fitplan.core.launch.server_process import find_server
+
         return find_server(self.planner.user.llama_bin_dir or None)
 
     # -- drag and drop -------------------------------------------------------------------------------------------

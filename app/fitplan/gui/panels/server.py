@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QPaintEvent, QPalette
@@ -30,9 +30,12 @@ from PySide6.QtWidgets import (
 
 from fitplan import __version__
 from fitplan.core.base.results import TermKind
-from fitplan.core.launch.launch_check import MIB, LaunchCheck, save_check
-from fitplan.core.launch.launcher import Launcher, LaunchPlan, LaunchReport, new_log_file
+from fitplan.core.base.units import MIB
 from fitplan.gui.workers import JobError, Jobs
+
+if TYPE_CHECKING:  # the launch code loads with the first launch, not before the window paints
+    from fitplan.core.launch.launch_check import LaunchCheck
+    from fitplan.core.launch.launcher import Launcher, LaunchPlan, LaunchReport
 
 #: Lines the log pane keeps (the oldest go first).
 LOG_LINES = 5000
@@ -197,6 +200,8 @@ class ServerPanel(QWidget):
         except Exception as exc:  # noqa: BLE001 - a FitplanError: shown in one line
             self._set_status(str(exc))
             return
+        from fitplan.core.launch.launcher import Launcher, new_log_file
+
         self.log.clear()
         self.report = None
         self._show_check(None)
@@ -334,6 +339,8 @@ class ServerPanel(QWidget):
     def save(self, path: str) -> None:
         if self.launcher is None or self.report is None or self.report.check is None:
             return
+        from fitplan.core.launch.launch_check import save_check
+
         try:
             save_check(path, self.launcher.document(self.report, __version__))
         except Exception as exc:  # noqa: BLE001 - a FitplanError: shown in one line
