@@ -32,7 +32,7 @@ REAL_BIN = Path(os.environ.get("FITPLAN_LLAMA_BUILD", "/work/llama/build")) / "b
 REAL_SERVER = REAL_BIN / "llama-server"
 needs_build = pytest.mark.skipif(not REAL_SERVER.exists(), reason="no llama.cpp build (FITPLAN_LLAMA_BUILD)")
 #: the flags of the recorded launch (tools/groundtruth/record_launch.py): no repacking, no warm-up
-FLAGS = ["-c", "4096", "-nr", "--no-warmup", "--host", "127.0.0.1", "-t", "2"]
+FLAGS = ["-c", "4096", "-nr", "--no-warmup", "--host", "127.0.0.1", "-t", "2", "--host-ram", "64GiB"]
 
 
 @pytest.fixture
@@ -122,6 +122,8 @@ def test_failures_are_one_line_with_the_log_kept(
     assert len(errors) == 1 and words in errors[0] and str(log) in errors[0]
     recorded = json.loads((LAUNCH / f"{case}.json").read_text())["load"]
     assert log.read_text().splitlines() == recorded
+    if case == "oom":  # 64 GiB of host RAM less the 16 GiB that could not be allocated: -c 4096 still fits
+        assert "the plan for that much less free memory: llama-server -m" in err
 
 
 def test_a_crash_is_one_line(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:

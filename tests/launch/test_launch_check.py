@@ -23,6 +23,7 @@ from fitplan.core.launch.launch_check import (
     device_of_buffer,
     failure_line,
     load_check,
+    machine_after_oom,
     save_check,
 )
 from fitplan.core.launch.server_log import (
@@ -120,6 +121,19 @@ def test_a_gpu_oom_says_the_device_and_what_the_plan_counted_free() -> None:
     line = failure_line(f, est)
     assert "RTX 4070" in line and "11264 MiB free" in line
     assert "1024 MiB more than was free" in line  # 12 GiB asked, 11 GiB free
+
+
+def test_after_an_oom_the_device_has_the_failed_allocation_less_free() -> None:
+    gpu = Device("RTX 4070", DeviceKind.GPU, 12 * GIB, 11 * GIB, Vendor.NVIDIA)
+    machine = Machine((gpu,), host_device(64 * GIB))
+    command, _ = recorded()
+    est = estimate_of([*command, "-ngl", "99"], machine)
+    oom = ServerFailure(FailureKind.OUT_OF_MEMORY, "out of memory", "CUDA0", 2 * GIB)
+    after = machine_after_oom(oom, est, machine)
+    assert after is not None and after.gpus[0].free_bytes == 9 * GIB and after.host == machine.host
+    crash = ServerFailure(FailureKind.CRASH, "crash")
+    assert machine_after_oom(crash, est, machine) is None
+    assert machine_after_oom(dataclasses.replace(oom, requested_bytes=0), est, machine) is None
 
 
 def test_the_saved_check_has_the_recordings_shape_and_loads_back(tmp_path: Path) -> None:

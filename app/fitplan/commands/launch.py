@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -26,12 +27,12 @@ from typing import Any
 from fitplan import __version__
 from fitplan.commands import _output as out
 from fitplan.commands.estimate import add_flags_parser
-from fitplan.commands.plan import add_common_arguments, build_request, command_argv, make_plan
+from fitplan.commands.plan import PlanRequest, add_common_arguments, build_request, command_argv, make_plan
 from fitplan.core.base.devices import MIB
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.estimate.accuracy import accuracy_band
-from fitplan.core.launch.launch_check import LaunchCheck, save_check
+from fitplan.core.launch.launch_check import LaunchCheck, machine_after_oom, save_check
 from fitplan.core.launch.launcher import Launcher, LaunchPlan, LaunchReport, new_log_file
 from fitplan.core.launch.server_log import FailureKind
 from fitplan.core.launch.server_process import SERVER, find_server
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             report = launcher.wait(args.timeout)
             if report.check is None:
                 report = launcher.stop()
-                return _failed(args, launcher, report)
+                return _failed(args, launcher, report, req)
             _show(args, launcher, report)
             if not args.check:
                 _serve(launcher, report)
@@ -203,12 +204,20 @@ def _show(args: argparse.Namespace, launcher: Launcher, report: LaunchReport) ->
         print(out.style(f"outside the estimate's band: {names}", out.YELLOW))
 
 
-def _failed(args: argparse.Namespace, launcher: Launcher, report: LaunchReport) -> int:
+def _failed(args: argparse.Namespace, launcher: Launcher, report: LaunchReport, req: PlanRequest) -> int:
     if args.json:
         out.print_json(report_json(launcher, report))
     text = launcher.failure_text(report) or "llama-server did not load the model"
     out.error(f"{text} (the log: {report.log_file})")
     f = report.failure
-    return (
-        out.EXIT_DOES_NOT_FIT if f is not None and f.kind is FailureKind.OUT_OF_MEMORY else out.EXIT_BAD_INPUT
-    )
+    if f is None or f.kind is not FailureKind.OUT_OF_MEMORY:
+        return out.EXIT_BAD_INPUT
+    machine = machine_after_oom(f, launcher.plan.estimate, req.machine)
+    if machine is not None and not args.json:
+        again = make_plan(dataclasses.replace(req, machine=machine))
+        if again.fits:
+            argv = command_argv(req, again, SERVER)
+            print(f"the plan for that much less free memory: {' '.join(argv)}", file=sys.stderr)
+        else:
+            print(f"with that much less free memory nothing fits: {again.binding}", file=sys.stderr)
+    return out.EXIT_DOES_NOT_FIT

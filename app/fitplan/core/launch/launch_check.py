@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fitplan.core.base.devices import DeviceKind
+from fitplan.core.base.devices import Device, DeviceKind, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.results import DeviceEstimate, Estimate, TermKind
 from fitplan.core.estimate.accuracy import AccuracyBand
@@ -455,3 +455,24 @@ def failure_line(failure: ServerFailure, est: Estimate | None) -> str:
     if failure.requested_bytes and failure.requested_bytes > free:
         need += f": the allocation was {(failure.requested_bytes - free) / MIB:.0f} MiB more than was free"
     return failure.message + need
+
+
+def machine_after_oom(failure: ServerFailure, est: Estimate, machine: Machine) -> Machine | None:
+    """The machine as the failed load showed it: the device that could not allocate has at least the failed
+    allocation's size less free than the plan counted. None when the failure names no planned device or size."""
+    if failure.kind is not FailureKind.OUT_OF_MEMORY or not failure.requested_bytes:
+        return None
+    names = _device_names(est)
+    dev = (
+        device_of_buffer(failure.buffer_type, [n for n in names if n != HOST]) if failure.buffer_type else ""
+    )
+    de = names.get(dev)
+    if de is None:
+        return None
+
+    def shrunk(d: Device) -> Device:
+        if d != de.device:
+            return d
+        return replace(d, free_bytes=max(0, d.free_bytes - failure.requested_bytes))
+
+    return Machine(tuple(shrunk(g) for g in machine.gpus), shrunk(machine.host))

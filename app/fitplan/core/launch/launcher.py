@@ -120,6 +120,8 @@ class Launcher:
 
     def stop(self) -> LaunchReport:
         """Stop the server; the report keeps the comparison made while it ran and adds the exit's breakdown."""
+        if not self.run.started:
+            raise FitplanError("the server was not started")
         was_loaded = self.run.result().loaded
         self.run.stop()
         self._close_log()

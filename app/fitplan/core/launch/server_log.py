@@ -155,6 +155,7 @@ class ServerFailure:
     message: str
     buffer_type: str = ""  # out of memory: the buffer type (or "CUDA<n>") llama.cpp could not allocate
     requested_bytes: int = 0  # out of memory: the size of the allocation that failed (0 when not printed)
+    detail: str = ""  # out of memory: what the allocation was for ("buffer for kv cache"), as llama.cpp says
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +227,9 @@ def failure_in(line: str) -> ServerFailure | None:
         size = round(float(m.group(1)) * _MIB)
         return _oom(f"CUDA{m.group(2)}", size, m.group(3).strip())
     if m := _ALLOC_SIZED.search(line):
-        return _oom(m.group(1) or "", int(m.group(2)), "")
+        # ggml_backend_cpu_buffer_type_alloc_buffer names no buffer type: it is the host's CPU one
+        cpu = "CPU" if "cpu_buffer_type_alloc_buffer" in line else ""
+        return _oom(m.group(1) or cpu, int(m.group(2)), "")
     if m := _UNABLE.search(line):
         if m.group(1):
             return _oom(m.group(1), 0, "")
@@ -244,6 +247,7 @@ def _oom(buffer_type: str, size: int, detail: str) -> ServerFailure:
         f"out of memory while loading: an allocation{what} failed{where}{extra}",
         buffer_type,
         size,
+        detail,
     )
 
 
@@ -254,7 +258,7 @@ def _merge_failure(old: ServerFailure | None, new: ServerFailure) -> ServerFailu
     if old.kind is FailureKind.OUT_OF_MEMORY and new.kind is FailureKind.OUT_OF_MEMORY:
         bt = old.buffer_type or new.buffer_type
         size = old.requested_bytes or new.requested_bytes
-        return _oom(bt, size, "")
+        return _oom(bt, size, old.detail or new.detail)
     return old
 
 

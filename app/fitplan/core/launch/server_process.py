@@ -205,6 +205,10 @@ class ServerRun:
         return self._proc.pid if self._proc is not None else 0
 
     @property
+    def started(self) -> bool:
+        return self._proc is not None
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
@@ -241,7 +245,8 @@ class ServerRun:
 
     def result(self) -> LaunchResult:
         """What the log says so far."""
-        assert self._proc is not None
+        if self._proc is None:
+            raise LaunchError("the server was not started")
         lines = self.lines
         code = self._proc.poll()
         if code is not None:
