@@ -15,7 +15,7 @@ from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.gguf.reader import read_header
-from fitplan.core.hardware.usage import ProcessUse, host_use
+from fitplan.core.hardware.usage import ProcessUse, host_use, nvml_use
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.launch_check import (
     check_document,
@@ -142,9 +142,9 @@ def test_the_saved_check_has_the_recordings_shape_and_loads_back(tmp_path: Path)
     log = parse_server_log(lines)
     check = compare(est, log, accuracy_band(profile(), est))
     build = BuildInfo(11434, "515e85511", "version: 11434 (515e85511)")
-    doc = check_document(
-        check, log, build, ["/opt/llama/bin/llama-server", *command[1:]], "/m/llama.gguf", 123
-    )
+    argv = ["/opt/llama/bin/llama-server", *command[1:]]
+    argv[argv.index("-m") + 1] = "/models/llama.gguf"
+    doc = check_document(check, log, build, argv, "/models/llama.gguf", 123)
     server = json.loads(SERVER_RECORDING.read_text())
     assert set(server) - {"model"} <= set(doc)
     assert set(server["cases"][0]["results"]) == set(doc["cases"][0]["results"])
@@ -188,3 +188,25 @@ def test_host_use_reads_the_anonymous_resident_set(tmp_path: Path) -> None:
 
 def test_buffer_bytes_are_the_printed_mib() -> None:
     assert BufferLine(BufferKind.KV, "CPU", 512.0).bytes == 512 * MIB
+
+
+def test_nvml_use_is_the_process_figure_per_gpu() -> None:
+    from types import SimpleNamespace
+
+    procs = {
+        0: [SimpleNamespace(pid=7, usedGpuMemory=300 * MIB)],
+        1: [SimpleNamespace(pid=8, usedGpuMemory=1)],
+    }
+    nvml = SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: procs[h],
+    )
+    assert nvml_use(7, lambda: nvml) == (ProcessUse("CUDA0", 300 * MIB, "NVML (process)"),)
+
+    def missing() -> object:
+        raise ImportError("no pynvml")
+
+    assert nvml_use(7, missing) == ()

@@ -125,8 +125,16 @@ def test_a_load_error_without_a_known_cause_is_still_one_line() -> None:
 def test_prefix_and_version() -> None:
     assert strip_prefix("0.01.234.567 I load_tensors: x") == "load_tensors: x"
     assert strip_prefix("load_tensors: CPU model") == "load_tensors: CPU model"
-    b = parse_version("version: 11434 (515e85511)\nbuilt with GNU 13.2.0 for Linux x86_64\n")
+    # common/build-info.cpp.in: "version: %s (build %d, commit %s)"
+    b = parse_version(
+        "version: 0.6.0 (build 11434, commit 515e85511)\nbuilt with GNU 13.2.0 for Linux x86_64\n"
+    )
     assert (b.build, b.commit) == (11434, "515e85511")
+    assert b.text == "version: 0.6.0 (build 11434, commit 515e85511) built with GNU 13.2.0 for Linux x86_64"
+    # a build from a source archive knows neither
+    unknown = parse_version("version: 0.6.0-dev (build 0, commit unknown)")
+    assert (unknown.build, unknown.commit) == (None, "")
+    assert parse_version("version: 11434 (515e85511)").commit == "515e85511"  # the older spelling
     assert parse_version("something else").build is None
 
 

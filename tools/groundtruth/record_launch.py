@@ -35,6 +35,7 @@ OUT = REPO / "tests" / "fixtures" / "launch"
 MODEL = "llama-3.1-8b"
 sys.path.insert(0, str(REPO / "app"))
 
+from fitplan import LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT  # noqa: E402
 from fitplan.core.launch.server_log import loaded_in, parse_version, strip_prefix  # noqa: E402
 
 OOM_LIMIT_KIB = 8 * 1024 * 1024
@@ -65,17 +66,18 @@ def run(
     assert p.stdout is not None
     load: list[str] = []
     deadline = time.time() + timeout
+    loaded = False
     for raw in p.stdout:
         load.append(raw.rstrip("\n"))
-        if loaded_in(strip_prefix(load[-1])) or time.time() > deadline:
+        loaded = loaded or loaded_in(strip_prefix(load[-1]))
+        # the load ends with the server idle, listening (printed just after "model loaded")
+        if (loaded and "all slots are idle" in load[-1]) or time.time() > deadline:
             break
-    exit_lines: list[str] = []
-    if p.poll() is None and load and loaded_in(strip_prefix(load[-1])):
+    if p.poll() is None and loaded:
         time.sleep(1.0)
         p.send_signal(signal.SIGTERM)
     rest, _ = p.communicate(timeout=60)
     exit_lines = rest.splitlines()
-    loaded = bool(load) and loaded_in(strip_prefix(load[-1]))
     if not loaded:  # a failure: everything it printed is the load
         load, exit_lines = load + exit_lines, []
     return {"load": load, "exit": exit_lines, "returncode": 0 if loaded else p.returncode}
@@ -109,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         rec = run(binary, cmd, limit)
         shown = [Path(cmd[0]).name, *[Path(x).name if x == str(model) else x for x in cmd[1:]]]
         doc = {
-            "llama_cpp": {"commit": build.commit, "build": build.build},
+            # a build from the source archive does not know its commit: the archive's (fitplan targets it)
+            "llama_cpp": {
+                "commit": build.commit or LLAMA_CPP_COMMIT,
+                "build": build.build or LLAMA_CPP_BUILD,
+            },
             "recorded_with": "tools/groundtruth/record_launch.py",
             "model": {"generator": "tools/groundtruth/sparse_models.py", "name": MODEL, "vocab": "spm"},
             "command": shown,

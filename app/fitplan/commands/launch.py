@@ -113,9 +113,13 @@ def check_table(check: LaunchCheck) -> str:
                 else ""
             )
             lines.append(
-                f"{d.device}: uses {_mib(d.used.used_bytes)} MiB ({d.used.source}); unaccounted "
-                f"{d.unaccounted_bytes / MIB:+.2f} MiB beyond llama.cpp's buffers{reserve}"
+                f"{d.device} uses {_mib(d.used.used_bytes)} MiB ({d.used.source}); unaccounted (that less "
+                f"llama.cpp's buffers) {d.unaccounted_bytes / MIB:+.2f} MiB{reserve}"
             )
+            if d.unaccounted_bytes < 0:
+                lines.append(
+                    f"  (below zero: {d.device}'s buffers not yet written, such as compute, are not resident)"
+                )
     lines.append(f"band: {check.band_text}")
     return "\n".join(lines)
 

@@ -33,6 +33,7 @@ from fitplan.core.launch.server_log import (
     RsCacheLine,
     ServerFailure,
     ServerLog,
+    parse_server_log,
 )
 from fitplan.core.memory.weights import gpu_backend
 
@@ -400,6 +401,9 @@ def _log_from(case: dict[str, Any], devices: list[dict[str, Any]]) -> ServerLog:
                     r["type_s"], r["s_mib"])
         for r in res.get("rs") or []
     )  # fmt: skip
+    lines = tuple(case.get("log_lines") or ())
+    if lines:  # the buffer lines as printed: every buffer with its buffer type, in the log's order
+        bufs = list(parse_server_log(lines).buffers)
     return ServerLog(
         buffers=tuple(bufs),
         kv=kv,
@@ -409,7 +413,7 @@ def _log_from(case: dict[str, Any], devices: list[dict[str, Any]]) -> ServerLog:
             BreakdownRow(r["row"], tuple(r["values_mib"])) for r in res.get("breakdown_mib") or []
         ),
         loaded=True,
-        buffer_lines=tuple(case.get("log_lines") or ()),
+        buffer_lines=lines,
     )
 
 

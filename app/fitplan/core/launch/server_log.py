@@ -50,8 +50,8 @@ RE_FA = re.compile(
 )
 RE_WORST = re.compile(r"^sched_reserve: worst-case: n_tokens = (\d+), n_seqs = (\d+), n_outputs = (\d+)")
 RE_BREAKDOWN = re.compile(r"^common_memory_breakdown_print: \|\s+-\s+(.+?)\s+\|(.*)\|\s*$")
-# common_params_print_info at verbosity 4: "  - CPU     : Intel(R) Xeon(R) (64000 MiB, 60000 MiB free)"
-_DEVICE = re.compile(r"^\s+- (\S+)\s*: (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
+# common_params_print_info at verbosity 4: "cmn  common_param:   - CPU     : Intel(R) Xeon(R) (64000 MiB, 60000 MiB free)"
+_DEVICE = re.compile(r"(?:^|: )\s+- (\S+)\s*: (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
 _BUILD = re.compile(r"build(?: =|:)? (\d+) \(([0-9a-f]+)\)")
 _LOADED = re.compile(r"\bmodel loaded\s*$|all slots are idle|server is listening")
 _LISTENING = re.compile(r"listening on (\S+)")
@@ -207,6 +207,11 @@ def _cache_label(label: str) -> str:
     return {"non-SWA KV cache": "base", "SWA KV cache": "swa"}.get(label, label)
 
 
+def listening_in(line: str) -> bool:
+    """Whether one log line says where the server listens (printed right after `model loaded`)."""
+    return _LISTENING.search(line) is not None
+
+
 def loaded_in(line: str) -> bool:
     """Whether one log line (without its prefix) says the model is loaded and the server serves."""
     return _LOADED.search(line) is not None
@@ -307,7 +312,7 @@ def _step(st: _State, line: str) -> None:
         st.worst = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
     elif m := RE_BREAKDOWN.match(line):
         st.breakdown.append(BreakdownRow(m.group(1), tuple(int(x) for x in re.findall(r"-?\d+", m.group(2)))))
-    elif m := _DEVICE.match(line):
+    elif m := _DEVICE.search(line):
         st.devices.append(LogDevice(m.group(1), m.group(2).strip(), int(m.group(3)), int(m.group(4))))
     if m := RE_FA.search(line):
         st.fa = "disabled" if m.group(1) and m.group(1) != "enabled" else "enabled"
@@ -352,19 +357,25 @@ def parse_server_log(lines: Iterable[str]) -> ServerLog:
 
 @dataclass(frozen=True, slots=True)
 class BuildInfo:
-    """`llama-server --version`: "version: 11434 (515e85511)" and the compiler line."""
+    """`llama-server --version`: "version: 0.6.0 (build 11434, commit 515e85511)" (common/build-info.cpp.in) and the
+    compiler line. A build from a source archive says "build 0, commit unknown": then build is None, commit ""."""
 
     build: int | None
     commit: str
     text: str
 
 
+_VERSION = re.compile(r"version: \S+ \(build (\d+), commit (\w+)\)|version: (\d+) \(([0-9a-f]+)\)")
+
+
 def parse_version(text: str) -> BuildInfo:
-    m = re.search(r"version: (\d+) \(([0-9a-f]+)\)", text)
     clean = " ".join(strip_prefix(x).strip() for x in text.splitlines() if x.strip())
+    m = _VERSION.search(text)
     if m is None:
         return BuildInfo(None, "", clean)
-    return BuildInfo(int(m.group(1)), m.group(2), clean)
+    build, commit = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+    known = int(build) > 0 and commit != "unknown"
+    return BuildInfo(int(build) if known else None, commit if known else "", clean)
 
 
 def needs_verbosity(argv: Iterable[str]) -> bool:

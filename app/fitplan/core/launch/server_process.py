@@ -29,6 +29,7 @@ from fitplan.core.launch.server_log import (
     ServerFailure,
     ServerLog,
     failure_in,
+    listening_in,
     loaded_in,
     needs_verbosity,
     parse_server_log,
@@ -38,6 +39,8 @@ from fitplan.core.launch.server_log import (
 
 #: The program fitplan launches.
 SERVER = "llama-server"
+#: Seconds to wait, once the model is loaded, for the line that says where the server listens.
+LISTEN_WAIT_S = 2.0
 #: Seconds a stopped server gets to exit (it prints its memory breakdown) before it is killed.
 STOP_GRACE_S = 15.0
 
@@ -145,6 +148,7 @@ class ServerRun:
         self._lines: list[str] = []
         self._lines_lock = threading.Lock()
         self._settled = threading.Event()  # loaded, failed or exited
+        self._listening = threading.Event()  # the line after "model loaded": where it listens
         self._proc: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
         self._started = 0.0
@@ -197,8 +201,12 @@ class ServerRun:
                 self._settled.set()
             elif loaded_in(plain):
                 self._settled.set()
+            if listening_in(plain):
+                self._listening.set()
+        proc.stdout.close()
         proc.wait()
         self._settled.set()
+        self._listening.set()
 
     @property
     def pid(self) -> int:
@@ -222,6 +230,8 @@ class ServerRun:
         if self._proc is None:
             raise LaunchError("the server was not started")
         done = self._settled.wait(timeout)
+        if done and not self._failed:
+            self._listening.wait(LISTEN_WAIT_S)  # llama-server prints its address just after "model loaded"
         if self._failed:
             # llama.cpp prints the cause first, then unwinds: let it finish its lines and exit
             with contextlib.suppress(subprocess.TimeoutExpired):
