@@ -67,7 +67,7 @@ def test_launch_streams_the_log_compares_stops_and_saves(
     allocated = {s.table.item(r, 1).text(): s.table.item(r, 3).text() for r in range(s.table.rowCount())}
     log = parse_server_log(rec["load"])
     kv = next(b for b in log.buffers if b.kind.value == "kv")
-    assert allocated["kv"] == f"{kv.mib:.2f}" and set(allocated) == {"weights", "kv", "output", "compute"}
+    assert allocated["kv"] == f"{kv.mib:.2f}" and {"weights", "kv", "output", "compute"} <= set(allocated)
     assert s.bars.check is not None
     s.stop()
     qtbot.waitUntil(lambda: s.status.text() == "Stopped.", timeout=30000)

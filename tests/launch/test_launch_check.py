@@ -43,8 +43,8 @@ HEADER = TESTS / "fixtures" / "llamacpp" / "models" / "sparse" / "llama-3.1-8b.h
 SERVER_RECORDING = TESTS / "fixtures" / "llamacpp" / "server" / "llama-3.1-8b.json"
 
 
-def recorded() -> tuple[list[str], list[str]]:
-    rec = json.loads((LAUNCH / "loaded.json").read_text())
+def recorded(name: str = "loaded") -> tuple[list[str], list[str]]:
+    rec = json.loads((LAUNCH / f"{name}.json").read_text())
     return rec["command"], [*rec["load"], *rec["exit"]]
 
 
@@ -72,6 +72,26 @@ def test_the_recorded_launch_is_within_the_band_on_every_term() -> None:
     assert terms[TermKind.OUTPUT].within is None  # no band is claimed for the output buffer
     # every judged term: weights, K/V and compute
     assert {t.term for _, t in check.judged} == {TermKind.WEIGHTS, TermKind.KV, TermKind.COMPUTE}
+
+
+def test_repacked_weights_are_compared_apart_from_the_mapped_file() -> None:
+    """With repacking on, llama.cpp allocates CPU_REPACK for the weights it repacks and maps the file besides: the
+    check puts each beside its own part of the estimate."""
+    command, lines = recorded("repack")
+    est = estimate_of(command)
+    log = parse_server_log(lines)
+    check = compare(est, log, accuracy_band(profile(), est))
+    weights = {t.label: t for t in check.devices[0].terms if t.term is TermKind.WEIGHTS}
+    assert set(weights) == {"", "CPU_REPACK"}
+    repack = next(b for b in log.buffers if b.buffer_type == "CPU_REPACK")
+    mapped = next(b for b in log.buffers if b.buffer_type == "CPU_Mapped")
+    assert weights["CPU_REPACK"].allocated_bytes == repack.bytes and weights["CPU_REPACK"].within
+    assert weights[""].allocated_bytes == mapped.bytes
+    assert weights["CPU_REPACK"].name == "weights (CPU_REPACK)"
+    # the two parts of the estimate are its weights on the host
+    assert weights[""].estimate_bytes + weights["CPU_REPACK"].estimate_bytes == est.devices[-1].bytes_of(
+        TermKind.WEIGHTS
+    )
 
 
 def test_a_compute_buffer_off_by_ten_percent_is_outside_the_band() -> None:

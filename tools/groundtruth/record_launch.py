@@ -7,7 +7,8 @@ with `tests/support/fake_llama_server.py` where no build is present.
 
 Cases, on the sparse llama-3.1-8b of `sparse_models.py` (spm vocabulary; a few MB on disk):
   loaded        fitplan's planned command for -c 4096 (no repacking, no warm-up: nothing of the file is read)
-  oom           the same at -c 131072 under `ulimit -v` 8 GiB: the 16 GiB K/V cache cannot be allocated
+  repack        the same with CPU repacking on: its CPU_REPACK buffer is allocated besides the mapped file
+  oom           the first at -c 131072 under `ulimit -v` 8 GiB: the 16 GiB K/V cache cannot be allocated
   unknown-flag  -cnv, an argument of llama-cli that llama-server does not have (fitplan keeps it in the command)
   port-in-use   the port of a socket already listening
 
@@ -50,7 +51,7 @@ def free_port() -> int:
 def planned(model: Path, flags: list[str]) -> list[str]:
     """fitplan's command for the model and flags (`fitplan command --json`), as `fitplan launch` runs it."""
     done = subprocess.run(
-        [sys.executable, "-m", "fitplan", "command", str(model), *flags, "--json"],
+        [sys.executable, "-m", "fitplan", "command", str(model), *flags, "--host-ram", "64GiB", "--json"],
         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO / "app")},
     )  # fmt: skip
     return [*json.loads(done.stdout)["argv"], "-lv", "4"]
@@ -98,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     cases: dict[str, tuple[list[str], int | None, socket.socket | None]] = {}
     port = free_port()
     cases["loaded"] = (planned(model, ["-c", "4096", *common, "--port", str(port)]), None, None)
+    # repacking on (no -nr): the weights CPU_REPACK takes are allocated besides the mapped file
+    repack = [x for x in common if x != "-nr"]
+    cases["repack"] = (planned(model, ["-c", "4096", *repack, "--port", str(port)]), None, None)
     cases["oom"] = (planned(model, ["-c", "131072", *common, "--port", str(port)]), OOM_LIMIT_KIB, None)
     cases["unknown-flag"] = ([*cases["loaded"][0], "-cnv"], None, None)  # llama-cli's, not the server's
     busy = socket.socket()

@@ -95,7 +95,7 @@ def check_table(check: LaunchCheck) -> str:
             verdict = {True: "within", False: "OUTSIDE", None: "-"}[t.within]
             band = t.tolerance.text if t.tolerance else "none claimed"
             rows.append(
-                [d.device, t.term.value, _mib(t.estimate_bytes), _mib(t.allocated_bytes),
+                [d.device, t.name, _mib(t.estimate_bytes), _mib(t.allocated_bytes),
                  f"{t.difference_bytes / MIB:+.2f}{rel}", band, verdict]
             )  # fmt: skip
     lines = [
@@ -204,7 +204,7 @@ def _show(args: argparse.Namespace, launcher: Launcher, report: LaunchReport) ->
     if c.all_within:
         print(out.style("every term within the estimate's band", out.GREEN))
     elif c.outside:
-        names = ", ".join(f"{d} {t.term.value}" for d, t in c.outside)
+        names = ", ".join(f"{d} {t.name}" for d, t in c.outside)
         print(out.style(f"outside the estimate's band: {names}", out.YELLOW))
 
 

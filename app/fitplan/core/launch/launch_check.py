@@ -81,6 +81,11 @@ class TermCheck:
     estimate_bytes: int
     allocated_bytes: int  # from the log's buffer lines
     tolerance: Tolerance | None  # None: the estimate claimed no band for this term
+    label: str = ""  # a part of the term compared on its own ("CPU_REPACK" weights)
+
+    @property
+    def name(self) -> str:
+        return f"{self.term.value} ({self.label})" if self.label else self.term.value
 
     @property
     def difference_bytes(self) -> int:
@@ -192,6 +197,32 @@ def _mmproj_device(names: dict[str, DeviceEstimate]) -> str:
     return HOST
 
 
+#: Weights llama.cpp repacks for the CPU sit in a buffer type of their own: compared apart from the rest.
+REPACK = "CPU_REPACK"
+
+
+def _part(kind: TermKind, buffer_type: str) -> str:
+    return REPACK if kind is TermKind.WEIGHTS and buffer_type == REPACK else ""
+
+
+def _labels(kind: TermKind, de: DeviceEstimate | None, bufs: Sequence[BufferLine]) -> tuple[str, ...]:
+    """The parts a term is compared in: the weights in CPU_REPACK apart from the rest, where either side has any."""
+    if kind is not TermKind.WEIGHTS:
+        return ("",)
+    repack = any(b.buffer_type == REPACK for b in bufs) or (
+        de is not None and any(t.kind is kind and t.label == REPACK for t in de.terms)
+    )
+    return ("", REPACK) if repack else ("",)
+
+
+def _estimated(de: DeviceEstimate | None, kind: TermKind, label: str) -> int:
+    if de is None:
+        return 0
+    if kind is not TermKind.WEIGHTS:
+        return de.bytes_of(kind)
+    return sum(t.bytes for t in de.terms if t.kind is kind and (t.label == REPACK) == (label == REPACK))
+
+
 def compare(
     est: Estimate, log: ServerLog, band: AccuracyBand | None, usage: Sequence[ProcessUse] = ()
 ) -> LaunchCheck:
@@ -214,10 +245,11 @@ def compare(
             continue  # a device the launch does not use
         terms: list[TermCheck] = []
         for kind, kinds in TERM_BUFFERS:
-            e = de.bytes_of(kind) if de is not None else 0
-            a = sum(b.bytes for b in bufs if b.kind in kinds)
-            if e or a:
-                terms.append(TermCheck(kind, e, a, tol.get(kind)))
+            for label in _labels(kind, de, bufs):
+                e = _estimated(de, kind, label)
+                a = sum(b.bytes for b in bufs if b.kind in kinds and _part(kind, b.buffer_type) == label)
+                if e or a:
+                    terms.append(TermCheck(kind, e, a, tol.get(kind), label))
         mapped = sum(
             b.bytes for b in bufs if b.kind is BufferKind.MODEL and b.buffer_type.endswith("_Mapped")
         )
@@ -324,7 +356,7 @@ def check_document(
     rows = [
         {
             "device": d.device,
-            "term": t.term.value,
+            "term": t.name,
             "estimate_mib": round(t.estimate_bytes / MIB, 2),
             "allocated_mib": round(t.allocated_bytes / MIB, 2),
             "band": t.tolerance.text if t.tolerance else None,

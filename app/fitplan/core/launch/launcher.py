@@ -114,6 +114,8 @@ class Launcher:
 
     def wait(self, timeout: float = 600.0) -> LaunchReport:
         result = self.run.wait(timeout)
+        if result.returncode is not None:
+            self._close_log()  # it exited: every line is in
         if result.loaded:
             self._usage = process_use(result.pid)
         return self._report(result)

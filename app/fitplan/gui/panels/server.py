@@ -311,7 +311,7 @@ class ServerPanel(QWidget):
                 self.table.insertRow(r)
                 band = t.tolerance.text if t.tolerance else "none claimed"
                 mark = {True: " ✓", False: " ✗ outside", None: ""}[t.within]
-                cells = [d.device, t.term.value, _mib(t.estimate_bytes), _mib(t.allocated_bytes),
+                cells = [d.device, t.name, _mib(t.estimate_bytes), _mib(t.allocated_bytes),
                          f"{t.difference_bytes / MIB:+.2f}", band + mark]  # fmt: skip
                 for c, text in enumerate(cells):
                     item = QTableWidgetItem(text)
