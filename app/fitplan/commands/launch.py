@@ -105,21 +105,7 @@ def check_table(check: LaunchCheck) -> str:
             align="llrrrll",
         )
     ]
-    for d in check.devices:
-        if d.used is not None and d.unaccounted_bytes is not None:
-            reserve = (
-                f"; the estimate's runtime reserve there: {_mib(d.reserve_bytes)} MiB"
-                if d.reserve_bytes
-                else ""
-            )
-            lines.append(
-                f"{d.device} uses {_mib(d.used.used_bytes)} MiB ({d.used.source}); unaccounted (that less "
-                f"llama.cpp's buffers) {d.unaccounted_bytes / MIB:+.2f} MiB{reserve}"
-            )
-            if d.unaccounted_bytes < 0:
-                lines.append(
-                    f"  (below zero: {d.device}'s buffers not yet written, such as compute, are not resident)"
-                )
+    lines += [d.usage_text() for d in check.devices if d.usage_text()]
     lines.append(f"band: {check.band_text}")
     return "\n".join(lines)
 

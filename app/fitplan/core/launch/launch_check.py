@@ -129,6 +129,21 @@ class DeviceCheck:
 
     mapped_bytes: int = 0  # host: model buffers mapped from the file (page cache, not allocated)
 
+    def usage_text(self) -> str:
+        """What the device really holds for the server, and the unaccounted rest, in one line ("" unknown)."""
+        left = self.unaccounted_bytes
+        if self.used is None or left is None:
+            return ""
+        text = (
+            f"{self.device} uses {self.used.used_bytes / MIB:.2f} MiB ({self.used.source}); unaccounted (that less "
+            f"llama.cpp's buffers) {left / MIB:+.2f} MiB"
+        )
+        if self.reserve_bytes:
+            text += f"; the estimate's runtime reserve there: {self.reserve_bytes / MIB:.2f} MiB"
+        if left < 0:
+            text += " (below zero: buffers not yet written, such as compute, are not resident)"
+        return text
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchCheck:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:  # the launch code loads with the first launch, not before the
 
 #: Lines the log pane keeps (the oldest go first).
 LOG_LINES = 5000
+#: The check's columns (MiB); the verdict first, so that it shows in a narrow window.
+COLUMNS = ("", "Term", "Estimate", "Allocated", "Diff.", "Band", "Device")
 PANE_LINES = 5  # the log and the check are at least this many lines tall
 TERM_COLORS = {
     TermKind.WEIGHTS: "#4e79a7",
@@ -154,11 +156,10 @@ class ServerPanel(QWidget):
         self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.log.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.log.setPlaceholderText("llama-server's log appears here once launched.")
-        self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(
-            ["Device", "Term", "Estimate MiB", "Allocated MiB", "Difference", "Band"]
-        )
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -309,25 +310,24 @@ class ServerPanel(QWidget):
             for t in d.terms:
                 r = self.table.rowCount()
                 self.table.insertRow(r)
+                mark = {True: "✓", False: "✗", None: "–"}[t.within]
                 band = t.tolerance.text if t.tolerance else "none claimed"
-                mark = {True: " ✓", False: " ✗ outside", None: ""}[t.within]
-                cells = [d.device, t.name, _mib(t.estimate_bytes), _mib(t.allocated_bytes),
-                         f"{t.difference_bytes / MIB:+.2f}", band + mark]  # fmt: skip
+                cells = [mark, t.name, _mib(t.estimate_bytes), _mib(t.allocated_bytes),
+                         f"{t.difference_bytes / MIB:+.2f}", band, d.device]  # fmt: skip
                 for c, text in enumerate(cells):
                     item = QTableWidgetItem(text)
                     if 2 <= c <= 4:
                         item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                    if c == 5 and t.within is False:
+                    if c == 0:
+                        item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                        item.setToolTip(
+                            {True: "within the band the estimate claimed", False: "outside the band the "
+                             "estimate claimed", None: "no band claimed for this term"}[t.within]
+                        )  # fmt: skip
+                    if t.within is False and c in (0, 5):
                         item.setForeground(QColor("#c0392b"))
                     self.table.setItem(r, c, item)
-        lines = [check.band_text]
-        for d in check.devices:
-            if d.used is not None and d.unaccounted_bytes is not None:
-                lines.append(
-                    f"{d.device} uses {_mib(d.used.used_bytes)} MiB ({d.used.source}): "
-                    f"{d.unaccounted_bytes / MIB:+,.2f} MiB beyond llama.cpp's buffers"
-                    + (f", runtime reserve estimated {_mib(d.reserve_bytes)} MiB" if d.reserve_bytes else "")
-                )
+        lines = [check.band_text, *(d.usage_text() for d in check.devices if d.usage_text())]
         self.summary.setText("\n".join(lines))
 
     # -- saving ------------------------------------------------------------------------------------------------
