@@ -166,7 +166,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"check saved to {args.save_check}", file=sys.stderr)
         return out.EXIT_OK
     finally:
-        launcher.run.stop(grace=5.0)
+        launcher.close()
         if old is not None:
             signal.signal(signal.SIGTERM, old)
 

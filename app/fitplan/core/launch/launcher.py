@@ -133,6 +133,11 @@ class Launcher:
             result = replace(result, log=replace(result.log, failure=None, loaded=True))
         return self._report(result)
 
+    def close(self, grace: float = 5.0) -> None:
+        """Stop the server if it still runs and close the log, whatever state the launch is in (on exit)."""
+        self.run.stop(grace=grace)
+        self._close_log()
+
     def _close_log(self) -> None:
         with self._log_lock:
             if self._log is not None:

@@ -289,7 +289,7 @@ class ServerPanel(QWidget):
     def shutdown(self) -> None:
         """The window closes: the server does not outlive it."""
         if self.launcher is not None:
-            self.launcher.run.stop(grace=5.0)
+            self.launcher.close()
         self.jobs.shutdown()
 
     # -- showing -----------------------------------------------------------------------------------------------
