@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))
 import sparse_models
 
 LLAMA_CPP = {"commit": "515e85511", "build": 11434}
@@ -53,33 +54,30 @@ HEADER_LIMIT = 300 * 1024
 
 # ------------------------------------------------------------------------------------------------ log parsing
 
-RE_KV_SIZE = re.compile(
-    r"^llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
-    r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
+# The llama.cpp log lines of each allocation: one set of patterns, the app's (fitplan.core.launch.server_log).
+from fitplan.core.launch.server_log import (  # noqa: E402
+    RE_BREAKDOWN,
+    RE_CLIP_COMPUTE,
+    RE_CLIP_MODEL,
+    RE_COMPUTE_BUF,
+    RE_CREATING,
+    RE_CTX_PARAM,
+    RE_FA,
+    RE_KV_BUF,
+    RE_KV_SIZE,
+    RE_MODEL_BUF,
+    RE_OUTPUT,
+    RE_RS_BUF,
+    RE_RS_SIZE,
+    RE_WORST,
 )
-RE_CREATING = re.compile(r"^\w+: creating +(.+?)(?:, size = \d+ cells)?$")
-RE_RS_SIZE = re.compile(
-    r"^llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) rs_seq\), "
-    r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB(?:, P \((\w+)\): +([\d.]+) MiB)?"
-)
-RE_OUTPUT = re.compile(r"^llama_context: +(\S+) +output buffer size = +([\d.]+) MiB")
-RE_CTX_PARAM = re.compile(r"^llama_context: (n_\w+|kv_unified|flash_attn|causal_attn) += (\S+)")
+
+# the record-only lines: layer placement and graph size
 RE_OFFLOADED = re.compile(r"^load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 RE_LAYER_DEV = re.compile(r"^load_tensors: layer +(\d+) assigned to device (\S+), is_swa = (\d)")
 RE_KV_LAYER_DEV = re.compile(r"^llama_kv_cache: layer +(\d+): dev = (\S+)")
 RE_RS_LAYER_DEV = re.compile(r"^llama_memory_recurrent,? layer +(\d+): dev = (\S+)")
-RE_MODEL_BUF = re.compile(r"^load_tensors: +(\S+) model buffer size = +([\d.]+) MiB")
-RE_COMPUTE_BUF = re.compile(r"^sched_reserve: +(\S+) compute buffer size = +([\d.]+) MiB")
-RE_KV_BUF = re.compile(r"^llama_kv_cache: +(\S+) KV buffer size = +([\d.]+) MiB")
-RE_RS_BUF = re.compile(r"^llama_memory_recurrent: +(\S+) RS buffer size = +([\d.]+) MiB")
-RE_FA = re.compile(
-    r": Flash Attention (enabled|not supported, set to disabled)$|(enabling flash_attn since .*)"
-)
-RE_WORST = re.compile(r"^sched_reserve: worst-case: n_tokens = (\d+), n_seqs = (\d+), n_outputs = (\d+)")
 RE_GRAPH = re.compile(r"^sched_reserve: graph: nodes = (\d+), splits = (\d+)")
-RE_CLIP_MODEL = re.compile(r"^load_hparams: model size: +([\d.]+) MiB")
-RE_CLIP_COMPUTE = re.compile(r"^reserve_compute_meta: +(\S+) compute buffer size = +([\d.]+) MiB")
-RE_BREAKDOWN = re.compile(r"^common_memory_breakdown_print: \|\s+-\s+(.+?)\s+\|(.*)\|\s*$")
 
 
 def _compress_devs(devs: dict[int, str]) -> list[list[Any]]:

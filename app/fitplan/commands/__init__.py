@@ -16,4 +16,5 @@ SUMMARIES: dict[str, str] = {
     "scan": "list the GGUF models in folders (default: the usual download places)",
     "gpus": "list the GPUs and host RAM found on this machine",
     "verify": "compare the estimate with llama.cpp's own dry run (llama-fit-params)",
+    "launch": "start llama-server with the plan and compare what it allocated with the estimate",
 }

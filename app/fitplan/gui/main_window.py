@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSplitter,
     QStatusBar,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -44,10 +45,12 @@ from fitplan.gui.panels.device_bars import DeviceBarsPanel
 from fitplan.gui.panels.hardware import HardwarePanel
 from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
+from fitplan.gui.panels.server import ServerPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 
 if TYPE_CHECKING:
+    from fitplan.core.launch.launcher import LaunchPlan
     from fitplan.gui.panels.quants import QuantsDialog
 
 #: Small enough for a 1024x640 screen once its panels and the title bar took their share.
@@ -168,6 +171,7 @@ class MainWindow(QMainWindow):
         self.verdict = VerdictPanel()
         self.devices = DeviceBarsPanel()
         self.command = CommandPanel()
+        self.server = ServerPanel(self._launch_plan, self._llama_server)
         self.banner = MessageBanner()
         self.activity = ActivityPanel()
         self.setStatusBar(QStatusBar())
@@ -231,7 +235,12 @@ class MainWindow(QMainWindow):
         centre_layout.setContentsMargins(0, 0, 0, 0)
         centre_layout.addWidget(self.banner)
         centre_layout.addWidget(self.verdict)
-        centre_layout.addWidget(_group("Memory by context", self.chart), 1)
+        # The chart and the launch of the plan share the room: Launch (Ctrl+R) brings its tab forward.
+        self.centre_tabs = QTabWidget()
+        self.centre_tabs.setDocumentMode(True)  # no frame: the chart keeps the height it had in its group box
+        self.centre_tabs.addTab(self.chart, "Memory by context")
+        self.centre_tabs.addTab(self.server, "Launch and check")
+        centre_layout.addWidget(self.centre_tabs, 1)
         centre_layout.addWidget(_group("Command", self.command))
         self.command.set_visible_lines(MIN_LINES)
         # The command row (shell, Verify, Copy) is never clipped: the model list gives way first.
@@ -317,7 +326,9 @@ class MainWindow(QMainWindow):
         copy_action.triggered.connect(self.planner.commands.copy_command)
         ctx_action = QAction("Focus &context", self, shortcut=QKeySequence("Ctrl+L"))
         ctx_action.triggered.connect(self.settings.focus_context)
-        for a in (copy_action, ctx_action):
+        launch_action = QAction("&Launch llama-server", self, shortcut=QKeySequence("Ctrl+R"))
+        launch_action.triggered.connect(self.server.launch)
+        for a in (copy_action, ctx_action, launch_action):
             plan.addAction(a)
             self.addAction(a)
         help_menu = self.menuBar().addMenu("&Help")
@@ -335,6 +346,7 @@ class MainWindow(QMainWindow):
             "load": load_action,
             "quit": quit_action,
             "quants": quants_action,
+            "launch": launch_action,
         }
 
     def compare_quants(self, source: str = "") -> QuantsDialog:
@@ -469,6 +481,21 @@ class MainWindow(QMainWindow):
         if folder:
             self.planner.commands.set_llama_bin_dir(folder)
 
+    # -- launch ------------------------------------------------------------------------------------------------
+    def _launch_plan(self) -> LaunchPlan | None:
+        """The shown plan's llama-server command and estimate (None for ollama, or before an estimate)."""
+        from fitplan.core.launch.launcher import LaunchPlan
+
+        o, model = self.planner.outcome, self.planner.model
+        if o is None or model is None or o.ollama is not None or self.planner.estimate_failed:
+            return None
+        return LaunchPlan((*o.args, *self.planner.configs.kept_args), o.estimate, o.accuracy, model.source)
+
+    def _llama_server(self) -> str:
+        from fitplan.core.launch.server_process import find_server
+
+        return find_server(self.planner.user.llama_bin_dir or None)
+
     # -- drag and drop -------------------------------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         mime = event.mimeData()
@@ -550,4 +577,5 @@ class MainWindow(QMainWindow):
         state = bytes(self.saveState().toBase64().data()).decode()
         self.planner.save(geometry, state)
         self.planner.shutdown()
+        self.server.shutdown()
         super().closeEvent(event)
