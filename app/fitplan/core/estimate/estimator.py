@@ -41,7 +41,12 @@ from fitplan.core.base.results import (
 from fitplan.core.base.units import pad
 from fitplan.core.memory import context as context_memory
 from fitplan.core.memory.compute import ComputeBuffer, ComputeInputs, compute_buffers
-from fitplan.core.memory.reserve import matmul_shapes, reserve_terms, user_reserve_explanation
+from fitplan.core.memory.reserve import (
+    CUDA_RESERVE_ASSUMPTION,
+    matmul_shapes,
+    reserve_terms,
+    user_reserve_explanation,
+)
 from fitplan.core.memory.weights import (
     CPU_ALIGNMENT,
     DEFAULT_CPU_FEATURES,
@@ -253,10 +258,7 @@ def _add_reserves(
         for term in terms:
             parts.add(gi, term)
     if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.GENERIC) for d in gpus):
-        assumptions.append(
-            "runtime reserve per CUDA GPU: CUDA context assumed 350 MiB; cuBLAS workspace and pool derived from "
-            "ggml-cuda (see docs/runtime-reserve.md)"
-        )
+        assumptions.append(CUDA_RESERVE_ASSUMPTION)
 
 
 def _profile_warnings(profile: ModelProfile) -> list[str]:

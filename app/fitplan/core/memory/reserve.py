@@ -251,5 +251,12 @@ def default_reserve_bytes(device: Device, shapes: MatmulShapes | None = None) ->
     return sum(t.bytes for t in reserve_terms(device, shapes))
 
 
+#: The estimate's assumption line for CUDA GPUs.
+CUDA_RESERVE_ASSUMPTION = (
+    f"runtime reserve per CUDA GPU: CUDA context assumed {ASSUMED_CUDA_CONTEXT // MIB} MiB; cuBLAS workspace and "
+    "pool derived from ggml-cuda (see docs/runtime-reserve.md)"
+)
+
+
 def user_reserve_explanation(reserve_bytes: int) -> str:
     return f"runtime reserve set by the user: {reserve_bytes / MIB:.0f} MiB"
