@@ -22,7 +22,6 @@ from fitplan.core.base.launch_settings import (
 )
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.estimator import estimate, mmproj_compute
-from fitplan.core.memory.reserve import DEFAULT_CUDA_RESERVE
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.usage import MarginPolicy
@@ -61,7 +60,15 @@ def test_full_offload_on_one_gpu(llama8b: ModelProfile) -> None:
     assert host.bytes_of(TermKind.KV) == 0
     # Only token_embd stays on the host: q4_K [4096, 128256] = 4096/256 * 144 * 128256 bytes.
     assert host.bytes_of(TermKind.WEIGHTS) == 4096 // 256 * 144 * 128256
-    assert gpu.bytes_of(TermKind.RESERVE) == DEFAULT_CUDA_RESERVE
+    # Reserve: 350 MiB assumed context + 32 MiB cuBLAS workspace (compute capability unknown: the Hopper value)
+    # + pool: ffn_down's 14336-wide rows, 512 tokens as q8_1 (144 B per 128 values) = 8064 MiB/1024 = 7.875 MiB,
+    # + one 128-column tile of q8_1 (18 KiB) + stream-k fixup 128 SMs x 128 x 128 x 4 B = 8 MiB: 15.89 MiB -> 16 MiB.
+    assert gpu.bytes_of(TermKind.RESERVE) == (350 + 32 + 16) * MIB
+    assert [t.label for t in gpu.terms if t.kind is TermKind.RESERVE] == [
+        "CUDA context",
+        "cuBLAS workspace",
+        "CUDA pool",
+    ]
     # Server default: 4 slots, n_outputs_max = 4: logits 4 B x 128256 x 4 on the host.
     assert host.bytes_of(TermKind.OUTPUT) == 4 * 128256 * 4
     assert e.context.n_gpu_layers == 33

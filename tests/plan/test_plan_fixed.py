@@ -83,9 +83,10 @@ def test_the_machine_builder_keeps_every_card() -> None:
             Pins(n_ctx=65536, n_parallel=1),
             "9 expert layers on CPU, split 21:14:14 layers across GPUs",
         ),
-        # measured: before, "host RAM short by 1489 MiB" with 40 of 40 layers on the CPU (22 expert layers since
-        # the expert copies are counted one at a time, as the stand-in recordings show)
-        ("granite-4.0-h-tiny", ["4GiB"], 4, Pins(), "22 expert layers on CPU"),
+        # measured: before, "host RAM short by 1489 MiB" with 40 of 40 layers on the CPU (21 expert layers since
+        # the expert copies are counted one at a time, as the stand-in recordings show, and the CUDA reserve is
+        # derived term by term instead of a flat 512 MiB)
+        ("granite-4.0-h-tiny", ["4GiB"], 4, Pins(), "21 expert layers on CPU"),
     ],
 )
 def test_partial_offload_when_the_host_is_short(
@@ -114,19 +115,21 @@ def test_pinned_context_reports_the_largest_context_too() -> None:
 
 
 def test_alternatives_are_checked_plans() -> None:
-    # qwen3-30b-a3b on one 12 GiB card: the plan keeps 23 expert layers on the CPU and reaches 4,096 tokens
+    # qwen3-30b-a3b on one 12 GiB card: the plan keeps 23 expert layers on the CPU and reaches 5,376 tokens
     # (measured; 24 and 5,632 while a copy of a layer's three expert matrices was counted on top of the GPU's
-    # compute buffer). Every alternative is a plan of its own: the number it shows is what planning with it gives.
+    # compute buffer and the CUDA reserve was a flat 512 MiB). Every alternative is a plan of its own: the number it shows is what planning with it gives.
     prof = _profile("qwen3-30b-a3b")
     m = Machine(assumed_devices(["12GiB"]), host_device(64 * GIB))
     base = plan(prof, m, Pins())
-    assert (base.settings.n_ctx, base.placement.description) == (4096, "23 expert layers on CPU")
+    assert (base.settings.n_ctx, base.placement.description) == (5376, "23 expert layers on CPU")
     alts = what_would_change(prof, m, Pins(), base)
-    assert 3 <= len(alts) <= 5
+    # measured: -c 13312 (26 expert layers on CPU) and --n-cpu-moe 30; a q8_0 cache keeps one more expert layer on
+    # the GPU at 5,120 tokens, less context, so it is not listed
+    assert 2 <= len(alts) <= 5
     changes = {a.change: a for a in alts}
     q8 = changes["-ctk q8_0 -ctv q8_0"]
     assert q8.n_ctx == plan(prof, m, Pins(cache_type_k="q8_0", cache_type_v="q8_0")).settings.n_ctx
-    assert q8.effect == f"context 4,096 -> {q8.n_ctx:,}"
+    assert q8.effect == f"context 5,376 -> {q8.n_ctx:,}"
     moe = next(a for a in alts if a.change.startswith("--n-cpu-moe"))
     assert moe.n_ctx == plan(prof, m, Pins(n_cpu_moe=int(moe.change.split()[1]))).settings.n_ctx
     gains = [a.n_ctx for a in alts]

@@ -39,7 +39,12 @@ from fitplan.core.base.results import (
 from fitplan.core.base.units import pad
 from fitplan.core.memory import context as context_memory
 from fitplan.core.memory.compute import ComputeBuffer, ComputeInputs, compute_buffers
-from fitplan.core.memory.reserve import default_reserve_bytes, reserve_explanation
+from fitplan.core.memory.reserve import (
+    CUDA_RESERVE_ASSUMPTION,
+    matmul_shapes,
+    reserve_terms,
+    user_reserve_explanation,
+)
 from fitplan.core.memory.weights import (
     CPU_ALIGNMENT,
     DEFAULT_CPU_FEATURES,
@@ -201,7 +206,9 @@ def estimate(
     if draft is not None and settings.draft is not None:
         _add_draft(parts, draft, settings, machine, ctx, cpu)
 
-    _add_reserves(parts, gpus, engine.gpu_overhead(settings), reserve_bytes, assumptions)
+    _add_reserves(
+        parts, gpus, engine.gpu_overhead(settings), reserve_bytes, assumptions, profile, ctx.n_ubatch
+    )
 
     if settings.n_ctx > profile.n_ctx_train > 0:
         warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
@@ -262,18 +269,28 @@ def _add_reserves(
     overhead: tuple[int, str],
     reserve_bytes: int | None,
     assumptions: list[str],
+    profile: ModelProfile,
+    n_ubatch: int,
 ) -> None:
-    # Runtime reserve on each GPU in use.
+    # Runtime reserve on each GPU in use: one term per named part, or the user's value.
+    shapes = matmul_shapes(profile, n_ubatch)
     for gi, d in enumerate(gpus):
         if not parts.terms[gi]:
             continue
-        rb = reserve_bytes if reserve_bytes is not None else default_reserve_bytes(d)
-        explanation = reserve_explanation(d, rb, reserve_bytes is not None)
-        rb += overhead[0]  # what the engine keeps free besides (0 for most)
-        explanation += overhead[1]
-        parts.add(gi, Term(TermKind.RESERVE, rb, explanation))
-    if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC) for d in gpus):
-        assumptions.append("runtime reserve per CUDA GPU assumed 512 MiB (context, cuBLAS workspace, pool)")
+        if reserve_bytes is not None:
+            terms = [Term(TermKind.RESERVE, reserve_bytes, user_reserve_explanation(reserve_bytes))]
+        else:
+            terms = [
+                Term(TermKind.RESERVE, t.bytes, t.explanation, t.label) for t in reserve_terms(d, shapes)
+            ]
+        if overhead[0]:  # what the engine keeps free besides (ollama's OLLAMA_GPU_OVERHEAD)
+            terms.append(
+                Term(TermKind.RESERVE, overhead[0], overhead[1].removeprefix(" + "), "engine overhead")
+            )
+        for term in terms:
+            parts.add(gi, term)
+    if reserve_bytes is None and any(d.vendor in (Vendor.NVIDIA, Vendor.GENERIC) for d in gpus):
+        assumptions.append(CUDA_RESERVE_ASSUMPTION)
 
 
 def _profile_warnings(profile: ModelProfile) -> list[str]:
