@@ -703,7 +703,7 @@ MODEL_NOTES = """\
   the back, cumulative `-ts` split with upper_bound, input embeddings on the host, tied output embedding duplicated,
   NextN blocks skipped, `-ot`/`-ncmoe`/`-cmoe` overrides, CPU_REPACK in builds without a GPU host buffer), each
   tensor padded to its buffer's alignment. CUDA's 128-byte alignment and per-tensor ne0 % 512 padding of quantized
-  tensors are applied from the source; no CUDA recording exists.
+  tensors (weights, and the K/V cache rows) are exact on the CUDA-shaped stand-in recordings.
 * **KV / recurrent**: `fitplan.core.memory.context`.
 * **Compute**: the peak live set of the reserved prompt-processing graph, named tensor by tensor
   (`fitplan.core.memory.compute`), with the allocator's reuse rules: graph inputs (masks, V's row indices) are freed after
@@ -757,9 +757,11 @@ MODEL_NOTES = """\
   indices, positions, the hidden state handed over: three blocks on the first GPU, two on the others), never freed,
   below the rest of the graph; it is byte-exact on the two-server recordings and matches a three-server run. The
   CUDA-only parts (flash-attention f16 copies of quantized K/V, op-offload weight copies into the first GPU's compute
-  buffer) are read from the CUDA source and not measured. ik_llama.cpp's `-amb` caps the attention intermediate
+  buffer) are measured on the CUDA-shaped stand-ins (the CUDA section below). ik_llama.cpp's `-amb` caps the attention intermediate
   (`fitplan.core.engines.ik_attention_intermediate_bytes`) in place of mainline's KQ term.
-* **Runtime reserve** (`fitplan.core.memory.reserve`): an assumption, not measurable without a GPU.
+* **Runtime reserve** (`fitplan.core.memory.reserve`): what no dry run sees, per CUDA GPU as named terms derived
+  from ggml-cuda (the cuBLAS workspace, the pool at the plan's micro-batch) and an assumed CUDA context
+  (`docs/runtime-reserve.md`, with the one public log it was compared with); a flat assumption on other backends.
 * **mmproj** compute (`fitplan.core.estimate.estimator.mmproj_compute`): the warm-up image's graph (tools/mtmd/clip.cpp)
   named tensor by tensor for three projectors, byte-exact with and without flash attention: LLaVA's MLP projector
   (graph inputs, then four blocks and an FFN intermediate, or the projector's input and two projection-wide
