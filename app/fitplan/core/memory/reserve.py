@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Vendor
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf.ggml_types import lookup
 from fitplan.core.model.profile import ModelProfile, TensorRole
 
@@ -179,7 +180,10 @@ def pool_bytes(shapes: MatmulShapes, n_sm: int = ASSUMED_SM_COUNT) -> int:
 def compute_capability(device: Device) -> tuple[int, int] | None:
     """The compute capability NVML reported for a detected GPU ("compute 8.9" in its detail), else None."""
     m = _CC_RE.search(device.detail)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    if m is None:
+        return None
+    major, minor = int_or_none(m.group(1), 0, 99), int_or_none(m.group(2), 0, 99)
+    return (major, minor) if major is not None and minor is not None else None
 
 
 def cublas_workspace_bytes(cc: tuple[int, int] | None) -> int:
