@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -569,16 +569,7 @@ def markdown(every: Summary) -> str:
         "| grid | architecture | cases | weights exact | KV exact | compute within 5% | compute error range |",
         "|---|---|---|---|---|---|---|",
     ]
-    groups: dict[tuple[str, str], list[CaseResult]] = {}
-    for r in s.measured:
-        groups.setdefault((r.grid, r.architecture or r.model), []).append(r)
-    for (grid, arch), rs in sorted(groups.items()):
-        w = sum(r.weights_exact_mib for r in rs)
-        k = sum(r.context_exact for r in rs)
-        c = sum(abs(r.compute_rel) <= COMPUTE_TOLERANCE for r in rs)
-        lo = min(r.compute_rel for r in rs)
-        hi = max(r.compute_rel for r in rs)
-        lines.append(f"| {grid} | {arch} | {len(rs)} | {w} | {k} | {c} | {lo:+.1%} .. {hi:+.1%} |")
+    lines += _group_rows(s, lambda r: r.architecture or r.model)
     lines += [
         "",
         "## Per configuration class",
@@ -586,15 +577,7 @@ def markdown(every: Summary) -> str:
         "| configuration | cases | compute within 5% | worst under | worst over | totals > 2% under |",
         "|---|---|---|---|---|---|",
     ]
-    by_config: dict[str, list[CaseResult]] = {}
-    for r in s.measured:
-        by_config.setdefault(r.config.label if r.config else "", []).append(r)
-    for config, rs in sorted(by_config.items()):
-        c = sum(abs(r.compute_rel) <= COMPUTE_TOLERANCE for r in rs)
-        lo = min(r.compute_rel for r in rs)
-        hi = max(r.compute_rel for r in rs)
-        under = sum(r.total_rel < -TOTAL_MAX_UNDER for r in rs)
-        lines.append(f"| {config} | {len(rs)} | {c} ({c / len(rs):.1%}) | {lo:+.1%} | {hi:+.1%} | {under} |")
+    lines += _class_rows(s, totals=True)
     if s.errors:
         lines += ["", "## Estimator errors", ""]
         lines += [f"* `{r.key}`: {r.error}" for r in s.errors]
@@ -613,6 +596,39 @@ def _target_lines(s: Summary) -> list[str]:
         f"(target {COMPUTE_SHARE:.0%}); more than {COMPUTE_MAX_UNDER:.0%} under: {len(s.compute_far_under)}",
         f"* totals more than {TOTAL_MAX_UNDER:.0%} under: {len(s.total_far_under)}",
     ]
+
+
+def _group_rows(s: Summary, name: Callable[[CaseResult], str]) -> list[str]:
+    """One table row per grid and model (or architecture): cases, exact weights and caches, compute."""
+    groups: dict[tuple[str, str], list[CaseResult]] = {}
+    for r in s.measured:
+        groups.setdefault((r.grid, name(r)), []).append(r)
+    lines = []
+    for (grid, label), rs in sorted(groups.items()):
+        w = sum(r.weights_exact_mib for r in rs)
+        k = sum(r.context_exact for r in rs)
+        c = sum(abs(r.compute_rel) <= COMPUTE_TOLERANCE for r in rs)
+        lo = min(r.compute_rel for r in rs)
+        hi = max(r.compute_rel for r in rs)
+        lines.append(f"| {grid} | {label} | {len(rs)} | {w} | {k} | {c} | {lo:+.1%} .. {hi:+.1%} |")
+    return lines
+
+
+def _class_rows(s: Summary, totals: bool) -> list[str]:
+    """One table row per configuration class: compute within 5%, the worst errors (and totals under)."""
+    by_config: dict[str, list[CaseResult]] = {}
+    for r in s.measured:
+        by_config.setdefault(r.config.label if r.config else "", []).append(r)
+    lines = []
+    for config, rs in sorted(by_config.items()):
+        c = sum(abs(r.compute_rel) <= COMPUTE_TOLERANCE for r in rs)
+        lo = min(r.compute_rel for r in rs)
+        hi = max(r.compute_rel for r in rs)
+        row = f"| {config} | {len(rs)} | {c} ({c / len(rs):.1%}) | {lo:+.1%} | {hi:+.1%} |"
+        if totals:
+            row += f" {sum(r.total_rel < -TOTAL_MAX_UNDER for r in rs)} |"
+        lines.append(row)
+    return lines
 
 
 def gpu_markdown(s: Summary) -> list[str]:
@@ -636,31 +652,13 @@ def gpu_markdown(s: Summary) -> list[str]:
         "| grid | model | cases | weights exact | KV exact | compute within 5% | compute error range |",
         "|---|---|---|---|---|---|---|",
     ]
-    groups: dict[tuple[str, str], list[CaseResult]] = {}
-    for r in s.measured:
-        groups.setdefault((r.grid, r.model if r.grid == "standin" else r.architecture or r.model), []).append(
-            r
-        )
-    for (grid, name), rs in sorted(groups.items()):
-        w = sum(r.weights_exact_mib for r in rs)
-        k = sum(r.context_exact for r in rs)
-        c = sum(abs(r.compute_rel) <= COMPUTE_TOLERANCE for r in rs)
-        lo = min(r.compute_rel for r in rs)
-        hi = max(r.compute_rel for r in rs)
-        lines.append(f"| {grid} | {name} | {len(rs)} | {w} | {k} | {c} | {lo:+.1%} .. {hi:+.1%} |")
+    lines += _group_rows(s, lambda r: r.model if r.grid == "standin" else r.architecture or r.model)
     lines += [
         "",
         "| configuration | cases | compute within 5% | worst under | worst over |",
         "|---|---|---|---|---|",
     ]
-    by_config: dict[str, list[CaseResult]] = {}
-    for r in s.measured:
-        by_config.setdefault(r.config.label if r.config else "", []).append(r)
-    for config, rs in sorted(by_config.items()):
-        c = sum(abs(r.compute_rel) <= COMPUTE_TOLERANCE for r in rs)
-        lo = min(r.compute_rel for r in rs)
-        hi = max(r.compute_rel for r in rs)
-        lines.append(f"| {config} | {len(rs)} | {c} ({c / len(rs):.1%}) | {lo:+.1%} | {hi:+.1%} |")
+    lines += _class_rows(s, totals=False)
     lines += ["", "Cases more than 10% under:", ""]
     lines += [f"* `{r.key}` {r.compute_rel:+.1%}" for r in s.compute_far_under] or ["* none"]
     lines += ["", GPU_NOTES]

@@ -853,10 +853,7 @@ def grid_placement(env: Env, only: list[str] | None) -> None:
             if only and name not in only:
                 continue
             path, model = sparse_model(env, name)
-            cfg = sparse_models.CONFIGS[name]
-            n_layer = cfg["num_hidden_layers"]
-            assert isinstance(n_layer, int)
-            moe = any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+            n_layer, moe = _layers_and_moe(name)
             cases = []
             t0 = time.time()
             for cid, args in placement_settings(name, n_layer, moe):
@@ -1027,15 +1024,20 @@ def _standin_cases(
     ]
 
 
+def _layers_and_moe(name: str) -> tuple[int, bool]:
+    """A sparse model's layer count and whether it has experts (its published configuration)."""
+    cfg = sparse_models.CONFIGS[name]
+    n_layer = cfg["num_hidden_layers"]
+    assert isinstance(n_layer, int)
+    return n_layer, any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+
+
 def grid_standin(env: Env, only: list[str] | None) -> None:
     for name in STANDIN_MODELS:
         if only and name not in only:
             continue
         path, model = sparse_model(env, name)
-        cfg = sparse_models.CONFIGS[name]
-        n_layer = cfg["num_hidden_layers"]
-        assert isinstance(n_layer, int)
-        moe = any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+        n_layer, moe = _layers_and_moe(name)
         t0 = time.time()
         cases = _standin_cases(env, path, standin_settings(n_layer, moe))
         write_fixture("standin", name, fixture_doc("membreak", model, cases), started=t0)
