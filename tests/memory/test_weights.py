@@ -16,6 +16,7 @@ from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, LoadMode,
 from fitplan.core.memory.weights import (
     CpuFeatures,
     layer_devices,
+    mapped_span_bytes,
     place_weights,
     resolve_n_gpu_layers,
     row_bytes,
@@ -237,3 +238,30 @@ def test_warm_placements_equal_fresh_ones(qwen3moe: ModelProfile, gemma27b: Mode
             for memo in memos:
                 memo.clear()
             assert place_weights(profile, s, machine) == w, s
+
+
+def test_a_real_load_maps_the_span_of_the_host_tensors(llama8b: ModelProfile) -> None:
+    """With mmap the host's mapped buffer is the file from its first to the end of its last host tensor
+    (`mapped_span_bytes`); llama.cpp's dry run and the weights term count the tensors. The recorded launch of this
+    model on the CPU with repacking on (tests/fixtures/launch/repack.json): CPU_Mapped 4932.80 MiB."""
+    machine = Machine((), HOST)
+    p = place_weights(llama8b, LaunchSettings(), machine, cpu=CpuFeatures(avx2=True))
+    first = min(t.offset for t in llama8b.tensors)
+    end = max(t.offset + t.n_bytes for t in llama8b.tensors)
+    # every tensor is on the host and token_embd comes first, output.weight last: the whole data section
+    assert mapped_span_bytes(llama8b, p) == end - first
+    assert round((end - first) / 2**20, 2) == 4932.80
+    assert mapped_span_bytes(llama8b, p) > p.device_bytes(None) - sum(
+        b.bytes for b in p.buffers if b.buffer_type == "CPU_REPACK"
+    )
+    # no repacking: the same span, every tensor in the mapped buffer
+    no_repack = place_weights(llama8b, LaunchSettings(repack=False), machine)
+    assert mapped_span_bytes(llama8b, no_repack) == end - first
+    # a GPU build: the host's weights go to the GPU's pinned host buffer, which is allocated, not mapped
+    # (`is_default_buft` is false for it)
+    gpu = place_weights(llama8b, LaunchSettings(n_gpu_layers=NGL_ALL), Machine(_cuda(1), HOST))
+    assert {t.buffer_type for t in gpu.tensors if t.device is None} == {"CUDA_Host"}
+    assert mapped_span_bytes(llama8b, gpu) == 0
+    # without mmap nothing is mapped
+    no_mmap = place_weights(llama8b, LaunchSettings(load_mode=LoadMode.NONE), machine)
+    assert mapped_span_bytes(llama8b, no_mmap) == 0

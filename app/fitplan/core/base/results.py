@@ -86,4 +86,6 @@ class Estimate:
     host_runtime: tuple[HostRuntimeBound, ...] = ()
     weights_file_backed: bool = True  # CPU-side weights are mmap'd (evictable page cache) vs anonymous memory
     warnings: tuple[str, ...] = ()
+    # what a real load maps for the host's weights (`mapped_span_bytes`: the file's span, page cache, not counted)
+    weights_mapped_span: int = 0
     assumptions: tuple[str, ...] = ()

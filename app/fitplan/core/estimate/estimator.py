@@ -54,6 +54,7 @@ from fitplan.core.memory.weights import (
     active_gpus,
     effective_overrides,
     gpu_backend,
+    mapped_span_bytes,
     place_weights,
 )
 from fitplan.core.model.profile import ClipParams, ModelProfile
@@ -221,6 +222,7 @@ def estimate(
         devices=devices,
         host_runtime=host_runtime,
         weights_file_backed=placement.file_backed,
+        weights_mapped_span=mapped_span_bytes(profile, placement),
         warnings=tuple(warnings),
         assumptions=tuple(assumptions),
     )

@@ -231,11 +231,22 @@ def _labels(kind: TermKind, de: DeviceEstimate | None, bufs: Sequence[BufferLine
     return ("", REPACK) if repack else ("",)
 
 
-def _estimated(de: DeviceEstimate | None, kind: TermKind, label: str) -> int:
+#: The host buffer type of weights mapped from the file (src/llama-model.cpp: with mmap, the CPU buffer type's
+#: tensors are a view of the mapped file).
+MAPPED = "CPU_Mapped"
+
+
+def _estimated(de: DeviceEstimate | None, kind: TermKind, label: str, mapped_span: int = 0) -> int:
+    """The estimate's bytes for one term and part. With the file mapped (`mapped_span`, the estimate's
+    `weights_mapped_span`), the host's mapped buffer is the span of the file a real load maps, not the sum of the
+    tensors in it (weights repacked for the CPU lie inside that span and are counted again in CPU_REPACK)."""
     if de is None:
         return 0
     if kind is not TermKind.WEIGHTS:
         return de.bytes_of(kind)
+    if mapped_span and label != REPACK:
+        rest = sum(t.bytes for t in de.terms if t.kind is kind and t.label not in (REPACK, MAPPED))
+        return mapped_span + rest
     return sum(t.bytes for t in de.terms if t.kind is kind and (t.label == REPACK) == (label == REPACK))
 
 
@@ -259,7 +270,8 @@ def compare(
         bufs = by_device.get(dev, [])
         if de is not None and not de.terms and not bufs:
             continue  # a device the launch does not use
-        checks.append(_device_check(dev, de, bufs, tol, used.get(dev)))
+        mapped = est.weights_mapped_span if dev == HOST and any(b.buffer_type == MAPPED for b in bufs) else 0
+        checks.append(_device_check(dev, de, bufs, tol, used.get(dev), mapped))
     return LaunchCheck(tuple(checks), band.text if band is not None else "no error band claimed")
 
 
@@ -269,12 +281,13 @@ def _device_check(
     bufs: list[BufferLine],
     tol: dict[TermKind, Tolerance],
     use: ProcessUse | None,
+    mapped_span: int = 0,
 ) -> DeviceCheck:
     """One device: each term's estimate beside its buffers, the buffer types seen, the real use."""
     terms: list[TermCheck] = []
     for kind, kinds in TERM_BUFFERS:
         for label in _labels(kind, de, bufs):
-            e = _estimated(de, kind, label)
+            e = _estimated(de, kind, label, mapped_span)
             a = sum(b.bytes for b in bufs if b.kind in kinds and _part(kind, b.buffer_type) == label)
             if e or a:
                 terms.append(TermCheck(kind, e, a, tol.get(kind), label))

@@ -610,6 +610,25 @@ def _output_copy(
     )
 
 
+def mapped_span_bytes(profile: ModelProfile, placement: WeightPlacement) -> int:
+    """What a real load maps for the host's mapped buffer: per file, from the first to the end of the last host
+    tensor the plain CPU buffer type takes (src/llama-model.cpp `load_tensors`: with mmap,
+    `ggml_backend_dev_buffer_from_host_ptr(addr + first, last - first)` over `get_mapping_range`). Weights that went
+    to CPU_REPACK or a GPU but lie between them are in the span too; the file's pages are page cache, not allocated.
+    llama.cpp's dry run (no mmap) counts the tensors instead, as the weights term does. 0 without mmap."""
+    if not placement.file_backed:
+        return 0
+    # only the CPU device's own buffer type is mapped (`is_default_buft`): a GPU's pinned host buffer is allocated
+    mapped = {t.name for t in placement.tensors if t.device is None and t.buffer_type == CPU_BUFT}
+    spans: dict[int, tuple[int, int]] = {}
+    for t in profile.tensors:
+        if t.name not in mapped:
+            continue
+        first, last = spans.get(t.shard, (t.offset, t.offset + t.n_bytes))
+        spans[t.shard] = (min(first, t.offset), max(last, t.offset + t.n_bytes))
+    return sum(last - first for first, last in spans.values())
+
+
 def _buffer_sizes(sizes: _Sums, use_mmap: bool, host_pinned: str | None) -> tuple[BufferSize, ...]:
     """Bytes per buffer type and device; with mmap the host CPU buffer is the mapped file."""
     buffers = []
