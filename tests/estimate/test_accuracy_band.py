@@ -208,6 +208,10 @@ def test_a_cuda_plan_gets_the_stand_ins_band_and_others_the_cpu_band() -> None:
     # everything on the host: the CPU recordings' band
     host = accuracy_band(p, _est(p, NO_GPU, "-fa", "on"), data)
     assert host.figures is not None and host.figures.cases == 3 and "CUDA" not in host.text
+    # a GPU of unknown make is planned with ggml-cuda's rules: the stand-ins' band too
+    generic = Machine((assumed_gpu("24 GiB GPU", 24, Vendor.GENERIC),), HOST)
+    unknown = accuracy_band(p, _est(p, generic, "-fa", "on", "-ngl", "all"), data)
+    assert unknown.figures is not None and unknown.figures.cases == 5
     # an Apple GPU is not ggml-cuda: the CPU recordings stand for it
     apple = Machine((assumed_gpu("M2", 64, Vendor.APPLE),), HOST)
     other = accuracy_band(p, _est(p, apple, "-fa", "on", "-ngl", "all"), data)

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fitplan.core.base.devices import MIB, Device, Vendor
+from fitplan.core.base.devices import MIB, Device
 from fitplan.core.base.launch_settings import KV_CACHE_TYPES, Engine, LaunchSettings, LoadMode
 from fitplan.core.base.results import ResolvedContext, Term, TermKind
 from fitplan.core.engines.beellama import (
@@ -34,6 +34,7 @@ from fitplan.core.engines.ik import ik_effective_mla_mode
 from fitplan.core.engines.ik_compute import IkGraph, ik_attention_intermediate_bytes
 from fitplan.core.engines.ollama import ollama_resolve
 from fitplan.core.memory.fork_graph import ForkGraph
+from fitplan.core.memory.weights import CUDA_VENDORS
 from fitplan.core.model.profile import ModelProfile
 
 __all__ = ["EngineExtras", "EngineHooks", "EngineSettings", "ExtrasInput", "hooks"]
@@ -178,7 +179,7 @@ class _Beellama(EngineHooks):
         notes: list[str] = []
         chunk = KVARN_WINDOW_CHUNK["0.4.6"]
         for gi, d in enumerate(at.gpus):
-            if d.vendor not in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC):
+            if d.vendor not in CUDA_VENDORS:
                 continue
             layers = frozenset(
                 la.index for la in profile.layers if la.has_kv and cache_device(la.index) == gi

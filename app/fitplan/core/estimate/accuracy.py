@@ -15,10 +15,11 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 
-from fitplan.core.base.devices import DeviceKind, Vendor
+from fitplan.core.base.devices import DeviceKind
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.gguf.ggml_types import is_quantized_cache_type
+from fitplan.core.memory.weights import CUDA_VENDORS
 from fitplan.core.model.profile import ModelProfile
 
 #: Where the bands are, inside the package.
@@ -215,18 +216,16 @@ def load_accuracy_data() -> AccuracyData:
 _NOTHING = EngineAccuracy("", "no recordings of it", {}, {})
 
 
-#: GPU makers whose llama.cpp backend is ggml-cuda (ROCm is ggml-cuda built for HIP): their plans get the band
-#: measured on the CUDA-shaped stand-ins.
-_CUDA_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD})
 #: How a band's backend is named in its text.
 BACKEND_WORDS = {"cuda": "CUDA/ROCm stand-ins"}
 
 
 def estimate_backend(est: Estimate) -> str:
-    """The backend whose recordings the estimate's band comes from: "cuda" when a CUDA or ROCm GPU holds part of
-    the model or computes, else "cpu" (the CPU recordings, which also stand for the other GPU backends)."""
+    """The backend whose recordings the estimate's band comes from: "cuda" when a GPU planned with ggml-cuda's
+    rules (`CUDA_VENDORS`: CUDA, ROCm, unknown make) holds part of the model or computes, else "cpu" (the CPU
+    recordings, which also stand for the other GPU backends)."""
     for d in est.devices:
-        if d.device.kind is DeviceKind.CPU or d.device.vendor not in _CUDA_VENDORS:
+        if d.device.kind is DeviceKind.CPU or d.device.vendor not in CUDA_VENDORS:
             continue
         if d.bytes_of(TermKind.WEIGHTS) or d.bytes_of(TermKind.COMPUTE):
             return "cuda"

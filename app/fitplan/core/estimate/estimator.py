@@ -47,6 +47,7 @@ from fitplan.core.memory.reserve import (
 )
 from fitplan.core.memory.weights import (
     CPU_ALIGNMENT,
+    CUDA_VENDORS,
     DEFAULT_CPU_FEATURES,
     CpuFeatures,
     WeightPlacement,
@@ -123,7 +124,7 @@ def gpu_row_padding(settings: LaunchSettings, machine: Machine) -> tuple[tuple[i
 
 def _gpu_compute_note(gpus: Sequence[Device]) -> str:
     """What the GPU compute buffers were checked against, for the plan's GPUs."""
-    others = sorted({d.vendor.value for d in gpus if d.vendor not in (Vendor.NVIDIA, Vendor.AMD, Vendor.RPC)})
+    others = sorted({d.vendor.value for d in gpus if d.vendor not in CUDA_VENDORS | {Vendor.RPC}})
     if not others and all(d.vendor is Vendor.RPC for d in gpus):
         return "compute buffers of RPC devices: measured with loopback ggml-rpc-server devices"
     if not others:

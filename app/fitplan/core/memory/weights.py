@@ -124,6 +124,11 @@ class Backend:
     host_buffer_type: str | None  # pinned host buffer type ("CUDA_Host"), None when the backend has none
 
 
+#: GPU makers llama.cpp runs with ggml-cuda (ROCm is ggml-cuda built for HIP); a GPU of unknown make is planned as
+#: CUDA too (`gpu_backend`).
+CUDA_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC})
+
+
 def gpu_backend(device: Device, index: int) -> Backend:
     """The backend llama.cpp would use for `device`, the `index`-th GPU of the machine."""
     v = device.vendor

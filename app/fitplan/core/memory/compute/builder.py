@@ -54,7 +54,7 @@ from fitplan.core.memory.compute.shapes import (
     layer_shapes,
     tensor_rows,
 )
-from fitplan.core.memory.weights import WeightPlacement, row_bytes
+from fitplan.core.memory.weights import CUDA_VENDORS, WeightPlacement, row_bytes
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
 
@@ -807,7 +807,7 @@ class PlanBuilder:
         # The GPU that runs the first layer takes the embeddings from the host: it holds the same residual
         # blocks as a single backend does (the recordings with one RPC device show five).
         first = bool(self.trunk) and self.compute_dev[self.trunk[0]] == gi
-        cuda = self.gpu_vendors[gi] in (Vendor.NVIDIA, Vendor.AMD, Vendor.GENERIC)
+        cuda = self.gpu_vendors[gi] in CUDA_VENDORS
         pp = self.inputs.pipeline_parallel and (runs or has_out)
         m = self.masks(layers)
         # the copies of the small split inputs: positions, K/V row indices, the output ids
