@@ -102,3 +102,35 @@ def test_closing_the_window_stops_the_server(qtbot: Any, tmp_path: Path, private
     assert run is not None and run.running
     w.close()
     assert not run.running
+
+
+def test_the_check_names_the_model_it_was_made_for(qtbot: Any, tmp_path: Path, private_config: Path) -> None:
+    """Another model opened after a launch: the check still on the tab says which model it is of."""
+    w = open_window(qtbot, private_config, fake_bin(tmp_path, "loaded"))
+    s = w.server
+    w.actions_by_name["launch"].trigger()
+    qtbot.waitUntil(lambda: s.report is not None, timeout=30000)
+    assert s.summary.text().splitlines()[0] == f"Launched: {LLAMA.name}"
+    s.stop()
+    qtbot.waitUntil(lambda: not s.running, timeout=30000)
+    other = next(p for p in LLAMA.parent.glob("*.gguf") if p.name != LLAMA.name and "mmproj" not in p.name)
+    w.planner.open(str(other))
+    qtbot.waitUntil(w.planner.settled, timeout=15000)
+    assert s.summary.text().splitlines()[0] == f"Launched: {LLAMA.name}"
+
+
+def test_a_second_launch_while_the_first_starts_is_refused_and_stop_stays(
+    qtbot: Any, tmp_path: Path, private_config: Path
+) -> None:
+    """The menu's Launch twice in a row (its action does not wait for the button): the first server keeps its Stop."""
+    w = open_window(qtbot, private_config, fake_bin(tmp_path, "loaded"))
+    s = w.server
+    w.actions_by_name["launch"].trigger()
+    first = s.launcher
+    w.actions_by_name["launch"].trigger()
+    assert s.launcher is first
+    assert s.status.text() == "llama-server is already running: stop it first."
+    qtbot.waitUntil(lambda: s.report is not None, timeout=30000)
+    assert s.running and s.stop_button.isEnabled()
+    s.stop()
+    qtbot.waitUntil(lambda: not s.running, timeout=30000)

@@ -121,6 +121,8 @@ class ServerPanel(QWidget):
         self.binary_source = binary_source
         self.launcher: Launcher | None = None
         self.report: LaunchReport | None = None
+        self._launched = ""  # the model file of the last launch
+        self._starting = False  # a launch's start job is under way
         self.jobs = Jobs(parent=self)
         self.jobs.error.connect(self._job_failed)
         self.line_received.connect(self._append)
@@ -189,7 +191,9 @@ class ServerPanel(QWidget):
         return self.launcher is not None and self.launcher.run.running
 
     def launch(self) -> None:
-        if self.running:
+        # a launch still starting on the pool counts as running: a second one (the menu's action twice) would
+        # replace the panel's launcher and leave the first server without its Stop
+        if self.running or self._starting:
             self._set_status("llama-server is already running: stop it first.")
             return
         plan = self.plan_source()
@@ -206,6 +210,7 @@ class ServerPanel(QWidget):
         self.log.clear()
         self.report = None
         self._show_check(None)
+        self._launched = Path(plan.model).name  # the check below names it: another model may be open by then
         self.tabs.setCurrentIndex(0)
         self.reveal()
         log_file = new_log_file()
@@ -215,6 +220,7 @@ class ServerPanel(QWidget):
         self.stop_button.setEnabled(True)
         self.save_button.setEnabled(False)
         self._set_status(f"Starting {Path(binary).name}…")
+        self._starting = True
         self.log.appendPlainText("$ " + " ".join(launcher.argv))
 
         def run(_progress: Any) -> LaunchReport:
@@ -240,6 +246,7 @@ class ServerPanel(QWidget):
     def _loaded(self, launcher: Launcher, report: LaunchReport) -> None:
         if launcher is not self.launcher:
             return
+        self._starting = False
         self.report = report
         if report.check is None:
             self._finished(launcher, report)
@@ -281,6 +288,7 @@ class ServerPanel(QWidget):
         self.state_changed.emit("stopped")
 
     def _job_failed(self, err: JobError) -> None:
+        self._starting = False
         self.launch_button.setEnabled(True)
         self.stop_button.setEnabled(self.running)
         self._set_status(err.message)
@@ -327,7 +335,8 @@ class ServerPanel(QWidget):
                     if t.within is False and c in (0, 5):
                         item.setForeground(QColor("#c0392b"))
                     self.table.setItem(r, c, item)
-        lines = [check.band_text, *(d.usage_text() for d in check.devices if d.usage_text())]
+        lines = [f"Launched: {self._launched}", check.band_text]
+        lines += [d.usage_text() for d in check.devices if d.usage_text()]
         self.summary.setText("\n".join(lines))
 
     # -- saving ------------------------------------------------------------------------------------------------
