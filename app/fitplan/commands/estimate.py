@@ -25,7 +25,7 @@ from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.inputs.model_source import launch_projector, load_model
 from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB, MarginPolicy
+from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB, MarginPolicy, parse_gpu_margins, parse_reserve
 from fitplan.core.plan.verdict import Verdict, judge
 
 EXAMPLES = """examples:
@@ -120,14 +120,29 @@ def add_margin_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--use-total", action="store_true", help="measure against total memory instead of free memory"
     )
+    p.add_argument(
+        "--gpu-margin",
+        metavar="MiB,MiB",
+        help="memory left free on each GPU in order (e.g. 2048,256 for a display card and a compute card)",
+    )
+    p.add_argument(
+        "--reserve",
+        action="append",
+        default=[],
+        metavar="DEVICE=SIZE[:NAME]",
+        help="memory kept for another program on one device, by name (GPU0=2GiB:desktop, host=8GiB:browser)",
+    )
 
 
 def margin_policy(args: argparse.Namespace, machine: Machine) -> MarginPolicy:
+    gpu_margin = getattr(args, "gpu_margin", None)
     return MarginPolicy(
         gpu_margin_bytes=args.margin * MIB,
         use_free=not args.use_total,
         host_margin_bytes=args.host_margin * MIB,
         check_host=machine.host.total_bytes > 0,
+        per_gpu_bytes=parse_gpu_margins(gpu_margin) if gpu_margin else (),
+        reserves=tuple(parse_reserve(r, len(machine.gpus)) for r in getattr(args, "reserve", ())),
     )
 
 

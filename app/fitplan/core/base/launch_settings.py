@@ -119,6 +119,7 @@ class LaunchSettings:
     fit: bool = True  # --fit on|off
     fit_target_mib: tuple[int, ...] = (1024,)  # --fit-target, per device
     embedding: bool = False
+    reranking: bool = False  # --reranking: common/arg.cpp sets embedding and the rank pooling
     spec_types: tuple[str, ...] = ()  # --spec-type values ("draft-mtp", "draft-eagle3", "ngram-simple", ...)
     spec_draft_n_max: int = 3  # --spec-draft-n-max when no DraftSettings carries it
     engine: Engine = Engine.LLAMA_CPP

@@ -55,7 +55,7 @@ BINARY = "llama-fit-params"
 #: Memory flags llama-fit-params does not register (server-only in common/arg.cpp): not passed on.
 SERVER_ONLY_KEYS = frozenset(
     {
-        "kv_unified", "no_kv_unified", "cache_ram_mib", "ctx_checkpoints", "embedding", "mmproj_path",
+        "kv_unified", "no_kv_unified", "cache_ram_mib", "ctx_checkpoints", "embedding", "reranking", "mmproj_path",
         "no_mmproj_offload", "mmproj_offload", "draft_model", "draft_ngl", "draft_n_max", "spec_types", "model",
     }
 )  # fmt: skip

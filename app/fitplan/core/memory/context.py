@@ -340,7 +340,8 @@ def resolve_context(
     n_parallel = grid.n_seq_max
     # llama-cli runs the server in-process (tools/cli/cli-server.h: llama_server(params)) with its own defaults
     server_code = settings.tool in (Tool.SERVER, Tool.CLI)
-    if server_code and settings.embedding and n_batch_param > n_ubatch_param:
+    embedding = settings.embedding or settings.reranking  # common/arg.cpp: --reranking sets embedding
+    if server_code and embedding and n_batch_param > n_ubatch_param:
         n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
 
     n_ctx = settings.n_ctx if settings.n_ctx > 0 else profile.n_ctx_train
@@ -355,7 +356,7 @@ def resolve_context(
     # n_outputs_max: the server (and llama-cli) asks for min(n_batch, n_parallel * (1 + n_draft)); llama-fit-params
     # and the other common tools pass 0 = n_batch
     if server_code:
-        if settings.embedding:
+        if embedding:
             # server_output_limits: {n_batch, 1} (it looks at the --pooling flag, not the model's pooling type)
             requested = n_batch_param
         else:
@@ -378,7 +379,7 @@ def resolve_context(
         flash_attn=grid.flash_attn,
         n_gpu_layers=settings.n_gpu_layers,
         n_rs_seq=n_rs_seq(profile, settings),
-        embeddings=settings.embedding,
+        embeddings=embedding,
     )
 
 

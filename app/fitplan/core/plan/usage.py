@@ -6,16 +6,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.errors import FlagError
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.base.results import Estimate
+from fitplan.core.hardware.catalog import parse_size
 
 __all__ = [
     "DEFAULT_MARGIN_MIB",
     "DeviceUse",
     "MarginPolicy",
+    "Reserve",
     "Shortfall",
     "device_label",
     "fits",
     "gib",
+    "parse_gpu_margins",
+    "parse_reserve",
     "shortfalls",
     "usage_of",
 ]
@@ -27,12 +33,63 @@ DEFAULT_MARGIN_MIB = 1024
 
 
 @dataclass(frozen=True, slots=True)
+class Reserve:
+    """Memory kept on one device for something else, by name: another program (`--reserve GPU0=2GiB:desktop`) or
+    another model of a set planned together (`plan.multi`). It is subtracted like a margin."""
+
+    gpu_index: int | None  # the device's position among the machine's GPUs; None = host RAM
+    bytes: int
+    name: str
+
+    def describe(self) -> str:
+        where = "host RAM" if self.gpu_index is None else f"GPU{self.gpu_index}"
+        return f"{self.bytes // MIB} MiB of {where} for {self.name}"
+
+
+def _device_index(word: str, n_gpus: int, what: str) -> int | None:
+    """"GPU1", "CUDA1", "1" -> 1; "host" -> None."""
+    w = word.strip()
+    if w.lower() in ("host", "ram", "cpu"):
+        return None
+    digits = w[3:] if w[:3].upper() in ("GPU",) else w[4:] if w[:4].upper() == "CUDA" else w
+    i = int_or_none(digits, 0, 15)
+    if i is None:
+        raise FlagError(f"{what}: {word!r} is not a device (GPU0, GPU1 ... or host)")
+    if i >= n_gpus:
+        raise FlagError(f"{what}: GPU{i} is not among this machine's {n_gpus} GPU{'s' if n_gpus != 1 else ''}")
+    return i
+
+
+def parse_reserve(text: str, n_gpus: int) -> Reserve:
+    """`--reserve DEVICE=SIZE[:NAME]`: "GPU0=2GiB:desktop", "host=8GiB:browser", "1=512MiB"."""
+    what = f"--reserve {text!r}"
+    dev, eq, rest = text.partition("=")
+    size_text, _, name = rest.partition(":")
+    size = parse_size(size_text.strip()) if eq else None
+    if size is None:
+        raise FlagError(f"{what}: expected DEVICE=SIZE[:NAME], like GPU0=2GiB:desktop")
+    return Reserve(_device_index(dev, n_gpus, what), size, name.strip() or "other programs")
+
+
+def parse_gpu_margins(text: str) -> tuple[int, ...]:
+    """`--gpu-margin 2048,256`: MiB kept free on each GPU in order (llama.cpp's `-fitt a,b,...`), in bytes."""
+    out = []
+    for part in text.split(","):
+        n = int_or_none(part.strip(), 0, 1 << 30)
+        if n is None:
+            raise FlagError(f"--gpu-margin {text!r}: expected MiB per GPU in order, like 2048,256")
+        out.append(n * MIB)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
 class MarginPolicy:
     """How much of each device a plan may use: capacity minus a margin.
 
     `gpu_margin_bytes` is llama.cpp's `--fit-target` (1024 MiB per device by default); `per_gpu_bytes` overrides it
     per GPU in order, like `-fitt a,b,c`. The host keeps `host_margin_bytes` free. `use_free` measures against
-    each device's free memory (what `--fit` does), else against its total.
+    each device's free memory (what `--fit` does), else against its total. `reserves` keep named amounts on
+    given devices on top of the margin (`Reserve`).
     """
 
     gpu_margin_bytes: int = DEFAULT_MARGIN_MIB * MIB
@@ -40,13 +97,24 @@ class MarginPolicy:
     host_margin_bytes: int = DEFAULT_MARGIN_MIB * MIB
     per_gpu_bytes: tuple[int, ...] = ()
     check_host: bool = True
+    reserves: tuple[Reserve, ...] = ()
 
-    def margin(self, device: Device, gpu_index: int | None) -> int:
+    def base_margin(self, device: Device, gpu_index: int | None) -> int:
+        """The margin alone (no reserve) of one device."""
         if device.kind is DeviceKind.CPU or gpu_index is None:
             return self.host_margin_bytes
         if gpu_index < len(self.per_gpu_bytes):
             return self.per_gpu_bytes[gpu_index]
         return self.gpu_margin_bytes
+
+    def reserves_on(self, device: Device, gpu_index: int | None) -> tuple[Reserve, ...]:
+        """The named reserves of one device (the host's when `gpu_index` is None or the device is the host)."""
+        gi = None if device.kind is DeviceKind.CPU else gpu_index
+        return tuple(r for r in self.reserves if r.gpu_index == gi)
+
+    def margin(self, device: Device, gpu_index: int | None) -> int:
+        """What a plan keeps free on one device: its margin plus its named reserves."""
+        return self.base_margin(device, gpu_index) + sum(r.bytes for r in self.reserves_on(device, gpu_index))
 
     def capacity(self, device: Device, gpu_index: int | None) -> int:
         """The bytes a plan may use on `device`."""
@@ -68,7 +136,10 @@ class MarginPolicy:
         host = (
             f"{self.host_margin_bytes // MIB} MiB of host RAM" if self.check_host else "host RAM not checked"
         )
-        return f"{gpu} and {host} kept free ({basis} memory)"
+        text = f"{gpu} and {host} kept free ({basis} memory)"
+        if self.reserves:
+            text += "; reserved: " + ", ".join(r.describe() for r in self.reserves)
+        return text
 
 
 @dataclass(frozen=True, slots=True)
