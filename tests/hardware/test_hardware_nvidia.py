@@ -337,3 +337,43 @@ def test_default_loader_uses_the_pynvml_module(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "pynvml", module)
     r = detect_hardware([NvmlProbe({})])
     assert names(r) == ["NVIDIA GeForce RTX 4090"]
+
+
+def test_processes_are_read_per_pid_with_their_names() -> None:
+    # whose memory is whose: each process by pid and program name, the kinds of context it holds, and an
+    # amount the driver cannot tell (None) kept unknown rather than read as 0
+    g = rtx4090()
+    g.compute = [(100, 2 * GIB), (101, None)]
+    g.graphics = [(100, 2 * GIB), (200, 64 * MIB)]
+    fake = FakeNvml([g])
+    names_by_pid = {100: b"/usr/bin/python3", 200: "C:\\Program Files\\Mozilla\\firefox.exe"}
+
+    def get_name(pid: int) -> Any:
+        if pid not in names_by_pid:
+            raise FakeNVMLError(NOT_SUPPORTED)  # another container's process, or no permission
+        return names_by_pid[pid]
+
+    fake.nvmlSystemGetProcessName = get_name  # type: ignore[attr-defined]
+    (d,) = NvmlProbe({}, loader=lambda: fake).probe().gpus
+    assert [(p.pid, p.name, p.used_bytes, p.kind) for p in d.processes] == [
+        (100, "python3", 2 * GIB, "compute+graphics"),
+        (101, "", None, "compute"),
+        (200, "firefox.exe", 64 * MIB, "graphics"),
+    ]
+    assert d.processes[0].describe() == "python3 (100) holds 2048 MiB (compute+graphics)"
+    assert d.processes[1].describe() == "pid 101 holds an unknown amount (compute)"
+
+
+def test_no_process_list_and_no_name_query_leave_no_processes() -> None:
+    g = rtx4090()
+    g.compute = [(100, GIB)]
+    fake = FakeNvml([g])
+    del FakeNvml.nvmlDeviceGetComputeRunningProcesses  # an old pynvml without the process queries
+    try:
+        (d,) = NvmlProbe({}, loader=lambda: fake).probe().gpus
+    finally:
+        FakeNvml.nvmlDeviceGetComputeRunningProcesses = _COMPUTE  # type: ignore[method-assign]
+    assert d.processes == () and d.other_processes == 0
+
+
+_COMPUTE = FakeNvml.nvmlDeviceGetComputeRunningProcesses

@@ -28,12 +28,15 @@ from support.plan_models import generated, small_model
 KINDS = ("dense", "dense-swa", "moe", "hybrid-moe")
 
 
-def _request(kinds: tuple[str, ...], gpu_gib: float, host_gib: float, pinned: tuple[bool, ...]) -> MultiRequest:
+def _request(
+    kinds: tuple[str, ...], gpu_gib: float, host_gib: float, pinned: tuple[bool, ...], models_max: int = 0
+) -> MultiRequest:
     models = tuple(
         MultiModel(f"{k}-{i}", small_model(k), Pins(n_ctx=8192) if pin else Pins())
         for i, (k, pin) in enumerate(zip(kinds, pinned, strict=True))
     )
-    return MultiRequest(models, Machine((assumed_gpu("G", gpu_gib),), host_device(int(host_gib * GIB))))
+    machine = Machine((assumed_gpu("G", gpu_gib),), host_device(int(host_gib * GIB)))
+    return MultiRequest(models, machine, models_max=models_max)
 
 
 def _sound(req: MultiRequest, p: MultiPlan) -> list[str]:
@@ -74,7 +77,7 @@ def scenarios(draw: st.DrawFn) -> MultiRequest:
     gpu = draw(st.sampled_from([1.5, 3.0, 4.5, 6.0, 9.0]))
     host = draw(st.sampled_from([2.0, 4.0, 8.0, 64.0]))
     pinned = tuple(draw(st.booleans()) for _ in range(n))
-    return _request(kinds, gpu, host, pinned)
+    return _request(kinds, gpu, host, pinned, draw(st.sampled_from([0, 0, 1, 2])))
 
 
 @settings(
@@ -109,6 +112,14 @@ def test_the_first_model_stays_resident_and_the_others_take_turns() -> None:
     assert p.models_max == 2 and p.fits
     gpu = p.budgets[0]
     assert [n for n, _ in gpu.resident] == ["dense-0"] and gpu.swap is not None and gpu.fits
+
+
+def test_models_max_leaves_a_swap_slot() -> None:
+    # everything fits together on a 9 GiB card, but --models-max 2 loads at most two: one resident, one slot
+    req = _request(("dense-swa", "hybrid-moe", "dense"), 9.0, 64.0, (False,) * 3, models_max=2)
+    p = plan_set(req)
+    assert [m.status for m in p.models] == [Status.RESIDENT, Status.SWAPPED, Status.SWAPPED]
+    assert p.models_max == 2
 
 
 def test_two_models_are_both_resident_or_both_swapped() -> None:

@@ -70,6 +70,9 @@ EXAMPLES = """examples:
   fitplan plan model.gguf --min-ctx 16384 --json
   fitplan plan --engine ik_llama.cpp deepseek.gguf -amb 512      ik_llama.cpp: -mla 3 -fmoe in the command
   fitplan plan --engine ollama model.gguf --kv-cache-type q8_0     ollama: environment variables and a Modelfile
+  fitplan plan chat.gguf -c 16384 + embed.gguf --embedding + rerank.gguf --reranking    a set: one budget
+  fitplan plan router.ini --models-max 2                   the sections of a --models-preset file, planned together
+  fitplan plan model.gguf --reserve GPU0=2GiB:desktop --gpu-margin 2048,256    keep room for other programs
 """
 
 
@@ -380,6 +383,10 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
 
 
 def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
+    from fitplan.commands import plan_multi  # several models or a router preset: a set plan
+
+    if plan_multi.is_set(args, extra):
+        return plan_multi.run(args, extra, machine)
     req = build_request(args, extra, machine)
     p = make_plan(req)
     shell = Shell(args.shell) if args.shell else default_shell()

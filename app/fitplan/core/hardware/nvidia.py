@@ -27,7 +27,7 @@ from typing import Any
 
 from fitplan.core.base.devices import Device, DeviceKind, Vendor
 from fitplan.core.base.numbers import int_or_none, is_digits
-from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
+from fitplan.core.hardware.probe import DetectedGpu, GpuProcess, ProbeResult
 
 # NVML return codes (nvml.h) the messages below single out.
 _NVML_ERROR_DRIVER_NOT_LOADED = 9
@@ -84,6 +84,7 @@ class _Gpu:
     procs: int
     notes: list[str] = field(default_factory=list)
     migs: list[_Mig] = field(default_factory=list)
+    processes: list[GpuProcess] = field(default_factory=list)
     mig_enabled: bool = False
 
 
@@ -202,8 +203,13 @@ class NvmlProbe:
     @staticmethod
     def _read_processes(nvml: Any, gpu: _Gpu) -> None:
         by_pid: dict[int, int] = {}
+        known: dict[int, int | None] = {}
+        kinds: dict[int, list[str]] = {}
         failed = 0
-        for fn_name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for kind, fn_name in (
+            ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+            ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+        ):
             fn = getattr(nvml, fn_name, None)
             if fn is None:
                 continue
@@ -217,8 +223,16 @@ class NvmlProbe:
                 pid = int(getattr(p, "pid", -1))
                 # usedGpuMemory is None when the driver cannot tell (Windows WDDM, or no permission)
                 by_pid[pid] = max(by_pid.get(pid, 0), int(used) if isinstance(used, int) else 0)
+                if isinstance(used, int):
+                    known[pid] = max(known.get(pid) or 0, used)
+                else:
+                    known.setdefault(pid, None)
+                kinds.setdefault(pid, []).append(kind)
         gpu.procs = len(by_pid)
         gpu.proc_bytes = sum(by_pid.values())
+        gpu.processes = [
+            GpuProcess(pid, _process_name(nvml, pid), known[pid], "+".join(kinds[pid])) for pid in sorted(known)
+        ]
         if failed:
             gpu.notes.append("process list unavailable")
 
@@ -343,6 +357,7 @@ class NvmlProbe:
             other_process_bytes=gpu.proc_bytes,
             other_processes=gpu.procs,
             notes=tuple(gpu.notes),
+            processes=tuple(gpu.processes),
         )
 
     def _mig_device(self, gpu: _Gpu, mig: _Mig, index: int, driver: str, cuda: str) -> DetectedGpu:
@@ -363,8 +378,17 @@ class NvmlProbe:
             used_bytes=mig.used,
             other_process_bytes=0,
             other_processes=0,
+            processes=(),
             mig_parent=gpu.uuid,
         )
+
+
+def _process_name(nvml: Any, pid: int) -> str:
+    """The program of `pid` as NVML names it (nvmlSystemGetProcessName: a path), its base name; "" when NVML
+    cannot tell (no permission, another container's process)."""
+    raw = _optional_call(getattr(nvml, "nvmlSystemGetProcessName", lambda _pid: None), pid)
+    text = _text(raw) if raw is not None else ""
+    return text.replace("\\", "/").rsplit("/", 1)[-1].strip()
 
 
 def _optional(fn: Callable[[], Any]) -> Any:

@@ -14,6 +14,21 @@ from fitplan.core.base.devices import Device, DeviceKind, Machine, host_device
 
 
 @dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process that holds memory on a GPU, as the driver reports it (NVML's running-process lists)."""
+
+    pid: int
+    name: str  # the program ("" when the driver does not say)
+    used_bytes: int | None  # None: the driver cannot tell (Windows WDDM, or no permission)
+    kind: str  # "compute", "graphics" or "compute+graphics"
+
+    def describe(self) -> str:
+        who = f"{self.name or 'pid'} ({self.pid})" if self.name else f"pid {self.pid}"
+        held = f"{self.used_bytes / (1 << 20):.0f} MiB" if self.used_bytes is not None else "an unknown amount"
+        return f"{who} holds {held} ({self.kind})"
+
+
+@dataclass(frozen=True, slots=True)
 class DetectedGpu:
     """A GPU as found on this machine, with the details shown to the user next to its memory."""
 
@@ -30,6 +45,7 @@ class DetectedGpu:
     other_processes: int = 0  # how many such processes
     mig_parent: str = ""  # for a MIG instance: the UUID of the GPU it is carved from
     notes: tuple[str, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()  # who holds that memory, where the driver tells it
 
 
 @dataclass(frozen=True, slots=True)

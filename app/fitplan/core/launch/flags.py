@@ -1137,12 +1137,17 @@ def _preset_flag_name(key: str, value: str) -> tuple[str, ...] | None:
     return None
 
 
+#: common/arg.cpp's preset-only keys (`set_preset_only`): the router's own (when to load and stop a model), with no
+#: flag and no memory effect
+PRESET_ONLY_KEYS = frozenset({"load-on-startup", "stop-timeout", "dedup-cache-models"})
+
+
 def preset_args(entries: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     """The llama-server arguments a preset section's `key = value` entries stand for (`--models-preset` keys, as
     common/preset.cpp reads them: a preset key, or any long spelling of a flag; `version` is reserved)."""
     argv: list[str] = []
     for key, value in entries:
-        if key == "version":
+        if key == "version" or key in PRESET_ONLY_KEYS:
             continue
         row = _PRESET_VALUE.get(key)
         if row is not None:

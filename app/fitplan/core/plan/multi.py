@@ -16,7 +16,8 @@ minus the margins (`usage.MarginPolicy`, the single model's rule). The best plan
 
 1. a model that does not fit the machine alone is reported and left out; every other one can be loaded;
 2. the resident set, compared model by model in the order given (the first model resident before any later
-   one): the flags of residency, lexicographically;
+   one): the flags of residency, lexicographically; with `--models-max N` below the number of models, at most
+   N - 1 residents (the last slot is the swap slot);
 3. the residents' placements, model by model in the order given (`objective.point_key`, lexicographically);
 4. each swapped model's own placement in the room the residents leave (`objective.point_key`).
 
@@ -87,6 +88,13 @@ class MultiRequest:
     models: tuple[MultiModel, ...]  # in priority order (the order given)
     machine: Machine
     margin: MarginPolicy = field(default_factory=MarginPolicy)
+    models_max: int = 0  # llama-server's --models-max: at most this many loaded at once (0 = no limit)
+
+    def resident_limit(self, n_loadable: int) -> int:
+        """The most residents `models_max` allows: all of them, or one fewer than the limit (a swap slot)."""
+        if self.models_max <= 0 or self.models_max >= n_loadable:
+            return n_loadable
+        return self.models_max - 1
 
 
 class Status:
@@ -314,7 +322,10 @@ def plan_set(req: MultiRequest) -> MultiPlan:
     live = [chains[i] for i in loadable]
     members: list[int] = []  # positions in `live`
     picks: tuple[int, ...] = ()
+    limit = req.resident_limit(len(live))
     for pos in range(len(live)):
+        if len(members) >= limit:
+            break
         found = _residents_walk(live, [*members, pos], caps)
         if found is not None:
             members.append(pos)

@@ -41,7 +41,7 @@ def exhaustive_multi(req: MultiRequest) -> MultiOracle:
     n = len(caps)
     best: MultiKey | None = None
     count = 0
-    for r in range(len(live) + 1):
+    for r in range(req.resident_limit(len(live)) + 1):
         for members in itertools.combinations(live, r):
             others = [i for i in live if i not in members]
             for picks in itertools.product(*(range(len(chains[i].vecs)) for i in members)):
