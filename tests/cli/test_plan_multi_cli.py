@@ -15,8 +15,8 @@ from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_devic
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.hardware.probe import DetectedGpu, GpuProcess
 from fitplan.core.launch.command_line import import_preset
-from fitplan.core.memory.context import resolve_context
 from fitplan.core.launch.flags import parse_flags
+from fitplan.core.memory.context import resolve_context
 from support.models import TESTS
 
 SPARSE = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
@@ -45,7 +45,11 @@ def test_three_models_with_their_own_flags_get_one_plan(capsys: pytest.CaptureFi
     doc = json.loads(stdout)
     assert [m["status"] for m in doc["models"]] == ["resident"] * 3
     gpu = doc["devices"][0]
-    assert [r["model"] for r in gpu["resident"]] == ["qwen3-8b.header", "llama-3.1-8b.header", "granite-4.0-h-tiny.header"]
+    assert [r["model"] for r in gpu["resident"]] == [
+        "qwen3-8b.header",
+        "llama-3.1-8b.header",
+        "granite-4.0-h-tiny.header",
+    ]
     assert gpu["used_bytes"] == sum(r["bytes"] for r in gpu["resident"]) and gpu["fits"]
     # each model's own flags reach its command, the router's preset and llama-swap's configuration
     argvs = {c["model"]: c["argv"] for c in doc["commands"]}

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_device
+from fitplan.core.base.devices import GIB, Machine, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.plan.multi import MultiModel, MultiPlan, MultiRequest, Status, capacities, plan_set, within

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fitplan.commands import _output as out
-from fitplan.core import hardware
 from fitplan.commands.plan import PlanRequest, build_request, detect_machine
+from fitplan.core import hardware
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.files import read_regular_file
@@ -169,7 +169,9 @@ def _status_text(p: MultiPlan) -> str:
         return out.style(f"{len(p.unfit)} of {len(p.models)} models do not fit even alone", out.RED, out.BOLD)
     if not p.swapped:
         return out.style(f"all {len(p.models)} models resident together", out.GREEN)
-    return out.style(f"{len(p.resident)} resident, {len(p.swapped)} loaded in turn (one at a time)", out.YELLOW)
+    return out.style(
+        f"{len(p.resident)} resident, {len(p.swapped)} loaded in turn (one at a time)", out.YELLOW
+    )
 
 
 def format_text(p: MultiPlan, shell: Shell, program: str) -> str:
@@ -237,7 +239,9 @@ def to_dict(p: MultiPlan, shell: Shell, program: str) -> dict[str, object]:
             }
             for b in p.budgets
         ],
-        "commands": [{"model": n, "argv": list(a), "command": join(a, shell)} for n, a in set_commands(p, program)],
+        "commands": [
+            {"model": n, "argv": list(a), "command": join(a, shell)} for n, a in set_commands(p, program)
+        ],
         "router_argv": list(router_command(p, "router.ini", program)),
         "router_preset": router_preset(p),
         "llama_swap": llama_swap_yaml(p, program),

@@ -231,7 +231,8 @@ class NvmlProbe:
         gpu.procs = len(by_pid)
         gpu.proc_bytes = sum(by_pid.values())
         gpu.processes = [
-            GpuProcess(pid, _process_name(nvml, pid), known[pid], "+".join(kinds[pid])) for pid in sorted(known)
+            GpuProcess(pid, _process_name(nvml, pid), known[pid], "+".join(kinds[pid]))
+            for pid in sorted(known)
         ]
         if failed:
             gpu.notes.append("process list unavailable")

@@ -24,7 +24,9 @@ class GpuProcess:
 
     def describe(self) -> str:
         who = f"{self.name or 'pid'} ({self.pid})" if self.name else f"pid {self.pid}"
-        held = f"{self.used_bytes / (1 << 20):.0f} MiB" if self.used_bytes is not None else "an unknown amount"
+        held = (
+            f"{self.used_bytes / (1 << 20):.0f} MiB" if self.used_bytes is not None else "an unknown amount"
+        )
         return f"{who} holds {held} ({self.kind})"
 
 

@@ -28,7 +28,9 @@ def _path(m: ModelChoice) -> str:
 
 
 def _argv(m: ModelChoice, program: str) -> tuple[str, ...]:
-    return plan_to_args(m.settings, first_shard(m.path) if m.path else None, program=program, kept=m.passthrough)
+    return plan_to_args(
+        m.settings, first_shard(m.path) if m.path else None, program=program, kept=m.passthrough
+    )
 
 
 def set_commands(
@@ -48,7 +50,9 @@ def router_preset(p: MultiPlan) -> str:
     for m in p.models:
         if not m.loadable:
             continue
-        text = to_preset_ini(m.settings, m.name, _path(m) or None, comment=f"{m.status}: {m.placement.description}")
+        text = to_preset_ini(
+            m.settings, m.name, _path(m) or None, comment=f"{m.status}: {m.placement.description}"
+        )
         if m.status == "resident":
             text += "load-on-startup = true\n"
         parts.append(text)
@@ -74,7 +78,9 @@ def llama_swap_yaml(p: MultiPlan, program: str = "llama-server") -> str:
             continue
         argv = _argv(m, program)
         if any("\n" in a for a in argv):
-            raise FlagError(f"{m.name}: a command word holds a line break, which llama-swap's cmd cannot keep")
+            raise FlagError(
+                f"{m.name}: a command word holds a line break, which llama-swap's cmd cannot keep"
+            )
         cmd = " ".join(_yaml_quote_word(a) for a in argv)
         lines.append(f"  {_yaml_str(m.name)}:")
         lines.append(f"    cmd: {_yaml_str(cmd + ' --port ${PORT}')}")

@@ -422,7 +422,10 @@ def _assemble(
         settings, est, note = c.settings[j], c.estimates[j], ""
         if status == Status.NO_FIT:
             # the point that needs the least of the machine: what is short is shown on it
-            j = min(range(len(c.vecs)), key=lambda k: max(0, *(v - cp for v, cp in zip(c.vecs[k], caps, strict=True))))
+            j = min(
+                range(len(c.vecs)),
+                key=lambda k: max(0, *(v - cp for v, cp in zip(c.vecs[k], caps, strict=True))),
+            )
             settings, est = c.settings[j], c.estimates[j]
             note = "does not fit this machine even alone"
         elif grown is not None and grown[0] == i:
@@ -442,7 +445,9 @@ def _assemble(
     )
 
 
-def budgets(machine: Machine, margin: MarginPolicy, models: Sequence[ModelChoice]) -> tuple[DeviceBudget, ...]:
+def budgets(
+    machine: Machine, margin: MarginPolicy, models: Sequence[ModelChoice]
+) -> tuple[DeviceBudget, ...]:
     """Each device's budget for the models' choices."""
     out: list[DeviceBudget] = []
     for pos, d in enumerate(machine.all):

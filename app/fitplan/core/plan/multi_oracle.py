@@ -9,9 +9,11 @@ chains (the same estimates) and the capacities with `plan_set`, and none of its 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fitplan.core.plan.multi import (
+    Chain,
     MultiKey,
     MultiRequest,
     Status,
@@ -22,6 +24,7 @@ from fitplan.core.plan.multi import (
     multi_key,
     within,
 )
+from fitplan.core.plan.objective import PlacementKey
 
 __all__ = ["MultiOracle", "exhaustive_multi"]
 
@@ -33,12 +36,41 @@ class MultiOracle:
     combinations: int  # resident combinations enumerated
 
 
+def _best_swaps(
+    chains: Sequence[Chain], others: Sequence[int], used: Vec, caps: Vec
+) -> dict[int, int] | None:
+    """Each swapped model's best point beside `used` (all of its points tried); None when one has none."""
+    swaps: dict[int, int] = {}
+    for w in others:
+        fitting = [j for j, v in enumerate(chains[w].vecs) if within(add(used, v), caps)]
+        if not fitting:
+            return None
+        keys = chains[w].keys
+        swaps[w] = max(fitting, key=lambda j: keys[j])
+    return swaps
+
+
+def _key_of(chains: Sequence[Chain], chosen: dict[int, int], swaps: dict[int, int]) -> MultiKey:
+    statuses: list[str] = []
+    keys: list[PlacementKey] = []
+    for i, c in enumerate(chains):
+        if i in chosen:
+            statuses.append(Status.RESIDENT)
+            keys.append(c.keys[chosen[i]])
+        elif i in swaps:
+            statuses.append(Status.SWAPPED)
+            keys.append(c.keys[swaps[i]])
+        else:
+            statuses.append(Status.NO_FIT)
+            keys.append(c.keys[0])
+    return multi_key(statuses, keys)
+
+
 def exhaustive_multi(req: MultiRequest) -> MultiOracle:
     chains = chains_of(req)
     caps = capacities(req.machine, req.margin)
     loadable = tuple(any(within(v, caps) for v in c.vecs) for c in chains)
     live = [i for i, ok in enumerate(loadable) if ok]
-    n = len(caps)
     best: MultiKey | None = None
     count = 0
     for r in range(req.resident_limit(len(live)) + 1):
@@ -46,33 +78,13 @@ def exhaustive_multi(req: MultiRequest) -> MultiOracle:
             others = [i for i in live if i not in members]
             for picks in itertools.product(*(range(len(chains[i].vecs)) for i in members)):
                 count += 1
-                used: Vec = (0,) * n
+                used: Vec = (0,) * len(caps)
                 for i, j in zip(members, picks, strict=True):
                     used = add(used, chains[i].vecs[j])
-                if not within(used, caps):
+                swaps = _best_swaps(chains, others, used, caps) if within(used, caps) else None
+                if swaps is None:
                     continue
-                swaps: dict[int, int] = {}
-                for w in others:
-                    fitting = [j for j, v in enumerate(chains[w].vecs) if within(add(used, v), caps)]
-                    if not fitting:
-                        break
-                    swaps[w] = max(fitting, key=lambda j, w=w: chains[w].keys[j])
-                if len(swaps) != len(others):
-                    continue
-                statuses: list[str] = []
-                keys = []
-                chosen = dict(zip(members, picks, strict=True))
-                for i, c in enumerate(chains):
-                    if i in chosen:
-                        statuses.append(Status.RESIDENT)
-                        keys.append(c.keys[chosen[i]])
-                    elif i in swaps:
-                        statuses.append(Status.SWAPPED)
-                        keys.append(c.keys[swaps[i]])
-                    else:
-                        statuses.append(Status.NO_FIT)
-                        keys.append(c.keys[0])
-                k = multi_key(statuses, keys)
+                k = _key_of(chains, dict(zip(members, picks, strict=True)), swaps)
                 if best is None or k > best:
                     best = k
     assert best is not None  # the empty resident set is feasible: every live model fits alone

@@ -47,7 +47,7 @@ class Reserve:
 
 
 def _device_index(word: str, n_gpus: int, what: str) -> int | None:
-    """"GPU1", "CUDA1", "1" -> 1; "host" -> None."""
+    """The position of "GPU1", "CUDA1" or "1" (1) among the GPUs; None for "host"."""
     w = word.strip()
     if w.lower() in ("host", "ram", "cpu"):
         return None
@@ -56,7 +56,9 @@ def _device_index(word: str, n_gpus: int, what: str) -> int | None:
     if i is None:
         raise FlagError(f"{what}: {word!r} is not a device (GPU0, GPU1 ... or host)")
     if i >= n_gpus:
-        raise FlagError(f"{what}: GPU{i} is not among this machine's {n_gpus} GPU{'s' if n_gpus != 1 else ''}")
+        raise FlagError(
+            f"{what}: GPU{i} is not among this machine's {n_gpus} GPU{'s' if n_gpus != 1 else ''}"
+        )
     return i
 
 
