@@ -1,5 +1,5 @@
 """`fitplan plan` with several models or a router preset: one set plan (`fitplan.core.plan.multi`), its budget per
-device, and the commands, router preset and llama-swap configuration that launch it; `--reserve` and
+device, and the commands, router preset and llama-swap configuration that launch it; `--keep` and
 `--gpu-margin` keep room for other programs."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_a_router_preset_is_planned_section_by_section(
 
 def test_a_reserve_is_kept_on_its_device(capsys: pytest.CaptureFixture[str]) -> None:
     _, plain, _ = run(capsys, "plan", QWEN3_8B, *HW, "--json")
-    code, held, _ = run(capsys, "plan", QWEN3_8B, *HW, "--reserve", "GPU0=14GiB:desktop", "--json")
+    code, held, _ = run(capsys, "plan", QWEN3_8B, *HW, "--keep", "GPU0=14GiB:desktop", "--json")
     assert code == 0
     a, b = json.loads(plain), json.loads(held)
     assert b["devices"][0]["capacity_bytes"] == a["devices"][0]["capacity_bytes"] - 14 * GIB
@@ -102,9 +102,9 @@ def test_per_gpu_margins_and_bad_reserves(capsys: pytest.CaptureFixture[str]) ->
     assert code == 0
     caps = [d["capacity_bytes"] for d in json.loads(stdout)["devices"][:2]]
     assert caps[1] - caps[0] == (2048 - 256) * MIB
-    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--reserve", "GPU1=1GiB")
+    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--keep", "GPU1=1GiB")
     assert code == 2 and "GPU1 is not among this machine's 1 GPU" in err
-    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--reserve", "GPU0")
+    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--keep", "GPU0")
     assert code == 2 and "DEVICE=SIZE" in err
 
 
