@@ -1,5 +1,5 @@
 """`fitplan plan` with several models or a router preset: one set plan (`fitplan.core.plan.multi`), its budget per
-device, and the commands, router preset and llama-swap configuration that launch it; `--keep` and
+device, and the commands, router preset and llama-swap configuration that launch it; `--hold` and
 `--gpu-margin` keep room for other programs."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_a_router_preset_is_planned_section_by_section(
 
 def test_a_reserve_is_kept_on_its_device(capsys: pytest.CaptureFixture[str]) -> None:
     _, plain, _ = run(capsys, "plan", QWEN3_8B, *HW, "--json")
-    code, held, _ = run(capsys, "plan", QWEN3_8B, *HW, "--keep", "GPU0=14GiB:desktop", "--json")
+    code, held, _ = run(capsys, "plan", QWEN3_8B, *HW, "--hold", "GPU0=14GiB:desktop", "--json")
     assert code == 0
     a, b = json.loads(plain), json.loads(held)
     assert b["devices"][0]["capacity_bytes"] == a["devices"][0]["capacity_bytes"] - 14 * GIB
@@ -102,9 +102,9 @@ def test_per_gpu_margins_and_bad_reserves(capsys: pytest.CaptureFixture[str]) ->
     assert code == 0
     caps = [d["capacity_bytes"] for d in json.loads(stdout)["devices"][:2]]
     assert caps[1] - caps[0] == (2048 - 256) * MIB
-    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--keep", "GPU1=1GiB")
+    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--hold", "GPU1=1GiB")
     assert code == 2 and "GPU1 is not among this machine's 1 GPU" in err
-    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--keep", "GPU0")
+    code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--hold", "GPU0")
     assert code == 2 and "DEVICE=SIZE" in err
 
 
@@ -130,3 +130,24 @@ def test_other_programs_are_named_from_the_driver() -> None:
     assert "Xorg (100) holds 300 MiB (graphics)" in line and "python3 (200) holds 2048 MiB" in line
     assert "the driver and unlisted processes 724 MiB" in line
     assert other_programs(m, []) == ()
+
+
+def test_gpus_names_the_processes_that_hold_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from fitplan.commands import gpus as gpus_cmd
+    from fitplan.core.hardware.probe import FakeProbe, HostMemory, ProbeResult
+
+    gpu = assumed_gpu("RTX 4090", 24)
+    procs = (GpuProcess(4242, "ComfyUI", 6 * GIB, "compute"),)
+    g = DetectedGpu(
+        gpu, "uuid", 0, used_bytes=7 * GIB, other_process_bytes=6 * GIB, other_processes=1, processes=procs
+    )
+    probes = (FakeProbe(ProbeResult(gpus=(g,), host=HostMemory(64 * GIB, 50 * GIB, "test"))),)
+    assert gpus_cmd.run(argparse.Namespace(json=False), [], probes) == 0
+    assert "ComfyUI (4242) holds 6144 MiB (compute)" in capsys.readouterr().out
+    assert gpus_cmd.run(argparse.Namespace(json=True), [], probes) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpus"][0]["processes"] == [
+        {"pid": 4242, "name": "ComfyUI", "used_bytes": 6 * GIB, "kind": "compute"}
+    ]

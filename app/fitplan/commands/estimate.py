@@ -126,7 +126,7 @@ def add_margin_arguments(p: argparse.ArgumentParser) -> None:
         help="memory left free on each GPU in order (e.g. 2048,256 for a display card and a compute card)",
     )
     p.add_argument(
-        "--keep",
+        "--hold",
         action="append",
         default=[],
         metavar="DEVICE=SIZE[:NAME]",
@@ -142,7 +142,7 @@ def margin_policy(args: argparse.Namespace, machine: Machine) -> MarginPolicy:
         host_margin_bytes=args.host_margin * MIB,
         check_host=machine.host.total_bytes > 0,
         per_gpu_bytes=parse_gpu_margins(gpu_margin) if gpu_margin else (),
-        reserves=tuple(parse_reserve(r, len(machine.gpus)) for r in getattr(args, "keep", ())),
+        reserves=tuple(parse_reserve(r, len(machine.gpus)) for r in getattr(args, "hold", ())),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from fitplan.commands import SUMMARIES
@@ -40,6 +41,7 @@ def gpu_to_dict(g: DetectedGpu) -> dict[str, object]:
         "used_bytes": g.used_bytes,
         "other_process_bytes": g.other_process_bytes,
         "other_processes": g.other_processes,
+        "processes": [dataclasses.asdict(p) for p in g.processes],
         "unified_memory": d.unified_memory,
         "key": g.key,
         "uuid": g.uuid,
@@ -80,6 +82,7 @@ def format_text(r: ProbeResult) -> str:
         lines.append(f"{label}: {d.name}  {_gib(d.free_bytes)} free of {_gib(d.total_bytes)}")
         if g.other_processes:
             lines.append(f"    {g.other_processes} other process(es) hold {_gib(g.other_process_bytes)}")
+            lines.extend(f"      {p.describe()}" for p in g.processes)
         if d.detail:
             lines.append(f"    {d.detail}")
         lines.extend(f"    note: {n}" for n in g.notes)

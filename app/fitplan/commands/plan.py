@@ -72,7 +72,7 @@ EXAMPLES = """examples:
   fitplan plan --engine ollama model.gguf --kv-cache-type q8_0     ollama: environment variables and a Modelfile
   fitplan plan chat.gguf -c 16384 + embed.gguf --embedding + rerank.gguf --reranking    a set: one budget
   fitplan plan router.ini --models-max 2                   the sections of a --models-preset file, planned together
-  fitplan plan model.gguf --keep GPU0=2GiB:desktop --gpu-margin 2048,256    keep room for other programs
+  fitplan plan model.gguf --hold GPU0=2GiB:desktop --gpu-margin 2048,256    keep room for other programs
 """
 
 

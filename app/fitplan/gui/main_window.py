@@ -51,6 +51,7 @@ from fitplan.gui.panels.verdict import VerdictPanel
 
 if TYPE_CHECKING:
     from fitplan.core.launch.launcher import LaunchPlan
+    from fitplan.gui.panels.model_set import ModelSetDialog
     from fitplan.gui.panels.quants import QuantsDialog
 
 #: Small enough for a 1024x640 screen once its panels and the title bar took their share.
@@ -293,6 +294,8 @@ class MainWindow(QMainWindow):
         folder_action.triggered.connect(self.models.ask_add_folder)
         quants_action = QAction("Compare &quants…", self)
         quants_action.triggered.connect(self.compare_quants)
+        set_action = QAction("Plan a s&et of models…", self)
+        set_action.triggered.connect(lambda: self.plan_model_set())
         save_action = QAction(
             "&Save configuration as…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Save)
         )
@@ -308,6 +311,7 @@ class MainWindow(QMainWindow):
             url_action,
             folder_action,
             quants_action,
+            set_action,
             save_action,
             load_action,
             bin_action,
@@ -346,6 +350,7 @@ class MainWindow(QMainWindow):
             "load": load_action,
             "quit": quit_action,
             "quants": quants_action,
+            "set": set_action,
             "launch": launch_action,
         }
 
@@ -367,6 +372,20 @@ class MainWindow(QMainWindow):
         dialog.show()
         if source:
             dialog.start()
+        return dialog
+
+    def plan_model_set(self) -> ModelSetDialog:
+        """The set dialog: the open model first, then the models that run beside it (`panels.model_set`)."""
+        from fitplan.gui.panels.model_set import ModelSetDialog
+
+        model = self.planner.model
+
+        def planning() -> tuple[LaunchSettings, Machine, int] | None:
+            req = self.planner.current_request()
+            return None if req is None else (req.settings, req.machine, req.margin_bytes)
+
+        dialog = ModelSetDialog(self.planner.backend, planning, model.source if model is not None else "", self)
+        dialog.show()
         return dialog
 
     @staticmethod

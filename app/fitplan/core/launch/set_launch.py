@@ -15,7 +15,7 @@ import os
 from fitplan.core.base.errors import FlagError
 from fitplan.core.launch.command_line import plan_to_args, to_preset_ini
 from fitplan.core.launch.flags import first_shard
-from fitplan.core.plan.multi import ModelChoice, MultiPlan
+from fitplan.core.plan.multi import ModelChoice, MultiPlan, Status
 
 __all__ = ["DEFAULT_PORT", "llama_swap_yaml", "router_command", "router_preset", "set_commands"]
 
@@ -53,7 +53,7 @@ def router_preset(p: MultiPlan) -> str:
         text = to_preset_ini(
             m.settings, m.name, _path(m) or None, comment=f"{m.status}: {m.placement.description}"
         )
-        if m.status == "resident":
+        if m.status == Status.RESIDENT:
             text += "load-on-startup = true\n"
         parts.append(text)
     return "\n".join(parts)

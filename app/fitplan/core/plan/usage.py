@@ -34,7 +34,7 @@ DEFAULT_MARGIN_MIB = 1024
 
 @dataclass(frozen=True, slots=True)
 class Reserve:
-    """Memory kept on one device for something else, by name: another program (`--keep GPU0=2GiB:desktop`) or
+    """Memory kept on one device for something else, by name: another program (`--hold GPU0=2GiB:desktop`) or
     another model of a set planned together (`plan.multi`). It is subtracted like a margin."""
 
     gpu_index: int | None  # the device's position among the machine's GPUs; None = host RAM
@@ -63,8 +63,8 @@ def _device_index(word: str, n_gpus: int, what: str) -> int | None:
 
 
 def parse_reserve(text: str, n_gpus: int) -> Reserve:
-    """`--keep DEVICE=SIZE[:NAME]`: "GPU0=2GiB:desktop", "host=8GiB:browser", "1=512MiB"."""
-    what = f"--keep {text!r}"
+    """`--hold DEVICE=SIZE[:NAME]`: "GPU0=2GiB:desktop", "host=8GiB:browser", "1=512MiB"."""
+    what = f"--hold {text!r}"
     dev, eq, rest = text.partition("=")
     size_text, _, name = rest.partition(":")
     size = parse_size(size_text.strip()) if eq else None
