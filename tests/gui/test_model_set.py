@@ -35,8 +35,8 @@ def test_a_second_model_joins_the_open_one_with_one_budget(qtbot: Any, window: M
     dialog.role.setCurrentText("embedding")
     dialog.add_from_field()
     dialog.start()
-    qtbot.waitUntil(lambda: dialog.result is not None or "rror" in dialog.status.text(), timeout=60000)
-    p = dialog.result
+    qtbot.waitUntil(lambda: dialog.outcome is not None or "rror" in dialog.status.text(), timeout=60000)
+    p = dialog.outcome
     assert p is not None, dialog.status.text()
     assert len(p.models) == 2 and p.models[1].settings.embedding and not p.models[0].settings.embedding
     gpu = p.budgets[0]
@@ -51,15 +51,15 @@ def test_memory_kept_for_other_programs_leaves_the_set_less(qtbot: Any, window: 
     qtbot.addWidget(dialog)
     dialog.add(str(LLAMA), "reranking")
     dialog.start()
-    qtbot.waitUntil(lambda: dialog.result is not None, timeout=60000)
-    free = dialog.result
+    qtbot.waitUntil(lambda: dialog.outcome is not None, timeout=60000)
+    free = dialog.outcome
     assert free is not None
     dialog.keep.setValue(8.0)
     dialog.keep_name.setText("ComfyUI")
-    dialog.result = None
+    dialog.outcome = None
     dialog.start()
-    qtbot.waitUntil(lambda: dialog.result is not None, timeout=60000)
-    kept = dialog.result
+    qtbot.waitUntil(lambda: dialog.outcome is not None, timeout=60000)
+    kept = dialog.outcome
     assert kept is not None
     assert kept.budgets[0].kept_bytes == free.budgets[0].kept_bytes + 8 * GIB
     assert "8192 MiB of GPU0 for ComfyUI" in dialog.status.text()

@@ -384,7 +384,9 @@ class MainWindow(QMainWindow):
             req = self.planner.current_request()
             return None if req is None else (req.settings, req.machine, req.margin_bytes)
 
-        dialog = ModelSetDialog(self.planner.backend, planning, model.source if model is not None else "", self)
+        dialog = ModelSetDialog(
+            self.planner.backend, planning, model.source if model is not None else "", self
+        )
         dialog.show()
         return dialog
 

@@ -46,7 +46,11 @@ from fitplan.gui.workers import JobError, Jobs
 __all__ = ["ROLE_FLAGS", "ModelSetDialog", "SetEntry", "plan_entries"]
 
 #: a model's role in the set, as the llama-server flags that give it
-ROLE_FLAGS: dict[str, tuple[str, ...]] = {"chat": (), "embedding": ("--embedding",), "reranking": ("--reranking",)}
+ROLE_FLAGS: dict[str, tuple[str, ...]] = {
+    "chat": (),
+    "embedding": ("--embedding",),
+    "reranking": ("--reranking",),
+}
 MODEL_COLUMNS = ("Model", "Role", "Status", "Context", "Placement")
 BUDGET_COLUMNS = ("Device", "Resident", "Swap slot", "Kept", "May use", "Left")
 
@@ -71,14 +75,14 @@ def plan_entries(
         loaded = backend.load(e.source)
         flags = parse_flags(list(ROLE_FLAGS[e.role])).settings
         if i == 0:
-            base = dataclasses.replace(first_settings, embedding=flags.embedding, reranking=flags.reranking)
-            pins = pins_from_settings(base, frozenset())
+            own = dataclasses.replace(first_settings, embedding=flags.embedding, reranking=flags.reranking)
+            pins = pins_from_settings(own, frozenset())
         else:
             pins = Pins(base=flags)
         name = e.source.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".gguf") or "model"
-        base, n = name, 2
+        stem, n = name, 2
         while name in taken:
-            name, n = f"{base}-{n}", n + 1
+            name, n = f"{stem}-{n}", n + 1
         taken.add(name)
         fn = default_estimate_fn(mmproj=loaded.mmproj if i == 0 else None)
         models.append(MultiModel(name, loaded.profile, pins, fn, loaded.source))
@@ -102,7 +106,7 @@ class ModelSetDialog(QDialog):
         self.backend = backend
         self.planning = planning
         self.entries: list[SetEntry] = [SetEntry(first, "chat")] if first else []
-        self.result: MultiPlan | None = None
+        self.outcome: MultiPlan | None = None
         self.jobs = Jobs(parent=self)
         self.jobs.error.connect(self._failed)
         self.source = QLineEdit()
@@ -115,7 +119,9 @@ class ModelSetDialog(QDialog):
         add = QPushButton("Add")
         add.clicked.connect(self.add_from_field)
         self.keep = QDoubleSpinBox(minimum=0.0, maximum=1024.0, singleStep=0.5, suffix=" GiB")
-        self.keep.setToolTip("Memory kept on the first GPU for other programs (a desktop, a browser, ComfyUI)")
+        self.keep.setToolTip(
+            "Memory kept on the first GPU for other programs (a desktop, a browser, ComfyUI)"
+        )
         self.keep_name = QLineEdit("other programs")
         self.plan_button = QPushButton("Plan set")
         self.plan_button.clicked.connect(self.start)
@@ -172,7 +178,7 @@ class ModelSetDialog(QDialog):
         if role not in ROLE_FLAGS:
             raise ValueError(f"unknown role {role!r}")
         self.entries.append(SetEntry(source, role))
-        self.result = None
+        self.outcome = None
         self._show_entries()
 
     def add_from_field(self) -> None:
@@ -218,7 +224,7 @@ class ModelSetDialog(QDialog):
 
     def _done(self, p: MultiPlan) -> None:
         self.plan_button.setEnabled(True)
-        self.result = p
+        self.outcome = p
         if p.unfit:
             head = f"{len(p.unfit)} model(s) do not fit this machine even alone."
         elif p.swapped:
@@ -238,8 +244,8 @@ class ModelSetDialog(QDialog):
             held = ", ".join(f"{n} {fmt_gib(x)}" for n, x in b.resident) or "—"
             swap = f"{b.swap[0]} {fmt_gib(b.swap[1])}" if b.swap else "—"
             cap = fmt_gib(b.capacity_bytes) if b.checked else "not checked"
-            cells = (b.label, held, swap, fmt_gib(b.kept_bytes), cap, fmt_gib(b.headroom_bytes))
-            for col, text in enumerate(cells):
+            row = (b.label, held, swap, fmt_gib(b.kept_bytes), cap, fmt_gib(b.headroom_bytes))
+            for col, text in enumerate(row):
                 self.budgets.setItem(i, col, QTableWidgetItem(text))
         self.budgets.resizeColumnsToContents()
         router = " ".join(router_command(p, "router.ini"))
