@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from fitplan import cli
-from fitplan.commands.plan_multi import other_programs
 from fitplan.core.base.devices import GIB, MIB, Machine, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.hardware.probe import DetectedGpu, GpuProcess
 from fitplan.core.launch.command_line import import_preset
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.memory.context import resolve_context
+from fitplan.core.plan.usage import held_by_others
 from support.models import TESTS
 
 SPARSE = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
@@ -126,10 +126,10 @@ def test_other_programs_are_named_from_the_driver() -> None:
     m = Machine((gpu,), host_device(32 * GIB))
     procs = (GpuProcess(100, "Xorg", 300 * MIB, "graphics"), GpuProcess(200, "python3", 2 * GIB, "compute"))
     g = DetectedGpu(gpu, "uuid", 0, used_bytes=3 * GIB, processes=procs)
-    (line,) = other_programs(m, [g])
+    (line,) = held_by_others(m, [g])
     assert "Xorg (100) holds 300 MiB (graphics)" in line and "python3 (200) holds 2048 MiB" in line
     assert "the driver and unlisted processes 724 MiB" in line
-    assert other_programs(m, []) == ()
+    assert held_by_others(m, []) == ()
 
 
 def test_gpus_names_the_processes_that_hold_memory(capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,3 +151,24 @@ def test_gpus_names_the_processes_that_hold_memory(capsys: pytest.CaptureFixture
     assert doc["gpus"][0]["processes"] == [
         {"pid": 4242, "name": "ComfyUI", "used_bytes": 6 * GIB, "kind": "compute"}
     ]
+
+
+def test_plan_names_who_else_holds_the_detected_gpu(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fitplan.core import hardware
+    from fitplan.core.base.devices import Device, DeviceKind, Vendor
+    from fitplan.core.hardware.probe import HostMemory, ProbeResult
+
+    card = Device("RTX 4090", DeviceKind.GPU, 24 * GIB, 20 * GIB, Vendor.NVIDIA, backend_name="CUDA0")
+    procs = (GpuProcess(1200, "Xorg", 512 * MIB, "graphics"), GpuProcess(3400, "ComfyUI", 3 * GIB, "compute"))
+    g = DetectedGpu(card, "GPU-x", 0, used_bytes=4 * GIB, processes=procs)
+    found = ProbeResult(gpus=(g,), host=HostMemory(64 * GIB, 50 * GIB, "test"))
+    monkeypatch.setattr(hardware, "detect_hardware", lambda *a, **k: found)
+    code, stdout, _ = run(capsys, "plan", QWEN3_8B, "--header-only")
+    assert code == 0
+    assert "other programs (read from the driver):" in stdout
+    assert "CUDA0: 4096 MiB in use by others: Xorg (1200) holds 512 MiB (graphics); ComfyUI (3400)" in stdout
+    assert "the driver and unlisted processes 512 MiB" in stdout
+    code, stdout, _ = run(capsys, "plan", QWEN3_8B, "+", LLAMA_8B, "--embedding", "--header-only")
+    assert code == 0 and "ComfyUI (3400) holds 3072 MiB (compute)" in stdout

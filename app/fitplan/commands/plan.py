@@ -60,6 +60,7 @@ from fitplan.core.plan.planner import (
     plan_verdict,
 )
 from fitplan.core.plan.summary import slots_words, verdict_words
+from fitplan.core.plan.usage import held_by_others
 from fitplan.core.plan.verdict import Verdict
 
 EXAMPLES = """examples:
@@ -382,6 +383,15 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
     return "\n".join(lines)
 
 
+def _others(args: argparse.Namespace, req: PlanRequest, machine: Machine | None) -> tuple[str, ...]:
+    """Who else holds the detected GPUs' memory (none for assumed GPUs or a machine given by the caller)."""
+    if args.assume_gpu or machine is not None:
+        return ()
+    from fitplan.core import hardware
+
+    return held_by_others(req.machine, hardware.detect_hardware().gpus)
+
+
 def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
     from fitplan.commands import plan_multi  # several models or a router preset: a set plan
 
@@ -403,6 +413,11 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
         out.print_json(doc)
     else:
         print(format_text(req, p, argv, shell))
+        others = _others(args, req, machine)
+        if others:
+            print("")
+            print("other programs (read from the driver):")
+            print("\n".join(f"  {line}" for line in others))
         if alts:
             print("")
             print("what would change it:")

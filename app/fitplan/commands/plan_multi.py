@@ -21,12 +21,12 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.files import read_regular_file
 from fitplan.core.base.numbers import int_or_none
-from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
+from fitplan.core.hardware.probe import ProbeResult
 from fitplan.core.launch.command_line import PRESET_GLOBAL_SECTION, read_preset_ini
 from fitplan.core.launch.set_launch import llama_swap_yaml, router_command, router_preset, set_commands
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.plan.multi import MultiModel, MultiPlan, MultiRequest, plan_set
-from fitplan.core.plan.usage import gib
+from fitplan.core.plan.usage import gib, held_by_others
 
 __all__ = ["is_set", "run"]
 
@@ -131,23 +131,6 @@ def _preset_entries(path: str, taken: set[str]) -> list[_Entry]:
         taken.add(name)
         out_.append(_Entry(name, model, tuple(args)))
     return out_
-
-
-def other_programs(machine: Machine, detected: Sequence[DetectedGpu]) -> tuple[str, ...]:
-    """Per GPU of `machine` that was detected: who else holds its memory (the driver's process list) and what no
-    process accounts for (the driver, the display); with free memory as the basis this is outside "may use"."""
-    lines: list[str] = []
-    for i, d in enumerate(machine.gpus):
-        g = next((x for x in detected if x.device == d), None)
-        if g is None or not g.used_bytes:
-            continue
-        named = sum(p.used_bytes or 0 for p in g.processes)
-        parts = [p.describe() for p in g.processes]
-        rest = g.used_bytes - named
-        if rest > 0:
-            parts.append(f"the driver and unlisted processes {gib(rest)}")
-        lines.append(f"GPU{i} ({d.name}): {gib(g.used_bytes)} in use by others: " + "; ".join(parts))
-    return tuple(lines)
 
 
 def _request(args: argparse.Namespace, extra: Sequence[str], machine: Machine | None) -> MultiRequest:
@@ -259,7 +242,7 @@ def run(
     shell = Shell(args.shell) if args.shell else default_shell()
     others: tuple[str, ...] = ()
     if not args.assume_gpu and (machine is None or detect is not None):
-        others = other_programs(req.machine, (detect or hardware.detect_hardware)().gpus)
+        others = held_by_others(req.machine, (detect or hardware.detect_hardware)().gpus)
     if args.json:
         out.print_json(to_dict(p, shell, args.program) | {"other_programs": list(others)})
     else:

@@ -10,6 +10,7 @@ from fitplan.core.base.errors import FlagError
 from fitplan.core.base.numbers import int_or_none
 from fitplan.core.base.results import Estimate
 from fitplan.core.hardware.catalog import parse_size
+from fitplan.core.hardware.probe import DetectedGpu
 
 __all__ = [
     "DEFAULT_MARGIN_MIB",
@@ -20,6 +21,7 @@ __all__ = [
     "device_label",
     "fits",
     "gib",
+    "held_by_others",
     "parse_gpu_margins",
     "parse_reserve",
     "shortfalls",
@@ -221,3 +223,21 @@ def shortfalls(usage: Sequence[DeviceUse]) -> tuple[Shortfall, ...]:
     over = [u for u in usage if not u.fits]
     over.sort(key=lambda u: u.capacity_bytes - u.used_bytes)
     return tuple(Shortfall(u.label, u.used_bytes, u.capacity_bytes) for u in over)
+
+
+def held_by_others(machine: Machine, detected: Sequence[DetectedGpu]) -> tuple[str, ...]:
+    """Per GPU of `machine` that was detected and holds memory: who holds it, by process (the driver's list: pid,
+    program, amount) and what no process accounts for (the driver, the display). With free memory as the basis
+    (`MarginPolicy.use_free`) this memory is already outside what a plan may use."""
+    lines: list[str] = []
+    for i, d in enumerate(machine.gpus):
+        g = next((x for x in detected if x.device == d), None)
+        if g is None or not g.used_bytes:
+            continue
+        named = sum(p.used_bytes or 0 for p in g.processes)
+        parts = [p.describe() for p in g.processes]
+        rest = g.used_bytes - named
+        if rest > 0:
+            parts.append(f"the driver and unlisted processes {gib(rest)}")
+        lines.append(f"{device_label(d, i)}: {gib(g.used_bytes)} in use by others: " + "; ".join(parts))
+    return tuple(lines)
