@@ -41,7 +41,12 @@ def test_a_second_model_joins_the_open_one_with_one_budget(qtbot: Any, window: M
     assert len(p.models) == 2 and p.models[1].settings.embedding and not p.models[0].settings.embedding
     gpu = p.budgets[0]
     assert gpu.used_bytes == sum(b for _, b in gpu.resident) + (gpu.swap[1] if gpu.swap else 0)
-    assert dialog.budgets.rowCount() == len(p.budgets) and dialog.models.item(1, 1).text() == "embedding"
+    # the budget: a column per device, a row per resident model, then the swap slot, kept, may use and left
+    assert dialog.budgets.columnCount() == 1 + len(p.budgets)
+    heads = [dialog.budgets.item(r, 0).text() for r in range(dialog.budgets.rowCount())]
+    assert heads[-3:] == ["kept (margin, held)", "may use", "left"]
+    assert heads[: len(p.resident)] == [m.name for m in p.resident]
+    assert dialog.models.item(1, 1).text() == "embedding"
     assert "[" in dialog.launch.toPlainText() and "groups:" in dialog.launch.toPlainText()
 
 
@@ -54,6 +59,10 @@ def test_memory_kept_for_other_programs_leaves_the_set_less(qtbot: Any, window: 
     qtbot.waitUntil(lambda: dialog.outcome is not None, timeout=60000)
     free = dialog.outcome
     assert free is not None
+    assert [dialog.keep_on.itemText(i) for i in range(dialog.keep_on.count())] == [
+        "GPU0 (RTX 4090)",
+        "host RAM",
+    ]
     dialog.keep.setValue(8.0)
     dialog.keep_name.setText("ComfyUI")
     dialog.outcome = None

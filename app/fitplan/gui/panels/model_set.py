@@ -35,11 +35,11 @@ from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.base.units import fmt_gib
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.set_launch import llama_swap_yaml, router_command, router_preset
-from fitplan.core.plan.multi import MultiModel, MultiPlan, MultiRequest, plan_set
+from fitplan.core.plan.multi import MultiModel, MultiPlan, MultiRequest, Status, plan_set
 from fitplan.core.plan.pins import pins_from_settings
 from fitplan.core.plan.planner import Pins
 from fitplan.core.plan.search import default_estimate_fn
-from fitplan.core.plan.usage import MarginPolicy, Reserve
+from fitplan.core.plan.usage import MarginPolicy, Reserve, device_label
 from fitplan.gui.backend import Backend
 from fitplan.gui.workers import JobError, Jobs
 
@@ -52,7 +52,7 @@ ROLE_FLAGS: dict[str, tuple[str, ...]] = {
     "reranking": ("--reranking",),
 }
 MODEL_COLUMNS = ("Model", "Role", "Status", "Context", "Placement")
-BUDGET_COLUMNS = ("Device", "Resident", "Swap slot", "Kept", "May use", "Left")
+BUDGET_COLUMNS = ("Budget", "")  # then one column per device
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ def plan_entries(
 
 
 class ModelSetDialog(QDialog):
-    """The models of a set (the open one first), their roles, a reserve for other programs on the first GPU, and
+    """The models of a set (the open one first), their roles, memory held for another program on one device, and
     the set's plan: what stays resident, what swaps, each device's budget, and how to launch it."""
 
     def __init__(
@@ -120,9 +120,11 @@ class ModelSetDialog(QDialog):
         add.clicked.connect(self.add_from_field)
         self.keep = QDoubleSpinBox(minimum=0.0, maximum=1024.0, singleStep=0.5, suffix=" GiB")
         self.keep.setToolTip(
-            "Memory kept on the first GPU for other programs (a desktop, a browser, ComfyUI)"
+            "Memory held for another program (a desktop, a browser, ComfyUI) on the device chosen"
         )
         self.keep_name = QLineEdit("other programs")
+        self.keep_on = QComboBox()  # the device the held memory is on: the machine's GPUs, then host RAM
+        self._fill_devices()
         self.plan_button = QPushButton("Plan set")
         self.plan_button.clicked.connect(self.start)
         self.status = QLabel("Add the models that run beside the open one, then Plan set.")
@@ -141,9 +143,12 @@ class ModelSetDialog(QDialog):
         top.addWidget(browse)
         top.addWidget(add)
         keep = QHBoxLayout()
-        keep.addWidget(QLabel("Keep on GPU0 for"))
-        keep.addWidget(self.keep_name, 1)
+        keep.addWidget(QLabel("Hold"))
         keep.addWidget(self.keep)
+        keep.addWidget(QLabel("on"))
+        keep.addWidget(self.keep_on)
+        keep.addWidget(QLabel("for"))
+        keep.addWidget(self.keep_name, 1)
         keep.addWidget(self.plan_button)
         bottom = QHBoxLayout()
         bottom.addStretch(1)
@@ -153,7 +158,7 @@ class ModelSetDialog(QDialog):
         layout.addLayout(keep)
         layout.addWidget(self.status)
         layout.addWidget(self.models, 2)
-        layout.addWidget(self.budgets, 1)
+        layout.addWidget(self.budgets, 3)
         layout.addWidget(self.launch, 2)
         layout.addLayout(bottom)
         self._show_entries()
@@ -164,6 +169,8 @@ class ModelSetDialog(QDialog):
         t.setHorizontalHeaderLabels(list(columns))
         t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         t.verticalHeader().setVisible(False)
+        # compact rows, so that the budget shows whole
+        t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
         t.horizontalHeader().setSectionResizeMode(len(columns) - 1, QHeaderView.ResizeMode.Stretch)
         return t
 
@@ -199,11 +206,20 @@ class ModelSetDialog(QDialog):
         self.models.resizeColumnsToContents()
         self.plan_button.setEnabled(len(rows) >= 1)
 
+    def _fill_devices(self) -> None:
+        plan_with = self.planning()
+        gpus = plan_with[1].gpus if plan_with is not None else ()
+        for i, d in enumerate(gpus):
+            self.keep_on.addItem(device_label(d, i), i)
+        self.keep_on.addItem("host RAM", -1)
+
     def margin(self, base_bytes: int, machine: Machine) -> MarginPolicy:
+        """The window's margin per GPU, and the memory held for another program on the device chosen."""
         reserves: tuple[Reserve, ...] = ()
-        if self.keep.value() > 0 and machine.gpus:
+        index = self.keep_on.currentData()
+        if self.keep.value() > 0 and isinstance(index, int) and index < len(machine.gpus):
             name = self.keep_name.text().strip() or "other programs"
-            reserves = (Reserve(0, int(self.keep.value() * GIB), name),)
+            reserves = (Reserve(index if index >= 0 else None, int(self.keep.value() * GIB), name),)
         return MarginPolicy(gpu_margin_bytes=base_bytes, reserves=reserves)
 
     def start(self) -> None:
@@ -239,19 +255,36 @@ class ModelSetDialog(QDialog):
             for col, text in enumerate(cells):
                 self.models.setItem(i, col, QTableWidgetItem(text))
         self.models.resizeColumnsToContents()
-        self.budgets.setRowCount(len(p.budgets))
-        for i, b in enumerate(p.budgets):
-            held = ", ".join(f"{n} {fmt_gib(x)}" for n, x in b.resident) or "—"
-            swap = f"{b.swap[0]} {fmt_gib(b.swap[1])}" if b.swap else "—"
-            cap = fmt_gib(b.capacity_bytes) if b.checked else "not checked"
-            row = (b.label, held, swap, fmt_gib(b.kept_bytes), cap, fmt_gib(b.headroom_bytes))
-            for col, text in enumerate(row):
-                self.budgets.setItem(i, col, QTableWidgetItem(text))
-        self.budgets.resizeColumnsToContents()
+        self.show_budgets(p)
         router = " ".join(router_command(p, "router.ini"))
         self.launch.setPlainText(
             f"# {router}\n# router.ini\n{router_preset(p)}\n# llama-swap config.yaml\n{llama_swap_yaml(p)}"
         )
+
+    def show_budgets(self, p: MultiPlan) -> None:
+        """One column per device; a row per model (what it holds there), the swap slot, what is kept, what the set
+        may use and what is left."""
+        rows: list[tuple[str, list[str]]] = []
+        for m in p.models:
+            if m.status == Status.RESIDENT:
+                rows.append((m.name, [fmt_gib(b) if b else "—" for b in m.use]))
+        if p.swapped:
+            rows.append(("swap slot (largest)", [fmt_gib(b.swap[1]) if b.swap else "—" for b in p.budgets]))
+        rows.append(("kept (margin, held)", [fmt_gib(b.kept_bytes) for b in p.budgets]))
+        rows.append(
+            ("may use", [fmt_gib(b.capacity_bytes) if b.checked else "not checked" for b in p.budgets])
+        )
+        rows.append(("left", [fmt_gib(b.headroom_bytes) + ("" if b.fits else " OVER") for b in p.budgets]))
+        self.budgets.setColumnCount(1 + len(p.budgets))
+        self.budgets.setHorizontalHeaderLabels(["", *(b.label for b in p.budgets)])
+        self.budgets.setRowCount(len(rows))
+        for i, (head, cells) in enumerate(rows):
+            for col, text in enumerate((head, *cells)):
+                item = QTableWidgetItem(text)
+                if col:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.budgets.setItem(i, col, item)
+        self.budgets.resizeColumnsToContents()
 
     def _failed(self, err: JobError) -> None:
         self.plan_button.setEnabled(True)
