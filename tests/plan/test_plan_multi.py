@@ -186,3 +186,15 @@ def test_chat_embedding_and_reranker_stay_resident_on_a_24_gib_card() -> None:
     assert p.models[0].settings.n_ctx == 40960  # up to its training length: the card has room for it
     assert _sound(req, p) == []
     assert p.models_max == 3
+
+
+def test_a_walk_over_its_budget_leaves_the_model_swapped_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fitplan.core.plan.multi as multi
+
+    req = _request(("dense-swa", "hybrid-moe", "dense"), 9.0, 64.0, (False,) * 3)
+    assert [m.status for m in plan_set(req).models] == [Status.RESIDENT] * 3
+    monkeypatch.setattr(multi, "WALK_BUDGET", 2)  # one model: 2 steps; two or more: more
+    p = plan_set(req)
+    assert [m.status for m in p.models] == [Status.RESIDENT, Status.SWAPPED, Status.SWAPPED]
+    assert all("not settled within 2 steps" in m.note for m in p.models[1:])
+    assert _sound(req, p) == [] and p.fits

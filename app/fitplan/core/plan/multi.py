@@ -289,19 +289,64 @@ def _best_swap(chain: Chain, used: Vec, caps: Vec) -> int | None:
     return next((i for i, v in enumerate(chain.vecs) if within(add(used, v), caps)), None)
 
 
+#: Nodes the residents' walk may visit for one resident set; beyond it the set is taken as infeasible (the plan
+#: stays sound, with fewer residents) and the plan says so. The bounds below keep real sets far under it.
+WALK_BUDGET = 200_000
+
+
+class _OverBudget(Exception):
+    pass
+
+
+def _weights(n: int) -> tuple[Vec, ...]:
+    """The weightings of the devices the walk's bounds use: each device alone, all together (a model moves bytes
+    between a GPU and the host, so their total barely changes), and each GPU against the host both ways."""
+    out: list[Vec] = [tuple(1 if d == e else 0 for d in range(n)) for e in range(n)]
+    out.append((1,) * n)
+    for g in range(n - 1):
+        for a, b in ((2, 1), (1, 2)):
+            out.append(tuple(a if d == g else b if d == n - 1 else 0 for d in range(n)))
+    return tuple(out)
+
+
+def _dot(w: Vec, v: Vec) -> int:
+    return sum(a * b for a, b in zip(w, v, strict=True))
+
+
 def _residents_walk(chains: Sequence[Chain], members: Sequence[int], caps: Vec) -> tuple[int, ...] | None:
     """The lexicographically best chain points of `members` (in order) with which they fit together and with any
-    one of the other chains swapped in; None when there is none."""
+    one of the other chains swapped in; None when there is none.
+
+    Depth first in the order given, each chain best first, so the first complete choice found is the best. A branch
+    is cut when it cannot be completed by a necessary condition: for each weighting w of the devices (`_weights`),
+    w·used + the least w·v of each model still to place + the largest least w·v of the swapped models must stay
+    within w·capacities (every constraint is a sum within the capacities, so a weighted sum of them holds too)."""
     n = len(caps)
     others = [c for i, c in enumerate(chains) if i not in members]
-    swap_floor = tuple(max((c.floor[d] for c in others), default=0) for d in range(n))
-    suffix: list[Vec] = [swap_floor]
+    ws = _weights(n)
+    wcaps = [
+        _dot(w, caps) if all(c < _UNCHECKED for c, x in zip(caps, w, strict=True) if x) else None for w in ws
+    ]
+    swap = [max((min(_dot(w, v) for v in c.vecs) for c in others), default=0) for w in ws]
+    suffix: list[list[int]] = [swap]
     for i in reversed(members):
-        suffix.append(add(suffix[-1], chains[i].floor))
-    suffix.reverse()  # suffix[k]: the least members[k:] and the swap slot need
+        least = [min(_dot(w, v) for v in chains[i].vecs) for w in ws]
+        suffix.append([a + b for a, b in zip(suffix[-1], least, strict=True)])
+    suffix.reverse()  # suffix[k][x]: the least members[k:] and the swap slot need under weighting x
+    visited = 0
+
+    def hopeless(k: int, used: Vec) -> bool:
+        return any(
+            cap is not None and _dot(w, used) + need > cap
+            for w, cap, need in zip(ws, wcaps, suffix[k], strict=True)
+        )
 
     def walk(k: int, used: Vec, picks: tuple[int, ...]) -> tuple[int, ...] | None:
-        if not within(add(used, suffix[k]), caps):
+        nonlocal visited
+        visited += 1
+        if visited > WALK_BUDGET:
+            raise _OverBudget
+        if not within(used, caps) or hopeless(k, used):
             return None
         if k == len(members):
             return picks if all(_best_swap(c, used, caps) is not None for c in others) else None
@@ -323,10 +368,15 @@ def plan_set(req: MultiRequest) -> MultiPlan:
     members: list[int] = []  # positions in `live`
     picks: tuple[int, ...] = ()
     limit = req.resident_limit(len(live))
+    cut: list[str] = []
     for pos in range(len(live)):
         if len(members) >= limit:
             break
-        found = _residents_walk(live, [*members, pos], caps)
+        try:
+            found = _residents_walk(live, [*members, pos], caps)
+        except _OverBudget:
+            cut.append(live[pos].model.name)
+            continue
         if found is not None:
             members.append(pos)
             picks = found
@@ -340,7 +390,7 @@ def plan_set(req: MultiRequest) -> MultiPlan:
         if pos not in members:
             best = _best_swap(c, used, caps)
             choice[loadable[pos]] = (Status.SWAPPED, best if best is not None else 0)
-    return _assemble(req, chains, choice, caps)
+    return _assemble(req, chains, choice, caps, tuple(cut))
 
 
 def multi_key(statuses: Sequence[str], keys: Sequence[PlacementKey]) -> MultiKey:
@@ -412,7 +462,11 @@ def _grow(
 
 
 def _assemble(
-    req: MultiRequest, chains: Sequence[Chain], choice: dict[int, tuple[str, int]], caps: Vec
+    req: MultiRequest,
+    chains: Sequence[Chain],
+    choice: dict[int, tuple[str, int]],
+    caps: Vec,
+    cut: tuple[str, ...] = (),
 ) -> MultiPlan:
     grown = _grow(req, chains, choice)
     evaluations = sum(len(c.vecs) for c in chains) + (grown[3] if grown else 0)
@@ -433,6 +487,8 @@ def _assemble(
             note = f"context raised from {c.n_ctx} to {settings.n_ctx}: the memory the set leaves"
         elif status == Status.SWAPPED:
             note = "loaded in turn with the other swapped models, beside the resident ones"
+            if c.model.name in cut:
+                note += f" (whether it could stay resident was not settled within {WALK_BUDGET} steps)"
         models.append(_choice(req, c, status, j, settings, est, note))
     key = multi_key([m.status for m in models], [m.key for m in models])
     return MultiPlan(
