@@ -198,3 +198,32 @@ def test_a_walk_over_its_budget_leaves_the_model_swapped_and_says_so(monkeypatch
     assert [m.status for m in p.models] == [Status.RESIDENT, Status.SWAPPED, Status.SWAPPED]
     assert all("not settled within 2 steps" in m.note for m in p.models[1:])
     assert _sound(req, p) == [] and p.fits
+
+
+def test_the_router_loads_no_more_models_than_fit_in_any_combination() -> None:
+    # llama-server's router unloads the least recently used model, not a chosen one: any --models-max of the
+    # models may be loaded together, so the router's count is the largest that fits in every combination
+    import itertools
+
+    for req in (
+        _request(("dense", "dense", "dense"), 4.5, 2.0, (True, True, True)),
+        _request(("dense-swa", "hybrid-moe", "dense"), 9.0, 64.0, (False,) * 3),
+        _request(("moe", "dense", "dense-swa"), 4.5, 8.0, (False,) * 3),
+    ):
+        p = plan_set(req)
+        caps = capacities(req.machine, req.margin)
+        by_name = {m.name: m for m in req.models}
+        use = [
+            tuple(d.used_bytes for d in estimate(by_name[m.name].profile, m.settings, req.machine).devices)
+            for m in p.models
+        ]
+
+        def fit_all(k: int, use: list[tuple[int, ...]] = use, caps: tuple[int, ...] = caps) -> bool:
+            return all(
+                within(tuple(map(sum, zip(*combo, strict=True))), caps)
+                for combo in itertools.combinations(use, k)
+            )
+
+        k = p.router_models_max
+        assert 1 <= k <= p.models_max and fit_all(k)
+        assert k == p.models_max or not fit_all(k + 1)

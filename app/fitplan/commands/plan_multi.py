@@ -186,6 +186,11 @@ def format_text(p: MultiPlan, shell: Shell, program: str) -> str:
     lines.append("")
     lines.append("or llama-server's router with this preset (router.ini):")
     lines.append(join(router_command(p, "router.ini", program), shell, exact_text=out.text_encoding()))
+    if p.router_models_max < p.models_max:
+        lines.append(
+            f"# the router unloads the least recently used model, not a swapped one: --models-max "
+            f"{p.router_models_max} is what fits in any combination; llama-swap's groups below keep the residents"
+        )
     lines.append(router_preset(p).rstrip("\n"))
     lines.append("")
     lines.append("or llama-swap (config.yaml):")
@@ -198,6 +203,7 @@ def to_dict(p: MultiPlan, shell: Shell, program: str) -> dict[str, object]:
         "fits": p.fits,
         "margins": p.margin.describe(),
         "models_max": p.models_max,
+        "router_models_max": p.router_models_max,
         "grown": p.grown,
         "models": [
             {

@@ -1,7 +1,8 @@
 """How a set plan (`plan.multi.MultiPlan`) is launched: one llama-server per model (each on its own port), the same
-as a `--models-preset` INI for llama-server's router (`--models-max` = the residents and one swap slot, the
-residents loaded at startup), and a llama-swap configuration (the residents in a persistent group that is never
-unloaded, the others in a swap group: one of them at a time).
+as a `--models-preset` INI for llama-server's router (the residents loaded at startup; `--models-max` as many as fit
+together in any combination, since the router unloads the least recently used model rather than a chosen one), and
+a llama-swap configuration (the residents in a persistent group that is never unloaded, the others in a swap group:
+one of them at a time).
 
 Every section and command carries the plan's settings through `command_line` (`plan_to_args`, `to_preset_ini`):
 the same flags as a single model's plan.
@@ -60,8 +61,9 @@ def router_preset(p: MultiPlan) -> str:
 
 
 def router_command(p: MultiPlan, preset_path: str, program: str = "llama-server") -> tuple[str, ...]:
-    """The router's own command: the preset, and at most the residents and one swap slot loaded at once."""
-    return (program, "--models-preset", preset_path, "--models-max", str(max(1, p.models_max)))
+    """The router's own command: the preset, and at most as many models loaded at once as fit together in any
+    combination (`MultiPlan.router_models_max`: the router unloads the least recently used one)."""
+    return (program, "--models-preset", preset_path, "--models-max", str(max(1, p.router_models_max)))
 
 
 def _yaml_str(s: str) -> str:

@@ -35,6 +35,7 @@ model still to place can use on each device: its first feasible leaf is the lexi
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -198,8 +199,22 @@ class MultiPlan:
 
     @property
     def models_max(self) -> int:
-        """llama-server's `--models-max` for the plan: the residents and one swap slot."""
+        """Models loaded at once under the plan: the residents and one swap slot."""
         return len(self.resident) + (1 if self.swapped else 0)
+
+    @property
+    def router_models_max(self) -> int:
+        """llama-server's `--models-max` for the router: its router unloads the least recently used model, not a
+        chosen one, so any that many of the models (at their planned settings) must fit together: the largest
+        such count (at most `models_max`; every model alone fits)."""
+        live = [m for m in self.models if m.loadable]
+        caps = tuple(max(0, b.capacity_bytes) if b.checked else _UNCHECKED for b in self.budgets)
+        best = min(1, len(live))
+        for k in range(2, self.models_max + 1):
+            if not all(within(_total(c, len(caps)), caps) for c in itertools.combinations(live, k)):
+                break
+            best = k
+        return best
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -277,6 +292,13 @@ def add(a: Vec, b: Vec) -> Vec:
 
 def _zeros(n: int) -> Vec:
     return (0,) * n
+
+
+def _total(models: Sequence[ModelChoice], n: int) -> Vec:
+    out = _zeros(n)
+    for m in models:
+        out = add(out, m.use)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------------
