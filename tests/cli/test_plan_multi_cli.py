@@ -51,6 +51,12 @@ def test_three_models_with_their_own_flags_get_one_plan(capsys: pytest.CaptureFi
         "granite-4.0-h-tiny.header",
     ]
     assert gpu["used_bytes"] == sum(r["bytes"] for r in gpu["resident"]) and gpu["fits"]
+    # each model's terms per device add up to what it holds there
+    for m, r in zip(doc["models"], gpu["resident"], strict=True):
+        on_gpu = next(t for t in m["terms"] if t["device"] == gpu["device"])
+        assert sum(on_gpu["bytes"].values()) == r["bytes"] and {"weights", "kv", "compute"} <= set(
+            on_gpu["bytes"]
+        )
     # each model's own flags reach its command, the router's preset and llama-swap's configuration
     argvs = {c["model"]: c["argv"] for c in doc["commands"]}
     assert "--embedding" in argvs["llama-3.1-8b.header"] and "--embedding" not in argvs["qwen3-8b.header"]

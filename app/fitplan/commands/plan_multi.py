@@ -21,11 +21,12 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.files import read_regular_file
 from fitplan.core.base.numbers import int_or_none
+from fitplan.core.base.results import TERM_ORDER
 from fitplan.core.hardware.probe import ProbeResult
 from fitplan.core.launch.command_line import PRESET_GLOBAL_SECTION, read_preset_ini
 from fitplan.core.launch.set_launch import llama_swap_yaml, router_command, router_preset, set_commands
 from fitplan.core.launch.shell import Shell, default_shell, join
-from fitplan.core.plan.multi import MultiModel, MultiPlan, MultiRequest, plan_set
+from fitplan.core.plan.multi import DeviceBudget, ModelChoice, MultiModel, MultiPlan, MultiRequest, plan_set
 from fitplan.core.plan.usage import gib, held_by_others
 
 __all__ = ["is_set", "run"]
@@ -157,6 +158,16 @@ def _status_text(p: MultiPlan) -> str:
     )
 
 
+def _terms(m: ModelChoice, budgets: Sequence[DeviceBudget]) -> list[tuple[str, list[tuple[str, int]]]]:
+    """(device, [(term kind, bytes)]) for every device that holds some of the model, in the estimate's term order."""
+    out: list[tuple[str, list[tuple[str, int]]]] = []
+    for b, de in zip(budgets, m.estimate.devices, strict=True):
+        kinds = [(k.value, de.bytes_of(k)) for k in TERM_ORDER if de.bytes_of(k)]
+        if kinds:
+            out.append((b.label, kinds))
+    return out
+
+
 def format_text(p: MultiPlan, shell: Shell, program: str) -> str:
     lines = [out.style(f"set plan: {_status_text(p)}", out.BOLD), f"margins: {p.margin.describe()}", ""]
     rows = []
@@ -165,6 +176,10 @@ def format_text(p: MultiPlan, shell: Shell, program: str) -> str:
         rows.append([m.name, m.status, ctx, m.placement.description, *(out.size(b) for b in m.use)])
     labels = [b.label for b in p.budgets]
     lines.append(out.table(["model", "status", "context", "placement", *labels], rows))
+    lines.append("terms per device:")
+    for m in p.models:
+        for label, kinds in _terms(m, p.budgets):
+            lines.append(f"  {m.name} on {label}: " + ", ".join(f"{k} {gib(b)}" for k, b in kinds))
     for m in p.models:
         if m.note:
             lines.append(f"note: {m.name}: {m.note}")
@@ -212,6 +227,7 @@ def to_dict(p: MultiPlan, shell: Shell, program: str) -> dict[str, object]:
                 "n_ctx": m.settings.n_ctx,
                 "placement": m.placement,
                 "use_bytes": list(m.use),
+                "terms": [{"device": d, "bytes": dict(kinds)} for d, kinds in _terms(m, p.budgets)],
                 "note": m.note,
             }
             for m in p.models
