@@ -365,15 +365,12 @@ def test_processes_are_read_per_pid_with_their_names() -> None:
 
 
 def test_no_process_list_and_no_name_query_leave_no_processes() -> None:
+    class OldNvml(FakeNvml):  # an old pynvml without the process queries
+        nvmlDeviceGetComputeRunningProcesses = None
+        nvmlDeviceGetGraphicsRunningProcesses = None
+
     g = rtx4090()
     g.compute = [(100, GIB)]
-    fake = FakeNvml([g])
-    del FakeNvml.nvmlDeviceGetComputeRunningProcesses  # an old pynvml without the process queries
-    try:
-        (d,) = NvmlProbe({}, loader=lambda: fake).probe().gpus
-    finally:
-        FakeNvml.nvmlDeviceGetComputeRunningProcesses = _COMPUTE  # type: ignore[method-assign]
+    fake = OldNvml([g])
+    (d,) = NvmlProbe({}, loader=lambda: fake).probe().gpus
     assert d.processes == () and d.other_processes == 0
-
-
-_COMPUTE = FakeNvml.nvmlDeviceGetComputeRunningProcesses
