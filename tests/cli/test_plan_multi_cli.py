@@ -176,5 +176,9 @@ def test_plan_names_who_else_holds_the_detected_gpu(
     assert "other programs (read from the driver):" in stdout
     assert "CUDA0: 4096 MiB in use by others: Xorg (1200) holds 512 MiB (graphics); ComfyUI (3400)" in stdout
     assert "the driver and unlisted processes 512 MiB" in stdout
+    code, stdout, _ = run(capsys, "plan", QWEN3_8B, "--header-only", "--json")
+    assert code == 0 and json.loads(stdout)["other_programs"][0].startswith(
+        "CUDA0: 4096 MiB in use by others"
+    )
     code, stdout, _ = run(capsys, "plan", QWEN3_8B, "+", LLAMA_8B, "--embedding", "--header-only")
     assert code == 0 and "ComfyUI (3400) holds 3072 MiB (compute)" in stdout

@@ -407,6 +407,7 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     if args.json:
         doc = plan_to_dict(req, p, argv, shell)
         doc["alternatives"] = [dataclasses.asdict(a) for a in alts]
+        doc["other_programs"] = list(_others(args, req, machine))
         exp = ollama_of(req, p)
         if exp is not None:
             doc["ollama"] = ollama_json(exp, shell)
