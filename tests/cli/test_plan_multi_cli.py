@@ -112,6 +112,8 @@ def test_per_gpu_margins_and_bad_reserves(capsys: pytest.CaptureFixture[str]) ->
     assert code == 2 and "GPU1 is not among this machine's 1 GPU" in err
     code, _, err = run(capsys, "plan", QWEN3_8B, *HW, "--hold", "GPU0")
     assert code == 2 and "DEVICE=SIZE" in err
+    code, _, err = run(capsys, "plan", QWEN3_8B, LLAMA_8B, *HW, "--engine", "ollama")
+    assert code == 2 and "one at a time" in err
 
 
 def test_reranking_is_read_as_llama_cpp_reads_it() -> None:

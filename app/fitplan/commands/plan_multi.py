@@ -15,11 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fitplan.commands import _output as out
+from fitplan.commands.estimate import engine_of
 from fitplan.commands.plan import PlanRequest, build_request, detect_machine
 from fitplan.core import hardware
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.files import read_regular_file
+from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.numbers import int_or_none
 from fitplan.core.base.results import TERM_ORDER
 from fitplan.core.hardware.probe import ProbeResult
@@ -135,6 +137,10 @@ def _preset_entries(path: str, taken: set[str]) -> list[_Entry]:
 
 
 def _request(args: argparse.Namespace, extra: Sequence[str], machine: Machine | None) -> MultiRequest:
+    if engine_of(args) is Engine.OLLAMA:
+        raise FlagError(
+            "a set of models is launched as llama-server processes: plan ollama's models one at a time"
+        )
     entries, models_max = _entries(args, extra)
     base = machine if machine is not None else detect_machine(args.assume_gpu, args.host_ram)
     models: list[MultiModel] = []
