@@ -700,7 +700,18 @@ def grid_sparse(env: Env, only: list[str] | None) -> None:
 # model keeps a few dozen cases: realistic sparse models (WIDE_SPARSE_MODELS, fixtures in wide/) and smoke models
 # of test-llama-archs (WIDE_ARCH_MODELS, fixtures in widearchs/, rebuilt from their header copies when needed)
 WIDE_SPARSE_MODELS = ["deepseek-v3", "granite-4.0-h-tiny", "lfm2-1.2b"]
-WIDE_ARCH_MODELS = ["jamba-dense", "granitehybrid-dense", "nemotron_h-dense", "lfm2-dense"]
+WIDE_ARCH_MODELS = [
+    "jamba-dense",
+    "granitehybrid-dense",
+    "nemotron_h-dense",
+    "lfm2-dense",
+    "glm5-next-moe",
+    "qwen35-dense",
+    "qwen35moe-moe",
+    "cohere2-dense",
+    "gemma2-dense",
+    "gemma3-dense",
+]
 WIDE_CONTEXTS = (512, 4096, 32768, 131072)
 
 

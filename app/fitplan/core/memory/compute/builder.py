@@ -272,14 +272,20 @@ class PlanBuilder:
         self, layers: list[int], indexed: list[int], graph: KpoolGraph
     ) -> tuple[tuple[int, ...], int, int]:
         """glm5-next's first layer without flash attention (`KpoolSelection.first_layer`), where this backend runs
-        the graph's first layer and it is a k-pool layer: its MLA rows per token (src/models/glm5-next.cpp
+        the graph's first layer and it is a k-pool layer, and its k-pool layers with flash attention
+        (`KpoolSelection.cast_above`): their MLA rows per token (src/models/glm5-next.cpp
         `build_dsa_layer`: q_resid `[q_lora_rank]`, `q` `[n_head x key_length_mla]`, the absorbed query
         `[kv_lora_rank x n_head]` and the compressed KV row `[kv_lora_rank + n_rot]`), V's copy per cell and the
         streams counted beyond `hc_init`; ((), 0, 0) elsewhere."""
         mla = self.profile.mla
         v_copy = self.mla_v(layers)
         first = bool(self.trunk) and layers[0] == self.trunk[0] == indexed[0]
-        if graph is not KpoolGraph.GATHER_MASK or self.fa or mla is None or not mla.q_lora_rank or not first:
+        if (
+            graph is not KpoolGraph.GATHER_MASK
+            or mla is None
+            or not mla.q_lora_rank
+            or not (first or self.fa)
+        ):
             return (), 0, 0
         if v_copy.room or v_copy.a_swa or v_copy.c or self.inputs.fork_attention:
             return (), 0, 0
@@ -337,7 +343,7 @@ class PlanBuilder:
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
-                self._kq_layer(il, is_swa, out)
+                self._kq_layer(il, is_swa, out, last=il == group[-1])
         self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
         if (
             self.idx_q
@@ -356,6 +362,23 @@ class PlanBuilder:
             # peak: Q, K and V above the norm output); without flash attention the recordings match without it
             out = {Affine(a.a_base, a.a_swa, a.c + self.embd_block) for a in out}
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _gated_query(self, q: int) -> int:
+        """The query's bytes live under the scores, where one projection gives the query and its output gate
+        (src/models/qwen35.cpp `build_layer_attn`: `Qcur_full` [2 n_embd_head, n_head, n_tok]). The gate is a view
+        of it, copied after the attention, so all of it stays live under the scores while the normed query takes
+        the freed token rows' block (the allocator's trace on the qwen35 smoke model with four slots at c4096). A
+        query larger than a block does not add it: qwen3-next at `-ub 2048` on the CUDA stand-in is within 1%
+        without it, 5% over with it."""
+        gated = self.profile.traits.graph.gated_delta_net and self.profile.has_memory
+        return 2 * q if gated and q <= self.embd_block else q
+
+    def _row_indices_room(self, il: int, last: bool) -> int:
+        """The space the scores of the last layer of a cache may take without raising the peak: that layer has
+        stored its K and V rows before its scores, so their row indices (K's, and V's per element without flash
+        attention) are freed (the allocator's trace on the gemma2 smoke model with four separate slots at c512:
+        `kq-0` in the freed `attn_inp_k_idxs` and `attn_inp_v_idxs`); 0 elsewhere."""
+        return I64 * self.n_tok * (1 + self.v_gqa_max) if last and self.v_idxs([il]) else 0
 
     def _msa_mask(self, layers: list[int]) -> Affine | None:
         """MiniMax-M3's block-sparse layer at its peak (src/models/minimax-m3.cpp, `msa_enabled`: flash attention,
@@ -389,8 +412,9 @@ class PlanBuilder:
         per_cell = 2 * F32 * n_tps * hd + (F32 * self.n_tok if ns > hd else 0) + I32 * ns
         return Affine(a_base=per_cell, c=inputs + self.embd_block)
 
-    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
-        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.fork_q`."""
+    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine], last: bool = False) -> None:
+        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.fork_q`. `last`: the
+        last layer of its cache here, the last to read the cache's row indices."""
         lp = self.profile.layers[il]
         # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
         # absorbed q_nope [kv_lora_rank, n_head, n_tok].
@@ -451,6 +475,7 @@ class PlanBuilder:
                 self.fork_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
             return
         a = F32 * self.n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
+        q = self._gated_query(q)
         if qkv and not self.profile.traits.graph.no_rope_qkv:
             # the roped Q of a fused projection takes the attention norm's block (the norm has one
             # reader, freed before the QKV output is split): only what exceeds a block is added
@@ -458,12 +483,13 @@ class PlanBuilder:
         if self.inputs.fork_attention and self.profile.has_memory:
             self.fork_q.add((is_swa, q))  # the scores come in -amb chunks (fork_groups)
             return
+        room = self._row_indices_room(il, last)
         if not self.profile.has_memory:
             out.add(Affine(c=a * self.n_tok + q))
         elif is_swa:
-            out.add(Affine(a_swa=a, c=q))
+            out.add(Affine(a_swa=a, c=q, room=room))
         else:
-            out.add(Affine(a_base=a, c=q))
+            out.add(Affine(a_base=a, c=q, room=room))
 
     def _replayed_mla(self) -> bool:
         """Mainline's graph of src/models/deepseek2.cpp with the absorbed MLA query, whose attention is replayed
