@@ -35,7 +35,7 @@ from fitplan.core.hardware.catalog import assumed_devices  # noqa: E402
 from fitplan.core.model.builder import build_profile  # noqa: E402
 from fitplan.core.model.profile import ModelProfile  # noqa: E402
 from fitplan.core.speed import speed_class  # noqa: E402
-from fitplan.core.speed.figures import GB, DEFAULT_HOST_BANDWIDTH, MachineFigures, machine_figures  # noqa: E402
+from fitplan.core.speed.figures import DEFAULT_HOST_BANDWIDTH, GB, MachineFigures, machine_figures  # noqa: E402
 from fitplan.core.speed.model import (  # noqa: E402
     UNFITTED,
     Backend,
@@ -48,7 +48,10 @@ from fitplan.core.speed.model import (  # noqa: E402
 from fitplan.core.speed.work import ModelWork, model_work  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "speed" / "published.json"
-MODEL_DIRS = (ROOT / "tests" / "fixtures" / "speed" / "models", ROOT / "tests" / "fixtures" / "llamacpp" / "models" / "sparse")
+MODEL_DIRS = (
+    ROOT / "tests" / "fixtures" / "speed" / "models",
+    ROOT / "tests" / "fixtures" / "llamacpp" / "models" / "sparse",
+)
 DOC = ROOT / "docs" / "speed.md"
 CALIBRATION = ROOT / "app" / "fitplan" / "data" / "speed_calibration.json"
 #: One row in three is held out (the first byte of the row's hash, modulo 3).
@@ -74,7 +77,9 @@ class Row:
     @property
     def key(self) -> str:
         d = self.data
-        return "|".join(str(d[k]) for k in ("address", "gpu", "backend", "model_label", "test", "ngl", "n_cpu_moe"))
+        return "|".join(
+            str(d[k]) for k in ("address", "gpu", "backend", "model_label", "test", "ngl", "n_cpu_moe")
+        )
 
     @property
     def held_out(self) -> bool:
@@ -116,7 +121,10 @@ def setup(row: Row) -> tuple[ModelWork, MachineFigures, tuple[Backend, ...], Spe
         scale = float(str(d["size_gib"])) * GIB / profile.weight_bytes
         work = replace(
             work,
-            devices=tuple(replace(w, dense_bytes=w.dense_bytes * scale, expert_bytes=w.expert_bytes * scale) for w in work.devices),
+            devices=tuple(
+                replace(w, dense_bytes=w.dense_bytes * scale, expert_bytes=w.expert_bytes * scale)
+                for w in work.devices
+            ),
         )
     host_bw = float(str(d["host_bandwidth_gbs"])) * GB if d["host_bandwidth_gbs"] is not None else None
     if host_bw is None:
@@ -131,7 +139,13 @@ def run(row: Row, cal: Calibration) -> tuple[Prediction, SpeedClass]:
     work, figs, backends, cls = setup(row)
     d = row.data
     pred = predict(
-        work, figs, backends, cal, depth=_int(d["depth"]), n_prompt=max(1, _int(d["n_prompt"])), n_ubatch=_int(d["ubatch"])
+        work,
+        figs,
+        backends,
+        cal,
+        depth=_int(d["depth"]),
+        n_prompt=max(1, _int(d["n_prompt"])),
+        n_ubatch=_int(d["ubatch"]),
     )
     return pred, cls
 
@@ -172,8 +186,16 @@ def fit(rows: list[Row]) -> Calibration:
     backends: dict[str, BackendConstants] = {}
     cuda_tau = 0.0
     for b in Backend:  # CUDA first: the other backends take its fixed time per layer when they have few rows
-        tg = [(r, p) for r, p, c in base if c is SpeedClass.FULL and r.kind == "tg" and r.get("backend") == b.value]
-        pp = [(r, p) for r, p, c in base if c is SpeedClass.FULL and r.kind == "pp" and r.get("backend") == b.value]
+        tg = [
+            (r, p)
+            for r, p, c in base
+            if c is SpeedClass.FULL and r.kind == "tg" and r.get("backend") == b.value
+        ]
+        pp = [
+            (r, p)
+            for r, p, c in base
+            if c is SpeedClass.FULL and r.kind == "pp" and r.get("backend") == b.value
+        ]
         if not tg and not pp:
             continue
         a, tau = _fit_tg(tg, cuda_tau)
@@ -265,14 +287,19 @@ def target_lines(results: list[Result]) -> list[str]:
         verdict = "met" if xs and got >= share else ("no held-out rows" if not xs else "not met")
         lines.append(
             f"| {kind} | {names} | within {tol:.0%} on {share:.0%} | {within} of {len(xs)} "
-            f"({got:.0%}) | {verdict} |" if xs else f"| {kind} | {names} | within {tol:.0%} on {share:.0%} | 0 of 0 | {verdict} |"
+            f"({got:.0%}) | {verdict} |"
+            if xs
+            else f"| {kind} | {names} | within {tol:.0%} on {share:.0%} | 0 of 0 | {verdict} |"
         )
     return lines
 
 
 def class_table(results: list[Result], held_out: bool) -> list[str]:
     part = [x for x in results if x.row.held_out == held_out]
-    lines = ["| class | kind | rows | median error | within 20% | within 35% | 80% of rows within |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| class | kind | rows | median error | within 20% | within 35% | 80% of rows within |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for cls in SpeedClass:
         for kind in ("tg", "pp"):
             xs = [x for x in part if x.cls is cls and x.row.kind == kind]
@@ -296,7 +323,11 @@ def row_table(results: list[Result]) -> list[str]:
     ]
     for x in results:
         d = x.row.data
-        settings = f"-ngl {d['ngl']}" + (f" -ncmoe {d['n_cpu_moe']}" if d["n_cpu_moe"] else "") + f" -ub {d['ubatch']}"
+        settings = (
+            f"-ngl {d['ngl']}"
+            + (f" -ncmoe {d['n_cpu_moe']}" if d["n_cpu_moe"] else "")
+            + f" -ub {d['ubatch']}"
+        )
         part = "held out" if x.row.held_out else "fit"
         lines.append(
             f"| {part} | {d['gpu']} | {d['backend']} | {d['model_label']} | {settings} | {d['test']} | {x.row.tps:g} | "
@@ -306,7 +337,10 @@ def row_table(results: list[Result]) -> list[str]:
 
 
 def constants_lines(cal: Calibration) -> list[str]:
-    lines = ["| backend | bandwidth share (tg) | fixed per layer (tg) | FP16 throughput share (pp) |", "|---|---|---|---|"]
+    lines = [
+        "| backend | bandwidth share (tg) | fixed per layer (tg) | FP16 throughput share (pp) |",
+        "|---|---|---|---|",
+    ]
     for name, k in sorted(cal.backends.items()):
         lines.append(f"| {name} | {k.tg_efficiency:.2f} | {k.layer_us:.1f} us | {k.pp_efficiency:.2f} |")
     lines.append("")
@@ -386,7 +420,11 @@ def calibration_doc(cal: Calibration, results: list[Result]) -> str:
         "|ln(predicted / measured)| (the band shown with a prediction).",
         "constants": {
             "backends": {
-                k: {"tg_efficiency": v.tg_efficiency, "layer_us": v.layer_us, "pp_efficiency": v.pp_efficiency}
+                k: {
+                    "tg_efficiency": v.tg_efficiency,
+                    "layer_us": v.layer_us,
+                    "pp_efficiency": v.pp_efficiency,
+                }
                 for k, v in sorted(cal.backends.items())
             },
             "host_efficiency": cal.host_efficiency,
@@ -395,7 +433,10 @@ def calibration_doc(cal: Calibration, results: list[Result]) -> str:
             "host_layer_us": cal.host_layer_us,
         },
         "bands": bands(results),
-        "rows": {"fit": sum(1 for x in results if not x.row.held_out), "held_out": sum(1 for x in results if x.row.held_out)},
+        "rows": {
+            "fit": sum(1 for x in results if not x.row.held_out),
+            "held_out": sum(1 for x in results if x.row.held_out),
+        },
     }
     return json.dumps(doc, indent=1, sort_keys=False) + "\n"
 

@@ -9,8 +9,6 @@ import types
 from typing import Any
 
 import pytest
-from support.models import REPO, sparse
-from support.tools import load_tool
 
 from fitplan.core.base.devices import GIB, Machine, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
@@ -19,6 +17,8 @@ from fitplan.core.hardware.catalog import assumed_devices, load_catalog
 from fitplan.core.speed import SpeedClass, plan_speed
 from fitplan.core.speed.figures import GB, load_speed_table, machine_figures
 from fitplan.core.speed.model import load_calibration
+from support.models import REPO, sparse
+from support.tools import load_tool
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,9 @@ def test_host_bandwidth_flag_is_used_and_said() -> None:
 def _speed(ncmoe: int = 0, ngl: int = -2, gpu: str = "RTX 3090") -> Any:
     p = sparse("qwen3-30b-a3b")
     m = Machine(assumed_devices([gpu]), host_device(128 * GIB))
-    return plan_speed(p, m, LaunchSettings(n_ctx=8192, n_cpu_moe=ncmoe, n_gpu_layers=ngl), host_bandwidth=60e9)
+    return plan_speed(
+        p, m, LaunchSettings(n_ctx=8192, n_cpu_moe=ncmoe, n_gpu_layers=ngl), host_bandwidth=60e9
+    )
 
 
 def test_more_experts_on_the_host_is_slower_and_changes_class() -> None:
@@ -175,11 +177,24 @@ def test_plan_json_and_text_carry_the_speed(capsys: pytest.CaptureFixture[str]) 
     from fitplan.cli import main
 
     model = str(REPO / "tests/fixtures/llamacpp/models/sparse/llama-3.1-8b.header.gguf")
-    common = [model, "--header-only", "--assume-gpu", "RTX 4090", "--host-ram", "64GiB", "--host-bandwidth", "50"]
+    common = [
+        model,
+        "--header-only",
+        "--assume-gpu",
+        "RTX 4090",
+        "--host-ram",
+        "64GiB",
+        "--host-bandwidth",
+        "50",
+    ]
     assert main(["plan", *common, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["speed"]["class"] == "full offload"
-    assert doc["speed"]["generation"]["low"] < doc["speed"]["generation"]["tps"] < doc["speed"]["generation"]["high"]
+    assert (
+        doc["speed"]["generation"]["low"]
+        < doc["speed"]["generation"]["tps"]
+        < doc["speed"]["generation"]["high"]
+    )
     assert any("50.0 GB/s" in a for a in doc["speed"]["assumptions"])
     assert main(["estimate", *common, "-c", "4096"]) == 0
     assert "speed: generation" in capsys.readouterr().out

@@ -20,7 +20,6 @@ from typing import Any
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
 from fitplan.commands._speed import speed_json, speed_of
-from fitplan.core.speed import PlanSpeed
 from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import add_common_arguments, build_request, command_argv, detect_machine, make_plan
 from fitplan.core.base.devices import Machine
@@ -31,6 +30,7 @@ from fitplan.core.inputs.model_source import LoadedModel, SourceKind, SourceMode
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.plan import ranking
 from fitplan.core.plan.planner import Plan
+from fitplan.core.speed import PlanSpeed
 
 EXAMPLES = """examples:
   fitplan quants unsloth/Qwen3-8B-GGUF                       every quant of a repository on this machine
@@ -217,7 +217,16 @@ def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]
 def _cells(r: Row, best: Row | None) -> list[object]:
     mark = out.style("*", out.GREEN, out.BOLD) if r is best else ""
     if r.plan is None:
-        return [mark, r.name, len(r.files), out.size(r.size_bytes), out.style("error", out.RED), "", "", r.error]
+        return [
+            mark,
+            r.name,
+            len(r.files),
+            out.size(r.size_bytes),
+            out.style("error", out.RED),
+            "",
+            "",
+            r.error,
+        ]
     p = r.plan
     fits = out.style("yes", out.GREEN) if p.fits else out.style("no", out.RED)
     ctx = str(p.settings.n_ctx) if p.fits else "-"
@@ -225,7 +234,16 @@ def _cells(r: Row, best: Row | None) -> list[object]:
     ft = r.loaded.profile.file_type if r.loaded is not None else ""
     s = r.speed
     tps = f"{s.generation.tps:.0f} / {s.prompt.tps:.0f}" if s is not None else "-"
-    return [mark, r.name, len(r.files), out.size(r.size_bytes), fits, ctx, tps, f"{where} ({ft})" if ft else where]
+    return [
+        mark,
+        r.name,
+        len(r.files),
+        out.size(r.size_bytes),
+        fits,
+        ctx,
+        tps,
+        f"{where} ({ft})" if ft else where,
+    ]
 
 
 def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.numbers import loads_json
-from fitplan.core.hardware.catalog import load_catalog, normalise_name
+from fitplan.core.hardware.catalog import AssumedGpuError, load_catalog, normalise_name
 
 #: Where the GPU figures are, inside the package.
 DATA_PATH = "data/gpu_speed.json"
@@ -86,7 +86,7 @@ class SpeedTable:
                 return g
         try:
             hit = load_catalog().find(_without_size(name))
-        except Exception:  # an ambiguous name: no figures rather than a guess
+        except AssumedGpuError:  # an ambiguous name: no figures rather than a guess
             return None
         if hit is None:
             return None
@@ -130,7 +130,7 @@ def gpu_figures(device: Device, table: SpeedTable | None = None) -> tuple[Device
     tab = table if table is not None else load_speed_table()
     known = tab.find(device.name)
     link = device.link_bandwidth or DEFAULT_LINK_BANDWIDTH
-    note = None if device.link_bandwidth else None
+    note = None
     if device.memory_bandwidth > 0:
         flops = known.fp16_tflops * TFLOPS if known else UNKNOWN_GPU_FLOPS
         src = f"{device.memory_bandwidth / GB:.0f} GB/s from the driver"
@@ -139,7 +139,9 @@ def gpu_figures(device: Device, table: SpeedTable | None = None) -> tuple[Device
         return DeviceFigures(device.name, device.memory_bandwidth, flops, link, src), note
     if known is not None:
         src = f"{known.name}: {known.bandwidth_gbs:g} GB/s, {known.fp16_tflops:g} TFLOPS ({known.source})"
-        return DeviceFigures(device.name, known.bandwidth_gbs * GB, known.fp16_tflops * TFLOPS, link, src), None
+        return DeviceFigures(
+            device.name, known.bandwidth_gbs * GB, known.fp16_tflops * TFLOPS, link, src
+        ), None
     note = (
         f"{device.name}: not in the speed catalog; assumed {UNKNOWN_GPU_BANDWIDTH / GB:.0f} GB/s and "
         f"{UNKNOWN_GPU_FLOPS / TFLOPS:.0f} TFLOPS"
@@ -154,15 +156,24 @@ def default_host_bandwidth(machine: Machine) -> tuple[float, str]:
     if apple is not None:
         known = load_speed_table().find(apple.name)
         if known is not None:
-            return known.bandwidth_gbs * GB, f"host RAM {known.bandwidth_gbs:g} GB/s (the chip's unified memory)"
+            return (
+                known.bandwidth_gbs * GB,
+                f"host RAM {known.bandwidth_gbs:g} GB/s (the chip's unified memory)",
+            )
     mts = dmi_memory_speed()
     if mts:
         bw = 2 * 8 * mts * 1e6
-        return bw, f"host RAM {bw / GB:.1f} GB/s assumed (two channels of {mts} MT/s modules; --host-bandwidth to set)"
+        return (
+            bw,
+            f"host RAM {bw / GB:.1f} GB/s assumed (two channels of {mts} MT/s modules; --host-bandwidth to set)",
+        )
     arch = platform.machine().lower()
     arch = "arm64" if arch in ("aarch64", "arm64") else arch
     bw = DEFAULT_HOST_BANDWIDTH.get(arch, FALLBACK_HOST_BANDWIDTH)
-    return bw, f"host RAM {bw / GB:.1f} GB/s assumed (a default for {arch or 'this platform'}; --host-bandwidth to set)"
+    return (
+        bw,
+        f"host RAM {bw / GB:.1f} GB/s assumed (a default for {arch or 'this platform'}; --host-bandwidth to set)",
+    )
 
 
 def dmi_memory_speed(root: Path = DMI_ENTRIES) -> int:
@@ -198,7 +209,9 @@ def machine_figures(machine: Machine, host_bandwidth: float | None = None) -> Ma
         if note:
             notes.append(note)
     if any(d.kind is DeviceKind.GPU and not d.link_bandwidth for d in machine.gpus):
-        notes.append(f"PCIe link {DEFAULT_LINK_BANDWIDTH / GB:.1f} GB/s assumed (4.0 x16) where the driver does not say")
+        notes.append(
+            f"PCIe link {DEFAULT_LINK_BANDWIDTH / GB:.1f} GB/s assumed (4.0 x16) where the driver does not say"
+        )
     if host_bandwidth:
         bw, how = host_bandwidth, f"host RAM {host_bandwidth / GB:.1f} GB/s (--host-bandwidth)"
     else:

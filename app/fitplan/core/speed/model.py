@@ -146,7 +146,9 @@ class Breakdown:
     pp_fixed: float  # weight reads per batch and other uncalibrated seconds
 
 
-def _gpu_backends(figs: MachineFigures, backends: tuple[Backend, ...], work: ModelWork) -> tuple[Backend, ...]:
+def _gpu_backends(
+    figs: MachineFigures, backends: tuple[Backend, ...], work: ModelWork
+) -> tuple[Backend, ...]:
     return tuple(backends[i] if i < len(backends) else Backend.CUDA for i in range(len(work.gpus)))
 
 
@@ -165,7 +167,9 @@ def used_expert_fraction(work: ModelWork, n_tokens: int) -> float:
     return 1.0 - (1.0 - work.expert_share) ** max(n_tokens, 1)
 
 
-def _tg_gpu(w: DeviceWork, f: DeviceFigures, k: BackendConstants, share: float, depth: int) -> tuple[float, float]:
+def _tg_gpu(
+    w: DeviceWork, f: DeviceFigures, k: BackendConstants, share: float, depth: int
+) -> tuple[float, float]:
     read = w.read_bytes(share) + w.kv_bytes_per_cell * depth
     return read, read / (f.bandwidth * k.tg_efficiency) + w.n_layers * k.layer_us * 1e-6
 
@@ -213,7 +217,9 @@ def predict(
         pp_host=parts[2],
         pp_fixed=parts[3],
     )
-    return Prediction(1.0 / tg if tg > 0 else math.inf, 1.0 / pp_t if pp_t > 0 else math.inf, tuple(times), bd)
+    return Prediction(
+        1.0 / tg if tg > 0 else math.inf, 1.0 / pp_t if pp_t > 0 else math.inf, tuple(times), bd
+    )
 
 
 def _prompt_seconds(

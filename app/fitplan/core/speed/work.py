@@ -15,16 +15,14 @@ The placement is the estimator's own (`memory.weights.place_weights`), so the sp
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.gguf import ggml_types
-from fitplan.core.memory.weights import active_gpu_positions, place_weights
+from fitplan.core.memory.weights import WeightPlacement, active_gpu_positions, place_weights
 from fitplan.core.model.profile import LayerKind, ModelProfile, TensorRole
-
-#: Bytes per cache element of each `-ctk`/`-ctv` type (ggml's block size / bytes per block).
-_F32_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,39 +93,66 @@ def _elements(shape: tuple[int, ...]) -> int:
     return n
 
 
-def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine) -> ModelWork:
-    """The work per token of `profile` placed as llama.cpp places it with `settings` on `machine`."""
-    placement = place_weights(profile, replace(settings, n_ctx=0), machine)
-    positions = active_gpu_positions(settings, machine)
-    n_dev = len(positions)
-    slots = list(range(n_dev)) + [None]
-    acc = {s: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0] for s in slots}
+@dataclass(slots=True)
+class _Sums:
+    dense_bytes: float = 0.0
+    expert_bytes: float = 0.0
+    dense_flops: float = 0.0
+    expert_flops: float = 0.0
+    kv_cell: float = 0.0
+    attn_cell: float = 0.0
+    n_layers: int = 0
+
+
+def _add_weights(
+    sums: dict[int | None, _Sums], profile: ModelProfile, placement: WeightPlacement, n_dev: int
+) -> None:
     by_name = {t.name: t for t in profile.tensors}
     for tp in placement.tensors:
         src = by_name.get(tp.name)
-        if src is None or tp.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD) and not tp.duplicate:
+        if src is None or (tp.role in (TensorRole.TOKEN_EMBD, TensorRole.POS_EMBD) and not tp.duplicate):
             continue  # input embeddings: one row per token (get_rows)
-        a = acc[tp.device if tp.device is not None and tp.device < n_dev else None]
+        acc = sums[tp.device if tp.device is not None and tp.device < n_dev else None]
         flops = 2.0 * _elements(src.shape) if tp.matrix else 0.0
+        nbytes = tp.n_bytes or src.n_bytes
         if tp.role is TensorRole.EXPERTS:
-            a[1] += tp.n_bytes or src.n_bytes
-            a[3] += flops
+            acc.expert_bytes += nbytes
+            acc.expert_flops += flops
         else:
-            a[0] += tp.n_bytes or src.n_bytes
-            a[2] += flops
+            acc.dense_bytes += nbytes
+            acc.dense_flops += flops
+
+
+def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine) -> ModelWork:
+    """The work per token of `profile` placed as llama.cpp places it with `settings` on `machine`."""
+    placement = place_weights(profile, replace(settings, n_ctx=0), machine)
+    n_dev = len(active_gpu_positions(settings, machine))
+    slots: list[int | None] = [*range(n_dev), None]
+    sums = {s: _Sums() for s in slots}
+    _add_weights(sums, profile, placement, n_dev)
     layer_dev = placement.layer_device
     for il in range(profile.n_layer):
         dev = layer_dev[il] if il < len(layer_dev) else None
         slot = dev if dev is not None and dev < n_dev else None
-        acc[slot][6] += 1
-        kv_slot = None if settings.no_kv_offload else slot
+        sums[slot].n_layers += 1
         cell, attn = _kv_cell_bytes(profile, il, settings)
-        acc[kv_slot][4] += cell
-        acc[kv_slot][5] += attn
-    chain = [layer_dev[il] for il in range(profile.n_layer)] + [placement.output_device]
-    boundaries = sum(1 for a, b in zip(chain, chain[1:], strict=False) if a != b)
+        kv = sums[None if settings.no_kv_offload else slot]
+        kv.kv_cell += cell
+        kv.attn_cell += attn
+    chain = [*(layer_dev[il] for il in range(profile.n_layer)), placement.output_device]
+    boundaries = sum(1 for a, b in itertools.pairwise(chain) if a != b)
     devices = tuple(
-        DeviceWork(s, a[0], a[1], a[2], a[3], a[4], a[5], int(a[6])) for s, a in ((s, acc[s]) for s in slots)
+        DeviceWork(
+            s,
+            a.dense_bytes,
+            a.expert_bytes,
+            a.dense_flops,
+            a.expert_flops,
+            a.kv_cell,
+            a.attn_cell,
+            a.n_layers,
+        )
+        for s, a in ((s, sums[s]) for s in slots)
     )
     moe = profile.moe
     n_exp = moe.n_expert if moe is not None and moe.n_expert > 0 else 0
