@@ -215,8 +215,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         print_table(model, profile, est, parsed, notes, v)
         print(verdict_lines(v))
-        print(band.text)
         print(speed_text(speed))
+        print(band.text)
     # the exit status follows "fits the card" (estimate reports memory; `plan` applies the margins)
     return out.EXIT_OK if v.fits_card else out.EXIT_DOES_NOT_FIT
 

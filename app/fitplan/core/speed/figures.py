@@ -135,7 +135,7 @@ def gpu_figures(device: Device, table: SpeedTable | None = None) -> tuple[Device
         flops = known.fp16_tflops * TFLOPS if known else UNKNOWN_GPU_FLOPS
         src = f"{device.memory_bandwidth / GB:.0f} GB/s from the driver"
         if known is None:
-            note = f"{device.name}: matrix throughput assumed {UNKNOWN_GPU_FLOPS / TFLOPS:.0f} TFLOPS (not in the catalog)"
+            note = f"a GPU not in the speed catalog: matrix throughput {UNKNOWN_GPU_FLOPS / TFLOPS:.0f} TFLOPS assumed"
         return DeviceFigures(device.name, device.memory_bandwidth, flops, link, src), note
     if known is not None:
         src = f"{known.name}: {known.bandwidth_gbs:g} GB/s, {known.fp16_tflops:g} TFLOPS ({known.source})"
@@ -143,8 +143,8 @@ def gpu_figures(device: Device, table: SpeedTable | None = None) -> tuple[Device
             device.name, known.bandwidth_gbs * GB, known.fp16_tflops * TFLOPS, link, src
         ), None
     note = (
-        f"{device.name}: not in the speed catalog; assumed {UNKNOWN_GPU_BANDWIDTH / GB:.0f} GB/s and "
-        f"{UNKNOWN_GPU_FLOPS / TFLOPS:.0f} TFLOPS"
+        f"a GPU not in the speed catalog: {UNKNOWN_GPU_BANDWIDTH / GB:.0f} GB/s and "
+        f"{UNKNOWN_GPU_FLOPS / TFLOPS:.0f} TFLOPS assumed (a mid-range card)"
     )
     return DeviceFigures(device.name, UNKNOWN_GPU_BANDWIDTH, UNKNOWN_GPU_FLOPS, link, "assumed"), note
 
@@ -206,7 +206,7 @@ def machine_figures(machine: Machine, host_bandwidth: float | None = None) -> Ma
     for d in machine.gpus:
         fig, note = gpu_figures(d)
         gpus.append(fig)
-        if note:
+        if note and note not in notes:
             notes.append(note)
     if any(d.kind is DeviceKind.GPU and not d.link_bandwidth for d in machine.gpus):
         notes.append(
