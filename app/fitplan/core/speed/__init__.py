@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fitplan.core.base.devices import Machine
+from fitplan.core.base.devices import Machine, Vendor
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.weights import active_gpu_positions
 from fitplan.core.model.profile import ModelProfile
@@ -132,6 +132,8 @@ def plan_speed(
     notes = list(figs.assumptions)
     if settings.split_mode.value in ("row", "tensor") and len(positions) > 1:
         notes.append(f"-sm {settings.split_mode.value} is computed as layer split")
+    if any(machine.gpus[i].vendor is Vendor.RPC for i in positions):
+        notes.append("RPC devices are computed as local GPUs: the network between the hosts is not modelled")
     if any(b is not Backend.CUDA for b in backends):
         notes.append("non-CUDA backends have few published results: their band is wider")
     return PlanSpeed(
