@@ -72,9 +72,31 @@ DENSE: dict[str, tuple[str, int, int, int, int, int, int, int, bool]] = {
         False,
     ),
 }
+DENSE["qwen3-32b"] = ("Qwen/Qwen3-32B config.json", 5120, 64, 64, 8, 128, 25600, 151936, False)
+DENSE["llama-3.3-70b"] = (
+    "meta-llama/Llama-3.3-70B-Instruct config.json",
+    8192,
+    80,
+    64,
+    8,
+    128,
+    28672,
+    128256,
+    False,
+)
+#: Models written with one quantization type for every matrix (llama-quantize's pure types), by name: the type.
+PURE = {"qwen3-32b-q8_0": ("qwen3-32b", sm.Q.Q8_0)}
 
 
 def build(name: str) -> sm.ModelSpec:
+    if name in PURE:
+        base, qtype = PURE[name]
+        spec = build(base)
+        spec.name = name
+        spec.tensors = [
+            (n, ne, q if q == sm.Q.F32 else sm.fit_type(qtype, ne[0])) for n, ne, q in spec.tensors
+        ]
+        return spec
     _src, n_embd, n_layer, n_head, n_kv, hd, n_ff, n_vocab, tied = DENSE[name]
     spec = sm.ModelSpec(name, "llama")
     spec.s("general.name", name)
@@ -103,7 +125,7 @@ def build(name: str) -> sm.ModelSpec:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    for name in DENSE:
+    for name in [*DENSE, *PURE]:
         sm.write_header(build(name), OUT / f"{name}.header.gguf")
         print(OUT / f"{name}.header.gguf")
     return 0

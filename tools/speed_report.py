@@ -111,7 +111,11 @@ def setup(row: Row) -> tuple[ModelWork, MachineFigures, tuple[Backend, ...], Spe
     """The row's placement work, device figures and backends, as `plan_speed` computes them for a user's plan."""
     d = row.data
     profile = profile_of(str(d["model"]))
-    gpus = assumed_devices([f"{_int(d['n_gpus'])}x {d['gpu']}" if _int(d["n_gpus"]) > 1 else str(d["gpu"])])
+    if d.get("gpus"):  # different cards, in llama.cpp's order
+        gpus = assumed_devices([str(g) for g in d["gpus"]])  # type: ignore[union-attr]
+    else:
+        n = _int(d["n_gpus"])
+        gpus = assumed_devices([f"{n}x {d['gpu']}" if n > 1 else str(d["gpu"])])
     machine = Machine(gpus, host_device(1024 * GIB))
     settings = LaunchSettings(
         n_ctx=4096, n_gpu_layers=_int(d["ngl"]), n_cpu_moe=_int(d["n_cpu_moe"]), n_ubatch=_int(d["ubatch"])
@@ -179,8 +183,11 @@ def _fit_tg(rows: list[tuple[Row, Prediction]], tau_default: float) -> tuple[flo
     return a, tau_default
 
 
-def fit(rows: list[Row]) -> Calibration:
-    """The constants, from the fit part only (each a median or a least-squares fit of what the rows imply)."""
+def fit(rows: list[Row], log: list[str] | None = None) -> Calibration:
+    """The constants, from the fit part only (each a median or a least-squares fit of what the rows imply).
+
+    `log` receives one line per constant: how many fit rows it came from, or that it kept its default."""
+    said: list[str] = log if log is not None else []
     fit_rows = [r for r in rows if not r.held_out]
     base = [(r, *run(r, UNFITTED)) for r in fit_rows]
     backends: dict[str, BackendConstants] = {}
@@ -204,6 +211,11 @@ def fit(rows: list[Row]) -> Calibration:
         ratios = [p.breakdown.pp_gpu_flops / max(1e-12, 1.0 / r.tps - p.breakdown.pp_fixed) for r, p in pp]
         pp_eff = min(1.0, _median(ratios, 0.5))
         backends[b.value] = BackendConstants(round(1.0 / a, 4), round(tau, 3), round(pp_eff, 4))
+        own_tau = "its own" if len(tg) >= 3 or b is Backend.CUDA else "CUDA's"
+        said.append(
+            f"{b.value}: generation from {len(tg)} full-offload fit rows ({own_tau} time per layer), prompt from "
+            f"{len(pp)}" + ("" if pp else " (default share 0.5)")
+        )
     if "cuda" not in backends:
         backends["cuda"] = BackendConstants(1.0, 0.0, 1.0)
     cal = replace(UNFITTED, backends=backends)
@@ -224,11 +236,22 @@ def fit(rows: list[Row]) -> Calibration:
             rest = 1.0 / r.tps - other
             if rest > 0:
                 link_ratios.append(bd.pp_upload / rest)
-    return replace(
+    said.append(f"host RAM share from {len(host_ratios)} partial or expert-offload generation fit rows")
+    said.append(
+        f"PCIe share from {len(link_ratios)} partial or expert-offload prompt fit rows"
+        + ("" if link_ratios else " (default 0.7: no such fit row)")
+    )
+    cal = replace(
         cal,
         host_efficiency=round(min(1.0, _median(host_ratios, 0.7)), 4),
         link_efficiency=round(min(1.0, _median(link_ratios, 0.7)), 4),
     )
+    splits = []
+    for r, p, c in ((r, *run(r, cal)) for r in fit_rows):
+        if c is SpeedClass.MULTI and r.kind == "tg" and p.breakdown.boundaries:
+            splits.append((1.0 / r.tps - 1.0 / p.generation_tps) / p.breakdown.boundaries * 1e6)
+    said.append(f"time per device change from {len(splits)} multi-GPU generation fit rows (never below 0)")
+    return replace(cal, split_us=round(max(0.0, _median(splits, 0.0)), 3))
 
 
 @dataclass(frozen=True)
@@ -330,13 +353,13 @@ def row_table(results: list[Result]) -> list[str]:
         )
         part = "held out" if x.row.held_out else "fit"
         lines.append(
-            f"| {part} | {d['gpu']} | {d['backend']} | {d['model_label']} | {settings} | {d['test']} | {x.row.tps:g} | "
+            f"| {part} | {' + '.join(map(str, d.get('gpus') or [d['gpu']]))} | {d['backend']} | {d['model_label']} | {settings} | {d['test']} | {x.row.tps:g} | "
             f"{x.predicted:.1f} | {x.error:+.0%} | {d['address']} |"
         )
     return lines
 
 
-def constants_lines(cal: Calibration) -> list[str]:
+def constants_lines(cal: Calibration, log: list[str]) -> list[str]:
     lines = [
         "| backend | bandwidth share (tg) | fixed per layer (tg) | FP16 throughput share (pp) |",
         "|---|---|---|---|",
@@ -346,9 +369,10 @@ def constants_lines(cal: Calibration) -> list[str]:
     lines.append("")
     lines.append(
         f"Host RAM bandwidth share at generation: {cal.host_efficiency:.2f}; PCIe share of the prompt-batch weight "
-        f"uploads: {cal.link_efficiency:.2f}; per device change of the layer chain: {cal.split_us:.0f} us (no "
-        "published multi-GPU llama-bench row with a named GPU was found, so it is not fitted)."
+        f"uploads: {cal.link_efficiency:.2f}; per device change of the layer chain: {cal.split_us:.0f} us."
     )
+    lines.append("")
+    lines += [f"- {line}" for line in log]
     return lines
 
 
@@ -357,7 +381,7 @@ def load_rows() -> list[Row]:
     return [Row(i, r) for i, r in enumerate(doc["rows"])]
 
 
-def render(rows: list[Row], cal: Calibration, results: list[Result]) -> str:
+def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[str]) -> str:
     held = sum(1 for r in rows if r.held_out)
     parts = [
         "# How fast a plan runs: the speed model and its error",
@@ -395,12 +419,13 @@ def render(rows: list[Row], cal: Calibration, results: list[Result]) -> str:
         "",
         "## Fitted constants",
         "",
-        *constants_lines(cal),
+        *constants_lines(cal, log),
         "",
         "## What is not modelled",
         "",
-        "- Row and tensor split (`-sm row`, `-sm tensor`) are computed as layer split; no published multi-GPU "
-        "row is in the fixtures yet, so the multi-GPU class uses the band of all held-out rows.",
+        "- Row and tensor split (`-sm row`, `-sm tensor`) are computed as layer split. Few published multi-GPU "
+        "rows name their GPUs; a class with fewer than three held-out rows shows the band of all held-out rows "
+        "of its kind.",
         "- CPU-only plans use a stated host throughput (0.9 TFLOPS) for prompts; no CPU-only row is fitted.",
         "- Threads: the host term assumes enough threads to reach its bandwidth share.",
         "",
@@ -443,9 +468,10 @@ def calibration_doc(cal: Calibration, results: list[Result]) -> str:
 
 def generate() -> tuple[str, str, list[Result]]:
     rows = load_rows()
-    cal = fit(rows)
+    log: list[str] = []
+    cal = fit(rows, log)
     results = evaluate(rows, cal)
-    return render(rows, cal, results), calibration_doc(cal, results), results
+    return render(rows, cal, results, log), calibration_doc(cal, results), results
 
 
 def main(argv: list[str] | None = None) -> int:
