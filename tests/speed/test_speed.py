@@ -205,3 +205,28 @@ def test_a_bad_host_bandwidth_is_one_line(capsys: pytest.CaptureFixture[str]) ->
 
     assert main(["plan", "x.gguf", "--host-bandwidth", "-3"]) == 2
     assert "not a bandwidth" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("reported", "catalog"),
+    [
+        ("AMD Radeon RX 7900 XTX", "Radeon RX 7900 XTX"),  # amdgpu's product_name
+        ("Apple M2 Max", "Apple M2 Max"),  # machdep.cpu.brand_string
+        ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),  # NVML's name
+        ("RTX 3060 12 GiB", "GeForce RTX 3060"),  # a catalog configuration's name
+    ],
+)
+def test_detected_names_find_their_figures(reported: str, catalog: str) -> None:
+    fig = load_speed_table().find(reported)
+    assert fig is not None and fig.name == catalog
+
+
+def test_the_drivers_bandwidth_wins_over_the_catalog() -> None:
+    from dataclasses import replace
+
+    from fitplan.core.speed.figures import gpu_figures
+
+    (dev,) = assumed_devices(["RTX 4090"])
+    fig, note = gpu_figures(replace(dev, memory_bandwidth=900e9, link_bandwidth=15.75e9))
+    assert fig.bandwidth == 900e9 and fig.link == 15.75e9 and note is None
+    assert "driver" in fig.source
