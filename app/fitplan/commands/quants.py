@@ -217,16 +217,8 @@ def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]
 def _cells(r: Row, best: Row | None) -> list[object]:
     mark = out.style("*", out.GREEN, out.BOLD) if r is best else ""
     if r.plan is None:
-        return [
-            mark,
-            r.name,
-            len(r.files),
-            out.size(r.size_bytes),
-            out.style("error", out.RED),
-            "",
-            "",
-            r.error,
-        ]
+        err = out.style("error", out.RED)
+        return [mark, r.name, len(r.files), out.size(r.size_bytes), err, "", "", r.error]
     p = r.plan
     fits = out.style("yes", out.GREEN) if p.fits else out.style("no", out.RED)
     ctx = str(p.settings.n_ctx) if p.fits else "-"
@@ -234,16 +226,8 @@ def _cells(r: Row, best: Row | None) -> list[object]:
     ft = r.loaded.profile.file_type if r.loaded is not None else ""
     s = r.speed
     tps = f"{s.generation.tps:.0f} / {s.prompt.tps:.0f}" if s is not None else "-"
-    return [
-        mark,
-        r.name,
-        len(r.files),
-        out.size(r.size_bytes),
-        fits,
-        ctx,
-        tps,
-        f"{where} ({ft})" if ft else where,
-    ]
+    head = [mark, r.name, len(r.files), out.size(r.size_bytes), fits, ctx, tps]
+    return [*head, f"{where} ({ft})" if ft else where]
 
 
 def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
