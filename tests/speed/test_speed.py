@@ -230,3 +230,17 @@ def test_the_drivers_bandwidth_wins_over_the_catalog() -> None:
     fig, note = gpu_figures(replace(dev, memory_bandwidth=900e9, link_bandwidth=15.75e9))
     assert fig.bandwidth == 900e9 and fig.link == 15.75e9 and note is None
     assert "driver" in fig.source
+
+
+def test_cpu_only_and_no_device_plans_have_a_speed() -> None:
+    p = sparse("llama-3.1-8b")
+    cpu_only = plan_speed(
+        p, Machine((), host_device(64 * GIB)), LaunchSettings(n_ctx=4096), host_bandwidth=50e9
+    )
+    assert cpu_only.speed_class is SpeedClass.CPU and cpu_only.devices[0].name == "Host"
+    m = Machine(assumed_devices(["RTX 3060"]), host_device(64 * GIB))
+    none = plan_speed(p, m, LaunchSettings(n_ctx=4096, devices=()), host_bandwidth=50e9)
+    assert none.speed_class is SpeedClass.CPU
+    assert none.generation.tps == pytest.approx(cpu_only.generation.tps)
+    gpu = plan_speed(p, m, LaunchSettings(n_ctx=4096), host_bandwidth=50e9)
+    assert gpu.generation.tps > 3 * none.generation.tps
