@@ -84,6 +84,31 @@ DENSE["llama-3.3-70b"] = (
     128256,
     False,
 )
+DENSE["llama-3.2-1b"] = (
+    "meta-llama/Llama-3.2-1B-Instruct config.json",
+    2048,
+    16,
+    32,
+    8,
+    64,
+    8192,
+    128256,
+    True,
+)
+DENSE["qwen2.5-7b"] = ("Qwen/Qwen2.5-7B-Instruct config.json", 3584, 28, 28, 4, 128, 18944, 152064, False)
+DENSE["qwen2.5-14b"] = ("Qwen/Qwen2.5-14B-Instruct config.json", 5120, 48, 40, 8, 128, 13824, 152064, False)
+DENSE["mistral-7b-v0.3"] = (
+    "mistralai/Mistral-7B-Instruct-v0.3 config.json",
+    4096,
+    32,
+    32,
+    8,
+    128,
+    14336,
+    32768,
+    False,
+)
+DENSE["gemma-2-9b"] = ("google/gemma-2-9b-it config.json", 3584, 42, 16, 8, 256, 14336, 256000, True)
 #: Models written with one quantization type for every matrix (llama-quantize's pure types), by name: the type.
 PURE = {"qwen3-32b-q8_0": ("qwen3-32b", sm.Q.Q8_0)}
 
