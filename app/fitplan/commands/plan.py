@@ -18,6 +18,7 @@ from typing import Any
 
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
+from fitplan.commands._speed import add_speed_arguments, speed_json, speed_of, speed_text
 from fitplan.commands.estimate import (
     accuracy_json,
     add_engine_argument,
@@ -108,6 +109,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "--program", default="llama-server", help="the program in the command (default llama-server)"
     )
     add_engine_argument(p)
+    add_speed_arguments(p)
     p.add_argument(
         "--header-only",
         action="store_true",
@@ -387,8 +389,10 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     alts = what_would_change(
         req.profile, req.machine, req.pins, p, margin=req.margin, estimate_fn=req.estimate_fn
     )
+    speed = speed_of(req.profile, req.machine, p.settings, args) if p.fits else None
     if args.json:
         doc = plan_to_dict(req, p, argv, shell)
+        doc["speed"] = speed_json(speed)
         doc["alternatives"] = [dataclasses.asdict(a) for a in alts]
         exp = ollama_of(req, p)
         if exp is not None:
@@ -396,6 +400,8 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
         out.print_json(doc)
     else:
         print(format_text(req, p, argv, shell))
+        if p.fits:
+            print(speed_text(speed))
         if alts:
             print("")
             print("what would change it:")

@@ -19,6 +19,7 @@ from typing import Any
 
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
+from fitplan.commands._speed import speed_json, speed_of
 from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import add_common_arguments, build_request, command_argv, detect_machine, make_plan
 from fitplan.core.base.devices import Machine
@@ -29,6 +30,7 @@ from fitplan.core.inputs.model_source import LoadedModel, SourceKind, SourceMode
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.plan import ranking
 from fitplan.core.plan.planner import Plan
+from fitplan.core.speed import PlanSpeed
 
 EXAMPLES = """examples:
   fitplan quants unsloth/Qwen3-8B-GGUF                       every quant of a repository on this machine
@@ -53,6 +55,7 @@ class Row:
     plan: Plan | None = None
     argv: tuple[str, ...] = ()
     error: str = ""
+    speed: PlanSpeed | None = None  # the plan's expected speed (`core.speed`), when it fits
 
     @property
     def fits(self) -> bool:
@@ -166,7 +169,8 @@ def plan_row(row: Row, args: argparse.Namespace, extra: Sequence[str], machine: 
         raise  # a bad pin is the same for every row: one error, exit 2
     except FitplanError as exc:
         return Row(row.name, row.files, row.size_bytes, row.model_arg, row.loaded, error=str(exc))
-    return Row(row.name, row.files, row.size_bytes, row.model_arg, row.loaded, p, argv)
+    speed = speed_of(req.profile, req.machine, p.settings, args) if p.fits else None
+    return Row(row.name, row.files, row.size_bytes, row.model_arg, row.loaded, p, argv, speed=speed)
 
 
 def plan_rows(g: Gathered, args: argparse.Namespace, extra: Sequence[str], machine: Machine) -> list[Row]:
@@ -191,6 +195,7 @@ def row_to_dict(r: Row, shell: Shell, recommended: bool) -> dict[str, object]:
         "argv": list(r.argv),
         "mmproj": r.loaded.mmproj_source if r.loaded is not None else None,
         "recommended": recommended,
+        "speed": speed_json(r.speed),
         "error": r.error or None,
     }
 
@@ -212,13 +217,17 @@ def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]
 def _cells(r: Row, best: Row | None) -> list[object]:
     mark = out.style("*", out.GREEN, out.BOLD) if r is best else ""
     if r.plan is None:
-        return [mark, r.name, len(r.files), out.size(r.size_bytes), out.style("error", out.RED), "", r.error]
+        err = out.style("error", out.RED)
+        return [mark, r.name, len(r.files), out.size(r.size_bytes), err, "", "", r.error]
     p = r.plan
     fits = out.style("yes", out.GREEN) if p.fits else out.style("no", out.RED)
     ctx = str(p.settings.n_ctx) if p.fits else "-"
     where = p.placement.description if p.fits else p.binding
     ft = r.loaded.profile.file_type if r.loaded is not None else ""
-    return [mark, r.name, len(r.files), out.size(r.size_bytes), fits, ctx, f"{where} ({ft})" if ft else where]
+    s = r.speed
+    tps = f"{s.generation.tps:.0f} / {s.prompt.tps:.0f}" if s is not None else "-"
+    head = [mark, r.name, len(r.files), out.size(r.size_bytes), fits, ctx, tps]
+    return [*head, f"{where} ({ft})" if ft else where]
 
 
 def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
@@ -228,11 +237,13 @@ def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
         out.style(f"{g.source}: {len(rows)} model(s){n_mm}, {g.ignored} other file(s) ignored", out.BOLD)
     ]
     table = out.table(
-        ["", "quant", "files", "size", "fits", "context", "placement (file type)"],
+        ["", "quant", "files", "size", "fits", "context", "t/s gen / prompt", "placement (file type)"],
         [_cells(r, best) for r in rows],
-        align="llrrlrl",
+        align="llrrlrrl",
     )
     lines += [table, "", ranking.RANK_RULE]
+    if any(r.speed is not None for r in rows):
+        lines.append("t/s: expected generation (empty context) / prompt rates; `fitplan plan` gives the band")
     if g.mmproj:
         lines.append("projectors: " + ", ".join(f"{n} ({out.size(s)})" for n, _, s in g.mmproj))
     if best is None:

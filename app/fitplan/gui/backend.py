@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fitplan.core.library.scanner import LibraryScanner
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
+    from fitplan.core.speed import PlanSpeed
 
 #: The model the window opens when the user has none: a header-only example (resources/examples).
 EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
@@ -125,6 +126,8 @@ class PlanOutcome:
     )
     #: the bytes the plan keeps free on each device of the estimate (the core's `MarginPolicy.kept_free`)
     margins: tuple[int, ...] = ()
+    #: the plan's expected prompt and generation t/s (`core.speed.plan_speed`), None when it does not fit
+    speed: PlanSpeed | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +364,19 @@ class Backend:
             alternatives,
             accuracy_band(model.profile, est),
             margin.kept_free(machine),
+            self.speed(model, plan_settings, machine) if plan.fits else None,
         )
+
+    @staticmethod
+    def speed(model: LoadedModel, settings: LaunchSettings, machine: Machine) -> PlanSpeed | None:
+        """The plan's expected speed (the CLI's `plan_speed`); None when it cannot be computed."""
+        from fitplan.core.base.errors import FitplanError
+        from fitplan.core.speed import plan_speed
+
+        try:
+            return plan_speed(model.profile, machine, settings)
+        except (FitplanError, ValueError, KeyError):
+            return None
 
     def fit_level(self, request: PlanRequest) -> str:
         """Only the verdict level (for the library's fit badges); never touches the estimator thread's curve cache."""

@@ -1,0 +1,246 @@
+"""The speed model (`fitplan.core.speed`), its figures and its calibration on published results
+(tools/speed_report.py, docs/speed.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from typing import Any
+
+import pytest
+
+from fitplan.core.base.devices import GIB, Machine, host_device
+from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.hardware import nvidia
+from fitplan.core.hardware.catalog import assumed_devices, load_catalog
+from fitplan.core.speed import SpeedClass, plan_speed
+from fitplan.core.speed.figures import GB, load_speed_table, machine_figures
+from fitplan.core.speed.model import load_calibration
+from support.models import REPO, sparse
+from support.tools import load_tool
+
+
+@pytest.fixture(scope="module")
+def report() -> Any:
+    return load_tool("tools/speed_report.py")
+
+
+@pytest.fixture(scope="module")
+def generated(report: Any) -> tuple[str, str, list[Any]]:
+    out: tuple[str, str, list[Any]] = report.generate()
+    return out
+
+
+def test_every_catalog_gpu_has_speed_figures_with_a_source() -> None:
+    table = load_speed_table()
+    for gpu in load_catalog():
+        fig = table.find(gpu.name)
+        assert fig is not None, gpu.name
+        assert fig.bandwidth_gbs > 0 and fig.fp16_tflops > 0 and fig.source
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "TITAN V",
+        "Quadro RTX 6000",
+        "Quadro RTX 4000",
+        "RTX A4500",
+        "RTX 4060 Mobile",
+        "GTX 1660 Ti Mobile",
+        "Arc Pro B60",
+        "Arc Pro B50",
+        "Arc A770M",
+        "RX 5700 XT",
+    ],
+)
+def test_gpus_people_publish_for_are_known(spec: str) -> None:
+    """These were unknown to --assume-gpu (issue 23); each now has a size and speed figures."""
+    (dev,) = assumed_devices([spec])
+    assert dev.total_bytes > 0
+    assert load_speed_table().find(dev.name) is not None
+
+
+def test_speed_figures_for_shared_memory_machines() -> None:
+    table = load_speed_table()
+    for name in ("Radeon 8060S", "Jetson AGX Orin", "GB10", "Arc A770", "Radeon 780M"):
+        assert table.find(name) is not None, name
+
+
+def test_nvml_bus_width_and_memory_clock_give_the_bandwidth() -> None:
+    """A 4090: 384-bit bus, NVML's max memory clock 10501 MHz (double data rate) -> 1008 GB/s."""
+    fake = types.SimpleNamespace(
+        nvmlDeviceGetMemoryBusWidth=lambda h: 384,
+        nvmlDeviceGetMaxClockInfo=lambda h, t: 10501 if t == 2 else 2520,
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 4,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+    )
+    assert nvidia.memory_bandwidth(fake, None) == pytest.approx(1008.0e9, rel=1e-3)
+    assert nvidia.pcie_bandwidth(fake, None) == pytest.approx(31.5e9, rel=1e-3)
+
+
+def test_nvml_without_the_functions_reports_nothing() -> None:
+    def missing(*_: object) -> int:
+        raise AttributeError("nvmlDeviceGetMemoryBusWidth")
+
+    fake = types.SimpleNamespace(
+        nvmlDeviceGetMemoryBusWidth=missing,
+        nvmlDeviceGetMaxClockInfo=missing,
+        nvmlDeviceGetMaxPcieLinkGeneration=missing,
+        nvmlDeviceGetMaxPcieLinkWidth=missing,
+    )
+    assert nvidia.memory_bandwidth(fake, None) == 0.0
+    assert nvidia.pcie_bandwidth(fake, None) == 0.0
+
+
+def test_host_bandwidth_flag_is_used_and_said() -> None:
+    m = Machine(assumed_devices(["RTX 3060"]), host_device(64 * GIB))
+    figs = machine_figures(m, host_bandwidth=40 * GB)
+    assert figs.host.bandwidth == 40 * GB
+    assert any("--host-bandwidth" in a for a in figs.assumptions)
+
+
+def _speed(ncmoe: int = 0, ngl: int = -2, gpu: str = "RTX 3090") -> Any:
+    p = sparse("qwen3-30b-a3b")
+    m = Machine(assumed_devices([gpu]), host_device(128 * GIB))
+    return plan_speed(
+        p, m, LaunchSettings(n_ctx=8192, n_cpu_moe=ncmoe, n_gpu_layers=ngl), host_bandwidth=60e9
+    )
+
+
+def test_more_experts_on_the_host_is_slower_and_changes_class() -> None:
+    full, some, more = _speed(0), _speed(10), _speed(30)
+    assert full.speed_class is SpeedClass.FULL and some.speed_class is SpeedClass.EXPERTS
+    assert full.generation.tps > some.generation.tps > more.generation.tps
+    assert full.prompt.tps > more.prompt.tps
+
+
+def test_fewer_gpu_layers_is_partial_and_slower() -> None:
+    partial = _speed(ngl=20)
+    assert partial.speed_class is SpeedClass.PARTIAL
+    assert partial.generation.tps < _speed().generation.tps
+
+
+def test_a_deeper_context_reads_more_and_is_slower() -> None:
+    s = _speed()
+    assert s.generation_full.tps < s.generation.tps
+    assert s.generation.low < s.generation.tps < s.generation.high
+
+
+def test_a_faster_card_is_faster() -> None:
+    assert _speed(gpu="RTX 4090").generation.tps > _speed(gpu="RTX 3060 12GB").generation.tps
+
+
+def test_calibration_file_is_what_the_report_generates(generated: tuple[str, str, list[Any]]) -> None:
+    packaged = (REPO / "app" / "fitplan" / "data" / "speed_calibration.json").read_text(encoding="utf-8")
+    assert packaged == generated[1], "regenerate it: python tools/speed_report.py --write"
+    assert (REPO / "docs" / "speed.md").read_text(encoding="utf-8") == generated[0]
+
+
+def test_the_held_out_rows_are_chosen_before_fitting(report: Any) -> None:
+    """The split is a function of each row alone: fitting never sees a held-out row's number."""
+    rows = report.load_rows()
+    held = [r.held_out for r in rows]
+    assert 0 < sum(held) < len(rows)
+    changed = [report.Row(r.index, {**r.data, "tps": r.tps * 2}) for r in rows]
+    assert [r.held_out for r in changed] == held
+    a = report.fit(rows)
+    b = report.fit([r if not r.held_out else changed[i] for i, r in enumerate(rows)])
+    assert a == b
+
+
+def test_every_published_row_names_its_address_and_build(report: Any) -> None:
+    for r in report.load_rows():
+        assert str(r.get("address")).startswith("https://")
+        assert r.get("build") and r.get("gpu") and r.get("test")
+
+
+def test_targets_reported_as_measured(report: Any, generated: tuple[str, str, list[Any]]) -> None:
+    """docs/speed.md states each target's reach on the held-out rows; the prompt target holds."""
+    results = generated[2]
+    held = [x for x in results if x.row.held_out]
+    pp = [x for x in held if x.row.kind == "pp"]
+    assert pp and sum(abs(x.error) <= 0.30 for x in pp) / len(pp) >= 0.60
+    for line in report.target_lines(results):
+        assert line in generated[0]
+
+
+def test_bands_come_from_held_out_rows(generated: tuple[str, str, list[Any]]) -> None:
+    cal = load_calibration()
+    held_tg = [abs(math.log(x.ratio)) for x in generated[2] if x.row.held_out and x.row.kind == "tg"]
+    assert cal.bands["all/tg"] in [round(v, 4) for v in held_tg]
+    assert json.loads(generated[1])["rows"]["held_out"] == sum(1 for x in generated[2] if x.row.held_out)
+
+
+def test_plan_json_and_text_carry_the_speed(capsys: pytest.CaptureFixture[str]) -> None:
+    from fitplan.cli import main
+
+    model = str(REPO / "tests/fixtures/llamacpp/models/sparse/llama-3.1-8b.header.gguf")
+    common = [
+        model,
+        "--header-only",
+        "--assume-gpu",
+        "RTX 4090",
+        "--host-ram",
+        "64GiB",
+        "--host-bandwidth",
+        "50",
+    ]
+    assert main(["plan", *common, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["speed"]["class"] == "full offload"
+    assert (
+        doc["speed"]["generation"]["low"]
+        < doc["speed"]["generation"]["tps"]
+        < doc["speed"]["generation"]["high"]
+    )
+    assert any("50.0 GB/s" in a for a in doc["speed"]["assumptions"])
+    assert main(["estimate", *common, "-c", "4096"]) == 0
+    assert "speed: generation" in capsys.readouterr().out
+
+
+def test_a_bad_host_bandwidth_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from fitplan.cli import main
+
+    assert main(["plan", "x.gguf", "--host-bandwidth", "-3"]) == 2
+    assert "not a bandwidth" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("reported", "catalog"),
+    [
+        ("AMD Radeon RX 7900 XTX", "Radeon RX 7900 XTX"),  # amdgpu's product_name
+        ("Apple M2 Max", "Apple M2 Max"),  # machdep.cpu.brand_string
+        ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),  # NVML's name
+        ("RTX 3060 12 GiB", "GeForce RTX 3060"),  # a catalog configuration's name
+    ],
+)
+def test_detected_names_find_their_figures(reported: str, catalog: str) -> None:
+    fig = load_speed_table().find(reported)
+    assert fig is not None and fig.name == catalog
+
+
+def test_the_drivers_bandwidth_wins_over_the_catalog() -> None:
+    from dataclasses import replace
+
+    from fitplan.core.speed.figures import gpu_figures
+
+    (dev,) = assumed_devices(["RTX 4090"])
+    fig, note = gpu_figures(replace(dev, memory_bandwidth=900e9, link_bandwidth=15.75e9))
+    assert fig.bandwidth == 900e9 and fig.link == 15.75e9 and note is None
+    assert "driver" in fig.source
+
+
+def test_cpu_only_and_no_device_plans_have_a_speed() -> None:
+    p = sparse("llama-3.1-8b")
+    cpu_only = plan_speed(
+        p, Machine((), host_device(64 * GIB)), LaunchSettings(n_ctx=4096), host_bandwidth=50e9
+    )
+    assert cpu_only.speed_class is SpeedClass.CPU and cpu_only.devices[0].name == "Host"
+    m = Machine(assumed_devices(["RTX 3060"]), host_device(64 * GIB))
+    none = plan_speed(p, m, LaunchSettings(n_ctx=4096, devices=()), host_bandwidth=50e9)
+    assert none.speed_class is SpeedClass.CPU
+    assert none.generation.tps == pytest.approx(cpu_only.generation.tps)
+    gpu = plan_speed(p, m, LaunchSettings(n_ctx=4096), host_bandwidth=50e9)
+    assert gpu.generation.tps > 3 * none.generation.tps
