@@ -1053,6 +1053,69 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
         )
 
 
+# grid j. standin_vulkan / standin_metal (`--grids standin_vulkan,standin_metal`): the same published-shape models on
+# Vulkan- and Metal-shaped stand-ins (standin.cpp: ggml-vulkan's 1 GiB buffers, storage-range limit and pinned
+# Vulkan_Host buffer; ggml-metal's 32-byte alignment, its flash-attention and MUL_MAT_ID allocation extras and no
+# host buffer). A small grid: full offload at 4096 / 32768 cells with flash attention on and off at -ub 512 and 2048,
+# a q8_0 cache, half the layers, the experts (or the FFNs) in host memory; two Vulkan devices; Metal at 131072 cells.
+STANDIN_BACKEND_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b"]
+#: One 16 GiB Vulkan card with the stand-in's default limits (64-byte offsets, 4 GiB allocations and storage range).
+VULKAN_16 = "vulkan:16GiB"
+#: An Apple Silicon GPU with a 64 GiB working set.
+METAL_64 = "metal:64GiB"
+
+
+def standin_backend_settings(spec: str, n_layer: int, moe: bool) -> list[tuple[str, str, list[str]]]:
+    """(id, device spec, args) of grid j for one device kind (`spec`: VULKAN_16 or METAL_64)."""
+    half = n_layer // 2
+    out: list[tuple[str, str, list[str]]] = []
+
+    def add(cid: str, dev: str, *args: str) -> None:
+        base = ["-np", "1"] if "-ngl" in args else ["-ngl", "999", "-np", "1"]
+        out.append((cid, dev, [*base, *args]))
+
+    for c in (4096, 32768):
+        for fa in ("on", "off"):
+            for ub in (512, 2048):
+                add(f"c{c}-fa{fa}-ub{ub}", spec, "-c", str(c), "-fa", fa, "-b", str(ub), "-ub", str(ub))
+    add("c32768-faon-q8_0", spec, "-c", "32768", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0")
+    add(f"c8192-faon-ngl{half}", spec, "-c", "8192", "-fa", "on", "-ngl", str(half))
+    for ub in (512, 2048):
+        if moe:
+            add(f"c8192-faon-cmoe-ub{ub}", spec, "-c", "8192", "-fa", "on", "-cmoe", "-b", str(ub), "-ub", str(ub))
+        else:
+            add(f"c8192-faon-ot-ffn-cpu-ub{ub}", spec, "-c", "8192", "-fa", "on", "-ot", r"\.ffn_(up|down|gate)\.=CPU",
+                "-b", str(ub), "-ub", str(ub))  # fmt: skip
+    if spec.startswith("vulkan"):
+        two = ",".join([spec] * 2)
+        add("2dev-c8192-faon", two, "-c", "8192", "-fa", "on")
+        add("2dev-c8192-faon-ts3,1-ub2048", two, "-c", "8192", "-fa", "on", "-ts", "3,1", "-b", "2048", "-ub", "2048")
+        # 64-bit shader indexing lifts the storage-range limit (the 4 GiB buffer limit stays)
+        add("idx64-c32768-faoff-ub2048", spec + ":idx64=1", "-c", "32768", "-fa", "off", "-b", "2048", "-ub", "2048")
+    else:
+        add("c131072-faon", spec, "-c", "131072", "-fa", "on")
+    return out
+
+
+def _grid_standin_backend(env: Env, only: list[str] | None, grid: str, spec: str) -> None:
+    for name in STANDIN_BACKEND_MODELS:
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name)
+        n_layer, moe = _layers_and_moe(name)
+        t0 = time.time()
+        cases = _standin_cases(env, path, standin_backend_settings(spec, n_layer, moe))
+        write_fixture(grid, name, fixture_doc("membreak", model, cases), started=t0)
+
+
+def grid_standin_vulkan(env: Env, only: list[str] | None) -> None:
+    _grid_standin_backend(env, only, "standin_vulkan", VULKAN_16)
+
+
+def grid_standin_metal(env: Env, only: list[str] | None) -> None:
+    _grid_standin_backend(env, only, "standin_metal", METAL_64)
+
+
 # ------------------------------------------------------------------------------------------------ server grid
 
 SERVER_DONE = re.compile(r"server is listening|main: model loaded|starting the main loop|all slots are idle")
@@ -1329,6 +1392,8 @@ GRIDS = {
     "wide": grid_wide,
     "newarchs": grid_newarchs,
     "standin": grid_standin,
+    "standin_vulkan": grid_standin_vulkan,
+    "standin_metal": grid_standin_metal,
 }
 
 
@@ -1349,7 +1414,7 @@ def main(argv: list[str] | None = None) -> int:
         default="archs,sparse,placement,server,fitparams",
         help="comma-separated grids: "
         + ",".join(GRIDS)
-        + " (quantkv, wide, newarchs and standin are not in the default)",
+        + " (quantkv, wide, newarchs and the standin grids are not in the default)",
     )
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)
