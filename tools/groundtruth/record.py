@@ -1058,7 +1058,7 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
 # Vulkan_Host buffer; ggml-metal's 32-byte alignment, its flash-attention and MUL_MAT_ID allocation extras and no
 # host buffer). A small grid: full offload at 4096 / 32768 cells with flash attention on and off at -ub 512 and 2048,
 # a q8_0 cache, half the layers, the experts (or the FFNs) in host memory; two Vulkan devices; Metal at 131072 cells.
-STANDIN_BACKEND_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b"]
+STANDIN_BACKEND_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "gemma-3-27b"]
 #: One 16 GiB Vulkan card with the stand-in's default limits (64-byte offsets, 4 GiB allocations and storage range).
 VULKAN_16 = "vulkan:16GiB"
 #: An Apple Silicon GPU with a 64 GiB working set.

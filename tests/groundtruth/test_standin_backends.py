@@ -1,0 +1,84 @@
+"""The Vulkan and Metal stand-in recordings (`record.py --grids standin_vulkan,standin_metal`): each case is the
+recorder's own setting with its commit and command, on the devices its spec names, and the rules the stand-ins
+answer with show in llama.cpp's buffers (tools/groundtruth/standin/standin.cpp)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from support.models import REPO
+from support.tools import load_tool
+
+record = load_tool("tools/groundtruth/record.py")
+FIXTURES = REPO / "tests" / "fixtures" / "llamacpp"
+MIB = 1 << 20
+GRIDS = {"standin_vulkan": record.VULKAN_16, "standin_metal": record.METAL_64}
+
+
+def _doc(grid: str, model: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / grid / f"{model}.json").read_text())
+
+
+def _case(grid: str, model: str, case_id: str) -> dict[str, Any]:
+    return next(c for c in _doc(grid, model)["cases"] if c["id"] == case_id)
+
+
+@pytest.mark.parametrize("grid", sorted(GRIDS))
+@pytest.mark.parametrize("model", record.STANDIN_BACKEND_MODELS)
+def test_every_case_is_the_recorders_setting_with_commit_and_command(grid: str, model: str) -> None:
+    doc = _doc(grid, model)
+    assert doc["llama_cpp"] == {"commit": "515e85511", "build": 11434} and doc["tool"] == "membreak"
+    n_layer, moe = record._layers_and_moe(model)
+    expected = {
+        cid: ["--standin", spec, "-t", "1", *args]
+        for cid, spec, args in record.standin_backend_settings(GRIDS[grid], n_layer, moe)
+    }
+    recorded = {c["id"]: c["command"][3:] for c in doc["cases"]}
+    assert recorded == expected
+    assert all(c["command"][:3] == ["membreak", "-m", f"$MODELS/sparse/{model}.gguf"] for c in doc["cases"])
+    assert all("results" in c for c in doc["cases"]), "every setting was accepted"
+
+
+def test_vulkan_devices_and_buffers_are_named_as_ggml_vulkan_names_them() -> None:
+    res = _case("standin_vulkan", "qwen3-30b-a3b", "2dev-c8192-faon")["results"]
+    assert [d["name"] for d in res["resolved"]["devices"]] == ["Vulkan0", "Vulkan1"]
+    assert {(b["buffer_type"], b["is_host"]) for b in res["buffers"]} == {
+        ("Vulkan0", False),
+        ("Vulkan1", False),
+        ("Vulkan_Host", True),
+    }
+
+
+def test_metal_has_no_host_buffer_type() -> None:
+    """ggml-metal's device has no host buffer type: with the experts in host memory they stay in the CPU's own
+    buffer types (here repacked: the recording host's CPU), not in a pinned GPU host buffer as on CUDA/Vulkan."""
+    res = _case("standin_metal", "qwen3-30b-a3b", "c8192-faon-cmoe-ub512")["results"]
+    assert {b["buffer_type"] for b in res["buffers"]} == {"MTL0", "CPU", "CPU_REPACK"}
+    vk = _case("standin_vulkan", "qwen3-30b-a3b", "c8192-faon-cmoe-ub512")["results"]
+    assert {b["buffer_type"] for b in vk["buffers"]} == {"Vulkan0", "Vulkan_Host"}
+
+
+def test_vulkans_1_gib_chunks_show_where_the_logits_exceed_them() -> None:
+    """llama-3.1-8b at -ub 2048 with flash attention: ggml-cuda's compute buffer puts the 1002 MiB logits over the
+    other tensors (1146.1 MiB); Vulkan's 1 GiB chunks give the logits one of their own (1482.1 MiB). At -ub 512
+    (250.5 MiB of logits) both are 286.5 MiB."""
+    cuda = _case("standin", "llama-3.1-8b", "c4096-faon-ub2048")["results"]["buffers"]
+    vk = _case("standin_vulkan", "llama-3.1-8b", "c4096-faon-ub2048")["results"]["buffers"]
+    gpu = {b["buffer_type"]: b["compute"] for b in cuda + vk if not b["is_host"]}
+    assert round(gpu["CUDA0"] / MIB, 1) == 1146.1 and round(gpu["Vulkan0"] / MIB, 1) == 1482.1
+    small = _case("standin_vulkan", "llama-3.1-8b", "c4096-faon-ub512")["results"]["buffers"]
+    assert [round(b["compute"] / MIB, 1) for b in small if not b["is_host"]] == [286.5]
+
+
+def test_metals_flash_attention_scratch_shows_at_long_contexts() -> None:
+    """llama-3.1-8b with flash attention: Metal reserves the f16 copies of K and V beside every attention output
+    (2 x 256 MiB at 131072 cells), so there the attention phase is the peak (706.5 MiB), where at 32768 cells the
+    logits phase still is (314.5 MiB, as on CUDA)."""
+    long = _case("standin_metal", "llama-3.1-8b", "c131072-faon")["results"]["buffers"]
+    short = _case("standin_metal", "llama-3.1-8b", "c32768-faon-ub512")["results"]["buffers"]
+    mtl = next(b["compute"] for b in long if b["buffer_type"] == "MTL0")
+    mtl_short = next(b["compute"] for b in short if b["buffer_type"] == "MTL0")
+    assert round(mtl / MIB, 1) == 706.5 and round(mtl_short / MIB, 1) == 314.5
