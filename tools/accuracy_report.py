@@ -801,8 +801,8 @@ GPU; partial `-ngl` of granite-4.0-h-tiny (Mamba-2 layers whose states stay on t
 Mamba layers; Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention
 mask); DeepSeek-V3 with a quantized cache at 32768 cells (the f16 copy fits in holes the estimate does not see).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
-and shared experts, and `-sm row`. Vulkan and Metal are not measured: a Vulkan or Metal GPU is planned with
-CUDA's rules and the CPU-recorded band.
+and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are
+planned with the same compute model and shown their own stand-ins' band.
 """
 
 

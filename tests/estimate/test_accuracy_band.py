@@ -222,7 +222,13 @@ def _with_backends() -> AccuracyData:
     """A data file with CPU, Vulkan and Metal figures for llama that differ in their case counts."""
 
     def fig(n: int) -> dict[str, object]:
-        return {"cases": n, "compute_min_pct": -1.0, "compute_max_pct": 1.0, "kv_exact": n, "weights_exact": n}
+        return {
+            "cases": n,
+            "compute_min_pct": -1.0,
+            "compute_max_pct": 1.0,
+            "kv_exact": n,
+            "weights_exact": n,
+        }
 
     def backend(n: int) -> dict[str, object]:
         return {
@@ -259,3 +265,15 @@ def test_vulkan_and_metal_plans_get_their_stand_ins_band() -> None:
     assert vulkan.figures is not None and vulkan.figures.cases == 7 and "on Vulkan stand-ins" in vulkan.text
     cuda = accuracy_band(p, _est(p, ONE_GPU, "-fa", "on", "-ngl", "all"), data)
     assert cuda.figures is not None and cuda.figures.cases == 3 and "stand-ins" not in cuda.text
+
+
+def test_the_compute_assumption_says_what_measured_a_vulkan_or_metal_plan() -> None:
+    """The estimate's assumption line for a Metal or Vulkan GPU names its stand-ins and where their recordings
+    show the compute model under (before: "not measured")."""
+    p = sparse("llama-3.1-8b")
+    apple = _est(p, Machine((assumed_gpu("M2", 64, Vendor.APPLE),), HOST), "-fa", "on", "-ngl", "all")
+    intel = _est(p, Machine((assumed_gpu("Arc", 16, Vendor.INTEL),), HOST), "-fa", "on", "-ngl", "all")
+    (metal,) = [a for a in apple.assumptions if a.startswith("GPU compute buffers")]
+    (vulkan,) = [a for a in intel.assumptions if a.startswith("GPU compute buffers")]
+    assert "Metal-shaped stand-ins" in metal and "flash-attention scratch" in metal and "Vulkan" not in metal
+    assert "Vulkan-shaped stand-ins" in vulkan and "1 GiB chunks" in vulkan and "Metal" not in vulkan

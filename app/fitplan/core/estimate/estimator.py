@@ -132,10 +132,19 @@ def _gpu_compute_note(gpus: Sequence[Device]) -> str:
             "GPU compute buffers: measured on CUDA-shaped stand-in devices (llama.cpp's own scheduler and allocator, "
             "no GPU kernel run); what only a running GPU allocates is counted apart"
         )
-    return (
-        f"GPU compute buffers on {', '.join(others)} devices: planned with ggml-cuda's rules, which were measured on "
-        "CUDA-shaped stand-ins; this backend's alignment, allocation limits and op offload were not measured"
-    )
+    notes = []
+    if Vendor.APPLE.value in others:
+        notes.append(
+            "on Metal, planned with the CUDA-shaped compute model and measured on Metal-shaped stand-ins: under where "
+            "Metal's always-reserved flash-attention scratch decides the peak (long contexts, MLA models) and where "
+            "it copies host experts in (docs/accuracy.md)"
+        )
+    if any(v != Vendor.APPLE.value for v in others):
+        notes.append(
+            "on Vulkan, planned with the CUDA-shaped compute model and measured on Vulkan-shaped stand-ins: under "
+            "where ggml-alloc's 1 GiB chunks split the buffer (-ub 2048, tensors over 1 GiB; docs/accuracy.md)"
+        )
+    return "GPU compute buffers " + "; ".join(notes)
 
 
 def _cache_device(placement: WeightPlacement, settings: LaunchSettings, layer: int) -> int | None:
