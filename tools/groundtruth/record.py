@@ -23,6 +23,9 @@ Grid h (`newarchs/`, not a default): the smoke models of the newer architectures
 wide grid (`NEWARCHS_SAMPLE`: contexts 512..131072, 1 and 4 slots, unified or not, K/V f16/q8_0/q4_0, flash
 attention on/off, `-ub` 512/2048), 20 settings each, rebuilt from their header copies like grid f:
     python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt --grids newarchs [--only deepseek4-moe]
+
+Grids i and j (not defaults): GPU-shaped devices without a GPU (membreak --standin, tools/groundtruth/standin):
+ggml-cuda's (`--grids standin`), ggml-vulkan's and ggml-metal's (`--grids standin_vulkan,standin_metal`).
 """
 
 from __future__ import annotations
@@ -1058,7 +1061,14 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
 # Vulkan_Host buffer; ggml-metal's 32-byte alignment, its flash-attention and MUL_MAT_ID allocation extras and no
 # host buffer). A small grid: full offload at 4096 / 32768 cells with flash attention on and off at -ub 512 and 2048,
 # a q8_0 cache, half the layers, the experts (or the FFNs) in host memory; two Vulkan devices; Metal at 131072 cells.
-STANDIN_BACKEND_MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "gemma-3-27b"]
+STANDIN_BACKEND_MODELS = [
+    "llama-3.1-8b",
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "deepseek-v3",
+    "gemma-3-27b",
+]
 #: One 16 GiB Vulkan card with the stand-in's default limits (64-byte offsets, 4 GiB allocations and storage range).
 VULKAN_16 = "vulkan:16GiB"
 #: An Apple Silicon GPU with a 64 GiB working set.
@@ -1082,16 +1092,52 @@ def standin_backend_settings(spec: str, n_layer: int, moe: bool) -> list[tuple[s
     add(f"c8192-faon-ngl{half}", spec, "-c", "8192", "-fa", "on", "-ngl", str(half))
     for ub in (512, 2048):
         if moe:
-            add(f"c8192-faon-cmoe-ub{ub}", spec, "-c", "8192", "-fa", "on", "-cmoe", "-b", str(ub), "-ub", str(ub))
+            add(
+                f"c8192-faon-cmoe-ub{ub}",
+                spec,
+                "-c",
+                "8192",
+                "-fa",
+                "on",
+                "-cmoe",
+                "-b",
+                str(ub),
+                "-ub",
+                str(ub),
+            )
         else:
             add(f"c8192-faon-ot-ffn-cpu-ub{ub}", spec, "-c", "8192", "-fa", "on", "-ot", r"\.ffn_(up|down|gate)\.=CPU",
                 "-b", str(ub), "-ub", str(ub))  # fmt: skip
     if spec.startswith("vulkan"):
         two = ",".join([spec] * 2)
         add("2dev-c8192-faon", two, "-c", "8192", "-fa", "on")
-        add("2dev-c8192-faon-ts3,1-ub2048", two, "-c", "8192", "-fa", "on", "-ts", "3,1", "-b", "2048", "-ub", "2048")
+        add(
+            "2dev-c8192-faon-ts3,1-ub2048",
+            two,
+            "-c",
+            "8192",
+            "-fa",
+            "on",
+            "-ts",
+            "3,1",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+        )
         # 64-bit shader indexing lifts the storage-range limit (the 4 GiB buffer limit stays)
-        add("idx64-c32768-faoff-ub2048", spec + ":idx64=1", "-c", "32768", "-fa", "off", "-b", "2048", "-ub", "2048")
+        add(
+            "idx64-c32768-faoff-ub2048",
+            spec + ":idx64=1",
+            "-c",
+            "32768",
+            "-fa",
+            "off",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+        )
     else:
         add("c131072-faon", spec, "-c", "131072", "-fa", "on")
     return out
