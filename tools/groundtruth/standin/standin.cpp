@@ -674,7 +674,17 @@ const char * buft_get_name(ggml_backend_buffer_type_t buft) {
     return ((standin_device_ctx *) buft->context)->rules.name.c_str();
 }
 
+// Every device buffer llama.cpp (or clip) allocates, in order: "CUDA0 <bytes>" lines (standin_allocations).
+// Never freed: it is read at exit, when other static objects may already be gone.
+std::string & allocations() {
+    static std::string * all = new std::string;
+    return *all;
+}
+
 ggml_backend_buffer_t buft_alloc(ggml_backend_buffer_type_t buft, size_t size) {
+    if (size > 0) {
+        allocations() += std::string(buft_get_name(buft)) + " " + std::to_string(size) + "\n";
+    }
     return ggml_backend_buffer_init(buft, dev_buffer_iface, nullptr, size);
 }
 
@@ -1051,7 +1061,8 @@ const kind_names KINDS[] = {
 
 }  // namespace
 
-std::string standin_register(const std::string & spec) {
+std::string standin_create(const std::string & spec, ggml_backend_reg_t * out) {
+    *out = nullptr;
     if (const char * mb = getenv("GGML_OP_OFFLOAD_MIN_BATCH")) {
         g_min_batch = atoi(mb);
     }
@@ -1112,8 +1123,19 @@ std::string standin_register(const std::string & spec) {
     }
     g_reg_objs.emplace_back(reg);
     g_regs.push_back(std::move(reg_ctx));
-    ggml_backend_register(reg);
+    *out = reg;
     return "";
 }
 
+std::string standin_register(const std::string & spec) {
+    ggml_backend_reg_t reg = nullptr;
+    const std::string err = standin_create(spec, &reg);
+    if (err.empty()) {
+        ggml_backend_register(reg);
+    }
+    return err;
+}
+
 std::string standin_describe() { return g_describe; }
+
+std::string standin_allocations() { return allocations(); }
