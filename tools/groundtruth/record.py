@@ -1210,6 +1210,12 @@ RE_SRV_PREFIX = re.compile(r"^\S+ [A-Z] ")  # common log prefix "0.00.123.456 I 
 
 def case_from_server(env: Env, case_id: str, model: Path, args: Sequence[str]) -> dict[str, Any]:
     argv, raw = run_server(env, model, args)
+    return _server_case_from_lines(env, case_id, argv, raw, args)
+
+
+def _server_case_from_lines(
+    env: Env, case_id: str, argv: list[str], raw: list[str], args: Sequence[str]
+) -> dict[str, Any]:
     lines = [RE_SRV_PREFIX.sub("", ln) for ln in raw]
     parsed = parse_log(lines)
     clip: list[dict[str, Any]] = []
@@ -1339,6 +1345,113 @@ def grid_server(env: Env, only: list[str] | None) -> None:
         write_fixture("server", name, fixture_doc("llama-server", model, cases))
 
 
+# grid k. standin_server (`--grids standin_server`): llama-server itself on a CUDA-shaped stand-in, loaded as a
+# dynamic ggml backend (standin/standin_dl.cpp, BUILD/bin/libggml-standin.so through GGML_BACKEND_PATH, the devices in
+# FITPLAN_STANDIN): the projector on the GPU (clip's warm-up reserve) and a draft model, whose buffers llama-server
+# allocates beside the target's. The server's log gives every buffer in MiB (two decimals); the stand-in prints every
+# device buffer it allocated in bytes at exit ("standin: alloc CUDA0 <bytes>"). The text model's warm-up decode fails
+# on the stand-in (it cannot compute) and the server goes on; a draft model is then reported unsupported after its
+# buffers were allocated and logged.
+STANDIN_SERVER_SPEC = "cuda:24GiB"
+#: (text model, mmproj or None, draft or None, case id, extra args)
+STANDIN_SERVER_CASES: list[tuple[str, str | None, str | None, str, list[str]]] = [
+    ("llama-3.1-8b", "mmproj-llava-llama-3-8b", None, "mmproj-c4096", ["-c", "4096"]),
+    (
+        "llama-3.1-8b",
+        "mmproj-llava-llama-3-8b",
+        None,
+        "mmproj-cpu-c4096",
+        ["-c", "4096", "--no-mmproj-offload"],
+    ),
+    ("llama-3.1-8b", "mmproj-llava-llama-3-8b", None, "mmproj-faoff-c4096", ["-c", "4096", "-fa", "off"]),
+    ("gemma-3-27b", "mmproj-gemma-3-27b", None, "mmproj-c4096", ["-c", "4096"]),
+    ("qwen2.5-vl-7b", "mmproj-qwen2.5-vl-7b", None, "mmproj-c4096", ["-c", "4096"]),
+    (
+        "qwen3-30b-a3b",
+        None,
+        "qwen3-8b",
+        "draft-np1-c4096",
+        ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup"],
+    ),
+    (
+        "qwen3-30b-a3b",
+        None,
+        "qwen3-8b",
+        "draft-ngld0-np1-c4096",
+        ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup", "-ngld", "0"],
+    ),
+]
+RE_STANDIN_ALLOC = re.compile(r"^standin: alloc (\S+) (\d+)$")
+DRAFT_START = "loading draft model"
+
+
+def _standin_server_case(
+    env: Env, cid: str, path: Path, mmproj: str | None, draft: str | None, args: list[str]
+) -> dict[str, Any]:
+    extra = ["-dev", "CUDA0", "-ngl", "999", "-fit", "off", "-nr", *args]
+    info: dict[str, Any] = {}
+    if mmproj:
+        mm_path = sparse_models.generate(mmproj, env.work / "sparse")
+        hdr = sparse_models.generate(mmproj, MODELS_DIR / "sparse", header_only=True)
+        extra = ["--mmproj", str(mm_path), *extra]
+        info["mmproj"] = {
+            "generator": "tools/groundtruth/sparse_models.py",
+            "name": mmproj,
+            "config": sparse_models.MMPROJ_CONFIGS[mmproj],
+            "file_bytes": mm_path.stat().st_size,
+            "header": os.path.relpath(hdr, FIXTURES),
+        }
+    if draft:
+        d_path, d_model = sparse_model(env, draft, vocab="spm")
+        extra = ["-md", str(d_path), "-devd", "CUDA0", *extra]
+        if "-ngld" not in extra:
+            extra += ["-ngld", "999"]
+        info["draft"] = d_model
+    dl = Env(env.build, env.work, env.membreak)
+    dl.env["GGML_BACKEND_PATH"] = str(env.bin / "libggml-standin.so")
+    dl.env["FITPLAN_STANDIN"] = STANDIN_SERVER_SPEC
+    argv, raw = run_server(dl, path, extra)
+    allocs = [
+        {"buffer_type": m.group(1), "bytes": int(m.group(2))}
+        for ln in raw
+        if (m := RE_STANDIN_ALLOC.match(ln))
+    ]
+    cut = next((i for i, ln in enumerate(raw) if DRAFT_START in ln), len(raw))
+    case = _server_case_from_lines(env, cid, argv, raw[:cut], extra)
+    if draft:
+        d_lines = [RE_SRV_PREFIX.sub("", ln) for ln in raw[cut:]]
+        case["results"]["draft_buffers_mib"] = parse_log(d_lines)["log_buffers"]
+    case["results"]["standin_alloc"] = allocs
+    case["command"] = [
+        "GGML_BACKEND_PATH=libggml-standin.so",
+        f"FITPLAN_STANDIN={STANDIN_SERVER_SPEC}",
+        *case["command"],
+    ]
+    case.update(info)
+    return case
+
+
+def grid_standin_server(env: Env, only: list[str] | None) -> None:
+    if not (env.bin / "libggml-standin.so").exists():
+        raise SystemExit(
+            f"{env.bin / 'libggml-standin.so'} is missing: run tools/groundtruth/build_llamacpp.sh"
+        )
+    by_model: dict[str, list[tuple[str | None, str | None, str, list[str]]]] = {}
+    for name, mmproj, draft, cid, args in STANDIN_SERVER_CASES:
+        by_model.setdefault(name, []).append((mmproj, draft, cid, args))
+    for name, specs in by_model.items():
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name, vocab="spm")
+        cases = []
+        for mmproj, draft, cid, args in specs:
+            t0 = time.time()
+            case = _standin_server_case(env, cid, path, mmproj, draft, args)
+            cases.append(case)
+            print("standin_server", name, cid, "error" not in case, f"{time.time() - t0:.1f}s", flush=True)
+        write_fixture("standin_server", name, fixture_doc("llama-server", model, cases))
+
+
 # ------------------------------------------------------------------------------------------------ fit-params grid
 # llama-fit-params -fitp on prints, per device, the dry-run breakdown in MiB (integer division). The same settings
 # as some membreak cases, so the tests can check membreak against the official tool.
@@ -1440,6 +1553,7 @@ GRIDS = {
     "standin": grid_standin,
     "standin_vulkan": grid_standin_vulkan,
     "standin_metal": grid_standin_metal,
+    "standin_server": grid_standin_server,
 }
 
 
