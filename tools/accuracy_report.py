@@ -33,7 +33,7 @@ from fitplan.core.base.errors import FitplanError  # noqa: E402
 from fitplan.core.base.launch_settings import Engine, Tool  # noqa: E402
 from fitplan.core.base.results import Estimate, TermKind  # noqa: E402
 from fitplan.core.estimate.accuracy import ConfigClass, configuration_class  # noqa: E402
-from fitplan.core.estimate.estimator import estimate  # noqa: E402
+from fitplan.core.estimate.estimator import draft_estimate, estimate  # noqa: E402
 from fitplan.core.gguf.reader import read_header  # noqa: E402
 from fitplan.core.launch.flags import parse_flags  # noqa: E402
 from fitplan.core.memory.weights import CpuFeatures  # noqa: E402
@@ -66,6 +66,7 @@ class DeviceResult:
 STANDIN_BACKENDS = {
     "standin": "cuda",
     "standinarchs": "cuda",
+    "standin_server": "cuda",
     "standin_vulkan": "vulkan",
     "standin_metal": "metal",
 }
@@ -190,12 +191,25 @@ def standin_machine(spec: str) -> Machine:
     return Machine(tuple(gpus), host_device(64 * GIB))
 
 
+#: The environment a recorded command ran with (llama-server on the dynamically loaded stand-in backend:
+#: GGML_BACKEND_PATH=libggml-standin.so FITPLAN_STANDIN=cuda:24GiB llama-server ...).
+STANDIN_ENV = "FITPLAN_STANDIN="
+
+
+def _is_env(arg: str) -> bool:
+    return arg.startswith(("GGML_BACKEND_PATH=", STANDIN_ENV))
+
+
 def standin_spec(command: list[str]) -> str | None:
+    for a in command:
+        if a.startswith(STANDIN_ENV):
+            return a.removeprefix(STANDIN_ENV)
     return command[command.index("--standin") + 1] if "--standin" in command else None
 
 
 def settings_args(command: list[str]) -> tuple[list[str], bool]:
     """The llama-server flags of a recorded command line, and whether llama-server's own defaults apply."""
+    command = [a for a in command if not _is_env(a)]
     args = list(command[1:])
     server = "--server-defaults" in args or command[0] == "llama-server"
     args = [a for a in args if a != "--server-defaults"]
@@ -235,6 +249,8 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
         parsed = parse_flags(args)
         settings = dataclasses.replace(parsed.settings, tool=Tool.SERVER if server else Tool.FIT_PARAMS)
         mmproj = load_profile(_header_for(settings.mmproj_path)) if settings.mmproj_path else None
+        dpath = settings.draft.model_path if settings.draft is not None else ""
+        draft = load_profile(_header_for(dpath)) if dpath else None
         results = case.get("results")
         resolved = results.get("resolved", {}) if isinstance(results, dict) else {}
         assert isinstance(resolved, dict)
@@ -257,13 +273,15 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
                     error=f"refused: {exc}",
                 )
             return CaseResult(grid, model_name, arch, str(case["id"]), expected_error=str(case["error"]))
-        est = estimate(profile, settings, machine, cpu=RECORDING_CPU, mmproj=mmproj)
+        est = estimate(profile, settings, machine, cpu=RECORDING_CPU, mmproj=mmproj, draft=draft)
     except FitplanError as exc:
         return CaseResult(grid, model_name, arch, str(case["id"]), error=f"{type(exc).__name__}: {exc}")
     assert isinstance(results, dict)
     config = configuration_class(profile, est)
     if "rows_mib" in results:
         devices = _compare_fit_params(results, est)
+    elif "standin_alloc" in results:
+        devices = _compare_standin_server(results, est, machine, draft)
     elif "buffers_mib" in results:
         devices = _compare_server(results, est)
     else:
@@ -351,6 +369,88 @@ def _compare_server(results: dict[str, object], est: Estimate) -> tuple[DeviceRe
                 "mmproj", (round(mw * MIB), _round_mib(ew)), (0, 0), (round(mc * MIB), _round_mib(ec))
             )
         )
+    return tuple(out)
+
+
+def _log_device(buffer_type: object) -> str:
+    """The device a logged buffer type is memory of: the GPU's own ("CUDA0"), else the host (CPU, CPU_Mapped,
+    CPU_REPACK, the pinned CUDA_Host)."""
+    bt = str(buffer_type or "CPU")
+    return "Host" if bt.startswith("CPU") or bt.endswith("_Host") else bt
+
+
+def _compare_standin_server(
+    results: dict[str, object], est: Estimate, machine: Machine, draft: ModelProfile | None
+) -> tuple[DeviceResult, ...]:
+    """llama-server on a CUDA-shaped stand-in (its log, MiB with two decimals): per device the text model's model,
+    KV and compute buffers; then per device the projector's weights and warm-up compute (clip's log: the weights
+    on the device clip computes on) and the draft model's buffers (its own estimate, `draft_estimate`, which the
+    target's estimate counts as one draft term per device)."""
+    cols = {"model": 0, "kv": 1, "rs": 1, "compute": 2}
+    real: dict[str, list[float]] = {}
+    bufs = results["buffers_mib"]
+    assert isinstance(bufs, list)
+    for b in bufs:
+        real.setdefault(_log_device(b["buffer_type"]), [0.0, 0.0, 0.0])[cols[str(b["kind"])]] += float(
+            b["mib"]
+        )
+    out: list[DeviceResult] = []
+    for de in est.devices:
+        name = "Host" if de.device.kind is DeviceKind.CPU else de.device.name
+        r = real.get(name, [0.0, 0.0, 0.0])
+        out.append(
+            DeviceResult(
+                name,
+                (round(r[0] * MIB), _round_mib(de.bytes_of(TermKind.WEIGHTS))),
+                (round(r[1] * MIB), _round_mib(de.bytes_of(TermKind.KV) + de.bytes_of(TermKind.RECURRENT))),
+                (round(r[2] * MIB), _round_mib(de.bytes_of(TermKind.COMPUTE))),
+            )
+        )
+    mm = results.get("mmproj_buffers_mib") or []
+    assert isinstance(mm, list)
+    if mm:
+        computes = [b for b in mm if b["kind"] == "compute"]
+        on = next(
+            (_log_device(b["buffer_type"]) for b in computes if _log_device(b["buffer_type"]) != "Host"),
+            "Host",
+        )
+        for de in est.devices:
+            name = "Host" if de.device.kind is DeviceKind.CPU else de.device.name
+            w = sum(float(b["mib"]) for b in mm if b["kind"] == "model") if name == on else 0.0
+            c = sum(float(b["mib"]) for b in computes if _log_device(b["buffer_type"]) == name)
+            terms = [t for t in de.terms if t.kind is TermKind.MMPROJ]
+            ew = sum(t.bytes for t in terms if t.label == "mmproj weights")
+            ec = sum(t.bytes for t in terms if t.label == "mmproj compute")
+            out.append(
+                DeviceResult(
+                    f"mmproj {name}",
+                    (round(w * MIB), _round_mib(ew)),
+                    (0, 0),
+                    (round(c * MIB), _round_mib(ec)),
+                )
+            )
+    dbufs = results.get("draft_buffers_mib") or []
+    assert isinstance(dbufs, list)
+    if dbufs and draft is not None:
+        dreal: dict[str, list[float]] = {}
+        for b in dbufs:
+            acc = dreal.setdefault(_log_device(b["buffer_type"]), [0.0, 0.0, 0.0])
+            acc[cols[str(b["kind"])]] += float(b["mib"])
+        sub = draft_estimate(draft, est.settings, machine, est.context.n_ctx, RECORDING_CPU)
+        for de in sub.devices:
+            name = "Host" if de.device.kind is DeviceKind.CPU else de.device.name
+            r = dreal.get(name, [0.0, 0.0, 0.0])
+            out.append(
+                DeviceResult(
+                    f"draft {name}",
+                    (round(r[0] * MIB), _round_mib(de.bytes_of(TermKind.WEIGHTS))),
+                    (
+                        round(r[1] * MIB),
+                        _round_mib(de.bytes_of(TermKind.KV) + de.bytes_of(TermKind.RECURRENT)),
+                    ),
+                    (round(r[2] * MIB), _round_mib(de.bytes_of(TermKind.COMPUTE))),
+                )
+            )
     return tuple(out)
 
 
@@ -674,7 +774,9 @@ def gpu_markdown(s: Summary) -> list[str]:
         "supported and offloaded ops, the pinned host buffer, events), one to four 24 GiB cards of compute",
         "capability 7.0-8.9 and an RDNA3 card (ggml-cuda built for HIP). No kernel runs, so what only a running GPU",
         "allocates (the CUDA context, cuBLAS workspaces, the pool) is not in these figures: that is the runtime",
-        "reserve. Expected = llama.cpp's, estimated = fitplan's.",
+        "reserve. Expected = llama.cpp's, estimated = fitplan's. The `standin_server` grid runs llama-server itself on",
+        "the stand-in (loaded as a dynamic backend, `libggml-standin.so`) with a projector on the GPU or a draft model:",
+        "its log's buffers in MiB, the projector's and the draft's rows named `mmproj <device>` and `draft <device>`.",
         "",
         *_target_lines(s),
         "",
@@ -795,6 +897,17 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
 * **Padded cache rows.** A quantized K cache whose row is not a multiple of 512 elements (DeepSeek's 576-wide MLA
   rows) gets one padded row per tensor, then the tensor is padded to 128 bytes.
 * **MLA's V is a view of K**: the flash-attention kernel's f16 copy of a quantized cache is one copy, not two.
+* **A projector on the GPU** (llama-server on the stand-in, `standin_server`): clip's warm-up buffer on the GPU is
+  the CPU-only run's, and the graph inputs (the raw image, positions, Qwen2.5-VL's f32 window mask) stay in the
+  host's CPU buffer, which the scheduler fills and copies over (`mmproj_graph_inputs`: LLaVA 1.30 MiB, Gemma 3
+  9.19 MiB, Qwen2.5-VL 292.41 MiB, before not counted). The projector's weights are exact with the 128-byte
+  alignment.
+* **A draft model** (Qwen3-8B for Qwen3-30B-A3B, `-md`): its weights and cache are exact on the GPU and with
+  `-ngld 0` on the host. Not yet in the compute model: with `-ngld 0` the draft context's few outputs are below
+  ggml-cuda's op-offload batch of 32, so its output multiplication stays on the host and no output matrix is
+  copied to the GPU (119.0 MiB recorded, 605.9 estimated); and with the server's small output count every GPU
+  buffer here is one activation block over (llama-3.1-8b 120.0 MiB recorded, 128.0 estimated; Gemma 3 176.0 for
+  186.5; Qwen3-30B-A3B 88.0 for 92.0; the draft 108.0 for 116.0).
 
 Left: the architecture smoke models (hidden size 128-512) are mostly 0.5 MiB (one or two blocks) over on the first
 GPU; partial `-ngl` of granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its

@@ -209,3 +209,29 @@ def test_flash_attention_at_ub_512_is_within_tolerance_on_vulkan_and_metal(every
         assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
             (r.key, round(r.compute_rel, 3)) for r in cases if abs(r.compute_rel) > report.COMPUTE_TOLERANCE
         ]
+
+
+# ---- llama-server on the CUDA stand-in (standin_server: `record.py --grids standin_server`): projector and draft
+
+#: The draft with its layers on the host (-ngld 0): fitplan copies the output matrix into the first GPU for the
+#: logits, but the draft context's outputs (a few tokens) are below ggml-cuda's op-offload batch of 32, so the
+#: output multiplication stays on the host (119.0 MiB recorded on CUDA0, 605.9 estimated: the 486.9 MiB output
+#: matrix of qwen3-8b).
+KNOWN_SERVER_MISSES = frozenset({"standin_server/qwen3-30b-a3b/draft-ngld0-np1-c4096"})
+
+
+def test_the_projector_and_the_draft_on_the_stand_in(gpu: Any) -> None:
+    """llama-server itself on the CUDA stand-in: the projector's weights and warm-up compute on the GPU and its
+    graph inputs on the host, and the draft model's weights and cache, are what llama.cpp allocated (to the log's
+    0.01 MiB); the compute of every case is within 10% except the named one."""
+    cases = [r for r in gpu.measured if r.grid == "standin_server"]
+    assert len(cases) == 7
+    for r in cases:
+        assert r.weights_exact_mib and r.context_exact, r.key
+        for d in r.devices:
+            if d.name.startswith("mmproj"):
+                assert abs(d.compute[0] - d.compute[1]) <= report.MIB // 100, (r.key, d)
+        if r.key not in KNOWN_SERVER_MISSES:
+            assert abs(r.compute_rel) <= report.COMPUTE_MAX_UNDER, (r.key, r.compute_rel)
+    drafts = {d.name for r in cases for d in r.devices if d.name.startswith("draft")}
+    assert drafts == {"draft CUDA0", "draft Host"}

@@ -82,3 +82,34 @@ def test_metals_flash_attention_scratch_shows_at_long_contexts() -> None:
     mtl = next(b["compute"] for b in long if b["buffer_type"] == "MTL0")
     mtl_short = next(b["compute"] for b in short if b["buffer_type"] == "MTL0")
     assert round(mtl / MIB, 1) == 706.5 and round(mtl_short / MIB, 1) == 314.5
+
+
+SERVER = FIXTURES / "standin_server"
+
+
+def test_the_server_grid_runs_llama_server_on_the_dynamically_loaded_stand_in() -> None:
+    """Each case names the backend library and the devices it ran with, and the recorder's own flags; the
+    stand-in's byte counts hold the projector's two buffers (weights and warm-up compute) where it is on the GPU."""
+    specs = {(name, cid): (mm, draft, args) for name, mm, draft, cid, args in record.STANDIN_SERVER_CASES}
+    seen = set()
+    for path in sorted(SERVER.glob("*.json")):
+        doc = json.loads(path.read_text())
+        assert doc["llama_cpp"] == {"commit": "515e85511", "build": 11434} and doc["tool"] == "llama-server"
+        for c in doc["cases"]:
+            mm, draft, args = specs[(doc["model"]["name"], c["id"])]
+            seen.add((doc["model"]["name"], c["id"]))
+            cmd = c["command"]
+            assert cmd[:3] == [
+                "GGML_BACKEND_PATH=libggml-standin.so",
+                "FITPLAN_STANDIN=cuda:24GiB",
+                "llama-server",
+            ]
+            assert " ".join(args) in " ".join(cmd)
+            assert ("--mmproj" in cmd) == (mm is not None) and ("-md" in cmd) == (draft is not None)
+            allocs = [a["bytes"] for a in c["results"]["standin_alloc"]]
+            if mm and "--no-mmproj-offload" not in cmd:
+                # clip allocates its weights and warm-up buffers after the text model's (and once before, for
+                # the server's memory probe): the weights padded, at least what clip logs as the model size
+                weights = c["results"]["mmproj_buffers_mib"][0]["mib"]
+                assert allocs[:2] == allocs[-2:] and allocs[-2] >= (weights - 0.005) * MIB
+    assert seen == set(specs)
