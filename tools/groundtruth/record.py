@@ -24,8 +24,9 @@ wide grid (`NEWARCHS_SAMPLE`: contexts 512..131072, 1 and 4 slots, unified or no
 attention on/off, `-ub` 512/2048), 20 settings each, rebuilt from their header copies like grid f:
     python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt --grids newarchs [--only deepseek4-moe]
 
-Grids i and j (not defaults): GPU-shaped devices without a GPU (membreak --standin, tools/groundtruth/standin):
-ggml-cuda's (`--grids standin`), ggml-vulkan's and ggml-metal's (`--grids standin_vulkan,standin_metal`).
+Grids i, j and k (not defaults): GPU-shaped devices without a GPU (membreak --standin, tools/groundtruth/standin):
+ggml-cuda's (`--grids standin`), ggml-vulkan's and ggml-metal's (`--grids standin_vulkan,standin_metal`), and
+llama-server on the CUDA stand-in loaded as a dynamic backend (`--grids standin_server`: projectors, a draft).
 """
 
 from __future__ import annotations
