@@ -609,7 +609,7 @@ def _generic_raw_image(mmproj: ModelProfile, shapes: dict[str, tuple[int, ...]])
     if clip is not None and clip.projector_type in ("qwen2vl_merger", "qwen3vl_merger"):
         n_pos = (QWEN_VL_WARMUP_SIDE * (clip.spatial_merge_size or 2)) ** 2
     patch: int = shapes.get("v.patch_embd.weight", (14,))[0]
-    side = int(round(max(n_pos - 1, 1) ** 0.5)) * patch
+    side = round(max(n_pos - 1, 1) ** 0.5) * patch
     return 4 * 3 * side * side
 
 
