@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 
 from fitplan.core import engines
@@ -592,7 +593,7 @@ def _generic_projector_compute(
     n_ff = up[1] if up and len(up) > 1 else 4 * n_embd
     n_head = clip.n_head if clip and clip.n_head else max(1, n_embd // 64)
     proj = max((s[1] for n, s in shapes.items() if n.startswith("mm.") and len(s) > 1), default=n_embd)
-    side = round(max(n_pos - 1, 1) ** 0.5) * patch
+    side = round(math.sqrt(max(n_pos - 1, 1))) * patch
     raw = _generic_raw_image(mmproj, shapes)
     block = 4 * n_pos * (2 * n_embd + n_ff) + (0 if flash_attn else 4 * n_pos * n_pos * n_head)
     projector = 4 * n_pos * (n_embd + 2 * proj)
@@ -608,8 +609,8 @@ def _generic_raw_image(mmproj: ModelProfile, shapes: dict[str, tuple[int, ...]])
     clip = mmproj.clip
     if clip is not None and clip.projector_type in ("qwen2vl_merger", "qwen3vl_merger"):
         n_pos = (QWEN_VL_WARMUP_SIDE * (clip.spatial_merge_size or 2)) ** 2
-    patch: int = shapes.get("v.patch_embd.weight", (14,))[0]
-    side = round(max(n_pos - 1, 1) ** 0.5) * patch
+    patch = int(shapes.get("v.patch_embd.weight", (14,))[0])
+    side = round(math.sqrt(max(n_pos - 1, 1))) * patch
     return 4 * 3 * side * side
 
 
