@@ -5,6 +5,9 @@ answer with show in llama.cpp's buffers (tools/groundtruth/standin/standin.cpp).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,3 +116,42 @@ def test_the_server_grid_runs_llama_server_on_the_dynamically_loaded_stand_in() 
                 weights = c["results"]["mmproj_buffers_mib"][0]["mib"]
                 assert allocs[:2] == allocs[-2:] and allocs[-2] >= (weights - 0.005) * MIB
     assert seen == set(specs)
+
+
+LLAMA_BIN = Path(os.environ.get("FITPLAN_LLAMA_BUILD", "/work/llama/build")) / "bin"
+
+
+def _replay(case: dict[str, Any], header: Path, file_bytes: int, tmp: Path) -> dict[str, Any]:
+    """Run a recorded membreak command again on the model rebuilt from its header copy (a dry run never reads the
+    tensor data: the header, then zeros up to the recorded size)."""
+    model = tmp / "model.gguf"
+    with open(model, "wb") as f:
+        f.write(header.read_bytes())
+        f.truncate(file_bytes)
+    argv = [
+        str(LLAMA_BIN / "membreak"),
+        *[str(model) if a.startswith("$MODELS/") else a for a in case["command"][1:]],
+    ]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out: dict[str, Any] = json.loads(p.stdout)
+    return out
+
+
+@pytest.mark.llamacpp
+@pytest.mark.skipif(
+    not (LLAMA_BIN / "membreak").exists(), reason="needs the llama.cpp build (FITPLAN_LLAMA_BUILD)"
+)
+@pytest.mark.parametrize(
+    ("grid", "case_id"),
+    [("standin_vulkan", "2dev-c8192-faon-ts3,1-ub2048"), ("standin_metal", "c131072-faon")],
+)
+def test_the_build_replays_a_recorded_case_to_the_byte(grid: str, case_id: str, tmp_path: Path) -> None:
+    doc = _doc(grid, "llama-3.1-8b")
+    case = next(c for c in doc["cases"] if c["id"] == case_id)
+    header = FIXTURES / doc["model"]["header"]
+    got = _replay(case, header, doc["model"]["file_bytes"], tmp_path)
+    keys = ("buffer_type", "model", "context", "compute")
+    assert sorted(tuple(b[k] for k in keys) for b in got["buffers"]) == sorted(
+        tuple(b[k] for k in keys) for b in case["results"]["buffers"]
+    )
