@@ -13,7 +13,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fitplan.commands import SUMMARIES
@@ -160,7 +160,7 @@ class PlanRequest:
     projector: str | None = None  # the projector counted (path or URL), as llama-server would load it
     projector_bytes: int = 0
     projector_auto: bool = False  # the repository's own, loaded by -hf without -mm
-    objective: Objective = Objective()  # --objective (the speed floor waits for the speed model)
+    objective: Objective = field(default_factory=Objective)  # --objective (no speed floor yet)
 
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:

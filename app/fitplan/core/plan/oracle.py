@@ -127,6 +127,20 @@ class _Ranker:
         return k_lo * grid.step
 
 
+def _feasible(ev: Evaluator, rank: _Ranker, problems: list[Problem]) -> tuple[list[_Candidate], int]:
+    """Every point of the problems that fits at the context floor and keeps the floors there, and the count of all."""
+    cands: list[_Candidate] = []
+    count = 0
+    for pb in problems:
+        solver = Solver(ev, pb.base, pb.space, tensor_split=pb.pins.tensor_split)
+        for p in _points(pb, solver):
+            count += 1
+            c = _Candidate(pb, solver, p, point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu))
+            if rank.ok(c, pb.need_ctx):
+                cands.append(c)
+    return cands, count
+
+
 def exhaustive_plan(
     profile: ModelProfile,
     machine: Machine,
@@ -141,15 +155,7 @@ def exhaustive_plan(
     objective = objective or Objective()
     ev = Evaluator(profile, machine, margin or MarginPolicy(), estimate_fn or default_estimate_fn())
     rank = _Ranker(objective, speed_of)
-    cands: list[_Candidate] = []
-    count = 0
-    for pb in _problems(profile, machine, pins or Pins()):
-        solver = Solver(ev, pb.base, pb.space, tensor_split=pb.pins.tensor_split)
-        for p in _points(pb, solver):
-            count += 1
-            c = _Candidate(pb, solver, p, point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu))
-            if rank.ok(c, pb.need_ctx):
-                cands.append(c)
+    cands, count = _feasible(ev, rank, _problems(profile, machine, pins or Pins()))
     if not cands:
         return OracleResult(False, None, None, 0, 0, None, count, ev.evaluations)
     if objective.goal is Goal.PLACEMENT:

@@ -75,8 +75,8 @@ __all__ = [
     "plan_at",
     "plan_key",
     "plan_verdict",
-    "without_gpus",
     "training_cap",
+    "without_gpus",
 ]
 
 #: llama_context pads n_ctx (per stream) to a multiple of 256.
