@@ -54,6 +54,7 @@ class _Candidate:
     pins: Pins
     machine: Machine
     objective: Objective | None = None  # None: the base plan's
+    unless: str = ""  # not tried when the candidate of this change is listed (the training length before double)
 
 
 def _ctx(n: int) -> str:
@@ -113,7 +114,8 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
         out.append(_Candidate(f"-c {cap}", dataclasses.replace(pins, n_ctx=cap), machine))
         bigger = min(cap, 2 * base.settings.n_ctx)
         if bigger < cap:
-            out.append(_Candidate(f"-c {bigger}", dataclasses.replace(pins, n_ctx=bigger), machine))
+            pinned = dataclasses.replace(pins, n_ctx=bigger)
+            out.append(_Candidate(f"-c {bigger}", pinned, machine, unless=f"-c {cap}"))
     if not base.fits and pins.n_ctx is not None and pins.n_ctx > 4096:
         half = max(4096, pins.n_ctx // 2 // 256 * 256)
         out.append(_Candidate(f"-c {half}", dataclasses.replace(pins, n_ctx=half), machine))
@@ -187,13 +189,14 @@ def what_would_change(
     """At most `limit` alternatives to `base` (the plan of `pins` on `machine`) that change its outcome, each
     planned again with `base`'s objective (`speed_of`: for its speed floor), best first by that objective."""
     found: list[tuple[Plan, _Candidate]] = []
-    outcomes: set[tuple[int, str]] = set()
     candidates = (
-        _goal_candidate(base, pins, machine),
         *_pin_candidates(profile, base, pins, machine),
+        _goal_candidate(base, pins, machine),
         *_machine_candidates(machine, pins, base),
     )
     for c in candidates:
+        if c.unless and any(f.change == c.unless for _, f in found):
+            continue
         objective = c.objective or base.objective
         try:
             alt = plan(
@@ -207,10 +210,8 @@ def what_would_change(
             )
         except FitplanError:
             continue  # the estimator refuses this combination (e.g. a quantized V cache without flash attention)
-        outcome = (alt.settings.n_ctx, alt.placement.description)
-        if _improves(base, alt) and (c.machine is not machine or outcome not in outcomes):
-            found.append((alt, c))  # a change of flags that gives what an earlier one gives is not listed
-            outcomes.add(outcome)
+        if _improves(base, alt):
+            found.append((alt, c))
     # the base's objective ranks them all (an alternative of the other goal is ranked as the base would rank it)
     found.sort(key=lambda t: plan_key(dataclasses.replace(t[0], objective=base.objective)), reverse=True)
     out = [

@@ -528,13 +528,18 @@ def _reasons(pb: Problem, placement: Placement, cf: ContextFit, objective: Objec
 
 
 def _pinned_offload(pb: Problem, placement: Placement) -> str:
-    """The user's pins that keep weights on the CPU, as flags (empty when the planner chose every offload)."""
-    if not pb.has_gpu:
+    """The user's pins that keep weights on the CPU, as flags, when they alone do (empty when the planner chose
+    some of the offload, or there is none)."""
+    layers_pinned = pb.ngl_choices[0] == pb.ngl_choices[1]
+    experts_pinned = pb.ncmoe_choices[0] == pb.ncmoe_choices[1]
+    if not pb.has_gpu or (placement.cpu_layers and not layers_pinned):
+        return ""
+    if placement.cpu_expert_layers and not experts_pinned:
         return ""
     flags: list[str] = []
-    if placement.cpu_layers and pb.pins.n_gpu_layers is not None:
+    if placement.cpu_layers:
         flags.append(f"-ngl {placement.n_gpu_layers}")
-    if placement.cpu_expert_layers and pb.ncmoe_choices[0] == pb.ncmoe_choices[1]:
+    if placement.cpu_expert_layers:
         flags.append("--cpu-moe" if pb.base.cpu_moe else f"--n-cpu-moe {placement.n_cpu_moe}")
     return " ".join(flags)
 
