@@ -54,7 +54,7 @@ class _Candidate:
     pins: Pins
     machine: Machine
     objective: Objective | None = None  # None: the base plan's
-    unless: str = ""  # not tried when the candidate of this change is listed (the training length before double)
+    unless: str = ""  # skipped when the change named here is listed (the training length before double)
 
 
 def _ctx(n: int) -> str:
