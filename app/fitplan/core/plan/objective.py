@@ -43,11 +43,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from fitplan.core.plan.space import PlacementSpace
-from fitplan.core.plan.usage import DeviceUse
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the window reads the goals before the model tables load
     from fitplan.core.plan.planner import Plan
+    from fitplan.core.plan.space import PlacementSpace
+    from fitplan.core.plan.usage import DeviceUse
 
 __all__ = [
     "GOAL_WORDS",
