@@ -60,8 +60,10 @@ def test_longest_context_first_trades_experts_for_context() -> None:
     assert "\n" not in why
     assert why.startswith("the fastest placement comes first (27 expert layers on CPU)")
     assert "--objective context gives 131,072 with 30 expert layers on CPU" in why
-    # no why when the context is the training length, or when the context came first
+    # no why when the context is the training length, or when the context came first, or was given
     assert why_this_context(long18, what_would_change(prof, m18, Pins(), long18)) == ""
+    pinned = plan(prof, m18, Pins(n_ctx=5120))
+    assert why_this_context(pinned, what_would_change(prof, m18, Pins(n_ctx=5120), pinned)) == ""
 
 
 def test_a_speed_floor_needs_a_speed_model_and_is_kept() -> None:

@@ -233,6 +233,8 @@ def why_this_context(base: Plan, alternatives: tuple[Alternative, ...]) -> str:
     bigger card takes more of the weights, and its memory goes to them instead of the cache). Empty otherwise."""
     if not base.fits or base.objective.goal is not Goal.PLACEMENT or base.context.capped_by_training:
         return ""
+    if base.context_pinned:
+        return ""  # the context is the user's
     other = f"{OBJECTIVE_FLAG} {Goal.CONTEXT.value}"
     alt = next((a for a in alternatives if a.change == other and a.n_ctx > base.settings.n_ctx), None)
     if alt is None:

@@ -125,6 +125,7 @@ class Plan:
     objective: Objective = field(default_factory=Objective)  # what the plan was chosen for
     #: the pins that keep weights on the CPU, as flags ("--n-cpu-moe 10"); empty when the planner chose the offload
     pinned_offload: str = ""
+    context_pinned: bool = False  # -c was given: the context is the user's, not the plan's
 
 
 #: the Pins fields that, when set, are copied into the LaunchSettings field of the same name
@@ -504,6 +505,7 @@ def _fit(
         largest=largest,
         objective=objective,
         pinned_offload=pinned,
+        context_pinned=pb.pinned_ctx is not None,
     )
 
 
