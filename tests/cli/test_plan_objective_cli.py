@@ -54,7 +54,9 @@ def test_plan_says_why_the_context_is_short(capsys: pytest.CaptureFixture[str]) 
     code, out, _ = run(capsys, "plan", GPT_OSS, *HW)
     assert code == 0
     lines = out.splitlines()
-    assert "objective: fastest placement first (the most weights on the GPUs), then the longest context" in lines
+    assert (
+        "objective: fastest placement first (the most weights on the GPUs), then the longest context" in lines
+    )
     (why,) = [ln for ln in lines if ln.startswith("why this context: ")]
     assert "room for 5,120 tokens" in why and "--objective context gives 131,072" in why
     code, out, _ = run(capsys, "plan", GPT_OSS, *HW, "--json")

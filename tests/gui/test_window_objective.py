@@ -20,7 +20,9 @@ from .conftest import QWEN_MOE, make_window
 pytestmark = [pytest.mark.gui]
 TIMEOUT = 30000
 #: one 12 GiB card: Qwen3-30B-A3B keeps experts on the CPU, and how many decides the context
-CARD = Detection((Device("RTX 4070", DeviceKind.GPU, 12 * GIB, 12 * GIB, Vendor.NVIDIA),), host_device(64 * GIB))
+CARD = Detection(
+    (Device("RTX 4070", DeviceKind.GPU, 12 * GIB, 12 * GIB, Vendor.NVIDIA),), host_device(64 * GIB)
+)
 
 
 def settle(qtbot: Any, window: MainWindow) -> None:
@@ -58,7 +60,16 @@ def test_longest_context_first_in_the_window(
     settle(qtbot, qwen)
     ws = words(qwen)
     capsys.readouterr()
-    argv = ["command", str(QWEN_MOE), "--assume-gpu", "RTX 4070=12GiB", "--host-ram", "64GiB", "--shell", "sh"]
+    argv = [
+        "command",
+        str(QWEN_MOE),
+        "--assume-gpu",
+        "RTX 4070=12GiB",
+        "--host-ram",
+        "64GiB",
+        "--shell",
+        "sh",
+    ]
     assert cli.main([*argv, "-np", after(ws, "-np"), "--objective", "context"]) == 0
     cli_words = capsys.readouterr().out.split()
     assert after(ws, "-c") == after(cli_words, "-c") != "8192"
