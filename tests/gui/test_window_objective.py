@@ -75,8 +75,12 @@ def test_longest_context_first_in_the_window(
     assert after(ws, "-c") == after(cli_words, "-c") != "8192"
     assert after(ws, "--n-cpu-moe") == after(cli_words, "--n-cpu-moe")
     assert s.context_box.value() == int(after(ws, "-c")) and not s.context_box.isEnabled()
-    # back to the fastest placement: the hand-set context is back, and so is the control
-    s.objective.setCurrentIndex(s.objective.findData(Goal.PLACEMENT.value))
+    # back to the fastest placement (its "what would change it" row applies it): the hand-set context is back, and
+    # so is the control
+    button = next(b for b in qwen.verdict.alternative_buttons if b.text().startswith("--objective placement"))
+    assert button.isEnabled()
+    button.click()
     settle(qtbot, qwen)
+    assert s.goal() is Goal.PLACEMENT
     assert s.context_box.value() == 8192 and s.context_box.isEnabled()
     assert after(words(qwen), "-c") == "8192"

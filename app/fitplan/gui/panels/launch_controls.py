@@ -435,6 +435,12 @@ class SettingsPanel(QWidget):
         """What the plan puts first (the window's --objective)."""
         return Goal(str(self.objective.currentData()))
 
+    def set_goal(self, goal: str) -> None:
+        """Choose what the plan puts first (a `Goal` value); an unknown one changes nothing."""
+        index = self.objective.findData(goal)
+        if index >= 0:
+            self.objective.setCurrentIndex(index)
+
     def _objective_changed(self) -> None:
         """Longest context first: the plan chooses the context (the control shows it); back to the fastest
         placement, the context set by hand comes back."""
