@@ -172,7 +172,8 @@ def exhaustive_plan(
         k = key(c.placement, tie_key(n_ctx, c.point.ncmoe, head), objective.goal)
         if best is None or k > best[0]:
             best = (k, n_ctx, head, c)
-    assert best is not None  # every candidate reaches the floor context
+    if best is None:  # no candidate keeps the floors above the context floor (each reached it: not expected)
+        return OracleResult(False, None, None, 0, 0, None, count, ev.evaluations)
     k, n_ctx, head, c = best
     left_out = c.pb.base.devices == () and bool(machine.gpus)
     return OracleResult(True, c.point, c.placement, n_ctx, head, k, count, ev.evaluations, left_out)
