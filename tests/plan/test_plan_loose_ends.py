@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from fitplan.core.base.devices import GIB, Machine, host_device
+from fitplan.core.base.launch_settings import Engine, LaunchSettings
 from fitplan.core.gguf.reader import open_model
 from fitplan.core.hardware import assumed_devices
 from fitplan.core.launch.command_line import plan_to_args
@@ -47,8 +48,10 @@ def test_leaving_the_gpus_out_is_a_placement() -> None:
     assert any(n.startswith("-dev none leaves the GPUs out") and "short by 65 MiB" in n for n in p.notes)
     argv = plan_to_args(p, "m.gguf", program="llama-server")
     assert argv[argv.index("-dev") + 1] == "none"
-    # a pin that needs the GPU is kept: -ngl 10 does not fit, and stays on the GPU
+    # a pin that needs the GPU is kept: -ngl 10 does not fit, and stays on the GPU; so is ollama, whose Modelfile
+    # cannot leave the GPU out (num_gpu 0 still loads the GPU backend)
     assert not plan(prof, m, Pins(n_gpu_layers=10)).fits
+    assert not plan(prof, m, Pins(base=LaunchSettings(engine=Engine.OLLAMA))).fits
 
 
 def test_host_shortfall_at_the_best_placement_and_the_ram_it_needs() -> None:

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import SettingsError
-from fitplan.core.base.launch_settings import NGL_ALL, NGL_AUTO, LaunchSettings, MmprojPlacement, SplitMode
+from fitplan.core.base.launch_settings import (
+    NGL_ALL,
+    NGL_AUTO,
+    Engine,
+    LaunchSettings,
+    MmprojPlacement,
+    SplitMode,
+)
 from fitplan.core.base.results import Estimate
 from fitplan.core.engines import context_grid
 from fitplan.core.memory.context import N_CTX_PAD
@@ -183,8 +190,11 @@ def without_gpus(pins: Pins) -> Pins:
 
 
 def _may_leave_out_gpus(pins: Pins, base: LaunchSettings, has_gpu: bool) -> bool:
+    """`-dev none` is a placement to try: no device list given, nothing pins weights to a GPU, and an engine whose
+    launch can say so (ollama's Modelfile has num_gpu 0, which still loads the GPU backend)."""
     return (
         has_gpu
+        and base.engine is not Engine.OLLAMA
         and base.devices is None
         and pins.n_gpu_layers in (None, 0)
         and pins.tensor_split is None
