@@ -49,7 +49,7 @@ def test_leaving_the_gpus_out_is_a_placement() -> None:
     argv = plan_to_args(p, "m.gguf", program="llama-server")
     assert argv[argv.index("-dev") + 1] == "none"
     # a pin that needs the GPU is kept: -ngl 10 does not fit, and stays on the GPU; so is ollama, whose Modelfile
-    # cannot leave the GPU out (num_gpu 0 still loads the GPU backend)
+    # export cannot leave the GPU out (it writes num_gpu, which is -ngl)
     assert not plan(prof, m, Pins(n_gpu_layers=10)).fits
     assert not plan(prof, m, Pins(base=LaunchSettings(engine=Engine.OLLAMA))).fits
 

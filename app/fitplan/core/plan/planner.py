@@ -191,7 +191,7 @@ def without_gpus(pins: Pins) -> Pins:
 
 def _may_leave_out_gpus(pins: Pins, base: LaunchSettings, has_gpu: bool) -> bool:
     """`-dev none` is a placement to try: no device list given, nothing pins weights to a GPU, and an engine whose
-    launch can say so (ollama's Modelfile has num_gpu 0, which still loads the GPU backend)."""
+    launch can say so (the ollama export writes num_gpu, which is -ngl, and has no -dev none)."""
     return (
         has_gpu
         and base.engine is not Engine.OLLAMA
