@@ -20,6 +20,7 @@ from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
+from fitplan.core.plan.objective import Goal, Objective
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
@@ -36,6 +37,12 @@ EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 WINDOW_PINS = frozenset(
     {"n_ctx", "n_parallel", "kv_unified", "cache_type_k", "cache_type_v", "n_gpu_layers", "mmproj_offload"}
 )
+
+
+def pins_for_goal(goal: Goal, pinned: frozenset[str]) -> frozenset[str]:
+    """The window's pins for a goal: with the longest context first, the context is the plan's to choose."""
+    return pinned - {"n_ctx"} if goal is Goal.CONTEXT else pinned
+
 
 #: Contexts the chart samples (log-spaced, multiples of 256).
 CURVE_POINTS = 72
@@ -105,6 +112,7 @@ class PlanRequest:
     #: the flag keys the plan keeps as set (`pins_from_settings`): every control of the window, and the flags of a
     #: command or preset that no control holds; --n-cpu-moe is a pin when it is not 0
     pinned: frozenset[str] = WINDOW_PINS
+    goal: Goal = Goal.PLACEMENT  # what the plan puts first (`fitplan.core.plan.objective`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +321,7 @@ class Backend:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.estimate.accuracy import accuracy_band
         from fitplan.core.plan import planner
-        from fitplan.core.plan.alternatives import what_would_change
+        from fitplan.core.plan.alternatives import what_would_change, why_this_context
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
         from fitplan.core.plan.search import default_estimate_fn
         from fitplan.core.plan.summary import verdict_words
@@ -331,18 +339,24 @@ class Backend:
         pins = pins_from_settings(settings, frozenset(given))
         draft = request.draft if settings.draft is not None else None
         estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft)
-        plan = planner.plan(model.profile, machine, pins, margin=margin, estimate_fn=estimate_fn)
+        objective = Objective(request.goal)
+        plan = planner.plan(
+            model.profile, machine, pins, objective=objective, margin=margin, estimate_fn=estimate_fn
+        )
         # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
         alternatives = (
             what_would_change(model.profile, machine, pins, plan, margin=margin, estimate_fn=estimate_fn)
             if request.with_curve and settings.engine is not Engine.OLLAMA
             else ()
         )
+        why = tuple(f"why this context: {w}" for w in (why_this_context(plan, alternatives),) if w)
         plan_settings: LaunchSettings = plan.settings
         est: Estimate = (
             plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine, draft)
         )
-        words = verdict_words(plan, planner.plan_verdict(plan, machine), settings.n_ctx, bool(machine.gpus))
+        # with the longest context first, the plan chose the context
+        shown_ctx = plan.settings.n_ctx if request.goal is Goal.CONTEXT else settings.n_ctx
+        words = verdict_words(plan, planner.plan_verdict(plan, machine), shown_ctx, bool(machine.gpus))
         verdict = Verdict(words.level.value, words.text, words.binding, words.most_short)
         max_ctx = plan.largest.n_ctx if plan.fits and plan.largest is not None else 0
         curve = self.curve(model, plan_settings, machine, draft) if request.with_curve else None
@@ -359,7 +373,7 @@ class Backend:
             args,
             curve,
             plan_settings,
-            (*notes, *plan.notes),
+            (*notes, *plan.notes, *why),
             ollama,
             alternatives,
             accuracy_band(model.profile, est),

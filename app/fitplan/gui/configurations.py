@@ -44,11 +44,17 @@ class Configurations(QObject):
         self.unheld_pins: frozenset[str] = frozenset()  # the settings those flags pin
 
     def apply_alternative(self, change: str) -> None:
-        """One click on a "what would change it" row: its flags are applied to the current settings."""
+        """One click on a "what would change it" row: its flags are applied to the current settings (the other
+        objective goes to "Plan for:")."""
         from fitplan.core.launch.flags import parse_flags
+        from fitplan.core.plan.alternatives import OBJECTIVE_FLAG
 
         req = self.planner.current_request()
         if req is None:
+            return
+        if change.startswith(OBJECTIVE_FLAG + " "):
+            self.p.settings.set_goal(change.removeprefix(OBJECTIVE_FLAG + " "))
+            self.p.status.showMessage(f"Applied {change}", 4000)
             return
         try:
             parsed = parse_flags(change.split(), base=req.settings)

@@ -39,6 +39,7 @@ from fitplan.gui.backend import (
     PlanRequest,
     VerdictLevel,
     examples_dir,
+    pins_for_goal,
 )
 from fitplan.gui.command_controller import CommandController
 from fitplan.gui.configurations import Configurations
@@ -403,7 +404,8 @@ class Planner(QObject):
             machine,
             choices.margin_mib * MIB,
             draft=draft,
-            pinned=WINDOW_PINS | self.configs.unheld_pins,
+            pinned=pins_for_goal(self.p.settings.goal(), WINDOW_PINS | self.configs.unheld_pins),
+            goal=self.p.settings.goal(),
         )
 
     def schedule_estimate(self) -> None:

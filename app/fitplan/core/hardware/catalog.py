@@ -41,7 +41,8 @@ _UNITS = {
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|m|tib|tb|t)?\s*$", re.IGNORECASE)
 _TRAILING_SIZE_RE = re.compile(r"^(.*?)[\s\-_]*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|tib|tb)\s*$", re.IGNORECASE)
-_COUNT_RE = re.compile(r"^\s*(\d+)\s*(?:[\*×]\s*|x(?:\s+|(?=\d)))(.+)$", re.IGNORECASE)
+#: "2x RTX 3060", "2xRTX 3060", "2 * 24GiB"
+_COUNT_RE = re.compile(r"^\s*(\d+)\s*[\*×x]\s*(.+)$", re.IGNORECASE)
 _VENDOR_WORDS = ("nvidia", "geforce", "amd", "radeon", "intel", "apple", "tesla", "instinct")
 #: include/llama.h llama_max_devices(): more GPUs than llama.cpp can use is a typo (and costs minutes).
 MAX_ASSUMED_GPUS = LLAMA_MAX_DEVICES

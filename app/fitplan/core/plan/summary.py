@@ -78,9 +78,14 @@ def verdict_words(plan: Plan, v: Verdict, n_ctx: int, has_gpu: bool) -> VerdictW
             )
     if v.level is FitLevel.OFFLOAD:
         binding = largest.binding_label if largest is not None else ""
-        return VerdictWords(
-            FitLevel.OFFLOAD, f"Fits only with {plan.placement.description}.{more}{slots}", binding
+        # weights the user's pins keep on the CPU are not what the machine needs ("without --n-cpu-moe" says
+        # what dropping the pin gives)
+        head = (
+            f"Fits with {plan.placement.description}, as {plan.pinned_offload} asks"
+            if plan.pinned_offload
+            else f"Fits only with {plan.placement.description}"
         )
+        return VerdictWords(FitLevel.OFFLOAD, f"{head}.{more}{slots}", binding)
     tight = v.tightest
     where = (tight.label if has_gpu else "system RAM (CPU only)") if tight is not None else ""
     spare = fmt_gib(tight.headroom_bytes if tight is not None else 0)

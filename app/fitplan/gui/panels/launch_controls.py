@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 from fitplan.core.base.devices import MIB, Machine
 from fitplan.core.base.launch_settings import Engine, FlashAttn, MmprojPlacement
 from fitplan.core.inputs.user_settings import KV_TAIL_TYPES, ModelChoices, engine_cache_types
+from fitplan.core.plan.objective import GOAL_WORDS, Goal
 
 if TYPE_CHECKING:
     from fitplan.core.model.profile import ModelProfile
@@ -222,6 +223,17 @@ class SettingsPanel(QWidget):
         self.batch = QSpinBox(minimum=32, maximum=65536, singleStep=256)
         self.ubatch = QSpinBox(minimum=32, maximum=65536, singleStep=128)
         self.ubatch.setToolTip("Micro-batch (-ub): compute buffers scale with it (activations, logits)")
+        self.objective = QComboBox()
+        self.objective.addItem("fastest placement", Goal.PLACEMENT.value)
+        self.objective.addItem("longest context", Goal.CONTEXT.value)
+        self.objective.setAccessibleName("Plan objective")
+        self.objective.setToolTip(
+            "What the plan puts first (--objective). Fastest placement: the context you set, with the most weights "
+            "on the GPUs. Longest context: the "
+            + GOAL_WORDS[Goal.CONTEXT]
+            + " (the context control shows it)"
+        )
+        self._manual_ctx: int | None = None  # the context set by hand, kept while the plan chooses it
         self.margin = QSpinBox(minimum=0, maximum=MARGIN_MAX_MIB, singleStep=256, suffix=" MiB")
         self.margin.setToolTip(
             "Headroom kept free on every GPU (like --fit-target): the plan must leave this much"
@@ -362,6 +374,7 @@ class SettingsPanel(QWidget):
         draft_kv.addWidget(self.draft_cache_v)
         self._draft_kv_row = draft_kv
         form.addRow("Draft KV K / V:", draft_kv)
+        form.addRow("Plan for:", self.objective)
         form.addRow("Margin:", self.margin)
         self.advanced = QCheckBox("Advanced: batch sizes")
         self.advanced.setToolTip("Show the batch and micro-batch sizes")
@@ -396,6 +409,7 @@ class SettingsPanel(QWidget):
             self.draft_cache_v,
         ):
             combo.currentIndexChanged.connect(self._emit)
+        self.objective.currentIndexChanged.connect(self._objective_changed)
         self.draft.currentIndexChanged.connect(self._draft_changed)
         self.draft_browse.clicked.connect(self.ask_draft_file)
         for spin in (
@@ -416,6 +430,27 @@ class SettingsPanel(QWidget):
         self.gpu_layers_slider.valueChanged.connect(self._ngl_slider_moved)
         self.gpu_layers.valueChanged.connect(self._show_ngl)
         self.ollama_auto.toggled.connect(self._ollama_auto_toggled)
+
+    def goal(self) -> Goal:
+        """What the plan puts first (the window's --objective)."""
+        return Goal(str(self.objective.currentData()))
+
+    def set_goal(self, goal: str) -> None:
+        """Choose what the plan puts first (a `Goal` value); an unknown one changes nothing."""
+        index = self.objective.findData(goal)
+        if index >= 0:
+            self.objective.setCurrentIndex(index)
+
+    def _objective_changed(self) -> None:
+        """Longest context first: the plan chooses the context (the control shows it); back to the fastest
+        placement, the context set by hand comes back."""
+        if self.goal() is Goal.CONTEXT:
+            self._manual_ctx = self.context_box.value()
+        elif self._manual_ctx is not None:
+            self.show_context(self._manual_ctx)
+            self._manual_ctx = None
+        self._set_context_enabled()
+        self._emit()
 
     # -- engine --------------------------------------------------------------------------------------------------
     def current_engine(self) -> Engine:
@@ -826,7 +861,8 @@ class SettingsPanel(QWidget):
         self._updating = False
 
     def context_is_automatic(self) -> bool:
-        return self._engine is Engine.OLLAMA and self.ollama_auto.isChecked()
+        """The plan chooses the context: ollama's automatic num_ctx, or the longest context first."""
+        return (self._engine is Engine.OLLAMA and self.ollama_auto.isChecked()) or self.goal() is Goal.CONTEXT
 
     def _slider_moved(self, position: int) -> None:
         if self._updating:
