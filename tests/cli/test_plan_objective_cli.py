@@ -67,3 +67,51 @@ def test_a_bad_objective_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     code, _, err = run(capsys, "plan", GPT_OSS, *HW, "--objective", "fast")
     assert code == 2
     assert "--objective: invalid choice: 'fast'" in err
+
+
+RTX4090 = ["--header-only", "--host-ram", "96GiB", "--assume-gpu", "RTX 4090"]
+
+
+def _generation_at(n_ctx: int, settings_doc: dict[str, object]) -> float:
+    """The speed model's generation at `n_ctx` for the plan's placement (the floor's own measure)."""
+    import dataclasses
+
+    from fitplan.core.speed import plan_speed
+
+    profile = load_profile(GPT_OSS, header_only=True)
+    machine = detect_machine(["RTX 4090"], "96GiB")
+    base = plan(profile, machine, Pins()).settings
+    settings = dataclasses.replace(base, n_ctx=n_ctx, n_cpu_moe=int(str(settings_doc["n_cpu_moe"])))
+    return plan_speed(profile, machine, settings).generation_full.tps
+
+
+@pytest.mark.parametrize("goal", ["placement", "context"])
+def test_min_tps_keeps_the_floor_at_the_planned_context(capsys: pytest.CaptureFixture[str], goal: str) -> None:
+    """`--min-tps`: the planned context keeps the generation floor, one step of llama.cpp's context grid more does
+    not, and the plan without the floor has a longer context (gpt-oss-120b, an RTX 4090 and 96 GiB: 24 expert
+    layers on the CPU and about 24 t/s; the KV cache read per token lowers it as the context grows)."""
+    code, out, _ = run(capsys, "plan", GPT_OSS, *RTX4090, "--objective", goal, "--json")
+    free = json.loads(out)
+    floor = 0.5 * (free["speed"]["generation"]["tps"] + free["speed"]["generation_at_context"]["tps"])
+    code, out, _ = run(capsys, "plan", GPT_OSS, *RTX4090, "--objective", goal, "--min-tps", str(floor), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["speed"]["generation_at_context"]["tps"] >= floor
+    assert doc["n_ctx"] < free["n_ctx"]
+    if goal == "placement":
+        # the placement comes first: at it, one more step of context would break the floor (context first may
+        # need another placement for that step, so the boundary is the planner's search there)
+        assert _generation_at(doc["n_ctx"] + doc["context_step"], doc["placement"]) < floor
+
+
+def test_min_tps_out_of_reach_does_not_fit_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", GPT_OSS, *RTX4090, "--min-tps", "500")
+    assert code == 1
+    assert "does not reach 500 t/s generation" in out
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "fast", "1e9"])
+def test_min_tps_refuses_a_bad_value_in_one_line(capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    code, _, err = run(capsys, "plan", GPT_OSS, *RTX4090, "--min-tps", bad)
+    assert code == 2
+    assert "--min-tps" in err and "tokens per second" in err

@@ -23,6 +23,18 @@ def host_bandwidth_gbs(text: str) -> float:
     return x
 
 
+#: The fastest generation a floor may ask for (t/s): a bound on typos.
+MAX_TPS_FLOOR = 100000.0
+
+
+def tps_floor(text: str) -> float:
+    """`--min-tps T/S`: a positive number of generated tokens per second."""
+    x = real_or_none(text.strip(), 0.0, MAX_TPS_FLOOR)
+    if x is None or x <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of tokens per second (e.g. 20)")
+    return x
+
+
 def add_speed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host-bandwidth",

@@ -18,7 +18,7 @@ from typing import Any
 
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
-from fitplan.commands._speed import add_speed_arguments, speed_json, speed_of, speed_text
+from fitplan.commands._speed import add_speed_arguments, speed_json, speed_of, speed_text, tps_floor
 from fitplan.commands.estimate import (
     accuracy_json,
     add_engine_argument,
@@ -50,7 +50,7 @@ from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import Alternative, what_would_change, why_this_context
-from fitplan.core.plan.objective import Goal, Objective
+from fitplan.core.plan.objective import Goal, Objective, model_speed_of
 from fitplan.core.plan.pins import pins_from_settings
 from fitplan.core.plan.planner import (
     EstimateFn,
@@ -109,6 +109,13 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         default=Goal.PLACEMENT.value,
         help="what comes first: the fastest placement (the most weights on the GPUs; default) or the longest context",
     )
+    p.add_argument(
+        "--min-tps",
+        type=tps_floor,
+        metavar="T/S",
+        help="keep at least this many generated tokens per second at the planned context (the speed model's "
+        "estimate; the context is lowered, or the plan does not fit, to keep it)",
+    )
     p.add_argument("--all-on-gpu", action="store_true", help="never move weights to the CPU")
     p.add_argument(
         "--mmproj-file", metavar="FILE", help="estimate this multimodal projector (same as --mmproj)"
@@ -162,7 +169,8 @@ class PlanRequest:
     projector: str | None = None  # the projector counted (path or URL), as llama-server would load it
     projector_bytes: int = 0
     projector_auto: bool = False  # the repository's own, loaded by -hf without -mm
-    objective: Objective = field(default_factory=Objective)  # --objective (no speed floor yet)
+    objective: Objective = field(default_factory=Objective)  # --objective, --min-tps
+    host_bandwidth: float | None = None  # --host-bandwidth, bytes/s (the speed model's and the floor's)
 
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
@@ -212,7 +220,10 @@ def build_request(
         projector=mm_source,
         projector_bytes=mmproj.weight_bytes if mmproj is not None else 0,
         projector_auto=mm_source is not None and not settings.mmproj_path,
-        objective=Objective(Goal(getattr(args, "objective", Goal.PLACEMENT.value))),
+        objective=Objective(
+            Goal(getattr(args, "objective", Goal.PLACEMENT.value)), getattr(args, "min_tps", None)
+        ),
+        host_bandwidth=getattr(args, "host_bandwidth", None) and args.host_bandwidth * 1e9,
     )
 
 
@@ -222,6 +233,9 @@ def make_plan(req: PlanRequest) -> Plan:
         req.machine,
         req.pins,
         objective=req.objective,
+        speed_of=model_speed_of(req.profile, req.machine, req.host_bandwidth)
+        if req.objective.min_gen_tps
+        else None,
         margin=req.margin,
         estimate_fn=req.estimate_fn,
     )

@@ -44,6 +44,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # annotations only: the window reads the goals before the model tables load
+    from fitplan.core.base.devices import Machine
+    from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.planner import Plan
     from fitplan.core.plan.space import PlacementSpace
     from fitplan.core.plan.usage import DeviceUse
@@ -58,6 +60,7 @@ __all__ = [
     "TieKey",
     "key",
     "min_gpu_headroom",
+    "model_speed_of",
     "placement_key",
     "point_key",
     "tie_key",
@@ -82,6 +85,18 @@ class SpeedOf(Protocol):
     """Generation tokens/s of a plan (the speed model's, bound to the model and machine by the caller)."""
 
     def __call__(self, plan: Plan, /) -> float: ...
+
+
+def model_speed_of(profile: ModelProfile, machine: Machine, host_bandwidth: float | None = None) -> SpeedOf:
+    """The speed model's `SpeedOf` for a model on a machine: generation tokens/s with the KV cache filled to the
+    plan's context (`fitplan.core.speed.plan_speed`, `generation_full`), the speed a floor must keep over the
+    whole context. `host_bandwidth` in bytes/s (None: detected or the platform's stated default)."""
+    from fitplan.core.speed import plan_speed  # the speed tables load only when a floor is asked for
+
+    def speed_of(plan: Plan, /) -> float:
+        return plan_speed(profile, machine, plan.settings, host_bandwidth=host_bandwidth).generation_full.tps
+
+    return speed_of
 
 
 @dataclass(frozen=True, slots=True)
