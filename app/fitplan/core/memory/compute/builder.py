@@ -72,6 +72,7 @@ from fitplan.core.memory.compute.terms import (
     Linear,
     LogitsOnTop,
     Term,
+    nonzero,
 )
 from fitplan.core.memory.weights import CUDA_VENDORS, WeightPlacement, row_bytes
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
@@ -885,24 +886,28 @@ class PlanBuilder:
                 Linear("inputs under the logits (copy)", below),
             )
         if not runs:
-            return DevicePlan(device=gi, layer_phase=False, output=output, under=tuple(under))
+            return DevicePlan(device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under))
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
         return DevicePlan(
             device=gi,
             layer_phase=True,
-            inputs=(
-                Linear("masks (copy)", m),
-                Fixed("v_idxs (copy)", vi),
-                Fixed("positions, indices (copy)", small),
-                Fixed("layer input + residual", blocks * self.embd_block + (self.hc_block if layers else 0)),
+            inputs=nonzero(
+                (
+                    Linear("masks (copy)", m),
+                    Fixed("v_idxs (copy)", vi),
+                    Fixed("positions, indices (copy)", small),
+                    Fixed(
+                        "layer input + residual", blocks * self.embd_block + (self.hc_block if layers else 0)
+                    ),
+                )
             ),
             attention=self._attention(layers, kq, fa, ssm),
             fa_copies=Largest(FA_COPIES, fa) if fa else None,
             ffn=ffn,
-            after=self._graph_inputs(layers),
-            output=output,
-            under=tuple(under),
+            after=nonzero(self._graph_inputs(layers)),
+            output=nonzero(output),
+            under=nonzero(under),
         )
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
@@ -1083,11 +1088,11 @@ class PlanBuilder:
         return DevicePlan(
             device=None,
             layer_phase=runs,
-            inputs=inputs,
+            inputs=nonzero(inputs),
             attention=self._attention(host_layers, kq, (), ssm),
             ffn=ffn,
             logits=logits,
-            output=output,
+            output=nonzero(output),
         )
 
     def _host_transient(

@@ -112,12 +112,14 @@ class Curve:
 
     def __init__(self, nb: Cells, ns: Cells) -> None:
         self.nb, self.ns = nb, ns
+        self._zero = np.zeros_like(nb)
+        self._zero.flags.writeable = False  # shared: every operation here makes a new array
 
     def of(self, term: Term) -> Cells:
         return term.over(self.nb, self.ns)
 
     def zero(self) -> Cells:
-        return np.zeros_like(self.nb)
+        return self._zero
 
     def add(self, a: Cells, b: Cells) -> Cells:
         return a + b
@@ -152,70 +154,91 @@ class Curve:
         return out
 
 
-def device_parts(p: DevicePlan, s: Space[V, B]) -> list[tuple[str, V]]:
-    """The device's buffer as (label, bytes) parts, in order; the parts of a phase or transient that is not the
-    peak read 0 (at one context: left out by `evaluate_plan`)."""
-    trans: list[tuple[str, V]] = _transient(p, s) if p.layer_phase else []
+#: Parts of a buffer live together, when a condition holds (None: always); at one context the condition is a bool.
+Segment = tuple[B | None, list[tuple[str, V]]]
+
+
+def device_parts(p: DevicePlan, s: Space[V, B]) -> list[Segment[B, V]]:
+    """The device's buffer as segments of (label, bytes) parts, in order, each live where its condition holds: the
+    phase that is the peak, the transient's larger side."""
+    trans, trans_total = _transient(p, s) if p.layer_phase else ([], s.zero())
     if p.logits is not None:
-        top = s.of(p.logits)
+        top = (p.logits.label, s.of(p.logits))
         if p.layer_phase:
-            keep = s.ge(top, _total(trans, s))
-            trans = [*_only(trans, s.no(keep), s), (p.logits.label, s.when(keep, top))]
+            keep = s.ge(top[1], trans_total)
+            trans = [*_within(trans, s.no(keep), s), (keep, [top])]
+            trans_total = s.larger(top[1], trans_total)
         else:
-            trans = [(p.logits.label, top)]
-    layer = [*_read(p.inputs, s), *trans, *_read(p.after, s)]
+            trans, trans_total = [(None, [top])], top[1]
+    inputs, after = _read(p.inputs, s), _read(p.after, s)
+    layer: list[Segment[B, V]] = [(None, inputs), *trans, (None, after)]
     if p.output:
         out = _read(p.output, s)
-        first = s.ge(_total(layer, s), _total(out, s))
-        layer = [*_only(layer, first, s), *_only(out, s.no(first), s)]
-    return [*layer, *_read(p.under, s)]
+        layer_total = s.add(s.add(_total(inputs, s), trans_total), _total(after, s))
+        first = s.ge(layer_total, _total(out, s))
+        layer = [*_within(layer, first, s), (s.no(first), out)]
+    return [*layer, (None, _read(p.under, s))]
 
 
-def _transient(p: DevicePlan, s: Space[V, B]) -> list[tuple[str, V]]:
-    """The larger of the attention and the FFN (the FFN on a tie). The attention is named after the scores when
-    one of its terms that has them is nonzero; CUDA's f16 copies inside it are a part of their own."""
+def _transient(p: DevicePlan, s: Space[V, B]) -> tuple[list[Segment[B, V]], V]:
+    """The larger of the attention and the FFN (the FFN on a tie), and its bytes. The attention is named after
+    the scores when one of its terms that has them is nonzero; CUDA's f16 copies inside it are a part of their
+    own."""
     att, ffn = s.zero(), s.zero()
-    scores = s.nonzero(s.zero())
+    scores: B | None = None
     for t in p.attention:
         v = s.of(t)
         att = s.larger(att, v)
         if t.label == SCORES:
-            scores = s.either(scores, s.nonzero(v))
+            scores = s.nonzero(v) if scores is None else s.either(scores, s.nonzero(v))
     for t in p.ffn:
         ffn = s.larger(ffn, s.of(t))
     wins = s.gt(att, ffn)
     fa = s.of(p.fa_copies) if p.fa_copies is not None else s.zero()
     shown = s.sub(att, fa)
-    return [
-        (SCORES, s.when(s.both(wins, scores), shown)),
-        (SCAN, s.when(s.both(wins, s.no(scores)), shown)),
-        (FFN, s.when(s.no(wins), ffn)),
-        (FA_COPIES, s.when(wins, fa)),
-    ]
+    named: list[Segment[B, V]] = (
+        [(wins, [(SCAN, shown)])]
+        if scores is None
+        else [(s.both(wins, scores), [(SCORES, shown)]), (s.both(wins, s.no(scores)), [(SCAN, shown)])]
+    )
+    return [*named, (s.no(wins), [(FFN, ffn)]), (wins, [(FA_COPIES, fa)])], s.larger(att, ffn)
 
 
 def _read(terms: tuple[Term, ...], s: Space[V, B]) -> list[tuple[str, V]]:
     return [(t.label, s.of(t)) for t in terms]
 
 
-def _only(parts: list[tuple[str, V]], c: B, s: Space[V, B]) -> list[tuple[str, V]]:
-    return [(label, s.when(c, v)) for label, v in parts]
+def _within(segments: list[Segment[B, V]], c: B, s: Space[V, B]) -> list[Segment[B, V]]:
+    """`segments`, each live only where `c` holds too."""
+    return [(c if cond is None else s.both(cond, c), parts) for cond, parts in segments]
 
 
 def _total(parts: list[tuple[str, V]], s: Space[V, B]) -> V:
-    out = s.zero()
-    for _, v in parts:
+    if not parts:
+        return s.zero()
+    out = parts[0][1]
+    for _, v in parts[1:]:
         out = s.add(out, v)
     return out
 
 
 def evaluate_plan(p: DevicePlan, nb: int, ns: int) -> ComputeBuffer:
-    """The device's buffer at one context: its nonzero parts."""
-    parts = device_parts(p, OneContext(nb, ns))
-    return ComputeBuffer(p.device, tuple(ComputePart(label, b) for label, b in parts if b))
+    """The device's buffer at one context: the nonzero parts of its live segments."""
+    parts = (
+        ComputePart(label, b)
+        for live, seg in device_parts(p, OneContext(nb, ns))
+        if live is None or live
+        for label, b in seg
+        if b
+    )
+    return ComputeBuffer(p.device, tuple(parts))
 
 
 def total_array(p: DevicePlan, nb: Cells, ns: Cells) -> Cells:
     """The device's buffer at each of the contexts the arrays of cells give."""
     s = Curve(nb, ns)
-    return _total(device_parts(p, s), s)
+    out = s.zero()
+    for live, seg in device_parts(p, s):
+        total = _total(seg, s)
+        out = s.add(out, total if live is None else s.when(live, total))
+    return out

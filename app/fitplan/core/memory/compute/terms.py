@@ -10,6 +10,7 @@ replay), added to the right group of the plan in `PlanBuilder` (docs/architectur
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -47,6 +48,19 @@ class Term(Protocol):
         ...
 
 
+def nonzero(terms: Iterable[Term]) -> tuple[Term, ...]:
+    """`terms` without those that are zero at every context (they add nothing to a buffer, and a curve reads each
+    term it is given)."""
+    return tuple(t for t in terms if not _always_zero(t))
+
+
+def _always_zero(term: Term) -> bool:
+    match term:
+        case Fixed(bytes=0) | DsaZeros(per_cell=0) | Linear(size=Affine(a_base=0, a_swa=0, c=0)):
+            return True
+    return False
+
+
 def loop_over(term: Term, nb: Cells, ns: Cells) -> Cells:
     """`term.over` for a term with no closed form over arrays: `at` at each context."""
     return np.fromiter(
@@ -61,6 +75,13 @@ def affine_over(a: Affine, nb: Cells, ns: Cells) -> Cells:
         out: Cells = np.where(grow <= a.room, 0, grow + a.c)
         return out
     return grow + a.c
+
+
+def _largest_over(sizes: tuple[Affine, ...], nb: Cells, ns: Cells) -> Cells:
+    out = np.zeros_like(nb)
+    for a in sizes:
+        out = np.maximum(out, affine_over(a, nb, ns))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +123,7 @@ class Largest:
         return max_at(self.sizes, nb, ns)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        out = np.zeros_like(nb)
-        for a in self.sizes:
-            out = np.maximum(out, affine_over(a, nb, ns))
-        return out
+        return _largest_over(self.sizes, nb, ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +142,7 @@ class AttentionScores:
         return max_at(self.kq, nb, ns) + max_at(self.fa, nb, ns)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        return Largest("", self.kq).over(nb, ns) + Largest("", self.fa).over(nb, ns)
+        return _largest_over(self.kq, nb, ns) + _largest_over(self.fa, nb, ns)
 
 
 @dataclass(frozen=True, slots=True)
