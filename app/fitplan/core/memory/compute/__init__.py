@@ -42,6 +42,11 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
 * pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
   freed, below the rest of the graph (see `PIPELINE_COPIES`).
 
+Each of these is a term object (`terms`: a label, its bytes at one context and over arrays of contexts); the builder
+(`PlanBuilder`) puts a device's terms in the groups of its `DevicePlan` that say how they combine, and one
+evaluator (`device_plan.device_parts`) reads the plan at one context (`ComputePlan.evaluate`) or over a whole curve
+(`ComputePlan.totals_array`).
+
 Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
 servers as extra devices (layer splits, overrides, pipeline parallelism); the placement of the terms was checked
 against the graph allocator's debug list of live tensors at each peak. Read from the source only, no GPU being

@@ -1143,7 +1143,7 @@ class PlanBuilder:
 
     def _logits_room(self, layers: list[int]) -> tuple[Affine, ...]:
         """The masks of `layers` (one per cache the attention layers read: base and SWA), each a block the logits
-        can take once it is freed (`DevicePlan.logits_on_top`)."""
+        can take once it is freed (`terms.LogitsOnTop`)."""
         if not self.profile.has_memory:
             return ()
         base, swa = attn_layers(self.profile, layers)
@@ -1151,7 +1151,7 @@ class PlanBuilder:
         return tuple(a for a, used in ((Affine(a_base=one), base), (Affine(a_swa=one), swa)) if used)
 
     def _ssm_lead(self, layers: list[int], m: Affine) -> SsmLead | None:
-        """The host's space around its last attention layer for `DevicePlan.ssm_after` (flash attention, a dense
+        """The host's space around its last attention layer for `SsmReplay` (flash attention, a dense
         FFN or none in that layer, the Mamba blocks' input not kept in the input's block; jamba's Mamba-1 blocks
         with or without flash attention, `_jamba_lead`); None elsewhere."""
         graph = self.profile.traits.graph
@@ -1181,7 +1181,7 @@ class PlanBuilder:
         )
 
     def _jamba_lead(self, layers: list[int], m: Affine) -> SsmLead | None:
-        """Jamba's graph inputs around its last attention layer (`DevicePlan._ssm_after_residual`): the mixed
+        """Jamba's graph inputs around its last attention layer (`SsmReplay._ssm_after_residual`): the mixed
         batch's tokens (i32) and slots (i64), no positions (src/models/jamba.cpp uses no RoPE), the rotations, K's
         row indices and V's (i64 per token with flash attention, per element without it, `v_idxs`)."""
         ssm = self.profile.ssm
