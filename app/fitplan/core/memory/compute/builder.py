@@ -71,7 +71,6 @@ from fitplan.core.memory.compute.terms import (
     Largest,
     Linear,
     LogitsOnTop,
-    MaskCopy,
     Term,
     nonzero,
 )
@@ -1084,7 +1083,6 @@ class PlanBuilder:
             Fixed("token ids, positions, indices", host_small if n_copies == 1 else 0),
             Fixed(label, blocks),
             *self._graph_inputs(host_layers),
-            MaskCopy(self.n_tok),
         )
         logits, output = self._host_output(runs, host_layers if host_last and n_copies == 1 else None)
         return DevicePlan(

@@ -316,18 +316,3 @@ class Dsv4Inputs:
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
         return self.dsv4.inputs_array(nb)
-
-
-@dataclass(frozen=True, slots=True)
-class MaskCopy:
-    """SCRATCH: an f32 copy of the base cache's KQ mask `[n_kv, n_tok]` kept on the host."""
-
-    n_tok: int
-    label: str = "mask copy (scratch)"
-
-    def at(self, nb: int, ns: int) -> int:
-        return 4 * self.n_tok * nb
-
-    def over(self, nb: Cells, ns: Cells) -> Cells:
-        out: Cells = 4 * self.n_tok * nb
-        return out
