@@ -38,14 +38,14 @@ class DevicePlan:
     under: tuple[Term, ...] = ()  # below both phases (pipeline-parallel copies, the op-offload weight copy)
 
     def terms(self) -> tuple[Term, ...]:
-        """Every term of the plan, in the order the evaluator reads them."""
+        """Every term of the plan: the groups, then the attention's CUDA copies and the host's logits."""
         groups = (self.inputs, self.attention, self.ffn, self.after, self.output, self.under)
         extra = tuple(t for t in (self.fa_copies, self.logits) if t is not None)
         return tuple(t for g in groups for t in g) + extra
 
 
 class Space(Protocol, Generic[V, B]):
-    """Where the evaluator reads the terms: one context (`OneContext`) or arrays of contexts (`Curve`)."""
+    """Where the evaluator reads the terms: one context (`OneContext`) or arrays of contexts (`ManyContexts`)."""
 
     def of(self, term: Term) -> V: ...
     def zero(self) -> V: ...
@@ -107,7 +107,7 @@ class OneContext:
 Flags = NDArray[np.bool_]
 
 
-class Curve:
+class ManyContexts:
     """Bytes at each of many contexts: arrays of base and SWA cells per stream."""
 
     def __init__(self, nb: Cells, ns: Cells) -> None:
@@ -236,7 +236,7 @@ def evaluate_plan(p: DevicePlan, nb: int, ns: int) -> ComputeBuffer:
 
 def total_array(p: DevicePlan, nb: Cells, ns: Cells) -> Cells:
     """The device's buffer at each of the contexts the arrays of cells give."""
-    s = Curve(nb, ns)
+    s = ManyContexts(nb, ns)
     out = s.zero()
     for live, seg in device_parts(p, s):
         total = _total(seg, s)
