@@ -394,7 +394,8 @@ def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[s
         "and its KV cache at the depth reached, at a share of the device's peak memory bandwidth, plus a fixed "
         "time per layer; a prompt batch is computed at a share of the GPU's FP16 throughput, and the weights left "
         "on the host are copied to the first GPU once per batch of 32 or more tokens. The hardware figures are "
-        "the vendors' (`app/fitplan/data/gpu_speed.json`, each with its source) or the driver's (NVML), and the "
+        "the vendors' (`app/fitplan/data/gpu_speed.json`, each with its source) or the driver's (NVML's bus width "
+        "and memory clock; amdgpu's top memory clock with the catalog's bus width), and the "
         "host's RAM bandwidth is stated with every result (`--host-bandwidth` sets it).",
         "",
         f"The shares are fitted on published llama-bench results ({len(rows)} rows in "

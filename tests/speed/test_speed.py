@@ -244,3 +244,87 @@ def test_cpu_only_and_no_device_plans_have_a_speed() -> None:
     assert none.generation.tps == pytest.approx(cpu_only.generation.tps)
     gpu = plan_speed(p, m, LaunchSettings(n_ctx=4096), host_bandwidth=50e9)
     assert gpu.generation.tps > 3 * none.generation.tps
+
+
+def _amd_card(root: Any, files: dict[str, str]) -> None:
+    d = root / "class" / "drm" / "card0" / "device"
+    d.mkdir(parents=True)
+    for k, v in files.items():
+        (d / k).write_text(v + "\n")
+
+
+def test_amd_sysfs_memory_clock_gives_the_bandwidth(tmp_path: Any) -> None:
+    """amdgpu names no product on consumer boards and gives no bandwidth: the PCI id and revision name the board
+    (744c rev c8: RX 7900 XTX), pp_dpm_mclk's top level (1249 MHz) x 16 transfers (GDDR6) x the catalog's 384-bit
+    bus gives 959 GB/s."""
+    from fitplan.core.hardware.amd import AmdSysfsProbe
+    from fitplan.core.speed.figures import gpu_figures
+
+    _amd_card(
+        tmp_path,
+        {
+            "vendor": "0x1002",
+            "device": "0x744c",
+            "revision": "0xc8",
+            "mem_info_vram_total": str(24 * GIB),
+            "mem_info_vram_used": "0",
+            "mem_info_vram_vendor": "samsung",
+            "pp_dpm_mclk": "0: 96Mhz *\n1: 456Mhz\n2: 772Mhz\n3: 1249Mhz",
+            "uevent": "PCI_SLOT_NAME=0000:03:00.0",
+        },
+    )
+    (gpu,) = AmdSysfsProbe(tmp_path, {}).probe().gpus
+    dev = gpu.device
+    assert dev.name == "Radeon RX 7900 XTX" and dev.memory_clock_mhz == 1249.0
+    assert "VRAM samsung" in dev.detail
+    fig, note = gpu_figures(dev)
+    assert fig.bandwidth == pytest.approx(384 / 8 * 1249e6 * 16)
+    assert note is None and "1249 MHz" in fig.source
+
+
+def test_amd_clock_without_a_known_memory_type_keeps_the_catalog_figure(tmp_path: Any) -> None:
+    """HBM2e's transfers per reported clock are not published with a measured pair: the catalog's bandwidth stays."""
+    from fitplan.core.hardware.amd import AmdSysfsProbe
+    from fitplan.core.speed.figures import gpu_figures
+
+    _amd_card(
+        tmp_path,
+        {
+            "vendor": "0x1002",
+            "product_name": "AMD Instinct MI210",
+            "mem_info_vram_total": str(64 * GIB),
+            "mem_info_vram_used": "0",
+            "pp_dpm_mclk": "0: 400Mhz\n1: 1600Mhz *",
+        },
+    )
+    (gpu,) = AmdSysfsProbe(tmp_path, {}).probe().gpus
+    assert gpu.device.memory_clock_mhz == 1600.0
+    fig, _ = gpu_figures(gpu.device)
+    assert fig.bandwidth == load_speed_table().find("Instinct MI210").bandwidth_gbs * GB  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("text", "mhz"),
+    [("0: 96Mhz *\n3: 1249Mhz", 1249.0), ("", 0.0), (None, 0.0), ("garbage\n1: fastMhz", 0.0), ("1: 875MHz", 875.0)],
+)
+def test_pp_dpm_mclk_parsing(text: str | None, mhz: float) -> None:
+    from fitplan.core.hardware.amd import max_memory_clock
+
+    assert max_memory_clock(text) == mhz
+
+
+def test_an_unknown_amd_revision_keeps_the_pci_ids(tmp_path: Any) -> None:
+    from fitplan.core.hardware.amd import AmdSysfsProbe
+
+    _amd_card(
+        tmp_path,
+        {
+            "vendor": "0x1002",
+            "device": "0x744c",
+            "revision": "0xcc",
+            "mem_info_vram_total": str(20 * GIB),
+            "mem_info_vram_used": "0",
+        },
+    )
+    (gpu,) = AmdSysfsProbe(tmp_path, {}).probe().gpus
+    assert gpu.device.name == "AMD GPU 1002:744c" and gpu.device.memory_clock_mhz == 0.0
