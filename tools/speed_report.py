@@ -54,6 +54,8 @@ MODEL_DIRS = (
 )
 DOC = ROOT / "docs" / "speed.md"
 CALIBRATION = ROOT / "app" / "fitplan" / "data" / "speed_calibration.json"
+#: llama-bench's default -b (a row that states another carries "n_batch").
+LLAMA_BENCH_N_BATCH = 2048
 #: One row in three is held out (the first byte of the row's hash, modulo 3).
 HOLD_OUT_MODULUS = 3
 #: The band shown with a prediction: this quantile of the held-out |ln(predicted / measured)|.
@@ -77,9 +79,11 @@ class Row:
     @property
     def key(self) -> str:
         d = self.data
-        return "|".join(
+        key = "|".join(
             str(d[k]) for k in ("address", "gpu", "backend", "model_label", "test", "ngl", "n_cpu_moe")
         )
+        n = int(str(d["n_gpus"]))
+        return key if n <= 1 else f"{key}|{n} GPUs"  # one table often gives 1, 2, 4 ... cards of one kind
 
     @property
     def held_out(self) -> bool:
@@ -150,6 +154,7 @@ def run(row: Row, cal: Calibration) -> tuple[Prediction, SpeedClass]:
         depth=_int(d["depth"]),
         n_prompt=max(1, _int(d["n_prompt"])),
         n_ubatch=_int(d["ubatch"]),
+        n_batch=_int(d.get("n_batch", LLAMA_BENCH_N_BATCH)),
     )
     return pred, cls
 

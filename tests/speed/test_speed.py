@@ -328,3 +328,75 @@ def test_an_unknown_amd_revision_keeps_the_pci_ids(tmp_path: Any) -> None:
     )
     (gpu,) = AmdSysfsProbe(tmp_path, {}).probe().gpus
     assert gpu.device.name == "AMD GPU 1002:744c" and gpu.device.memory_clock_mhz == 0.0
+
+
+def test_pipeline_overlaps_micro_batches_of_one_call() -> None:
+    """llama.cpp pipelines the micro-batches of one llama_decode across layer-split GPUs: a call of k micro-batches
+    takes sum(stage) + (k - 1) x max(stage), not k x sum(stage)."""
+    from fitplan.core.speed.model import pipeline_factor
+
+    assert pipeline_factor([1.0, 1.0], True, 512, 512, 2048) == 1.0  # one micro-batch: nothing to overlap
+    assert pipeline_factor([1.0, 1.0], True, 4096, 512, 2048) == pytest.approx((2 + 3 * 1) / (4 * 2))
+    assert pipeline_factor([1.0, 3.0], True, 4096, 512, 2048) == pytest.approx((4 + 3 * 3) / (4 * 4))
+    assert pipeline_factor([1.0, 1.0], False, 4096, 512, 2048) == 1.0
+    assert pipeline_factor([1.0], True, 4096, 512, 2048) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("extra", "pipelined"),
+    [
+        ({}, True),
+        ({"split_mode": "row"}, False),
+        ({"no_kv_offload": True}, False),
+        ({"n_gpu_layers": 20}, False),
+    ],
+)
+def test_pipeline_needs_every_layer_on_gpus_layer_split_and_kv_offload(
+    extra: dict[str, Any], pipelined: bool
+) -> None:
+    """src/llama-context.cpp enables pipeline parallelism only with more than one device, all layers offloaded,
+    layer split, the KV cache offloaded and no tensor overrides."""
+    from dataclasses import replace
+
+    from fitplan.core.base.launch_settings import SplitMode
+    from fitplan.core.speed.work import model_work
+
+    p = sparse("llama-3.1-8b")
+    m = Machine(assumed_devices(["2x RTX 4090"]), host_device(128 * GIB))
+    s = LaunchSettings(n_ctx=4096, n_gpu_layers=99)
+    if "split_mode" in extra:
+        extra = {**extra, "split_mode": SplitMode(extra["split_mode"])}
+    assert model_work(p, replace(s, **extra), m).pipeline is pipelined
+    one = Machine(assumed_devices(["RTX 4090"]), host_device(128 * GIB))
+    assert model_work(p, s, one).pipeline is False
+
+
+def test_moe_overrides_turn_the_pipeline_off() -> None:
+    p = sparse("qwen3-30b-a3b")
+    m = Machine(assumed_devices(["2x RTX 3090"]), host_device(128 * GIB))
+    from fitplan.core.speed.work import model_work
+
+    assert model_work(p, LaunchSettings(n_ctx=4096, n_gpu_layers=99), m).pipeline is True
+    assert model_work(p, LaunchSettings(n_ctx=4096, n_gpu_layers=99, n_cpu_moe=4), m).pipeline is False
+
+
+def test_a_long_prompt_on_two_gpus_is_faster_than_the_sum_of_their_stages() -> None:
+    """pp4096 in calls of 2048 tokens (4 micro-batches of 512) on two GPUs: faster than without the pipeline."""
+    from dataclasses import replace
+
+    from fitplan.core.speed.model import predict
+    from fitplan.core.speed.work import model_work
+
+    p = sparse("llama-3.1-8b")
+    m = Machine(assumed_devices(["2x RTX 4090"]), host_device(128 * GIB))
+    work = model_work(p, LaunchSettings(n_ctx=8192, n_gpu_layers=99), m)
+    figs = machine_figures(m, 50e9)
+    from fitplan.core.speed.model import Backend
+
+    cal = load_calibration()
+    piped = predict(work, figs, (Backend.CUDA, Backend.CUDA), cal, n_prompt=4096, n_ubatch=512, n_batch=2048)
+    plain = predict(
+        replace(work, pipeline=False), figs, (Backend.CUDA, Backend.CUDA), cal, n_prompt=4096, n_ubatch=512
+    )
+    assert piped.prompt_tps > 1.3 * plain.prompt_tps
+    assert piped.generation_tps == plain.generation_tps

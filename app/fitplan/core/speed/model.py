@@ -183,6 +183,7 @@ def predict(
     depth: int = 0,
     n_prompt: int = 512,
     n_ubatch: int = 512,
+    n_batch: int = 2048,
 ) -> Prediction:
     """Generation t/s at `depth` tokens of context and prompt t/s for a prompt of `n_prompt` tokens.
 
@@ -205,7 +206,7 @@ def predict(
     if host_read > 0:
         times.append(DeviceTime(hf.name, host_read, t_host))
     tg += t_host + work.boundaries * cal.split_us * 1e-6
-    pp_t, parts = _prompt_seconds(work, figs, kinds, cal, n_prompt, n_ubatch)
+    pp_t, parts = _prompt_seconds(work, figs, kinds, cal, n_prompt, n_ubatch, n_batch)
     bd = Breakdown(
         tg_gpu_bytes=bytes_over_bw,
         tg_gpu_layers=layers,
@@ -229,22 +230,27 @@ def _prompt_seconds(
     cal: Calibration,
     n_prompt: int,
     n_ubatch: int,
+    n_batch: int = 2048,
 ) -> tuple[float, tuple[float, float, float, float]]:
     """Seconds per prompt token, and its parts (GPU FLOPs/peak, upload/link, host seconds, fixed seconds)."""
     ub = max(1, min(n_ubatch, n_prompt))
     avg_depth = n_prompt / 2
     used = used_expert_fraction(work, ub)
     share = work.expert_share
-    t = 0.0
+    stages: list[float] = []
     flops_over_peak = 0.0
     fixed = 0.0
     for w, f, b in zip(work.gpus, figs.gpus, kinds, strict=False):
         fl = w.matrix_flops(share) + w.attn_flops_per_cell * avg_depth
         k = cal.constants(b)
-        t += fl / (f.flops * k.pp_efficiency)
-        flops_over_peak += fl / f.flops
         per_batch = (w.dense_bytes + w.expert_bytes * used) / f.bandwidth / ub
+        stages.append(fl / (f.flops * k.pp_efficiency) + per_batch)
+        flops_over_peak += fl / f.flops
         fixed += per_batch
+    overlap = pipeline_factor(stages, work.pipeline, n_prompt, ub, n_batch)
+    t = sum(stages) * overlap
+    flops_over_peak *= overlap
+    fixed *= overlap
     h, hf = work.host, figs.host
     host_matrix = h.matrix_flops(share)
     upload = 0.0
@@ -257,5 +263,19 @@ def _prompt_seconds(
         t += upload / cal.link_efficiency
     else:
         host_s += host_matrix / hf.flops
-    t += host_s + fixed + work.boundaries * cal.split_us * 1e-6 / ub
+    t += host_s + work.boundaries * cal.split_us * 1e-6 / ub
     return t, (flops_over_peak, upload, host_s, fixed)
+
+
+def pipeline_factor(stages: list[float], pipeline: bool, n_prompt: int, ub: int, n_batch: int) -> float:
+    """The share of the GPUs' summed time a prompt takes when llama.cpp pipelines its micro-batches.
+
+    One `llama_decode` call takes `n_batch` tokens in `k` micro-batches; with pipeline parallelism GPU i works on
+    micro-batch j+1 while GPU i+1 works on j, so the call takes sum(stage) + (k - 1) x max(stage) instead of
+    k x sum(stage) (the pipeline's fill plus its slowest stage per further micro-batch). 1 without pipelining
+    or with one micro-batch per call."""
+    total = sum(stages)
+    if not pipeline or len(stages) < 2 or total <= 0:
+        return 1.0
+    k = max(1, math.ceil(min(max(n_batch, 1), n_prompt) / ub))
+    return (total + (k - 1) * max(stages)) / (k * total)

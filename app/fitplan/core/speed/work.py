@@ -10,7 +10,10 @@ The placement is the estimator's own (`memory.weights.place_weights`), so the sp
 * matrix FLOPs per token: 2 x the elements of those weights (the same expert share);
 * KV cache per token of context: K and V rows of the layers whose cache it holds (`-nkvo` keeps them on the host);
 * the layer boundaries where the hidden state crosses from one device to the next
-  (`ggml-backend.cpp:ggml_backend_sched_split_graph` cuts the graph there and copies the input of each split).
+  (`ggml-backend.cpp:ggml_backend_sched_split_graph` cuts the graph there and copies the input of each split);
+* whether llama.cpp pipelines the micro-batches of a prompt across the GPUs (`src/llama-context.cpp`: more than one
+  device, every layer and the output on a GPU, layer split, the KV cache offloaded and no tensor overrides, which
+  `--n-cpu-moe` and `-ot` are; the scheduler then keeps up to 4 copies of the inputs in flight).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from fitplan.core.base.devices import Machine
-from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.base.launch_settings import LaunchSettings, SplitMode
 from fitplan.core.gguf import ggml_types
 from fitplan.core.memory.weights import WeightPlacement, active_gpu_positions, place_weights
 from fitplan.core.model.profile import LayerKind, ModelProfile, TensorRole
@@ -57,6 +60,7 @@ class ModelWork:
     n_embd: int
     boundaries: int  # layer-to-layer device changes a token crosses (hidden state copies per token)
     n_layer: int
+    pipeline: bool = False  # the GPUs work on consecutive micro-batches at once (pipeline parallelism)
 
     @property
     def host(self) -> DeviceWork:
@@ -158,4 +162,14 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
     n_exp = moe.n_expert if moe is not None and moe.n_expert > 0 else 0
     used = moe.n_expert_used if moe is not None and n_exp else 0
     share = used / n_exp if n_exp else 1.0
-    return ModelWork(devices, share, n_exp, used, profile.n_embd, boundaries, profile.n_layer)
+    pipeline = (
+        n_dev > 1
+        and sums[None].n_layers == 0
+        and placement.output_device is not None
+        and settings.split_mode is SplitMode.LAYER
+        and not settings.no_kv_offload
+        and not settings.tensor_overrides
+        and settings.n_cpu_moe == 0
+        and not settings.cpu_moe
+    )
+    return ModelWork(devices, share, n_exp, used, profile.n_embd, boundaries, profile.n_layer, pipeline)
