@@ -398,14 +398,18 @@ def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[s
         "generated token reads every weight a device holds (routed experts: `n_expert_used / n_expert` of them) "
         "and its KV cache at the depth reached, at a share of the device's peak memory bandwidth, plus a fixed "
         "time per layer; a prompt batch is computed at a share of the GPU's FP16 throughput, and the weights left "
-        "on the host are copied to the first GPU once per batch of 32 or more tokens. The hardware figures are "
+        "on the host are copied to the first GPU once per batch of 32 or more tokens (of the routed experts, the ones "
+        "some token of the batch selects). Layer-split GPUs that hold every layer pipeline the micro-batches of one "
+        "call (`llama-context.cpp`'s pipeline parallelism): a call of k micro-batches takes the sum of the GPUs' "
+        "times plus k - 1 times the slowest one. The hardware figures are "
         "the vendors' (`app/fitplan/data/gpu_speed.json`, each with its source) or the driver's (NVML's bus width "
         "and memory clock; amdgpu's top memory clock with the catalog's bus width), and the "
         "host's RAM bandwidth is stated with every result (`--host-bandwidth` sets it).",
         "",
         f"The shares are fitted on published llama-bench results ({len(rows)} rows in "
         "`tests/fixtures/speed/published.json`, each with its address). One row in three is held out by a hash "
-        f"of its address and fields before anything is fitted ({held} held out); the tables below are the error "
+        "of its address and fields (the GPU count of a multi-GPU row among them) before anything is fitted "
+        f"({held} held out); the tables below are the error "
         "on the held-out rows, which were never used for fitting. The band the CLI and the window show with a "
         "prediction is the range that holds 80% of the held-out rows of its class.",
         "",
@@ -434,6 +438,10 @@ def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[s
         "of its kind.",
         "- CPU-only plans use a stated host throughput (0.9 TFLOPS) for prompts; no CPU-only row is fitted.",
         "- Threads: the host term assumes enough threads to reach its bandwidth share.",
+        "- Prompts with every layer on the host (`-ngl 0`): the attention runs on the CPU next to its KV cache; the "
+        "one published row is far off (see the table), the CPU attention rate is not fitted.",
+        "- Few published partial `-ngl` and expert-offload rows name their GPU, host RAM and settings: their bands "
+        "come from few held-out rows (or all held-out rows of the kind).",
         "",
         "## Every row",
         "",
