@@ -305,7 +305,13 @@ def test_amd_clock_without_a_known_memory_type_keeps_the_catalog_figure(tmp_path
 
 @pytest.mark.parametrize(
     ("text", "mhz"),
-    [("0: 96Mhz *\n3: 1249Mhz", 1249.0), ("", 0.0), (None, 0.0), ("garbage\n1: fastMhz", 0.0), ("1: 875MHz", 875.0)],
+    [
+        ("0: 96Mhz *\n3: 1249Mhz", 1249.0),
+        ("", 0.0),
+        (None, 0.0),
+        ("garbage\n1: fastMhz", 0.0),
+        ("1: 875MHz", 875.0),
+    ],
 )
 def test_pp_dpm_mclk_parsing(text: str | None, mhz: float) -> None:
     from fitplan.core.hardware.amd import max_memory_clock
