@@ -162,14 +162,19 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
     n_exp = moe.n_expert if moe is not None and moe.n_expert > 0 else 0
     used = moe.n_expert_used if moe is not None and n_exp else 0
     share = used / n_exp if n_exp else 1.0
-    pipeline = (
+    pipeline = _pipelined(settings, n_dev, sums[None].n_layers == 0 and placement.output_device is not None)
+    return ModelWork(devices, share, n_exp, used, profile.n_embd, boundaries, profile.n_layer, pipeline)
+
+
+def _pipelined(settings: LaunchSettings, n_dev: int, all_on_gpus: bool) -> bool:
+    """llama-context.cpp's pipeline_parallel: more than one device, every layer and the output offloaded, layer
+    split, the KV cache offloaded and no tensor overrides (`--n-cpu-moe` and `--cpu-moe` are overrides)."""
+    return (
         n_dev > 1
-        and sums[None].n_layers == 0
-        and placement.output_device is not None
+        and all_on_gpus
         and settings.split_mode is SplitMode.LAYER
         and not settings.no_kv_offload
         and not settings.tensor_overrides
         and settings.n_cpu_moe == 0
         and not settings.cpu_moe
     )
-    return ModelWork(devices, share, n_exp, used, profile.n_embd, boundaries, profile.n_layer, pipeline)
