@@ -406,3 +406,49 @@ def test_a_long_prompt_on_two_gpus_is_faster_than_the_sum_of_their_stages() -> N
     )
     assert piped.prompt_tps > 1.3 * plain.prompt_tps
     assert piped.generation_tps == plain.generation_tps
+
+
+def test_unquantized_weights_are_counted_apart() -> None:
+    """F16/BF16/F32 matrices go to a float GEMM, quantized ones to llama.cpp's own kernels: the work keeps the
+    FLOPs of the first apart, and a calibration whose float share is higher makes such a model's prompt faster."""
+    from dataclasses import replace
+
+    from fitplan.core.speed.model import Backend, BackendConstants, Calibration, predict
+    from fitplan.core.speed.work import model_work
+
+    q = sparse("llama-3.1-8b")
+    f16 = replace(q, tensors=tuple(replace(t, type_name="F16") for t in q.tensors))
+    m = Machine(assumed_devices(["RTX 4090"]), host_device(64 * GIB))
+    s = LaunchSettings(n_ctx=4096, n_gpu_layers=99)
+    wq, wf = model_work(q, s, m), model_work(f16, s, m)
+    assert wq.gpus[0].dense_flops_16 == 0.0
+    assert wf.gpus[0].dense_flops_16 == wf.gpus[0].dense_flops > 0
+    figs = machine_figures(m, 50e9)
+    same = Calibration(
+        backends={"cuda": BackendConstants(0.8, 0.0, 0.4)},
+        host_efficiency=0.5,
+        link_efficiency=0.7,
+        split_us=0.0,
+        host_layer_us=0.0,
+    )
+    faster = replace(same, backends={"cuda": BackendConstants(0.8, 0.0, 0.4, 0.8)})
+    assert (
+        predict(wf, figs, (Backend.CUDA,), faster).prompt_tps
+        > 1.5 * predict(wf, figs, (Backend.CUDA,), same).prompt_tps
+    )
+    # a quantized model only gains on its attention
+    assert (
+        predict(wq, figs, (Backend.CUDA,), faster).prompt_tps
+        < 1.1 * predict(wq, figs, (Backend.CUDA,), same).prompt_tps
+    )
+
+
+def test_a_printed_size_of_two_bytes_per_weight_is_an_unquantized_row(report: Any) -> None:
+    """The headers carry one quantization mix; a row whose printed size is 2 bytes per weight ran F16."""
+    rows = [r for r in report.load_rows() if r.get("model_label") == "llama 7B F16"]
+    assert rows
+    work, _, _, _ = report.setup(rows[0])
+    assert work.gpus[0].dense_flops_16 == work.gpus[0].dense_flops
+    q = next(r for r in report.load_rows() if r.get("model_label") == "llama 7B Q4_0")
+    work_q, _, _, _ = report.setup(q)
+    assert work_q.gpus[0].dense_flops_16 == 0.0

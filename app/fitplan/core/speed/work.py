@@ -40,6 +40,11 @@ class DeviceWork:
     kv_bytes_per_cell: float  # K+V bytes per context cell of the layers whose cache is here
     attn_flops_per_cell: float  # 4 x heads x head size per context cell, summed over those layers
     n_layers: int  # blocks whose compute runs here
+    #: the part of dense_flops / expert_flops whose weights are stored unquantized (F16, BF16, F32): llama.cpp
+    #: multiplies those with a float GEMM (cuBLAS, Metal's simdgroup matrix kernels), the quantized ones with its
+    #: own kernels (ggml-cuda's mmq, Metal's mul_mm on dequantized tiles), which reach a different share of peak
+    dense_flops_16: float = 0.0
+    expert_flops_16: float = 0.0
 
     def read_bytes(self, expert_share: float) -> float:
         """Weight bytes one generated token reads here."""
@@ -47,6 +52,10 @@ class DeviceWork:
 
     def matrix_flops(self, expert_share: float) -> float:
         return self.dense_flops + self.expert_flops * expert_share
+
+    def matrix_flops_16(self, expert_share: float) -> float:
+        """The unquantized part of `matrix_flops`."""
+        return self.dense_flops_16 + self.expert_flops_16 * expert_share
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +115,12 @@ class _Sums:
     kv_cell: float = 0.0
     attn_cell: float = 0.0
     n_layers: int = 0
+    dense_flops_16: float = 0.0
+    expert_flops_16: float = 0.0
+
+
+#: Weight types multiplied unquantized (a float GEMM rather than a quantized kernel).
+FLOAT_WEIGHT_TYPES = frozenset({"F16", "BF16", "F32"})
 
 
 def _add_weights(
@@ -119,12 +134,15 @@ def _add_weights(
         acc = sums[tp.device if tp.device is not None and tp.device < n_dev else None]
         flops = 2.0 * _elements(src.shape) if tp.matrix else 0.0
         nbytes = tp.n_bytes or src.n_bytes
+        unquantized = src.type_name.upper() in FLOAT_WEIGHT_TYPES
         if tp.role is TensorRole.EXPERTS:
             acc.expert_bytes += nbytes
             acc.expert_flops += flops
+            acc.expert_flops_16 += flops if unquantized else 0.0
         else:
             acc.dense_bytes += nbytes
             acc.dense_flops += flops
+            acc.dense_flops_16 += flops if unquantized else 0.0
 
 
 def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine) -> ModelWork:
@@ -155,6 +173,8 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
             a.kv_cell,
             a.attn_cell,
             a.n_layers,
+            a.dense_flops_16,
+            a.expert_flops_16,
         )
         for s, a in ((s, sums[s]) for s in slots)
     )
