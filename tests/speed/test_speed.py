@@ -452,3 +452,29 @@ def test_a_printed_size_of_two_bytes_per_weight_is_an_unquantized_row(report: An
     q = next(r for r in report.load_rows() if r.get("model_label") == "llama 7B Q4_0")
     work_q, _, _, _ = report.setup(q)
     assert work_q.gpus[0].dense_flops_16 == 0.0
+
+
+def test_pascal_quantized_products_use_the_dp4a_rate() -> None:
+    """ggml-cuda runs quantized matrix products on GPUs without tensor cores with dp4a (four int8 multiply-adds per
+    FP32 instruction): their quantized prompt FLOPs are divided by 4 x the FP32 rate; F16 weights keep the FP32 rate."""
+    from dataclasses import replace
+
+    from fitplan.core.speed.figures import gpu_figures
+    from fitplan.core.speed.model import Backend, predict
+    from fitplan.core.speed.work import model_work
+
+    (p40,) = assumed_devices(["Tesla P40"])
+    fig, _ = gpu_figures(p40)
+    assert fig.q_flops == pytest.approx(4 * fig.flops)
+    (ada,) = assumed_devices(["RTX 4090"])
+    assert gpu_figures(ada)[0].q_flops == gpu_figures(ada)[0].flops  # tensor cores: no separate rate
+    m = Machine((p40,), host_device(64 * GIB))
+    p = sparse("llama-3.1-8b")
+    work = model_work(p, LaunchSettings(n_ctx=4096, n_gpu_layers=99), m)
+    figs = machine_figures(m, 50e9)
+    cal = load_calibration()
+    with_dp4a = predict(work, figs, (Backend.CUDA,), cal).prompt_tps
+    without = predict(
+        work, replace(figs, gpus=(replace(figs.gpus[0], quant_flops=0.0),)), (Backend.CUDA,), cal
+    ).prompt_tps
+    assert with_dp4a > 2 * without

@@ -55,6 +55,7 @@ class GpuFigures:
     source: str
     aliases: tuple[str, ...] = ()
     bus_bits: int = 0  # memory bus width, where the source states it
+    int8_tops: float = 0.0  # dp4a int8 peak of GPUs without tensor cores (ggml-cuda's mmq on them); 0 = none
     memory: str = ""  # memory type ("GDDR6", "HBM2e"...), where the source states it
 
 
@@ -78,6 +79,7 @@ class SpeedTable:
                     aliases=tuple(str(a) for a in r.get("aliases", ())),
                     bus_bits=int(r.get("bus_bits", 0)),
                     memory=str(r.get("memory", "")),
+                    int8_tops=float(r.get("int8_tops", 0.0)),
                 )
             )
         return cls(tuple(rows))
@@ -120,6 +122,13 @@ class DeviceFigures:
     flops: float  # dense FP16 matrix throughput (GPU) or FP32 (host CPU), FLOP/s
     link: float  # host <-> device link, bytes/s, one direction (0 for the host itself)
     source: str  # one line
+    #: the peak of quantized-weight matrix products where it differs from `flops` (dp4a int8 on GPUs without
+    #: tensor cores); 0 = `flops`
+    quant_flops: float = 0.0
+
+    @property
+    def q_flops(self) -> float:
+        return self.quant_flops or self.flops
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,17 +166,25 @@ def gpu_figures(device: Device, table: SpeedTable | None = None) -> tuple[Device
             f"{from_clock / GB:.0f} GB/s from the driver's memory clock ({device.memory_clock_mhz:.0f} MHz) and "
             f"{known.name}'s {known.bus_bits}-bit {known.memory} bus"
         )
-        return DeviceFigures(device.name, from_clock, known.fp16_tflops * TFLOPS, link, src), None
+        return DeviceFigures(
+            device.name, from_clock, known.fp16_tflops * TFLOPS, link, src, known.int8_tops * TFLOPS
+        ), None
     if device.memory_bandwidth > 0:
         flops = known.fp16_tflops * TFLOPS if known else UNKNOWN_GPU_FLOPS
         src = f"{device.memory_bandwidth / GB:.0f} GB/s from the driver"
         if known is None:
             note = f"a GPU not in the speed catalog: matrix throughput {UNKNOWN_GPU_FLOPS / TFLOPS:.0f} TFLOPS assumed"
-        return DeviceFigures(device.name, device.memory_bandwidth, flops, link, src), note
+        int8 = known.int8_tops * TFLOPS if known else 0.0
+        return DeviceFigures(device.name, device.memory_bandwidth, flops, link, src, int8), note
     if known is not None:
         src = f"{known.name}: {known.bandwidth_gbs:g} GB/s, {known.fp16_tflops:g} TFLOPS ({known.source})"
         return DeviceFigures(
-            device.name, known.bandwidth_gbs * GB, known.fp16_tflops * TFLOPS, link, src
+            device.name,
+            known.bandwidth_gbs * GB,
+            known.fp16_tflops * TFLOPS,
+            link,
+            src,
+            known.int8_tops * TFLOPS,
         ), None
     note = (
         f"a GPU not in the speed catalog: {UNKNOWN_GPU_BANDWIDTH / GB:.0f} GB/s and "

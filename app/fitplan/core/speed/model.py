@@ -253,8 +253,8 @@ def _prompt_seconds(
         flq = w.matrix_flops(share) - w.matrix_flops_16(share)
         k = cal.constants(b)
         per_batch = (w.dense_bytes + w.expert_bytes * used) / f.bandwidth / ub
-        stages.append(flq / (f.flops * k.pp_efficiency) + fl16 / (f.flops * k.pp_share_16) + per_batch)
-        q_over_peak += flq / f.flops
+        stages.append(flq / (f.q_flops * k.pp_efficiency) + fl16 / (f.flops * k.pp_share_16) + per_batch)
+        q_over_peak += flq / f.q_flops
         f16_over_peak += fl16 / f.flops
         fixed += per_batch
     overlap = pipeline_factor(stages, work.pipeline, n_prompt, ub, n_batch)
@@ -267,8 +267,8 @@ def _prompt_seconds(
     if work.gpus and ub >= OP_OFFLOAD_MIN_BATCH and host_matrix > 0:
         f0, k0 = figs.gpus[0], cal.constants(kinds[0])
         h16 = h.matrix_flops_16(share)
-        t += (host_matrix - h16) / (f0.flops * k0.pp_efficiency) + h16 / (f0.flops * k0.pp_share_16)
-        q_over_peak += (host_matrix - h16) / f0.flops
+        t += (host_matrix - h16) / (f0.q_flops * k0.pp_efficiency) + h16 / (f0.flops * k0.pp_share_16)
+        q_over_peak += (host_matrix - h16) / f0.q_flops
         f16_over_peak += h16 / f0.flops
         upload = (h.dense_bytes + h.expert_bytes * used) / f0.link / ub
         t += upload / cal.link_efficiency
