@@ -281,6 +281,7 @@ def fit(rows: list[Row], log: list[str] | None = None) -> Calibration:
     said.append(
         f"PCIe share from {len(link_ratios)} partial or expert-offload prompt fit rows"
         + ("" if link_ratios else " (default 0.7: no such fit row)")
+        + (" (at most 1: the rows imply more than the link's peak)" if _median(link_ratios, 0.0) > 1 else "")
     )
     cal = replace(
         cal,
@@ -482,7 +483,10 @@ def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[s
         "- Prompts with every layer on the host (`-ngl 0`): the attention runs on the CPU next to its KV cache; the "
         "one published row is far off (see the table), the CPU attention rate is not fitted.",
         "- Few published partial `-ngl` and expert-offload rows name their GPU, host RAM and settings: their bands "
-        "come from few held-out rows (or all held-out rows of the kind).",
+        "come from few held-out rows (or all held-out rows of the kind). Rows of models whose layout has no header "
+        "here (many recent expert-offload posts run Qwen3.5/3.6 35B-A3B) are not used.",
+        "- ROCm and Vulkan have no published unquantized-weight prompt row: they use their quantized share for "
+        "unquantized weights and the attention; ROCm's generation takes CUDA's time per layer (two fit rows).",
         "",
         "## Every row",
         "",
