@@ -54,6 +54,11 @@ MODEL_DIRS = (
 )
 DOC = ROOT / "docs" / "speed.md"
 CALIBRATION = ROOT / "app" / "fitplan" / "data" / "speed_calibration.json"
+#: A printed size of at least this many bytes per weight is an unquantized (F16/BF16/F32) model: the headers carry
+#: one quantization mix, the size the table printed says which the row ran.
+UNQUANTIZED_BYTES_PER_WEIGHT = 1.9
+#: llama-bench's default -b (a row that states another carries "n_batch").
+LLAMA_BENCH_N_BATCH = 2048
 #: One row in three is held out (the first byte of the row's hash, modulo 3).
 HOLD_OUT_MODULUS = 3
 #: The band shown with a prediction: this quantile of the held-out |ln(predicted / measured)|.
@@ -77,9 +82,11 @@ class Row:
     @property
     def key(self) -> str:
         d = self.data
-        return "|".join(
+        key = "|".join(
             str(d[k]) for k in ("address", "gpu", "backend", "model_label", "test", "ngl", "n_cpu_moe")
         )
+        n = int(str(d["n_gpus"]))
+        return key if n <= 1 else f"{key}|{n} GPUs"  # one table often gives 1, 2, 4 ... cards of one kind
 
     @property
     def held_out(self) -> bool:
@@ -122,11 +129,19 @@ def setup(row: Row) -> tuple[ModelWork, MachineFigures, tuple[Backend, ...], Spe
     )
     work = model_work(profile, settings, machine)
     if d["size_gib"] is not None:
-        scale = float(str(d["size_gib"])) * GIB / profile.weight_bytes
+        size = float(str(d["size_gib"])) * GIB
+        scale = size / profile.weight_bytes
+        unquantized = size / sum(t.n_elements for t in profile.tensors) >= UNQUANTIZED_BYTES_PER_WEIGHT
         work = replace(
             work,
             devices=tuple(
-                replace(w, dense_bytes=w.dense_bytes * scale, expert_bytes=w.expert_bytes * scale)
+                replace(
+                    w,
+                    dense_bytes=w.dense_bytes * scale,
+                    expert_bytes=w.expert_bytes * scale,
+                    dense_flops_16=w.dense_flops if unquantized else w.dense_flops_16,
+                    expert_flops_16=w.expert_flops if unquantized else w.expert_flops_16,
+                )
                 for w in work.devices
             ),
         )
@@ -150,6 +165,7 @@ def run(row: Row, cal: Calibration) -> tuple[Prediction, SpeedClass]:
         depth=_int(d["depth"]),
         n_prompt=max(1, _int(d["n_prompt"])),
         n_ubatch=_int(d["ubatch"]),
+        n_batch=_int(d.get("n_batch", LLAMA_BENCH_N_BATCH)),
     )
     return pred, cls
 
@@ -183,6 +199,28 @@ def _fit_tg(rows: list[tuple[Row, Prediction]], tau_default: float) -> tuple[flo
     return a, tau_default
 
 
+def _fit_pp(rows: list[tuple[Row, Prediction]]) -> tuple[float, float, int]:
+    """The prompt throughput shares (quantized weights, unquantized weights and attention) from full-offload
+    prompt rows, and how many rows the second came from. The first is the median of what the rows whose FLOPs are
+    mostly quantized imply for all their FLOPs; the second the median of what the mostly unquantized rows imply
+    for their unquantized part once the quantized part is taken at the first share (0, the first share, with fewer
+    than two such rows)."""
+
+    def parts(p: Prediction) -> tuple[float, float, float]:
+        bd = p.breakdown
+        return bd.pp_gpu_flops, bd.pp_gpu_flops_16, bd.pp_fixed
+
+    quant, unq = [], []
+    for r, p in rows:
+        q, h, fixed = parts(p)
+        (unq if h > q else quant).append((1.0 / r.tps, q, h, fixed))
+    pp_eff = min(1.0, _median([(q + h) / max(1e-12, t - fixed) for t, q, h, fixed in quant], 0.5))
+    implied = [h / (t - fixed - q / pp_eff) for t, q, h, fixed in unq if t - fixed - q / pp_eff > 0]
+    if len(implied) < 2:
+        return pp_eff, 0.0, 0
+    return pp_eff, min(1.0, statistics.median(implied)), len(implied)
+
+
 def fit(rows: list[Row], log: list[str] | None = None) -> Calibration:
     """The constants, from the fit part only (each a median or a least-squares fit of what the rows imply).
 
@@ -208,13 +246,16 @@ def fit(rows: list[Row], log: list[str] | None = None) -> Calibration:
         a, tau = _fit_tg(tg, cuda_tau)
         if b is Backend.CUDA:
             cuda_tau = tau
-        ratios = [p.breakdown.pp_gpu_flops / max(1e-12, 1.0 / r.tps - p.breakdown.pp_fixed) for r, p in pp]
-        pp_eff = min(1.0, _median(ratios, 0.5))
-        backends[b.value] = BackendConstants(round(1.0 / a, 4), round(tau, 3), round(pp_eff, 4))
+        pp_eff, pp_eff16, n16 = _fit_pp(pp)
+        backends[b.value] = BackendConstants(
+            round(1.0 / a, 4), round(tau, 3), round(pp_eff, 4), round(pp_eff16, 4)
+        )
         own_tau = "its own" if len(tg) >= 3 or b is Backend.CUDA else "CUDA's"
         said.append(
             f"{b.value}: generation from {len(tg)} full-offload fit rows ({own_tau} time per layer), prompt from "
-            f"{len(pp)}" + ("" if pp else " (default share 0.5)")
+            f"{len(pp)}"
+            + ("" if pp else " (default share 0.5)")
+            + (f", of which {n16} with unquantized weights" if n16 else ", none with unquantized weights")
         )
     if "cuda" not in backends:
         backends["cuda"] = BackendConstants(1.0, 0.0, 1.0)
@@ -240,6 +281,7 @@ def fit(rows: list[Row], log: list[str] | None = None) -> Calibration:
     said.append(
         f"PCIe share from {len(link_ratios)} partial or expert-offload prompt fit rows"
         + ("" if link_ratios else " (default 0.7: no such fit row)")
+        + (" (at most 1: the rows imply more than the link's peak)" if _median(link_ratios, 0.0) > 1 else "")
     )
     cal = replace(
         cal,
@@ -361,11 +403,14 @@ def row_table(results: list[Result]) -> list[str]:
 
 def constants_lines(cal: Calibration, log: list[str]) -> list[str]:
     lines = [
-        "| backend | bandwidth share (tg) | fixed per layer (tg) | FP16 throughput share (pp) |",
-        "|---|---|---|---|",
+        "| backend | bandwidth share (tg) | fixed per layer (tg) | FP16 throughput share (pp, quantized weights) "
+        "| the same, unquantized weights and attention |",
+        "|---|---|---|---|---|",
     ]
     for name, k in sorted(cal.backends.items()):
-        lines.append(f"| {name} | {k.tg_efficiency:.2f} | {k.layer_us:.1f} us | {k.pp_efficiency:.2f} |")
+        lines.append(
+            f"| {name} | {k.tg_efficiency:.2f} | {k.layer_us:.1f} us | {k.pp_efficiency:.2f} | {k.pp_share_16:.2f} |"
+        )
     lines.append("")
     lines.append(
         f"Host RAM bandwidth share at generation: {cal.host_efficiency:.2f}; PCIe share of the prompt-batch weight "
@@ -392,14 +437,21 @@ def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[s
         "plan's context) and the prompt rate (a 512-token prompt). The model is in `app/fitplan/core/speed/`: a "
         "generated token reads every weight a device holds (routed experts: `n_expert_used / n_expert` of them) "
         "and its KV cache at the depth reached, at a share of the device's peak memory bandwidth, plus a fixed "
-        "time per layer; a prompt batch is computed at a share of the GPU's FP16 throughput, and the weights left "
-        "on the host are copied to the first GPU once per batch of 32 or more tokens. The hardware figures are "
-        "the vendors' (`app/fitplan/data/gpu_speed.json`, each with its source) or the driver's (NVML), and the "
+        "time per layer; a prompt batch is computed at a share of the GPU's FP16 throughput (one share for quantized weights, "
+        "which llama.cpp multiplies with its own kernels, one for unquantized weights and the attention, a float "
+        "GEMM), and the weights left "
+        "on the host are copied to the first GPU once per batch of 32 or more tokens (of the routed experts, the ones "
+        "some token of the batch selects). Layer-split GPUs that hold every layer pipeline the micro-batches of one "
+        "call (`llama-context.cpp`'s pipeline parallelism): a call of k micro-batches takes the sum of the GPUs' "
+        "times plus k - 1 times the slowest one. The hardware figures are "
+        "the vendors' (`app/fitplan/data/gpu_speed.json`, each with its source) or the driver's (NVML's bus width "
+        "and memory clock; amdgpu's top memory clock with the catalog's bus width), and the "
         "host's RAM bandwidth is stated with every result (`--host-bandwidth` sets it).",
         "",
         f"The shares are fitted on published llama-bench results ({len(rows)} rows in "
         "`tests/fixtures/speed/published.json`, each with its address). One row in three is held out by a hash "
-        f"of its address and fields before anything is fitted ({held} held out); the tables below are the error "
+        "of its address and fields (the GPU count of a multi-GPU row among them) before anything is fitted "
+        f"({held} held out); the tables below are the error "
         "on the held-out rows, which were never used for fitting. The band the CLI and the window show with a "
         "prediction is the range that holds 80% of the held-out rows of its class.",
         "",
@@ -428,6 +480,13 @@ def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[s
         "of its kind.",
         "- CPU-only plans use a stated host throughput (0.9 TFLOPS) for prompts; no CPU-only row is fitted.",
         "- Threads: the host term assumes enough threads to reach its bandwidth share.",
+        "- Prompts with every layer on the host (`-ngl 0`): the attention runs on the CPU next to its KV cache; the "
+        "one published row is far off (see the table), the CPU attention rate is not fitted.",
+        "- Few published partial `-ngl` and expert-offload rows name their GPU, host RAM and settings: their bands "
+        "come from few held-out rows (or all held-out rows of the kind). Rows of models whose layout has no header "
+        "here (many recent expert-offload posts run Qwen3.5/3.6 35B-A3B) are not used.",
+        "- ROCm and Vulkan have no published unquantized-weight prompt row: they use their quantized share for "
+        "unquantized weights and the attention; ROCm's generation takes CUDA's time per layer (two fit rows).",
         "",
         "## Every row",
         "",
@@ -449,6 +508,7 @@ def calibration_doc(cal: Calibration, results: list[Result]) -> str:
                     "tg_efficiency": v.tg_efficiency,
                     "layer_us": v.layer_us,
                     "pp_efficiency": v.pp_efficiency,
+                    "pp_efficiency_16": v.pp_efficiency_16,
                 }
                 for k, v in sorted(cal.backends.items())
             },

@@ -45,6 +45,9 @@ class Device:
     #: the memory bus (bus width x max memory clock) and the PCIe link (generation x width)
     memory_bandwidth: float = 0.0
     link_bandwidth: float = 0.0
+    #: the top memory clock (MHz) where the driver gives a clock but no bandwidth (amdgpu's pp_dpm_mclk); the speed
+    #: model turns it into a bandwidth with the catalog's bus width and memory type (0 = not reported)
+    memory_clock_mhz: float = 0.0
 
 
 def assumed_gpu(name: str, gib: float, vendor: Vendor = Vendor.NVIDIA) -> Device:

@@ -126,8 +126,26 @@ def plan_speed(
     backends = tuple(backend_of(machine.gpus[i].vendor) for i in positions)
     cal = calibration if calibration is not None else load_calibration()
     n_ctx = settings.n_ctx or profile.n_ctx_train
-    start = predict(work, figs, backends, cal, depth=0, n_prompt=PROMPT_TOKENS, n_ubatch=settings.n_ubatch)
-    full = predict(work, figs, backends, cal, depth=n_ctx, n_prompt=PROMPT_TOKENS, n_ubatch=settings.n_ubatch)
+    start = predict(
+        work,
+        figs,
+        backends,
+        cal,
+        depth=0,
+        n_prompt=PROMPT_TOKENS,
+        n_ubatch=settings.n_ubatch,
+        n_batch=settings.n_batch,
+    )
+    full = predict(
+        work,
+        figs,
+        backends,
+        cal,
+        depth=n_ctx,
+        n_prompt=PROMPT_TOKENS,
+        n_ubatch=settings.n_ubatch,
+        n_batch=settings.n_batch,
+    )
     cls = speed_class(work)
     notes = list(figs.assumptions)
     if settings.split_mode.value in ("row", "tensor") and len(positions) > 1:

@@ -54,6 +54,9 @@ class GpuFigures:
     fp16_tflops: float
     source: str
     aliases: tuple[str, ...] = ()
+    bus_bits: int = 0  # memory bus width, where the source states it
+    int8_tops: float = 0.0  # dp4a int8 peak of GPUs without tensor cores (ggml-cuda's mmq on them); 0 = none
+    memory: str = ""  # memory type ("GDDR6", "HBM2e"...), where the source states it
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,9 @@ class SpeedTable:
                     fp16_tflops=float(r["fp16_tflops"]),
                     source=str(r["source"]),
                     aliases=tuple(str(a) for a in r.get("aliases", ())),
+                    bus_bits=int(r.get("bus_bits", 0)),
+                    memory=str(r.get("memory", "")),
+                    int8_tops=float(r.get("int8_tops", 0.0)),
                 )
             )
         return cls(tuple(rows))
@@ -116,6 +122,13 @@ class DeviceFigures:
     flops: float  # dense FP16 matrix throughput (GPU) or FP32 (host CPU), FLOP/s
     link: float  # host <-> device link, bytes/s, one direction (0 for the host itself)
     source: str  # one line
+    #: the peak of quantized-weight matrix products where it differs from `flops` (dp4a int8 on GPUs without
+    #: tensor cores); 0 = `flops`
+    quant_flops: float = 0.0
+
+    @property
+    def q_flops(self) -> float:
+        return self.quant_flops or self.flops
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,22 +138,53 @@ class MachineFigures:
     assumptions: tuple[str, ...] = ()
 
 
+#: Data transfers per cycle of the memory clock amdgpu reports in pp_dpm_mclk, by memory type. GDDR6: 16 (the
+#: RX 7900 XTX's top level reads 1249 MHz for its 20 Gbps modules: 384 bits / 8 x 1249 MHz x 16 = 959 GB/s, the
+#: figure LACT prints for it). Types without a published pair of clock and data rate are left out: the catalog's
+#: bandwidth is used for them.
+AMDGPU_MCLK_TRANSFERS = {"GDDR6": 16}
+
+
+def clock_bandwidth(device: Device, known: GpuFigures | None) -> float:
+    """Bytes/s from a driver-reported memory clock and the catalog's bus width and memory type; 0 when either is
+    missing or the memory type's transfers per clock are not known."""
+    if device.memory_clock_mhz <= 0 or known is None or known.bus_bits <= 0:
+        return 0.0
+    per_clock = AMDGPU_MCLK_TRANSFERS.get(known.memory, 0)
+    return known.bus_bits / 8 * device.memory_clock_mhz * 1e6 * per_clock
+
+
 def gpu_figures(device: Device, table: SpeedTable | None = None) -> tuple[DeviceFigures, str | None]:
     """The figures of one GPU and, when some are not the driver's or the catalog's, the assumption in words."""
     tab = table if table is not None else load_speed_table()
     known = tab.find(device.name)
     link = device.link_bandwidth or DEFAULT_LINK_BANDWIDTH
     note = None
+    from_clock = clock_bandwidth(device, known) if device.memory_bandwidth <= 0 else 0.0
+    if from_clock > 0 and known is not None:
+        src = (
+            f"{from_clock / GB:.0f} GB/s from the driver's memory clock ({device.memory_clock_mhz:.0f} MHz) and "
+            f"{known.name}'s {known.bus_bits}-bit {known.memory} bus"
+        )
+        return DeviceFigures(
+            device.name, from_clock, known.fp16_tflops * TFLOPS, link, src, known.int8_tops * TFLOPS
+        ), None
     if device.memory_bandwidth > 0:
         flops = known.fp16_tflops * TFLOPS if known else UNKNOWN_GPU_FLOPS
         src = f"{device.memory_bandwidth / GB:.0f} GB/s from the driver"
         if known is None:
             note = f"a GPU not in the speed catalog: matrix throughput {UNKNOWN_GPU_FLOPS / TFLOPS:.0f} TFLOPS assumed"
-        return DeviceFigures(device.name, device.memory_bandwidth, flops, link, src), note
+        int8 = known.int8_tops * TFLOPS if known else 0.0
+        return DeviceFigures(device.name, device.memory_bandwidth, flops, link, src, int8), note
     if known is not None:
         src = f"{known.name}: {known.bandwidth_gbs:g} GB/s, {known.fp16_tflops:g} TFLOPS ({known.source})"
         return DeviceFigures(
-            device.name, known.bandwidth_gbs * GB, known.fp16_tflops * TFLOPS, link, src
+            device.name,
+            known.bandwidth_gbs * GB,
+            known.fp16_tflops * TFLOPS,
+            link,
+            src,
+            known.int8_tops * TFLOPS,
         ), None
     note = (
         f"a GPU not in the speed catalog: {UNKNOWN_GPU_BANDWIDTH / GB:.0f} GB/s and "

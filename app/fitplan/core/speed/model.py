@@ -72,7 +72,13 @@ def backend_of(vendor: Vendor) -> Backend:
 class BackendConstants:
     tg_efficiency: float  # share of peak bandwidth a generated token's reads reach
     layer_us: float  # fixed microseconds per layer per generated token
-    pp_efficiency: float  # share of peak FP16 throughput prompt processing reaches
+    pp_efficiency: float  # share of peak FP16 throughput prompt processing reaches (quantized weights)
+    #: the same for unquantized weights and the attention (a float GEMM); 0: as pp_efficiency (no fit rows)
+    pp_efficiency_16: float = 0.0
+
+    @property
+    def pp_share_16(self) -> float:
+        return self.pp_efficiency_16 or self.pp_efficiency
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +146,11 @@ class Breakdown:
     tg_host_bytes: float  # host bytes / host bandwidth
     tg_host_layers: int
     boundaries: int
-    pp_gpu_flops: float  # sum over GPUs of FLOPs / peak throughput
+    pp_gpu_flops: float  # sum over GPUs of quantized-weight FLOPs / peak throughput
     pp_upload: float  # bytes uploaded per token / link bandwidth
     pp_host: float  # seconds of host compute per token (CPU FLOPs / CPU throughput)
     pp_fixed: float  # weight reads per batch and other uncalibrated seconds
+    pp_gpu_flops_16: float = 0.0  # the same for unquantized weights and the attention
 
 
 def _gpu_backends(
@@ -183,6 +190,7 @@ def predict(
     depth: int = 0,
     n_prompt: int = 512,
     n_ubatch: int = 512,
+    n_batch: int = 2048,
 ) -> Prediction:
     """Generation t/s at `depth` tokens of context and prompt t/s for a prompt of `n_prompt` tokens.
 
@@ -205,7 +213,7 @@ def predict(
     if host_read > 0:
         times.append(DeviceTime(hf.name, host_read, t_host))
     tg += t_host + work.boundaries * cal.split_us * 1e-6
-    pp_t, parts = _prompt_seconds(work, figs, kinds, cal, n_prompt, n_ubatch)
+    pp_t, parts = _prompt_seconds(work, figs, kinds, cal, n_prompt, n_ubatch, n_batch)
     bd = Breakdown(
         tg_gpu_bytes=bytes_over_bw,
         tg_gpu_layers=layers,
@@ -216,6 +224,7 @@ def predict(
         pp_upload=parts[1],
         pp_host=parts[2],
         pp_fixed=parts[3],
+        pp_gpu_flops_16=parts[4],
     )
     return Prediction(
         1.0 / tg if tg > 0 else math.inf, 1.0 / pp_t if pp_t > 0 else math.inf, tuple(times), bd
@@ -229,33 +238,55 @@ def _prompt_seconds(
     cal: Calibration,
     n_prompt: int,
     n_ubatch: int,
-) -> tuple[float, tuple[float, float, float, float]]:
-    """Seconds per prompt token, and its parts (GPU FLOPs/peak, upload/link, host seconds, fixed seconds)."""
+    n_batch: int = 2048,
+) -> tuple[float, tuple[float, float, float, float, float]]:
+    """Seconds per prompt token, and its parts (quantized-weight GPU FLOPs/peak, upload/link, host seconds, fixed
+    seconds, unquantized-weight and attention GPU FLOPs/peak)."""
     ub = max(1, min(n_ubatch, n_prompt))
     avg_depth = n_prompt / 2
     used = used_expert_fraction(work, ub)
     share = work.expert_share
-    t = 0.0
-    flops_over_peak = 0.0
-    fixed = 0.0
+    stages: list[float] = []
+    q_over_peak = f16_over_peak = fixed = 0.0
     for w, f, b in zip(work.gpus, figs.gpus, kinds, strict=False):
-        fl = w.matrix_flops(share) + w.attn_flops_per_cell * avg_depth
+        fl16 = w.matrix_flops_16(share) + w.attn_flops_per_cell * avg_depth
+        flq = w.matrix_flops(share) - w.matrix_flops_16(share)
         k = cal.constants(b)
-        t += fl / (f.flops * k.pp_efficiency)
-        flops_over_peak += fl / f.flops
         per_batch = (w.dense_bytes + w.expert_bytes * used) / f.bandwidth / ub
+        stages.append(flq / (f.q_flops * k.pp_efficiency) + fl16 / (f.flops * k.pp_share_16) + per_batch)
+        q_over_peak += flq / f.q_flops
+        f16_over_peak += fl16 / f.flops
         fixed += per_batch
+    overlap = pipeline_factor(stages, work.pipeline, n_prompt, ub, n_batch)
+    t = sum(stages) * overlap
+    q_over_peak, f16_over_peak, fixed = q_over_peak * overlap, f16_over_peak * overlap, fixed * overlap
     h, hf = work.host, figs.host
     host_matrix = h.matrix_flops(share)
     upload = 0.0
     host_s = h.attn_flops_per_cell * avg_depth / hf.flops
     if work.gpus and ub >= OP_OFFLOAD_MIN_BATCH and host_matrix > 0:
         f0, k0 = figs.gpus[0], cal.constants(kinds[0])
-        t += host_matrix / (f0.flops * k0.pp_efficiency)
-        flops_over_peak += host_matrix / f0.flops
+        h16 = h.matrix_flops_16(share)
+        t += (host_matrix - h16) / (f0.q_flops * k0.pp_efficiency) + h16 / (f0.flops * k0.pp_share_16)
+        q_over_peak += (host_matrix - h16) / f0.q_flops
+        f16_over_peak += h16 / f0.flops
         upload = (h.dense_bytes + h.expert_bytes * used) / f0.link / ub
         t += upload / cal.link_efficiency
     else:
         host_s += host_matrix / hf.flops
-    t += host_s + fixed + work.boundaries * cal.split_us * 1e-6 / ub
-    return t, (flops_over_peak, upload, host_s, fixed)
+    t += host_s + work.boundaries * cal.split_us * 1e-6 / ub
+    return t, (q_over_peak, upload, host_s, fixed, f16_over_peak)
+
+
+def pipeline_factor(stages: list[float], pipeline: bool, n_prompt: int, ub: int, n_batch: int) -> float:
+    """The share of the GPUs' summed time a prompt takes when llama.cpp pipelines its micro-batches.
+
+    One `llama_decode` call takes `n_batch` tokens in `k` micro-batches; with pipeline parallelism GPU i works on
+    micro-batch j+1 while GPU i+1 works on j, so the call takes sum(stage) + (k - 1) x max(stage) instead of
+    k x sum(stage) (the pipeline's fill plus its slowest stage per further micro-batch). 1 without pipelining
+    or with one micro-batch per call."""
+    total = sum(stages)
+    if not pipeline or len(stages) < 2 or total <= 0:
+        return 1.0
+    k = max(1, math.ceil(min(max(n_batch, 1), n_prompt) / ub))
+    return (total + (k - 1) * max(stages)) / (k * total)

@@ -10,7 +10,10 @@ The placement is the estimator's own (`memory.weights.place_weights`), so the sp
 * matrix FLOPs per token: 2 x the elements of those weights (the same expert share);
 * KV cache per token of context: K and V rows of the layers whose cache it holds (`-nkvo` keeps them on the host);
 * the layer boundaries where the hidden state crosses from one device to the next
-  (`ggml-backend.cpp:ggml_backend_sched_split_graph` cuts the graph there and copies the input of each split).
+  (`ggml-backend.cpp:ggml_backend_sched_split_graph` cuts the graph there and copies the input of each split);
+* whether llama.cpp pipelines the micro-batches of a prompt across the GPUs (`src/llama-context.cpp`: more than one
+  device, every layer and the output on a GPU, layer split, the KV cache offloaded and no tensor overrides, which
+  `--n-cpu-moe` and `-ot` are; the scheduler then keeps up to 4 copies of the inputs in flight).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from fitplan.core.base.devices import Machine
-from fitplan.core.base.launch_settings import LaunchSettings
+from fitplan.core.base.launch_settings import LaunchSettings, SplitMode
 from fitplan.core.gguf import ggml_types
 from fitplan.core.memory.weights import WeightPlacement, active_gpu_positions, place_weights
 from fitplan.core.model.profile import LayerKind, ModelProfile, TensorRole
@@ -37,6 +40,11 @@ class DeviceWork:
     kv_bytes_per_cell: float  # K+V bytes per context cell of the layers whose cache is here
     attn_flops_per_cell: float  # 4 x heads x head size per context cell, summed over those layers
     n_layers: int  # blocks whose compute runs here
+    #: the part of dense_flops / expert_flops whose weights are stored unquantized (F16, BF16, F32): llama.cpp
+    #: multiplies those with a float GEMM (cuBLAS, Metal's simdgroup matrix kernels), the quantized ones with its
+    #: own kernels (ggml-cuda's mmq, Metal's mul_mm on dequantized tiles), which reach a different share of peak
+    dense_flops_16: float = 0.0
+    expert_flops_16: float = 0.0
 
     def read_bytes(self, expert_share: float) -> float:
         """Weight bytes one generated token reads here."""
@@ -44,6 +52,10 @@ class DeviceWork:
 
     def matrix_flops(self, expert_share: float) -> float:
         return self.dense_flops + self.expert_flops * expert_share
+
+    def matrix_flops_16(self, expert_share: float) -> float:
+        """The unquantized part of `matrix_flops`."""
+        return self.dense_flops_16 + self.expert_flops_16 * expert_share
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +69,7 @@ class ModelWork:
     n_embd: int
     boundaries: int  # layer-to-layer device changes a token crosses (hidden state copies per token)
     n_layer: int
+    pipeline: bool = False  # the GPUs work on consecutive micro-batches at once (pipeline parallelism)
 
     @property
     def host(self) -> DeviceWork:
@@ -102,6 +115,12 @@ class _Sums:
     kv_cell: float = 0.0
     attn_cell: float = 0.0
     n_layers: int = 0
+    dense_flops_16: float = 0.0
+    expert_flops_16: float = 0.0
+
+
+#: Weight types multiplied unquantized (a float GEMM rather than a quantized kernel).
+FLOAT_WEIGHT_TYPES = frozenset({"F16", "BF16", "F32"})
 
 
 def _add_weights(
@@ -115,12 +134,15 @@ def _add_weights(
         acc = sums[tp.device if tp.device is not None and tp.device < n_dev else None]
         flops = 2.0 * _elements(src.shape) if tp.matrix else 0.0
         nbytes = tp.n_bytes or src.n_bytes
+        unquantized = src.type_name.upper() in FLOAT_WEIGHT_TYPES
         if tp.role is TensorRole.EXPERTS:
             acc.expert_bytes += nbytes
             acc.expert_flops += flops
+            acc.expert_flops_16 += flops if unquantized else 0.0
         else:
             acc.dense_bytes += nbytes
             acc.dense_flops += flops
+            acc.dense_flops_16 += flops if unquantized else 0.0
 
 
 def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine) -> ModelWork:
@@ -151,6 +173,8 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
             a.kv_cell,
             a.attn_cell,
             a.n_layers,
+            a.dense_flops_16,
+            a.expert_flops_16,
         )
         for s, a in ((s, sums[s]) for s in slots)
     )
@@ -158,4 +182,19 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
     n_exp = moe.n_expert if moe is not None and moe.n_expert > 0 else 0
     used = moe.n_expert_used if moe is not None and n_exp else 0
     share = used / n_exp if n_exp else 1.0
-    return ModelWork(devices, share, n_exp, used, profile.n_embd, boundaries, profile.n_layer)
+    pipeline = _pipelined(settings, n_dev, sums[None].n_layers == 0 and placement.output_device is not None)
+    return ModelWork(devices, share, n_exp, used, profile.n_embd, boundaries, profile.n_layer, pipeline)
+
+
+def _pipelined(settings: LaunchSettings, n_dev: int, all_on_gpus: bool) -> bool:
+    """llama-context.cpp's pipeline_parallel: more than one device, every layer and the output offloaded, layer
+    split, the KV cache offloaded and no tensor overrides (`--n-cpu-moe` and `--cpu-moe` are overrides)."""
+    return (
+        n_dev > 1
+        and all_on_gpus
+        and settings.split_mode is SplitMode.LAYER
+        and not settings.no_kv_offload
+        and not settings.tensor_overrides
+        and settings.n_cpu_moe == 0
+        and not settings.cpu_moe
+    )
