@@ -57,9 +57,7 @@ buffers). See `docs/accuracy.md`.
 from __future__ import annotations
 
 from dataclasses import replace
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
@@ -69,6 +67,12 @@ from fitplan.core.memory.compute.inputs import ComputeBuffer, ComputeInputs, Com
 from fitplan.core.memory.compute.shapes import kv_type_id
 from fitplan.core.memory.weights import WeightPlacement
 from fitplan.core.model.profile import ModelProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:
+    from fitplan.core.base.lazy import np
 
 
 class ComputePlan:

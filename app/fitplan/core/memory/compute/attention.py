@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from fitplan.core.gguf.ggml_types import get_type, type_id
 from fitplan.core.memory.compute.allocator import F16, F32, I32, I64, BestFit, ReplayOp, replay
 from fitplan.core.memory.context import compressed_cells
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from fitplan.core.model.profile import LayerProfile, MlaParams, ModelProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:
+    from fitplan.core.base.lazy import np
 
 #: src/llama-kv-cache-msa.cpp `get_n_pos`: the position axis of MiniMax-M3's indexer is padded to at least 256.
 MSA_POSITIONS = 256

@@ -4,13 +4,16 @@ evaluator that reads them at one context or over a whole curve at once (`device_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
 
 from fitplan.core.memory.compute.inputs import ComputeBuffer, ComputePart
 from fitplan.core.memory.compute.terms import FA_COPIES, FFN, SCAN, SCORES, Cells, Term
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:
+    from fitplan.core.base.lazy import np
 
 V = TypeVar("V")  # bytes: an int at one context, an array over a curve
 B = TypeVar("B")  # a condition: a bool, an array of them
@@ -104,7 +107,7 @@ class OneContext:
         return a if c else 0
 
 
-Flags = NDArray[np.bool_]
+Flags: TypeAlias = "NDArray[np.bool_]"
 
 
 class ManyContexts:

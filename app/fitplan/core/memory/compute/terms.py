@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from fitplan.core.memory.compute.allocator import Affine, ffn_reuse, max_at, reuse_array
 from fitplan.core.memory.compute.attention import Dsv4Attention, IndexerScores, KpoolSelection
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
 
-Cells = NDArray[np.int64]
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:
+    from fitplan.core.base.lazy import np
+
+Cells: TypeAlias = "NDArray[np.int64]"
 
 #: The transient's labels: the attention's (named after the scores when a term with this label is nonzero), the
 #: attention of a graph without scores (recurrent blocks, flash attention), the FFN's, and the part of the
