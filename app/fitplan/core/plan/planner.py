@@ -34,7 +34,7 @@ from fitplan.core.plan.search import (
     training_cap,
 )
 from fitplan.core.plan.solver import Check, Point, Solver
-from fitplan.core.plan.space import Placement, PlacementSpace, describe_placement
+from fitplan.core.plan.space import Placement, PlacementSpace, cpu_experts_words, describe_placement
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, device_label, shortfalls
 from fitplan.core.plan.verdict import FitLevel, Verdict, judge
 
@@ -299,8 +299,11 @@ def _fit(pb: Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginPo
     notes = list(pb.notes)
     reasons: list[str] = []
     if placement.cpu_expert_layers:
-        n = placement.cpu_expert_layers
-        reasons.append(f"{n} expert layer{'s' if n != 1 else ''} on CPU")
+        reasons.append(
+            cpu_experts_words(
+                pb.space, placement.n_cpu_moe, placement.cpu_layers, placement.cpu_expert_layers
+            )
+        )
     if placement.cpu_layers and pb.has_gpu:
         reasons.append(f"{placement.cpu_layers} of {pb.profile.n_layer} layers on CPU")
     if pb.pinned_ctx is not None:
