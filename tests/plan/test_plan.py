@@ -233,6 +233,8 @@ def test_plan_moe_falls_back_to_layers_then_puts_experts_back() -> None:
     assert p2.placement.cpu_layers == 26
     assert p2.placement.cpu_expert_layers == 6
     assert "26 of 32 layers on CPU" in p2.binding
+    # --n-cpu-moe 32 covers every MoE layer: said as such, not as the 6 of them on the GPU side
+    assert p2.placement.description == "all experts on CPU, 26 of 32 layers on CPU"
 
 
 def test_plan_splits_two_gpus() -> None:

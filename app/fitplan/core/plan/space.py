@@ -121,11 +121,13 @@ def compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
 def cpu_experts_words(space: PlacementSpace, ncmoe: int, cpu_layers: int, cpu_expert_layers: int) -> str:
     """--n-cpu-moe N in words that agree with the flag: "N expert layers on CPU" when each of the first N layers
     is a MoE layer on the GPU side, else the N layers the flag names and how many MoE layers of them it moves
-    (a model whose MoE layers alternate with dense ones, layers already on the CPU)."""
+    (a model whose MoE layers alternate with dense ones, layers already on the CPU), or all of them."""
     n = min(ncmoe, space.L)
     s = "s" if cpu_expert_layers != 1 else ""
     if cpu_layers == 0 and cpu_expert_layers == n:
         return f"{n} expert layer{s} on CPU"
+    if ncmoe >= space.max_ncmoe:
+        return "all experts on CPU"
     which = f"{cpu_expert_layers} MoE layer{s}" + (" on the GPU side" if cpu_layers else "")
     return f"the experts of the first {n} layers on CPU ({which})"
 
