@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractSlider,
+    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QFileDialog,
@@ -33,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from fitplan.core.base.devices import MIB, Machine
-from fitplan.core.base.launch_settings import Engine, FlashAttn, MmprojPlacement
+from fitplan.core.base.launch_settings import Engine, FlashAttn, LaunchSettings, MmprojPlacement
 from fitplan.core.inputs.user_settings import KV_TAIL_TYPES, ModelChoices, engine_cache_types
 
 if TYPE_CHECKING:
@@ -142,6 +143,37 @@ class LogContextSlider(QSlider):
         return round(x * SLIDER_STEPS)
 
 
+class PlannedSpinBox(QSpinBox):
+    """A spin box whose lowest value means "auto: the plan decides". In auto it shows the value the plan chose
+    ("auto: 25"), and a step takes over from that value (up from 25 is 26, not the first value above auto)."""
+
+    def __init__(self, minimum: int, maximum: int, auto_text: str = "auto") -> None:
+        super().__init__(minimum=minimum, maximum=maximum)
+        self._auto_text = auto_text
+        self.planned: int | None = None  # the value the plan chose while in auto (None: no plan yet)
+        self.setSpecialValueText(auto_text)
+
+    def is_auto(self) -> bool:
+        return self.value() == self.minimum()
+
+    def show_planned(self, value: int | None, text: str = "") -> None:
+        """The plan chose `value` (shown as `text`, default the number); None: no plan to show."""
+        self.planned = value
+        self.setSpecialValueText(self._auto_text if value is None else f"auto: {text or value}")
+
+    def stepBy(self, steps: int) -> None:
+        if self.is_auto() and self.planned is not None:
+            self.setValue(max(self.minimum(), min(self.maximum(), self.planned + steps)))
+            return
+        super().stepBy(steps)
+
+    def stepEnabled(self) -> QAbstractSpinBox.StepEnabledFlag:
+        if self.is_auto() and self.planned is not None and self.isEnabled():
+            flag = QAbstractSpinBox.StepEnabledFlag
+            return flag.StepUpEnabled | flag.StepDownEnabled
+        return super().stepEnabled()
+
+
 class SettingsPanel(QWidget):
     changed = Signal()  # any setting changed (the window debounces before estimating)
     context_moved = Signal(int)  # the context control moved (immediate, for the chart's line)
@@ -151,6 +183,7 @@ class SettingsPanel(QWidget):
         self._updating = False
         self._engine = Engine.LLAMA_CPP
         self._is_mla = False
+        self._plan_has_gpu = True  # the last plan shown had a GPU to place layers on
         self._device_names: tuple[tuple[str, str], ...] = ()  # (llama.cpp name, description) of each GPU
         self._devices: tuple[str, ...] | None = None  # -dev: None = all GPUs, () = none
         self.draft_folder = ""  # where the draft model dialog starts
@@ -200,8 +233,7 @@ class SettingsPanel(QWidget):
         self.flash = QComboBox()
         for fa, label in ((FlashAttn.AUTO, "auto"), (FlashAttn.ON, "on"), (FlashAttn.OFF, "off")):
             self.flash.addItem(label, fa.value)
-        self.gpu_layers = QSpinBox(minimum=-1, maximum=999)
-        self.gpu_layers.setSpecialValueText("all (auto)")
+        self.gpu_layers = PlannedSpinBox(-1, 999)
         # The same choice as "N of M" on a slider: the far right is every layer (auto), the far left none.
         self.gpu_layers_slider = QSlider(Qt.Orientation.Horizontal)
         self.gpu_layers_slider.setRange(0, 33)
@@ -213,11 +245,11 @@ class SettingsPanel(QWidget):
             "-nkvo: the KV cache of every layer stays in system RAM instead of following its layer to the GPU; "
             "GPU memory is freed, attention reads the cache over the bus"
         )
-        self.cpu_moe = QSpinBox(minimum=0, maximum=999)
-        self.cpu_moe.setSpecialValueText("auto")
+        self.cpu_moe = PlannedSpinBox(0, 999)
         self.cpu_moe.setToolTip(
             "Experts on CPU (--n-cpu-moe N): the expert weights of the first N layers stay in RAM; "
-            "attention and KV stay on the GPU. auto: as few as needed to fit"
+            "attention and KV stay on the GPU. auto: as few as needed to fit (shown: what the plan chose; step "
+            "from there to take over)"
         )
         self.batch = QSpinBox(minimum=32, maximum=65536, singleStep=256)
         self.ubatch = QSpinBox(minimum=32, maximum=65536, singleStep=128)
@@ -518,7 +550,7 @@ class SettingsPanel(QWidget):
             )
             self.gpu_layers.setToolTip(
                 "PARAMETER num_gpu: layers on the GPU; each layer left out moves its weights and KV to RAM. "
-                "all (auto): ollama fits as many as it can"
+                "auto: ollama fits as many as it can (shown: what the plan chose; step from there to take over)"
             )
             self.batch.setToolTip(
                 "PARAMETER num_batch: ollama passes it as -b and -ub; compute buffers scale with it"
@@ -543,7 +575,8 @@ class SettingsPanel(QWidget):
             )
             self.gpu_layers.setToolTip(
                 "Layers on the GPU (-ngl): each layer not offloaded moves its weights and KV to RAM. "
-                "all (auto): everything on the GPU if it fits, else as many layers as fit"
+                "auto: everything on the GPU if it fits, else as many layers as fit (shown: what the plan chose; "
+                "step from there to take over)"
             )
             self.batch.setToolTip("Logical batch (-b): tokens per decode call; caps the micro-batch")
         self._word_mla_tooltip()
@@ -666,22 +699,63 @@ class SettingsPanel(QWidget):
         )
 
     def _ngl_slider_moved(self, n: int) -> None:
-        """The slider's far right is every layer: "all (auto)"; elsewhere exactly N layers."""
-        value = -1 if n >= self.gpu_layers_slider.maximum() else n
+        """The slider's far right is every layer (auto while the plan puts them all on the GPU); elsewhere
+        exactly N layers. Moving it in auto takes over from the plan's value."""
+        top = self.gpu_layers_slider.maximum()
+        planned = self.gpu_layers.planned if self.gpu_layers.is_auto() else None
+        value = -1 if n >= top and (planned is None or planned >= top) else n
         if value != self.gpu_layers.value():
             self.gpu_layers.setValue(value)
 
     def _show_ngl(self, value: int) -> None:
+        """The slider and the "N of M" line: the value set, or in auto the value the plan chose."""
         top = self.gpu_layers_slider.maximum()
+        planned = self.gpu_layers.planned if value < 0 else None
+        n = top if value < 0 and planned is None else min(planned if planned is not None else value, top)
         self.gpu_layers_slider.blockSignals(True)
-        self.gpu_layers_slider.setValue(top if value < 0 else min(value, top))
+        self.gpu_layers_slider.setValue(n)
         self.gpu_layers_slider.blockSignals(False)
-        shown = (
-            f"all {top} of {top} layers (auto)"
-            if value < 0
-            else f"{min(value, top)} of {top} layers on the GPU"
-        )
+        if value >= 0:
+            shown = f"{n} of {top} layers on the GPU"
+        elif planned is None:
+            shown = f"auto: up to {top} of {top} layers on the GPU"
+        else:
+            shown = f"auto: {n} of {top} layers on the GPU" + (
+                "" if self._plan_has_gpu else " (no GPU planned)"
+            )
         self.gpu_layers_of.setText(shown)
+
+    def show_plan(self, planned: LaunchSettings, has_gpu: bool) -> None:
+        """What the plan chose for the controls left on auto: -ngl ("auto: 4 of 33"), --n-cpu-moe ("auto: 25"),
+        and where the projector really goes (no GPU: the CPU, whatever was chosen)."""
+        top = self.gpu_layers_slider.maximum()
+        ngl = planned.n_gpu_layers
+        layers = top if ngl < 0 else min(ngl, top)  # NGL_ALL: every layer, the output layer included
+        self._plan_has_gpu = has_gpu
+        self.gpu_layers.show_planned(layers, f"{layers} of {top}")
+        self._show_ngl(self.gpu_layers.value())
+        moe = self.cpu_moe.isEnabled() and self._engine is not Engine.OLLAMA
+        self.cpu_moe.show_planned(planned.n_cpu_moe if moe else None)
+        self._show_mmproj_gpu(has_gpu)
+
+    def forget_plan(self) -> None:
+        """No plan holds for the controls now (another model): auto shows plain "auto" until the next one."""
+        self.gpu_layers.show_planned(None)
+        self.cpu_moe.show_planned(None)
+        self._show_ngl(self.gpu_layers.value())
+
+    def _show_mmproj_gpu(self, has_gpu: bool) -> None:
+        """With no GPU planned, "on the GPU" cannot be chosen, and, chosen before, it says where the projector goes
+        (the estimator's `mmproj_on_gpu` rule); the choice stays for when a GPU is planned again."""
+        from PySide6.QtGui import QStandardItemModel
+
+        model = self.mmproj.model()
+        index = self.mmproj.findData(MmprojPlacement.GPU.value)
+        if index < 0 or not isinstance(model, QStandardItemModel):
+            return
+        item = model.item(index)
+        item.setEnabled(has_gpu)
+        item.setText("on the GPU" if has_gpu else "on the GPU: no GPU planned, so on the CPU")
 
     def kv_offload_off(self) -> bool:
         """-nkvo as the launch settings have it (ollama has no such setting)."""
