@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.results import Estimate
-from fitplan.core.memory.weights import active_gpu_positions
 
 __all__ = [
     "DEFAULT_MARGIN_MIB",
@@ -146,6 +145,8 @@ def planned_positions(est: Estimate) -> tuple[int, ...]:
     """The positions in `est.devices` of the devices the plan uses: the GPUs llama-server is given (`-dev`; every
     GPU without it), each shown even when it holds nothing (no layers), and the host. A GPU left out by -dev is not
     planned."""
+    from fitplan.core.memory.weights import active_gpu_positions  # the settings file reads this module at start
+
     gpus = tuple(de.device for de in est.devices[:-1])
     machine = Machine(gpus, est.devices[-1].device)
     return (*active_gpu_positions(est.settings, machine), len(gpus))
