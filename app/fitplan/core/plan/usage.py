@@ -145,7 +145,9 @@ def planned_positions(est: Estimate) -> tuple[int, ...]:
     """The positions in `est.devices` of the devices the plan uses: the GPUs llama-server is given (`-dev`; every
     GPU without it), each shown even when it holds nothing (no layers), and the host. A GPU left out by -dev is not
     planned."""
-    from fitplan.core.memory.weights import active_gpu_positions  # the settings file reads this module at start
+    from fitplan.core.memory.weights import (
+        active_gpu_positions,
+    )  # the settings file reads this module at start
 
     gpus = tuple(de.device for de in est.devices[:-1])
     machine = Machine(gpus, est.devices[-1].device)

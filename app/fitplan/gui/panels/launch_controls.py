@@ -7,6 +7,7 @@ follow `fitplan.core.engines.cache_types`, controls an engine does not have are 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QMenu,
     QPushButton,
     QSizePolicy,
@@ -184,6 +186,7 @@ class SettingsPanel(QWidget):
         self._engine = Engine.LLAMA_CPP
         self._is_mla = False
         self._plan_has_gpu = True  # the last plan shown had a GPU to place layers on
+        self._extra: tuple[str, ...] = ()  # the open model's extra flags (ModelChoices.extra_args)
         self._device_names: tuple[tuple[str, str], ...] = ()  # (llama.cpp name, description) of each GPU
         self._devices: tuple[str, ...] | None = None  # -dev: None = all GPUs, () = none
         self.draft_folder = ""  # where the draft model dialog starts
@@ -254,6 +257,19 @@ class SettingsPanel(QWidget):
         self.batch = QSpinBox(minimum=32, maximum=65536, singleStep=256)
         self.ubatch = QSpinBox(minimum=32, maximum=65536, singleStep=128)
         self.ubatch.setToolTip("Micro-batch (-ub): compute buffers scale with it (activations, logits)")
+        self.extra_flags = QLineEdit()
+        self.extra_flags.setPlaceholderText("none")
+        self.extra_flags.setClearButtonEnabled(True)
+        self.extra_flags.setToolTip(
+            "Flags no control here holds, kept from a command or preset pasted for this model (they belong to it: "
+            "another model does not get them). Those that change memory as fitplan models them are planned "
+            "(--no-op-offload, -ot ...); the others go into the command as given (--alias, --jinja, --port ...). "
+            "Edit them, or clear them with the button at the right."
+        )
+        self.extra_error = QLabel("")  # why the extra flags cannot be read (the core's one-line message)
+        self.extra_error.setTextFormat(Qt.TextFormat.PlainText)
+        self.extra_error.setWordWrap(True)
+        self.extra_error.setStyleSheet("color: #D55E00;")
         self.margin = QSpinBox(minimum=0, maximum=MARGIN_MAX_MIB, singleStep=256, suffix=" MiB")
         self.margin.setToolTip(
             "Headroom kept free on every GPU (like --fit-target): the plan must leave this much"
@@ -395,6 +411,8 @@ class SettingsPanel(QWidget):
         self._draft_kv_row = draft_kv
         form.addRow("Draft KV K / V:", draft_kv)
         form.addRow("Margin:", self.margin)
+        form.addRow("Extra flags:", self.extra_flags)
+        form.addRow("", self.extra_error)
         self.advanced = QCheckBox("Advanced: batch sizes")
         self.advanced.setToolTip("Show the batch and micro-batch sizes")
         self.advanced_box = QWidget()
@@ -445,6 +463,8 @@ class SettingsPanel(QWidget):
             spin.valueChanged.connect(self._emit)
         for box in (self.unified, self.fmoe, self.rtr, self.no_kv_offload):
             box.toggled.connect(self._emit)
+        self.extra_flags.editingFinished.connect(self._extra_edited)
+        self.extra_flags.textChanged.connect(self._extra_cleared)
         self.gpu_layers_slider.valueChanged.connect(self._ngl_slider_moved)
         self.gpu_layers.valueChanged.connect(self._show_ngl)
         self.ollama_auto.toggled.connect(self._ollama_auto_toggled)
@@ -479,6 +499,7 @@ class SettingsPanel(QWidget):
             self.batch.setValue(ollama_batch)
         elif was_ollama and self.batch.value() == ollama_batch:
             self.batch.setValue(server_batch)
+        self._check_extra(self._extra)  # a fork's own flag is not the other engines'
         self._updating = False
         self.changed.emit()
 
@@ -664,6 +685,7 @@ class SettingsPanel(QWidget):
         self.draft_cache_v.setCurrentText(c.draft_cache_type_v)
         self._show_draft_rows()
         self._set_context_enabled()
+        self._show_extra(c.extra_args)
         self._updating = False
 
     def choices(self) -> ModelChoices:
@@ -696,7 +718,52 @@ class SettingsPanel(QWidget):
             draft_n_gpu_layers=self.draft_ngl.value(),
             draft_cache_type_k=self.draft_cache_k.currentText(),
             draft_cache_type_v=self.draft_cache_v.currentText(),
+            extra_args=self._extra,
         )
+
+    # -- extra flags (kept from a pasted command or preset, per model) -------------------------------------------
+    def extra_args(self) -> tuple[str, ...]:
+        """The open model's extra flags as argv words (the last that could be read)."""
+        return self._extra
+
+    def _show_extra(self, words: tuple[str, ...]) -> None:
+        self._extra = tuple(words)
+        self.extra_flags.blockSignals(True)
+        self.extra_flags.setText(shlex.join(words))
+        self.extra_flags.blockSignals(False)
+        self._check_extra(self._extra)
+
+    def _check_extra(self, words: tuple[str, ...]) -> bool:
+        """Read by the core for the chosen engine; what cannot be read is said under the field."""
+        from fitplan.core.base.errors import FitplanError
+        from fitplan.core.inputs.user_settings import read_extra_flags
+
+        try:
+            read_extra_flags(words, self._engine)
+        except FitplanError as exc:
+            self.extra_error.setText(str(exc))
+            self.extra_error.setVisible(True)
+            return False
+        self.extra_error.setVisible(False)
+        return True
+
+    def _extra_edited(self) -> None:
+        """The field was edited: the words it holds replace the model's extra flags once they can be read; until
+        then the text stays as typed, with the reason under it, and the plan keeps the last flags read."""
+        try:
+            words = tuple(shlex.split(self.extra_flags.text()))
+        except ValueError as exc:  # an unclosed quote
+            self.extra_error.setText(f"Extra flags: {exc}")
+            self.extra_error.setVisible(True)
+            return
+        if words == self._extra or not self._check_extra(words):
+            return
+        self._extra = words
+        self._emit()
+
+    def _extra_cleared(self, text: str) -> None:
+        if not text:  # the clear button (or the last character deleted): no extra flags
+            self._extra_edited()
 
     def _ngl_slider_moved(self, n: int) -> None:
         """The slider's far right is every layer (auto while the plan puts them all on the GPU); elsewhere
