@@ -131,8 +131,7 @@ class HardwarePanel(QWidget):
         box.setCompleter(completer)
         box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         box.setMinimumContentsLength(CATALOG_MIN_CHARS)
-        first = next((r for r in range(model.rowCount()) if model.item(r).isSelectable()), -1)
-        box.setCurrentIndex(first)
+        box.setCurrentIndex(-1)  # the placeholder says what can be typed
         line = box.lineEdit()
         if line is not None:
             line.setPlaceholderText("Search, or type 2x RTX 3060, H100 80GB, NAME=24GiB")

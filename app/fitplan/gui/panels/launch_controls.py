@@ -153,15 +153,17 @@ class PlannedSpinBox(QSpinBox):
         super().__init__(minimum=minimum, maximum=maximum)
         self._auto_text = auto_text
         self.planned: int | None = None  # the value the plan chose while in auto (None: no plan yet)
+        self.setSpecialValueText(f"{auto_text}: {maximum}")  # wide enough for every value a plan shows
+        self.setMinimumWidth(self.sizeHint().width())
         self.setSpecialValueText(auto_text)
 
     def is_auto(self) -> bool:
         return self.value() == self.minimum()
 
-    def show_planned(self, value: int | None, text: str = "") -> None:
-        """The plan chose `value` (shown as `text`, default the number); None: no plan to show."""
+    def show_planned(self, value: int | None) -> None:
+        """The plan chose `value`; None: no plan to show."""
         self.planned = value
-        self.setSpecialValueText(self._auto_text if value is None else f"auto: {text or value}")
+        self.setSpecialValueText(self._auto_text if value is None else f"{self._auto_text}: {value}")
 
     def stepBy(self, steps: int) -> None:
         if self.is_auto() and self.planned is not None:
@@ -787,9 +789,8 @@ class SettingsPanel(QWidget):
         elif planned is None:
             shown = f"auto: up to {top} of {top} layers on the GPU"
         else:
-            shown = f"auto: {n} of {top} layers on the GPU" + (
-                "" if self._plan_has_gpu else " (no GPU planned)"
-            )
+            where = "on the GPU" if self._plan_has_gpu else "(no GPU planned)"
+            shown = f"auto: {n} of {top} layers {where}"
         self.gpu_layers_of.setText(shown)
 
     def show_plan(self, planned: LaunchSettings, has_gpu: bool) -> None:
@@ -799,7 +800,7 @@ class SettingsPanel(QWidget):
         ngl = planned.n_gpu_layers
         layers = top if ngl < 0 else min(ngl, top)  # NGL_ALL: every layer, the output layer included
         self._plan_has_gpu = has_gpu
-        self.gpu_layers.show_planned(layers, f"{layers} of {top}")
+        self.gpu_layers.show_planned(layers)
         self._show_ngl(self.gpu_layers.value())
         moe = self.cpu_moe.isEnabled() and self._engine is not Engine.OLLAMA
         self.cpu_moe.show_planned(planned.n_cpu_moe if moe else None)
@@ -822,7 +823,7 @@ class SettingsPanel(QWidget):
             return
         item = model.item(index)
         item.setEnabled(has_gpu)
-        item.setText("on the GPU" if has_gpu else "on the GPU: no GPU planned, so on the CPU")
+        item.setText("on the GPU" if has_gpu else "on the CPU (no GPU)")
 
     def kv_offload_off(self) -> bool:
         """-nkvo as the launch settings have it (ollama has no such setting)."""

@@ -168,7 +168,9 @@ class QuantsDialog(QDialog):
         top.addWidget(self.source, 1)
         top.addWidget(self.compare_button)
         bottom = QHBoxLayout()
-        bottom.addWidget(QLabel(ranking.RANK_RULE.split(". Recommended")[0] + "."), 1)
+        rule = QLabel(ranking.RANK_RULE.split(". Recommended")[0] + ".")
+        rule.setWordWrap(True)  # the rule is long: it wraps rather than widening the dialog
+        bottom.addWidget(rule, 1)
         bottom.addWidget(self.open_button)
         bottom.addWidget(close)
         layout = QVBoxLayout(self)
