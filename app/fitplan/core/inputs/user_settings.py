@@ -212,11 +212,11 @@ class ExtraFlags:
 def read_extra_flags(words: tuple[str, ...], engine: Engine) -> ExtraFlags:
     """Extra flags as llama-server reads them for `engine`; a flag that a control holds (-c, -ngl, -m ...) is a
     one-line `FlagError` naming it: it is set with its control, so that no setting is said twice."""
+    if not words:
+        return ExtraFlags()  # without importing the flag table (the window reads none before its first paint)
     from fitplan.core.base.errors import FlagError
     from fitplan.core.launch.flags import parse_flags, written_flags
 
-    if not words:
-        return ExtraFlags()
     parsed = parse_flags(list(words), engine=engine)
     base = {(w.flag, w.value) for w in written_flags(parse_flags([], engine=engine).settings)}
     held = [
