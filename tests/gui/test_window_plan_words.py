@@ -120,5 +120,6 @@ def test_a_gpu_given_no_layers_keeps_its_bar(qtbot: Any, private_config: Path) -
         assert names == ["RTX 4090", "RTX 3060", "Host"]
         texts = [text.text() for _n, _b, text in w.devices.rows if text.isVisible()]
         assert texts[1] == "0.0 / 12.0 GiB, holds nothing"
+        assert "to spare on GPU0 (RTX 4090)" in w.verdict.label.text()  # the card that holds the model
     finally:
         w.close()

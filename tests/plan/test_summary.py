@@ -80,3 +80,20 @@ def test_context_sizes_of_a_million_tokens_and_more_read_in_m() -> None:
     assert [fmt_ctx(n) for n in (1000, 4096, 32768, 1 << 20, 1536 << 10, 3 << 20)] == [
         "1,000", "4K", "32K", "1M", "1536K", "3M",
     ]  # fmt: skip
+
+
+def test_a_gpu_that_holds_nothing_is_not_the_one_with_the_least_to_spare() -> None:
+    """Two cards, every layer on the first (-ts 1,0): the second holds nothing, so the verdict's spare memory is the
+    first card's, not the empty card's whole free memory (it named the 12 GiB card with 11 GiB to spare)."""
+    from fitplan.core.base.launch_settings import LaunchSettings
+    from fitplan.core.estimate.estimator import estimate
+    from fitplan.core.plan.verdict import judge
+
+    prof = build_profile(
+        open_model(str(SPARSE / "llama-3.1-8b.header.gguf"), find_mmproj=False, allow_incomplete=True)
+    )
+    m = Machine((assumed_gpu("Big", 24), assumed_gpu("Small", 12)), host_device(64 * GIB))
+    est = estimate(prof, LaunchSettings(n_ctx=8192, tensor_split=(1.0, 0.0)), m)
+    assert est.devices[0].used_bytes > 0 and est.devices[1].used_bytes == 0
+    v = judge(est, m, MarginPolicy())
+    assert v.tightest is not None and v.tightest.gpu_index == 0

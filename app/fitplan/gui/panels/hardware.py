@@ -277,6 +277,7 @@ class HardwarePanel(QWidget):
         self.add_spec(self.chosen_spec())
 
     def _add_by_size(self) -> None:
+        self.spec_error.setVisible(False)
         gib = self.size_box.value()
         self.add_hypothetical(f"{gib:g} GiB GPU", int(gib * GIB))
 
