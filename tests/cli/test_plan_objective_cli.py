@@ -86,14 +86,18 @@ def _generation_at(n_ctx: int, settings_doc: dict[str, object]) -> float:
 
 
 @pytest.mark.parametrize("goal", ["placement", "context"])
-def test_min_tps_keeps_the_floor_at_the_planned_context(capsys: pytest.CaptureFixture[str], goal: str) -> None:
+def test_min_tps_keeps_the_floor_at_the_planned_context(
+    capsys: pytest.CaptureFixture[str], goal: str
+) -> None:
     """`--min-tps`: the planned context keeps the generation floor, one step of llama.cpp's context grid more does
     not, and the plan without the floor has a longer context (gpt-oss-120b, an RTX 4090 and 96 GiB: 24 expert
     layers on the CPU and about 24 t/s; the KV cache read per token lowers it as the context grows)."""
     code, out, _ = run(capsys, "plan", GPT_OSS, *RTX4090, "--objective", goal, "--json")
     free = json.loads(out)
     floor = 0.5 * (free["speed"]["generation"]["tps"] + free["speed"]["generation_at_context"]["tps"])
-    code, out, _ = run(capsys, "plan", GPT_OSS, *RTX4090, "--objective", goal, "--min-tps", str(floor), "--json")
+    code, out, _ = run(
+        capsys, "plan", GPT_OSS, *RTX4090, "--objective", goal, "--min-tps", str(floor), "--json"
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["speed"]["generation_at_context"]["tps"] >= floor

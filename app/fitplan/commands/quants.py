@@ -69,6 +69,16 @@ class Row:
         pl = p.placement
         return pl.cpu_layers == 0 and pl.cpu_expert_layers == 0 and pl.n_gpu_layers > 0
 
+    @property
+    def identity(self) -> ranking.ModelIdentity | None:
+        return ranking.identity_of(self.loaded.profile) if self.loaded is not None else None
+
+    @property
+    def model(self) -> str:
+        """The model this row is a quant of (its group), for people."""
+        ident = self.identity
+        return ident.label() if ident is not None else "could not be read"
+
     def tier(self) -> int:
         p = self.plan
         if p is None:
@@ -77,8 +87,21 @@ class Row:
 
 
 def rank(rows: Sequence[Row]) -> list[Row]:
-    """Rows best first (`core.plan.ranking`)."""
-    return sorted(rows, key=lambda r: ranking.rank_key(r.tier(), r.size_bytes, r.name))
+    """Rows grouped by model (`core.plan.ranking.group_by_model`), each group best first (`core.plan.ranking`)."""
+    groups = ranking.group_by_model([r.identity for r in rows])
+    return [
+        r
+        for g in groups
+        for r in sorted((rows[i] for i in g), key=lambda r: ranking.rank_key(r.tier(), r.size_bytes, r.name))
+    ]
+
+
+def best_of_each_model(rows: Sequence[Row]) -> set[int]:
+    """The recommended rows (by id): the first of each model's group when it fits."""
+    best: dict[ranking.ModelIdentity | None, Row] = {}
+    for r in rows:
+        best.setdefault(r.identity, r)
+    return {id(r) for r in best.values() if r.fits}
 
 
 def register(subparsers: Any) -> None:
@@ -138,9 +161,9 @@ def gather(source: str, token: str | None, jobs: int, endpoint: str | None = Non
     found = load_source_models(source, token=token, endpoint=endpoint, jobs=jobs)
     rows = tuple(
         Row(
-            m.entry.name,
+            ranking.quant_label(m.entry.name, m.model.profile if m.model is not None else None),
             tuple(f.path for f in m.entry.files),
-            m.entry.size_bytes,
+            ranking.quant_size(m.model.profile if m.model is not None else None, m.entry.size_bytes),
             m.model.model_arg if m.model is not None else "",
             m.model,
             error=m.error,
@@ -184,6 +207,7 @@ def row_to_dict(r: Row, shell: Shell, recommended: bool) -> dict[str, object]:
     p = r.plan
     return {
         "name": r.name,
+        "model": r.model,
         "files": list(r.files),
         "file_type": r.loaded.profile.file_type if r.loaded is not None else None,
         "size_bytes": r.size_bytes,
@@ -201,12 +225,19 @@ def row_to_dict(r: Row, shell: Shell, recommended: bool) -> dict[str, object]:
 
 
 def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]:
-    best = rows[0] if rows and rows[0].fits else None
+    best = best_of_each_model(rows)
+    models = list(dict.fromkeys(r.model for r in rows))
+    first_best = next((r.name for r in rows if id(r) in best), None)
     return {
         "source": g.source,
         "rule": ranking.RANK_RULE,
-        "recommended": best.name if best is not None else None,
-        "quants": [row_to_dict(r, shell, r is best) for r in rows],
+        # one model: its recommended quant; several: see `models` (each is ranked among its own quants)
+        "recommended": first_best if len(models) == 1 else None,
+        "models": [
+            {"model": m, "recommended": next((r.name for r in rows if r.model == m and id(r) in best), None)}
+            for m in models
+        ],
+        "quants": [row_to_dict(r, shell, id(r) in best) for r in rows],
         "mmproj": [{"name": n, "files": list(f), "size_bytes": s} for n, f, s in g.mmproj],
         "ignored_files": g.ignored,
         "bytes_read": g.found.bytes_read,
@@ -214,8 +245,8 @@ def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]
     }
 
 
-def _cells(r: Row, best: Row | None) -> list[object]:
-    mark = out.style("*", out.GREEN, out.BOLD) if r is best else ""
+def _cells(r: Row, best: set[int]) -> list[object]:
+    mark = out.style("*", out.GREEN, out.BOLD) if id(r) in best else ""
     if r.plan is None:
         err = out.style("error", out.RED)
         return [mark, r.name, len(r.files), out.size(r.size_bytes), err, "", "", r.error]
@@ -231,27 +262,32 @@ def _cells(r: Row, best: Row | None) -> list[object]:
 
 
 def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
-    best = rows[0] if rows and rows[0].fits else None
+    best = best_of_each_model(rows)
     n_mm = f", {len(g.mmproj)} projector(s)" if g.mmproj else ""
     lines = [
         out.style(f"{g.source}: {len(rows)} model(s){n_mm}, {g.ignored} other file(s) ignored", out.BOLD)
     ]
-    table = out.table(
-        ["", "quant", "files", "size", "fits", "context", "t/s gen / prompt", "placement (file type)"],
-        [_cells(r, best) for r in rows],
-        align="llrrlrrl",
-    )
-    lines += [table, "", ranking.RANK_RULE]
+    models = list(dict.fromkeys(r.model for r in rows))
+    header = ["", "quant", "files", "size", "fits", "context", "t/s gen / prompt", "placement (file type)"]
+    if len(models) == 1:
+        lines.append(out.table(header, [_cells(r, best) for r in rows], align="llrrlrrl"))
+    else:
+        lines.append(f"{len(models)} different models: each is ranked among its own quants")
+        for m in models:
+            group = [_cells(r, best) for r in rows if r.model == m]
+            lines += ["", out.style(m, out.BOLD), out.table(header, group, align="llrrlrrl")]
+    lines += ["", ranking.RANK_RULE]
     if any(r.speed is not None for r in rows):
         lines.append("t/s: expected generation (empty context) / prompt rates; `fitplan plan` gives the band")
     if g.mmproj:
         lines.append("projectors: " + ", ".join(f"{n} ({out.size(s)})" for n, _, s in g.mmproj))
-    if best is None:
+    if not best:
         lines.append(out.style("no model of this source fits this machine", out.RED, out.BOLD))
     lines.append("")
     for r in rows:
         if r.fits:
-            tag = " (recommended)" if r is best else ""
+            tag = " (recommended)" if id(r) in best else ""
+            tag = f" of {r.model}{tag}" if len(models) > 1 else tag
             lines.append(f"{r.name}{tag}: {join(r.argv, shell, exact_text=out.text_encoding())}")
     return "\n".join(lines)
 

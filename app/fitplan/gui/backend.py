@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
+from fitplan.core.base.devices import MIB, Device, Machine
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, MmprojPlacement
@@ -25,6 +25,7 @@ from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
+    from fitplan.core.hardware.catalog import CatalogChoice
     from fitplan.core.library.scanner import LibraryScanner
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
@@ -251,19 +252,11 @@ class Backend:
         return Detection(machine.gpus, machine.host, tuple(result.problems))
 
     @staticmethod
-    def catalog() -> tuple[tuple[str, int, Vendor], ...]:
-        """GPUs to offer as hypothetical devices: consumer cards first, bigger memory first."""
-        from fitplan.core.hardware.catalog import load_catalog
+    def catalog() -> tuple[tuple[str, tuple[CatalogChoice, ...]], ...]:
+        """GPUs to offer as hypothetical devices, grouped by vendor and market (`catalog_groups`)."""
+        from fitplan.core.hardware.catalog import catalog_groups
 
-        order = {"consumer": 0, "workstation": 1, "datacenter": 2, "apple": 3}
-        rows: list[tuple[int, float, str, Vendor]] = []
-        for gpu in load_catalog().gpus:
-            sizes = gpu.memory_gib
-            for gib in sizes:
-                name = gpu.name if len(sizes) == 1 else f"{gpu.name} {gib:g}GB"
-                rows.append((order.get(gpu.segment, 4), -gib, name, gpu.vendor))
-        rows.sort()
-        return tuple((name, int(-neg * GIB), vendor) for _seg, neg, name, vendor in rows)
+        return catalog_groups()
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def estimate(

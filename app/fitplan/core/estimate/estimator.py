@@ -404,6 +404,12 @@ def _compute_term(cb: ComputeBuffer, ci: ComputeInputs) -> Term:
     )
 
 
+def mmproj_on_gpu(placement: MmprojPlacement, active_gpus: int) -> bool:
+    """Where the projector goes: on the first GPU when asked and a GPU takes part (after -dev), else on the CPU
+    (clip.cpp falls back to the CPU backend when there is no GPU)."""
+    return placement is MmprojPlacement.GPU and active_gpus > 0
+
+
 def _add_mmproj(
     parts: _Parts,
     mmproj: ModelProfile,
@@ -412,7 +418,7 @@ def _add_mmproj(
     ctx: ResolvedContext,
     assumptions: list[str],
 ) -> None:
-    on_gpu = settings.mmproj is MmprojPlacement.GPU and bool(gpus)
+    on_gpu = mmproj_on_gpu(settings.mmproj, len(gpus))
     dev: int | None = 0 if on_gpu else None
     align = gpu_backend(gpus[0], 0).alignment if on_gpu else CPU_ALIGNMENT
     wbytes = sum(pad(t.n_bytes, align) for t in mmproj.tensors)

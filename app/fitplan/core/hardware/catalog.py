@@ -220,6 +220,36 @@ def _named_size(spec: str, text: str, cat: GpuCatalog, count: int) -> AssumedGpu
     return AssumedGpu(name=label, memory_bytes=size, vendor=vendor, count=count)
 
 
+_VENDOR_TITLES = {Vendor.NVIDIA: "NVIDIA", Vendor.AMD: "AMD", Vendor.INTEL: "Intel", Vendor.APPLE: "Apple"}
+_SEGMENT_TITLES = {
+    "consumer": "desktop and laptop",
+    "workstation": "workstation",
+    "datacenter": "data center",
+    "apple": "Silicon (unified memory)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogChoice:
+    """One memory configuration of a catalog GPU, as a picker offers it."""
+
+    label: str  # "GeForce RTX 3060 (12 GiB)"
+    spec: str  # the `--assume-gpu` spec that reads back to it ("GeForce RTX 3060 12GB")
+
+
+def catalog_groups(catalog: GpuCatalog | None = None) -> tuple[tuple[str, tuple[CatalogChoice, ...]], ...]:
+    """The catalog for a picker: grouped by vendor and market ("NVIDIA desktop and laptop", "AMD data center", ...)
+    in the catalog's order, each configuration a choice whose spec `parse_assumed_gpu` reads."""
+    cat = catalog if catalog is not None else load_catalog()
+    groups: dict[str, list[CatalogChoice]] = {}
+    for gpu in cat.gpus:
+        title = f"{_VENDOR_TITLES.get(gpu.vendor, gpu.vendor.value)} {_SEGMENT_TITLES.get(gpu.segment, gpu.segment)}"
+        for gib in gpu.memory_gib:
+            spec = gpu.name if len(gpu.memory_gib) == 1 else f"{gpu.name} {gib:g}GB"
+            groups.setdefault(title.strip(), []).append(CatalogChoice(f"{gpu.name} ({gib:g} GiB)", spec))
+    return tuple((title, tuple(choices)) for title, choices in groups.items())
+
+
 def _find_quiet(cat: GpuCatalog, name: str) -> CatalogGpu | None:
     try:
         return cat.find(name)

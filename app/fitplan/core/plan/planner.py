@@ -58,7 +58,7 @@ from fitplan.core.plan.search import (
     training_cap,
 )
 from fitplan.core.plan.solver import Check, Point, Solver
-from fitplan.core.plan.space import Placement, PlacementSpace, describe_placement
+from fitplan.core.plan.space import Placement, PlacementSpace, cpu_experts_words, describe_placement
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, device_label, shortfalls
 from fitplan.core.plan.verdict import FitLevel, Verdict, judge
 
@@ -532,8 +532,11 @@ def _reasons(pb: Problem, placement: Placement, cf: ContextFit, objective: Objec
         first = "longest context first: " if objective.goal is Goal.CONTEXT else ""
         reasons.append(f"{first}context limited by {cf.binding_label} memory")
     if placement.cpu_expert_layers:
-        n = placement.cpu_expert_layers
-        reasons.append(f"{n} expert layer{'s' if n != 1 else ''} on CPU")
+        reasons.append(
+            cpu_experts_words(
+                pb.space, placement.n_cpu_moe, placement.cpu_layers, placement.cpu_expert_layers
+            )
+        )
     if placement.cpu_layers and pb.has_gpu:
         reasons.append(f"{placement.cpu_layers} of {pb.profile.n_layer} layers on CPU")
     return reasons
