@@ -33,7 +33,7 @@ from fitplan.core.base.errors import FitplanError  # noqa: E402
 from fitplan.core.base.launch_settings import Engine, Tool  # noqa: E402
 from fitplan.core.base.results import Estimate, TermKind  # noqa: E402
 from fitplan.core.estimate.accuracy import ConfigClass, configuration_class  # noqa: E402
-from fitplan.core.estimate.estimator import estimate  # noqa: E402
+from fitplan.core.estimate.estimator import draft_estimate, estimate  # noqa: E402
 from fitplan.core.gguf.reader import read_header  # noqa: E402
 from fitplan.core.launch.flags import parse_flags  # noqa: E402
 from fitplan.core.memory.weights import CpuFeatures  # noqa: E402
@@ -60,10 +60,18 @@ class DeviceResult:
 
 
 #: Grids recorded with membreak's device-shaped stand-ins (tools/groundtruth/standin): GPU buffers sized by llama.cpp's
-#: own scheduler and allocator as ggml-cuda answers them. Their results form the "cuda" backend's figures; every
-#: other grid is the "cpu" backend (CPU buffers, and loopback RPC servers as extra devices).
-STANDIN_GRIDS = frozenset({"standin", "standinarchs"})
-BACKENDS = ("cpu", "cuda")
+#: own scheduler and allocator as ggml-cuda (standin, standinarchs), ggml-vulkan (standin_vulkan) or ggml-metal
+#: (standin_metal) answers them, and the backend whose figures each forms; every other grid is the "cpu" backend
+#: (CPU buffers, and loopback RPC servers as extra devices).
+STANDIN_BACKENDS = {
+    "standin": "cuda",
+    "standinarchs": "cuda",
+    "standin_server": "cuda",
+    "standin_vulkan": "vulkan",
+    "standin_metal": "metal",
+}
+STANDIN_GRIDS = frozenset(STANDIN_BACKENDS)
+BACKENDS = ("cpu", "cuda", "vulkan", "metal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +92,7 @@ class CaseResult:
 
     @property
     def backend(self) -> str:
-        return "cuda" if self.grid in STANDIN_GRIDS else "cpu"
+        return STANDIN_BACKENDS.get(self.grid, "cpu")
 
     def total(self, i: int) -> int:
         return sum(d.weights[i] + d.context[i] + d.compute[i] for d in self.devices)
@@ -151,7 +159,13 @@ def _machine(resolved: dict[str, object], rpc: tuple[str, ...] = ()) -> Machine:
 
 
 #: The stand-in kinds of membreak's `--standin` and the vendor fitplan plans them as.
-STANDIN_VENDORS = {"cuda": (Vendor.NVIDIA, "CUDA"), "rocm": (Vendor.AMD, "ROCm")}
+#: fitplan plans ggml-vulkan for a GPU that is neither NVIDIA, AMD nor Apple (`gpu_backend`): Intel's.
+STANDIN_VENDORS = {
+    "cuda": (Vendor.NVIDIA, "CUDA"),
+    "rocm": (Vendor.AMD, "ROCm"),
+    "vulkan": (Vendor.INTEL, "Vulkan"),
+    "metal": (Vendor.APPLE, "MTL"),
+}
 
 
 def standin_machine(spec: str) -> Machine:
@@ -177,12 +191,25 @@ def standin_machine(spec: str) -> Machine:
     return Machine(tuple(gpus), host_device(64 * GIB))
 
 
+#: The environment a recorded command ran with (llama-server on the dynamically loaded stand-in backend:
+#: GGML_BACKEND_PATH=libggml-standin.so FITPLAN_STANDIN=cuda:24GiB llama-server ...).
+STANDIN_ENV = "FITPLAN_STANDIN="
+
+
+def _is_env(arg: str) -> bool:
+    return arg.startswith(("GGML_BACKEND_PATH=", STANDIN_ENV))
+
+
 def standin_spec(command: list[str]) -> str | None:
+    for a in command:
+        if a.startswith(STANDIN_ENV):
+            return a.removeprefix(STANDIN_ENV)
     return command[command.index("--standin") + 1] if "--standin" in command else None
 
 
 def settings_args(command: list[str]) -> tuple[list[str], bool]:
     """The llama-server flags of a recorded command line, and whether llama-server's own defaults apply."""
+    command = [a for a in command if not _is_env(a)]
     args = list(command[1:])
     server = "--server-defaults" in args or command[0] == "llama-server"
     args = [a for a in args if a != "--server-defaults"]
@@ -222,6 +249,8 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
         parsed = parse_flags(args)
         settings = dataclasses.replace(parsed.settings, tool=Tool.SERVER if server else Tool.FIT_PARAMS)
         mmproj = load_profile(_header_for(settings.mmproj_path)) if settings.mmproj_path else None
+        dpath = settings.draft.model_path if settings.draft is not None else ""
+        draft = load_profile(_header_for(dpath)) if dpath else None
         results = case.get("results")
         resolved = results.get("resolved", {}) if isinstance(results, dict) else {}
         assert isinstance(resolved, dict)
@@ -244,13 +273,15 @@ def run_case(grid: str, model_name: str, header: Path, case: dict[str, object]) 
                     error=f"refused: {exc}",
                 )
             return CaseResult(grid, model_name, arch, str(case["id"]), expected_error=str(case["error"]))
-        est = estimate(profile, settings, machine, cpu=RECORDING_CPU, mmproj=mmproj)
+        est = estimate(profile, settings, machine, cpu=RECORDING_CPU, mmproj=mmproj, draft=draft)
     except FitplanError as exc:
         return CaseResult(grid, model_name, arch, str(case["id"]), error=f"{type(exc).__name__}: {exc}")
     assert isinstance(results, dict)
     config = configuration_class(profile, est)
     if "rows_mib" in results:
         devices = _compare_fit_params(results, est)
+    elif "standin_alloc" in results:
+        devices = _compare_standin_server(results, est, machine, draft)
     elif "buffers_mib" in results:
         devices = _compare_server(results, est)
     else:
@@ -341,6 +372,88 @@ def _compare_server(results: dict[str, object], est: Estimate) -> tuple[DeviceRe
     return tuple(out)
 
 
+def _log_device(buffer_type: object) -> str:
+    """The device a logged buffer type is memory of: the GPU's own ("CUDA0"), else the host (CPU, CPU_Mapped,
+    CPU_REPACK, the pinned CUDA_Host)."""
+    bt = str(buffer_type or "CPU")
+    return "Host" if bt.startswith("CPU") or bt.endswith("_Host") else bt
+
+
+def _compare_standin_server(
+    results: dict[str, object], est: Estimate, machine: Machine, draft: ModelProfile | None
+) -> tuple[DeviceResult, ...]:
+    """llama-server on a CUDA-shaped stand-in (its log, MiB with two decimals): per device the text model's model,
+    KV and compute buffers; then per device the projector's weights and warm-up compute (clip's log: the weights
+    on the device clip computes on) and the draft model's buffers (its own estimate, `draft_estimate`, which the
+    target's estimate counts as one draft term per device)."""
+    cols = {"model": 0, "kv": 1, "rs": 1, "compute": 2}
+    real: dict[str, list[float]] = {}
+    bufs = results["buffers_mib"]
+    assert isinstance(bufs, list)
+    for b in bufs:
+        real.setdefault(_log_device(b["buffer_type"]), [0.0, 0.0, 0.0])[cols[str(b["kind"])]] += float(
+            b["mib"]
+        )
+    out: list[DeviceResult] = []
+    for de in est.devices:
+        name = "Host" if de.device.kind is DeviceKind.CPU else de.device.name
+        r = real.get(name, [0.0, 0.0, 0.0])
+        out.append(
+            DeviceResult(
+                name,
+                (round(r[0] * MIB), _round_mib(de.bytes_of(TermKind.WEIGHTS))),
+                (round(r[1] * MIB), _round_mib(de.bytes_of(TermKind.KV) + de.bytes_of(TermKind.RECURRENT))),
+                (round(r[2] * MIB), _round_mib(de.bytes_of(TermKind.COMPUTE))),
+            )
+        )
+    mm = results.get("mmproj_buffers_mib") or []
+    assert isinstance(mm, list)
+    if mm:
+        computes = [b for b in mm if b["kind"] == "compute"]
+        on = next(
+            (_log_device(b["buffer_type"]) for b in computes if _log_device(b["buffer_type"]) != "Host"),
+            "Host",
+        )
+        for de in est.devices:
+            name = "Host" if de.device.kind is DeviceKind.CPU else de.device.name
+            w = sum(float(b["mib"]) for b in mm if b["kind"] == "model") if name == on else 0.0
+            c = sum(float(b["mib"]) for b in computes if _log_device(b["buffer_type"]) == name)
+            terms = [t for t in de.terms if t.kind is TermKind.MMPROJ]
+            ew = sum(t.bytes for t in terms if t.label == "mmproj weights")
+            ec = sum(t.bytes for t in terms if t.label == "mmproj compute")
+            out.append(
+                DeviceResult(
+                    f"mmproj {name}",
+                    (round(w * MIB), _round_mib(ew)),
+                    (0, 0),
+                    (round(c * MIB), _round_mib(ec)),
+                )
+            )
+    dbufs = results.get("draft_buffers_mib") or []
+    assert isinstance(dbufs, list)
+    if dbufs and draft is not None:
+        dreal: dict[str, list[float]] = {}
+        for b in dbufs:
+            acc = dreal.setdefault(_log_device(b["buffer_type"]), [0.0, 0.0, 0.0])
+            acc[cols[str(b["kind"])]] += float(b["mib"])
+        sub = draft_estimate(draft, est.settings, machine, est.context.n_ctx, RECORDING_CPU)
+        for de in sub.devices:
+            name = "Host" if de.device.kind is DeviceKind.CPU else de.device.name
+            r = dreal.get(name, [0.0, 0.0, 0.0])
+            out.append(
+                DeviceResult(
+                    f"draft {name}",
+                    (round(r[0] * MIB), _round_mib(de.bytes_of(TermKind.WEIGHTS))),
+                    (
+                        round(r[1] * MIB),
+                        _round_mib(de.bytes_of(TermKind.KV) + de.bytes_of(TermKind.RECURRENT)),
+                    ),
+                    (round(r[2] * MIB), _round_mib(de.bytes_of(TermKind.COMPUTE))),
+                )
+            )
+    return tuple(out)
+
+
 def _compare(results: dict[str, object], est: Estimate) -> tuple[DeviceResult, ...]:
     real: dict[str, list[int]] = {}
     buffers = results["buffers"]
@@ -401,7 +514,7 @@ class Summary:
     results: tuple[CaseResult, ...]
 
     def on(self, backend: str) -> Summary:
-        """The results of one backend's recordings ("cpu" or "cuda")."""
+        """The results of one backend's recordings (`BACKENDS`)."""
         return Summary(tuple(r for r in self.results if r.backend == backend))
 
     @property
@@ -482,6 +595,18 @@ STANDIN_MEASUREMENT = (
     "llama.cpp 515e85511 (build 11434) dry runs on CUDA-shaped stand-in devices: its own scheduler and allocator "
     "size every GPU buffer as ggml-cuda answers them, no kernel runs (tests/fixtures/llamacpp/standin*)"
 )
+VULKAN_MEASUREMENT = (
+    "llama.cpp 515e85511 (build 11434) dry runs on Vulkan-shaped stand-in devices (16 GiB: 64-byte offsets, 1 GiB "
+    "buffers, 4 GiB storage range): its own scheduler and allocator size every buffer as ggml-vulkan answers them, "
+    "no kernel runs (tests/fixtures/llamacpp/standin_vulkan)"
+)
+METAL_MEASUREMENT = (
+    "llama.cpp 515e85511 (build 11434) dry runs on a Metal-shaped stand-in device (64 GiB of unified memory): its "
+    "own scheduler and allocator size every buffer as ggml-metal answers them, no kernel runs "
+    "(tests/fixtures/llamacpp/standin_metal)"
+)
+#: The measurement behind each GPU backend's figures.
+BACKEND_MEASUREMENTS = {"cuda": STANDIN_MEASUREMENT, "vulkan": VULKAN_MEASUREMENT, "metal": METAL_MEASUREMENT}
 IK_MEASUREMENT = "ik_llama.cpp 55d3c05bf contexts on the CPU (tests/fixtures/ik_llama)"
 FORK_NOTES = {
     "beellama": "its cache sizes are compared with beellama.cpp's published figures (tools/engines_report.py), "
@@ -533,7 +658,9 @@ def bands_document(s: Summary, ik: tuple[CaseResult, ...]) -> dict[str, object]:
         "engines": {
             Engine.LLAMA_CPP.value: {
                 **_engine_bands(s.on("cpu"), MAINLINE_MEASUREMENT),
-                "backends": {"cuda": _engine_bands(s.on("cuda"), STANDIN_MEASUREMENT)},
+                "backends": {
+                    b: _engine_bands(s.on(b), m) for b, m in BACKEND_MEASUREMENTS.items() if s.on(b).measured
+                },
             },
             Engine.IK_LLAMA.value: {
                 "measurement": IK_MEASUREMENT,
@@ -582,6 +709,8 @@ def markdown(every: Summary) -> str:
         lines += ["", "## Estimator errors", ""]
         lines += [f"* `{r.key}`: {r.error}" for r in s.errors]
     lines += gpu_markdown(every.on("cuda"))
+    for backend in ("vulkan", "metal"):
+        lines += backend_markdown(every.on(backend), backend)
     lines += ["", "## What is modelled and what is assumed", "", MODEL_NOTES]
     return "\n".join(lines) + "\n"
 
@@ -645,7 +774,9 @@ def gpu_markdown(s: Summary) -> list[str]:
         "supported and offloaded ops, the pinned host buffer, events), one to four 24 GiB cards of compute",
         "capability 7.0-8.9 and an RDNA3 card (ggml-cuda built for HIP). No kernel runs, so what only a running GPU",
         "allocates (the CUDA context, cuBLAS workspaces, the pool) is not in these figures: that is the runtime",
-        "reserve. Expected = llama.cpp's, estimated = fitplan's.",
+        "reserve. Expected = llama.cpp's, estimated = fitplan's. The `standin_server` grid runs llama-server itself on",
+        "the stand-in (loaded as a dynamic backend, `libggml-standin.so`) with a projector on the GPU or a draft model:",
+        "its log's buffers in MiB, the projector's and the draft's rows named `mmproj <device>` and `draft <device>`.",
         "",
         *_target_lines(s),
         "",
@@ -662,6 +793,87 @@ def gpu_markdown(s: Summary) -> list[str]:
     lines += ["", "Cases more than 10% under:", ""]
     lines += [f"* `{r.key}` {r.compute_rel:+.1%}" for r in s.compute_far_under] or ["* none"]
     lines += ["", GPU_NOTES]
+    return lines
+
+
+#: The Vulkan and Metal sections: title, what the stand-in answers, and what the comparison shows.
+BACKEND_SECTIONS = {
+    "vulkan": (
+        "Vulkan (device-shaped stand-ins)",
+        """The `standin_vulkan` grid: llama.cpp 515e85511's own scheduler and allocator on devices that answer them as
+ggml-vulkan does (`tools/groundtruth/standin/standin.cpp`, `--standin vulkan:16GiB`: the buffer type's
+minStorageBufferOffsetAlignment, 64 bytes here, and no row padding; its maximum buffer size, the 1 GiB
+suballocation block, which makes ggml-alloc split weights into buffers and the compute buffer into chunks; the
+pinned `Vulkan_Host` buffer; `supports_op` with its size limit: an op whose tensor is larger than the 4 GiB
+maxStorageBufferRange or buffer size runs on the CPU; `offload_op` from 32 tokens), one and two 16 GiB cards.
+fitplan plans a GPU with ggml-vulkan's rules when it is neither NVIDIA, AMD nor Apple (Intel): an NVIDIA or AMD
+card on a Vulkan build is planned with ggml-cuda's rules. Weights and caches are exact (64-byte alignment, no row
+padding); the compute misses are two effects fitplan does not model (the fixes belong to the compute model):""",
+        """* **1 GiB chunks.** ggml-alloc's compute buffer on a Vulkan device is made of chunks of at most 1 GiB
+  (`ggml_dyn_tallocr`, `max_size` = `ggml_backend_vk_buffer_type_get_max_size`): a tensor that does not fit in
+  what is left of a chunk opens a new one. At `-ub 2048` the logits (2048 x 128256 x 4 B = 1002 MiB for
+  llama-3.1-8b, 1187 MiB for Qwen3's vocabulary) do not fit above what lies under them, so they get a chunk of
+  their own and the buffer is the layers' peak plus the logits (llama-3.1-8b c4096 FA on: 1482.1 MiB recorded,
+  1146.0 estimated with the logits over the other tensors). With that rule (when the logits and what is under
+  them exceed 1 GiB: the larger of the layer phase and what is under the logits, plus the logits) every
+  logits-dominated recording here comes within -0.0..+4.2%; it is not in the compute model yet. A tensor of more
+  than 1 GiB in the layer phase costs more: once freed, its chunk takes the small tensors that follow (a fit
+  without growth beats growth), so the next layer's opens another chunk: without flash attention at 32768 cells
+  and `-ub 512` the 2 GiB KQ scores cost two chunks (llama-3.1-8b: 4204 MiB recorded, 2164 estimated; 2156 with
+  `GGML_VK_SUBALLOCATION_BLOCK_SIZE` raised to 64 GiB), and so do DeepSeek-V3's expert copies with `-cmoe` or a
+  partial `-ngl` (5356 MiB recorded, 3162 estimated) and its layer phase at `-ub 2048` (2018 for 1640).
+* **Tensors above the storage range run on the CPU.** Without 64-bit shader indexing a tensor above
+  maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
+  refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and
+  their softmax run on the host: the recording has them in `Vulkan_Host` (8656 MiB for llama-3.1-8b), fitplan on
+  the GPU. The totals agree; the device does not.""",
+    ),
+    "metal": (
+        "Metal (device-shaped stand-in)",
+        """The `standin_metal` grid: llama.cpp 515e85511's own scheduler and allocator on a device that answers them
+as ggml-metal does (`tools/groundtruth/standin/standin.cpp`, `--standin metal:64GiB`: the 32-byte alignment, the
+allocation extras of `ggml_backend_metal_buffer_type_get_alloc_size` for MUL_MAT_ID, FLASH_ATTN_EXT, ARGSORT and
+TOP_K, no host buffer type, so host weights and compute stay in CPU buffers, `supports_op` of an Apple7+ GPU,
+`offload_op` for matrix multiplications only), one 64 GiB device. The host side is the recording host's CPU
+(x86-64 AVX2/AVX-512 repacking), not an Apple CPU's. Weights and caches are exact; the compute misses:""",
+        """* **Flash attention's scratch is always reserved** on Metal (`ggml_metal_op_flash_attn_ext_extra_*`:
+  "always reserve the temp buffer to avoid graph reallocations"): each FLASH_ATTN_EXT output is larger by the
+  f16 size of its K and V views (one view when V is a view of K), a padding block of 64 cells, the block mask and
+  the workgroup results, `4 x min(n_tok, 32) x n_head x 32 x (d_v + 2)` bytes. It shows where the attention phase
+  is the peak: llama-3.1-8b at 131072 cells (706.5 MiB recorded, 410.5 estimated: the 512 MiB of copies),
+  gemma-3-27b at 131072 (1236 for 684), and DeepSeek-V3 at every context with flash attention (MLA: 128 heads
+  and `d_v` 512 make the workgroup results 257 MiB: 786 MiB recorded, 410 estimated at 4096 cells). fitplan
+  counts f16 copies only for ggml-cuda's kernels.
+* **Op offload of matrix multiplications.** `ggml_backend_metal_device_offload_op` offloads MUL_MAT and
+  MUL_MAT_ID from 32 tokens (not the other ops of a host layer); fitplan plans Metal without op offload. With
+  DeepSeek-V3's experts in host memory the expert matrices are copied into the GPU's buffer (`-cmoe`: 3212 MiB
+  recorded, 414 estimated); with dense layers on the host the GPU's buffer stays as planned and the host's is
+  one intermediate smaller (llama-3.1-8b `-ngl 16`: host 104 MiB recorded, 132 estimated; Qwen3-30B-A3B
+  `-cmoe`: 40 for 84).""",
+    ),
+}
+
+
+def backend_markdown(s: Summary, backend: str) -> list[str]:
+    """The Vulkan or Metal section: the recordings on that backend's stand-ins, per model and per class."""
+    if not s.measured:
+        return []
+    title, intro, notes = BACKEND_SECTIONS[backend]
+    lines = ["", f"## {title}", "", intro, "", *_target_lines(s), ""]
+    lines += [
+        "| grid | model | cases | weights exact | KV exact | compute within 5% | compute error range |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += _group_rows(s, lambda r: r.model)
+    lines += [
+        "",
+        "| configuration | cases | compute within 5% | worst under | worst over |",
+        "|---|---|---|---|---|",
+    ]
+    lines += _class_rows(s, totals=False)
+    lines += ["", "Cases more than 5% off:", ""]
+    lines += [f"* `{r.key}` {r.compute_rel:+.1%}" for r in s.compute_misses] or ["* none"]
+    lines += ["", notes]
     return lines
 
 
@@ -685,14 +897,25 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
 * **Padded cache rows.** A quantized K cache whose row is not a multiple of 512 elements (DeepSeek's 576-wide MLA
   rows) gets one padded row per tensor, then the tensor is padded to 128 bytes.
 * **MLA's V is a view of K**: the flash-attention kernel's f16 copy of a quantized cache is one copy, not two.
+* **A projector on the GPU** (llama-server on the stand-in, `standin_server`): clip's warm-up buffer on the GPU is
+  the CPU-only run's, and the graph inputs (the raw image, positions, Qwen2.5-VL's f32 window mask) stay in the
+  host's CPU buffer, which the scheduler fills and copies over (`mmproj_graph_inputs`: LLaVA 1.30 MiB, Gemma 3
+  9.19 MiB, Qwen2.5-VL 292.41 MiB, before not counted). The projector's weights are exact with the 128-byte
+  alignment.
+* **A draft model** (Qwen3-8B for Qwen3-30B-A3B, `-md`): its weights and cache are exact on the GPU and with
+  `-ngld 0` on the host. Not yet in the compute model: with `-ngld 0` the draft context's few outputs are below
+  ggml-cuda's op-offload batch of 32, so its output multiplication stays on the host and no output matrix is
+  copied to the GPU (119.0 MiB recorded, 605.9 estimated); and with the server's small output count every GPU
+  buffer here is one activation block over (llama-3.1-8b 120.0 MiB recorded, 128.0 estimated; Gemma 3 176.0 for
+  186.5; Qwen3-30B-A3B 88.0 for 92.0; the draft 108.0 for 116.0).
 
 Left: the architecture smoke models (hidden size 128-512) are mostly 0.5 MiB (one or two blocks) over on the first
 GPU; partial `-ngl` of granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its
 Mamba layers; Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention
 mask); DeepSeek-V3 with a quantized cache at 32768 cells (the f16 copy fits in holes the estimate does not see).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
-and shared experts, and `-sm row`. Vulkan and Metal are not measured: a Vulkan or Metal GPU is planned with
-CUDA's rules and the CPU-recorded band.
+and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are
+planned with the same compute model and shown their own stand-ins' band.
 """
 
 

@@ -59,3 +59,14 @@ def test_plan_reads_gguf_tables_without_the_gguf_package() -> None:
     assert code == 0
     assert "gguf.constants" in planned
     assert "gguf" not in planned and "yaml" not in planned
+
+
+def test_plan_of_a_local_file_does_not_import_numpy() -> None:
+    """The planner works in plain integers at one context at a time; numpy (a third of the start before) loads
+    only where arrays are built (`core.base.lazy`): the window's context curve, the reader's bulk string walk."""
+    code, planned = modules_after(
+        "plan", str(EXAMPLE), "--assume-gpu", "24GiB", "--host-ram", "64GiB", "--json"
+    )
+    assert code == 0
+    assert "numpy" not in planned
+    assert "fitplan.core.memory.compute" in planned

@@ -186,3 +186,35 @@ def test_bad_sources(
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: no real network either way
     rc, _, err = run(capsys, "quants", source, *MACHINE)
     assert rc == 2 and err.startswith("fitplan: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_of_unrelated_models_is_ranked_model_by_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The bundled examples are four different models (and one model's projector): each is its own group with its
+    own recommendation, its size is the model's (the header's, not the header-only file's), and a projector goes
+    only with the model it feeds."""
+    examples = Path(__file__).resolve().parents[2] / "resources" / "examples"
+    doc = quants_json(capsys, str(examples), "--assume-gpu", "24GiB", "--host-ram", "64GiB")
+    rows = _rows(doc)
+    models = {str(r["model"]) for r in rows}
+    assert len(models) == 4 and len(rows) == 4
+    assert any(m.startswith("Llama 3.1 8B Instruct (llama, 32 layers") for m in models)
+    assert doc["recommended"] is None  # several models: no single recommendation
+    assert [m["recommended"] for m in doc["models"]] == ["Q4_K_M"] * 4  # type: ignore[index]
+    assert all(r["recommended"] for r in rows)  # each model's only quant is its recommendation
+    by_file = {Path(str(r["files"][0])).name: r for r in rows}  # type: ignore[index]
+    llama = by_file["Llama-3.1-8B-Instruct-Q4_K_M.gguf"]
+    # the size is what the header says the file holds (4.58 GiB of a Q4_K_M 8B), not the 18 KiB copy on disk
+    assert llama["size_bytes"] == 4912916416
+    assert llama["mmproj"] is None and "--mmproj" not in llama["argv"]  # type: ignore[operator]
+    gemma = by_file["gemma-3-12b-it-Q4_K_M.gguf"]
+    assert gemma["mmproj"] == str(examples / "mmproj-gemma-3-12b-it-F16.gguf")
+    rc, out, _ = run(capsys, "quants", str(examples), "--assume-gpu", "24GiB", "--host-ram", "64GiB")
+    assert rc == 0 and "4 different models: each is ranked among its own quants" in out
+
+
+def test_quants_of_one_model_are_one_group(capsys: pytest.CaptureFixture[str], repo_dir: Path) -> None:
+    doc = quants_json(capsys, str(repo_dir), *MACHINE)
+    rows = _rows(doc)
+    assert len({r["model"] for r in rows}) == 1 and doc["recommended"] == rows[0]["name"]

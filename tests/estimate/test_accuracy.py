@@ -267,3 +267,40 @@ def test_afmoe_dense_layer_and_plamo2_rotated_qkv(summary: Any) -> None:
     assert len(cases) == len(keys)
     misses = [r for r in cases if abs(r.compute_rel) > 0.002]
     assert not misses, "misses:\n" + _fmt(misses)
+
+
+def test_wide_sample_of_the_families_found_outside_the_recordings(summary: Any) -> None:
+    """The families an outside check found off on configurations the recordings lacked (glm5-next, qwen35,
+    cohere2, gemma2, gemma3, lfm2), recorded over the `wide` sample: compute never more than 2.5% under and within
+    5% but for the over-estimates named here (glm5-next with four slots at 512 cells is 2.0% under), each one 0.5 MiB block or the one allocator layout not modelled.
+
+    Before: glm5-next with flash attention at 4096 cells 18.7-20% under (the f32 cast of the selection indices,
+    a tail longer than the freed selected cells, goes above them: `KpoolSelection.cast_above`); cohere2, gemma2
+    and gemma3 7.6% over with four separate slots at 512 cells (the last layer's scores in the freed row indices);
+    qwen35 4.8% under at 4096 cells (the query's gate stays live under the scores); lfm2 10% over."""
+    families = {
+        "glm5-next-moe",
+        "qwen35-dense",
+        "qwen35moe-moe",
+        "cohere2-dense",
+        "gemma2-dense",
+        "gemma3-dense",
+        "lfm2-dense",
+    }
+    known_over = {
+        # `q_resid` next to the indexer query leaves room for the cast: not modelled (+24%)
+        ("glm5-next-moe", "c131072-np1-faon-ub2048"),
+        # one 0.5 MiB block over on a 6.5-7.5 MiB buffer
+        ("qwen35-dense", "c512-np4-kvu-faon"),
+        ("qwen35-dense", "c512-np4-nokvu-faoff"),
+        ("qwen35-dense", "c512-np4-nokvu-faon-q4_0"),
+        ("qwen35-dense", "c4096-np4-nokvu-faon-q4_0"),
+        ("cohere2-dense", "c4096-np1-faon-ub2048"),  # +5.0%, 2 MiB of 39 MiB
+    }
+    cases = [r for r in summary.measured if r.grid == "widearchs" and r.model in families]
+    assert len(cases) == 30 * 3 + 33 * 4
+    under = [r for r in cases if r.compute_rel < -0.025]
+    assert not under, "more than 2.5% under:\n" + _fmt(under)
+    misses = [r for r in cases if abs(r.compute_rel) > report.COMPUTE_TOLERANCE]
+    assert {(r.model, r.case) for r in misses} <= known_over, "misses:\n" + _fmt(misses)
+    assert all(r.compute_rel > 0 for r in misses)

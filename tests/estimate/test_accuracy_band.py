@@ -216,3 +216,64 @@ def test_a_cuda_plan_gets_the_stand_ins_band_and_others_the_cpu_band() -> None:
     apple = Machine((assumed_gpu("M2", 64, Vendor.APPLE),), HOST)
     other = accuracy_band(p, _est(p, apple, "-fa", "on", "-ngl", "all"), data)
     assert other.figures is not None and other.figures.cases == 3
+
+
+def _with_backends() -> AccuracyData:
+    """A data file with CPU, Vulkan and Metal figures for llama that differ in their case counts."""
+
+    def fig(n: int) -> dict[str, object]:
+        return {
+            "cases": n,
+            "compute_min_pct": -1.0,
+            "compute_max_pct": 1.0,
+            "kv_exact": n,
+            "weights_exact": n,
+        }
+
+    def backend(n: int) -> dict[str, object]:
+        return {
+            "measurement": f"{n} stand-in recordings",
+            "architectures": {"llama": {"fa-on/kv-f16/one-device": fig(n)}},
+            "all": {},
+        }
+
+    doc = {
+        "engines": {
+            "llama.cpp": {
+                "measurement": "test recordings",
+                "architectures": {"llama": {"fa-on/kv-f16/one-device": fig(3)}},
+                "all": {},
+                "backends": {"vulkan": backend(7), "metal": backend(9)},
+            }
+        }
+    }
+    return AccuracyData.from_json(json.dumps(doc))
+
+
+def test_vulkan_and_metal_plans_get_their_stand_ins_band() -> None:
+    """An Apple GPU is planned with ggml-metal's rules and an Intel GPU with ggml-vulkan's: each gets its
+    stand-in recordings' band where the data file has one, else the CPU recordings' band without naming a
+    backend (a CUDA plan here: the data file has no CUDA figures)."""
+    p = sparse("llama-3.1-8b")
+    data = _with_backends()
+    apple = Machine((assumed_gpu("M2", 64, Vendor.APPLE),), HOST)
+    metal = accuracy_band(p, _est(p, apple, "-fa", "on", "-ngl", "all"), data)
+    assert metal.figures is not None and metal.figures.cases == 9
+    assert "on Metal stand-ins" in metal.text and "9 stand-in recordings" in metal.tooltip
+    intel = Machine((assumed_gpu("Arc A770", 16, Vendor.INTEL),), HOST)
+    vulkan = accuracy_band(p, _est(p, intel, "-fa", "on", "-ngl", "all"), data)
+    assert vulkan.figures is not None and vulkan.figures.cases == 7 and "on Vulkan stand-ins" in vulkan.text
+    cuda = accuracy_band(p, _est(p, ONE_GPU, "-fa", "on", "-ngl", "all"), data)
+    assert cuda.figures is not None and cuda.figures.cases == 3 and "stand-ins" not in cuda.text
+
+
+def test_the_compute_assumption_says_what_measured_a_vulkan_or_metal_plan() -> None:
+    """The estimate's assumption line for a Metal or Vulkan GPU names its stand-ins and where their recordings
+    show the compute model under (before: "not measured")."""
+    p = sparse("llama-3.1-8b")
+    apple = _est(p, Machine((assumed_gpu("M2", 64, Vendor.APPLE),), HOST), "-fa", "on", "-ngl", "all")
+    intel = _est(p, Machine((assumed_gpu("Arc", 16, Vendor.INTEL),), HOST), "-fa", "on", "-ngl", "all")
+    (metal,) = [a for a in apple.assumptions if a.startswith("GPU compute buffers")]
+    (vulkan,) = [a for a in intel.assumptions if a.startswith("GPU compute buffers")]
+    assert "Metal-shaped stand-ins" in metal and "flash-attention scratch" in metal and "Vulkan" not in metal
+    assert "Vulkan-shaped stand-ins" in vulkan and "1 GiB chunks" in vulkan and "Metal" not in vulkan

@@ -363,3 +363,43 @@ def test_missing_shards_stop_after_a_few(tmp_path: Path, server: tuple[str, Serv
     with pytest.raises(MissingShardError) as e:
         open_remote_model(f"{base}/{name}")
     assert len(e.value.missing) == 3 and len(state.log) == 4  # the first shard, then 3 missing ones
+
+
+def test_a_certificate_that_does_not_verify_is_said_as_such(tmp_path: Path) -> None:
+    # A TLS server with a self-signed certificate: the handshake fails verification (ssl's error is also a
+    # ValueError); the message says the secure connection failed, not that the server's answer was malformed.
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a self-signed certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with contextlib.suppress(OSError, ssl.SSLError):
+                ctx.wrap_socket(conn, server_side=True).close()
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(GGUFError) as e:
+            read_remote_header(f"https://127.0.0.1:{port}/x.gguf", timeout=10)
+    finally:
+        listener.close()
+        t.join(10)
+    assert "secure connection failed" in str(e.value)
+    assert "certificate" in str(e.value)
+    assert "malformed" not in str(e.value)

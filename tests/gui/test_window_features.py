@@ -61,7 +61,7 @@ def test_dropping_a_command_sets_the_controls(qtbot: Any, window: MainWindow) ->
 def test_gpu_layers_as_n_of_m(qtbot: Any, window: MainWindow) -> None:
     s = window.settings
     assert s.gpu_layers_slider.maximum() == 33  # 32 layers and the output layer
-    assert s.gpu_layers_of.text() == "all 33 of 33 layers (auto)"
+    assert s.gpu_layers_of.text() == "auto: 33 of 33 layers on the GPU"
     s.gpu_layers_slider.setValue(20)
     out = wait_settled(qtbot, window)
     assert s.gpu_layers.value() == 20 and s.gpu_layers_of.text() == "20 of 33 layers on the GPU"

@@ -75,6 +75,8 @@ def test_catalog_is_well_formed_and_covers_the_families() -> None:
         ("RTX 4090=20GiB", "RTX 4090", 20 * GIB, 1, Vendor.NVIDIA),
         ("my card=12GB", "my card", 12 * GIB, 1, Vendor.GENERIC),
         ("2x RTX 3090", "GeForce RTX 3090", 24 * GIB, 2, Vendor.NVIDIA),
+        ("2xRTX 3060", "GeForce RTX 3060 12 GiB", 12 * GIB, 2, Vendor.NVIDIA),  # no space after the count
+        ("2XRTX 3060", "GeForce RTX 3060 12 GiB", 12 * GIB, 2, Vendor.NVIDIA),
         ("3 x 16GiB", "16 GiB GPU", 16 * GIB, 3, Vendor.GENERIC),
         ("2*H100", "H100", 80 * GIB, 2, Vendor.NVIDIA),
         ("A100", "A100 80 GiB", 80 * GIB, 1, Vendor.NVIDIA),

@@ -22,7 +22,7 @@ import pytest
 from fitplan import cli
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings
-from fitplan.core.launch.command_line import import_preset, plan_to_args, to_preset_ini
+from fitplan.core.launch.command_line import import_command, import_preset, plan_to_args, to_preset_ini
 from fitplan.core.launch.flags import FLAGS, INT32_MAX, Flag, parse_flags
 from support.models import TESTS
 
@@ -226,3 +226,18 @@ def test_parse_keeps_the_words_of_unmodelled_flags() -> None:
     p = parse_flags(["-c", "8", *KEPT, "-t", "4"])
     assert p.passthrough == (*KEPT, "-t", "4")
     assert p.unmodelled == ("--lora adapter.gguf",)
+
+
+@pytest.mark.parametrize("pattern", ["(a*)*b", "(.*a)+x", "(a|ab)*c", "blk\\.(\\d+)+\\.ffn=CUDA0"])
+def test_an_override_pattern_that_backtracks_exponentially_is_refused(pattern: str) -> None:
+    """`-ot` patterns with a repetition inside a repetition (or a choice inside one) take exponential time on a
+    tensor name: `(a*)*b` took 22 s per name of 25 bytes, and names have up to 63. They are refused in one line
+    (CLI, a pasted command), where llama.cpp's std::regex would hang on them too; the patterns people write for
+    tensor names are taken."""
+    item = pattern if "=" in pattern else f"{pattern}=CPU"
+    code, err, _took = _capped(["estimate", QWEN3_MOE, *HW, "-ot", item])
+    assert code == 2 and "exponential time" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(FlagError, match="exponential time"):
+        import_command(f"llama-server -m {QWEN3_MOE} -ot '{item}'")
+    for usual in ("exps=CPU", r"blk\.(1[0-9]|2[0-9])\.ffn_.*_exps\.=CPU", r"\.ffn_(up|down|gate)_exps=CPU"):
+        assert import_command(f"llama-server -m {QWEN3_MOE} -ot '{usual}'").settings.tensor_overrides

@@ -351,3 +351,32 @@ def test_a_model_opens_at_the_default_context_or_its_training_length() -> None:
     assert default_choices(131072).n_ctx == 32768
     assert default_choices(4096).n_ctx == 4096
     assert default_choices(0).n_ctx == 256
+
+
+def test_extra_flags_are_kept_per_model_and_read_back(tmp_path: Path) -> None:
+    """A model's extra flags (kept from a pasted command) are saved with its choices, and read back as llama-server
+    reads them: the planned ones, the kept ones; a flag a control holds is refused in one line; bad entries in the
+    file are said and dropped."""
+    from fitplan.core.base.errors import FlagError
+    from fitplan.core.base.launch_settings import Engine
+    from fitplan.core.inputs.user_settings import read_extra_flags
+
+    words = ("--no-op-offload", "--alias", "my chat", "--jinja")
+    s = UserSettings().with_choices("/m/a.gguf", ModelChoices(extra_args=words))
+    save_user_settings(s, tmp_path)
+    loaded = load_user_settings(tmp_path)
+    assert loaded.message is None
+    assert loaded.settings.choices_for("/m/a.gguf").extra_args == words
+    assert loaded.settings.choices_for("/m/b.gguf").extra_args == ()
+    extra = read_extra_flags(words, Engine.LLAMA_CPP)
+    assert extra.planned == ("--no-op-offload",) and extra.kept == ("--alias", "my chat", "--jinja")
+    assert extra.pins == frozenset({"no_op_offload"})
+    with pytest.raises(FlagError, match=r"^-c, -ngl: set with the controls, not as extra flags$"):
+        read_extra_flags(("-c", "4096", "-ngl", "3", "--jinja"), Engine.LLAMA_CPP)
+    path = settings_path(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["model_choices"]["/m/a.gguf"]["extra_args"] = ["--jinja", 7]
+    path.write_text(json.dumps(doc))
+    again = load_user_settings(tmp_path)
+    assert again.settings.choices_for("/m/a.gguf").extra_args == ("--jinja",)
+    assert again.message is not None and "extra_args" in again.message

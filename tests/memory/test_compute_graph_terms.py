@@ -11,6 +11,7 @@ import pytest
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buffers
+from fitplan.core.memory.compute.terms import IndexerPeak
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
 from support.compute import assert_curve_matches_evaluate, compute_inputs, parts
@@ -144,8 +145,8 @@ def test_dsa_indexer_peak_keeps_the_freed_query_space() -> None:
     attn_wide = (512 + 64 * (192 + 512) + 64 * 576) * 512 * 4
     pl = place_weights(wide, LaunchSettings(), Machine((), HOST))
     plan = ComputePlan(wide, _inputs(n_kv_swa=512), pl)
-    indexer = plan.plans[-1].indexer
-    assert indexer is not None and indexer.transient(512) == attn_wide + 128 * 128 * 4
+    (indexer,) = (t for t in plan.plans[-1].attention if isinstance(t, IndexerPeak))
+    assert indexer.at(512, 512) == attn_wide + 128 * 128 * 4
 
 
 def test_dsv4_compressed_attention_at_the_indexer_peak() -> None:

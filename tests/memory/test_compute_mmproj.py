@@ -10,6 +10,7 @@ GGML_ALLOCATOR_DEBUG; the allocator's last `max_size` line gives the buffer to t
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,37 @@ def test_estimate_carries_the_projector_compute() -> None:
     terms = [t for t in e.devices[0].terms if t.kind is TermKind.MMPROJ and t.label == "mmproj compute"]
     assert [t.bytes for t in terms] == [739_025_728]
     assert not any("approximated" in a for a in e.assumptions)
+
+
+def _standin_server_case(model: str, case_id: str) -> Any:
+    import json
+
+    doc = json.loads((TESTS / "fixtures" / "llamacpp" / "standin_server" / f"{model}.json").read_text())
+    return next(c for c in doc["cases"] if c["id"] == case_id)
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "inputs"),
+    [
+        # raw 336^2 image, 577 positions and 576 patch indices (i32), each padded to 32 bytes
+        ("llama-3.1-8b", "mmproj-llava-llama-3-8b", 1_354_752 + 2_336 + 2_304),
+        # the raw 896^2 image only
+        ("gemma-3-27b", "mmproj-gemma-3-27b", 9_633_792),
+        # raw 1288^2 image, window indices twice, M-RoPE positions, the f32 window mask
+        ("qwen2.5-vl-7b", "mmproj-qwen2.5-vl-7b", 19_907_328 + 2 * 8_480 + 135_424 + 286_557_184),
+    ],
+)
+def test_a_projector_on_the_gpu_leaves_its_graph_inputs_on_the_host(
+    text: str, name: str, inputs: int
+) -> None:
+    """llama-server on a CUDA-shaped stand-in (standin_server grid): clip's warm-up buffer on the GPU is the
+    CPU-only run's, and the host's CPU buffer holds the graph inputs the scheduler keeps there and copies over
+    (before: nothing on the host; Qwen2.5-VL 292.41 MiB short)."""
+    from fitplan.core.base.devices import Vendor, assumed_gpu
+
+    machine = Machine((assumed_gpu("CUDA0", 24, Vendor.NVIDIA),), host_device(64 << 30))
+    e = estimate(sparse(text), LaunchSettings(n_ctx=4096), machine, mmproj=sparse(name))
+    host = [t.bytes for t in e.devices[-1].terms if t.kind is TermKind.MMPROJ]
+    assert host == [inputs]
+    recorded = _standin_server_case(text, "mmproj-c4096")["results"]["mmproj_buffers_mib"]
+    assert [b["mib"] for b in recorded if b["buffer_type"] == "CPU"] == [round(inputs / (1 << 20), 2)]

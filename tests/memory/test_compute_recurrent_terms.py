@@ -12,6 +12,7 @@ from fitplan.core.memory.compute import ComputeInputs, ComputePlan, compute_buff
 from fitplan.core.memory.compute.allocator import Affine
 from fitplan.core.memory.compute.recurrent import gdn_transient
 from fitplan.core.memory.compute.shapes import hc_width, indexer_q_rows
+from fitplan.core.memory.compute.terms import AttentionScores
 from fitplan.core.memory.weights import place_weights
 from fitplan.core.model.profile import ModelProfile
 from support.compute import assert_curve_matches_evaluate, compute_inputs
@@ -70,7 +71,8 @@ def test_lightning_attention() -> None:
     # two sequences: [256, 256, 2, 2] scores and decays, 1 MiB each
     pl = place_weights(p, LaunchSettings(), Machine((), HOST))
     plan = ComputePlan(p, _inputs(n_seqs=2), pl)
-    assert Affine(c=(4 * 256 * 512 + 2 * 256 * 256 * 2 * 2) * 4) in plan.plans[-1].kq
+    (scores,) = (t for t in plan.plans[-1].attention if isinstance(t, AttentionScores))
+    assert Affine(c=(4 * 256 * 512 + 2 * 256 * 256 * 2 * 2) * 4) in scores.kq
 
 
 def test_kimi_mla_concat_peak() -> None:

@@ -14,6 +14,7 @@ import pytest
 from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, Tool
 from fitplan.core.base.results import Estimate
+from fitplan.core.model.profile import ModelProfile, TensorRole
 from fitplan.core.plan.planner import (
     ContextFit,
     MarginPolicy,
@@ -232,6 +233,8 @@ def test_plan_moe_falls_back_to_layers_then_puts_experts_back() -> None:
     assert p2.placement.cpu_layers == 26
     assert p2.placement.cpu_expert_layers == 6
     assert "26 of 32 layers on CPU" in p2.binding
+    # --n-cpu-moe 32 covers every MoE layer: said as such, not as the 6 of them on the GPU side
+    assert p2.placement.description == "all experts on CPU, 26 of 32 layers on CPU"
 
 
 def test_plan_splits_two_gpus() -> None:
@@ -438,3 +441,30 @@ def test_ik_llama_without_flash_attention_has_a_finer_grid() -> None:
     ik_auto = dataclasses.replace(ik_off, flash_attn=FlashAttn.AUTO)
     assert context_step(ik_auto) == 256
     assert context_step(ik_auto, make_profile()) == 256
+
+
+def _alternating_moe(expert: int, layer: int) -> ModelProfile:
+    """make_profile's MoE model with experts on the odd layers only (Jamba's expert_layer_period 2, offset 1)."""
+    prof = make_profile(expert=expert, layer=layer)
+    tensors = tuple(
+        t
+        for t in prof.tensors
+        if not (t.role is TensorRole.EXPERTS and t.layer is not None and t.layer % 2 == 0)
+    )
+    layers = tuple(dataclasses.replace(lp, is_moe=lp.index % 2 == 1) for lp in prof.layers)
+    return dataclasses.replace(
+        prof, tensors=tensors, layers=layers, file_size=sum(t.n_bytes for t in tensors)
+    )
+
+
+def test_experts_on_cpu_are_worded_as_the_flag_says_when_moe_layers_alternate() -> None:
+    # 16 MoE layers of 400 MiB experts (odd layers) and 32 layers of 20 MiB attention on an 8 GiB card (7168 MiB
+    # usable): 32 x 20 + 16 x 400 + 300 + 500 + 32 x 16 (KV at 4096) = 8352 MiB, 1184 MiB over -> 3 MoE layers'
+    # experts must leave (1200 MiB): --n-cpu-moe 6 moves layers 1, 3, 5. The words name the flag's 6 layers and the
+    # 3 MoE layers among them; "3 expert layers on CPU" beside --n-cpu-moe 6 read as a contradiction.
+    p = plan(_alternating_moe(400 * MIB, 20 * MIB), machine(8), estimate_fn=fake_estimate)
+    assert p.fits
+    assert p.settings.n_cpu_moe == 6
+    assert p.placement.cpu_expert_layers == 3
+    assert p.placement.description == "the experts of the first 6 layers on CPU (3 MoE layers)"
+    assert "the experts of the first 6 layers on CPU (3 MoE layers)" in p.binding

@@ -18,6 +18,7 @@ from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import what_would_change
+from fitplan.core.plan.objective import Goal, Objective
 from fitplan.core.plan.planner import MarginPolicy, Pins, kv_streams, plan, plan_verdict
 from fitplan.core.plan.usage import usage_of
 from fitplan.core.plan.verdict import FitLevel
@@ -132,8 +133,15 @@ def test_alternatives_are_checked_plans() -> None:
     assert q8.effect == f"context 5,376 -> {q8.n_ctx:,}"
     moe = next(a for a in alts if a.change.startswith("--n-cpu-moe"))
     assert moe.n_ctx == plan(prof, m, Pins(n_cpu_moe=int(moe.change.split()[1]))).settings.n_ctx
-    gains = [a.n_ctx for a in alts]
-    assert gains == sorted(gains, reverse=True)
+    # ranked by the plan's objective (fastest placement first): fewer expert layers on the CPU first (the 16 GiB
+    # card, at a slightly shorter context), then by context among equal placements
+    experts = [int(a.placement.split()[0]) for a in alts]
+    assert experts == sorted(experts)
+    assert alts[0].change == "a 16 GiB card" and alts[0].n_ctx < base.settings.n_ctx
+    # the other goal is offered, and gives the most context
+    other = changes["--objective context"]
+    assert other.n_ctx == max(a.n_ctx for a in alts)
+    assert other.n_ctx == plan(prof, m, Pins(), objective=Objective(Goal.CONTEXT)).settings.n_ctx
 
 
 def test_alternatives_when_nothing_fits_make_it_fit() -> None:

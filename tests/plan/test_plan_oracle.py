@@ -2,14 +2,17 @@
 
 Scenarios (Hypothesis, derandomized): depth-truncated realistic sparse models (dense, dense with SWA, MoE, hybrid
 Mamba2 + MoE, hybrid gated-delta-net + MoE, MLA + MoE); 1 to 3 GPUs, identical or mixed; host RAM from 1 to 128 GiB;
-with and without pins. For every scenario:
+with and without pins; each objective (fastest placement first, longest context first) with and without a
+generation-speed floor (a fake speed model that keeps the objective's assumption: more on the GPUs is not slower, a
+longer context is not faster). For every scenario:
 
 * sound: a plan that fits fits again when its own exported command is parsed back and estimated, on every device;
 * complete: a plan that does not fit has no fitting point in the space;
 * optimal: the exhaustive search finds nothing better by the written objective;
 * identical cards (one `Device` value repeated) plan exactly like separately named cards of the same size;
-* monotone: more VRAM or more host RAM never loses the fit nor takes layers off the GPUs, and at the same
-  placement never shrinks the context;
+* floors: a plan that fits keeps the speed floor;
+* monotone: more VRAM or more host RAM never loses the fit nor (placement first) takes layers off the GPUs nor
+  (context first) shortens the context, and at the same placement never shrinks the context;
 * deterministic: the same inputs give the same plan.
 """
 
@@ -28,19 +31,37 @@ from fitplan.core.estimate.estimator import estimate
 from fitplan.core.launch.command_line import plan_to_args
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.objective import PlacementKey, key, min_gpu_headroom, placement_key, tie_key
+from fitplan.core.plan.objective import Goal, Objective, PlacementKey, placement_key
 from fitplan.core.plan.oracle import OracleResult, exhaustive_plan
-from fitplan.core.plan.planner import Pins, Plan, plan
+from fitplan.core.plan.planner import Pins, Plan, plan, plan_key
 from fitplan.core.plan.usage import MarginPolicy, usage_of
 from support.plan_models import SMALL, small_model
 
 #: what every scenario checked; the closing test prints it
-TALLY = {"scenarios": 0, "fits": 0, "no_fit": 0, "points": 0, "violations": 0}
+TALLY = {
+    "scenarios": 0,
+    "fits": 0,
+    "no_fit": 0,
+    "points": 0,
+    "violations": 0,
+    "placement": 0,
+    "context": 0,
+    "floor": 0,
+}
 
 #: few layers, so 3 GPUs stay enumerable: (kind, largest GPU count)
 KINDS = {kind: (3 if kind in ("dense", "hybrid-next") else 2) for kind in SMALL}
 
 PIN_CHOICES = ("none", "ctx", "min_ctx", "np1", "q8", "ngl", "ncmoe", "ts", "all_on_gpu", "fa_off")
+#: generation floors (t/s of `fake_speed`): none, one most placements keep, one that needs most layers on the GPUs
+FLOORS = (None, 8.0, 30.0)
+
+
+def fake_speed(p: Plan) -> float:
+    """A stand-in speed model with the objective's assumption: 5 t/s per offloaded layer index, less than 4 t/s for
+    the bytes off the GPUs (so a larger `placement_key` is never slower), less for a longer context."""
+    off_gib = p.placement.off_gpu_bytes / GIB
+    return 5.0 * p.placement.n_gpu_layers + 4.0 / (1.0 + off_gib) - p.settings.n_ctx / 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +71,11 @@ class Scenario:
     identical: bool
     host_gib: float
     pin: str
+    goal: Goal = Goal.PLACEMENT
+    floor: float | None = None
+
+    def objective(self) -> Objective:
+        return Objective(self.goal, self.floor)
 
     def machine(
         self, extra_gpu_gib: float = 0.0, extra_host_gib: float = 0.0, named: bool = False
@@ -94,15 +120,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     identical = n > 1 and draw(st.booleans())
     gpu = (draw(sizes),) * n if identical else tuple(draw(sizes) for _ in range(n))
     host = draw(st.sampled_from([1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 128.0]))
-    return Scenario(kind, gpu, identical, host, draw(st.sampled_from(PIN_CHOICES)))
+    pin = draw(st.sampled_from(PIN_CHOICES))
+    return Scenario(
+        kind, gpu, identical, host, pin, draw(st.sampled_from(list(Goal))), draw(st.sampled_from(FLOORS))
+    )
 
 
 def _key(p: Plan) -> PlacementKey:
     return placement_key(p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
-
-
-def _min_headroom(p: Plan) -> int:
-    return min_gpu_headroom(p.context.usage)
 
 
 def _exported_fits(prof: ModelProfile, p: Plan, m: Machine) -> bool:
@@ -119,7 +144,7 @@ def _check_optimal(p: Plan, o: OracleResult) -> list[str]:
         return [f"plan fits={p.fits}, exhaustive fits={o.fits} ({o.point})"]
     if not p.fits or o.key is None:
         return []
-    mine = key(_key(p), tie_key(p.settings.n_ctx, p.placement.n_cpu_moe, _min_headroom(p)))
+    mine = plan_key(p)
     if mine < o.key:
         return [
             f"objective {mine} ({p.placement.description}, -c {p.settings.n_ctx}) below the exhaustive {o.key} "
@@ -130,41 +155,53 @@ def _check_optimal(p: Plan, o: OracleResult) -> list[str]:
 
 def _check_monotone(prof: ModelProfile, sc: Scenario, pins: Pins, p: Plan) -> list[str]:
     bad: list[str] = []
+    obj = sc.objective()
     for what, m in (("VRAM", sc.machine(extra_gpu_gib=1.0)), ("host RAM", sc.machine(extra_host_gib=4.0))):
-        more = plan(prof, m, pins)
+        more = _plan(prof, m, pins, obj)
         if p.fits and not more.fits:
             bad.append(f"more {what} loses the fit")
-        elif p.fits and _key(more) < _key(p):
+        elif p.fits and sc.goal is Goal.PLACEMENT and _key(more) < _key(p):
             bad.append(f"more {what} takes weights off the GPUs: {_key(p)} -> {_key(more)}")
-        elif p.fits and pins.n_ctx is None:
+        elif p.fits and sc.goal is Goal.CONTEXT and more.settings.n_ctx < p.settings.n_ctx:
+            bad.append(f"more {what} shortens the context first objective's context")
+        elif p.fits and pins.n_ctx is None and p.settings.devices is None:
             same = dataclasses.replace(
                 pins,
                 n_gpu_layers=p.placement.n_gpu_layers,
                 n_cpu_moe=p.placement.n_cpu_moe,
                 tensor_split=p.settings.tensor_split or pins.tensor_split,
             )
-            again = plan(prof, m, same)
+            again = _plan(prof, m, same, obj)
             if again.settings.n_ctx < p.settings.n_ctx:
                 bad.append(f"more {what} shrinks the context at the same placement")
     return bad
+
+
+def _plan(prof: ModelProfile, m: Machine, pins: Pins, obj: Objective) -> Plan:
+    return plan(prof, m, pins, objective=obj, speed_of=fake_speed)
 
 
 def check_scenario(sc: Scenario) -> list[str]:
     prof = small_model(sc.kind)
     m = sc.machine()
     pins = sc.pins(prof)
-    p = plan(prof, m, pins)
-    o = exhaustive_plan(prof, m, pins)
+    obj = sc.objective()
+    p = _plan(prof, m, pins, obj)
+    o = exhaustive_plan(prof, m, pins, objective=obj, speed_of=fake_speed)
     bad = _check_optimal(p, o)
     if p.fits and not _exported_fits(prof, p, m):
         bad.append("unsound: the exported command does not fit")
-    named = plan(prof, sc.machine(named=True), pins)
+    if p.fits and sc.floor is not None and fake_speed(p) < sc.floor:
+        bad.append(f"below the speed floor: {fake_speed(p):.2f} < {sc.floor}")
+    named = _plan(prof, sc.machine(named=True), pins, obj)
     if sc.identical and (named.fits, named.settings) != (p.fits, p.settings):
         bad.append("identical cards plan differently from named cards")
-    if plan(prof, m, pins) != p:
+    if _plan(prof, m, pins, obj) != p:
         bad.append("not deterministic")
     bad.extend(_check_monotone(prof, sc, pins, p))
     TALLY["scenarios"] += 1
+    TALLY[sc.goal.value] += 1
+    TALLY["floor"] += sc.floor is not None
     TALLY["fits" if p.fits else "no_fit"] += 1
     TALLY["points"] += o.points
     TALLY["violations"] += len(bad)
@@ -191,6 +228,11 @@ def test_planner_matches_the_exhaustive_search(sc: Scenario) -> None:
         Scenario("hybrid-next", (2.0, 2.0, 2.0), True, 4.0, "np1"),
         Scenario("mla-moe", (1.5, 2.5), False, 2.0, "q8"),
         Scenario("hybrid-moe", (1.0,), False, 1.0, "none"),
+        # longest context first, and speed floors: the single-card MoE trades experts on the GPU for context
+        Scenario("moe", (2.0,), False, 16.0, "none", Goal.CONTEXT),
+        Scenario("moe", (2.0,), False, 16.0, "none", Goal.CONTEXT, 30.0),
+        Scenario("mla-moe", (2.0, 2.5), False, 16.0, "none", Goal.PLACEMENT, 30.0),
+        Scenario("dense", (1.5,), False, 16.0, "none", Goal.PLACEMENT, 8.0),
     ],
 )
 def test_fixed_scenarios_match_the_exhaustive_search(sc: Scenario) -> None:
@@ -206,8 +248,9 @@ def test_oracle_tally(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_oracle_space_is_the_whole_space() -> None:
     # a 6-layer dense model on 2 GPUs: -ngl 0..7 (7 = the 6 blocks and the output layer), each with every split of
-    # the offloaded indices over 2 GPUs (n + 1 of them): sum over n = 0..7 of (n + 1) = 36 points
+    # the offloaded indices over 2 GPUs (n + 1 of them): sum over n = 0..7 of (n + 1) = 36 points, and the GPUs left
+    # out (-dev none): 37
     prof = small_model("dense")
     o = exhaustive_plan(prof, Machine((assumed_gpu("A", 8), assumed_gpu("B", 8)), host_device(64 * GIB)))
-    assert o.points == 36
+    assert o.points == 37
     assert o.fits and o.point is not None and o.point.ngl == 7

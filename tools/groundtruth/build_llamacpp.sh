@@ -15,7 +15,7 @@
 # MXFP4 weights with AVX2 and also Q2_K with AVX-512; an AMX build would add an AMX buffer type for Q4_0/Q8_0
 # weights and change the breakdown. A build with AVX-512 crashes on a CPU without it, hence the detection.
 #
-# Result: BUILD_DIR/bin/{llama-fit-params,llama-server,test-llama-archs,ggml-rpc-server,membreak}
+# Result: BUILD_DIR/bin/{llama-fit-params,llama-server,test-llama-archs,ggml-rpc-server,membreak,libggml-standin.so}
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -73,5 +73,11 @@ g++ -std=c++17 -O2 -DMEMBREAK_STANDIN -o "$BUILD/bin/membreak" "$HERE/membreak.c
     -I"$HERE" -I"$SRC/include" -I"$SRC/ggml/include" -I"$SRC/ggml/src" -I"$SRC/common" -I"$SRC/src" -I"$SRC/vendor" \
     -L"$BUILD/bin" -lllama-common -lllama -lggml -lggml-cpu -lggml-base -Wl,-rpath,"$BUILD/bin"
 
+# libggml-standin.so: the same stand-ins as a dynamically loaded backend for unmodified programs
+# (GGML_BACKEND_PATH=$BUILD/bin/libggml-standin.so FITPLAN_STANDIN=cuda:24GiB llama-server -dev CUDA0 ...)
+g++ -std=c++17 -O2 -fPIC -shared -o "$BUILD/bin/libggml-standin.so" "$HERE/standin/standin_dl.cpp" "$HERE/standin/standin.cpp" \
+    -I"$HERE" -I"$SRC/include" -I"$SRC/ggml/include" -I"$SRC/ggml/src" \
+    -L"$BUILD/bin" -lggml -lggml-cpu -lggml-base -Wl,-rpath,"$BUILD/bin"
+
 echo "built: $BUILD/bin"
-ls "$BUILD/bin" | grep -E '^(llama-fit-params|llama-server|test-llama-archs|ggml-rpc-server|membreak)$'
+ls "$BUILD/bin" | grep -E '^(llama-fit-params|llama-server|test-llama-archs|ggml-rpc-server|membreak|libggml-standin.so)$'

@@ -23,6 +23,10 @@ Grid h (`newarchs/`, not a default): the smoke models of the newer architectures
 wide grid (`NEWARCHS_SAMPLE`: contexts 512..131072, 1 and 4 slots, unified or not, K/V f16/q8_0/q4_0, flash
 attention on/off, `-ub` 512/2048), 20 settings each, rebuilt from their header copies like grid f:
     python tools/groundtruth/record.py --build BUILD_DIR --work /tmp/gt --grids newarchs [--only deepseek4-moe]
+
+Grids i, j and k (not defaults): GPU-shaped devices without a GPU (membreak --standin, tools/groundtruth/standin):
+ggml-cuda's (`--grids standin`), ggml-vulkan's and ggml-metal's (`--grids standin_vulkan,standin_metal`), and
+llama-server on the CUDA stand-in loaded as a dynamic backend (`--grids standin_server`: projectors, a draft).
 """
 
 from __future__ import annotations
@@ -700,7 +704,18 @@ def grid_sparse(env: Env, only: list[str] | None) -> None:
 # model keeps a few dozen cases: realistic sparse models (WIDE_SPARSE_MODELS, fixtures in wide/) and smoke models
 # of test-llama-archs (WIDE_ARCH_MODELS, fixtures in widearchs/, rebuilt from their header copies when needed)
 WIDE_SPARSE_MODELS = ["deepseek-v3", "granite-4.0-h-tiny", "lfm2-1.2b"]
-WIDE_ARCH_MODELS = ["jamba-dense", "granitehybrid-dense", "nemotron_h-dense", "lfm2-dense"]
+WIDE_ARCH_MODELS = [
+    "jamba-dense",
+    "granitehybrid-dense",
+    "nemotron_h-dense",
+    "lfm2-dense",
+    "glm5-next-moe",
+    "qwen35-dense",
+    "qwen35moe-moe",
+    "cohere2-dense",
+    "gemma2-dense",
+    "gemma3-dense",
+]
 WIDE_CONTEXTS = (512, 4096, 32768, 131072)
 
 
@@ -1053,6 +1068,112 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
         )
 
 
+# grid j. standin_vulkan / standin_metal (`--grids standin_vulkan,standin_metal`): the same published-shape models on
+# Vulkan- and Metal-shaped stand-ins (standin.cpp: ggml-vulkan's 1 GiB buffers, storage-range limit and pinned
+# Vulkan_Host buffer; ggml-metal's 32-byte alignment, its flash-attention and MUL_MAT_ID allocation extras and no
+# host buffer). A small grid: full offload at 4096 / 32768 cells with flash attention on and off at -ub 512 and 2048,
+# a q8_0 cache, half the layers, the experts (or the FFNs) in host memory; two Vulkan devices; Metal at 131072 cells.
+STANDIN_BACKEND_MODELS = [
+    "llama-3.1-8b",
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "deepseek-v3",
+    "gemma-3-27b",
+]
+#: One 16 GiB Vulkan card with the stand-in's default limits (64-byte offsets, 4 GiB allocations and storage range).
+VULKAN_16 = "vulkan:16GiB"
+#: An Apple Silicon GPU with a 64 GiB working set.
+METAL_64 = "metal:64GiB"
+
+
+def standin_backend_settings(spec: str, n_layer: int, moe: bool) -> list[tuple[str, str, list[str]]]:
+    """(id, device spec, args) of grid j for one device kind (`spec`: VULKAN_16 or METAL_64)."""
+    half = n_layer // 2
+    out: list[tuple[str, str, list[str]]] = []
+
+    def add(cid: str, dev: str, *args: str) -> None:
+        base = ["-np", "1"] if "-ngl" in args else ["-ngl", "999", "-np", "1"]
+        out.append((cid, dev, [*base, *args]))
+
+    for c in (4096, 32768):
+        for fa in ("on", "off"):
+            for ub in (512, 2048):
+                add(f"c{c}-fa{fa}-ub{ub}", spec, "-c", str(c), "-fa", fa, "-b", str(ub), "-ub", str(ub))
+    add("c32768-faon-q8_0", spec, "-c", "32768", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0")
+    add(f"c8192-faon-ngl{half}", spec, "-c", "8192", "-fa", "on", "-ngl", str(half))
+    for ub in (512, 2048):
+        if moe:
+            add(
+                f"c8192-faon-cmoe-ub{ub}",
+                spec,
+                "-c",
+                "8192",
+                "-fa",
+                "on",
+                "-cmoe",
+                "-b",
+                str(ub),
+                "-ub",
+                str(ub),
+            )
+        else:
+            add(f"c8192-faon-ot-ffn-cpu-ub{ub}", spec, "-c", "8192", "-fa", "on", "-ot", r"\.ffn_(up|down|gate)\.=CPU",
+                "-b", str(ub), "-ub", str(ub))  # fmt: skip
+    if spec.startswith("vulkan"):
+        two = ",".join([spec] * 2)
+        add("2dev-c8192-faon", two, "-c", "8192", "-fa", "on")
+        add(
+            "2dev-c8192-faon-ts3,1-ub2048",
+            two,
+            "-c",
+            "8192",
+            "-fa",
+            "on",
+            "-ts",
+            "3,1",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+        )
+        # 64-bit shader indexing lifts the storage-range limit (the 4 GiB buffer limit stays)
+        add(
+            "idx64-c32768-faoff-ub2048",
+            spec + ":idx64=1",
+            "-c",
+            "32768",
+            "-fa",
+            "off",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+        )
+    else:
+        add("c131072-faon", spec, "-c", "131072", "-fa", "on")
+    return out
+
+
+def _grid_standin_backend(env: Env, only: list[str] | None, grid: str, spec: str) -> None:
+    for name in STANDIN_BACKEND_MODELS:
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name)
+        n_layer, moe = _layers_and_moe(name)
+        t0 = time.time()
+        cases = _standin_cases(env, path, standin_backend_settings(spec, n_layer, moe))
+        write_fixture(grid, name, fixture_doc("membreak", model, cases), started=t0)
+
+
+def grid_standin_vulkan(env: Env, only: list[str] | None) -> None:
+    _grid_standin_backend(env, only, "standin_vulkan", VULKAN_16)
+
+
+def grid_standin_metal(env: Env, only: list[str] | None) -> None:
+    _grid_standin_backend(env, only, "standin_metal", METAL_64)
+
+
 # ------------------------------------------------------------------------------------------------ server grid
 
 SERVER_DONE = re.compile(r"server is listening|main: model loaded|starting the main loop|all slots are idle")
@@ -1101,6 +1222,12 @@ RE_SRV_PREFIX = re.compile(r"^\S+ [A-Z] ")  # common log prefix "0.00.123.456 I 
 
 def case_from_server(env: Env, case_id: str, model: Path, args: Sequence[str]) -> dict[str, Any]:
     argv, raw = run_server(env, model, args)
+    return _server_case_from_lines(env, case_id, argv, raw, args)
+
+
+def _server_case_from_lines(
+    env: Env, case_id: str, argv: list[str], raw: list[str], args: Sequence[str]
+) -> dict[str, Any]:
     lines = [RE_SRV_PREFIX.sub("", ln) for ln in raw]
     parsed = parse_log(lines)
     clip: list[dict[str, Any]] = []
@@ -1230,6 +1357,113 @@ def grid_server(env: Env, only: list[str] | None) -> None:
         write_fixture("server", name, fixture_doc("llama-server", model, cases))
 
 
+# grid k. standin_server (`--grids standin_server`): llama-server itself on a CUDA-shaped stand-in, loaded as a
+# dynamic ggml backend (standin/standin_dl.cpp, BUILD/bin/libggml-standin.so through GGML_BACKEND_PATH, the devices in
+# FITPLAN_STANDIN): the projector on the GPU (clip's warm-up reserve) and a draft model, whose buffers llama-server
+# allocates beside the target's. The server's log gives every buffer in MiB (two decimals); the stand-in prints every
+# device buffer it allocated in bytes at exit ("standin: alloc CUDA0 <bytes>"). The text model's warm-up decode fails
+# on the stand-in (it cannot compute) and the server goes on; a draft model is then reported unsupported after its
+# buffers were allocated and logged.
+STANDIN_SERVER_SPEC = "cuda:24GiB"
+#: (text model, mmproj or None, draft or None, case id, extra args)
+STANDIN_SERVER_CASES: list[tuple[str, str | None, str | None, str, list[str]]] = [
+    ("llama-3.1-8b", "mmproj-llava-llama-3-8b", None, "mmproj-c4096", ["-c", "4096"]),
+    (
+        "llama-3.1-8b",
+        "mmproj-llava-llama-3-8b",
+        None,
+        "mmproj-cpu-c4096",
+        ["-c", "4096", "--no-mmproj-offload"],
+    ),
+    ("llama-3.1-8b", "mmproj-llava-llama-3-8b", None, "mmproj-faoff-c4096", ["-c", "4096", "-fa", "off"]),
+    ("gemma-3-27b", "mmproj-gemma-3-27b", None, "mmproj-c4096", ["-c", "4096"]),
+    ("qwen2.5-vl-7b", "mmproj-qwen2.5-vl-7b", None, "mmproj-c4096", ["-c", "4096"]),
+    (
+        "qwen3-30b-a3b",
+        None,
+        "qwen3-8b",
+        "draft-np1-c4096",
+        ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup"],
+    ),
+    (
+        "qwen3-30b-a3b",
+        None,
+        "qwen3-8b",
+        "draft-ngld0-np1-c4096",
+        ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup", "-ngld", "0"],
+    ),
+]
+RE_STANDIN_ALLOC = re.compile(r"^standin: alloc (\S+) (\d+)$")
+DRAFT_START = "loading draft model"
+
+
+def _standin_server_case(
+    env: Env, cid: str, path: Path, mmproj: str | None, draft: str | None, args: list[str]
+) -> dict[str, Any]:
+    extra = ["-dev", "CUDA0", "-ngl", "999", "-fit", "off", "-nr", *args]
+    info: dict[str, Any] = {}
+    if mmproj:
+        mm_path = sparse_models.generate(mmproj, env.work / "sparse")
+        hdr = sparse_models.generate(mmproj, MODELS_DIR / "sparse", header_only=True)
+        extra = ["--mmproj", str(mm_path), *extra]
+        info["mmproj"] = {
+            "generator": "tools/groundtruth/sparse_models.py",
+            "name": mmproj,
+            "config": sparse_models.MMPROJ_CONFIGS[mmproj],
+            "file_bytes": mm_path.stat().st_size,
+            "header": os.path.relpath(hdr, FIXTURES),
+        }
+    if draft:
+        d_path, d_model = sparse_model(env, draft, vocab="spm")
+        extra = ["-md", str(d_path), "-devd", "CUDA0", *extra]
+        if "-ngld" not in extra:
+            extra += ["-ngld", "999"]
+        info["draft"] = d_model
+    dl = Env(env.build, env.work, env.membreak)
+    dl.env["GGML_BACKEND_PATH"] = str(env.bin / "libggml-standin.so")
+    dl.env["FITPLAN_STANDIN"] = STANDIN_SERVER_SPEC
+    argv, raw = run_server(dl, path, extra)
+    allocs = [
+        {"buffer_type": m.group(1), "bytes": int(m.group(2))}
+        for ln in raw
+        if (m := RE_STANDIN_ALLOC.match(ln))
+    ]
+    cut = next((i for i, ln in enumerate(raw) if DRAFT_START in ln), len(raw))
+    case = _server_case_from_lines(env, cid, argv, raw[:cut], extra)
+    if draft:
+        d_lines = [RE_SRV_PREFIX.sub("", ln) for ln in raw[cut:]]
+        case["results"]["draft_buffers_mib"] = parse_log(d_lines)["log_buffers"]
+    case["results"]["standin_alloc"] = allocs
+    case["command"] = [
+        "GGML_BACKEND_PATH=libggml-standin.so",
+        f"FITPLAN_STANDIN={STANDIN_SERVER_SPEC}",
+        *case["command"],
+    ]
+    case.update(info)
+    return case
+
+
+def grid_standin_server(env: Env, only: list[str] | None) -> None:
+    if not (env.bin / "libggml-standin.so").exists():
+        raise SystemExit(
+            f"{env.bin / 'libggml-standin.so'} is missing: run tools/groundtruth/build_llamacpp.sh"
+        )
+    by_model: dict[str, list[tuple[str | None, str | None, str, list[str]]]] = {}
+    for name, mmproj, draft, cid, args in STANDIN_SERVER_CASES:
+        by_model.setdefault(name, []).append((mmproj, draft, cid, args))
+    for name, specs in by_model.items():
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name, vocab="spm")
+        cases = []
+        for mmproj, draft, cid, args in specs:
+            t0 = time.time()
+            case = _standin_server_case(env, cid, path, mmproj, draft, args)
+            cases.append(case)
+            print("standin_server", name, cid, "error" not in case, f"{time.time() - t0:.1f}s", flush=True)
+        write_fixture("standin_server", name, fixture_doc("llama-server", model, cases))
+
+
 # ------------------------------------------------------------------------------------------------ fit-params grid
 # llama-fit-params -fitp on prints, per device, the dry-run breakdown in MiB (integer division). The same settings
 # as some membreak cases, so the tests can check membreak against the official tool.
@@ -1329,6 +1563,9 @@ GRIDS = {
     "wide": grid_wide,
     "newarchs": grid_newarchs,
     "standin": grid_standin,
+    "standin_vulkan": grid_standin_vulkan,
+    "standin_metal": grid_standin_metal,
+    "standin_server": grid_standin_server,
 }
 
 
@@ -1349,7 +1586,7 @@ def main(argv: list[str] | None = None) -> int:
         default="archs,sparse,placement,server,fitparams",
         help="comma-separated grids: "
         + ",".join(GRIDS)
-        + " (quantkv, wide, newarchs and standin are not in the default)",
+        + " (quantkv, wide, newarchs and the standin grids are not in the default)",
     )
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)

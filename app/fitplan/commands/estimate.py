@@ -14,6 +14,7 @@ from typing import Any
 
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
+from fitplan.commands._speed import add_speed_arguments, speed_json, speed_of, speed_text
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
 from fitplan.core.base.errors import FlagError
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, Tool
@@ -91,6 +92,7 @@ def register(subparsers: Any) -> None:
         "--host-ram", metavar="SIZE", help="estimate for this much host RAM instead of the detected amount"
     )
     add_engine_argument(p)
+    add_speed_arguments(p)
     p.add_argument(
         "--header-only",
         action="store_true",
@@ -218,14 +220,17 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve)
     v = judge(est, machine, margin_policy(args, machine))
     band = accuracy_band(profile, est)
+    speed = speed_of(profile, machine, est.settings, args)
     if args.json:
         doc = to_json(model, profile, est, parsed, notes, fits_card=v.fits_card)
         doc["verdict"] = verdict_json(v)
         doc["accuracy"] = accuracy_json(band)
+        doc["speed"] = speed_json(speed)
         out.print_json(doc)
     else:
         print_table(model, profile, est, parsed, notes, v)
         print(verdict_lines(v))
+        print(speed_text(speed))
         print(band.text)
     # the exit status follows "fits the card" (estimate reports memory; `plan` applies the margins)
     return out.EXIT_OK if v.fits_card else out.EXIT_DOES_NOT_FIT

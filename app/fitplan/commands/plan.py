@@ -1,5 +1,5 @@
-"""`fitplan plan MODEL [llama-server flags...]`: the fastest placement and the largest context that fit, and the
-llama-server command for them.
+"""`fitplan plan MODEL [llama-server flags...]`: the fastest placement and the largest context that fit (or, with
+`--objective context`, the longest context and the fastest placement for it), and the llama-server command for them.
 
 Flags after MODEL use llama-server's own spellings and are pins: `-c 32768` fixes the context, `-ngl 20` the layers,
 `-ctk q8_0` the cache type, and so on; everything not given is chosen by the planner. The command it prints can be
@@ -13,11 +13,12 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
+from fitplan.commands._speed import add_speed_arguments, speed_json, speed_of, speed_text, tps_floor
 from fitplan.commands.estimate import (
     accuracy_json,
     add_engine_argument,
@@ -48,7 +49,8 @@ from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.alternatives import what_would_change
+from fitplan.core.plan.alternatives import Alternative, what_would_change, why_this_context
+from fitplan.core.plan.objective import Goal, Objective, model_speed_of
 from fitplan.core.plan.pins import pins_from_settings
 from fitplan.core.plan.planner import (
     EstimateFn,
@@ -69,6 +71,7 @@ EXAMPLES = """examples:
   fitplan plan model.gguf -c 32768 -ctk q8_0 -ctv q8_0      pin the context and cache types
   fitplan plan model.gguf --rpc 192.168.1.20:50052=24GiB    add a GPU served by ggml-rpc-server
   fitplan plan model.gguf --min-ctx 16384 --json
+  fitplan plan model.gguf --objective context               the longest context first, then the fastest placement
   fitplan plan --engine ik_llama.cpp deepseek.gguf -amb 512      ik_llama.cpp: -mla 3 -fmoe in the command
   fitplan plan --engine ollama model.gguf --kv-cache-type q8_0     ollama: environment variables and a Modelfile
   fitplan plan chat.gguf -c 16384 + embed.gguf --embedding + rerank.gguf --reranking    a set: one budget
@@ -104,6 +107,19 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="keep at least N tokens of context (per sequence)",
     )
+    p.add_argument(
+        "--objective",
+        choices=[g.value for g in Goal],
+        default=Goal.PLACEMENT.value,
+        help="what comes first: the fastest placement (the most weights on the GPUs; default) or the longest context",
+    )
+    p.add_argument(
+        "--min-tps",
+        type=tps_floor,
+        metavar="T/S",
+        help="keep at least this many generated tokens per second at the planned context (the speed model's "
+        "estimate; the context is lowered, or the plan does not fit, to keep it)",
+    )
     p.add_argument("--all-on-gpu", action="store_true", help="never move weights to the CPU")
     p.add_argument(
         "--mmproj-file", metavar="FILE", help="estimate this multimodal projector (same as --mmproj)"
@@ -112,6 +128,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
         "--program", default="llama-server", help="the program in the command (default llama-server)"
     )
     add_engine_argument(p)
+    add_speed_arguments(p)
     p.add_argument(
         "--header-only",
         action="store_true",
@@ -156,6 +173,8 @@ class PlanRequest:
     projector: str | None = None  # the projector counted (path or URL), as llama-server would load it
     projector_bytes: int = 0
     projector_auto: bool = False  # the repository's own, loaded by -hf without -mm
+    objective: Objective = field(default_factory=Objective)  # --objective, --min-tps
+    host_bandwidth: float | None = None  # --host-bandwidth, bytes/s (the speed model's and the floor's)
 
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
@@ -205,11 +224,25 @@ def build_request(
         projector=mm_source,
         projector_bytes=mmproj.weight_bytes if mmproj is not None else 0,
         projector_auto=mm_source is not None and not settings.mmproj_path,
+        objective=Objective(
+            Goal(getattr(args, "objective", Goal.PLACEMENT.value)), getattr(args, "min_tps", None)
+        ),
+        host_bandwidth=getattr(args, "host_bandwidth", None) and args.host_bandwidth * 1e9,
     )
 
 
 def make_plan(req: PlanRequest) -> Plan:
-    return plan(req.profile, req.machine, req.pins, margin=req.margin, estimate_fn=req.estimate_fn)
+    return plan(
+        req.profile,
+        req.machine,
+        req.pins,
+        objective=req.objective,
+        speed_of=model_speed_of(req.profile, req.machine, req.host_bandwidth)
+        if req.objective.min_gen_tps
+        else None,
+        margin=req.margin,
+        estimate_fn=req.estimate_fn,
+    )
 
 
 def command_argv(req: PlanRequest, p: Plan, program: str) -> tuple[str, ...]:
@@ -301,6 +334,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
             for s in p.shortfalls
         ],
         "notes": list(p.notes),
+        "objective": p.objective.goal.value,
         "verdict": verdict_json(verdict_of(req, p)) | {"text": verdict_text(req, p)},
         "accuracy": accuracy_json(accuracy_band(req.profile, p.estimate)) if p.estimate is not None else None,
         "largest_n_ctx": p.largest.n_ctx if p.largest is not None else 0,
@@ -323,7 +357,7 @@ def verdict_text(req: PlanRequest, p: Plan) -> str:
     return verdict_words(p, verdict_of(req, p), p.settings.n_ctx, bool(req.machine.gpus)).text
 
 
-def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -> str:
+def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell, why: str = "") -> str:
     lines: list[str] = []
     prof = req.profile
     name = prof.name or os.path.basename(prof.path)
@@ -341,6 +375,9 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
             f"context: {p.settings.n_ctx} tokens (grid step {p.context.step}, training cap {p.context.cap}{more})"
         )
     lines.append(f"margins: {v.margin_text()}; slots: {slots_words(v)}")
+    lines.append(f"objective: {p.objective.describe()}")
+    if why:
+        lines.append(f"why this context: {why}")
     lines.append(f"placement: {p.placement.description}")
     if req.projector is not None:
         how = ", the repository's own: -hf loads it (--no-mmproj leaves it out)" if req.projector_auto else ""
@@ -392,6 +429,21 @@ def _others(args: argparse.Namespace, req: PlanRequest, machine: Machine | None)
     return held_by_others(req.machine, hardware.detect_hardware().gpus)
 
 
+def _print_others(others: Sequence[str]) -> None:
+    if others:
+        print("")
+        print("other programs (read from the driver):")
+        print("\n".join(f"  {line}" for line in others))
+
+
+def _print_alternatives(alts: Sequence[Alternative]) -> None:
+    if alts:
+        print("")
+        print("what would change it:")
+        for a in alts:
+            print(f"  {a.describe()}")
+
+
 def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
     from fitplan.commands import plan_multi  # several models or a router preset: a set plan
 
@@ -404,26 +456,24 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     alts = what_would_change(
         req.profile, req.machine, req.pins, p, margin=req.margin, estimate_fn=req.estimate_fn
     )
+    speed = speed_of(req.profile, req.machine, p.settings, args) if p.fits else None
+    why = why_this_context(p, alts)
     if args.json:
         doc = plan_to_dict(req, p, argv, shell)
+        doc["speed"] = speed_json(speed)
         doc["alternatives"] = [dataclasses.asdict(a) for a in alts]
+        doc["why"] = why
         doc["other_programs"] = list(_others(args, req, machine))
         exp = ollama_of(req, p)
         if exp is not None:
             doc["ollama"] = ollama_json(exp, shell)
         out.print_json(doc)
     else:
-        print(format_text(req, p, argv, shell))
-        others = _others(args, req, machine)
-        if others:
-            print("")
-            print("other programs (read from the driver):")
-            print("\n".join(f"  {line}" for line in others))
-        if alts:
-            print("")
-            print("what would change it:")
-            for a in alts:
-                print(f"  {a.describe()}")
+        print(format_text(req, p, argv, shell, why))
+        if p.fits:
+            print(speed_text(speed))
+        _print_others(_others(args, req, machine))
+        _print_alternatives(alts)
         if p.fits and p.settings.engine is not Engine.OLLAMA:
             notes = annotate(p, None, req.profile, req.machine, req.estimate_fn).notes
             if notes:

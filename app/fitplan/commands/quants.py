@@ -19,6 +19,7 @@ from typing import Any
 
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
+from fitplan.commands._speed import speed_json, speed_of
 from fitplan.commands.estimate import add_flags_parser
 from fitplan.commands.plan import add_common_arguments, build_request, command_argv, detect_machine, make_plan
 from fitplan.core.base.devices import Machine
@@ -29,6 +30,7 @@ from fitplan.core.inputs.model_source import LoadedModel, SourceKind, SourceMode
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.plan import ranking
 from fitplan.core.plan.planner import Plan
+from fitplan.core.speed import PlanSpeed
 
 EXAMPLES = """examples:
   fitplan quants unsloth/Qwen3-8B-GGUF                       every quant of a repository on this machine
@@ -53,6 +55,7 @@ class Row:
     plan: Plan | None = None
     argv: tuple[str, ...] = ()
     error: str = ""
+    speed: PlanSpeed | None = None  # the plan's expected speed (`core.speed`), when it fits
 
     @property
     def fits(self) -> bool:
@@ -66,6 +69,16 @@ class Row:
         pl = p.placement
         return pl.cpu_layers == 0 and pl.cpu_expert_layers == 0 and pl.n_gpu_layers > 0
 
+    @property
+    def identity(self) -> ranking.ModelIdentity | None:
+        return ranking.identity_of(self.loaded.profile) if self.loaded is not None else None
+
+    @property
+    def model(self) -> str:
+        """The model this row is a quant of (its group), for people."""
+        ident = self.identity
+        return ident.label() if ident is not None else "could not be read"
+
     def tier(self) -> int:
         p = self.plan
         if p is None:
@@ -74,8 +87,21 @@ class Row:
 
 
 def rank(rows: Sequence[Row]) -> list[Row]:
-    """Rows best first (`core.plan.ranking`)."""
-    return sorted(rows, key=lambda r: ranking.rank_key(r.tier(), r.size_bytes, r.name))
+    """Rows grouped by model (`core.plan.ranking.group_by_model`), each group best first (`core.plan.ranking`)."""
+    groups = ranking.group_by_model([r.identity for r in rows])
+    return [
+        r
+        for g in groups
+        for r in sorted((rows[i] for i in g), key=lambda r: ranking.rank_key(r.tier(), r.size_bytes, r.name))
+    ]
+
+
+def best_of_each_model(rows: Sequence[Row]) -> set[int]:
+    """The recommended rows (by id): the first of each model's group when it fits."""
+    best: dict[ranking.ModelIdentity | None, Row] = {}
+    for r in rows:
+        best.setdefault(r.identity, r)
+    return {id(r) for r in best.values() if r.fits}
 
 
 def register(subparsers: Any) -> None:
@@ -135,9 +161,9 @@ def gather(source: str, token: str | None, jobs: int, endpoint: str | None = Non
     found = load_source_models(source, token=token, endpoint=endpoint, jobs=jobs)
     rows = tuple(
         Row(
-            m.entry.name,
+            ranking.quant_label(m.entry.name, m.model.profile if m.model is not None else None),
             tuple(f.path for f in m.entry.files),
-            m.entry.size_bytes,
+            ranking.quant_size(m.model.profile if m.model is not None else None, m.entry.size_bytes),
             m.model.model_arg if m.model is not None else "",
             m.model,
             error=m.error,
@@ -166,7 +192,8 @@ def plan_row(row: Row, args: argparse.Namespace, extra: Sequence[str], machine: 
         raise  # a bad pin is the same for every row: one error, exit 2
     except FitplanError as exc:
         return Row(row.name, row.files, row.size_bytes, row.model_arg, row.loaded, error=str(exc))
-    return Row(row.name, row.files, row.size_bytes, row.model_arg, row.loaded, p, argv)
+    speed = speed_of(req.profile, req.machine, p.settings, args) if p.fits else None
+    return Row(row.name, row.files, row.size_bytes, row.model_arg, row.loaded, p, argv, speed=speed)
 
 
 def plan_rows(g: Gathered, args: argparse.Namespace, extra: Sequence[str], machine: Machine) -> list[Row]:
@@ -180,6 +207,7 @@ def row_to_dict(r: Row, shell: Shell, recommended: bool) -> dict[str, object]:
     p = r.plan
     return {
         "name": r.name,
+        "model": r.model,
         "files": list(r.files),
         "file_type": r.loaded.profile.file_type if r.loaded is not None else None,
         "size_bytes": r.size_bytes,
@@ -191,17 +219,25 @@ def row_to_dict(r: Row, shell: Shell, recommended: bool) -> dict[str, object]:
         "argv": list(r.argv),
         "mmproj": r.loaded.mmproj_source if r.loaded is not None else None,
         "recommended": recommended,
+        "speed": speed_json(r.speed),
         "error": r.error or None,
     }
 
 
 def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]:
-    best = rows[0] if rows and rows[0].fits else None
+    best = best_of_each_model(rows)
+    models = list(dict.fromkeys(r.model for r in rows))
+    first_best = next((r.name for r in rows if id(r) in best), None)
     return {
         "source": g.source,
         "rule": ranking.RANK_RULE,
-        "recommended": best.name if best is not None else None,
-        "quants": [row_to_dict(r, shell, r is best) for r in rows],
+        # one model: its recommended quant; several: see `models` (each is ranked among its own quants)
+        "recommended": first_best if len(models) == 1 else None,
+        "models": [
+            {"model": m, "recommended": next((r.name for r in rows if r.model == m and id(r) in best), None)}
+            for m in models
+        ],
+        "quants": [row_to_dict(r, shell, id(r) in best) for r in rows],
         "mmproj": [{"name": n, "files": list(f), "size_bytes": s} for n, f, s in g.mmproj],
         "ignored_files": g.ignored,
         "bytes_read": g.found.bytes_read,
@@ -209,38 +245,49 @@ def to_dict(g: Gathered, rows: Sequence[Row], shell: Shell) -> dict[str, object]
     }
 
 
-def _cells(r: Row, best: Row | None) -> list[object]:
-    mark = out.style("*", out.GREEN, out.BOLD) if r is best else ""
+def _cells(r: Row, best: set[int]) -> list[object]:
+    mark = out.style("*", out.GREEN, out.BOLD) if id(r) in best else ""
     if r.plan is None:
-        return [mark, r.name, len(r.files), out.size(r.size_bytes), out.style("error", out.RED), "", r.error]
+        err = out.style("error", out.RED)
+        return [mark, r.name, len(r.files), out.size(r.size_bytes), err, "", "", r.error]
     p = r.plan
     fits = out.style("yes", out.GREEN) if p.fits else out.style("no", out.RED)
     ctx = str(p.settings.n_ctx) if p.fits else "-"
     where = p.placement.description if p.fits else p.binding
     ft = r.loaded.profile.file_type if r.loaded is not None else ""
-    return [mark, r.name, len(r.files), out.size(r.size_bytes), fits, ctx, f"{where} ({ft})" if ft else where]
+    s = r.speed
+    tps = f"{s.generation.tps:.0f} / {s.prompt.tps:.0f}" if s is not None else "-"
+    head = [mark, r.name, len(r.files), out.size(r.size_bytes), fits, ctx, tps]
+    return [*head, f"{where} ({ft})" if ft else where]
 
 
 def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
-    best = rows[0] if rows and rows[0].fits else None
+    best = best_of_each_model(rows)
     n_mm = f", {len(g.mmproj)} projector(s)" if g.mmproj else ""
     lines = [
         out.style(f"{g.source}: {len(rows)} model(s){n_mm}, {g.ignored} other file(s) ignored", out.BOLD)
     ]
-    table = out.table(
-        ["", "quant", "files", "size", "fits", "context", "placement (file type)"],
-        [_cells(r, best) for r in rows],
-        align="llrrlrl",
-    )
-    lines += [table, "", ranking.RANK_RULE]
+    models = list(dict.fromkeys(r.model for r in rows))
+    header = ["", "quant", "files", "size", "fits", "context", "t/s gen / prompt", "placement (file type)"]
+    if len(models) == 1:
+        lines.append(out.table(header, [_cells(r, best) for r in rows], align="llrrlrrl"))
+    else:
+        lines.append(f"{len(models)} different models: each is ranked among its own quants")
+        for m in models:
+            group = [_cells(r, best) for r in rows if r.model == m]
+            lines += ["", out.style(m, out.BOLD), out.table(header, group, align="llrrlrrl")]
+    lines += ["", ranking.RANK_RULE]
+    if any(r.speed is not None for r in rows):
+        lines.append("t/s: expected generation (empty context) / prompt rates; `fitplan plan` gives the band")
     if g.mmproj:
         lines.append("projectors: " + ", ".join(f"{n} ({out.size(s)})" for n, _, s in g.mmproj))
-    if best is None:
+    if not best:
         lines.append(out.style("no model of this source fits this machine", out.RED, out.BOLD))
     lines.append("")
     for r in rows:
         if r.fits:
-            tag = " (recommended)" if r is best else ""
+            tag = " (recommended)" if id(r) in best else ""
+            tag = f" of {r.model}{tag}" if len(models) > 1 else tag
             lines.append(f"{r.name}{tag}: {join(r.argv, shell, exact_text=out.text_encoding())}")
     return "\n".join(lines)
 

@@ -14,19 +14,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
+from fitplan.core.base.devices import MIB, Device, Machine
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
+from fitplan.core.plan.objective import Goal, Objective
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
+    from fitplan.core.hardware.catalog import CatalogChoice
     from fitplan.core.library.scanner import LibraryScanner
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
+    from fitplan.core.speed import PlanSpeed
 
 #: The model the window opens when the user has none: a header-only example (resources/examples).
 EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
@@ -35,6 +38,12 @@ EXAMPLE_MODEL = "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 WINDOW_PINS = frozenset(
     {"n_ctx", "n_parallel", "kv_unified", "cache_type_k", "cache_type_v", "n_gpu_layers", "mmproj_offload"}
 )
+
+
+def pins_for_goal(goal: Goal, pinned: frozenset[str]) -> frozenset[str]:
+    """The window's pins for a goal: with the longest context first, the context is the plan's to choose."""
+    return pinned - {"n_ctx"} if goal is Goal.CONTEXT else pinned
+
 
 #: Contexts the chart samples (log-spaced, multiples of 256).
 CURVE_POINTS = 72
@@ -104,6 +113,7 @@ class PlanRequest:
     #: the flag keys the plan keeps as set (`pins_from_settings`): every control of the window, and the flags of a
     #: command or preset that no control holds; --n-cpu-moe is a pin when it is not 0
     pinned: frozenset[str] = WINDOW_PINS
+    goal: Goal = Goal.PLACEMENT  # what the plan puts first (`fitplan.core.plan.objective`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +135,8 @@ class PlanOutcome:
     )
     #: the bytes the plan keeps free on each device of the estimate (the core's `MarginPolicy.kept_free`)
     margins: tuple[int, ...] = ()
+    #: the plan's expected prompt and generation t/s (`core.speed.plan_speed`), None when it does not fit
+    speed: PlanSpeed | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,19 +252,11 @@ class Backend:
         return Detection(machine.gpus, machine.host, tuple(result.problems))
 
     @staticmethod
-    def catalog() -> tuple[tuple[str, int, Vendor], ...]:
-        """GPUs to offer as hypothetical devices: consumer cards first, bigger memory first."""
-        from fitplan.core.hardware.catalog import load_catalog
+    def catalog() -> tuple[tuple[str, tuple[CatalogChoice, ...]], ...]:
+        """GPUs to offer as hypothetical devices, grouped by vendor and market (`catalog_groups`)."""
+        from fitplan.core.hardware.catalog import catalog_groups
 
-        order = {"consumer": 0, "workstation": 1, "datacenter": 2, "apple": 3}
-        rows: list[tuple[int, float, str, Vendor]] = []
-        for gpu in load_catalog().gpus:
-            sizes = gpu.memory_gib
-            for gib in sizes:
-                name = gpu.name if len(sizes) == 1 else f"{gpu.name} {gib:g}GB"
-                rows.append((order.get(gpu.segment, 4), -gib, name, gpu.vendor))
-        rows.sort()
-        return tuple((name, int(-neg * GIB), vendor) for _seg, neg, name, vendor in rows)
+        return catalog_groups()
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def estimate(
@@ -310,7 +314,7 @@ class Backend:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.estimate.accuracy import accuracy_band
         from fitplan.core.plan import planner
-        from fitplan.core.plan.alternatives import what_would_change
+        from fitplan.core.plan.alternatives import what_would_change, why_this_context
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
         from fitplan.core.plan.search import default_estimate_fn
         from fitplan.core.plan.summary import verdict_words
@@ -328,18 +332,24 @@ class Backend:
         pins = pins_from_settings(settings, frozenset(given))
         draft = request.draft if settings.draft is not None else None
         estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft)
-        plan = planner.plan(model.profile, machine, pins, margin=margin, estimate_fn=estimate_fn)
+        objective = Objective(request.goal)
+        plan = planner.plan(
+            model.profile, machine, pins, objective=objective, margin=margin, estimate_fn=estimate_fn
+        )
         # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
         alternatives = (
             what_would_change(model.profile, machine, pins, plan, margin=margin, estimate_fn=estimate_fn)
             if request.with_curve and settings.engine is not Engine.OLLAMA
             else ()
         )
+        why = tuple(f"why this context: {w}" for w in (why_this_context(plan, alternatives),) if w)
         plan_settings: LaunchSettings = plan.settings
         est: Estimate = (
             plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine, draft)
         )
-        words = verdict_words(plan, planner.plan_verdict(plan, machine), settings.n_ctx, bool(machine.gpus))
+        # with the longest context first, the plan chose the context
+        shown_ctx = plan.settings.n_ctx if request.goal is Goal.CONTEXT else settings.n_ctx
+        words = verdict_words(plan, planner.plan_verdict(plan, machine), shown_ctx, bool(machine.gpus))
         verdict = Verdict(words.level.value, words.text, words.binding, words.most_short)
         max_ctx = plan.largest.n_ctx if plan.fits and plan.largest is not None else 0
         curve = self.curve(model, plan_settings, machine, draft) if request.with_curve else None
@@ -356,12 +366,24 @@ class Backend:
             args,
             curve,
             plan_settings,
-            (*notes, *plan.notes),
+            (*notes, *plan.notes, *why),
             ollama,
             alternatives,
             accuracy_band(model.profile, est),
             margin.kept_free(machine),
+            self.speed(model, plan_settings, machine) if plan.fits else None,
         )
+
+    @staticmethod
+    def speed(model: LoadedModel, settings: LaunchSettings, machine: Machine) -> PlanSpeed | None:
+        """The plan's expected speed (the CLI's `plan_speed`); None when it cannot be computed."""
+        from fitplan.core.base.errors import FitplanError
+        from fitplan.core.speed import plan_speed
+
+        try:
+            return plan_speed(model.profile, machine, settings)
+        except (FitplanError, ValueError, KeyError):
+            return None
 
     def fit_level(self, request: PlanRequest) -> str:
         """Only the verdict level (for the library's fit badges); never touches the estimator thread's curve cache."""

@@ -3,6 +3,7 @@ row applied, and the plan saved as a preset, a script or an ollama Modelfile. Ev
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,12 @@ from PySide6.QtCore import QObject, Signal
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import LaunchSettings
-from fitplan.core.inputs.user_settings import choices_from_settings, unheld_flags
+from fitplan.core.inputs.user_settings import (
+    ExtraFlags,
+    choices_from_settings,
+    read_extra_flags,
+    unheld_flags,
+)
 
 if TYPE_CHECKING:
     from fitplan.gui.controller import Planner
@@ -38,17 +44,49 @@ class Configurations(QObject):
         super().__init__(planner)
         self.planner = planner
         self.p = planner.p
-        self.kept_args: tuple[str, ...] = ()  # pasted flags the plan's command does not write itself
-        # pasted or preset flags no control holds (--no-op-offload, -nr, -ot ...): applied to every request
-        self.unheld: tuple[str, ...] = ()
-        self.unheld_pins: frozenset[str] = frozenset()  # the settings those flags pin
+        self._extra: tuple[tuple[str, ...], str, ExtraFlags] = ((), "", ExtraFlags())  # the last one read
+
+    # The flags a command or preset set that no control holds belong to the open model: its choices carry them
+    # (Settings › Extra flags, editable), so another model opened does not inherit them.
+    def extra(self) -> ExtraFlags:
+        """The open model's extra flags as the core reads them (none while they cannot be read: the field says
+        why)."""
+        words, engine = self.p.settings.extra_args(), self.p.settings.current_engine()
+        if self._extra[:2] != (words, engine.value):
+            try:
+                flags = read_extra_flags(words, engine)
+            except FitplanError:
+                flags = ExtraFlags()
+            self._extra = (words, engine.value, flags)
+        return self._extra[2]
+
+    @property
+    def kept_args(self) -> tuple[str, ...]:
+        """The open model's flags the plan's command does not write itself (written as given)."""
+        return self.extra().kept
+
+    @property
+    def unheld(self) -> tuple[str, ...]:
+        """The open model's flags no control holds that fitplan plans (--no-op-offload, -nr, -ot ...)."""
+        return self.extra().planned
+
+    @property
+    def unheld_pins(self) -> frozenset[str]:
+        """The settings those flags pin."""
+        return self.extra().pins
 
     def apply_alternative(self, change: str) -> None:
-        """One click on a "what would change it" row: its flags are applied to the current settings."""
+        """One click on a "what would change it" row: its flags are applied to the current settings (the other
+        objective goes to "Plan for:")."""
         from fitplan.core.launch.flags import parse_flags
+        from fitplan.core.plan.alternatives import OBJECTIVE_FLAG
 
         req = self.planner.current_request()
         if req is None:
+            return
+        if change.startswith(OBJECTIVE_FLAG + " "):
+            self.p.settings.set_goal(change.removeprefix(OBJECTIVE_FLAG + " "))
+            self.p.status.showMessage(f"Applied {change}", 4000)
             return
         try:
             parsed = parse_flags(change.split(), base=req.settings)
@@ -108,20 +146,18 @@ class Configurations(QObject):
         unmodelled: tuple[str, ...],
     ) -> None:
         """The controls set from flags read by the core (a pasted command or a preset section)."""
-        from fitplan.core.launch.command_line import given_keys
-
         self.p.banner.clear("paste")
         current = self.p.settings.choices()
-        choices = choices_from_settings(settings, current)
-        self.kept_args = kept_flags(ignored, unmodelled)
-        self.unheld = unheld_flags(settings)
-        self.unheld_pins = given_keys(self.unheld)
+        unheld = unheld_flags(settings)
+        extra = (*unheld, *kept_flags(ignored, unmodelled))
+        choices = replace(choices_from_settings(settings, current), extra_args=extra)
         if model and (
             self.planner.model is None or Path(expand_home(model)) != Path(self.planner.model.source)
         ):
             if Path(expand_home(model)).is_file():
                 self.planner.user = self.planner.user.with_choices(str(Path(expand_home(model))), choices)
                 self.planner.open(str(Path(expand_home(model))))
+                choices = replace(choices, extra_args=current.extra_args)  # the open model keeps its own
             else:
                 self.p.banner.show_message(
                     "warning",
@@ -132,15 +168,19 @@ class Configurations(QObject):
         self.p.settings.set_choices(choices)
         self.p.settings.set_devices(settings.devices)
         self.planner.schedule_estimate()
+        owner = model or (self.planner.model.source if self.planner.model is not None else "")
+        where = f"for {Path(owner).name or 'this model'}; edit or clear them under Settings, Extra flags"
         if unmodelled or ignored:
             names = ", ".join(e.partition(" ")[0] for e in (*unmodelled, *ignored))
             self.p.banner.show_message(
-                "info", f"Kept in the command, not in the estimate: {names}", key="paste-kept"
+                "info", f"Kept in the command, not in the estimate ({where}): {names}", key="paste-kept"
             )
-        if self.unheld:
-            names = ", ".join(dict.fromkeys(w for w in self.unheld if w.startswith("-")))
+        else:
+            self.p.banner.clear("paste-kept")
+        if unheld:
+            names = ", ".join(dict.fromkeys(w for w in unheld if w.startswith("-")))
             self.p.banner.show_message(
-                "info", f"Planned and kept in the command (no control here): {names}", key="paste-unheld"
+                "info", f"Planned and kept in the command ({where}): {names}", key="paste-unheld"
             )
         else:
             self.p.banner.clear("paste-unheld")

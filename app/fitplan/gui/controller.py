@@ -20,8 +20,9 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QStatusBar
 
 from fitplan.core.base.devices import GIB, MIB, Machine
+from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.files import expand_home
-from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.launch_settings import Engine, MmprojPlacement
 from fitplan.core.base.units import fmt_ctx
 from fitplan.core.inputs.user_settings import (
     UserSettings,
@@ -39,6 +40,7 @@ from fitplan.gui.backend import (
     PlanRequest,
     VerdictLevel,
     examples_dir,
+    pins_for_goal,
 )
 from fitplan.gui.command_controller import CommandController
 from fitplan.gui.configurations import Configurations
@@ -327,6 +329,7 @@ class Planner(QObject):
             p.models.set_start_folder(str(Path(model.source).parent))
             p.settings.draft_folder = str(Path(model.source).parent)  # a draft is often next to its model
         p.summary.set_model(model)
+        p.settings.forget_plan()  # the previous model's plan says nothing about this one
         choices = self.user.model_choices.get(model.source)
         if choices is None:
             choices = default_choices_of(model)
@@ -403,7 +406,8 @@ class Planner(QObject):
             machine,
             choices.margin_mib * MIB,
             draft=draft,
-            pinned=WINDOW_PINS | self.configs.unheld_pins,
+            pinned=pins_for_goal(self.p.settings.goal(), WINDOW_PINS | self.configs.unheld_pins),
+            goal=self.p.settings.goal(),
         )
 
     def schedule_estimate(self) -> None:
@@ -499,6 +503,7 @@ class Planner(QObject):
                 self._chart_a_used_device(outcome.curve)
         p.chart.set_context(outcome.estimate.settings.n_ctx)
         p.devices.set_estimate(outcome.estimate, outcome.margins)
+        self._show_plan_in_controls(outcome)
         if p.settings.context_is_automatic():
             p.settings.show_context(outcome.estimate.settings.n_ctx)
         p.verdict.set_verdict(outcome.verdict, " ".join(outcome.notes))
@@ -519,6 +524,22 @@ class Planner(QObject):
         p.status.showMessage(f"Estimate updated: {fits}", 3000)
         self.outcome_shown.emit(outcome)
 
+    def _show_plan_in_controls(self, outcome: PlanOutcome) -> None:
+        """The controls left on auto show what the plan chose (-ngl, --n-cpu-moe, the projector's device)."""
+        from fitplan.core.estimate.estimator import mmproj_on_gpu
+        from fitplan.core.memory.weights import active_gpu_positions
+
+        planned = outcome.plan_settings
+        machine = self.p.hardware.machine()
+        if planned is None or machine is None:
+            self.p.settings.forget_plan()
+            return
+        try:
+            gpus = len(active_gpu_positions(planned, machine))
+        except FitplanError:  # -dev names a GPU the machine lacks: said in the message list already
+            gpus = 0
+        self.p.settings.show_plan(planned, mmproj_on_gpu(MmprojPlacement.GPU, gpus))
+
     def _chart_a_used_device(self, curve: CurveData) -> None:
         """A device left out by -dev holds nothing: the chart shows the first one that holds something."""
         used = [i for i in range(len(curve.devices)) if curve.bytes[i].any()]
@@ -535,6 +556,7 @@ class Planner(QObject):
             self.p.verdict.set_error(f"No estimate: {err.message}")
             self.p.chart.clear()
             self.p.devices.clear()
+            self.p.settings.forget_plan()
             self.p.command.set_command("")
             self.p.command.set_verify_available(False)
 

@@ -46,6 +46,7 @@ from fitplan.gui.panels.hardware import HardwarePanel
 from fitplan.gui.panels.launch_controls import SettingsPanel
 from fitplan.gui.panels.models import ModelsPanel
 from fitplan.gui.panels.server import ServerPanel
+from fitplan.gui.panels.speed import SpeedPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
 
@@ -170,6 +171,7 @@ class MainWindow(QMainWindow):
         self.settings = SettingsPanel()
         self.chart = ChartPanel()
         self.verdict = VerdictPanel()
+        self.speed = SpeedPanel()
         self.devices = DeviceBarsPanel()
         self.command = CommandPanel()
         self.server = ServerPanel(self._launch_plan, self._llama_server)
@@ -203,6 +205,7 @@ class MainWindow(QMainWindow):
         self._set_tab_order()
         self.planner.model_loaded.connect(self._name_in_title)
         self.planner.outcome_shown.connect(lambda o: self.verdict.set_accuracy(o.accuracy))
+        self.planner.outcome_shown.connect(lambda o: self.speed.set_speed(o.speed))
         for widget, name in (
             (self.verdict, "Verdict"),
             (self.command.text, "Command"),
@@ -236,6 +239,7 @@ class MainWindow(QMainWindow):
         centre_layout.setContentsMargins(0, 0, 0, 0)
         centre_layout.addWidget(self.banner)
         centre_layout.addWidget(self.verdict)
+        centre_layout.addWidget(self.speed)
         # The chart and the launch of the plan share the room: Launch (Ctrl+R) brings its tab forward.
         self.centre_tabs = QTabWidget()
         self.centre_tabs.setDocumentMode(True)  # no frame: the chart keeps the height it had in its group box

@@ -41,6 +41,13 @@ class Device:
     host: str = ""  # for RPC devices: "host:port"
     unified_memory: bool = False  # Apple Silicon: the GPU pool is carved out of host RAM
     detail: str = ""  # driver, compute capability, PCI bus... for display
+    #: what the driver reports for the speed model (bytes/s; 0 = not reported, the catalog's figures are used):
+    #: the memory bus (bus width x max memory clock) and the PCIe link (generation x width)
+    memory_bandwidth: float = 0.0
+    link_bandwidth: float = 0.0
+    #: the top memory clock (MHz) where the driver gives a clock but no bandwidth (amdgpu's pp_dpm_mclk); the speed
+    #: model turns it into a bandwidth with the catalog's bus width and memory type (0 = not reported)
+    memory_clock_mhz: float = 0.0
 
 
 def assumed_gpu(name: str, gib: float, vendor: Vendor = Vendor.NVIDIA) -> Device:

@@ -14,7 +14,9 @@ def pad(n: int, align: int) -> int:
 
 
 def fmt_ctx(n: int) -> str:
-    """A context length for people: 32K, 1,000."""
+    """A context length for people: 32K, 10M, 1,000 (K and M are 1024 and 1024 x 1024 tokens)."""
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB}M"
     if n >= 1024 and n % 1024 == 0:
         return f"{n // 1024}K"
     return f"{n:,}"

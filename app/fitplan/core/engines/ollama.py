@@ -12,6 +12,9 @@ from fitplan.core.base.launch_settings import FlashAttn, LaunchSettings
 from fitplan.core.base.units import GIB
 from fitplan.core.model.profile import ModelProfile
 
+#: OLLAMA_NUM_PARALLEL when it is not set: one slot (envconfig.go `NumParallel`)
+OLLAMA_DEFAULT_PARALLEL = 1
+
 
 @dataclass(frozen=True, slots=True)
 class OllamaResolved:
@@ -69,7 +72,7 @@ class OllamaConfig:
     """What an ollama user sets: environment variables and Modelfile parameters."""
 
     num_ctx: int = 0  # PARAMETER num_ctx / OLLAMA_CONTEXT_LENGTH; 0 = the VRAM-tier default
-    num_parallel: int = 1  # OLLAMA_NUM_PARALLEL (default 1)
+    num_parallel: int = OLLAMA_DEFAULT_PARALLEL  # OLLAMA_NUM_PARALLEL
     kv_cache_type: str = ""  # OLLAMA_KV_CACHE_TYPE ("" = f16)
     flash_attention: bool | None = None  # OLLAMA_FLASH_ATTENTION; None = auto where supported
     gpu_overhead_bytes: int = 0  # OLLAMA_GPU_OVERHEAD, reserved per GPU

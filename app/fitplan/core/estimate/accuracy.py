@@ -15,7 +15,7 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 
-from fitplan.core.base.devices import DeviceKind
+from fitplan.core.base.devices import Device, DeviceKind, Vendor
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.gguf.ggml_types import is_quantized_cache_type
@@ -217,18 +217,28 @@ _NOTHING = EngineAccuracy("", "no recordings of it", {}, {})
 
 
 #: How a band's backend is named in its text.
-BACKEND_WORDS = {"cuda": "CUDA/ROCm stand-ins"}
+BACKEND_WORDS = {"cuda": "CUDA/ROCm stand-ins", "vulkan": "Vulkan stand-ins", "metal": "Metal stand-ins"}
+
+
+def device_backend(device: Device) -> str | None:
+    """The stand-in recordings that stand for a GPU, by the backend it is planned with (`gpu_backend`): "cuda"
+    for ggml-cuda's makes (`CUDA_VENDORS`: NVIDIA, AMD, unknown make), "metal" for Apple's GPU, "vulkan" for the
+    others (Intel); None for the host and RPC devices (the CPU recordings with loopback servers)."""
+    if device.kind is DeviceKind.CPU or device.vendor in (Vendor.RPC, Vendor.HOST):
+        return None
+    if device.vendor in CUDA_VENDORS:
+        return "cuda"
+    return "metal" if device.vendor is Vendor.APPLE else "vulkan"
 
 
 def estimate_backend(est: Estimate) -> str:
-    """The backend whose recordings the estimate's band comes from: "cuda" when a GPU planned with ggml-cuda's
-    rules (`CUDA_VENDORS`: CUDA, ROCm, unknown make) holds part of the model or computes, else "cpu" (the CPU
-    recordings, which also stand for the other GPU backends)."""
+    """The backend whose recordings the estimate's band comes from: that of the first GPU that holds part of the
+    model or computes (`device_backend`: "cuda", "vulkan" or "metal"), else "cpu". Where the data file has no
+    figures of that backend the CPU recordings stand for it (`accuracy_band`)."""
     for d in est.devices:
-        if d.device.kind is DeviceKind.CPU or d.device.vendor not in CUDA_VENDORS:
-            continue
-        if d.bytes_of(TermKind.WEIGHTS) or d.bytes_of(TermKind.COMPUTE):
-            return "cuda"
+        backend = device_backend(d.device)
+        if backend and (d.bytes_of(TermKind.WEIGHTS) or d.bytes_of(TermKind.COMPUTE)):
+            return backend
     return "cpu"
 
 
@@ -242,8 +252,10 @@ def accuracy_band(profile: ModelProfile, est: Estimate, data: AccuracyData | Non
     engine = est.settings.engine
     e = d.engines.get(engine.value, _NOTHING)
     backend = estimate_backend(est)
-    if backend in e.backends:
-        e = e.backends[backend]
+    # the backend's own figures where the data file has them, else the CPU recordings' (and the text says so)
+    shown = backend if backend in e.backends and backend in BACKEND_WORDS else ""
+    if shown:
+        e = e.backends[shown]
     recorded = arch in e.architectures
 
     def band(scope: BandScope, figures: BandFigures | None) -> AccuracyBand:
@@ -256,7 +268,7 @@ def accuracy_band(profile: ModelProfile, est: Estimate, data: AccuracyData | Non
             recorded,
             e.measurement,
             e.note,
-            backend if backend in BACKEND_WORDS else "",
+            shown,
         )
 
     own = e.architectures.get(arch, {}).get(config.key)

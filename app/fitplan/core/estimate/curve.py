@@ -19,9 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from fitplan.core import engines
 from fitplan.core.base.devices import Device, Machine
@@ -39,6 +37,12 @@ from fitplan.core.memory.weights import (
     place_weights,
 )
 from fitplan.core.model.profile import ModelProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:
+    from fitplan.core.base.lazy import np
 
 _KIND_INDEX = {k: i for i, k in enumerate(TERM_ORDER)}
 

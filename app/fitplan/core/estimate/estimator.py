@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 
 from fitplan.core import engines
@@ -132,10 +133,19 @@ def _gpu_compute_note(gpus: Sequence[Device]) -> str:
             "GPU compute buffers: measured on CUDA-shaped stand-in devices (llama.cpp's own scheduler and allocator, "
             "no GPU kernel run); what only a running GPU allocates is counted apart"
         )
-    return (
-        f"GPU compute buffers on {', '.join(others)} devices: planned with ggml-cuda's rules, which were measured on "
-        "CUDA-shaped stand-ins; this backend's alignment, allocation limits and op offload were not measured"
-    )
+    notes = []
+    if Vendor.APPLE.value in others:
+        notes.append(
+            "on Metal, planned with the CUDA-shaped compute model and measured on Metal-shaped stand-ins: under where "
+            "Metal's always-reserved flash-attention scratch decides the peak (long contexts, MLA models) and where "
+            "it copies host experts in (docs/accuracy.md)"
+        )
+    if any(v != Vendor.APPLE.value for v in others):
+        notes.append(
+            "on Vulkan, planned with the CUDA-shaped compute model and measured on Vulkan-shaped stand-ins: under "
+            "where ggml-alloc's 1 GiB chunks split the buffer (-ub 2048, tensors over 1 GiB; docs/accuracy.md)"
+        )
+    return "GPU compute buffers " + "; ".join(notes)
 
 
 def _cache_device(placement: WeightPlacement, settings: LaunchSettings, layer: int) -> int | None:
@@ -394,6 +404,12 @@ def _compute_term(cb: ComputeBuffer, ci: ComputeInputs) -> Term:
     )
 
 
+def mmproj_on_gpu(placement: MmprojPlacement, active_gpus: int) -> bool:
+    """Where the projector goes: on the first GPU when asked and a GPU takes part (after -dev), else on the CPU
+    (clip.cpp falls back to the CPU backend when there is no GPU)."""
+    return placement is MmprojPlacement.GPU and active_gpus > 0
+
+
 def _add_mmproj(
     parts: _Parts,
     mmproj: ModelProfile,
@@ -402,7 +418,7 @@ def _add_mmproj(
     ctx: ResolvedContext,
     assumptions: list[str],
 ) -> None:
-    on_gpu = settings.mmproj is MmprojPlacement.GPU and bool(gpus)
+    on_gpu = mmproj_on_gpu(settings.mmproj, len(gpus))
     dev: int | None = 0 if on_gpu else None
     align = gpu_backend(gpus[0], 0).alignment if on_gpu else CPU_ALIGNMENT
     wbytes = sum(pad(t.n_bytes, align) for t in mmproj.tensors)
@@ -416,6 +432,18 @@ def _add_mmproj(
     # Warm-up compute (tools/mtmd/clip.cpp reserves the graph of one warm-up image).
     cbytes, detail = mmproj_compute(mmproj, ctx.flash_attn, align)
     parts.add(dev, Term(TermKind.MMPROJ, cbytes, f"projector warm-up compute: {detail}", "mmproj compute"))
+    if on_gpu:
+        inputs = mmproj_graph_inputs(mmproj)
+        parts.add(
+            None,
+            Term(
+                TermKind.MMPROJ,
+                inputs,
+                "projector graph inputs of the warm-up image, kept on the CPU backend and copied to the GPU "
+                "(ggml_backend_sched: graph inputs go to the last backend)",
+                "mmproj compute",
+            ),
+        )
     if detail.endswith("approximation)"):
         assumptions.append(
             "mmproj compute buffer approximated from the vision tower's shapes (only LLaVA MLP, Gemma 3 and "
@@ -467,14 +495,44 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
     return _generic_projector_compute(mmproj, shapes, flash_attn)
 
 
+def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT) -> int:
+    """Bytes of the projector's graph inputs for the warm-up image, each tensor padded to `align`.
+
+    `ggml_backend_sched` keeps a graph's inputs on its last backend, the CPU (ggml-backend.cpp
+    `ggml_backend_sched_backend_id_from_cur`, "graph input"), and copies them to the GPU, whose warm-up buffer is
+    the same as a CPU-only run's: with the projector on a GPU they are the host's share of clip's compute
+    (llama-server on a CUDA-shaped stand-in: LLaVA 1.30 MiB, Gemma 3 9.19 MiB, Qwen2.5-VL 292.41 MiB with its f32
+    window mask). LLaVA: the raw image, positions and patch indices; Qwen2.5-VL: the raw image, window indices,
+    M-RoPE positions and the window mask; Gemma 3's SigLIP and the other projectors: the raw image."""
+    clip = mmproj.clip
+    shapes = {t.name: t.shape for t in mmproj.tensors}
+    if clip is not None and clip.n_embd > 0 and clip.patch_size > 0 and clip.n_head > 0:
+        if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
+            return sum(pad(b, align) for b in _qwen25vl_inputs(clip))
+        if clip.projector_type == "mlp":
+            return sum(pad(b, align) for b in _llava_inputs(clip, shapes))
+        if clip.projector_type == "gemma3":
+            return pad(4 * 3 * clip.image_size**2, align)
+    return pad(_generic_raw_image(mmproj, shapes), align)
+
+
+def _qwen25vl_side(clip: ClipParams) -> tuple[int, int]:
+    """The warm-up image's side in pixels and its patches."""
+    side = QWEN_VL_WARMUP_SIDE * (clip.spatial_merge_size or 2) * clip.patch_size
+    return side, (side // clip.patch_size) ** 2
+
+
+def _qwen25vl_inputs(clip: ClipParams) -> tuple[int, ...]:
+    """inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask (f32), window_idx."""
+    side, n_pos = _qwen25vl_side(clip)
+    return (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
+
+
 def _qwen25vl_compute(clip: ClipParams, flash_attn: bool, align: int, fa: str) -> tuple[int, str]:
-    n_embd, n_ff, n_head, patch = clip.n_embd, clip.n_ff, clip.n_head, clip.patch_size
-    merge = clip.spatial_merge_size or 2
-    side = QWEN_VL_WARMUP_SIDE * merge * patch
-    n_pos = (side // patch) ** 2
+    n_embd, n_ff, n_head = clip.n_embd, clip.n_ff, clip.n_head
+    side, n_pos = _qwen25vl_side(clip)
     e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
-    # inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask, window_idx
-    inputs = sum(pad(b, align) for b in (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos))
+    inputs = sum(pad(b, align) for b in _qwen25vl_inputs(clip))
     body = 4 * e + pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
     return inputs + body, (
         f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
@@ -494,18 +552,28 @@ def _siglip_compute(clip: ClipParams, flash_attn: bool, fa: str) -> tuple[int, s
     )
 
 
+def _llava_positions(clip: ClipParams, shapes: dict[str, tuple[int, ...]]) -> tuple[int, int]:
+    """Patches and positions (the patches and a class token where the projector has one)."""
+    n_side = clip.image_size // clip.patch_size
+    n_pos = n_side * n_side
+    return n_pos, n_pos + (1 if "v.class_embd" in shapes else 0)
+
+
+def _llava_inputs(clip: ClipParams, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """inp_raw, positions (n_tok i32), patches (n_pos i32)."""
+    n_pos, n_tok = _llava_positions(clip, shapes)
+    return (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos)
+
+
 def _llava_compute(
     clip: ClipParams, shapes: dict[str, tuple[int, ...]], flash_attn: bool, align: int, fa: str
 ) -> tuple[int, str]:
     n_embd, n_ff, n_head = clip.n_embd, clip.n_ff, clip.n_head
-    n_side = clip.image_size // clip.patch_size
-    n_pos = n_side * n_side
-    n_tok = n_pos + (1 if "v.class_embd" in shapes else 0)
+    n_pos, n_tok = _llava_positions(clip, shapes)
     mm0 = shapes.get("mm.0.weight")
     proj = mm0[1] if mm0 and len(mm0) > 1 else clip.projection_dim
     e, f, kq = 4 * n_tok * n_embd, 4 * n_tok * n_ff, 4 * n_tok * n_tok * n_head
-    # inp_raw, positions (n_tok i32), patches (n_pos i32)
-    inputs = sum(pad(b, align) for b in (4 * 3 * clip.image_size**2, 4 * n_tok, 4 * n_pos))
+    inputs = sum(pad(b, align) for b in _llava_inputs(clip, shapes))
     # the patch embedding before the class token is joined ([n_embd, n_pos]) leaves a hole among the blocks
     e_patch = 4 * n_pos * n_embd
     block = 3 * e + e_patch + f if flash_attn else 4 * e + e_patch + kq
@@ -531,13 +599,25 @@ def _generic_projector_compute(
     n_ff = up[1] if up and len(up) > 1 else 4 * n_embd
     n_head = clip.n_head if clip and clip.n_head else max(1, n_embd // 64)
     proj = max((s[1] for n, s in shapes.items() if n.startswith("mm.") and len(s) > 1), default=n_embd)
-    side = round(max(n_pos - 1, 1) ** 0.5) * patch
-    raw = 4 * 3 * side * side
+    side = round(math.sqrt(max(n_pos - 1, 1))) * patch
+    raw = _generic_raw_image(mmproj, shapes)
     block = 4 * n_pos * (2 * n_embd + n_ff) + (0 if flash_attn else 4 * n_pos * n_pos * n_head)
     projector = 4 * n_pos * (n_embd + 2 * proj)
     return raw + max(block, projector), (
         f"image {side}x{side} ({n_pos} positions, width {n_embd}, FFN {n_ff}, projection {proj}; approximation)"
     )
+
+
+def _generic_raw_image(mmproj: ModelProfile, shapes: dict[str, tuple[int, ...]]) -> int:
+    """The f32 warm-up image of a projector whose graph is not modelled: a side of sqrt(positions) patches."""
+    pos = shapes.get("v.position_embd.weight")
+    n_pos = pos[1] if pos and len(pos) > 1 else MMPROJ_DEFAULT_PATCHES
+    clip = mmproj.clip
+    if clip is not None and clip.projector_type in ("qwen2vl_merger", "qwen3vl_merger"):
+        n_pos = (QWEN_VL_WARMUP_SIDE * (clip.spatial_merge_size or 2)) ** 2
+    patch = int(shapes.get("v.patch_embd.weight", (14,))[0])
+    side = round(math.sqrt(max(n_pos - 1, 1))) * patch
+    return 4 * 3 * side * side
 
 
 def draft_settings(settings: LaunchSettings) -> LaunchSettings:
@@ -558,6 +638,15 @@ def draft_settings(settings: LaunchSettings) -> LaunchSettings:
     )
 
 
+def draft_estimate(
+    draft: ModelProfile, settings: LaunchSettings, machine: Machine, n_ctx: int, cpu: CpuFeatures
+) -> Estimate:
+    """The draft model's own estimate, per device and term, at the target's resolved context `n_ctx` (its
+    reserve is the target's)."""
+    dsettings = dataclasses.replace(draft_settings(settings), n_ctx=n_ctx)
+    return estimate(draft, dsettings, machine, reserve_bytes=0, cpu=cpu)
+
+
 def _add_draft(
     parts: _Parts,
     draft: ModelProfile,
@@ -566,8 +655,7 @@ def _add_draft(
     ctx: ResolvedContext,
     cpu: CpuFeatures,
 ) -> None:
-    dsettings = dataclasses.replace(draft_settings(settings), n_ctx=ctx.n_ctx)
-    sub = estimate(draft, dsettings, machine, reserve_bytes=0, cpu=cpu)
+    sub = draft_estimate(draft, settings, machine, ctx.n_ctx, cpu)
     positions = active_gpu_positions(settings, machine)
     for i, de in enumerate(sub.devices):  # in machine order: GPU i is machine.gpus[i]
         if de.device.kind is DeviceKind.CPU:

@@ -19,9 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fitplan.core.base.errors import FileAccessError, GGUFError, IncompleteModelError, MissingShardError
 from fitplan.core.base.files import NotRegularFileError, open_regular_file
@@ -35,6 +33,11 @@ from fitplan.core.gguf.header import (
     MetadataValue,
     ModelFiles,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from fitplan.core.base.lazy import np
 
 __all__ = [
     "DEFAULT_ARRAY_LIMIT",

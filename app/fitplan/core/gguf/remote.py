@@ -264,11 +264,17 @@ def _one_request(
 
 def _transport_error(exc: BaseException, url: str, deadline: Deadline) -> GGUFError:
     import http.client
+    import ssl
 
     if deadline.expired():
         return GGUFError(f"the server took longer than {deadline.seconds:g} s in all; gave up", None, url)
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return GGUFError("the server did not answer in time", None, url)
+    if isinstance(
+        exc, ssl.SSLError
+    ):  # a certificate that does not verify is also a ValueError: not an answer
+        reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or exc
+        return GGUFError(f"the secure connection failed ({_clean(reason)})", None, url)
     if isinstance(exc, http.client.HTTPException | ValueError):
         return GGUFError(f"malformed answer from the server ({type(exc).__name__}: {_clean(exc)})", None, url)
     reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc

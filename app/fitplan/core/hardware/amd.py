@@ -6,6 +6,10 @@ on most consumer boards), otherwise the PCI ids ("AMD GPU 1002:744c"). Devices a
 HIP enumerates them by default, then `ROCR_VISIBLE_DEVICES` and `HIP_VISIBLE_DEVICES` (applied in that order, each
 indexing the list the previous one left) keep and reorder them; they are numbered ROCm0, ROCm1, ... afterwards.
 Only numeric indices are understood: a UUID entry stops the list with a problem line saying so.
+
+For the speed model: the top level of `device/pp_dpm_mclk` (the memory clock, MHz; `core.speed.figures` turns it into
+a bandwidth with the catalog's bus width and memory type) and `device/mem_info_vram_vendor` (shown in the detail).
+When `product_name` is empty, the PCI device id and revision name the board where `PCI_NAMES` knows them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 
 AMD_PCI_VENDOR = "0x1002"
 _CARD_RE = re.compile(r"^card\d+$")
+#: "device:revision" (lower-case hex, no 0x) -> the catalog's name, for boards whose product_name is empty. Navi 31
+#: boards share the device id 744c; the revision tells them apart (LACT's database lists 0x1002:0x744C:0xC8 as the
+#: RX 7900 XTX). Only pairs with a published lsPCI/LACT record are listed.
+PCI_NAMES = {"744c:c8": "Radeon RX 7900 XTX"}
+_MCLK_RE = re.compile(r"^\s*\d+:\s*(\d+(?:\.\d+)?)\s*mhz", re.IGNORECASE)
 
 
 def _read(path: Path) -> str | None:
@@ -28,6 +37,25 @@ def _read(path: Path) -> str | None:
         return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
+
+
+def max_memory_clock(text: str | None) -> float:
+    """The highest level of a pp_dpm_mclk listing ("0: 96Mhz *\\n...\\n3: 1249Mhz") in MHz; 0 when unreadable."""
+    levels = [float(m.group(1)) for m in map(_MCLK_RE.match, (text or "").splitlines()) if m]
+    return max(levels, default=0.0)
+
+
+def _board_name(dev_dir: Path) -> str:
+    """product_name when the driver fills it, else the catalog name of the PCI id and revision, else the ids."""
+    name = _read(dev_dir / "product_name") or ""
+    if name:
+        return name
+    device_id = (_read(dev_dir / "device") or "").lower().removeprefix("0x")
+    revision = (_read(dev_dir / "revision") or "").lower().removeprefix("0x")
+    known = PCI_NAMES.get(f"{device_id}:{revision}")
+    if known:
+        return known
+    return f"AMD GPU 1002:{device_id}" if device_id else "AMD GPU"
 
 
 def _slot(dev_dir: Path) -> str:
@@ -55,6 +83,7 @@ class AmdSysfsProbe:
         except OSError:
             return ProbeResult()  # no DRM class: not Linux, or no GPU driver at all; nothing to say
         found: list[tuple[str, str, int, int]] = []
+        clocks: dict[str, tuple[float, str]] = {}
         problems: list[str] = []
         for card in cards:
             dev_dir = card / "device"
@@ -71,10 +100,11 @@ class AmdSysfsProbe:
                 continue
             total = total_n
             used = int_or_none(used_s or "", 0, total) or 0
-            name = _read(dev_dir / "product_name") or ""
-            if not name:
-                device_id = (_read(dev_dir / "device") or "").lower().removeprefix("0x")
-                name = f"AMD GPU 1002:{device_id}" if device_id else "AMD GPU"
+            name = _board_name(dev_dir)
+            clocks[slot] = (
+                max_memory_clock(_read(dev_dir / "pp_dpm_mclk")),
+                _read(dev_dir / "mem_info_vram_vendor") or "",
+            )
             found.append((slot, name, total, used))
         visible = sorted(found)
         for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
@@ -82,6 +112,10 @@ class AmdSysfsProbe:
                 visible = _apply_visible(visible, var, self._env[var], problems)
         gpus: list[DetectedGpu] = []
         for index, (slot, name, total, used) in enumerate(visible):
+            mclk, vram_vendor = clocks.get(slot, (0.0, ""))
+            detail = ", ".join(
+                x for x in (f"PCI {slot}" if slot else "", f"VRAM {vram_vendor}" if vram_vendor else "") if x
+            )
             dev = Device(
                 name=name,
                 kind=DeviceKind.GPU,
@@ -89,7 +123,8 @@ class AmdSysfsProbe:
                 free_bytes=max(0, total - used),
                 vendor=Vendor.AMD,
                 backend_name=f"ROCm{index}",
-                detail=f"PCI {slot}" if slot else "",
+                detail=detail,
+                memory_clock_mhz=mclk,
             )
             gpus.append(
                 DetectedGpu(device=dev, key=f"pci:{slot}", index=index, pci_bus_id=slot, used_bytes=used)

@@ -41,7 +41,8 @@ _UNITS = {
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|m|tib|tb|t)?\s*$", re.IGNORECASE)
 _TRAILING_SIZE_RE = re.compile(r"^(.*?)[\s\-_]*(\d+(?:\.\d+)?)\s*(gib|gb|g|mib|mb|tib|tb)\s*$", re.IGNORECASE)
-_COUNT_RE = re.compile(r"^\s*(\d+)\s*(?:[\*×]\s*|x(?:\s+|(?=\d)))(.+)$", re.IGNORECASE)
+#: "2x RTX 3060", "2xRTX 3060", "2 * 24GiB"
+_COUNT_RE = re.compile(r"^\s*(\d+)\s*[\*×x]\s*(.+)$", re.IGNORECASE)
 _VENDOR_WORDS = ("nvidia", "geforce", "amd", "radeon", "intel", "apple", "tesla", "instinct")
 #: include/llama.h llama_max_devices(): more GPUs than llama.cpp can use is a typo (and costs minutes).
 MAX_ASSUMED_GPUS = LLAMA_MAX_DEVICES
@@ -217,6 +218,36 @@ def _named_size(spec: str, text: str, cat: GpuCatalog, count: int) -> AssumedGpu
         base = gpu.assumed(size / GIB)
         return AssumedGpu(base.name, base.memory_bytes, vendor, count, base.unified_ram_bytes)
     return AssumedGpu(name=label, memory_bytes=size, vendor=vendor, count=count)
+
+
+_VENDOR_TITLES = {Vendor.NVIDIA: "NVIDIA", Vendor.AMD: "AMD", Vendor.INTEL: "Intel", Vendor.APPLE: "Apple"}
+_SEGMENT_TITLES = {
+    "consumer": "desktop and laptop",
+    "workstation": "workstation",
+    "datacenter": "data center",
+    "apple": "Silicon (unified memory)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogChoice:
+    """One memory configuration of a catalog GPU, as a picker offers it."""
+
+    label: str  # "GeForce RTX 3060 (12 GiB)"
+    spec: str  # the `--assume-gpu` spec that reads back to it ("GeForce RTX 3060 12GB")
+
+
+def catalog_groups(catalog: GpuCatalog | None = None) -> tuple[tuple[str, tuple[CatalogChoice, ...]], ...]:
+    """The catalog for a picker: grouped by vendor and market ("NVIDIA desktop and laptop", "AMD data center", ...)
+    in the catalog's order, each configuration a choice whose spec `parse_assumed_gpu` reads."""
+    cat = catalog if catalog is not None else load_catalog()
+    groups: dict[str, list[CatalogChoice]] = {}
+    for gpu in cat.gpus:
+        title = f"{_VENDOR_TITLES.get(gpu.vendor, gpu.vendor.value)} {_SEGMENT_TITLES.get(gpu.segment, gpu.segment)}"
+        for gib in gpu.memory_gib:
+            spec = gpu.name if len(gpu.memory_gib) == 1 else f"{gpu.name} {gib:g}GB"
+            groups.setdefault(title.strip(), []).append(CatalogChoice(f"{gpu.name} ({gib:g} GiB)", spec))
+    return tuple((title, tuple(choices)) for title, choices in groups.items())
 
 
 def _find_quiet(cat: GpuCatalog, name: str) -> CatalogGpu | None:

@@ -86,6 +86,8 @@ class _Gpu:
     migs: list[_Mig] = field(default_factory=list)
     processes: list[GpuProcess] = field(default_factory=list)
     mig_enabled: bool = False
+    memory_bandwidth: float = 0.0  # bytes/s from the bus width and max memory clock; 0 when NVML lacks them
+    link_bandwidth: float = 0.0  # bytes/s of the PCIe link (max generation x max width); 0 when unknown
 
 
 @dataclass
@@ -193,6 +195,8 @@ class NvmlProbe:
             proc_bytes=0,
             procs=0,
         )
+        gpu.memory_bandwidth = memory_bandwidth(nvml, h)
+        gpu.link_bandwidth = pcie_bandwidth(nvml, h)
         self._read_processes(nvml, gpu)
         mode = _optional(lambda: nvml.nvmlDeviceGetMigMode(h))
         if mode is not None and int(mode[0]) == _NVML_DEVICE_MIG_ENABLE:
@@ -344,6 +348,8 @@ class NvmlProbe:
             vendor=Vendor.NVIDIA,
             backend_name=f"CUDA{index}",
             detail=self._details(gpu, driver, cuda),
+            memory_bandwidth=gpu.memory_bandwidth,
+            link_bandwidth=gpu.link_bandwidth,
         )
         return DetectedGpu(
             device=dev,
@@ -390,6 +396,30 @@ def _process_name(nvml: Any, pid: int) -> str:
     raw = _optional_call(getattr(nvml, "nvmlSystemGetProcessName", lambda _pid: None), pid)
     text = _text(raw) if raw is not None else ""
     return text.replace("\\", "/").rsplit("/", 1)[-1].strip()
+
+
+#: nvml.h NVML_CLOCK_MEM: the memory clock domain of nvmlDeviceGetMaxClockInfo.
+_NVML_CLOCK_MEM = 2
+#: GB/s per lane of each PCIe generation after line encoding (8b/10b for 1-2, 128b/130b from 3).
+PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+def memory_bandwidth(nvml: Any, handle: Any) -> float:
+    """Peak memory bandwidth in bytes/s: bus width (bits) x max memory clock (MHz) x 2 (double data rate) / 8.
+
+    NVML reports the memory clock of GDDR and HBM as the command clock; the data moves on both edges. 0 when the
+    driver lacks `nvmlDeviceGetMemoryBusWidth` (older pynvml) or either value."""
+    bits = _optional(lambda: int(nvml.nvmlDeviceGetMemoryBusWidth(handle))) or 0
+    mhz = _optional(lambda: int(nvml.nvmlDeviceGetMaxClockInfo(handle, _NVML_CLOCK_MEM))) or 0
+    return bits * mhz * 1e6 * 2 / 8 if bits > 0 and mhz > 0 else 0.0
+
+
+def pcie_bandwidth(nvml: Any, handle: Any) -> float:
+    """One direction of the PCIe link in bytes/s (max generation and width the link supports); 0 when unknown."""
+    gen = _optional(lambda: int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))) or 0
+    width = _optional(lambda: int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))) or 0
+    lane = PCIE_LANE_GBS.get(gen, 0.0)
+    return lane * width * 1e9 if lane > 0 and width > 0 else 0.0
 
 
 def _optional(fn: Callable[[], Any]) -> Any:

@@ -63,6 +63,7 @@ __all__ = [
     "load_hub_entry",
     "load_model",
     "load_source_models",
+    "projector_mismatch",
     "read_cached_header",
 ]
 
@@ -196,13 +197,18 @@ def _mmproj_of(
     """The paired projector's profile, or None and why it was left out (it feeds a model of another width)."""
     if files.mmproj is None:
         return None, ""
-    width = files.mmproj.get_int("clip.vision.projection_dim", 0)
-    if width and profile.n_embd and width != profile.n_embd:
-        return (
-            None,
-            f"the projector in this folder is for a {width}-wide model, this one is {profile.n_embd} wide",
-        )
+    why = projector_mismatch(files.mmproj.get_int("clip.vision.projection_dim", 0), profile)
+    if why:
+        return None, f"the projector in this folder {why}"
     return (built if built is not None else build_profile(files.mmproj)), ""
+
+
+def projector_mismatch(width: int, model: ModelProfile) -> str:
+    """Why llama-server would refuse a projector of output width `width` (clip.vision.projection_dim) with `model`
+    ("mismatch between text model (n_embd) and mmproj", tools/mtmd/mtmd.cpp), or "" (unknown widths pass)."""
+    if width and model.n_embd and width != model.n_embd:
+        return f"is for a {width}-wide model, this one is {model.n_embd} wide"
+    return ""
 
 
 _PROJECTORS: dict[tuple[str, str], tuple[GGUFHeader, ModelProfile]] = {}
@@ -452,10 +458,21 @@ class SourceModels:
 
 
 def _load_in_folder(folder: str, e: HubEntry) -> LoadedModel:
-    """A model of a folder, with the projector paired the way a repository's is (its folder, else the root)."""
+    """A model of a folder, with the projector paired the way a repository's is (its folder, else the root), when
+    it is one llama-server can load with the model (a folder of unrelated models holds other models' projectors)."""
     m = load_model(os.path.join(folder, e.first), find_mmproj=True)
     if m.mmproj_source is None and e.mmproj is not None:
-        m = dataclasses.replace(m, mmproj_source=os.path.join(folder, e.mmproj))
+        path = os.path.join(folder, e.mmproj)
+        try:
+            projector = load_model(path, header_only=True).profile
+        except FitplanError as exc:
+            return dataclasses.replace(m, mmproj_note=f"{e.mmproj} left out: {exc}")
+        why = projector_mismatch(
+            projector.clip.projection_dim if projector.clip is not None else 0, m.profile
+        )
+        if why:
+            return dataclasses.replace(m, mmproj_note=f"the projector {e.mmproj} {why}")
+        m = dataclasses.replace(m, mmproj_source=path)
     return m
 
 

@@ -99,6 +99,9 @@ class ModelChoices:
     draft_n_gpu_layers: int = NGL_AUTO  # -ngld
     draft_cache_type_k: str = "f16"  # -ctkd
     draft_cache_type_v: str = "f16"  # -ctvd
+    #: flags no control holds, kept from a command or preset pasted for this model (argv words, editable):
+    #: those fitplan models are planned (`read_extra_flags`), the others go into the command as given
+    extra_args: tuple[str, ...] = ()
 
     def draft_settings(self) -> DraftSettings | None:
         if not self.draft_model or Engine(self.engine) is Engine.OLLAMA:
@@ -187,6 +190,43 @@ def unheld_flags(s: LaunchSettings) -> tuple[str, ...]:
         if w.key not in _HELD:
             words += [w.flag] if w.value is None else [w.flag, w.value]
     return tuple(words)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraFlags:
+    """A model's extra flags (`ModelChoices.extra_args`) read back: the planned and the kept."""
+
+    planned: tuple[
+        str, ...
+    ] = ()  # change memory as fitplan models it (`--no-op-offload`, `-ot`): `with_unheld`
+    kept: tuple[str, ...] = ()  # written into the command as given (`--alias`, `--jinja`, unmodelled flags)
+
+    @property
+    def pins(self) -> frozenset[str]:
+        """The settings the planned flags pin (the plan keeps them as given)."""
+        from fitplan.core.launch.command_line import given_keys
+
+        return given_keys(self.planned)
+
+
+def read_extra_flags(words: tuple[str, ...], engine: Engine) -> ExtraFlags:
+    """Extra flags as llama-server reads them for `engine`; a flag that a control holds (-c, -ngl, -m ...) is a
+    one-line `FlagError` naming it: it is set with its control, so that no setting is said twice."""
+    if not words:
+        return ExtraFlags()  # without importing the flag table (the window reads none before its first paint)
+    from fitplan.core.base.errors import FlagError
+    from fitplan.core.launch.flags import parse_flags, written_flags
+
+    parsed = parse_flags(list(words), engine=engine)
+    base = {(w.flag, w.value) for w in written_flags(parse_flags([], engine=engine).settings)}
+    held = [
+        w.flag for w in written_flags(parsed.settings) if w.key in _HELD and (w.flag, w.value) not in base
+    ]
+    if parsed.model_path:
+        held.insert(0, "-m")
+    if held:
+        raise FlagError(f"{', '.join(dict.fromkeys(held))}: set with the controls, not as extra flags")
+    return ExtraFlags(unheld_flags(parsed.settings), parsed.passthrough)
 
 
 def with_unheld(settings: LaunchSettings, words: tuple[str, ...]) -> LaunchSettings:
@@ -336,8 +376,11 @@ def _choices_from(raw: object, key: str, f: _Fields) -> ModelChoices | None:
         return None
     d = ModelChoices()
     kw: dict[str, Any] = {
-        n: f.get(raw, n, getattr(d, n), f"{key}.{n}") for n in ModelChoices.__dataclass_fields__
+        n: f.get(raw, n, getattr(d, n), f"{key}.{n}")
+        for n in ModelChoices.__dataclass_fields__
+        if n != "extra_args"  # a list of strings in the file
     }
+    kw["extra_args"] = f.strings(raw.get("extra_args", []), f"{key}.extra_args")
     for name, kind in (("flash_attn", FlashAttn), ("mmproj", MmprojPlacement), ("engine", Engine)):
         if kw[name] not in {e.value for e in kind}:
             f.bad(f"{key}.{name}", kw[name])

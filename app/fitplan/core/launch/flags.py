@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import re._constants as re_constants
+import re._parser as re_parser
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -214,11 +216,46 @@ def _overrides(flag: str, value: str, _engine: Engine = Engine.LLAMA_CPP) -> tup
             raise FlagError(f"{flag}: {_shown(item)} is not PATTERN=BUFFER_TYPE")
         pat, buft = item.split("=", 1)
         try:
+            parsed = re_parser.parse(pat)
             re.compile(pat)
-        except re.error as exc:
+        except (re.error, RecursionError, OverflowError) as exc:
             raise FlagError(f"{flag}: bad regular expression {_shown(pat)}: {exc}") from None
+        if _backtracks(parsed, inside=False):
+            raise FlagError(
+                f"{flag}: {_shown(pat)} repeats a repetition or a choice (like (a*)* or (a|ab)*): matching it can "
+                "take exponential time, in llama.cpp's std::regex too; write it without the nested repetition"
+            )
         out.append(TensorOverride(pat, buft))
     return tuple(out)
+
+
+_REPEATS = frozenset({re_constants.MAX_REPEAT, re_constants.MIN_REPEAT, re_constants.POSSESSIVE_REPEAT})
+
+
+def _backtracks(parsed: re_parser.SubPattern | list[Any], inside: bool) -> bool:
+    """Whether a parsed pattern has an unbounded repetition inside another one, or a choice inside one: the
+    shapes whose backtracking grows exponentially with the name's length (a tensor name has up to 63 bytes, and
+    `(a*)*b` on 25 of them takes seconds)."""
+    for op, av in parsed:
+        subs: list[Any]
+        if op in _REPEATS:
+            unbounded = av[1] == re_constants.MAXREPEAT
+            if unbounded and inside:
+                return True
+            subs, inner = [av[2]], inside or unbounded
+        elif op is re_constants.BRANCH:
+            if inside:
+                return True
+            subs, inner = list(av[1]), inside
+        elif op is re_constants.SUBPATTERN:
+            subs, inner = [av[-1]], inside
+        elif op in (re_constants.ASSERT, re_constants.ASSERT_NOT):
+            subs, inner = [av[1]], inside
+        else:
+            continue
+        if any(_backtracks(sub, inner) for sub in subs):
+            return True
+    return False
 
 
 #: How each engine spells a cache type in its own parser (ik's `q8_KV`); everything else is lower case.

@@ -1,8 +1,13 @@
 """What would change a plan: a few other pins or machines, each one planned again with the same estimator.
 
-Every alternative is a full plan (`planner.plan`) of the changed request, so nothing is suggested that the
-estimator did not check. When the plan fits they are sorted by how much context they add, then by how many layers
-they bring back to the GPUs; when it does not fit, the ones that make it fit come first.
+Every alternative is a full plan (`planner.plan`) of the changed request, with the same objective, so nothing is
+suggested that the estimator did not check. When the plan fits, an alternative is listed when it gives more context
+or keeps more of the weights on the GPUs (a pin dropped, the other goal of the objective); when it does not fit, when
+it makes it fit. They are sorted the objective's way (`planner.plan_key`): the ones that fit first, then the best
+plan by the plan's own objective.
+
+`why_this_context` says in one line why a plan that puts the fastest placement first has the context it has, when
+putting the context first would give more: a bigger card can take more layers and leave less room for the cache.
 """
 
 from __future__ import annotations
@@ -14,11 +19,15 @@ from fitplan.core.base.devices import GIB, Device, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.planner import Pins, Plan, plan
+from fitplan.core.plan.objective import Goal, Objective, SpeedOf, placement_key
+from fitplan.core.plan.planner import Pins, Plan, plan, plan_key
 from fitplan.core.plan.search import EstimateFn
-from fitplan.core.plan.usage import MarginPolicy
+from fitplan.core.plan.usage import MarginPolicy, device_label
 
-__all__ = ["CARD_SIZES", "Alternative", "what_would_change"]
+__all__ = ["CARD_SIZES", "OBJECTIVE_FLAG", "Alternative", "what_would_change", "why_this_context"]
+
+#: how the CLI spells a goal (`--objective placement|context`)
+OBJECTIVE_FLAG = "--objective"
 
 #: GPU sizes people buy (GiB): "a 32 GiB card" is the next one up
 CARD_SIZES = (8, 12, 16, 24, 32, 48, 80, 96, 141)
@@ -44,6 +53,8 @@ class _Candidate:
     change: str
     pins: Pins
     machine: Machine
+    objective: Objective | None = None  # None: the base plan's
+    unless: str = ""  # skipped when the change named here is listed (the training length before double)
 
 
 def _ctx(n: int) -> str:
@@ -56,7 +67,7 @@ def _bigger(d: Device, gib: int) -> Device:
     return dataclasses.replace(d, total_bytes=total, free_bytes=max(0, total - used))
 
 
-def _machine_candidates(machine: Machine, pins: Pins) -> list[_Candidate]:
+def _machine_candidates(machine: Machine, pins: Pins, base: Plan) -> list[_Candidate]:
     out: list[_Candidate] = []
     gpus = machine.gpus
     if gpus and all(d.total_bytes > 0 for d in gpus):
@@ -67,12 +78,22 @@ def _machine_candidates(machine: Machine, pins: Pins) -> list[_Candidate]:
             out.append(_Candidate(what, pins, Machine(tuple(_bigger(d, size) for d in gpus), machine.host)))
     host = machine.host
     if host.total_bytes > 0:
-        extra = max(16 * GIB, host.total_bytes // 2 // GIB * GIB)
+        extra = _more_host_ram(base, machine)
         more = dataclasses.replace(
             host, total_bytes=host.total_bytes + extra, free_bytes=host.free_bytes + extra
         )
         out.append(_Candidate(f"{extra // GIB} GiB more host RAM", pins, Machine(gpus, more)))
     return out
+
+
+def _more_host_ram(base: Plan, machine: Machine) -> int:
+    """What the host's shortfall at the plan's placement needs (whole GiB), when the host is short; else a step for
+    more context (16 GiB or half of what there is)."""
+    host = device_label(machine.host, None)
+    short = sum(s.over_bytes for s in base.shortfalls if s.label == host)
+    if not base.fits and short > 0:
+        return -(-short // GIB) * GIB
+    return max(16 * GIB, machine.host.total_bytes // 2 // GIB * GIB)
 
 
 def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Machine) -> list[_Candidate]:
@@ -89,9 +110,12 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
         out.append(_Candidate("-np 1", dataclasses.replace(pins, n_parallel=1, kv_unified=None), machine))
     cap = base.context.cap
     if base.fits and base.settings.n_ctx < cap:
-        # a larger context, and what it costs in placement (pinned or not)
+        # a larger context, and what it costs in placement (pinned or not): the training length, else double
+        out.append(_Candidate(f"-c {cap}", dataclasses.replace(pins, n_ctx=cap), machine))
         bigger = min(cap, 2 * base.settings.n_ctx)
-        out.append(_Candidate(f"-c {bigger}", dataclasses.replace(pins, n_ctx=bigger), machine))
+        if bigger < cap:
+            pinned = dataclasses.replace(pins, n_ctx=bigger)
+            out.append(_Candidate(f"-c {bigger}", pinned, machine, unless=f"-c {cap}"))
     if not base.fits and pins.n_ctx is not None and pins.n_ctx > 4096:
         half = max(4096, pins.n_ctx // 2 // 256 * 256)
         out.append(_Candidate(f"-c {half}", dataclasses.replace(pins, n_ctx=half), machine))
@@ -102,6 +126,13 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
             out.append(_Candidate(f"--n-cpu-moe {n}", dataclasses.replace(pins, n_cpu_moe=n), machine))
     out.extend(_unpinned(pins, machine))
     return out
+
+
+def _goal_candidate(base: Plan, pins: Pins, machine: Machine) -> _Candidate:
+    """The other goal of the objective, with the same pins and floors."""
+    other = Goal.CONTEXT if base.objective.goal is Goal.PLACEMENT else Goal.PLACEMENT
+    objective = dataclasses.replace(base.objective, goal=other)
+    return _Candidate(f"{OBJECTIVE_FLAG} {other.value}", pins, machine, objective)
 
 
 def _unpinned(pins: Pins, machine: Machine) -> list[_Candidate]:
@@ -130,8 +161,18 @@ def _effect(base: Plan, alt: Plan) -> str:
     return f"{alt.placement.description} instead of {base.placement.description}"
 
 
-def _rank(base: Plan, alt: Alternative) -> tuple[int, int, int]:
-    return (int(alt.fits), alt.n_ctx - (base.settings.n_ctx if base.fits else 0), alt.gpu_layers)
+def _improves(base: Plan, alt: Plan) -> bool:
+    """A change worth listing: it makes the plan fit, or gives more context, or keeps more on the GPUs."""
+    if not alt.fits:
+        return False
+    if not base.fits:
+        return True
+    if (alt.settings.n_ctx, alt.placement.description) == (base.settings.n_ctx, base.placement.description):
+        return False
+    more_gpu = placement_key(alt.placement.n_gpu_layers, alt.placement.off_gpu_bytes) > placement_key(
+        base.placement.n_gpu_layers, base.placement.off_gpu_bytes
+    )
+    return alt.settings.n_ctx > base.settings.n_ctx or more_gpu
 
 
 def what_would_change(
@@ -142,33 +183,63 @@ def what_would_change(
     *,
     margin: MarginPolicy | None = None,
     estimate_fn: EstimateFn | None = None,
+    speed_of: SpeedOf | None = None,
     limit: int = 5,
 ) -> tuple[Alternative, ...]:
     """At most `limit` alternatives to `base` (the plan of `pins` on `machine`) that change its outcome, each
-    planned again, best first."""
-    out: list[Alternative] = []
-    for c in (*_pin_candidates(profile, base, pins, machine), *_machine_candidates(machine, pins)):
+    planned again with `base`'s objective (`speed_of`: for its speed floor), best first by that objective."""
+    found: list[tuple[Plan, _Candidate]] = []
+    candidates = (
+        *_pin_candidates(profile, base, pins, machine),
+        _goal_candidate(base, pins, machine),
+        *_machine_candidates(machine, pins, base),
+    )
+    for c in candidates:
+        if c.unless and any(f.change == c.unless for _, f in found):
+            continue
+        objective = c.objective or base.objective
         try:
-            alt = plan(profile, c.machine, c.pins, margin=margin or base.margin, estimate_fn=estimate_fn)
+            alt = plan(
+                profile,
+                c.machine,
+                c.pins,
+                objective=objective,
+                speed_of=speed_of,
+                margin=margin or base.margin,
+                estimate_fn=estimate_fn,
+            )
         except FitplanError:
             continue  # the estimator refuses this combination (e.g. a quantized V cache without flash attention)
-        if not alt.fits:
-            continue
-        same = (alt.settings.n_ctx, alt.placement.description) == (
-            base.settings.n_ctx,
-            base.placement.description,
+        if _improves(base, alt):
+            found.append((alt, c))
+    # the base's objective ranks them all (an alternative of the other goal is ranked as the base would rank it)
+    found.sort(key=lambda t: plan_key(dataclasses.replace(t[0], objective=base.objective)), reverse=True)
+    out = [
+        Alternative(
+            c.change,
+            _effect(base, alt),
+            alt.fits,
+            alt.settings.n_ctx,
+            alt.placement.description,
+            alt.placement.n_gpu_layers,
         )
-        if base.fits and (same or alt.settings.n_ctx <= base.settings.n_ctx):
-            continue  # a plan that fits changes only for more context
-        out.append(
-            Alternative(
-                c.change,
-                _effect(base, alt),
-                alt.fits,
-                alt.settings.n_ctx,
-                alt.placement.description,
-                alt.placement.n_gpu_layers,
-            )
-        )
-    out.sort(key=lambda a: _rank(base, a), reverse=True)
+        for alt, c in found
+    ]
     return tuple(out[:limit])
+
+
+def why_this_context(base: Plan, alternatives: tuple[Alternative, ...]) -> str:
+    """One line, when the fastest placement first leaves a shorter context than the context first would: why (a
+    bigger card takes more of the weights, and its memory goes to them instead of the cache). Empty otherwise."""
+    if not base.fits or base.objective.goal is not Goal.PLACEMENT or base.context.capped_by_training:
+        return ""
+    if base.context_pinned:
+        return ""  # the context is the user's
+    other = f"{OBJECTIVE_FLAG} {Goal.CONTEXT.value}"
+    alt = next((a for a in alternatives if a.change == other and a.n_ctx > base.settings.n_ctx), None)
+    if alt is None:
+        return ""
+    return (
+        f"the fastest placement comes first ({base.placement.description}): the weights it keeps on the GPU leave "
+        f"room for {_ctx(base.settings.n_ctx)} tokens; {other} gives {_ctx(alt.n_ctx)} with {alt.placement}"
+    )

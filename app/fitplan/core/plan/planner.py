@@ -1,4 +1,4 @@
-"""Plan a launch: where the weights go and the largest context, by the written objective of `objective`.
+"""Plan a launch: where the weights go and the largest context, by the user's objective (`objective`).
 
 The user's pins are always kept: `-c`, `-np`, `-kvu`/`-no-kvu`, `-ngl`, `-ts`, `--n-cpu-moe` (and `--cpu-moe`), `-ot`,
 the cache types, flash attention, `--min-ctx` and "all weights on the GPU" (`--all-on-gpu`), along with every other
@@ -6,7 +6,12 @@ setting in `Pins.base`. The plan only chooses `-ngl`, `--n-cpu-moe`, `-ts` (as l
 `--fit` off. The search (`solver`) and the largest-context search (`search`) are checked against an exhaustive
 search of the same space with the same estimator and the same objective (`oracle`, in the test suite).
 
-The estimate itself is injected (`EstimateFn`): by default `fitplan.core.estimate.estimator.estimate`.
+Leaving the GPUs out (`-dev none`) is a placement like the others: when no device list is given and nothing pins
+weights to a GPU, the all-on-CPU plan is planned too where it could win by the objective (nothing fits with the
+GPUs, or the best placement offloads nothing, or the context comes first).
+
+The estimate itself is injected (`EstimateFn`): by default `fitplan.core.estimate.estimator.estimate`; so is the
+speed of a plan (`objective.SpeedOf`) when the objective has a generation floor.
 """
 
 from __future__ import annotations
@@ -16,12 +21,30 @@ import math
 from dataclasses import dataclass, field
 
 from fitplan.core.base.devices import Machine
-from fitplan.core.base.launch_settings import NGL_ALL, NGL_AUTO, LaunchSettings, MmprojPlacement, SplitMode
+from fitplan.core.base.errors import SettingsError
+from fitplan.core.base.launch_settings import (
+    NGL_ALL,
+    NGL_AUTO,
+    Engine,
+    LaunchSettings,
+    MmprojPlacement,
+    SplitMode,
+)
 from fitplan.core.base.results import Estimate
 from fitplan.core.engines import context_grid
 from fitplan.core.memory.context import N_CTX_PAD
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.objective import Key, key, min_gpu_headroom, point_key, tie_key
+from fitplan.core.plan.objective import (
+    Goal,
+    Key,
+    Objective,
+    SpeedOf,
+    key,
+    min_gpu_headroom,
+    placement_key,
+    point_key,
+    tie_key,
+)
 from fitplan.core.plan.search import (
     ContextFit,
     EstimateFn,
@@ -31,10 +54,11 @@ from fitplan.core.plan.search import (
     context_step,
     default_estimate_fn,
     kv_streams,
+    largest_true,
     training_cap,
 )
 from fitplan.core.plan.solver import Check, Point, Solver
-from fitplan.core.plan.space import Placement, PlacementSpace, describe_placement
+from fitplan.core.plan.space import Placement, PlacementSpace, cpu_experts_words, describe_placement
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, device_label, shortfalls
 from fitplan.core.plan.verdict import FitLevel, Verdict, judge
 
@@ -55,8 +79,11 @@ __all__ = [
     "device_label",
     "kv_streams",
     "plan",
+    "plan_at",
+    "plan_key",
     "plan_verdict",
     "training_cap",
+    "without_gpus",
 ]
 
 #: llama_context pads n_ctx (per stream) to a multiple of 256.
@@ -102,6 +129,10 @@ class Plan:
     margin: MarginPolicy = field(default_factory=MarginPolicy)  # the margins "fits" was judged with
     #: the largest context at the plan's placement: `context` itself unless -c is pinned (None when nothing fits)
     largest: ContextFit | None = None
+    objective: Objective = field(default_factory=Objective)  # what the plan was chosen for
+    #: the pins that keep weights on the CPU, as flags ("--n-cpu-moe 10"); empty when the planner chose the offload
+    pinned_offload: str = ""
+    context_pinned: bool = False  # -c was given: the context is the user's, not the plan's
 
 
 #: the Pins fields that, when set, are copied into the LaunchSettings field of the same name
@@ -147,6 +178,28 @@ class Problem:
     need_ctx: int  # the context floor (the pinned context when pinned)
     pinned_ctx: int | None
     notes: tuple[str, ...]
+    may_leave_out_gpus: bool = False  # `-dev none` is a choice: no device list given, nothing pins a GPU
+
+
+_NO_GPU_NOTE = "no GPU: everything runs on the CPU"
+
+
+def without_gpus(pins: Pins) -> Pins:
+    """The same pins with the GPUs left out (`-dev none`)."""
+    return dataclasses.replace(pins, base=dataclasses.replace(pins.base, devices=()))
+
+
+def _may_leave_out_gpus(pins: Pins, base: LaunchSettings, has_gpu: bool) -> bool:
+    """`-dev none` is a placement to try: no device list given, nothing pins weights to a GPU, and an engine whose
+    launch can say so (the ollama export writes num_gpu, which is -ngl, and has no -dev none)."""
+    return (
+        has_gpu
+        and base.engine is not Engine.OLLAMA
+        and base.devices is None
+        and pins.n_gpu_layers in (None, 0)
+        and pins.tensor_split is None
+        and not pins.all_weights_on_gpu
+    )
 
 
 def problem_of(profile: ModelProfile, machine: Machine, pins: Pins) -> Problem:
@@ -201,6 +254,7 @@ def problem_of(profile: ModelProfile, machine: Machine, pins: Pins) -> Problem:
         need_ctx,
         pinned_ctx,
         tuple(notes),
+        _may_leave_out_gpus(pins, base, has_gpu),
     )
 
 
@@ -209,24 +263,138 @@ def plan(
     machine: Machine,
     pins: Pins | None = None,
     *,
+    objective: Objective | None = None,
+    speed_of: SpeedOf | None = None,
     margin: MarginPolicy | None = None,
     estimate_fn: EstimateFn | None = None,
     mmproj: ModelProfile | None = None,
     draft: ModelProfile | None = None,
     reserve_bytes: int | None = None,
 ) -> Plan:
-    """The best plan for the pins by the objective of this module's docstring."""
+    """The best plan for the pins by the objective (`objective`; by default the fastest placement first)."""
     pins = pins or Pins()
     margin = margin or MarginPolicy()
+    objective = objective or Objective()
+    if objective.min_gen_tps is not None and speed_of is None:
+        raise SettingsError("a generation speed floor needs the speed of each plan (no speed model given)")
     fn = estimate_fn or default_estimate_fn(mmproj=mmproj, draft=draft, reserve_bytes=reserve_bytes)
     ev = Evaluator(profile, machine, margin, fn)
     pb = problem_of(profile, machine, pins)
-    solver = Solver(ev, pb.base, pb.space, tensor_split=pins.tensor_split)
-    found, last = solver.search(pb.ngl_choices, pb.ncmoe_choices, pb.need_ctx)
+    best = _plan_problem(pb, ev, margin, objective, speed_of)
+    if pb.may_leave_out_gpus and _cpu_may_win(best, pb, objective):
+        cpu = _plan_problem(problem_of(profile, machine, without_gpus(pins)), ev, margin, objective, speed_of)
+        if cpu.fits and (not best.fits or plan_key(cpu) > plan_key(best)):
+            best = _left_out(cpu, best)
+        elif not best.fits and not cpu.fits and not cpu.shortfalls and best.shortfalls:
+            best = cpu  # fits in memory without the GPUs, only too slow: that is what to say
+    return dataclasses.replace(best, evaluations=ev.evaluations)
+
+
+def _left_out(cpu: Plan, with_gpus: Plan) -> Plan:
+    """The plan without the GPUs, saying so and what the GPUs would have given."""
+    note = "-dev none leaves the GPUs out: everything runs on the CPU; with them " + (
+        f"the plan is {with_gpus.placement.description} at {with_gpus.settings.n_ctx}"
+        if with_gpus.fits
+        else "it does not fit (" + with_gpus.binding + ")"
+    )
+    placement = dataclasses.replace(cpu.placement, description="everything on the CPU (-dev none)")
+    notes = tuple(n for n in cpu.notes if n != _NO_GPU_NOTE)
+    return dataclasses.replace(cpu, placement=placement, notes=(*notes, note))
+
+
+def plan_key(p: Plan) -> Key:
+    """`objective.key` of a plan that fits, by the goal it was planned for."""
+    pk = placement_key(p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
+    ties = tie_key(p.settings.n_ctx, p.placement.n_cpu_moe, min_gpu_headroom(p.context.usage))
+    return key(pk, ties, p.objective.goal)
+
+
+def _cpu_may_win(best: Plan, pb: Problem, objective: Objective) -> bool:
+    """Whether the plan without the GPUs (every weight off them) could be better than `best`."""
+    if not best.fits:
+        return True
+    if objective.goal is Goal.CONTEXT:
+        return pb.pinned_ctx is None and not best.context.capped_by_training
+    return best.placement.n_gpu_layers == 0
+
+
+def _plan_problem(
+    pb: Problem, ev: Evaluator, margin: MarginPolicy, objective: Objective, speed_of: SpeedOf | None
+) -> Plan:
+    solver = Solver(ev, pb.base, pb.space, tensor_split=pb.pins.tensor_split)
+    floor_ctx = pb.need_ctx
+    if objective.goal is Goal.CONTEXT and pb.pinned_ctx is None:
+        floor_ctx = _context_first(pb, solver, margin, objective, speed_of)
+    found, last = solver.search(pb.ngl_choices, pb.ncmoe_choices, floor_ctx)
     if not found:
-        return _no_fit(pb, solver, last, margin)
-    point, cf = _best_context(pb, solver, found)
-    return _fit(pb, solver, point, cf, margin)
+        return _no_fit(pb, solver, last, margin, objective)
+    point, cf = _best_context(pb, solver, found, floor_ctx, objective.goal)
+    best = _fit(pb, solver, point, cf, margin, objective)
+    if objective.min_gen_tps is not None and speed_of is not None:
+        return _speed_floor(pb, solver, best, point, objective.min_gen_tps, speed_of)
+    return best
+
+
+def _context_first(
+    pb: Problem, solver: Solver, margin: MarginPolicy, objective: Objective, speed_of: SpeedOf | None
+) -> int:
+    """`Goal.CONTEXT`: the largest context on the grid at which some placement fits (and, with a speed floor, whose
+    best placement keeps it), bisected: memory only grows with the context. The floor when none does."""
+    grid = context_grid(pb.profile, pb.base)
+    step = grid.step
+    k_lo = max(1, math.ceil(pb.need_ctx / step))
+    k_hi = max(k_lo, grid.training_cap(pb.profile.n_ctx_train) // step)
+
+    def feasible(k: int) -> bool:
+        found, _ = solver.search(pb.ngl_choices, pb.ncmoe_choices, k * step)
+        if not found:
+            return False
+        if objective.min_gen_tps is None or speed_of is None:
+            return True
+        best = max(
+            (_fixed_context(pb, solver, c.point, k * step, objective.goal) for c in found), key=_by_key
+        )
+        at = _fit(pb, solver, best.point, best.context, margin, objective)
+        return speed_of(at) >= objective.min_gen_tps
+
+    k = largest_true(k_lo, k_hi, feasible)
+    return pb.need_ctx if k is None else max(pb.need_ctx, k * step)
+
+
+def plan_at(pb: Problem, solver: Solver, p: Point, n_ctx: int, objective: Objective) -> Plan:
+    """The plan of one point at one context (its split rebalanced for it): what a `SpeedOf` is asked about."""
+    sc = _fixed_context(pb, solver, p, n_ctx, objective.goal)
+    return _fit(pb, solver, sc.point, sc.context, solver.ev.margin, objective)
+
+
+def _speed_floor(
+    pb: Problem, solver: Solver, best: Plan, point: Point, floor: float, speed_of: SpeedOf
+) -> Plan:
+    """The speed floor at the chosen placement: the plan itself when it keeps the floor, else the largest smaller
+    context that does; when even the context floor is too slow, no placement is fast enough (`objective`)."""
+    if speed_of(best) >= floor:
+        return best
+    step = best.context.step
+    k_lo = max(1, math.ceil(pb.need_ctx / step))
+    k_hi = best.settings.n_ctx // step - 1
+    goal = best.objective.goal
+
+    def at(k: int) -> Plan:
+        sc = _fixed_context(pb, solver, point, k * step, goal)
+        return _fit(
+            pb, solver, sc.point, sc.context, best.margin, best.objective, why=f"at least {floor:g} t/s"
+        )
+
+    k = None if pb.pinned_ctx is not None else largest_true(k_lo, k_hi, lambda k: speed_of(at(k)) >= floor)
+    if k is not None:
+        return at(k)
+    slow = at(k_lo) if pb.pinned_ctx is None else best
+    tps = speed_of(slow)
+    binding = (
+        f"does not reach {floor:g} t/s generation: the fastest placement ({slow.placement.description}) gives "
+        f"{tps:.1f} t/s at -c {slow.settings.n_ctx}"
+    )
+    return dataclasses.replace(slow, fits=False, binding=binding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,18 +404,24 @@ class _Scored:
     key: Key
 
 
-def _context_at(pb: Problem, solver: Solver, p: Point) -> _Scored:
+def _fixed_context(pb: Problem, solver: Solver, p: Point, n_ctx: int, goal: Goal) -> _Scored:
+    """One point at a given context (its split rebalanced for it)."""
+    ev = solver.ev
+    split = solver.balance(p.ngl, p.ncmoe, p.split, n_ctx) if p.split is not None else None
+    q = Point(p.ngl, p.ncmoe, split)
+    est, usage = ev(solver.settings(q, n_ctx))
+    step = context_grid(pb.profile, pb.base).step
+    cap = training_cap(pb.profile, pb.base)
+    cf = ContextFit(n_ctx, step, cap, n_ctx >= cap, est, None, usage, "", (), 0)
+    return _scored(pb, q, cf, goal)
+
+
+def _context_at(pb: Problem, solver: Solver, p: Point, floor_ctx: int, goal: Goal) -> _Scored:
     """The largest context of one point (its split rebalanced for the context found), or the pinned one."""
     ev = solver.ev
     if pb.pinned_ctx is not None:
-        split = solver.balance(p.ngl, p.ncmoe, p.split, pb.pinned_ctx) if p.split is not None else None
-        q = Point(p.ngl, p.ncmoe, split)
-        est, usage = ev(solver.settings(q, pb.pinned_ctx))
-        step = context_grid(pb.profile, pb.base).step
-        cap = training_cap(pb.profile, pb.base)
-        cf = ContextFit(pb.pinned_ctx, step, cap, False, est, None, usage, "", (), 0)
-        return _scored(pb, q, cf)
-    cf = context_fit(ev, solver.settings(p, 0), min_ctx=pb.need_ctx)
+        return _fixed_context(pb, solver, p, pb.pinned_ctx, goal)
+    cf = context_fit(ev, solver.settings(p, 0), min_ctx=floor_ctx)
     q = p
     for _ in range(3):  # rebalance for the context found, then search again while that raises the context
         if q.split is None or not cf.fits:
@@ -256,27 +430,33 @@ def _context_at(pb: Problem, solver: Solver, p: Point) -> _Scored:
         if better == q.split:
             break
         cand = Point(q.ngl, q.ncmoe, better)
-        cf2 = context_fit(ev, solver.settings(cand, 0), min_ctx=pb.need_ctx)
+        cf2 = context_fit(ev, solver.settings(cand, 0), min_ctx=floor_ctx)
         if cf2.n_ctx < cf.n_ctx:
             break
         q, cf = cand, cf2
-    return _scored(pb, q, cf)
+    return _scored(pb, q, cf, goal)
 
 
-def _scored(pb: Problem, p: Point, cf: ContextFit) -> _Scored:
+def _scored(pb: Problem, p: Point, cf: ContextFit, goal: Goal) -> _Scored:
     ties = tie_key(cf.n_ctx, p.ncmoe, min_gpu_headroom(cf.usage))
-    return _Scored(p, cf, key(point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu), ties))
+    return _Scored(p, cf, key(point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu), ties, goal))
 
 
-def _best_context(pb: Problem, solver: Solver, found: list[Check]) -> tuple[Point, ContextFit]:
+def _by_key(s: _Scored) -> Key:
+    return s.key
+
+
+def _best_context(
+    pb: Problem, solver: Solver, found: list[Check], floor_ctx: int, goal: Goal
+) -> tuple[Point, ContextFit]:
     """The best of the solver's points by the objective (`objective.key`)."""
     # at most two candidates (`Solver.search`): each is scored whole, so that the objective alone decides
-    scored = [_context_at(pb, solver, c.point) for c in found]
-    best = max(scored, key=lambda s: s.key)
+    scored = [_context_at(pb, solver, c.point, floor_ctx, goal) for c in found]
+    best = max(scored, key=_by_key)
     return best.point, best.context
 
 
-def _no_fit(pb: Problem, solver: Solver, last: Check, margin: MarginPolicy) -> Plan:
+def _no_fit(pb: Problem, solver: Solver, last: Check, margin: MarginPolicy, objective: Objective) -> Plan:
     p = last.point
     s = solver.settings(p, pb.need_ctx)
     est, usage = solver.ev(s)
@@ -289,29 +469,101 @@ def _no_fit(pb: Problem, solver: Solver, last: Check, margin: MarginPolicy) -> P
     grid = context_grid(pb.profile, pb.base)
     cap = grid.training_cap(pb.profile.n_ctx_train)
     cf = ContextFit(0, grid.step, cap, False, est, None, usage, shorts[0].label if shorts else "", shorts, 0)
-    return Plan(s, est, cf, placement, False, binding, pb.notes, shorts, solver.ev.evaluations, margin)
+    return Plan(
+        s,
+        est,
+        cf,
+        placement,
+        False,
+        binding,
+        pb.notes,
+        shorts,
+        solver.ev.evaluations,
+        margin,
+        objective=objective,
+    )
 
 
-def _fit(pb: Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginPolicy) -> Plan:
+def _fit(
+    pb: Problem,
+    solver: Solver,
+    p: Point,
+    cf: ContextFit,
+    margin: MarginPolicy,
+    objective: Objective,
+    *,
+    why: str = "",
+) -> Plan:
+    """The plan of point `p` at the context of `cf`; `why`: what else limited the context (a speed floor)."""
     s = dataclasses.replace(solver.settings(p, 0), n_ctx=cf.n_ctx)
     n_gpus = len(pb.machine.gpus) if pb.has_gpu else 0
     placement = describe_placement(pb.space, p.ngl if pb.has_gpu else 0, p.ncmoe, p.split or (), n_gpus)
-    notes = list(pb.notes)
+    pinned = _pinned_offload(pb, placement)
+    fixed = pb.pinned_ctx is not None or bool(why)
+    largest = context_fit(solver.ev, solver.settings(p, 0)) if fixed else cf
+    return Plan(
+        settings=s,
+        estimate=cf.estimate,
+        context=cf,
+        placement=placement,
+        fits=True,
+        binding="; ".join(_reasons(pb, placement, cf, objective, why)),
+        notes=tuple(_fit_notes(pb, p, placement, objective, pinned)),
+        shortfalls=(),
+        evaluations=solver.ev.evaluations,
+        margin=margin,
+        largest=largest,
+        objective=objective,
+        pinned_offload=pinned,
+        context_pinned=pb.pinned_ctx is not None,
+    )
+
+
+def _reasons(pb: Problem, placement: Placement, cf: ContextFit, objective: Objective, why: str) -> list[str]:
+    """What decided the plan, in words: the context's limit, then the weights kept on the CPU."""
     reasons: list[str] = []
+    if pb.pinned_ctx is not None:
+        reasons.append(f"context pinned at {pb.pinned_ctx}")
+    elif why:
+        reasons.append(f"context limited to keep {why} generation")
+    elif cf.capped_by_training:
+        reasons.append(f"context capped at the model's training length ({pb.profile.n_ctx_train})")
+    else:
+        first = "longest context first: " if objective.goal is Goal.CONTEXT else ""
+        reasons.append(f"{first}context limited by {cf.binding_label} memory")
     if placement.cpu_expert_layers:
-        n = placement.cpu_expert_layers
-        reasons.append(f"{n} expert layer{'s' if n != 1 else ''} on CPU")
+        reasons.append(
+            cpu_experts_words(
+                pb.space, placement.n_cpu_moe, placement.cpu_layers, placement.cpu_expert_layers
+            )
+        )
     if placement.cpu_layers and pb.has_gpu:
         reasons.append(f"{placement.cpu_layers} of {pb.profile.n_layer} layers on CPU")
-    if pb.pinned_ctx is not None:
-        reasons.insert(0, f"context pinned at {pb.pinned_ctx}")
-    elif cf.capped_by_training:
-        reasons.insert(0, f"context capped at the model's training length ({pb.profile.n_ctx_train})")
-    else:
-        reasons.insert(0, f"context limited by {cf.binding_label} memory")
+    return reasons
+
+
+def _pinned_offload(pb: Problem, placement: Placement) -> str:
+    """The user's pins that keep weights on the CPU, as flags, when they alone do (empty when the planner chose
+    some of the offload, or there is none)."""
+    layers_pinned = pb.ngl_choices[0] == pb.ngl_choices[1]
+    experts_pinned = pb.ncmoe_choices[0] == pb.ncmoe_choices[1]
+    if not pb.has_gpu or (placement.cpu_layers and not layers_pinned):
+        return ""
+    if placement.cpu_expert_layers and not experts_pinned:
+        return ""
+    flags: list[str] = []
+    if placement.cpu_layers:
+        flags.append(f"-ngl {placement.n_gpu_layers}")
+    if placement.cpu_expert_layers:
+        flags.append("--cpu-moe" if pb.base.cpu_moe else f"--n-cpu-moe {placement.n_cpu_moe}")
+    return " ".join(flags)
+
+
+def _fit_notes(pb: Problem, p: Point, placement: Placement, objective: Objective, pinned: str) -> list[str]:
+    notes = list(pb.notes)
     space = pb.space
     if not pb.has_gpu:
-        notes.append("no GPU: everything runs on the CPU")
+        notes.append(_NO_GPU_NOTE)
     elif (
         space.is_moe
         and pb.ncmoe_choices[0] != pb.ncmoe_choices[1]
@@ -322,25 +574,22 @@ def _fit(pb: Problem, solver: Solver, p: Point, cf: ContextFit, margin: MarginPo
             f"--n-cpu-moe {p.ncmoe} moves no expert tensor but, as any tensor override, turns off pipeline "
             "parallelism: smaller compute buffers on the GPUs, slower prompt processing"
         )
-    if pb.pins.n_ctx is None and (placement.cpu_layers or placement.cpu_expert_layers) and pb.has_gpu:
-        notes.append(
-            f"placement chosen to keep at least {pb.need_ctx} tokens of context; a smaller context could keep more "
-            "on the GPU"
-        )
-    largest = cf if pb.pinned_ctx is None else context_fit(solver.ev, solver.settings(p, 0))
-    return Plan(
-        settings=s,
-        estimate=cf.estimate,
-        context=cf,
-        placement=placement,
-        fits=True,
-        binding="; ".join(reasons),
-        notes=tuple(notes),
-        shortfalls=(),
-        evaluations=solver.ev.evaluations,
-        margin=margin,
-        largest=largest,
-    )
+    chosen_layers = placement.cpu_layers and pb.ngl_choices[0] != pb.ngl_choices[1]
+    chosen_experts = placement.cpu_expert_layers and pb.ncmoe_choices[0] != pb.ncmoe_choices[1]
+    if pb.pins.n_ctx is None and pb.has_gpu and (chosen_layers or chosen_experts):
+        if objective.goal is Goal.CONTEXT:
+            notes.append(
+                "placement chosen for the longest context (--objective context); a smaller context could keep "
+                "more on the GPU"
+            )
+        else:
+            notes.append(
+                f"placement chosen to keep at least {pb.need_ctx} tokens of context; a smaller context could keep "
+                "more on the GPU"
+            )
+    if pinned:
+        notes.append(f"weights kept on the CPU by {pinned}, as given")
+    return notes
 
 
 def plan_verdict(p: Plan, machine: Machine) -> Verdict:

@@ -335,6 +335,7 @@ class Solver:
         if top is None:
             return [], self.check(lo_g, hi_n, n_ctx)
         last = self.check(top, hi_n, n_ctx)
+        report: Check | None = None  # the best placement whose GPUs fit: what a short host is reported at
         for ngl in range(top, lo_g - 1, -1):
             seen: dict[int, Check] = {}
 
@@ -347,11 +348,12 @@ class Solver:
                 continue
             last = seen[n_min]
             if not last.host_fits:
+                report = report or last
                 if n_min == lo_n:
                     break  # no expert to bring back: fewer layers on the GPUs only add to the host
                 continue
             return self._with_noop(last, hi_n, n_ctx), last
-        return [], last
+        return [], report or last
 
     def _guess_ncmoe(self, ngl: int, lo_n: int, hi_n: int, n_ctx: int) -> int:
         """Where the smallest --n-cpu-moe that fits probably is: enough expert bytes off the GPUs to cover what they

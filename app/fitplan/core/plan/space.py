@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 from fitplan.core.model.profile import ModelProfile, TensorRole
 
-__all__ = ["Placement", "PlacementSpace", "compositions", "describe_placement", "proportional_split"]
+__all__ = [
+    "Placement",
+    "PlacementSpace",
+    "compositions",
+    "cpu_experts_words",
+    "describe_placement",
+    "proportional_split",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +118,20 @@ def compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
             yield (first, *rest)
 
 
+def cpu_experts_words(space: PlacementSpace, ncmoe: int, cpu_layers: int, cpu_expert_layers: int) -> str:
+    """--n-cpu-moe N in words that agree with the flag: "N expert layers on CPU" when each of the first N layers
+    is a MoE layer on the GPU side, else the N layers the flag names and how many MoE layers of them it moves
+    (a model whose MoE layers alternate with dense ones, layers already on the CPU), or all of them."""
+    n = min(ncmoe, space.L)
+    s = "s" if cpu_expert_layers != 1 else ""
+    if cpu_layers == 0 and cpu_expert_layers == n:
+        return f"{n} expert layer{s} on CPU"
+    if ncmoe >= space.max_ncmoe:
+        return "all experts on CPU"
+    which = f"{cpu_expert_layers} MoE layer{s}" + (" on the GPU side" if cpu_layers else "")
+    return f"the experts of the first {n} layers on CPU ({which})"
+
+
 def describe_placement(
     space: PlacementSpace, ngl: int, ncmoe: int, split: tuple[int, ...], n_gpus: int
 ) -> Placement:
@@ -126,7 +147,7 @@ def describe_placement(
         parts.append("all layers on the GPU" + ("s" if n_gpus > 1 else ""))
     else:
         if cpu_expert_layers:
-            parts.append(f"{cpu_expert_layers} expert layer{'s' if cpu_expert_layers != 1 else ''} on CPU")
+            parts.append(cpu_experts_words(space, ncmoe, cpu_layers, cpu_expert_layers))
         if cpu_layers:
             parts.append(f"{cpu_layers} of {profile.n_layer} layers on CPU")
         if act == 0:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fitplan.core.base.launch_settings import SERVER_AUTO_PARALLEL
+from fitplan.core.base.launch_settings import SERVER_AUTO_PARALLEL, Engine
 from fitplan.core.base.units import fmt_ctx, fmt_gib
+from fitplan.core.engines.ollama import OLLAMA_DEFAULT_PARALLEL
 from fitplan.core.plan.planner import Plan
 from fitplan.core.plan.usage import Shortfall
 from fitplan.core.plan.verdict import FitLevel, Verdict, slots_text
@@ -49,14 +50,26 @@ def _most_short(v: Verdict, shorts: tuple[Shortfall, ...]) -> int | None:
     return next((i for i, u in enumerate(v.usage) if u.label == worst.label), None)
 
 
+def _slots_sentence(v: Verdict, engine: Engine) -> str:
+    """The slots planned for, and the default of the program that runs the model when they differ from it:
+    llama-server's `-np auto` (4 sequences, one unified cache), or ollama's OLLAMA_NUM_PARALLEL (1)."""
+    planned = f" Planned for {slots_text(v.n_seq, v.kv_unified)}"
+    if engine is Engine.OLLAMA:
+        default = (
+            ""
+            if v.n_seq == OLLAMA_DEFAULT_PARALLEL
+            else f" (ollama's default: {slots_text(OLLAMA_DEFAULT_PARALLEL, False)})"
+        )
+    elif is_server_default_slots(v):
+        default = ""
+    else:
+        default = f" (llama-server's default: {slots_text(SERVER_AUTO_PARALLEL, True)})"
+    return f"{planned}{default}."
+
+
 def verdict_words(plan: Plan, v: Verdict, n_ctx: int, has_gpu: bool) -> VerdictWords:
     """The verdict on a plan at context `n_ctx` in one sentence, with its margins' outcome and slots."""
-    slots = f" Planned for {slots_text(v.n_seq, v.kv_unified)}."
-    if not is_server_default_slots(v):
-        slots = (
-            f" Planned for {slots_text(v.n_seq, v.kv_unified)} (llama-server's default: "
-            f"{slots_text(SERVER_AUTO_PARALLEL, True)})."
-        )
+    slots = _slots_sentence(v, plan.settings.engine)
     if v.level is FitLevel.NO_FIT:
         shorts = shortfalls_of(plan, v)
         text = "; ".join(s.describe() for s in shorts)
@@ -78,9 +91,14 @@ def verdict_words(plan: Plan, v: Verdict, n_ctx: int, has_gpu: bool) -> VerdictW
             )
     if v.level is FitLevel.OFFLOAD:
         binding = largest.binding_label if largest is not None else ""
-        return VerdictWords(
-            FitLevel.OFFLOAD, f"Fits only with {plan.placement.description}.{more}{slots}", binding
+        # weights the user's pins keep on the CPU are not what the machine needs ("without --n-cpu-moe" says
+        # what dropping the pin gives)
+        head = (
+            f"Fits with {plan.placement.description}, as {plan.pinned_offload} asks"
+            if plan.pinned_offload
+            else f"Fits only with {plan.placement.description}"
         )
+        return VerdictWords(FitLevel.OFFLOAD, f"{head}.{more}{slots}", binding)
     tight = v.tightest
     where = (tight.label if has_gpu else "system RAM (CPU only)") if tight is not None else ""
     spare = fmt_gib(tight.headroom_bytes if tight is not None else 0)

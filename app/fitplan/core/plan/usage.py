@@ -24,6 +24,7 @@ __all__ = [
     "held_by_others",
     "parse_gpu_margins",
     "parse_reserve",
+    "planned_positions",
     "shortfalls",
     "usage_of",
 ]
@@ -213,6 +214,19 @@ def usage_of(est: Estimate, machine: Machine, margin: MarginPolicy) -> tuple[Dev
         checked = margin.check_host or gi is not None
         out.append(DeviceUse(d, device_label(d, gi), de.used_bytes, margin.capacity(d, gi), checked, gi))
     return tuple(out)
+
+
+def planned_positions(est: Estimate) -> tuple[int, ...]:
+    """The positions in `est.devices` of the devices the plan uses: the GPUs llama-server is given (`-dev`; every
+    GPU without it), each shown even when it holds nothing (no layers), and the host. A GPU left out by -dev is not
+    planned."""
+    from fitplan.core.memory.weights import (
+        active_gpu_positions,
+    )  # the settings file reads this module at start
+
+    gpus = tuple(de.device for de in est.devices[:-1])
+    machine = Machine(gpus, est.devices[-1].device)
+    return (*active_gpu_positions(est.settings, machine), len(gpus))
 
 
 def fits(usage: Sequence[DeviceUse]) -> bool:

@@ -81,7 +81,9 @@ def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_c
     if ok:
         level = FitLevel.OFFLOAD if weights_on_cpu and machine.gpus else FitLevel.FITS
     checked = [u for u in usage if u.checked]
-    gpus = [u for u in checked if u.gpu_index is not None] or checked
+    # the tightest GPU among those holding something: a GPU given no layers (or left out by -dev) is not the limit
+    gpus = [u for u in checked if u.gpu_index is not None]
+    gpus = [u for u in gpus if u.used_bytes > 0] or gpus or checked
     tightest = min(gpus, key=lambda u: u.headroom_bytes) if gpus else None
     ctx = est.context
     return Verdict(

@@ -99,10 +99,11 @@ class DeviceBarsPanel(QWidget):
         """`margins`: the bytes the plan keeps free on each device of the estimate (the core's `kept_free`)."""
         names = device_names([d.device for d in estimate.devices])
         labels = {id(d): n for d, n in zip(estimate.devices, names, strict=True)}
+        # Every device the plan uses has its bar, a GPU given no layers too; a GPU left out by -dev has none.
+        from fitplan.core.plan.usage import planned_positions
+
         shown = [
-            (d, margins[i] if i < len(margins) else 0)
-            for i, d in enumerate(estimate.devices)
-            if d.terms or d.device.kind is DeviceKind.CPU
+            (estimate.devices[i], margins[i] if i < len(margins) else 0) for i in planned_positions(estimate)
         ]
         self.empty.setVisible(not shown)
         for i, (de, margin) in enumerate(shown):
@@ -119,8 +120,12 @@ class DeviceBarsPanel(QWidget):
         bar.margin = margin
         used, cap = de.used_bytes, de.device.free_bytes
         name.setText(label)
-        text.setText(f"{used / GIB:.1f} / {cap / GIB:.1f} GiB" + (" over" if used > cap else ""))
+        empty = not de.terms and de.device.kind is not DeviceKind.CPU
+        state = " over" if used > cap else (", holds nothing" if empty else "")
+        text.setText(f"{used / GIB:.1f} / {cap / GIB:.1f} GiB{state}")
         lines = [f"{label}: {used / GIB:.2f} GiB of {cap / GIB:.2f} GiB free"]
+        if empty:
+            lines.append("  the plan gives it no layers: it holds nothing")
         lines += [f"  {term_label(k)}: {n / GIB:.2f} GiB" for k, n in bar.parts]
         if margin:
             lines.append(f"  margin kept free: {margin / GIB:.2f} GiB (dashed)")

@@ -1,10 +1,13 @@
-"""Hardware: detected GPUs and host RAM, hypothetical GPUs from the catalog or by size, which to plan for."""
+"""Hardware: detected GPUs and host RAM, hypothetical GPUs from the catalog, by size or as `--assume-gpu` takes
+them ("2x RTX 3060", "H100 80GB", "NAME=SIZE", read by the core's parser), which to plan for."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
+    QCompleter,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
@@ -15,7 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fitplan.core.base.devices import GIB, Device, Machine, Vendor
+from fitplan.core.base.devices import GIB, Device, Machine
+from fitplan.core.base.errors import FitplanError
+from fitplan.core.hardware.catalog import CatalogChoice, parse_assumed_gpu
 from fitplan.core.inputs.machine import hypothetical_gpu, planned_machine
 from fitplan.core.inputs.user_settings import HypotheticalDevice
 from fitplan.gui.backend import Detection
@@ -23,6 +28,7 @@ from fitplan.gui.backend import Detection
 DEVICE_ROLE = Qt.ItemDataRole.UserRole + 1
 LIST_MAX_ROWS = 5
 CATALOG_MIN_CHARS = 14
+SPEC_ROLE = Qt.ItemDataRole.UserRole + 2
 
 
 def _describe(d: Device) -> str:
@@ -35,7 +41,9 @@ def _describe(d: Device) -> str:
 class HardwarePanel(QWidget):
     devices_changed = Signal()
 
-    def __init__(self, catalog: tuple[tuple[str, int, Vendor], ...], parent: QWidget | None = None) -> None:
+    def __init__(
+        self, catalog: tuple[tuple[str, tuple[CatalogChoice, ...]], ...], parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self._detected: tuple[Device, ...] = ()
         self._host: Device | None = None
@@ -58,15 +66,15 @@ class HardwarePanel(QWidget):
         self.empty_hint = QLabel("No GPU detected: add a hypothetical one below to plan for it.")
         self.empty_hint.setWordWrap(True)
 
-        self.catalog = QComboBox()
-        for name, size, vendor in catalog:
-            self.catalog.addItem(f"{name} ({size / GIB:.0f} GiB)", (name, size, vendor.value))
-        self.catalog.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.catalog.setMinimumContentsLength(CATALOG_MIN_CHARS)
-        self.catalog.setToolTip("A GPU model from the catalog, to plan for a card you do not have")
+        self.catalog = self._catalog_box(catalog)
         self.add_catalog = QPushButton("Add")
-        self.add_catalog.setToolTip("Add the chosen GPU as a hypothetical device")
+        self.add_catalog.setToolTip("Add the chosen or typed GPU(s) as hypothetical devices")
         self.add_catalog.clicked.connect(self._add_from_catalog)
+        self.spec_error = QLabel("")  # why a typed GPU could not be read (the core's one-line message)
+        self.spec_error.setTextFormat(Qt.TextFormat.PlainText)
+        self.spec_error.setWordWrap(True)
+        self.spec_error.setStyleSheet("color: #D55E00;")
+        self.spec_error.setVisible(False)
         self.size_box = QDoubleSpinBox(suffix=" GiB", decimals=1, minimum=1.0, maximum=1024.0, value=24.0)
         self.size_box.setToolTip("Memory of a hypothetical GPU of any size")
         self.add_size = QPushButton("Add by size")
@@ -93,7 +101,47 @@ class HardwarePanel(QWidget):
         layout.addWidget(self.empty_hint)
         layout.addWidget(self.list)
         layout.addLayout(row1)
+        layout.addWidget(self.spec_error)
         layout.addLayout(row2)
+
+    def _catalog_box(self, catalog: tuple[tuple[str, tuple[CatalogChoice, ...]], ...]) -> QComboBox:
+        """The catalog by vendor and market, each group under a heading that cannot be chosen; editable: typing
+        searches the names, and what `--assume-gpu` takes ("2x RTX 3060", "H100 80GB", "NAME=SIZE") is added."""
+        box = QComboBox()
+        box.setEditable(True)
+        box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        model = QStandardItemModel(box)
+        for title, choices in catalog:
+            heading = QStandardItem(f"— {title} —")
+            heading.setEnabled(False)
+            heading.setSelectable(False)
+            font = heading.font()
+            font.setBold(True)
+            heading.setFont(font)
+            model.appendRow(heading)
+            for choice in choices:
+                item = QStandardItem(choice.label)
+                item.setData(choice.spec, SPEC_ROLE)
+                model.appendRow(item)
+        box.setModel(model)
+        completer = QCompleter(model, box)
+        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        completer.setFilterMode(Qt.MatchFlag.MatchContains)
+        completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+        box.setCompleter(completer)
+        box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        box.setMinimumContentsLength(CATALOG_MIN_CHARS)
+        box.setCurrentIndex(-1)  # the placeholder says what can be typed
+        line = box.lineEdit()
+        if line is not None:
+            line.setPlaceholderText("Search, or type 2x RTX 3060, H100 80GB, NAME=24GiB")
+            line.returnPressed.connect(self._add_from_catalog)
+        box.setToolTip(
+            "A GPU to plan for without having it: pick one from the catalog (type to search), or type what "
+            "--assume-gpu takes: a name (RTX 4090), a count (2x RTX 3060), a memory configuration (H100 80GB), "
+            "a size (24GiB) or NAME=SIZE (my card=11.5GiB)"
+        )
+        return box
 
     # -- state ---------------------------------------------------------------------------------------------------
     def set_detection(
@@ -186,8 +234,8 @@ class HardwarePanel(QWidget):
         )
 
     # -- actions -------------------------------------------------------------------------------------------------
-    def _unique(self, name: str) -> str:
-        taken = {d.name for d, _on in self.devices()}
+    def _unique(self, name: str, more: tuple[HypotheticalDevice, ...] = ()) -> str:
+        taken = {d.name for d, _on in self.devices()} | {h.name for h in more}
         if name not in taken:
             return name
         n = 2
@@ -195,20 +243,41 @@ class HardwarePanel(QWidget):
             n += 1
         return f"{name} #{n}"
 
-    def add_hypothetical(self, name: str, total_bytes: int, vendor: str = "nvidia") -> None:
-        h = (*self.hypothetical(), HypotheticalDevice(self._unique(name), total_bytes, vendor))
+    def add_hypothetical(self, name: str, total_bytes: int, vendor: str = "nvidia", count: int = 1) -> None:
+        """Add `count` hypothetical GPUs of this name and size (each told apart: "RTX 3060", "RTX 3060 #2")."""
+        h = self.hypothetical()
         planned = self.planned_names()
-        if planned is not None:
-            planned = (*planned, h[-1].name)
+        for _ in range(count):
+            h = (*h, HypotheticalDevice(self._unique(name, h), total_bytes, vendor))
+            if planned is not None:
+                planned = (*planned, h[-1].name)
         self._rebuild(h, planned)
 
+    def chosen_spec(self) -> str:
+        """What the catalog box holds: the chosen entry's spec, or the text typed into it."""
+        text = self.catalog.currentText().strip()
+        index = self.catalog.findText(text, Qt.MatchFlag.MatchFixedString)
+        spec = self.catalog.itemData(index, SPEC_ROLE) if index >= 0 else None
+        return str(spec) if spec else text
+
+    def add_spec(self, spec: str) -> bool:
+        """Add the GPU(s) of an `--assume-gpu` spec, read by the core's parser; a spec it cannot read is said in
+        one line under the box (nothing is added, the text stays to be corrected)."""
+        try:
+            gpu = parse_assumed_gpu(spec)
+        except FitplanError as exc:
+            self.spec_error.setText(str(exc))
+            self.spec_error.setVisible(True)
+            return False
+        self.spec_error.setVisible(False)
+        self.add_hypothetical(gpu.name, gpu.memory_bytes, gpu.vendor.value, gpu.count)
+        return True
+
     def _add_from_catalog(self) -> None:
-        data = self.catalog.currentData()
-        if data:
-            name, size, vendor = data
-            self.add_hypothetical(name, int(size), vendor)
+        self.add_spec(self.chosen_spec())
 
     def _add_by_size(self) -> None:
+        self.spec_error.setVisible(False)
         gib = self.size_box.value()
         self.add_hypothetical(f"{gib:g} GiB GPU", int(gib * GIB))
 

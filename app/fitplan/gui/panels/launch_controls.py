@@ -7,6 +7,7 @@ follow `fitplan.core.engines.cache_types`, controls an engine does not have are 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -16,12 +17,14 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractSlider,
+    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QMenu,
     QPushButton,
     QSizePolicy,
@@ -33,8 +36,9 @@ from PySide6.QtWidgets import (
 )
 
 from fitplan.core.base.devices import MIB, Machine
-from fitplan.core.base.launch_settings import Engine, FlashAttn, MmprojPlacement
+from fitplan.core.base.launch_settings import Engine, FlashAttn, LaunchSettings, MmprojPlacement
 from fitplan.core.inputs.user_settings import KV_TAIL_TYPES, ModelChoices, engine_cache_types
+from fitplan.core.plan.objective import GOAL_WORDS, Goal
 
 if TYPE_CHECKING:
     from fitplan.core.model.profile import ModelProfile
@@ -142,6 +146,39 @@ class LogContextSlider(QSlider):
         return round(x * SLIDER_STEPS)
 
 
+class PlannedSpinBox(QSpinBox):
+    """A spin box whose lowest value means "auto: the plan decides". In auto it shows the value the plan chose
+    ("auto: 25"), and a step takes over from that value (up from 25 is 26, not the first value above auto)."""
+
+    def __init__(self, minimum: int, maximum: int, auto_text: str = "auto") -> None:
+        super().__init__(minimum=minimum, maximum=maximum)
+        self._auto_text = auto_text
+        self.planned: int | None = None  # the value the plan chose while in auto (None: no plan yet)
+        self.setSpecialValueText(f"{auto_text}: {maximum}")  # wide enough for every value a plan shows
+        self.setMinimumWidth(self.sizeHint().width())
+        self.setSpecialValueText(auto_text)
+
+    def is_auto(self) -> bool:
+        return self.value() == self.minimum()
+
+    def show_planned(self, value: int | None) -> None:
+        """The plan chose `value`; None: no plan to show."""
+        self.planned = value
+        self.setSpecialValueText(self._auto_text if value is None else f"{self._auto_text}: {value}")
+
+    def stepBy(self, steps: int) -> None:
+        if self.is_auto() and self.planned is not None:
+            self.setValue(max(self.minimum(), min(self.maximum(), self.planned + steps)))
+            return
+        super().stepBy(steps)
+
+    def stepEnabled(self) -> QAbstractSpinBox.StepEnabledFlag:
+        if self.is_auto() and self.planned is not None and self.isEnabled():
+            flag = QAbstractSpinBox.StepEnabledFlag
+            return flag.StepUpEnabled | flag.StepDownEnabled
+        return super().stepEnabled()
+
+
 class SettingsPanel(QWidget):
     changed = Signal()  # any setting changed (the window debounces before estimating)
     context_moved = Signal(int)  # the context control moved (immediate, for the chart's line)
@@ -151,6 +188,8 @@ class SettingsPanel(QWidget):
         self._updating = False
         self._engine = Engine.LLAMA_CPP
         self._is_mla = False
+        self._plan_has_gpu = True  # the last plan shown had a GPU to place layers on
+        self._extra: tuple[str, ...] = ()  # the open model's extra flags (ModelChoices.extra_args)
         self._device_names: tuple[tuple[str, str], ...] = ()  # (llama.cpp name, description) of each GPU
         self._devices: tuple[str, ...] | None = None  # -dev: None = all GPUs, () = none
         self.draft_folder = ""  # where the draft model dialog starts
@@ -200,8 +239,7 @@ class SettingsPanel(QWidget):
         self.flash = QComboBox()
         for fa, label in ((FlashAttn.AUTO, "auto"), (FlashAttn.ON, "on"), (FlashAttn.OFF, "off")):
             self.flash.addItem(label, fa.value)
-        self.gpu_layers = QSpinBox(minimum=-1, maximum=999)
-        self.gpu_layers.setSpecialValueText("all (auto)")
+        self.gpu_layers = PlannedSpinBox(-1, 999)
         # The same choice as "N of M" on a slider: the far right is every layer (auto), the far left none.
         self.gpu_layers_slider = QSlider(Qt.Orientation.Horizontal)
         self.gpu_layers_slider.setRange(0, 33)
@@ -213,15 +251,39 @@ class SettingsPanel(QWidget):
             "-nkvo: the KV cache of every layer stays in system RAM instead of following its layer to the GPU; "
             "GPU memory is freed, attention reads the cache over the bus"
         )
-        self.cpu_moe = QSpinBox(minimum=0, maximum=999)
-        self.cpu_moe.setSpecialValueText("auto")
+        self.cpu_moe = PlannedSpinBox(0, 999)
         self.cpu_moe.setToolTip(
             "Experts on CPU (--n-cpu-moe N): the expert weights of the first N layers stay in RAM; "
-            "attention and KV stay on the GPU. auto: as few as needed to fit"
+            "attention and KV stay on the GPU. auto: as few as needed to fit (shown: what the plan chose; step "
+            "from there to take over)"
         )
         self.batch = QSpinBox(minimum=32, maximum=65536, singleStep=256)
         self.ubatch = QSpinBox(minimum=32, maximum=65536, singleStep=128)
         self.ubatch.setToolTip("Micro-batch (-ub): compute buffers scale with it (activations, logits)")
+        self.objective = QComboBox()
+        self.objective.addItem("fastest placement", Goal.PLACEMENT.value)
+        self.objective.addItem("longest context", Goal.CONTEXT.value)
+        self.objective.setAccessibleName("Plan objective")
+        self.objective.setToolTip(
+            "What the plan puts first (--objective). Fastest placement: the context you set, with the most weights "
+            "on the GPUs. Longest context: the "
+            + GOAL_WORDS[Goal.CONTEXT]
+            + " (the context control shows it)"
+        )
+        self._manual_ctx: int | None = None  # the context set by hand, kept while the plan chooses it
+        self.extra_flags = QLineEdit()
+        self.extra_flags.setPlaceholderText("none")
+        self.extra_flags.setClearButtonEnabled(True)
+        self.extra_flags.setToolTip(
+            "Flags no control here holds, kept from a command or preset pasted for this model (they belong to it: "
+            "another model does not get them). Those that change memory as fitplan models them are planned "
+            "(--no-op-offload, -ot ...); the others go into the command as given (--alias, --jinja, --port ...). "
+            "Edit them, or clear them with the button at the right."
+        )
+        self.extra_error = QLabel("")  # why the extra flags cannot be read (the core's one-line message)
+        self.extra_error.setTextFormat(Qt.TextFormat.PlainText)
+        self.extra_error.setWordWrap(True)
+        self.extra_error.setStyleSheet("color: #D55E00;")
         self.margin = QSpinBox(minimum=0, maximum=MARGIN_MAX_MIB, singleStep=256, suffix=" MiB")
         self.margin.setToolTip(
             "Headroom kept free on every GPU (like --fit-target): the plan must leave this much"
@@ -362,7 +424,10 @@ class SettingsPanel(QWidget):
         draft_kv.addWidget(self.draft_cache_v)
         self._draft_kv_row = draft_kv
         form.addRow("Draft KV K / V:", draft_kv)
+        form.addRow("Plan for:", self.objective)
         form.addRow("Margin:", self.margin)
+        form.addRow("Extra flags:", self.extra_flags)
+        form.addRow("", self.extra_error)
         self.advanced = QCheckBox("Advanced: batch sizes")
         self.advanced.setToolTip("Show the batch and micro-batch sizes")
         self.advanced_box = QWidget()
@@ -396,6 +461,7 @@ class SettingsPanel(QWidget):
             self.draft_cache_v,
         ):
             combo.currentIndexChanged.connect(self._emit)
+        self.objective.currentIndexChanged.connect(self._objective_changed)
         self.draft.currentIndexChanged.connect(self._draft_changed)
         self.draft_browse.clicked.connect(self.ask_draft_file)
         for spin in (
@@ -413,9 +479,32 @@ class SettingsPanel(QWidget):
             spin.valueChanged.connect(self._emit)
         for box in (self.unified, self.fmoe, self.rtr, self.no_kv_offload):
             box.toggled.connect(self._emit)
+        self.extra_flags.editingFinished.connect(self._extra_edited)
+        self.extra_flags.textChanged.connect(self._extra_cleared)
         self.gpu_layers_slider.valueChanged.connect(self._ngl_slider_moved)
         self.gpu_layers.valueChanged.connect(self._show_ngl)
         self.ollama_auto.toggled.connect(self._ollama_auto_toggled)
+
+    def goal(self) -> Goal:
+        """What the plan puts first (the window's --objective)."""
+        return Goal(str(self.objective.currentData()))
+
+    def set_goal(self, goal: str) -> None:
+        """Choose what the plan puts first (a `Goal` value); an unknown one changes nothing."""
+        index = self.objective.findData(goal)
+        if index >= 0:
+            self.objective.setCurrentIndex(index)
+
+    def _objective_changed(self) -> None:
+        """Longest context first: the plan chooses the context (the control shows it); back to the fastest
+        placement, the context set by hand comes back."""
+        if self.goal() is Goal.CONTEXT:
+            self._manual_ctx = self.context_box.value()
+        elif self._manual_ctx is not None:
+            self.show_context(self._manual_ctx)
+            self._manual_ctx = None
+        self._set_context_enabled()
+        self._emit()
 
     # -- engine --------------------------------------------------------------------------------------------------
     def current_engine(self) -> Engine:
@@ -447,6 +536,7 @@ class SettingsPanel(QWidget):
             self.batch.setValue(ollama_batch)
         elif was_ollama and self.batch.value() == ollama_batch:
             self.batch.setValue(server_batch)
+        self._check_extra(self._extra)  # a fork's own flag is not the other engines'
         self._updating = False
         self.changed.emit()
 
@@ -518,7 +608,7 @@ class SettingsPanel(QWidget):
             )
             self.gpu_layers.setToolTip(
                 "PARAMETER num_gpu: layers on the GPU; each layer left out moves its weights and KV to RAM. "
-                "all (auto): ollama fits as many as it can"
+                "auto: ollama fits as many as it can (shown: what the plan chose; step from there to take over)"
             )
             self.batch.setToolTip(
                 "PARAMETER num_batch: ollama passes it as -b and -ub; compute buffers scale with it"
@@ -543,7 +633,8 @@ class SettingsPanel(QWidget):
             )
             self.gpu_layers.setToolTip(
                 "Layers on the GPU (-ngl): each layer not offloaded moves its weights and KV to RAM. "
-                "all (auto): everything on the GPU if it fits, else as many layers as fit"
+                "auto: everything on the GPU if it fits, else as many layers as fit (shown: what the plan chose; "
+                "step from there to take over)"
             )
             self.batch.setToolTip("Logical batch (-b): tokens per decode call; caps the micro-batch")
         self._word_mla_tooltip()
@@ -631,6 +722,7 @@ class SettingsPanel(QWidget):
         self.draft_cache_v.setCurrentText(c.draft_cache_type_v)
         self._show_draft_rows()
         self._set_context_enabled()
+        self._show_extra(c.extra_args)
         self._updating = False
 
     def choices(self) -> ModelChoices:
@@ -663,25 +755,110 @@ class SettingsPanel(QWidget):
             draft_n_gpu_layers=self.draft_ngl.value(),
             draft_cache_type_k=self.draft_cache_k.currentText(),
             draft_cache_type_v=self.draft_cache_v.currentText(),
+            extra_args=self._extra,
         )
 
+    # -- extra flags (kept from a pasted command or preset, per model) -------------------------------------------
+    def extra_args(self) -> tuple[str, ...]:
+        """The open model's extra flags as argv words (the last that could be read)."""
+        return self._extra
+
+    def _show_extra(self, words: tuple[str, ...]) -> None:
+        self._extra = tuple(words)
+        self.extra_flags.blockSignals(True)
+        self.extra_flags.setText(shlex.join(words))
+        self.extra_flags.blockSignals(False)
+        self._check_extra(self._extra)
+
+    def _check_extra(self, words: tuple[str, ...]) -> bool:
+        """Read by the core for the chosen engine; what cannot be read is said under the field."""
+        from fitplan.core.base.errors import FitplanError
+        from fitplan.core.inputs.user_settings import read_extra_flags
+
+        try:
+            read_extra_flags(words, self._engine)
+        except FitplanError as exc:
+            self.extra_error.setText(str(exc))
+            self.extra_error.setVisible(True)
+            return False
+        self.extra_error.setVisible(False)
+        return True
+
+    def _extra_edited(self) -> None:
+        """The field was edited: the words it holds replace the model's extra flags once they can be read; until
+        then the text stays as typed, with the reason under it, and the plan keeps the last flags read."""
+        try:
+            words = tuple(shlex.split(self.extra_flags.text()))
+        except ValueError as exc:  # an unclosed quote
+            self.extra_error.setText(f"Extra flags: {exc}")
+            self.extra_error.setVisible(True)
+            return
+        if words == self._extra or not self._check_extra(words):
+            return
+        self._extra = words
+        self._emit()
+
+    def _extra_cleared(self, text: str) -> None:
+        if not text:  # the clear button (or the last character deleted): no extra flags
+            self._extra_edited()
+
     def _ngl_slider_moved(self, n: int) -> None:
-        """The slider's far right is every layer: "all (auto)"; elsewhere exactly N layers."""
-        value = -1 if n >= self.gpu_layers_slider.maximum() else n
+        """The slider's far right is every layer (auto while the plan puts them all on the GPU); elsewhere
+        exactly N layers. Moving it in auto takes over from the plan's value."""
+        top = self.gpu_layers_slider.maximum()
+        planned = self.gpu_layers.planned if self.gpu_layers.is_auto() else None
+        value = -1 if n >= top and (planned is None or planned >= top) else n
         if value != self.gpu_layers.value():
             self.gpu_layers.setValue(value)
 
     def _show_ngl(self, value: int) -> None:
+        """The slider and the "N of M" line: the value set, or in auto the value the plan chose."""
         top = self.gpu_layers_slider.maximum()
+        planned = self.gpu_layers.planned if value < 0 else None
+        n = top if value < 0 and planned is None else min(planned if planned is not None else value, top)
         self.gpu_layers_slider.blockSignals(True)
-        self.gpu_layers_slider.setValue(top if value < 0 else min(value, top))
+        self.gpu_layers_slider.setValue(n)
         self.gpu_layers_slider.blockSignals(False)
-        shown = (
-            f"all {top} of {top} layers (auto)"
-            if value < 0
-            else f"{min(value, top)} of {top} layers on the GPU"
-        )
+        if value >= 0:
+            shown = f"{n} of {top} layers on the GPU"
+        elif planned is None:
+            shown = f"auto: up to {top} of {top} layers on the GPU"
+        else:
+            where = "on the GPU" if self._plan_has_gpu else "(no GPU planned)"
+            shown = f"auto: {n} of {top} layers {where}"
         self.gpu_layers_of.setText(shown)
+
+    def show_plan(self, planned: LaunchSettings, has_gpu: bool) -> None:
+        """What the plan chose for the controls left on auto: -ngl ("auto: 4 of 33"), --n-cpu-moe ("auto: 25"),
+        and where the projector really goes (no GPU: the CPU, whatever was chosen)."""
+        top = self.gpu_layers_slider.maximum()
+        ngl = planned.n_gpu_layers
+        layers = top if ngl < 0 else min(ngl, top)  # NGL_ALL: every layer, the output layer included
+        self._plan_has_gpu = has_gpu
+        self.gpu_layers.show_planned(layers)
+        self._show_ngl(self.gpu_layers.value())
+        moe = self.cpu_moe.isEnabled() and self._engine is not Engine.OLLAMA
+        self.cpu_moe.show_planned(planned.n_cpu_moe if moe else None)
+        self._show_mmproj_gpu(has_gpu)
+
+    def forget_plan(self) -> None:
+        """No plan holds for the controls now (another model): auto shows plain "auto" until the next one."""
+        self.gpu_layers.show_planned(None)
+        self.cpu_moe.show_planned(None)
+        self._show_ngl(self.gpu_layers.value())
+
+    def _show_mmproj_gpu(self, has_gpu: bool) -> None:
+        """With no GPU planned, "on the GPU" cannot be chosen, and, chosen before, it says where the projector goes
+        (the estimator's `mmproj_on_gpu` rule); the choice stays for when a GPU is planned again."""
+        from PySide6.QtGui import QStandardItemModel
+
+        model = self.mmproj.model()
+        index = self.mmproj.findData(MmprojPlacement.GPU.value)
+        if index < 0 or not isinstance(model, QStandardItemModel):
+            return
+        item = model.item(index)
+        item.setEnabled(has_gpu)
+        item.setText("on the GPU" if has_gpu else "on the CPU (no GPU)")
 
     def kv_offload_off(self) -> bool:
         """-nkvo as the launch settings have it (ollama has no such setting)."""
@@ -826,7 +1003,8 @@ class SettingsPanel(QWidget):
         self._updating = False
 
     def context_is_automatic(self) -> bool:
-        return self._engine is Engine.OLLAMA and self.ollama_auto.isChecked()
+        """The plan chooses the context: ollama's automatic num_ctx, or the longest context first."""
+        return (self._engine is Engine.OLLAMA and self.ollama_auto.isChecked()) or self.goal() is Goal.CONTEXT
 
     def _slider_moved(self, position: int) -> None:
         if self._updating:

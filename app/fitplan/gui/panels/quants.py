@@ -37,6 +37,7 @@ from fitplan.gui.theme import verdict_colour
 from fitplan.gui.workers import JobError, Jobs
 
 COLUMNS = ("", "Quant", "Files", "Size", "Fit", "Largest context", "Placement")
+UNREAD = "could not be read"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,10 @@ class QuantView:
     max_context: int
     placement: str  # the verdict sentence, or the error
     recommended: bool = False
+    model: str = (
+        ""  # the model this is a quant of (`ranking.ModelIdentity.label`), or why it could not be read
+    )
+    file_names: tuple[str, ...] = ()
 
 
 def _fill(outcome: PlanOutcome) -> float:
@@ -68,36 +73,48 @@ def compare(
 ) -> tuple[str, list[QuantView]]:
     """(the source as named, its rows best first). Runs in a worker thread."""
     found = load_source_models(source)
-    views: list[tuple[tuple[int, int, str], QuantView]] = []
+    views: list[tuple[ranking.ModelIdentity | None, tuple[int, int, str], QuantView]] = []
     for m in found.models:
         e = m.entry
+        files = tuple(f.path for f in e.files)
         if m.model is None:
-            view = QuantView(e.name, len(e.files), e.size_bytes, "", "", 0.0, 0, m.error)
-            views.append((ranking.rank_key(ranking.tier(None, False, 0, 0), e.size_bytes, e.name), view))
+            view = QuantView(e.name, len(e.files), e.size_bytes, "", "", 0.0, 0, m.error, model=UNREAD)
+            key = ranking.rank_key(ranking.tier(None, False, 0, 0), e.size_bytes, e.name)
+            views.append((None, key, replace(view, file_names=files)))
             continue
         model = backend.load(m.model.model_arg)
-        mm = model.mmproj.path if model.mmproj is not None else None
+        profile = m.model.profile
+        # a folder's projector goes only with the model it belongs to (`_load_in_folder`)
+        mm_source = m.model.mmproj_source
+        mm = model.mmproj.path if model.mmproj is not None and mm_source is not None else None
         request = PlanRequest(
             0, model, replace(settings, mmproj_path=mm), machine, margin_bytes, with_curve=False
         )
         outcome = backend.plan(request)
         level = outcome.verdict.level
         fits = level != VerdictLevel.NO_FIT
-        tier = ranking.tier(fits, level == VerdictLevel.FITS, outcome.max_context, model.profile.n_ctx_train)
+        tier = ranking.tier(fits, level == VerdictLevel.FITS, outcome.max_context, profile.n_ctx_train)
+        size = ranking.quant_size(profile, e.size_bytes)
+        identity = ranking.identity_of(profile)
         view = QuantView(
-            e.name,
+            ranking.quant_label(e.name, profile),
             len(e.files),
-            e.size_bytes,
+            size,
             model.source,
             level,
             _fill(outcome),
             outcome.max_context,
             outcome.verdict.text,
+            model=identity.label(),
+            file_names=files,
         )
-        views.append((ranking.rank_key(tier, e.size_bytes, e.name), view))
-    rows = [v for _, v in sorted(views, key=lambda kv: kv[0])]
-    if rows and rows[0].level in (VerdictLevel.FITS, VerdictLevel.OFFLOAD):
-        rows[0] = replace(rows[0], recommended=True)
+        views.append((identity, ranking.rank_key(tier, size, e.name), view))
+    rows: list[QuantView] = []
+    for group in ranking.group_by_model([ident for ident, _, _ in views]):
+        ranked = [views[i][2] for i in sorted(group, key=lambda i: views[i][1])]
+        if ranked[0].level in (VerdictLevel.FITS, VerdictLevel.OFFLOAD):
+            ranked[0] = replace(ranked[0], recommended=True)
+        rows += ranked
     return found.source, rows
 
 
@@ -121,6 +138,9 @@ class QuantsDialog(QDialog):
         self.jobs = Jobs(parent=self)
         self.jobs.error.connect(self._failed)
         self.rows: list[QuantView] = []
+        self._view_of: list[
+            int | None
+        ] = []  # per table row: its position in `rows` (None: a model's heading)
         self.source = QLineEdit(source)
         self.source.setPlaceholderText(
             "ORG/REPO, hf.co/ORG/REPO, https://huggingface.co/ORG/REPO, or a folder"
@@ -148,7 +168,9 @@ class QuantsDialog(QDialog):
         top.addWidget(self.source, 1)
         top.addWidget(self.compare_button)
         bottom = QHBoxLayout()
-        bottom.addWidget(QLabel(ranking.RANK_RULE.split(". Recommended")[0] + "."), 1)
+        rule = QLabel(ranking.RANK_RULE.split(". Recommended")[0] + ".")
+        rule.setWordWrap(True)  # the rule is long: it wraps rather than widening the dialog
+        bottom.addWidget(rule, 1)
         bottom.addWidget(self.open_button)
         bottom.addWidget(close)
         layout = QVBoxLayout(self)
@@ -183,19 +205,54 @@ class QuantsDialog(QDialog):
         self.status.setText(err.message)
 
     def show_rows(self, rows: list[QuantView]) -> None:
+        """One row per quant; when the source holds several models, each model's quants under its own heading
+        (ranked among themselves, each model with its own recommendation)."""
         self.rows = rows
-        self.table.setRowCount(len(rows))
-        for i, r in enumerate(rows):
-            cells = ("★" if r.recommended else "", r.name, str(r.files), fmt_gib(r.size_bytes))
-            for col, text in enumerate(cells):
-                self.table.setItem(i, col, QTableWidgetItem(text))
-            self.table.setCellWidget(i, 4, self._bar(r))
-            ctx = fmt_ctx(r.max_context) if r.max_context else "—"
-            self.table.setItem(i, 5, QTableWidgetItem(ctx))
-            self.table.setItem(i, 6, QTableWidgetItem(r.placement))
+        models = list(dict.fromkeys(r.model for r in rows))
+        headed = len(models) > 1
+        self._view_of = []
+        self.table.clearSpans()
+        self.table.setRowCount(len(rows) + (len(models) if headed else 0))
+        for model in models:
+            group = [i for i, r in enumerate(rows) if r.model == model]
+            if headed:
+                self._heading(len(self._view_of), f"{model}: {len(group)} quant(s)")
+                self._view_of.append(None)
+            for i in group:
+                self._fill(len(self._view_of), rows[i])
+                self._view_of.append(i)
         self.table.resizeColumnsToContents()
-        if rows:
-            self.table.selectRow(0)
+        first = next((t for t, v in enumerate(self._view_of) if v is not None), None)
+        if first is not None:
+            self.table.selectRow(first)
+
+    def _heading(self, t: int, text: str) -> None:
+        item = QTableWidgetItem(text)
+        item.setFlags(Qt.ItemFlag.ItemIsEnabled)  # not selectable: a model, not a file to open
+        font = item.font()
+        font.setBold(True)
+        item.setFont(font)
+        self.table.setItem(t, 0, item)
+        self.table.setSpan(t, 0, 1, len(COLUMNS))
+
+    def _fill(self, t: int, r: QuantView) -> None:
+        cells = ("★" if r.recommended else "", r.name, str(r.files), fmt_gib(r.size_bytes))
+        for col, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            if r.file_names:
+                item.setToolTip("\n".join(r.file_names))
+            self.table.setItem(t, col, item)
+        self.table.setCellWidget(t, 4, self._bar(r))
+        ctx = fmt_ctx(r.max_context) if r.max_context else "—"
+        self.table.setItem(t, 5, QTableWidgetItem(ctx))
+        self.table.setItem(t, 6, QTableWidgetItem(r.placement))
+
+    def view_at(self, table_row: int) -> QuantView | None:
+        """The quant shown on a table row (None: a model's heading, or no row)."""
+        if 0 <= table_row < len(self._view_of):
+            i = self._view_of[table_row]
+            return self.rows[i] if i is not None else None
+        return None
 
     @staticmethod
     def _bar(r: QuantView) -> QProgressBar:
@@ -212,10 +269,12 @@ class QuantsDialog(QDialog):
         return bar
 
     def _selection_changed(self) -> None:
-        row = self.table.currentRow()
-        self.open_button.setEnabled(0 <= row < len(self.rows) and bool(self.rows[row].model_arg))
+        view = self.view_at(self.table.currentRow())
+        self.open_button.setEnabled(view is not None and bool(view.model_arg))
 
     def choose(self, row: int) -> None:
-        if 0 <= row < len(self.rows) and self.rows[row].model_arg:
-            self.open_requested.emit(self.rows[row].model_arg)
+        """Open the quant on table row `row`."""
+        view = self.view_at(row)
+        if view is not None and view.model_arg:
+            self.open_requested.emit(view.model_arg)
             self.accept()

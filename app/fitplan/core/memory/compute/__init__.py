@@ -42,6 +42,11 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
 * pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
   freed, below the rest of the graph (see `PIPELINE_COPIES`).
 
+Each of these is a term object (`terms`: a label, its bytes at one context and over arrays of contexts); the builder
+(`PlanBuilder`) puts a device's terms in the groups of its `DevicePlan` that say how they combine, and one
+evaluator (`device_plan.device_parts`) reads the plan at one context (`ComputePlan.evaluate`) or over a whole curve
+(`ComputePlan.totals_array`).
+
 Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
 servers as extra devices (layer splits, overrides, pipeline parallelism); the placement of the terms was checked
 against the graph allocator's debug list of live tensors at each peak. Read from the source only, no GPU being
@@ -52,18 +57,22 @@ buffers). See `docs/accuracy.md`.
 from __future__ import annotations
 
 from dataclasses import replace
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Vendor
 from fitplan.core.memory.compute.builder import PlanBuilder
-from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
+from fitplan.core.memory.compute.device_plan import evaluate_plan, total_array
 from fitplan.core.memory.compute.inputs import ComputeBuffer, ComputeInputs, ComputePart
 from fitplan.core.memory.compute.shapes import kv_type_id
 from fitplan.core.memory.weights import WeightPlacement
 from fitplan.core.model.profile import ModelProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:
+    from fitplan.core.base.lazy import np
 
 
 class ComputePlan:
@@ -83,48 +92,14 @@ class ComputePlan:
         self.inputs = inputs
         b = PlanBuilder(profile, inputs, placement, gpu_vendors)
         self.plans = (*(b.gpu_plan(gi) for gi in range(len(gpu_vendors))), b.host_plan())
-        self._profile = profile
-        self._gpu_backend = len(gpu_vendors) > 0
 
     def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
-        return tuple(
-            evaluate_plan(p, n_kv_base, n_kv_swa, self._fork(p, n_kv_base, n_kv_swa)) for p in self.plans
-        )
-
-    def _fork(self, p: DevicePlan, nb: int, ns: int) -> int:
-        """A fork's attention at its peak (`ForkGraph.attention_peak`), largest over the device's attention
-        groups."""
-        ci = self.inputs
-        out = 0
-        graph = ci.fork_graph
-        if graph is None:
-            return out
-        for is_swa, q in p.fork_groups:
-            peak = graph.attention_peak(
-                self._profile,
-                ns if is_swa else nb,
-                ci.n_tok,
-                q,
-                flash_attn=ci.flash_attn,
-                cache_type=ci.cache_type_k,
-                gpu_backend=self._gpu_backend,
-            )
-            out = max(out, peak)
-        return out
+        return tuple(evaluate_plan(p, n_kv_base, n_kv_swa) for p in self.plans)
 
     def totals_array(self, n_kv_base: NDArray[np.int64], n_kv_swa: NDArray[np.int64]) -> NDArray[np.int64]:
-        """Bytes per backend (rows: GPUs in order, then the host) for arrays of KV cells: the vectorised form of
-        `evaluate`, term for term (tests check they agree)."""
-        rows = []
-        for p in self.plans:
-            fork = None
-            if p.fork_groups:
-                fork = np.array(
-                    [self._fork(p, int(b), int(w)) for b, w in zip(n_kv_base, n_kv_swa, strict=True)],
-                    dtype=np.int64,
-                )
-            rows.append(total_array(p, n_kv_base, n_kv_swa, fork))
-        return np.stack(rows)
+        """Bytes per backend (rows: GPUs in order, then the host) for arrays of KV cells: the same evaluator as
+        `evaluate` (`device_plan.device_parts`), over arrays."""
+        return np.stack([total_array(p, n_kv_base, n_kv_swa) for p in self.plans])
 
 
 def compute_buffers(

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
 
 from fitplan.core.gguf.ggml_types import get_type, type_id
 from fitplan.core.memory.compute.allocator import F16, F32, I32, I64, BestFit, ReplayOp, replay
 from fitplan.core.memory.context import compressed_cells
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from fitplan.core.model.profile import LayerProfile, MlaParams, ModelProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:
+    from fitplan.core.base.lazy import np
 
 #: src/llama-kv-cache-msa.cpp `get_n_pos`: the position axis of MiniMax-M3's indexer is padded to at least 256.
 MSA_POSITIONS = 256
@@ -183,7 +187,8 @@ class KpoolSelection:
                 if self.mla_rows:
                     return self.first_layer(nb)
                 return max(q + score, kq + 2 * chain + F32 * (nb + n_sel) * self.n_tok)
-            return max(q + score, score + top + sel_rows + (2 if n_top < n_pool else 1) * chain)
+            chains = 2 if n_top < n_pool or self.cast_above(nb) else 1
+            return max(q + score, score + top + sel_rows + chains * chain)
         if not self.flash_attn:
             return replay(self.scatter_ops(nb), ())
         if top > 2 * q:
@@ -192,6 +197,29 @@ class KpoolSelection:
             return 3 * q + score + top + sel_rows + 4 * chain
         below = self.block + score + top if score <= q else 2 * q + score
         return max(2 * q, below + sel_rows + 4 * chain)
+
+    def cast_above(self, nb: int) -> bool:
+        """glm5-next with flash attention: whether the f32 cast of the selection indices goes above the top
+        instead of into the selected cells' freed space (the allocator's trace on the smoke model, c4096 and
+        c32768). The selected cells lie above two top-k-sized tensors in the indexer query's freed space, with
+        `q_resid`'s rows below them: freed, the three are one block. The query `q` and, when it still fits, the
+        absorbed query go into the space the score's inputs leave lower down (the head weights `[n_indexer_head,
+        n_tok]` f32 and the pool inputs); an absorbed query that does not fit there takes the block's start.
+        The f16 zeros `[n_sel, n_tok]` come next, then the cast `[n_sel, n_tok]` f32, a tail of kpool - 1 cells
+        longer than the selected cells: when the two do not fit the block, the cast goes above (c4096: by 6
+        KiB), else it stays inside (c32768). Not modelled: whether `q_resid` lies next to the indexer query
+        depends on the holes the graph inputs leave (at c131072 with `-ub 2048` it does and the cast fits with
+        two chains counted: 24% over there)."""
+        if not self.mla_rows:
+            return False
+        n_pool, n_top, n_sel = self.sizes(nb)
+        t = self.n_tok
+        q_a, q_b, q_abs, _ = (F32 * t * r for r in self.mla_rows)
+        low = F32 * self.heads * t + F16 * n_pool * t + I32 * n_pool * (1 + self.kpool)
+        block = (
+            q_a + 2 * I32 * n_top * t + I32 * self.kpool * n_top * t - (0 if q_b + q_abs <= low else q_abs)
+        )
+        return F16 * n_sel * t + F32 * n_sel * t > block
 
     def first_layer(self, nb: int) -> int:
         """glm5-next's first layer without flash attention, bytes over what the plan counts under every transient

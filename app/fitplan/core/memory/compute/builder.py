@@ -37,6 +37,7 @@ from fitplan.core.memory.compute.ffn import (
 from fitplan.core.memory.compute.inputs import ComputeInputs
 from fitplan.core.memory.compute.recurrent import (
     SsmLead,
+    SsmReplay,
     gdn_output,
     gdn_transient,
     mamba2_split_below_logits,
@@ -53,6 +54,25 @@ from fitplan.core.memory.compute.shapes import (
     kv_type_id,
     layer_shapes,
     tensor_rows,
+)
+from fitplan.core.memory.compute.terms import (
+    FA_COPIES,
+    FFN,
+    AttentionScores,
+    DsaZeros,
+    Dsv4Inputs,
+    Dsv4Peak,
+    FfnReuse,
+    Fixed,
+    ForkAttention,
+    IndexerPeak,
+    KpoolInputs,
+    KpoolPeak,
+    Largest,
+    Linear,
+    LogitsOnTop,
+    Term,
+    nonzero,
 )
 from fitplan.core.memory.weights import CUDA_VENDORS, WeightPlacement, row_bytes
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
@@ -116,6 +136,39 @@ def compute_devices(
     return True, tuple(0 if d is None else d for d in placement.layer_device)
 
 
+def _ffn_devices(
+    profile: ModelProfile, placement: WeightPlacement, trunk: list[int], offload_gpu0: bool
+) -> tuple[dict[int, int | None], dict[int | None, list[int]]]:
+    """Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when
+    op offload takes host-resident matrix multiplications there; and the layers whose FFN runs on each device."""
+    ffn_dev = ffn_devices(profile, placement)
+    if offload_gpu0:
+        ffn_dev = {il: (0 if d is None else d) for il, d in ffn_dev.items()}
+    ffn_by_dev: dict[int | None, list[int]] = {}
+    for il in trunk:
+        ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
+    return ffn_dev, ffn_by_dev
+
+
+def _rotations(
+    profile: ModelProfile, inputs: ComputeInputs, trunk: list[int]
+) -> tuple[tuple[int, int], tuple[int, int], frozenset[int]]:
+    """The Hadamard rotations of a quantized cache (mainline only): their f32 matrices are graph inputs of every
+    backend that runs the cache's layers, and a rotated V leaves a smaller FFN hole (`ffn_layer`). Bytes of both
+    rotations and of V's alone, per cache (base, SWA), and the layers whose V is rotated."""
+    rot_bytes = [0, 0]  # base cache, SWA cache
+    v_rot_bytes = [0, 0]  # V's rotation alone
+    v_rot: set[int] = set()
+    if not inputs.fork_attention and profile.has_memory:
+        for i, group in enumerate(attn_layers(profile, trunk)):
+            n_rot_k, n_rot_v = hadamard_rotations(profile, group, inputs.cache_type_k, inputs.cache_type_v)
+            rot_bytes[i] = F32 * (n_rot_k * n_rot_k + n_rot_v * n_rot_v)
+            v_rot_bytes[i] = F32 * n_rot_v * n_rot_v
+            if n_rot_v:
+                v_rot.update(group)
+    return (rot_bytes[0], rot_bytes[1]), (v_rot_bytes[0], v_rot_bytes[1]), frozenset(v_rot)
+
+
 class PlanBuilder:
     """The graph facts of one model, settings and placement that every backend's `DevicePlan` is built from."""
 
@@ -157,34 +210,11 @@ class PlanBuilder:
 
         shapes = layer_shapes(profile)
         fork_q: set[tuple[bool, int]] = set()
-        # Where each layer's FFN runs: with its FFN weights (an override can move them), or on the first GPU when
-        # op offload takes host-resident matrix multiplications there.
-        ffn_dev = ffn_devices(profile, placement)
-        if offload_gpu0:
-            ffn_dev = {il: (0 if d is None else d) for il, d in ffn_dev.items()}
-        ffn_by_dev: dict[int | None, list[int]] = {}
-        for il in trunk:
-            ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
+        ffn_dev, ffn_by_dev = _ffn_devices(profile, placement, trunk, offload_gpu0)
         # the host-resident weights the first GPU copies in, one split at a time (`host_matrices`)
         self.host_mats = host_matrices(placement) if offload_gpu0 else {}
 
-        # the Hadamard rotations of a quantized cache (mainline only): their f32 matrices are graph inputs of every
-        # backend that runs the cache's layers, and a rotated V leaves a smaller FFN hole (`ffn_layer`)
-        rot_bytes = [0, 0]  # base cache, SWA cache
-        v_rot_bytes = [0, 0]  # V's rotation alone
-        v_rot: set[int] = set()
-        if not inputs.fork_attention and profile.has_memory:
-            for i, group in enumerate(attn_layers(profile, trunk)):
-                n_rot_k, n_rot_v = hadamard_rotations(
-                    profile, group, inputs.cache_type_k, inputs.cache_type_v
-                )
-                rot_bytes[i] = F32 * (n_rot_k * n_rot_k + n_rot_v * n_rot_v)
-                v_rot_bytes[i] = F32 * n_rot_v * n_rot_v
-                if n_rot_v:
-                    v_rot.update(group)
-        self.rot_bytes = (rot_bytes[0], rot_bytes[1])
-        self.v_rot_bytes = (v_rot_bytes[0], v_rot_bytes[1])
-        self.v_rot = frozenset(v_rot)
+        self.rot_bytes, self.v_rot_bytes, self.v_rot = _rotations(profile, inputs, trunk)
 
         skip = 1 if profile.traits.graph.embd_skip else 0
         below_logits = moe_split_below_logits(profile, trunk[-1], n_tok) if trunk else 0
@@ -272,14 +302,20 @@ class PlanBuilder:
         self, layers: list[int], indexed: list[int], graph: KpoolGraph
     ) -> tuple[tuple[int, ...], int, int]:
         """glm5-next's first layer without flash attention (`KpoolSelection.first_layer`), where this backend runs
-        the graph's first layer and it is a k-pool layer: its MLA rows per token (src/models/glm5-next.cpp
+        the graph's first layer and it is a k-pool layer, and its k-pool layers with flash attention
+        (`KpoolSelection.cast_above`): their MLA rows per token (src/models/glm5-next.cpp
         `build_dsa_layer`: q_resid `[q_lora_rank]`, `q` `[n_head x key_length_mla]`, the absorbed query
         `[kv_lora_rank x n_head]` and the compressed KV row `[kv_lora_rank + n_rot]`), V's copy per cell and the
         streams counted beyond `hc_init`; ((), 0, 0) elsewhere."""
         mla = self.profile.mla
         v_copy = self.mla_v(layers)
         first = bool(self.trunk) and layers[0] == self.trunk[0] == indexed[0]
-        if graph is not KpoolGraph.GATHER_MASK or self.fa or mla is None or not mla.q_lora_rank or not first:
+        if (
+            graph is not KpoolGraph.GATHER_MASK
+            or mla is None
+            or not mla.q_lora_rank
+            or not (first or self.fa)
+        ):
             return (), 0, 0
         if v_copy.room or v_copy.a_swa or v_copy.c or self.inputs.fork_attention:
             return (), 0, 0
@@ -337,7 +373,7 @@ class PlanBuilder:
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
-                self._kq_layer(il, is_swa, out)
+                self._kq_layer(il, is_swa, out, last=il == group[-1])
         self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
         if (
             self.idx_q
@@ -356,6 +392,23 @@ class PlanBuilder:
             # peak: Q, K and V above the norm output); without flash attention the recordings match without it
             out = {Affine(a.a_base, a.a_swa, a.c + self.embd_block) for a in out}
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _gated_query(self, q: int) -> int:
+        """The query's bytes live under the scores, where one projection gives the query and its output gate
+        (src/models/qwen35.cpp `build_layer_attn`: `Qcur_full` [2 n_embd_head, n_head, n_tok]). The gate is a view
+        of it, copied after the attention, so all of it stays live under the scores while the normed query takes
+        the freed token rows' block (the allocator's trace on the qwen35 smoke model with four slots at c4096). A
+        query larger than a block does not add it: qwen3-next at `-ub 2048` on the CUDA stand-in is within 1%
+        without it, 5% over with it."""
+        gated = self.profile.traits.graph.gated_delta_net and self.profile.has_memory
+        return 2 * q if gated and q <= self.embd_block else q
+
+    def _row_indices_room(self, il: int, last: bool) -> int:
+        """The space the scores of the last layer of a cache may take without raising the peak: that layer has
+        stored its K and V rows before its scores, so their row indices (K's, and V's per element without flash
+        attention) are freed (the allocator's trace on the gemma2 smoke model with four separate slots at c512:
+        `kq-0` in the freed `attn_inp_k_idxs` and `attn_inp_v_idxs`); 0 elsewhere."""
+        return I64 * self.n_tok * (1 + self.v_gqa_max) if last and self.v_idxs([il]) else 0
 
     def _msa_mask(self, layers: list[int]) -> Affine | None:
         """MiniMax-M3's block-sparse layer at its peak (src/models/minimax-m3.cpp, `msa_enabled`: flash attention,
@@ -389,55 +442,19 @@ class PlanBuilder:
         per_cell = 2 * F32 * n_tps * hd + (F32 * self.n_tok if ns > hd else 0) + I32 * ns
         return Affine(a_base=per_cell, c=inputs + self.embd_block)
 
-    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine]) -> None:
-        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.fork_q`."""
+    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine], last: bool = False) -> None:
+        """One attention layer's live set (added to `out`); ik's chunked groups go to `self.fork_q`. `last`: the
+        last layer of its cache here, the last to read the cache's row indices."""
         lp = self.profile.layers[il]
-        # Q (permuted, in the cache's K row width) is live while the attention runs; MLA adds the
-        # absorbed q_nope [kv_lora_rank, n_head, n_tok].
         mla = self.profile.mla
         if mla is not None and self._replayed_mla():
             self._deepseek2_mla_layer(lp, mla, is_swa, out)
             return
-        q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
-        if mla is not None:
-            q += F32 * self.n_tok * lp.n_head * mla.kv_lora_rank
-        if il in self.kv_a_mqa:
-            # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
-            # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
-            rows, lora = self.kv_a_mqa[il]
-            out.add(Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
-        if self.profile.mla is not None and self.profile.traits.graph.kimi_mla:
-            out.add(self._kimi_mla_concat(lp, self.profile.mla))
-        if not self.profile.has_memory:
-            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
-            q += F32 * self.n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
         qkv = self.shapes.qkv_rows.get(il, 0)
-        if qkv and not self.fa and self.profile.traits.graph.no_rope_qkv:
-            q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
+        q = self._layer_q(il, lp, qkv, out)
         if qkv:
-            # a fused QKV projection's output [n_q + 2 n_kv, n_tok] is live as a whole before the split
-            above = 0
-            if (
-                self.fa
-                and self.profile.traits.graph.no_rope_qkv
-                and il - 1 in self.shapes.gated
-                and qkv > FFN_HOLE_BLOCKS * self.profile.n_embd
-            ):
-                # after a gated FFN the blocks leave a two-block hole the output does not fit, and the layer's
-                # norm output sits in the token rows' freed block: one block more than in the first layer (the
-                # allocator's peak on the jais smoke model at c512: inp_embd, norm-1, the hole, node_2, the
-                # previous layer's output and node_43, the 1.5 MiB QKV, on top: 5.02 MiB)
-                above = self.profile.n_embd
-            if il in self.v_rot and not self.profile.traits.graph.no_rope_qkv:
-                # V is a view of the projection: its rotation (`llama_mul_mat_hadamard`, src/llama-impl.h) copies
-                # it (`ggml_cont_2d`) and multiplies the copy, and `llm_graph_context::build_attn` expands Q, then
-                # V, then K, so the projection is still live for K: the rotated Q and V's copy take the token rows'
-                # and the attention norm's freed blocks, V's product goes above the projection (the allocator's
-                # peak on the plamo2 smoke model with q4_0 caches at c8192: `wqkv-0`, then `node_16` on top;
-                # the unroped views of jais are within 0.1% without it)
-                above += lp.n_embd_v_gqa
-            out.add(Affine(c=F32 * self.n_tok * (qkv + above)))
-        elif self.profile.mla is None:
+            out.add(self._fused_qkv(il, lp, qkv))
+        elif mla is None:
             # Q, K and V are all live until K and V are stored into the cache; the smaller of K and V
             # goes into the one-block hole the mixed batch's token rows leave (freed after the first
             # layer's input is assembled)
@@ -450,7 +467,60 @@ class PlanBuilder:
             if self.inputs.fork_graph is not None and self.inputs.fork_graph.has_mla(self.profile):
                 self.fork_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
             return
-        a = F32 * self.n_tok * lp.n_head  # KQ scores [n_kv, n_tok, n_head], softmax in place
+        self._kq_scores(il, lp, is_swa, q, qkv, out, last)
+
+    def _layer_q(self, il: int, lp: LayerProfile, qkv: int, out: set[Affine]) -> int:
+        """Q's bytes (permuted, in the cache's K row width), live while the attention runs; MLA adds the absorbed
+        q_nope [kv_lora_rank, n_head, n_tok]. The compressed-KV live sets of MiniCPM3 and Kimi go to `out`."""
+        q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+        mla = self.profile.mla
+        if mla is not None:
+            q += F32 * self.n_tok * lp.n_head * mla.kv_lora_rank
+        if il in self.kv_a_mqa:
+            # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
+            # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
+            rows, lora = self.kv_a_mqa[il]
+            out.add(Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+        if mla is not None and self.profile.traits.graph.kimi_mla:
+            out.add(self._kimi_mla_concat(lp, mla))
+        if not self.profile.has_memory:
+            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
+            q += F32 * self.n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+        if qkv and not self.fa and self.profile.traits.graph.no_rope_qkv:
+            q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
+        return q
+
+    def _fused_qkv(self, il: int, lp: LayerProfile, qkv: int) -> Affine:
+        """A fused QKV projection's output [n_q + 2 n_kv, n_tok], live as a whole before the split."""
+        graph = self.profile.traits.graph
+        above = 0
+        if (
+            self.fa
+            and graph.no_rope_qkv
+            and il - 1 in self.shapes.gated
+            and qkv > FFN_HOLE_BLOCKS * self.profile.n_embd
+        ):
+            # after a gated FFN the blocks leave a two-block hole the output does not fit, and the layer's
+            # norm output sits in the token rows' freed block: one block more than in the first layer (the
+            # allocator's peak on the jais smoke model at c512: inp_embd, norm-1, the hole, node_2, the
+            # previous layer's output and node_43, the 1.5 MiB QKV, on top: 5.02 MiB)
+            above = self.profile.n_embd
+        if il in self.v_rot and not graph.no_rope_qkv:
+            # V is a view of the projection: its rotation (`llama_mul_mat_hadamard`, src/llama-impl.h) copies
+            # it (`ggml_cont_2d`) and multiplies the copy, and `llm_graph_context::build_attn` expands Q, then
+            # V, then K, so the projection is still live for K: the rotated Q and V's copy take the token rows'
+            # and the attention norm's freed blocks, V's product goes above the projection (the allocator's
+            # peak on the plamo2 smoke model with q4_0 caches at c8192: `wqkv-0`, then `node_16` on top;
+            # the unroped views of jais are within 0.1% without it)
+            above += lp.n_embd_v_gqa
+        return Affine(c=F32 * self.n_tok * (qkv + above))
+
+    def _kq_scores(
+        self, il: int, lp: LayerProfile, is_swa: bool, q: int, qkv: int, out: set[Affine], last: bool
+    ) -> None:
+        """Without flash attention: the KQ scores [n_kv, n_tok, n_head] (softmax in place) above Q."""
+        a = F32 * self.n_tok * lp.n_head
+        q = self._gated_query(q)
         if qkv and not self.profile.traits.graph.no_rope_qkv:
             # the roped Q of a fused projection takes the attention norm's block (the norm has one
             # reader, freed before the QKV output is split): only what exceeds a block is added
@@ -458,12 +528,13 @@ class PlanBuilder:
         if self.inputs.fork_attention and self.profile.has_memory:
             self.fork_q.add((is_swa, q))  # the scores come in -amb chunks (fork_groups)
             return
+        room = self._row_indices_room(il, last)
         if not self.profile.has_memory:
             out.add(Affine(c=a * self.n_tok + q))
         elif is_swa:
-            out.add(Affine(a_swa=a, c=q))
+            out.add(Affine(a_swa=a, c=q, room=room))
         else:
-            out.add(Affine(a_base=a, c=q))
+            out.add(Affine(a_base=a, c=q, room=room))
 
     def _replayed_mla(self) -> bool:
         """Mainline's graph of src/models/deepseek2.cpp with the absorbed MLA query, whose attention is replayed
@@ -644,35 +715,39 @@ class PlanBuilder:
         last_swa = max(swa, default=-1) if swa else big
         for il in flayers:
             # inputs freed by the end of this layer's attention (freed neighbours merge into one block)
-            freed_base, freed_swa = il >= last_base, il >= last_swa
-            if not (freed_base or freed_swa):
+            freed = (il >= last_base, il >= last_swa)
+            if not any(freed):
                 rest.append(il)
                 continue
             f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
-            # the mixed batch's token rows, freed after the first layer's input is assembled; with the residual
-            # added into the layer input (lfm2) they are free by the first layer's FFN already, next to the mask;
-            # with parallel attention and FFN a MoE layer's attention output waits for the FFN in that block (the
-            # cohere2moe smoke model with four streams: `node_73` next to inp_embd, the freed masks above it)
-            first_layer = il == min(layers) and not self.profile.traits.graph.residual_into_input
-            parallel = self.profile.traits.graph.parallel_attn_ffn
-            freed_input = 0 if first_layer or (parallel and self.profile.is_moe) else self.embd_block
-            hole = Affine(
-                m.a_base if freed_base else 0,
-                m.a_swa if freed_swa else 0,
-                (m.c if freed_base else 0) + v_one * (int(freed_base) + int(freed_swa)) + freed_input,
-            )
-            alts: tuple[Affine, ...] = (hole,)
-            if freed_base and freed_swa and parallel and any(self.rot_bytes):
-                # the caches' rotation inputs sit between the two masks: the freed masks are two blocks, the FFN
-                # takes the better one (the cohere2moe smoke model with q8_0 caches: `attn_inp_v_rot` between the
-                # freed 6.2 and 8.03 MiB, the 12 MiB fused gate-and-up output above both)
-                alts = (
-                    Affine(m.a_base, 0, m.c + v_one + freed_input),
-                    Affine(0, m.a_swa, v_one + freed_input),
-                )
-            holes.add((f, first, held, alts))
+            holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed)))
         key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
         return ffn_transient(self.profile, rest, self.n_tok, self.v_rot), tuple(sorted(holes, key=key))
+
+    def _freed_space(
+        self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool]
+    ) -> tuple[Affine, ...]:
+        """The space layer `il`'s FFN finds freed (the alternatives it chooses the better of): the masks and V's
+        indices of the caches whose last reader it follows (`freed`: base, SWA), with the input block."""
+        freed_base, freed_swa = freed
+        # the mixed batch's token rows, freed after the first layer's input is assembled; with the residual
+        # added into the layer input (lfm2) they are free by the first layer's FFN already, next to the mask;
+        # with parallel attention and FFN a MoE layer's attention output waits for the FFN in that block (the
+        # cohere2moe smoke model with four streams: `node_73` next to inp_embd, the freed masks above it)
+        first_layer = il == first_il and not self.profile.traits.graph.residual_into_input
+        parallel = self.profile.traits.graph.parallel_attn_ffn
+        freed_input = 0 if first_layer or (parallel and self.profile.is_moe) else self.embd_block
+        if freed_base and freed_swa and parallel and any(self.rot_bytes):
+            # the caches' rotation inputs sit between the two masks: the freed masks are two blocks, the FFN
+            # takes the better one (the cohere2moe smoke model with q8_0 caches: `attn_inp_v_rot` between the
+            # freed 6.2 and 8.03 MiB, the 12 MiB fused gate-and-up output above both)
+            return (Affine(m.a_base, 0, m.c + v_one + freed_input), Affine(0, m.a_swa, v_one + freed_input))
+        hole = Affine(
+            m.a_base if freed_base else 0,
+            m.a_swa if freed_swa else 0,
+            (m.c if freed_base else 0) + v_one * (int(freed_base) + int(freed_swa)) + freed_input,
+        )
+        return (hole,)
 
     def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
         """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
@@ -807,40 +882,98 @@ class PlanBuilder:
         # The GPU that runs the first layer takes the embeddings from the host: it holds the same residual
         # blocks as a single backend does (the recordings with one RPC device show five).
         first = bool(self.trunk) and self.compute_dev[self.trunk[0]] == gi
-        cuda = self.gpu_vendors[gi] in CUDA_VENDORS
         pp = self.inputs.pipeline_parallel and (runs or has_out)
         m = self.masks(layers)
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
-        blocks = (residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip if runs else 0
-        if first and layers and not flayers and not self.profile.is_moe:
-            blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
+        blocks = self._gpu_blocks(layers, flayers, first)
         # The first GPU's output phase: the graph inputs it copied at the start of its first split (the masks, V's
         # indices and the small inputs) stay where they were put, above the input blocks they were copied next
         # to, and the block allocated right after them is live to the end: the logits go on top of all that (the
         # allocator's peak on a CUDA-shaped stand-in, llama-3.1-8b at 32768 cells with flash attention: three
         # input blocks, the 32 MiB mask, the output ids, a block, then the logits)
         out_inputs, out_blocks = self._output_layout(gi, first, has_out)
-        # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
-        out_extra = (
-            self.below_logits if not first and self.trunk and self.compute_dev[self.trunk[-1]] == gi else 0
-        )
-        if has_out and not first and not out_extra and self.trunk and layers and layers[-1] == self.trunk[-1]:
-            out_extra = mamba2_split_below_logits(
-                self.profile, layers, self.ffn_dev.get(self.trunk[-1], gi) == gi, self.n_tok
-            )
-        if has_out and not runs and self.trunk:
-            out_extra = routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
-        pp_extra = Affine()
+        out_extra = self._gpu_below_logits(gi, layers, first, has_out, runs)
+        under: list[Term] = []
         if pp:
-            pp_extra = self._pipeline_inputs(layers, first, has_out, m, vi)
+            pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
+            under.append(Linear("pipeline-parallel input copies", pp_inputs))
             m, vi = Affine(), 0
             blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
             out_extra = 0
-        ffn_rest, holes = self.ffn_holes(layers, flayers, Affine(m.a_base, m.a_swa, m.c + small), vi)
-        replayed, ssm_ops, ssm_hole = self.ssm_after(layers, Affine(m.a_base, m.a_swa, m.c + small), vi)
+        under.append(Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
+        output: tuple[Term, ...] = ()
+        if has_out and self.logits:
+            below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
+            output = (
+                Fixed("logits", self.logits),
+                Fixed("output norm", out_blocks * self.embd_block),
+                Fixed("last MoE layer under the logits", out_extra),
+                Linear("inputs under the logits (copy)", below),
+            )
+        if not runs:
+            return DevicePlan(device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under))
+        kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
+        fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
+        return DevicePlan(
+            device=gi,
+            layer_phase=True,
+            inputs=nonzero(
+                (
+                    Linear("masks (copy)", m),
+                    Fixed("v_idxs (copy)", vi),
+                    Fixed("positions, indices (copy)", small),
+                    Fixed(
+                        "layer input + residual", blocks * self.embd_block + (self.hc_block if layers else 0)
+                    ),
+                )
+            ),
+            attention=self._attention(layers, kq, fa, ssm),
+            fa_copies=Largest(FA_COPIES, fa) if fa else None,
+            ffn=ffn,
+            after=nonzero(self._graph_inputs(layers)),
+            output=nonzero(output),
+            under=nonzero(under),
+        )
+
+    def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
+        """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
+        blocks = (residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip
+        if first and layers and not flayers and not self.profile.is_moe:
+            blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
+        return blocks
+
+    def _gpu_below_logits(self, gi: int, layers: list[int], first: bool, has_out: bool, runs: bool) -> int:
+        """What of the last layer stays under the logits on GPU `gi` (without pipeline parallelism)."""
+        if not self.trunk:
+            return 0
+        # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
+        out_extra = self.below_logits if not first and self.compute_dev[self.trunk[-1]] == gi else 0
+        if has_out and not first and not out_extra and layers and layers[-1] == self.trunk[-1]:
+            out_extra = mamba2_split_below_logits(
+                self.profile, layers, self.ffn_dev.get(self.trunk[-1], gi) == gi, self.n_tok
+            )
+        if has_out and not runs:
+            out_extra = routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
+        return out_extra
+
+    def _gpu_transient(
+        self,
+        gi: int,
+        layers: list[int],
+        flayers: list[int],
+        first: bool,
+        pp: bool,
+        m: Affine,
+        small: int,
+        vi: int,
+    ) -> tuple[tuple[Affine, ...], tuple[Term, ...], SsmReplay | None]:
+        """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
+        freed = Affine(m.a_base, m.a_swa, m.c + small)
+        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi)
+        replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         kq_gi = self.kq(layers, replayed)
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
@@ -849,51 +982,75 @@ class PlanBuilder:
             # the first GPU holds four block-sized spaces in that phase, not five (the allocator's peaks on
             # qwen3-30b-a3b and Llama-4-Scout with `-cmoe`; gpt-oss-20b's recording matches to the 0.01 MiB)
             shexp_ffn -= self.embd_block
-        if shexp_ffn > ffn_rest:
-            ffn_rest = shexp_ffn
-        if runs and not pp:
+        ffn_rest = max(ffn_rest, shexp_ffn)
+        if not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
             kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest)
-        return DevicePlan(
-            device=gi,
-            layer_phase=runs,
-            masks=m if runs else Affine(),
-            v_idxs=vi,
-            small_inputs=small,
-            blocks_label="layer input + residual",
-            blocks=blocks * self.embd_block + (self.hc_block if layers else 0) if runs else 0,
-            ffn=ffn_rest,
-            ffn_holes=holes,
-            fork_groups=self.fork_groups(layers) if self.inputs.fork_attention else (),
-            dsa_zeros=self.dsa_zeros(layers),
-            dsa_top_k=self.dsa_top_k,
-            dsv4=self.dsv4(layers) if runs else None,
-            indexer=self.indexer_scores(layers) if runs else None,
-            kpool=self.kpool_selection(layers) if runs else None,
-            kq=kq_gi,
-            mla_v=self.mla_v(layers),
-            fa_copies=self.fa_copies(layers) if cuda else (),
-            logits=self.logits if has_out else 0,
-            out_block=out_blocks * self.embd_block if has_out else 0,
-            out_below=out_extra if has_out else 0,
-            out_inputs=out_inputs,
-            ssm_ops=ssm_ops,
-            ssm_hole=ssm_hole,
-            ssm_block=self.embd_block,
-            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
-            or self.profile.traits.graph.plamo2_mamba,
-            ssm_after_attention_only=self._attention_only_before_ssm(layers),
-            # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
-            ssm_lead=self._jamba_lead(layers, m)
-            if ssm_ops
-            and self.profile.traits.graph.residual_into_input
-            and not self.profile.traits.graph.plamo2_mamba
-            else None,
-            pp_extra=pp_extra,
-            op_offload_copy=self._output_copy(gi, has_out),
-            host_inputs=False,
+        graph = self.profile.traits.graph
+        # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
+        jamba = graph.residual_into_input and not graph.plamo2_mamba
+        lead = self._jamba_lead(layers, m) if ssm_ops and jamba else None
+        return kq_gi, self._ffn_terms(ffn_rest, holes), self._ssm_replay(layers, ssm_ops, ssm_hole, lead)
+
+    def _ffn_terms(
+        self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...]
+    ) -> tuple[Term, ...]:
+        return (Fixed(FFN, ffn_rest), FfnReuse(holes)) if holes else (Fixed(FFN, ffn_rest),)
+
+    def _ssm_replay(
+        self, layers: list[int], ops: tuple[ReplayOp, ...], hole: Affine, lead: SsmLead | None
+    ) -> SsmReplay | None:
+        """The Mamba blocks after the device's last attention layer as a term (None: there are none)."""
+        if not ops:
+            return None
+        graph = self.profile.traits.graph
+        return SsmReplay(
+            ops=ops,
+            hole=hole,
+            block=self.embd_block,
+            residual_in_input=graph.residual_into_input or graph.plamo2_mamba,
+            after_attention_only=self._attention_only_before_ssm(layers),
+            lead=lead,
         )
+
+    def _attention(
+        self, layers: list[int], kq: tuple[Affine, ...], fa: tuple[Affine, ...], ssm: SsmReplay | None
+    ) -> tuple[Term, ...]:
+        """The attention's live sets on a backend running `layers` (the transient takes the largest)."""
+        out: list[Term] = [AttentionScores(kq, fa)]
+        graph = self.inputs.fork_graph
+        groups = self.fork_groups(layers) if graph is not None else ()
+        if graph is not None and groups:
+            ci = self.inputs
+            fork = ForkAttention(
+                graph, self.profile, groups, ci.n_tok, ci.flash_attn, ci.cache_type_k, self.n_gpu > 0
+            )
+            out.append(fork)
+        if ssm is not None:
+            out.append(ssm)
+        dsv4, indexer, kpool = self.dsv4(layers), self.indexer_scores(layers), self.kpool_selection(layers)
+        if dsv4 is not None:
+            out.append(Dsv4Peak(dsv4))
+        if indexer is not None:
+            out.append(IndexerPeak(indexer))
+        if kpool is not None:
+            out.append(KpoolPeak(kpool))
+        return tuple(out)
+
+    def _graph_inputs(self, layers: list[int]) -> tuple[Term, ...]:
+        """The cell-sized graph inputs and copies of a backend running `layers`: V's MLA copy, the DSA top-k
+        zeros, DeepSeek-V4's compressed-attention masks and the k-pool inputs."""
+        out: list[Term] = [
+            Linear("MLA V copy", self.mla_v(layers)),
+            DsaZeros(self.dsa_zeros(layers), self.dsa_top_k),
+        ]
+        dsv4, kpool = self.dsv4(layers), self.kpool_selection(layers)
+        if dsv4 is not None:
+            out.append(Dsv4Inputs(dsv4))
+        if kpool is not None:
+            out.append(KpoolInputs(kpool))
+        return tuple(out)
 
     def _host_blocks(
         self, runs: bool, has_layers: bool, ffn_only: bool, experts_only: bool, n_copies: int, host_small: int
@@ -942,24 +1099,50 @@ class PlanBuilder:
         blocks, label = self._host_blocks(
             runs, bool(host_layers), ffn_only, experts_only, n_copies, host_small
         )
-        host_m = Affine(
-            n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c + (host_small if n_copies == 1 else 0)
-        )
         # the host's masks are graph inputs the GPUs copy from: they are freed early only when the host runs the
         # last layer
         host_last = bool(self.trunk) and self.compute_dev[self.trunk[-1]] is None
-        ffn_rest, holes = self.ffn_holes(
-            host_layers,
-            host_flayers,
-            host_m if host_last else Affine(),
-            n_copies * self.v_idxs(self.trunk) if host_last else 0,
+        kq, ffn, ssm = self._host_transient(host_layers, host_flayers, m, n_copies, host_small, host_last)
+        if ffn_only or experts_only:
+            kq = (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),)
+        inputs: tuple[Term, ...] = (
+            Linear("masks", Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c)),
+            Fixed("v_idxs", n_copies * self.v_idxs(self.trunk)),
+            Fixed("token ids, positions, indices", host_small if n_copies == 1 else 0),
+            Fixed(label, blocks),
+            *self._graph_inputs(host_layers),
         )
-        replayed, ssm_ops, ssm_hole = self.ssm_after(
-            host_layers,
-            host_m if host_last else Affine(),
-            n_copies * self.v_idxs(self.trunk) if host_last else 0,
+        logits, output = self._host_output(runs, host_layers if host_last and n_copies == 1 else None)
+        return DevicePlan(
+            device=None,
+            layer_phase=runs,
+            inputs=nonzero(inputs),
+            attention=self._attention(host_layers, kq, (), ssm),
+            ffn=ffn,
+            logits=logits,
+            output=nonzero(output),
         )
-        if experts_only and self.profile.moe is not None and host_flayers:
+
+    def _host_transient(
+        self,
+        host_layers: list[int],
+        host_flayers: list[int],
+        m: Affine,
+        n_copies: int,
+        host_small: int,
+        host_last: bool,
+    ) -> tuple[tuple[Affine, ...], tuple[Term, ...], SsmReplay | None]:
+        """The host's attention live sets, its FFN terms and its replayed Mamba blocks."""
+        freed = Affine(
+            n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c + (host_small if n_copies == 1 else 0)
+        )
+        if not host_last:
+            freed = Affine()
+        vi = n_copies * self.v_idxs(self.trunk) if host_last else 0
+        ffn_rest, holes = self.ffn_holes(host_layers, host_flayers, freed, vi)
+        replayed, ssm_ops, ssm_hole = self.ssm_after(host_layers, freed, vi)
+        moe = self.profile.moe
+        if host_flayers and not host_layers and self.profile.is_moe and moe is not None:
             # the router's argsort [n_expert, n_tok] (i32; the top-k is a view of it) is copied in for the experts;
             # llama4's router-weighted input is a copy here too, freed once gate and up have read it (the
             # allocator's peak on Llama-4-Scout with `-cmoe`: the two masks, gate, up and the GLU output above the
@@ -967,48 +1150,28 @@ class PlanBuilder:
             ffn_rest = max(
                 f - held for f, _, held in (ffn_layer(self.profile, il, self.n_tok) for il in host_flayers)
             )
-            ffn_rest += I32 * self.n_tok * self.profile.moe.n_expert
+            ffn_rest += I32 * self.n_tok * moe.n_expert
             holes = ()
-        return DevicePlan(
-            device=None,
-            layer_phase=runs,
-            masks=Affine(n_copies * m.a_base, n_copies * m.a_swa, n_copies * m.c),
-            v_idxs=n_copies * self.v_idxs(self.trunk),
-            small_inputs=host_small if n_copies == 1 else 0,
-            blocks_label=label,
-            blocks=blocks,
-            ffn=ffn_rest,
-            ffn_holes=holes,
-            fork_groups=self.fork_groups(host_layers) if self.inputs.fork_attention else (),
-            dsa_zeros=self.dsa_zeros(host_layers),
-            dsa_top_k=self.dsa_top_k,
-            dsv4=self.dsv4(host_layers),
-            indexer=self.indexer_scores(host_layers),
-            kpool=self.kpool_selection(host_layers),
-            kq=self.kq(host_layers, replayed)
-            if not (ffn_only or experts_only)
-            else (Affine(c=(HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block),),
-            mla_v=self.mla_v(host_layers),
-            fa_copies=(),
-            logits=self.logits if self.out_dev is None else 0,
-            out_block=self.embd_block if self.inputs.fork_attention and self.out_dev is None else 0,
-            fork_output_phase=self.inputs.fork_attention,
-            ssm_ops=ssm_ops,
-            ssm_hole=ssm_hole,
-            ssm_block=self.embd_block,
-            ssm_residual_in_input=self.profile.traits.graph.residual_into_input
-            or self.profile.traits.graph.plamo2_mamba,
-            ssm_after_attention_only=self._attention_only_before_ssm(host_layers),
-            ssm_lead=self._ssm_lead(host_layers, m) if ssm_ops and host_last and n_copies == 1 else None,
-            logits_room=self._logits_room(host_layers) if host_last and n_copies == 1 else (),
-            pp_extra=Affine(),
-            op_offload_copy=0,
-            host_inputs=not runs,
-        )
+        lead = self._ssm_lead(host_layers, m) if ssm_ops and host_last and n_copies == 1 else None
+        ssm = self._ssm_replay(host_layers, ssm_ops, ssm_hole, lead)
+        return self.kq(host_layers, replayed), self._ffn_terms(ffn_rest, holes), ssm
+
+    def _host_output(self, runs: bool, last_layers: list[int] | None) -> tuple[Term | None, tuple[Term, ...]]:
+        """The host's logits: a fork's output phase on its own (the logits with the output norm's block), else
+        the logits in the transient's place where larger, over the freed masks of the last layers when the host
+        runs them (`last_layers`)."""
+        if self.out_dev is not None:
+            return None, ()
+        if self.inputs.fork_attention and runs:
+            # ik_llama.cpp: the masks and activations are freed before the output layer, whose logits sit with the
+            # output norm's block alone (the allocator's peak list of ik's output phase)
+            return None, (Fixed("logits", self.logits), Fixed("output norm", self.embd_block))
+        room = self._logits_room(last_layers) if last_layers is not None else ()
+        return LogitsOnTop(self.logits, room), ()
 
     def _logits_room(self, layers: list[int]) -> tuple[Affine, ...]:
         """The masks of `layers` (one per cache the attention layers read: base and SWA), each a block the logits
-        can take once it is freed (`DevicePlan.logits_on_top`)."""
+        can take once it is freed (`terms.LogitsOnTop`)."""
         if not self.profile.has_memory:
             return ()
         base, swa = attn_layers(self.profile, layers)
@@ -1016,7 +1179,7 @@ class PlanBuilder:
         return tuple(a for a, used in ((Affine(a_base=one), base), (Affine(a_swa=one), swa)) if used)
 
     def _ssm_lead(self, layers: list[int], m: Affine) -> SsmLead | None:
-        """The host's space around its last attention layer for `DevicePlan.ssm_after` (flash attention, a dense
+        """The host's space around its last attention layer for `SsmReplay` (flash attention, a dense
         FFN or none in that layer, the Mamba blocks' input not kept in the input's block; jamba's Mamba-1 blocks
         with or without flash attention, `_jamba_lead`); None elsewhere."""
         graph = self.profile.traits.graph
@@ -1046,7 +1209,7 @@ class PlanBuilder:
         )
 
     def _jamba_lead(self, layers: list[int], m: Affine) -> SsmLead | None:
-        """Jamba's graph inputs around its last attention layer (`DevicePlan._ssm_after_residual`): the mixed
+        """Jamba's graph inputs around its last attention layer (`SsmReplay._ssm_after_residual`): the mixed
         batch's tokens (i32) and slots (i64), no positions (src/models/jamba.cpp uses no RoPE), the rotations, K's
         row indices and V's (i64 per token with flash attention, per element without it, `v_idxs`)."""
         ssm = self.profile.ssm

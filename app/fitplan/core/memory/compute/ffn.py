@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fitplan.core.memory.compute.allocator import F32, BestFit, ReplayOp, in_hole
 from fitplan.core.memory.compute.shapes import attn_layers, layer_shapes
-from fitplan.core.model.profile import ModelProfile
+from fitplan.core.model.profile import ModelProfile, MoeParams
 
 #: Activation blocks `[n_embd, n_tok]` on the backend that runs the first layer: the embeddings input and the
 #: token-embedding rows (kept allocated through the graph), the residual stream (the FFN input) and the two-block
@@ -97,7 +97,28 @@ def ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) -
     block of its own (the allocator's trace on the llama smoke model with q8_0 caches: `ffn_inp-0` right above
     `norm-0`, and the GLU output above gate and up, where with f16 caches it takes the norm's two freed blocks).
     """
+    hole, above, skip_in_hole = _ffn_hole(profile, v_rot)
     moe = profile.moe
+    lp = profile.layers[il]
+    held = 0
+    if profile.traits.graph.dense_ffn_only and il not in layer_shapes(profile).dense_up:
+        return 0, 0, 0  # the graph calls the dense FFN with no matrices: nothing but an in-place activation
+    if lp.is_moe and moe is not None:
+        f, first, held = _moe_ffn(profile, moe, il, hole)
+    elif il in layer_shapes(profile).gated:
+        f, first = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0), lp.n_ff
+    else:
+        # no gate (build_ffn without `gate`): only the up projection `[n_ff, n_tok]`, its bias, scale and
+        # activation computed in place; it goes into the hole when it fits
+        f = first = 0 if lp.n_ff <= hole else lp.n_ff
+    if skip_in_hole:
+        f = max(0, f - profile.n_embd)  # the skip block is in the device's blocks already, inside the hole
+    return F32 * n_tok * (f + held + above), F32 * n_tok * first, F32 * n_tok * held
+
+
+def _ffn_hole(profile: ModelProfile, v_rot: bool) -> tuple[int, int, bool]:
+    """The hole under a layer's FFN in `[n_tok]` rows of f32 (`ffn_layer`), the rows allocated above the blocks
+    besides the FFN, and whether the skip block sits in the hole."""
     graph = profile.traits.graph
     hole = 0 if graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
     if graph.no_mixed_batch:
@@ -127,38 +148,30 @@ def ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) -
         # the allocator's peak on the talkie smoke model (src/models/talkie.cpp, c512 with flash attention) has
         # `embd` next to the freed `ffn_norm-0` and gate, up and the GLU output on top, 5.27 MiB
         hole -= profile.n_embd
+    return hole, above, skip_in_hole
+
+
+def _moe_ffn(profile: ModelProfile, moe: MoeParams, il: int, hole: int) -> tuple[int, int, int]:
+    """A MoE layer's FFN in `[n_tok]` rows of f32: (intermediates, first intermediate, held input)."""
     lp = profile.layers[il]
-    held = 0
-    if graph.dense_ffn_only and il not in layer_shapes(profile).dense_up:
-        return 0, 0, 0  # the graph calls the dense FFN with no matrices: nothing but an in-place activation
-    if lp.is_moe and moe is not None:
-        used = lp.n_expert_used or moe.n_expert_used
-        # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
-        n_ff_exp = moe.n_ff_exp or lp.n_ff
-        up, down = used * n_ff_exp, used * profile.n_embd
-        # the experts' down outputs are allocated after gate and up are freed: they go into that space (two
-        # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
-        f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
-        if il in layer_shapes(profile).gate_up_exps:
-            # one fused gate_up product `[2 n_ff_exp, n_used, n_tok]` (`ffn_gate_up_exps`, build_moe_ffn's merged
-            # path): the first intermediate is both (the cohere2moe smoke model's peak: ffn_moe_gate_up-1, 3 MiB,
-            # above the blocks where the freed 1 MiB of masks cannot take it, then the GLU output)
-            first = 2 * up
-        shared = moe.n_ff_shexp * moe.n_expert_shared
-        if 3 * shared > f:
-            f, first = 3 * shared, shared
-        if graph.weight_before_ffn:
-            # the router-weighted input [n_embd, n_used, n_tok] feeds gate and up
-            held = used * profile.n_embd
-    elif il in layer_shapes(profile).gated:
-        f, first = 3 * lp.n_ff - (lp.n_ff if lp.n_ff <= hole else 0), lp.n_ff
-    else:
-        # no gate (build_ffn without `gate`): only the up projection `[n_ff, n_tok]`, its bias, scale and
-        # activation computed in place; it goes into the hole when it fits
-        f = first = 0 if lp.n_ff <= hole else lp.n_ff
-    if skip_in_hole:
-        f = max(0, f - profile.n_embd)  # the skip block is in the device's blocks already, inside the hole
-    return F32 * n_tok * (f + held + above), F32 * n_tok * first, F32 * n_tok * held
+    used = lp.n_expert_used or moe.n_expert_used
+    # expert_feed_forward_length, else feed_forward_length (Mixtral-style GGUFs: llama.cpp uses n_ff)
+    n_ff_exp = moe.n_ff_exp or lp.n_ff
+    up, down = used * n_ff_exp, used * profile.n_embd
+    # the experts' down outputs are allocated after gate and up are freed: they go into that space (two
+    # adjacent up-sized blocks) or into the FFN norm's hole when they fit, else above the GLU output
+    f, first = 3 * up + (0 if down <= max(hole, 2 * up) else down), up
+    if il in layer_shapes(profile).gate_up_exps:
+        # one fused gate_up product `[2 n_ff_exp, n_used, n_tok]` (`ffn_gate_up_exps`, build_moe_ffn's merged
+        # path): the first intermediate is both (the cohere2moe smoke model's peak: ffn_moe_gate_up-1, 3 MiB,
+        # above the blocks where the freed 1 MiB of masks cannot take it, then the GLU output)
+        first = 2 * up
+    shared = moe.n_ff_shexp * moe.n_expert_shared
+    if 3 * shared > f:
+        f, first = 3 * shared, shared
+    # the router-weighted input [n_embd, n_used, n_tok] feeds gate and up
+    held = used * profile.n_embd if profile.traits.graph.weight_before_ffn else 0
+    return f, first, held
 
 
 def expert_copy_hole(

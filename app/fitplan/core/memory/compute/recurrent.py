@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fitplan.core.memory.compute.allocator import F32, I32, I64, Affine, ReplayOp
+from fitplan.core.memory.compute.allocator import F32, I32, I64, Affine, BestFit, ReplayOp, replay
 from fitplan.core.memory.compute.ffn import FFN_HOLE_BLOCKS
+from fitplan.core.memory.compute.terms import SCAN, Cells, loop_over
 from fitplan.core.model.profile import ModelProfile
 
 
@@ -286,7 +287,7 @@ def gdn_output(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
 @dataclass(frozen=True, slots=True)
 class SsmLead:
     """The space around the host's last attention layer (flash attention) before the Mamba blocks after it, for
-    replaying that layer's tail with them (`DevicePlan.ssm_after`). The allocator's lists on the granitehybrid and
+    replaying that layer's tail with them (`SsmReplay`). The allocator's lists on the granitehybrid and
     nemotron_h smoke models: when the attention output is allocated, the graph inputs the layer has read are free
     below the blocks, in their allocation order (the mixed batch's tokens and slots and the token rows' block, K's
     rotation and the positions, then the K/V row indices and the mask), split in two by V's rotation, which stays
@@ -298,9 +299,141 @@ class SsmLead:
     idxs: int  # the K/V row indices, under the mask
     ffn: int  # the last attention layer's FFN intermediate [n_ff, n_tok] (0: that layer has no FFN)
     gated: bool  # its FFN has a separate gate
-    # jamba: the residual goes into the layer input's block (`DevicePlan._ssm_after_residual`), with or without
+    # jamba: the residual goes into the layer input's block (`SsmReplay._ssm_after_residual`), with or without
     # flash attention; `tokens` and `out_ids` are the token ids' and the output ids' bytes
     residual: bool = False
     fa: bool = True
     tokens: int = 0
     out_ids: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SsmReplay:
+    """The Mamba blocks after a device's last attention layer: their allocations (`mamba_ops`), replayed over the
+    freed masks' space (with the block of the layer's input in it), the block under it and the FFN norm's
+    two-block hole."""
+
+    ops: tuple[ReplayOp, ...]
+    hole: Affine
+    block: int
+    residual_in_input: bool = False
+    after_attention_only: bool = False
+    lead: SsmLead | None = None
+    label: str = SCAN
+
+    def at(self, nb: int, ns: int) -> int:
+        """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
+        block (jamba adds the residual into it; plamo2's first layer output takes the embeddings' block) the
+        token rows' block and the masks are one free block, with the FFN norm's block beside it (the allocator's
+        peaks on the jamba and plamo2 smoke models); else the previous layer's output takes a block of the masks'
+        space, between the token rows' block and the rest, and the FFN norm leaves two blocks (granitehybrid,
+        nemotron_h). On the host with flash attention the last attention layer's tail is replayed with the block
+        instead (`_ssm_after_lead`); jamba's Mamba-1 block over the inputs its attention layer freed
+        (`_ssm_after_residual`)."""
+        if not self.ops:
+            return 0
+        b, hole = self.block, self.hole.at(nb, ns)
+        if self.lead is not None and self.lead.residual:
+            return self._ssm_after_residual(self.lead, nb, ns)
+        if self.lead is not None:
+            return self._ssm_after_lead(self.lead, nb, ns)
+        if self.residual_in_input:
+            return replay(self.ops, (hole + b, b))
+        if self.after_attention_only:
+            # flash attention and a last attention layer without FFN (nemotron_h's attention-only layers): the
+            # token rows' block and the masks are one free block; the conv states' rows go at its bottom and the
+            # attention layer's output `l_out` right above them (it is computed after them in graph order), while
+            # the next norm and the embedding rows hold the FFN norm's two blocks until the input projection has
+            # read the norm (the allocator's peaks on the nemotron_h_moe smoke model: `node_33` and `node_39` at
+            # 0.50-1.01 MiB; at c2048 the conv output, 2 MiB, in the freed 2 MiB mask, 9.53 MiB; at c4096 the input
+            # projection zxBCdt in it, 10.53 MiB; with four sequences at c8192 the 48 KiB of conv rows leave
+            # 1.97 MiB, too little for the conv output, 11.57 MiB). With q8_0 caches at c2048 the trace differs:
+            # the layer's output in one block of the FFN norm's two and the conv input (2.01 MiB) in the freed
+            # 2.59 MiB, for the same peak (9.60 MiB; this replay gives 9.61); with q4_0 caches and four sequences
+            # at c512 the contiguous copy of z goes on top (10.90 MiB, this replay 9.90)
+            fill = ("norm_blocks", FFN_HOLE_BLOCKS * b)
+            ops = (
+                fill,
+                self.ops[0],
+                ("l_out", b),
+                self.ops[1],
+                ("norm_blocks", 0),
+                *self.ops[2:],
+            )
+            return replay(ops, (hole + b, FFN_HOLE_BLOCKS * b))
+        return replay(self.ops, (b, max(0, hole - b), FFN_HOLE_BLOCKS * b))
+
+    def _ssm_after_lead(self, lead: SsmLead, nb: int, ns: int) -> int:
+        """The last attention layer's tail and the Mamba block after it, replayed from the attention output on
+        (src/llama-graph.cpp `llm_graph_context::build_attn`, then the layer's FFN, `build_ffn`, and the Mamba
+        block): the conv states' rows (built ahead of the output projection in graph order), V's rotation of the
+        attention output (quantized V cache), the output projection, the FFN (norm, gate and up, the GLU output,
+        which is a new tensor, and the down projection, which takes a freed block only where one of its size is
+        left: the masks' space less the conv rows and the projection, or what the GLU output left of the FFN
+        norm's), then the Mamba block with its input norm. The allocator's lists on the granitehybrid smoke model:
+        with one slot the down projection in the masks' space (0.504 MiB left, 10.04 MiB); with two or four the
+        conv rows (24 or 48 KiB) leave too little and it goes on top (10.55, 10.57 MiB); with q4_0 caches and four
+        slots the GLU output on top and the down projection in the FFN norm's block, the Mamba block's z copy on
+        top of the conv output (10.90 MiB; nemotron_h's attention-only layer alike)."""
+        b = self.block
+        ops = self.ops
+        a2 = lead.idxs + lead.mask.at(nb, ns)
+        free: tuple[tuple[str, int], ...] = (
+            (("", b + lead.low), ("v_rot", lead.v_rot), ("", a2))
+            if lead.v_rot
+            else (("", b + lead.low + a2),)
+        )
+        # the output ids between the inputs and the embeddings' block, the layer input above the attention output
+        sim = BestFit.from_layout((*free, ("ids", 1), ("embd", b), ("fa_out", b), ("inp", 1)))
+        seq: list[ReplayOp] = [ops[0]]
+        if lead.v_rot:
+            seq += [("v_out", b), ("v_rot", 0), ("fa_out", 0), ("wo", b), ("v_out", 0)]
+        else:
+            seq += [("wo", b), ("fa_out", 0)]
+        seq.append(("embd", 0))
+        if lead.ffn:
+            seq.append(("ffn_norm", b))
+            if lead.gated:
+                seq += [("gate", lead.ffn), ("up", lead.ffn), ("ffn_norm", 0), ("glu", lead.ffn)]
+                seq += [("gate", 0), ("up", 0), ("down", b), ("glu", 0)]
+            else:
+                seq += [("up", lead.ffn), ("ffn_norm", 0), ("down", b), ("up", 0)]
+            seq.append(("wo", 0))  # the FFN input: the layer output is the down projection's
+        seq += [("norm", b), ops[1], ("norm", 0), *ops[2:]]
+        return sim.run(seq)
+
+    def _ssm_after_residual(self, lead: SsmLead, nb: int, ns: int) -> int:
+        """Jamba's Mamba-1 block after the host's last attention layer, replayed from the conv states' rows on
+        (src/models/jamba.cpp: the attention's residual is added into the layer input's block, the FFN's into that
+        sum; src/models/mamba-base.cpp `build_mamba_layer`). The conv states' rows are gathered inside the
+        attention layer in graph order (after the attention output, before the output projection), when the
+        space below holds, from the bottom: the freed plain token ids, the token rows' block, the freed mixed
+        batch's tokens, slots and token rows, the rotations, the K/V row indices and the mask (flash attention:
+        split by V's rotation, which is still live; without it the attention output `kqv_out` is at its bottom),
+        the output ids, the layer input's block, the attention output's block (flash attention: still live;
+        without it the freed `kqv`) and the last block; the rows take the smallest free block that fits
+        (ggml-alloc.c, `ggml_dyn_tallocr_alloc`). By the Mamba block the layer's other tensors are freed; its
+        input norm takes the smallest free block, then the block's allocations (`mamba_ops`). The allocator's
+        lists on the jamba smoke model: c4096 with flash attention, the rows at the freed inputs' bottom, the norm
+        in the attention output's block, xz, the conv input and output in the mask's space, x_db in the conv
+        input's, dt and the scan output on top (8.77 MiB); without flash attention at c512 the rows in the freed
+        `kqv` block, the norm and xz in the freed inputs, the conv input and output, dt and the scan output on top
+        (8.77 MiB); q4_0 caches with four slots, the rows in the mask's block (8.87 MiB)."""
+        b, ops = self.block, self.ops
+        low = lead.low + b  # the mixed batch's tokens, slots and token rows
+        a2 = lead.idxs + lead.mask.at(nb, ns)
+        if not lead.fa:
+            free: tuple[tuple[str, int], ...] = (("kqv_out", b), ("", low - b + lead.v_rot + a2))
+        elif lead.v_rot:
+            free = (("", low), ("v_rot", lead.v_rot), ("", a2))
+        else:
+            free = (("", low + a2),)
+        top = ("fa_out", b) if lead.fa else ("", b)
+        inputs = (("", lead.tokens), ("inp_embd", b))
+        sim = BestFit.from_layout((*inputs, *free, ("out_ids", lead.out_ids), ("embd", b), top, ("last", b)))
+        seq: list[ReplayOp] = [ops[0], ("v_rot", 0), ("kqv_out", 0), ("fa_out", 0)]
+        seq += [("norm", b), ops[1], ("norm", 0), *ops[2:]]
+        return sim.run(seq)
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
