@@ -6,6 +6,15 @@ on most consumer boards), otherwise the PCI ids ("AMD GPU 1002:744c"). Devices a
 HIP enumerates them by default, then `ROCR_VISIBLE_DEVICES` and `HIP_VISIBLE_DEVICES` (applied in that order, each
 indexing the list the previous one left) keep and reorder them; they are numbered ROCm0, ROCm1, ... afterwards.
 Only numeric indices are understood: a UUID entry stops the list with a problem line saying so.
+
+APUs (the integrated GPU of a Ryzen: Strix Halo's Radeon 8060S, the 780M...) have a small VRAM carve-out set in
+the firmware and allocate the rest from system RAM through the GTT (`mem_info_gtt_total` / `mem_info_gtt_used`,
+sized by the kernel: `ttm.pages_limit`, `amdgpu.gttsize`). llama.cpp's Vulkan backend reports an integrated
+GPU's every heap, carve-out and GTT, as its memory (ggml-vulkan.cpp, ggml_backend_vk_get_device_memory); its HIP
+backend reports hipMemGetInfo, which depending on the kernel and ROCm release is the carve-out alone or the GTT.
+fitplan plans an APU with what it can allocate, carve-out plus free GTT, and marks the GTT part as host RAM
+(`Device.host_shared_bytes`): the plan charges the host for it. An APU is known by its PCI device id
+(`APU_DEVICE_IDS`): the driver's sysfs files look the same on a discrete card, which has a GTT too.
 """
 
 from __future__ import annotations
@@ -13,14 +22,41 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from fitplan.core.base.devices import Device, DeviceKind, Vendor
+from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor
 from fitplan.core.base.numbers import int_or_none, is_digits
 from fitplan.core.hardware.probe import DetectedGpu, ProbeResult
 
 AMD_PCI_VENDOR = "0x1002"
 _CARD_RE = re.compile(r"^card\d+$")
+
+#: PCI device ids of AMD APUs' integrated GPUs (pci.ids names), as lspci prints them.
+APU_DEVICE_IDS: Mapping[str, str] = {
+    "1586": "Strix Halo (Radeon 8060S / 8050S)",
+    "150e": "Strix Point (Radeon 890M / 880M)",
+    "1114": "Krackan Point (Radeon 860M / 840M)",
+    "15bf": "Phoenix1 (Radeon 780M / 760M)",
+    "1900": "Phoenix3 / Hawk Point (Radeon 780M)",
+    "1681": "Rembrandt (Radeon 680M)",
+    "164e": "Raphael (Radeon Graphics)",
+    "1638": "Cezanne (Radeon Vega)",
+}
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Card:
+    slot: str
+    name: str
+    total: int
+    used: int
+    gtt_total: int = 0  # APUs only
+    gtt_used: int = 0
+    apu: str = ""  # the APU family of APU_DEVICE_IDS, "" for a discrete card
 
 
 def _read(path: Path) -> str | None:
@@ -54,7 +90,7 @@ class AmdSysfsProbe:
             cards = sorted(p for p in drm.iterdir() if _CARD_RE.match(p.name))
         except OSError:
             return ProbeResult()  # no DRM class: not Linux, or no GPU driver at all; nothing to say
-        found: list[tuple[str, str, int, int]] = []
+        found: list[_Card] = []
         problems: list[str] = []
         for card in cards:
             dev_dir = card / "device"
@@ -71,36 +107,70 @@ class AmdSysfsProbe:
                 continue
             total = total_n
             used = int_or_none(used_s or "", 0, total) or 0
+            device_id = (_read(dev_dir / "device") or "").lower().removeprefix("0x")
             name = _read(dev_dir / "product_name") or ""
             if not name:
-                device_id = (_read(dev_dir / "device") or "").lower().removeprefix("0x")
                 name = f"AMD GPU 1002:{device_id}" if device_id else "AMD GPU"
-            found.append((slot, name, total, used))
-        visible = sorted(found)
+            found.append(_card(dev_dir, slot, name, total, used, APU_DEVICE_IDS.get(device_id, "")))
+        visible = sorted(found, key=lambda c: c.slot)
         for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
             if var in self._env:
                 visible = _apply_visible(visible, var, self._env[var], problems)
         gpus: list[DetectedGpu] = []
-        for index, (slot, name, total, used) in enumerate(visible):
-            dev = Device(
-                name=name,
-                kind=DeviceKind.GPU,
-                total_bytes=total,
-                free_bytes=max(0, total - used),
-                vendor=Vendor.AMD,
-                backend_name=f"ROCm{index}",
-                detail=f"PCI {slot}" if slot else "",
-            )
+        for index, c in enumerate(visible):
             gpus.append(
-                DetectedGpu(device=dev, key=f"pci:{slot}", index=index, pci_bus_id=slot, used_bytes=used)
+                DetectedGpu(
+                    device=_device(c, index),
+                    key=f"pci:{c.slot}",
+                    index=index,
+                    pci_bus_id=c.slot,
+                    used_bytes=c.used + c.gtt_used,
+                )
             )
         return ProbeResult(gpus=tuple(gpus), problems=tuple(problems))
 
 
-def _apply_visible(
-    gpus: list[tuple[str, str, int, int]], var: str, value: str, problems: list[str]
-) -> list[tuple[str, str, int, int]]:
-    out: list[tuple[str, str, int, int]] = []
+def _card(dev_dir: Path, slot: str, name: str, total: int, used: int, apu: str) -> _Card:
+    if not apu:
+        return _Card(slot, name, total, used)
+    gtt_total = int_or_none(_read(dev_dir / "mem_info_gtt_total") or "", 0, 1 << 60) or 0
+    gtt_used = int_or_none(_read(dev_dir / "mem_info_gtt_used") or "", 0, gtt_total) or 0
+    return _Card(slot, name, total, used, gtt_total, gtt_used, apu)
+
+
+def _device(c: _Card, index: int) -> Device:
+    where = f"PCI {c.slot}" if c.slot else ""
+    vram_free = max(0, c.total - c.used)
+    if not c.apu:
+        return Device(
+            name=c.name,
+            kind=DeviceKind.GPU,
+            total_bytes=c.total,
+            free_bytes=vram_free,
+            vendor=Vendor.AMD,
+            backend_name=f"ROCm{index}",
+            detail=where,
+        )
+    gtt_free = max(0, c.gtt_total - c.gtt_used)
+    detail = (
+        f"APU {c.apu}: VRAM carve-out {c.total / GIB:.1f} GiB + GTT {c.gtt_total / GIB:.1f} GiB of system RAM"
+        " (the GTT part is shared with the host)"
+    )
+    return Device(
+        name=c.name,
+        kind=DeviceKind.GPU,
+        total_bytes=c.total + c.gtt_total,
+        free_bytes=vram_free + gtt_free,
+        vendor=Vendor.AMD,
+        backend_name=f"ROCm{index}",
+        unified_memory=True,
+        host_shared_bytes=gtt_free,
+        detail=f"{detail}; {where}" if where else detail,
+    )
+
+
+def _apply_visible(gpus: list[_T], var: str, value: str, problems: list[str]) -> list[_T]:
+    out: list[_T] = []
     used: set[int] = set()
     for entry in (e.strip() for e in value.split(",") if value.strip()):
         index = int_or_none(entry, 0, len(gpus) - 1) if is_digits(entry) else None

@@ -34,6 +34,7 @@ class AssumedGpu:
             vendor=self.vendor,
             hypothetical=True,
             unified_memory=self.unified_ram_bytes > 0,
+            host_shared_bytes=self.memory_bytes if self.unified_ram_bytes > 0 else 0,
         )
         return (dev,) * self.count
 

@@ -23,7 +23,8 @@ from fitplan.core.engines import context_pad as engine_context_pad
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.memory.context import sequence_layout
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls, usage_of
+from fitplan.core.plan.pool import pooled_usage
+from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls
 
 __all__ = [
     "ContextFit",
@@ -125,7 +126,7 @@ class Evaluator:
         if hit is None:
             est = self.fn(self.profile, settings, self.machine)
             self.evaluations += 1
-            hit = (est, usage_of(est, self.machine, self.margin))
+            hit = (est, pooled_usage(est, self.machine, self.margin))
             self.cache[settings] = hit
         return hit
 
