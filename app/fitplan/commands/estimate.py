@@ -25,6 +25,7 @@ from fitplan.core.inputs.machine import MachineRequest, build_machine
 from fitplan.core.inputs.model_source import launch_projector, load_model
 from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.pool import memory_notes
 from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB, MarginPolicy
 from fitplan.core.plan.verdict import Verdict, judge
 
@@ -262,6 +263,7 @@ def verdict_lines(v: Verdict) -> str:
     with_margin = out.style("yes", out.GREEN) if v.fits else out.style("no", out.RED, out.BOLD)
     lines = [f"fits the card: {card}; fits with the margin ({v.margin_text()}): {with_margin}"]
     lines.extend(f"  {s.describe()}" for s in v.shortfalls)
+    lines.extend(f"note: {n}" for n in memory_notes(v.card_usage))
     lines.append(f"slots: {v.slots_text()}")
     return "\n".join(lines)
 

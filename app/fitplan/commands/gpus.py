@@ -41,6 +41,8 @@ def gpu_to_dict(g: DetectedGpu) -> dict[str, object]:
         "other_process_bytes": g.other_process_bytes,
         "other_processes": g.other_processes,
         "unified_memory": d.unified_memory,
+        "host_shared_bytes": d.host_shared_bytes,
+        "os_shared_bytes": d.os_shared_bytes,
         "key": g.key,
         "uuid": g.uuid,
         "pci_bus_id": g.pci_bus_id,
@@ -59,6 +61,8 @@ def result_to_dict(r: ProbeResult) -> dict[str, object]:
             "total_bytes": r.host.total_bytes,
             "available_bytes": r.host.available_bytes,
             "source": r.host.source,
+            "hugepages_free_bytes": r.host.hugepages_free_bytes,
+            "unlimited_available_bytes": r.host.unlimited_available_bytes,
         }
         if r.host is not None
         else None

@@ -50,6 +50,7 @@ from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import what_would_change
 from fitplan.core.plan.pins import pins_from_settings
+from fitplan.core.plan.pool import memory_notes
 from fitplan.core.plan.planner import (
     EstimateFn,
     MarginPolicy,
@@ -297,6 +298,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
             for s in p.shortfalls
         ],
         "notes": list(p.notes),
+        "memory_notes": list(memory_notes(p.context.usage)),
         "verdict": verdict_json(verdict_of(req, p)) | {"text": verdict_text(req, p)},
         "accuracy": accuracy_json(accuracy_band(req.profile, p.estimate)) if p.estimate is not None else None,
         "largest_n_ctx": p.largest.n_ctx if p.largest is not None else 0,
@@ -356,7 +358,7 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) ->
             ]
         )
     lines.append(out.table(["device", "uses", "may use", "left", ""], rows, align="lrrrl"))
-    for n in p.notes:
+    for n in (*memory_notes(p.context.usage), *p.notes):
         lines.append(f"note: {n}")
     if req.unmodelled:
         lines.append("not modelled (memory not estimated): " + ", ".join(req.unmodelled))

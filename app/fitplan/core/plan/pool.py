@@ -19,7 +19,7 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.base.results import Estimate
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, gib, usage_of
 
-__all__ = ["host_spill_bytes", "pooled", "pooled_usage", "shared_spill_notes"]
+__all__ = ["host_spill_bytes", "memory_notes", "pooled", "pooled_usage", "shared_spill_notes"]
 
 
 def host_spill_bytes(usage: Sequence[DeviceUse]) -> int:
@@ -56,3 +56,17 @@ def shared_spill_notes(usage: Sequence[DeviceUse]) -> tuple[str, ...]:
             "slower; lower -ngl or the context"
         )
     return tuple(out)
+
+
+def memory_notes(usage: Sequence[DeviceUse]) -> tuple[str, ...]:
+    """What the plan's device table cannot say: the host RAM a GPU takes (counted once, in the host's use), and
+    the GPUs Windows would spill into shared memory."""
+    out: list[str] = []
+    for u in usage:
+        spill = u.device.host_spill(u.used_bytes) if u.gpu_index is not None else 0
+        if spill > 0:
+            out.append(
+                f"{u.label} takes {gib(spill)} of host RAM (shared memory: one pool with the host); "
+                "host RAM's use counts it"
+            )
+    return (*out, *shared_spill_notes(usage))
