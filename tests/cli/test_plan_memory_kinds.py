@@ -77,7 +77,8 @@ def test_gb10_is_one_pool_of_the_ram_cuda_reports(capsys: pytest.CaptureFixture[
 def test_a_unified_machine_too_small_for_both_sides_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
     # 64 GiB of host RAM given to a GB10: the GPU's 59 GiB of weights and the host's share do not both fit,
     # although each alone is under its own capacity (counted twice, they would)
-    doc = plan_json(capsys, GPT_OSS_120B, "--assume-gpu", "GB10", "--host-ram", "60GiB", "-ngl", "99",
-                    "-c", "131072")
+    doc = plan_json(
+        capsys, GPT_OSS_120B, "--assume-gpu", "GB10", "--host-ram", "60GiB", "-ngl", "99", "-c", "131072"
+    )
     gpu, host = devices(doc)
     assert gpu["fits"] is True and host["fits"] is False and doc["fits"] is False

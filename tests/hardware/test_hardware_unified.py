@@ -6,7 +6,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Machine, Vendor, host_device
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Vendor, host_device
 from fitplan.core.hardware import (
     AmdSysfsProbe,
     DetectedGpu,
@@ -79,8 +79,12 @@ def test_an_ancestor_cgroup_limit_applies_and_no_limit_changes_nothing(tmp_path:
     write(tmp_path, "cg/a/memory.current", str(2 * GIB))
     write(tmp_path, "cg/a/b/memory.max", "max\n")
     write(tmp_path, "cg/a/b/memory.current", str(1 * GIB))
-    probe = HostMemoryProbe("linux", tmp_path / "proc/meminfo", self_cgroup_path=tmp_path / "proc/self/cgroup",
-                            cgroup_root=tmp_path / "cg")
+    probe = HostMemoryProbe(
+        "linux",
+        tmp_path / "proc/meminfo",
+        self_cgroup_path=tmp_path / "proc/self/cgroup",
+        cgroup_root=tmp_path / "cg",
+    )
     mem = probe.read()
     assert mem is not None and mem.total_bytes == 8 * GIB and mem.available_bytes == 6 * GIB
     write(tmp_path, "cg/a/memory.max", "max\n")
@@ -91,8 +95,12 @@ def test_an_ancestor_cgroup_limit_applies_and_no_limit_changes_nothing(tmp_path:
 def test_cgroup_v1_only_is_ignored(tmp_path: Path) -> None:
     write(tmp_path, "proc/meminfo", MEMINFO)
     write(tmp_path, "proc/self/cgroup", "12:memory:/docker/abc\n")
-    probe = HostMemoryProbe("linux", tmp_path / "proc/meminfo", self_cgroup_path=tmp_path / "proc/self/cgroup",
-                            cgroup_root=tmp_path / "cg")
+    probe = HostMemoryProbe(
+        "linux",
+        tmp_path / "proc/meminfo",
+        self_cgroup_path=tmp_path / "proc/self/cgroup",
+        cgroup_root=tmp_path / "cg",
+    )
     mem = probe.read()
     assert mem is not None and mem.available_bytes == 100000000 * 1024
 
@@ -116,12 +124,19 @@ def amd_card(root: Path, name: str, files: dict[str, str]) -> None:
 
 def test_strix_halo_apu_gets_carve_out_plus_gtt_and_shares_the_gtt(tmp_path: Path) -> None:
     # the layout of ROCm/hip issue 3892: 15.49 GiB carve-out, 96 GiB GTT
-    amd_card(tmp_path, "card1", {
-        "vendor": "0x1002", "device": "0x1586",
-        "mem_info_vram_total": "16636528640", "mem_info_vram_used": str(200 * MIB),
-        "mem_info_gtt_total": "103079215104", "mem_info_gtt_used": str(1 * GIB),
-        "uevent": "PCI_SLOT_NAME=0000:c5:00.0",
-    })
+    amd_card(
+        tmp_path,
+        "card1",
+        {
+            "vendor": "0x1002",
+            "device": "0x1586",
+            "mem_info_vram_total": "16636528640",
+            "mem_info_vram_used": str(200 * MIB),
+            "mem_info_gtt_total": "103079215104",
+            "mem_info_gtt_used": str(1 * GIB),
+            "uevent": "PCI_SLOT_NAME=0000:c5:00.0",
+        },
+    )
     r = AmdSysfsProbe(tmp_path, env={}).probe()
     (g,) = r.gpus
     d = g.device
@@ -135,13 +150,22 @@ def test_strix_halo_apu_gets_carve_out_plus_gtt_and_shares_the_gtt(tmp_path: Pat
 
 
 def test_a_discrete_amd_card_ignores_its_gtt(tmp_path: Path) -> None:
-    amd_card(tmp_path, "card0", {
-        "vendor": "0x1002", "device": "0x744c",
-        "mem_info_vram_total": str(24 * GIB), "mem_info_vram_used": "0",
-        "mem_info_gtt_total": str(32 * GIB), "mem_info_gtt_used": "0",
-    })
+    amd_card(
+        tmp_path,
+        "card0",
+        {
+            "vendor": "0x1002",
+            "device": "0x744c",
+            "mem_info_vram_total": str(24 * GIB),
+            "mem_info_vram_used": "0",
+            "mem_info_gtt_total": str(32 * GIB),
+            "mem_info_gtt_used": "0",
+        },
+    )
     (g,) = AmdSysfsProbe(tmp_path, env={}).probe().gpus
-    assert g.device.total_bytes == 24 * GIB and not g.device.unified_memory and g.device.host_shared_bytes == 0
+    assert (
+        g.device.total_bytes == 24 * GIB and not g.device.unified_memory and g.device.host_shared_bytes == 0
+    )
 
 
 # -- NVIDIA GB10 (NVML: memory Not Supported) and Jetson (device tree) ---------------------------------------------
@@ -158,14 +182,29 @@ class FakeGb10Nvml:
 
     def nvmlInit(self) -> None: ...
     def nvmlShutdown(self) -> None: ...
-    def nvmlSystemGetDriverVersion(self) -> str: return "580.95.05"
-    def nvmlSystemGetCudaDriverVersion(self) -> int: return 13000
-    def nvmlDeviceGetCount(self) -> int: return 1
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> str: return "h"
-    def nvmlDeviceGetName(self, h: Any) -> str: return "NVIDIA GB10"
-    def nvmlDeviceGetUUID(self, h: Any) -> str: return "GPU-gb10"
-    def nvmlDeviceGetPciInfo(self, h: Any) -> Any: return types.SimpleNamespace(busId=b"0000000F:01:00.0")
-    def nvmlDeviceGetCudaComputeCapability(self, h: Any) -> tuple[int, int]: return (12, 1)
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.95.05"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 13000
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return "h"
+
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        return "NVIDIA GB10"
+
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        return "GPU-gb10"
+
+    def nvmlDeviceGetPciInfo(self, h: Any) -> Any:
+        return types.SimpleNamespace(busId=b"0000000F:01:00.0")
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: Any) -> tuple[int, int]:
+        return (12, 1)
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
         raise _NvmlError(3)  # NVML_ERROR_NOT_SUPPORTED, as nvidia-smi's "Not Supported" on a DGX Spark
@@ -215,7 +254,9 @@ def test_intel_arc_on_xe_sums_its_tiles_and_says_free_is_total(tmp_path: Path) -
     write(tmp_path, "class/drm/card1/device/tile0/physical_vram_size_bytes", "16225243136\n")
     (g,) = IntelSysfsProbe(tmp_path).probe().gpus
     assert g.device.total_bytes == g.device.free_bytes == 16225243136
-    assert g.device.vendor is Vendor.INTEL and g.device.backend_name == "SYCL0" and not g.device.unified_memory
+    assert (
+        g.device.vendor is Vendor.INTEL and g.device.backend_name == "SYCL0" and not g.device.unified_memory
+    )
     assert g.notes == (FREE_IS_TOTAL_NOTE,)
 
 
@@ -233,7 +274,9 @@ def test_intel_igpu_is_unified_and_left_out_beside_another_gpu(tmp_path: Path) -
     (g,) = r.gpus
     assert g.device.unified_memory and g.device.free_bytes == 100000000 * 1024
     other = DetectedGpu(Device("RTX", DeviceKind.GPU, 8 * GIB, 8 * GIB, Vendor.NVIDIA), key="GPU-x")
-    r2 = run_probes([FakeProbe(ProbeResult(gpus=(other,))), IntelSysfsProbe(tmp_path), meminfo_probe(tmp_path)])
+    r2 = run_probes(
+        [FakeProbe(ProbeResult(gpus=(other,))), IntelSysfsProbe(tmp_path), meminfo_probe(tmp_path)]
+    )
     assert [x.key for x in r2.gpus] == ["GPU-x"]
     assert any("integrated GPU" in p and "left out" in p for p in r2.problems)
 
@@ -257,8 +300,15 @@ def _use(dev: Device, used: int, gi: int | None) -> DeviceUse:
 
 
 def test_pool_charges_the_host_for_a_unified_gpu_once() -> None:
-    gpu = Device("GB10", DeviceKind.GPU, 120 * GIB, 100 * GIB, Vendor.NVIDIA, unified_memory=True,
-                 host_shared_bytes=100 * GIB)
+    gpu = Device(
+        "GB10",
+        DeviceKind.GPU,
+        120 * GIB,
+        100 * GIB,
+        Vendor.NVIDIA,
+        unified_memory=True,
+        host_shared_bytes=100 * GIB,
+    )
     host = host_device(120 * GIB, 100 * GIB)
     usage = (_use(gpu, 70 * GIB, 0), _use(host, 20 * GIB, None))
     assert host_spill_bytes(usage) == 70 * GIB

@@ -88,7 +88,10 @@ def format_text(r: ProbeResult) -> str:
             lines.append(f"    {d.detail}")
         lines.extend(f"    note: {n}" for n in g.notes)
     if r.host is not None:
-        lines.append(f"Host RAM: {_gib(r.host.available_bytes)} available of {_gib(r.host.total_bytes)}")
+        limited = f" (limited by {r.host.source.split(' + ', 1)[1]})" if " + cgroup" in r.host.source else ""
+        lines.append(
+            f"Host RAM: {_gib(r.host.available_bytes)} available of {_gib(r.host.total_bytes)}{limited}"
+        )
     else:
         lines.append("Host RAM: unknown")
     lines.extend(f"why: {p}" for p in r.problems)

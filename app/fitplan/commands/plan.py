@@ -50,7 +50,6 @@ from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import what_would_change
 from fitplan.core.plan.pins import pins_from_settings
-from fitplan.core.plan.pool import memory_notes
 from fitplan.core.plan.planner import (
     EstimateFn,
     MarginPolicy,
@@ -60,6 +59,7 @@ from fitplan.core.plan.planner import (
     plan,
     plan_verdict,
 )
+from fitplan.core.plan.pool import memory_notes
 from fitplan.core.plan.summary import slots_words, verdict_words
 from fitplan.core.plan.verdict import Verdict
 

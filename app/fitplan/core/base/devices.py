@@ -39,7 +39,9 @@ class Device:
     hypothetical: bool = False  # added by the user, not detected
     backend_name: str = ""  # llama.cpp's device name ("CUDA0", "RPC0"...); empty = derived
     host: str = ""  # for RPC devices: "host:port"
-    unified_memory: bool = False  # the GPU allocates from host RAM (Apple, GB10/Jetson, AMD APUs, Intel iGPUs)
+    unified_memory: bool = (
+        False  # the GPU allocates from host RAM (Apple, GB10/Jetson, AMD APUs, Intel iGPUs)
+    )
     detail: str = ""  # driver, compute capability, PCI bus... for display
     #: the part of `free_bytes` that is host RAM: what the GPU uses beyond `free_bytes - host_shared_bytes` comes
     #: out of the host's pool (all of it on Apple, GB10, Jetson and Intel iGPUs; the GTT part on an AMD APU)

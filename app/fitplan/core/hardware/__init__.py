@@ -51,6 +51,7 @@ __all__ = [
     "IntelSysfsProbe",
     "NvmlProbe",
     "ProbeResult",
+    "TegraProbe",
     "assumed_devices",
     "default_probes",
     "detect_hardware",
@@ -61,7 +62,6 @@ __all__ = [
     "parse_assumed_gpu",
     "resolve_unified",
     "run_probes",
-    "TegraProbe",
     "windows_shared",
 ]
 
@@ -84,9 +84,7 @@ def default_probes(
     return tuple(probes)
 
 
-def detect_hardware(
-    probes: Sequence[DeviceProbe] | None = None, platform: str = sys.platform
-) -> ProbeResult:
+def detect_hardware(probes: Sequence[DeviceProbe] | None = None, platform: str = sys.platform) -> ProbeResult:
     """Run the probes (the defaults for this platform unless given): GPUs, host RAM, and why anything is missing.
     On Windows each discrete GPU is marked with the shared GPU memory it may spill into."""
     result = run_probes(default_probes(platform=platform) if probes is None else probes)

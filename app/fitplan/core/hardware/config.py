@@ -24,7 +24,9 @@ class AssumedGpu:
     memory_bytes: int  # what the GPU can allocate (for Apple: the Metal working set, not the RAM)
     vendor: Vendor = Vendor.GENERIC
     count: int = 1
-    unified_ram_bytes: int = 0  # a unified-memory machine: the RAM this configuration has (0: a discrete card)
+    unified_ram_bytes: int = (
+        0  # a unified-memory machine: the RAM this configuration has (0: a discrete card)
+    )
     #: the part of memory_bytes that is host RAM (an APU's GTT); 0 with unified RAM: all of it
     host_shared_bytes: int = 0
 

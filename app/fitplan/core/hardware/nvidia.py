@@ -179,7 +179,7 @@ class NvmlProbe:
         h = nvml.nvmlDeviceGetHandleByIndex(index)
         try:
             mem = nvml.nvmlDeviceGetMemoryInfo(h)
-        except Exception as exc:  # noqa: BLE001 - NVML (a C library behind pynvml) fails in many ways
+        except Exception as exc:
             if getattr(exc, "value", None) != _NVML_ERROR_NOT_SUPPORTED:
                 raise
             # GB10: "Not Supported"; the GPU allocates from host RAM
