@@ -141,7 +141,9 @@ class LaunchSettings:
     # LoRA adapters: --lora FNAME items and --lora-scaled FNAME:SCALE items, as given
     lora: tuple[str, ...] = ()
     lora_scaled: tuple[str, ...] = ()
-    kv_unified_per_slot: int = 0  # --kv-unified-per-slot N: llama-server sizes the KV pool n_parallel * N without -c
+    kv_unified_per_slot: int = (
+        0  # --kv-unified-per-slot N: llama-server sizes the KV pool n_parallel * N without -c
+    )
     # context extension: --rope-scaling, --rope-scale N (frequency scale 1/N), --rope-freq-scale, --yarn-orig-ctx
     rope_scaling: str = ""  # "" = the model's own (none, linear, yarn)
     rope_scale: float = 0.0

@@ -212,8 +212,14 @@ def estimate(
         parts, gpus, engine.gpu_overhead(settings), reserve_bytes, assumptions, profile, ctx.n_ubatch
     )
 
-    if settings.n_ctx > profile.n_ctx_train > 0:
-        warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
+    trained = context_memory.trained_context(profile, settings)
+    if settings.n_ctx > trained > 0:
+        warnings.append(f"-c {settings.n_ctx} is above the model's training context {trained}")
+    elif trained != profile.n_ctx_train:
+        assumptions.append(
+            f"RoPE scaling: llama.cpp holds the model to a {trained}-token training context "
+            f"(trained for {profile.n_ctx_train}); the scaling changes no buffer"
+        )
 
     devices = _assemble(machine, active_gpu_positions(settings, machine), parts)
     host_runtime = _host_runtime(profile, settings, ctx, caches)

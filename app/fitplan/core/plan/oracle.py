@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.devices import Machine
 from fitplan.core.engines import context_grid
+from fitplan.core.memory.context import trained_context
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.objective import Key, PlacementKey, key, min_gpu_headroom, point_key, tie_key
 from fitplan.core.plan.planner import Pins, Problem, problem_of
@@ -71,7 +72,7 @@ def _largest_context(pb: Problem, solver: Solver, p: Point) -> int:
         return pb.pinned_ctx
     grid = context_grid(pb.profile, pb.base)
     k_lo = -(-pb.need_ctx // grid.step)  # fits (the point was feasible at the floor)
-    k_hi = grid.training_cap(pb.profile.n_ctx_train) // grid.step
+    k_hi = grid.training_cap(trained_context(pb.profile, pb.base)) // grid.step
     if fits(solver.usage(p, k_hi * grid.step)):
         return k_hi * grid.step
     while k_hi - k_lo > 1:

@@ -21,7 +21,7 @@ from fitplan.core.base.results import Estimate
 from fitplan.core.engines import context_grid
 from fitplan.core.engines import context_pad as engine_context_pad
 from fitplan.core.estimate.estimator import estimate
-from fitplan.core.memory.context import sequence_layout
+from fitplan.core.memory.context import sequence_layout, trained_context
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.pool import pooled_usage
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls
@@ -80,7 +80,7 @@ def context_step(settings: LaunchSettings, profile: ModelProfile | None = None) 
 
 def training_cap(profile: ModelProfile, settings: LaunchSettings) -> int:
     """The largest grid context within the training length per stream (at least one step)."""
-    return context_grid(profile, settings).training_cap(profile.n_ctx_train)
+    return context_grid(profile, settings).training_cap(trained_context(profile, settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +190,7 @@ def context_fit(ev: Evaluator, settings: LaunchSettings, *, min_ctx: int = 0) ->
     """The largest context on the grid of `settings` (whose n_ctx is ignored) at least `min_ctx` that fits."""
     grid = context_grid(ev.profile, settings)
     step = grid.step
-    cap = grid.training_cap(ev.profile.n_ctx_train)
+    cap = grid.training_cap(trained_context(ev.profile, settings))
     k_max = max(1, cap // step)
     k_min = max(1, math.ceil(min_ctx / step)) if min_ctx > 0 else 1
     start = ev.evaluations
