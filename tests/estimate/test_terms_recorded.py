@@ -3,6 +3,7 @@ allocated and decided, and what the estimator says for the same command."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,14 @@ from typing import Any
 import pytest
 
 from fitplan.commands.plan import load_profile
-from fitplan.core.base.devices import MIB, Machine, host_device
+from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.base.results import TermKind
 from fitplan.core.estimate.estimator import estimate
+from fitplan.core.inputs.model_source import load_loras
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.memory.context import trained_context
+from fitplan.core.model.lora import LoraError
 from support.models import TESTS
 
 TERMS = TESTS / "fixtures" / "llamacpp" / "terms"
@@ -117,3 +120,119 @@ def test_plan_runs_a_yarn_scaled_model_to_its_adjusted_training_context(
     assert plain["context_cap"] == 131072 and scaled["context_cap"] == 262144
     assert scaled["n_ctx"] > plain["n_ctx"]
     assert "--rope-scaling yarn" in scaled["command"] and "--yarn-orig-ctx 131072" in scaled["command"]
+
+
+# -- LoRA adapters -------------------------------------------------------------------------------------------------
+
+LORA_HEADERS = TESTS / "fixtures" / "llamacpp"
+
+
+def _lora_case_settings(c: dict[str, Any]) -> LaunchSettings:
+    """The case's settings with each adapter path pointing at the adapter's header copy (tensor infos only)."""
+    s = settings_of(c)
+    heads = {name: str(LORA_HEADERS / v["header"]) for name, v in c["loras"].items()}
+
+    def real(item: str) -> str:
+        for name, head in heads.items():
+            item = item.replace(f"$MODELS/llama-3.1-8b-{name}.gguf", head)
+        return item
+
+    return dataclasses.replace(
+        s, lora=tuple(real(x) for x in s.lora), lora_scaled=tuple(real(x) for x in s.lora_scaled)
+    )
+
+
+def _rpc_machine() -> Machine:
+    rpc = Device(
+        "RPC0",
+        DeviceKind.GPU,
+        64 << 30,
+        64 << 30,
+        Vendor.RPC,
+        backend_name="RPC0[127.0.0.1:P1]",
+        host="127.0.0.1:P1",
+    )
+    return Machine((rpc,), host_device(64 << 30))
+
+
+def _lora_bytes(est: Any) -> list[int]:
+    return [sum(t.bytes for t in d.terms if t.label == "LoRA") for d in est.devices]
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "np1-c4096-nr-lora-r16-attn-f32",
+        "np1-c4096-lora-r16-attn-f32",
+        "np1-c4096-nr-lora-r64-all-f16",
+        "np1-c4096-nr-lora-both",
+        "np1-c4096-nr-ngl16-rpc-lora-r16-attn-f32",
+    ],
+)
+def test_lora_buffers_follow_their_base_weights(profile: Any, case_id: str) -> None:
+    (c,) = [c for c in cases("llama-3.1-8b-server") if c["id"] == case_id]
+    r = c["results"]
+    settings = _lora_case_settings(c)
+    rpc = "--rpc" in c["command"]
+    machine = _rpc_machine() if rpc else cpu_machine()
+    loras = load_loras(settings)
+    est = estimate(profile, settings, machine, loras=loras)
+    recorded: dict[str, float] = {}
+    for b in r["lora_buffers"]:
+        where = "rpc" if b["buffer_type"].startswith("RPC") else "host"
+        recorded[where] = recorded.get(where, 0.0) + b["mib"]
+    got = _lora_bytes(est)
+    want = ([round(recorded.get("rpc", 0.0) * MIB)] if rpc else []) + [round(recorded["host"] * MIB)]
+    # the log prints MiB with two decimals: within 0.005 MiB per buffer
+    tolerance = 0.005 * MIB * len(r["lora_buffers"])
+    assert all(abs(g - w) <= tolerance for g, w in zip(got, want, strict=True)), (got, want)
+    # the compute buffer reserved again once the adapters are applied is the size it was without them
+    computes = [b["mib"] for b in r["buffers_mib"] if b["kind"] == "compute"]
+    assert len(computes) == 2 * len(set(computes))
+    plain = estimate(profile, dataclasses.replace(settings, lora=(), lora_scaled=()), machine)
+    assert [d.bytes_of(TermKind.COMPUTE) for d in plain.devices] == [
+        d.bytes_of(TermKind.COMPUTE) for d in est.devices
+    ]
+
+
+def test_lora_for_another_model_is_one_clear_error(profile: Any) -> None:
+    head = str(LORA_HEADERS / "models" / "lora" / "llama-3.1-8b-lora-r16-attn-f32.header.gguf")
+    sparse = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
+    loras = load_loras(LaunchSettings(lora=(head,)))
+    wider = load_profile(str(sparse / "qwen3-30b-a3b.header.gguf"), True)  # 2048 wide: other shapes
+    fewer = load_profile(str(sparse / "lfm2-1.2b.header.gguf"), True)  # no blk.N.attn_q in every layer
+    settings = LaunchSettings(n_ctx=4096, n_parallel=1)
+    with pytest.raises(LoraError, match="has another shape"):
+        estimate(wider, settings, cpu_machine(), loras=loras)
+    with pytest.raises(LoraError, match="is not a weight of this model"):
+        estimate(fewer, settings, cpu_machine(), loras=loras)
+    with pytest.raises(LoraError, match="not a LoRA adapter"):
+        load_loras(LaunchSettings(lora=(HEADER,)))
+    with pytest.raises(LoraError, match="^--lora: /nonexistent/adapter.gguf: cannot open"):
+        load_loras(LaunchSettings(lora=("/nonexistent/adapter.gguf",)))
+
+
+def test_plan_and_command_carry_the_adapter(capsys: pytest.CaptureFixture[str]) -> None:
+    from fitplan import cli
+
+    head = str(LORA_HEADERS / "models" / "lora" / "llama-3.1-8b-lora-r64-all-f16.header.gguf")
+    base = [
+        "plan",
+        HEADER,
+        "--header-only",
+        "--assume-gpu",
+        "A=8GiB",
+        "--host-ram",
+        "64GiB",
+        "-np",
+        "1",
+        "--json",
+    ]
+    assert cli.main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert cli.main([*base, "--lora-scaled", f"{head}:0.5"]) == 0
+    with_lora = json.loads(capsys.readouterr().out)
+    assert f"--lora-scaled {head}:0.5" in with_lora["command"]
+    assert with_lora["unmodelled_flags"] == []
+    # 320 MiB of adapter on an 8 GiB card: less context fits
+    assert with_lora["n_ctx"] < plain["n_ctx"]

@@ -1458,6 +1458,7 @@ def grid_terms(env: Env, only: list[str] | None) -> None:
                     "targets": list(t),
                     "type": d,
                     "file_bytes": loras[name].stat().st_size,
+                    "header": header_copy(loras[name], f"lora/{TERMS_MODEL}-{name}.header.gguf"),
                 }
                 for name, (r, t, d) in TERMS_LORAS.items()
                 if any(f"LORA:{name}" in a for a in args)

@@ -33,7 +33,7 @@ from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.inputs.machine import machine_of
-from fitplan.core.inputs.model_source import launch_projector, load_model
+from fitplan.core.inputs.model_source import launch_projector, load_loras, load_model
 from fitplan.core.launch.command_line import (
     OllamaExport,
     annotate,
@@ -195,7 +195,7 @@ def build_request(
         margin=margin,
         rpc=rpc,
         model_arg=args.model,
-        estimate_fn=default_estimate_fn(mmproj=mmproj, draft=draft),
+        estimate_fn=default_estimate_fn(mmproj=mmproj, draft=draft, loras=load_loras(settings)),
         ignored=parsed.ignored,
         unmodelled=parsed.unmodelled,
         passthrough=parsed.passthrough,

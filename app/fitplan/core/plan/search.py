@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +22,7 @@ from fitplan.core.engines import context_grid
 from fitplan.core.engines import context_pad as engine_context_pad
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.memory.context import sequence_layout, trained_context
+from fitplan.core.model.lora import LoraAdapter
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.pool import pooled_usage
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls
@@ -49,12 +50,18 @@ class EstimateFn(Protocol):
 
 
 def default_estimate_fn(
-    *, mmproj: ModelProfile | None = None, draft: ModelProfile | None = None, reserve_bytes: int | None = None
+    *,
+    mmproj: ModelProfile | None = None,
+    draft: ModelProfile | None = None,
+    reserve_bytes: int | None = None,
+    loras: Sequence[LoraAdapter] = (),
 ) -> EstimateFn:
-    """The real estimator with the projector, draft model and runtime reserve bound."""
+    """The real estimator with the projector, draft model, runtime reserve and LoRA adapters bound."""
 
     def fn(profile: ModelProfile, settings: LaunchSettings, machine: Machine, /) -> Estimate:
-        return estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve_bytes)
+        return estimate(
+            profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve_bytes, loras=loras
+        )
 
     return fn
 
