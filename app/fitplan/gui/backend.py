@@ -263,9 +263,11 @@ class Backend:
         draft: ModelProfile | None = None,
     ) -> Estimate:
         from fitplan.core.estimate.estimator import estimate
+        from fitplan.core.inputs.model_source import load_loras
 
         mmproj = self._mmproj_for(model, settings)
-        return estimate(model.profile, settings, machine, mmproj=mmproj, draft=draft)
+        loras = load_loras(settings)
+        return estimate(model.profile, settings, machine, mmproj=mmproj, draft=draft, loras=loras)
 
     @staticmethod
     def _mmproj_for(model: LoadedModel, settings: LaunchSettings) -> ModelProfile | None:
@@ -284,6 +286,7 @@ class Backend:
         """Memory at CURVE_POINTS contexts. It does not depend on the chosen context, so while only the context
         changes (a slider drag) the last curve is reused."""
         from fitplan.core.estimate.curve import estimate_curve
+        from fitplan.core.inputs.model_source import load_loras
 
         top = max(131072, model.profile.n_ctx_train, settings.n_ctx)
         key = (model.source, id(model.profile), id(draft), replace(settings, n_ctx=0), machine, top)
@@ -292,7 +295,13 @@ class Backend:
         grid = self.curve_contexts(top)
         mmproj = self._mmproj_for(model, settings)
         c = estimate_curve(
-            model.profile, settings, machine, [int(n) for n in grid], mmproj=mmproj, draft=draft
+            model.profile,
+            settings,
+            machine,
+            [int(n) for n in grid],
+            mmproj=mmproj,
+            draft=draft,
+            loras=load_loras(settings),
         )
         curve = CurveData(np.asarray(c.contexts, dtype=np.int64), tuple(c.devices), np.asarray(c.bytes))
         self._curve_cache = (key, curve)
@@ -309,6 +318,7 @@ class Backend:
     def plan(self, request: PlanRequest) -> PlanOutcome:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.estimate.accuracy import accuracy_band
+        from fitplan.core.inputs.model_source import load_loras
         from fitplan.core.plan import planner
         from fitplan.core.plan.alternatives import what_would_change
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
@@ -327,7 +337,7 @@ class Backend:
         given = request.pinned | ({"n_cpu_moe"} if settings.n_cpu_moe else set())
         pins = pins_from_settings(settings, frozenset(given))
         draft = request.draft if settings.draft is not None else None
-        estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft)
+        estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft, loras=load_loras(settings))
         plan = planner.plan(model.profile, machine, pins, margin=margin, estimate_fn=estimate_fn)
         # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
         alternatives = (
