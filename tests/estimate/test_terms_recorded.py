@@ -208,7 +208,7 @@ def test_lora_for_another_model_is_one_clear_error(profile: Any) -> None:
         estimate(fewer, settings, cpu_machine(), loras=loras)
     with pytest.raises(LoraError, match="not a LoRA adapter"):
         load_loras(LaunchSettings(lora=(HEADER,)))
-    with pytest.raises(LoraError, match="^--lora: /nonexistent/adapter.gguf: cannot open"):
+    with pytest.raises(LoraError, match=r"^--lora: /nonexistent/adapter\.gguf: cannot open"):
         load_loras(LaunchSettings(lora=("/nonexistent/adapter.gguf",)))
 
 
