@@ -9,12 +9,11 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_plan_oracle import KINDS, PIN_CHOICES, Scenario, check_scenario
 
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Machine, Vendor, host_device
 from fitplan.core.plan.planner import plan
 from support.plan_models import small_model
-
-from test_plan_oracle import KINDS, PIN_CHOICES, Scenario, check_scenario
 
 
 @dataclasses.dataclass(frozen=True)
