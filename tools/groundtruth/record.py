@@ -30,7 +30,8 @@ projections, rank 64 F16 on every linear weight; CPU repacking on and off; 16 la
 compute buffer reserved again once the adapters are applied (the warm-up); `--kv-unified-per-slot` with and
 without -c (llama-server's own sizing of the KV pool); YaRN context extension (`--rope-scaling yarn --rope-scale
 --yarn-orig-ctx`, membreak dry runs beside the same contexts without it: the buffers, and llama.cpp's re-adjusted
-training context). `-t 2`; about 5 minutes on 2 cores.
+training context); the projector's warm-up with `--image-max-tokens` (Qwen2.5-VL). `-t 2`; about 12 minutes on 2
+cores (`--only qwen2.5-vl-7b` or `--only llama-3.1-8b` for one part).
 """
 
 from __future__ import annotations
@@ -1434,7 +1435,49 @@ def _lora_files(env: Env, base: Path) -> dict[str, Path]:
     return out
 
 
+#: the projector's warm-up image with --image-max-tokens (Qwen2.5-VL: 46 x 46 merged tokens unless fewer are allowed)
+TERMS_MMPROJ = ("qwen2.5-vl-7b", "mmproj-qwen2.5-vl-7b")
+TERMS_MMPROJ_CASES: list[tuple[str, list[str]]] = [
+    ("mmproj-np1-c4096", ["-c", "4096", "-np", "1", "-fit", "off", "-nr"]),
+    (
+        "mmproj-np1-c4096-imt1024",
+        ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--image-max-tokens", "1024"],
+    ),
+    (
+        "mmproj-np1-c4096-imt256",
+        ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--image-max-tokens", "256"],
+    ),
+    (
+        "mmproj-np1-c4096-imt8192",
+        ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--image-max-tokens", "8192"],
+    ),
+]
+
+
+def _terms_mmproj(env: Env) -> None:
+    name, mmproj = TERMS_MMPROJ
+    path, model = sparse_model(env, name, vocab="spm")
+    mm_path = sparse_models.generate(mmproj, env.work / "sparse")
+    hdr = sparse_models.generate(mmproj, MODELS_DIR / "sparse", header_only=True)
+    cases: list[dict[str, Any]] = []
+    for cid, args in TERMS_MMPROJ_CASES:
+        t0 = time.time()
+        case = case_from_server(env, cid, path, ["--mmproj", str(mm_path), *args])
+        case["mmproj"] = {
+            "generator": "tools/groundtruth/sparse_models.py",
+            "name": mmproj,
+            "config": sparse_models.MMPROJ_CONFIGS[mmproj],
+            "file_bytes": mm_path.stat().st_size,
+            "header": os.path.relpath(hdr, FIXTURES),
+        }
+        cases.append(case)
+        print("terms", name, cid, "error" not in case, f"{time.time() - t0:.1f}s", flush=True)
+    write_fixture("terms", f"{name}-mmproj", fixture_doc("llama-server", model, cases))
+
+
 def grid_terms(env: Env, only: list[str] | None) -> None:
+    if not only or TERMS_MMPROJ[0] in only:
+        _terms_mmproj(env)
     if only and TERMS_MODEL not in only:
         return
     path, model = sparse_model(env, TERMS_MODEL, vocab="spm")
