@@ -170,3 +170,22 @@ def test_command_line_for_the_plan(backend: Backend) -> None:
     assert out.args[out.args.index("-c") + 1] == "32768"
     text = backend.render_command(out.args, "sh")
     assert text.startswith("llama-server \\\n  -m ")
+
+
+def test_a_unified_gpu_plan_says_what_host_ram_it_takes(backend: Backend) -> None:
+    """The window shows the same shared-memory note as `fitplan plan` (core/plan/pool.py memory_notes)."""
+    llama = backend.load(str(LLAMA))
+    spark = Device(
+        "GB10",
+        DeviceKind.GPU,
+        100 * GIB,
+        100 * GIB,
+        Vendor.NVIDIA,
+        unified_memory=True,
+        host_shared_bytes=100 * GIB,
+    )
+    out = backend.plan(PlanRequest(1, llama, BASE, Machine((spark,), host_device(100 * GIB))))
+    assert out.verdict.level == VerdictLevel.FITS
+    assert any("of host RAM" in n and "one pool" in n for n in out.notes)
+    discrete = backend.plan(PlanRequest(2, llama, BASE, machine(gpu("RTX 4090", 24))))
+    assert not any("of host RAM" in n for n in discrete.notes)

@@ -322,6 +322,7 @@ class Backend:
         from fitplan.core.plan import planner
         from fitplan.core.plan.alternatives import what_would_change
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
+        from fitplan.core.plan.pool import memory_notes
         from fitplan.core.plan.search import default_estimate_fn
         from fitplan.core.plan.summary import verdict_words
 
@@ -366,7 +367,7 @@ class Backend:
             args,
             curve,
             plan_settings,
-            (*notes, *plan.notes),
+            (*notes, *memory_notes(plan.context.usage), *plan.notes),
             ollama,
             alternatives,
             accuracy_band(model.profile, est),
