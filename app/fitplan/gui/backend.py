@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fitplan.core.base.devices import GIB, MIB, Device, Machine, Vendor
+from fitplan.core.base.devices import MIB, Device, Machine, Vendor
 from fitplan.core.base.errors import GGUFError
 from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, MmprojPlacement
@@ -241,18 +241,22 @@ class Backend:
 
     @staticmethod
     def catalog() -> tuple[tuple[str, int, Vendor], ...]:
-        """GPUs to offer as hypothetical devices: consumer cards first, bigger memory first."""
+        """GPUs to offer as hypothetical devices: consumer cards first, bigger memory first; each with the memory the
+        catalog's rule gives it (`CatalogGpu.assumed`: what the backend reports, an APU's carve-out + GTT, Apple's
+        Metal working set)."""
         from fitplan.core.hardware.catalog import load_catalog
 
-        order = {"consumer": 0, "workstation": 1, "datacenter": 2, "apple": 3}
-        rows: list[tuple[int, float, str, Vendor]] = []
+        order = {"consumer": 0, "workstation": 1, "datacenter": 2, "apple": 3, "apu": 4, "unified": 5}
+        rows: list[tuple[int, float, str, int, Vendor]] = []
         for gpu in load_catalog().gpus:
             sizes = gpu.memory_gib
             for gib in sizes:
                 name = gpu.name if len(sizes) == 1 else f"{gpu.name} {gib:g}GB"
-                rows.append((order.get(gpu.segment, 4), -gib, name, gpu.vendor))
+                rows.append(
+                    (order.get(gpu.segment, 6), -gib, name, gpu.assumed(gib).memory_bytes, gpu.vendor)
+                )
         rows.sort()
-        return tuple((name, int(-neg * GIB), vendor) for _seg, neg, name, vendor in rows)
+        return tuple((name, size, vendor) for _seg, _neg, name, size, vendor in rows)
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def estimate(
