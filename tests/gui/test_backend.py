@@ -196,7 +196,10 @@ def test_catalog_offers_each_gpu_with_the_memory_its_rule_gives() -> None:
     reports, a Strix Halo with its carve-out and GTT, a Mac with its Metal working set."""
     from fitplan.core.hardware import parse_assumed_gpu
 
-    offered = {name: size for name, size, _vendor in Backend.catalog()}
+    offered = {name: size for name, size, _vendor, _shared in Backend.catalog()}
+    shared = {name: part for name, _size, _vendor, part in Backend.catalog()}
+    assert shared["Arc A770 16GB"] == 0 and shared["GB10"] == offered["GB10"]
+    assert 0 < shared["Radeon 8060S 128GB"] < offered["Radeon 8060S 128GB"]  # the GTT part, not the carve-out
     assert offered["Arc A770 16GB"] == parse_assumed_gpu("Arc A770 16GB").memory_bytes == 16225243136
     assert offered["Radeon 8060S 128GB"] == parse_assumed_gpu("Strix Halo 128GB").memory_bytes
     assert offered["GB10"] == parse_assumed_gpu("DGX Spark").memory_bytes

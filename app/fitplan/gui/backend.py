@@ -240,23 +240,24 @@ class Backend:
         return Detection(machine.gpus, machine.host, tuple(result.problems))
 
     @staticmethod
-    def catalog() -> tuple[tuple[str, int, Vendor], ...]:
+    def catalog() -> tuple[tuple[str, int, Vendor, int], ...]:
         """GPUs to offer as hypothetical devices: consumer cards first, bigger memory first; each with the memory the
         catalog's rule gives it (`CatalogGpu.assumed`: what the backend reports, an APU's carve-out + GTT, Apple's
-        Metal working set)."""
+        Metal working set) and the part of it that is host RAM (0 for a discrete card)."""
         from fitplan.core.hardware.catalog import load_catalog
 
         order = {"consumer": 0, "workstation": 1, "datacenter": 2, "apple": 3, "apu": 4, "unified": 5}
-        rows: list[tuple[int, float, str, int, Vendor]] = []
+        rows: list[tuple[int, float, str, int, Vendor, int]] = []
         for gpu in load_catalog().gpus:
             sizes = gpu.memory_gib
             for gib in sizes:
                 name = gpu.name if len(sizes) == 1 else f"{gpu.name} {gib:g}GB"
+                a = gpu.assumed(gib)
                 rows.append(
-                    (order.get(gpu.segment, 6), -gib, name, gpu.assumed(gib).memory_bytes, gpu.vendor)
+                    (order.get(gpu.segment, 6), -gib, name, a.memory_bytes, gpu.vendor, a.shared_bytes)
                 )
         rows.sort()
-        return tuple((name, size, vendor) for _seg, _neg, name, size, vendor in rows)
+        return tuple((name, size, vendor, shared) for _seg, _neg, name, size, vendor, shared in rows)
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def estimate(

@@ -35,7 +35,9 @@ def _describe(d: Device) -> str:
 class HardwarePanel(QWidget):
     devices_changed = Signal()
 
-    def __init__(self, catalog: tuple[tuple[str, int, Vendor], ...], parent: QWidget | None = None) -> None:
+    def __init__(
+        self, catalog: tuple[tuple[str, int, Vendor, int], ...], parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self._detected: tuple[Device, ...] = ()
         self._host: Device | None = None
@@ -59,8 +61,8 @@ class HardwarePanel(QWidget):
         self.empty_hint.setWordWrap(True)
 
         self.catalog = QComboBox()
-        for name, size, vendor in catalog:
-            self.catalog.addItem(f"{name} ({size / GIB:.0f} GiB)", (name, size, vendor.value))
+        for name, size, vendor, shared in catalog:
+            self.catalog.addItem(f"{name} ({size / GIB:.0f} GiB)", (name, size, vendor.value, shared))
         self.catalog.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.catalog.setMinimumContentsLength(CATALOG_MIN_CHARS)
         self.catalog.setToolTip("A GPU model from the catalog, to plan for a card you do not have")
@@ -128,7 +130,7 @@ class HardwarePanel(QWidget):
         for d in self._detected:
             self._add_item(d, planned)
         for h in hypothetical:
-            self._add_item(hypothetical_gpu(h.name, h.total_bytes, h.vendor), planned)
+            self._add_item(hypothetical_gpu(h.name, h.total_bytes, h.vendor, h.host_shared_bytes), planned)
         self.list.blockSignals(False)
         self.empty_hint.setVisible(self.list.count() == 0 and self._host is not None)
         self.list.setVisible(self.list.count() > 0)
@@ -165,7 +167,7 @@ class HardwarePanel(QWidget):
 
     def hypothetical(self) -> tuple[HypotheticalDevice, ...]:
         return tuple(
-            HypotheticalDevice(d.name, d.total_bytes, d.vendor.value)
+            HypotheticalDevice(d.name, d.total_bytes, d.vendor.value, d.host_shared_bytes)
             for d, _on in self.devices()
             if d.hypothetical
         )
@@ -195,8 +197,8 @@ class HardwarePanel(QWidget):
             n += 1
         return f"{name} #{n}"
 
-    def add_hypothetical(self, name: str, total_bytes: int, vendor: str = "nvidia") -> None:
-        h = (*self.hypothetical(), HypotheticalDevice(self._unique(name), total_bytes, vendor))
+    def add_hypothetical(self, name: str, total_bytes: int, vendor: str = "nvidia", shared: int = 0) -> None:
+        h = (*self.hypothetical(), HypotheticalDevice(self._unique(name), total_bytes, vendor, shared))
         planned = self.planned_names()
         if planned is not None:
             planned = (*planned, h[-1].name)
@@ -205,8 +207,8 @@ class HardwarePanel(QWidget):
     def _add_from_catalog(self) -> None:
         data = self.catalog.currentData()
         if data:
-            name, size, vendor = data
-            self.add_hypothetical(name, int(size), vendor)
+            name, size, vendor, shared = data
+            self.add_hypothetical(name, int(size), vendor, int(shared))
 
     def _add_by_size(self) -> None:
         gib = self.size_box.value()
