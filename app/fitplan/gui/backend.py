@@ -25,6 +25,7 @@ from fitplan.core.plan.verdict import FitLevel
 if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
     from fitplan.core.library.scanner import LibraryScanner
+    from fitplan.core.model.lora import LoraAdapter
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
 
@@ -268,11 +269,22 @@ class Backend:
         draft: ModelProfile | None = None,
     ) -> Estimate:
         from fitplan.core.estimate.estimator import estimate
-        from fitplan.core.inputs.model_source import load_loras
 
         mmproj = self._mmproj_for(model, settings)
-        loras = load_loras(settings)
+        loras, _unread = self._loras(settings)
         return estimate(model.profile, settings, machine, mmproj=mmproj, draft=draft, loras=loras)
+
+    @staticmethod
+    def _loras(settings: LaunchSettings) -> tuple[tuple[LoraAdapter, ...], tuple[str, ...]]:
+        """The LoRA adapters of the settings, and a line for adapters that cannot be read: the window keeps
+        planning without them and says so (the CLI refuses the command)."""
+        from fitplan.core.inputs.model_source import load_loras
+        from fitplan.core.model.lora import LoraError
+
+        try:
+            return load_loras(settings), ()
+        except LoraError as exc:
+            return (), (f"{exc}: the adapters are not counted in this plan.",)
 
     @staticmethod
     def _mmproj_for(model: LoadedModel, settings: LaunchSettings) -> ModelProfile | None:
@@ -291,7 +303,6 @@ class Backend:
         """Memory at CURVE_POINTS contexts. It does not depend on the chosen context, so while only the context
         changes (a slider drag) the last curve is reused."""
         from fitplan.core.estimate.curve import estimate_curve
-        from fitplan.core.inputs.model_source import load_loras
 
         top = max(131072, model.profile.n_ctx_train, settings.n_ctx)
         key = (model.source, id(model.profile), id(draft), replace(settings, n_ctx=0), machine, top)
@@ -306,7 +317,7 @@ class Backend:
             [int(n) for n in grid],
             mmproj=mmproj,
             draft=draft,
-            loras=load_loras(settings),
+            loras=self._loras(settings)[0],
         )
         curve = CurveData(np.asarray(c.contexts, dtype=np.int64), tuple(c.devices), np.asarray(c.bytes))
         self._curve_cache = (key, curve)
@@ -323,7 +334,6 @@ class Backend:
     def plan(self, request: PlanRequest) -> PlanOutcome:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.estimate.accuracy import accuracy_band
-        from fitplan.core.inputs.model_source import load_loras
         from fitplan.core.plan import planner
         from fitplan.core.plan.alternatives import what_would_change
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
@@ -343,7 +353,9 @@ class Backend:
         given = request.pinned | ({"n_cpu_moe"} if settings.n_cpu_moe else set())
         pins = pins_from_settings(settings, frozenset(given))
         draft = request.draft if settings.draft is not None else None
-        estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft, loras=load_loras(settings))
+        loras, unread = self._loras(settings)
+        notes.extend(unread)
+        estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft, loras=loras)
         plan = planner.plan(model.profile, machine, pins, margin=margin, estimate_fn=estimate_fn)
         # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
         alternatives = (
