@@ -262,6 +262,11 @@ def settings_path(directory: Path | None = None) -> Path:
 def _to_json(settings: UserSettings) -> dict[str, Any]:
     data = asdict(settings)
     data["model_choices"] = {k: asdict(v) for k, v in settings.model_choices.items()}
+    # a discrete card is written as before shared memory existed (no host_shared_bytes key)
+    data["hypothetical_devices"] = [
+        {k: v for k, v in asdict(d).items() if k != "host_shared_bytes" or v}
+        for d in settings.hypothetical_devices
+    ]
     return data
 
 
