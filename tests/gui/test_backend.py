@@ -170,3 +170,37 @@ def test_command_line_for_the_plan(backend: Backend) -> None:
     assert out.args[out.args.index("-c") + 1] == "32768"
     text = backend.render_command(out.args, "sh")
     assert text.startswith("llama-server \\\n  -m ")
+
+
+def test_a_unified_gpu_plan_says_what_host_ram_it_takes(backend: Backend) -> None:
+    """The window shows the same shared-memory note as `fitplan plan` (core/plan/pool.py memory_notes)."""
+    llama = backend.load(str(LLAMA))
+    spark = Device(
+        "GB10",
+        DeviceKind.GPU,
+        100 * GIB,
+        100 * GIB,
+        Vendor.NVIDIA,
+        unified_memory=True,
+        host_shared_bytes=100 * GIB,
+    )
+    out = backend.plan(PlanRequest(1, llama, BASE, Machine((spark,), host_device(100 * GIB))))
+    assert out.verdict.level == VerdictLevel.FITS
+    assert any("of host RAM" in n and "one pool" in n for n in out.notes)
+    discrete = backend.plan(PlanRequest(2, llama, BASE, machine(gpu("RTX 4090", 24))))
+    assert not any("of host RAM" in n for n in discrete.notes)
+
+
+def test_catalog_offers_each_gpu_with_the_memory_its_rule_gives() -> None:
+    """The window's catalog and `--assume-gpu` agree (`CatalogGpu.assumed`): the Arc A770 16 GB with what SYCL
+    reports, a Strix Halo with its carve-out and GTT, a Mac with its Metal working set."""
+    from fitplan.core.hardware import parse_assumed_gpu
+
+    offered = {name: size for name, size, _vendor, _shared in Backend.catalog()}
+    shared = {name: part for name, _size, _vendor, part in Backend.catalog()}
+    assert shared["Arc A770 16GB"] == 0 and shared["GB10"] == offered["GB10"]
+    assert 0 < shared["Radeon 8060S 128GB"] < offered["Radeon 8060S 128GB"]  # the GTT part, not the carve-out
+    assert offered["Arc A770 16GB"] == parse_assumed_gpu("Arc A770 16GB").memory_bytes == 16225243136
+    assert offered["Radeon 8060S 128GB"] == parse_assumed_gpu("Strix Halo 128GB").memory_bytes
+    assert offered["GB10"] == parse_assumed_gpu("DGX Spark").memory_bytes
+    assert offered["Apple M2 Max 64GB"] == parse_assumed_gpu("M2 Max 64GB").memory_bytes < 64 * GIB

@@ -56,6 +56,9 @@ def test_dropping_a_command_sets_the_controls(qtbot: Any, window: MainWindow) ->
     assert out.estimate.settings.n_parallel == 2 and window.settings.context_box.value() == 16384
     assert "--lora extra.gguf" in window.command.text.toPlainText()
     assert "--lora" in window.banner.text()
+    # the adapter is planned (no control holds it); one that cannot be read is named, and the plan goes on
+    assert out.estimate.settings.lora == ("extra.gguf",)
+    assert any("extra.gguf" in n and "not counted" in n for n in out.notes)
 
 
 def test_gpu_layers_as_n_of_m(qtbot: Any, window: MainWindow) -> None:

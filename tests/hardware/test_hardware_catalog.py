@@ -30,7 +30,7 @@ def test_catalog_is_well_formed_and_covers_the_families() -> None:
     assert len(names) == len(set(names)) == len(cat)
     for g in cat:
         assert g.memory_gib and all(m > 0 for m in g.memory_gib), g.name
-        assert g.segment in {"consumer", "workstation", "datacenter", "apple"}
+        assert g.segment in {"consumer", "workstation", "datacenter", "apple", "apu", "unified"}
     for required in (
         "GeForce GTX 1080 Ti",
         "GeForce RTX 2080 Ti",

@@ -46,6 +46,7 @@ class FakeGpu:
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
     migs: list[FakeMig | None] | None = None  # None: MIG off; a list: MIG on, None entries are empty slots
     fail: set[str] = field(default_factory=set)  # NVML function names that raise NOT_SUPPORTED
+    fail_code: int = 3  # the NVML error they raise (NOT_SUPPORTED)
 
 
 def mem(total: int, used: int) -> types.SimpleNamespace:
@@ -71,7 +72,7 @@ class FakeNvml:
 
     def _check(self, h: Any, fn: str) -> None:
         if isinstance(h, FakeGpu) and fn in h.fail:
-            raise FakeNVMLError(NOT_SUPPORTED)
+            raise FakeNVMLError(h.fail_code)
 
     def nvmlInit(self) -> None:
         if self.init_error is not None:
@@ -127,7 +128,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMigMode(self, h: FakeGpu) -> tuple[int, int]:
         if h.migs is None:
-            raise FakeNVMLError(NOT_SUPPORTED)  # consumer GPUs answer NOT_SUPPORTED
+            raise FakeNVMLError(h.fail_code)  # consumer GPUs answer NOT_SUPPORTED
         return (1, 1)
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h: FakeGpu) -> int:
@@ -300,6 +301,7 @@ def test_missing_library_module() -> None:
 def test_failing_memory_call_skips_only_that_gpu() -> None:
     bad = rtx3090("00000000:02:00.0", "GPU-bad")
     bad.fail = {"memory"}
+    bad.fail_code = 999  # an NVML failure; NOT_SUPPORTED is a unified-memory GPU (test_hardware_unified.py)
     fake = FakeNvml([rtx4090(), bad])
     r = NvmlProbe({}, loader=lambda: fake).probe()
     assert [g.uuid for g in r.gpus] == ["GPU-4090aaaa-0000"]

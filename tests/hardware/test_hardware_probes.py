@@ -240,7 +240,13 @@ def test_run_probes_merges_and_contains_failures() -> None:
 
 def test_default_probes_per_platform() -> None:
     kinds = {p: [type(x).__name__ for x in default_probes({}, p)] for p in ("linux", "darwin", "win32")}
-    assert kinds["linux"] == ["NvmlProbe", "AmdSysfsProbe", "HostMemoryProbe"]
+    assert kinds["linux"] == [
+        "NvmlProbe",
+        "TegraProbe",
+        "AmdSysfsProbe",
+        "IntelSysfsProbe",
+        "HostMemoryProbe",
+    ]
     assert kinds["darwin"] == ["AppleSiliconProbe", "HostMemoryProbe"]
     assert kinds["win32"] == ["NvmlProbe", "HostMemoryProbe"]
     assert isinstance(default_probes({}, "linux")[0], NvmlProbe)

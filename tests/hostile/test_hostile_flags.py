@@ -43,7 +43,7 @@ _TEXT_KEYS = {
     "model", "model_url", "hf_repo", "mmproj_path", "mmproj_url", "rpc", "tensor_overrides", "cache_type_k", "cache_type_v", "devices",
     "spec_types", "draft_model", "draft_type_k", "draft_type_v", "cache_type_k_swa", "cache_type_v_swa",
     "kv_tail_type", "mtp_cache_type_k", "mtp_cache_type_v", "ollama_kv_cache_type", "split_mode", "load_mode",
-    "flash_attn", "fit", "ollama_flash_attention",
+    "flash_attn", "fit", "ollama_flash_attention", "lora",
 }  # fmt: skip
 NUMERIC = [f for f in FLAGS if f.read is not None and f.names and f.key not in _TEXT_KEYS]
 CASES = [(row, name, value) for row in NUMERIC for name in row.names for value in HOSTILE_VALUES]
@@ -200,17 +200,17 @@ def test_former_blow_ups_stay_under_a_memory_and_time_cap(argv: list[str]) -> No
 
 # -- flags fitplan does not model ---------------------------------------------------------------------------------
 
-KEPT = ["--lora", "adapter.gguf", "--temp", "0.7", "--rope-scaling", "yarn", "--keep", "5", "--top-k=40"]
+KEPT = ["--image-max-tokens", "1024", "--temp", "0.7", "--mirostat", "2", "--keep", "5", "--top-k=40"]
 
 
 def test_command_keeps_unmodelled_flags_and_names_them(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err, _ = _cli(capsys, "command", QWEN3_MOE, *HW, "--host-ram", "64GiB", "--shell", "sh", *KEPT)
     assert code == 0
     assert out.rstrip("\n").endswith(
-        " --lora adapter.gguf --temp 0.7 --rope-scaling yarn --keep 5 --top-k=40"
+        " --image-max-tokens 1024 --temp 0.7 --mirostat 2 --keep 5 --top-k=40"
     )
     lines = err.splitlines()
-    assert any("does not account" in line and "--lora adapter.gguf" in line for line in lines), err
+    assert any("does not account" in line and "--image-max-tokens 1024" in line for line in lines), err
     assert any("no effect on memory" in line and "--temp 0.7" in line for line in lines), err
     # the command fed back as pins gives the same command
     args = out.split()[1:]
@@ -225,7 +225,7 @@ def test_command_keeps_unmodelled_flags_and_names_them(capsys: pytest.CaptureFix
 def test_parse_keeps_the_words_of_unmodelled_flags() -> None:
     p = parse_flags(["-c", "8", *KEPT, "-t", "4"])
     assert p.passthrough == (*KEPT, "-t", "4")
-    assert p.unmodelled == ("--lora adapter.gguf",)
+    assert p.unmodelled == ("--image-max-tokens 1024",)
 
 
 @pytest.mark.parametrize("pattern", ["(a*)*b", "(.*a)+x", "(a|ab)*c", "blk\\.(\\d+)+\\.ffn=CUDA0"])

@@ -34,3 +34,16 @@ def test_planned_machine_with_a_hypothetical_host() -> None:
     m = planned_machine([gpu], real_host, 32 * GIB)
     assert m.host.total_bytes == m.host.free_bytes == 32 * GIB and m.host.hypothetical
     assert planned_machine([gpu], real_host).host is real_host
+
+
+def test_a_hypothetical_gpu_with_shared_memory_is_one_pool_with_the_host() -> None:
+    from fitplan.core.base.devices import GIB
+    from fitplan.core.inputs.machine import hypothetical_gpu
+
+    apu = hypothetical_gpu("Radeon 8060S 128GB", 64 * GIB, "amd", 63 * GIB)
+    assert apu.unified_memory and apu.host_shared_bytes == 63 * GIB
+    assert (
+        apu.host_spill(GIB // 2) == 0 and apu.host_spill(10 * GIB) == 9 * GIB
+    )  # beyond its 1 GiB of its own
+    card = hypothetical_gpu("RTX 4090", 24 * GIB, "nvidia")
+    assert not card.unified_memory and card.host_spill(20 * GIB) == 0

@@ -66,6 +66,7 @@ def _full_settings() -> UserSettings:
         hypothetical_devices=(
             HypotheticalDevice("RTX 4090", 24 << 30),
             HypotheticalDevice("MI300X", 192 << 30, "amd"),
+            HypotheticalDevice("Radeon 8060S 128GB", 69 << 30, "amd", 68 << 30),
         ),
         planned_devices=("RTX 4090",),
         recent_files=("/models/a.gguf",),

@@ -380,6 +380,11 @@ def _not_default(name: str, default: object) -> object:
         "tensor_overrides": (TensorOverride("blk\\.0\\.", "CPU"),),
         "spec_types": ("ngram-simple",),
         "fit_target_mib": (512,),
+        "lora": ("/m/adapter.gguf",),
+        "lora_scaled": ("/m/other.gguf:0.5",),
+        "rope_scaling": "yarn",
+        "rope_scale": 4.0,
+        "rope_freq_scale": 0.25,
     }
     if name in explicit:
         return explicit[name]

@@ -27,6 +27,14 @@ attention on/off, `-ub` 512/2048), 20 settings each, rebuilt from their header c
 Grids i, j and k (not defaults): GPU-shaped devices without a GPU (membreak --standin, tools/groundtruth/standin):
 ggml-cuda's (`--grids standin`), ggml-vulkan's and ggml-metal's (`--grids standin_vulkan,standin_metal`), and
 llama-server on the CUDA stand-in loaded as a dynamic backend (`--grids standin_server`: projectors, a draft).
+Grid j (`terms/`, `--grids terms`, not a default): the terms of llama-server beyond one model's weights, cache and
+compute, on llama-3.1-8b: `--lora` adapters written by tools/groundtruth/make_lora.py (rank 16 F32 on the attention
+projections, rank 64 F16 on every linear weight; CPU repacking on and off; 16 layers on an RPC device), the
+compute buffer reserved again once the adapters are applied (the warm-up); `--kv-unified-per-slot` with and
+without -c (llama-server's own sizing of the KV pool); YaRN context extension (`--rope-scaling yarn --rope-scale
+--yarn-orig-ctx`, membreak dry runs beside the same contexts without it: the buffers, and llama.cpp's re-adjusted
+training context); the projector's warm-up with `--image-max-tokens` (Qwen2.5-VL). `-t 2`; about 12 minutes on 2
+cores (`--only qwen2.5-vl-7b` or `--only llama-3.1-8b` for one part).
 """
 
 from __future__ import annotations
@@ -82,6 +90,11 @@ RE_LAYER_DEV = re.compile(r"^load_tensors: layer +(\d+) assigned to device (\S+)
 RE_KV_LAYER_DEV = re.compile(r"^llama_kv_cache: layer +(\d+): dev = (\S+)")
 RE_RS_LAYER_DEV = re.compile(r"^llama_memory_recurrent,? layer +(\d+): dev = (\S+)")
 RE_GRAPH = re.compile(r"^sched_reserve: graph: nodes = (\d+), splits = (\d+)")
+RE_LORA_BUF = re.compile(r"^llama_adapter_lora_init_impl: +(\S+) LoRA buffer size = +([\d.]+) MiB")
+RE_YARN_TRAIN = re.compile(r"n_ctx_train adjusted to (\d+)")
+RE_PER_SLOT = re.compile(
+    r"--kv-unified-per-slot: sizing KV pool to n_parallel \* kv_unified_per_slot = .* = (\d+)"
+)
 
 
 def _compress_devs(devs: dict[int, str]) -> list[list[Any]]:
@@ -192,6 +205,13 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
             }
         if m := RE_GRAPH.match(line):
             out["graph"] = {"nodes": int(m.group(1)), "splits": int(m.group(2))}
+            out.setdefault("graphs", []).append(out["graph"])
+        if m := RE_LORA_BUF.match(line):
+            out.setdefault("lora_buffers", []).append({"buffer_type": m.group(1), "mib": float(m.group(2))})
+        if m := RE_YARN_TRAIN.search(line):
+            out["n_ctx_train_adjusted"] = int(m.group(1))
+        if m := RE_PER_SLOT.search(line):
+            out["per_slot_n_ctx"] = int(m.group(1))
     out["layer_devices"] = _compress_devs(layer_dev)
     out["swa_layers"] = [il for il in sorted(layer_swa) if layer_swa[il]]
     return out
@@ -339,6 +359,8 @@ def case_from_membreak(
         "graph": parsed.get("graph"),
         "resolved": resolved,
     }
+    if "n_ctx_train_adjusted" in parsed:
+        results["n_ctx_train_adjusted"] = parsed["n_ctx_train_adjusted"]
     return {
         "id": case_id,
         "command": _display_argv(argv, env),
@@ -1273,6 +1295,9 @@ def _server_case_from_lines(
         "worst_case": parsed.get("worst_case"),
         "resolved": resolved,
     }
+    for key in ("lora_buffers", "graphs", "per_slot_n_ctx"):
+        if key in parsed:
+            results[key] = parsed[key]
     case: dict[str, Any] = {
         "id": case_id,
         "command": _display_argv(argv, env),
@@ -1553,6 +1578,177 @@ def grid_fitparams(env: Env, only: list[str] | None) -> None:
         write_fixture("fitparams", name, fixture_doc("llama-fit-params", models[name][1], cases))
 
 
+# ------------------------------------------------------------------------------------------------ grid j: terms
+
+TERMS_MODEL = "llama-3.1-8b"
+#: (file name, rank, targets, type) of the adapters make_lora.py writes for the terms grid
+TERMS_LORAS: dict[str, tuple[int, tuple[str, ...], str]] = {
+    "lora-r16-attn-f32": (16, ("attn_q", "attn_k", "attn_v", "attn_output"), "f32"),
+    "lora-r64-all-f16": (
+        64,
+        ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"),
+        "f16",
+    ),
+}
+_SRV = ["-c", "4096", "-np", "1", "-fit", "off"]
+#: (case id, arguments); LORA:<name> is the adapter's path, RPC the endpoint of one rpc-server
+TERMS_SERVER_CASES: list[tuple[str, list[str]]] = [
+    ("np1-c4096-nr", [*_SRV, "-nr"]),
+    ("np1-c4096-nr-lora-r16-attn-f32", [*_SRV, "-nr", "--lora", "LORA:lora-r16-attn-f32"]),
+    ("np1-c4096-lora-r16-attn-f32", [*_SRV, "--lora", "LORA:lora-r16-attn-f32"]),
+    ("np1-c4096-nr-lora-r64-all-f16", [*_SRV, "-nr", "--lora-scaled", "LORA:lora-r64-all-f16:0.5"]),
+    (
+        "np1-c4096-nr-lora-both",
+        [*_SRV, "-nr", "--lora", "LORA:lora-r16-attn-f32,LORA:lora-r64-all-f16"],
+    ),
+    (
+        "np1-c4096-nr-ngl16-rpc-lora-r16-attn-f32",
+        [*_SRV, "-nr", "--rpc", "RPC", "-ngl", "16", "--lora", "LORA:lora-r16-attn-f32"],
+    ),
+    ("np4-kvups2048-nr", ["-np", "4", "--kv-unified-per-slot", "2048", "-fit", "off", "-nr", "--no-warmup"]),
+    (
+        "np4-c4096-kvups2048-nr",
+        ["-np", "4", "-c", "4096", "--kv-unified-per-slot", "2048", "-fit", "off", "-nr", "--no-warmup"],
+    ),
+]
+#: membreak dry runs: YaRN beside the same context without it
+TERMS_YARN_CASES: list[tuple[str, list[str]]] = [
+    ("c65536", ["-c", "65536", "-np", "1", "-fa", "on"]),
+    (
+        "c65536-yarn4-orig16384",
+        [
+            "-c",
+            "65536",
+            "-np",
+            "1",
+            "-fa",
+            "on",
+            "--rope-scaling",
+            "yarn",
+            "--rope-scale",
+            "4",
+            "--yarn-orig-ctx",
+            "16384",
+        ],
+    ),
+    ("c262144", ["-c", "262144", "-np", "1", "-fa", "on"]),
+    (
+        "c262144-yarn4",
+        [
+            "-c",
+            "262144",
+            "-np",
+            "1",
+            "-fa",
+            "on",
+            "--rope-scaling",
+            "yarn",
+            "--rope-scale",
+            "4",
+            "--yarn-orig-ctx",
+            "65536",
+        ],
+    ),
+    (
+        "c262144-yarn2-freq",
+        ["-c", "262144", "-np", "1", "-fa", "on", "--rope-scaling", "yarn", "--rope-freq-scale", "0.5"],
+    ),
+]
+
+
+def _lora_files(env: Env, base: Path) -> dict[str, Path]:
+    import make_lora
+
+    out: dict[str, Path] = {}
+    for name, (rank, targets, dtype) in TERMS_LORAS.items():
+        path = env.work / f"{TERMS_MODEL}-{name}.gguf"
+        if not path.exists():
+            make_lora.write_lora(base, path, rank, targets, dtype, 32.0)
+        out[name] = path
+    return out
+
+
+#: the projector's warm-up image with --image-max-tokens (Qwen2.5-VL: 46 x 46 merged tokens unless fewer are allowed)
+TERMS_MMPROJ = ("qwen2.5-vl-7b", "mmproj-qwen2.5-vl-7b")
+TERMS_MMPROJ_CASES: list[tuple[str, list[str]]] = [
+    ("mmproj-np1-c4096", ["-c", "4096", "-np", "1", "-fit", "off", "-nr"]),
+    (
+        "mmproj-np1-c4096-imt1024",
+        ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--image-max-tokens", "1024"],
+    ),
+    (
+        "mmproj-np1-c4096-imt256",
+        ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--image-max-tokens", "256"],
+    ),
+    (
+        "mmproj-np1-c4096-imt8192",
+        ["-c", "4096", "-np", "1", "-fit", "off", "-nr", "--image-max-tokens", "8192"],
+    ),
+]
+
+
+def _terms_mmproj(env: Env) -> None:
+    name, mmproj = TERMS_MMPROJ
+    path, model = sparse_model(env, name, vocab="spm")
+    mm_path = sparse_models.generate(mmproj, env.work / "sparse")
+    hdr = sparse_models.generate(mmproj, MODELS_DIR / "sparse", header_only=True)
+    cases: list[dict[str, Any]] = []
+    for cid, args in TERMS_MMPROJ_CASES:
+        t0 = time.time()
+        case = case_from_server(env, cid, path, ["--mmproj", str(mm_path), *args])
+        case["mmproj"] = {
+            "generator": "tools/groundtruth/sparse_models.py",
+            "name": mmproj,
+            "config": sparse_models.MMPROJ_CONFIGS[mmproj],
+            "file_bytes": mm_path.stat().st_size,
+            "header": os.path.relpath(hdr, FIXTURES),
+        }
+        cases.append(case)
+        print("terms", name, cid, "error" not in case, f"{time.time() - t0:.1f}s", flush=True)
+    write_fixture("terms", f"{name}-mmproj", fixture_doc("llama-server", model, cases))
+
+
+def grid_terms(env: Env, only: list[str] | None) -> None:
+    if not only or TERMS_MMPROJ[0] in only:
+        _terms_mmproj(env)
+    if only and TERMS_MODEL not in only:
+        return
+    path, model = sparse_model(env, TERMS_MODEL, vocab="spm")
+    loras = _lora_files(env, path)
+    cases: list[dict[str, Any]] = []
+    with RpcServers(env, 1) as rpc:
+        for cid, args in TERMS_SERVER_CASES:
+            real: list[str] = []
+            for a in args:
+                for name, p in loras.items():
+                    a = a.replace(f"LORA:{name}", str(p))
+                real.append(rpc.endpoints if a == "RPC" else a)
+            t0 = time.time()
+            case = case_from_server(env, cid, path, real)
+            text = json.dumps(case).replace(rpc.endpoints, "127.0.0.1:P1")
+            case = json.loads(text)
+            case["loras"] = {
+                name: {
+                    "generator": "tools/groundtruth/make_lora.py",
+                    "rank": r,
+                    "targets": list(t),
+                    "type": d,
+                    "file_bytes": loras[name].stat().st_size,
+                    "header": header_copy(loras[name], f"lora/{TERMS_MODEL}-{name}.header.gguf"),
+                }
+                for name, (r, t, d) in TERMS_LORAS.items()
+                if any(f"LORA:{name}" in a for a in args)
+            }
+            cases.append(case)
+            print("terms", cid, "error" not in case, f"{time.time() - t0:.1f}s", flush=True)
+    write_fixture("terms", f"{TERMS_MODEL}-server", fixture_doc("llama-server", model, cases))
+    yarn: list[dict[str, Any]] = []
+    for cid, args in TERMS_YARN_CASES:
+        case = case_from_membreak(env, cid, path, args)
+        yarn.append(case)
+    write_fixture("terms", f"{TERMS_MODEL}-yarn", fixture_doc("membreak", model, yarn))
+
+
 GRIDS = {
     "archs": grid_archs,
     "sparse": grid_sparse,
@@ -1566,6 +1762,7 @@ GRIDS = {
     "standin_vulkan": grid_standin_vulkan,
     "standin_metal": grid_standin_metal,
     "standin_server": grid_standin_server,
+    "terms": grid_terms,
 }
 
 
@@ -1586,7 +1783,7 @@ def main(argv: list[str] | None = None) -> int:
         default="archs,sparse,placement,server,fitparams",
         help="comma-separated grids: "
         + ",".join(GRIDS)
-        + " (quantkv, wide, newarchs and the standin grids are not in the default)",
+        + " (quantkv, wide, newarchs, the standin grids and terms are not in the default)",
     )
     ap.add_argument("--only", nargs="*", default=None, help="model names to (re)record")
     args = ap.parse_args(argv)

@@ -23,9 +23,10 @@ from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.estimate.accuracy import AccuracyBand, accuracy_band
 from fitplan.core.estimate.estimator import estimate
 from fitplan.core.inputs.machine import MachineRequest, build_machine
-from fitplan.core.inputs.model_source import launch_projector, load_model
+from fitplan.core.inputs.model_source import launch_projector, load_loras, load_model
 from fitplan.core.launch.flags import ParsedFlags, parse_flags, parse_mib
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.pool import memory_notes
 from fitplan.core.plan.usage import DEFAULT_MARGIN_MIB, MarginPolicy, parse_gpu_margins, parse_reserve
 from fitplan.core.plan.verdict import Verdict, judge
 
@@ -217,7 +218,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     draft = load_profile(settings.draft.model_path, ho) if settings.draft is not None else None
     machine, notes = machine_for(parsed, list(args.assume_gpu), args.host_ram)
     reserve = None if args.reserve is None else int(parse_mib("--reserve", args.reserve) * MIB)
-    est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve)
+    loras = load_loras(settings)
+    est = estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve, loras=loras)
     v = judge(est, machine, margin_policy(args, machine))
     band = accuracy_band(profile, est)
     speed = speed_of(profile, machine, est.settings, args)
@@ -282,6 +284,7 @@ def verdict_lines(v: Verdict) -> str:
     with_margin = out.style("yes", out.GREEN) if v.fits else out.style("no", out.RED, out.BOLD)
     lines = [f"fits the card: {card}; fits with the margin ({v.margin_text()}): {with_margin}"]
     lines.extend(f"  {s.describe()}" for s in v.shortfalls)
+    lines.extend(f"note: {n}" for n in memory_notes(v.card_usage))
     lines.append(f"slots: {v.slots_text()}")
     return "\n".join(lines)
 

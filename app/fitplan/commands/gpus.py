@@ -43,6 +43,8 @@ def gpu_to_dict(g: DetectedGpu) -> dict[str, object]:
         "other_processes": g.other_processes,
         "processes": [dataclasses.asdict(p) for p in g.processes],
         "unified_memory": d.unified_memory,
+        "host_shared_bytes": d.host_shared_bytes,
+        "os_shared_bytes": d.os_shared_bytes,
         "key": g.key,
         "uuid": g.uuid,
         "pci_bus_id": g.pci_bus_id,
@@ -61,6 +63,8 @@ def result_to_dict(r: ProbeResult) -> dict[str, object]:
             "total_bytes": r.host.total_bytes,
             "available_bytes": r.host.available_bytes,
             "source": r.host.source,
+            "hugepages_free_bytes": r.host.hugepages_free_bytes,
+            "unlimited_available_bytes": r.host.unlimited_available_bytes,
         }
         if r.host is not None
         else None
@@ -87,7 +91,10 @@ def format_text(r: ProbeResult) -> str:
             lines.append(f"    {d.detail}")
         lines.extend(f"    note: {n}" for n in g.notes)
     if r.host is not None:
-        lines.append(f"Host RAM: {_gib(r.host.available_bytes)} available of {_gib(r.host.total_bytes)}")
+        limited = f" (limited by {r.host.source.split(' + ', 1)[1]})" if " + cgroup" in r.host.source else ""
+        lines.append(
+            f"Host RAM: {_gib(r.host.available_bytes)} available of {_gib(r.host.total_bytes)}{limited}"
+        )
     else:
         lines.append("Host RAM: unknown")
     lines.extend(f"why: {p}" for p in r.problems)

@@ -34,7 +34,7 @@ from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.numbers import INT32_MAX, int_reader
 from fitplan.core.estimate.accuracy import accuracy_band
 from fitplan.core.inputs.machine import machine_of
-from fitplan.core.inputs.model_source import launch_projector, load_model
+from fitplan.core.inputs.model_source import launch_projector, load_loras, load_model
 from fitplan.core.launch.command_line import (
     OllamaExport,
     annotate,
@@ -61,6 +61,7 @@ from fitplan.core.plan.planner import (
     plan,
     plan_verdict,
 )
+from fitplan.core.plan.pool import memory_notes
 from fitplan.core.plan.summary import slots_words, verdict_words
 from fitplan.core.plan.usage import held_by_others
 from fitplan.core.plan.verdict import Verdict
@@ -217,7 +218,7 @@ def build_request(
         margin=margin,
         rpc=rpc,
         model_arg=args.model,
-        estimate_fn=default_estimate_fn(mmproj=mmproj, draft=draft),
+        estimate_fn=default_estimate_fn(mmproj=mmproj, draft=draft, loras=load_loras(settings)),
         ignored=parsed.ignored,
         unmodelled=parsed.unmodelled,
         passthrough=parsed.passthrough,
@@ -335,6 +336,7 @@ def plan_to_dict(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell) -
         ],
         "notes": list(p.notes),
         "objective": p.objective.goal.value,
+        "memory_notes": list(memory_notes(p.context.usage)),
         "verdict": verdict_json(verdict_of(req, p)) | {"text": verdict_text(req, p)},
         "accuracy": accuracy_json(accuracy_band(req.profile, p.estimate)) if p.estimate is not None else None,
         "largest_n_ctx": p.largest.n_ctx if p.largest is not None else 0,
@@ -397,7 +399,7 @@ def format_text(req: PlanRequest, p: Plan, argv: Sequence[str], shell: Shell, wh
             ]
         )
     lines.append(out.table(["device", "uses", "may use", "left", ""], rows, align="lrrrl"))
-    for n in p.notes:
+    for n in (*memory_notes(p.context.usage), *p.notes):
         lines.append(f"note: {n}")
     if req.unmodelled:
         lines.append("not modelled (memory not estimated): " + ", ".join(req.unmodelled))

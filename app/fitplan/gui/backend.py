@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
     from fitplan.core.hardware.catalog import CatalogChoice
     from fitplan.core.library.scanner import LibraryScanner
+    from fitplan.core.model.lora import LoraAdapter
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
     from fitplan.core.speed import PlanSpeed
@@ -269,7 +270,20 @@ class Backend:
         from fitplan.core.estimate.estimator import estimate
 
         mmproj = self._mmproj_for(model, settings)
-        return estimate(model.profile, settings, machine, mmproj=mmproj, draft=draft)
+        loras, _unread = self._loras(settings)
+        return estimate(model.profile, settings, machine, mmproj=mmproj, draft=draft, loras=loras)
+
+    @staticmethod
+    def _loras(settings: LaunchSettings) -> tuple[tuple[LoraAdapter, ...], tuple[str, ...]]:
+        """The LoRA adapters of the settings, and a line for adapters that cannot be read: the window keeps
+        planning without them and says so (the CLI refuses the command)."""
+        from fitplan.core.inputs.model_source import load_loras
+        from fitplan.core.model.lora import LoraError
+
+        try:
+            return load_loras(settings), ()
+        except LoraError as exc:
+            return (), (f"{exc}: the adapters are not counted in this plan.",)
 
     @staticmethod
     def _mmproj_for(model: LoadedModel, settings: LaunchSettings) -> ModelProfile | None:
@@ -296,7 +310,13 @@ class Backend:
         grid = self.curve_contexts(top)
         mmproj = self._mmproj_for(model, settings)
         c = estimate_curve(
-            model.profile, settings, machine, [int(n) for n in grid], mmproj=mmproj, draft=draft
+            model.profile,
+            settings,
+            machine,
+            [int(n) for n in grid],
+            mmproj=mmproj,
+            draft=draft,
+            loras=self._loras(settings)[0],
         )
         curve = CurveData(np.asarray(c.contexts, dtype=np.int64), tuple(c.devices), np.asarray(c.bytes))
         self._curve_cache = (key, curve)
@@ -316,6 +336,7 @@ class Backend:
         from fitplan.core.plan import planner
         from fitplan.core.plan.alternatives import what_would_change, why_this_context
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
+        from fitplan.core.plan.pool import memory_notes
         from fitplan.core.plan.search import default_estimate_fn
         from fitplan.core.plan.summary import verdict_words
 
@@ -331,7 +352,9 @@ class Backend:
         given = request.pinned | ({"n_cpu_moe"} if settings.n_cpu_moe else set())
         pins = pins_from_settings(settings, frozenset(given))
         draft = request.draft if settings.draft is not None else None
-        estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft)
+        loras, unread = self._loras(settings)
+        notes.extend(unread)
+        estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft, loras=loras)
         objective = Objective(request.goal)
         plan = planner.plan(
             model.profile, machine, pins, objective=objective, margin=margin, estimate_fn=estimate_fn
@@ -366,7 +389,7 @@ class Backend:
             args,
             curve,
             plan_settings,
-            (*notes, *plan.notes, *why),
+            (*notes, *memory_notes(plan.context.usage), *plan.notes, *why),
             ollama,
             alternatives,
             accuracy_band(model.profile, est),

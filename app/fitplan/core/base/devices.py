@@ -39,7 +39,9 @@ class Device:
     hypothetical: bool = False  # added by the user, not detected
     backend_name: str = ""  # llama.cpp's device name ("CUDA0", "RPC0"...); empty = derived
     host: str = ""  # for RPC devices: "host:port"
-    unified_memory: bool = False  # Apple Silicon: the GPU pool is carved out of host RAM
+    unified_memory: bool = (
+        False  # the GPU allocates from host RAM (Apple, GB10/Jetson, AMD APUs, Intel iGPUs)
+    )
     detail: str = ""  # driver, compute capability, PCI bus... for display
     #: what the driver reports for the speed model (bytes/s; 0 = not reported, the catalog's figures are used):
     #: the memory bus (bus width x max memory clock) and the PCIe link (generation x width)
@@ -48,6 +50,18 @@ class Device:
     #: the top memory clock (MHz) where the driver gives a clock but no bandwidth (amdgpu's pp_dpm_mclk); the speed
     #: model turns it into a bandwidth with the catalog's bus width and memory type (0 = not reported)
     memory_clock_mhz: float = 0.0
+    #: the part of `free_bytes` that is host RAM: what the GPU uses beyond `free_bytes - host_shared_bytes` comes
+    #: out of the host's pool (all of it on Apple, GB10, Jetson and Intel iGPUs; the GTT part on an AMD APU)
+    host_shared_bytes: int = 0
+    #: Windows: the shared GPU memory (system RAM) the driver lets a discrete GPU spill into instead of failing
+    os_shared_bytes: int = 0
+
+    def host_spill(self, used_bytes: int) -> int:
+        """The bytes of `used_bytes` on this GPU that come out of host RAM (0 for a discrete card's VRAM)."""
+        if self.host_shared_bytes <= 0:
+            return 0
+        dedicated = max(0, self.free_bytes - self.host_shared_bytes)
+        return max(0, used_bytes - dedicated)
 
 
 def assumed_gpu(name: str, gib: float, vendor: Vendor = Vendor.NVIDIA) -> Device:

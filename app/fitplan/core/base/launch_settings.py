@@ -139,3 +139,19 @@ class LaunchSettings:
     mtp_cache_type_v: str = "f16"
     # ollama only: OLLAMA_GPU_OVERHEAD in bytes (reserved per GPU)
     gpu_overhead_bytes: int = 0
+    # LoRA adapters: --lora FNAME items and --lora-scaled FNAME:SCALE items, as given
+    lora: tuple[str, ...] = ()
+    lora_scaled: tuple[str, ...] = ()
+    kv_unified_per_slot: int = (
+        0  # --kv-unified-per-slot N: llama-server sizes the KV pool n_parallel * N without -c
+    )
+    # context extension: --rope-scaling, --rope-scale N (frequency scale 1/N), --rope-freq-scale, --yarn-orig-ctx
+    rope_scaling: str = ""  # "" = the model's own (none, linear, yarn)
+    rope_scale: float = 0.0
+    rope_freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+
+    @property
+    def lora_paths(self) -> tuple[str, ...]:
+        """Every adapter file, --lora ones first, then --lora-scaled ones (their scale does not change memory)."""
+        return (*self.lora, *(item.rsplit(":", 1)[0] for item in self.lora_scaled))

@@ -24,6 +24,7 @@ __all__ = [
     "int_or_none",
     "int_reader",
     "is_digits",
+    "json_real",
     "loads_json",
     "parse_int",
     "parse_real",
@@ -130,3 +131,11 @@ def loads_json(text: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply") from exc
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8: {exc.reason}") from exc
+
+
+def json_real(value: object, lo: float = 0.0, hi: float = 1e18) -> float:
+    """A number of a parsed JSON document (`loads_json`: a bundled data file's field): an int or a float within
+    [lo, hi]; anything else (text, a bool, NaN, an infinity) is a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise ValueError(f"{_shown(repr(value))} is not a number from {lo:g} to {hi:g}")
+    return float(value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from fitplan.core.base.devices import Device
+from fitplan.core.base.devices import Device, DeviceKind
 from fitplan.core.base.launch_settings import LaunchSettings
 
 
@@ -89,3 +89,8 @@ class Estimate:
     # what a real load maps for the host's weights (`mapped_span_bytes`: the file's span, page cache, not counted)
     weights_mapped_span: int = 0
     assumptions: tuple[str, ...] = ()
+
+    @property
+    def gpu_host_share_bytes(self) -> int:
+        """The host RAM the GPUs of this estimate take (unified memory, an APU's GTT: `Device.host_spill`)."""
+        return sum(d.device.host_spill(d.used_bytes) for d in self.devices if d.device.kind is DeviceKind.GPU)

@@ -36,6 +36,7 @@ from fitplan.core.memory.weights import (
     active_gpus,
     place_weights,
 )
+from fitplan.core.model.lora import LoraAdapter
 from fitplan.core.model.profile import ModelProfile
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def estimate_curve(
     draft: ModelProfile | None = None,
     reserve_bytes: int | None = None,
     cpu: CpuFeatures = DEFAULT_CPU_FEATURES,
+    loras: Sequence[LoraAdapter] = (),
 ) -> Curve:
     """Every term on every device of `estimate()` for each of `contexts` (values of -c)."""
     ctxs = np.asarray(list(contexts), dtype=np.int64)
@@ -113,6 +115,7 @@ def estimate_curve(
             draft=draft,
             reserve_bytes=reserve_bytes,
             cpu=cpu,
+            loras=loras,
         )
         _fill(out, int(i), e)
         n_ctx_out[i] = e.context.n_ctx
@@ -123,7 +126,14 @@ def estimate_curve(
     ref_c = int(ctxs[idx][np.argmax(eff[idx])])
     ref_settings = dataclasses.replace(settings, n_ctx=ref_c)
     ref = estimate(
-        profile, ref_settings, machine, mmproj=mmproj, draft=None, reserve_bytes=reserve_bytes, cpu=cpu
+        profile,
+        ref_settings,
+        machine,
+        mmproj=mmproj,
+        draft=None,
+        reserve_bytes=reserve_bytes,
+        cpu=cpu,
+        loras=loras,
     )
     # Terms that do not depend on the context.
     for d, de in enumerate(ref.devices):

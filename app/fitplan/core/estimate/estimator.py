@@ -59,6 +59,7 @@ from fitplan.core.memory.weights import (
     mapped_span_bytes,
     place_weights,
 )
+from fitplan.core.model.lora import LoraAdapter, LoraError
 from fitplan.core.model.profile import ClipParams, ModelProfile
 
 #: Patches assumed for an mmproj whose header gives no position-embedding table (a 448x448 image, 14-pixel patches).
@@ -165,6 +166,7 @@ def estimate(
     draft: ModelProfile | None = None,
     reserve_bytes: int | None = None,
     cpu: CpuFeatures = DEFAULT_CPU_FEATURES,
+    loras: Sequence[LoraAdapter] = (),
 ) -> Estimate:
     """Everything llama.cpp allocates for `profile` with `settings` on `machine`, per device and term."""
     validate_settings(profile, settings)
@@ -184,6 +186,14 @@ def estimate(
     names = [gpu_backend(machine.gpus[i], i).buffer_type for i in active_gpu_positions(settings, machine)]
 
     _add_weights(parts, placement, names)
+    if loras:
+        _add_loras(
+            parts,
+            profile,
+            placement,
+            loras,
+            [machine.gpus[i] for i in active_gpu_positions(settings, machine)],
+        )
 
     # KV cache and recurrent state.
     caches = engines.engine_context_caches(profile, ctx, settings)
@@ -222,8 +232,14 @@ def estimate(
         parts, gpus, engine.gpu_overhead(settings), reserve_bytes, assumptions, profile, ctx.n_ubatch
     )
 
-    if settings.n_ctx > profile.n_ctx_train > 0:
-        warnings.append(f"-c {settings.n_ctx} is above the model's training context {profile.n_ctx_train}")
+    trained = context_memory.trained_context(profile, settings)
+    if settings.n_ctx > trained > 0:
+        warnings.append(f"-c {settings.n_ctx} is above the model's training context {trained}")
+    elif trained != profile.n_ctx_train:
+        assumptions.append(
+            f"RoPE scaling: llama.cpp holds the model to a {trained}-token training context "
+            f"(trained for {profile.n_ctx_train}); the scaling changes no buffer"
+        )
 
     devices = _assemble(machine, active_gpu_positions(settings, machine), parts)
     host_runtime = _host_runtime(profile, settings, ctx, caches)
@@ -256,6 +272,49 @@ def _add_weights(parts: _Parts, placement: WeightPlacement, names: Sequence[str]
                 f"{b.n_tensors} tensors in {b.buffer_type} on {where}, each padded to the buffer's alignment"
                 f"{kind_note}",
                 label=b.buffer_type,
+            ),
+        )
+
+
+def _add_loras(
+    parts: _Parts,
+    profile: ModelProfile,
+    placement: WeightPlacement,
+    loras: Sequence[LoraAdapter],
+    gpus: Sequence[Device],
+) -> None:
+    """LoRA adapters (`fitplan.core.model.lora`): each pair in its base weight's buffer type, CPU for a repacked
+    weight, padded to that buffer's alignment; one term per device. An adapter for another model is refused as
+    llama.cpp refuses it."""
+    where = {t.name: t for t in placement.tensors if not t.duplicate}
+    shapes = {t.name: t.shape for t in profile.tensors}
+    per_device: dict[int | None, tuple[int, int]] = {}
+    for adapter in loras:
+        name = adapter.path.rsplit("/", 1)[-1]
+        for pair in adapter.pairs:
+            base = where.get(pair.base)
+            if base is None:
+                raise LoraError(
+                    f"--lora {name}: {pair.base} is not a weight of this model (another base model?)"
+                )
+            if not pair.fits(shapes.get(pair.base, ())):
+                raise LoraError(
+                    f"--lora {name}: {pair.base} has another shape in this model (another base model?)"
+                )
+            dev = base.device
+            align = CPU_ALIGNMENT if dev is None else gpu_backend(gpus[dev], dev).alignment
+            nbytes = pad(pair.a_bytes, align) + pad(pair.b_bytes, align)
+            total, count = per_device.get(dev, (0, 0))
+            per_device[dev] = (total + nbytes, count + 1)
+    for dev, (nbytes, count) in per_device.items():
+        parts.add(
+            dev,
+            Term(
+                TermKind.WEIGHTS,
+                nbytes,
+                f"{count} LoRA pairs ({len(loras)} adapter{'s' if len(loras) != 1 else ''}) beside their base "
+                "weights, allocated (not mapped), each tensor padded to the buffer's alignment",
+                label="LoRA",
             ),
         )
 
@@ -615,7 +674,7 @@ def _generic_raw_image(mmproj: ModelProfile, shapes: dict[str, tuple[int, ...]])
     clip = mmproj.clip
     if clip is not None and clip.projector_type in ("qwen2vl_merger", "qwen3vl_merger"):
         n_pos = (QWEN_VL_WARMUP_SIDE * (clip.spatial_merge_size or 2)) ** 2
-    patch = int(shapes.get("v.patch_embd.weight", (14,))[0])
+    patch = shapes.get("v.patch_embd.weight", (14,))[0]
     side = round(math.sqrt(max(n_pos - 1, 1))) * patch
     return 4 * 3 * side * side
 

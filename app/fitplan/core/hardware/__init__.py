@@ -19,6 +19,7 @@ from fitplan.core.hardware.catalog import (
 )
 from fitplan.core.hardware.config import AssumedGpu, HardwareConfig
 from fitplan.core.hardware.host import HostMemoryProbe
+from fitplan.core.hardware.intel import IntelSysfsProbe
 from fitplan.core.hardware.nvidia import NvmlProbe
 from fitplan.core.hardware.probe import (
     DetectedGpu,
@@ -28,8 +29,11 @@ from fitplan.core.hardware.probe import (
     ProbeResult,
     machine_from,
     merge_results,
+    resolve_unified,
     run_probes,
+    windows_shared,
 )
+from fitplan.core.hardware.tegra import TegraProbe
 
 __all__ = [
     "AmdSysfsProbe",
@@ -44,8 +48,10 @@ __all__ = [
     "HardwareConfig",
     "HostMemory",
     "HostMemoryProbe",
+    "IntelSysfsProbe",
     "NvmlProbe",
     "ProbeResult",
+    "TegraProbe",
     "assumed_devices",
     "default_probes",
     "detect_hardware",
@@ -54,7 +60,9 @@ __all__ = [
     "machine_from",
     "merge_results",
     "parse_assumed_gpu",
+    "resolve_unified",
     "run_probes",
+    "windows_shared",
 ]
 
 
@@ -67,13 +75,17 @@ def default_probes(
     if platform != "darwin":
         probes.append(NvmlProbe(environ))
     if platform.startswith("linux"):
+        probes.append(TegraProbe())
         probes.append(AmdSysfsProbe(env=environ))
+        probes.append(IntelSysfsProbe())
     if platform == "darwin":
         probes.append(AppleSiliconProbe(platform))
     probes.append(HostMemoryProbe(platform))
     return tuple(probes)
 
 
-def detect_hardware(probes: Sequence[DeviceProbe] | None = None) -> ProbeResult:
-    """Run the probes (the defaults for this platform unless given): GPUs, host RAM, and why anything is missing."""
-    return run_probes(default_probes() if probes is None else probes)
+def detect_hardware(probes: Sequence[DeviceProbe] | None = None, platform: str = sys.platform) -> ProbeResult:
+    """Run the probes (the defaults for this platform unless given): GPUs, host RAM, and why anything is missing.
+    On Windows each discrete GPU is marked with the shared GPU memory it may spill into."""
+    result = run_probes(default_probes(platform=platform) if probes is None else probes)
+    return windows_shared(result) if platform in ("win32", "cygwin") else result

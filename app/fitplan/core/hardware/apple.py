@@ -97,6 +97,7 @@ class AppleSiliconProbe:
             vendor=Vendor.APPLE,
             backend_name="MTL0",
             unified_memory=True,
+            host_shared_bytes=total,  # every byte of the working set is host RAM
             detail=f"unified memory {ram / GIB:.0f} GiB; GPU working set {total / GIB:.1f} GiB ({how})",
         )
         return ProbeResult(gpus=(DetectedGpu(device=dev, key="apple", index=0),))

@@ -11,10 +11,25 @@ units ("24 GB" boards have 24 GiB), so GB is read as GiB and MB as MiB. A NAME m
 the catalog's configurations ("A100 80GB"); without one, the catalog's most common configuration is used.
 Apple Silicon entries are unified memory: the GPU gets macOS's default Metal working set of that RAM
 (`estimated_metal_working_set`).
+
+Other memory kinds (`memory_kind` in the catalog; `reported_gib` maps a configuration to what the backend
+reports of it, from published logs listed under `evidence`):
+
+* "dedicated" (the default): a discrete card; its memory is `reported_gib` of the configuration, else the
+  configuration itself.
+* "unified" (NVIDIA GB10 / DGX Spark, Jetson): the GPU allocates from the RAM the OS sees (`reported_gib`: what
+  llama.cpp's CUDA backend reports as the total); the machine's host RAM is that same pool.
+* "apu" (AMD Strix Halo, 780M): a firmware carve-out (`carve_out_gib`) and the GTT, which the kernel sizes at half
+  of the RAM the OS sees by default (TTM's page limit); the GPU gets carve-out + GTT, the GTT part shared with the
+  host, whose RAM is what the OS sees (RAM - carve-out).
+
+A unified or APU entry plans a whole machine: its RAM becomes the host RAM unless --host-ram says otherwise, and
+the plan counts the shared bytes once (core/plan/pool.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +38,7 @@ from importlib import resources
 
 from fitplan.core.base.devices import GIB, LLAMA_MAX_DEVICES, Device, Vendor
 from fitplan.core.base.errors import FitplanError
-from fitplan.core.base.numbers import int_or_none, is_digits, loads_json, real_or_none
+from fitplan.core.base.numbers import int_or_none, is_digits, json_real, loads_json, real_or_none
 from fitplan.core.hardware.apple import estimated_metal_working_set
 from fitplan.core.hardware.config import AssumedGpu
 
@@ -51,21 +66,42 @@ MAX_SIZE_BYTES = 1 << 50
 _FAMILY_PREFIXES = ("rtx", "gtx", "rx", "arc", "mi")
 
 
+def _gib_key(text: str) -> float:
+    """A configuration's size as a key of the catalog's `reported_gib` ("64")."""
+    gib = real_or_none(text, 0.0, MAX_SIZE_BYTES / GIB)
+    if gib is None:
+        raise ValueError(f"catalog: {text!r} is not a memory size in GiB")
+    return gib
+
+
 class AssumedGpuError(FitplanError):
     """An --assume-gpu spec that names no known GPU or has no readable size."""
+
+
+#: memory kinds of the catalog (`memory_kind`)
+MEMORY_KINDS = ("dedicated", "unified", "apu")
+#: Linux's default GTT size: half of the RAM the OS sees (TTM's page limit)
+GTT_FRACTION = 2
 
 
 @dataclass(frozen=True, slots=True)
 class CatalogGpu:
     name: str
     vendor: Vendor
-    segment: str  # consumer, workstation, datacenter, apple
+    segment: str  # consumer, workstation, datacenter, apple, unified, apu
     memory_gib: tuple[float, ...]  # configurations sold, most common first
     aliases: tuple[str, ...] = ()
+    memory_kind: str = "dedicated"  # MEMORY_KINDS (Apple: unified through the Metal working set)
+    reported_gib: tuple[tuple[float, float], ...] = ()  # (configuration, what the backend reports of it)
+    carve_out_gib: float = 0.0  # "apu": the firmware's VRAM carve-out
+    evidence: tuple[str, ...] = ()  # public addresses of the published figures
 
     @property
     def unified_memory(self) -> bool:
-        return self.vendor is Vendor.APPLE
+        return self.vendor is Vendor.APPLE or self.memory_kind in ("unified", "apu")
+
+    def reported(self, gib: float) -> float | None:
+        return next((r for c, r in self.reported_gib if c == gib), None)
 
     @property
     def memory_bytes(self) -> int:
@@ -75,15 +111,33 @@ class CatalogGpu:
     def assumed(self, memory_gib: float | None = None) -> AssumedGpu:
         gib = self.memory_gib[0] if memory_gib is None else memory_gib
         ram = int(gib * GIB)
-        if self.unified_memory:
+        label = f"{self.name} {gib:g} GiB"
+        if self.vendor is Vendor.APPLE:
             return AssumedGpu(
-                name=f"{self.name} {gib:g} GiB",
+                name=label,
                 memory_bytes=estimated_metal_working_set(ram),
                 vendor=self.vendor,
                 unified_ram_bytes=ram,
             )
-        name = self.name if len(self.memory_gib) == 1 else f"{self.name} {gib:g} GiB"
-        return AssumedGpu(name=name, memory_bytes=ram, vendor=self.vendor)
+        reported = self.reported(gib)
+        if self.memory_kind == "unified":
+            seen = round((reported if reported is not None else gib) * GIB)
+            return AssumedGpu(label, seen, self.vendor, unified_ram_bytes=seen, host_shared_bytes=seen)
+        if self.memory_kind == "apu":
+            carve = int(self.carve_out_gib * GIB)
+            seen = round(reported * GIB) if reported is not None else ram - carve
+            gtt = seen // GTT_FRACTION
+            return AssumedGpu(label, carve + gtt, self.vendor, unified_ram_bytes=seen, host_shared_bytes=gtt)
+        name = self.name if len(self.memory_gib) == 1 else label
+        size = round(reported * GIB) if reported is not None else ram
+        return AssumedGpu(name=name, memory_bytes=size, vendor=self.vendor)
+
+
+def _memory_kind(row: dict[str, object]) -> str:
+    kind = str(row.get("memory_kind", "dedicated"))
+    if kind not in MEMORY_KINDS:
+        raise ValueError(f"catalog: {row.get('name')!r} has an unknown memory_kind {kind!r}")
+    return kind
 
 
 def normalise_name(name: str) -> str:
@@ -124,6 +178,12 @@ class GpuCatalog:
                     segment=str(row.get("segment", "")),
                     memory_gib=tuple(float(x) for x in row["memory_gib"]),
                     aliases=tuple(str(a) for a in row.get("aliases", ())),
+                    memory_kind=_memory_kind(row),
+                    reported_gib=tuple(
+                        (_gib_key(k), json_real(v)) for k, v in dict(row.get("reported_gib", {})).items()
+                    ),
+                    carve_out_gib=json_real(row.get("carve_out_gib", 0.0)),
+                    evidence=tuple(str(e) for e in row.get("evidence", ())),
                 )
             )
         return cls(tuple(out))
@@ -188,8 +248,7 @@ def parse_assumed_gpu(spec: str, catalog: GpuCatalog | None = None) -> AssumedGp
             memory_gib = bytes_ / GIB if bytes_ else None
     if gpu is None:
         raise AssumedGpuError(f'{spec!r}: unknown GPU; give its memory as NAME=SIZE (e.g. "{text}=16GiB")')
-    base = gpu.assumed(memory_gib)
-    return AssumedGpu(base.name, base.memory_bytes, base.vendor, count, base.unified_ram_bytes)
+    return dataclasses.replace(gpu.assumed(memory_gib), count=count)
 
 
 def _count_prefix(spec: str, text: str, cat: GpuCatalog) -> tuple[int, str]:
@@ -214,9 +273,8 @@ def _named_size(spec: str, text: str, cat: GpuCatalog, count: int) -> AssumedGpu
     gpu = _find_quiet(cat, name)
     vendor = gpu.vendor if gpu is not None else Vendor.GENERIC
     label = name.strip() or f"{size / GIB:g} GiB GPU"
-    if gpu is not None and gpu.unified_memory:
-        base = gpu.assumed(size / GIB)
-        return AssumedGpu(base.name, base.memory_bytes, vendor, count, base.unified_ram_bytes)
+    if gpu is not None and gpu.unified_memory:  # SIZE is the machine's RAM
+        return dataclasses.replace(gpu.assumed(size / GIB), count=count)
     return AssumedGpu(name=label, memory_bytes=size, vendor=vendor, count=count)
 
 

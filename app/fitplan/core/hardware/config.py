@@ -6,6 +6,7 @@ ignored and an entry it cannot read is dropped, so a bad settings file never sto
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,7 +24,11 @@ class AssumedGpu:
     memory_bytes: int  # what the GPU can allocate (for Apple: the Metal working set, not the RAM)
     vendor: Vendor = Vendor.GENERIC
     count: int = 1
-    unified_ram_bytes: int = 0  # Apple Silicon: the unified RAM this configuration has (0 otherwise)
+    unified_ram_bytes: int = (
+        0  # a unified-memory machine: the RAM this configuration has (0: a discrete card)
+    )
+    #: the part of memory_bytes that is host RAM (an APU's GTT); 0 with unified RAM: all of it
+    host_shared_bytes: int = 0
 
     def devices(self) -> tuple[Device, ...]:
         dev = Device(
@@ -34,8 +39,18 @@ class AssumedGpu:
             vendor=self.vendor,
             hypothetical=True,
             unified_memory=self.unified_ram_bytes > 0,
+            host_shared_bytes=self.shared_bytes,
         )
         return (dev,) * self.count
+
+    @property
+    def shared_bytes(self) -> int:
+        """The bytes of `memory_bytes` that are host RAM."""
+        if self.unified_ram_bytes <= 0:
+            return 0
+        if 0 < self.host_shared_bytes <= self.memory_bytes:
+            return self.host_shared_bytes
+        return self.memory_bytes
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -44,6 +59,7 @@ class AssumedGpu:
             "vendor": self.vendor.value,
             "count": self.count,
             "unified_ram_bytes": self.unified_ram_bytes,
+            "host_shared_bytes": self.host_shared_bytes,
         }
 
     @classmethod
@@ -58,12 +74,16 @@ class AssumedGpu:
             vendor = Vendor.GENERIC
         count = data.get("count", 1)
         ram = data.get("unified_ram_bytes", 0)
+        shared = data.get("host_shared_bytes", 0)
         return cls(
             name=name,
             memory_bytes=mem,
             vendor=vendor,
             count=count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else 1,
             unified_ram_bytes=ram if isinstance(ram, int) and not isinstance(ram, bool) and ram > 0 else 0,
+            host_shared_bytes=shared
+            if isinstance(shared, int) and not isinstance(shared, bool) and shared > 0
+            else 0,
         )
 
 
@@ -110,8 +130,11 @@ class HardwareConfig:
             gpus.extend(g.device for g in detected.gpus if g.key not in self.excluded)
         for h in self.hypothetical:
             gpus.extend(h.devices())
+        unified = next((h.unified_ram_bytes for h in self.hypothetical if h.unified_ram_bytes > 0), 0)
         if self.host_ram_bytes is not None:
             host = host_device(self.host_ram_bytes)
+        elif unified:  # a unified-memory machine planned whole: its RAM is the host's, one pool with the GPU
+            host = dataclasses.replace(host_device(unified), hypothetical=True)
         elif detected.host is not None:
             host = host_device(detected.host.total_bytes, detected.host.available_bytes)
         else:

@@ -15,6 +15,11 @@ order becomes the device order; parsing stops at the first entry that matches no
 MIG. A GPU in MIG mode is not usable as a whole: each MIG instance is listed as its own device with its own
 memory. A CUDA process can use only one MIG instance, so when several are visible a problem line says to pick
 one with `CUDA_VISIBLE_DEVICES=MIG-...`.
+
+Unified memory. On a GB10 (DGX Spark) NVML answers no memory size (nvidia-smi shows "Not Supported"): the GPU
+allocates from system RAM, and llama.cpp's CUDA backend reports MemAvailable as its free memory for an integrated
+GPU (ggml-cuda.cu, ggml_backend_cuda_device_get_memory). Such a GPU is marked `memory_from_host`, and
+`resolve_unified` gives it the host's reading.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from fitplan.core.hardware.probe import DetectedGpu, GpuProcess, ProbeResult
 _NVML_ERROR_DRIVER_NOT_LOADED = 9
 _NVML_ERROR_LIBRARY_NOT_FOUND = 12
 _NVML_ERROR_NOT_FOUND = 6
+_NVML_ERROR_NOT_SUPPORTED = 3
 _NVML_CLOCK_SM = 1
 _NVML_DEVICE_MIG_ENABLE = 1
 
@@ -88,6 +94,7 @@ class _Gpu:
     mig_enabled: bool = False
     memory_bandwidth: float = 0.0  # bytes/s from the bus width and max memory clock; 0 when NVML lacks them
     link_bandwidth: float = 0.0  # bytes/s of the PCIe link (max generation x max width); 0 when unknown
+    unified: bool = False  # NVML reports no memory of its own: the GPU allocates from host RAM (GB10)
 
 
 @dataclass
@@ -173,7 +180,13 @@ class NvmlProbe:
 
     def _read_gpu(self, nvml: Any, index: int) -> _Gpu:
         h = nvml.nvmlDeviceGetHandleByIndex(index)
-        mem = nvml.nvmlDeviceGetMemoryInfo(h)
+        try:
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+        except Exception as exc:
+            if getattr(exc, "value", None) != _NVML_ERROR_NOT_SUPPORTED:
+                raise
+            # GB10: "Not Supported"; the GPU allocates from host RAM
+            return _unified_gpu(nvml, h, _text(nvml.nvmlDeviceGetName(h)))
         name = _text(nvml.nvmlDeviceGetName(h))
         uuid = _text(_optional(lambda: nvml.nvmlDeviceGetUUID(h)) or "")
         pci = _optional(lambda: nvml.nvmlDeviceGetPciInfo(h))
@@ -347,9 +360,11 @@ class NvmlProbe:
             free_bytes=gpu.free,
             vendor=Vendor.NVIDIA,
             backend_name=f"CUDA{index}",
-            detail=self._details(gpu, driver, cuda),
             memory_bandwidth=gpu.memory_bandwidth,
             link_bandwidth=gpu.link_bandwidth,
+            unified_memory=gpu.unified,
+            detail=("unified memory (host RAM, MemAvailable as llama.cpp reads it); " if gpu.unified else "")
+            + self._details(gpu, driver, cuda),
         )
         return DetectedGpu(
             device=dev,
@@ -365,6 +380,7 @@ class NvmlProbe:
             other_processes=gpu.procs,
             notes=tuple(gpu.notes),
             processes=tuple(gpu.processes),
+            memory_from_host=gpu.unified,
         )
 
     def _mig_device(self, gpu: _Gpu, mig: _Mig, index: int, driver: str, cuda: str) -> DetectedGpu:
@@ -420,6 +436,16 @@ def pcie_bandwidth(nvml: Any, handle: Any) -> float:
     width = _optional(lambda: int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))) or 0
     lane = PCIE_LANE_GBS.get(gen, 0.0)
     return lane * width * 1e9 if lane > 0 and width > 0 else 0.0
+
+
+def _unified_gpu(nvml: Any, h: Any, name: str) -> _Gpu:
+    """A GPU with no memory of its own in NVML: sizes come from the host (`resolve_unified`)."""
+    uuid = _text(_optional(lambda: nvml.nvmlDeviceGetUUID(h)) or "")
+    pci = _optional(lambda: nvml.nvmlDeviceGetPciInfo(h))
+    bus_id = _normal_bus_id(_text(getattr(pci, "busId", ""))) if pci is not None else ""
+    cc_raw = _optional(lambda: nvml.nvmlDeviceGetCudaComputeCapability(h))
+    cc = (int(cc_raw[0]), int(cc_raw[1])) if cc_raw is not None else None
+    return _Gpu(h, name, uuid, bus_id, 0, 0, 0, cc, 0, 0, 0, unified=True)
 
 
 def _optional(fn: Callable[[], Any]) -> Any:

@@ -75,13 +75,24 @@ def machine_of(assume: Sequence[str], host_ram: str | None) -> Machine:
     return build_machine(MachineRequest(tuple(assume), host_ram))[0]
 
 
-def hypothetical_gpu(name: str, total_bytes: int, vendor: str) -> Device:
-    """A GPU the user plans for without having it: entirely free; an unknown vendor name is a generic GPU."""
+def hypothetical_gpu(name: str, total_bytes: int, vendor: str, host_shared_bytes: int = 0) -> Device:
+    """A GPU the user plans for without having it: entirely free; an unknown vendor name is a generic GPU;
+    `host_shared_bytes` of it are host RAM (a unified-memory machine, an APU's GTT: one pool with the host)."""
     try:
         v = Vendor(vendor)
     except ValueError:
         v = Vendor.GENERIC
-    return Device(name, DeviceKind.GPU, total_bytes, total_bytes, v, hypothetical=True)
+    shared = max(0, min(host_shared_bytes, total_bytes))
+    return Device(
+        name,
+        DeviceKind.GPU,
+        total_bytes,
+        total_bytes,
+        v,
+        hypothetical=True,
+        unified_memory=shared > 0,
+        host_shared_bytes=shared,
+    )
 
 
 def planned_machine(gpus: Sequence[Device], host: Device, host_ram_bytes: int | None = None) -> Machine:

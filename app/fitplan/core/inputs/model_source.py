@@ -34,7 +34,7 @@ from fitplan.core.gguf.hub import (
     parse_hub_ref,
     projector_pairing,
 )
-from fitplan.core.gguf.reader import check_split_set, open_model
+from fitplan.core.gguf.reader import check_split_set, open_model, read_header
 from fitplan.core.gguf.remote import (
     Deadline,
     HttpRangeSource,
@@ -47,6 +47,7 @@ from fitplan.core.gguf.remote import (
 )
 from fitplan.core.gguf.remote_cache import RemoteHeaderCache, validator_of
 from fitplan.core.model.builder import build_profile
+from fitplan.core.model.lora import LoraAdapter, LoraError, lora_from_header
 from fitplan.core.model.profile import ModelProfile
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "is_model_collection",
     "is_remote_source",
     "load_hub_entry",
+    "load_loras",
     "load_model",
     "load_source_models",
     "projector_mismatch",
@@ -565,3 +567,18 @@ def load_source_models(
         lambda e: _all_cached(listing, e, cache),
     )
     return SourceModels(ref.spelling, SourceKind.HUB, loaded, listing.mmproj, listing.ignored, listing)
+
+
+def load_loras(settings: LaunchSettings) -> tuple[LoraAdapter, ...]:
+    """The LoRA adapters of `--lora` / `--lora-scaled`, read from their headers (local files, as llama.cpp reads
+    them); a file that is missing or not an adapter is one line."""
+    out: list[LoraAdapter] = []
+    for path in settings.lora_paths:
+        try:
+            header = read_header(expand_home(path), allow_incomplete=True)
+        except OSError as exc:
+            raise LoraError(f"--lora {path}: cannot read it ({exc.strerror or exc})") from None
+        except GGUFError as exc:  # names the file itself
+            raise LoraError(f"--lora: {exc}") from None
+        out.append(lora_from_header(header, path))
+    return tuple(out)

@@ -245,6 +245,9 @@ class HypotheticalDevice:
     name: str
     total_bytes: int
     vendor: str = "nvidia"
+    host_shared_bytes: int = (
+        0  # the part of total_bytes that is host RAM (a unified-memory machine, an APU's GTT)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +302,11 @@ def settings_path(directory: Path | None = None) -> Path:
 def _to_json(settings: UserSettings) -> dict[str, Any]:
     data = asdict(settings)
     data["model_choices"] = {k: asdict(v) for k, v in settings.model_choices.items()}
+    # a discrete card is written as before shared memory existed (no host_shared_bytes key)
+    data["hypothetical_devices"] = [
+        {k: v for k, v in asdict(d).items() if k != "host_shared_bytes" or v}
+        for d in settings.hypothetical_devices
+    ]
     return data
 
 
@@ -416,7 +424,11 @@ def _device_from(raw: object, key: str, f: _Fields) -> HypotheticalDevice | None
     if not 0 < total < 2**60:
         f.bad(f"{key}.total_bytes", total)
         return None
-    return HypotheticalDevice(name=name, total_bytes=total, vendor=vendor)
+    shared = raw.get("host_shared_bytes", 0)
+    if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= total:
+        f.bad(f"{key}.host_shared_bytes", shared)
+        shared = 0
+    return HypotheticalDevice(name=name, total_bytes=total, vendor=vendor, host_shared_bytes=shared)
 
 
 def _from_json(data: object) -> tuple[UserSettings, list[str]]:

@@ -277,6 +277,27 @@ def cache_type_choice(flag: str, value: str, engine: Engine) -> str:
     raise FlagError(f"{flag}: {_shown(value)} is not one of {', '.join(allowed)}")
 
 
+def _positive_real(flag: str, value: str, _engine: Engine) -> float:
+    x = real_or_none(value, 0.0, 1e9)
+    if x is None or x <= 0:
+        raise FlagError(f"{flag}: expected a positive number, got {_shown(value)}")
+    return x
+
+
+def _real(x: float) -> str:
+    return f"{x:g}"
+
+
+def _lora_scaled(flag: str, value: str, engine: Engine) -> tuple[str, ...]:
+    """`--lora-scaled FNAME:SCALE,...` as llama.cpp's parser splits it (common/arg.cpp): exactly one ':' each."""
+    items = _words(flag, value, engine)
+    for item in items:
+        parts = item.split(":")
+        if len(parts) != 2 or not parts[0] or real_or_none(parts[1], -1e9, 1e9) is None:
+            raise FlagError(f"{flag}: {_shown(item)} is not FNAME:SCALE")
+    return items
+
+
 def _lower_choice(choices: Sequence[str]) -> Reader:
     def read(flag: str, value: str, _engine: Engine) -> str:
         return _choice(flag, value.lower(), choices)
@@ -723,6 +744,18 @@ FLAGS: tuple[Flag, ...] = (
          ini="kv-offload", ini_value="false"),
     Flag("kv_offload", ("-kvo", "--kv-offload"), "no_kv_offload", const=False, ini="kv-offload"),
     Flag("swa_full", ("--swa-full",), "swa_full", const=True, write=_changed, ini="swa-full"),
+    Flag("kv_unified_per_slot", ("--kv-unified-per-slot",), "kv_unified_per_slot", _COUNT, write=_changed,
+         ini="kv-unified-per-slot"),
+    Flag("rope_scaling", ("--rope-scaling",), "rope_scaling", _lower_choice(("none", "linear", "yarn")),
+         write=_changed, ini="rope-scaling"),
+    Flag("rope_scale", ("--rope-scale",), "rope_scale", _positive_real, write=_changed, fmt=_real,
+         ini="rope-scale"),
+    Flag("rope_freq_scale", ("--rope-freq-scale",), "rope_freq_scale", _positive_real, write=_changed, fmt=_real,
+         ini="rope-freq-scale"),
+    Flag("yarn_orig_ctx", ("--yarn-orig-ctx",), "yarn_orig_ctx", _COUNT, write=_changed, ini="yarn-orig-ctx"),
+    Flag("lora", ("--lora",), "lora", _words, store=_append, write=_changed, fmt=_join, ini="lora"),
+    Flag("lora_scaled", ("--lora-scaled",), "lora_scaled", _lora_scaled, store=_append, write=_changed, fmt=_join,
+         ini="lora-scaled"),
     Flag("no_mmap", ("--no-mmap",), "load_mode", store=_no_mmap, write=_w_load_mode, engine=_IK, ini="no-mmap"),
     Flag("mlock", ("--mlock",), "load_mode", store=_mlock, write=_w_load_mode, engine=_IK, ini="mlock"),
     Flag("load_mode", ("-lm", "--load-mode"), "load_mode", _enum(LoadMode), write=_w_load_mode, ini="load-mode"),
@@ -812,8 +845,8 @@ UNMODELLED_MEMORY_FLAGS: frozenset[str] = frozenset(
         "-otd", "--override-tensor-draft", "--spec-draft-override-tensor", "-cmoed",
         "--cpu-moe-draft", "--spec-draft-cpu-moe", "-ncmoed", "--n-cpu-moe-draft", "--spec-draft-n-cpu-moe",
         "--spec-draft-ncmoe", "-devd", "--device-draft", "--spec-draft-device", "-bs", "--backend-sampling",
-        "--kv-unified-per-slot", "-lzm", "--lazy-mode", "-mmdev", "--mmproj-device", "--image-min-tokens",
-        "--image-max-tokens", "--mtmd-batch-max-tokens", "--lora", "--lora-scaled", "-fitc", "--fit-ctx",
+        "-lzm", "--lazy-mode", "-mmdev", "--mmproj-device", "--image-min-tokens",
+        "--image-max-tokens", "--mtmd-batch-max-tokens", "-fitc", "--fit-ctx",
     }
 )  # fmt: skip
 
@@ -825,7 +858,7 @@ _IGNORED_ARITY: dict[str, int] = {
     "-Cr": 1, "--cpu-range": 1, "--cpu-strict": 1, "--prio": 1, "--poll": 1, "-Cb": 1,
     "--cpu-mask-batch": 1, "-Crb": 1, "--cpu-range-batch": 1, "--cpu-strict-batch": 1, "--prio-batch": 1,
     "--poll-batch": 1, "-lcs": 1, "--lookup-cache-static": 1, "-lcd": 1, "--lookup-cache-dynamic": 1,
-    "--kv-unified-per-slot": 1, "-n": 1, "--predict": 1, "--n-predict": 1, "--keep": 1, "-cms": 1,
+    "-n": 1, "--predict": 1, "--n-predict": 1, "--keep": 1, "-cms": 1,
     "--checkpoint-min-step": 1, "--cache-idle-slots": 0, "--no-cache-idle-slots": 0, "--context-shift": 0,
     "--no-context-shift": 0, "--chunks": 1, "-p": 1, "--prompt": 1, "-sys": 1, "--system-prompt": 1,
     "--perf": 0, "--no-perf": 0, "--show-timings": 0, "--no-show-timings": 0, "-f": 1, "--file": 1,
@@ -844,8 +877,8 @@ _IGNORED_ARITY: dict[str, int] = {
     "--dynatemp-range": 1, "--dynatemp-exp": 1, "--mirostat": 1, "--mirostat-lr": 1, "--mirostat-ent": 1,
     "-l": 1, "--logit-bias": 1, "--grammar": 1, "--grammar-file": 1, "-j": 1, "--json-schema": 1, "-jf": 1,
     "--json-schema-file": 1, "-bs": 0, "--backend-sampling": 0, "--pooling": 1, "--attention": 1,
-    "--rope-scaling": 1, "--rope-scale": 1, "--rope-freq-base": 1, "--rope-freq-scale": 1,
-    "--yarn-orig-ctx": 1, "--yarn-ext-factor": 1, "--yarn-attn-factor": 1, "--yarn-beta-slow": 1,
+    "--rope-freq-base": 1,
+    "--yarn-ext-factor": 1, "--yarn-attn-factor": 1, "--yarn-beta-slow": 1,
     "--yarn-beta-fast": 1, "-gan": 1, "--grp-attn-n": 1, "-gaw": 1, "--grp-attn-w": 1, "--hellaswag": 0,
     "--hellaswag-tasks": 1, "--winogrande": 0, "--winogrande-tasks": 1, "--multiple-choice": 0,
     "--multiple-choice-tasks": 1, "--kl-divergence": 0, "--save-all-logits": 1, "--kl-divergence-base": 1,
@@ -855,8 +888,8 @@ _IGNORED_ARITY: dict[str, int] = {
     "--image": 1, "--audio": 1, "--video": 1, "--image-min-tokens": 1, "--image-max-tokens": 1,
     "--mtmd-batch-max-tokens": 1, "--video-fps": 1, "--video-timestamp-interval": 1,
     "--video-ffmpeg-dir": 1, "-lzm": 1, "--lazy-mode": 1, "--numa": 1, "--list-devices": 0, "-fitp": 1,
-    "--fit-print": 1, "-fitc": 1, "--fit-ctx": 1, "--check-tensors": 0, "--override-kv": 1, "--lora": 1,
-    "--lora-scaled": 1, "--control-vector": 1, "--control-vector-scaled": 1,
+    "--fit-print": 1, "-fitc": 1, "--fit-ctx": 1, "--check-tensors": 0, "--override-kv": 1,
+    "--control-vector": 1, "--control-vector-scaled": 1,
     "--control-vector-layer-range": 2, "-a": 1, "--alias": 1, "--tags": 1,
     "-dr": 1, "--docker-repo": 1, "-hff": 1, "--hf-file": 1, "-hft": 1,
     "--hf-token": 1, "--mtp": 0, "--dflash": 0, "--eagle3": 0, "--context-file": 1, "--chunk-size": 1,

@@ -19,6 +19,7 @@ per-layer split) for each `ResolvedContext` from `resolve_context` with another 
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
@@ -328,6 +329,45 @@ def context_grid(
     return ContextGrid(rules.context_pad(flash_attn), n_seq_max, kv_unified, flash_attn)
 
 
+def _f32(x: float) -> float:
+    """`x` rounded to a C float, as llama.cpp stores RoPE scales."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def trained_context(profile: ModelProfile, settings: LaunchSettings) -> int:
+    """The training context llama.cpp holds the model to with these settings (the server caps each slot's context
+    to it). With YaRN and a frequency scale other than the model's own, llama_init_from_model re-adjusts it to
+    n_ctx_orig_yarn / rope_freq_scale (src/llama-context.cpp; recorded in tests/fixtures/llamacpp/terms/): the
+    context a model is run at beyond its training length. Memory itself does not change with the scaling."""
+    rope = profile.rope
+    kind = settings.rope_scaling or rope.scaling_type or "linear"
+    train = _f32(1.0 / _f32(rope.scaling_factor)) if rope.scaling_factor else 1.0
+    if settings.rope_freq_scale > 0:
+        freq = _f32(settings.rope_freq_scale)
+    elif settings.rope_scale > 0:
+        freq = _f32(1.0 / _f32(settings.rope_scale))
+    else:
+        freq = train
+    if kind == "none":
+        freq = 1.0
+    if kind != "yarn" or freq == train:
+        return profile.n_ctx_train
+    orig = settings.yarn_orig_ctx or rope.original_context_length or profile.n_ctx_train
+    return int(_f32(_f32(float(orig)) / freq)) & 0xFFFFFFFF
+
+
+def server_n_ctx(profile: ModelProfile, settings: LaunchSettings, n_parallel: int) -> int:
+    """The context llama-server creates when -c is not given: n_parallel x --kv-unified-per-slot where that is set
+    (tools/server/server.cpp; recorded in tests/fixtures/llamacpp/terms/), else the training context. An explicit
+    -c 0 (which keeps the training context) reads the same as no -c here."""
+    if settings.n_ctx > 0:
+        return settings.n_ctx
+    server_code = settings.tool in (Tool.SERVER, Tool.CLI)
+    if server_code and settings.kv_unified_per_slot > 0:
+        return n_parallel * settings.kv_unified_per_slot
+    return profile.n_ctx_train
+
+
 def resolve_context(
     profile: ModelProfile, settings: LaunchSettings, rules: EngineMemory | None = None
 ) -> ResolvedContext:
@@ -344,7 +384,7 @@ def resolve_context(
     if server_code and embedding and n_batch_param > n_ubatch_param:
         n_batch_param = n_ubatch_param  # server.cpp: embeddings need one ubatch per batch
 
-    n_ctx = settings.n_ctx if settings.n_ctx > 0 else profile.n_ctx_train
+    n_ctx = server_n_ctx(profile, settings, n_parallel)
     if n_ctx <= 0:
         raise SettingsError("n_ctx and the model's training context cannot both be zero")
     if n_batch_param <= 0 and n_ubatch_param <= 0:

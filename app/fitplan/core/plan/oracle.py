@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.devices import Machine
 from fitplan.core.engines import context_grid
+from fitplan.core.memory.context import trained_context
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.objective import (
     Goal,
@@ -113,7 +114,7 @@ class _Ranker:
             return pb.pinned_ctx
         grid = context_grid(pb.profile, pb.base)
         k_lo = max(-(-pb.need_ctx // grid.step), -(-at_least // grid.step))
-        k_hi = grid.training_cap(pb.profile.n_ctx_train) // grid.step
+        k_hi = grid.training_cap(trained_context(pb.profile, pb.base)) // grid.step
         if k_lo > k_hi or not self.ok(c, k_lo * grid.step):
             return 0
         if self.ok(c, k_hi * grid.step):

@@ -32,7 +32,7 @@ from fitplan.core.base.launch_settings import (
 )
 from fitplan.core.base.results import Estimate
 from fitplan.core.engines import context_grid
-from fitplan.core.memory.context import N_CTX_PAD
+from fitplan.core.memory.context import N_CTX_PAD, trained_context
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.objective import (
     Goal,
@@ -206,10 +206,11 @@ def problem_of(profile: ModelProfile, machine: Machine, pins: Pins) -> Problem:
     base = _base_settings(pins)
     notes: list[str] = []
     grid = context_grid(profile, base)
-    cap = grid.training_cap(profile.n_ctx_train)
+    trained = trained_context(profile, base)
+    cap = grid.training_cap(trained)
     pinned_ctx: int | None = None
     if pins.n_ctx is not None:
-        pinned_ctx = pins.n_ctx if pins.n_ctx > 0 else profile.n_ctx_train
+        pinned_ctx = pins.n_ctx if pins.n_ctx > 0 else trained
         need_ctx = pinned_ctx
     else:
         want = pins.min_ctx if pins.min_ctx is not None else min(MIN_PLAN_CTX, cap // grid.n_stream)
@@ -218,7 +219,7 @@ def problem_of(profile: ModelProfile, machine: Machine, pins: Pins) -> Problem:
         )  # per sequence, as --fit-ctx
         if need_ctx > cap:
             notes.append(
-                f"the minimum context {want} is above the model's training length {profile.n_ctx_train}: "
+                f"the minimum context {want} is above the model's training length {trained}: "
                 f"planned for at most {cap}"
             )
             need_ctx = cap
@@ -343,7 +344,7 @@ def _context_first(
     grid = context_grid(pb.profile, pb.base)
     step = grid.step
     k_lo = max(1, math.ceil(pb.need_ctx / step))
-    k_hi = max(k_lo, grid.training_cap(pb.profile.n_ctx_train) // step)
+    k_hi = max(k_lo, grid.training_cap(trained_context(pb.profile, pb.base)) // step)
 
     def feasible(k: int) -> bool:
         found, _ = solver.search(pb.ngl_choices, pb.ncmoe_choices, k * step)
@@ -467,7 +468,7 @@ def _no_fit(pb: Problem, solver: Solver, last: Check, margin: MarginPolicy, obje
     lead = "does not fit with all weights on the GPU" if pb.pins.all_weights_on_gpu else "does not fit"
     binding = f"{lead} at {what}: " + "; ".join(sh.describe() for sh in shorts)
     grid = context_grid(pb.profile, pb.base)
-    cap = grid.training_cap(pb.profile.n_ctx_train)
+    cap = grid.training_cap(trained_context(pb.profile, pb.base))
     cf = ContextFit(0, grid.step, cap, False, est, None, usage, shorts[0].label if shorts else "", shorts, 0)
     return Plan(
         s,
@@ -527,7 +528,9 @@ def _reasons(pb: Problem, placement: Placement, cf: ContextFit, objective: Objec
     elif why:
         reasons.append(f"context limited to keep {why} generation")
     elif cf.capped_by_training:
-        reasons.append(f"context capped at the model's training length ({pb.profile.n_ctx_train})")
+        reasons.append(
+            f"context capped at the model's training length ({trained_context(pb.profile, pb.base)})"
+        )
     else:
         first = "longest context first: " if objective.goal is Goal.CONTEXT else ""
         reasons.append(f"{first}context limited by {cf.binding_label} memory")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,9 +21,11 @@ from fitplan.core.base.results import Estimate
 from fitplan.core.engines import context_grid
 from fitplan.core.engines import context_pad as engine_context_pad
 from fitplan.core.estimate.estimator import estimate
-from fitplan.core.memory.context import sequence_layout
+from fitplan.core.memory.context import sequence_layout, trained_context
+from fitplan.core.model.lora import LoraAdapter
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls, usage_of
+from fitplan.core.plan.pool import pooled_usage
+from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls
 
 __all__ = [
     "ContextFit",
@@ -48,12 +50,18 @@ class EstimateFn(Protocol):
 
 
 def default_estimate_fn(
-    *, mmproj: ModelProfile | None = None, draft: ModelProfile | None = None, reserve_bytes: int | None = None
+    *,
+    mmproj: ModelProfile | None = None,
+    draft: ModelProfile | None = None,
+    reserve_bytes: int | None = None,
+    loras: Sequence[LoraAdapter] = (),
 ) -> EstimateFn:
-    """The real estimator with the projector, draft model and runtime reserve bound."""
+    """The real estimator with the projector, draft model, runtime reserve and LoRA adapters bound."""
 
     def fn(profile: ModelProfile, settings: LaunchSettings, machine: Machine, /) -> Estimate:
-        return estimate(profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve_bytes)
+        return estimate(
+            profile, settings, machine, mmproj=mmproj, draft=draft, reserve_bytes=reserve_bytes, loras=loras
+        )
 
     return fn
 
@@ -79,7 +87,7 @@ def context_step(settings: LaunchSettings, profile: ModelProfile | None = None) 
 
 def training_cap(profile: ModelProfile, settings: LaunchSettings) -> int:
     """The largest grid context within the training length per stream (at least one step)."""
-    return context_grid(profile, settings).training_cap(profile.n_ctx_train)
+    return context_grid(profile, settings).training_cap(trained_context(profile, settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +133,7 @@ class Evaluator:
         if hit is None:
             est = self.fn(self.profile, settings, self.machine)
             self.evaluations += 1
-            hit = (est, usage_of(est, self.machine, self.margin))
+            hit = (est, pooled_usage(est, self.machine, self.margin))
             self.cache[settings] = hit
         return hit
 
@@ -189,7 +197,7 @@ def context_fit(ev: Evaluator, settings: LaunchSettings, *, min_ctx: int = 0) ->
     """The largest context on the grid of `settings` (whose n_ctx is ignored) at least `min_ctx` that fits."""
     grid = context_grid(ev.profile, settings)
     step = grid.step
-    cap = grid.training_cap(ev.profile.n_ctx_train)
+    cap = grid.training_cap(trained_context(ev.profile, settings))
     k_max = max(1, cap // step)
     k_min = max(1, math.ceil(min_ctx / step)) if min_ctx > 0 else 1
     start = ev.evaluations

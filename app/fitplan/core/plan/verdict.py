@@ -17,7 +17,8 @@ from enum import StrEnum
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import SERVER_AUTO_PARALLEL
 from fitplan.core.base.results import Estimate
-from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls, usage_of
+from fitplan.core.plan.pool import pooled_usage
+from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, fits, shortfalls
 
 __all__ = ["FitLevel", "Verdict", "judge", "slots_text"]
 
@@ -72,10 +73,10 @@ def slots_text(n_seq: int, kv_unified: bool, *, name_default: bool = False) -> s
 def judge(est: Estimate, machine: Machine, margin: MarginPolicy, *, weights_on_cpu: bool = False) -> Verdict:
     """The verdict on one estimate. `weights_on_cpu`: the placement keeps weights off the GPUs (OFFLOAD when a
     GPU is there and it fits)."""
-    usage = usage_of(est, machine, margin)
+    usage = pooled_usage(est, machine, margin)
     bare = dataclasses.replace(margin, gpu_margin_bytes=0, host_margin_bytes=0, per_gpu_bytes=())
     ok = fits(usage)
-    card_usage = usage_of(est, machine, bare)
+    card_usage = pooled_usage(est, machine, bare)
     card = fits(card_usage)
     level = FitLevel.NO_FIT
     if ok:

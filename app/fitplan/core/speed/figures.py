@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
-from fitplan.core.base.numbers import loads_json
+from fitplan.core.base.numbers import json_real, loads_json
 from fitplan.core.hardware.catalog import AssumedGpuError, load_catalog, normalise_name
 
 #: Where the GPU figures are, inside the package.
@@ -73,13 +73,13 @@ class SpeedTable:
             rows.append(
                 GpuFigures(
                     name=str(r["name"]),
-                    bandwidth_gbs=float(r["bandwidth_gbs"]),
-                    fp16_tflops=float(r["fp16_tflops"]),
+                    bandwidth_gbs=json_real(r["bandwidth_gbs"]),
+                    fp16_tflops=json_real(r["fp16_tflops"]),
                     source=str(r["source"]),
                     aliases=tuple(str(a) for a in r.get("aliases", ())),
-                    bus_bits=int(r.get("bus_bits", 0)),
+                    bus_bits=round(json_real(r.get("bus_bits", 0), 0, 1 << 16)),
                     memory=str(r.get("memory", "")),
-                    int8_tops=float(r.get("int8_tops", 0.0)),
+                    int8_tops=json_real(r.get("int8_tops", 0.0)),
                 )
             )
         return cls(tuple(rows))

@@ -25,7 +25,6 @@ Row split (`-sm row`) and tensor split are computed as layer split (an assumptio
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -33,6 +32,7 @@ from functools import cache
 from importlib import resources
 
 from fitplan.core.base.devices import Vendor
+from fitplan.core.base.numbers import loads_json
 from fitplan.core.speed.figures import DeviceFigures, MachineFigures
 from fitplan.core.speed.work import DeviceWork, ModelWork
 
@@ -100,7 +100,7 @@ class Calibration:
 
     @classmethod
     def from_json(cls, text: str) -> Calibration:
-        doc = json.loads(text)
+        doc = loads_json(text)
         c = doc["constants"]
         return cls(
             backends={k: BackendConstants(**v) for k, v in c["backends"].items()},

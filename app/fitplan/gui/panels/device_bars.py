@@ -2,13 +2,14 @@
 
 The bar's full width is the device's free memory; the dashed tick is the margin the plan keeps free on it (each GPU's
 and the host's, as the planner applies them); a device over its capacity gets a red outline and its text says by how
-much.
+much. On a machine whose GPU allocates from host RAM (unified memory, an APU's GTT) the host's bar also shows, hatched,
+the part of its RAM the GPU takes: one pool, counted once.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import QBrush, QColor, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
 from fitplan.core.base.devices import GIB, DeviceKind
@@ -25,6 +26,7 @@ class _Bar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.parts: list[tuple[TermKind, int]] = []
+        self.shared = 0  # host RAM the GPUs take (drawn hatched after the parts)
         self.capacity = 1
         self.margin = 0
         self.setMinimumWidth(60)
@@ -39,13 +41,19 @@ class _Bar(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        total = max(self.capacity, sum(n for _k, n in self.parts), 1)
+        used = sum(n for _k, n in self.parts) + self.shared
+        total = max(self.capacity, used, 1)
         x = rect.left()
         for kind, n in self.parts:
             w = rect.width() * n / total
             painter.fillRect(QRectF(x, rect.top(), w, rect.height()), QColor(TERM_COLOURS[kind]))
             x += w
-        used = sum(n for _k, n in self.parts)
+        if self.shared > 0:
+            w = rect.width() * self.shared / total
+            painter.fillRect(
+                QRectF(x, rect.top(), w, rect.height()),
+                QBrush(QColor(foreground()), Qt.BrushStyle.BDiagPattern),
+            )
         over = used > self.capacity
         painter.setPen(QPen(QColor(OVER_COLOUR if over else foreground()), 2 if over else 1))
         painter.drawRect(rect)
@@ -106,19 +114,24 @@ class DeviceBarsPanel(QWidget):
             (estimate.devices[i], margins[i] if i < len(margins) else 0) for i in planned_positions(estimate)
         ]
         self.empty.setVisible(not shown)
+        shared = estimate.gpu_host_share_bytes
         for i, (de, margin) in enumerate(shown):
             name, bar, text = self._row(i)
-            self._fill(de, labels[id(de)], margin, name, bar, text)
+            host_share = shared if de.device.kind is DeviceKind.CPU else 0
+            self._fill(de, labels[id(de)], margin, name, bar, text, host_share)
         for name, bar, text in self.rows[len(shown) :]:
             for w in (name, bar, text):
                 w.setVisible(False)
 
     @staticmethod
-    def _fill(de: DeviceEstimate, label: str, margin: int, name: QLabel, bar: _Bar, text: QLabel) -> None:
+    def _fill(
+        de: DeviceEstimate, label: str, margin: int, name: QLabel, bar: _Bar, text: QLabel, shared: int = 0
+    ) -> None:
         bar.parts = [(k, de.bytes_of(k)) for k in TERM_ORDER if de.bytes_of(k) > 0]
+        bar.shared = shared
         bar.capacity = de.device.free_bytes
         bar.margin = margin
-        used, cap = de.used_bytes, de.device.free_bytes
+        used, cap = de.used_bytes + shared, de.device.free_bytes
         name.setText(label)
         empty = not de.terms and de.device.kind is not DeviceKind.CPU
         state = " over" if used > cap else (", holds nothing" if empty else "")
@@ -127,6 +140,8 @@ class DeviceBarsPanel(QWidget):
         if empty:
             lines.append("  the plan gives it no layers: it holds nothing")
         lines += [f"  {term_label(k)}: {n / GIB:.2f} GiB" for k, n in bar.parts]
+        if shared:
+            lines.append(f"  taken by the GPUs (shared memory, one pool): {shared / GIB:.2f} GiB (hatched)")
         if margin:
             lines.append(f"  margin kept free: {margin / GIB:.2f} GiB (dashed)")
         tip = "\n".join(lines)

@@ -176,7 +176,7 @@ class HardwarePanel(QWidget):
         for d in self._detected:
             self._add_item(d, planned)
         for h in hypothetical:
-            self._add_item(hypothetical_gpu(h.name, h.total_bytes, h.vendor), planned)
+            self._add_item(hypothetical_gpu(h.name, h.total_bytes, h.vendor, h.host_shared_bytes), planned)
         self.list.blockSignals(False)
         self.empty_hint.setVisible(self.list.count() == 0 and self._host is not None)
         self.list.setVisible(self.list.count() > 0)
@@ -213,7 +213,7 @@ class HardwarePanel(QWidget):
 
     def hypothetical(self) -> tuple[HypotheticalDevice, ...]:
         return tuple(
-            HypotheticalDevice(d.name, d.total_bytes, d.vendor.value)
+            HypotheticalDevice(d.name, d.total_bytes, d.vendor.value, d.host_shared_bytes)
             for d, _on in self.devices()
             if d.hypothetical
         )
@@ -243,12 +243,15 @@ class HardwarePanel(QWidget):
             n += 1
         return f"{name} #{n}"
 
-    def add_hypothetical(self, name: str, total_bytes: int, vendor: str = "nvidia", count: int = 1) -> None:
-        """Add `count` hypothetical GPUs of this name and size (each told apart: "RTX 3060", "RTX 3060 #2")."""
+    def add_hypothetical(
+        self, name: str, total_bytes: int, vendor: str = "nvidia", count: int = 1, shared: int = 0
+    ) -> None:
+        """Add `count` hypothetical GPUs of this name and size (each told apart: "RTX 3060", "RTX 3060 #2"),
+        `shared` bytes of each being host RAM (a unified-memory machine, an APU's GTT)."""
         h = self.hypothetical()
         planned = self.planned_names()
         for _ in range(count):
-            h = (*h, HypotheticalDevice(self._unique(name, h), total_bytes, vendor))
+            h = (*h, HypotheticalDevice(self._unique(name, h), total_bytes, vendor, shared))
             if planned is not None:
                 planned = (*planned, h[-1].name)
         self._rebuild(h, planned)
@@ -270,7 +273,7 @@ class HardwarePanel(QWidget):
             self.spec_error.setVisible(True)
             return False
         self.spec_error.setVisible(False)
-        self.add_hypothetical(gpu.name, gpu.memory_bytes, gpu.vendor.value, gpu.count)
+        self.add_hypothetical(gpu.name, gpu.memory_bytes, gpu.vendor.value, gpu.count, gpu.shared_bytes)
         return True
 
     def _add_from_catalog(self) -> None:
