@@ -48,6 +48,7 @@ from fitplan.gui.panels.models import ModelsPanel
 from fitplan.gui.panels.server import ServerPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
+from fitplan.gui.wheel import install_wheel_guard
 
 if TYPE_CHECKING:
     from fitplan.core.launch.launcher import LaunchPlan
@@ -178,6 +179,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.activity)
 
         self._lay_out()
+        install_wheel_guard(self)  # the wheel scrolls the columns; it changes only the focused control
 
         self.planner = Planner(
             backend,
