@@ -4,6 +4,7 @@ real X display by test_screenshots.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox, QScrollBar, QWidget
 
+from fitplan.gui.configurations import MODELFILE_FILTER, PRESET_FILTER, SCRIPT_FILTER
 from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.banner import MAX_HEIGHT
 
@@ -116,3 +118,64 @@ def test_no_value_control_takes_the_focus_from_the_wheel(qtbot: Any, window: Mai
     ]
     assert len(controls) > 15
     assert [c for c in controls if c.focusPolicy() == Qt.FocusPolicy.WheelFocus] == []
+
+
+# -- 5. presets round-trip ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("typed", "chosen", "saved"),
+    [
+        ("plan", PRESET_FILTER, "plan.ini"),
+        ("plan", SCRIPT_FILTER, "plan.sh"),
+        ("plan", MODELFILE_FILTER, "plan.modelfile"),
+        ("plan.sh", PRESET_FILTER, "plan.sh"),  # the extension typed wins: no INI in a .sh
+        ("plan.ini", SCRIPT_FILTER, "plan.ini"),
+    ],
+)
+def test_a_saved_configuration_loads_back(
+    qtbot: Any, window: MainWindow, tmp_path: Path, typed: str, chosen: str, saved: str
+) -> None:
+    window.settings.set_context(8192)
+    wait_settled(qtbot, window)
+    written = window.planner.configs.save_configuration(str(tmp_path / typed), chosen)
+    assert written == str(tmp_path / saved) and sorted(p.name for p in tmp_path.iterdir()) == [saved]
+    path = Path(written)
+    text = path.read_text()
+    if saved.endswith(".modelfile"):
+        assert "num_ctx 8192" in text
+        return
+    assert text.startswith("[") == saved.endswith(".ini")  # an INI section, or a command line
+    if saved.endswith(".sh"):
+        assert text.startswith("#!/bin/sh\n") and os.access(path, os.X_OK)  # ./plan.sh runs
+    window.settings.set_context(4096)
+    wait_settled(qtbot, window)
+    window.planner.configs.load_configuration(written)
+    wait_settled(qtbot, window)
+    assert window.settings.context_box.value() == 8192
+    assert not window.banner.has("paste")
+
+
+def test_a_preset_without_an_extension_loads_back(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    window.settings.set_context(8192)
+    wait_settled(qtbot, window)
+    written = window.planner.configs.save_configuration(str(tmp_path / "plan.ini"), PRESET_FILTER)
+    bare = tmp_path / "plan"
+    Path(written).rename(bare)  # saved by an older version, or renamed
+    window.settings.set_context(4096)
+    wait_settled(qtbot, window)
+    window.planner.configs.load_configuration(str(bare))
+    wait_settled(qtbot, window)
+    assert window.settings.context_box.value() == 8192 and not window.banner.has("paste")
+
+
+def test_kept_flags_left_out_of_a_preset_are_named(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    """As `fitplan command --preset` warns on stderr, the window says which kept flags the preset does not hold;
+    the script keeps them."""
+    window.planner.configs.paste_command(f"llama-server -m {LLAMA} -c 8192 --alias mine --jinja")
+    wait_settled(qtbot, window)
+    window.planner.configs.save_configuration(str(tmp_path / "plan.ini"), PRESET_FILTER)
+    assert window.banner.has("save")
+    said = next(m.text for m in window.banner.messages() if m.key == "save")
+    assert "--alias mine" in said and "--jinja" in said and "not in the preset" in said
+    assert "alias" not in (tmp_path / "plan.ini").read_text()
+    window.planner.configs.save_configuration(str(tmp_path / "plan.sh"), SCRIPT_FILTER)
+    assert "--alias mine" in (tmp_path / "plan.sh").read_text() and not window.banner.has("save")

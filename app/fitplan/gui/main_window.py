@@ -36,6 +36,7 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.inputs.user_settings import UserSettings
 from fitplan.gui.backend import Backend
+from fitplan.gui.configurations import SAVE_FILTERS
 from fitplan.gui.controller import Panels, Planner
 from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
@@ -411,7 +412,7 @@ class MainWindow(QMainWindow):
             self,
             "Save the configuration",
             self.models.start_folder,
-            "llama-server preset (*.ini);;Shell script (*.sh *.ps1 *.bat);;ollama Modelfile (Modelfile *.modelfile)",
+            SAVE_FILTERS,
         )
         if path:
             self.planner.configs.save_configuration(path, chosen)
