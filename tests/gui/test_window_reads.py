@@ -4,18 +4,22 @@ real X display by test_screenshots.py)."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox, QScrollBar, QWidget
 
+from fitplan.core.base.units import fmt_ctx
 from fitplan.gui.configurations import MODELFILE_FILTER, PRESET_FILTER, SCRIPT_FILTER
 from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.banner import MAX_HEIGHT
+from fitplan.gui.panels.launch_controls import CONTEXT_GRID
 
 from .conftest import LLAMA, NO_GPU, ONE_GPU, make_window, wait_settled
 
@@ -179,3 +183,59 @@ def test_kept_flags_left_out_of_a_preset_are_named(qtbot: Any, window: MainWindo
     assert "alias" not in (tmp_path / "plan.ini").read_text()
     window.planner.configs.save_configuration(str(tmp_path / "plan.sh"), SCRIPT_FILTER)
     assert "--alias mine" in (tmp_path / "plan.sh").read_text() and not window.banner.has("save")
+
+
+# -- 11. the chart reads cleanly ---------------------------------------------------------------------------------------
+def test_a_drag_of_the_context_slider_lands_on_steps_a_user_can_hit(qtbot: Any, window: MainWindow) -> None:
+    """Every position of the handle gives a context of the grid (..., 16K, 24K, 32K, 48K, ...): a drag of a few
+    pixels moves one step, not from 32K to millions."""
+    slider = window.settings.context_slider
+    seen = set()
+    for position in range(slider.minimum(), slider.maximum() + 1, 7):
+        slider.setSliderPosition(position)
+        n = window.settings.context_box.value()
+        assert n in CONTEXT_GRID or n == window.settings.context_box.maximum()
+        seen.add(n)
+    assert {8192, 12288, 16384, 24576, 32768, 49152, 65536} <= seen
+
+
+def test_the_dragged_context_line_says_what_the_field_says(qtbot: Any, window: MainWindow) -> None:
+    line = window.chart.context_line
+    line.setValue(math.log2(65156))  # a drag stops between two multiples of 256
+    assert window.settings.context_box.value() == 65280
+    assert line.label.format == fmt_ctx(65280)  # it said 65,156
+
+
+def test_the_hover_readout_follows_a_change_of_setting(qtbot: Any, window: MainWindow) -> None:
+    out = window.planner.outcome
+    x = float(np.log2(out.curve.contexts[len(out.curve.contexts) // 2]))
+    scene = window.chart.plot.getPlotItem().getViewBox().mapViewToScene(QPointF(x, 1.0))
+    window.chart._hover(scene)
+    before = window.chart.readout.text()
+    assert before.startswith("At ")
+    window.settings.cache_k.setCurrentText("q8_0")
+    window.settings.cache_v.setCurrentText("q8_0")
+    wait_settled(qtbot, window)
+    after = window.chart.readout.text()
+    assert after.startswith("At ") and after != before
+    assert after == window.chart.readout_at(window.chart._hover_x)
+
+
+def test_no_label_on_the_plot_but_the_context_line(window: MainWindow) -> None:
+    """The largest context, the training length, the free memory and the margin are named above the plot; the
+    only label drawn on it is the chosen context's, above the free-memory line."""
+    chart = window.chart
+    labelled = [
+        line
+        for line in (chart.capacity, chart.margin_line, chart.max_line, chart.trained, chart.context_line)
+        if getattr(line, "label", None) is not None
+    ]
+    assert labelled == [chart.context_line]
+    marks = chart.marks_text()
+    assert "fits up to" in marks and "free 22.0 GiB" in marks
+    view = chart.plot.getPlotItem().getViewBox()
+    top_of_bands = max(area.dataBounds(1)[1] or 0 for area in chart.areas.values() if area.isVisible())
+    free_y = view.mapViewToScene(QPointF(0, chart.capacity.value())).y()
+    bands_y = view.mapViewToScene(QPointF(0, top_of_bands)).y()
+    label_bottom = chart.context_line.label.sceneBoundingRect().bottom()
+    assert label_bottom <= min(free_y, bands_y) + 1  # drawn above the line and the bands
