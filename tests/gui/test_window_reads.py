@@ -13,7 +13,18 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
-from PySide6.QtWidgets import QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox, QScrollBar, QWidget
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QLabel,
+    QLineEdit,
+    QScrollBar,
+    QWidget,
+)
 
 from fitplan.core.base.units import fmt_ctx
 from fitplan.gui.configurations import MODELFILE_FILTER, PRESET_FILTER, SCRIPT_FILTER
@@ -239,3 +250,52 @@ def test_no_label_on_the_plot_but_the_context_line(window: MainWindow) -> None:
     bands_y = view.mapViewToScene(QPointF(0, top_of_bands)).y()
     label_bottom = chart.context_line.label.sceneBoundingRect().bottom()
     assert label_bottom <= min(free_y, bands_y) + 1  # drawn above the line and the bands
+
+
+# -- 10. keyboard and screen readers -----------------------------------------------------------------------------------
+def spoken_name(widget: QWidget) -> str:
+    """The name a screen reader gives the control: its own accessible name, else the label that names it (a form
+    row's label: Qt reports it as the control's label relation; a combo box's own name is its value on Linux)."""
+    if widget.accessibleName():
+        return widget.accessibleName()
+    window = widget.window()
+    for label in window.findChildren(QLabel):
+        if label.buddy() is widget and label.text().strip():
+            return label.text().replace("&", "")
+    return ""
+
+
+def test_every_control_has_a_name_that_is_not_its_value(window: MainWindow) -> None:
+    s = window.settings
+    window.settings.choose_draft(str(LLAMA))  # the draft rows shown
+    controls = [
+        c
+        for c in window.findChildren(QWidget)
+        if c.isVisibleTo(window)
+        and isinstance(c, (QAbstractSpinBox, QComboBox, QAbstractSlider, QLineEdit, QAbstractButton))
+        and not isinstance(c, QScrollBar)
+        and not isinstance(c.parentWidget(), (QAbstractSpinBox, QComboBox))  # the editor inside one
+        and c.focusPolicy() != Qt.FocusPolicy.NoFocus
+    ]
+    assert {s.slots, s.gpu_layers, s.context_slider, s.cache_k, s.draft_ngl, window.hardware.size_box} <= set(
+        controls
+    )
+    unnamed = [
+        f"{type(c).__name__}({c.toolTip()[:40]!r})"
+        for c in controls
+        if not (spoken_name(c) or (isinstance(c, QAbstractButton) and c.text().strip("…. ")))
+    ]
+    assert unnamed == []
+    assert spoken_name(s.cache_k) != "f16" and spoken_name(s.cache_v) != "f16"
+
+
+def test_tab_leaves_the_models_table_in_one_press(qtbot: Any, window: MainWindow) -> None:
+    window.activateWindow()
+    table = window.models.table
+    table.setFocus()
+    qtbot.waitUntil(table.hasFocus, timeout=2000)
+    QTest.keyClick(table, Qt.Key.Key_Tab)
+    assert QApplication.focusWidget() is window.settings.engine
+    table.setFocus()
+    QTest.keyClick(table, Qt.Key.Key_Down)  # the arrow keys still move between rows
+    assert table.hasFocus()

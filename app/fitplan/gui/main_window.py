@@ -205,14 +205,7 @@ class MainWindow(QMainWindow):
         self._set_tab_order()
         self.planner.model_loaded.connect(self._name_in_title)
         self.planner.outcome_shown.connect(lambda o: self.verdict.set_accuracy(o.accuracy))
-        for widget, name in (
-            (self.verdict, "Verdict"),
-            (self.command.text, "Command"),
-            (self.models.table, "Models"),
-            (self.hardware.list, "Devices to plan for"),
-            (self.banner, "Message"),
-        ):
-            widget.setAccessibleName(name)
+        self._name_controls()
         if user.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(user.window_geometry.encode()))
             self.resize(fitted_size(self.size(), available))  # saved on a bigger screen
@@ -426,6 +419,41 @@ class MainWindow(QMainWindow):
         )
         if path:
             self.planner.configs.load_configuration(path)
+
+    def _name_controls(self) -> None:
+        """What a screen reader calls each control that no form label names (a row of two controls, a control
+        without a label, a combo box that would be read by its value, such as "f16")."""
+        s, hw = self.settings, self.hardware
+        for widget, name in (
+            (self.verdict, "Verdict"),
+            (self.command.text, "Command"),
+            (self.command.shell, "Shell"),
+            (self.models.table, "Models"),
+            (self.models.filter_box, "Filter models"),
+            (self.hardware.list, "Devices to plan for"),
+            (self.banner, "Message"),
+            (self.chart.device_box, "Device shown in the chart"),
+            (s.context_slider, "Context slider"),
+            (s.context_box, "Context in tokens"),
+            (s.cache_k, "K cache type"),
+            (s.cache_v, "V cache type"),
+            (s.slots, "Slots"),
+            (s.gpu_layers_slider, "GPU layers slider"),
+            (s.gpu_layers, "GPU layers"),
+            (s.devices_button, "Devices (-dev)"),
+            (s.draft, "Draft model"),
+            (s.draft_browse, "Choose a draft model file"),
+            (s.draft_ngl, "Draft GPU layers"),
+            (s.draft_cache_k, "Draft K cache type"),
+            (s.draft_cache_v, "Draft V cache type"),
+            (hw.host_ram, "System RAM to plan for"),
+            (hw.catalog, "GPU catalog"),
+            (hw.add_catalog, "Add the catalog GPU"),
+            (hw.size_box, "GPU size"),
+            (hw.add_size, "Add a GPU of this size"),
+            (hw.remove, "Remove the selected GPU"),
+        ):
+            widget.setAccessibleName(name)
 
     def _set_tab_order(self) -> None:
         m, s, c = self.models, self.settings, self.command
