@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,11 @@ from PySide6.QtWidgets import (
 )
 
 from fitplan.core.base.units import fmt_ctx
-from fitplan.gui.configurations import MODELFILE_FILTER, PRESET_FILTER, SCRIPT_FILTER
 from fitplan.gui.main_window import MainWindow
 from fitplan.gui.panels.banner import MAX_HEIGHT
 from fitplan.gui.panels.launch_controls import CONTEXT_GRID
 
-from .conftest import LLAMA, NO_GPU, ONE_GPU, make_window, wait_settled
+from .conftest import GEMMA, LLAMA, NO_GPU, ONE_GPU, make_window, wait_settled
 
 pytestmark = [pytest.mark.gui]
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +136,17 @@ def test_no_value_control_takes_the_focus_from_the_wheel(qtbot: Any, window: Mai
 
 
 # -- 5. presets round-trip ---------------------------------------------------------------------------------------------
+PRESET_FILTER = "llama-server preset (*.ini)"  # the save dialog's filters, as the user picks them
+SCRIPT_FILTER = "Shell script (*.sh *.ps1 *.bat)"
+MODELFILE_FILTER = "ollama Modelfile (Modelfile *.modelfile)"
+
+
+def test_the_save_dialog_offers_these_filters() -> None:
+    from fitplan.gui.configurations import SAVE_FILTERS
+
+    assert SAVE_FILTERS.split(";;") == [PRESET_FILTER, SCRIPT_FILTER, MODELFILE_FILTER]
+
+
 @pytest.mark.parametrize(
     ("typed", "chosen", "saved"),
     [
@@ -299,3 +310,56 @@ def test_tab_leaves_the_models_table_in_one_press(qtbot: Any, window: MainWindow
     table.setFocus()
     QTest.keyClick(table, Qt.Key.Key_Down)  # the arrow keys still move between rows
     assert table.hasFocus()
+
+
+# -- 7. nothing stale --------------------------------------------------------------------------------------------------
+def test_a_plan_on_its_way_is_announced(qtbot: Any, window: MainWindow) -> None:
+    verdict = window.verdict
+    window.settings.set_context(16384)
+    window.planner.request_estimate()
+    window.planner._planning_sign.timeout.emit()  # the plan takes longer than PLANNING_SIGN_MS
+    assert verdict.is_pending and verdict.pending.isVisible() and verdict.pending.text() == "Planning…"
+    assert not verdict.label.isEnabled()  # the old verdict is greyed
+    pending = verdict.pending.geometry()
+    assert verdict.rect().contains(pending)  # in the frame's corner, on screen
+    wait_settled(qtbot, window)
+    assert not verdict.is_pending and not verdict.pending.isVisible() and verdict.label.isEnabled()
+
+
+def test_the_list_highlight_follows_the_open_model(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    models = window.models
+    assert models.selected_path() == str(LLAMA)
+    models.filter_box.setText("qwen")  # the open model is filtered out: no other row looks open
+    qtbot.waitUntil(lambda: models.selected_path() == "", timeout=2000)
+    window.planner.open(str(GEMMA))
+    wait_settled(qtbot, window)
+    models.filter_box.setText("")
+    qtbot.waitUntil(lambda: models.selected_path() == str(GEMMA), timeout=2000)
+    # A row clicked that cannot be opened: the highlight goes back to the model still open.
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF")
+    window.planner.open(str(broken))
+    qtbot.waitUntil(lambda: window.banner.has("open"), timeout=15000)
+    models.select(str(broken))  # as the click highlighted it
+    window.planner.open(str(broken))
+    qtbot.waitUntil(lambda: models.selected_path() == str(GEMMA), timeout=15000)
+
+
+def test_a_model_file_deleted_while_open_is_no_longer_planned(
+    qtbot: Any, private_config: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(LLAMA, copy)
+    w = started(qtbot, ONE_GPU, private_config, copy)
+    assert str(copy) in w.command.text.toPlainText()
+    copy.unlink()
+    qtbot.waitUntil(lambda: w.banner.has("model-gone"), timeout=5000)  # noticed without touching anything
+    assert w.command.text.toPlainText() == "" and "gone" in w.verdict.label.text()
+    assert w.server.plan_source() is None  # nothing to launch
+    w.settings.set_context(8192)  # a change of setting plans nothing for it either
+    wait_settled(qtbot, w)
+    assert w.command.text.toPlainText() == "" and w.banner.has("model-gone")
+    shutil.copy(LLAMA, copy)  # back where it was
+    w.settings.set_context(4096)
+    wait_settled(qtbot, w)
+    assert not w.banner.has("model-gone") and str(copy) in w.command.text.toPlainText()

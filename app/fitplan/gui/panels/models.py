@@ -15,6 +15,7 @@ from PySide6.QtCore import (
     QSize,
     QSortFilterProxyModel,
     Qt,
+    QTimer,
     Signal,
 )
 from PySide6.QtGui import QAction, QFont, QResizeEvent
@@ -241,6 +242,19 @@ class ModelsPanel(QWidget):
         self.table.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.table.activated.connect(self._activated)
         self.table.clicked.connect(self._activated)
+        # The highlight follows the open model: a filter, a sort or new rows put it back on its row (or on none).
+        self._open_path = ""
+        self._reselect = QTimer(self)
+        self._reselect.setSingleShot(True)
+        self._reselect.setInterval(0)
+        self._reselect.timeout.connect(self._show_open)
+        for signal in (
+            self.proxy.layoutChanged,
+            self.proxy.rowsInserted,
+            self.proxy.rowsRemoved,
+            self.proxy.modelReset,
+        ):
+            signal.connect(self._reselect.start)
 
         buttons = QGridLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
@@ -297,11 +311,24 @@ class ModelsPanel(QWidget):
         self.start_folder = folder
 
     def select(self, path: str) -> None:
+        """Highlight the open model's row (`path`; "" when no model is open), now and after every filter or sort."""
+        self._open_path = path
+        self._show_open()
+
+    def selected_path(self) -> str:
+        rows = self.table.selectionModel().selectedRows()
+        path = rows[0].data(PATH_ROLE) if rows else ""
+        return path if isinstance(path, str) else ""
+
+    def _show_open(self) -> None:
         for row in range(self.proxy.rowCount()):
             idx = self.proxy.index(row, 0)
-            if idx.data(PATH_ROLE) == path:
-                self.table.selectRow(row)
+            if self._open_path and idx.data(PATH_ROLE) == self._open_path:
+                if self.selected_path() != self._open_path:
+                    self.table.selectRow(row)
+                self.table.scrollTo(idx)
                 return
+        self.table.selectionModel().clearSelection()  # the open model is filtered out: no other row looks open
 
     def set_recent(self, paths: tuple[str, ...]) -> None:
         self.recent_menu.clear()

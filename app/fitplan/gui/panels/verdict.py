@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from fitplan.gui.backend import Verdict, VerdictLevel
@@ -61,6 +62,17 @@ class VerdictPanel(QFrame):
         layout.addLayout(self._alt_layout)
         self.alternative_buttons: list[QPushButton] = []
         self.alternatives_title.hide()
+        # "Planning…" in the top right corner while a new plan is coming: over the frame, taking no room of its own
+        self.pending = QLabel("Planning…", self)
+        self.pending.setObjectName("planning")
+        self.pending.setTextFormat(Qt.TextFormat.PlainText)
+        self.pending.setStyleSheet(
+            "QLabel#planning { background: palette(window); color: palette(window-text); border-radius: 4px; "
+            "padding: 1px 6px; font-style: italic; }"
+        )
+        self.pending.setAccessibleName("Planning")
+        self.pending.hide()
+        self.is_pending = False
         self.level = ""
         self._alternatives: tuple[Alternative, ...] = ()
         self._style = ""
@@ -71,6 +83,26 @@ class VerdictPanel(QFrame):
         self.detail.setText(detail)
         self.detail.setVisible(bool(detail))
         self.apply_theme()
+
+    def set_pending(self, on: bool) -> None:
+        """Show that the verdict on screen is the last plan's while the new one is computed (greyed, "Planning…")."""
+        if on == self.is_pending:
+            return
+        self.is_pending = on
+        self.label.setEnabled(not on)
+        self.detail.setEnabled(not on)
+        if on:
+            self._place_pending()
+            self.pending.raise_()
+        self.pending.setVisible(on)
+
+    def _place_pending(self) -> None:
+        self.pending.adjustSize()
+        self.pending.move(max(0, self.width() - self.pending.width() - 4), 3)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_pending()
 
     def set_accuracy(self, band: AccuracyBand | None) -> None:
         """How far the estimate was from llama.cpp on recorded configurations like this one."""
