@@ -10,8 +10,8 @@ from PySide6.QtCore import QMimeData, QPointF, Qt
 from PySide6.QtGui import QDropEvent
 
 from fitplan import LLAMA_CPP_COMMIT, __version__
-from fitplan.core.base.units import fmt_ctx
 from fitplan.core.base.devices import GIB
+from fitplan.core.base.units import fmt_ctx
 from fitplan.gui.main_window import MainWindow
 from support.accuracy import recorded_band
 
@@ -108,7 +108,7 @@ def test_the_alternatives_are_listed_and_apply_in_one_click(qtbot: Any, window: 
         "the 8B example on one card has alternatives (a different cache type, -np 1, ...)"
     )
     buttons = window.verdict.alternative_buttons
-    assert [b.text().removesuffix("  (apply)") for b in buttons] == [
+    assert [b.plain.removesuffix("  (apply)") for b in buttons] == [
         a.describe() for a in outcome.alternatives
     ]
     flag_rows = [

@@ -150,6 +150,9 @@ class Planner(QObject):
         # the open model's file: deleted or moved while open, it is no longer planned (nor written in the command)
         self._model_watch = QFileSystemWatcher(self)
         self._model_watch.fileChanged.connect(self._model_file_changed)
+        self._local_file = (
+            ""  # the open model's file when it was read from this machine (not a URL or Hub model)
+        )
         self._draft_source = ""  # the draft model (-md) whose profile is read or being read
         self._draft_profile: ModelProfile | None = None
         self._draft_token = 0  # the draft read whose answer is awaited (0: none)
@@ -347,7 +350,7 @@ class Planner(QObject):
         p.models.set_recent(self.user.recent_files)
         self.library.offer_drafts()
         p.status.showMessage(f"Opened {model.profile.name}", 4000)
-        self._watch_model_file()
+        self._watch_model_file(opened=True)
         # What was said about the previous model (its warnings, its estimate, a failed open) is gone with it.
         p.banner.clear("model", "estimate", "estimate-error", "open")
         if model.warnings:
@@ -450,23 +453,26 @@ class Planner(QObject):
         self.p.verdict.set_pending(False)
 
     # -- the open model's file -----------------------------------------------------------------------------------
-    def _watch_model_file(self) -> None:
+    def _watch_model_file(self, opened: bool = False) -> None:
+        """Watch the open model's file; `opened`: a model was just opened (was it read from a local file?)."""
+        if opened:
+            model = self.model
+            self._local_file = model.source if model is not None and Path(model.source).is_file() else ""
         watched = self._model_watch.files()
         if watched:
             self._model_watch.removePaths(watched)
-        model = self.model
-        if model is not None and not is_url(model.source) and Path(model.source).is_file():
-            self._model_watch.addPath(model.source)
+        if self._local_file and Path(self._local_file).is_file():
+            self._model_watch.addPath(self._local_file)
 
     def _model_file_changed(self, path: str) -> None:
-        if self.model is not None and path == self.model.source and not Path(path).is_file():
+        if path == self._local_file and not Path(path).is_file():
             self.request_estimate()  # says it is gone and plans nothing
 
     def _model_gone(self) -> bool:
         """The open model's file was deleted or moved: nothing is planned for it (its last plan leaves the screen),
         until it is back or another model is opened."""
         model = self.model
-        if model is None or is_url(model.source) or Path(model.source).is_file():
+        if model is None or not self._local_file or Path(self._local_file).is_file():
             if self.p.banner.has("model-gone"):
                 self.p.banner.clear("model-gone")
                 self._watch_model_file()

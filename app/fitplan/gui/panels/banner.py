@@ -126,6 +126,7 @@ class MessageBanner(QFrame):
     def _rebuild(self) -> None:
         for row in self._rows:
             self._layout.removeWidget(row)
+            row.hide()  # at once: it is deleted only when the event loop comes round
             row.deleteLater()
         self._rows = []
         for message in self._messages:

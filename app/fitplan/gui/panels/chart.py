@@ -41,6 +41,7 @@ Y_HEADROOM = 1.15  # room above the capacity line for its label
 HOVER_HINT = "Hover over the chart to read every part of the memory at that context."
 MAX_LINE_COLOUR = "#009E73"
 TRAINED_COLOUR = "#999999"
+DEVICE_BOX_CHARS = 14
 PLOT_MIN_HEIGHT = 160
 TICK_CONTEXTS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 MAJOR_TICKS = (1024, 4096, 32768, 131072, 1048576)
@@ -101,6 +102,9 @@ class ChartPanel(QWidget):
 
         self.device_box = QComboBox()
         self.device_box.setToolTip("Which device's memory the chart shows")
+        # narrow enough to leave the lines' names beside it room (a long card name is elided; the list shows it all)
+        self.device_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.device_box.setMinimumContentsLength(DEVICE_BOX_CHARS)
         self.device_box.currentIndexChanged.connect(self._device_chosen)
         self.device_box.activated.connect(self._user_chose)
         self.readout = QLabel(HOVER_HINT)
@@ -116,6 +120,9 @@ class ChartPanel(QWidget):
         self.marks = QLabel("")
         self.marks.setTextFormat(Qt.TextFormat.RichText)  # our own markup: numbers and colours only
         self.marks.setWordWrap(True)
+        small = self.marks.font()
+        small.setPointSizeF(small.pointSizeF() * 0.9)
+        self.marks.setFont(small)
         self.marks.setToolTip(
             "The lines on the chart: the largest context that fits, the training length, the free memory of this "
             "device and the margin the plan keeps free on it"
@@ -130,11 +137,11 @@ class ChartPanel(QWidget):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(QLabel("Device:"))
-        top.addWidget(self.device_box, 1)
+        top.addWidget(self.device_box)
+        top.addWidget(self.marks, 1)  # beside the device: the lines it draws cost the plot no height
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
-        layout.addWidget(self.marks)
         layout.addWidget(self._placeholder, 1)
         layout.addWidget(self.legend)
         layout.addWidget(self.readout)
@@ -398,10 +405,12 @@ class ChartPanel(QWidget):
         marks = []
         if top:
             by_training = trained > 0 and top >= trained
-            marks.append((MAX_LINE_COLOUR, "┊", f"fits up to {fmt_ctx(top)}" + (" (trained)" if by_training else "")))
+            marks.append(
+                (MAX_LINE_COLOUR, "┊", f"fits up to {fmt_ctx(top)}" + (" (trained)" if by_training else ""))
+            )
         else:
             marks.append((MAX_LINE_COLOUR, "┊", "no context fits"))
-        if self.trained.isVisible():
+        if self.trained.isVisible() and not (top and top >= trained):  # not when it is the line that fits
             marks.append((TRAINED_COLOUR, "┆", f"trained {fmt_ctx(trained)}"))
         marks.append((CAPACITY_COLOUR, "━", f"free {curve.devices[d].free_bytes / GIB:.1f} GiB"))
         if self.margin_line.isVisible():

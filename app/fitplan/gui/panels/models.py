@@ -40,8 +40,9 @@ from fitplan.gui.theme import plain_tip
 
 NAME_MIN_WIDTH = 120
 NARROW_WIDTH = 520  # below this the panel shows name, quant, size and fit only
-VERY_NARROW_WIDTH = 280  # below this the quant column goes too, so names stay readable
+VERY_NARROW_WIDTH = 280  # below this the quant and size columns go too, so names stay readable
 QUANT_COLUMN = 2
+SIZE_COLUMN = 3
 BUTTONS_TWO_ROWS_WIDTH = 360  # below this the four buttons take two rows
 OPTIONAL_COLUMNS = (1, 4)  # Arch, Params
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -285,9 +286,8 @@ class ModelsPanel(QWidget):
         narrow = event.size().width() < NARROW_WIDTH
         for col in OPTIONAL_COLUMNS:
             self.table.setColumnHidden(col, narrow)
-        self.table.setColumnHidden(
-            QUANT_COLUMN, event.size().width() < VERY_NARROW_WIDTH
-        )  # in the tooltip too
+        for col in (QUANT_COLUMN, SIZE_COLUMN):  # both in the tooltip and the summary too
+            self.table.setColumnHidden(col, event.size().width() < VERY_NARROW_WIDTH)
         self._place_buttons(event.size().width() < BUTTONS_TWO_ROWS_WIDTH)
         super().resizeEvent(event)
 
