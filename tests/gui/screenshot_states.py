@@ -154,6 +154,14 @@ def not_in_view(window: MainWindow) -> list[str]:
         short = seen.height() < w.height() - 1 if whole else False
         if w.isVisible() and (short or seen.width() < w.width() - 1):
             out.append(f"{name}: {seen.width()}x{seen.height()} of {w.width()}x{w.height()} in view")
+    for i, row in enumerate(
+        window.banner._rows
+    ):  # every message whole on screen (the list may scroll past 4)
+        seen = row.visibleRegion().boundingRect()
+        if i < 4 and (seen.height() < row.height() - 1 or seen.width() < row.width() - 1):
+            out.append(
+                f"message {i + 1}: {seen.width()}x{seen.height()} of {row.width()}x{row.height()} in view"
+            )
     return out
 
 
@@ -291,6 +299,44 @@ def not_a_gguf(window: MainWindow) -> None:
     window.planner.open(str(ROOT / "README.md"))
 
 
+def wheel_check(app: QApplication) -> dict[str, object]:
+    """Turn the wheel over the flash attention box and the context slider of a 1024x640 window without clicking
+    them: the values stay, the settings column scrolls."""
+    from PySide6.QtCore import QPoint, QPointF
+    from PySide6.QtGui import QWheelEvent
+
+    config = Path(tempfile.mkdtemp(prefix="fitplan-shot-"))
+    window = MainWindow(Backend(probe=lambda: DESKTOP, library_places=lambda: ()), UserSettings(), config)
+    window.resize(*SIZES["1024"])
+    window.show()
+    window.planner.start(str(LLAMA))
+    settle(app, window)
+    s = window.settings
+    area = _scroll_area_of(s)
+    assert area is not None
+    before = (s.flash.currentText(), s.context_box.value(), area.verticalScrollBar().value())
+    for target in (s.flash, s.context_slider, s.context_box):
+        centre = QPointF(target.rect().center())
+        event = QWheelEvent(
+            centre,
+            QPointF(target.mapToGlobal(target.rect().center())),
+            QPoint(0, 0),
+            QPoint(0, -240),
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+            Qt.ScrollPhase.NoScrollPhase,
+            False,
+        )
+        QApplication.sendEvent(target, event)
+        app.processEvents()
+    settle(app, window)
+    after = (s.flash.currentText(), s.context_box.value(), area.verticalScrollBar().value())
+    window.close()
+    window.deleteLater()
+    app.processEvents()
+    return {"values_kept": before[:2] == after[:2], "scrolled_by": after[2] - before[2]}
+
+
 def shoot_quants(app: QApplication, out: Path, size: tuple[int, int]) -> dict[str, object]:
     """The Compare quants dialog over the bundled examples, from a window of `size`."""
     config = Path(tempfile.mkdtemp(prefix="fitplan-shot-"))
@@ -369,6 +415,7 @@ def main(argv: list[str]) -> int:
         report[name] = shoot(app, out, name, det, model, size, prepare)
     if not dark:
         report["quants-1024"] = shoot_quants(app, out, SIZES["1024"])
+        report["wheel-1024"] = wheel_check(app)
     (out / ("report-dark.json" if dark else "report.json")).write_text(json.dumps(report, indent=2))
     return 0
 

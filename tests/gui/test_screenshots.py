@@ -140,6 +140,11 @@ def test_messages_stay_readable_and_the_quants_dialog_fits_a_small_screen(
     assert float(quants["grey_std"]) > MIN_GREY_STD  # type: ignore[arg-type]
 
 
+def test_the_wheel_scrolls_the_settings_of_a_real_window(report: dict[str, dict[str, object]]) -> None:
+    assert report["wheel-1024"] == {"values_kept": True, "scrolled_by": report["wheel-1024"]["scrolled_by"]}
+    assert int(report["wheel-1024"]["scrolled_by"]) > 0  # type: ignore[call-overload]
+
+
 def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None:
     assert str(report["main"]["verdict"]).startswith("Fits:")
     assert str(report["moe-partial-offload"]["verdict"]).startswith("Fits only with")

@@ -244,8 +244,8 @@ def test_the_hover_readout_follows_a_change_of_setting(qtbot: Any, window: MainW
 
 
 def test_no_label_on_the_plot_but_the_context_line(window: MainWindow) -> None:
-    """The largest context, the training length, the free memory and the margin are named above the plot; the
-    only label drawn on it is the chosen context's, above the free-memory line."""
+    """The largest context, the training length, the free memory and the margin are named beside the device box;
+    the only label drawn on the plot is the chosen context's, above the free-memory line and the bands."""
     chart = window.chart
     labelled = [
         line

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import pyqtgraph as pg
 
 X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
-Y_HEADROOM = 1.15  # room above the capacity line for its label
+Y_HEADROOM = 1.15  # room above the capacity line for the context line's label
 HOVER_HINT = "Hover over the chart to read every part of the memory at that context."
 MAX_LINE_COLOUR = "#009E73"
 TRAINED_COLOUR = "#999999"
@@ -65,8 +65,8 @@ def legend_html(kinds: list[TermKind]) -> str:
 
 
 def marks_html(marks: list[tuple[str, str, str]]) -> str:
-    """The chart's lines named above the plot, each after a sample of its colour and dash (no label on the plot
-    collides with the bands, the other lines or each other): (colour, glyph, text) in reading order."""
+    """The chart's lines named beside the device box, each after a sample of its colour and dash (no label on the
+    plot collides with the bands, the other lines or each other): (colour, glyph, text) in reading order."""
     return "&nbsp;&nbsp; ".join(
         f'<span style="color:{colour}; font-weight:bold">{glyph}</span>&nbsp;' + text.replace(" ", "&nbsp;")
         for colour, glyph, text in marks
@@ -393,7 +393,7 @@ class ChartPanel(QWidget):
             self.too_big.setToolTip("No context fits in the planned memory")
 
     def marks_text(self) -> str:
-        """What the line above the plot says, without its markup."""
+        """What the names of the lines beside the device box say, without its markup."""
         return re.sub(r"<[^>]*>", "", self.marks.text()).replace("&nbsp;", " ")
 
     def _write_marks(self) -> None:
