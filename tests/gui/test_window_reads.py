@@ -142,9 +142,15 @@ MODELFILE_FILTER = "ollama Modelfile (Modelfile *.modelfile)"
 
 
 def test_the_save_dialog_offers_these_filters() -> None:
-    from fitplan.gui.configurations import SAVE_FILTERS
+    from fitplan.gui.configurations import SAVE_FILTERS, default_suffix
 
     assert SAVE_FILTERS.split(";;") == [PRESET_FILTER, SCRIPT_FILTER, MODELFILE_FILTER]
+    # the dialog adds them itself (and so asks before replacing that file); a Modelfile keeps ollama's bare name
+    assert [default_suffix(f, "powershell") for f in (PRESET_FILTER, SCRIPT_FILTER, MODELFILE_FILTER)] == [
+        "ini",
+        "ps1",
+        "",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -363,3 +369,4 @@ def test_a_model_file_deleted_while_open_is_no_longer_planned(
     w.settings.set_context(4096)
     wait_settled(qtbot, w)
     assert not w.banner.has("model-gone") and str(copy) in w.command.text.toPlainText()
+

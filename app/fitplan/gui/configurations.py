@@ -57,6 +57,14 @@ def save_target(path: str, chosen_filter: str, shell: str) -> SaveTarget:
     return SaveTarget(path + ".ini", "preset")
 
 
+def default_suffix(chosen_filter: str, shell: str) -> str:
+    """The extension the save dialog adds to a name typed without one, for the chosen filter ("" for a Modelfile:
+    ollama's own name for it has none)."""
+    if chosen_filter == MODELFILE_FILTER:
+        return ""
+    return Path(save_target("name", chosen_filter, shell).path).suffix.removeprefix(".")
+
+
 def looks_like_preset(text: str) -> bool:
     """INI text (its first line that is not blank or a comment opens a [section]) rather than a command line."""
     for line in text.splitlines():

@@ -36,7 +36,7 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.inputs.user_settings import UserSettings
 from fitplan.gui.backend import Backend
-from fitplan.gui.configurations import SAVE_FILTERS
+from fitplan.gui.configurations import PRESET_FILTER, SAVE_FILTERS, default_suffix
 from fitplan.gui.controller import Panels, Planner
 from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
@@ -401,14 +401,18 @@ class MainWindow(QMainWindow):
         self.planner.configs.paste_command(clipboard.text() if clipboard is not None else "")
 
     def _ask_save_configuration(self) -> None:
-        path, chosen = QFileDialog.getSaveFileName(
-            self,
-            "Save the configuration",
-            self.models.start_folder,
-            SAVE_FILTERS,
-        )
-        if path:
-            self.planner.configs.save_configuration(path, chosen)
+        dialog = QFileDialog(self, "Save the configuration", self.models.start_folder, SAVE_FILTERS)
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        shell = self.command.current_shell()
+
+        def suffix_for(chosen: str) -> None:
+            # the dialog adds the chosen kind's extension itself, so it asks before replacing that file
+            dialog.setDefaultSuffix(default_suffix(chosen, shell))
+
+        suffix_for(PRESET_FILTER)
+        dialog.filterSelected.connect(suffix_for)
+        if dialog.exec() and dialog.selectedFiles():
+            self.planner.configs.save_configuration(dialog.selectedFiles()[0], dialog.selectedNameFilter())
 
     def _ask_load_configuration(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
