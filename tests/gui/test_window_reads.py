@@ -369,4 +369,3 @@ def test_a_model_file_deleted_while_open_is_no_longer_planned(
     w.settings.set_context(4096)
     wait_settled(qtbot, w)
     assert not w.banner.has("model-gone") and str(copy) in w.command.text.toPlainText()
-
