@@ -115,7 +115,9 @@ def test_the_wheel_scrolls_the_settings_instead_of_changing_them(qtbot: Any, pri
     wheel(s.flash)
     wheel(s.context_box)
     wheel(s.context_slider)
+    wheel(w.centre_tabs.tabBar())
     assert (s.flash.currentIndex(), s.context_box.value()) == (flash, ctx)
+    assert w.centre_tabs.currentIndex() == 0  # still the chart, not the launch tab
     assert area.verticalScrollBar().value() > before  # the column scrolled down
     # A focused control takes the wheel.
     s.slots.setFocus()

@@ -1,8 +1,9 @@
 """The mouse wheel scrolls: it changes a value only on the control that has the keyboard focus.
 
 Over a spin box, combo box or slider that the user has not clicked or tabbed into, the wheel scrolls the area the
-control sits in (the settings column), as it does over a label. One application-wide event filter holds the rule for
-every window and dialog; the controls it guards also stop taking the focus from the wheel alone.
+control sits in (the settings column), as it does over a label. One event filter holds the rule; it watches the
+value controls of a window only (an application-wide filter would run for every event of every widget, a cost
+while the chart is dragged), and the controls it guards also stop taking the focus from the wheel alone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
     QScrollBar,
+    QTabBar,
     QWidget,
 )
 
@@ -22,8 +24,9 @@ _GUARD_NAME = "fitplan-wheel-guard"
 
 
 def is_value_control(widget: QObject) -> bool:
-    """A control whose value the wheel would change: spin boxes, combo boxes and sliders (not scroll bars)."""
-    return isinstance(widget, (QAbstractSpinBox, QComboBox, QAbstractSlider)) and not isinstance(
+    """A control whose value the wheel would change: spin boxes, combo boxes, sliders (not scroll bars) and tab
+    bars (the wheel would switch the chart for the launch tab)."""
+    return isinstance(widget, (QAbstractSpinBox, QComboBox, QAbstractSlider, QTabBar)) and not isinstance(
         widget, QScrollBar
     )
 
@@ -44,13 +47,10 @@ def hold_focus_from_wheel(widget: QWidget) -> None:
 
 
 class WheelGuard(QObject):
-    """The application's event filter: a wheel turn over an unfocused value control scrolls its area instead."""
+    """The value controls' event filter: a wheel turn over an unfocused one scrolls its area instead."""
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        kind = event.type()
-        if kind == QEvent.Type.Polish and isinstance(watched, QWidget):
-            hold_focus_from_wheel(watched)
-        elif kind == QEvent.Type.Wheel and is_value_control(watched):
+        if event.type() == QEvent.Type.Wheel and is_value_control(watched):
             assert isinstance(watched, QWidget)
             if watched.hasFocus():
                 return False
@@ -63,8 +63,9 @@ class WheelGuard(QObject):
         return False
 
 
-def install_wheel_guard(root: QWidget | None = None) -> WheelGuard | None:
-    """Install the guard on the application once; the controls already under `root` stop taking wheel focus."""
+def install_wheel_guard(root: QWidget) -> WheelGuard | None:
+    """Guard every value control under `root` (a window or a dialog, once its controls are made): the wheel scrolls
+    past it unless it has the focus, and it does not take the focus from the wheel."""
     app = QApplication.instance()
     if app is None:
         return None
@@ -72,8 +73,9 @@ def install_wheel_guard(root: QWidget | None = None) -> WheelGuard | None:
     if guard is None:
         guard = WheelGuard(app)
         guard.setObjectName(_GUARD_NAME)
-        app.installEventFilter(guard)
-    if root is not None:
-        for widget in root.findChildren(QWidget):
+    for widget in root.findChildren(QWidget):
+        if is_value_control(widget):
             hold_focus_from_wheel(widget)
+            widget.removeEventFilter(guard)  # installed once per control
+            widget.installEventFilter(guard)
     return guard
