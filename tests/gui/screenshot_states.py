@@ -100,14 +100,21 @@ def settle(app: QApplication, window: MainWindow, timeout: float = 20.0) -> None
         time.sleep(0.02)
 
 
-def clipped_widgets(window: MainWindow) -> list[str]:
-    """Visible leaf controls that stick out of the window or are narrower/shorter than their minimum hint."""
+def clipped_widgets(window: QWidget) -> list[str]:
+    """Visible leaf controls that stick out of the window or are narrower/shorter than their minimum hint, and
+    word-wrapped labels shorter than their text needs at their width (a verdict's last line cut off)."""
     out = []
     win = window.rect()
     for w in window.findChildren(QWidget):
         if not w.isVisible() or not isinstance(w, (QAbstractButton, QLabel, QComboBox, QLineEdit, QSpinBox)):
             continue
-        if isinstance(w, QLabel) and (w.wordWrap() or not w.text()):
+        if isinstance(w, QLabel) and w.wordWrap() and w.text():
+            if w.height() + 1 < w.heightForWidth(w.width()):
+                out.append(
+                    f"QLabel({_text_of(w)!r}) cut to {w.height()} px of the {w.heightForWidth(w.width())} its text needs"
+                )
+            continue
+        if isinstance(w, QLabel) and not w.text():
             continue
         if isinstance(w, QLineEdit) and isinstance(w.parentWidget(), (QAbstractSpinBox, QComboBox)):
             continue  # the editor inside a spin box or combo box: its parent is checked
@@ -123,10 +130,38 @@ def clipped_widgets(window: MainWindow) -> list[str]:
             right = w.mapTo(port, w.rect().bottomRight()).x()
             if left < 0 or right >= port.width():
                 out.append(f"{name} cut off at the side of its scroll area")
+            elif w.width() + 1 < hint.width():
+                out.append(f"{name} squeezed to {w.width()} px wide < {hint.width()}")
         elif not (win.contains(top_left) and win.contains(bottom_right)):
             out.append(f"{name} outside the window")
         elif w.width() + 1 < hint.width() or w.height() + 1 < hint.height():
             out.append(f"{name} squeezed to {w.width()}x{w.height()} < {hint.width()}x{hint.height()}")
+    return out
+
+
+def not_in_view(window: MainWindow) -> list[str]:
+    """What a user must see without scrolling, when it is not all on screen: the verdict, the command and its
+    buttons, the settings column's width (nothing of it outside the window)."""
+    out = []
+    for name, w, whole in (
+        ("verdict", window.verdict.label, True),
+        ("command", window.command.text, True),
+        ("copy button", window.command.copy_button, True),
+        ("settings", window.settings, False),  # its column scrolls down, never sideways
+        ("hardware", window.hardware, False),
+    ):
+        seen = w.visibleRegion().boundingRect()
+        short = seen.height() < w.height() - 1 if whole else False
+        if w.isVisible() and (short or seen.width() < w.width() - 1):
+            out.append(f"{name}: {seen.width()}x{seen.height()} of {w.width()}x{w.height()} in view")
+    for i, row in enumerate(
+        window.banner._rows
+    ):  # every message whole on screen (the list may scroll past 4)
+        seen = row.visibleRegion().boundingRect()
+        if i < 4 and (seen.height() < row.height() - 1 or seen.width() < row.width() - 1):
+            out.append(
+                f"message {i + 1}: {seen.width()}x{seen.height()} of {row.width()}x{row.height()} in view"
+            )
     return out
 
 
@@ -186,6 +221,8 @@ def shoot(
         "verdict": window.verdict.label.text(),
         "banner": window.banner.text(),
         "command": window.command.text.toPlainText(),
+        "not_in_view": not_in_view(window),
+        "list_name_width": window.models.table.columnWidth(0),
     }
     window.close()
     window.deleteLater()
@@ -233,6 +270,106 @@ def devices_and_draft(window: MainWindow) -> None:
         area.ensureWidgetVisible(s.draft_cache_k, 10, 10)
 
 
+TWO_3060 = Detection((gpu("RTX 3060", 12, 11.5), gpu("RTX 3060", 12, 11.5)), host_device(64 * GIB, 52 * GIB))
+NO_GPU = Detection((), host_device(64 * GIB, 48 * GIB), ("NVIDIA: NVML library not found",))
+#: The three screens a user has in mind (the window filling each, less its title bar and a panel).
+SIZES = {"1024": (1024, 640), "1280": (1280, 800), "1920": (1920, 1080)}
+LONG_PASTE = (
+    f"llama-server -m {LLAMA} -c 16384 --alias my-very-long-alias-name --chat-template-file "
+    "/home/user/templates/a-very-long-template-name.jinja --reasoning-format deepseek --host 0.0.0.0 --port 8081 "
+    "--jinja -ot 'blk\\.(1|2|3)\\.ffn_.*=CPU'"
+)
+
+
+def long_paste(window: MainWindow) -> None:
+    """A pasted command with flags kept in the command: two messages above the verdict, a long command."""
+    window.planner.configs.paste_command(LONG_PASTE)
+
+
+def two_more_gpus(window: MainWindow) -> None:
+    """Two cards of the catalog's longest name added: their bars are named with (GPU1), (GPU2)."""
+    hw = window.hardware
+    longest = max(range(hw.catalog.count()), key=lambda i: len(hw.catalog.itemText(i)))
+    hw.catalog.setCurrentIndex(longest)
+    hw.add_catalog.click()
+    hw.add_catalog.click()
+
+
+def not_a_gguf(window: MainWindow) -> None:
+    window.planner.open(str(ROOT / "README.md"))
+
+
+def wheel_check(app: QApplication) -> dict[str, object]:
+    """Turn the wheel over the flash attention box and the context slider of a 1024x640 window without clicking
+    them: the values stay, the settings column scrolls."""
+    from PySide6.QtCore import QPoint, QPointF
+    from PySide6.QtGui import QWheelEvent
+
+    config = Path(tempfile.mkdtemp(prefix="fitplan-shot-"))
+    window = MainWindow(Backend(probe=lambda: DESKTOP, library_places=lambda: ()), UserSettings(), config)
+    window.resize(*SIZES["1024"])
+    window.show()
+    window.planner.start(str(LLAMA))
+    settle(app, window)
+    s = window.settings
+    area = _scroll_area_of(s)
+    assert area is not None
+    before = (s.flash.currentText(), s.context_box.value(), area.verticalScrollBar().value())
+    for target in (s.flash, s.context_slider, s.context_box):
+        centre = QPointF(target.rect().center())
+        event = QWheelEvent(
+            centre,
+            QPointF(target.mapToGlobal(target.rect().center())),
+            QPoint(0, 0),
+            QPoint(0, -240),
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+            Qt.ScrollPhase.NoScrollPhase,
+            False,
+        )
+        QApplication.sendEvent(target, event)
+        app.processEvents()
+    settle(app, window)
+    after = (s.flash.currentText(), s.context_box.value(), area.verticalScrollBar().value())
+    window.close()
+    window.deleteLater()
+    app.processEvents()
+    return {"values_kept": before[:2] == after[:2], "scrolled_by": after[2] - before[2]}
+
+
+def shoot_quants(app: QApplication, out: Path, size: tuple[int, int]) -> dict[str, object]:
+    """The Compare quants dialog over the bundled examples, from a window of `size`."""
+    config = Path(tempfile.mkdtemp(prefix="fitplan-shot-"))
+    window = MainWindow(Backend(probe=lambda: DESKTOP, library_places=lambda: ()), UserSettings(), config)
+    window.resize(*size)
+    window.show()
+    window.planner.start(str(LLAMA))
+    settle(app, window)
+    dialog = window.compare_quants(str(EXAMPLES))
+    end = time.monotonic() + 30
+    while not dialog.rows and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+    for _ in range(5):
+        app.processEvents()
+        time.sleep(0.02)
+    image = dialog.grab().toImage()
+    image.save(str(out / "quants-1024.png"))
+    result: dict[str, object] = {
+        "file": "quants-1024.png",
+        "size": [dialog.width(), dialog.height()],
+        "minimum_width": dialog.minimumSizeHint().width(),
+        "rows": len(dialog.rows),
+        "grey_std": grey_std(image),
+        "clipped": clipped_widgets(dialog),
+    }
+    dialog.close()
+    window.close()
+    window.deleteLater()
+    app.processEvents()
+    return result
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
@@ -259,14 +396,26 @@ def main(argv: list[str]) -> int:
         ("beellama-kvarn4", DESKTOP, LLAMA, (1280, 800), engine(Engine.BEELLAMA, kvarn4)),
         ("ollama", DESKTOP, LLAMA, (1280, 800), engine(Engine.OLLAMA, ollama_two_slots)),
         ("devices-and-draft", TWO_GPUS, LLAMA, (1024, 640), devices_and_draft),
+        ("messages-no-gpu-1024", NO_GPU, LLAMA, SIZES["1024"], not_a_gguf),
+        ("two-3060-qwen-1280", TWO_3060, QWEN, SIZES["1280"], None),
+        ("two-3060-qwen-1024", TWO_3060, QWEN, SIZES["1024"], None),
+        ("long-paste-1280", DESKTOP, LLAMA, SIZES["1280"], long_paste),
+        ("long-paste-1024", DESKTOP, LLAMA, SIZES["1024"], long_paste),
+        ("more-gpus-1024", SMALL_GPU, QWEN, SIZES["1024"], two_more_gpus),
     ]
+    states += [(f"main-{key}", DESKTOP, DEEPSEEK, size, None) for key, size in SIZES.items()]
     if dark:
         states = [
             ("main-dark", DESKTOP, LLAMA, (1280, 800), None),
             ("devices-and-draft-dark", TWO_GPUS, LLAMA, (1280, 800), devices_and_draft),
+            *[(f"main-{key}-dark", DESKTOP, DEEPSEEK, size, None) for key, size in SIZES.items()],
+            ("long-paste-1024-dark", DESKTOP, LLAMA, SIZES["1024"], long_paste),
         ]
     for name, det, model, size, prepare in states:
         report[name] = shoot(app, out, name, det, model, size, prepare)
+    if not dark:
+        report["quants-1024"] = shoot_quants(app, out, SIZES["1024"])
+        report["wheel-1024"] = wheel_check(app)
     (out / ("report-dark.json" if dark else "report.json")).write_text(json.dumps(report, indent=2))
     return 0
 

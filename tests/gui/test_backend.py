@@ -192,15 +192,17 @@ def test_a_unified_gpu_plan_says_what_host_ram_it_takes(backend: Backend) -> Non
 
 
 def test_catalog_offers_each_gpu_with_the_memory_its_rule_gives() -> None:
-    """The window's catalog and `--assume-gpu` agree (`CatalogGpu.assumed`): the Arc A770 16 GB with what SYCL
-    reports, a Strix Halo with its carve-out and GTT, a Mac with its Metal working set."""
+    """The window's catalog and `--assume-gpu` agree (`CatalogGpu.assumed`): each choice is a spec the core reads
+    to the catalog's rule: the Arc A770 16 GB with what SYCL reports, a Strix Halo with its carve-out and GTT (the
+    GTT part host RAM), a GB10 all host RAM, a Mac with its Metal working set."""
     from fitplan.core.hardware import parse_assumed_gpu
 
-    offered = {name: size for name, size, _vendor, _shared in Backend.catalog()}
-    shared = {name: part for name, _size, _vendor, part in Backend.catalog()}
-    assert shared["Arc A770 16GB"] == 0 and shared["GB10"] == offered["GB10"]
-    assert 0 < shared["Radeon 8060S 128GB"] < offered["Radeon 8060S 128GB"]  # the GTT part, not the carve-out
-    assert offered["Arc A770 16GB"] == parse_assumed_gpu("Arc A770 16GB").memory_bytes == 16225243136
-    assert offered["Radeon 8060S 128GB"] == parse_assumed_gpu("Strix Halo 128GB").memory_bytes
-    assert offered["GB10"] == parse_assumed_gpu("DGX Spark").memory_bytes
-    assert offered["Apple M2 Max 64GB"] == parse_assumed_gpu("M2 Max 64GB").memory_bytes < 64 * GIB
+    specs = {c.spec: parse_assumed_gpu(c.spec) for _title, choices in Backend.catalog() for c in choices}
+    arc, strix = specs["Arc A770 16GB"], specs["Radeon 8060S 128GB"]
+    gb10, mac = specs["GB10"], specs["Apple M2 Max 64GB"]
+    assert arc.memory_bytes == parse_assumed_gpu("Arc A770 16GB").memory_bytes == 16225243136
+    assert arc.shared_bytes == 0
+    assert 0 < strix.shared_bytes < strix.memory_bytes  # the GTT part, not the carve-out
+    assert strix.memory_bytes == parse_assumed_gpu("Strix Halo 128GB").memory_bytes
+    assert gb10.shared_bytes == gb10.memory_bytes == parse_assumed_gpu("DGX Spark").memory_bytes
+    assert mac.memory_bytes == parse_assumed_gpu("M2 Max 64GB").memory_bytes < 64 * GIB

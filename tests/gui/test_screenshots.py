@@ -36,7 +36,18 @@ STATES = (
     "beellama-kvarn4",
     "ollama",
     "devices-and-draft",
+    "messages-no-gpu-1024",
+    "two-3060-qwen-1280",
+    "two-3060-qwen-1024",
+    "long-paste-1280",
+    "long-paste-1024",
+    "more-gpus-1024",
+    "main-1024",
+    "main-1280",
+    "main-1920",
 )
+#: With no message above the verdict the whole column fits: verdict, chart and command, nothing scrolled away.
+NO_MESSAGE_STATES = tuple(s for s in STATES if not s.startswith(("error", "messages", "long-paste")))
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +119,30 @@ def test_state_is_drawn_and_nothing_is_clipped(report: dict[str, dict[str, objec
     assert (OUT / str(shot["file"])).stat().st_size > 10_000
     assert float(shot["grey_std"]) > MIN_GREY_STD  # type: ignore[arg-type]
     assert shot["clipped"] == []
+    # the settings column never runs past the window's side; the command is on screen unless messages push it down
+    scrolled_away = [w for w in shot["not_in_view"] if w.startswith(("command", "copy button"))]  # type: ignore[union-attr]
+    assert shot["not_in_view"] == ([] if state in NO_MESSAGE_STATES else scrolled_away)
+    assert int(shot["list_name_width"]) >= 130  # type: ignore[call-overload]  # model names readable at 1024 px
+
+
+def test_messages_stay_readable_and_the_quants_dialog_fits_a_small_screen(
+    report: dict[str, dict[str, object]],
+) -> None:
+    both = str(report["messages-no-gpu-1024"]["banner"])
+    assert (
+        "not a GGUF file" in both and "No GPU detected" in both
+    )  # two messages, both on screen (not clipped)
+    paste = str(report["long-paste-1024"]["banner"])
+    assert "--alias" in paste and "-ot" in paste
+    quants = report["quants-1024"]
+    assert int(quants["minimum_width"]) <= 1024 - 32 and int(quants["size"][0]) <= 1024 - 32  # type: ignore[index, call-overload]
+    assert quants["rows"] == 4 and quants["clipped"] == []
+    assert float(quants["grey_std"]) > MIN_GREY_STD  # type: ignore[arg-type]
+
+
+def test_the_wheel_scrolls_the_settings_of_a_real_window(report: dict[str, dict[str, object]]) -> None:
+    assert report["wheel-1024"] == {"values_kept": True, "scrolled_by": report["wheel-1024"]["scrolled_by"]}
+    assert int(report["wheel-1024"]["scrolled_by"]) > 0  # type: ignore[call-overload]
 
 
 def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None:
@@ -128,7 +163,8 @@ def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None
 def test_dark_theme(display: str, home: Path) -> None:
     _run(display, home, "--dark")
     shots = json.loads((OUT / "report-dark.json").read_text())
-    for shot in (shots["main-dark"], shots["devices-and-draft-dark"]):
+    assert len(shots) == 6
+    for shot in shots.values():
         assert float(shot["grey_std"]) > MIN_GREY_STD
         assert shot["clipped"] == []
     from PySide6.QtGui import QImage

@@ -3,7 +3,8 @@ row applied, and the plan saved as a preset, a script or an ollama Modelfile. Ev
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,65 @@ if TYPE_CHECKING:
     from fitplan.gui.controller import Planner
 
 MAX_CONFIG_CHARS = 200_000
+
+#: The save dialog's filters: the chosen one decides what a name without a known extension is saved as.
+PRESET_FILTER = "llama-server preset (*.ini)"
+SCRIPT_FILTER = "Shell script (*.sh *.ps1 *.bat)"
+MODELFILE_FILTER = "ollama Modelfile (Modelfile *.modelfile)"
+SAVE_FILTERS = ";;".join((PRESET_FILTER, SCRIPT_FILTER, MODELFILE_FILTER))
+SCRIPT_SUFFIX = {"sh": ".sh", "powershell": ".ps1", "cmd": ".bat"}
+SHELL_OF_SUFFIX = {".sh": "sh", ".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}
+
+
+@dataclass(frozen=True, slots=True)
+class SaveTarget:
+    """Where a configuration is written and as what: "preset" (INI), "script" (for `shell`) or "modelfile"."""
+
+    path: str
+    kind: str
+    shell: str = ""
+
+
+def save_target(path: str, chosen_filter: str, shell: str) -> SaveTarget:
+    """What a name typed in the save dialog is written as. A known extension decides (an INI is never written into
+    a .sh, a script never into a .ini); a name without one takes the chosen filter's kind and extension (the
+    current shell's for a script), so that the file loads back."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".ini":
+        return SaveTarget(path, "preset")
+    if suffix in SHELL_OF_SUFFIX:
+        return SaveTarget(path, "script", SHELL_OF_SUFFIX[suffix])
+    if p.name == "Modelfile" or suffix == ".modelfile":
+        return SaveTarget(path, "modelfile")
+    if chosen_filter == MODELFILE_FILTER:
+        return SaveTarget(path + ".modelfile", "modelfile")
+    if chosen_filter == SCRIPT_FILTER:
+        return SaveTarget(path + SCRIPT_SUFFIX.get(shell, ".sh"), "script", shell)
+    return SaveTarget(path + ".ini", "preset")
+
+
+def default_suffix(chosen_filter: str, shell: str) -> str:
+    """The extension the save dialog adds to a name typed without one, for the chosen filter ("" for a Modelfile:
+    ollama's own name for it has none)."""
+    if chosen_filter == MODELFILE_FILTER:
+        return ""
+    return Path(save_target("name", chosen_filter, shell).path).suffix.removeprefix(".")
+
+
+def looks_like_preset(text: str) -> bool:
+    """INI text (its first line that is not blank or a comment opens a [section]) rather than a command line."""
+    for line in text.splitlines():
+        t = line.strip()
+        if t and not t.startswith((";", "#")):
+            return t.startswith("[")
+    return False
+
+
+def make_executable(path: str) -> None:
+    """chmod +x for whoever may read the file (a saved script runs as ./name.sh)."""
+    mode = os.stat(path).st_mode
+    os.chmod(path, mode | ((mode & 0o444) >> 2))
 
 
 def kept_flags(ignored: tuple[str, ...], unmodelled: tuple[str, ...]) -> tuple[str, ...]:
@@ -185,36 +245,44 @@ class Configurations(QObject):
         else:
             self.p.banner.clear("paste-unheld")
 
-    def save_configuration(self, path: str, kind: str = "") -> None:
-        """The plan as a llama-server preset (.ini), a script for the chosen shell, or an ollama Modelfile."""
+    def save_configuration(self, path: str, chosen_filter: str = "") -> str:
+        """The plan as a llama-server preset (.ini), a script for its shell, or an ollama Modelfile: written to the
+        path `save_target` makes of the name and filter; returns that path ("" when nothing was written)."""
         from fitplan.core.launch.command_line import ollama_export, to_preset_ini
 
         out = self.planner.outcome
         if out is None or self.planner.model is None or out.plan_settings is None:
             self.p.banner.show_message("warning", "Nothing to save yet: open a model first.", key="save")
-            return
-        name = Path(path).name
+            return ""
+        target = save_target(path, chosen_filter, self.p.command.current_shell())
+        name = Path(target.path).name
+        source = self.planner.model.source
         try:
-            if name.lower().endswith(".ini") or "preset" in kind:
-                text = to_preset_ini(
-                    out.plan_settings,
-                    Path(self.planner.model.source).stem or "model",
-                    self.planner.model.source,
-                )
-            elif name == "Modelfile" or name.lower().endswith(".modelfile") or "Modelfile" in kind:
-                text = ollama_export(out.plan_settings, self.planner.model.source).modelfile
+            if target.kind == "preset":
+                text = to_preset_ini(out.plan_settings, Path(source).stem or "model", source)
+            elif target.kind == "modelfile":
+                text = ollama_export(out.plan_settings, source).modelfile
             else:
-                shell = {".ps1": "powershell", ".bat": "cmd", ".cmd": "cmd"}.get(
-                    Path(path).suffix.lower(), self.p.command.current_shell()
-                )
-                body = self.planner.backend.render_command((*out.args, *self.kept_args), shell)
-                text = ("#!/bin/sh\n" if shell == "sh" else "") + body + "\n"
-            Path(path).write_text(text, encoding="utf-8")
+                body = self.planner.backend.render_command((*out.args, *self.kept_args), target.shell)
+                text = ("#!/bin/sh\n" if target.shell == "sh" else "") + body + "\n"
+            Path(target.path).write_text(text, encoding="utf-8")
+            if target.kind == "script":
+                make_executable(target.path)
         except (FitplanError, OSError) as exc:
             self.p.banner.show_message("error", f"Could not save {name}: {exc}", key="save")
-            return
-        self.p.banner.clear("save")
-        self.p.status.showMessage(f"Saved {path}", 4000)
+            return ""
+        if target.kind != "script" and self.kept_args:
+            # as `fitplan command --preset` warns: the kept flags are llama-server's command-line flags only
+            self.p.banner.show_message(
+                "warning",
+                f"Saved {name} without the kept flags (kept in the command, not in the "
+                f"{'preset' if target.kind == 'preset' else 'Modelfile'}): {' '.join(self.kept_args)}",
+                key="save",
+            )
+        else:
+            self.p.banner.clear("save")
+        self.p.status.showMessage(f"Saved {target.path}", 4000)
+        return target.path
 
     def load_configuration(self, path: str) -> None:
         """A saved script or preset: its command (or preset section) sets the controls."""
@@ -223,7 +291,7 @@ class Configurations(QObject):
         except OSError as exc:
             self.p.banner.show_message("error", f"Could not read {path}: {exc.strerror or exc}", key="paste")
             return
-        if Path(path).suffix.lower() == ".ini":
+        if Path(path).suffix.lower() == ".ini" or looks_like_preset(text):
             self.load_preset(text)
         else:
             self.paste_command(text)

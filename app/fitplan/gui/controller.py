@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QStatusBar
 
 from fitplan.core.base.devices import GIB, MIB, Machine
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 DEBOUNCE_MS = 30
 MAX_WAIT_MS = 150
 SAVE_DELAY_MS = 2000  # the settings are saved this long after the last change (and when the window closes)
+PLANNING_SIGN_MS = 250  # a plan that takes longer than this shows "Planning…" over the verdict it replaces
 
 
 def device_names(machine: Machine | None) -> list[tuple[str, str]]:
@@ -144,6 +145,16 @@ class Planner(QObject):
         self._save_timer.setSingleShot(True)
         self._save_timer.setInterval(SAVE_DELAY_MS)
         self._save_timer.timeout.connect(self.save_settings)
+        self._planning_sign = QTimer(self)
+        self._planning_sign.setSingleShot(True)
+        self._planning_sign.setInterval(PLANNING_SIGN_MS)
+        self._planning_sign.timeout.connect(self._show_planning)
+        # the open model's file: deleted or moved while open, it is no longer planned (nor written in the command)
+        self._model_watch = QFileSystemWatcher(self)
+        self._model_watch.fileChanged.connect(self._model_file_changed)
+        self._local_file = (
+            ""  # the open model's file when it was read from this machine (not a URL or Hub model)
+        )
         self._draft_source = ""  # the draft model (-md) whose profile is read or being read
         self._draft_profile: ModelProfile | None = None
         self._draft_token = 0  # the draft read whose answer is awaited (0: none)
@@ -342,6 +353,7 @@ class Planner(QObject):
         p.models.set_recent(self.user.recent_files)
         self.library.offer_drafts()
         p.status.showMessage(f"Opened {model.profile.name}", 4000)
+        self._watch_model_file(opened=True)
         # What was said about the previous model (its warnings, its estimate, a failed open) is gone with it.
         p.banner.clear("model", "estimate", "estimate-error", "open")
         if model.warnings:
@@ -425,12 +437,60 @@ class Planner(QObject):
         self._pending_since = None
         self.save_soon()
         self._show_missing_devices()
+        if self._model_gone():
+            return
         if self._read_draft():
             return  # estimated once the draft model's header is read
         request = self.current_request()
         if request is not None:
             self.estimate_failed = False
             self.estimator.submit(request)
+            self._planning_sign.start()
+
+    def _show_planning(self) -> None:
+        """The newest request is still being planned: the verdict, chart and command on screen are the last plan's."""
+        waiting = self.outcome is None or self.outcome.request_id != self.estimator.latest_id
+        self.p.verdict.set_pending(waiting and not self.estimate_failed and self.model is not None)
+
+    def _planned(self) -> None:
+        self._planning_sign.stop()
+        self.p.verdict.set_pending(False)
+
+    # -- the open model's file -----------------------------------------------------------------------------------
+    def _watch_model_file(self, opened: bool = False) -> None:
+        """Watch the open model's file; `opened`: a model was just opened (was it read from a local file?)."""
+        if opened:
+            model = self.model
+            self._local_file = model.source if model is not None and Path(model.source).is_file() else ""
+        watched = self._model_watch.files()
+        if watched:
+            self._model_watch.removePaths(watched)
+        if self._local_file and Path(self._local_file).is_file():
+            self._model_watch.addPath(self._local_file)
+
+    def _model_file_changed(self, path: str) -> None:
+        if path == self._local_file and not Path(path).is_file():
+            self.request_estimate()  # says it is gone and plans nothing
+
+    def _model_gone(self) -> bool:
+        """The open model's file was deleted or moved: nothing is planned for it (its last plan leaves the screen),
+        until it is back or another model is opened."""
+        model = self.model
+        if model is None or not self._local_file or Path(self._local_file).is_file():
+            if self.p.banner.has("model-gone"):
+                self.p.banner.clear("model-gone")
+                self._watch_model_file()
+            return False
+        self.estimator.next_id()  # an answer still on its way is for a file that is gone
+        self._planned()
+        self.p.banner.show_message(
+            "error",
+            f"{model.source} is gone (deleted or moved while open): nothing is planned for it. Open it again "
+            "from where it is now.",
+            key="model-gone",
+        )
+        self._show_no_estimate(f"No estimate: {Path(model.source).name} is gone")
+        return True
 
     def _show_missing_devices(self) -> None:
         missing = self.p.settings.missing_devices() if self.p.settings.launch_devices() else ()
@@ -491,6 +551,7 @@ class Planner(QObject):
     def _show_outcome(self, outcome: PlanOutcome) -> None:
         self.outcome = outcome
         self.estimate_failed = False
+        self._planned()
         p = self.p
         p.banner.clear("estimate-error")
         if outcome.curve is not None:
@@ -550,15 +611,21 @@ class Planner(QObject):
         key = message_key(err.what)
         self.p.banner.show_message("error", f"{err.what}: {err.message}", key=key)
         self.p.status.showMessage(f"{err.what} failed", 5000)
+        if key == "open":  # the row clicked could not be opened: the highlight goes back to the open model
+            self.p.models.select(self.model.source if self.model is not None else "")
         if key == "estimate-error":
-            # Nothing of the last good estimate stays on screen as if it held for these settings.
-            self.estimate_failed = True
-            self.p.verdict.set_error(f"No estimate: {err.message}")
-            self.p.chart.clear()
-            self.p.devices.clear()
-            self.p.settings.forget_plan()
-            self.p.command.set_command("")
-            self.p.command.set_verify_available(False)
+            self._planned()
+            self._show_no_estimate(f"No estimate: {err.message}")
+
+    def _show_no_estimate(self, text: str) -> None:
+        """Nothing of the last good estimate stays on screen as if it held for these settings."""
+        self.estimate_failed = True
+        self.p.verdict.set_error(text)
+        self.p.chart.clear()
+        self.p.devices.clear()
+        self.p.settings.forget_plan()
+        self.p.command.set_command("")
+        self.p.command.set_verify_available(False)
 
     # -- persistence ---------------------------------------------------------------------------------------------
     def save_soon(self) -> None:

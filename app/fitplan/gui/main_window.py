@@ -36,6 +36,7 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.inputs.user_settings import UserSettings
 from fitplan.gui.backend import Backend
+from fitplan.gui.configurations import PRESET_FILTER, SAVE_FILTERS, default_suffix
 from fitplan.gui.controller import Panels, Planner
 from fitplan.gui.panels.activity import ActivityPanel
 from fitplan.gui.panels.banner import MessageBanner
@@ -49,6 +50,7 @@ from fitplan.gui.panels.server import ServerPanel
 from fitplan.gui.panels.speed import SpeedPanel
 from fitplan.gui.panels.summary import SummaryPanel
 from fitplan.gui.panels.verdict import VerdictPanel
+from fitplan.gui.wheel import install_wheel_guard
 
 if TYPE_CHECKING:
     from fitplan.core.launch.launcher import LaunchPlan
@@ -181,6 +183,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.activity)
 
         self._lay_out()
+        install_wheel_guard(self)  # the wheel scrolls the columns; it changes only the focused control
 
         self.planner = Planner(
             backend,
@@ -206,14 +209,7 @@ class MainWindow(QMainWindow):
         self.planner.model_loaded.connect(self._name_in_title)
         self.planner.outcome_shown.connect(lambda o: self.verdict.set_accuracy(o.accuracy))
         self.planner.outcome_shown.connect(lambda o: self.speed.set_speed(o.speed))
-        for widget, name in (
-            (self.verdict, "Verdict"),
-            (self.command.text, "Command"),
-            (self.models.table, "Models"),
-            (self.hardware.list, "Devices to plan for"),
-            (self.banner, "Message"),
-        ):
-            widget.setAccessibleName(name)
+        self._name_controls()
         if user.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(user.window_geometry.encode()))
             self.resize(fitted_size(self.size(), available))  # saved on a bigger screen
@@ -239,17 +235,20 @@ class MainWindow(QMainWindow):
         centre_layout.setContentsMargins(0, 0, 0, 0)
         centre_layout.addWidget(self.banner)
         centre_layout.addWidget(self.verdict)
-        centre_layout.addWidget(self.speed)
         # The chart and the launch of the plan share the room: Launch (Ctrl+R) brings its tab forward.
         self.centre_tabs = QTabWidget()
         self.centre_tabs.setDocumentMode(True)  # no frame: the chart keeps the height it had in its group box
         self.centre_tabs.addTab(self.chart, "Memory by context")
         self.centre_tabs.addTab(self.server, "Launch and check")
+        # the plan's speed in the room beside the tabs (a row of its own pushed the command below the fold at
+        # 1024x640); the wording shortens with that room
+        self.centre_tabs.setCornerWidget(self.speed, Qt.Corner.TopRightCorner)
+        self.speed.follow(self.centre_tabs)
         centre_layout.addWidget(self.centre_tabs, 1)
         centre_layout.addWidget(_group("Command", self.command))
         self.command.set_visible_lines(MIN_LINES)
         # The command row (shell, Verify, Copy) is never clipped: the model list gives way first.
-        centre.setMinimumWidth(self.command.row_width() + 24)
+        centre.setMinimumWidth(self.command.row_width() + 20)
         self.drop_hint.setParent(centre)
         # Below the height the column needs it scrolls instead of letting the legend and readout overlap the plot.
         centre_scroll = FitScrollArea()
@@ -430,14 +429,18 @@ class MainWindow(QMainWindow):
         self.planner.configs.paste_command(clipboard.text() if clipboard is not None else "")
 
     def _ask_save_configuration(self) -> None:
-        path, chosen = QFileDialog.getSaveFileName(
-            self,
-            "Save the configuration",
-            self.models.start_folder,
-            "llama-server preset (*.ini);;Shell script (*.sh *.ps1 *.bat);;ollama Modelfile (Modelfile *.modelfile)",
-        )
-        if path:
-            self.planner.configs.save_configuration(path, chosen)
+        dialog = QFileDialog(self, "Save the configuration", self.models.start_folder, SAVE_FILTERS)
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        shell = self.command.current_shell()
+
+        def suffix_for(chosen: str) -> None:
+            # the dialog adds the chosen kind's extension itself, so it asks before replacing that file
+            dialog.setDefaultSuffix(default_suffix(chosen, shell))
+
+        suffix_for(PRESET_FILTER)
+        dialog.filterSelected.connect(suffix_for)
+        if dialog.exec() and dialog.selectedFiles():
+            self.planner.configs.save_configuration(dialog.selectedFiles()[0], dialog.selectedNameFilter())
 
     def _ask_load_configuration(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -448,6 +451,41 @@ class MainWindow(QMainWindow):
         )
         if path:
             self.planner.configs.load_configuration(path)
+
+    def _name_controls(self) -> None:
+        """What a screen reader calls each control that no form label names (a row of two controls, a control
+        without a label, a combo box that would be read by its value, such as "f16")."""
+        s, hw = self.settings, self.hardware
+        for widget, name in (
+            (self.verdict, "Verdict"),
+            (self.command.text, "Command"),
+            (self.command.shell, "Shell"),
+            (self.models.table, "Models"),
+            (self.models.filter_box, "Filter models"),
+            (self.hardware.list, "Devices to plan for"),
+            (self.banner, "Message"),
+            (self.chart.device_box, "Device shown in the chart"),
+            (s.context_slider, "Context slider"),
+            (s.context_box, "Context in tokens"),
+            (s.cache_k, "K cache type"),
+            (s.cache_v, "V cache type"),
+            (s.slots, "Slots"),
+            (s.gpu_layers_slider, "GPU layers slider"),
+            (s.gpu_layers, "GPU layers"),
+            (s.devices_button, "Devices (-dev)"),
+            (s.draft, "Draft model"),
+            (s.draft_browse, "Choose a draft model file"),
+            (s.draft_ngl, "Draft GPU layers"),
+            (s.draft_cache_k, "Draft K cache type"),
+            (s.draft_cache_v, "Draft V cache type"),
+            (hw.host_ram, "System RAM to plan for"),
+            (hw.catalog, "GPU catalog"),
+            (hw.add_catalog, "Add the catalog GPU"),
+            (hw.size_box, "GPU size"),
+            (hw.add_size, "Add a GPU of this size"),
+            (hw.remove, "Remove the selected GPU"),
+        ):
+            widget.setAccessibleName(name)
 
     def _set_tab_order(self) -> None:
         m, s, c = self.models, self.settings, self.command

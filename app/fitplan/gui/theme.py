@@ -67,6 +67,13 @@ def background() -> QColor:
     return QColor("white")
 
 
+def background_fill() -> QColor:
+    """The chart's background, nearly opaque: behind a label drawn on the plot."""
+    colour = QColor(background())
+    colour.setAlpha(225)
+    return colour
+
+
 def configure_pyqtgraph() -> None:
     """pyqtgraph's look for this theme (called once pyqtgraph is loaded: the chart builds its plot after the first
     paint)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout, QWidget
 
 from fitplan.gui.theme import is_dark
@@ -21,9 +22,8 @@ LEVEL_COLOURS = {  # (light, dark) backgrounds
     "info": ("#d6e6f5", "#1e3a57"),
 }
 SEVERITY = {"error": 3, "warning": 2, "info": 1}
-MAX_SHOWN = 4  # older messages beyond this are dropped from view (they stay in `history`)
 MAX_HISTORY = 100
-MAX_HEIGHT = 120  # more messages than fit scroll, so the chart below keeps its room
+MAX_HEIGHT = 132  # more messages than fit scroll (none is dropped), so the chart below keeps its room
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,7 @@ class MessageBanner(QFrame):
         """Show `text`; it replaces the message with the same `key` (each message without a key is its own)."""
         key = key or f"note-{len(self.history)}"
         message = Message(key, level, text)
-        self._messages = [message, *(m for m in self._messages if m.key != key)][:MAX_SHOWN]
+        self._messages = [message, *(m for m in self._messages if m.key != key)][:MAX_HISTORY]
         self.history = [message, *self.history][:MAX_HISTORY]
         self._rebuild()
 
@@ -126,16 +126,35 @@ class MessageBanner(QFrame):
     def _rebuild(self) -> None:
         for row in self._rows:
             self._layout.removeWidget(row)
+            row.hide()  # at once: it is deleted only when the event loop comes round
             row.deleteLater()
         self._rows = []
         for message in self._messages:
-            row = _MessageRow(message, self)
+            row = _MessageRow(message, self._inner)
             row.dismissed.connect(self.clear)
             self._layout.addWidget(row)
+            # Shown now: a row added to a visible widget is shown only later, and a layout leaves hidden rows out
+            # of its height (the list then collapsed to nothing when a second message came).
+            row.setVisible(True)
             self._rows.append(row)
         self.setVisible(bool(self._messages))
-        self._inner.adjustSize()
-        self._scroll.setFixedHeight(min(MAX_HEIGHT, self._inner.sizeHint().height()))
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """As tall as the messages need at the width they have (word-wrapped), up to MAX_HEIGHT, then scrolling."""
+        width = self._scroll.viewport().width() if self.isVisible() and self.width() > 0 else 0
+        layout = self._layout
+        if width > 0 and layout.hasHeightForWidth():
+            need = layout.totalHeightForWidth(width)
+        else:
+            need = layout.totalSizeHint().height()
+        height = min(MAX_HEIGHT, need) if self._messages else 0
+        if self._scroll.height() != height or self._scroll.minimumHeight() != height:
+            self._scroll.setFixedHeight(height)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_height()  # a narrower list wraps its messages to more lines
 
     def apply_theme(self) -> None:
         for row in self._rows:

@@ -9,6 +9,7 @@ tokens (4K, 32K, 128K...).
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,12 +22,14 @@ from fitplan.core.base.results import TERM_ORDER, TermKind
 from fitplan.core.base.units import fmt_ctx
 from fitplan.gui.backend import CurveData, term_label
 from fitplan.gui.naming import device_names
+from fitplan.gui.panels.launch_controls import snap_context
 from fitplan.gui.theme import (
     CAPACITY_COLOUR,
     CONTEXT_LINE_COLOUR,
     MARGIN_COLOUR,
     TERM_COLOURS,
     background,
+    background_fill,
     foreground,
 )
 
@@ -34,10 +37,12 @@ if TYPE_CHECKING:
     import pyqtgraph as pg
 
 X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
-Y_HEADROOM = 1.15  # room above the capacity line for its label
+Y_HEADROOM = 1.15  # room above the capacity line for the context line's label
 HOVER_HINT = "Hover over the chart to read every part of the memory at that context."
 MAX_LINE_COLOUR = "#009E73"
-PLOT_MIN_HEIGHT = 160
+TRAINED_COLOUR = "#999999"
+DEVICE_BOX_CHARS = 14
+PLOT_MIN_HEIGHT = 136
 TICK_CONTEXTS = (256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 MAJOR_TICKS = (1024, 4096, 32768, 131072, 1048576)
 
@@ -56,6 +61,15 @@ def legend_html(kinds: list[TermKind]) -> str:
         f'<span style="color:{TERM_COLOURS[k]}; font-size:large">&#9632;</span>&nbsp;'
         + term_label(k).replace(" ", "&nbsp;")
         for k in kinds
+    )
+
+
+def marks_html(marks: list[tuple[str, str, str]]) -> str:
+    """The chart's lines named beside the device box, each after a sample of its colour and dash (no label on the
+    plot collides with the bands, the other lines or each other): (colour, glyph, text) in reading order."""
+    return "&nbsp;&nbsp; ".join(
+        f'<span style="color:{colour}; font-weight:bold">{glyph}</span>&nbsp;' + text.replace(" ", "&nbsp;")
+        for colour, glyph, text in marks
     )
 
 
@@ -88,6 +102,9 @@ class ChartPanel(QWidget):
 
         self.device_box = QComboBox()
         self.device_box.setToolTip("Which device's memory the chart shows")
+        # narrow enough to leave the lines' names beside it room (a long card name is elided; the list shows it all)
+        self.device_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.device_box.setMinimumContentsLength(DEVICE_BOX_CHARS)
         self.device_box.currentIndexChanged.connect(self._device_chosen)
         self.device_box.activated.connect(self._user_chose)
         self.readout = QLabel(HOVER_HINT)
@@ -99,6 +116,17 @@ class ChartPanel(QWidget):
         self._placeholder.setMinimumHeight(PLOT_MIN_HEIGHT)
         self._placeholder.setAutoFillBackground(True)
         self._placeholder.setBackgroundRole(QPalette.ColorRole.Base)
+        self._hover_x: float | None = None  # where the pointer last read the chart (log2 context)
+        self.marks = QLabel("")
+        self.marks.setTextFormat(Qt.TextFormat.RichText)  # our own markup: numbers and colours only
+        self.marks.setWordWrap(True)
+        small = self.marks.font()
+        small.setPointSizeF(small.pointSizeF() * 0.9)
+        self.marks.setFont(small)
+        self.marks.setToolTip(
+            "The lines on the chart: the largest context that fits, the training length, the free memory of this "
+            "device and the margin the plan keeps free on it"
+        )
         self.legend = QLabel("")
         self.legend.setTextFormat(Qt.TextFormat.RichText)  # our own markup: term names and colours only
         self.legend.setWordWrap(True)
@@ -109,7 +137,8 @@ class ChartPanel(QWidget):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(QLabel("Device:"))
-        top.addWidget(self.device_box, 1)
+        top.addWidget(self.device_box)
+        top.addWidget(self.marks, 1)  # beside the device: the lines it draws cost the plot no height
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
@@ -181,14 +210,11 @@ class ChartPanel(QWidget):
         self.capacity = pg.InfiniteLine(
             angle=0,
             pen=pg.mkPen(CAPACITY_COLOUR, width=2),
-            label="free {value:.1f} GiB",
-            labelOpts={"position": 0.08, "color": CAPACITY_COLOUR, "anchors": [(0, 1), (0, 1)]},
         )
+        self.capacity.setToolTip("The free memory of this device")
         self.margin_line = pg.InfiniteLine(
             angle=0,
             pen=pg.mkPen(MARGIN_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-            label="margin",
-            labelOpts={"position": 0.45, "color": MARGIN_COLOUR, "anchors": [(0.5, 0), (0.5, 0)]},
         )
         self.margin_line.setToolTip(
             "The margin the plan keeps free on this device (GPU or host RAM): it must stay under this line"
@@ -196,8 +222,6 @@ class ChartPanel(QWidget):
         self.max_line = pg.InfiniteLine(
             angle=90,
             pen=pg.mkPen(MAX_LINE_COLOUR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine),
-            label="",
-            labelOpts={"position": 0.5, "color": MAX_LINE_COLOUR, "anchors": [(1, 0.5), (1, 0.5)]},
         )
         self.max_line.setToolTip("The largest context that fits the planned devices with the margin")
         self.context_line = pg.InfiniteLine(
@@ -206,14 +230,13 @@ class ChartPanel(QWidget):
             pen=pg.mkPen(CONTEXT_LINE_COLOUR, width=2),
             hoverPen=pg.mkPen(CONTEXT_LINE_COLOUR, width=4),
             label="",
-            labelOpts={"position": 0.95, "color": CONTEXT_LINE_COLOUR},
+            # the only label on the plot: in the strip above the free-memory line, on a background of its own
+            labelOpts={"position": 0.96, "color": CONTEXT_LINE_COLOUR, "fill": background_fill()},
         )
         self.context_line.setToolTip("The chosen context: drag to change it")
         self.trained = pg.InfiniteLine(
             angle=90,
-            pen=pg.mkPen("#999999", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-            label="trained {value:.0f}",
-            labelOpts={"position": 0.04, "color": "#ffffff", "fill": (60, 60, 60, 190)},
+            pen=pg.mkPen(TRAINED_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
         )
         self.trained.setToolTip("The model's training context: longer contexts may degrade quality")
         self.plot.addItem(self.trained, ignoreBounds=True)
@@ -248,6 +271,8 @@ class ChartPanel(QWidget):
             axis.setTextPen(pen)
             axis.setLabel(text, color=fg.name())
             axis.label.setDefaultTextColor(fg)
+        self.context_line.label.fill = pg.mkBrush(background_fill())
+        self._write_marks()
 
     def is_dark_chart(self) -> bool:
         """Whether the chart is drawn on a dark background (tests check it follows the theme)."""
@@ -260,6 +285,7 @@ class ChartPanel(QWidget):
         self._drawn = None
         self.clear_marks()
         self.reset_hover()
+        self._write_marks()
 
     def clear_marks(self) -> None:
         """Every band and marker hidden (nothing drawn yet, or nothing to show)."""
@@ -274,6 +300,7 @@ class ChartPanel(QWidget):
         return self._curve is not None
 
     def reset_hover(self) -> None:
+        self._hover_x = None
         self.readout.setText(HOVER_HINT)
 
     # -- data ----------------------------------------------------------------------------------------------------
@@ -344,8 +371,9 @@ class ChartPanel(QWidget):
         trained = math.log2(self._n_ctx_train) if self._n_ctx_train > 0 else hi + 1
         self.trained.setVisible(trained < hi)
         self.trained.setValue(trained)
-        self.trained.label.setFormat(f"trained {fmt_ctx(self._n_ctx_train)}")
         self._mark_max_context(lo, hi)
+        if self._hover_x is not None:  # the readout follows the new memory at the same place
+            self.readout.setText(self.readout_at(self._hover_x))
 
     def _mark_max_context(self, lo: float, hi: float) -> None:
         """The largest context that fits as a labelled line; past it, shading where memory runs out. When the
@@ -356,15 +384,39 @@ class ChartPanel(QWidget):
         self.max_line.setVisible(bool(top))
         if top:
             self.max_line.setValue(start)
-            self.max_line.label.setFormat(
-                f"fits up to {fmt_ctx(top)}" + (" (trained)" if by_training else "")
-            )
+        self._write_marks()
         self.too_big.setRegion((start, hi))
         self.too_big.setVisible(start < hi and not by_training)
         if top:
             self.too_big.setToolTip(f"Past {fmt_ctx(top)} the plan no longer fits in the planned memory")
         else:
             self.too_big.setToolTip("No context fits in the planned memory")
+
+    def marks_text(self) -> str:
+        """What the names of the lines beside the device box say, without its markup."""
+        return re.sub(r"<[^>]*>", "", self.marks.text()).replace("&nbsp;", " ")
+
+    def _write_marks(self) -> None:
+        curve, d = self._curve, self._device
+        if curve is None:
+            self.marks.setText("")
+            return
+        top, trained = self._max_context, self._n_ctx_train
+        marks = []
+        if top:
+            by_training = trained > 0 and top >= trained
+            marks.append(
+                (MAX_LINE_COLOUR, "┊", f"fits up to {fmt_ctx(top)}" + (" (trained)" if by_training else ""))
+            )
+        else:
+            marks.append((MAX_LINE_COLOUR, "┊", "no context fits"))
+        if self.trained.isVisible() and not (top and top >= trained):  # not when it is the line that fits
+            marks.append((TRAINED_COLOUR, "┆", f"trained {fmt_ctx(trained)}"))
+        marks.append((CAPACITY_COLOUR, "━", f"free {curve.devices[d].free_bytes / GIB:.1f} GiB"))
+        if self.margin_line.isVisible():
+            margin = self._margins[d] if d < len(self._margins) else 0
+            marks.append((MARGIN_COLOUR, "╌", f"margin {margin / GIB:.1f} GiB"))
+        self.marks.setText(marks_html(marks))
 
     def set_context(self, n_ctx: int) -> None:
         self._context = n_ctx
@@ -376,7 +428,8 @@ class ChartPanel(QWidget):
         self._setting_context = False
 
     def _line_moved(self) -> None:
-        n = round(2 ** float(self.context_line.value()))
+        # the context the field will show (snapped as the settings snap it), so the label and the field agree
+        n = snap_context(2 ** float(self.context_line.value()))
         self.context_line.label.setFormat(fmt_ctx(n))
         if not self._setting_context:
             self.context_dragged.emit(n)
@@ -425,4 +478,5 @@ class ChartPanel(QWidget):
         if not self.plot.sceneBoundingRect().contains(pos):
             return
         x = vb.mapSceneToView(pos).x()
+        self._hover_x = x
         self.readout.setText(self.readout_at(x))

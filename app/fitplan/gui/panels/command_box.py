@@ -7,7 +7,7 @@ environment of its server, a Modelfile and the `ollama create` command.
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -37,7 +37,10 @@ class CommandPanel(QWidget):
         self._lines = MIN_LINES
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
-        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # A long path wraps (anywhere, it has no blanks) instead of running out of the box: nothing of the command
+        # is hidden at any window size, and no horizontal scroll bar takes a line's height. Copy takes the text.
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.text.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.text.setPlaceholderText("The llama-server command for the plan appears here.")
         self.text.setToolTip("The llama-server command line that launches this plan")
@@ -71,11 +74,11 @@ class CommandPanel(QWidget):
         layout.addWidget(self.text)
 
     def set_visible_lines(self, lines: int) -> None:
-        """Make the text `lines` lines tall (plus the horizontal scroll bar a long path brings); in a compact window
-        SMALL_LINES, and it scrolls, so the chart above keeps its room."""
+        """Make the text `lines` lines tall; in a compact window SMALL_LINES, and it scrolls, so the chart above
+        keeps its room."""
         self._lines = lines
         spacing = self.text.fontMetrics().lineSpacing()
-        extra = 2 * self.text.frameWidth() + 8 + self.text.horizontalScrollBar().sizeHint().height()
+        extra = 2 * self.text.frameWidth() + 8
         self.text.setFixedHeight(spacing * (SMALL_LINES if self.compact else lines) + extra)
 
     def set_compact(self, compact: bool) -> None:
@@ -100,7 +103,7 @@ class CommandPanel(QWidget):
         if text != self.text.toPlainText():  # a context drag mostly rewrites only -c: the same text stays put
             self.text.setPlainText(text)
         self.copied.setText("")
-        self.set_visible_lines(min(MAX_LINES, max(MIN_LINES, len(text.splitlines()))))
+        self.set_visible_lines(min(MAX_LINES, max(MIN_LINES, self._shown_lines(text))))
         if engine is Engine.OLLAMA:
             self.text.setToolTip(
                 "ollama: the server's environment variables (OLLAMA_*), the Modelfile (PARAMETER num_ctx, num_gpu) "
@@ -108,6 +111,12 @@ class CommandPanel(QWidget):
             )
         else:
             self.text.setToolTip(f"The llama-server command line ({engine.value}) that launches this plan")
+
+    def _shown_lines(self, text: str) -> int:
+        """How many lines the text takes in the box, a long line (a path) wrapped at the box's width."""
+        advance = max(1, self.text.fontMetrics().horizontalAdvance("m"))
+        per_line = max(20, (self.text.viewport().width() - 8) // advance)
+        return sum(max(1, -(-len(line) // per_line)) for line in text.splitlines())
 
     def set_verify_available(self, available: bool) -> None:
         self.verify_button.setVisible(available)

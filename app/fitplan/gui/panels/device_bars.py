@@ -95,6 +95,9 @@ class DeviceBarsPanel(QWidget):
             name, bar, text = QLabel(), _Bar(), QLabel()
             for label in (name, text):
                 label.setTextFormat(Qt.TextFormat.PlainText)
+            # A long card name ("GeForce RTX 4070 Ti SUPER (GPU1)") wraps instead of widening the settings column
+            # past the window.
+            name.setWordWrap(True)
             text.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             n = len(self.rows) + 1
             self._grid.addWidget(name, n, 0)

@@ -127,11 +127,20 @@ class LogContextSlider(QSlider):
         return g if abs(math.log2(g) - math.log2(n)) < 0.02 else n
 
     def take_context(self, position: int) -> int:
-        """The context for `position`: the keyboard step's exact grid point, else the log-scale context."""
+        """The context for `position`: the keyboard step's exact grid point, else the grid point nearest the
+        log-scale context there (a drag lands on 16K, 24K, 32K, 48K ... that a user can hit; the field takes any
+        multiple of 256)."""
         exact, self._exact = self._exact, None
         if exact is not None and exact[0] == position:
             return exact[1]
-        return self.context_at(position)
+        return self.grid_context_at(position)
+
+    def grid_context_at(self, position: int) -> int:
+        """The CONTEXT_GRID point (or the slider's maximum) nearest, on the log scale, to the context at
+        `position`."""
+        n = self.context_at(position)
+        points = [g for g in CONTEXT_GRID if g < self._max] + [self._max]
+        return min(points, key=lambda c: abs(math.log2(c) - math.log2(n)))
 
     def set_maximum_context(self, n: int) -> None:
         self._max = max(CONTEXT_MIN * 2, n)
@@ -448,6 +457,7 @@ class SettingsPanel(QWidget):
 
     def _connect(self) -> None:
         self.context_slider.valueChanged.connect(self._slider_moved)
+        self.context_slider.sliderReleased.connect(self._slider_released)
         self.context_box.valueChanged.connect(self._box_changed)
         self.engine.currentIndexChanged.connect(self._engine_changed)
         for combo in (
@@ -1015,6 +1025,12 @@ class SettingsPanel(QWidget):
         self._updating = False
         self.context_moved.emit(n)
         self.changed.emit()
+
+    def _slider_released(self) -> None:
+        """The handle comes to rest on the grid point the drag chose (the field's context)."""
+        self._updating = True
+        self.context_slider.setValue(self.context_slider.position_of(self.context_box.value()))
+        self._updating = False
 
     def _box_changed(self, n: int) -> None:
         if self._updating:

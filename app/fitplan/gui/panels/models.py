@@ -15,6 +15,7 @@ from PySide6.QtCore import (
     QSize,
     QSortFilterProxyModel,
     Qt,
+    QTimer,
     Signal,
 )
 from PySide6.QtGui import QAction, QFont, QResizeEvent
@@ -39,8 +40,9 @@ from fitplan.gui.theme import plain_tip
 
 NAME_MIN_WIDTH = 120
 NARROW_WIDTH = 520  # below this the panel shows name, quant, size and fit only
-VERY_NARROW_WIDTH = 280  # below this the quant column goes too, so names stay readable
+VERY_NARROW_WIDTH = 280  # below this the quant and size columns go too, so names stay readable
 QUANT_COLUMN = 2
+SIZE_COLUMN = 3
 BUTTONS_TWO_ROWS_WIDTH = 360  # below this the four buttons take two rows
 OPTIONAL_COLUMNS = (1, 4)  # Arch, Params
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -231,6 +233,7 @@ class ModelsPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
         self.table.setWordWrap(False)
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table (the arrow keys move within it)
         header = self.table.horizontalHeader()
         for col in range(1, len(ModelTableModel.HEADERS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
@@ -240,6 +243,19 @@ class ModelsPanel(QWidget):
         self.table.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.table.activated.connect(self._activated)
         self.table.clicked.connect(self._activated)
+        # The highlight follows the open model: a filter, a sort or new rows put it back on its row (or on none).
+        self._open_path = ""
+        self._reselect = QTimer(self)
+        self._reselect.setSingleShot(True)
+        self._reselect.setInterval(0)
+        self._reselect.timeout.connect(self._show_open)
+        for signal in (
+            self.proxy.layoutChanged,
+            self.proxy.rowsInserted,
+            self.proxy.rowsRemoved,
+            self.proxy.modelReset,
+        ):
+            signal.connect(self._reselect.start)
 
         buttons = QGridLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
@@ -270,9 +286,8 @@ class ModelsPanel(QWidget):
         narrow = event.size().width() < NARROW_WIDTH
         for col in OPTIONAL_COLUMNS:
             self.table.setColumnHidden(col, narrow)
-        self.table.setColumnHidden(
-            QUANT_COLUMN, event.size().width() < VERY_NARROW_WIDTH
-        )  # in the tooltip too
+        for col in (QUANT_COLUMN, SIZE_COLUMN):  # both in the tooltip and the summary too
+            self.table.setColumnHidden(col, event.size().width() < VERY_NARROW_WIDTH)
         self._place_buttons(event.size().width() < BUTTONS_TWO_ROWS_WIDTH)
         super().resizeEvent(event)
 
@@ -296,11 +311,24 @@ class ModelsPanel(QWidget):
         self.start_folder = folder
 
     def select(self, path: str) -> None:
+        """Highlight the open model's row (`path`; "" when no model is open), now and after every filter or sort."""
+        self._open_path = path
+        self._show_open()
+
+    def selected_path(self) -> str:
+        rows = self.table.selectionModel().selectedRows()
+        path = rows[0].data(PATH_ROLE) if rows else ""
+        return path if isinstance(path, str) else ""
+
+    def _show_open(self) -> None:
         for row in range(self.proxy.rowCount()):
             idx = self.proxy.index(row, 0)
-            if idx.data(PATH_ROLE) == path:
-                self.table.selectRow(row)
+            if self._open_path and idx.data(PATH_ROLE) == self._open_path:
+                if self.selected_path() != self._open_path:
+                    self.table.selectRow(row)
+                self.table.scrollTo(idx)
                 return
+        self.table.selectionModel().clearSelection()  # the open model is filtered out: no other row looks open
 
     def set_recent(self, paths: tuple[str, ...]) -> None:
         self.recent_menu.clear()

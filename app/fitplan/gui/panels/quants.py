@@ -150,12 +150,14 @@ class QuantsDialog(QDialog):
         self.compare_button.clicked.connect(self.start)
         self.status = QLabel("Only the headers are read: nothing is downloaded.")
         self.status.setTextFormat(Qt.TextFormat.PlainText)
+        self.status.setWordWrap(True)  # an error message is long: it wraps rather than widening the dialog
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
+        self.table.setTabKeyNavigation(False)  # Tab goes on to the buttons; the arrow keys move between rows
         self.table.horizontalHeader().setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
         self.table.cellDoubleClicked.connect(lambda row, _col: self.choose(row))
         self.open_button = QPushButton("Open in planner")
@@ -169,7 +171,8 @@ class QuantsDialog(QDialog):
         top.addWidget(self.compare_button)
         bottom = QHBoxLayout()
         rule = QLabel(ranking.RANK_RULE.split(". Recommended")[0] + ".")
-        rule.setWordWrap(True)  # the rule is long: it wraps rather than widening the dialog
+        rule.setWordWrap(True)  # one line of it made the dialog 1223 px wide, past a 1024 px screen
+        self.rule = rule
         bottom.addWidget(rule, 1)
         bottom.addWidget(self.open_button)
         bottom.addWidget(close)
@@ -178,6 +181,12 @@ class QuantsDialog(QDialog):
         layout.addWidget(self.status)
         layout.addWidget(self.table, 1)
         layout.addLayout(bottom)
+        self.table.setHorizontalScrollMode(
+            QTableWidget.ScrollMode.ScrollPerPixel
+        )  # wide rows scroll, not the dialog
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        if screen is not None:
+            self.resize(min(self.width(), screen.width() - 32), min(self.height(), screen.height() - 64))
 
     def start(self) -> None:
         source = self.source.text().strip()

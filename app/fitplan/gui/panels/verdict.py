@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 
 from fitplan.gui.backend import Verdict, VerdictLevel
 from fitplan.gui.theme import verdict_colour
@@ -15,8 +17,45 @@ if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
     from fitplan.core.plan.alternatives import Alternative
 
+APPLY_SUFFIX = "  (apply)"
 EMPTY_TEXT = "Drop a .gguf here or pick one from your models to see whether it fits."
 ERROR_LEVEL = "error"
+
+
+class AlternativeRow(QLabel):
+    """One "what would change it" row: its effect, word-wrapped to the panel's width, and for a change of flags an
+    "(apply)" link that never wraps apart from itself (a button of one line was wider than the panel: its end,
+    "(apply)", was cut to "(")."""
+
+    applied = Signal(str)  # the alternative's flags
+
+    def __init__(self, alternative: Alternative, parent: QWidget | None = None) -> None:
+        self.change = alternative.change
+        self.applies = alternative.change.startswith("-")
+        self.plain = alternative.describe() + (APPLY_SUFFIX if self.applies else "")
+        text = html.escape(alternative.describe())
+        if self.applies:
+            text += '&nbsp;&nbsp;<a href="apply">(apply)</a>'
+        super().__init__(text, parent)
+        self.setTextFormat(Qt.TextFormat.RichText)  # the alternative's words escaped; the link is ours
+        self.setWordWrap(True)
+        self.setEnabled(self.applies)
+        self.setTextInteractionFlags(
+            Qt.TextInteractionFlag.LinksAccessibleByMouse | Qt.TextInteractionFlag.LinksAccessibleByKeyboard
+        )
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus if self.applies else Qt.FocusPolicy.NoFocus)
+        self.setAccessibleName(self.plain)
+        self.setToolTip(
+            f"Apply {alternative.change} to the settings"
+            if self.applies
+            else "A change of hardware: shown, not applied"
+        )
+        self.linkActivated.connect(lambda _link: self.click())
+
+    def click(self) -> None:
+        """Apply the alternative's flags (what the link does)."""
+        if self.applies:
+            self.applied.emit(self.change)
 
 
 class VerdictPanel(QFrame):
@@ -59,8 +98,19 @@ class VerdictPanel(QFrame):
         self._alt_layout = QVBoxLayout()
         self._alt_layout.setSpacing(2)
         layout.addLayout(self._alt_layout)
-        self.alternative_buttons: list[QPushButton] = []
+        self.alternative_buttons: list[AlternativeRow] = []
         self.alternatives_title.hide()
+        # "Planning…" in the top right corner while a new plan is coming: over the frame, taking no room of its own
+        self.pending = QLabel("Planning…", self)
+        self.pending.setObjectName("planning")
+        self.pending.setTextFormat(Qt.TextFormat.PlainText)
+        self.pending.setStyleSheet(
+            "QLabel#planning { background: palette(window); color: palette(window-text); border-radius: 4px; "
+            "padding: 1px 6px; font-style: italic; }"
+        )
+        self.pending.setAccessibleName("Planning")
+        self.pending.hide()
+        self.is_pending = False
         self.level = ""
         self._alternatives: tuple[Alternative, ...] = ()
         self._style = ""
@@ -71,6 +121,26 @@ class VerdictPanel(QFrame):
         self.detail.setText(detail)
         self.detail.setVisible(bool(detail))
         self.apply_theme()
+
+    def set_pending(self, on: bool) -> None:
+        """Show that the verdict on screen is the last plan's while the new one is computed (greyed, "Planning…")."""
+        if on == self.is_pending:
+            return
+        self.is_pending = on
+        self.label.setEnabled(not on)
+        self.detail.setEnabled(not on)
+        if on:
+            self._place_pending()
+            self.pending.raise_()
+        self.pending.setVisible(on)
+
+    def _place_pending(self) -> None:
+        self.pending.adjustSize()
+        self.pending.move(max(0, self.width() - self.pending.width() - 4), 3)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_pending()
 
     def set_accuracy(self, band: AccuracyBand | None) -> None:
         """How far the estimate was from llama.cpp on recorded configurations like this one."""
@@ -86,21 +156,14 @@ class VerdictPanel(QFrame):
         self._alternatives = tuple(alternatives)
         for b in self.alternative_buttons:
             self._alt_layout.removeWidget(b)
+            b.hide()
             b.deleteLater()
         self.alternative_buttons = []
         for alt in alternatives:
-            flags = alt.change.startswith("-")
-            b = QPushButton(alt.describe() + ("  (apply)" if flags else ""))
-            b.setFlat(True)
-            b.setStyleSheet("text-align: left")
-            b.setEnabled(flags)
-            b.setToolTip(
-                f"Apply {alt.change} to the settings" if flags else "A change of hardware: shown, not applied"
-            )
-            if flags:
-                b.clicked.connect(lambda _=False, c=alt.change: self.apply_requested.emit(c))
-            self._alt_layout.addWidget(b)
-            self.alternative_buttons.append(b)
+            row = AlternativeRow(alt)
+            row.applied.connect(self.apply_requested)
+            self._alt_layout.addWidget(row)
+            self.alternative_buttons.append(row)
         self.alternatives_title.setVisible(bool(alternatives))
 
     def set_error(self, text: str) -> None:
