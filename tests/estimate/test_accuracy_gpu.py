@@ -111,34 +111,28 @@ def test_no_new_case_far_under(gpu: Any) -> None:
 # ---- Vulkan and Metal: the standin_vulkan and standin_metal grids (`record.py --grids standin_vulkan,standin_metal`)
 
 _MODELS = ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "gemma-3-27b")
-#: The share of Vulkan recordings within 5% (measured: 44 of 90).
-VULKAN_SHARE = 0.48
-#: Vulkan recordings the estimate is more than 10% under (docs/accuracy.md, Vulkan section). ggml-alloc's 1 GiB
-#: chunks: at -ub 2048 the logits take a chunk of their own above the layers' peak (every model, one device, with
-#: experts or FFNs on the host, and the second device of -ts 3,1) ...
+#: The share of Vulkan recordings within 5% (measured: 76 of 90; 44 before ggml-alloc's 1 GiB chunks and the
+#: storage-range limit were modelled).
+VULKAN_SHARE = 0.84
+#: Vulkan recordings the estimate is more than 10% under (docs/accuracy.md, Vulkan section): DeepSeek-V3's layer
+#: phase at -ub 2048 packed into chunks of 1 GiB (no single tensor opens one) and its expert copies of more than
+#: 1 GiB (-cmoe, half the layers on the host), which take a chunk each like the scores do ...
 KNOWN_FAR_UNDER_VULKAN = frozenset(
-    {f"standin_vulkan/{m}/{c}" for m in _MODELS for c in ("c4096-faon-ub2048", "c4096-faoff-ub2048")}
-    | {f"standin_vulkan/{m}/c32768-faon-ub2048" for m in _MODELS}
-    | {
-        f"standin_vulkan/{m}/2dev-c8192-faon-ts3,1-ub2048"
-        for m in ("llama-3.1-8b", "qwen3-30b-a3b", "gemma-3-27b")
-    }
-    | {"standin_vulkan/deepseek-v3/2dev-c8192-faon-ts3,1-ub2048"}
-    | {f"standin_vulkan/{m}/c8192-faon-cmoe-ub2048" for m in ("qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b")}
-    | {f"standin_vulkan/{m}/c8192-faon-ot-ffn-cpu-ub2048" for m in ("llama-3.1-8b", "gemma-3-27b")}
-    # ... DeepSeek-V3's expert copies of more than 1 GiB take two chunks (-cmoe, half the layers on the host) ...
-    | {
+    {
         f"standin_vulkan/deepseek-v3/{c}"
-        for c in ("c8192-faon-cmoe-ub512", "c8192-faon-cmoe-ub2048", "c8192-faon-ngl30")
+        for c in (
+            "c4096-faon-ub2048",
+            "c4096-faoff-ub2048",
+            "c32768-faon-ub2048",
+            "2dev-c8192-faon-ts3,1-ub2048",
+            "c8192-faon-cmoe-ub512",
+            "c8192-faon-cmoe-ub2048",
+            "c8192-faon-ngl30",
+        )
     }
-    # ... the 2 GiB KQ scores without flash attention at 32768 cells take two chunks ...
-    | {f"standin_vulkan/{m}/c32768-faoff-ub512" for m in ("llama-3.1-8b", "qwen3-30b-a3b")}
-    # ... and the 8 GiB KQ scores at -ub 2048 run on the host (above maxStorageBufferRange and the buffer size)
-    | {
-        f"standin_vulkan/{m}/{c}"
-        for m in ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b")
-        for c in ("c32768-faoff-ub2048", "idx64-c32768-faoff-ub2048")
-    }
+    # ... and gemma-3-27b without flash attention at -ub 2048 (4245 MiB recorded, 3435 estimated: its sliding-window
+    # and full-attention scores in chunks, not traced yet)
+    | {"standin_vulkan/gemma-3-27b/c4096-faoff-ub2048"}
 )
 #: The share of Metal recordings within 5% (measured: 58 of 78).
 METAL_SHARE = 0.74
@@ -213,17 +207,13 @@ def test_flash_attention_at_ub_512_is_within_tolerance_on_vulkan_and_metal(every
 
 # ---- llama-server on the CUDA stand-in (standin_server: `record.py --grids standin_server`): projector and draft
 
-#: The draft with its layers on the host (-ngld 0): fitplan copies the output matrix into the first GPU for the
-#: logits, but the draft context's outputs (a few tokens) are below ggml-cuda's op-offload batch of 32, so the
-#: output multiplication stays on the host (119.0 MiB recorded on CUDA0, 605.9 estimated: the 486.9 MiB output
-#: matrix of qwen3-8b).
-KNOWN_SERVER_MISSES = frozenset({"standin_server/qwen3-30b-a3b/draft-ngld0-np1-c4096"})
-
-
 def test_the_projector_and_the_draft_on_the_stand_in(gpu: Any) -> None:
     """llama-server itself on the CUDA stand-in: the projector's weights and warm-up compute on the GPU and its
     graph inputs on the host, and the draft model's weights and cache, are what llama.cpp allocated (to the log's
-    0.01 MiB); the compute of every case is within 10% except the named one."""
+    0.01 MiB); the compute of every case is within 5%. The draft with its layers on the host (-ngld 0): its
+    context's few outputs are below ggml-cuda's op-offload batch of 32 (`get_op_batch_size` reads the MUL_MAT's
+    result rows), so the output matrix is not copied into the first GPU (before: 605.9 MiB estimated on the
+    draft's CUDA0 with the 486.9 MiB output matrix of qwen3-8b, 119.0 recorded)."""
     cases = [r for r in gpu.measured if r.grid == "standin_server"]
     assert len(cases) == 7
     for r in cases:
@@ -231,7 +221,6 @@ def test_the_projector_and_the_draft_on_the_stand_in(gpu: Any) -> None:
         for d in r.devices:
             if d.name.startswith("mmproj"):
                 assert abs(d.compute[0] - d.compute[1]) <= report.MIB // 100, (r.key, d)
-        if r.key not in KNOWN_SERVER_MISSES:
-            assert abs(r.compute_rel) <= report.COMPUTE_MAX_UNDER, (r.key, r.compute_rel)
+        assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE, (r.key, r.compute_rel)
     drafts = {d.name for r in cases for d in r.devices if d.name.startswith("draft")}
     assert drafts == {"draft CUDA0", "draft Host"}

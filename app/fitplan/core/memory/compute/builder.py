@@ -59,17 +59,21 @@ from fitplan.core.memory.compute.terms import (
     FA_COPIES,
     FFN,
     AttentionScores,
+    Chunks,
     DsaZeros,
     Dsv4Inputs,
     Dsv4Peak,
     FfnReuse,
     Fixed,
     ForkAttention,
+    FreedChunk,
+    HostScores,
     IndexerPeak,
     KpoolInputs,
     KpoolPeak,
     Largest,
     Linear,
+    LOGITS,
     LogitsOnTop,
     Term,
     nonzero,
@@ -112,6 +116,22 @@ HOST_GRAPH_INPUT_BLOCKS = 2
 SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
 #: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
+#: ggml-vulkan's buffer type maximum size (`ggml_backend_vk_buffer_type_get_max_size`: the device's
+#: `suballocation_block_size`, 1 GiB unless maxMemoryAllocationSize is smaller, ggml-vulkan.cpp `ggml_vk_get_device`):
+#: ggml-alloc makes the compute buffer of chunks of at most this size.
+VULKAN_MAX_CHUNK = 1 << 30
+#: ggml-vulkan's `supports_op` refuses an op with a tensor above maxStorageBufferRange or the maximum buffer size
+#: (4 GiB on a typical desktop card, without VK_EXT_shader_64bit_indexing; `ggml_vk_get_device`): the scheduler
+#: runs it on the host. The first size refused.
+VULKAN_TENSOR_LIMIT = 4 << 30
+
+
+def max_chunk(vendor: Vendor) -> int:
+    """The largest chunk of a GPU's compute buffer (0: no limit): Vulkan's suballocation block on a GPU fitplan
+    plans with ggml-vulkan (`weights.gpu_backend`: neither ggml-cuda's makers nor Apple nor an RPC server)."""
+    if vendor in CUDA_VENDORS or vendor in (Vendor.APPLE, Vendor.RPC, Vendor.HOST):
+        return 0
+    return VULKAN_MAX_CHUNK
 
 
 def compute_devices(
@@ -867,8 +887,13 @@ class PlanBuilder:
         return inputs, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
-        """The output matrix's copy under the logits when the first GPU takes the host's output layer."""
+        """The output matrix's copy under the logits when the first GPU takes the host's output layer. ggml-cuda
+        offloads a multiplication by the batch of its result (`get_op_batch_size`: `ne[1]` of a MUL_MAT, the output
+        count here, not the micro-batch): below OP_OFFLOAD_MIN_BATCH outputs the output matrix stays on the host
+        (a llama-server draft with its layers on the host, -ngld 0: no copy in its first GPU's buffer)."""
         if not has_out or not self.host_mats or gi != 0 or self.placement.output_device is not None:
+            return 0
+        if self.n_out < OP_OFFLOAD_MIN_BATCH:
             return 0
         out_mats = self.host_mats.get(None, {})
         return out_mats.get("output.weight") or max(out_mats.values(), default=0)
@@ -908,15 +933,19 @@ class PlanBuilder:
         if has_out and self.logits:
             below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
             output = (
-                Fixed("logits", self.logits),
+                Fixed(LOGITS, self.logits),
                 Fixed("output norm", out_blocks * self.embd_block),
                 Fixed("last MoE layer under the logits", out_extra),
                 Linear("inputs under the logits (copy)", below),
             )
+        chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
-            return DevicePlan(device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under))
+            return DevicePlan(
+                device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
+            )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
+        att = self._attention(layers, kq, fa, ssm, chunk)
         return DevicePlan(
             device=gi,
             layer_phase=True,
@@ -930,12 +959,14 @@ class PlanBuilder:
                     ),
                 )
             ),
-            attention=self._attention(layers, kq, fa, ssm),
+            attention=att,
             fa_copies=Largest(FA_COPIES, fa) if fa else None,
             ffn=ffn,
             after=nonzero(self._graph_inputs(layers)),
             output=nonzero(output),
             under=nonzero(under),
+            max_chunk=chunk,
+            freed_chunk=FreedChunk(att[0]) if chunk and isinstance(att[0], AttentionScores) else None,
         )
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
@@ -1015,10 +1046,16 @@ class PlanBuilder:
         )
 
     def _attention(
-        self, layers: list[int], kq: tuple[Affine, ...], fa: tuple[Affine, ...], ssm: SsmReplay | None
+        self,
+        layers: list[int],
+        kq: tuple[Affine, ...],
+        fa: tuple[Affine, ...],
+        ssm: SsmReplay | None,
+        chunk: int = 0,
     ) -> tuple[Term, ...]:
-        """The attention's live sets on a backend running `layers` (the transient takes the largest)."""
-        out: list[Term] = [AttentionScores(kq, fa)]
+        """The attention's live sets on a backend running `layers` (the transient takes the largest); `chunk`:
+        the device's largest chunk (`AttentionScores`), with more than one layer."""
+        out: list[Term] = [AttentionScores(kq, fa, self._chunks(layers, chunk))]
         graph = self.inputs.fork_graph
         groups = self.fork_groups(layers) if graph is not None else ()
         if graph is not None and groups:
@@ -1037,6 +1074,37 @@ class PlanBuilder:
         if kpool is not None:
             out.append(KpoolPeak(kpool))
         return tuple(out)
+
+    def _chunks(self, layers: list[int], size: int) -> Chunks | None:
+        """The chunk rules of a device whose buffer type has a maximum size (`Chunks`; None: no limit)."""
+        if not size:
+            return None
+        first = max((ffn_layer(self.profile, il, self.n_tok)[1] for il in layers), default=0)
+        many = sum(len(g) for g in attn_layers(self.profile, layers)) > 1
+        return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, many)
+
+    def _host_scores(self) -> tuple[Term, ...]:
+        """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views
+        (`HostScores`)."""
+        tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
+        shapes: set[tuple[Affine, Affine]] = set()
+        for gi, vendor in enumerate(self.gpu_vendors):
+            layers = self.by_dev.get(gi, [])
+            if not max_chunk(vendor) or not layers or self.fa:
+                continue
+            base, swa = attn_layers(self.profile, layers)
+            view = [0, 0]
+            for i, group in enumerate((base, swa)):
+                for il in group:
+                    lp = self.profile.layers[il]
+                    row = row_bytes(tk, lp.n_embd_k_gqa)
+                    row += 0 if self.profile.is_mla else row_bytes(tv, lp.n_embd_v_gqa)
+                    view[i] = max(view[i], row)
+            for a in self.kq(layers):
+                if a.a_base or a.a_swa:
+                    shapes.add((a, Affine(a_base=view[0]) if a.a_base else Affine(a_swa=view[1])))
+        key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c)  # noqa: E731
+        return (HostScores(tuple(sorted(shapes, key=key)), VULKAN_TENSOR_LIMIT),) if shapes else ()
 
     def _graph_inputs(self, layers: list[int]) -> tuple[Term, ...]:
         """The cell-sized graph inputs and copies of a backend running `layers`: V's MLA copy, the DSA top-k
@@ -1121,6 +1189,7 @@ class PlanBuilder:
             ffn=ffn,
             logits=logits,
             output=nonzero(output),
+            under=self._host_scores(),
         )
 
     def _host_transient(
