@@ -207,6 +207,7 @@ def test_flash_attention_at_ub_512_is_within_tolerance_on_vulkan_and_metal(every
 
 # ---- llama-server on the CUDA stand-in (standin_server: `record.py --grids standin_server`): projector and draft
 
+
 def test_the_projector_and_the_draft_on_the_stand_in(gpu: Any) -> None:
     """llama-server itself on the CUDA stand-in: the projector's weights and warm-up compute on the GPU and its
     graph inputs on the host, and the draft model's weights and cache, are what llama.cpp allocated (to the log's

@@ -58,6 +58,7 @@ from fitplan.core.memory.compute.shapes import (
 from fitplan.core.memory.compute.terms import (
     FA_COPIES,
     FFN,
+    LOGITS,
     AttentionScores,
     Chunks,
     DsaZeros,
@@ -73,7 +74,6 @@ from fitplan.core.memory.compute.terms import (
     KpoolPeak,
     Largest,
     Linear,
-    LOGITS,
     LogitsOnTop,
     Term,
     nonzero,
@@ -187,6 +187,12 @@ def _rotations(
             if n_rot_v:
                 v_rot.update(group)
     return (rot_bytes[0], rot_bytes[1]), (v_rot_bytes[0], v_rot_bytes[1]), frozenset(v_rot)
+
+
+def _freed_chunk(attention: tuple[Term, ...]) -> Term | None:
+    """The chunk the scores had to themselves, where the device's buffer is made of chunks (`FreedChunk`)."""
+    att = attention[0] if attention else None
+    return FreedChunk(att) if isinstance(att, AttentionScores) and att.chunks is not None else None
 
 
 class PlanBuilder:
@@ -966,7 +972,7 @@ class PlanBuilder:
             output=nonzero(output),
             under=nonzero(under),
             max_chunk=chunk,
-            freed_chunk=FreedChunk(att[0]) if chunk and isinstance(att[0], AttentionScores) else None,
+            freed_chunk=_freed_chunk(att),
         )
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:

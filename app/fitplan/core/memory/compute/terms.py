@@ -188,13 +188,18 @@ class AttentionScores:
         c = self.chunks
         if c is None:
             return max_at(self.kq, nb, ns) + max_at(self.fa, nb, ns)
-        live = [a.at(nb, ns) - (0 if c.on_device(_scores(a, nb, ns)) else _scores(a, nb, ns)) for a in self.kq]
+        live = [
+            a.at(nb, ns) - (0 if c.on_device(_scores(a, nb, ns)) else _scores(a, nb, ns)) for a in self.kq
+        ]
         own = [c.own_chunk(_scores(a, nb, ns)) for a in self.kq]
         room = max((v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
                    default=0)  # fmt: skip
         twice = c.many and c.ffn_first > room
         kq = max(
-            (v + _scores(a, nb, ns) if o and twice else v for a, v, o in zip(self.kq, live, own, strict=True)),
+            (
+                v + _scores(a, nb, ns) if o and twice else v
+                for a, v, o in zip(self.kq, live, own, strict=True)
+            ),
             default=0,
         )
         return kq + max_at(self.fa, nb, ns)
@@ -209,7 +214,9 @@ class AttentionScores:
         c = self.chunks
         if c is None:
             return 0
-        return max((max(t, c.size) for t in (_scores(a, nb, ns) for a in self.kq) if c.own_chunk(t)), default=0)
+        return max(
+            (max(t, c.size) for t in (_scores(a, nb, ns) for a in self.kq) if c.own_chunk(t)), default=0
+        )
 
 
 @dataclass(frozen=True, slots=True)
