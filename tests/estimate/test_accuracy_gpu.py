@@ -134,27 +134,32 @@ KNOWN_FAR_UNDER_VULKAN = frozenset(
     # and full-attention scores in chunks, not traced yet)
     | {"standin_vulkan/gemma-3-27b/c4096-faoff-ub2048"}
 )
-#: The share of Metal recordings within 5% (measured: 58 of 78).
-METAL_SHARE = 0.74
-#: Metal recordings the estimate is more than 10% under: flash attention's always-reserved scratch (f16 K/V
-#: copies at 131072 cells; DeepSeek-V3's MLA workgroup results at every context) and, with DeepSeek-V3's experts
-#: in host memory, their copies into the GPU's buffer (Metal offloads matrix multiplications).
+#: The share of Metal recordings within 5% (measured: 66 of 78; 58 before flash attention's always-reserved scratch
+#: was modelled).
+METAL_SHARE = 0.84
+#: Metal recordings the estimate is more than 10% under: with DeepSeek-V3's experts in host memory, their copies
+#: into the GPU's buffer (Metal offloads matrix multiplications only; fitplan plans Metal without op offload).
 KNOWN_FAR_UNDER_METAL = frozenset(
-    {f"standin_metal/{m}/c131072-faon" for m in ("llama-3.1-8b", "gemma-3-27b", "deepseek-v3")}
-    | {
+    {
         f"standin_metal/deepseek-v3/{c}"
-        for c in (
-            "c4096-faon-ub512",
-            "c4096-faon-ub2048",
-            "c32768-faon-ub512",
-            "c32768-faon-ub2048",
-            "c32768-faon-q8_0",
-            "c8192-faon-cmoe-ub512",
-            "c8192-faon-cmoe-ub2048",
-            "c8192-faon-ngl30",
-        )
+        for c in ("c8192-faon-cmoe-ub512", "c8192-faon-cmoe-ub2048", "c8192-faon-ngl30")
     }
 )
+
+
+def test_metals_flash_attention_scratch(everything: Any) -> None:
+    """ggml-metal always reserves its flash-attention scratch in the output's allocation: the f16 K and V copies
+    (llama-3.1-8b at 131072 cells: 706.5 MiB recorded, 410.5 estimated before) and the workgroup results (DeepSeek-V3's
+    128 heads of 512: 785.7 MiB recorded at 4096 cells, 410 estimated before)."""
+    keys = {f"standin_metal/{m}/c131072-faon" for m in ("llama-3.1-8b", "gemma-3-27b", "deepseek-v3")} | {
+        f"standin_metal/deepseek-v3/{c}"
+        for c in ("c4096-faon-ub512", "c4096-faon-ub2048", "c32768-faon-q8_0")
+    }
+    cases = [r for r in everything.on("metal").measured if r.key in keys]
+    assert len(cases) == len(keys)
+    assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
+        (r.key, round(r.compute_rel, 3)) for r in cases
+    ]
 
 
 @pytest.mark.parametrize(
@@ -191,14 +196,11 @@ def test_no_new_vulkan_or_metal_case_far_under(everything: Any, backend: str, kn
 
 
 def test_flash_attention_at_ub_512_is_within_tolerance_on_vulkan_and_metal(everything: Any) -> None:
-    """Where neither Vulkan's chunks nor Metal's scratch decide the peak (flash attention, -ub 512, up to 32768
-    cells, every layer on the GPU), the CUDA-shaped model holds on both backends (DeepSeek-V3's MLA scratch on
-    Metal excepted)."""
+    """Flash attention, -ub 512, up to 32768 cells, every layer on the GPU: within 5% on both backends, DeepSeek-V3
+    with Metal's scratch included."""
     ids = {"c4096-faon-ub512", "c32768-faon-ub512", "c32768-faon-q8_0"}
     for backend in ("vulkan", "metal"):
         cases = [r for r in everything.on(backend).measured if r.case in ids]
-        if backend == "metal":
-            cases = [r for r in cases if r.model != "deepseek-v3"]
         assert len(cases) >= 15
         assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
             (r.key, round(r.compute_rel, 3)) for r in cases if abs(r.compute_rel) > report.COMPUTE_TOLERANCE

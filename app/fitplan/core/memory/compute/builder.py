@@ -116,6 +116,13 @@ HOST_GRAPH_INPUT_BLOCKS = 2
 SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
 #: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
+#: ggml-metal-impl.h / ggml-metal-ops.cpp: the flash-attention kernels' padding block (OP_FLASH_ATTN_EXT_NCPSG
+#: cells), workgroups (`nwg`), the batch below which the vector kernel runs (`ggml_metal_op_flash_attn_ext_use_vec`)
+#: and the cache types dequantized to f16 first (`ggml_metal_op_flash_attn_ext_use_kv_f16`, from 32 tokens).
+METAL_FA_PAD_CELLS = 64
+METAL_FA_WORKGROUPS = 32
+METAL_FA_VEC_BELOW = 20
+METAL_KV_F16_TYPES = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
 #: ggml-vulkan's buffer type maximum size (`ggml_backend_vk_buffer_type_get_max_size`: the device's
 #: `suballocation_block_size`, 1 GiB unless maxMemoryAllocationSize is smaller, ggml-vulkan.cpp `ggml_vk_get_device`):
 #: ggml-alloc makes the compute buffer of chunks of at most this size.
@@ -392,14 +399,16 @@ class PlanBuilder:
         self.kq(layers)
         return tuple(sorted(self.fork_q))
 
-    def kq(self, layers: list[int], replayed: frozenset[int] = frozenset()) -> tuple[Affine, ...]:
+    def kq(
+        self, layers: list[int], replayed: frozenset[int] = frozenset(), fa_extra: int = 0
+    ) -> tuple[Affine, ...]:
         """The attention's live set on a backend running `layers`: one Affine per distinct layer shape (the
         recurrent layers in `replayed` are counted by `ssm_after` instead)."""
         base, swa = attn_layers(self.profile, layers)
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
-                self._kq_layer(il, is_swa, out, last=il == group[-1])
+                self._kq_layer(il, is_swa, out, last=il == group[-1], fa_extra=fa_extra)
         self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
         if (
             self.idx_q
@@ -468,13 +477,15 @@ class PlanBuilder:
         per_cell = 2 * F32 * n_tps * hd + (F32 * self.n_tok if ns > hd else 0) + I32 * ns
         return Affine(a_base=per_cell, c=inputs + self.embd_block)
 
-    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine], last: bool = False) -> None:
+    def _kq_layer(
+        self, il: int, is_swa: bool, out: set[Affine], last: bool = False, fa_extra: int = 0
+    ) -> None:
         """One attention layer's live set (added to `out`); ik's chunked groups go to `self.fork_q`. `last`: the
         last layer of its cache here, the last to read the cache's row indices."""
         lp = self.profile.layers[il]
         mla = self.profile.mla
         if mla is not None and self._replayed_mla():
-            self._deepseek2_mla_layer(lp, mla, is_swa, out)
+            self._deepseek2_mla_layer(lp, mla, is_swa, out, fa_extra)
             return
         qkv = self.shapes.qkv_rows.get(il, 0)
         q = self._layer_q(il, lp, qkv, out)
@@ -567,12 +578,14 @@ class PlanBuilder:
         through the allocator (`absorbed_mla_attention`); a fork's MLA modes are modelled by the fork."""
         return self.profile.traits.graph.deepseek2_mla and self.inputs.fork_graph is None
 
-    def _deepseek2_mla_layer(self, lp: LayerProfile, mla: MlaParams, is_swa: bool, out: set[Affine]) -> None:
+    def _deepseek2_mla_layer(
+        self, lp: LayerProfile, mla: MlaParams, is_swa: bool, out: set[Affine], fa_extra: int = 0
+    ) -> None:
         """The attention terms of an absorbed-MLA layer: the replayed peak, and without flash attention the KQ
         scores `[n_kv, n_tok, n_head]` (softmax in place) above the replay's end unless they fit into its
         largest free block (short contexts: the space the query's parts left under Qcur)."""
         hole = self.embd_block + (I32 + I64) * self.n_tok  # the mixed batch's token rows, tokens and slots
-        peak, end, room = absorbed_mla_attention(self.profile, lp, mla, self.n_tok, self.fa, hole)
+        peak, end, room = absorbed_mla_attention(self.profile, lp, mla, self.n_tok, self.fa, hole, fa_extra)
         out.add(Affine(c=peak))
         if not self.fa:
             a = F32 * self.n_tok * lp.n_head
@@ -719,6 +732,49 @@ class PlanBuilder:
             v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" and not self.profile.is_mla else 0
             out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
+
+    def metal_fa_scratch(self, layers: list[int]) -> tuple[Affine, ...]:
+        """Metal's flash-attention scratch, one per layer shape: ggml-metal sizes each FLASH_ATTN_EXT output with
+        room for its kernels and always reserves it "to avoid graph reallocations" (ggml-metal.cpp
+        `ggml_backend_metal_buffer_type_get_alloc_size`; ggml-metal-ops.cpp `ggml_metal_op_flash_attn_ext_extra_*`):
+        the f16 copies of the K and V views (one when V is a view of K: MLA), a padding block of 64 cells of each
+        view's rows and the mask's, the block mask (one byte per 64 cells and 8 queries; 32 cells and one query
+        below 20 tokens) and the workgroup results, 4 x min(n_tok, 32) x n_head x 32 x (d_v + 2) bytes. The
+        absorbed MLA query's output is replayed with its part that does not follow the cells
+        (`_deepseek2_mla_layer`): only the cells' part is here."""
+        if not self.fa:
+            return ()
+        out: set[Affine] = set()
+        replayed = self.profile.mla is not None and self._replayed_mla()
+        for is_swa, group in zip((False, True), attn_layers(self.profile, layers), strict=True):
+            for il in group:
+                per_cell, c = self._metal_fa_extra(self.profile.layers[il])
+                c = 0 if replayed else c
+                out.add(Affine(a_swa=per_cell, c=c) if is_swa else Affine(a_base=per_cell, c=c))
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _metal_fa_extra(self, lp: LayerProfile) -> tuple[int, int]:
+        """`metal_fa_scratch` of one layer: bytes per cell and bytes that do not follow the cells."""
+        ns = max(1, self.inputs.n_stream)
+        tps = max(1, self.n_tok // ns)
+        tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
+        kv_f16 = tps >= OP_OFFLOAD_MIN_BATCH and self.inputs.cache_type_k in METAL_KV_F16_TYPES
+        q_rows, cells = (1, 32) if tps < METAL_FA_VEC_BELOW else (8, 64)
+        mask_blocks = -(-tps // q_rows) * ns  # block-mask bytes per `cells` cells
+        mla = self.profile.mla if self._replayed_mla() else None
+        if mla is not None:  # the absorbed query: K is the compressed row, V a view of it
+            d_k, d_v, hkv, v_view = mla.kv_lora_rank + mla.n_rot, mla.kv_lora_rank, 1, True
+            nb_k = nb_v = row_bytes(tk, d_k)
+        else:
+            d_k, d_v = lp.n_embd_head_k, lp.n_embd_head_v
+            hkv, v_view = lp.n_embd_k_gqa // max(1, d_k), False
+            nb_k, nb_v = row_bytes(tk, lp.n_embd_k_gqa), row_bytes(tv, lp.n_embd_v_gqa)
+        if kv_f16:
+            nb_k, nb_v = F16 * d_k, F16 * (d_k if v_view else d_v)
+        per_cell = F16 * (d_k + (0 if v_view else d_v)) * hkv * ns + mask_blocks // cells
+        pad = METAL_FA_PAD_CELLS * ((nb_k + nb_v) * hkv * ns + F16 * tps * ns)
+        tmp = F32 * min(tps, METAL_FA_WORKGROUPS) * lp.n_head * ns * METAL_FA_WORKGROUPS * (d_v + 2)
+        return per_cell, pad + tmp + mask_blocks  # the block mask's last, partial group of cells at most
 
     def ffn_holes(
         self, layers: list[int], flayers: list[int], m: Affine, vi: int
@@ -951,6 +1007,8 @@ class PlanBuilder:
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
+        if self.gpu_vendors[gi] is Vendor.APPLE:
+            fa = self.metal_fa_scratch(layers)
         att = self._attention(layers, kq, fa, ssm, chunk)
         return DevicePlan(
             device=gi,
@@ -1011,7 +1069,10 @@ class PlanBuilder:
         freed = Affine(m.a_base, m.a_swa, m.c + small)
         ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
-        kq_gi = self.kq(layers, replayed)
+        metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
+        kq_gi = self.kq(
+            layers, replayed, self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0
+        )
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
