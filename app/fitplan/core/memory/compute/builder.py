@@ -78,9 +78,9 @@ from fitplan.core.memory.compute.terms import (
     Term,
     nonzero,
 )
-from fitplan.core.memory.weights import CUDA_VENDORS, WeightPlacement, row_bytes
+from fitplan.core.memory.weights import CPU_REPACK_BUFT, CUDA_VENDORS, WeightPlacement, row_bytes
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
-from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
+from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 #: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
 OP_OFFLOAD_MIN_BATCH = 32
@@ -161,6 +161,35 @@ def compute_devices(
     if not offload:
         return False, placement.layer_device
     return True, tuple(0 if d is None else d for d in placement.layer_device)
+
+
+def matmul_offload(inputs: ComputeInputs, gpu_vendors: tuple[Vendor, ...]) -> bool:
+    """ggml-metal offloads matrix multiplications only (ggml-metal.cpp `ggml_backend_metal_device_offload_op`:
+    MUL_MAT and MUL_MAT_ID from a batch of 32), so a host layer's other ops stay on the host."""
+    return bool(
+        gpu_vendors
+        and gpu_vendors[0] is Vendor.APPLE
+        and inputs.op_offload
+        and inputs.n_tok >= OP_OFFLOAD_MIN_BATCH
+    )
+
+
+def _host_expert_matrices(
+    placement: WeightPlacement, compute_dev: tuple[int | None, ...]
+) -> dict[int | None, dict[str, int]]:
+    """With matrix multiplications offloaded (`matmul_offload`): the expert matrices in a host buffer of layers
+    that run on the first GPU, which that GPU copies in, one split at a time, and runs the experts there (the
+    ops between them follow). The scheduler offloads an op whose weight is in a host buffer
+    (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`: `ggml_backend_buffer_is_host`): a weight
+    repacked for the CPU (CPU_REPACK, not a host buffer) stays with its multiplication on the host."""
+    out: dict[int | None, dict[str, int]] = {}
+    for p in placement.tensors:
+        il = p.layer
+        if p.device is not None or not p.matrix or p.role is not TensorRole.EXPERTS or il is None:
+            continue
+        if compute_dev[il] == 0 and p.buffer_type != CPU_REPACK_BUFT:
+            out.setdefault(il, {})[p.name] = max(p.n_bytes, out.get(il, {}).get(p.name, 0))
+    return out
 
 
 def _ffn_devices(
@@ -246,6 +275,12 @@ class PlanBuilder:
         ffn_dev, ffn_by_dev = _ffn_devices(profile, placement, trunk, offload_gpu0)
         # the host-resident weights the first GPU copies in, one split at a time (`host_matrices`)
         self.host_mats = host_matrices(placement) if offload_gpu0 else {}
+        if matmul_offload(inputs, gpu_vendors):
+            self.host_mats = _host_expert_matrices(placement, compute_dev)
+            ffn_dev = {il: (0 if il in self.host_mats else d) for il, d in ffn_dev.items()}
+            ffn_by_dev = {}
+            for il in trunk:
+                ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
 
         self.rot_bytes, self.v_rot_bytes, self.v_rot = _rotations(profile, inputs, trunk)
 
