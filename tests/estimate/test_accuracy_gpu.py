@@ -20,8 +20,9 @@ from support.tools import load_tool
 
 report = load_tool("tools/accuracy_report.py")
 
-#: The share of published-shape recordings within 5% (measured: 360 of 388).
-PUBLISHED_SHARE = 0.92
+#: The share of published-shape recordings within 5% (measured: 366 of 388; 360 with the output matrix's copy
+#: under the layers' phase).
+PUBLISHED_SHARE = 0.94
 #: Published-shape recordings the estimate is more than 10% under, each with the reason in docs/accuracy.md.
 KNOWN_FAR_UNDER = frozenset(
     {
@@ -95,6 +96,18 @@ def test_experts_in_host_memory_on_a_24_gib_card(gpu: Any, model: str, ub: int) 
         cases = cases[:1] if "c8192" in cases[0].key else cases[1:]
     for r in cases:
         assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE, (r.key, r.compute_rel)
+
+
+def test_every_layer_on_the_host_with_op_offload(gpu: Any) -> None:
+    """`-ngl 0`: the first GPU runs every layer with copies of their weights, and the output matrix's copy comes
+    with the output layer's split, next to the logits, not under the layers (before: +9.8% to +30.1%). Not
+    granite-4.0-h-tiny, whose Mamba-2 states stay on the host (KNOWN_FAR_UNDER)."""
+    ids = ("c8192-faon-ngl0", "c8192-faon-ngl0-ub2048")
+    cases = [r for r in _published(gpu) if r.case in ids and r.model != "granite-4.0-h-tiny"]
+    assert len(cases) >= 18
+    assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
+        (r.key, round(r.compute_rel, 3)) for r in cases
+    ]
 
 
 def test_published_shapes_share_within_tolerance(gpu: Any) -> None:

@@ -984,7 +984,10 @@ class PlanBuilder:
         return inputs, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
-        """The output matrix's copy under the logits when the first GPU takes the host's output layer. ggml-cuda
+        """The output matrix's copy under the logits when the first GPU takes the host's output layer: copied in
+        at the start of the output layer's split, after every layer, so it is part of the output phase, not under
+        the layers' (the stand-in recordings with `-ngl 0`: gpt-oss-120b 1002.1 MiB = the 586.8 MiB copy, the
+        logits and a block; counted under both phases it was 1206.6). ggml-cuda
         offloads a multiplication by the batch of its result (`get_op_batch_size`: `ne[1]` of a MUL_MAT, the output
         count here, not the micro-batch): below OP_OFFLOAD_MIN_BATCH outputs the output matrix stays on the host
         (a llama-server draft with its layers on the host, -ngld 0: no copy in its first GPU's buffer)."""
@@ -1025,7 +1028,6 @@ class PlanBuilder:
             blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
             out_extra = 0
-        under.append(Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         output: tuple[Term, ...] = ()
         if has_out and self.logits:
             below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
@@ -1034,6 +1036,7 @@ class PlanBuilder:
                 Fixed("output norm", out_blocks * self.embd_block),
                 Fixed("last MoE layer under the logits", out_extra),
                 Linear("inputs under the logits (copy)", below),
+                Fixed("op-offload weight copy", self._output_copy(gi, has_out)),
             )
         chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
