@@ -812,7 +812,7 @@ class PlanBuilder:
         return per_cell, pad + tmp + mask_blocks  # the block mask's last, partial group of cells at most
 
     def ffn_holes(
-        self, layers: list[int], flayers: list[int], m: Affine, vi: int
+        self, layers: list[int], flayers: list[int], m: Affine, vi: int, split: bool = False
     ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
         """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
@@ -823,7 +823,7 @@ class PlanBuilder:
         # (`ffn_layer`), and the freed inputs take the FFN (the cohere2moe smoke model at c512 without flash
         # attention: the fused gate_up and the GLU output inside the freed f32 masks and V's indices, 9.02 MiB)
         if not (m.a_base or m.a_swa or m.c or vi) or not (base or swa):
-            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
+            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot, split), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
         holes: set[tuple[int, int, int, tuple[Affine, ...]]] = set()
@@ -836,10 +836,10 @@ class PlanBuilder:
             if not any(freed):
                 rest.append(il)
                 continue
-            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
+            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split)
             holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed)))
         key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
-        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot), tuple(sorted(holes, key=key))
+        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split), tuple(sorted(holes, key=key))
 
     def _freed_space(
         self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool]
@@ -984,16 +984,13 @@ class PlanBuilder:
         return inputs, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
-        """The output matrix's copy under the logits when the first GPU takes the host's output layer: copied in
-        at the start of the output layer's split, after every layer, so it is part of the output phase, not under
-        the layers' (the stand-in recordings with `-ngl 0`: gpt-oss-120b 1002.1 MiB = the 586.8 MiB copy, the
-        logits and a block; counted under both phases it was 1206.6). ggml-cuda
-        offloads a multiplication by the batch of its result (`get_op_batch_size`: `ne[1]` of a MUL_MAT, the output
-        count here, not the micro-batch): below OP_OFFLOAD_MIN_BATCH outputs the output matrix stays on the host
-        (a llama-server draft with its layers on the host, -ngld 0: no copy in its first GPU's buffer)."""
+        """The output matrix's copy under the logits when the first GPU takes the host's output layer. Counted
+        under both phases, which the stand-in recordings with `-ngl 0` show too much (the copy comes with the
+        output layer's split, after every layer: gpt-oss-120b 1002.1 MiB recorded, 1206.6 estimated), and counted
+        below ggml-cuda's op-offload batch of outputs too (a llama-server draft with -ngld 0). Both are left as
+        they are until the planner's search handles a compute buffer smaller at -ngl 0 than at -ngl 1
+        (docs/accuracy.md)."""
         if not has_out or not self.host_mats or gi != 0 or self.placement.output_device is not None:
-            return 0
-        if self.n_out < OP_OFFLOAD_MIN_BATCH:
             return 0
         out_mats = self.host_mats.get(None, {})
         return out_mats.get("output.weight") or max(out_mats.values(), default=0)
@@ -1036,8 +1033,8 @@ class PlanBuilder:
                 Fixed("output norm", out_blocks * self.embd_block),
                 Fixed("last MoE layer under the logits", out_extra),
                 Linear("inputs under the logits (copy)", below),
-                Fixed("op-offload weight copy", self._output_copy(gi, has_out)),
             )
+        under.append(Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
             return DevicePlan(
@@ -1070,6 +1067,18 @@ class PlanBuilder:
             max_chunk=chunk,
             freed_chunk=_freed_chunk(att),
         )
+
+    def _split_first(self, gi: int, first: bool, pp: bool) -> bool:
+        """The first GPU's FFN phase has one block space fewer and the FFN norm's hole split in one-block holes: the
+        scheduler's copies of the embeddings inputs are freed once the first layer's input is built, and the
+        attention output sits between the freed blocks (the allocator's list on the CUDA stand-in, llama-3.1-8b at
+        4096 cells: three block spaces with `attn_out-0` in the middle one, the mask, `node_2`, then gate, up and
+        the GLU output, 120.01 MiB; the llama smoke model at c512, 4.77 MiB). Not on an RPC server (its
+        recordings show five blocks) nor with pipeline parallelism (its copies are never freed); not where the
+        residual is added into the layer input (lfm2: its FFN's reuse of the freed inputs is the CPU's layout,
+        which the GPU's list does not show, 3.5% under before; left as it was)."""
+        graph = self.profile.traits.graph
+        return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC and not graph.residual_into_input
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
@@ -1105,7 +1114,8 @@ class PlanBuilder:
     ) -> tuple[tuple[Affine, ...], tuple[Term, ...], SsmReplay | None]:
         """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
         freed = Affine(m.a_base, m.a_swa, m.c + small)
-        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi)
+        split = self._split_first(gi, first, pp)
+        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
         kq_gi = self.kq(
@@ -1118,7 +1128,8 @@ class PlanBuilder:
             # the first GPU holds four block-sized spaces in that phase, not five (the allocator's peaks on
             # qwen3-30b-a3b and Llama-4-Scout with `-cmoe`; gpt-oss-20b's recording matches to the 0.01 MiB)
             shexp_ffn -= self.embd_block
-        ffn_rest = max(ffn_rest, shexp_ffn)
+        less = self.embd_block if split else 0
+        ffn_rest = max(max(0, ffn_rest - less), shexp_ffn)
         if not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
@@ -1127,12 +1138,18 @@ class PlanBuilder:
         # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
         jamba = graph.residual_into_input and not graph.plamo2_mamba
         lead = self._jamba_lead(layers, m) if ssm_ops and jamba else None
-        return kq_gi, self._ffn_terms(ffn_rest, holes), self._ssm_replay(layers, ssm_ops, ssm_hole, lead)
+        return (
+            kq_gi,
+            self._ffn_terms(ffn_rest, holes, less),
+            self._ssm_replay(layers, ssm_ops, ssm_hole, lead),
+        )
 
     def _ffn_terms(
-        self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...]
+        self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...], less: int = 0
     ) -> tuple[Term, ...]:
-        return (Fixed(FFN, ffn_rest), FfnReuse(holes)) if holes else (Fixed(FFN, ffn_rest),)
+        """The FFN's terms: the layers that reuse no freed input, and those that do (`FfnReuse`, `less` bytes
+        fewer: the first GPU's block space fewer in that phase, `_split_first`)."""
+        return (Fixed(FFN, ffn_rest), FfnReuse(holes, less=less)) if holes else (Fixed(FFN, ffn_rest),)
 
     def _ssm_replay(
         self, layers: list[int], ops: tuple[ReplayOp, ...], hole: Affine, lead: SsmLead | None

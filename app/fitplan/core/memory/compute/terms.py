@@ -267,11 +267,12 @@ class FfnReuse:
 
     holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...]
     label: str = FFN
+    less: int = 0  # bytes below the FFN fewer than the device's blocks count (`PlanBuilder._split_first`)
 
     def at(self, nb: int, ns: int) -> int:
         return max(
             (
-                f - max(ffn_reuse(first, held, hole.at(nb, ns), f) for hole in alts)
+                max(0, f - max(ffn_reuse(first, held, hole.at(nb, ns), f) for hole in alts) - self.less)
                 for f, first, held, alts in self.holes
             ),
             default=0,
@@ -283,7 +284,7 @@ class FfnReuse:
             reuse = np.max(
                 np.stack([reuse_array(f, first, held, affine_over(h, nb, ns)) for h in alts]), axis=0
             )
-            out = np.maximum(out, f - reuse)
+            out = np.maximum(out, np.maximum(0, f - reuse - self.less))
         return out
 
 
