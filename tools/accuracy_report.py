@@ -813,25 +813,31 @@ pinned `Vulkan_Host` buffer; `supports_op` with its size limit: an op whose tens
 maxStorageBufferRange or buffer size runs on the CPU; `offload_op` from 32 tokens), one and two 16 GiB cards.
 fitplan plans a GPU with ggml-vulkan's rules when it is neither NVIDIA, AMD nor Apple (Intel): an NVIDIA or AMD
 card on a Vulkan build is planned with ggml-cuda's rules. Weights and caches are exact (64-byte alignment, no row
-padding); the compute misses are two effects fitplan does not model (the fixes belong to the compute model):""",
+padding); the compute model has the two effects of the buffer type's limits (`DevicePlan.max_chunk`,
+`terms.Chunks`):""",
         """* **1 GiB chunks.** ggml-alloc's compute buffer on a Vulkan device is made of chunks of at most 1 GiB
   (`ggml_dyn_tallocr`, `max_size` = `ggml_backend_vk_buffer_type_get_max_size`): a tensor that does not fit in
-  what is left of a chunk opens a new one. At `-ub 2048` the logits (2048 x 128256 x 4 B = 1002 MiB for
-  llama-3.1-8b, 1187 MiB for Qwen3's vocabulary) do not fit above what lies under them, so they get a chunk of
-  their own and the buffer is the layers' peak plus the logits (llama-3.1-8b c4096 FA on: 1482.1 MiB recorded,
-  1146.0 estimated with the logits over the other tensors). With that rule (when the logits and what is under
-  them exceed 1 GiB: the larger of the layer phase and what is under the logits, plus the logits) every
-  logits-dominated recording here comes within -0.0..+4.2%; it is not in the compute model yet. A tensor of more
-  than 1 GiB in the layer phase costs more: once freed, its chunk takes the small tensors that follow (a fit
-  without growth beats growth), so the next layer's opens another chunk: without flash attention at 32768 cells
-  and `-ub 512` the 2 GiB KQ scores cost two chunks (llama-3.1-8b: 4204 MiB recorded, 2164 estimated; 2156 with
-  `GGML_VK_SUBALLOCATION_BLOCK_SIZE` raised to 64 GiB), and so do DeepSeek-V3's expert copies with `-cmoe` or a
-  partial `-ngl` (5356 MiB recorded, 3162 estimated) and its layer phase at `-ub 2048` (2018 for 1640).
-* **Tensors above the storage range run on the CPU.** Without 64-bit shader indexing a tensor above
+  what is left of any chunk opens a new one, and the buffer is the sum of the chunks. At `-ub 2048` the logits
+  (2048 x 128256 x 4 B = 1002 MiB for llama-3.1-8b, 1187 MiB for Qwen3's vocabulary) do not fit above what lies
+  under them, so they take a chunk of their own: the buffer is the larger of the layer phase and what is under
+  the logits, plus the logits (llama-3.1-8b c4096 FA on: 1482.1 MiB recorded, 1146.0 estimated before, 1514.0
+  now). KQ scores that do not fit in a chunk next to a block open one of their own; once freed, that chunk is the
+  only one with room below its end, so when the FFN finds no space in the first chunk it goes there and the
+  layer's output stays in it: the next layer's scores open another chunk, and the scores count twice (the
+  allocator's trace, llama-3.1-8b at 32768 cells and `-ub 512` without flash attention: `kq-0` in chunk 1,
+  `ffn_out-0` at offset 0 of chunk 1, `kq-1` in chunk 2; 4204 MiB recorded, 2164 estimated before, 4212 now).
+  Where a smaller layer shape's live set leaves the FFN room in the first chunk (gemma-3-27b's sliding-window
+  layers) or the FFN's output goes back to the first chunk (gpt-oss's expert sum), the scores count once; the
+  rule does not see the second case (gpt-oss at 4096 cells and `-ub 2048` without flash attention: +24.8%).
+  Not modelled: a layer phase larger than a chunk with no tensor that opens one (DeepSeek-V3 at `-ub 2048`: its
+  tensors packed into two chunks, 2018 MiB recorded, 1640 estimated) and DeepSeek-V3's expert copies of more than
+  1 GiB with `-cmoe` or half the layers on the host (5356 MiB recorded, 3162 estimated).
+* **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and
-  their softmax run on the host: the recording has them in `Vulkan_Host` (8656 MiB for llama-3.1-8b), fitplan on
-  the GPU. The totals agree; the device does not.""",
+  their softmax run on the host, with copies of the K and V views (`terms.HostScores`): llama-3.1-8b's host
+  8656 MiB recorded, 8720 estimated (400 before, with the scores on the GPU). The GPU's buffer there is still
+  over (1770 MiB for 1482: its mask copy, which the host's softmax reads, is counted on it).""",
     ),
     "metal": (
         "Metal (device-shaped stand-in)",
@@ -840,21 +846,23 @@ as ggml-metal does (`tools/groundtruth/standin/standin.cpp`, `--standin metal:64
 allocation extras of `ggml_backend_metal_buffer_type_get_alloc_size` for MUL_MAT_ID, FLASH_ATTN_EXT, ARGSORT and
 TOP_K, no host buffer type, so host weights and compute stay in CPU buffers, `supports_op` of an Apple7+ GPU,
 `offload_op` for matrix multiplications only), one 64 GiB device. The host side is the recording host's CPU
-(x86-64 AVX2/AVX-512 repacking), not an Apple CPU's. Weights and caches are exact; the compute misses:""",
+(x86-64 AVX2/AVX-512 repacking), not an Apple CPU's. Weights and caches are exact; the compute model has Metal's
+two rules:""",
         """* **Flash attention's scratch is always reserved** on Metal (`ggml_metal_op_flash_attn_ext_extra_*`:
   "always reserve the temp buffer to avoid graph reallocations"): each FLASH_ATTN_EXT output is larger by the
   f16 size of its K and V views (one view when V is a view of K), a padding block of 64 cells, the block mask and
-  the workgroup results, `4 x min(n_tok, 32) x n_head x 32 x (d_v + 2)` bytes. It shows where the attention phase
-  is the peak: llama-3.1-8b at 131072 cells (706.5 MiB recorded, 410.5 estimated: the 512 MiB of copies),
-  gemma-3-27b at 131072 (1236 for 684), and DeepSeek-V3 at every context with flash attention (MLA: 128 heads
-  and `d_v` 512 make the workgroup results 257 MiB: 786 MiB recorded, 410 estimated at 4096 cells). fitplan
-  counts f16 copies only for ggml-cuda's kernels.
+  the workgroup results, `4 x min(n_tok, 32) x n_head x 32 x (d_v + 2)` bytes (`PlanBuilder.metal_fa_scratch`;
+  in the absorbed-MLA replay for DeepSeek). llama-3.1-8b at 131072 cells: 706.5 MiB recorded, 410.5 estimated
+  before, within 1% now; DeepSeek-V3 at 4096 cells (128 heads of 512: 257 MiB of workgroup results): 785.7
+  recorded, 410 before, 799.7 now.
 * **Op offload of matrix multiplications.** `ggml_backend_metal_device_offload_op` offloads MUL_MAT and
-  MUL_MAT_ID from 32 tokens (not the other ops of a host layer); fitplan plans Metal without op offload. With
-  DeepSeek-V3's experts in host memory the expert matrices are copied into the GPU's buffer (`-cmoe`: 3212 MiB
-  recorded, 414 estimated); with dense layers on the host the GPU's buffer stays as planned and the host's is
-  one intermediate smaller (llama-3.1-8b `-ngl 16`: host 104 MiB recorded, 132 estimated; Qwen3-30B-A3B
-  `-cmoe`: 40 for 84).""",
+  MUL_MAT_ID from 32 tokens, not the other ops of a host layer. With experts in host memory, the expert matrices
+  in a host buffer (not repacked for the CPU: a CPU_REPACK buffer is not a host buffer, so its multiplications
+  stay) are copied into the GPU's buffer one at a time and the experts run there (`matmul_offload`; DeepSeek-V3
+  `-cmoe`: 3212.5 MiB recorded, 808 before, 3194 now). Not modelled: a host layer's own multiplications
+  (DeepSeek-V3 with half its layers on the host: 3189 MiB recorded, 766 estimated), and the host's buffer with
+  dense layers on the host is one intermediate over (llama-3.1-8b `-ngl 16`: host 104 MiB recorded, 132
+  estimated; within 8% in total).""",
     ),
 }
 
@@ -893,6 +901,13 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   up to 220% on gpt-oss-120b). The ops between follow the weights to the GPU, so a host layer's activations,
   its K/V views and the output layer's logits (with the output matrix's copy) are on the first GPU and the host
   keeps only the graph inputs (`-ngl 0` and partial `-ngl`).
+* **The first GPU's FFN phase has four block spaces.** The scheduler's copies of the embeddings inputs are
+  freed once the first layer's input is built and the attention output sits between the freed blocks: the FFN
+  phase has one block space fewer than the attention's and the FFN norm's hole is one block (the allocator's
+  list, llama-3.1-8b at 4096 cells: 120.01 MiB; `PlanBuilder._split_first`). With llama-server's small output
+  count that phase is the peak: every text model's and the draft's GPU buffer with flash attention is now what
+  llama.cpp logged (llama-3.1-8b 120.0 MiB recorded, 128.0 estimated before), and the architecture smoke models
+  gain most (`standinarchs`: 294 -> 365 of 638 within 5%).
 * **A mask first read after a copied down matrix** is allocated with that copy, right above it, and stays until
   its last reader: Qwen3-Next's first attention layer after its delta-net layers, Llama-4-Scout's full-attention
   layer after its chunked ones (`_late_masks`).
@@ -908,14 +923,17 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   9.19 MiB, Qwen2.5-VL 292.41 MiB, before not counted). The projector's weights are exact with the 128-byte
   alignment.
 * **A draft model** (Qwen3-8B for Qwen3-30B-A3B, `-md`): its weights and cache are exact on the GPU and with
-  `-ngld 0` on the host. Not yet in the compute model: with `-ngld 0` the draft context's few outputs are below
-  ggml-cuda's op-offload batch of 32, so its output multiplication stays on the host and no output matrix is
-  copied to the GPU (119.0 MiB recorded, 605.9 estimated); and with the server's small output count every GPU
-  buffer here is one activation block over (llama-3.1-8b 120.0 MiB recorded, 128.0 estimated; Gemma 3 176.0 for
-  186.5; Qwen3-30B-A3B 88.0 for 92.0; the draft 108.0 for 116.0).
+  `-ngld 0` on the host. Not in the compute model yet: with `-ngld 0` the draft context's few outputs are below
+  ggml-cuda's op-offload batch of 32 (`get_op_batch_size`: a MUL_MAT's result rows), so its output
+  multiplication stays on the host and no output matrix is copied to the GPU (119.0 MiB recorded, 605.9
+  estimated). The output matrix's copy is also counted under both phases, where the recordings with `-ngl 0`
+  have it in the output phase only (it comes with the output layer's split: gpt-oss-120b 1002.1 MiB recorded,
+  1206.6 estimated; Qwen3-Next +30.1%). Both fixes were measured (published shapes 360 -> 366 of 388 within 5%,
+  the draft +185% -> +1.5%) and left out: a compute buffer smaller at `-ngl 0` than at `-ngl 1` makes the
+  planner miss the exhaustive search's best placement in six scenarios of `tests/plan/test_plan_oracle.py`, so
+  the planner's search has to handle it first.
 
-Left: the architecture smoke models (hidden size 128-512) are mostly 0.5 MiB (one or two blocks) over on the first
-GPU; partial `-ngl` of granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its
+Left: some architecture smoke models (hidden size 128-512) are 0.5 MiB (one or two blocks) off on the first GPU; partial `-ngl` of granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its
 Mamba layers; Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention
 mask); DeepSeek-V3 with a quantized cache at 32768 cells (the f16 copy fits in holes the estimate does not see).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing

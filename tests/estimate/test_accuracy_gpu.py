@@ -94,7 +94,8 @@ def test_experts_in_host_memory_on_a_24_gib_card(gpu: Any, model: str, ub: int) 
     ):  # at 32768 cells the q8_0 cache's f16 copies are counted where holes take them
         cases = cases[:1] if "c8192" in cases[0].key else cases[1:]
     for r in cases:
-        assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE, (r.key, r.compute_rel)
+        if r.key not in KNOWN_SERVER_MISSES:
+            assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE, (r.key, r.compute_rel)
 
 
 def test_published_shapes_share_within_tolerance(gpu: Any) -> None:
@@ -111,56 +112,67 @@ def test_no_new_case_far_under(gpu: Any) -> None:
 # ---- Vulkan and Metal: the standin_vulkan and standin_metal grids (`record.py --grids standin_vulkan,standin_metal`)
 
 _MODELS = ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "gemma-3-27b")
-#: The share of Vulkan recordings within 5% (measured: 44 of 90).
-VULKAN_SHARE = 0.48
-#: Vulkan recordings the estimate is more than 10% under (docs/accuracy.md, Vulkan section). ggml-alloc's 1 GiB
-#: chunks: at -ub 2048 the logits take a chunk of their own above the layers' peak (every model, one device, with
-#: experts or FFNs on the host, and the second device of -ts 3,1) ...
+#: The share of Vulkan recordings within 5% (measured: 76 of 90; 44 before ggml-alloc's 1 GiB chunks and the
+#: storage-range limit were modelled).
+VULKAN_SHARE = 0.84
+#: Vulkan recordings the estimate is more than 10% under (docs/accuracy.md, Vulkan section): DeepSeek-V3's layer
+#: phase at -ub 2048 packed into chunks of 1 GiB (no single tensor opens one) and its expert copies of more than
+#: 1 GiB (-cmoe, half the layers on the host), which take a chunk each like the scores do ...
 KNOWN_FAR_UNDER_VULKAN = frozenset(
-    {f"standin_vulkan/{m}/{c}" for m in _MODELS for c in ("c4096-faon-ub2048", "c4096-faoff-ub2048")}
-    | {f"standin_vulkan/{m}/c32768-faon-ub2048" for m in _MODELS}
-    | {
-        f"standin_vulkan/{m}/2dev-c8192-faon-ts3,1-ub2048"
-        for m in ("llama-3.1-8b", "qwen3-30b-a3b", "gemma-3-27b")
-    }
-    | {"standin_vulkan/deepseek-v3/2dev-c8192-faon-ts3,1-ub2048"}
-    | {f"standin_vulkan/{m}/c8192-faon-cmoe-ub2048" for m in ("qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b")}
-    | {f"standin_vulkan/{m}/c8192-faon-ot-ffn-cpu-ub2048" for m in ("llama-3.1-8b", "gemma-3-27b")}
-    # ... DeepSeek-V3's expert copies of more than 1 GiB take two chunks (-cmoe, half the layers on the host) ...
-    | {
+    {
         f"standin_vulkan/deepseek-v3/{c}"
-        for c in ("c8192-faon-cmoe-ub512", "c8192-faon-cmoe-ub2048", "c8192-faon-ngl30")
-    }
-    # ... the 2 GiB KQ scores without flash attention at 32768 cells take two chunks ...
-    | {f"standin_vulkan/{m}/c32768-faoff-ub512" for m in ("llama-3.1-8b", "qwen3-30b-a3b")}
-    # ... and the 8 GiB KQ scores at -ub 2048 run on the host (above maxStorageBufferRange and the buffer size)
-    | {
-        f"standin_vulkan/{m}/{c}"
-        for m in ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b")
-        for c in ("c32768-faoff-ub2048", "idx64-c32768-faoff-ub2048")
-    }
-)
-#: The share of Metal recordings within 5% (measured: 58 of 78).
-METAL_SHARE = 0.74
-#: Metal recordings the estimate is more than 10% under: flash attention's always-reserved scratch (f16 K/V
-#: copies at 131072 cells; DeepSeek-V3's MLA workgroup results at every context) and, with DeepSeek-V3's experts
-#: in host memory, their copies into the GPU's buffer (Metal offloads matrix multiplications).
-KNOWN_FAR_UNDER_METAL = frozenset(
-    {f"standin_metal/{m}/c131072-faon" for m in ("llama-3.1-8b", "gemma-3-27b", "deepseek-v3")}
-    | {
-        f"standin_metal/deepseek-v3/{c}"
         for c in (
-            "c4096-faon-ub512",
             "c4096-faon-ub2048",
-            "c32768-faon-ub512",
+            "c4096-faoff-ub2048",
             "c32768-faon-ub2048",
-            "c32768-faon-q8_0",
+            "2dev-c8192-faon-ts3,1-ub2048",
             "c8192-faon-cmoe-ub512",
             "c8192-faon-cmoe-ub2048",
             "c8192-faon-ngl30",
         )
     }
+    # ... and gemma-3-27b without flash attention at -ub 2048 (4245 MiB recorded, 3435 estimated: its sliding-window
+    # and full-attention scores in chunks, not traced yet)
+    | {"standin_vulkan/gemma-3-27b/c4096-faoff-ub2048"}
 )
+#: The share of Metal recordings within 5% (measured: 70 of 78; 58 before flash attention's always-reserved scratch
+#: and the offload of matrix multiplications were modelled).
+METAL_SHARE = 0.89
+#: Metal recordings the estimate is more than 10% under: DeepSeek-V3 with half its layers on the host, whose
+#: matrix multiplications (weights not repacked for the CPU) the GPU runs with copies of their weights.
+KNOWN_FAR_UNDER_METAL = frozenset({"standin_metal/deepseek-v3/c8192-faon-ngl30"})
+
+
+def test_metal_offloads_the_multiplications_of_host_experts(everything: Any) -> None:
+    """ggml-metal offloads matrix multiplications only: with `-cmoe` the expert matrices in a host buffer (not
+    repacked) are copied into the GPU's buffer one at a time, the experts run there and the host keeps its graph
+    inputs (DeepSeek-V3: 3212.5 MiB recorded on MTL0, 808.2 estimated before; Qwen3-30B-A3B's host 40.0 MiB
+    recorded, 84.3 before)."""
+    keys = {
+        f"standin_metal/{m}/c8192-faon-cmoe-ub{u}"
+        for m in ("deepseek-v3", "qwen3-30b-a3b")
+        for u in (512, 2048)
+    }
+    cases = [r for r in everything.on("metal").measured if r.key in keys]
+    assert len(cases) == 4
+    assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
+        (r.key, round(r.compute_rel, 3)) for r in cases
+    ]
+
+
+def test_metals_flash_attention_scratch(everything: Any) -> None:
+    """ggml-metal always reserves its flash-attention scratch in the output's allocation: the f16 K and V copies
+    (llama-3.1-8b at 131072 cells: 706.5 MiB recorded, 410.5 estimated before) and the workgroup results (DeepSeek-V3's
+    128 heads of 512: 785.7 MiB recorded at 4096 cells, 410 estimated before)."""
+    keys = {f"standin_metal/{m}/c131072-faon" for m in ("llama-3.1-8b", "gemma-3-27b", "deepseek-v3")} | {
+        f"standin_metal/deepseek-v3/{c}"
+        for c in ("c4096-faon-ub512", "c4096-faon-ub2048", "c32768-faon-q8_0")
+    }
+    cases = [r for r in everything.on("metal").measured if r.key in keys]
+    assert len(cases) == len(keys)
+    assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
+        (r.key, round(r.compute_rel, 3)) for r in cases
+    ]
 
 
 @pytest.mark.parametrize(
@@ -197,14 +209,11 @@ def test_no_new_vulkan_or_metal_case_far_under(everything: Any, backend: str, kn
 
 
 def test_flash_attention_at_ub_512_is_within_tolerance_on_vulkan_and_metal(everything: Any) -> None:
-    """Where neither Vulkan's chunks nor Metal's scratch decide the peak (flash attention, -ub 512, up to 32768
-    cells, every layer on the GPU), the CUDA-shaped model holds on both backends (DeepSeek-V3's MLA scratch on
-    Metal excepted)."""
+    """Flash attention, -ub 512, up to 32768 cells, every layer on the GPU: within 5% on both backends, DeepSeek-V3
+    with Metal's scratch included."""
     ids = {"c4096-faon-ub512", "c32768-faon-ub512", "c32768-faon-q8_0"}
     for backend in ("vulkan", "metal"):
         cases = [r for r in everything.on(backend).measured if r.case in ids]
-        if backend == "metal":
-            cases = [r for r in cases if r.model != "deepseek-v3"]
         assert len(cases) >= 15
         assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
             (r.key, round(r.compute_rel, 3)) for r in cases if abs(r.compute_rel) > report.COMPUTE_TOLERANCE
@@ -213,17 +222,20 @@ def test_flash_attention_at_ub_512_is_within_tolerance_on_vulkan_and_metal(every
 
 # ---- llama-server on the CUDA stand-in (standin_server: `record.py --grids standin_server`): projector and draft
 
+
 #: The draft with its layers on the host (-ngld 0): fitplan copies the output matrix into the first GPU for the
-#: logits, but the draft context's outputs (a few tokens) are below ggml-cuda's op-offload batch of 32, so the
-#: output multiplication stays on the host (119.0 MiB recorded on CUDA0, 605.9 estimated: the 486.9 MiB output
-#: matrix of qwen3-8b).
+#: logits, but the draft context's outputs (a few tokens) are below ggml-cuda's op-offload batch of 32
+#: (`get_op_batch_size` reads a MUL_MAT's result rows), so the output multiplication stays on the host (119.0 MiB
+#: recorded on CUDA0, 605.9 estimated: the 486.9 MiB output matrix of qwen3-8b). Not fixed here: with the copy
+#: gone, a compute buffer smaller at -ngl 0 than at -ngl 1 makes the planner miss the exhaustive search's best
+#: placement (tests/plan/test_plan_oracle.py: six scenarios), so the planner's search needs it first.
 KNOWN_SERVER_MISSES = frozenset({"standin_server/qwen3-30b-a3b/draft-ngld0-np1-c4096"})
 
 
 def test_the_projector_and_the_draft_on_the_stand_in(gpu: Any) -> None:
     """llama-server itself on the CUDA stand-in: the projector's weights and warm-up compute on the GPU and its
     graph inputs on the host, and the draft model's weights and cache, are what llama.cpp allocated (to the log's
-    0.01 MiB); the compute of every case is within 10% except the named one."""
+    0.01 MiB); the compute of every case is within 5% except the named one."""
     cases = [r for r in gpu.measured if r.grid == "standin_server"]
     assert len(cases) == 7
     for r in cases:
@@ -232,6 +244,22 @@ def test_the_projector_and_the_draft_on_the_stand_in(gpu: Any) -> None:
             if d.name.startswith("mmproj"):
                 assert abs(d.compute[0] - d.compute[1]) <= report.MIB // 100, (r.key, d)
         if r.key not in KNOWN_SERVER_MISSES:
-            assert abs(r.compute_rel) <= report.COMPUTE_MAX_UNDER, (r.key, r.compute_rel)
+            assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE, (r.key, r.compute_rel)
     drafts = {d.name for r in cases for d in r.devices if d.name.startswith("draft")}
     assert drafts == {"draft CUDA0", "draft Host"}
+
+
+def test_the_first_gpus_ffn_phase_has_four_block_spaces(gpu: Any) -> None:
+    """On the first GPU the scheduler's copies of the embeddings inputs are freed once the first layer's input is
+    built, and the attention output sits between the freed blocks: the FFN phase has four block spaces and a
+    one-block hole (the allocator's list, llama-3.1-8b at 4096 cells: 120.01 MiB; before 128.01 estimated). With
+    llama-server's small output count that phase is the peak: every text model's and the draft's GPU buffer with
+    flash attention is what llama.cpp logged; the llama smoke model at c512 too (4.77 MiB, 4.5 before)."""
+    server = [r for r in gpu.measured if r.grid == "standin_server" and "faoff" not in r.case]
+    assert len(server) == 6
+    for r in server:
+        for d in r.devices:
+            if d.name == "CUDA0" or (d.name == "draft CUDA0" and r.key not in KNOWN_SERVER_MISSES):
+                assert abs(d.compute[0] - d.compute[1]) <= report.MIB // 50, (r.key, d)  # two roundings
+    smoke = next(r for r in gpu.measured if r.key == "standinarchs/llama-dense/c512-np1")
+    assert abs(smoke.compute_rel) <= 0.01, smoke.compute_rel

@@ -120,7 +120,10 @@ def test_cuda_flash_attention_copies_for_quantized_kv(llama8b: ModelProfile) -> 
     assert "FA f16 K/V copies" not in _parts(gpu)
     f16, _ = compute_buffers(llama8b, _inputs(n_out=1), pl, (Vendor.NVIDIA,))
     assert "FA f16 K/V copies" not in _parts(f16)
-    assert _parts(gpu)["FFN intermediates"] == _parts(f16)["FFN intermediates"] == 3 * 4 * 14336 * 512
+    # gate, up and the GLU output (3 x 28 MiB) over four block spaces, not five: one block fewer than the
+    # residual blocks count (the allocator's list on the CUDA stand-in: 120.01 MiB at 4096 cells)
+    ffn = 3 * 4 * 14336 * 512 - 4 * 4096 * 512
+    assert _parts(gpu)["FFN intermediates"] == _parts(f16)["FFN intermediates"] == ffn
     gpu, _ = compute_buffers(llama8b, q8, pl, (Vendor.RPC,))
     assert "FA f16 K/V copies" not in _parts(gpu)
 

@@ -13,8 +13,20 @@ import pytest
 from fitplan.core.base.devices import GIB, Device, Machine, Vendor, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputePlan
+from fitplan.core.memory.compute.allocator import Affine
 from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
-from fitplan.core.memory.compute.terms import FA_COPIES, FFN, SCAN, SCORES, Fixed, LogitsOnTop
+from fitplan.core.memory.compute.terms import (
+    FA_COPIES,
+    FFN,
+    LOGITS,
+    SCAN,
+    SCORES,
+    AttentionScores,
+    Chunks,
+    Fixed,
+    HostScores,
+    LogitsOnTop,
+)
 from fitplan.core.memory.weights import place_weights
 from support.compute import compute_inputs
 from support.models import ARCHS, SPARSE, profile_at
@@ -113,3 +125,79 @@ def test_the_hosts_logits_take_the_transients_place_where_at_least_as_large() ->
     # a host without layers: the logits on the graph inputs
     idle = dataclasses.replace(host, layer_phase=False, logits=LogitsOnTop(5))
     assert _buffer(idle) == {"masks": 9, "logits": 5}
+
+
+# ---- Vulkan: a buffer made of chunks (ggml-alloc's `max_size` per chunk) and tensors above the storage range
+
+MIB = 1 << 20
+
+
+def test_logits_that_do_not_fit_above_what_is_under_them_take_a_chunk_of_their_own() -> None:
+    """ggml-alloc opens a chunk for a tensor that fits in no chunk's free space (ggml-alloc.c
+    `ggml_dyn_tallocr_alloc`): with 100-byte chunks, logits of 80 over 30 bytes under them take their own, next to
+    the 60-byte layer phase (140 in all; without chunks the larger phase, 110)."""
+    plan = DevicePlan(
+        device=0,
+        layer_phase=True,
+        inputs=(Fixed("blocks", 10),),
+        ffn=(Fixed(FFN, 50),),
+        output=(Fixed(LOGITS, 80), Fixed("output norm", 30)),
+    )
+    assert sum(_buffer(plan).values()) == 110
+    chunked = dataclasses.replace(plan, max_chunk=100)
+    assert _buffer(chunked) == {"blocks": 10, FFN: 50, LOGITS: 80}
+    # what is under the logits larger than the layer phase: it, and the logits
+    under = dataclasses.replace(chunked, output=(Fixed(LOGITS, 80), Fixed("output norm", 70)))
+    assert _buffer(under) == {LOGITS: 80, "output norm": 70}
+    # everything fits in one chunk: as without chunks
+    small = dataclasses.replace(chunked, output=(Fixed(LOGITS, 60), Fixed("output norm", 30)))
+    assert _buffer(small) == {LOGITS: 60, "output norm": 30}
+
+
+def _chunks(ffn_first: int, many: bool = True) -> Chunks:
+    return Chunks(size=1024 * MIB, tensor_limit=4096 * MIB, block=32 * MIB, ffn_first=ffn_first, many=many)
+
+
+def test_scores_that_open_a_chunk_count_twice_when_the_ffn_follows_them_there() -> None:
+    """llama-3.1-8b on the Vulkan stand-in at 4096 cells, `-ub 2048`, no flash attention (the allocator's trace):
+    the 1 GiB `kq-0` opens chunk 1, the 112 MiB gate finds no space in chunk 0 and goes into the freed chunk 1,
+    the layer's output stays there and `kq-1` opens chunk 2. Scores of 262144 bytes per cell above a 48 MiB Q."""
+    kq = (Affine(a_base=262144, c=48 * MIB),)
+    twice = AttentionScores(kq, chunks=_chunks(ffn_first=112 * MIB))
+    assert twice.at(4096, 0) == 48 * MIB + 2 * 1024 * MIB
+    # the FFN fits in the space the first chunk has free (a smaller layer shape's live set): once
+    fits = AttentionScores((*kq, Affine(a_swa=65536, c=8 * MIB)), chunks=_chunks(ffn_first=112 * MIB))
+    assert fits.at(4096, 2048) == 48 * MIB + 1024 * MIB
+    # one attention layer, or scores that fit in a chunk: once
+    assert AttentionScores(kq, chunks=_chunks(112 * MIB, many=False)).at(4096, 0) == 1072 * MIB
+    assert twice.at(2048, 0) == 48 * MIB + 512 * MIB
+    assert twice.freed_chunk(4096, 0) == 1024 * MIB and twice.freed_chunk(2048, 0) == 0
+    # at or above the storage range the scores leave the device (`HostScores` counts them on the host)
+    assert twice.at(16384, 0) == 48 * MIB
+    host = HostScores(((kq[0], Affine(a_base=4096)),), 4096 * MIB)
+    assert host.at(16384, 0) == 4096 * MIB + 64 * MIB and host.at(8192, 0) == 0
+
+
+@pytest.mark.parametrize(
+    "path",
+    [SPARSE / "gpt-oss-20b.header.gguf", *sorted(ARCHS.glob("gemma3*.gguf"))[:1]],
+    ids=lambda p: p.name,
+)
+def test_vulkan_terms_over_a_curve_equal_them_at_each_context(path: Path) -> None:
+    """The chunk rules read at each context (`loop_over`) on a GPU planned with ggml-vulkan, at `-ub 2048`
+    without flash attention (scores of several GiB at 131072 cells: on the host; 1-2 GiB: chunks)."""
+    profile = profile_at(path)
+    gpu = dataclasses.replace(assumed_gpu("G0", 48), vendor=Vendor.INTEL, backend_name="Vulkan0")
+    machine = Machine((gpu,), HOST)
+    placement = place_weights(profile, LaunchSettings(n_gpu_layers=99), machine)
+    inputs = compute_inputs(n_kv_base=0, n_tok=2048, n_out=2048, flash_attn=False)
+    plan = ComputePlan(profile, inputs, placement, (Vendor.INTEL,))
+    assert plan.plans[0].max_chunk == 1 << 30
+    for p in plan.plans:
+        for t in p.terms():
+            assert t.over(NB, NS).tolist() == [
+                t.at(b, w) for b, w in zip(NB.tolist(), NS.tolist(), strict=True)
+            ]
+    rows = plan.totals_array(NB, NS)
+    for i, (b, w) in enumerate(zip(NB.tolist(), NS.tolist(), strict=True)):
+        assert [x.bytes for x in plan.evaluate(b, w)] == rows[:, i].tolist()

@@ -35,12 +35,20 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
   (`KpoolSelection`);
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
-  not RPC): the copy of the largest group of host-resident matrix weights one layer multiplies;
+  not RPC): the copies of the host-resident matrix weights one layer multiplies, one at a time, and the output
+  matrix's copy under the logits;
 * CUDA only, with a quantized K or V cache and flash attention: the f16 copies of one layer's whole K and V views
   the FA kernel allocates (`ggml_cuda_flash_attn_ext_get_alloc_size`);
 * MLA without flash attention: the contiguous copy of V (`n_kv x kv_lora_rank`, K cache type);
 * pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
-  freed, below the rest of the graph (see `PIPELINE_COPIES`).
+  freed, below the rest of the graph (see `PIPELINE_COPIES`);
+* Vulkan: the compute buffer is made of chunks of at most 1 GiB (`DevicePlan.max_chunk`: the logits in a chunk of
+  their own where they do not fit above what is under them; KQ scores that open a chunk and count twice where the
+  FFN follows them into it, `terms.Chunks`), and KQ scores above the 4 GiB storage range run on the host
+  (`terms.HostScores`);
+* Metal: flash attention's always-reserved scratch in each output's allocation (`metal_fa_scratch`) and the
+  offload of matrix multiplications only: host expert matrices not repacked for the CPU are copied in
+  (`matmul_offload`).
 
 Each of these is a term object (`terms`: a label, its bytes at one context and over arrays of contexts); the builder
 (`PlanBuilder`) puts a device's terms in the groups of its `DevicePlan` that say how they combine, and one
@@ -49,9 +57,10 @@ evaluator (`device_plan.device_parts`) reads the plan at one context (`ComputePl
 
 Measured: single-backend CPU dry runs of 128 architectures and of published-shape models, and two loopback RPC
 servers as extra devices (layer splits, overrides, pipeline parallelism); the placement of the terms was checked
-against the graph allocator's debug list of live tensors at each peak. Read from the source only, no GPU being
-available: the CUDA-specific parts (op-offload weight copies, FA f16 copies, the 128-byte alignment of CUDA
-buffers). See `docs/accuracy.md`.
+against the graph allocator's debug list of live tensors at each peak. The GPU-specific parts (op-offload weight
+copies, FA f16 copies, Vulkan's chunks and storage range, Metal's scratch) were checked the same way on
+device-shaped stand-ins: llama.cpp's own scheduler and allocator answered as ggml-cuda, ggml-vulkan or ggml-metal
+answers them, no kernel run. See `docs/accuracy.md`.
 """
 
 from __future__ import annotations

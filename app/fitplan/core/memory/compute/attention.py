@@ -490,7 +490,13 @@ def indexer_queries(profile: ModelProfile, n_tok: int) -> tuple[int, int]:
 
 
 def absorbed_mla_attention(
-    profile: ModelProfile, lp: LayerProfile, mla: MlaParams, n_tok: int, fa: bool, hole: int
+    profile: ModelProfile,
+    lp: LayerProfile,
+    mla: MlaParams,
+    n_tok: int,
+    fa: bool,
+    hole: int,
+    fa_extra: int = 0,
 ) -> tuple[int, int, int]:
     """The first layer's attention with the absorbed MLA query (src/models/deepseek2.cpp, llama_model_deepseek2::
     graph, then `llm_graph_context::build_attn_mha`), replayed through the allocator (`BestFit`) over the
@@ -504,13 +510,14 @@ def absorbed_mla_attention(
     and the output projection. The allocator's peaks: DeepSeek-V3 (128 heads, `-ub 512`) q's freed 48 MiB,
     q_nope_absorbed 128, q_pe 16 and Qcur 144 MiB above the blocks (336 MiB), the KQ scores above Qcur without
     flash attention; the deepseek2 smoke model (one head): q_nope_absorbed in q_a's freed space, q_pe in the
-    token rows' hole, Qcur, then kv_cmpr_pe above it (3.25 MiB)."""
-    return _replay_absorbed_mla(profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, n_tok, fa, hole)
+    token rows' hole, Qcur, then kv_cmpr_pe above it (3.25 MiB). `fa_extra`: bytes the device's buffer type adds
+    to the flash-attention output (Metal's scratch, `PlanBuilder.metal_fa_scratch`)."""
+    return _replay_absorbed_mla(profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, n_tok, fa, hole, fa_extra)
 
 
 @functools.lru_cache(maxsize=1024)
 def _replay_absorbed_mla(
-    n_embd: int, h: int, head_v: int, mla: MlaParams, n_tok: int, fa: bool, hole: int
+    n_embd: int, h: int, head_v: int, mla: MlaParams, n_tok: int, fa: bool, hole: int, fa_extra: int = 0
 ) -> tuple[int, int, int]:
     """`absorbed_mla_attention` on the shapes it reads (kept: every layer of a model and every estimate of a
     plan replay the same sequence)."""
@@ -534,7 +541,7 @@ def _replay_absorbed_mla(
     sim.alloc("Kcur", f * (kv + rope))
     sim.release("kv_cmpr", "k_pe", "Kcur")
     if fa:
-        sim.alloc("fattn", f * h * head_v)
+        sim.alloc("fattn", f * h * head_v + fa_extra)
         sim.release("Qcur")
         sim.alloc("fattn_mla", f * h * mla.value_length_mla)
         sim.release("fattn")

@@ -58,13 +58,17 @@ from fitplan.core.memory.compute.shapes import (
 from fitplan.core.memory.compute.terms import (
     FA_COPIES,
     FFN,
+    LOGITS,
     AttentionScores,
+    Chunks,
     DsaZeros,
     Dsv4Inputs,
     Dsv4Peak,
     FfnReuse,
     Fixed,
     ForkAttention,
+    FreedChunk,
+    HostScores,
     IndexerPeak,
     KpoolInputs,
     KpoolPeak,
@@ -74,9 +78,9 @@ from fitplan.core.memory.compute.terms import (
     Term,
     nonzero,
 )
-from fitplan.core.memory.weights import CUDA_VENDORS, WeightPlacement, row_bytes
+from fitplan.core.memory.weights import CPU_REPACK_BUFT, CUDA_VENDORS, WeightPlacement, row_bytes
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
-from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile
+from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 #: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
 OP_OFFLOAD_MIN_BATCH = 32
@@ -112,6 +116,29 @@ HOST_GRAPH_INPUT_BLOCKS = 2
 SMALL_INPUT_BYTES_PER_TOKEN = 4 + 8 + 8
 #: Backends that implement `offload_op` (CUDA/ROCm, Vulkan, SYCL): host weights used by large batches run there.
 OP_OFFLOAD_VENDORS = frozenset({Vendor.NVIDIA, Vendor.AMD, Vendor.INTEL, Vendor.GENERIC})
+#: ggml-metal-impl.h / ggml-metal-ops.cpp: the flash-attention kernels' padding block (OP_FLASH_ATTN_EXT_NCPSG
+#: cells), workgroups (`nwg`), the batch below which the vector kernel runs (`ggml_metal_op_flash_attn_ext_use_vec`)
+#: and the cache types dequantized to f16 first (`ggml_metal_op_flash_attn_ext_use_kv_f16`, from 32 tokens).
+METAL_FA_PAD_CELLS = 64
+METAL_FA_WORKGROUPS = 32
+METAL_FA_VEC_BELOW = 20
+METAL_KV_F16_TYPES = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
+#: ggml-vulkan's buffer type maximum size (`ggml_backend_vk_buffer_type_get_max_size`: the device's
+#: `suballocation_block_size`, 1 GiB unless maxMemoryAllocationSize is smaller, ggml-vulkan.cpp `ggml_vk_get_device`):
+#: ggml-alloc makes the compute buffer of chunks of at most this size.
+VULKAN_MAX_CHUNK = 1 << 30
+#: ggml-vulkan's `supports_op` refuses an op with a tensor above maxStorageBufferRange or the maximum buffer size
+#: (4 GiB on a typical desktop card, without VK_EXT_shader_64bit_indexing; `ggml_vk_get_device`): the scheduler
+#: runs it on the host. The first size refused.
+VULKAN_TENSOR_LIMIT = 4 << 30
+
+
+def max_chunk(vendor: Vendor) -> int:
+    """The largest chunk of a GPU's compute buffer (0: no limit): Vulkan's suballocation block on a GPU fitplan
+    plans with ggml-vulkan (`weights.gpu_backend`: neither ggml-cuda's makers nor Apple nor an RPC server)."""
+    if vendor in CUDA_VENDORS or vendor in (Vendor.APPLE, Vendor.RPC, Vendor.HOST):
+        return 0
+    return VULKAN_MAX_CHUNK
 
 
 def compute_devices(
@@ -134,6 +161,35 @@ def compute_devices(
     if not offload:
         return False, placement.layer_device
     return True, tuple(0 if d is None else d for d in placement.layer_device)
+
+
+def matmul_offload(inputs: ComputeInputs, gpu_vendors: tuple[Vendor, ...]) -> bool:
+    """ggml-metal offloads matrix multiplications only (ggml-metal.cpp `ggml_backend_metal_device_offload_op`:
+    MUL_MAT and MUL_MAT_ID from a batch of 32), so a host layer's other ops stay on the host."""
+    return bool(
+        gpu_vendors
+        and gpu_vendors[0] is Vendor.APPLE
+        and inputs.op_offload
+        and inputs.n_tok >= OP_OFFLOAD_MIN_BATCH
+    )
+
+
+def _host_expert_matrices(
+    placement: WeightPlacement, compute_dev: tuple[int | None, ...]
+) -> dict[int | None, dict[str, int]]:
+    """With matrix multiplications offloaded (`matmul_offload`): the expert matrices in a host buffer of layers
+    that run on the first GPU, which that GPU copies in, one split at a time, and runs the experts there (the
+    ops between them follow). The scheduler offloads an op whose weight is in a host buffer
+    (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`: `ggml_backend_buffer_is_host`): a weight
+    repacked for the CPU (CPU_REPACK, not a host buffer) stays with its multiplication on the host."""
+    out: dict[int | None, dict[str, int]] = {}
+    for p in placement.tensors:
+        il = p.layer
+        if p.device is not None or not p.matrix or p.role is not TensorRole.EXPERTS or il is None:
+            continue
+        if compute_dev[il] == 0 and p.buffer_type != CPU_REPACK_BUFT:
+            out.setdefault(il, {})[p.name] = max(p.n_bytes, out.get(il, {}).get(p.name, 0))
+    return out
 
 
 def _ffn_devices(
@@ -167,6 +223,12 @@ def _rotations(
             if n_rot_v:
                 v_rot.update(group)
     return (rot_bytes[0], rot_bytes[1]), (v_rot_bytes[0], v_rot_bytes[1]), frozenset(v_rot)
+
+
+def _freed_chunk(attention: tuple[Term, ...]) -> Term | None:
+    """The chunk the scores had to themselves, where the device's buffer is made of chunks (`FreedChunk`)."""
+    att = attention[0] if attention else None
+    return FreedChunk(att) if isinstance(att, AttentionScores) and att.chunks is not None else None
 
 
 class PlanBuilder:
@@ -213,6 +275,12 @@ class PlanBuilder:
         ffn_dev, ffn_by_dev = _ffn_devices(profile, placement, trunk, offload_gpu0)
         # the host-resident weights the first GPU copies in, one split at a time (`host_matrices`)
         self.host_mats = host_matrices(placement) if offload_gpu0 else {}
+        if matmul_offload(inputs, gpu_vendors):
+            self.host_mats = _host_expert_matrices(placement, compute_dev)
+            ffn_dev = {il: (0 if il in self.host_mats else d) for il, d in ffn_dev.items()}
+            ffn_by_dev = {}
+            for il in trunk:
+                ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
 
         self.rot_bytes, self.v_rot_bytes, self.v_rot = _rotations(profile, inputs, trunk)
 
@@ -366,14 +434,16 @@ class PlanBuilder:
         self.kq(layers)
         return tuple(sorted(self.fork_q))
 
-    def kq(self, layers: list[int], replayed: frozenset[int] = frozenset()) -> tuple[Affine, ...]:
+    def kq(
+        self, layers: list[int], replayed: frozenset[int] = frozenset(), fa_extra: int = 0
+    ) -> tuple[Affine, ...]:
         """The attention's live set on a backend running `layers`: one Affine per distinct layer shape (the
         recurrent layers in `replayed` are counted by `ssm_after` instead)."""
         base, swa = attn_layers(self.profile, layers)
         out: set[Affine] = set()
         for group, is_swa in ((base, False), (swa, True)):
             for il in group:
-                self._kq_layer(il, is_swa, out, last=il == group[-1])
+                self._kq_layer(il, is_swa, out, last=il == group[-1], fa_extra=fa_extra)
         self._recurrent_terms([il for il in layers if il not in replayed], bool(base or swa), out)
         if (
             self.idx_q
@@ -442,13 +512,15 @@ class PlanBuilder:
         per_cell = 2 * F32 * n_tps * hd + (F32 * self.n_tok if ns > hd else 0) + I32 * ns
         return Affine(a_base=per_cell, c=inputs + self.embd_block)
 
-    def _kq_layer(self, il: int, is_swa: bool, out: set[Affine], last: bool = False) -> None:
+    def _kq_layer(
+        self, il: int, is_swa: bool, out: set[Affine], last: bool = False, fa_extra: int = 0
+    ) -> None:
         """One attention layer's live set (added to `out`); ik's chunked groups go to `self.fork_q`. `last`: the
         last layer of its cache here, the last to read the cache's row indices."""
         lp = self.profile.layers[il]
         mla = self.profile.mla
         if mla is not None and self._replayed_mla():
-            self._deepseek2_mla_layer(lp, mla, is_swa, out)
+            self._deepseek2_mla_layer(lp, mla, is_swa, out, fa_extra)
             return
         qkv = self.shapes.qkv_rows.get(il, 0)
         q = self._layer_q(il, lp, qkv, out)
@@ -541,12 +613,14 @@ class PlanBuilder:
         through the allocator (`absorbed_mla_attention`); a fork's MLA modes are modelled by the fork."""
         return self.profile.traits.graph.deepseek2_mla and self.inputs.fork_graph is None
 
-    def _deepseek2_mla_layer(self, lp: LayerProfile, mla: MlaParams, is_swa: bool, out: set[Affine]) -> None:
+    def _deepseek2_mla_layer(
+        self, lp: LayerProfile, mla: MlaParams, is_swa: bool, out: set[Affine], fa_extra: int = 0
+    ) -> None:
         """The attention terms of an absorbed-MLA layer: the replayed peak, and without flash attention the KQ
         scores `[n_kv, n_tok, n_head]` (softmax in place) above the replay's end unless they fit into its
         largest free block (short contexts: the space the query's parts left under Qcur)."""
         hole = self.embd_block + (I32 + I64) * self.n_tok  # the mixed batch's token rows, tokens and slots
-        peak, end, room = absorbed_mla_attention(self.profile, lp, mla, self.n_tok, self.fa, hole)
+        peak, end, room = absorbed_mla_attention(self.profile, lp, mla, self.n_tok, self.fa, hole, fa_extra)
         out.add(Affine(c=peak))
         if not self.fa:
             a = F32 * self.n_tok * lp.n_head
@@ -694,8 +768,51 @@ class PlanBuilder:
             out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
 
+    def metal_fa_scratch(self, layers: list[int]) -> tuple[Affine, ...]:
+        """Metal's flash-attention scratch, one per layer shape: ggml-metal sizes each FLASH_ATTN_EXT output with
+        room for its kernels and always reserves it "to avoid graph reallocations" (ggml-metal.cpp
+        `ggml_backend_metal_buffer_type_get_alloc_size`; ggml-metal-ops.cpp `ggml_metal_op_flash_attn_ext_extra_*`):
+        the f16 copies of the K and V views (one when V is a view of K: MLA), a padding block of 64 cells of each
+        view's rows and the mask's, the block mask (one byte per 64 cells and 8 queries; 32 cells and one query
+        below 20 tokens) and the workgroup results, 4 x min(n_tok, 32) x n_head x 32 x (d_v + 2) bytes. The
+        absorbed MLA query's output is replayed with its part that does not follow the cells
+        (`_deepseek2_mla_layer`): only the cells' part is here."""
+        if not self.fa:
+            return ()
+        out: set[Affine] = set()
+        replayed = self.profile.mla is not None and self._replayed_mla()
+        for is_swa, group in zip((False, True), attn_layers(self.profile, layers), strict=True):
+            for il in group:
+                per_cell, c = self._metal_fa_extra(self.profile.layers[il])
+                c = 0 if replayed else c
+                out.add(Affine(a_swa=per_cell, c=c) if is_swa else Affine(a_base=per_cell, c=c))
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
+    def _metal_fa_extra(self, lp: LayerProfile) -> tuple[int, int]:
+        """`metal_fa_scratch` of one layer: bytes per cell and bytes that do not follow the cells."""
+        ns = max(1, self.inputs.n_stream)
+        tps = max(1, self.n_tok // ns)
+        tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
+        kv_f16 = tps >= OP_OFFLOAD_MIN_BATCH and self.inputs.cache_type_k in METAL_KV_F16_TYPES
+        q_rows, cells = (1, 32) if tps < METAL_FA_VEC_BELOW else (8, 64)
+        mask_blocks = -(-tps // q_rows) * ns  # block-mask bytes per `cells` cells
+        mla = self.profile.mla if self._replayed_mla() else None
+        if mla is not None:  # the absorbed query: K is the compressed row, V a view of it
+            d_k, d_v, hkv, v_view = mla.kv_lora_rank + mla.n_rot, mla.kv_lora_rank, 1, True
+            nb_k = nb_v = row_bytes(tk, d_k)
+        else:
+            d_k, d_v = lp.n_embd_head_k, lp.n_embd_head_v
+            hkv, v_view = lp.n_embd_k_gqa // max(1, d_k), False
+            nb_k, nb_v = row_bytes(tk, lp.n_embd_k_gqa), row_bytes(tv, lp.n_embd_v_gqa)
+        if kv_f16:
+            nb_k, nb_v = F16 * d_k, F16 * (d_k if v_view else d_v)
+        per_cell = F16 * (d_k + (0 if v_view else d_v)) * hkv * ns + mask_blocks // cells
+        pad = METAL_FA_PAD_CELLS * ((nb_k + nb_v) * hkv * ns + F16 * tps * ns)
+        tmp = F32 * min(tps, METAL_FA_WORKGROUPS) * lp.n_head * ns * METAL_FA_WORKGROUPS * (d_v + 2)
+        return per_cell, pad + tmp + mask_blocks  # the block mask's last, partial group of cells at most
+
     def ffn_holes(
-        self, layers: list[int], flayers: list[int], m: Affine, vi: int
+        self, layers: list[int], flayers: list[int], m: Affine, vi: int, split: bool = False
     ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
         """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
@@ -706,7 +823,7 @@ class PlanBuilder:
         # (`ffn_layer`), and the freed inputs take the FFN (the cohere2moe smoke model at c512 without flash
         # attention: the fused gate_up and the GLU output inside the freed f32 masks and V's indices, 9.02 MiB)
         if not (m.a_base or m.a_swa or m.c or vi) or not (base or swa):
-            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot), ()
+            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot, split), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
         holes: set[tuple[int, int, int, tuple[Affine, ...]]] = set()
@@ -719,10 +836,10 @@ class PlanBuilder:
             if not any(freed):
                 rest.append(il)
                 continue
-            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot)
+            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split)
             holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed)))
         key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
-        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot), tuple(sorted(holes, key=key))
+        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split), tuple(sorted(holes, key=key))
 
     def _freed_space(
         self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool]
@@ -867,7 +984,12 @@ class PlanBuilder:
         return inputs, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
-        """The output matrix's copy under the logits when the first GPU takes the host's output layer."""
+        """The output matrix's copy under the logits when the first GPU takes the host's output layer. Counted
+        under both phases, which the stand-in recordings with `-ngl 0` show too much (the copy comes with the
+        output layer's split, after every layer: gpt-oss-120b 1002.1 MiB recorded, 1206.6 estimated), and counted
+        below ggml-cuda's op-offload batch of outputs too (a llama-server draft with -ngld 0). Both are left as
+        they are until the planner's search handles a compute buffer smaller at -ngl 0 than at -ngl 1
+        (docs/accuracy.md)."""
         if not has_out or not self.host_mats or gi != 0 or self.placement.output_device is not None:
             return 0
         out_mats = self.host_mats.get(None, {})
@@ -903,20 +1025,26 @@ class PlanBuilder:
             blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
             out_extra = 0
-        under.append(Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         output: tuple[Term, ...] = ()
         if has_out and self.logits:
             below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
             output = (
-                Fixed("logits", self.logits),
+                Fixed(LOGITS, self.logits),
                 Fixed("output norm", out_blocks * self.embd_block),
                 Fixed("last MoE layer under the logits", out_extra),
                 Linear("inputs under the logits (copy)", below),
             )
+        under.append(Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
+        chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
-            return DevicePlan(device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under))
+            return DevicePlan(
+                device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
+            )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
+        if self.gpu_vendors[gi] is Vendor.APPLE:
+            fa = self.metal_fa_scratch(layers)
+        att = self._attention(layers, kq, fa, ssm, chunk)
         return DevicePlan(
             device=gi,
             layer_phase=True,
@@ -930,13 +1058,27 @@ class PlanBuilder:
                     ),
                 )
             ),
-            attention=self._attention(layers, kq, fa, ssm),
+            attention=att,
             fa_copies=Largest(FA_COPIES, fa) if fa else None,
             ffn=ffn,
             after=nonzero(self._graph_inputs(layers)),
             output=nonzero(output),
             under=nonzero(under),
+            max_chunk=chunk,
+            freed_chunk=_freed_chunk(att),
         )
+
+    def _split_first(self, gi: int, first: bool, pp: bool) -> bool:
+        """The first GPU's FFN phase has one block space fewer and the FFN norm's hole split in one-block holes: the
+        scheduler's copies of the embeddings inputs are freed once the first layer's input is built, and the
+        attention output sits between the freed blocks (the allocator's list on the CUDA stand-in, llama-3.1-8b at
+        4096 cells: three block spaces with `attn_out-0` in the middle one, the mask, `node_2`, then gate, up and
+        the GLU output, 120.01 MiB; the llama smoke model at c512, 4.77 MiB). Not on an RPC server (its
+        recordings show five blocks) nor with pipeline parallelism (its copies are never freed); not where the
+        residual is added into the layer input (lfm2: its FFN's reuse of the freed inputs is the CPU's layout,
+        which the GPU's list does not show, 3.5% under before; left as it was)."""
+        graph = self.profile.traits.graph
+        return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC and not graph.residual_into_input
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
@@ -972,9 +1114,13 @@ class PlanBuilder:
     ) -> tuple[tuple[Affine, ...], tuple[Term, ...], SsmReplay | None]:
         """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
         freed = Affine(m.a_base, m.a_swa, m.c + small)
-        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi)
+        split = self._split_first(gi, first, pp)
+        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
-        kq_gi = self.kq(layers, replayed)
+        metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
+        kq_gi = self.kq(
+            layers, replayed, self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0
+        )
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
@@ -982,7 +1128,8 @@ class PlanBuilder:
             # the first GPU holds four block-sized spaces in that phase, not five (the allocator's peaks on
             # qwen3-30b-a3b and Llama-4-Scout with `-cmoe`; gpt-oss-20b's recording matches to the 0.01 MiB)
             shexp_ffn -= self.embd_block
-        ffn_rest = max(ffn_rest, shexp_ffn)
+        less = self.embd_block if split else 0
+        ffn_rest = max(max(0, ffn_rest - less), shexp_ffn)
         if not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
@@ -991,12 +1138,18 @@ class PlanBuilder:
         # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
         jamba = graph.residual_into_input and not graph.plamo2_mamba
         lead = self._jamba_lead(layers, m) if ssm_ops and jamba else None
-        return kq_gi, self._ffn_terms(ffn_rest, holes), self._ssm_replay(layers, ssm_ops, ssm_hole, lead)
+        return (
+            kq_gi,
+            self._ffn_terms(ffn_rest, holes, less),
+            self._ssm_replay(layers, ssm_ops, ssm_hole, lead),
+        )
 
     def _ffn_terms(
-        self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...]
+        self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...], less: int = 0
     ) -> tuple[Term, ...]:
-        return (Fixed(FFN, ffn_rest), FfnReuse(holes)) if holes else (Fixed(FFN, ffn_rest),)
+        """The FFN's terms: the layers that reuse no freed input, and those that do (`FfnReuse`, `less` bytes
+        fewer: the first GPU's block space fewer in that phase, `_split_first`)."""
+        return (Fixed(FFN, ffn_rest), FfnReuse(holes, less=less)) if holes else (Fixed(FFN, ffn_rest),)
 
     def _ssm_replay(
         self, layers: list[int], ops: tuple[ReplayOp, ...], hole: Affine, lead: SsmLead | None
@@ -1015,10 +1168,16 @@ class PlanBuilder:
         )
 
     def _attention(
-        self, layers: list[int], kq: tuple[Affine, ...], fa: tuple[Affine, ...], ssm: SsmReplay | None
+        self,
+        layers: list[int],
+        kq: tuple[Affine, ...],
+        fa: tuple[Affine, ...],
+        ssm: SsmReplay | None,
+        chunk: int = 0,
     ) -> tuple[Term, ...]:
-        """The attention's live sets on a backend running `layers` (the transient takes the largest)."""
-        out: list[Term] = [AttentionScores(kq, fa)]
+        """The attention's live sets on a backend running `layers` (the transient takes the largest); `chunk`:
+        the device's largest chunk (`AttentionScores`), with more than one layer."""
+        out: list[Term] = [AttentionScores(kq, fa, self._chunks(layers, chunk))]
         graph = self.inputs.fork_graph
         groups = self.fork_groups(layers) if graph is not None else ()
         if graph is not None and groups:
@@ -1037,6 +1196,37 @@ class PlanBuilder:
         if kpool is not None:
             out.append(KpoolPeak(kpool))
         return tuple(out)
+
+    def _chunks(self, layers: list[int], size: int) -> Chunks | None:
+        """The chunk rules of a device whose buffer type has a maximum size (`Chunks`; None: no limit)."""
+        if not size:
+            return None
+        first = max((ffn_layer(self.profile, il, self.n_tok)[1] for il in layers), default=0)
+        many = sum(len(g) for g in attn_layers(self.profile, layers)) > 1
+        return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, many)
+
+    def _host_scores(self) -> tuple[Term, ...]:
+        """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views
+        (`HostScores`)."""
+        tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
+        shapes: set[tuple[Affine, Affine]] = set()
+        for gi, vendor in enumerate(self.gpu_vendors):
+            layers = self.by_dev.get(gi, [])
+            if not max_chunk(vendor) or not layers or self.fa:
+                continue
+            base, swa = attn_layers(self.profile, layers)
+            view = [0, 0]
+            for i, group in enumerate((base, swa)):
+                for il in group:
+                    lp = self.profile.layers[il]
+                    row = row_bytes(tk, lp.n_embd_k_gqa)
+                    row += 0 if self.profile.is_mla else row_bytes(tv, lp.n_embd_v_gqa)
+                    view[i] = max(view[i], row)
+            for a in self.kq(layers):
+                if a.a_base or a.a_swa:
+                    shapes.add((a, Affine(a_base=view[0]) if a.a_base else Affine(a_swa=view[1])))
+        key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c)  # noqa: E731
+        return (HostScores(tuple(sorted(shapes, key=key)), VULKAN_TENSOR_LIMIT),) if shapes else ()
 
     def _graph_inputs(self, layers: list[int]) -> tuple[Term, ...]:
         """The cell-sized graph inputs and copies of a backend running `layers`: V's MLA copy, the DSA top-k
@@ -1121,6 +1311,7 @@ class PlanBuilder:
             ffn=ffn,
             logits=logits,
             output=nonzero(output),
+            under=self._host_scores(),
         )
 
     def _host_transient(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
 
 from fitplan.core.memory.compute.inputs import ComputeBuffer, ComputePart
-from fitplan.core.memory.compute.terms import FA_COPIES, FFN, SCAN, SCORES, Cells, Term
+from fitplan.core.memory.compute.terms import FA_COPIES, FFN, LOGITS, SCAN, SCORES, Cells, Fixed, Term
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +27,15 @@ class DevicePlan:
     `inputs`, the transient, `after`; the transient (when the device runs layers) is the larger of the
     attention's live sets (`attention`, largest of; `fa_copies` is part of it, named apart) and the FFN's (`ffn`,
     largest of; the FFN on a tie), or the host's `logits` where they are at least as large. The output phase:
-    `output` (none: the layer phase alone)."""
+    `output` (none: the layer phase alone).
+
+    `max_chunk` > 0: the buffer type's maximum size (Vulkan's 1 GiB suballocation block). ggml-alloc then builds
+    the buffer from chunks of at most that size (ggml-alloc.c `ggml_dyn_tallocr_alloc`: a tensor that fits in no
+    chunk's free space opens a new chunk, `ggml_dyn_tallocr_new_chunk`), and the buffer is the sum of the chunks'
+    highest ends. The output phase's logits (`LOGITS` in `output`) that do not fit above what lies under them in
+    the first chunk take a chunk of their own: the buffer is then the larger of the layer phase and what is under
+    the logits, plus the logits. A layer phase larger than a chunk leaves the logits a chunk its scores had to
+    themselves (`freed_chunk`) where they fit there; where they do not, they take one of their own too."""
 
     device: int | None  # GPU index, None = host
     layer_phase: bool  # the device runs layers (attention or FFN)
@@ -39,11 +47,14 @@ class DevicePlan:
     logits: Term | None = None  # the host's logits, in the transient's place where larger
     output: tuple[Term, ...] = ()
     under: tuple[Term, ...] = ()  # below both phases (pipeline-parallel copies, the op-offload weight copy)
+    max_chunk: int = 0  # the largest chunk ggml-alloc makes of the buffer (0: no limit)
+    freed_chunk: Term | None = None  # the largest chunk the layer phase's scores had to themselves
 
     def terms(self) -> tuple[Term, ...]:
-        """Every term of the plan: the groups, then the attention's CUDA copies and the host's logits."""
+        """Every term of the plan: the groups, then the attention's CUDA copies, the host's logits and the chunk
+        the scores freed."""
         groups = (self.inputs, self.attention, self.ffn, self.after, self.output, self.under)
-        extra = tuple(t for t in (self.fa_copies, self.logits) if t is not None)
+        extra = tuple(t for t in (self.fa_copies, self.logits, self.freed_chunk) if t is not None)
         return tuple(t for g in groups for t in g) + extra
 
 
@@ -176,11 +187,43 @@ def device_parts(p: DevicePlan, s: Space[V, B]) -> list[Segment[B, V]]:
     inputs, after = _read(p.inputs, s), _read(p.after, s)
     layer: list[Segment[B, V]] = [(None, inputs), *trans, (None, after)]
     if p.output:
-        out = _read(p.output, s)
         layer_total = s.add(s.add(_total(inputs, s), trans_total), _total(after, s))
-        first = s.ge(layer_total, _total(out, s))
-        layer = [*_within(layer, first, s), (s.no(first), out)]
+        layer = _output_phase(p, layer, layer_total, s)
     return [*layer, (None, _read(p.under, s))]
+
+
+def _output_phase(
+    p: DevicePlan, layer: list[Segment[B, V]], layer_total: V, s: Space[V, B]
+) -> list[Segment[B, V]]:
+    """The layer phase and the output phase, the larger of them live; with chunks (`DevicePlan.max_chunk`) the
+    logits that do not fit in the first chunk above what is under them sit in a chunk of their own, next to the
+    larger of the layer phase and what is under the logits."""
+    out = _read(p.output, s)
+    first = s.ge(layer_total, _total(out, s))
+    if not p.max_chunk:
+        return [*_within(layer, first, s), (s.no(first), out)]
+    logits = [part for part in out if part[0] == LOGITS]
+    rest = [part for part in out if part[0] != LOGITS]
+    rest_total = _total(rest, s)
+    limit = _const(s, p.max_chunk)
+    own = s.ge(limit, layer_total)
+    if p.freed_chunk is not None:
+        # a layer phase that spans chunks: the logits take the chunk its scores had where they fit there
+        freed = s.of(p.freed_chunk)
+        own = s.either(own, s.both(s.nonzero(freed), s.gt(_total(logits, s), freed)))
+    chunk = s.both(s.gt(_total(out, s), limit), own)
+    # own chunk: the layer phase where it is at least what is under the logits; else the one phase as before
+    layer_live = s.either(s.both(chunk, s.ge(layer_total, rest_total)), s.both(s.no(chunk), first))
+    return [
+        *_within(layer, layer_live, s),
+        (s.no(layer_live), rest),
+        (s.either(chunk, s.no(first)), logits),
+    ]
+
+
+def _const(s: Space[V, B], n: int) -> V:
+    """`n` bytes at every context of the space."""
+    return s.of(Fixed("", n))
 
 
 def _transient(p: DevicePlan, s: Space[V, B]) -> tuple[list[Segment[B, V]], V]:

@@ -76,13 +76,19 @@ def routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
 
 
 def ffn_transient(
-    profile: ModelProfile, layers: list[int], n_tok: int, v_rot: frozenset[int] = frozenset()
+    profile: ModelProfile,
+    layers: list[int],
+    n_tok: int,
+    v_rot: frozenset[int] = frozenset(),
+    split_hole: bool = False,
 ) -> int:
     """Largest FFN intermediate set of the given layers, f32 (see `ffn_layer`)."""
-    return max((ffn_layer(profile, il, n_tok, il in v_rot)[0] for il in layers), default=0)
+    return max((ffn_layer(profile, il, n_tok, il in v_rot, split_hole)[0] for il in layers), default=0)
 
 
-def ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) -> tuple[int, int, int]:
+def ffn_layer(
+    profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False, split_hole: bool = False
+) -> tuple[int, int, int]:
     """One layer's FFN intermediate set, its first (largest-shape) intermediate and the input it holds through the
     experts (llama4's router-weighted copy of the FFN input), bytes f32.
 
@@ -91,6 +97,9 @@ def ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) -
     `[n_embd, n_used, n_tok]`. The last of them to be allocated goes into the two-block hole the FFN norm leaves
     when it fits there (small FFNs), so it adds nothing.
 
+    `split_hole`: the first GPU's FFN phase, where the freed copies of the embeddings inputs leave one-block holes
+    with the attention output between them (`PlanBuilder._gpu_blocks`): the hole is one block at most.
+
     `v_rot`: the layer's attention output is rotated back (`hadamard_rotations`), which leaves one block of the
     hole: the output chain (flash attention, the rotation's product, the output projection with the residual added
     in place) has one more block-sized tensor, so the FFN input lands next to the FFN norm's block instead of in a
@@ -98,6 +107,8 @@ def ffn_layer(profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False) -
     `norm-0`, and the GLU output above gate and up, where with f16 caches it takes the norm's two freed blocks).
     """
     hole, above, skip_in_hole = _ffn_hole(profile, v_rot)
+    if split_hole:
+        hole = min(hole, profile.n_embd)
     moe = profile.moe
     lp = profile.layers[il]
     held = 0

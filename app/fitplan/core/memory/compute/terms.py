@@ -34,6 +34,8 @@ SCORES = "KQ scores + Q"
 SCAN = "attention / SSM scan"
 FFN = "FFN intermediates"
 FA_COPIES = "FA f16 K/V copies"
+#: The output phase's logits `[n_vocab, n_out]` (the part a chunked buffer gives a chunk of its own).
+LOGITS = "logits"
 
 
 class Term(Protocol):
@@ -130,22 +132,134 @@ class Largest:
 
 
 @dataclass(frozen=True, slots=True)
+class Chunks:
+    """How a device's buffer type limits the compute buffer (Vulkan's; none on the other backends).
+
+    `size`: the largest chunk ggml-alloc makes of the buffer (`ggml_backend_buft_get_max_size`: Vulkan's 1 GiB
+    suballocation block). `tensor_limit`: the largest tensor an op may touch on the device (ggml-vulkan
+    `supports_op` refuses a tensor above maxStorageBufferRange or the buffer size, 4 GiB: the op runs on the host).
+    `block`: one `[n_embd, n_tok]` block (the layer output that stays where the FFN put it). `ffn_first`: the
+    largest first FFN intermediate of the device's layers. `many`: more than one attention layer on the device."""
+
+    size: int
+    tensor_limit: int
+    block: int
+    ffn_first: int
+    many: bool
+
+    def on_device(self, scores: int) -> bool:
+        return scores < self.tensor_limit
+
+    def own_chunk(self, scores: int) -> bool:
+        """The scores open a chunk of their own (they and a block exceed a chunk) and stay on the device."""
+        return scores + self.block > self.size and self.on_device(scores)
+
+
+def _scores(a: Affine, nb: int, ns: int) -> int:
+    """The KQ scores of a layer shape's live set: its cell-dependent part."""
+    return a.a_base * nb + a.a_swa * ns
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionScores:
     """The attention's live set: the largest over the layer shapes (`kq`: Q, K, V, the KQ scores, a fused QKV
-    output, ...) plus the largest of CUDA's f16 copies of a quantized cache (`fa`), part of the same op."""
+    output, ...) plus the largest of CUDA's f16 copies of a quantized cache (`fa`), part of the same op.
+
+    With `chunks` (a buffer made of chunks, Vulkan's; `Chunks`), at each context:
+
+    * KQ scores at or above the device's tensor limit run on the host (`HostScores`): the device keeps the rest
+      of the live set (the allocator's trace on the Vulkan stand-in, llama-3.1-8b at 32768 cells, `-ub 2048`, no
+      flash attention: the 8 GiB `kq-0` in the host's buffer, with copies of the K and V views and of Q);
+    * KQ scores that do not fit in a chunk next to a block open a chunk of their own; when the FFN's first
+      intermediate fits in no space the first chunk has free (the largest live set there without such scores),
+      it goes into the freed scores' chunk (ggml-alloc.c `ggml_dyn_tallocr_alloc`: a fit without growth beats
+      growth), the layer's output stays there, and with more than one layer the next layer's scores open another
+      chunk: the scores count twice (the trace, llama-3.1-8b at 4096 cells, `-ub 2048`: `kq-0` at offset 0 of
+      chunk 1, `ffn_gate-0` and `ffn_out-0` at offset 0 of chunk 1, `kq-1`..`kq-31` in chunk 2; gemma-3-27b at
+      32768 cells, `-ub 512`: its sliding-window layers' scores leave a hole in the first chunk that takes the FFN,
+      every full layer's scores in chunk 1)."""
 
     kq: tuple[Affine, ...]
     fa: tuple[Affine, ...] = ()
+    chunks: Chunks | None = None
 
     @property
     def label(self) -> str:
         return SCORES if any(a.a_base or a.a_swa for a in self.kq) else SCAN
 
     def at(self, nb: int, ns: int) -> int:
-        return max_at(self.kq, nb, ns) + max_at(self.fa, nb, ns)
+        c = self.chunks
+        if c is None:
+            return max_at(self.kq, nb, ns) + max_at(self.fa, nb, ns)
+        live = [
+            a.at(nb, ns) - (0 if c.on_device(_scores(a, nb, ns)) else _scores(a, nb, ns)) for a in self.kq
+        ]
+        own = [c.own_chunk(_scores(a, nb, ns)) for a in self.kq]
+        room = max((v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
+                   default=0)  # fmt: skip
+        twice = c.many and c.ffn_first > room
+        kq = max(
+            (
+                v + _scores(a, nb, ns) if o and twice else v
+                for a, v, o in zip(self.kq, live, own, strict=True)
+            ),
+            default=0,
+        )
+        return kq + max_at(self.fa, nb, ns)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
+        if self.chunks is not None:
+            return loop_over(self, nb, ns)
         return _largest_over(self.kq, nb, ns) + _largest_over(self.fa, nb, ns)
+
+    def freed_chunk(self, nb: int, ns: int) -> int:
+        """The largest chunk the scores had to themselves, free for the logits after the layers (0: none)."""
+        c = self.chunks
+        if c is None:
+            return 0
+        return max(
+            (max(t, c.size) for t in (_scores(a, nb, ns) for a in self.kq) if c.own_chunk(t)), default=0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FreedChunk:
+    """`AttentionScores.freed_chunk` as a term (`DevicePlan.freed_chunk`)."""
+
+    scores: AttentionScores
+    label: str = ""
+
+    def at(self, nb: int, ns: int) -> int:
+        return self.scores.freed_chunk(nb, ns)
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
+
+
+@dataclass(frozen=True, slots=True)
+class HostScores:
+    """KQ scores a Vulkan device refuses (`Chunks.tensor_limit`) run on the host: the largest such scores, with the
+    f16 K and V views (`views`: bytes per cell, `a_base` and `a_swa`) the host's KQ and KQV multiplications read
+    copied in (the trace on the Vulkan stand-in, llama-3.1-8b at 32768 cells, `-ub 2048`: `CPU#cache_k_l0`,
+    `CPU#cache_v_l0` and the 8 GiB `kq-0` in the host's buffer; Qwen3-30B-A3B: 8584 MiB recorded, 8192 of scores
+    and its 2 x 32 MiB views above the host's graph inputs)."""
+
+    kq: tuple[tuple[Affine, Affine], ...]  # (the live set, the views) per layer shape
+    limit: int
+    label: str = "KQ scores on the host (above the GPU's storage range)"
+
+    def at(self, nb: int, ns: int) -> int:
+        return max(
+            (
+                _scores(a, nb, ns) + views.at(nb, ns)
+                for a, views in self.kq
+                if _scores(a, nb, ns) >= self.limit
+            ),
+            default=0,
+        )
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +270,12 @@ class FfnReuse:
 
     holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...]
     label: str = FFN
+    less: int = 0  # bytes below the FFN fewer than the device's blocks count (`PlanBuilder._split_first`)
 
     def at(self, nb: int, ns: int) -> int:
         return max(
             (
-                f - max(ffn_reuse(first, held, hole.at(nb, ns), f) for hole in alts)
+                max(0, f - max(ffn_reuse(first, held, hole.at(nb, ns), f) for hole in alts) - self.less)
                 for f, first, held, alts in self.holes
             ),
             default=0,
@@ -172,7 +287,7 @@ class FfnReuse:
             reuse = np.max(
                 np.stack([reuse_array(f, first, held, affine_over(h, nb, ns)) for h in alts]), axis=0
             )
-            out = np.maximum(out, f - reuse)
+            out = np.maximum(out, np.maximum(0, f - reuse - self.less))
         return out
 
 
@@ -204,7 +319,7 @@ class LogitsOnTop:
 
     logits: int
     room: tuple[Affine, ...] = ()
-    label: str = "logits"
+    label: str = LOGITS
 
     def at(self, nb: int, ns: int) -> int:
         if self.logits and any(self.logits <= a.at(nb, ns) for a in self.room):
