@@ -206,9 +206,7 @@ KEPT = ["--image-max-tokens", "1024", "--temp", "0.7", "--mirostat", "2", "--kee
 def test_command_keeps_unmodelled_flags_and_names_them(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err, _ = _cli(capsys, "command", QWEN3_MOE, *HW, "--host-ram", "64GiB", "--shell", "sh", *KEPT)
     assert code == 0
-    assert out.rstrip("\n").endswith(
-        " --image-max-tokens 1024 --temp 0.7 --mirostat 2 --keep 5 --top-k=40"
-    )
+    assert out.rstrip("\n").endswith(" --image-max-tokens 1024 --temp 0.7 --mirostat 2 --keep 5 --top-k=40")
     lines = err.splitlines()
     assert any("does not account" in line and "--image-max-tokens 1024" in line for line in lines), err
     assert any("no effect on memory" in line and "--temp 0.7" in line for line in lines), err
