@@ -84,3 +84,49 @@ def test_longest_context_first_in_the_window(
     assert s.goal() is Goal.PLACEMENT
     assert s.context_box.value() == 8192 and s.context_box.isEnabled()
     assert after(words(qwen), "-c") == "8192"
+
+
+def test_a_speed_floor_in_the_window_plans_as_min_tps_does(
+    qtbot: Any, qwen: MainWindow, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'At least: N t/s' is `--min-tps N` (issue 23 point 5): the same plan, and the rows of "what would change it"
+    say how fast each change runs."""
+    s = qwen.settings
+    assert s.min_gen_tps() is None and s.min_tps.accessibleName() == "Generation speed floor"
+    outcome = qwen.planner.outcome
+    assert outcome is not None and outcome.speed is not None
+    floor = int(outcome.speed.generation.tps) + 50  # out of reach: the plan says so
+    s.min_tps.setValue(floor)
+    settle(qtbot, qwen)
+    assert s.min_gen_tps() == floor
+    assert f"does not reach {floor} t/s generation" in qwen.verdict.label.text().lower().replace(",", "")
+    # longest context first with a floor: the plan chooses the longest context that keeps it, as the CLI does
+    s.min_tps.setValue(0)
+    s.objective.setCurrentIndex(s.objective.findData(Goal.CONTEXT.value))
+    settle(qtbot, qwen)
+    free = qwen.planner.outcome
+    assert free is not None and free.speed is not None
+    s.min_tps.setValue(round((free.speed.generation.tps + free.speed.generation_full.tps) / 2))
+    settle(qtbot, qwen)
+    ws = words(qwen)
+    capsys.readouterr()
+    argv = [
+        "command",
+        str(QWEN_MOE),
+        "--assume-gpu",
+        "RTX 4070=12GiB",
+        "--host-ram",
+        "64GiB",
+        "--shell",
+        "sh",
+    ]
+    extra = ["-np", after(ws, "-np"), "--objective", "context", "--min-tps", str(s.min_tps.value())]
+    assert cli.main([*argv, *extra]) == 0
+    cli_words = capsys.readouterr().out.split()
+    assert after(ws, "-c") == after(cli_words, "-c")
+    assert int(after(ws, "-c")) < free.estimate.settings.n_ctx or int(after(ws, "-c")) < int(
+        free.plan_settings.n_ctx if free.plan_settings else 0
+    )
+    assert after(ws, "--n-cpu-moe") == after(cli_words, "--n-cpu-moe")
+    rows = qwen.verdict.alternative_buttons
+    assert rows and any(b.text().rstrip().endswith("t/s") or " t/s" in b.toolTip() for b in rows)

@@ -108,3 +108,25 @@ def test_a_pinned_n_cpu_moe_says_so_and_offers_to_drop_the_pin() -> None:
     drop = next(a for a in what_would_change(prof, m, pins, p) if a.change == "without --n-cpu-moe")
     assert drop.placement == "all layers on the GPU"
     assert drop.effect == "all layers on the GPU instead of 10 expert layers on CPU"
+
+
+def test_each_alternative_carries_the_speed_of_its_plan() -> None:
+    """ "What would change it" says how fast each change runs (issue 23 point 4): the speed model's rates of the
+    changed plan, the same `plan_speed` the plan itself prints, and a slower one where more weights leave the GPU
+    (gpt-oss-120b on an RTX 4090 with 96 GiB: -c 131072 moves three more expert layers to the CPU)."""
+    import dataclasses as dc
+
+    from fitplan.core.speed import plan_speed
+
+    prof = _profile("gpt-oss-120b")
+    m = _machine("RTX 4090", 96)
+    p = plan(prof, m)
+    alts = {a.change: a for a in what_would_change(prof, m, Pins(), p)}
+    assert alts and all(a.generation_tps > 0 and a.prompt_tps > 0 for a in alts.values() if a.fits)
+    np1 = alts["-np 1"]
+    again = plan(prof, m, Pins(n_parallel=1))
+    assert np1.generation_tps == plan_speed(prof, m, again.settings).generation.tps
+    longer = alts["-c 131072"]
+    assert longer.generation_tps < plan_speed(prof, m, p.settings).generation.tps
+    assert "t/s generating" in longer.speed_words() and longer.brief().endswith(" t/s")
+    assert dc.replace(longer, generation_tps=0.0).speed_words() == ""

@@ -443,7 +443,8 @@ def _print_alternatives(alts: Sequence[Alternative]) -> None:
         print("")
         print("what would change it:")
         for a in alts:
-            print(f"  {a.describe()}")
+            speed = a.speed_words()
+            print(f"  {a.describe()}" + (f" ({speed})" if speed else ""))
 
 
 def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
@@ -456,7 +457,16 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     shell = Shell(args.shell) if args.shell else default_shell()
     argv = command_argv(req, p, args.program)
     alts = what_would_change(
-        req.profile, req.machine, req.pins, p, margin=req.margin, estimate_fn=req.estimate_fn
+        req.profile,
+        req.machine,
+        req.pins,
+        p,
+        margin=req.margin,
+        estimate_fn=req.estimate_fn,
+        speed_of=model_speed_of(req.profile, req.machine, req.host_bandwidth)
+        if req.objective.min_gen_tps
+        else None,
+        host_bandwidth=req.host_bandwidth,
     )
     speed = speed_of(req.profile, req.machine, p.settings, args) if p.fits else None
     why = why_this_context(p, alts)

@@ -20,7 +20,7 @@ from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
-from fitplan.core.plan.objective import Goal, Objective
+from fitplan.core.plan.objective import Goal, Objective, model_speed_of
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ class PlanRequest:
     #: command or preset that no control holds; --n-cpu-moe is a pin when it is not 0
     pinned: frozenset[str] = WINDOW_PINS
     goal: Goal = Goal.PLACEMENT  # what the plan puts first (`fitplan.core.plan.objective`)
+    min_tps: float | None = None  # the generation-speed floor (`Objective.min_gen_tps`), None without one
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,13 +356,22 @@ class Backend:
         loras, unread = self._loras(settings)
         notes.extend(unread)
         estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft, loras=loras)
-        objective = Objective(request.goal)
+        objective = Objective(request.goal, request.min_tps)
+        speed_of = model_speed_of(model.profile, machine) if request.min_tps else None
         plan = planner.plan(
-            model.profile, machine, pins, objective=objective, margin=margin, estimate_fn=estimate_fn
+            model.profile,
+            machine,
+            pins,
+            objective=objective,
+            speed_of=speed_of,
+            margin=margin,
+            estimate_fn=estimate_fn,
         )
         # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
         alternatives = (
-            what_would_change(model.profile, machine, pins, plan, margin=margin, estimate_fn=estimate_fn)
+            what_would_change(
+                model.profile, machine, pins, plan, margin=margin, estimate_fn=estimate_fn, speed_of=speed_of
+            )
             if request.with_curve and settings.engine is not Engine.OLLAMA
             else ()
         )

@@ -420,6 +420,7 @@ class Planner(QObject):
             draft=draft,
             pinned=pins_for_goal(self.p.settings.goal(), WINDOW_PINS | self.configs.unheld_pins),
             goal=self.p.settings.goal(),
+            min_tps=self.p.settings.min_gen_tps(),
         )
 
     def schedule_estimate(self) -> None:

@@ -43,9 +43,44 @@ class Alternative:
     n_ctx: int  # the context the changed plan reaches (0 when it does not fit)
     placement: str  # the changed plan's placement in words
     gpu_layers: int  # the changed plan's offloaded layer indices
+    #: the speed model's tokens/s of the changed plan (`core.speed.plan_speed`: generation at an empty context,
+    #: and a 512-token prompt); 0 when it does not fit or the speed cannot be estimated
+    generation_tps: float = 0.0
+    prompt_tps: float = 0.0
 
     def describe(self) -> str:
         return f"{self.change}: {self.effect}"
+
+    def speed_words(self) -> str:
+        """ "about 45 t/s generating, 1,200 t/s prompt" ("" without a speed)."""
+        if self.generation_tps <= 0:
+            return ""
+        return f"about {_rate(self.generation_tps)} t/s generating, {_rate(self.prompt_tps)} t/s prompt"
+
+    def brief(self) -> str:
+        """The change, its effect and its generation speed in a few words: "-np 1: context 40,960 -> 41,216, ~29
+        t/s" (the window's rows; `speed_words` in full)."""
+        tps = f", ~{_rate(self.generation_tps)} t/s" if self.generation_tps > 0 else ""
+        return self.describe() + tps
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _speed(
+    profile: ModelProfile, machine: Machine, alt: Plan, host_bandwidth: float | None
+) -> tuple[float, float]:
+    """(generation, prompt) tokens/s of a changed plan that fits, by the speed model; (0, 0) otherwise."""
+    if not alt.fits:
+        return 0.0, 0.0
+    from fitplan.core.speed import plan_speed  # the speed tables load with the first alternative
+
+    try:
+        ps = plan_speed(profile, machine, alt.settings, host_bandwidth=host_bandwidth)
+    except (FitplanError, ValueError, KeyError):
+        return 0.0, 0.0
+    return ps.generation.tps, ps.prompt.tps
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +220,11 @@ def what_would_change(
     estimate_fn: EstimateFn | None = None,
     speed_of: SpeedOf | None = None,
     limit: int = 5,
+    host_bandwidth: float | None = None,
 ) -> tuple[Alternative, ...]:
     """At most `limit` alternatives to `base` (the plan of `pins` on `machine`) that change its outcome, each
-    planned again with `base`'s objective (`speed_of`: for its speed floor), best first by that objective."""
+    planned again with `base`'s objective (`speed_of`: for its speed floor), best first by that objective, each
+    with its expected speed (`host_bandwidth`: the host RAM's, bytes/s, None for the detected one)."""
     found: list[tuple[Plan, _Candidate]] = []
     candidates = (
         *_pin_candidates(profile, base, pins, machine),
@@ -222,10 +259,11 @@ def what_would_change(
             alt.settings.n_ctx,
             alt.placement.description,
             alt.placement.n_gpu_layers,
+            *_speed(profile, c.machine, alt, host_bandwidth),
         )
-        for alt, c in found
+        for alt, c in found[:limit]
     ]
-    return tuple(out[:limit])
+    return tuple(out)
 
 
 def why_this_context(base: Plan, alternatives: tuple[Alternative, ...]) -> str:

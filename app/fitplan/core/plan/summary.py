@@ -72,7 +72,8 @@ def verdict_words(plan: Plan, v: Verdict, n_ctx: int, has_gpu: bool) -> VerdictW
     slots = _slots_sentence(v, plan.settings.engine)
     if v.level is FitLevel.NO_FIT:
         shorts = shortfalls_of(plan, v)
-        text = "; ".join(s.describe() for s in shorts)
+        # no device short of memory: a floor the memory allows is not reached (the speed floor, in the plan's words)
+        text = "; ".join(s.describe() for s in shorts) or plan.binding
         label = shorts[0].label if shorts else ""
         return VerdictWords(
             FitLevel.NO_FIT,

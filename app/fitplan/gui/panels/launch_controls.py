@@ -280,6 +280,14 @@ class SettingsPanel(QWidget):
             + " (the context control shows it)"
         )
         self._manual_ctx: int | None = None  # the context set by hand, kept while the plan chooses it
+        # the generation-speed floor (--min-tps): 0 is none
+        self.min_tps = QSpinBox(minimum=0, maximum=10000, singleStep=5, suffix=" t/s")
+        self.min_tps.setSpecialValueText("no floor")
+        self.min_tps.setAccessibleName("Generation speed floor")
+        self.min_tps.setToolTip(
+            "Keep at least this many generated tokens per second at the planned context (--min-tps), by the speed "
+            "model's estimate: the plan shortens the context, or says it cannot, to keep it"
+        )
         self.extra_flags = QLineEdit()
         self.extra_flags.setPlaceholderText("none")
         self.extra_flags.setClearButtonEnabled(True)
@@ -434,6 +442,7 @@ class SettingsPanel(QWidget):
         self._draft_kv_row = draft_kv
         form.addRow("Draft KV K / V:", draft_kv)
         form.addRow("Plan for:", self.objective)
+        form.addRow("At least:", self.min_tps)
         form.addRow("Margin:", self.margin)
         form.addRow("Extra flags:", self.extra_flags)
         form.addRow("", self.extra_error)
@@ -485,6 +494,7 @@ class SettingsPanel(QWidget):
             self.tail_tokens,
             self.overhead,
             self.draft_ngl,
+            self.min_tps,
         ):
             spin.valueChanged.connect(self._emit)
         for box in (self.unified, self.fmoe, self.rtr, self.no_kv_offload):
@@ -498,6 +508,10 @@ class SettingsPanel(QWidget):
     def goal(self) -> Goal:
         """What the plan puts first (the window's --objective)."""
         return Goal(str(self.objective.currentData()))
+
+    def min_gen_tps(self) -> float | None:
+        """The generation-speed floor (the window's --min-tps), None without one."""
+        return float(self.min_tps.value()) if self.min_tps.value() > 0 else None
 
     def set_goal(self, goal: str) -> None:
         """Choose what the plan puts first (a `Goal` value); an unknown one changes nothing."""

@@ -32,8 +32,8 @@ class AlternativeRow(QLabel):
     def __init__(self, alternative: Alternative, parent: QWidget | None = None) -> None:
         self.change = alternative.change
         self.applies = alternative.change.startswith("-")
-        self.plain = alternative.describe() + (APPLY_SUFFIX if self.applies else "")
-        text = html.escape(alternative.describe())
+        self.plain = alternative.brief() + (APPLY_SUFFIX if self.applies else "")
+        text = html.escape(alternative.brief())
         if self.applies:
             text += '&nbsp;&nbsp;<a href="apply">(apply)</a>'
         super().__init__(text, parent)
@@ -45,10 +45,14 @@ class AlternativeRow(QLabel):
         )
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus if self.applies else Qt.FocusPolicy.NoFocus)
         self.setAccessibleName(self.plain)
+        speed = alternative.speed_words()
         self.setToolTip(
-            f"Apply {alternative.change} to the settings"
-            if self.applies
-            else "A change of hardware: shown, not applied"
+            (
+                f"Apply {alternative.change} to the settings"
+                if self.applies
+                else "A change of hardware: shown, not applied"
+            )
+            + (f"\nExpected: {speed} (the speed model; docs/speed.md)" if speed else "")
         )
         self.linkActivated.connect(lambda _link: self.click())
 
