@@ -111,9 +111,7 @@ def test_the_alternatives_are_listed_and_apply_in_one_click(qtbot: Any, window: 
         "the 8B example on one card has alternatives (a different cache type, -np 1, ...)"
     )
     buttons = window.verdict.alternative_buttons
-    assert [b.plain.removesuffix("  (apply)") for b in buttons] == [
-        a.brief() for a in outcome.alternatives
-    ]
+    assert [b.plain.removesuffix("  (apply)") for b in buttons] == [a.brief() for a in outcome.alternatives]
     flag_rows = [
         (a, b) for a, b in zip(outcome.alternatives, buttons, strict=True) if a.change.startswith("-")
     ]
