@@ -211,12 +211,12 @@ def default_host_bandwidth(machine: Machine) -> tuple[float, str]:
             bw,
             f"host RAM {bw / GB:.1f} GB/s assumed (two channels of {mts} MT/s modules; --host-bandwidth to set)",
         )
-    arch = platform.machine().lower()
-    arch = "arm64" if arch in ("aarch64", "arm64") else arch
-    bw = DEFAULT_HOST_BANDWIDTH.get(arch, FALLBACK_HOST_BANDWIDTH)
+    cpu = platform.machine().lower()
+    cpu = "arm64" if cpu in ("aarch64", "arm64") else cpu
+    bw = DEFAULT_HOST_BANDWIDTH.get(cpu, FALLBACK_HOST_BANDWIDTH)
     return (
         bw,
-        f"host RAM {bw / GB:.1f} GB/s assumed (a default for {arch or 'this platform'}; --host-bandwidth to set)",
+        f"host RAM {bw / GB:.1f} GB/s assumed (a default for {cpu or 'this platform'}; --host-bandwidth to set)",
     )
 
 
