@@ -62,7 +62,6 @@ def test_launch_streams_the_log_compares_stops_and_saves(
     rec = json.loads((LAUNCH / "loaded.json").read_text())
     # the log streams from the server's pipe: its last lines may follow the check by an event-loop turn
     qtbot.waitUntil(lambda: all(line in s.log.toPlainText() for line in rec["load"][-3:]), timeout=10000)
-    log_text = s.log.toPlainText()
     assert s.status.text().startswith("Running on http://127.0.0.1:")
     # the table holds llama.cpp's buffers as the log printed them
     allocated = {s.table.item(r, 1).text(): s.table.item(r, 3).text() for r in range(s.table.rowCount())}
