@@ -48,7 +48,7 @@ from fitplan.core.plan.planner import Pins, problem_of
 from fitplan.core.plan.search import EstimateFn, Evaluator, context_fit, default_estimate_fn
 from fitplan.core.plan.solver import Point, Solver
 from fitplan.core.plan.space import Placement, PlacementSpace, describe_placement
-from fitplan.core.plan.usage import MarginPolicy, Reserve, device_label
+from fitplan.core.plan.usage import MarginPolicy, Reserve, device_label, within_capacity
 
 __all__ = [
     "Chain",
@@ -168,7 +168,7 @@ class DeviceBudget:
 
     @property
     def fits(self) -> bool:
-        return not self.checked or self.used_bytes == 0 or self.used_bytes <= self.capacity_bytes
+        return within_capacity(self.used_bytes, self.capacity_bytes, self.checked)
 
 
 @dataclass(frozen=True, slots=True)

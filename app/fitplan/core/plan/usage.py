@@ -27,6 +27,7 @@ __all__ = [
     "planned_positions",
     "shortfalls",
     "usage_of",
+    "within_capacity",
 ]
 
 
@@ -164,8 +165,13 @@ class DeviceUse:
 
     @property
     def fits(self) -> bool:
-        """Within capacity; a device that holds nothing always fits (its margin may exceed its free memory)."""
-        return not self.checked or self.used_bytes == 0 or self.used_bytes <= self.capacity_bytes
+        return within_capacity(self.used_bytes, self.capacity_bytes, self.checked)
+
+
+def within_capacity(used_bytes: int, capacity_bytes: int, checked: bool = True) -> bool:
+    """The one "fits" of a device: within capacity; a device that holds nothing always fits (its margin may exceed
+    its free memory); an unchecked one (the host when MarginPolicy.check_host is off) too."""
+    return not checked or used_bytes == 0 or used_bytes <= capacity_bytes
 
 
 @dataclass(frozen=True, slots=True)
