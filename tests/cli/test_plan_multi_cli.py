@@ -184,3 +184,21 @@ def test_plan_names_who_else_holds_the_detected_gpu(
     )
     code, stdout, _ = run(capsys, "plan", QWEN3_8B, "+", LLAMA_8B, "--embedding", "--header-only")
     assert code == 0 and "ComfyUI (3400) holds 3072 MiB (compute)" in stdout
+
+
+def test_a_set_plan_says_how_fast_each_model_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every plan carries its speed (issue 23): each model of a set at its placement there, the speed `plan` gives
+    that model with those settings (`plan_speed`), in text and JSON."""
+    code, stdout, _ = run(capsys, "plan", QWEN3_8B, LLAMA_8B, "-c", "8192", *HW, "--json")
+    assert code == 0
+    doc = json.loads(stdout)
+    speeds = doc["speeds"]
+    assert len(speeds) == len(doc["models"]) == 2
+    for m in doc["models"]:
+        s = speeds[m["name"]]
+        assert s is not None and s["generation"]["tps"] > 0 and s["prompt"]["tps"] > 0
+        assert s["n_ctx"] == m["n_ctx"] == 8192
+    code, text, _ = run(capsys, "plan", QWEN3_8B, LLAMA_8B, "-c", "8192", *HW)
+    assert code == 0 and "speed of each model alone" in text
+    for name, s in speeds.items():
+        assert f"{name}: generation {round(s['generation']['tps'])} t/s" in text

@@ -130,3 +130,16 @@ def test_each_alternative_carries_the_speed_of_its_plan() -> None:
     assert longer.generation_tps < plan_speed(prof, m, p.settings).generation.tps
     assert "t/s generating" in longer.speed_words() and longer.brief().endswith(" t/s")
     assert dc.replace(longer, generation_tps=0.0).speed_words() == ""
+
+
+def test_ollama_is_offered_no_llama_server_flags() -> None:
+    """With ollama, "what would change it" offers changes of machine only: -ctk, --n-cpu-moe or -c are no settings of
+    ollama's (its cache type and context are OLLAMA_KV_CACHE_TYPE and num_ctx), and the verdict quotes ollama."""
+    prof = _profile("qwen3-30b-a3b")
+    m = _machine("RTX 4070", 64)
+    pins = Pins(base=LaunchSettings(engine=Engine.OLLAMA))
+    p = plan(prof, m, pins)
+    alts = what_would_change(prof, m, pins, p)
+    assert alts and all(not a.change.startswith("-") for a in alts), [a.change for a in alts]
+    llama = what_would_change(prof, m, Pins(), plan(prof, m))
+    assert any(a.change.startswith("-") for a in llama)

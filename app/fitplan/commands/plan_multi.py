@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fitplan.commands import _output as out
+from fitplan.commands._speed import speed_json, speed_of, speed_text
 from fitplan.commands.estimate import engine_of
 from fitplan.commands.plan import PlanRequest, build_request, detect_machine
 from fitplan.core import hardware
@@ -30,6 +31,7 @@ from fitplan.core.launch.set_launch import llama_swap_yaml, router_command, rout
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.plan.multi import DeviceBudget, ModelChoice, MultiModel, MultiPlan, MultiRequest, plan_set
 from fitplan.core.plan.usage import gib, held_by_others
+from fitplan.core.speed import PlanSpeed
 
 __all__ = ["is_set", "run"]
 
@@ -259,6 +261,16 @@ def to_dict(p: MultiPlan, shell: Shell, program: str) -> dict[str, object]:
     }
 
 
+def _speeds(req: MultiRequest, p: MultiPlan, args: argparse.Namespace) -> dict[str, PlanSpeed | None]:
+    """Each loaded model's expected speed at its placement in the set (`plan_speed`, as `plan` prints it)."""
+    profiles = {m.name: m.profile for m in req.models}
+    return {
+        m.name: speed_of(profiles[m.name], req.machine, m.settings, args)
+        for m in p.models
+        if m.loadable and m.name in profiles
+    }
+
+
 def run(
     args: argparse.Namespace,
     extra: list[str],
@@ -267,14 +279,22 @@ def run(
 ) -> int:
     req = _request(args, extra, machine)
     p = plan_set(req)
+    speeds = _speeds(req, p, args)
     shell = Shell(args.shell) if args.shell else default_shell()
     others: tuple[str, ...] = ()
     if not args.assume_gpu and (machine is None or detect is not None):
         others = held_by_others(req.machine, (detect or hardware.detect_hardware)().gpus)
     if args.json:
-        out.print_json(to_dict(p, shell, args.program) | {"other_programs": list(others)})
+        doc = to_dict(p, shell, args.program) | {"other_programs": list(others)}
+        doc["speeds"] = {name: speed_json(ps) for name, ps in speeds.items()}
+        out.print_json(doc)
     else:
         text = format_text(p, shell, args.program)
+        if speeds:
+            head, sep, tail = text.partition("\nbudget per device")
+            lines = ["speed of each model alone (the speed model; sharing the GPU slows both):"]
+            lines += [f"  {name}: {speed_text(ps).removeprefix('speed: ')}" for name, ps in speeds.items()]
+            text = head + "\n" + "\n".join(lines) + "\n" + sep + tail
         if others:
             head, sep, tail = text.partition("\ncommands, ")
             text = head + "\n".join(["other programs (read from the driver):", *others, ""]) + sep + tail

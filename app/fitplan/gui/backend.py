@@ -372,7 +372,7 @@ class Backend:
             what_would_change(
                 model.profile, machine, pins, plan, margin=margin, estimate_fn=estimate_fn, speed_of=speed_of
             )
-            if request.with_curve and settings.engine is not Engine.OLLAMA
+            if request.with_curve
             else ()
         )
         why = tuple(f"why this context: {w}" for w in (why_this_context(plan, alternatives),) if w)

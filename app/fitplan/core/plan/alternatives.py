@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.devices import GIB, Device, Machine
 from fitplan.core.base.errors import FitplanError
+from fitplan.core.base.launch_settings import Engine
 from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.objective import Goal, Objective, SpeedOf, placement_key
@@ -226,9 +227,12 @@ def what_would_change(
     planned again with `base`'s objective (`speed_of`: for its speed floor), best first by that objective, each
     with its expected speed (`host_bandwidth`: the host RAM's, bytes/s, None for the detected one)."""
     found: list[tuple[Plan, _Candidate]] = []
+    # ollama takes no llama-server flags (its own settings are environment variables and a Modelfile): only a
+    # change of machine is offered there
+    flags = base.settings.engine is not Engine.OLLAMA
     candidates = (
-        *_pin_candidates(profile, base, pins, machine),
-        _goal_candidate(base, pins, machine),
+        *(_pin_candidates(profile, base, pins, machine) if flags else ()),
+        *((_goal_candidate(base, pins, machine),) if flags else ()),
         *_machine_candidates(machine, pins, base),
     )
     for c in candidates:
