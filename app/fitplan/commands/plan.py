@@ -18,7 +18,7 @@ from typing import Any
 
 from fitplan.commands import SUMMARIES
 from fitplan.commands import _output as out
-from fitplan.commands._speed import add_speed_arguments, speed_json, speed_of, speed_text, tps_floor
+from fitplan.commands._speed import add_speed_arguments, speed_json, speed_text, tps_floor
 from fitplan.commands.estimate import (
     accuracy_json,
     add_engine_argument,
@@ -49,8 +49,8 @@ from fitplan.core.launch.flags import parse_flags
 from fitplan.core.launch.rpc import RpcServer, rpc_devices, rpc_flag_value, rpc_server_commands, with_rpc
 from fitplan.core.launch.shell import Shell, default_shell, join
 from fitplan.core.model.profile import ModelProfile
-from fitplan.core.plan.alternatives import Alternative, what_would_change, why_this_context
-from fitplan.core.plan.objective import Goal, Objective, model_speed_of
+from fitplan.core.plan.alternatives import Alternative
+from fitplan.core.plan.objective import Goal, Objective
 from fitplan.core.plan.pins import pins_from_settings
 from fitplan.core.plan.planner import (
     EstimateFn,
@@ -58,10 +58,10 @@ from fitplan.core.plan.planner import (
     Pins,
     Plan,
     default_estimate_fn,
-    plan,
     plan_verdict,
 )
 from fitplan.core.plan.pool import memory_notes
+from fitplan.core.plan.request import PlanQuery, answer, plan_of
 from fitplan.core.plan.summary import slots_words, verdict_words
 from fitplan.core.plan.usage import held_by_others
 from fitplan.core.plan.verdict import Verdict
@@ -177,6 +177,19 @@ class PlanRequest:
     objective: Objective = field(default_factory=Objective)  # --objective, --min-tps
     host_bandwidth: float | None = None  # --host-bandwidth, bytes/s (the speed model's and the floor's)
 
+    @property
+    def query(self) -> PlanQuery:
+        """The planning question these flags ask (the window asks the same type)."""
+        return PlanQuery(
+            self.profile,
+            self.machine,
+            self.pins,
+            self.objective,
+            self.margin,
+            self.estimate_fn,
+            self.host_bandwidth,
+        )
+
 
 def load_profile(path: str, header_only: bool = False) -> ModelProfile:
     """A model's profile from its headers: a local file (any shard), an http(s) URL, or a Hub model."""
@@ -233,17 +246,7 @@ def build_request(
 
 
 def make_plan(req: PlanRequest) -> Plan:
-    return plan(
-        req.profile,
-        req.machine,
-        req.pins,
-        objective=req.objective,
-        speed_of=model_speed_of(req.profile, req.machine, req.host_bandwidth)
-        if req.objective.min_gen_tps
-        else None,
-        margin=req.margin,
-        estimate_fn=req.estimate_fn,
-    )
+    return plan_of(req.query)
 
 
 def command_argv(req: PlanRequest, p: Plan, program: str) -> tuple[str, ...]:
@@ -453,23 +456,10 @@ def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = No
     if plan_multi.is_set(args, extra):
         return plan_multi.run(args, extra, machine)
     req = build_request(args, extra, machine)
-    p = make_plan(req)
+    got = answer(req.query)
+    p, alts, why, speed = got.plan, got.alternatives, got.why, got.speed
     shell = Shell(args.shell) if args.shell else default_shell()
     argv = command_argv(req, p, args.program)
-    alts = what_would_change(
-        req.profile,
-        req.machine,
-        req.pins,
-        p,
-        margin=req.margin,
-        estimate_fn=req.estimate_fn,
-        speed_of=model_speed_of(req.profile, req.machine, req.host_bandwidth)
-        if req.objective.min_gen_tps
-        else None,
-        host_bandwidth=req.host_bandwidth,
-    )
-    speed = speed_of(req.profile, req.machine, p.settings, args) if p.fits else None
-    why = why_this_context(p, alts)
     if args.json:
         doc = plan_to_dict(req, p, argv, shell)
         doc["speed"] = speed_json(speed)

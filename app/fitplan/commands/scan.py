@@ -37,7 +37,9 @@ from fitplan.core.library import (
 from fitplan.core.library.model import ScanProgress
 from fitplan.core.library.scanner import HeaderReader, ProgressCallback
 from fitplan.core.model.builder import build_profile
-from fitplan.core.plan.planner import MarginPolicy, Pins, plan, plan_verdict
+from fitplan.core.plan.planner import MarginPolicy, plan_verdict
+from fitplan.core.plan.request import PlanQuery, plan_of
+from fitplan.core.plan.search import default_estimate_fn
 from fitplan.core.plan.verdict import slots_text
 
 EPILOG = """examples:
@@ -117,7 +119,9 @@ def planner_fit_check(machine: Machine, margin: MarginPolicy) -> FitCheck:
             shards = tuple(cached_read_header(p) for p in model.shard_paths)
             profile = build_profile(ModelFiles(shards=shards))
             mmproj = build_profile(cached_read_header(model.mmproj_path)) if model.mmproj_path else None
-            p = plan(profile, machine, Pins(), margin=margin, mmproj=mmproj)
+            p = plan_of(
+                PlanQuery(profile, machine, margin=margin, estimate_fn=default_estimate_fn(mmproj=mmproj))
+            )
             v = plan_verdict(p, machine)
         except Exception as exc:  # noqa: BLE001 - one model the planner cannot handle must not stop the listing
             return FitAnswer(UNKNOWN, f"{type(exc).__name__}: {exc}")

@@ -20,7 +20,7 @@ from fitplan.core.base.files import expand_home
 from fitplan.core.base.launch_settings import Engine, LaunchSettings, MmprojPlacement
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.library.model import LibraryModel, LibraryRoot, RootKind, SkippedFile
-from fitplan.core.plan.objective import Goal, Objective, model_speed_of
+from fitplan.core.plan.objective import Goal, Objective
 from fitplan.core.plan.verdict import FitLevel
 
 if TYPE_CHECKING:
@@ -335,9 +335,9 @@ class Backend:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.estimate.accuracy import accuracy_band
         from fitplan.core.plan import planner
-        from fitplan.core.plan.alternatives import what_would_change, why_this_context
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
         from fitplan.core.plan.pool import memory_notes
+        from fitplan.core.plan.request import PlanQuery, answer
         from fitplan.core.plan.search import default_estimate_fn
         from fitplan.core.plan.summary import verdict_words
 
@@ -356,26 +356,13 @@ class Backend:
         loras, unread = self._loras(settings)
         notes.extend(unread)
         estimate_fn = default_estimate_fn(mmproj=mmproj, draft=draft, loras=loras)
-        objective = Objective(request.goal, request.min_tps)
-        speed_of = model_speed_of(model.profile, machine) if request.min_tps else None
-        plan = planner.plan(
-            model.profile,
-            machine,
-            pins,
-            objective=objective,
-            speed_of=speed_of,
-            margin=margin,
-            estimate_fn=estimate_fn,
+        query = PlanQuery(
+            model.profile, machine, pins, Objective(request.goal, request.min_tps), margin, estimate_fn
         )
         # the alternatives re-plan a few times: only for the shown plan, not for badges or while dragging
-        alternatives = (
-            what_would_change(
-                model.profile, machine, pins, plan, margin=margin, estimate_fn=estimate_fn, speed_of=speed_of
-            )
-            if request.with_curve
-            else ()
-        )
-        why = tuple(f"why this context: {w}" for w in (why_this_context(plan, alternatives),) if w)
+        got = answer(query, alternatives=request.with_curve)
+        plan, alternatives = got.plan, got.alternatives
+        why = tuple(f"why this context: {w}" for w in (got.why,) if w)
         plan_settings: LaunchSettings = plan.settings
         est: Estimate = (
             plan.estimate if plan.estimate is not None else self.estimate(model, settings, machine, draft)
@@ -404,19 +391,8 @@ class Backend:
             alternatives,
             accuracy_band(model.profile, est),
             margin.kept_free(machine),
-            self.speed(model, plan_settings, machine) if plan.fits else None,
+            got.speed,
         )
-
-    @staticmethod
-    def speed(model: LoadedModel, settings: LaunchSettings, machine: Machine) -> PlanSpeed | None:
-        """The plan's expected speed (the CLI's `plan_speed`); None when it cannot be computed."""
-        from fitplan.core.base.errors import FitplanError
-        from fitplan.core.speed import plan_speed
-
-        try:
-            return plan_speed(model.profile, machine, settings)
-        except (FitplanError, ValueError, KeyError):
-            return None
 
     def fit_level(self, request: PlanRequest) -> str:
         """Only the verdict level (for the library's fit badges); never touches the estimator thread's curve cache."""
