@@ -256,7 +256,11 @@ def _cells(r: Row, best: set[int]) -> list[object]:
     where = p.placement.description if p.fits else p.binding
     ft = r.loaded.profile.file_type if r.loaded is not None else ""
     s = r.speed
-    tps = f"{s.generation.tps:.0f} / {s.prompt.tps:.0f}" if s is not None else "-"
+    tps = (
+        f"{s.generation.tps:.0f} ({s.generation.low:.0f}-{s.generation.high:.0f}) / {s.prompt.tps:.0f}"
+        if s is not None
+        else "-"
+    )
     head = [mark, r.name, len(r.files), out.size(r.size_bytes), fits, ctx, tps]
     return [*head, f"{where} ({ft})" if ft else where]
 
@@ -278,7 +282,10 @@ def format_text(g: Gathered, rows: Sequence[Row], shell: Shell) -> str:
             lines += ["", out.style(m, out.BOLD), out.table(header, group, align="llrrlrrl")]
     lines += ["", ranking.RANK_RULE]
     if any(r.speed is not None for r in rows):
-        lines.append("t/s: expected generation (empty context) / prompt rates; `fitplan plan` gives the band")
+        lines.append(
+            "t/s: expected generation at an empty context (its held-out band) / prompt rate; `fitplan plan` gives both "
+            "bands"
+        )
     if g.mmproj:
         lines.append("projectors: " + ", ".join(f"{n} ({out.size(s)})" for n, _, s in g.mmproj))
     if not best:
