@@ -436,7 +436,7 @@ def render(rows: list[Row], cal: Calibration, results: list[Result], log: list[s
         "fitplan predicts, for every plan, the generation rate (tokens per second, at an empty context and at the "
         "plan's context) and the prompt rate (a 512-token prompt). The model is in `app/fitplan/core/speed/`: a "
         "generated token reads every weight a device holds (routed experts: `n_expert_used / n_expert` of them) "
-        "and its KV cache at the depth reached, at a share of the device's peak memory bandwidth, plus a fixed "
+        "and its KV cache at the depth reached (a sliding-window layer: at most its window), at a share of the device's peak memory bandwidth, plus a fixed "
         "time per layer; a prompt batch is computed at a share of the GPU's FP16 throughput (one share for quantized weights, "
         "which llama.cpp multiplies with its own kernels, one for unquantized weights and the attention, a float "
         "GEMM), and the weights left "

@@ -478,3 +478,24 @@ def test_pascal_quantized_products_use_the_dp4a_rate() -> None:
         work, replace(figs, gpus=(replace(figs.gpus[0], quant_flops=0.0),)), (Backend.CUDA,), cal
     ).prompt_tps
     assert with_dp4a > 2 * without
+
+
+def test_sliding_window_layers_read_at_most_their_window() -> None:
+    """A token attends to at most n_swa cells of a sliding-window layer (the mask hides the rest), so at a long
+    context only the full-attention layers' KV reads grow with the depth: gemma-3-27b (5 of 6 layers with a window of
+    1024) keeps most of its speed at 32K; with --swa-full the cache keeps every cell and they are all charged."""
+    from fitplan.core.speed.work import model_work
+
+    profile = sparse("gemma-3-27b")
+    machine = Machine(assumed_devices(["RTX 3090"]), host_device(64 * GIB))
+    settings = LaunchSettings(n_ctx=32768, n_gpu_layers=999)
+    gpu = next(d for d in model_work(profile, settings, machine).devices if d.gpu == 0)
+    swa_layers = [lp for lp in profile.layers if lp.is_swa]
+    assert gpu.swa_window == profile.n_swa > 0 and 0 < len(swa_layers) < profile.n_layer
+    assert 0 < gpu.kv_swa_bytes_per_cell < gpu.kv_bytes_per_cell
+    full = gpu.kv_bytes_per_cell - gpu.kv_swa_bytes_per_cell
+    assert gpu.kv_read(32768) == pytest.approx(full * 32768 + gpu.kv_swa_bytes_per_cell * profile.n_swa)
+    assert gpu.kv_read(512) == pytest.approx(gpu.kv_bytes_per_cell * 512)  # inside the window: every layer
+    windowed = plan_speed(profile, machine, settings).generation_full.tps
+    swa_full = plan_speed(profile, machine, LaunchSettings(n_ctx=32768, n_gpu_layers=999, swa_full=True))
+    assert windowed > swa_full.generation_full.tps

@@ -177,7 +177,7 @@ def used_expert_fraction(work: ModelWork, n_tokens: int) -> float:
 def _tg_gpu(
     w: DeviceWork, f: DeviceFigures, k: BackendConstants, share: float, depth: int
 ) -> tuple[float, float]:
-    read = w.read_bytes(share) + w.kv_bytes_per_cell * depth
+    read = w.read_bytes(share) + w.kv_read(depth)
     return read, read / (f.bandwidth * k.tg_efficiency) + w.n_layers * k.layer_us * 1e-6
 
 
@@ -208,7 +208,7 @@ def predict(
         bytes_over_bw += read / f.bandwidth
         layers += w.n_layers
     h, hf = work.host, figs.host
-    host_read = h.read_bytes(share) + h.kv_bytes_per_cell * depth
+    host_read = h.read_bytes(share) + h.kv_read(depth)
     t_host = host_read / (hf.bandwidth * cal.host_efficiency) + h.n_layers * cal.host_layer_us * 1e-6
     if host_read > 0:
         times.append(DeviceTime(hf.name, host_read, t_host))
@@ -249,7 +249,7 @@ def _prompt_seconds(
     stages: list[float] = []
     q_over_peak = f16_over_peak = fixed = 0.0
     for w, f, b in zip(work.gpus, figs.gpus, kinds, strict=False):
-        fl16 = w.matrix_flops_16(share) + w.attn_flops_per_cell * avg_depth
+        fl16 = w.matrix_flops_16(share) + w.attn_flops(avg_depth)
         flq = w.matrix_flops(share) - w.matrix_flops_16(share)
         k = cal.constants(b)
         per_batch = (w.dense_bytes + w.expert_bytes * used) / f.bandwidth / ub
@@ -263,7 +263,7 @@ def _prompt_seconds(
     h, hf = work.host, figs.host
     host_matrix = h.matrix_flops(share)
     upload = 0.0
-    host_s = h.attn_flops_per_cell * avg_depth / hf.flops
+    host_s = h.attn_flops(avg_depth) / hf.flops
     if work.gpus and ub >= OP_OFFLOAD_MIN_BATCH and host_matrix > 0:
         f0, k0 = figs.gpus[0], cal.constants(kinds[0])
         h16 = h.matrix_flops_16(share)

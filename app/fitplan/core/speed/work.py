@@ -45,6 +45,26 @@ class DeviceWork:
     #: own kernels (ggml-cuda's mmq, Metal's mul_mm on dequantized tiles), which reach a different share of peak
     dense_flops_16: float = 0.0
     expert_flops_16: float = 0.0
+    #: the sliding-window layers' part of kv_bytes_per_cell / attn_flops_per_cell: a token attends to at most
+    #: `swa_window` cells of them (src/llama-hparams.cpp `is_masked_swa`: cells beyond the window are masked, and
+    #: with flash attention ggml-cuda's kernels skip the masked KV blocks), whatever the depth
+    kv_swa_bytes_per_cell: float = 0.0
+    attn_swa_flops_per_cell: float = 0.0
+    swa_window: int = 0
+
+    def kv_read(self, depth: float) -> float:
+        """KV bytes one token reads at `depth` cells: every cell of the full-attention layers, at most the window
+        of the sliding-window ones."""
+        window = min(depth, self.swa_window) if self.swa_window > 0 else depth
+        return (
+            self.kv_bytes_per_cell - self.kv_swa_bytes_per_cell
+        ) * depth + self.kv_swa_bytes_per_cell * window
+
+    def attn_flops(self, depth: float) -> float:
+        """Attention FLOPs of one token at `depth` cells (the window cap of `kv_read`)."""
+        window = min(depth, self.swa_window) if self.swa_window > 0 else depth
+        full = self.attn_flops_per_cell - self.attn_swa_flops_per_cell
+        return full * depth + self.attn_swa_flops_per_cell * window
 
     def read_bytes(self, expert_share: float) -> float:
         """Weight bytes one generated token reads here."""
@@ -114,6 +134,8 @@ class _Sums:
     expert_flops: float = 0.0
     kv_cell: float = 0.0
     attn_cell: float = 0.0
+    kv_swa_cell: float = 0.0
+    attn_swa_cell: float = 0.0
     n_layers: int = 0
     dense_flops_16: float = 0.0
     expert_flops_16: float = 0.0
@@ -161,6 +183,9 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
         kv = sums[None if settings.no_kv_offload else slot]
         kv.kv_cell += cell
         kv.attn_cell += attn
+        if profile.layers[il].is_swa and profile.n_swa > 0 and not settings.swa_full:
+            kv.kv_swa_cell += cell
+            kv.attn_swa_cell += attn
     chain = [*(layer_dev[il] for il in range(profile.n_layer)), placement.output_device]
     boundaries = sum(1 for a, b in itertools.pairwise(chain) if a != b)
     devices = tuple(
@@ -175,6 +200,9 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
             a.n_layers,
             a.dense_flops_16,
             a.expert_flops_16,
+            a.kv_swa_cell,
+            a.attn_swa_cell,
+            profile.n_swa if a.kv_swa_cell else 0,
         )
         for s, a in ((s, sums[s]) for s in slots)
     )
