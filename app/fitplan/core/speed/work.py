@@ -167,6 +167,17 @@ def _add_weights(
             acc.dense_flops_16 += flops if unquantized else 0.0
 
 
+def _add_kv(kv: _Sums, profile: ModelProfile, il: int, settings: LaunchSettings) -> None:
+    """Layer `il`'s KV bytes and attention FLOPs per cell, on the device holding its cache; a sliding-window
+    layer's also as such (`DeviceWork.kv_read` caps them at the window), unless --swa-full keeps every cell."""
+    cell, attn = _kv_cell_bytes(profile, il, settings)
+    kv.kv_cell += cell
+    kv.attn_cell += attn
+    if profile.layers[il].is_swa and profile.n_swa > 0 and not settings.swa_full:
+        kv.kv_swa_cell += cell
+        kv.attn_swa_cell += attn
+
+
 def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine) -> ModelWork:
     """The work per token of `profile` placed as llama.cpp places it with `settings` on `machine`."""
     placement = place_weights(profile, replace(settings, n_ctx=0), machine)
@@ -179,13 +190,7 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
         dev = layer_dev[il] if il < len(layer_dev) else None
         slot = dev if dev is not None and dev < n_dev else None
         sums[slot].n_layers += 1
-        cell, attn = _kv_cell_bytes(profile, il, settings)
-        kv = sums[None if settings.no_kv_offload else slot]
-        kv.kv_cell += cell
-        kv.attn_cell += attn
-        if profile.layers[il].is_swa and profile.n_swa > 0 and not settings.swa_full:
-            kv.kv_swa_cell += cell
-            kv.attn_swa_cell += attn
+        _add_kv(sums[None if settings.no_kv_offload else slot], profile, il, settings)
     chain = [*(layer_dev[il] for il in range(profile.n_layer)), placement.output_device]
     boundaries = sum(1 for a, b in itertools.pairwise(chain) if a != b)
     devices = tuple(
