@@ -20,15 +20,15 @@ from support.tools import load_tool
 
 report = load_tool("tools/accuracy_report.py")
 
-#: The share of published-shape recordings within 5% (measured: 360 of 388).
-PUBLISHED_SHARE = 0.92
+#: The share of published-shape recordings within 5% (measured: 365 of 388; 360 before the host's copies for
+#: Mamba-2 states in host memory).
+PUBLISHED_SHARE = 0.94
 #: Published-shape recordings the estimate is more than 10% under, each with the reason in docs/accuracy.md.
 KNOWN_FAR_UNDER = frozenset(
     {
-        # granite-4.0-h-tiny's Mamba-2 layers with their states in host memory (-nkvo, a host share of the layers
-        # over two GPUs): part of the graph stays on the host, not modelled
+        # granite-4.0-h-tiny with -nkvo: the host's copies are counted, the GPU's logits go above a free end
+        # that the zero-byte copies of `rs_s_copy` keep from falling back (docs/accuracy.md)
         "standin/granite-4.0-h-tiny/c8192-faon-nkvo",
-        "standin/granite-4.0-h-tiny/2dev-c8192-faon-ngl20",
         # Llama-4-Scout at 32768 cells with a q8_0 cache: its down copy above the full-attention mask
         "standin/llama-4-scout-17b-16e/c32768-faon-q8_0-cmoe-ub512",
     }
@@ -96,6 +96,28 @@ def test_experts_in_host_memory_on_a_24_gib_card(gpu: Any, model: str, ub: int) 
     for r in cases:
         if r.key not in KNOWN_SERVER_MISSES:
             assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE, (r.key, r.compute_rel)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "c8192-faon-nkvo",
+        "c8192-faon-ngl0",
+        "c8192-faon-ngl0-ub2048",
+        "c8192-faon-ngl20",
+        "c8192-faon-ngl20-ub2048",
+        "2dev-c8192-faon-ngl20",
+    ],
+)
+def test_mamba2_states_in_host_memory_on_the_host(gpu: Any, case: str) -> None:
+    """granite-4.0-h-tiny with its Mamba-2 states in host memory (-nkvo, or the layers' weights there with op
+    offload): the host copies the conv input's view in for the state's copy back, and with the layers' weights
+    there runs the scan on its copies of x, B, C (its one-row output is never offloaded). The host's buffer was
+    20.0 MiB estimated against 29.6 (-nkvo) and 50.0 (-ngl 20, -ngl 0) recorded."""
+    r = next(r for r in gpu.measured if r.key == f"standin/granite-4.0-h-tiny/{case}")
+    host = next(d for d in r.devices if d.name == "Host")
+    real, est = host.compute
+    assert abs(est - real) <= 0.002 * real, (real / 2**20, est / 2**20)
 
 
 def test_published_shapes_share_within_tolerance(gpu: Any) -> None:

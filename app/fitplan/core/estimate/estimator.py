@@ -413,6 +413,7 @@ def compute_inputs(
         op_offload=settings.op_offload,
         n_seqs=ctx.n_seq_max,
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
+        kv_offload=not settings.no_kv_offload,
         n_stream=ctx.n_stream,
         fork_graph=engine.fork_graph(profile, settings),
     )

@@ -40,6 +40,7 @@ from fitplan.core.memory.compute.recurrent import (
     SsmReplay,
     gdn_output,
     gdn_transient,
+    mamba2_host_state_copies,
     mamba2_split_below_logits,
     mamba_ops,
     ssm_transient,
@@ -1300,6 +1301,7 @@ class PlanBuilder:
             Fixed("v_idxs", n_copies * self.v_idxs(self.trunk)),
             Fixed("token ids, positions, indices", host_small if n_copies == 1 else 0),
             Fixed(label, blocks),
+            Fixed("Mamba states' copies", self._host_state_copies()),
             *self._graph_inputs(host_layers),
         )
         logits, output = self._host_output(runs, host_layers if host_last and n_copies == 1 else None)
@@ -1313,6 +1315,25 @@ class PlanBuilder:
             output=nonzero(output),
             under=self._host_scores(),
         )
+
+    def _host_state_copies(self) -> int:
+        """The host's copies for Mamba-2 layers whose recurrent states are in host memory while a GPU runs the
+        rest of them (`mamba2_host_state_copies`): the states stay on the host with `-nkvo` or with the layer's
+        weights there (llama-memory-recurrent.cpp puts a layer's states on its device, or on the host without KV
+        offload), and op offload runs the host layers on the first GPU but their scan (`compute_devices`)."""
+        if not self.gpu_vendors:
+            return 0
+        state_host = scan_host = False
+        for il in self.trunk:
+            if not self.profile.layers[il].is_recurrent:
+                continue
+            on_host = self.placement.layer_device[il] is None
+            gpu_runs = self.compute_dev[il] is not None
+            state_host = state_host or (gpu_runs and (on_host or not self.inputs.kv_offload))
+            scan_host = scan_host or (gpu_runs and on_host)
+        if not state_host:
+            return 0
+        return mamba2_host_state_copies(self.profile, self.n_tok, self.inputs.n_seqs, scan_host)
 
     def _host_transient(
         self,

@@ -437,3 +437,44 @@ class SsmReplay:
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
         return loop_over(self, nb, ns)
+
+
+def mamba2_host_state_copies(profile: ModelProfile, n_tok: int, n_seqs: int, scan_on_host: bool) -> int:
+    """What a Mamba-2 model's recurrent states in host memory add to the host's compute buffer while a GPU runs
+    the rest of those layers (op offload with the layers' weights on the host, or `-nkvo`), bytes; 0 for other
+    models.
+
+    The copy of the conv state's last columns back into the cache (mamba-base.cpp `build_mamba2_layer`:
+    `ggml_cpy(last_conv, ggml_view_1d(conv_states_all, ...))`) runs where its destination is, the host
+    (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`, "1.vsrc"), so the scheduler copies its source,
+    a strided view of the concatenated conv input `[d_conv - 1 + n_tok / n_seqs, channels, n_seqs]`, in at the
+    view's `ggml_nbytes` (nearly the whole conv input). Where the layer's weights are on the host the scan runs
+    there too: its output is one-dimensional (ggml.c `ggml_ssm_scan`: `ggml_new_tensor_1d`), one row, below the
+    batch from which ggml-cuda offloads an op (ggml-cuda.cu `get_op_batch_size`: `ggml_nrows`), so it stays with
+    its weight `ssm_a`; the scheduler copies in its sources computed on the GPU: x, B and C, strided views of
+    the conv output `[channels, n_tok]` (each copied at its `ggml_nbytes`, a whole row less the channels after
+    it), and dt `[n_head, n_tok]` (it fits into a freed block, not counted), and the scan output (y and the final
+    states) is allocated next to them. The conv input's copy is freed before the scan's sources come: the
+    larger of the two counts. Under them, the copy of the mixed batch's embeddings (`build_inp_embd`'s mixed
+    path, a DUP of `inp_mixed_embd`) stays on the host, one `[n_embd, n_tok]` block. The allocator's lists on
+    the CUDA-shaped stand-in, granite-4.0-h-tiny at c8192 with flash attention: `-nkvo` 29.55 MiB (the inputs'
+    20.02, the block, the conv input's copy 6.54); `-ngl 20` and `-ngl 0` 49.99 MiB (the inputs, the block, x
+    6.50, B and C 6.49 each, the scan output 7.5); at `-ub 2048` 195.5 MiB."""
+    ssm = profile.ssm
+    graph = profile.traits.graph
+    if ssm is None or not ssm.n_group or not graph.mamba_scan or graph.plamo2_mamba or not ssm.d_inner:
+        return 0
+    seqs = max(1, n_seqs)
+    n_t = n_tok // seqs
+    ch = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
+    rows = ssm.d_conv - 1 + n_t
+    # ggml_nbytes of a strided view: the last element's offset plus one element
+    conv_copy = F32 * ((ssm.d_conv - 2) + (ch - 1) * rows + (seqs - 1) * ch * rows + 1)
+    copies = conv_copy
+    if scan_on_host:
+        last_row = ch * (n_t * seqs - 1)  # the offset of the last token's row in the conv output
+        x = F32 * (ssm.d_inner + last_row)
+        b_c = 2 * F32 * (ssm.n_group * ssm.d_state + last_row)
+        scan = F32 * (ssm.d_inner * n_tok + ssm.d_state * ssm.d_inner * seqs)
+        copies = max(conv_copy, x + b_c + scan)
+    return F32 * profile.n_embd * n_tok + copies
