@@ -277,7 +277,8 @@ def test_wide_sample_of_the_families_found_outside_the_recordings(summary: Any) 
     Before: glm5-next with flash attention at 4096 cells 18.7-20% under (the f32 cast of the selection indices,
     a tail longer than the freed selected cells, goes above them: `KpoolSelection.cast_above`); cohere2, gemma2
     and gemma3 7.6% over with four separate slots at 512 cells (the last layer's scores in the freed row indices);
-    qwen35 4.8% under at 4096 cells (the query's gate stays live under the scores); lfm2 10% over."""
+    qwen35 4.8% under at 4096 cells (the query's gate stays live under the scores), and 6.6-7.8% over with four
+    slots (the gathered states, counted on top, lie in a freed block: `gdn_transient`); lfm2 10% over."""
     families = {
         "glm5-next-moe",
         "qwen35-dense",
@@ -290,11 +291,6 @@ def test_wide_sample_of_the_families_found_outside_the_recordings(summary: Any) 
     known_over = {
         # `q_resid` next to the indexer query leaves room for the cast: not modelled (+24%)
         ("glm5-next-moe", "c131072-np1-faon-ub2048"),
-        # one 0.5 MiB block over on a 6.5-7.5 MiB buffer
-        ("qwen35-dense", "c512-np4-kvu-faon"),
-        ("qwen35-dense", "c512-np4-nokvu-faoff"),
-        ("qwen35-dense", "c512-np4-nokvu-faon-q4_0"),
-        ("qwen35-dense", "c4096-np4-nokvu-faon-q4_0"),
         ("cohere2-dense", "c4096-np1-faon-ub2048"),  # +5.0%, 2 MiB of 39 MiB
     }
     cases = [r for r in summary.measured if r.grid == "widearchs" and r.model in families]

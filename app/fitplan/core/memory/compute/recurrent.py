@@ -262,6 +262,13 @@ def gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     gate z `[d_inner, n_tok]` is computed after the op (it is read only by the gated norm). Measured with the
     allocator's list of live tensors: 44.12 MiB on Qwen3-Next-80B-A3B at `-ub 512` (16 + 8 + 8 + 2 + 10 MiB and
     two 64 KiB inputs), 3.26 MiB on the qwen35 smoke model.
+
+    The state read from the cache (`build_rs`'s `ggml_get_rows` of the slots' rows, at the head of the layer) is
+    allocated while one of the `[n_embd, n_tok]` blocks under the layer is free (the mixed batch's token rows,
+    freed once the first layer's input is built, or a block the previous layer left), and takes it when it fits
+    there: it then adds nothing above them (the allocator's trace on Qwen3-Next-80B-A3B at c4096: every layer's
+    2 MiB state at 4.00 or 16.02 MiB, in a freed 4 MiB block; the qwen35 smoke model with four slots at c512: the
+    0.5 MiB of states in the freed 0.5 MiB block, 6.53 MiB, 7.03 counted before).
     """
     ssm = profile.ssm
     if ssm is None or not profile.traits.graph.gated_delta_net or not (ssm.d_inner and ssm.dt_rank):
@@ -269,9 +276,10 @@ def gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     head_k, num_k, num_v = ssm.d_state, ssm.n_group, ssm.dt_rank
     head_v = ssm.d_inner // num_v
     state = head_v * head_v * num_v * n_seqs
+    read = 0 if state <= profile.n_embd * n_tok else state
     conv = (ssm.d_inner + 2 * num_k * head_k) * n_tok
     qk = 2 * head_k * num_v * n_tok
-    return F32 * (conv + qk + 2 * num_v * n_tok + state + ssm.d_inner * n_tok + state)
+    return F32 * (conv + qk + 2 * num_v * n_tok + read + ssm.d_inner * n_tok + state)
 
 
 def gdn_output(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
