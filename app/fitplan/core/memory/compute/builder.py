@@ -41,6 +41,7 @@ from fitplan.core.memory.compute.recurrent import (
     gdn_output,
     gdn_transient,
     mamba2_host_state_copies,
+    mamba_first_gpu,
     mamba2_split_below_logits,
     mamba_ops,
     ssm_transient,
@@ -1011,6 +1012,8 @@ class PlanBuilder:
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
         blocks = self._gpu_blocks(layers, flayers, first)
+        if self._mamba_only_first(gi, layers, first, pp):
+            blocks = FFN_HOLE_BLOCKS + self.skip  # the other two are the hole `mamba_first_gpu` counts
         # The first GPU's output phase: the graph inputs it copied at the start of its first split (the masks, V's
         # indices and the small inputs) stay where they were put, above the input blocks they were copied next
         # to, and the block allocated right after them is live to the end: the logits go on top of all that (the
@@ -1081,6 +1084,18 @@ class PlanBuilder:
         graph = self.profile.traits.graph
         return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC and not graph.residual_into_input
 
+    def _mamba_only_first(self, gi: int, layers: list[int], first: bool, pp: bool) -> bool:
+        """The first GPU of a Mamba model without attention layers there (`mamba_first_gpu`), where the
+        scheduler's copies of the embeddings inputs are freed (`_split_first`)."""
+        graph = self.profile.traits.graph
+        if not self._split_first(gi, first, pp) or not graph.mamba_scan or graph.plamo2_mamba:
+            return False
+        base, swa = attn_layers(self.profile, layers)
+        if base or swa or not any(self.profile.layers[il].is_recurrent for il in layers):
+            return False
+        here = set(layers)  # no FFN after the blocks (the header's feed-forward length is no FFN tensor)
+        return not any(t.layer in here and ".ffn_" in t.name for t in self.profile.tensors)
+
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
         blocks = (residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip
@@ -1118,10 +1133,15 @@ class PlanBuilder:
         split = self._split_first(gi, first, pp)
         ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
+        mamba_first = self._mamba_only_first(gi, layers, first, pp)
+        if mamba_first:
+            replayed = frozenset(layers)
         metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
         kq_gi = self.kq(
             layers, replayed, self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0
         )
+        if mamba_first:
+            kq_gi += (Affine(c=mamba_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)),)
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )

@@ -121,6 +121,43 @@ def mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp,
     return (*head, *_mamba1_tail(profile, t, seqs))
 
 
+def mamba_first_gpu(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """A Mamba model without attention layers on the first GPU: two of its blocks replayed over the two-block
+    hole the scheduler's freed copies of the embeddings inputs leave under the layer input's two blocks (the
+    mixed batch's token rows and their `get_rows`, freed once the first layer's input is built;
+    `PlanBuilder._split_first`), bytes from the hole's start less the two blocks.
+
+    Each block's allocations in graph order (`mamba_ops`), its input norm after the conv states' rows (`build_rs`
+    reads them first; the norm is freed once the input projection has read it). The next block's conv states'
+    rows are gathered right after the scan's states are stored (graph order: mamba-base.cpp builds the next
+    layer's `build_rs` before this layer's gated output), so they sit above the scan output, which splits the
+    space it leaves; the residual's sum takes the place of the first block's output or of the embeddings' copy,
+    and the other is freed. Replayed through the allocator (`BestFit`); the allocator's
+    traces on the CUDA-shaped stand-in at c512: the mamba smoke model (Mamba-1) with the first block's conv
+    output (1 MiB) in the hole, x_db in the conv input's freed space, dt and the scan output on top, 6.76 MiB
+    (7.75 counted with five blocks and the host's layout before); mamba2 with the second block's conv input
+    (2.01 MiB) above the 12 KiB of rows that split the first one's freed scan space, 10.28 MiB."""
+    ops = mamba_ops(profile, n_tok, n_seqs)
+    if not ops:
+        return 0
+    block = F32 * profile.n_embd * n_tok
+    rows = ops[0]
+    # the first block, with the next block's conv rows after the scan's states (before z's contiguous copy)
+    at_z = next(i for i, (name, _) in enumerate(ops) if name == "z")
+    first = (rows, ("norm", block), ops[1], ("norm", 0), *ops[2:at_z], ("1.conv_rows", rows[1]), *ops[at_z:])
+    second = (("1.norm", block), ("1." + ops[1][0], ops[1][1]), ("1.norm", 0))
+    second += tuple(("1." + name, size) for name, size in ops[2:])
+    # the residual's sum takes the output projection's place (Mamba-2), or the embeddings' copy's where the sum
+    # reads a reshaped view of the projection (Mamba-1: `build_mamba_layer` reshapes its output first); the
+    # block's other tensors (what the projection read) are freed by then
+    residual = "out" if profile.ssm is not None and profile.ssm.n_group else "embd"
+    keep = {residual, "1.conv_rows"}
+    done = tuple((name, 0) for name in dict.fromkeys(n for n, size in first if size) if name not in keep)
+    sim = BestFit.from_layout((("", 2 * block), ("embd", block), ("inp", block)))
+    peak = sim.run((*first, *done, ("embd" if residual == "out" else "", 0), *second))
+    return 2 * block + peak
+
+
 def _mamba1_tail(profile: ModelProfile, t: int, seqs: int) -> tuple[ReplayOp, ...]:
     """A Mamba-1 block from x_db on (src/models/mamba-base.cpp, `build_mamba_layer`): x_db, then the scan's
     sources in `ggml_ssm_scan`'s order (ggml.c: s, x, dt, A, B, C; the graph is built depth-first through the
