@@ -126,7 +126,9 @@ def test_mamba_blocks_on_the_first_gpu(gpu: Any, model: str) -> None:
     embeddings-input copies, the next block's conv rows splitting the first one's freed scan space (Mamba-2).
     Before: the host's layout with five blocks, mamba +11% (6.76 MiB recorded, 7.75 estimated), mamba2 +1.9%."""
     cases = [
-        r for r in gpu.measured if r.grid == "standinarchs" and r.model == model and not r.case.startswith("2dev")
+        r
+        for r in gpu.measured
+        if r.grid == "standinarchs" and r.model == model and not r.case.startswith("2dev")
     ]
     assert len(cases) == 4
     for r in cases:

@@ -41,8 +41,8 @@ from fitplan.core.memory.compute.recurrent import (
     gdn_output,
     gdn_transient,
     mamba2_host_state_copies,
-    mamba_first_gpu,
     mamba2_split_below_logits,
+    mamba_first_gpu,
     mamba_ops,
     ssm_transient,
 )
@@ -1011,9 +1011,7 @@ class PlanBuilder:
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
-        blocks = self._gpu_blocks(layers, flayers, first)
-        if self._mamba_only_first(gi, layers, first, pp):
-            blocks = FFN_HOLE_BLOCKS + self.skip  # the other two are the hole `mamba_first_gpu` counts
+        blocks = self._mamba_first_blocks(gi, layers, first, pp) or self._gpu_blocks(layers, flayers, first)
         # The first GPU's output phase: the graph inputs it copied at the start of its first split (the masks, V's
         # indices and the small inputs) stay where they were put, above the input blocks they were copied next
         # to, and the block allocated right after them is live to the end: the logits go on top of all that (the
@@ -1095,6 +1093,11 @@ class PlanBuilder:
             return False
         here = set(layers)  # no FFN after the blocks (the header's feed-forward length is no FFN tensor)
         return not any(t.layer in here and ".ffn_" in t.name for t in self.profile.tensors)
+
+    def _mamba_first_blocks(self, gi: int, layers: list[int], first: bool, pp: bool) -> int:
+        """The live blocks under a Mamba model's blocks on the first GPU (`mamba_first_gpu` counts the hole
+        of the other two); 0 elsewhere."""
+        return FFN_HOLE_BLOCKS + self.skip if self._mamba_only_first(gi, layers, first, pp) else 0
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
