@@ -1011,7 +1011,7 @@ class PlanBuilder:
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
-        blocks = self._mamba_first_blocks(gi, layers, first, pp) or self._gpu_blocks(layers, flayers, first)
+        blocks = self._layer_blocks(gi, layers, flayers, first, pp)
         # The first GPU's output phase: the graph inputs it copied at the start of its first split (the masks, V's
         # indices and the small inputs) stay where they were put, above the input blocks they were copied next
         # to, and the block allocated right after them is live to the end: the logits go on top of all that (the
@@ -1094,10 +1094,12 @@ class PlanBuilder:
         here = set(layers)  # no FFN after the blocks (the header's feed-forward length is no FFN tensor)
         return not any(t.layer in here and ".ffn_" in t.name for t in self.profile.tensors)
 
-    def _mamba_first_blocks(self, gi: int, layers: list[int], first: bool, pp: bool) -> int:
-        """The live blocks under a Mamba model's blocks on the first GPU (`mamba_first_gpu` counts the hole
-        of the other two); 0 elsewhere."""
-        return FFN_HOLE_BLOCKS + self.skip if self._mamba_only_first(gi, layers, first, pp) else 0
+    def _layer_blocks(self, gi: int, layers: list[int], flayers: list[int], first: bool, pp: bool) -> int:
+        """The `[n_embd, n_tok]` blocks of GPU `gi`'s layer phase: `_gpu_blocks`, or the two live blocks under
+        a Mamba model's blocks on the first GPU (`mamba_first_gpu` counts the hole of the other two)."""
+        if self._mamba_only_first(gi, layers, first, pp):
+            return FFN_HOLE_BLOCKS + self.skip
+        return self._gpu_blocks(layers, flayers, first)
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
