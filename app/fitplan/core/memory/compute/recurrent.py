@@ -145,7 +145,7 @@ def mamba_first_gpu(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     # the first block, with the next block's conv rows after the scan's states (before z's contiguous copy)
     at_z = next(i for i, (name, _) in enumerate(ops) if name == "z")
     first = (rows, ("norm", block), ops[1], ("norm", 0), *ops[2:at_z], ("1.conv_rows", rows[1]), *ops[at_z:])
-    second = (("1.norm", block), ("1." + ops[1][0], ops[1][1]), ("1.norm", 0))
+    second: tuple[ReplayOp, ...] = (("1.norm", block), ("1." + ops[1][0], ops[1][1]), ("1.norm", 0))
     second += tuple(("1." + name, size) for name, size in ops[2:])
     # the residual's sum takes the output projection's place (Mamba-2), or the embeddings' copy's where the sum
     # reads a reshaped view of the projection (Mamba-1: `build_mamba_layer` reshapes its output first); the
@@ -154,7 +154,8 @@ def mamba_first_gpu(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     keep = {residual, "1.conv_rows"}
     done = tuple((name, 0) for name in dict.fromkeys(n for n, size in first if size) if name not in keep)
     sim = BestFit.from_layout((("", 2 * block), ("embd", block), ("inp", block)))
-    peak = sim.run((*first, *done, ("embd" if residual == "out" else "", 0), *second))
+    embd_freed: tuple[ReplayOp, ...] = (("embd", 0),) if residual == "out" else ()
+    peak = sim.run((*first, *done, *embd_freed, *second))
     return 2 * block + peak
 
 
