@@ -1167,7 +1167,7 @@ class PlanBuilder:
         return (
             kq_gi,
             self._ffn_terms(ffn_rest, holes, less),
-            self._ssm_replay(layers, ssm_ops, ssm_hole, lead),
+            self._ssm_replay(layers, ssm_ops, ssm_hole, lead, split),
         )
 
     def _ffn_terms(
@@ -1178,7 +1178,12 @@ class PlanBuilder:
         return (Fixed(FFN, ffn_rest), FfnReuse(holes, less=less)) if holes else (Fixed(FFN, ffn_rest),)
 
     def _ssm_replay(
-        self, layers: list[int], ops: tuple[ReplayOp, ...], hole: Affine, lead: SsmLead | None
+        self,
+        layers: list[int],
+        ops: tuple[ReplayOp, ...],
+        hole: Affine,
+        lead: SsmLead | None,
+        first_gpu: bool = False,
     ) -> SsmReplay | None:
         """The Mamba blocks after the device's last attention layer as a term (None: there are none)."""
         if not ops:
@@ -1191,7 +1196,17 @@ class PlanBuilder:
             residual_in_input=graph.residual_into_input or graph.plamo2_mamba,
             after_attention_only=self._attention_only_before_ssm(layers),
             lead=lead,
+            first_gpu=first_gpu and self._ffn_before_ssm(layers),
         )
+
+    def _ffn_before_ssm(self, layers: list[int]) -> bool:
+        """Whether the device's last attention layer has an FFN: its output then lands in the first freed copy's
+        block, below the free space; an attention-only layer's output lands amid the freed masks and splits it
+        (the allocator's peak on the stand-in, nemotron_h smoke model at c512 without flash attention: `l_out-0`
+        at 1.50 MiB, the conv input on top, 11.03 MiB)."""
+        base, swa = attn_layers(self.profile, layers)
+        lp = self.profile.layers[max(base + swa)] if base or swa else None
+        return lp is not None and bool(lp.n_ff or lp.is_moe)
 
     def _attention(
         self,

@@ -366,6 +366,9 @@ class SsmReplay:
     after_attention_only: bool = False
     lead: SsmLead | None = None
     label: str = SCAN
+    # the first GPU (`PlanBuilder._split_first`): the scheduler's freed copies of the embeddings inputs join the
+    # masks' space in one free block, and the layer input's blocks are one fewer
+    first_gpu: bool = False
 
     def at(self, nb: int, ns: int) -> int:
         """The replayed Mamba block's extent above the blocks. Where the layer's input stays in the input's
@@ -407,6 +410,13 @@ class SsmReplay:
                 *self.ops[2:],
             )
             return replay(ops, (hole + b, FFN_HOLE_BLOCKS * b))
+        if self.first_gpu:
+            # the previous layer's output in the first copy's block, the next copy's block, the embeddings' copy
+            # and the masks' space one free block under the mixed batch's rows (the allocator's peak on the
+            # CUDA-shaped stand-in, granitehybrid smoke model at c512 without flash attention: the conv input,
+            # 2.01 MiB, in the freed 3.01 MiB, the input projection and the conv output on top, 9.02 MiB; 11.52
+            # counted with the host's holes before)
+            return replay(self.ops, (hole + FFN_HOLE_BLOCKS * b,)) - b
         return replay(self.ops, (b, max(0, hole - b), FFN_HOLE_BLOCKS * b))
 
     def _ssm_after_lead(self, lead: SsmLead, nb: int, ns: int) -> int:
