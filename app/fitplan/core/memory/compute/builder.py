@@ -1167,7 +1167,9 @@ class PlanBuilder:
         return (
             kq_gi,
             self._ffn_terms(ffn_rest, holes, less),
-            self._ssm_replay(layers, ssm_ops, ssm_hole, lead, split),
+            self._ssm_replay(
+                layers, ssm_ops, ssm_hole, lead, first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
+            ),
         )
 
     def _ffn_terms(

@@ -382,6 +382,14 @@ class SsmReplay:
         if not self.ops:
             return 0
         b, hole = self.block, self.hole.at(nb, ns)
+        if self.lead is not None and self.lead.residual and self.first_gpu:
+            # jamba on the first GPU: the residual stays in the embeddings' copy between the freed copies' two
+            # blocks and the freed masks' space (the allocator's peak on the CUDA-shaped stand-in, jamba smoke
+            # model at c512: the conv rows and the input norm in the masks' space, xz and the conv input on
+            # top, the conv output in the copies' blocks, x_db in the masks' space, dt, B's and C's norms and
+            # the scan output on top, 7.26 MiB; 8.26 counted with the host's layout before)
+            sim = BestFit.from_layout((("", FFN_HOLE_BLOCKS * b), ("embd", b), ("", hole), ("inp", b)))
+            return sim.run((self.ops[0], ("norm", b), self.ops[1], ("norm", 0), *self.ops[2:])) - b
         if self.lead is not None and self.lead.residual:
             return self._ssm_after_residual(self.lead, nb, ns)
         if self.lead is not None:
