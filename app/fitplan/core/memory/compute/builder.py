@@ -1082,6 +1082,22 @@ class PlanBuilder:
         graph = self.profile.traits.graph
         return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC and not graph.residual_into_input
 
+    def _first_gpu_recurrent(
+        self, gi: int, layers: list[int], first: bool, pp: bool
+    ) -> tuple[frozenset[int], int]:
+        """The recurrent layers the first GPU counts on its own layout, and their live set: a Mamba model
+        without attention (`mamba_first_gpu`); falcon-h1's parallel attention and SSM layers, whose attention
+        output waits for the SSM in the freed copies' blocks, where z's contiguous copy goes after it (the
+        allocator's trace on the CUDA-shaped stand-in, falcon-h1 smoke model at c512: `kqv_out` at 0.00 MiB, z's
+        copy there once it is freed; 10.03 MiB, 11.53 counted with the host's layout, the output's block and z on
+        top, before). Nothing elsewhere."""
+        if self._mamba_only_first(gi, layers, first, pp):
+            return frozenset(layers), mamba_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)
+        hybrid = frozenset(il for il in layers if self.profile.layers[il].kind is LayerKind.HYBRID)
+        if not hybrid or not first or pp or self.gpu_vendors[gi] is Vendor.RPC:
+            return frozenset(), 0
+        return hybrid, ssm_transient(self.profile, self.n_tok, self.inputs.n_seqs, True)
+
     def _mamba_only_first(self, gi: int, layers: list[int], first: bool, pp: bool) -> bool:
         """The first GPU of a Mamba model without attention layers there (`mamba_first_gpu`), where the
         scheduler's copies of the embeddings inputs are freed (`_split_first`)."""
@@ -1138,15 +1154,15 @@ class PlanBuilder:
         split = self._split_first(gi, first, pp)
         ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
-        mamba_first = self._mamba_only_first(gi, layers, first, pp)
-        if mamba_first:
-            replayed = frozenset(layers)
+        own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
         metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
         kq_gi = self.kq(
-            layers, replayed, self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0
+            layers,
+            replayed | own_layers,
+            self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0,
         )
-        if mamba_first:
-            kq_gi += (Affine(c=mamba_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)),)
+        if own:
+            kq_gi += (Affine(c=own),)
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
