@@ -1093,6 +1093,14 @@ class PlanBuilder:
         top, before). Nothing elsewhere."""
         if self._mamba_only_first(gi, layers, first, pp):
             return frozenset(layers), mamba_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)
+        gdn = gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
+        if gdn and self._split_first(gi, first, pp):
+            # a gated delta net's input norm, read again by the gate after the op, stays in the first freed
+            # copy's block, the state read in the second: one block fewer than the host's five (the allocator's
+            # peak on the stand-in, qwen35 smoke model at c512: `norm-0` at 0.00, the state at 0.50 MiB, 5.65 MiB;
+            # 6.15 counted before)
+            rec = frozenset(il for il in layers if self.profile.layers[il].is_recurrent)
+            return rec, gdn - self.embd_block if rec else 0
         hybrid = frozenset(il for il in layers if self.profile.layers[il].kind is LayerKind.HYBRID)
         if not hybrid or not first or pp or self.gpu_vendors[gi] is Vendor.RPC:
             return frozenset(), 0
