@@ -20,9 +20,9 @@ from support.tools import load_tool
 
 report = load_tool("tools/accuracy_report.py")
 
-#: The share of published-shape recordings within 5% (measured: 365 of 388; 360 before the host's copies for
-#: Mamba-2 states in host memory).
-PUBLISHED_SHARE = 0.94
+#: The share of published-shape recordings within 5% (measured: 368 of 388; 360 before the host's copies for
+#: Mamba-2 states in host memory and the masks copied at a later split).
+PUBLISHED_SHARE = 0.945
 #: Published-shape recordings the estimate is more than 10% under, each with the reason in docs/accuracy.md.
 KNOWN_FAR_UNDER = frozenset(
     {
@@ -153,6 +153,22 @@ def test_gated_delta_net_on_the_first_gpu(gpu: Any, case: str) -> None:
     r = next(r for r in gpu.measured if r.key == f"standinarchs/qwen35-dense/{case}")
     (real, est) = next(d.compute for d in r.devices if d.name == "CUDA0")
     assert abs(est - real) <= 0.002 * real, (real / 2**20, est / 2**20)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "granite-4.0-h-tiny/c32768-faon-q8_0-cmoe-ub512",
+        "granite-4.0-h-tiny/c32768-faon-q8_0-cmoe-ub2048",
+        "qwen3-next-80b-a3b/c32768-faon-q8_0-cmoe-ub2048",
+    ],
+)
+def test_masks_copied_after_the_first_split_are_not_under_the_logits(gpu: Any, key: str) -> None:
+    """Hybrids whose first attention layer comes after experts in host memory: the GPU copies the masks in at a
+    later split, whose copies the allocator frees, so the logits do not sit above them (before: the 32 MiB mask
+    at 32768 cells counted under the logits, granite +12.7%, Qwen3-Next +8.9%)."""
+    r = next(r for r in gpu.measured if r.key == f"standin/{key}")
+    assert abs(r.compute_rel) <= 0.02, r.compute_rel
 
 
 def test_published_shapes_share_within_tolerance(gpu: Any) -> None:

@@ -980,10 +980,32 @@ class PlanBuilder:
         without pipeline parallelism, when it computes the logits), and the blocks next to the logits."""
         if not first:
             return False, 1
-        inputs = self.placement.layer_device[self.trunk[0]] == gi and not self.inputs.pipeline_parallel
+        inputs = (
+            self.placement.layer_device[self.trunk[0]] == gi
+            and not self.inputs.pipeline_parallel
+            and not self._masks_in_later_split(gi)
+        )
         if not has_out:
             return False, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
         return inputs, residual_blocks(self.profile) - 1 if inputs else RESIDUAL_BLOCKS
+
+    def _masks_in_later_split(self, gi: int) -> bool:
+        """Whether GPU `gi` copies the masks in after its first split: its first attention layer comes after a
+        layer whose weights it copies in from host memory (op offload) or whose FFN runs on the host, each a
+        split of its own (ggml-backend.cpp `ggml_backend_sched_split_graph`). A later split's input copies are
+        graph nodes the allocator frees after their last reader, not the first split's inputs, which stay under
+        the logits (the allocator's peaks on the CUDA-shaped stand-in, granite-4.0-h-tiny with `-cmoe`: the mask
+        copied at layer 4's experts, above its down matrix's copy, the logits at 12.00 MiB with nothing under
+        them but the blocks; 208.0 MiB, 240.1 counted with the 32 MiB mask under them before)."""
+        base, swa = attn_layers(self.profile, self.by_dev.get(gi, []))
+        if not (base or swa):
+            return False
+        first_attn = min(base + swa)
+        return any(
+            il in self.host_mats or self.ffn_dev.get(il, gi) != gi or self.compute_dev[il] != gi
+            for il in self.trunk
+            if il < first_attn
+        )
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
         """The output matrix's copy under the logits when the first GPU takes the host's output layer. Counted
