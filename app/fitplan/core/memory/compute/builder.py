@@ -38,6 +38,7 @@ from fitplan.core.memory.compute.inputs import ComputeInputs
 from fitplan.core.memory.compute.recurrent import (
     SsmLead,
     SsmReplay,
+    gdn_host_conv_copy,
     gdn_output,
     gdn_transient,
     mamba2_host_state_copies,
@@ -1421,6 +1422,10 @@ class PlanBuilder:
             scan_host = scan_host or (gpu_runs and on_host)
         if not state_host:
             return 0
+        gdn = gdn_host_conv_copy(self.profile, self.n_tok, self.inputs.n_seqs)
+        if gdn:
+            # in the space of the two embeddings' blocks freed above the mask (`gdn_host_conv_copy`)
+            return max(0, gdn - (HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS) * self.embd_block)
         return mamba2_host_state_copies(self.profile, self.n_tok, self.inputs.n_seqs, scan_host)
 
     def _host_transient(

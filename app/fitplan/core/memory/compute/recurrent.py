@@ -320,6 +320,24 @@ def gdn_transient(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     return F32 * (conv + qk + 2 * num_v * n_tok + read + ssm.d_inner * n_tok + state)
 
 
+def gdn_host_conv_copy(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """A gated delta net's conv states in host memory while a GPU runs the layer (`-nkvo`, or the layer's weights
+    on the host with op offload): the copy of the conv state's last columns back into the cache runs on the host,
+    where its destination is, so the scheduler copies its source in, a strided view of the conv input
+    `[d_conv - 1 + n_tok / n_seqs, channels, n_seqs]` (channels = d_inner + 2 num_k head_k) at the view's
+    `ggml_nbytes` (as `mamba2_host_state_copies`), bytes; 0 for other models. The delta-net op itself is offloaded
+    (its output has a row per token). The allocator's peaks on the CUDA-shaped stand-in, Qwen3-Next-80B-A3B at
+    c8192 with flash attention (`-nkvo`, `-ngl 24`, `-ngl 0`): `conv_state_last`'s 16.09 MiB copy at 16.02 MiB,
+    in the space of the embeddings' blocks freed above the mask, 32.11 MiB; 128.2 MiB at `-ub 2048`."""
+    ssm = profile.ssm
+    if ssm is None or not profile.traits.graph.gated_delta_net or not (ssm.d_inner and ssm.dt_rank):
+        return 0
+    seqs = max(1, n_seqs)
+    ch = ssm.d_inner + 2 * ssm.n_group * ssm.d_state
+    rows = ssm.d_conv - 1 + n_tok // seqs
+    return F32 * ((ssm.d_conv - 2) + (ch - 1) * rows + (seqs - 1) * ch * rows + 1)
+
+
 def gdn_output(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
     """The fused gated-delta-net op's output, the last tensor of `gdn_transient`: the attention output
     `[head_v, num_v, n_tok]` followed by the new state `[head_v, head_v, num_v, n_seqs]`, bytes (f32)."""
