@@ -933,9 +933,38 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   planner miss the exhaustive search's best placement in six scenarios of `tests/plan/test_plan_oracle.py`, so
   the planner's search has to handle it first.
 
-Left: some architecture smoke models (hidden size 128-512) are 0.5 MiB (one or two blocks) off on the first GPU; partial `-ngl` of granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its
-Mamba layers; Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention
-mask); DeepSeek-V3 with a quantized cache at 32768 cells (the f16 copy fits in holes the estimate does not see).
+* **Recurrent states in host memory** (`-nkvo`, or a host share of the layers with op offload): the copy of the
+  conv state's last columns back into the cache runs where the cache is, so the host copies in its source, a
+  strided view of the whole conv input (`ggml_nbytes` of the view). Mamba-2 layers whose weights are on the host
+  also run their scan there: its output is one row (`ggml_ssm_scan` is 1-D), below ggml-cuda's op-offload batch,
+  so it stays with `ssm_a`, and the host copies in x, B and C (views of the conv output) and holds the scan
+  output (`mamba2_host_state_copies`; granite-4.0-h-tiny's host 20.0 -> 29.6 MiB with `-nkvo`, 20.0 -> 50.0 with
+  `-ngl 0`/`-ngl 20`, each as recorded). A gated delta net's op is offloaded; only the conv copy is the host's
+  (`gdn_host_conv_copy`; Qwen3-Next-80B-A3B 24.0 -> 32.1 MiB as recorded).
+* **Masks copied at a later split.** The first GPU's copies of the graph inputs stay under the logits only when its
+  first split reads them; a hybrid whose first attention layer comes after layers with host-resident weights
+  (experts on the host, op-offloaded layers) copies the mask in at a later split, and the allocator frees it
+  after its last reader (granite-4.0-h-tiny with a q8_0 cache at 32768 cells and `-cmoe`: +12.7% -> +1.2%,
+  Qwen3-Next +8.9% -> +1.1%; `_masks_in_later_split`).
+* **Recurrent blocks on the first GPU** (smoke models): the scheduler's freed copies of the embeddings inputs
+  leave a two-block hole under the layer input's blocks. A Mamba model without attention: two blocks replayed
+  over it, the next block's conv rows (gathered right after the scan) splitting the first one's freed space
+  (`mamba_first_gpu`; mamba +11.3% -> exact, mamba2 exact); a Mamba block after an attention layer with an FFN:
+  the hole and the masks' space one free block (granitehybrid +4.1..+19.2% -> exact); jamba's residual kept in
+  the embeddings' copy between them (+5.0..+13.3% -> exact); falcon-h1's parallel attention output and z's copy
+  in the hole (+8.4..+11.9% -> exact); a gated delta net's input norm and state read in the hole's two blocks
+  (qwen35 +6.0% -> exact).
+
+Left: some architecture smoke models (hidden size 128-512) are 0.5 MiB (one or two blocks) off on the first GPU;
+granite-4.0-h-tiny with `-nkvo` on the GPU (-11.7%: the zero-byte copies of the `rs_s_copy` views that every Mamba
+layer makes when its states are on the host enter the allocator's free list as blocks and keep freed regions from
+merging into the free end, so the logits go above the last attention layer's down outputs at 52.5 MiB instead of
+20.0; only a replay of the whole graph's allocations would place them) and over two GPUs with `-ncmoe 20` (-5.0%:
+the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's down copy goes above
+it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert keeps the norm live,
+the same rule holds on Llama-4-Scout, +2.7%); Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy
+above the full-attention mask); DeepSeek-V3 with a quantized cache at 32768 cells (the f16 copy fits in holes the
+estimate does not see).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are
 planned with the same compute model and shown their own stand-ins' band.
@@ -1046,7 +1075,13 @@ The targets: compute within 5% on at least 98% of the recordings (met; the issue
   rows, tokens and slots leave (0.504 MiB in 0.506; -0.2..-0.1%, before +6.1..+6.4%). plamo2's own Mamba block is
   replayed in its graph order, the scan's sources in `ggml_ssm_scan`'s order, x D a tensor of its own and the
   other slots' states gathered after the scan (byte-exact at every recorded setting, before 3.2% under without
-  flash attention, with q8_0 caches at `-ub 512` and with four slots at `-ub 2048`).
+  flash attention, with q8_0 caches at `-ub 512` and with four slots at `-ub 2048`). A gated delta net's state
+  read from the cache lies in a freed block of the layer input's size when it fits one (Qwen3-Next's trace: every
+  layer's 2 MiB state in a freed 4 MiB block): qwen35 with four slots 6.6-7.8% over before, now every qwen35
+  recording within 0.1%. Left on the host without flash attention: granitehybrid at c512 with four separate slots
+  (10.4% over) and jamba at c4096 with four separate slots (5.3% over): where the attention layer's output lands
+  (the freed masks' space or the embeddings' block) follows the FFN's placement around the per-stream scores,
+  which the replay does not simulate.
 * **LFM2**: LFM2-1.2B at its published size (`wide` grid: 30 settings, contexts 512-131072) is byte-exact in
   weights, context and compute at every setting. The lfm2 smoke model is byte-exact with flash attention at
   every context (the residual added into the layer input leaves a one-block FFN hole; the freed token rows join
@@ -1071,7 +1106,11 @@ The targets: compute within 5% on at least 98% of the recordings (met; the issue
   before -6.8..+2.5%; glm5-next -1.9..+26.5%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
   freed masks, which the caches' rotation inputs split in two with quantized caches (-0.1..+4.0%, before up to
   +37.3%). Left: glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in
-  holes whose layout follows earlier allocations (the allocator would have to be simulated). Modelled from the
+  holes whose layout follows earlier allocations (the allocator would have to be simulated), and c131072 at
+  `-ub 2048` with flash attention (24.1% over: the allocator's trace has the selected cells and one chain tensor
+  above the freed top-k space at the peak, the f16 zeros in that space and the second chain in the selected
+  cells' space with the 4 MiB the zeros leave beside it; at `-ub 512` the same two chains go on top, which the
+  estimate counts). Modelled from the
   allocator's peaks: nemotron_h_moe's Mamba block after its attention-only layer with
   flash attention, over one freed block (the token rows' block and the masks, with the conv states' rows and the
   attention layer's output at its bottom: the conv output in the freed 2 MiB mask at 2048 cells, exact, before
