@@ -71,3 +71,35 @@ def test_plan_of_a_local_file_does_not_import_numpy() -> None:
     assert code == 0
     assert "numpy" not in planned
     assert "fitplan.core.memory.compute" in planned
+
+
+#: what a plan of a local file on assumed GPUs never needs: the network (Hub client, sockets, TLS, HTTP), the
+#: header caches of remote files (hashlib, pickle), the thread pool of remote loads (and logging), the hardware
+#: probes' system calls (ctypes, subprocess), `platform` (the CPU's name comes from os.uname), the set planner
+NOT_FOR_A_LOCAL_PLAN = (
+    "socket",
+    "ssl",
+    "http.client",
+    "hashlib",
+    "pickle",
+    "concurrent.futures",
+    "logging",
+    "ctypes",
+    "subprocess",
+    "platform",
+    "fitplan.core.gguf.remote_cache",
+    "fitplan.core.gguf.header_cache",
+    "fitplan.core.plan.multi",
+    "fitplan.commands.plan_multi",
+)
+
+
+def test_plan_of_a_local_file_imports_no_network_cache_probe_or_set_planner() -> None:
+    code, planned = modules_after(
+        "plan", str(EXAMPLE), "--assume-gpu", "24GiB", "--host-ram", "64GiB", "--json"
+    )
+    assert code == 0
+    assert (
+        "fitplan.core.speed" in planned and "fitplan.core.plan.alternatives" in planned
+    )  # the plan was made
+    assert sorted(planned & set(NOT_FOR_A_LOCAL_PLAN)) == []

@@ -13,7 +13,7 @@ Every figure that is not the driver's or the user's is named in `assumptions`, s
 
 from __future__ import annotations
 
-import platform
+import os
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -211,13 +211,23 @@ def default_host_bandwidth(machine: Machine) -> tuple[float, str]:
             bw,
             f"host RAM {bw / GB:.1f} GB/s assumed (two channels of {mts} MT/s modules; --host-bandwidth to set)",
         )
-    cpu = platform.machine().lower()
+    cpu = _machine().lower()
     cpu = "arm64" if cpu in ("aarch64", "arm64") else cpu
     bw = DEFAULT_HOST_BANDWIDTH.get(cpu, FALLBACK_HOST_BANDWIDTH)
     return (
         bw,
         f"host RAM {bw / GB:.1f} GB/s assumed (a default for {cpu or 'this platform'}; --host-bandwidth to set)",
     )
+
+
+def _machine() -> str:
+    """`platform.machine()`, which is `os.uname().machine` wherever there is `os.uname` (not importing `platform`
+    and its regular expressions)."""
+    if hasattr(os, "uname"):
+        return os.uname().machine
+    import platform
+
+    return platform.machine()
 
 
 def dmi_memory_speed(root: Path = DMI_ENTRIES) -> int:
