@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -42,7 +43,14 @@ def test_the_core_installs_the_cache() -> None:
     assert dataclasses.exec == codecache._installed.exec  # type: ignore[attr-defined]
 
 
-def test_a_cached_class_is_the_class_dataclasses_builds(routed: list[CodeCache], tmp_path: Path) -> None:
+@pytest.fixture
+def writes_bytecode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+
+
+def test_a_cached_class_is_the_class_dataclasses_builds(
+    routed: list[CodeCache], tmp_path: Path, writes_bytecode: None
+) -> None:
     path = tmp_path / "methods.marshal"
     routed.append(CodeCache(path))
     first = make_class()
@@ -64,7 +72,9 @@ def test_a_cached_class_is_the_class_dataclasses_builds(routed: list[CodeCache],
     assert second.__init__.__annotations__["return"] is None  # type: ignore[misc]
 
 
-def test_a_damaged_file_is_compiled_again(routed: list[CodeCache], tmp_path: Path) -> None:
+def test_a_damaged_file_is_compiled_again(
+    routed: list[CodeCache], tmp_path: Path, writes_bytecode: None
+) -> None:
     path = tmp_path / "methods.marshal"
     path.write_bytes(b"\xffnot marshal data")
     routed.append(CodeCache(path))
@@ -75,7 +85,9 @@ def test_a_damaged_file_is_compiled_again(routed: list[CodeCache], tmp_path: Pat
     assert CodeCache(path).loaded  # rewritten whole
 
 
-def test_an_unwritable_folder_costs_only_the_time(routed: list[CodeCache], tmp_path: Path) -> None:
+def test_an_unwritable_folder_costs_only_the_time(
+    routed: list[CodeCache], tmp_path: Path, writes_bytecode: None
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     routed.append(CodeCache(blocker / "sub" / "methods.marshal"))  # a folder below a file cannot be made
@@ -91,8 +103,12 @@ def test_a_start_after_a_start_compiles_no_method_of_the_core() -> None:
         "c = codecache._installed; print(c.compiled, len(c.used))"
     )
 
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
     def start() -> tuple[int, int]:
-        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env
+        )
         compiled, used = done.stdout.split()
         return int(compiled), int(used)
 
@@ -100,3 +116,14 @@ def test_a_start_after_a_start_compiles_no_method_of_the_core() -> None:
     compiled, used = start()
     assert compiled == 0
     assert used > 600  # six methods or so for each of the hundred-odd frozen dataclasses the planner imports
+
+
+def test_no_file_where_python_writes_no_bytecode(
+    routed: list[CodeCache], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # PYTHONDONTWRITEBYTECODE, python -B
+    path = tmp_path / "methods.marshal"
+    routed.append(CodeCache(path))
+    make_class()
+    routed[0].save()
+    assert routed[0].compiled and not path.exists()

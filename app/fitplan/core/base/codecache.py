@@ -6,8 +6,9 @@ dataclasses, most of the start of `fitplan plan`. The compiled code depends only
 interpreter), as a module's bytecode depends only on its file, so it is cached the same way: keyed by the exact
 text, in one `marshal` file per interpreter (`sys.implementation.cache_tag`) in this package's `__pycache__`. A
 source seen for the first time is compiled as `dataclasses` would compile it (same file name, no inherited
-`__future__` flags) and the file is rewritten at exit. Where the file cannot be read or written (a read-only
-install, a frozen app, a damaged file) every method is compiled as before; the classes are the same either way.
+`__future__` flags) and the file is rewritten at exit, unless Python writes no bytecode either
+(`PYTHONDONTWRITEBYTECODE`, `-B`). Where the file cannot be read or written (a read-only install, a frozen app, a
+damaged file) every method is compiled as before; the classes are the same either way.
 
 `dataclasses` finds `exec` by name in its module globals before the builtins, which is the one seam used: `install`
 sets `dataclasses.exec` to the cache's `exec`. Nothing else in the standard library is touched. `fitplan.core`
@@ -64,7 +65,7 @@ class CodeCache:
 
     def save(self) -> None:
         """Rewrite the file when this process compiled something; keep the older entries up to MAX_ENTRIES."""
-        if not self.compiled or self.path is None:
+        if not self.compiled or self.path is None or sys.dont_write_bytecode:
             return
         entries = {**self.loaded, **self.used}
         if len(entries) > MAX_ENTRIES:

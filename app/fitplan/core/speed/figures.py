@@ -17,10 +17,10 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.files import package_text
 from fitplan.core.base.numbers import json_real, loads_json
 from fitplan.core.hardware.catalog import AssumedGpuError, load_catalog, normalise_name
 
@@ -109,7 +109,7 @@ def _without_size(name: str) -> str:
 
 @cache
 def load_speed_table() -> SpeedTable:
-    text = resources.files("fitplan").joinpath(DATA_PATH).read_text(encoding="utf-8")
+    text = package_text(DATA_PATH)
     return SpeedTable.from_json(text)
 
 
