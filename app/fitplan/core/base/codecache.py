@@ -11,7 +11,9 @@ source seen for the first time is compiled as `dataclasses` would compile it (sa
 damaged file) every method is compiled as before; the classes are the same either way.
 
 `dataclasses` finds `exec` by name in its module globals before the builtins, which is the one seam used: `install`
-sets `dataclasses.exec` to the cache's `exec`. Nothing else in the standard library is touched. `fitplan.core`
+sets `dataclasses.exec` to the cache's `exec`, for the whole process (a dataclass of another package imported
+later goes through it too, to the same effect). Nothing else in the standard library is touched. The file is
+trusted as the bytecode beside it is: it lives in the same folder, written by the same user. `fitplan.core`
 installs it on import, so `fitplan --version` and `--help` (which import no core) load nothing.
 """
 
@@ -35,9 +37,10 @@ MAX_ENTRIES = 8000
 
 
 def default_path() -> Path | None:
-    """`core/base/__pycache__/dataclass-methods.<cache tag>.marshal`; None for an interpreter without a cache tag."""
+    """`core/base/__pycache__/dataclass-methods.<cache tag>.marshal`; None for an interpreter without a cache tag
+    and in a frozen app (which, like Python itself there, writes no bytecode into its bundle)."""
     tag = sys.implementation.cache_tag
-    if tag is None:
+    if tag is None or getattr(sys, "frozen", False):
         return None
     return Path(__file__).resolve().parent / "__pycache__" / f"dataclass-methods.{tag}.marshal"
 
