@@ -74,8 +74,8 @@ def test_plan_of_a_local_file_does_not_import_numpy() -> None:
 
 
 #: what a plan of a local file on assumed GPUs never needs: the network (Hub client, sockets, TLS, HTTP), the
-#: header caches of remote files (hashlib, pickle), the thread pool of remote loads (and logging), the hardware
-#: probes (and their system calls: ctypes, subprocess), `platform` (the CPU's name comes from os.uname), the set planner,
+#: header caches of remote files (hashlib, pickle), the thread pool of remote loads (and logging), the GPU probes
+#: (and their system calls: ctypes, subprocess), `platform` (the CPU's name comes from os.uname), the set planner,
 #: `importlib.resources` (its zip and temporary-file support; bundled files are read by `base.files.package_text`)
 NOT_FOR_A_LOCAL_PLAN = (
     "socket",
