@@ -54,11 +54,12 @@ def test_a_subcommand_imports_its_own_module_only() -> None:
 
 
 def test_plan_reads_gguf_tables_without_the_gguf_package() -> None:
-    # gguf-py's package imports its writer, numpy and yaml; the tables load on their own (`core.gguf.gguf_py`)
+    # gguf-py's package imports its writer, numpy and yaml, and `gguf.constants` alone builds a few hundred enums;
+    # the few tables fitplan reads are copied into `core.gguf.gguf_tables` (tests/gguf/test_gguf_tables.py)
     code, planned = modules_after("plan", str(EXAMPLE), "--assume-gpu", "24GiB", "--host-ram", "64GiB")
     assert code == 0
-    assert "gguf.constants" in planned
-    assert "gguf" not in planned and "yaml" not in planned
+    assert "fitplan.core.gguf.gguf_tables" in planned
+    assert "gguf" not in planned and "gguf.constants" not in planned and "yaml" not in planned
 
 
 def test_plan_of_a_local_file_does_not_import_numpy() -> None:
@@ -70,3 +71,43 @@ def test_plan_of_a_local_file_does_not_import_numpy() -> None:
     assert code == 0
     assert "numpy" not in planned
     assert "fitplan.core.memory.compute" in planned
+
+
+#: what a plan of a local file on assumed GPUs never needs: the network (Hub client, sockets, TLS, HTTP), the
+#: header caches of remote files (hashlib, pickle), the thread pool of remote loads (and logging), the GPU probes
+#: (and their system calls: ctypes, subprocess), `platform` (the CPU's name comes from os.uname), the set planner,
+#: `importlib.resources` (its zip and temporary-file support; bundled files are read by `base.files.package_text`)
+NOT_FOR_A_LOCAL_PLAN = (
+    "socket",
+    "ssl",
+    "http.client",
+    "hashlib",
+    "pickle",
+    "concurrent.futures",
+    "logging",
+    "ctypes",
+    "subprocess",
+    "platform",
+    "importlib.resources",
+    "tempfile",
+    "zipfile",
+    "fitplan.core.gguf.remote_cache",
+    "fitplan.core.gguf.header_cache",
+    "fitplan.core.plan.multi",
+    "fitplan.commands.plan_multi",
+    "fitplan.core.hardware.nvidia",
+    "fitplan.core.hardware.amd",
+    "fitplan.core.hardware.intel",
+    "fitplan.core.hardware.tegra",
+)
+
+
+def test_plan_of_a_local_file_imports_no_network_cache_probe_or_set_planner() -> None:
+    code, planned = modules_after(
+        "plan", str(EXAMPLE), "--assume-gpu", "24GiB", "--host-ram", "64GiB", "--json"
+    )
+    assert code == 0
+    assert (
+        "fitplan.core.speed" in planned and "fitplan.core.plan.alternatives" in planned
+    )  # the plan was made
+    assert sorted(planned & set(NOT_FOR_A_LOCAL_PLAN)) == []

@@ -450,10 +450,26 @@ def _print_alternatives(alts: Sequence[Alternative]) -> None:
             print(f"  {a.describe()}" + (f" ({speed})" if speed else ""))
 
 
-def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
-    from fitplan.commands import plan_multi  # several models or a router preset: a set plan
+#: between two models of a set plan (`commands.plan_multi`)
+SET_SEPARATOR = "+"
+#: llama-server's router flags: a set plan
+SET_PRESET_FLAGS = ("--models-preset", "--models-max")
 
-    if plan_multi.is_set(args, extra):
+
+def is_set(args: argparse.Namespace, extra: Sequence[str]) -> bool:
+    """Several models, a `+`, or a router preset: a set plan rather than one model's."""
+    return (
+        bool(extra and not extra[0].startswith("-"))
+        or SET_SEPARATOR in extra
+        or any(f in extra for f in SET_PRESET_FLAGS)
+        or str(args.model).lower().endswith(".ini")
+    )
+
+
+def run(args: argparse.Namespace, extra: list[str], machine: Machine | None = None) -> int:
+    if is_set(args, extra):
+        from fitplan.commands import plan_multi  # a set plan: several models or a router preset
+
         return plan_multi.run(args, extra, machine)
     req = build_request(args, extra, machine)
     got = answer(req.query)

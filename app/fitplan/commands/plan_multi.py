@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fitplan.commands import _output as out
 from fitplan.commands._speed import speed_json, speed_of, speed_text
 from fitplan.commands.estimate import engine_of
-from fitplan.commands.plan import PlanRequest, build_request, detect_machine
+from fitplan.commands.plan import SET_SEPARATOR, PlanRequest, build_request, detect_machine, is_set
 from fitplan.core import hardware
 from fitplan.core.base.devices import Machine
 from fitplan.core.base.errors import FlagError
@@ -35,8 +35,7 @@ from fitplan.core.speed import PlanSpeed
 
 __all__ = ["is_set", "run"]
 
-_SEPARATOR = "+"
-_PRESET_FLAGS = ("--models-preset", "--models-max")
+_SEPARATOR = SET_SEPARATOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +43,6 @@ class _Entry:
     name: str
     path: str
     flags: tuple[str, ...]
-
-
-def is_set(args: argparse.Namespace, extra: Sequence[str]) -> bool:
-    """Several models, a `+`, or a router preset: a set plan rather than one model's."""
-    return (
-        bool(extra and not extra[0].startswith("-"))
-        or _SEPARATOR in extra
-        or any(f in extra for f in _PRESET_FLAGS)
-        or str(args.model).lower().endswith(".ini")
-    )
 
 
 def _take(extra: list[str], flag: str) -> str | None:

@@ -4,6 +4,7 @@
   the opened descriptor (not on the path, which a link swap could change in between) that it is a regular file.
 * `read_json_file` reads at most `max_bytes` of such a file and parses it; deep nesting, a file too large, bad
   UTF-8 or bad JSON are one `ValueError`, never a RecursionError or a MemoryError.
+* `package_text` reads a file bundled with fitplan (`fitplan/data/...`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,31 @@ from typing import Any
 
 from fitplan.core.base.numbers import loads_json
 
-__all__ = ["NotRegularFileError", "expand_home", "open_regular_file", "read_json_file", "read_regular_file"]
+__all__ = [
+    "NotRegularFileError",
+    "expand_home",
+    "open_regular_file",
+    "package_text",
+    "read_json_file",
+    "read_regular_file",
+]
+
+#: the `fitplan` package's folder
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def package_text(relpath: str) -> str:
+    """A text file bundled with fitplan (`relpath` under the package, e.g. "data/gpu_catalog.json"): read from the
+    package's folder, as `importlib.resources.files("fitplan")` finds it for a package that is a folder, without
+    importing `importlib.resources` (its zip and temporary-file support) at every start; through
+    `importlib.resources` where the package is not a folder (imported from a zip)."""
+    try:
+        with open(os.path.join(_PACKAGE_DIR, *relpath.split("/")), encoding="utf-8") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        from importlib import resources
+
+        return resources.files("fitplan").joinpath(relpath).read_text(encoding="utf-8")
 
 
 def expand_home(path: str | os.PathLike[str]) -> str:

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
-from importlib import resources
 
 from fitplan.core.base.devices import Device, DeviceKind, Vendor
+from fitplan.core.base.files import package_text
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.gguf.ggml_types import is_quantized_cache_type
@@ -209,7 +209,7 @@ class AccuracyData:
 
 @cache
 def load_accuracy_data() -> AccuracyData:
-    text = resources.files("fitplan").joinpath(DATA_PATH).read_text(encoding="utf-8")
+    text = package_text(DATA_PATH)
     return AccuracyData.from_json(text)
 
 

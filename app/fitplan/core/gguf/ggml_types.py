@@ -1,6 +1,7 @@
 """The ggml tensor types: id, name, block size, bytes per block, and how many bytes a tensor of a given shape takes.
 
-Source of truth for mainline types is llama.cpp's gguf-py (`gguf.constants.GGML_QUANT_SIZES`). The targeted build
+Source of truth for mainline types is llama.cpp's gguf-py (`gguf.constants.GGML_QUANT_SIZES`, copied into
+`gguf_tables`). The targeted build
 (llama.cpp b11434, ggml/include/ggml.h) also has Q2_0 (id 42, `block_q2_0` = fp16 scale + 64 2-bit values = 18 bytes
 per 64 weights), which the bundled gguf-py release does not list yet; it is added here.
 
@@ -16,19 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
-from fitplan.core.gguf.gguf_py import gguf_constants
-
-if TYPE_CHECKING:
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
-else:
-    _gguf = gguf_constants()
-    GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType = (
-        _gguf.GGML_QUANT_SIZES,
-        _gguf.GGMLQuantizationType,
-        _gguf.LlamaFileType,
-    )
+from fitplan.core.gguf.gguf_tables import FILE_TYPES, GGML_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +42,8 @@ class GGMLType:
 
 def _mainline_types() -> dict[int, GGMLType]:
     table: dict[int, GGMLType] = {}
-    for qt, (blck, size) in GGML_QUANT_SIZES.items():
-        table[int(qt)] = GGMLType(int(qt), GGMLQuantizationType(qt).name, blck, size)
+    for qt, name, blck, size in GGML_TYPES:
+        table[qt] = GGMLType(qt, name, blck, size)
     # llama.cpp b11434 ggml.h: GGML_TYPE_Q2_0 = 42; ggml-common.h: QK2_0 64, block = ggml_half + 64/4 bytes = 18.
     table.setdefault(42, GGMLType(42, "Q2_0", 64, 18))
     return table
@@ -205,11 +195,10 @@ def nbytes(type_id: int, shape: Iterable[int], *, ik: bool = False) -> int:
 
 def _file_type_labels() -> dict[int, str]:
     labels: dict[int, str] = {}
-    for ft in LlamaFileType:
-        if ft is LlamaFileType.GUESSED:
+    for value, name in FILE_TYPES:
+        if name == "GUESSED":
             continue
-        name = ft.name
-        labels[int(ft)] = "F32" if name == "ALL_F32" else name.removeprefix("MOSTLY_")
+        labels[value] = "F32" if name == "ALL_F32" else name.removeprefix("MOSTLY_")
     # llama.cpp b11434 include/llama.h: LLAMA_FTYPE_MOSTLY_Q2_0 = 41.
     labels.setdefault(41, "Q2_0")
     return labels

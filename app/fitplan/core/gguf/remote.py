@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import threading
 import time
 import urllib.parse
@@ -200,6 +199,8 @@ def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, s
 
 def _cut_off(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
     """The deadline passed: shut the socket so that any blocked read returns at once."""
+    import socket  # with the first connection: a local file's plan never opens one
+
     fired.set()
     sock = conn.sock
     if sock is not None:
@@ -264,6 +265,7 @@ def _one_request(
 
 def _transport_error(exc: BaseException, url: str, deadline: Deadline) -> GGUFError:
     import http.client
+    import socket
     import ssl
 
     if deadline.expired():

@@ -3,11 +3,12 @@ hypothetical GPUs the user plans for. Every source sits behind the `DeviceProbe`
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from fitplan.core.hardware.amd import AmdSysfsProbe
 from fitplan.core.hardware.apple import AppleSiliconProbe, estimated_metal_working_set
 from fitplan.core.hardware.catalog import (
     AssumedGpuError,
@@ -19,8 +20,6 @@ from fitplan.core.hardware.catalog import (
 )
 from fitplan.core.hardware.config import AssumedGpu, HardwareConfig
 from fitplan.core.hardware.host import HostMemoryProbe
-from fitplan.core.hardware.intel import IntelSysfsProbe
-from fitplan.core.hardware.nvidia import NvmlProbe
 from fitplan.core.hardware.probe import (
     DetectedGpu,
     DeviceProbe,
@@ -33,7 +32,30 @@ from fitplan.core.hardware.probe import (
     run_probes,
     windows_shared,
 )
-from fitplan.core.hardware.tegra import TegraProbe
+
+if TYPE_CHECKING:
+    from fitplan.core.hardware.amd import AmdSysfsProbe
+    from fitplan.core.hardware.intel import IntelSysfsProbe
+    from fitplan.core.hardware.nvidia import NvmlProbe
+    from fitplan.core.hardware.tegra import TegraProbe
+
+#: the GPU probes, imported when a probe runs or is named (a plan for assumed GPUs needs none of them)
+_PROBE_MODULES = {
+    "AmdSysfsProbe": "amd",
+    "IntelSysfsProbe": "intel",
+    "NvmlProbe": "nvidia",
+    "TegraProbe": "tegra",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _PROBE_MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AmdSysfsProbe",
@@ -70,6 +92,11 @@ def default_probes(
     env: Mapping[str, str] | None = None, platform: str = sys.platform
 ) -> tuple[DeviceProbe, ...]:
     """The probes that make sense on `platform`, in llama.cpp's GPU order (CUDA, then ROCm, then Metal), then RAM."""
+    from fitplan.core.hardware.amd import AmdSysfsProbe
+    from fitplan.core.hardware.intel import IntelSysfsProbe
+    from fitplan.core.hardware.nvidia import NvmlProbe
+    from fitplan.core.hardware.tegra import TegraProbe
+
     environ = os.environ if env is None else env
     probes: list[DeviceProbe] = []
     if platform != "darwin":

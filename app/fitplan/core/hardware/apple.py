@@ -14,7 +14,6 @@ When Metal cannot be asked, it uses, in order:
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from collections.abc import Callable
 
@@ -36,6 +35,8 @@ def estimated_metal_working_set(ram_bytes: int) -> int:
 
 def query_metal_working_set() -> int | None:
     """MTLCreateSystemDefaultDevice().recommendedMaxWorkingSetSize, or None when Metal is not there."""
+    import ctypes  # macOS only
+
     try:
         objc = ctypes.cdll.LoadLibrary("/usr/lib/libobjc.A.dylib")
         metal = ctypes.cdll.LoadLibrary("/System/Library/Frameworks/Metal.framework/Metal")

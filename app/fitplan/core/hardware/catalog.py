@@ -34,10 +34,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 from fitplan.core.base.devices import GIB, LLAMA_MAX_DEVICES, Device, Vendor
 from fitplan.core.base.errors import FitplanError
+from fitplan.core.base.files import package_text
 from fitplan.core.base.numbers import int_or_none, is_digits, json_real, loads_json, real_or_none
 from fitplan.core.hardware.apple import estimated_metal_working_set
 from fitplan.core.hardware.config import AssumedGpu
@@ -218,7 +218,7 @@ class GpuCatalog:
 
 @cache
 def load_catalog() -> GpuCatalog:
-    text = resources.files("fitplan").joinpath("data/gpu_catalog.json").read_text(encoding="utf-8")
+    text = package_text("data/gpu_catalog.json")
     return GpuCatalog.from_json(text)
 
 

@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +25,8 @@ CommandRunner = Callable[[list[str]], str | None]
 
 def run_command(argv: list[str]) -> str | None:
     """stdout of a short system command, or None if it cannot run or fails."""
+    import subprocess  # imported when a command runs: a plan for assumed GPUs runs none
+
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -142,21 +142,22 @@ def parse_vm_stat(text: str, total_bytes: int) -> HostMemory:
     )
 
 
-class _MemoryStatusEx(ctypes.Structure):
-    _fields_ = [
-        ("dwLength", ctypes.c_uint32),
-        ("dwMemoryLoad", ctypes.c_uint32),
-        ("ullTotalPhys", ctypes.c_uint64),
-        ("ullAvailPhys", ctypes.c_uint64),
-        ("ullTotalPageFile", ctypes.c_uint64),
-        ("ullAvailPageFile", ctypes.c_uint64),
-        ("ullTotalVirtual", ctypes.c_uint64),
-        ("ullAvailVirtual", ctypes.c_uint64),
-        ("ullAvailExtendedVirtual", ctypes.c_uint64),
-    ]
-
-
 def _windows_memory() -> HostMemory | None:
+    import ctypes  # Windows only
+
+    class _MemoryStatusEx(ctypes.Structure):
+        _fields_ = [
+            ("dwLength", ctypes.c_uint32),
+            ("dwMemoryLoad", ctypes.c_uint32),
+            ("ullTotalPhys", ctypes.c_uint64),
+            ("ullAvailPhys", ctypes.c_uint64),
+            ("ullTotalPageFile", ctypes.c_uint64),
+            ("ullAvailPageFile", ctypes.c_uint64),
+            ("ullTotalVirtual", ctypes.c_uint64),
+            ("ullAvailVirtual", ctypes.c_uint64),
+            ("ullAvailExtendedVirtual", ctypes.c_uint64),
+        ]
+
     status = _MemoryStatusEx()
     status.dwLength = ctypes.sizeof(_MemoryStatusEx)
     windll = getattr(ctypes, "windll", None)

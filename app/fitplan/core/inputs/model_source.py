@@ -15,8 +15,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fitplan.core.base.errors import FitplanError, GGUFError, MissingShardError
 from fitplan.core.base.files import expand_home
@@ -45,10 +45,12 @@ from fitplan.core.gguf.remote import (
     open_remote_model,
     read_remote_source,
 )
-from fitplan.core.gguf.remote_cache import RemoteHeaderCache, validator_of
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.lora import LoraAdapter, LoraError, lora_from_header
 from fitplan.core.model.profile import ModelProfile
+
+if TYPE_CHECKING:  # the header cache (hashlib, pickle) loads with the first remote read, not for a local file
+    from fitplan.core.gguf.remote_cache import RemoteHeaderCache
 
 __all__ = [
     "LoadedModel",
@@ -135,6 +137,8 @@ def read_cached_header(
     """A remote header through the cache. With a known `validator` (the Hub's object id) a hit asks nothing;
     without one, a 1-byte range request learns the file's ETag or size first. `overall`: the deadline of the
     whole operation (a listing's headers), which this read's own deadline never outlasts."""
+    from fitplan.core.gguf.remote_cache import RemoteHeaderCache, validator_of
+
     c = cache if cache is not None else RemoteHeaderCache()
     if validator is not None:
         hit = c.get(url, validator)
@@ -499,6 +503,8 @@ def _each(
     done = {i: one(e) for i, e in enumerate(entries) if here[i]}
     remote = [i for i in range(len(entries)) if not here[i]]
     if remote:
+        from concurrent.futures import ThreadPoolExecutor  # (and logging) only where something is remote
+
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, 16, len(remote)))) as pool:
             done.update(zip(remote, pool.map(one, (entries[i] for i in remote)), strict=True))
     return tuple(done[i] for i in range(len(entries)))
@@ -558,6 +564,8 @@ def load_source_models(
     listing = list_repo(ref, tok, ep, fresh=True)
     entries = [e for e in listing.models if ref.quant is None or e.name.upper() == ref.quant.upper()]
     _check_model_count(len(entries), ref.spelling)
+    from fitplan.core.gguf.remote_cache import RemoteHeaderCache
+
     cache = RemoteHeaderCache()
     overall = Deadline(SOURCE_DEADLINE_S)
     loaded = _each(

@@ -28,14 +28,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
-
-from fitplan.core.gguf.gguf_py import gguf_constants
-
-if TYPE_CHECKING:
-    from gguf.constants import GGMLQuantizationType
-else:
-    GGMLQuantizationType = gguf_constants().GGMLQuantizationType
 
 from fitplan.core.base.cache import AnchoredCache
 from fitplan.core.base.devices import Device, Machine, Vendor
@@ -50,6 +42,7 @@ from fitplan.core.base.launch_settings import (
 )
 from fitplan.core.base.units import pad
 from fitplan.core.gguf import ggml_types
+from fitplan.core.gguf.gguf_tables import GGMLQuantizationType
 from fitplan.core.model.profile import ModelProfile, TensorProfile, TensorRole
 
 #: `common.h:LLM_FFN_EXPS_REGEX`: what `--cpu-moe` / `--n-cpu-moe` move to the CPU.

@@ -13,18 +13,11 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from fitplan.core.gguf.gguf_py import gguf_constants
-
-if TYPE_CHECKING:
-    from gguf.constants import Keys
-else:
-    Keys = gguf_constants().Keys
 
 from fitplan.core.base.errors import HeaderValueError
 from fitplan.core.base.numbers import int_or_none
 from fitplan.core.gguf.ggml_types import model_file_type, quant_mix, type_name
+from fitplan.core.gguf.gguf_tables import Keys
 from fitplan.core.gguf.header import GGUFArray, GGUFHeader, MetadataValue, ModelFiles
 from fitplan.core.gguf.reader import is_mmproj
 from fitplan.core.model import archs

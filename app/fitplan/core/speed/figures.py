@@ -13,14 +13,14 @@ Every figure that is not the driver's or the user's is named in `assumptions`, s
 
 from __future__ import annotations
 
-import platform
+import os
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from fitplan.core.base.devices import Device, DeviceKind, Machine, Vendor
+from fitplan.core.base.files import package_text
 from fitplan.core.base.numbers import json_real, loads_json
 from fitplan.core.hardware.catalog import AssumedGpuError, load_catalog, normalise_name
 
@@ -109,7 +109,7 @@ def _without_size(name: str) -> str:
 
 @cache
 def load_speed_table() -> SpeedTable:
-    text = resources.files("fitplan").joinpath(DATA_PATH).read_text(encoding="utf-8")
+    text = package_text(DATA_PATH)
     return SpeedTable.from_json(text)
 
 
@@ -211,13 +211,23 @@ def default_host_bandwidth(machine: Machine) -> tuple[float, str]:
             bw,
             f"host RAM {bw / GB:.1f} GB/s assumed (two channels of {mts} MT/s modules; --host-bandwidth to set)",
         )
-    cpu = platform.machine().lower()
+    cpu = _machine().lower()
     cpu = "arm64" if cpu in ("aarch64", "arm64") else cpu
     bw = DEFAULT_HOST_BANDWIDTH.get(cpu, FALLBACK_HOST_BANDWIDTH)
     return (
         bw,
         f"host RAM {bw / GB:.1f} GB/s assumed (a default for {cpu or 'this platform'}; --host-bandwidth to set)",
     )
+
+
+def _machine() -> str:
+    """`platform.machine()`, which is `os.uname().machine` wherever there is `os.uname` (not importing `platform`
+    and its regular expressions)."""
+    if hasattr(os, "uname"):
+        return os.uname().machine
+    import platform
+
+    return platform.machine()
 
 
 def dmi_memory_speed(root: Path = DMI_ENTRIES) -> int:

@@ -29,9 +29,9 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
-from importlib import resources
 
 from fitplan.core.base.devices import Vendor
+from fitplan.core.base.files import package_text
 from fitplan.core.base.numbers import loads_json
 from fitplan.core.speed.figures import DeviceFigures, MachineFigures
 from fitplan.core.speed.work import DeviceWork, ModelWork
@@ -124,7 +124,7 @@ UNFITTED = Calibration(
 
 @cache
 def load_calibration() -> Calibration:
-    text = resources.files("fitplan").joinpath(CALIBRATION_PATH).read_text(encoding="utf-8")
+    text = package_text(CALIBRATION_PATH)
     return Calibration.from_json(text)
 
 
