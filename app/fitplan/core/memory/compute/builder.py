@@ -101,6 +101,13 @@ PIPELINE_COPIES = 4
 #: input, which the scheduler runs where its source is.
 PP_INPUT_BLOCKS_FIRST = 3
 PP_INPUT_BLOCKS_OTHER = 2
+#: A GPU that runs no layer, only the output layer, reads one: the weightless output norm (`norm`), which the
+#: scheduler runs on the last layer's device (ggml-backend.cpp `ggml_backend_sched_split_graph`, pass 2: an op
+#: without a weight takes its neighbour's backend), so only the output norm's weight multiplication is here; the
+#: output ids are read by the last layer's `get_rows` (src/llama-graph.cpp `build_inp_out_ids`), on that layer's
+#: device (the allocator's peak on the llama smoke model over two CUDA stand-ins at c1024: the four copies of
+#: `norm`, `result_norm` and the logits, 2.75 MiB).
+PP_INPUT_BLOCKS_OUTPUT = 1
 #: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
 #: (`node_2`), the two-block hole of the FFN norm and the attention output; on a later GPU the hole and the
 #: attention output. (Measured with the allocator's debug dump: the dumps list every live tensor at each new peak.)
@@ -868,12 +875,16 @@ class PlanBuilder:
 
     def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
         """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
-        the small inputs, the hidden-state blocks, and the output ids on the output GPU. The layer phase then
+        the small inputs, the hidden-state blocks, and the output ids on the GPU that runs the last layer. The layer phase then
         adds its own blocks; the output phase its norm output and the logits."""
-        pp_small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0)
+        last = bool(layers) and layers[-1] == self.trunk[-1]
+        pp_small = self.small_inputs(layers) + (I32 * self.n_out if last else 0)
         if first:
             pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
-        hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * self.embd_block
+        n_hidden = (
+            PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER if layers else PP_INPUT_BLOCKS_OUTPUT
+        )
+        hidden = n_hidden * self.embd_block
         return Affine(
             PIPELINE_COPIES * m.a_base,
             PIPELINE_COPIES * m.a_swa,
