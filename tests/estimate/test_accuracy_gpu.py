@@ -263,3 +263,90 @@ def test_the_first_gpus_ffn_phase_has_four_block_spaces(gpu: Any) -> None:
                 assert abs(d.compute[0] - d.compute[1]) <= report.MIB // 50, (r.key, d)  # two roundings
     smoke = next(r for r in gpu.measured if r.key == "standinarchs/llama-dense/c512-np1")
     assert abs(smoke.compute_rel) <= 0.01, smoke.compute_rel
+
+
+def _resolved_flash_attn(grid: str, name: str, header: Any, case: dict[str, Any]) -> bool:
+    """Flash attention as the estimate resolves it for a recorded stand-in case."""
+    import dataclasses
+
+    cmd = [str(a) for a in case["command"]]
+    args, server = report.settings_args(cmd)
+    parsed = report.parse_flags(args)
+    settings = dataclasses.replace(
+        parsed.settings, tool=report.Tool.SERVER if server else report.Tool.FIT_PARAMS
+    )
+    spec = report.standin_spec(cmd)
+    assert spec, f"{grid}/{name}/{case['id']} is not a stand-in recording"
+    est = report.estimate(
+        report.load_profile(header), settings, report.standin_machine(spec), cpu=report.RECORDING_CPU
+    )
+    return bool(est.context.flash_attn)
+
+
+def test_flash_attention_auto_resolves_as_on_the_cuda_stand_in() -> None:
+    """llama.cpp probes flash attention "auto" with a one-token graph and turns it off when ggml-cuda refuses a
+    layer's attention (src/llama-context.cpp `resolve_fused_ops`): the MLA smoke models (one query head over the
+    576/512 compressed row: ggml-cuda's kernel for that shape needs a GQA ratio of 2 at least) run without it, the
+    rest with it. Every recorded resolution of the CUDA stand-in grids is compared."""
+    import json
+
+    seen = {"enabled": 0, "disabled": 0}
+    wrong = []
+    for path in report.fixture_files():
+        if path.parent.name not in ("standinarchs", "standin"):
+            continue
+        doc = json.loads(path.read_text())
+        model = doc["model"]
+        header = (
+            report.FIXTURES / model["header"]
+            if model.get("header")
+            else report._header_for(model["path_hint"])
+        )
+        for case in doc["cases"]:
+            recorded = ((case.get("results") or {}).get("resolved") or {}).get("flash_attn_resolved")
+            if recorded is None or "error" in case:
+                continue
+            seen[recorded] += 1
+            if _resolved_flash_attn(path.parent.name, model["name"], header, case) != (recorded == "enabled"):
+                wrong.append(f"{path.parent.name}/{model['name']}/{case['id']}: recorded {recorded}")
+    assert seen["disabled"] >= 30 and seen["enabled"] >= 300, seen
+    assert not wrong, wrong
+
+
+def test_a_second_gpu_with_only_the_output_layer() -> None:
+    """With every layer offloaded over two GPUs (pipeline parallelism) the smoke models put their layers on the
+    first GPU and the output layer alone on the second: that GPU reads one hidden-state block from the first, the
+    weightless output norm, in four copies, then the output norm's block and the logits (the allocator's peak on
+    the llama smoke model at c1024: 2.75 MiB, where two blocks per copy would make 4.75); without an output norm
+    weight the whole norm runs on the first GPU and its output is the one input (olmo: 2.25 MiB). Not modelled (the
+    output GPU's extra tensors, named in the allocator's peak): the norm output an MTP graph keeps as an output
+    before it applies the output ids (`h_nextn`: cohere2moe, hy_v3, qwen35, qwen35moe, qwen3next, one block
+    more), MiniCPM3's scaled head input (`lmhead_scaling`), the hyper-connection streams read by the output head
+    (hy_v4: five stream-sized inputs in four copies, 20.5 MiB; qwen4exp 12 MiB), and the last layer's tail the
+    scheduler puts with the output weights (kimi-k3: its MoE output, residual and embeddings, 6.1 MiB;
+    bailingmoe3: 0.26 MiB)."""
+    import json
+
+    known = {
+        *("bailingmoe3-moe", "cohere2moe-moe", "hy_v3-moe", "hy_v4-moe", "kimi-k3-moe", "minicpm3-dense"),
+        *("qwen35-dense", "qwen35moe-moe", "qwen3next-moe", "qwen4exp-moe"),
+    }
+    checked, wrong = 0, []
+    for path in sorted((report.FIXTURES / "standinarchs").glob("*.json")):
+        doc = json.loads(path.read_text())
+        model = doc["model"]
+        for case in doc["cases"]:
+            res = case.get("results") or {}
+            n_layer = (res.get("resolved") or {}).get("n_layer")
+            second = [d for d in res.get("layer_devices", []) if d[2] == "CUDA1"]
+            if not second or second[0][0] != n_layer or model["name"] in known:
+                continue  # not a second GPU with the output layer alone
+            r = report.run_case("standinarchs", model["name"], report.FIXTURES / model["header"], case)
+            real, est = next(d.compute for d in r.devices if d.name == "CUDA1")
+            checked += 1
+            if abs(est - real) > 0.05 * real:
+                wrong.append(
+                    f"{model['name']}/{case['id']}: {real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
+                )
+    assert checked >= 100
+    assert not wrong, wrong

@@ -319,6 +319,8 @@ class PlanBuilder:
         self.compute_dev = compute_dev
         self.skip = skip
         self.below_logits = below_logits
+        # a norm weight outside the layers: the output norm's (lfm2 names its `token_embd_norm`)
+        self.output_norm_weight = any(t.layer is None and "norm" in t.name for t in profile.tensors)
 
     def dsa_zeros(self, layers: list[int]) -> int:
         # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
@@ -1035,6 +1037,11 @@ class PlanBuilder:
             m, vi = Affine(), 0
             blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+            if not runs and not self.output_norm_weight:
+                # no output norm weight (olmo): the whole norm runs on the last layer's device, its output is
+                # the split input and only the logits are computed here (the olmo smoke model over two CUDA
+                # stand-ins: the four copies of `result_norm` and the logits, 2.25 MiB)
+                out_blocks = 0
             out_extra = 0
         output: tuple[Term, ...] = ()
         if has_out and self.logits:
