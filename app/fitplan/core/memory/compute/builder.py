@@ -238,6 +238,14 @@ def _freed_chunk(attention: tuple[Term, ...]) -> Term | None:
     return FreedChunk(att) if isinstance(att, AttentionScores) and att.chunks is not None else None
 
 
+def _model_inputs(profile: ModelProfile) -> tuple[bool, bool]:
+    """Whether the model has a norm weight outside the layers (the output norm's; lfm2 names its
+    `token_embd_norm`), and learned position embeddings (gpt2, starcoder, mpt: their rows are one more
+    block-sized graph input)."""
+    names = [t.name for t in profile.tensors if t.layer is None]
+    return any("norm" in n for n in names), "position_embd.weight" in names
+
+
 class PlanBuilder:
     """The graph facts of one model, settings and placement that every backend's `DevicePlan` is built from."""
 
@@ -319,8 +327,7 @@ class PlanBuilder:
         self.compute_dev = compute_dev
         self.skip = skip
         self.below_logits = below_logits
-        # a norm weight outside the layers: the output norm's (lfm2 names its `token_embd_norm`)
-        self.output_norm_weight = any(t.layer is None and "norm" in t.name for t in profile.tensors)
+        self.output_norm_weight, self.pos_embd = _model_inputs(profile)
 
     def dsa_zeros(self, layers: list[int]) -> int:
         # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
@@ -777,6 +784,60 @@ class PlanBuilder:
             out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
 
+    def _fa_terms(
+        self, gi: int, layers: list[int], kq: tuple[Affine, ...], split: bool
+    ) -> tuple[tuple[Affine, ...], tuple[Affine, ...], tuple[Affine, ...]]:
+        """GPU `gi`'s attention live sets with the flash-attention op's own allocation, its part (CUDA's f16 copies,
+        Metal's scratch) and what is added to the largest live set: CUDA's copies are in the live sets
+        (`_fa_op_live`; an MLA layer's replay and a fork's graph keep them added), Metal's scratch is added."""
+        vendor = self.gpu_vendors[gi]
+        if vendor is Vendor.APPLE:
+            scratch = self.metal_fa_scratch(layers)
+            return kq, scratch, scratch
+        fa = self.fa_copies(layers) if vendor in CUDA_VENDORS else ()
+        if fa and not self.profile.is_mla and not self.inputs.fork_attention:
+            return self._fa_op_live(layers, kq, split), fa, ()
+        return kq, fa, fa
+
+    def _fa_op_live(self, layers: list[int], kq: tuple[Affine, ...], split: bool) -> tuple[Affine, ...]:
+        """The attention's live sets with CUDA's f16 copies of a quantized cache (`fa_copies`): the copies are
+        part of the flash-attention output's own allocation (ggml-cuda.cu
+        `ggml_backend_cuda_buffer_type_get_alloc_size`, fattn.cu `ggml_cuda_flash_attn_ext_get_alloc_size`), made
+        once K and V are stored into the cache and freed, so they are not live with the projections before it: the
+        op's live set is Q, its output and the copies, the larger of that and the other live sets. On the GPU that
+        holds the input blocks (`_split_first`) that phase has one block space fewer, as the FFN's, and Q (rotated
+        or roped) sits in a freed one-block hole when it fits (the allocator's trace on the CUDA stand-in, the
+        arctic and llama smoke models at c2048 with q8_0 caches: `node_12`, the rotated Q, in the block the mixed
+        batch's token rows left, the FA output with its 2 MiB of copies on top of the layer input: 6.59 MiB, where
+        Q, K and V under the copies would make 7.59)."""
+        block = self.embd_block
+        less = block if split else 0
+        graph = self.profile.traits.graph
+        out: set[Affine] = set(kq)
+        base, swa = attn_layers(self.profile, layers)
+        for il in base + swa:
+            lp = self.profile.layers[il]
+            k = F16 * lp.n_embd_k_gqa if self.inputs.cache_type_k != "f16" else 0
+            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" else 0
+            q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+            fa_out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v
+            # learned position embeddings: the copy of the position rows (`CUDA0#pos_embd#0`) holds the hole, Q
+            # goes above (the gpt2 smoke model: the rotated Q under the FA output, 7.59 MiB)
+            q_hole = 0 if self.pos_embd or not split else min(q, block) + less
+            c = fa_out + q - q_hole
+            out.add(Affine(a_swa=k + v, c=c) if lp.is_swa else Affine(a_base=k + v, c=c))
+            if graph.parallel_attn_ffn or graph.ffn_beside_attention:
+                # the FFN reads the attention's input: it runs while the FA output, with its copies, waits for
+                # it. A dense FFN's gate and up are above it (the command-r smoke model: `ffn_gate-0` and `ffn_up-0`
+                # above the 2.5 MiB `node_39`, 8.09 MiB; the GLU output then takes the attention's freed space;
+                # falcon: its ungated `ffn_up-0`), a MoE branch's intermediates all of them (arctic: the experts'
+                # gate, up and GLU output, 11.09 MiB)
+                f = ffn_layer(self.profile, il, self.n_tok)[0]
+                part = f if lp.is_moe else F32 * self.n_tok * lp.n_ff * (2 if il in self.shapes.gated else 1)
+                c2 = fa_out + part - less
+                out.add(Affine(a_swa=k + v, c=c2) if lp.is_swa else Affine(a_base=k + v, c=c2))
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
+
     def metal_fa_scratch(self, layers: list[int]) -> tuple[Affine, ...]:
         """Metal's flash-attention scratch, one per layer shape: ggml-metal sizes each FLASH_ATTN_EXT output with
         room for its kernels and always reserves it "to avoid graph reallocations" (ggml-metal.cpp
@@ -1059,10 +1120,8 @@ class PlanBuilder:
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
-        fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
-        if self.gpu_vendors[gi] is Vendor.APPLE:
-            fa = self.metal_fa_scratch(layers)
-        att = self._attention(layers, kq, fa, ssm, chunk)
+        kq, fa, fa_added = self._fa_terms(gi, layers, kq, self._split_first(gi, first, pp))
+        att = self._attention(layers, kq, fa_added, ssm, chunk)
         return DevicePlan(
             device=gi,
             layer_phase=True,
@@ -1285,6 +1344,10 @@ class PlanBuilder:
             ) * self.embd_block
             if n_copies > 1:
                 blocks += n_copies * host_small
+            if self.pos_embd:
+                # the position rows' get_rows output, next to the token rows (the allocator's trace of the gpt2
+                # smoke model on the CUDA stand-in: `pos_embd` in the space `node_1` left, 4.6 MiB, not 4.1)
+                blocks += self.embd_block
             label = "embeddings input + get_rows"
         return blocks, label
 
