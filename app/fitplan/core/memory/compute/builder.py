@@ -826,7 +826,9 @@ class PlanBuilder:
             q_hole = 0 if self.pos_embd or not split else min(q, block) + less
             c = fa_out + q - q_hole
             out.add(Affine(a_swa=k + v, c=c) if lp.is_swa else Affine(a_base=k + v, c=c))
-            if graph.parallel_attn_ffn or graph.ffn_beside_attention:
+            # (cohere2moe's parallel MoE runs after the attention's output projection: its FA output is freed by
+            # then, the experts' intermediates over the freed masks, 9.43 MiB)
+            if (graph.parallel_attn_ffn and not lp.is_moe) or graph.ffn_beside_attention:
                 # the FFN reads the attention's input: it runs while the FA output, with its copies, waits for
                 # it. A dense FFN's gate and up are above it (the command-r smoke model: `ffn_gate-0` and `ffn_up-0`
                 # above the 2.5 MiB `node_39`, 8.09 MiB; the GLU output then takes the attention's freed space;
@@ -1120,7 +1122,8 @@ class PlanBuilder:
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
-        kq, fa, fa_added = self._fa_terms(gi, layers, kq, self._split_first(gi, first, pp))
+        split = self._split_first(gi, first, pp) and self._attention_one_block_fewer()
+        kq, fa, fa_added = self._fa_terms(gi, layers, kq, split)
         att = self._attention(layers, kq, fa_added, ssm, chunk)
         return DevicePlan(
             device=gi,
@@ -1156,6 +1159,18 @@ class PlanBuilder:
         which the GPU's list does not show, 3.5% under before; left as it was)."""
         graph = self.profile.traits.graph
         return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC and not graph.residual_into_input
+
+    def _attention_one_block_fewer(self) -> bool:
+        """Whether the first GPU's attention phase has one block space fewer, as its FFN phase (`_split_first`):
+        the copies of the embeddings inputs are freed once the first layer's input is built, and the attention's
+        projections take their space (the allocator's peak on the CUDA stand-in, the arcee smoke model at c512:
+        the attention norm, K in the mixed batch's freed token rows, the embeddings, the layer input, then Q and V,
+        3.52 MiB; DeepSeek-V3 at 4096 and 32768 cells: every absorbed-MLA recording exact, 14 MiB over before).
+        Not measured that way, left as they were: the recurrent blocks (Mamba, gated delta nets, lightning
+        attention), MiniMax-M3's block-sparse mask and the kept input embeddings of a skip connection."""
+        graph = self.profile.traits.graph
+        recurrent = any(lp.is_recurrent for lp in self.profile.layers)
+        return not (recurrent or graph.msa_attention or graph.embd_skip)
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
@@ -1207,6 +1222,8 @@ class PlanBuilder:
             shexp_ffn -= self.embd_block
         less = self.embd_block if split else 0
         ffn_rest = max(max(0, ffn_rest - less), shexp_ffn)
+        if less and self._attention_one_block_fewer():
+            kq_gi = tuple(Affine(a.a_base, a.a_swa, a.c - less, a.room) for a in kq_gi)
         if not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
