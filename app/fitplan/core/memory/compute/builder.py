@@ -785,7 +785,7 @@ class PlanBuilder:
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
 
     def _fa_terms(
-        self, gi: int, layers: list[int], kq: tuple[Affine, ...], split: bool
+        self, gi: int, layers: list[int], kq: tuple[Affine, ...], first: bool, pp: bool
     ) -> tuple[tuple[Affine, ...], tuple[Affine, ...], tuple[Affine, ...]]:
         """GPU `gi`'s attention live sets with the flash-attention op's own allocation, its part (CUDA's f16 copies,
         Metal's scratch) and what is added to the largest live set: CUDA's copies are in the live sets
@@ -796,6 +796,7 @@ class PlanBuilder:
             return kq, scratch, scratch
         fa = self.fa_copies(layers) if vendor in CUDA_VENDORS else ()
         if fa and not self.profile.is_mla and not self.inputs.fork_attention:
+            split = self._split_first(gi, first, pp) and self._attention_one_block_fewer()
             return self._fa_op_live(layers, kq, split), fa, ()
         return kq, fa, fa
 
@@ -1122,8 +1123,7 @@ class PlanBuilder:
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
-        split = self._split_first(gi, first, pp) and self._attention_one_block_fewer()
-        kq, fa, fa_added = self._fa_terms(gi, layers, kq, split)
+        kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
         att = self._attention(layers, kq, fa_added, ssm, chunk)
         return DevicePlan(
             device=gi,
