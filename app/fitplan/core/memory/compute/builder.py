@@ -21,6 +21,7 @@ from fitplan.core.memory.compute.attention import (
 from fitplan.core.memory.compute.device_plan import DevicePlan
 from fitplan.core.memory.compute.ffn import (
     FFN_HOLE_BLOCKS,
+    NO_MIXED_BATCH_BLOCKS,
     RESIDUAL_BLOCKS,
     expert_copy_hole,
     ffn_in_hole,
@@ -108,6 +109,13 @@ PP_INPUT_BLOCKS_OTHER = 2
 #: device (the allocator's peak on the llama smoke model over two CUDA stand-ins at c1024: the four copies of
 #: `norm`, `result_norm` and the logits, 2.75 MiB).
 PP_INPUT_BLOCKS_OUTPUT = 1
+#: With learned position embeddings (gpt2, starcoder, mpt) the first GPU reads two: the token rows (`embd`, the
+#: mixed batch's rows set on the host: the position rows' get_rows, a host op between them and the first layer,
+#: stops the scheduler's expansion) and the position rows (`pos_embd`); its layer phase then holds the sum `inpL`
+#: and the attention norm under the fused QKV output (the allocator's peak on the gpt2 smoke model over two CUDA
+#: stand-ins at c1024: 10.54 MiB).
+PP_INPUT_BLOCKS_POSITIONS = 2
+PP_LAYER_BLOCKS_POSITIONS = 2
 #: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
 #: (`node_2`), the two-block hole of the FFN norm and the attention output; on a later GPU the hole and the
 #: attention output. (Measured with the allocator's debug dump: the dumps list every live tensor at each new peak.)
@@ -826,6 +834,12 @@ class PlanBuilder:
             # goes above (the gpt2 smoke model: the rotated Q under the FA output, 7.59 MiB)
             q_hole = 0 if self.pos_embd or not split else min(q, block) + less
             c = fa_out + q - q_hole
+            if self.pos_embd and il in self.shapes.qkv_rows and graph.no_rope_qkv:
+                # the fused QKV output's space stays under Q's contiguous copy (`Qcur-0 (cont)`, made while the
+                # output is live), the FA output above both; the layer's FFN input is not allocated yet: one
+                # block fewer (the gpt2 smoke model: `wqkv` freed at 3.09-4.59 MiB, the rotated Q, then the
+                # 2.5 MiB FA output with its copies, 7.59 MiB)
+                c += F32 * self.n_tok * self.shapes.qkv_rows[il] - block
             out.add(Affine(a_swa=k + v, c=c) if lp.is_swa else Affine(a_base=k + v, c=c))
             # (cohere2moe's parallel MoE runs after the attention's output projection: its FA output is freed by
             # then, the experts' intermediates over the freed masks, 9.43 MiB)
@@ -939,17 +953,33 @@ class PlanBuilder:
         )
         return (hole,)
 
+    def _pipeline_blocks(self, first: bool, runs: bool) -> tuple[int, int]:
+        """With pipeline parallelism: the blocks of a GPU's layer phase allocated after the copies, and those next
+        to the logits in its output phase."""
+        blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
+        if first and self.pos_embd:
+            blocks = PP_LAYER_BLOCKS_POSITIONS
+        out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+        if not runs and not self.output_norm_weight:
+            # no output norm weight (olmo): the whole norm runs on the last layer's device, its output is the
+            # split input and only the logits are computed here (the olmo smoke model over two CUDA stand-ins: the
+            # four copies of `result_norm` and the logits, 2.25 MiB)
+            out_blocks = 0
+        return blocks, out_blocks
+
     def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
         """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
-        the small inputs, the hidden-state blocks, and the output ids on the GPU that runs the last layer. The layer phase then
-        adds its own blocks; the output phase its norm output and the logits."""
+        the small inputs, the hidden-state blocks, and the output ids on the GPU that runs the last layer. The
+        layer phase then adds its own blocks; the output phase its norm output and the logits."""
         last = bool(layers) and layers[-1] == self.trunk[-1]
         pp_small = self.small_inputs(layers) + (I32 * self.n_out if last else 0)
-        if first:
+        if first and not self.pos_embd:
             pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
         n_hidden = (
             PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER if layers else PP_INPUT_BLOCKS_OUTPUT
         )
+        if first and self.pos_embd:
+            n_hidden = PP_INPUT_BLOCKS_POSITIONS
         hidden = n_hidden * self.embd_block
         return Affine(
             PIPELINE_COPIES * m.a_base,
@@ -1099,13 +1129,7 @@ class PlanBuilder:
             pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
             under.append(Linear("pipeline-parallel input copies", pp_inputs))
             m, vi = Affine(), 0
-            blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
-            out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
-            if not runs and not self.output_norm_weight:
-                # no output norm weight (olmo): the whole norm runs on the last layer's device, its output is
-                # the split input and only the logits are computed here (the olmo smoke model over two CUDA
-                # stand-ins: the four copies of `result_norm` and the logits, 2.25 MiB)
-                out_blocks = 0
+            blocks, out_blocks = self._pipeline_blocks(first, runs)
             out_extra = 0
         output: tuple[Term, ...] = ()
         if has_out and self.logits:
@@ -1174,7 +1198,8 @@ class PlanBuilder:
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
-        blocks = (residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip
+        first_blocks = NO_MIXED_BATCH_BLOCKS if self.pos_embd else residual_blocks(self.profile)
+        blocks = (first_blocks if first else GPU_LAYER_BLOCKS) + self.skip
         if first and layers and not flayers and not self.profile.is_moe:
             blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
         return blocks
