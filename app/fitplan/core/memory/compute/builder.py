@@ -1191,10 +1191,11 @@ class PlanBuilder:
         the attention norm, K in the mixed batch's freed token rows, the embeddings, the layer input, then Q and V,
         3.52 MiB; DeepSeek-V3 at 4096 and 32768 cells: every absorbed-MLA recording exact, 14 MiB over before).
         Not measured that way, left as they were: the recurrent blocks (Mamba, gated delta nets, lightning
-        attention), MiniMax-M3's block-sparse mask and the kept input embeddings of a skip connection."""
+        attention), MiniMax-M3's block-sparse mask, the kept input embeddings of a skip connection and a graph
+        without the mixed batch's inputs (`residual_blocks`: three blocks already)."""
         graph = self.profile.traits.graph
         recurrent = any(lp.is_recurrent for lp in self.profile.layers)
-        return not (recurrent or graph.msa_attention or graph.embd_skip)
+        return not (recurrent or graph.msa_attention or graph.embd_skip or graph.no_mixed_batch)
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
@@ -1384,6 +1385,10 @@ class PlanBuilder:
             blocks = (
                 n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
             ) * self.embd_block
+            if self.profile.traits.graph.no_mixed_batch:
+                # no mixed batch (`llm_arch_supports_mixed_batch`): one embeddings input and one token-rows output
+                # (the cogvlm smoke model on the CUDA stand-in: `inp_embd`, the mask and `embd`, 1.5 MiB at c512)
+                blocks //= 2
             if n_copies > 1:
                 blocks += n_copies * host_small
             if self.pos_embd:
