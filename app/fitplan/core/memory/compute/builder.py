@@ -733,7 +733,9 @@ class PlanBuilder:
                 if lp.is_recurrent:
                     dim = lp.n_head * lp.n_embd_head_k
                     sq = n_st * n_st * lp.n_head * self.inputs.n_seqs
-                    out.add(Affine(c=F32 * (4 * dim * self.n_tok + 2 * sq)))
+                    # with pipeline parallelism the input is among the never-freed copies (`_pipeline_inputs`)
+                    n_sq = 1 if self.inputs.pipeline_parallel else 2
+                    out.add(Affine(c=F32 * (4 * dim * self.n_tok + n_sq * sq)))
         gdn = gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
         if gdn and any(self.profile.layers[il].is_recurrent for il in layers):
             out.add(Affine(c=gdn))
@@ -975,6 +977,10 @@ class PlanBuilder:
         pp_small = self.small_inputs(layers) + (I32 * self.n_out if last else 0)
         if first and not self.pos_embd:
             pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
+        if any(self.profile.layers[il].is_recurrent for il in layers):
+            # the lightning layers' decay input (the MiniMax-01 smoke model over two CUDA stand-ins: four 2 MiB
+            # copies of `diag_decay_exp` on the first GPU, 25.7 MiB)
+            pp_small += self._lightning_decay([])
         n_hidden = (
             PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER if layers else PP_INPUT_BLOCKS_OUTPUT
         )
@@ -1398,6 +1404,20 @@ class PlanBuilder:
             label = "embeddings input + get_rows"
         return blocks, label
 
+    def _lightning_decay(self, host_layers: list[int]) -> int:
+        """The host's copy of the lightning attention's graph input `diag_decay_exp` `[n_st, n_st, n_head,
+        n_seqs]` f32 (src/models/minimax-01.cpp), where the GPUs run the lightning layers: graph inputs are
+        allocated on the host and copied to the GPU that reads them (the allocator's peak on the MiniMax-01 smoke
+        model on the CUDA stand-in at c512: the 2 MiB input next to the embeddings inputs, 4.53 MiB); with the
+        host running them it is in their transient (`_recurrent_terms`)."""
+        if not self.profile.traits.graph.lightning:
+            return 0
+        lightning = [lp for lp in self.profile.layers if lp.is_recurrent and lp.index not in host_layers]
+        if not lightning or len(lightning) < sum(1 for lp in self.profile.layers if lp.is_recurrent):
+            return 0
+        n_st = self.n_tok // max(1, self.inputs.n_seqs)
+        return F32 * n_st * n_st * max(lp.n_head for lp in lightning) * self.inputs.n_seqs
+
     def host_plan(self) -> DevicePlan:
         """The compute plan of the host."""
         host_layers = self.by_dev.get(None, [])
@@ -1428,6 +1448,7 @@ class PlanBuilder:
             Fixed("v_idxs", n_copies * self.v_idxs(self.trunk)),
             Fixed("token ids, positions, indices", host_small if n_copies == 1 else 0),
             Fixed(label, blocks),
+            Fixed("lightning decay input", n_copies * self._lightning_decay(host_layers)),
             *self._graph_inputs(host_layers),
         )
         logits, output = self._host_output(runs, host_layers if host_last and n_copies == 1 else None)
