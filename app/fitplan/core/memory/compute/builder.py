@@ -1404,6 +1404,14 @@ class PlanBuilder:
             label = "embeddings input + get_rows"
         return blocks, label
 
+    def _host_dsv4_inputs(self, runs: bool, n_copies: int) -> tuple[Term, ...]:
+        """DeepSeek-V4's compressed-attention graph inputs (`Dsv4Attention.inputs`: the masks, the top-k leaves,
+        the indexer's rotation) where the GPUs run its layers: allocated on the host, which fills them, and
+        copied to the GPUs (the allocator's peak on the smoke model over two CUDA stand-ins: the three masks and
+        the rotation four times each next to the embeddings inputs, 11.37 MiB)."""
+        dsv4 = self.dsv4(self.trunk) if not runs else None
+        return (Dsv4Inputs(dsv4, copies=n_copies),) if dsv4 is not None else ()
+
     def _lightning_decay(self, host_layers: list[int]) -> int:
         """The host's copy of the lightning attention's graph input `diag_decay_exp` `[n_st, n_st, n_head,
         n_seqs]` f32 (src/models/minimax-01.cpp), where the GPUs run the lightning layers: graph inputs are
@@ -1450,6 +1458,7 @@ class PlanBuilder:
             Fixed(label, blocks),
             Fixed("lightning decay input", n_copies * self._lightning_decay(host_layers)),
             *self._graph_inputs(host_layers),
+            *self._host_dsv4_inputs(runs, n_copies),
         )
         logits, output = self._host_output(runs, host_layers if host_last and n_copies == 1 else None)
         return DevicePlan(

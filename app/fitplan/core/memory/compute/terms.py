@@ -428,9 +428,10 @@ class Dsv4Inputs:
 
     dsv4: Dsv4Attention
     label: str = "compressed-attention masks"
+    copies: int = 1  # the host's copies with pipeline parallelism
 
     def at(self, nb: int, ns: int) -> int:
-        return self.dsv4.inputs(nb)
+        return self.copies * self.dsv4.inputs(nb)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        return self.dsv4.inputs_array(nb)
+        return self.copies * self.dsv4.inputs_array(nb)
