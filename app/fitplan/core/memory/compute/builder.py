@@ -1171,7 +1171,7 @@ class PlanBuilder:
             attention=att,
             fa_copies=Largest(FA_COPIES, fa) if fa else None,
             ffn=ffn,
-            after=nonzero(self._graph_inputs(layers)),
+            after=nonzero(self._graph_inputs(layers, PIPELINE_COPIES if pp else 1)),
             output=nonzero(output),
             under=nonzero(under),
             max_chunk=chunk,
@@ -1354,18 +1354,20 @@ class PlanBuilder:
         key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c)  # noqa: E731
         return (HostScores(tuple(sorted(shapes, key=key)), VULKAN_TENSOR_LIMIT),) if shapes else ()
 
-    def _graph_inputs(self, layers: list[int]) -> tuple[Term, ...]:
+    def _graph_inputs(self, layers: list[int], copies: int = 1) -> tuple[Term, ...]:
         """The cell-sized graph inputs and copies of a backend running `layers`: V's MLA copy, the DSA top-k
-        zeros, DeepSeek-V4's compressed-attention masks and the k-pool inputs."""
+        zeros, DeepSeek-V4's compressed-attention masks and the k-pool inputs (`copies` of those two: a GPU's
+        split inputs with pipeline parallelism, the glm5-next smoke model over two CUDA stand-ins: four copies of
+        the k-pool inputs on the first GPU, 42.6 MiB)."""
         out: list[Term] = [
             Linear("MLA V copy", self.mla_v(layers)),
             DsaZeros(self.dsa_zeros(layers), self.dsa_top_k),
         ]
         dsv4, kpool = self.dsv4(layers), self.kpool_selection(layers)
         if dsv4 is not None:
-            out.append(Dsv4Inputs(dsv4))
+            out.append(Dsv4Inputs(dsv4, copies=copies))
         if kpool is not None:
-            out.append(KpoolInputs(kpool))
+            out.append(KpoolInputs(kpool, copies=copies))
         return tuple(out)
 
     def _host_blocks(
@@ -1405,12 +1407,19 @@ class PlanBuilder:
         return blocks, label
 
     def _host_dsv4_inputs(self, runs: bool, n_copies: int) -> tuple[Term, ...]:
-        """DeepSeek-V4's compressed-attention graph inputs (`Dsv4Attention.inputs`: the masks, the top-k leaves,
+        """DeepSeek-V4's compressed-attention and the k-pool selection's graph inputs (`Dsv4Attention.inputs`: the masks, the top-k leaves,
         the indexer's rotation) where the GPUs run its layers: allocated on the host, which fills them, and
         copied to the GPUs (the allocator's peak on the smoke model over two CUDA stand-ins: the three masks and
         the rotation four times each next to the embeddings inputs, 11.37 MiB)."""
-        dsv4 = self.dsv4(self.trunk) if not runs else None
-        return (Dsv4Inputs(dsv4, copies=n_copies),) if dsv4 is not None else ()
+        if runs:
+            return ()
+        dsv4, kpool = self.dsv4(self.trunk), self.kpool_selection(self.trunk)
+        out: list[Term] = [] if dsv4 is None else [Dsv4Inputs(dsv4, copies=n_copies)]
+        if kpool is not None:
+            # the k-pool selection's inputs likewise (the glm5-next smoke model at c512: `leaf_8`, `leaf_9` and
+            # the 1.51 MiB `leaf_10` on the host, 3.72 MiB)
+            out.append(KpoolInputs(kpool, copies=n_copies))
+        return tuple(out)
 
     def _lightning_decay(self, host_layers: list[int]) -> int:
         """The host's copy of the lightning attention's graph input `diag_decay_exp` `[n_st, n_st, n_head,
