@@ -1419,6 +1419,13 @@ class PlanBuilder:
             # the k-pool selection's inputs likewise (the glm5-next smoke model at c512: `leaf_8`, `leaf_9` and
             # the 1.51 MiB `leaf_10` on the host, 3.72 MiB)
             out.append(KpoolInputs(kpool, copies=n_copies))
+        msa = self._msa_mask(self.trunk)
+        if msa is not None:
+            # MiniMax-M3's block-sparse inputs (`llm_graph_input_msa`, `_msa_mask` without the GPU's block)
+            c = msa.c - self.embd_block
+            out.append(
+                Linear("block-sparse inputs", Affine(n_copies * I32 * self.inputs.n_stream, 0, n_copies * c))
+            )
         return tuple(out)
 
     def _lightning_decay(self, host_layers: list[int]) -> int:
