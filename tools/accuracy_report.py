@@ -944,6 +944,10 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   more there) and the first GPU reads two blocks, not the mixed batch's three: every stand-in recording of the
   three smoke models exact (before 9-17% over on the GPU). A graph without the mixed batch (cogvlm) has one
   embeddings input and one token-rows output on the host.
+* **Graph inputs are the host's** where the GPUs run the layers that read them, and a pipeline-parallel GPU
+  holds four copies: MiniMax-01's lightning decay input, glm5-next's and qwen4exp's k-pool selection inputs,
+  DeepSeek-V4's compressed-attention masks, MiniMax-M3's block-sparse inputs (the host was 0.7-11 MiB under in
+  every case of those smoke models; glm5-next over two GPUs -30.4% -> -0.3%, MiniMax-01 -34.4% -> -2.6%).
 * **A projector on the GPU** (llama-server on the stand-in, `standin_server`): clip's warm-up buffer on the GPU is
   the CPU-only run's, and the graph inputs (the raw image, positions, Qwen2.5-VL's f32 window mask) stay in the
   host's CPU buffer, which the scheduler fills and copies over (`mmproj_graph_inputs`: LLaVA 1.30 MiB, Gemma 3
@@ -967,8 +971,8 @@ hyper-connection streams the output head reads (hy_v4 20.5 MiB, qwen4exp 12 MiB)
 that follows the output weights; hrm_text's layers split back and forth between the GPUs (23 splits, 60% under);
 `-fa on` where ggml-cuda refuses the shape (the MLA smoke models: the flash-attention op runs on the host with its
 K/V views copied there, the GPU's and the host's parts swapped; glm5-next 12% under); mistral4's expert
-multiplication the stand-in runs on the host; MiniMax-01's and DeepSeek-V4's host inputs (the lightning
-attention's and the compressed-attention masks, copied four times with pipeline parallelism); partial `-ngl` of
+multiplication the stand-in runs on the host; MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not
+counted as never-freed copies there); partial `-ngl` of
 granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its Mamba layers; Llama-4-Scout
 at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention mask); DeepSeek-V3 with a
 q8_0 cache at 32768 cells (+7%: the absorbed MLA's f16 copy, 36 MiB, fits in holes the replay does not see).
