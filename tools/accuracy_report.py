@@ -937,8 +937,9 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   +0.5%.
 * **The first GPU's attention phase has one block space fewer too**, as its FFN phase: the ungated smoke models
   and DeepSeek-V3's recordings with f16 caches at 4096 and 32768 cells on one GPU (CUDA and Metal; Vulkan at
-  `-ub 512`) are exact (14 MiB over before, 56 MiB at `-ub 2048`). Not applied to recurrent blocks, MiniMax-M3's block-sparse mask, skip connections and
-  graphs without the mixed batch, which were not measured that way.
+  `-ub 512`) are exact (14 MiB over before, 56 MiB at `-ub 2048`). Not applied to recurrent blocks,
+  MiniMax-M3's block-sparse mask, skip connections and graphs without the mixed batch, which were not measured
+  that way.
 * **Learned position rows** (gpt2, starcoder, mpt): the position rows' get_rows is a host op between the token
   rows and the first layer, so the host sets the mixed batch's rows and computes the position rows (one block
   more there) and the first GPU reads two blocks, not the mixed batch's three: every stand-in recording of the

@@ -273,8 +273,8 @@ def cuda_flash_attn_supported(layer: LayerProfile, type_k: str, type_v: str) -> 
     """Whether ggml-cuda runs flash attention for `layer`'s K/V heads and cache types (`supports_op`:
     `ggml_cuda_flash_attn_ext_supported`). An MLA layer attends with its compressed row as one K/V head shared by
     every query head (K = kv_lora_rank + n_rot, V = kv_lora_rank: DeepSeek-V3's 576/512 with 128 heads runs, a
-    single-head model does not). ALiBi, which turns the grouped kernels off, is not modelled (no ALiBi model has
-    one of those head sizes)."""
+    single-head model does not). Not read from the header: ALiBi's maximum bias, which turns the grouped kernels
+    off too."""
     if type_k not in CUDA_FA_CACHE_TYPES or type_v not in CUDA_FA_CACHE_TYPES:
         return False
     dk, dv = layer.n_embd_head_k, layer.n_embd_head_v

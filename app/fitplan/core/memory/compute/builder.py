@@ -1406,11 +1406,12 @@ class PlanBuilder:
             label = "embeddings input + get_rows"
         return blocks, label
 
-    def _host_dsv4_inputs(self, runs: bool, n_copies: int) -> tuple[Term, ...]:
-        """DeepSeek-V4's compressed-attention and the k-pool selection's graph inputs (`Dsv4Attention.inputs`: the masks, the top-k leaves,
-        the indexer's rotation) where the GPUs run its layers: allocated on the host, which fills them, and
-        copied to the GPUs (the allocator's peak on the smoke model over two CUDA stand-ins: the three masks and
-        the rotation four times each next to the embeddings inputs, 11.37 MiB)."""
+    def _host_graph_inputs(self, runs: bool, n_copies: int) -> tuple[Term, ...]:
+        """The sparse and compressed attentions' graph inputs where the GPUs run the layers that read them:
+        allocated on the host, which fills them, and copied to the GPUs, `n_copies` times with pipeline
+        parallelism. DeepSeek-V4's (`Dsv4Attention.inputs`: the masks, the top-k leaves, the indexer's rotation;
+        the allocator's peak on the smoke model over two CUDA stand-ins: the three masks and the rotation four
+        times each next to the embeddings inputs, 11.37 MiB), the k-pool selection's and MiniMax-M3's."""
         if runs:
             return ()
         dsv4, kpool = self.dsv4(self.trunk), self.kpool_selection(self.trunk)
@@ -1474,7 +1475,7 @@ class PlanBuilder:
             Fixed(label, blocks),
             Fixed("lightning decay input", n_copies * self._lightning_decay(host_layers)),
             *self._graph_inputs(host_layers),
-            *self._host_dsv4_inputs(runs, n_copies),
+            *self._host_graph_inputs(runs, n_copies),
         )
         logits, output = self._host_output(runs, host_layers if host_last and n_copies == 1 else None)
         return DevicePlan(
