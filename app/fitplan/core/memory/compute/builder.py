@@ -41,6 +41,7 @@ from fitplan.core.memory.compute.recurrent import (
     SsmReplay,
     gdn_output,
     gdn_transient,
+    mamba1_first_gpu,
     mamba2_split_below_logits,
     mamba_ops,
     ssm_transient,
@@ -1203,6 +1204,18 @@ class PlanBuilder:
         recurrent = any(lp.is_recurrent for lp in self.profile.layers)
         return not (recurrent or graph.msa_attention or graph.embd_skip or graph.no_mixed_batch)
 
+    def _first_gpu_live_sets(self, layers: list[int], kq: tuple[Affine, ...]) -> tuple[Affine, ...]:
+        """The attention's live sets on the GPU that holds the input blocks (`_split_first`): one block space
+        fewer (`_attention_one_block_fewer`), and a Mamba-1 block in that GPU's layout (`mamba1_first_gpu`)."""
+        block = self.embd_block
+        if self._attention_one_block_fewer():
+            kq = tuple(Affine(a.a_base, a.a_swa, a.c - block, a.room) for a in kq)
+        mamba1 = mamba1_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)
+        if mamba1 and not any(attn_layers(self.profile, layers)):
+            cpu = ssm_transient(self.profile, self.n_tok, self.inputs.n_seqs, False)
+            kq = tuple(Affine(c=mamba1) if a == Affine(c=cpu) else a for a in kq)
+        return kq
+
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
         first_blocks = NO_MIXED_BATCH_BLOCKS if self.pos_embd else residual_blocks(self.profile)
@@ -1254,8 +1267,8 @@ class PlanBuilder:
             shexp_ffn -= self.embd_block
         less = self.embd_block if split else 0
         ffn_rest = max(max(0, ffn_rest - less), shexp_ffn)
-        if less and self._attention_one_block_fewer():
-            kq_gi = tuple(Affine(a.a_base, a.a_swa, a.c - less, a.room) for a in kq_gi)
+        if split:
+            kq_gi = self._first_gpu_live_sets(layers, kq_gi)
         if not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
