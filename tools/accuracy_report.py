@@ -939,7 +939,8 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   and DeepSeek-V3's recordings with f16 caches at 4096 and 32768 cells on one GPU (CUDA and Metal; Vulkan at
   `-ub 512`) are exact (14 MiB over before, 56 MiB at `-ub 2048`). Not applied to recurrent blocks,
   MiniMax-M3's block-sparse mask, skip connections and graphs without the mixed batch, which were not measured
-  that way.
+  that way. A Mamba-1 block there puts its conv output in the two-block hole the mixed batch's freed copies
+  leave (`mamba1_first_gpu`: the mamba smoke model's one-GPU cases exact, 11% over before).
 * **Learned position rows** (gpt2, starcoder, mpt): the position rows' get_rows is a host op between the token
   rows and the first layer, so the host sets the mixed batch's rows and computes the position rows (one block
   more there) and the first GPU reads two blocks, not the mixed batch's three: every stand-in recording of the
@@ -966,7 +967,8 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   the planner's search has to handle it first.
 
 Left: some architecture smoke models (hidden size 128-512) are still one or two blocks off on the first GPU
-(the Mamba, Jamba and Falcon-H1 blocks, the diffusion models dream and llada, MiniCPM3's compressed KV); on a
+(Jamba's and Falcon-H1's Mamba blocks beside attention, the diffusion models dream and llada, MiniCPM3's
+compressed KV); on a
 second GPU with only the output layer the norm output an MTP graph keeps before the output ids (`h_nextn`), the
 hyper-connection streams the output head reads (hy_v4 20.5 MiB, qwen4exp 12 MiB) and kimi-k3's last-layer tail
 that follows the output weights; hrm_text's layers split back and forth between the GPUs (23 splits, 60% under);
