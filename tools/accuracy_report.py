@@ -968,17 +968,17 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
 
 Left: some architecture smoke models (hidden size 128-512) are still one or two blocks off on the first GPU
 (Jamba's and Falcon-H1's Mamba blocks beside attention, the diffusion models dream and llada, MiniCPM3's
-compressed KV); on a
-second GPU with only the output layer the norm output an MTP graph keeps before the output ids (`h_nextn`), the
-hyper-connection streams the output head reads (hy_v4 20.5 MiB, qwen4exp 12 MiB) and kimi-k3's last-layer tail
-that follows the output weights; hrm_text's layers split back and forth between the GPUs (23 splits, 60% under);
-`-fa on` where ggml-cuda refuses the shape (the MLA smoke models: the flash-attention op runs on the host with its
-K/V views copied there, the GPU's and the host's parts swapped; glm5-next 12% under); mistral4's expert
-multiplication the stand-in runs on the host; MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not
-counted as never-freed copies there); partial `-ngl` of
-granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its Mamba layers; Llama-4-Scout
-at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention mask); DeepSeek-V3 with a
-q8_0 cache at 32768 cells (+7%: the absorbed MLA's f16 copy, 36 MiB, fits in holes the replay does not see).
+compressed KV); on a second GPU with only the output layer the norm output an MTP graph keeps before the output
+ids (`h_nextn`), the hyper-connection streams the output head reads (hy_v4 20.5 MiB, qwen4exp 12 MiB) and
+kimi-k3's last-layer tail that follows the output weights; hrm_text's layers split back and forth between the
+GPUs (23 splits, 60% under); `-fa on` where ggml-cuda refuses the shape (the MLA smoke models with a q8_0 cache:
+the flash-attention op runs on the host with its inputs copied there, so the GPU's and the host's parts are
+swapped, the totals within 5%); mistral4's expert multiplication the stand-in runs on the host; MiniMax-M3's
+block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies there); partial `-ngl` of
+granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its Mamba layers;
+Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention mask);
+DeepSeek-V3 with a q8_0 cache at 32768 cells (+7%: the absorbed MLA's f16 copy, 36 MiB, fits in holes the replay
+does not see).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are
 planned with the same compute model and shown their own stand-ins' band.
