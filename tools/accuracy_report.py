@@ -934,7 +934,9 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   hole (`_fa_op_live`). An FFN that runs beside the attention (command-r, falcon, arctic's MoE branch) is
   allocated above the waiting output with its copies. The smoke models at c2048 with q8_0 caches: 68 of 128
   missed, 10 do (most were 1-2 MiB over, arctic 16.5% under); Qwen3-Next with `-cmoe` at 32768 cells +7.2% ->
-  +0.5%.
+  +0.5%; DeepSeek-V3's absorbed MLA, whose replayed peak is larger than the op's live set, exact with q8_0 and
+  q4_0 caches (3-10% over before: its 36 MiB copy at 32768 cells was added on top). Where ggml-cuda refuses the
+  shape (`-fa on` with the MLA smoke models) the copies stay added, as before.
 * **The first GPU's attention phase has one block space fewer too**, as its FFN phase: the ungated smoke models
   and DeepSeek-V3's recordings with f16 caches at 4096 and 32768 cells on one GPU (CUDA and Metal; Vulkan at
   `-ub 512`) are exact (14 MiB over before, 56 MiB at `-ub 2048`). Not applied to recurrent blocks,
@@ -976,9 +978,7 @@ the flash-attention op runs on the host with its inputs copied there, so the GPU
 swapped, the totals within 5%); mistral4's expert multiplication the stand-in runs on the host; MiniMax-M3's
 block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies there); partial `-ngl` of
 granite-4.0-h-tiny (Mamba-2 layers whose states stay on the host) and `-nkvo` with its Mamba layers;
-Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention mask);
-DeepSeek-V3 with a q8_0 cache at 32768 cells (+7%: the absorbed MLA's f16 copy, 36 MiB, fits in holes the replay
-does not see).
+Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy above the full-attention mask).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are
 planned with the same compute model and shown their own stand-ins' band.

@@ -80,6 +80,7 @@ from fitplan.core.memory.compute.terms import (
     Term,
     nonzero,
 )
+from fitplan.core.memory.context import cuda_flash_attn_supported
 from fitplan.core.memory.weights import CPU_REPACK_BUFT, CUDA_VENDORS, WeightPlacement, row_bytes
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
@@ -795,18 +796,27 @@ class PlanBuilder:
             out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
 
+    def _cuda_fa_runs(self, layers: list[int]) -> bool:
+        """Whether ggml-cuda runs the flash attention of every attention layer in `layers`
+        (`cuda_flash_attn_supported`). With `-fa on` a shape it refuses runs on the host, where the scheduler puts
+        the op (the MLA smoke models' single query head: the GPU's part 4.5 MiB recorded, the host's 7.0), which
+        is not modelled: the copies stay added to the largest live set there, as before."""
+        tk, tv = self.inputs.cache_type_k, self.inputs.cache_type_v
+        base, swa = attn_layers(self.profile, layers)
+        return all(cuda_flash_attn_supported(self.profile.layers[il], tk, tv) for il in base + swa)
+
     def _fa_terms(
         self, gi: int, layers: list[int], kq: tuple[Affine, ...], first: bool, pp: bool
     ) -> tuple[tuple[Affine, ...], tuple[Affine, ...], tuple[Affine, ...]]:
         """GPU `gi`'s attention live sets with the flash-attention op's own allocation, its part (CUDA's f16 copies,
         Metal's scratch) and what is added to the largest live set: CUDA's copies are in the live sets
-        (`_fa_op_live`; an MLA layer's replay and a fork's graph keep them added), Metal's scratch is added."""
+        (`_fa_op_live`; a fork's graph and a shape ggml-cuda refuses keep them added), Metal's scratch is added."""
         vendor = self.gpu_vendors[gi]
         if vendor is Vendor.APPLE:
             scratch = self.metal_fa_scratch(layers)
             return kq, scratch, scratch
         fa = self.fa_copies(layers) if vendor in CUDA_VENDORS else ()
-        if fa and not self.profile.is_mla and not self.inputs.fork_attention:
+        if fa and not self.inputs.fork_attention and self._cuda_fa_runs(layers):
             split = self._split_first(gi, first, pp) and self._attention_one_block_fewer()
             return self._fa_op_live(layers, kq, split), fa, ()
         return kq, fa, fa
@@ -821,7 +831,9 @@ class PlanBuilder:
         or roped) sits in a freed one-block hole when it fits (the allocator's trace on the CUDA stand-in, the
         arctic and llama smoke models at c2048 with q8_0 caches: `node_12`, the rotated Q, in the block the mixed
         batch's token rows left, the FA output with its 2 MiB of copies on top of the layer input: 6.59 MiB, where
-        Q, K and V under the copies would make 7.59)."""
+        Q, K and V under the copies would make 7.59). The absorbed MLA attention's replayed peak is larger than
+        its FA op's live set: its copy (36 MiB for DeepSeek-V3 at 32768 cells) adds nothing (DeepSeek-V3's
+        stand-in recordings with a quantized cache on one GPU, experts there, exact: 3-10% over before)."""
         block = self.embd_block
         less = block if split else 0
         graph = self.profile.traits.graph
@@ -830,7 +842,8 @@ class PlanBuilder:
         for il in base + swa:
             lp = self.profile.layers[il]
             k = F16 * lp.n_embd_k_gqa if self.inputs.cache_type_k != "f16" else 0
-            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" else 0
+            # MLA's V is a view of K: one copy (`fa_copies`)
+            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" and not self.profile.is_mla else 0
             q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
             fa_out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v
             # learned position embeddings: the copy of the position rows (`CUDA0#pos_embd#0`) holds the hole, Q
