@@ -917,6 +917,41 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
 * **Padded cache rows.** A quantized K cache whose row is not a multiple of 512 elements (DeepSeek's 576-wide MLA
   rows) gets one padded row per tensor, then the tensor is padded to 128 bytes.
 * **MLA's V is a view of K**: the flash-attention kernel's f16 copy of a quantized cache is one copy, not two.
+* **Flash attention "auto" follows the devices.** llama.cpp reserves a one-token graph with flash attention and
+  turns it off when a layer's attention is not placed on that layer's device (`resolve_fused_ops`): ggml-cuda
+  refuses K/V head sizes outside its kernels, and the 576/512 MLA row with a single query head (its grouped
+  kernels need two heads per K/V head at least; DeepSeek-V3's 128 run). The estimate resolves "auto" the same
+  way for the layers on a CUDA or ROCm GPU (`device_flash_attn`): all 30 recorded "disabled" of the smoke
+  models and 351 "enabled" agree, and the MLA smoke models, 12-60% under before (f16 masks, no KQ scores),
+  are within 5% but for the cases below.
+* **A pipeline-parallel GPU with only the output layer** reads one block from the previous GPU, the weightless
+  output norm (the scheduler runs an op without a weight on its neighbour's device), not two; the output ids go
+  to the last layer's GPU; without an output norm weight (olmo) only the logits are computed there. The two-GPU
+  smoke cases: 102 of 120 had 2 MiB too much on the second GPU.
+* **CUDA's f16 copies of a quantized cache are the flash-attention output's own allocation**
+  (`ggml_cuda_flash_attn_ext_get_alloc_size`), made once K and V are stored and freed: the live set is Q, the
+  output and the copies, not the projections under the copies; on the first GPU Q sits in a freed one-block
+  hole (`_fa_op_live`). An FFN that runs beside the attention (command-r, falcon, arctic's MoE branch) is
+  allocated above the waiting output with its copies. The smoke models at c2048 with q8_0 caches: 68 of 128
+  missed, 10 do (most were 1-2 MiB over, arctic 16.5% under); Qwen3-Next with `-cmoe` at 32768 cells +7.2% ->
+  +0.5%; DeepSeek-V3's absorbed MLA, whose replayed peak is larger than the op's live set, exact with q8_0 and
+  q4_0 caches (3-10% over before: its 36 MiB copy at 32768 cells was added on top). Where ggml-cuda refuses the
+  shape (`-fa on` with the MLA smoke models) the copies stay added, as before.
+* **The first GPU's attention phase has one block space fewer too**, as its FFN phase: the ungated smoke models
+  and DeepSeek-V3's recordings with f16 caches at 4096 and 32768 cells on one GPU (CUDA and Metal; Vulkan at
+  `-ub 512`) are exact (14 MiB over before, 56 MiB at `-ub 2048`). Not applied to recurrent blocks,
+  MiniMax-M3's block-sparse mask, skip connections and graphs without the mixed batch, which were not measured
+  that way. A Mamba-1 block there puts its conv output in the two-block hole the mixed batch's freed copies
+  leave (`mamba1_first_gpu`: the mamba smoke model's one-GPU cases exact, 11% over before).
+* **Learned position rows** (gpt2, starcoder, mpt): the position rows' get_rows is a host op between the token
+  rows and the first layer, so the host sets the mixed batch's rows and computes the position rows (one block
+  more there) and the first GPU reads two blocks, not the mixed batch's three: every stand-in recording of the
+  three smoke models exact (before 9-17% over on the GPU). A graph without the mixed batch (cogvlm) has one
+  embeddings input and one token-rows output on the host.
+* **Graph inputs are the host's** where the GPUs run the layers that read them, and a pipeline-parallel GPU
+  holds four copies: MiniMax-01's lightning decay input, glm5-next's and qwen4exp's k-pool selection inputs,
+  DeepSeek-V4's compressed-attention masks, MiniMax-M3's block-sparse inputs (the host was 0.7-11 MiB under in
+  every case of those smoke models; glm5-next over two GPUs -30.4% -> -0.3%, MiniMax-01 -34.4% -> -2.6%).
 * **A projector on the GPU** (llama-server on the stand-in, `standin_server`): clip's warm-up buffer on the GPU is
   the CPU-only run's, and the graph inputs (the raw image, positions, Qwen2.5-VL's f32 window mask) stay in the
   host's CPU buffer, which the scheduler fills and copies over (`mmproj_graph_inputs`: LLaVA 1.30 MiB, Gemma 3
@@ -955,16 +990,22 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   in the hole (+8.4..+11.9% -> exact); a gated delta net's input norm and state read in the hole's two blocks
   (qwen35 +6.0% -> exact).
 
-Left: some architecture smoke models (hidden size 128-512) are 0.5 MiB (one or two blocks) off on the first GPU;
-granite-4.0-h-tiny with `-nkvo` on the GPU (-11.7%: the zero-byte copies of the `rs_s_copy` views that every Mamba
-layer makes when its states are on the host enter the allocator's free list as blocks and keep freed regions from
-merging into the free end, so the logits go above the last attention layer's down outputs at 52.5 MiB instead of
-20.0; only a replay of the whole graph's allocations would place them) and over two GPUs with `-ncmoe 20` (-5.0%:
-the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's down copy goes above
-it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert keeps the norm live,
-the same rule holds on Llama-4-Scout, +2.7%); Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy
-above the full-attention mask); DeepSeek-V3 with a quantized cache at 32768 cells (the f16 copy fits in holes the
-estimate does not see).
+Left: some architecture smoke models (hidden size 128-512) are still one or two blocks off on the first GPU
+(the diffusion models dream and llada, MiniCPM3's compressed KV); on a second GPU with only the output layer the
+norm output an MTP graph keeps before the output ids (`h_nextn`), the hyper-connection streams the output head
+reads (hy_v4 20.5 MiB, qwen4exp 12 MiB) and kimi-k3's last-layer tail that follows the output weights; hrm_text's
+layers split back and forth between the GPUs (23 splits, 60% under); `-fa on` where ggml-cuda refuses the shape
+(the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied there, so
+the GPU's and the host's parts are swapped, the totals within 5%); mistral4's expert multiplication the stand-in
+runs on the host; MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies
+there); granite-4.0-h-tiny with `-nkvo` on the GPU (-11.7%: the zero-byte copies of the `rs_s_copy` views that
+every Mamba layer makes when its states are on the host enter the allocator's free list as blocks and keep freed
+regions from merging into the free end, so the logits go above the last attention layer's down outputs at 52.5 MiB
+instead of 20.0; only a replay of the whole graph's allocations would place them) and over two GPUs with
+`-ncmoe 20` (-5.0%: the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's
+down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
+keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); Llama-4-Scout at 32768 cells with a q8_0 cache
+and `-cmoe` (its down copy above the full-attention mask).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are
 planned with the same compute model and shown their own stand-ins' band.

@@ -25,6 +25,7 @@ from fitplan.core.base.errors import SettingsError
 from fitplan.core.base.launch_settings import (
     NGL_ALL,
     NGL_AUTO,
+    Engine,
     LaunchSettings,
     MmprojPlacement,
     SplitMode,
@@ -181,7 +182,7 @@ def estimate(
     warnings = _profile_warnings(profile)
     _auto_ngl_note(settings, bool(gpus), assumptions)
 
-    ctx = _resolve(profile, settings, placement)
+    ctx = _resolve(profile, settings, placement, gpus)
     parts = _Parts([[] for _ in range(len(gpus) + 1)], [[] for _ in range(len(gpus) + 1)])
     names = [gpu_backend(machine.gpus[i], i).buffer_type for i in active_gpu_positions(settings, machine)]
 
@@ -385,9 +386,20 @@ def _auto_ngl_note(settings: LaunchSettings, has_gpus: bool, assumptions: list[s
         )
 
 
-def _resolve(profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement) -> ResolvedContext:
+def _resolve(
+    profile: ModelProfile, settings: LaunchSettings, placement: WeightPlacement, gpus: Sequence[Device]
+) -> ResolvedContext:
     ctx = context_memory.resolve_context(profile, settings, engines.memory_rules(settings.engine))
-    return dataclasses.replace(ctx, n_gpu_layers=placement.n_gpu_layers)
+    fa = ctx.flash_attn
+    if settings.engine is Engine.LLAMA_CPP:
+        # mainline's probe of flash attention "auto" on the devices the layers are placed on
+        cuda = [
+            il
+            for il, d in enumerate(placement.layer_device)
+            if d is not None and d < len(gpus) and gpus[d].vendor in CUDA_VENDORS
+        ]
+        fa = context_memory.device_flash_attn(profile, settings, fa, cuda)
+    return dataclasses.replace(ctx, n_gpu_layers=placement.n_gpu_layers, flash_attn=fa)
 
 
 def compute_inputs(

@@ -20,6 +20,7 @@ per-layer split) for each `ResolvedContext` from `resolve_context` with another 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
@@ -30,6 +31,7 @@ from fitplan.core.base.launch_settings import (
     SERVER_AUTO_PARALLEL,
     FlashAttn,
     LaunchSettings,
+    SplitMode,
     Tool,
 )
 from fitplan.core.base.results import ResolvedContext, TermKind
@@ -256,6 +258,57 @@ def resolve_flash_attn(profile: ModelProfile, settings: LaunchSettings) -> bool:
                         f"the head size {head} of layer {ly.index}"
                     )
     return on
+
+
+#: ggml-cuda's flash-attention kernels (ggml/src/ggml-cuda/fattn.cu `ggml_cuda_get_best_fattn_kernel`): K head sizes
+#: that need V of the same size, and those with their own V size and a multiple the GQA ratio must be of (the
+#: kernels that group the heads sharing a K/V head, `gqa_opt_applies`: a ratio of 2 at least).
+CUDA_FA_SAME_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
+CUDA_FA_GQA_HEADS: dict[int, tuple[int, int]] = {192: (128, 8), 320: (256, 32), 512: (512, 1), 576: (512, 1)}
+#: fattn.cu `ggml_cuda_fattn_kv_type_supported`.
+CUDA_FA_CACHE_TYPES = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
+
+
+def cuda_flash_attn_supported(layer: LayerProfile, type_k: str, type_v: str) -> bool:
+    """Whether ggml-cuda runs flash attention for `layer`'s K/V heads and cache types (`supports_op`:
+    `ggml_cuda_flash_attn_ext_supported`). An MLA layer attends with its compressed row as one K/V head shared by
+    every query head (K = kv_lora_rank + n_rot, V = kv_lora_rank: DeepSeek-V3's 576/512 with 128 heads runs, a
+    single-head model does not). Not read from the header: ALiBi's maximum bias, which turns the grouped kernels
+    off too."""
+    if type_k not in CUDA_FA_CACHE_TYPES or type_v not in CUDA_FA_CACHE_TYPES:
+        return False
+    dk, dv = layer.n_embd_head_k, layer.n_embd_head_v
+    if dk in CUDA_FA_SAME_HEADS:
+        return dv == dk
+    if dk not in CUDA_FA_GQA_HEADS:
+        return False
+    need_v, multiple = CUDA_FA_GQA_HEADS[dk]
+    gqa = layer.n_head // max(1, layer.n_head_kv)
+    return dv == need_v and gqa >= 2 and gqa % multiple == 0
+
+
+def device_flash_attn(
+    profile: ModelProfile, settings: LaunchSettings, flash_attn: bool, cuda_layers: Sequence[int]
+) -> bool:
+    """Flash attention after llama.cpp's probe of "auto" (src/llama-context.cpp `resolve_fused_ops`): a one-token
+    graph is reserved with flash attention and it is turned off when a layer's attention is not placed on that
+    layer's device, which is what the scheduler does when the device refuses the op (here: a layer on a
+    ggml-cuda GPU, `cuda_layers`, that `cuda_flash_attn_supported` refuses; the CPU backend runs every shape).
+    Not probed: flash attention set on or off, or turned on by a quantized V cache or the tensor split
+    (`llama_init_from_model`)."""
+    if not flash_attn or settings.flash_attn is not FlashAttn.AUTO:
+        return flash_attn
+    if is_quantized_cache_type(settings.cache_type_v) or settings.split_mode is SplitMode.TENSOR:
+        return flash_attn
+    tk, tv = settings.cache_type_k.lower(), settings.cache_type_v.lower()
+    for il in cuda_layers:
+        if il >= len(profile.layers):
+            continue  # the output layer
+        lp = profile.layers[il]
+        attends = (lp.has_kv or lp.kv_source is not None) and lp.n_head > 0 and not lp.is_nextn
+        if attends and not cuda_flash_attn_supported(lp, tk, tv):
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

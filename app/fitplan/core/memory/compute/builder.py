@@ -21,6 +21,7 @@ from fitplan.core.memory.compute.attention import (
 from fitplan.core.memory.compute.device_plan import DevicePlan
 from fitplan.core.memory.compute.ffn import (
     FFN_HOLE_BLOCKS,
+    NO_MIXED_BATCH_BLOCKS,
     RESIDUAL_BLOCKS,
     expert_copy_hole,
     ffn_in_hole,
@@ -42,6 +43,7 @@ from fitplan.core.memory.compute.recurrent import (
     gdn_output,
     gdn_transient,
     mamba2_host_state_copies,
+    mamba1_first_gpu,
     mamba2_split_below_logits,
     mamba_first_gpu,
     mamba_ops,
@@ -81,6 +83,7 @@ from fitplan.core.memory.compute.terms import (
     Term,
     nonzero,
 )
+from fitplan.core.memory.context import cuda_flash_attn_supported
 from fitplan.core.memory.weights import CPU_REPACK_BUFT, CUDA_VENDORS, WeightPlacement, row_bytes
 from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
@@ -104,6 +107,20 @@ PIPELINE_COPIES = 4
 #: input, which the scheduler runs where its source is.
 PP_INPUT_BLOCKS_FIRST = 3
 PP_INPUT_BLOCKS_OTHER = 2
+#: A GPU that runs no layer, only the output layer, reads one: the weightless output norm (`norm`), which the
+#: scheduler runs on the last layer's device (ggml-backend.cpp `ggml_backend_sched_split_graph`, pass 2: an op
+#: without a weight takes its neighbour's backend), so only the output norm's weight multiplication is here; the
+#: output ids are read by the last layer's `get_rows` (src/llama-graph.cpp `build_inp_out_ids`), on that layer's
+#: device (the allocator's peak on the llama smoke model over two CUDA stand-ins at c1024: the four copies of
+#: `norm`, `result_norm` and the logits, 2.75 MiB).
+PP_INPUT_BLOCKS_OUTPUT = 1
+#: With learned position embeddings (gpt2, starcoder, mpt) the first GPU reads two: the token rows (`embd`, the
+#: mixed batch's rows set on the host: the position rows' get_rows, a host op between them and the first layer,
+#: stops the scheduler's expansion) and the position rows (`pos_embd`); its layer phase then holds the sum `inpL`
+#: and the attention norm under the fused QKV output (the allocator's peak on the gpt2 smoke model over two CUDA
+#: stand-ins at c1024: 10.54 MiB).
+PP_INPUT_BLOCKS_POSITIONS = 2
+PP_LAYER_BLOCKS_POSITIONS = 2
 #: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
 #: (`node_2`), the two-block hole of the FFN norm and the attention output; on a later GPU the hole and the
 #: attention output. (Measured with the allocator's debug dump: the dumps list every live tensor at each new peak.)
@@ -234,6 +251,14 @@ def _freed_chunk(attention: tuple[Term, ...]) -> Term | None:
     return FreedChunk(att) if isinstance(att, AttentionScores) and att.chunks is not None else None
 
 
+def _model_inputs(profile: ModelProfile) -> tuple[bool, bool]:
+    """Whether the model has a norm weight outside the layers (the output norm's; lfm2 names its
+    `token_embd_norm`), and learned position embeddings (gpt2, starcoder, mpt: their rows are one more
+    block-sized graph input)."""
+    names = [t.name for t in profile.tensors if t.layer is None]
+    return any("norm" in n for n in names), "position_embd.weight" in names
+
+
 class PlanBuilder:
     """The graph facts of one model, settings and placement that every backend's `DevicePlan` is built from."""
 
@@ -315,6 +340,7 @@ class PlanBuilder:
         self.compute_dev = compute_dev
         self.skip = skip
         self.below_logits = below_logits
+        self.output_norm_weight, self.pos_embd = _model_inputs(profile)
 
     def dsa_zeros(self, layers: list[int]) -> int:
         # every full-attention layer's attention takes the top-k mask (a shared-indexer layer reuses another's
@@ -712,7 +738,9 @@ class PlanBuilder:
                 if lp.is_recurrent:
                     dim = lp.n_head * lp.n_embd_head_k
                     sq = n_st * n_st * lp.n_head * self.inputs.n_seqs
-                    out.add(Affine(c=F32 * (4 * dim * self.n_tok + 2 * sq)))
+                    # with pipeline parallelism the input is among the never-freed copies (`_pipeline_inputs`)
+                    n_sq = 1 if self.inputs.pipeline_parallel else 2
+                    out.add(Affine(c=F32 * (4 * dim * self.n_tok + n_sq * sq)))
         gdn = gdn_transient(self.profile, self.n_tok, self.inputs.n_seqs)
         if gdn and any(self.profile.layers[il].is_recurrent for il in layers):
             out.add(Affine(c=gdn))
@@ -770,6 +798,81 @@ class PlanBuilder:
             v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" and not self.profile.is_mla else 0
             out.add(Affine(a_swa=k + v) if lp.is_swa else Affine(a_base=k + v))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa)))
+
+    def _cuda_fa_runs(self, layers: list[int]) -> bool:
+        """Whether ggml-cuda runs the flash attention of every attention layer in `layers`
+        (`cuda_flash_attn_supported`). With `-fa on` a shape it refuses runs on the host, where the scheduler puts
+        the op (the MLA smoke models' single query head: the GPU's part 4.5 MiB recorded, the host's 7.0), which
+        is not modelled: the copies stay added to the largest live set there, as before."""
+        tk, tv = self.inputs.cache_type_k, self.inputs.cache_type_v
+        base, swa = attn_layers(self.profile, layers)
+        return all(cuda_flash_attn_supported(self.profile.layers[il], tk, tv) for il in base + swa)
+
+    def _fa_terms(
+        self, gi: int, layers: list[int], kq: tuple[Affine, ...], first: bool, pp: bool
+    ) -> tuple[tuple[Affine, ...], tuple[Affine, ...], tuple[Affine, ...]]:
+        """GPU `gi`'s attention live sets with the flash-attention op's own allocation, its part (CUDA's f16 copies,
+        Metal's scratch) and what is added to the largest live set: CUDA's copies are in the live sets
+        (`_fa_op_live`; a fork's graph and a shape ggml-cuda refuses keep them added), Metal's scratch is added."""
+        vendor = self.gpu_vendors[gi]
+        if vendor is Vendor.APPLE:
+            scratch = self.metal_fa_scratch(layers)
+            return kq, scratch, scratch
+        fa = self.fa_copies(layers) if vendor in CUDA_VENDORS else ()
+        if fa and not self.inputs.fork_attention and self._cuda_fa_runs(layers):
+            split = self._split_first(gi, first, pp) and self._attention_one_block_fewer()
+            return self._fa_op_live(layers, kq, split), fa, ()
+        return kq, fa, fa
+
+    def _fa_op_live(self, layers: list[int], kq: tuple[Affine, ...], split: bool) -> tuple[Affine, ...]:
+        """The attention's live sets with CUDA's f16 copies of a quantized cache (`fa_copies`): the copies are
+        part of the flash-attention output's own allocation (ggml-cuda.cu
+        `ggml_backend_cuda_buffer_type_get_alloc_size`, fattn.cu `ggml_cuda_flash_attn_ext_get_alloc_size`), made
+        once K and V are stored into the cache and freed, so they are not live with the projections before it: the
+        op's live set is Q, its output and the copies, the larger of that and the other live sets. On the GPU that
+        holds the input blocks (`_split_first`) that phase has one block space fewer, as the FFN's, and Q (rotated
+        or roped) sits in a freed one-block hole when it fits (the allocator's trace on the CUDA stand-in, the
+        arctic and llama smoke models at c2048 with q8_0 caches: `node_12`, the rotated Q, in the block the mixed
+        batch's token rows left, the FA output with its 2 MiB of copies on top of the layer input: 6.59 MiB, where
+        Q, K and V under the copies would make 7.59). The absorbed MLA attention's replayed peak is larger than
+        its FA op's live set: its copy (36 MiB for DeepSeek-V3 at 32768 cells) adds nothing (DeepSeek-V3's
+        stand-in recordings with a quantized cache on one GPU, experts there, exact: 3-10% over before)."""
+        block = self.embd_block
+        less = block if split else 0
+        graph = self.profile.traits.graph
+        out: set[Affine] = set(kq)
+        base, swa = attn_layers(self.profile, layers)
+        for il in base + swa:
+            lp = self.profile.layers[il]
+            k = F16 * lp.n_embd_k_gqa if self.inputs.cache_type_k != "f16" else 0
+            # MLA's V is a view of K: one copy (`fa_copies`)
+            v = F16 * lp.n_embd_v_gqa if self.inputs.cache_type_v != "f16" and not self.profile.is_mla else 0
+            q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+            fa_out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v
+            # learned position embeddings: the copy of the position rows (`CUDA0#pos_embd#0`) holds the hole, Q
+            # goes above (the gpt2 smoke model: the rotated Q under the FA output, 7.59 MiB)
+            q_hole = 0 if self.pos_embd or not split else min(q, block) + less
+            c = fa_out + q - q_hole
+            if self.pos_embd and il in self.shapes.qkv_rows and graph.no_rope_qkv:
+                # the fused QKV output's space stays under Q's contiguous copy (`Qcur-0 (cont)`, made while the
+                # output is live), the FA output above both; the layer's FFN input is not allocated yet: one
+                # block fewer (the gpt2 smoke model: `wqkv` freed at 3.09-4.59 MiB, the rotated Q, then the
+                # 2.5 MiB FA output with its copies, 7.59 MiB)
+                c += F32 * self.n_tok * self.shapes.qkv_rows[il] - block
+            out.add(Affine(a_swa=k + v, c=c) if lp.is_swa else Affine(a_base=k + v, c=c))
+            # (cohere2moe's parallel MoE runs after the attention's output projection: its FA output is freed by
+            # then, the experts' intermediates over the freed masks, 9.43 MiB)
+            if (graph.parallel_attn_ffn and not lp.is_moe) or graph.ffn_beside_attention:
+                # the FFN reads the attention's input: it runs while the FA output, with its copies, waits for
+                # it. A dense FFN's gate and up are above it (the command-r smoke model: `ffn_gate-0` and `ffn_up-0`
+                # above the 2.5 MiB `node_39`, 8.09 MiB; the GLU output then takes the attention's freed space;
+                # falcon: its ungated `ffn_up-0`), a MoE branch's intermediates all of them (arctic: the experts'
+                # gate, up and GLU output, 11.09 MiB)
+                f = ffn_layer(self.profile, il, self.n_tok)[0]
+                part = f if lp.is_moe else F32 * self.n_tok * lp.n_ff * (2 if il in self.shapes.gated else 1)
+                c2 = fa_out + part - less
+                out.add(Affine(a_swa=k + v, c=c2) if lp.is_swa else Affine(a_base=k + v, c=c2))
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c)))
 
     def metal_fa_scratch(self, layers: list[int]) -> tuple[Affine, ...]:
         """Metal's flash-attention scratch, one per layer shape: ggml-metal sizes each FLASH_ATTN_EXT output with
@@ -869,14 +972,38 @@ class PlanBuilder:
         )
         return (hole,)
 
+    def _pipeline_blocks(self, first: bool, runs: bool) -> tuple[int, int]:
+        """With pipeline parallelism: the blocks of a GPU's layer phase allocated after the copies, and those next
+        to the logits in its output phase."""
+        blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
+        if first and self.pos_embd:
+            blocks = PP_LAYER_BLOCKS_POSITIONS
+        out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+        if not runs and not self.output_norm_weight:
+            # no output norm weight (olmo): the whole norm runs on the last layer's device, its output is the
+            # split input and only the logits are computed here (the olmo smoke model over two CUDA stand-ins: the
+            # four copies of `result_norm` and the logits, 2.25 MiB)
+            out_blocks = 0
+        return blocks, out_blocks
+
     def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
         """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
-        the small inputs, the hidden-state blocks, and the output ids on the output GPU. The layer phase then
-        adds its own blocks; the output phase its norm output and the logits."""
-        pp_small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0)
-        if first:
+        the small inputs, the hidden-state blocks, and the output ids on the GPU that runs the last layer. The
+        layer phase then adds its own blocks; the output phase its norm output and the logits."""
+        last = bool(layers) and layers[-1] == self.trunk[-1]
+        pp_small = self.small_inputs(layers) + (I32 * self.n_out if last else 0)
+        if first and not self.pos_embd:
             pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
-        hidden = (PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER) * self.embd_block
+        if any(self.profile.layers[il].is_recurrent for il in layers):
+            # the lightning layers' decay input (the MiniMax-01 smoke model over two CUDA stand-ins: four 2 MiB
+            # copies of `diag_decay_exp` on the first GPU, 25.7 MiB)
+            pp_small += self._lightning_decay([])
+        n_hidden = (
+            PP_INPUT_BLOCKS_FIRST if first else PP_INPUT_BLOCKS_OTHER if layers else PP_INPUT_BLOCKS_OUTPUT
+        )
+        if first and self.pos_embd:
+            n_hidden = PP_INPUT_BLOCKS_POSITIONS
+        hidden = n_hidden * self.embd_block
         return Affine(
             PIPELINE_COPIES * m.a_base,
             PIPELINE_COPIES * m.a_swa,
@@ -1047,8 +1174,7 @@ class PlanBuilder:
             pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
             under.append(Linear("pipeline-parallel input copies", pp_inputs))
             m, vi = Affine(), 0
-            blocks = PP_LAYER_BLOCKS_FIRST if first else PP_LAYER_BLOCKS_OTHER
-            out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
+            blocks, out_blocks = self._pipeline_blocks(first, runs)
             out_extra = 0
         output: tuple[Term, ...] = ()
         if has_out and self.logits:
@@ -1066,10 +1192,8 @@ class PlanBuilder:
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
-        fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
-        if self.gpu_vendors[gi] is Vendor.APPLE:
-            fa = self.metal_fa_scratch(layers)
-        att = self._attention(layers, kq, fa, ssm, chunk)
+        kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
+        att = self._attention(layers, kq, fa_added, ssm, chunk)
         return DevicePlan(
             device=gi,
             layer_phase=True,
@@ -1086,7 +1210,7 @@ class PlanBuilder:
             attention=att,
             fa_copies=Largest(FA_COPIES, fa) if fa else None,
             ffn=ffn,
-            after=nonzero(self._graph_inputs(layers)),
+            after=nonzero(self._graph_inputs(layers, PIPELINE_COPIES if pp else 1)),
             output=nonzero(output),
             under=nonzero(under),
             max_chunk=chunk,
@@ -1147,10 +1271,35 @@ class PlanBuilder:
         if self._mamba_only_first(gi, layers, first, pp):
             return FFN_HOLE_BLOCKS + self.skip
         return self._gpu_blocks(layers, flayers, first)
+    def _attention_one_block_fewer(self) -> bool:
+        """Whether the first GPU's attention phase has one block space fewer, as its FFN phase (`_split_first`):
+        the copies of the embeddings inputs are freed once the first layer's input is built, and the attention's
+        projections take their space (the allocator's peak on the CUDA stand-in, the arcee smoke model at c512:
+        the attention norm, K in the mixed batch's freed token rows, the embeddings, the layer input, then Q and V,
+        3.52 MiB; DeepSeek-V3 at 4096 and 32768 cells: every absorbed-MLA recording exact, 14 MiB over before).
+        Not measured that way, left as they were: the recurrent blocks (Mamba, gated delta nets, lightning
+        attention), MiniMax-M3's block-sparse mask, the kept input embeddings of a skip connection and a graph
+        without the mixed batch's inputs (`residual_blocks`: three blocks already)."""
+        graph = self.profile.traits.graph
+        recurrent = any(lp.is_recurrent for lp in self.profile.layers)
+        return not (recurrent or graph.msa_attention or graph.embd_skip or graph.no_mixed_batch)
+
+    def _first_gpu_live_sets(self, layers: list[int], kq: tuple[Affine, ...]) -> tuple[Affine, ...]:
+        """The attention's live sets on the GPU that holds the input blocks (`_split_first`): one block space
+        fewer (`_attention_one_block_fewer`), and a Mamba-1 block in that GPU's layout (`mamba1_first_gpu`)."""
+        block = self.embd_block
+        if self._attention_one_block_fewer():
+            kq = tuple(Affine(a.a_base, a.a_swa, a.c - block, a.room) for a in kq)
+        mamba1 = mamba1_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)
+        if mamba1 and not any(attn_layers(self.profile, layers)):
+            cpu = ssm_transient(self.profile, self.n_tok, self.inputs.n_seqs, False)
+            kq = tuple(Affine(c=mamba1) if a == Affine(c=cpu) else a for a in kq)
+        return kq
 
     def _gpu_blocks(self, layers: list[int], flayers: list[int], first: bool) -> int:
         """The `[n_embd, n_tok]` blocks of a GPU's layer phase (without pipeline parallelism)."""
-        blocks = (residual_blocks(self.profile) if first else GPU_LAYER_BLOCKS) + self.skip
+        first_blocks = NO_MIXED_BATCH_BLOCKS if self.pos_embd else residual_blocks(self.profile)
+        blocks = (first_blocks if first else GPU_LAYER_BLOCKS) + self.skip
         if first and layers and not flayers and not self.profile.is_moe:
             blocks -= FFN_HOLE_BLOCKS  # the FFNs run elsewhere (-ot): no FFN norm hole here
         return blocks
@@ -1203,6 +1352,8 @@ class PlanBuilder:
             shexp_ffn -= self.embd_block
         less = self.embd_block if split else 0
         ffn_rest = max(max(0, ffn_rest - less), shexp_ffn)
+        if split:
+            kq_gi = self._first_gpu_live_sets(layers, kq_gi)
         if not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
@@ -1318,18 +1469,20 @@ class PlanBuilder:
         key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c)  # noqa: E731
         return (HostScores(tuple(sorted(shapes, key=key)), VULKAN_TENSOR_LIMIT),) if shapes else ()
 
-    def _graph_inputs(self, layers: list[int]) -> tuple[Term, ...]:
+    def _graph_inputs(self, layers: list[int], copies: int = 1) -> tuple[Term, ...]:
         """The cell-sized graph inputs and copies of a backend running `layers`: V's MLA copy, the DSA top-k
-        zeros, DeepSeek-V4's compressed-attention masks and the k-pool inputs."""
+        zeros, DeepSeek-V4's compressed-attention masks and the k-pool inputs (`copies` of those two: a GPU's
+        split inputs with pipeline parallelism, the glm5-next smoke model over two CUDA stand-ins: four copies of
+        the k-pool inputs on the first GPU, 42.6 MiB)."""
         out: list[Term] = [
             Linear("MLA V copy", self.mla_v(layers)),
             DsaZeros(self.dsa_zeros(layers), self.dsa_top_k),
         ]
         dsv4, kpool = self.dsv4(layers), self.kpool_selection(layers)
         if dsv4 is not None:
-            out.append(Dsv4Inputs(dsv4))
+            out.append(Dsv4Inputs(dsv4, copies=copies))
         if kpool is not None:
-            out.append(KpoolInputs(kpool))
+            out.append(KpoolInputs(kpool, copies=copies))
         return tuple(out)
 
     def _host_blocks(
@@ -1355,10 +1508,55 @@ class PlanBuilder:
             blocks = (
                 n_copies * HOST_GRAPH_INPUT_BLOCKS + HOST_INPUT_BLOCKS - HOST_GRAPH_INPUT_BLOCKS
             ) * self.embd_block
+            if self.profile.traits.graph.no_mixed_batch:
+                # no mixed batch (`llm_arch_supports_mixed_batch`): one embeddings input and one token-rows output
+                # (the cogvlm smoke model on the CUDA stand-in: `inp_embd`, the mask and `embd`, 1.5 MiB at c512)
+                blocks //= 2
             if n_copies > 1:
                 blocks += n_copies * host_small
+            if self.pos_embd:
+                # the position rows' get_rows output, next to the token rows (the allocator's trace of the gpt2
+                # smoke model on the CUDA stand-in: `pos_embd` in the space `node_1` left, 4.6 MiB, not 4.1)
+                blocks += self.embd_block
             label = "embeddings input + get_rows"
         return blocks, label
+
+    def _host_graph_inputs(self, runs: bool, n_copies: int) -> tuple[Term, ...]:
+        """The sparse and compressed attentions' graph inputs where the GPUs run the layers that read them:
+        allocated on the host, which fills them, and copied to the GPUs, `n_copies` times with pipeline
+        parallelism. DeepSeek-V4's (`Dsv4Attention.inputs`: the masks, the top-k leaves, the indexer's rotation;
+        the allocator's peak on the smoke model over two CUDA stand-ins: the three masks and the rotation four
+        times each next to the embeddings inputs, 11.37 MiB), the k-pool selection's and MiniMax-M3's."""
+        if runs:
+            return ()
+        dsv4, kpool = self.dsv4(self.trunk), self.kpool_selection(self.trunk)
+        out: list[Term] = [] if dsv4 is None else [Dsv4Inputs(dsv4, copies=n_copies)]
+        if kpool is not None:
+            # the k-pool selection's inputs likewise (the glm5-next smoke model at c512: `leaf_8`, `leaf_9` and
+            # the 1.51 MiB `leaf_10` on the host, 3.72 MiB)
+            out.append(KpoolInputs(kpool, copies=n_copies))
+        msa = self._msa_mask(self.trunk)
+        if msa is not None:
+            # MiniMax-M3's block-sparse inputs (`llm_graph_input_msa`, `_msa_mask` without the GPU's block)
+            c = msa.c - self.embd_block
+            out.append(
+                Linear("block-sparse inputs", Affine(n_copies * I32 * self.inputs.n_stream, 0, n_copies * c))
+            )
+        return tuple(out)
+
+    def _lightning_decay(self, host_layers: list[int]) -> int:
+        """The host's copy of the lightning attention's graph input `diag_decay_exp` `[n_st, n_st, n_head,
+        n_seqs]` f32 (src/models/minimax-01.cpp), where the GPUs run the lightning layers: graph inputs are
+        allocated on the host and copied to the GPU that reads them (the allocator's peak on the MiniMax-01 smoke
+        model on the CUDA stand-in at c512: the 2 MiB input next to the embeddings inputs, 4.53 MiB); with the
+        host running them it is in their transient (`_recurrent_terms`)."""
+        if not self.profile.traits.graph.lightning:
+            return 0
+        lightning = [lp for lp in self.profile.layers if lp.is_recurrent and lp.index not in host_layers]
+        if not lightning or len(lightning) < sum(1 for lp in self.profile.layers if lp.is_recurrent):
+            return 0
+        n_st = self.n_tok // max(1, self.inputs.n_seqs)
+        return F32 * n_st * n_st * max(lp.n_head for lp in lightning) * self.inputs.n_seqs
 
     def host_plan(self) -> DevicePlan:
         """The compute plan of the host."""
@@ -1391,7 +1589,9 @@ class PlanBuilder:
             Fixed("token ids, positions, indices", host_small if n_copies == 1 else 0),
             Fixed(label, blocks),
             Fixed("Mamba states' copies", self._host_state_copies()),
+            Fixed("lightning decay input", n_copies * self._lightning_decay(host_layers)),
             *self._graph_inputs(host_layers),
+            *self._host_graph_inputs(runs, n_copies),
         )
         logits, output = self._host_output(runs, host_layers if host_last and n_copies == 1 else None)
         return DevicePlan(

@@ -91,6 +91,29 @@ def ssm_transient(profile: ModelProfile, n_tok: int, n_seqs: int, attention: boo
     return F32 * floats
 
 
+def mamba1_first_gpu(profile: ModelProfile, n_tok: int, n_seqs: int) -> int:
+    """A Mamba-1 model's block on the GPU that holds the input blocks (no attention layer), f32 bytes; 0 where this
+    layout does not apply. The scheduler's copies of the mixed batch's inputs, freed once the first layer's input is
+    built, leave a two-block hole at the bottom: the conv output `[d_inner, n_tok]` goes there when it fits, x_db
+    then above with dt and the scan output (the allocator's trace on the CUDA stand-in, the mamba smoke model at
+    c512: `node_28` at 0-1 MiB, then zx, x_db, dt and the scan output above the embeddings and the layer input,
+    6.76 MiB; `ssm_transient`'s CPU layout with five blocks is 1 MiB more). Counted with the device's one block
+    space fewer (`PlanBuilder._split_first`)."""
+    ssm = profile.ssm
+    graph = profile.traits.graph
+    if ssm is None or not graph.mamba_scan or not ssm.d_inner or ssm.n_group or graph.no_mixed_batch:
+        return 0
+    if graph.plamo2_mamba or graph.residual_into_input:
+        return 0
+    conv_out = ssm.d_inner * n_tok
+    if conv_out > 2 * profile.n_embd * n_tok:
+        return 0
+    conv_in = (ssm.d_conv - 1 + n_tok // max(1, n_seqs)) * ssm.d_inner * n_seqs
+    scan = n_tok * ssm.d_inner + ssm.d_state * ssm.d_inner * n_seqs
+    x_db_dt = (ssm.dt_rank + 2 * ssm.d_state) * n_tok + ssm.d_inner * n_tok
+    return F32 * (2 * ssm.d_inner * n_tok + max(conv_in, x_db_dt + scan) - profile.n_embd * n_tok)
+
+
 def mamba_ops(profile: ModelProfile, n_tok: int, n_seqs: int) -> tuple[ReplayOp, ...]:
     """The allocations of one Mamba block in graph order (src/models/mamba-base.cpp, `build_mamba_layer` and
     `build_mamba2_layer`), f32 bytes; () for models without Mamba blocks. A freed tensor is (name, 0).

@@ -400,12 +400,13 @@ class KpoolInputs:
 
     kpool: KpoolSelection
     label: str = "k-pool inputs"
+    copies: int = 1  # the host's copies with pipeline parallelism
 
     def at(self, nb: int, ns: int) -> int:
-        return self.kpool.inputs(nb)
+        return self.copies * self.kpool.inputs(nb)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        return self.kpool.inputs_array(nb)
+        return self.copies * self.kpool.inputs_array(nb)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,9 +429,10 @@ class Dsv4Inputs:
 
     dsv4: Dsv4Attention
     label: str = "compressed-attention masks"
+    copies: int = 1  # the host's copies with pipeline parallelism
 
     def at(self, nb: int, ns: int) -> int:
-        return self.dsv4.inputs(nb)
+        return self.copies * self.dsv4.inputs(nb)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        return self.dsv4.inputs_array(nb)
+        return self.copies * self.dsv4.inputs_array(nb)

@@ -258,6 +258,10 @@ ENCODER_OUTPUT_ARCHS = frozenset({"t5"})
 #: Blocks run attention and FFN in parallel from one norm output and add both to the residual
 #: (src/models/command-r.cpp, cohere2.cpp, phi2.cpp): the attention output stays allocated through the FFN.
 PARALLEL_ATTN_FFN_ARCHS = frozenset({"command-r", "cohere2", "cohere2moe", "plamo", "phi2"})
+#: An FFN that reads the layer's input or its attention norm, not the attention's output (src/models/falcon.cpp:
+#: build_ffn(attn_norm); arctic.cpp: the MoE branch from the layer input): the graph runs it while the attention's
+#: output waits for the residual sum, only that output staying live through it.
+FFN_BESIDE_ATTENTION_ARCHS = frozenset({"falcon", "arctic"})
 #: The graph only builds the dense FFN (src/models/refact.cpp calls build_ffn with ffn_up, ffn_gate and ffn_down):
 #: a MoE file's expert matrices are loaded but never multiplied, so such layers add no intermediates.
 DENSE_FFN_GRAPH_ARCHS = frozenset({"refact"})
@@ -408,6 +412,7 @@ def _memory(a: str) -> MemoryTraits:
 def _graph(a: str) -> GraphTraits:
     return GraphTraits(
         parallel_attn_ffn=a in PARALLEL_ATTN_FFN_ARCHS,
+        ffn_beside_attention=a in FFN_BESIDE_ATTENTION_ARCHS,
         dense_ffn_only=a in DENSE_FFN_GRAPH_ARCHS,
         weight_before_ffn=a in WEIGHT_BEFORE_FFN_ARCHS,
         embd_skip=a in EMBD_SKIP_ARCHS,

@@ -109,6 +109,7 @@ class GraphTraits:
     parallel_attn_ffn: bool = (
         False  # attention and FFN from one norm output (command-r, cohere2, phi2, plamo)
     )
+    ffn_beside_attention: bool = False  # the FFN reads the layer input or attention norm (falcon, arctic)
     dense_ffn_only: bool = False  # models/refact.cpp: only the dense FFN is built
     weight_before_ffn: bool = False  # build_moe_ffn: llama4 scales the input by the router weights first
     embd_skip: bool = False  # the input embeddings stay live for a skip connection (talkie, hrm_text)
