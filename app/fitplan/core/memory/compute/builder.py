@@ -990,8 +990,9 @@ class PlanBuilder:
         logits and a block; counted under both phases it was 1206.6). ggml-cuda offloads a multiplication by the
         batch of its result (`get_op_batch_size`: `ne[1]` of a MUL_MAT, the output count here, not the
         micro-batch): below OP_OFFLOAD_MIN_BATCH outputs the output matrix stays on the host (a llama-server draft
-        with its layers on the host, -ngld 0: no copy in its first GPU's buffer). With both, a compute buffer can
-        be smaller at -ngl 0 than at -ngl 1: the planner checks that point (core/plan/solver.py)."""
+        with its layers on the host, -ngld 0: no copy in its first GPU's buffer). So the GPUs can hold less at
+        -ngl 0 than at -ngl 1, or the first GPU more (from 32 outputs, the output layer on another GPU at -ngl 1):
+        the planner assumes neither (`planner._cpu_may_win`, `solver._largest_gpu_fit`)."""
         if not has_out or not self.host_mats or gi != 0 or self.placement.output_device is not None:
             return 0
         if self.n_out < OP_OFFLOAD_MIN_BATCH:
