@@ -908,6 +908,14 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   count that phase is the peak: every text model's and the draft's GPU buffer with flash attention is now what
   llama.cpp logged (llama-3.1-8b 120.0 MiB recorded, 128.0 estimated before), and the architecture smoke models
   gain most (`standinarchs`: 294 -> 365 of 638 within 5%).
+* **The output matrix's copy is in the output phase.** With the output layer on the host it is copied in at the
+  start of the output layer's split, after every layer: it sits under the logits only, not under the layers'
+  phase too (`-ngl 0`: gpt-oss-120b 1002.1 MiB recorded, 1206.6 estimated before, +0.5% now; DeepSeek-V3 +23.0%
+  before, +0.4% now; Qwen3-Next +30.1% before, -0.7% now), and below 32 outputs it is not made at all (the
+  draft below). So the first GPU can hold less at `-ngl 0` than at `-ngl 1` (where the output layer's weights
+  come in) or more (from 32 outputs, when `-ngl 1` puts the output layer on another GPU): the planner tries the
+  points above `-ngl 0` when it does not fit and weighs `-ngl 0` against leaving the GPUs out (`-dev none`), and
+  its oracle scenarios have both cases (`tests/plan/test_plan_oracle.py`).
 * **A mask first read after a copied down matrix** is allocated with that copy, right above it, and stays until
   its last reader: Qwen3-Next's first attention layer after its delta-net layers, Llama-4-Scout's full-attention
   layer after its chunked ones (`_late_masks`).
@@ -958,15 +966,10 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   9.19 MiB, Qwen2.5-VL 292.41 MiB, before not counted). The projector's weights are exact with the 128-byte
   alignment.
 * **A draft model** (Qwen3-8B for Qwen3-30B-A3B, `-md`): its weights and cache are exact on the GPU and with
-  `-ngld 0` on the host. Not in the compute model yet: with `-ngld 0` the draft context's few outputs are below
+  `-ngld 0` on the host, and so is its compute: with `-ngld 0` the draft context's few outputs are below
   ggml-cuda's op-offload batch of 32 (`get_op_batch_size`: a MUL_MAT's result rows), so its output
   multiplication stays on the host and no output matrix is copied to the GPU (119.0 MiB recorded, 605.9
-  estimated). The output matrix's copy is also counted under both phases, where the recordings with `-ngl 0`
-  have it in the output phase only (it comes with the output layer's split: gpt-oss-120b 1002.1 MiB recorded,
-  1206.6 estimated; Qwen3-Next +30.1%). Both fixes were measured (published shapes 360 -> 366 of 388 within 5%,
-  the draft +185% -> +1.5%) and left out: a compute buffer smaller at `-ngl 0` than at `-ngl 1` makes the
-  planner miss the exhaustive search's best placement in six scenarios of `tests/plan/test_plan_oracle.py`, so
-  the planner's search has to handle it first.
+  estimated before, 119.0 now).
 
 * **Recurrent states in host memory** (`-nkvo`, or a host share of the layers with op offload): the copy of the
   conv state's last columns back into the cache runs where the cache is, so the host copies in its source, a

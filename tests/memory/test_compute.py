@@ -84,6 +84,11 @@ def test_op_offload_runs_host_layers_on_the_first_gpu(llama8b: ModelProfile) -> 
     gpu, host = compute_buffers(llama8b, _inputs(n_tok=16, n_out=16), pl, vendors)
     assert "op-offload weight copy" not in _parts(gpu)
     assert "logits" in _parts(host)
+    # The output multiplication is offloaded by its result's rows, the output count, not the micro-batch: a full
+    # batch with 4 outputs (llama-server's slots) runs its layers on the GPU but keeps the output matrix on the
+    # host (the stand-in's llama-server draft with -ngld 0: no copy in the draft's CUDA0 buffer)
+    gpu, _ = compute_buffers(llama8b, _inputs(n_out=4), pl, vendors)
+    assert "op-offload weight copy" not in _parts(gpu)
     gpu, _ = compute_buffers(llama8b, _inputs(op_offload=False), pl, vendors)
     assert "op-offload weight copy" not in _parts(gpu)
     gpu, _ = compute_buffers(llama8b, _inputs(), pl, (Vendor.RPC,))

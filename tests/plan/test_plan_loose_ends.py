@@ -15,6 +15,7 @@ from fitplan.core.launch.command_line import plan_to_args
 from fitplan.core.model.builder import build_profile
 from fitplan.core.model.profile import ModelProfile
 from fitplan.core.plan.alternatives import what_would_change
+from fitplan.core.plan.objective import Goal, Objective
 from fitplan.core.plan.planner import Pins, Plan, plan, plan_verdict
 from fitplan.core.plan.summary import verdict_words
 from support.models import TESTS
@@ -37,21 +38,40 @@ def _words(p: Plan, m: Machine) -> str:
 
 
 def test_leaving_the_gpus_out_is_a_placement() -> None:
-    # gpt-oss-120b, a 2.5 GiB card and 96 GiB: the card cannot take even its compute buffer (short by 65 MiB at
-    # -ngl 0), so with it nothing fits; without it (-dev none) everything fits at the training length
+    # gpt-oss-120b, a 1.75 GiB card and 96 GiB: the card cannot take even its compute buffer (the host layers'
+    # products run on it: short by 246 MiB at -ngl 0), so with it nothing fits; without it (-dev none) everything
+    # fits at the training length
     prof = _profile("gpt-oss-120b")
-    m = _machine("2.5GiB", 96)
+    m = _machine("1.75GiB", 96)
     p = plan(prof, m)
     assert p.fits and p.settings.n_ctx == 131072
     assert p.settings.devices == ()
     assert p.placement.description == "everything on the CPU (-dev none)"
-    assert any(n.startswith("-dev none leaves the GPUs out") and "short by 65 MiB" in n for n in p.notes)
+    assert any(n.startswith("-dev none leaves the GPUs out") and "short by 246 MiB" in n for n in p.notes)
     argv = plan_to_args(p, "m.gguf", program="llama-server")
     assert argv[argv.index("-dev") + 1] == "none"
     # a pin that needs the GPU is kept: -ngl 10 does not fit, and stays on the GPU; so is ollama, whose Modelfile
     # export cannot leave the GPU out (it writes num_gpu, which is -ngl)
     assert not plan(prof, m, Pins(n_gpu_layers=10)).fits
     assert not plan(prof, m, Pins(base=LaunchSettings(engine=Engine.OLLAMA))).fits
+
+
+def test_leaving_the_gpus_out_wins_the_tie_at_ngl0() -> None:
+    # a 2.5 GiB card takes that buffer: llama-server's 4 outputs are below the op-offload batch of 32, so the
+    # output matrix stays on the host (with its copy the card was 65 MiB short), and at -ngl 0 the card reaches the
+    # training length: the same context and placement as -dev none, which keeps the card's headroom whole
+    prof = _profile("gpt-oss-120b")
+    m = _machine("2.5GiB", 96)
+    p = plan(prof, m)
+    assert p.fits and p.settings.n_ctx == 131072
+    assert p.settings.devices == ()
+    assert any(
+        n.endswith("with them the plan is 36 of 36 layers on CPU, nothing offloaded at 131072")
+        for n in p.notes
+    )
+    # longest context first: the same tie, the same answer
+    q = plan(prof, m, objective=Objective(Goal.CONTEXT))
+    assert q.fits and (q.settings.n_ctx, q.settings.devices) == (131072, ())
 
 
 def test_host_shortfall_at_the_best_placement_and_the_ram_it_needs() -> None:

@@ -31,9 +31,12 @@ from fitplan.core.estimate.estimator import estimate
 from fitplan.core.launch.command_line import plan_to_args
 from fitplan.core.launch.flags import parse_flags
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan import planner, solver
 from fitplan.core.plan.objective import Goal, Objective, PlacementKey, placement_key
 from fitplan.core.plan.oracle import OracleResult, exhaustive_plan
-from fitplan.core.plan.planner import Pins, Plan, plan, plan_key
+from fitplan.core.plan.planner import Pins, Plan, plan, plan_key, problem_of
+from fitplan.core.plan.search import Evaluator, default_estimate_fn, largest_true
+from fitplan.core.plan.solver import Point, Solver
 from fitplan.core.plan.usage import MarginPolicy, usage_of
 from support.plan_models import SMALL, small_model
 
@@ -52,7 +55,7 @@ TALLY = {
 #: few layers, so 3 GPUs stay enumerable: (kind, largest GPU count)
 KINDS = {kind: (3 if kind in ("dense", "hybrid-next") else 2) for kind in SMALL}
 
-PIN_CHOICES = ("none", "ctx", "min_ctx", "np1", "q8", "ngl", "ncmoe", "ts", "all_on_gpu", "fa_off")
+PIN_CHOICES = ("none", "ctx", "min_ctx", "np1", "np32", "q8", "ngl", "ncmoe", "ts", "all_on_gpu", "fa_off")
 #: generation floors (t/s of `fake_speed`): none, one most placements keep, one that needs most layers on the GPUs
 FLOORS = (None, 8.0, 30.0)
 
@@ -96,6 +99,8 @@ class Scenario:
                 return Pins(min_ctx=8192)
             case "np1":
                 return Pins(n_parallel=1)
+            case "np32":  # 32 outputs: at -ngl 0 the first GPU copies the output matrix in for the logits
+                return Pins(n_parallel=32, kv_unified=True)
             case "q8":
                 return Pins(cache_type_k="q8_0", cache_type_v="q8_0")
             case "ngl":
@@ -237,6 +242,81 @@ def test_planner_matches_the_exhaustive_search(sc: Scenario) -> None:
 )
 def test_fixed_scenarios_match_the_exhaustive_search(sc: Scenario) -> None:
     assert check_scenario(sc) == []
+
+
+#: Where -ngl 0 is off the order of the other points (the output layer stays on the host): with a few outputs the
+#: first GPU runs the host layers' products but copies no output matrix in, so -ngl 0 with the GPUs is cheaper than
+#: -ngl 1 and reaches the longest context, where it ties with -dev none (whose GPUs keep all their headroom: the
+#: tie's last criterion); with 32 outputs the first GPU copies the output matrix in at -ngl 0, so it holds more there
+#: than at -ngl 1 with the output layer on the second GPU, and nothing fits at -ngl 0 that fits at -ngl 1 or more.
+CHEAPER_AT_NGL0 = [
+    Scenario("hybrid-moe", (1.5, 1.25), False, 2.0, "none", Goal.CONTEXT),
+    Scenario("moe", (1.75,), False, 6.0, "ncmoe", Goal.CONTEXT),
+    Scenario("dense", (1.75, 1.5, 1.5), False, 32.0, "ctx", Goal.CONTEXT),
+]
+DEARER_AT_NGL0 = [
+    Scenario("dense", (1.75, 2.0), False, 2.5, "np32"),
+    Scenario("dense-swa", (1.75, 3.0), False, 3.0, "np32"),
+]
+
+
+def _solver(sc: Scenario) -> tuple[Solver, int]:
+    prof = small_model(sc.kind)
+    pb = problem_of(prof, sc.machine(), sc.pins(prof))
+    ev = Evaluator(prof, pb.machine, MarginPolicy(), default_estimate_fn())
+    return Solver(ev, pb.base, pb.space, tensor_split=pb.pins.tensor_split), pb.ncmoe_choices[0]
+
+
+@pytest.mark.parametrize("sc", CHEAPER_AT_NGL0 + DEARER_AT_NGL0)
+def test_ngl0_off_the_order_matches_the_exhaustive_search(sc: Scenario) -> None:
+    assert check_scenario(sc) == []
+
+
+@pytest.mark.parametrize("sc", CHEAPER_AT_NGL0)
+def test_the_gpus_hold_less_at_ngl0(sc: Scenario) -> None:
+    """The scenario has the case: at the plan's context the GPUs fit at -ngl 0 and at no split of -ngl 1, and the
+    plan leaves them out (-dev none), their headroom whole."""
+    p = _plan(small_model(sc.kind), sc.machine(), sc.pins(small_model(sc.kind)), sc.objective())
+    assert p.fits and p.settings.devices == ()
+    s, ncmoe = _solver(sc)
+    assert s.check(0, ncmoe, p.settings.n_ctx).gpus_fit
+    assert not s.check(1, ncmoe, p.settings.n_ctx).gpus_fit
+
+
+@pytest.mark.parametrize("sc", DEARER_AT_NGL0)
+def test_the_first_gpu_holds_more_at_ngl0(sc: Scenario) -> None:
+    """The scenario has the case: the first GPU uses more at -ngl 0 than at -ngl 1 with the output layer on the
+    second GPU, does not fit at -ngl 0, and the plan offloads layers."""
+    s, ncmoe = _solver(sc)
+    at0 = s.usage(Point(0, ncmoe, (0, 0)), 4096)[0]
+    at1 = s.usage(Point(1, ncmoe, (0, 1)), 4096)[0]
+    assert at0.used_bytes > at1.used_bytes and not at0.fits
+    p = _plan(small_model(sc.kind), sc.machine(), sc.pins(small_model(sc.kind)), sc.objective())
+    assert p.fits and p.placement.n_gpu_layers >= 1
+
+
+def _cpu_may_win_by_context_only(best: Plan, pb: planner.Problem, objective: Objective) -> bool:
+    """The rule before: with the longest context first, -dev none was tried only when the context could grow."""
+    if not best.fits:
+        return True
+    if objective.goal is Goal.CONTEXT:
+        return pb.pinned_ctx is None and not best.context.capped_by_training
+    return best.placement.n_gpu_layers == 0
+
+
+def test_a_planner_assuming_monotone_memory_misses_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scenarios catch a planner that assumes the GPUs hold the most at -ngl 0 where fewer layers are on them
+    (-dev none tried only for a longer context) or the least (a bisection of -ngl from 0)."""
+    saved = dict(TALLY)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(planner, "_cpu_may_win", _cpu_may_win_by_context_only)
+            assert all(check_scenario(sc) for sc in CHEAPER_AT_NGL0)
+        with monkeypatch.context() as m:
+            m.setattr(solver, "_largest_gpu_fit", largest_true)
+            assert all(check_scenario(sc) for sc in DEARER_AT_NGL0)
+    finally:
+        TALLY.update(saved)
 
 
 def test_oracle_tally(capsys: pytest.CaptureFixture[str]) -> None:

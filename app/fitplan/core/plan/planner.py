@@ -311,12 +311,14 @@ def plan_key(p: Plan) -> Key:
 
 
 def _cpu_may_win(best: Plan, pb: Problem, objective: Objective) -> bool:
-    """Whether the plan without the GPUs (every weight off them) could be better than `best`."""
-    if not best.fits:
+    """Whether the plan without the GPUs (every weight off them) could be better than `best`: when `best` fits, only
+    by a longer context (longest context first) or, at `best`'s own placement key (-ngl 0), by the ties: the GPUs'
+    headroom. -ngl 0 is not the costliest point for the GPUs: the first GPU still runs the host layers' matrix
+    products (op offload) and copies the output matrix in only for its output phase, or not at all below 32
+    outputs, so it can reach the training length or the pinned context and still lose the tie to -dev none."""
+    if not best.fits or best.placement.n_gpu_layers == 0:
         return True
-    if objective.goal is Goal.CONTEXT:
-        return pb.pinned_ctx is None and not best.context.capped_by_training
-    return best.placement.n_gpu_layers == 0
+    return objective.goal is Goal.CONTEXT and pb.pinned_ctx is None and not best.context.capped_by_training
 
 
 def _plan_problem(

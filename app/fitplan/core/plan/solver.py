@@ -54,7 +54,10 @@ class Check:
 def _largest_gpu_fit(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
     """The largest -ngl in [lo, hi] whose GPUs fit. Fewer layers on the GPUs take memory off them, except that
     with -ngl below all a GPU that holds no layer still gets a compute buffer (the CPU layers' matrix products are
-    offloaded to it): when even `lo` does not fit, the points are tried from the top down instead of bisected."""
+    offloaded to it), and at -ngl 0 the first GPU copies the output matrix in for the logits (from 32 outputs),
+    more than it holds at -ngl 1 with the output layer on another GPU: when even `lo` does not fit, the points are
+    tried from the top down instead of bisected. (Below 32 outputs nothing is copied and -ngl 0 is the cheapest
+    point: the planner weighs it against -dev none, `planner._cpu_may_win`.)"""
     if pred(hi):
         return hi
     if lo < hi and pred(lo):

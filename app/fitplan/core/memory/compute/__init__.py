@@ -35,8 +35,8 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
   (`KpoolSelection`);
 * the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
-  not RPC): the copies of the host-resident matrix weights one layer multiplies, one at a time, and the output
-  matrix's copy under the logits;
+  not RPC): the copies of the host-resident matrix weights one layer multiplies, one at a time; the output
+  matrix's copy is made at the output layer's split, so it sits under the logits in the output phase only;
 * CUDA only, with a quantized K or V cache and flash attention: the f16 copies of one layer's whole K and V views
   the FA kernel allocates (`ggml_cuda_flash_attn_ext_get_alloc_size`);
 * MLA without flash attention: the contiguous copy of V (`n_kv x kv_lora_rank`, K cache type);

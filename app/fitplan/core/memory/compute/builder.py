@@ -1136,13 +1136,18 @@ class PlanBuilder:
         )
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
-        """The output matrix's copy under the logits when the first GPU takes the host's output layer. Counted
-        under both phases, which the stand-in recordings with `-ngl 0` show too much (the copy comes with the
-        output layer's split, after every layer: gpt-oss-120b 1002.1 MiB recorded, 1206.6 estimated), and counted
-        below ggml-cuda's op-offload batch of outputs too (a llama-server draft with -ngld 0). Both are left as
-        they are until the planner's search handles a compute buffer smaller at -ngl 0 than at -ngl 1
-        (docs/accuracy.md)."""
+        """The output matrix's copy under the logits when the first GPU takes the host's output layer: copied in
+        at the start of the output layer's split, after every layer, so it is part of the output phase, not under
+        the layers' (the stand-in recordings with `-ngl 0`: gpt-oss-120b 1002.1 MiB = the 586.8 MiB copy, the
+        logits and a block; counted under both phases it was 1206.6). ggml-cuda offloads a multiplication by the
+        batch of its result (`get_op_batch_size`: `ne[1]` of a MUL_MAT, the output count here, not the
+        micro-batch): below OP_OFFLOAD_MIN_BATCH outputs the output matrix stays on the host (a llama-server draft
+        with its layers on the host, -ngld 0: no copy in its first GPU's buffer). So the GPUs can hold less at
+        -ngl 0 than at -ngl 1, or the first GPU more (from 32 outputs, the output layer on another GPU at -ngl 1):
+        the planner assumes neither (`planner._cpu_may_win`, `solver._largest_gpu_fit`)."""
         if not has_out or not self.host_mats or gi != 0 or self.placement.output_device is not None:
+            return 0
+        if self.n_out < OP_OFFLOAD_MIN_BATCH:
             return 0
         out_mats = self.host_mats.get(None, {})
         return out_mats.get("output.weight") or max(out_mats.values(), default=0)
@@ -1184,8 +1189,8 @@ class PlanBuilder:
                 Fixed("output norm", out_blocks * self.embd_block),
                 Fixed("last MoE layer under the logits", out_extra),
                 Linear("inputs under the logits (copy)", below),
+                Fixed("op-offload weight copy", self._output_copy(gi, has_out)),
             )
-        under.append(Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
             return DevicePlan(

@@ -46,7 +46,7 @@ class DevicePlan:
     after: tuple[Term, ...] = ()  # live with the transient, listed after it
     logits: Term | None = None  # the host's logits, in the transient's place where larger
     output: tuple[Term, ...] = ()
-    under: tuple[Term, ...] = ()  # below both phases (pipeline-parallel copies, the op-offload weight copy)
+    under: tuple[Term, ...] = ()  # below both phases (pipeline-parallel copies)
     max_chunk: int = 0  # the largest chunk ggml-alloc makes of the buffer (0: no limit)
     freed_chunk: Term | None = None  # the largest chunk the layer phase's scores had to themselves
 
