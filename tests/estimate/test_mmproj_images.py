@@ -164,3 +164,19 @@ def test_on_a_gpu_the_growth_is_split_like_the_warm_up(text: Any, proj: Any) -> 
 def test_other_projectors_keep_the_warm_up_assumption() -> None:
     gemma = load_profile(str(SPARSE / "mmproj-gemma-3-27b.header.gguf"), True)
     assert mmproj_image_growth(gemma, True) is None
+
+
+def test_the_launch_check_compares_the_start_up_buffers_only(text: Any, proj: Any) -> None:
+    """llama-server's log shows the warm-up buffer at start: the growth for the largest image is left out of the
+    comparison (it is allocated at the first image that large)."""
+    from fitplan.core.launch.launch_check import _estimated
+
+    settings = LaunchSettings(n_ctx=4096, n_parallel=1, repack=False, mmproj_path="p.gguf")
+    host = estimate(text, settings, cpu_machine(), mmproj=proj).devices[-1]
+    images = _mmproj_bytes(host, MMPROJ_IMAGES_LABEL)
+    assert images > 0
+    assert _estimated(host, TermKind.MMPROJ, "") == host.bytes_of(TermKind.MMPROJ) - images
+
+
+def _mmproj_bytes(dev: Any, label: str) -> int:
+    return sum(t.bytes for t in dev.terms if t.kind is TermKind.MMPROJ and t.label == label)

@@ -242,7 +242,8 @@ class SettingsPanel(QWidget):
         self.mmproj.addItem("not loaded", MmprojPlacement.NONE.value)
         self._mmproj_tip = (
             "Where the vision projector goes (--mmproj / --no-mmproj-offload): its weights and image compute "
-            "buffer use that device's memory"
+            "buffer use that device's memory. A projector that takes images of any size (Qwen-VL) grows that "
+            "buffer for the largest image it accepts; --image-max-tokens N under Extra flags lowers it"
         )
         self.mmproj.setToolTip(self._mmproj_tip)
         self.flash = QComboBox()
