@@ -70,4 +70,6 @@ def test_the_window_passes_the_probed_processes_to_the_plan(qtbot: Any, private_
     assert held[0].margin_bytes == w.planner.outcome.margins[0]
     bar = w.devices.rows[0][1]
     assert bar.others == 4 * GIB and w.devices.held[0].isVisible()
-    assert "others 4.0" not in w.chart.marks_text() and "free 20.0 of 24.0 GiB" in w.chart.marks_text()
+    assert "free 20.0 GiB" in w.chart.marks_text()
+    assert w.chart.marks.toolTip().startswith("free 20.0 of 24.0 GiB; held by other programs: 4096 MiB")
+    assert "Xorg (1432): 600 MiB (graphics)" in w.chart.marks.toolTip()

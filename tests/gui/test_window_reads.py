@@ -262,7 +262,7 @@ def test_no_label_on_the_plot_but_the_context_line(window: MainWindow) -> None:
     ]
     assert labelled == [chart.context_line]
     marks = chart.marks_text()
-    assert "fits up to" in marks and "free 22.0 of 24.0 GiB" in marks  # 2 GiB held by others
+    assert "fits up to" in marks and "free 22.0 GiB" in marks
     view = chart.plot.getPlotItem().getViewBox()
     top_of_bands = max(area.dataBounds(1)[1] or 0 for area in chart.areas.values() if area.isVisible())
     free_y = view.mapViewToScene(QPointF(0, chart.capacity.value())).y()

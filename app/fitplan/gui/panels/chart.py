@@ -425,12 +425,16 @@ class ChartPanel(QWidget):
         if self.trained.isVisible() and not (top and top >= trained):  # not when it is the line that fits
             marks.append((TRAINED_COLOUR, "┆", f"trained {fmt_ctx(trained)}"))
         device = curve.devices[d]
+        marks.append((CAPACITY_COLOUR, "━", f"free {device.free_bytes / GIB:.1f} GiB"))
+        # who holds the rest of the device (the bars draw it; the marks stay short enough for a 1024 px window)
         owners = self._held[d] if d < len(self._held) else None
         held = owners is not None and owners.use_free and owners.others_bytes > 0
-        # free of the total where other programs hold some of it (who: in the tooltip)
-        total = f" of {device.total_bytes / GIB:.1f}" if held else ""
-        marks.append((CAPACITY_COLOUR, "━", f"free {device.free_bytes / GIB:.1f}{total} GiB"))
-        self.marks.setToolTip("\n".join(owners.others_lines()) if owners is not None and held else "")
+        self.marks.setToolTip(
+            f"free {device.free_bytes / GIB:.1f} of {device.total_bytes / GIB:.1f} GiB; "
+            + "\n".join(owners.others_lines())
+            if owners is not None and held
+            else ""
+        )
         if self.margin_line.isVisible():
             margin = self._margins[d] if d < len(self._margins) else 0
             marks.append((MARGIN_COLOUR, "╌", f"margin {margin / GIB:.1f} GiB"))
