@@ -576,9 +576,9 @@ def mmproj_compute(
       and lives until the last windowed block, the f32 mask is freed once cast, and of a windowed block's three
       FFN intermediates (gate, up, SwiGLU output, `F` each) as many as fit go into the f32 mask's space, the rest
       above: `inputs + 4E + mask16 + (3 - k) F` with `k = min(3, mask32 // F)` (one above it at the warm-up image);
-      without it, `inputs + 5E + KQ`. Measured (`tools/groundtruth/mmproj_image.cpp`) at every size from 64 to
-      16384 patches: byte-exact from 3136 patches (784 tokens) up and without flash attention; below 784 tokens
-      other holes take more of the blocks and the rule is above the allocation (by 2E - 1E, at most 22%).
+      without it, `inputs + 5E + KQ`. Measured (`tools/groundtruth/mmproj_image.cpp`) from 64 to 32768 patches:
+      byte-exact from 3136 patches (784 tokens) up, and at every size without flash attention; below 784 tokens
+      other holes take more of the blocks and the rule is above the allocation (by 7% to 20.4%).
 
     Other projectors: the raw f32 image, then the larger of one block's live set (`2E + F`, plus `KQ` without
     flash attention) and the projector's (`4 * n_pos * (n_embd + 2 proj)`), an approximation read from the
