@@ -243,7 +243,7 @@ class SettingsPanel(QWidget):
         self._mmproj_tip = (
             "Where the vision projector goes (--mmproj / --no-mmproj-offload): its weights and image compute "
             "buffer use that device's memory. A projector that takes images of any size (Qwen-VL) grows that "
-            "buffer for the largest image it accepts; --image-max-tokens N under Extra flags lowers it"
+            "buffer for the largest image it accepts; Image tokens below lowers it"
         )
         self.mmproj.setToolTip(self._mmproj_tip)
         # --image-max-tokens: 0 shows "auto" (the projector's own limit, -1 in the settings)
