@@ -1087,7 +1087,12 @@ MODEL_NOTES = """\
   an FFN intermediate: 704.79 MiB). Measured by loading the projector through libmtmd (`mtmd_init_from_file` with
   warm-up, next to a vocab-only text model) with the GGML_ALLOCATOR_DEBUG `ggml-base`. Other projectors keep an
   approximation from the tensor shapes (raw image, one block or the projector), with the Qwen-VL warm-up size for
-  Qwen2-VL and Qwen3-VL; the estimate says so in its assumptions.
+  Qwen2-VL and Qwen3-VL; the estimate says so in its assumptions. `--image-max-tokens` shrinks a Qwen-VL warm-up
+  image (recorded: 292.13 MiB at 1024 tokens, exact). An image larger than the warm-up one grows the buffer at run
+  time (`mmproj_image_growth`, its own term "mmproj images"): Qwen2.5-VL's graph per image size, recorded with
+  `tools/groundtruth/mmproj_image.cpp` at 64 to 32768 patches, is byte-exact from 784 tokens up (flash attention:
+  the f32 window mask's space holds as many of a block's three FFN intermediates as fit) and at every size without
+  flash attention; under 784 tokens it is 7-20% over. The default limit, 4096 tokens, takes 1893.0 MiB.
 
 ## Known gaps (compute)
 

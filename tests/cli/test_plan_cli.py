@@ -188,14 +188,14 @@ def test_command_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_plan_keeps_the_flags_it_does_not_model_in_its_command(capsys: pytest.CaptureFixture[str]) -> None:
-    """`--temp` (no memory effect) and `--image-max-tokens` (not modelled) are written at the end of the command as
+    """`--temp` (no memory effect) and `--mtmd-batch-max-tokens` (not modelled) are written at the end of the command as
     given."""
     model = str(SPARSE / "llama-3.1-8b.header.gguf")
     code = cli.main(["plan", model, "--header-only", "--assume-gpu", "24GiB", "--host-ram", "64GiB", "--json",
-                     "--temp", "0.7", "--image-max-tokens", "1024"])  # fmt: skip
+                     "--temp", "0.7", "--mtmd-batch-max-tokens", "1024"])  # fmt: skip
     assert code == 0
     argv = json.loads(capsys.readouterr().out)["argv"]
-    assert argv[-4:] == ["--temp", "0.7", "--image-max-tokens", "1024"]
+    assert argv[-4:] == ["--temp", "0.7", "--mtmd-batch-max-tokens", "1024"]
 
 
 def test_plan_prints_the_measured_error_band(capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,7 +107,8 @@ def test_recorded_files_are_where_the_tests_read_them() -> None:
     assert sorted(p.name for p in Path(TERMS).glob("*.json")) == [
         "llama-3.1-8b-server.json",
         "llama-3.1-8b-yarn.json",
-        "qwen2.5-vl-7b-mmproj.json",
+        "mmproj-qwen2.5-vl-7b-images.json",  # tests/estimate/test_mmproj_images.py
+        "qwen2.5-vl-7b-mmproj.json",  # tests/estimate/test_mmproj_images.py
     ]
 
 
@@ -241,34 +242,3 @@ def test_plan_and_command_carry_the_adapter(capsys: pytest.CaptureFixture[str]) 
     assert with_lora["unmodelled_flags"] == []
     # 320 MiB of adapter on an 8 GiB card: less context fits
     assert with_lora["n_ctx"] < plain["n_ctx"]
-
-
-# -- the projector's warm-up image with --image-max-tokens ---------------------------------------------------------
-
-
-def test_image_max_tokens_caps_the_projector_warm_up_and_fitplan_stays_above_it() -> None:
-    """Recorded: Qwen2.5-VL warms up with 46 x 46 merged tokens unless --image-max-tokens allows fewer (clip-model.h
-    set_warmup_n_tokens); the smaller warm-ups are not modelled yet (the flag is reported as not modelled), so the
-    estimate keeps the 46 x 46 one: exact at the default and above it, over for a smaller limit, never under."""
-    sparse = TESTS / "fixtures" / "llamacpp" / "models" / "sparse"
-    text = load_profile(str(sparse / "qwen2.5-vl-7b.header.gguf"), True)
-    proj = load_profile(str(sparse / "mmproj-qwen2.5-vl-7b.header.gguf"), True)
-    recorded: dict[str, float] = {}
-    for c in cases("qwen2.5-vl-7b-mmproj"):
-        (mib,) = [b["mib"] for b in c["results"]["mmproj_buffers_mib"] if b["kind"] == "compute"]
-        recorded[c["id"]] = mib
-        parsed = parsed_of(c)
-        assert ("--image-max-tokens" in c["command"]) == any(
-            "--image-max-tokens" in u for u in parsed.unmodelled
-        )
-    assert recorded["mmproj-np1-c4096-imt8192"] == recorded["mmproj-np1-c4096"]
-    assert (
-        recorded["mmproj-np1-c4096-imt256"]
-        < recorded["mmproj-np1-c4096-imt1024"]
-        < recorded["mmproj-np1-c4096"]
-    )
-    settings = LaunchSettings(n_ctx=4096, n_parallel=1, repack=False, mmproj_path="p.gguf")
-    est = estimate(text, settings, cpu_machine(), mmproj=proj)
-    compute = sum(t.bytes for t in est.devices[-1].terms if t.label == "mmproj compute")
-    assert abs(compute - recorded["mmproj-np1-c4096"] * MIB) <= 0.005 * MIB
-    assert all(compute + 0.005 * MIB >= mib * MIB for mib in recorded.values())  # the log rounds to 0.01 MiB

@@ -37,8 +37,9 @@ from PySide6.QtWidgets import (
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app"))
 
-from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
+from fitplan.core.base.devices import GIB, MIB, Device, DeviceKind, Vendor, host_device  # noqa: E402
 from fitplan.core.base.launch_settings import Engine  # noqa: E402
+from fitplan.core.hardware.probe import DetectedGpu, GpuProcess  # noqa: E402
 from fitplan.core.inputs.user_settings import UserSettings  # noqa: E402
 from fitplan.gui.app import create_app  # noqa: E402
 from fitplan.gui.backend import Backend, Detection  # noqa: E402
@@ -62,6 +63,26 @@ SMALL_GPU = Detection((gpu("RTX 4070", 12, 11.2),), host_device(64 * GIB, 52 * G
 TOO_SMALL = Detection((gpu("RTX 3050", 8, 7.5),), host_device(16 * GIB, 6 * GIB))
 TWO_GPUS = Detection(
     (gpu("RTX 3090", 24, 23.2), gpu("RTX 3090", 24, 23.4)), host_device(128 * GIB, 100 * GIB)
+)
+#: the card that also drives the desktop, a browser and ComfyUI: NVML lists who holds its 3.9 GiB
+_SHARED_CARD = gpu("RTX 4090", 24, 20.1)
+SHARED_CARD = Detection(
+    (_SHARED_CARD,),
+    host_device(64 * GIB, 41 * GIB),
+    (),
+    (
+        DetectedGpu(
+            _SHARED_CARD,
+            "GPU-0",
+            0,
+            used_bytes=_SHARED_CARD.total_bytes - _SHARED_CARD.free_bytes,
+            processes=(
+                GpuProcess(1432, "Xorg", 612 * MIB, "graphics"),
+                GpuProcess(4242, "firefox", 1230 * MIB, "graphics"),
+                GpuProcess(5120, "python3", 1610 * MIB, "compute"),
+            ),
+        ),
+    ),
 )
 
 
@@ -402,6 +423,8 @@ def main(argv: list[str]) -> int:
         ("long-paste-1280", DESKTOP, LLAMA, SIZES["1280"], long_paste),
         ("long-paste-1024", DESKTOP, LLAMA, SIZES["1024"], long_paste),
         ("more-gpus-1024", SMALL_GPU, QWEN, SIZES["1024"], two_more_gpus),
+        ("held-by-others-1280", SHARED_CARD, LLAMA, SIZES["1280"], None),
+        ("held-by-others-1024", SHARED_CARD, LLAMA, SIZES["1024"], None),
     ]
     states += [(f"main-{key}", DESKTOP, DEEPSEEK, size, None) for key, size in SIZES.items()]
     if dark:

@@ -42,6 +42,8 @@ STATES = (
     "long-paste-1280",
     "long-paste-1024",
     "more-gpus-1024",
+    "held-by-others-1280",
+    "held-by-others-1024",
     "main-1024",
     "main-1280",
     "main-1920",

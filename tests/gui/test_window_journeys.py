@@ -444,3 +444,23 @@ def test_verify_button_only_with_a_local_llama_cpp_build(
     window.planner.commands.set_llama_bin_dir(str(build))
     assert not window.command.verify_button.isHidden()
     assert window.planner.user.llama_bin_dir == str(build)
+
+
+def test_the_projector_row_sets_the_largest_image(qtbot: Any, window: MainWindow) -> None:
+    """--image-max-tokens has its control beside the projector: written into the command, in the plan's
+    settings, off (disabled) without a projector, "auto" leaves it out."""
+    assert not window.settings.image_tokens.isEnabled()  # the 8B example has no projector
+    with qtbot.waitSignal(
+        window.planner.outcome_shown, timeout=TIMEOUT, check_params_cb=lambda o: "--mmproj" in o.args
+    ):
+        window.planner.open(str(GEMMA))
+    s = window.settings
+    assert s.image_tokens.isEnabled() and s.image_tokens.text() == "auto"
+    assert "--image-max-tokens" not in window.planner.outcome.args
+    s.image_tokens.setValue(1024)
+    out = wait_settled(qtbot, window)
+    i = out.args.index("--image-max-tokens")
+    assert out.args[i + 1] == "1024" and out.plan_settings.image_max_tokens == 1024
+    s.image_tokens.setValue(0)
+    out = wait_settled(qtbot, window)
+    assert "--image-max-tokens" not in out.args and out.plan_settings.image_max_tokens == -1

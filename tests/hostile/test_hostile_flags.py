@@ -200,15 +200,17 @@ def test_former_blow_ups_stay_under_a_memory_and_time_cap(argv: list[str]) -> No
 
 # -- flags fitplan does not model ---------------------------------------------------------------------------------
 
-KEPT = ["--image-max-tokens", "1024", "--temp", "0.7", "--mirostat", "2", "--keep", "5", "--top-k=40"]
+KEPT = ["--mtmd-batch-max-tokens", "1024", "--temp", "0.7", "--mirostat", "2", "--keep", "5", "--top-k=40"]
 
 
 def test_command_keeps_unmodelled_flags_and_names_them(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err, _ = _cli(capsys, "command", QWEN3_MOE, *HW, "--host-ram", "64GiB", "--shell", "sh", *KEPT)
     assert code == 0
-    assert out.rstrip("\n").endswith(" --image-max-tokens 1024 --temp 0.7 --mirostat 2 --keep 5 --top-k=40")
+    assert out.rstrip("\n").endswith(
+        " --mtmd-batch-max-tokens 1024 --temp 0.7 --mirostat 2 --keep 5 --top-k=40"
+    )
     lines = err.splitlines()
-    assert any("does not account" in line and "--image-max-tokens 1024" in line for line in lines), err
+    assert any("does not account" in line and "--mtmd-batch-max-tokens 1024" in line for line in lines), err
     assert any("no effect on memory" in line and "--temp 0.7" in line for line in lines), err
     # the command fed back as pins gives the same command
     args = out.split()[1:]
@@ -223,7 +225,7 @@ def test_command_keeps_unmodelled_flags_and_names_them(capsys: pytest.CaptureFix
 def test_parse_keeps_the_words_of_unmodelled_flags() -> None:
     p = parse_flags(["-c", "8", *KEPT, "-t", "4"])
     assert p.passthrough == (*KEPT, "-t", "4")
-    assert p.unmodelled == ("--image-max-tokens 1024",)
+    assert p.unmodelled == ("--mtmd-batch-max-tokens 1024",)
 
 
 @pytest.mark.parametrize("pattern", ["(a*)*b", "(.*a)+x", "(a|ab)*c", "blk\\.(\\d+)+\\.ffn=CUDA0"])

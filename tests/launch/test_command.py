@@ -361,7 +361,7 @@ def test_import_sh_with_env_and_unmodelled_flags() -> None:
     text = (
         "CUDA_VISIBLE_DEVICES=0,1 ~/llama.cpp/build/bin/llama-server \\\n"
         "  -m ~/models/Qwen3-8B-Q4_K_M.gguf --host 0.0.0.0 --port 8080 \\\n"
-        "  -c 16384 -np 2 -fa on --temp 0.7 --lora adapter.gguf --image-max-tokens 1024 --jinja\n"
+        "  -c 16384 -np 2 -fa on --temp 0.7 --lora adapter.gguf --mtmd-batch-max-tokens 1024 --jinja\n"
     )
     imp = import_command(text)
     assert imp.shell is Shell.SH
@@ -372,7 +372,7 @@ def test_import_sh_with_env_and_unmodelled_flags() -> None:
         n_ctx=16384, n_parallel=2, flash_attn=FlashAttn.ON, lora=("adapter.gguf",)
     )
     assert imp.ignored == ("--host 0.0.0.0", "--port 8080", "--temp 0.7", "--jinja")
-    assert imp.unmodelled == ("--image-max-tokens 1024",)
+    assert imp.unmodelled == ("--mtmd-batch-max-tokens 1024",)
     assert imp.given == frozenset({"model", "n_ctx", "n_parallel", "flash_attn", "lora"})
 
 

@@ -153,8 +153,8 @@ def test_ignored_flags_consume_their_values() -> None:
 
 
 def test_unmodelled_memory_flags_are_reported_apart() -> None:
-    p = parse_flags(["-bs", "--image-max-tokens", "1024"])
-    assert p.unmodelled == ("-bs", "--image-max-tokens 1024")
+    p = parse_flags(["-bs", "--mtmd-batch-max-tokens", "1024"])
+    assert p.unmodelled == ("-bs", "--mtmd-batch-max-tokens 1024")
 
 
 @pytest.mark.parametrize(

@@ -112,7 +112,7 @@ def test_a_projector_on_the_gpu_leaves_its_graph_inputs_on_the_host(
 
     machine = Machine((assumed_gpu("CUDA0", 24, Vendor.NVIDIA),), host_device(64 << 30))
     e = estimate(sparse(text), LaunchSettings(n_ctx=4096), machine, mmproj=sparse(name))
-    host = [t.bytes for t in e.devices[-1].terms if t.kind is TermKind.MMPROJ]
+    host = [t.bytes for t in e.devices[-1].terms if t.kind is TermKind.MMPROJ and t.label == "mmproj compute"]
     assert host == [inputs]
     recorded = _standin_server_case(text, "mmproj-c4096")["results"]["mmproj_buffers_mib"]
     assert [b["mib"] for b in recorded if b["buffer_type"] == "CPU"] == [round(inputs / (1 << 20), 2)]

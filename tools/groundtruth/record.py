@@ -35,6 +35,10 @@ without -c (llama-server's own sizing of the KV pool); YaRN context extension (`
 --yarn-orig-ctx`, membreak dry runs beside the same contexts without it: the buffers, and llama.cpp's re-adjusted
 training context); the projector's warm-up with `--image-max-tokens` (Qwen2.5-VL). `-t 2`; about 12 minutes on 2
 cores (`--only qwen2.5-vl-7b` or `--only llama-3.1-8b` for one part).
+`--grids mmproj_images` (not a default; needs FITPLAN_LLAMA_SRC for the headers): the projector's compute buffer
+after one image of each size beyond its warm-up image (tools/groundtruth/mmproj_image.cpp, Qwen2.5-VL on the CPU;
+the evaluation callback stops each graph after its first node, so the allocation is llama.cpp's and the arithmetic
+is skipped); about 2 minutes.
 """
 
 from __future__ import annotations
@@ -1749,6 +1753,81 @@ def grid_terms(env: Env, only: list[str] | None) -> None:
     write_fixture("terms", f"{TERMS_MODEL}-yarn", fixture_doc("membreak", model, yarn))
 
 
+#: the projector's compute buffer after one image of each size, beyond the warm-up image (mmproj_image.cpp): squares
+#: of 4 to 64 merged tokens a side and wide images, flash attention auto (enabled on the CPU) with a 4 x 4 token
+#: warm-up (--image-max-tokens 16), so that each image's own graph sets the buffer; off for a few sizes; and the
+#: default warm-up (46 x 46) followed by an image of the projector's largest size.
+MMPROJ_IMAGE_CASES: list[tuple[str, int, int, list[tuple[int, int]]]] = [
+    *[
+        (f"fa-auto-{k}x{k}", -1, 16, [(28 * k, 28 * k)])
+        for k in (4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 46, 52, 56, 60, 64)
+    ],
+    ("fa-auto-128x32", -1, 16, [(3584, 896)]),
+    ("fa-auto-72x52", -1, 16, [(2016, 1456)]),
+    ("fa-auto-64x128", -1, 16, [(1792, 3584)]),
+    *[(f"fa-off-{k}x{k}", 0, 16, [(28 * k, 28 * k)]) for k in (16, 32, 40, 46, 52, 64)],
+    ("fa-auto-default-warmup-then-64x64", -1, -1, [(448, 448), (1792, 1792)]),
+]
+
+
+def _mmproj_image_tool(env: Env, src: Path) -> Path:
+    """Build tools/groundtruth/mmproj_image.cpp against the build's libmtmd (the headers of `src`)."""
+    out = env.work / "mmproj_image"
+    inc = [f"-I{src / d}" for d in ("include", "ggml/include", "tools/mtmd")]
+    subprocess.run(
+        ["g++", "-O1", "-std=c++17", str(Path(__file__).with_name("mmproj_image.cpp")), *inc, f"-L{env.bin}",
+         "-lmtmd", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{env.bin}", "-o", str(out)],
+        check=True,
+    )  # fmt: skip
+    return out
+
+
+def grid_mmproj_images(env: Env, only: list[str] | None) -> None:
+    """The projector's compute after an image larger (or smaller) than the warm-up one, per image size."""
+    src = os.environ.get("FITPLAN_LLAMA_SRC")
+    if not src:
+        print("mmproj_images needs FITPLAN_LLAMA_SRC (the llama.cpp source of the build)", file=sys.stderr)
+        return
+    tool = _mmproj_image_tool(env, Path(src))
+    mmproj = TERMS_MMPROJ[1]
+    mm_path = sparse_models.generate(mmproj, env.work / "sparse")
+    hdr = sparse_models.generate(mmproj, MODELS_DIR / "sparse", header_only=True)
+    cases: list[dict[str, Any]] = []
+    for cid, fa, imt, sizes in MMPROJ_IMAGE_CASES:
+        argv = [str(tool), str(mm_path), str(fa), str(imt), *[str(v) for wh in sizes for v in wh]]
+        p = subprocess.run(argv, capture_output=True, text=True, env=env.env, timeout=600, check=False)
+        images = [
+            {"width": int(m.group(1)), "height": int(m.group(2)), "compute_bytes": int(m.group(4))}
+            for m in re.finditer(r"^image (\d+) x (\d+) ok=(\d) compute_bytes (\d+)$", p.stdout, re.M)
+        ]
+        log = p.stdout + p.stderr
+        warm = re.search(r"^reserve_compute_meta:\s+CPU compute buffer size =\s+([\d.]+) MiB", log, re.M)
+        case: dict[str, Any] = {
+            "id": cid,
+            "command": [
+                "mmproj_image",
+                f"$MODELS/sparse/{mmproj}.gguf",
+                str(fa),
+                str(imt),
+                *[str(v) for wh in sizes for v in wh],
+            ],
+            "settings": {"flash_attn": {-1: "auto", 0: "off", 1: "on"}[fa], "image_max_tokens": imt},
+            "results": {"warmup_compute_mib": float(warm.group(1)) if warm else None, "images": images},
+        }
+        if p.returncode != 0 or len(images) != len(sizes):
+            case["error"] = p.stderr[-2000:]
+        cases.append(case)
+        print("mmproj_images", cid, "error" not in case, flush=True)
+    model = {
+        "generator": "tools/groundtruth/sparse_models.py",
+        "name": mmproj,
+        "config": sparse_models.MMPROJ_CONFIGS[mmproj],
+        "file_bytes": mm_path.stat().st_size,
+        "header": os.path.relpath(hdr, FIXTURES),
+    }
+    write_fixture("terms", f"{mmproj}-images", fixture_doc("mmproj_image", model, cases))
+
+
 GRIDS = {
     "archs": grid_archs,
     "sparse": grid_sparse,
@@ -1763,6 +1842,7 @@ GRIDS = {
     "standin_metal": grid_standin_metal,
     "standin_server": grid_standin_server,
     "terms": grid_terms,
+    "mmproj_images": grid_mmproj_images,
 }
 
 

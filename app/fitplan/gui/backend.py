@@ -26,10 +26,12 @@ from fitplan.core.plan.verdict import FitLevel
 if TYPE_CHECKING:
     from fitplan.core.estimate.accuracy import AccuracyBand
     from fitplan.core.hardware.catalog import CatalogChoice
+    from fitplan.core.hardware.probe import DetectedGpu
     from fitplan.core.library.scanner import LibraryScanner
     from fitplan.core.model.lora import LoraAdapter
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.alternatives import Alternative
+    from fitplan.core.plan.held import DeviceHeld
     from fitplan.core.speed import PlanSpeed
 
 #: The model the window opens when the user has none: a header-only example (resources/examples).
@@ -66,6 +68,8 @@ class Detection:
     gpus: tuple[Device, ...]
     host: Device
     problems: tuple[str, ...] = ()
+    #: the GPUs as probed, with the processes holding their memory where the driver tells it
+    detected: tuple[DetectedGpu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,8 @@ class PlanRequest:
     pinned: frozenset[str] = WINDOW_PINS
     goal: Goal = Goal.PLACEMENT  # what the plan puts first (`fitplan.core.plan.objective`)
     min_tps: float | None = None  # the generation-speed floor (`Objective.min_gen_tps`), None without one
+    #: the probed GPUs with their processes (`Detection.detected`): who holds the memory the plan cannot use
+    detected: tuple[DetectedGpu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +145,9 @@ class PlanOutcome:
     margins: tuple[int, ...] = ()
     #: the plan's expected prompt and generation t/s (`core.speed.plan_speed`), None when it does not fit
     speed: PlanSpeed | None = None
+    #: each device of the estimate by owner: other programs (by process where the driver tells it), the margin
+    #: (the core's `held_memory`)
+    held: tuple[DeviceHeld, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +260,7 @@ class Backend:
 
         result = detect_hardware()
         machine = machine_from(result)
-        return Detection(machine.gpus, machine.host, tuple(result.problems))
+        return Detection(machine.gpus, machine.host, tuple(result.problems), tuple(result.gpus))
 
     @staticmethod
     def catalog() -> tuple[tuple[str, tuple[CatalogChoice, ...]], ...]:
@@ -335,6 +344,7 @@ class Backend:
         """The estimate at the chosen settings, the placement that fits them, the largest context, the command."""
         from fitplan.core.estimate.accuracy import accuracy_band
         from fitplan.core.plan import planner
+        from fitplan.core.plan.held import held_memory
         from fitplan.core.plan.pins import ollama_auto_context, pins_from_settings
         from fitplan.core.plan.pool import memory_notes
         from fitplan.core.plan.request import PlanQuery, answer
@@ -392,6 +402,7 @@ class Backend:
             accuracy_band(model.profile, est),
             margin.kept_free(machine),
             got.speed,
+            held_memory(machine, request.detected, margin),
         )
 
     def fit_level(self, request: PlanRequest) -> str:

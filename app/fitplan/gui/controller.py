@@ -421,6 +421,7 @@ class Planner(QObject):
             pinned=pins_for_goal(self.p.settings.goal(), WINDOW_PINS | self.configs.unheld_pins),
             goal=self.p.settings.goal(),
             min_tps=self.p.settings.min_gen_tps(),
+            detected=self.detection.detected if self.detection is not None else (),
         )
 
     def schedule_estimate(self) -> None:
@@ -557,14 +558,14 @@ class Planner(QObject):
         p.banner.clear("estimate-error")
         if outcome.curve is not None:
             trained = self.model.profile.n_ctx_train if self.model is not None else 0
-            p.chart.set_curve(outcome.curve, outcome.margins, outcome.max_context, trained)
+            p.chart.set_curve(outcome.curve, outcome.margins, outcome.max_context, trained, outcome.held)
             if outcome.verdict.level == VerdictLevel.NO_FIT and outcome.verdict.most_short is not None:
                 p.chart.select_device(outcome.verdict.most_short, automatic=True)
             else:
                 p.chart.restore_device()  # back to the device the user chose once the plan fits again
                 self._chart_a_used_device(outcome.curve)
         p.chart.set_context(outcome.estimate.settings.n_ctx)
-        p.devices.set_estimate(outcome.estimate, outcome.margins)
+        p.devices.set_estimate(outcome.estimate, outcome.margins, outcome.held)
         self._show_plan_in_controls(outcome)
         if p.settings.context_is_automatic():
             p.settings.show_context(outcome.estimate.settings.n_ctx)

@@ -506,6 +506,7 @@ class MainWindow(QMainWindow):
             s.unified,
             s.flash,
             s.mmproj,
+            s.image_tokens,
             s.gpu_layers_slider,
             s.gpu_layers,
             s.devices_button,

@@ -29,6 +29,7 @@ VERDICT_COLOURS: dict[str, tuple[str, str]] = {  # (light theme, dark theme) bac
 
 CAPACITY_COLOUR = "#D55E00"
 MARGIN_COLOUR = "#E69F00"
+OTHERS_COLOUR = "#BBBBBB"  # memory other programs hold (device bars)
 CONTEXT_LINE_COLOUR = "#CC79A7"
 
 

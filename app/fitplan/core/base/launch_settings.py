@@ -112,6 +112,8 @@ class LaunchSettings:
     mmproj_auto: bool = (
         True  # --mmproj-auto / --no-mmproj: -hf also downloads and loads the repository's projector
     )
+    image_min_tokens: int = -1  # --image-min-tokens: an image's fewest tokens (<= 0: the projector's)
+    image_max_tokens: int = -1  # --image-max-tokens: an image's most tokens (<= 0: the projector's)
     draft: DraftSettings | None = None
     tool: Tool = Tool.SERVER
     cache_ram_mib: int = 8192  # --cache-ram

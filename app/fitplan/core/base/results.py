@@ -22,6 +22,10 @@ class TermKind(StrEnum):
     )
 
 
+#: The label of the projector's compute beyond its warm-up image (the largest image, at run time): not in the
+#: buffers llama-server prints at start.
+MMPROJ_IMAGES_LABEL = "mmproj images"
+
 #: Order in which terms are stacked in tables and charts.
 TERM_ORDER: tuple[TermKind, ...] = tuple(TermKind)
 

@@ -7,7 +7,8 @@ Terms (see `fitplan.core.base.results.TermKind`):
   host with `-nkvo`);
 * compute: `fitplan.core.memory.compute.compute_buffers`, one per backend;
 * output: the host logits/embeddings buffer (not part of llama.cpp's memory breakdown);
-* mmproj: the projector's weights on its device plus its warm-up compute buffer;
+* mmproj: the projector's weights on its device, its warm-up compute buffer and, for a projector whose images
+  grow past the warm-up one (Qwen2.5-VL), what the largest image adds at run time;
 * draft: a draft model's own weights, KV and compute at the target's context;
 * reserve: the assumed per-GPU runtime reserve (`fitplan.core.memory.reserve`).
 """
@@ -31,6 +32,7 @@ from fitplan.core.base.launch_settings import (
     SplitMode,
 )
 from fitplan.core.base.results import (
+    MMPROJ_IMAGES_LABEL,
     DeviceEstimate,
     Estimate,
     HostRuntimeBound,
@@ -502,10 +504,11 @@ def _add_mmproj(
         ),
     )
     # Warm-up compute (tools/mtmd/clip.cpp reserves the graph of one warm-up image).
-    cbytes, detail = mmproj_compute(mmproj, ctx.flash_attn, align)
+    imt = settings.image_max_tokens
+    cbytes, detail = mmproj_compute(mmproj, ctx.flash_attn, align, imt)
     parts.add(dev, Term(TermKind.MMPROJ, cbytes, f"projector warm-up compute: {detail}", "mmproj compute"))
     if on_gpu:
-        inputs = mmproj_graph_inputs(mmproj)
+        inputs = mmproj_graph_inputs(mmproj, image_max_tokens=imt)
         parts.add(
             None,
             Term(
@@ -521,7 +524,25 @@ def _add_mmproj(
             "mmproj compute buffer approximated from the vision tower's shapes (only LLaVA MLP, Gemma 3 and "
             "Qwen2.5-VL projector graphs are modelled)"
         )
-    assumptions.append("mmproj compute is the warm-up image's; real images larger than it grow the buffer")
+    growth = mmproj_image_growth(mmproj, ctx.flash_attn, align, imt, settings.image_min_tokens)
+    if growth is None:
+        assumptions.append(
+            "mmproj compute is the warm-up image's; real images larger than it grow the buffer"
+        )
+        return
+    parts.add(dev, Term(TermKind.MMPROJ, growth.device_bytes, growth.explain(), MMPROJ_IMAGES_LABEL))
+    if on_gpu:
+        parts.add(
+            None,
+            Term(
+                TermKind.MMPROJ,
+                growth.host_input_bytes,
+                f"projector graph inputs of the largest image ({growth.tokens} tokens) beyond the warm-up's, "
+                "on the CPU backend",
+                MMPROJ_IMAGES_LABEL,
+            ),
+        )
+    assumptions.append(growth.assumption())
 
 
 #: tools/mtmd/clip.cpp load_hparams: Qwen2-VL, Qwen2.5-VL and Qwen3-VL warm up with an image of 46 x 46 merged
@@ -529,8 +550,26 @@ def _add_mmproj(
 QWEN_VL_WARMUP_SIDE = 46
 
 
-def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIGNMENT) -> tuple[int, str]:
-    """Bytes of the projector's warm-up compute buffer (clip.cpp reserves the graph of one warm-up image).
+#: clip.cpp load_hparams: a Qwen2-VL / 2.5-VL / 3-VL image takes 8 to 4096 merged tokens
+#: (`set_limit_image_tokens(8, 4096)`), unless --image-min-tokens / --image-max-tokens say otherwise.
+QWEN_VL_MIN_TOKENS = 8
+QWEN_VL_MAX_TOKENS = 4096
+
+
+def qwen_vl_warmup_side(image_max_tokens: int = -1) -> int:
+    """Merged tokens on a side of the Qwen-VL warm-up image: 46, or `int(sqrt(N))` (at least 1) when
+    --image-max-tokens N allows fewer than 46 x 46 (clip-model.h `set_warmup_n_tokens`)."""
+    side = QWEN_VL_WARMUP_SIDE
+    if 0 < image_max_tokens < side * side:
+        side = max(1, math.isqrt(image_max_tokens))
+    return side
+
+
+def mmproj_compute(
+    mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIGNMENT, image_max_tokens: int = -1
+) -> tuple[int, str]:
+    """Bytes of the projector's warm-up compute buffer (clip.cpp reserves the graph of one warm-up image;
+    `image_max_tokens` is --image-max-tokens, which makes a Qwen-VL warm-up image smaller).
 
     Three vision graphs are named tensor by tensor, from the allocator's list of live tensors at each new peak
     (`ggml-base` built with GGML_ALLOCATOR_DEBUG, the projector loaded through libmtmd), with `E` one
@@ -547,8 +586,12 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
     * Qwen2.5-VL (`qwen2.5vl_merger`, models/qwen2vl.cpp, warm-up image 46 x 46 merged tokens): the inputs
       (raw image, window indices, M-RoPE positions and the f32 `[n_pos, n_pos]` window mask) stay at the bottom;
       with flash attention the mask's f16 copy is allocated above four blocks in the first block (no hole fits it)
-      and lives until the last windowed block, and the next FFN's SwiGLU output lands above it (its gate and up
-      take the f32 mask's space): `inputs + 4E + mask16 + F`; without it, `inputs + 5E + KQ`.
+      and lives until the last windowed block, the f32 mask is freed once cast, and of a windowed block's three
+      FFN intermediates (gate, up, SwiGLU output, `F` each) as many as fit go into the f32 mask's space, the rest
+      above: `inputs + 4E + mask16 + (3 - k) F` with `k = min(3, mask32 // F)` (one above it at the warm-up image);
+      without it, `inputs + 5E + KQ`. Measured (`tools/groundtruth/mmproj_image.cpp`) from 64 to 32768 patches:
+      byte-exact from 3136 patches (784 tokens) up, and at every size without flash attention; below 784 tokens
+      other holes take more of the blocks and the rule is above the allocation (by 7% to 20.4%).
 
     Other projectors: the raw f32 image, then the larger of one block's live set (`2E + F`, plus `KQ` without
     flash attention) and the projector's (`4 * n_pos * (n_embd + 2 proj)`), an approximation read from the
@@ -559,7 +602,7 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
     if clip is not None and clip.n_embd > 0 and clip.patch_size > 0 and clip.n_head > 0:
         fa = "flash attention" if flash_attn else "no flash attention"
         if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
-            return _qwen25vl_compute(clip, flash_attn, align, fa)
+            return _qwen25vl_compute(clip, flash_attn, align, fa, image_max_tokens)
         if clip.projector_type == "gemma3":
             return _siglip_compute(clip, flash_attn, fa)
         if clip.projector_type == "mlp":
@@ -567,7 +610,7 @@ def mmproj_compute(mmproj: ModelProfile, flash_attn: bool, align: int = CPU_ALIG
     return _generic_projector_compute(mmproj, shapes, flash_attn)
 
 
-def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT) -> int:
+def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT, image_max_tokens: int = -1) -> int:
     """Bytes of the projector's graph inputs for the warm-up image, each tensor padded to `align`.
 
     `ggml_backend_sched` keeps a graph's inputs on its last backend, the CPU (ggml-backend.cpp
@@ -580,7 +623,8 @@ def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT) -> int
     shapes = {t.name: t.shape for t in mmproj.tensors}
     if clip is not None and clip.n_embd > 0 and clip.patch_size > 0 and clip.n_head > 0:
         if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
-            return sum(pad(b, align) for b in _qwen25vl_inputs(clip))
+            n_pos = _qwen25vl_patches(clip, qwen_vl_warmup_side(image_max_tokens) ** 2)
+            return sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
         if clip.projector_type == "mlp":
             return sum(pad(b, align) for b in _llava_inputs(clip, shapes))
         if clip.projector_type == "gemma3":
@@ -588,27 +632,123 @@ def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT) -> int
     return pad(_generic_raw_image(mmproj, shapes), align)
 
 
-def _qwen25vl_side(clip: ClipParams) -> tuple[int, int]:
-    """The warm-up image's side in pixels and its patches."""
-    side = QWEN_VL_WARMUP_SIDE * (clip.spatial_merge_size or 2) * clip.patch_size
-    return side, (side // clip.patch_size) ** 2
+def _qwen25vl_patches(clip: ClipParams, tokens: int) -> int:
+    """Patches of an image of `tokens` merged tokens (a token merges spatial_merge_size^2 patches)."""
+    return tokens * (clip.spatial_merge_size or 2) ** 2
 
 
-def _qwen25vl_inputs(clip: ClipParams) -> tuple[int, ...]:
-    """inp_raw, inv_window_idx (n_pos/4 i32), positions (4 n_pos i32), window_mask (f32), window_idx."""
-    side, n_pos = _qwen25vl_side(clip)
-    return (4 * 3 * side * side, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
+def _qwen25vl_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
+    """inp_raw (f32 RGB, patch^2 pixels a patch), inv_window_idx (n_pos/4 i32), positions (4 n_pos i32),
+    window_mask (f32), window_idx."""
+    return (4 * 3 * n_pos * clip.patch_size**2, n_pos, 16 * n_pos, 4 * n_pos * n_pos, n_pos)
 
 
-def _qwen25vl_compute(clip: ClipParams, flash_attn: bool, align: int, fa: str) -> tuple[int, str]:
-    n_embd, n_ff, n_head = clip.n_embd, clip.n_ff, clip.n_head
-    side, n_pos = _qwen25vl_side(clip)
-    e, f, kq = 4 * n_pos * n_embd, 4 * n_pos * n_ff, 4 * n_pos * n_pos * n_head
-    inputs = sum(pad(b, align) for b in _qwen25vl_inputs(clip))
-    body = 4 * e + pad(2 * n_pos * n_pos, align) + f if flash_attn else 5 * e + kq
-    return inputs + body, (
-        f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {n_embd}, FFN {n_ff}, {fa}): "
-        "inputs with the window mask, its f16 copy, four blocks and the FFN"
+def qwen25vl_graph_bytes(clip: ClipParams, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT) -> int:
+    """The compute buffer of Qwen2.5-VL's graph for an image of `n_pos` patches (see `mmproj_compute`): the graph
+    depends on the patch count, not on the image's shape."""
+    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
+    inputs = sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
+    if not flash_attn:
+        return inputs + 5 * e + 4 * n_pos * n_pos * clip.n_head
+    in_mask_hole = min(3, pad(4 * n_pos * n_pos, align) // f) if f else 3
+    return inputs + 4 * e + pad(2 * n_pos * n_pos, align) + (3 - in_mask_hole) * f
+
+
+def _qwen25vl_compute(
+    clip: ClipParams, flash_attn: bool, align: int, fa: str, image_max_tokens: int = -1
+) -> tuple[int, str]:
+    tokens_side = qwen_vl_warmup_side(image_max_tokens)
+    n_pos = _qwen25vl_patches(clip, tokens_side**2)
+    side = tokens_side * (clip.spatial_merge_size or 2) * clip.patch_size
+    return qwen25vl_graph_bytes(clip, n_pos, flash_attn, align), (
+        f"Qwen2.5-VL warm-up image {side}x{side} ({n_pos} patches, width {clip.n_embd}, FFN {clip.n_ff}, {fa}): "
+        "inputs with the window mask, its f16 copy, four blocks and the FFN intermediates the mask's space "
+        "does not hold"
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProjectorImageGrowth:
+    """What the largest image a projector accepts adds to its warm-up compute at run time: ggml_backend_sched
+    grows the compute buffer to the graph of an image larger than the warm-up one and keeps it."""
+
+    tokens: int  # merged tokens of the largest image
+    patches: int
+    warmup_tokens: int
+    device_bytes: int  # on the projector's device, beyond the warm-up buffer
+    host_input_bytes: int  # with the projector on a GPU: its graph inputs beyond the warm-up's, on the host
+    from_flag: bool  # the limit is --image-max-tokens (else the projector's own)
+    exact: bool  # within the sizes the rule was measured byte-exact at
+
+    def explain(self) -> str:
+        src = "--image-max-tokens" if self.from_flag else "the projector's limit"
+        return (
+            f"projector compute beyond the warm-up image ({self.warmup_tokens} tokens) for the largest image: "
+            f"{self.tokens} tokens ({src}), {self.patches} patches; llama-server grows the buffer to it at the "
+            "first image that large"
+        )
+
+    def assumption(self) -> str:
+        text = (
+            f"mmproj compute is sized for the largest image ({self.tokens} tokens); "
+            "lower it with --image-max-tokens"
+        )
+        if not self.exact:
+            text += "; under 784 tokens an image's buffer is estimated high (up to a fifth)"
+        return text
+
+
+#: Below this many patches (784 tokens) Qwen2.5-VL's flash-attention graph places more in other holes than
+#: `qwen25vl_graph_bytes` counts (measured; the rule is then above the allocation).
+QWEN25VL_EXACT_PATCHES = 3136
+
+
+def mmproj_image_growth(
+    mmproj: ModelProfile,
+    flash_attn: bool,
+    align: int = CPU_ALIGNMENT,
+    image_max_tokens: int = -1,
+    image_min_tokens: int = -1,
+) -> ProjectorImageGrowth | None:
+    """The run-time growth of the projector's compute for its largest image, or None where it is not modelled
+    (only Qwen2.5-VL's graph is: the other dynamic-resolution projectors keep the warm-up assumption).
+
+    clip.cpp lets a Qwen-VL image take up to 4096 merged tokens (or --image-max-tokens) and warms up with at
+    most 46 x 46 of them, so an image larger than the warm-up one makes the scheduler reserve its graph and
+    grow the buffer (the buffer never shrinks). --image-min-tokens above the maximum is refused as llama.cpp
+    refuses it (`image_max_pixels is less than image_min_pixels`)."""
+    clip = mmproj.clip
+    if clip is None or clip.projector_type != "qwen2.5vl_merger" or clip.n_wa_pattern <= 0:
+        return None
+    if clip.n_embd <= 0 or clip.patch_size <= 0 or clip.n_head <= 0:
+        return None
+    tokens = image_max_tokens if image_max_tokens > 0 else QWEN_VL_MAX_TOKENS
+    low = image_min_tokens if image_min_tokens > 0 else QWEN_VL_MIN_TOKENS
+    if low > tokens:
+        raise SettingsError(
+            f"--image-min-tokens {low} is above the largest image's {tokens} tokens: llama.cpp refuses to load "
+            "the projector (image_max_pixels is less than image_min_pixels)"
+        )
+    warm = qwen_vl_warmup_side(image_max_tokens) ** 2
+    n_max, n_warm = _qwen25vl_patches(clip, tokens), _qwen25vl_patches(clip, warm)
+    grow = max(
+        0,
+        qwen25vl_graph_bytes(clip, n_max, flash_attn, align)
+        - qwen25vl_graph_bytes(clip, n_warm, flash_attn, align),
+    )
+    host = max(
+        0,
+        sum(pad(b, CPU_ALIGNMENT) for b in _qwen25vl_inputs(clip, n_max))
+        - sum(pad(b, CPU_ALIGNMENT) for b in _qwen25vl_inputs(clip, n_warm)),
+    )
+    return ProjectorImageGrowth(
+        tokens=tokens,
+        patches=n_max,
+        warmup_tokens=warm,
+        device_bytes=grow,
+        host_input_bytes=host,
+        from_flag=image_max_tokens > 0,
+        exact=not flash_attn or n_max >= QWEN25VL_EXACT_PATCHES,
     )
 
 

@@ -75,6 +75,7 @@ class ModelChoices:
     n_parallel: int = 1
     kv_unified: bool = False
     mmproj: str = MmprojPlacement.GPU.value
+    image_max_tokens: int = -1  # --image-max-tokens: the projector's largest image, <= 0 = its own limit
     flash_attn: str = FlashAttn.AUTO.value
     n_gpu_layers: int = -1  # NGL_AUTO
     n_cpu_moe: int = 0
@@ -132,7 +133,7 @@ class ModelChoices:
 #: The choices that are the `LaunchSettings` field of the same name, value for value.
 SAME_AS_SETTINGS = (
     "cache_type_k", "cache_type_v", "n_batch", "n_ubatch", "n_gpu_layers", "n_cpu_moe", "mla_mode",
-    "attn_max_batch_mib", "fused_moe", "run_time_repack", "kv_tail_tokens", "kv_tail_type",
+    "attn_max_batch_mib", "fused_moe", "run_time_repack", "kv_tail_tokens", "kv_tail_type", "image_max_tokens",
 )  # fmt: skip
 
 #: The context a model opens with when nothing was chosen for it (capped at its training length).
@@ -175,7 +176,7 @@ _HELD = frozenset(
         "cache_type_v", "flash_attn", "n_batch", "n_ubatch", "n_gpu_layers", "n_cpu_moe", "mmproj", "mla_mode",
         "attn_max_batch_mib", "fused_moe", "run_time_repack", "kv_tail_tokens", "kv_tail_type",
         "gpu_overhead_bytes", "no_kv_offload", "draft.model_path", "draft.n_gpu_layers", "draft.cache_type_k",
-        "draft.cache_type_v",
+        "draft.cache_type_v", "image_max_tokens",
     }
 )  # fmt: skip
 

@@ -740,6 +740,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("no_mmproj_offload", ("--no-mmproj-offload",), "mmproj", const=MmprojPlacement.CPU, write=_w_mmproj_cpu,
          ini="mmproj-offload", ini_value="false"),
     Flag("mmproj_offload", ("--mmproj-offload",), "mmproj", const=MmprojPlacement.GPU, ini="mmproj-offload"),
+    Flag("image_min_tokens", ("--image-min-tokens",), "image_min_tokens", int_in(-1), write=_changed,
+         ini="image-min-tokens"),
+    Flag("image_max_tokens", ("--image-max-tokens",), "image_max_tokens", int_in(-1), write=_changed,
+         ini="image-max-tokens"),
     Flag("no_kv_offload", ("-nkvo", "--no-kv-offload"), "no_kv_offload", const=True, write=_changed,
          ini="kv-offload", ini_value="false"),
     Flag("kv_offload", ("-kvo", "--kv-offload"), "no_kv_offload", const=False, ini="kv-offload"),
@@ -845,8 +849,7 @@ UNMODELLED_MEMORY_FLAGS: frozenset[str] = frozenset(
         "-otd", "--override-tensor-draft", "--spec-draft-override-tensor", "-cmoed",
         "--cpu-moe-draft", "--spec-draft-cpu-moe", "-ncmoed", "--n-cpu-moe-draft", "--spec-draft-n-cpu-moe",
         "--spec-draft-ncmoe", "-devd", "--device-draft", "--spec-draft-device", "-bs", "--backend-sampling",
-        "-lzm", "--lazy-mode", "-mmdev", "--mmproj-device", "--image-min-tokens",
-        "--image-max-tokens", "--mtmd-batch-max-tokens", "-fitc", "--fit-ctx",
+        "-lzm", "--lazy-mode", "-mmdev", "--mmproj-device", "--mtmd-batch-max-tokens", "-fitc", "--fit-ctx",
     }
 )  # fmt: skip
 
@@ -885,7 +888,7 @@ _IGNORED_ARITY: dict[str, int] = {
     "--ppl-stride": 1, "--ppl-output-type": 1, "-dt": 1, "--defrag-thold": 1, "-ns": 1, "--sequences": 1,
     "-cb": 0, "--cont-batching": 0, "-nocb": 0, "--no-cont-batching": 0,
     "-mmdev": 1, "--mmproj-device": 1,
-    "--image": 1, "--audio": 1, "--video": 1, "--image-min-tokens": 1, "--image-max-tokens": 1,
+    "--image": 1, "--audio": 1, "--video": 1,
     "--mtmd-batch-max-tokens": 1, "--video-fps": 1, "--video-timestamp-interval": 1,
     "--video-ffmpeg-dir": 1, "-lzm": 1, "--lazy-mode": 1, "--numa": 1, "--list-devices": 0, "-fitp": 1,
     "--fit-print": 1, "-fitc": 1, "--fit-ctx": 1, "--check-tensors": 0, "--override-kv": 1,

@@ -20,7 +20,7 @@ from typing import Any
 from fitplan.core.base.devices import Device, DeviceKind, Machine
 from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.numbers import int_or_none, loads_json
-from fitplan.core.base.results import DeviceEstimate, Estimate, TermKind
+from fitplan.core.base.results import MMPROJ_IMAGES_LABEL, DeviceEstimate, Estimate, TermKind
 from fitplan.core.estimate.accuracy import AccuracyBand
 from fitplan.core.hardware.usage import ProcessUse
 from fitplan.core.launch.server_log import (
@@ -242,6 +242,9 @@ def _estimated(de: DeviceEstimate | None, kind: TermKind, label: str, mapped_spa
     tensors in it (weights repacked for the CPU lie inside that span and are counted again in CPU_REPACK)."""
     if de is None:
         return 0
+    if kind is TermKind.MMPROJ:
+        # the projector's growth for its largest image comes after the start, which the log shows
+        return sum(t.bytes for t in de.terms if t.kind is kind and t.label != MMPROJ_IMAGES_LABEL)
     if kind is not TermKind.WEIGHTS:
         return de.bytes_of(kind)
     if mapped_span and label != REPACK:

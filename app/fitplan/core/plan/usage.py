@@ -249,15 +249,17 @@ def held_by_others(machine: Machine, detected: Sequence[DetectedGpu]) -> tuple[s
     """Per GPU of `machine` that was detected and holds memory: who holds it, by process (the driver's list: pid,
     program, amount) and what no process accounts for (the driver, the display). With free memory as the basis
     (`MarginPolicy.use_free`) this memory is already outside what a plan may use."""
+    from fitplan.core.plan.held import UNLISTED, gpu_holders
+
     lines: list[str] = []
     for i, d in enumerate(machine.gpus):
         g = next((x for x in detected if x.device == d), None)
         if g is None or not g.used_bytes:
             continue
-        named = sum(p.used_bytes or 0 for p in g.processes)
-        parts = [p.describe() for p in g.processes]
-        rest = g.used_bytes - named
-        if rest > 0:
-            parts.append(f"the driver and unlisted processes {gib(rest)}")
+        by_pid = {p.pid: p for p in g.processes}
+        parts = [
+            by_pid[h.pid].describe() if h.pid in by_pid else f"{UNLISTED} {gib(h.bytes or 0)}"
+            for h in gpu_holders(g)
+        ]
         lines.append(f"{device_label(d, i)}: {gib(g.used_bytes)} in use by others: " + "; ".join(parts))
     return tuple(lines)

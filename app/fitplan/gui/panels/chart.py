@@ -36,6 +36,8 @@ from fitplan.gui.theme import (
 if TYPE_CHECKING:
     import pyqtgraph as pg
 
+    from fitplan.core.plan.held import DeviceHeld
+
 X_PAD = 0.5  # log2 units right of the last context, so its tick label fits
 Y_HEADROOM = 1.15  # room above the capacity line for the context line's label
 HOVER_HINT = "Hover over the chart to read every part of the memory at that context."
@@ -88,6 +90,7 @@ class ChartPanel(QWidget):
         super().__init__(parent)
         self._curve: CurveData | None = None
         self._margins: tuple[int, ...] = ()
+        self._held: tuple[DeviceHeld, ...] = ()  # each device by owner (`held_memory`)
         self._x = np.zeros(0)
         self._device = 0
         self._setting_context = False
@@ -305,9 +308,16 @@ class ChartPanel(QWidget):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def set_curve(
-        self, curve: CurveData, margins: tuple[int, ...], max_context: int, n_ctx_train: int = 0
+        self,
+        curve: CurveData,
+        margins: tuple[int, ...],
+        max_context: int,
+        n_ctx_train: int = 0,
+        held: tuple[DeviceHeld, ...] = (),
     ) -> None:
-        """`margins`: the bytes the plan keeps free on each device of the curve (the core's `kept_free`)."""
+        """`margins`: the bytes the plan keeps free on each device of the curve (the core's `kept_free`); `held`:
+        each device by owner (the core's `held_memory`): what other programs hold is named beside the free line."""
+        self._held = held
         names = device_names(curve.devices)
         if names != [self.device_box.itemText(i) for i in range(self.device_box.count())]:
             self.device_box.blockSignals(True)
@@ -329,6 +339,8 @@ class ChartPanel(QWidget):
                 self._max_context = max_context
                 if self.built:
                     self._mark_max_context(float(self._x[0]), float(self._x[-1]))
+            elif self.built:
+                self._write_marks()  # who holds the memory may have changed
             return
         self._x = np.log2(curve.contexts.astype(np.float64))
         self._max_context = max_context
@@ -412,7 +424,17 @@ class ChartPanel(QWidget):
             marks.append((MAX_LINE_COLOUR, "┊", "no context fits"))
         if self.trained.isVisible() and not (top and top >= trained):  # not when it is the line that fits
             marks.append((TRAINED_COLOUR, "┆", f"trained {fmt_ctx(trained)}"))
-        marks.append((CAPACITY_COLOUR, "━", f"free {curve.devices[d].free_bytes / GIB:.1f} GiB"))
+        device = curve.devices[d]
+        marks.append((CAPACITY_COLOUR, "━", f"free {device.free_bytes / GIB:.1f} GiB"))
+        # who holds the rest of the device (the bars draw it; the marks stay short enough for a 1024 px window)
+        owners = self._held[d] if d < len(self._held) else None
+        held = owners is not None and owners.use_free and owners.others_bytes > 0
+        self.marks.setToolTip(
+            f"free {device.free_bytes / GIB:.1f} of {device.total_bytes / GIB:.1f} GiB; "
+            + "\n".join(owners.others_lines())
+            if owners is not None and held
+            else ""
+        )
         if self.margin_line.isVisible():
             margin = self._margins[d] if d < len(self._margins) else 0
             marks.append((MARGIN_COLOUR, "╌", f"margin {margin / GIB:.1f} GiB"))

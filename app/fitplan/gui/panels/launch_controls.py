@@ -242,9 +242,20 @@ class SettingsPanel(QWidget):
         self.mmproj.addItem("not loaded", MmprojPlacement.NONE.value)
         self._mmproj_tip = (
             "Where the vision projector goes (--mmproj / --no-mmproj-offload): its weights and image compute "
-            "buffer use that device's memory"
+            "buffer use that device's memory. A projector that takes images of any size (Qwen-VL) grows that "
+            "buffer for the largest image it accepts; Image tokens below lowers it"
         )
         self.mmproj.setToolTip(self._mmproj_tip)
+        # --image-max-tokens: 0 shows "auto" (the projector's own limit, -1 in the settings)
+        self.image_tokens = QSpinBox(minimum=0, maximum=65536, singleStep=256)
+        self.image_tokens.setSpecialValueText("auto")
+        self.image_tokens.setKeyboardTracking(False)
+        self._image_tip = (
+            "Largest image (--image-max-tokens): a projector that takes images of any size (Qwen-VL) grows its "
+            "compute buffer to its largest image, 4096 tokens by default; fewer tokens, less memory and detail. "
+            "auto: the projector's own limit"
+        )
+        self.image_tokens.setToolTip(self._image_tip)
         self.flash = QComboBox()
         for fa, label in ((FlashAttn.AUTO, "auto"), (FlashAttn.ON, "on"), (FlashAttn.OFF, "off")):
             self.flash.addItem(label, fa.value)
@@ -415,6 +426,7 @@ class SettingsPanel(QWidget):
         form.addRow(self.slots_label, slot_row)
         form.addRow("Flash attention:", self.flash)
         form.addRow("Projector:", self.mmproj)
+        form.addRow("Image tokens:", self.image_tokens)
         ngl_row = QHBoxLayout()
         ngl_row.addWidget(self.gpu_layers_slider, 1)
         ngl_row.addWidget(self.gpu_layers)
@@ -485,6 +497,7 @@ class SettingsPanel(QWidget):
         self.draft_browse.clicked.connect(self.ask_draft_file)
         for spin in (
             self.slots,
+            self.image_tokens,
             self.gpu_layers,
             self.cpu_moe,
             self.batch,
@@ -701,6 +714,10 @@ class SettingsPanel(QWidget):
         if label is not None:
             label.setEnabled(profile.is_moe)
         self.mmproj.setEnabled(has_projector)
+        self.image_tokens.setEnabled(has_projector)
+        label = self._form.labelForField(self.image_tokens)
+        if label is not None:
+            label.setEnabled(has_projector)
         self.mmproj.setToolTip(
             self._mmproj_tip if has_projector else "No projector (mmproj) file was found next to this model"
         )
@@ -724,6 +741,7 @@ class SettingsPanel(QWidget):
         self.slots.setValue(c.n_parallel)
         self.unified.setChecked(c.kv_unified)
         self.mmproj.setCurrentIndex(max(0, self.mmproj.findData(c.mmproj)))
+        self.image_tokens.setValue(max(0, c.image_max_tokens))
         self.flash.setCurrentIndex(max(0, self.flash.findData(c.flash_attn)))
         self.gpu_layers.setValue(c.n_gpu_layers)
         self._show_ngl(c.n_gpu_layers)
@@ -759,6 +777,7 @@ class SettingsPanel(QWidget):
             n_parallel=self.slots.value(),
             kv_unified=self.unified.isChecked() and not ollama,
             mmproj=str(self.mmproj.currentData()),
+            image_max_tokens=self.image_tokens.value() or -1,
             flash_attn=str(self.flash.currentData()),
             n_gpu_layers=self.gpu_layers.value(),
             n_cpu_moe=self.cpu_moe.value() if self.cpu_moe.isEnabled() and not ollama else 0,
