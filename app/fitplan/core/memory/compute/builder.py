@@ -1051,13 +1051,18 @@ class PlanBuilder:
             out_blocks = PP_OUTPUT_BLOCKS_FIRST if first else 1
             out_extra = 0
         output: tuple[Term, ...] = ()
+        above = has_out and self._unmerged_free_end(layers)
         if has_out and self.logits:
             below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
             output = (
-                Fixed(LOGITS, self.logits),
-                Fixed("output norm", out_blocks * self.embd_block),
-                Fixed("last MoE layer under the logits", out_extra),
-                Linear("inputs under the logits (copy)", below),
+                (Fixed(LOGITS, self.logits),)
+                if above
+                else (
+                    Fixed(LOGITS, self.logits),
+                    Fixed("output norm", out_blocks * self.embd_block),
+                    Fixed("last MoE layer under the logits", out_extra),
+                    Linear("inputs under the logits (copy)", below),
+                )
             )
         under.append(Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         chunk = max_chunk(self.gpu_vendors[gi])
@@ -1091,6 +1096,29 @@ class PlanBuilder:
             under=nonzero(under),
             max_chunk=chunk,
             freed_chunk=_freed_chunk(att),
+            output_above_layer=above,
+        )
+
+    def _unmerged_free_end(self, layers: list[int]) -> bool:
+        """Whether the GPU runs a Mamba block whose states are in host memory (`-nkvo`) for one sequence: its scan
+        reads the states through its own getter, so the gather of the others skips the first state
+        (llama-graph.cpp `build_rs`: `ggml_get_rows(states, state_copy)` with `s_copy_tail`, n_rs - 1 rows; the
+        reserve's n_rs is n_seq_max) and has no row with one sequence, a zero-byte tensor on the GPU.
+        With the states copied in from the host it is placed at the end of the space the copy then frees and
+        merges into, and freed as a block of its own inside that free block (ggml-alloc.c
+        `ggml_dyn_tallocr_free_bytes` adds one where no block ends or starts at its offset); the next tensor taken
+        from that free block moves the block's start past it (`ggml_dyn_tallocr_alloc`), and the free list is out
+        of order from then on: a freed tensor merges only with its neighbours in the list, so the freed space
+        stops merging back into the free end. The logits go on the free end, anywhere up to the layer phase's
+        peak: they are counted on top of it (the allocator's lists on the CUDA-shaped stand-in, granite-4.0-h-tiny
+        at 8192 cells with flash attention and `-nkvo`: the free end stays at 52.50 MiB from layer 35 on with
+        everything from 21.00 MiB up free, the peak before the logits at 66.63 MiB; the logits at 52.50, 248.50
+        MiB; 216.0 counted with the logits above the blocks and the mask before; the Mamba-1/2 smoke models'
+        lists are out of order the same way with `-nkvo`, the gated delta nets' and lfm2's are not)."""
+        if self.inputs.kv_offload or self.inputs.n_seqs != 1 or not self.profile.traits.graph.mamba_scan:
+            return False
+        return any(
+            self.profile.layers[il].is_recurrent and self.placement.layer_device[il] is not None for il in layers
         )
 
     def _split_first(self, gi: int, first: bool, pp: bool) -> bool:
