@@ -954,7 +954,9 @@ def standin_settings(n_layer: int, moe: bool, recurrent: bool = False) -> list[t
     add("c8192-faon-nkvo", CUDA_24, "-c", "8192", "-fa", "on", "-nkvo")
     if recurrent:
         add("c8192-faoff-nkvo", CUDA_24, "-c", "8192", "-fa", "off", "-nkvo")
-        add("c8192-faon-nkvo-ub2048", CUDA_24, "-c", "8192", "-fa", "on", "-nkvo", "-b", "2048", "-ub", "2048")
+        add(
+            "c8192-faon-nkvo-ub2048", CUDA_24, "-c", "8192", "-fa", "on", "-nkvo", "-b", "2048", "-ub", "2048"
+        )
         out.append(
             ("c8192-np2-faon-nkvo", CUDA_24, ["-ngl", "999", "-np", "2", "-c", "8192", "-fa", "on", "-nkvo"])
         )
