@@ -954,12 +954,26 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   the embeddings' copy between them (+5.0..+13.3% -> exact); falcon-h1's parallel attention output and z's copy
   in the hole (+8.4..+11.9% -> exact); a gated delta net's input norm and state read in the hole's two blocks
   (qwen35 +6.0% -> exact).
+* **Mamba states in host memory on the GPU** (`-nkvo`, one slot): a Mamba block's scan reads the ubatch's states
+  through its own getter, so the gather of the other states skips the first one and has no row with one slot
+  (llama-graph.cpp `build_rs`, `s_copy_tail`): a zero-byte tensor, placed at the end of the free block the state's
+  copy from the host then frees and merges into, and freed as a zero-size block inside it
+  (`ggml_dyn_tallocr_free_bytes`). The next allocation from that free block moves its start past the zero block,
+  the free list is out of order from then on and a freed tensor merges only with its neighbours in the list: the
+  freed space stops merging into the free end, where the logits go. The free end stays within the layer phase, so
+  the logits are counted on top of the layer phase without its scores (the scores are taken from the free end and
+  merge back; `_unmerged_free_end`, `DevicePlan.output_above_layer`). granite-4.0-h-tiny, GPU buffer: -13.1% ->
+  +1.5% with flash attention (the trace's free end at 52.50 MiB from layer 35's down outputs on, everything from
+  21.00 MiB up free), -10.5% -> +4.4% at `-ub 2048`, -6.0% -> +8.0% without flash attention (the free end at
+  46.50 MiB, the bound 66.0). With two slots the gather has a row and the list stays in order (unchanged, +3.0%);
+  a gated delta net's gather reads every state (Qwen3-Next-80B-A3B with `-nkvo`: +0.7..+2.3%). The Mamba-1/2
+  smoke models' lists go out of order the same way with `-nkvo` (not recorded; the rule applies to them too).
 
 Left: some architecture smoke models (hidden size 128-512) are 0.5 MiB (one or two blocks) off on the first GPU;
-granite-4.0-h-tiny with `-nkvo` on the GPU (-11.7%: the zero-byte copies of the `rs_s_copy` views that every Mamba
-layer makes when its states are on the host enter the allocator's free list as blocks and keep freed regions from
-merging into the free end, so the logits go above the last attention layer's down outputs at 52.5 MiB instead of
-20.0; only a replay of the whole graph's allocations would place them) and over two GPUs with `-ncmoe 20` (-5.0%:
+the layer phase of granite-4.0-h-tiny with `-nkvo` (RPC0 of the two-RPC placement recording: 59.0 MiB counted,
+66.6 recorded; on one stand-in card the out-of-order list sends layer 2's 18 MiB down outputs above two free
+blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logits there; only a replay of the
+whole graph's allocations would place them); over two GPUs with `-ncmoe 20` (-5.0%:
 the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's down copy goes above
 it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert keeps the norm live,
 the same rule holds on Llama-4-Scout, +2.7%); Llama-4-Scout at 32768 cells with a q8_0 cache and `-cmoe` (its down copy
@@ -1146,8 +1160,9 @@ The targets: compute within 5% on at least 98% of the recordings (met; the issue
   a MoE with a shared expert whose down outputs fit into gate and up (deepseek-v2-lite: the FFN input and norm,
   the router's tensors and the down outputs stay under the logits, byte-exact), and a GPU that holds only the
   output layer after a MoE without shared expert (qwen3-30b-a3b, gpt-oss-20b `-ngl 1`: the down outputs are copied
-  there for the experts' sum), and granite-4.0-h-tiny's output GPU on RPC splits (-0.7..+0.4%, `-nkvo` 5.5% under
-  with its host and first GPU; before 8.8-17.9% under). Not modelled: deepseek-v2-lite with `-ot blk.0=RPC1` (6.8%
+  there for the experts' sum), and granite-4.0-h-tiny's output GPU on RPC splits (-0.7..+0.4%; with `-nkvo` the
+  output GPU 246.0 MiB counted against 242.5 with the logits above its layer phase, see Mamba states in host memory,
+  the first GPU 59.0 against 66.6, 1.2% under in all; before 8.8-17.9% under). Not modelled: deepseek-v2-lite with `-ot blk.0=RPC1` (6.8%
   over). In the granite splits the allocator's free list (traced with a `ggml-alloc.c`
   that prints it at every allocation) holds zero-byte blocks: the Mamba layers free zero-byte tensors (the empty
   `rs_s_copy` view of the extra recurrent states, a zero-byte node after the scan), and `ggml_dyn_tallocr_free_bytes`
