@@ -1117,14 +1117,16 @@ The targets: compute within 5% on at least 98% of the recordings (met; the issue
   under it there: one residual stream, `hc_init`, where later layers count two, the pooled key's zero seed and
   the fill seeds of the zeros and of `mask_all`, with V's contiguous copy replayed in the layer, in the two
   freed token-row blocks when it fits, else in a block the layer freed: without flash attention -0.6..+0.1%,
-  before -6.8..+2.5%; glm5-next -1.9..+26.5%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
+  before -6.8..+2.5%; glm5-next -1.9..+4.2%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
   freed masks, which the caches' rotation inputs split in two with quantized caches (-0.1..+4.0%, before up to
-  +37.3%). Left: glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in
-  holes whose layout follows earlier allocations (the allocator would have to be simulated), and c131072 at
-  `-ub 2048` with flash attention (24.1% over: the allocator's trace has the selected cells and one chain tensor
-  above the freed top-k space at the peak, the f16 zeros in that space and the second chain in the selected
-  cells' space with the 4 MiB the zeros leave beside it; at `-ub 512` the same two chains go on top, which the
-  estimate counts). Modelled from the
+  +37.3%). glm5-next with flash attention: the f32 cast of the selection goes above the selected cells when it
+  and the f16 zeros do not fit the block the top-k's two freed tensors and the selected cells leave
+  (`cast_above`), a block that holds `q_resid`'s 4 MiB too where `q_resid` did not fit the hole the graph inputs
+  read by the indexer's cache row leave lower down (the zero seed, K's row indices, `new_pool_idxs` and
+  `new_pool_rep`: 1.004 MiB at 131072 cells and `-ub 512`, where the 1 MiB `q_resid` fits and the cast goes on
+  top; 1.77 MiB at `-ub 2048`, where the cast fits the block with the 4 MiB the zeros leave beside it):
+  c131072 at `-ub 2048` +24.1% -> -0.0% and c32768 with four slots at `-ub 2048` +26.5% -> -0.0% (the
+  allocator's traces: the cast `node_73 (copy)` at 2188.51 and 1804.32 MiB, under the peak). Modelled from the
   allocator's peaks: nemotron_h_moe's Mamba block after its attention-only layer with
   flash attention, over one freed block (the token rows' block and the masks, with the conv states' rows and the
   attention layer's output at its bottom: the conv output in the freed 2 MiB mask at 2048 cells, exact, before
