@@ -136,9 +136,10 @@ class KpoolSelection:
     indexer query `[n_indexer_head x key_length, n_tok]` with the score at short contexts; else the score and
     the top-k, the selected cells and one `[n_sel, n_tok]` tensor of the chain (two when the f32 cast of the
     selection does not fit the selected cells' freed block, `cast_above`: c131072 at `-ub 512`, c32768 with four
-    slots; at `-ub 2048` `q_resid` lies in that block and the cast fits); without flash attention the layer's scores `kq`, two
-    chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered into, and where
-    the k-pool layer is the graph's first, that layer replayed through the allocator (`first_layer`).
+    slots; at `-ub 2048` `q_resid` lies in that block and the cast fits); without flash attention the layer's
+    scores `kq`, two chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered
+    into, and where the k-pool layer is the graph's first, that layer replayed through the allocator
+    (`first_layer`).
     """
 
     n_tok: int

@@ -43,7 +43,7 @@ class DevicePlan:
     `output_above_layer`: the allocator could not merge the layer phase's freed space back into its free end (an
     out-of-order free list, `PlanBuilder._unmerged_free_end`): the output phase's terms sit on top of the layer
     phase without the attention's scores (`BELOW_FREE_END`; the scores are taken from the free end and merge back
-    into it when freed), the larger of that and the layer phase live."""
+    into it when freed), the larger of that and the layer phase live (one chunk: no recording has both)."""
 
     device: int | None  # GPU index, None = host
     layer_phase: bool  # the device runs layers (attention or FFN)
@@ -57,7 +57,7 @@ class DevicePlan:
     under: tuple[Term, ...] = ()  # below both phases (pipeline-parallel copies, the op-offload weight copy)
     max_chunk: int = 0  # the largest chunk ggml-alloc makes of the buffer (0: no limit)
     freed_chunk: Term | None = None  # the largest chunk the layer phase's scores had to themselves
-    output_above_layer: bool = False  # the output phase's terms go on top of the layer phase's peak
+    output_above_layer: bool = False  # the output phase above the layer phase without its scores
 
     def terms(self) -> tuple[Term, ...]:
         """Every term of the plan: the groups, then the attention's CUDA copies, the host's logits and the chunk
