@@ -992,6 +992,20 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   the embeddings' copy between them (+5.0..+13.3% -> exact); falcon-h1's parallel attention output and z's copy
   in the hole (+8.4..+11.9% -> exact); a gated delta net's input norm and state read in the hole's two blocks
   (qwen35 +6.0% -> exact).
+* **Mamba states in host memory on the GPU** (`-nkvo`, one slot): a Mamba block's scan reads the ubatch's states
+  through its own getter, so the gather of the other states skips the first one and has no row with one slot
+  (llama-graph.cpp `build_rs`, `s_copy_tail`): a zero-byte tensor, placed at the end of the free block the state's
+  copy from the host then frees and merges into, and freed as a zero-size block inside it
+  (`ggml_dyn_tallocr_free_bytes`). The next allocation from that free block moves its start past the zero block,
+  the free list is out of order from then on and a freed tensor merges only with its neighbours in the list: the
+  freed space stops merging into the free end, where the logits go. The free end stays within the layer phase, so
+  the logits are counted on top of the layer phase without its scores (the scores are taken from the free end and
+  merge back; `_unmerged_free_end`, `DevicePlan.output_above_layer`). granite-4.0-h-tiny, GPU buffer: -13.1% ->
+  +1.5% with flash attention (the trace's free end at 52.50 MiB from layer 35's down outputs on, everything from
+  21.00 MiB up free), -10.5% -> +4.4% at `-ub 2048`, -6.0% -> +8.0% without flash attention (the free end at
+  46.50 MiB, the bound 66.0). With two slots the gather has a row and the list stays in order (unchanged, +3.0%);
+  a gated delta net's gather reads every state (Qwen3-Next-80B-A3B with `-nkvo`: +0.7..+2.3%). The Mamba-1/2
+  smoke models' lists go out of order the same way with `-nkvo` (not recorded; the rule applies to them too).
 
 Left: some architecture smoke models (hidden size 128-512) are still one or two blocks off on the first GPU
 (the diffusion models dream and llada, MiniCPM3's compressed KV); on a second GPU with only the output layer the
@@ -1001,10 +1015,10 @@ layers split back and forth between the GPUs (23 splits, 60% under); `-fa on` wh
 (the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied there, so
 the GPU's and the host's parts are swapped, the totals within 5%); mistral4's expert multiplication the stand-in
 runs on the host; MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies
-there); granite-4.0-h-tiny with `-nkvo` on the GPU (-11.7%: the zero-byte copies of the `rs_s_copy` views that
-every Mamba layer makes when its states are on the host enter the allocator's free list as blocks and keep freed
-regions from merging into the free end, so the logits go above the last attention layer's down outputs at 52.5 MiB
-instead of 20.0; only a replay of the whole graph's allocations would place them) and over two GPUs with
+there); the layer phase of granite-4.0-h-tiny with `-nkvo` (RPC0 of the two-RPC placement recording: 59.0 MiB counted,
+66.6 recorded; on one stand-in card the out-of-order list sends layer 2's 18 MiB down outputs above two free
+blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logits there; only a replay of the
+whole graph's allocations would place them) and over two GPUs with
 `-ncmoe 20` (-5.0%: the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's
 down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
 keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); Llama-4-Scout at 32768 cells with a q8_0 cache
@@ -1152,14 +1166,16 @@ The targets: compute within 5% on at least 98% of the recordings (met; the issue
   under it there: one residual stream, `hc_init`, where later layers count two, the pooled key's zero seed and
   the fill seeds of the zeros and of `mask_all`, with V's contiguous copy replayed in the layer, in the two
   freed token-row blocks when it fits, else in a block the layer freed: without flash attention -0.6..+0.1%,
-  before -6.8..+2.5%; glm5-next -1.9..+26.5%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
+  before -6.8..+2.5%; glm5-next -1.9..+4.2%, before -95% at long contexts), jais's second-layer QKV above a gated FFN (exact), cohere2moe's fused gate-and-up experts in the
   freed masks, which the caches' rotation inputs split in two with quantized caches (-0.1..+4.0%, before up to
-  +37.3%). Left: glm5-next's c32768 with four slots at `-ub 2048` (26.5% over), where the chain's tensors land in
-  holes whose layout follows earlier allocations (the allocator would have to be simulated), and c131072 at
-  `-ub 2048` with flash attention (24.1% over: the allocator's trace has the selected cells and one chain tensor
-  above the freed top-k space at the peak, the f16 zeros in that space and the second chain in the selected
-  cells' space with the 4 MiB the zeros leave beside it; at `-ub 512` the same two chains go on top, which the
-  estimate counts). Modelled from the
+  +37.3%). glm5-next with flash attention: the f32 cast of the selection goes above the selected cells when it
+  and the f16 zeros do not fit the block the top-k's two freed tensors and the selected cells leave
+  (`cast_above`), a block that holds `q_resid`'s 4 MiB too where `q_resid` did not fit the hole the graph inputs
+  read by the indexer's cache row leave lower down (the zero seed, K's row indices, `new_pool_idxs` and
+  `new_pool_rep`: 1.004 MiB at 131072 cells and `-ub 512`, where the 1 MiB `q_resid` fits and the cast goes on
+  top; 1.77 MiB at `-ub 2048`, where the cast fits the block with the 4 MiB the zeros leave beside it):
+  c131072 at `-ub 2048` +24.1% -> -0.0% and c32768 with four slots at `-ub 2048` +26.5% -> -0.0% (the
+  allocator's traces: the cast `node_73 (copy)` at 2188.51 and 1804.32 MiB, under the peak). Modelled from the
   allocator's peaks: nemotron_h_moe's Mamba block after its attention-only layer with
   flash attention, over one freed block (the token rows' block and the masks, with the conv states' rows and the
   attention layer's output at its bottom: the conv output in the freed 2 MiB mask at 2048 cells, exact, before
@@ -1195,8 +1211,9 @@ The targets: compute within 5% on at least 98% of the recordings (met; the issue
   a MoE with a shared expert whose down outputs fit into gate and up (deepseek-v2-lite: the FFN input and norm,
   the router's tensors and the down outputs stay under the logits, byte-exact), and a GPU that holds only the
   output layer after a MoE without shared expert (qwen3-30b-a3b, gpt-oss-20b `-ngl 1`: the down outputs are copied
-  there for the experts' sum), and granite-4.0-h-tiny's output GPU on RPC splits (-0.7..+0.4%, `-nkvo` 5.5% under
-  with its host and first GPU; before 8.8-17.9% under). Not modelled: deepseek-v2-lite with `-ot blk.0=RPC1` (6.8%
+  there for the experts' sum), and granite-4.0-h-tiny's output GPU on RPC splits (-0.7..+0.4%; with `-nkvo` the
+  output GPU 246.0 MiB counted against 242.5 with the logits above its layer phase, see Mamba states in host memory,
+  the first GPU 59.0 against 66.6, 1.2% under in all; before 8.8-17.9% under). Not modelled: deepseek-v2-lite with `-ot blk.0=RPC1` (6.8%
   over). In the granite splits the allocator's free list (traced with a `ggml-alloc.c`
   that prints it at every allocation) holds zero-byte blocks: the Mamba layers free zero-byte tensors (the empty
   `rs_s_copy` view of the extra recurrent states, a zero-byte node after the scan), and `ggml_dyn_tallocr_free_bytes`

@@ -284,6 +284,18 @@ def test_kpool_gather_mask_selection() -> None:
     assert sum(parts.values()) == pytest.approx(
         _recorded("newarchs", "glm5-next-moe", "c131072-np1-faon-ub512-f16"), abs=0.2 * MIB
     )
+    # ... as the 1 MiB `q_resid` [512, 512] f32 fits the 1.004 MiB hole the graph inputs read by the indexer's cache
+    # row leave (the zero seed [128, 512] f32, K's row indices [512] i64, new_pool_idxs [4, 32768] i32 and
+    # new_pool_rep [32768] i64): the cast of the selection has only the top-k's freed space and the selected cells'.
+    # At `-ub 2048` the 4 MiB `q_resid` does not fit the 1.77 MiB hole and lies next to that space, and the cast
+    # fits it: one chain tensor on top (the allocator's trace: node_73 (copy) at 2188.51 MiB, under the 4240.52
+    # peak; 5263.3 MiB counted with two before)
+    parts = _host_parts(p, n_kv_base=131072, n_tok=2048)
+    chain = (4 * 32768 + 3) * 2048 * 4
+    assert parts["attention / SSM scan"] == (32832 + 32768 + 4 * 32768) * 2048 * 4 + chain
+    assert sum(parts.values()) == pytest.approx(
+        _recorded("widearchs", "glm5-next-moe", "c131072-np1-faon-ub2048"), abs=1.5 * MIB
+    )
     # without flash attention the first layer (the k-pool layer) reaches 95700992 bytes above `hc_init`'s end in
     # the allocator's peak list at c8192 `-ub 512` (node_107, mask_all [8192 + 8451, 512] f32, ends at 134786400;
     # hc_init at 38036832-39085408, v_cont-0 [512, 8192] f16 right above it, in the freed indexer query's

@@ -118,6 +118,29 @@ def test_the_buffer_is_the_larger_phase_with_what_is_under_both() -> None:
     assert _buffer(out) == {"logits": 34, "op-offload weight copy": 5}
 
 
+def test_logits_above_an_unmerged_free_end_go_on_the_layer_phase_without_its_scores() -> None:
+    """An out-of-order free list keeps the layer phase's freed space from merging back into the free end
+    (`DevicePlan.output_above_layer`): the logits go on top of the layer phase without the attention's scores
+    (these are taken from the free end and merge back into it), the larger of that and the layer phase live."""
+    plan = DevicePlan(
+        device=0,
+        layer_phase=True,
+        inputs=(Fixed("blocks", 10),),
+        attention=(Fixed(SCAN, 15), Fixed(SCORES, 0)),
+        ffn=(Fixed(FFN, 20),),
+        output=(Fixed(LOGITS, 50),),
+    )
+    # before: the larger phase, the logits alone (50)
+    assert _buffer(plan) == {LOGITS: 50}
+    above = dataclasses.replace(plan, output_above_layer=True)
+    assert _buffer(above) == {"layer phase under the logits": 30, LOGITS: 50}
+    # scores larger than that: the layer phase with them is the peak, the logits not above them
+    scores = dataclasses.replace(above, attention=(Fixed(SCAN, 15), Fixed(SCORES, 90)))
+    assert _buffer(scores) == {"blocks": 10, SCORES: 90}
+    smaller = dataclasses.replace(above, attention=(Fixed(SCAN, 15), Fixed(SCORES, 60)))
+    assert _buffer(smaller) == {"layer phase under the logits": 30, LOGITS: 50}
+
+
 def test_the_hosts_logits_take_the_transients_place_where_at_least_as_large() -> None:
     host = DevicePlan(device=None, layer_phase=True, inputs=(Fixed("masks", 9),), ffn=(Fixed(FFN, 20),))
     assert _buffer(dataclasses.replace(host, logits=LogitsOnTop(20))) == {"masks": 9, "logits": 20}

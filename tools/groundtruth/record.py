@@ -930,11 +930,12 @@ STANDIN_MODELS = [
 CUDA_24 = "cuda:24GiB:cc=89"
 
 
-def standin_settings(n_layer: int, moe: bool) -> list[tuple[str, str, list[str]]]:
+def standin_settings(n_layer: int, moe: bool, recurrent: bool = False) -> list[tuple[str, str, list[str]]]:
     """(id, device spec, args) of grid i: full offload over context, flash attention, -ub and cache types; partial
-    -ngl; experts on the host (-ncmoe, -cmoe, -ot) at -ub 512 and 2048, with and without op offload; -nkvo; two
-    and four devices (pipeline parallelism, -ts); other compute capabilities and an RDNA3 card for the flash-
-    attention kernels that copy a quantized cache to f16."""
+    -ngl; experts on the host (-ncmoe, -cmoe, -ot) at -ub 512 and 2048, with and without op offload; -nkvo (for a
+    model with recurrent layers also without flash attention, at -ub 2048 and with two slots: the recurrent states
+    copied in from host memory); two and four devices (pipeline parallelism, -ts); other compute capabilities and
+    an RDNA3 card for the flash-attention kernels that copy a quantized cache to f16."""
     half = n_layer // 2
     two, four = ",".join([CUDA_24] * 2), ",".join([CUDA_24] * 4)
     out: list[tuple[str, str, list[str]]] = []
@@ -955,6 +956,14 @@ def standin_settings(n_layer: int, moe: bool) -> list[tuple[str, str, list[str]]
         ("c16384-np4-nokvu-faon", CUDA_24, ["-ngl", "999", "-c", "16384", "-np", "4", "-no-kvu", "-fa", "on"])
     )
     add("c8192-faon-nkvo", CUDA_24, "-c", "8192", "-fa", "on", "-nkvo")
+    if recurrent:
+        add("c8192-faoff-nkvo", CUDA_24, "-c", "8192", "-fa", "off", "-nkvo")
+        add(
+            "c8192-faon-nkvo-ub2048", CUDA_24, "-c", "8192", "-fa", "on", "-nkvo", "-b", "2048", "-ub", "2048"
+        )
+        out.append(
+            ("c8192-np2-faon-nkvo", CUDA_24, ["-ngl", "999", "-np", "2", "-c", "8192", "-fa", "on", "-nkvo"])
+        )
     for ngl in (0, half):
         add(f"c8192-faon-ngl{ngl}", CUDA_24, "-c", "8192", "-fa", "on", "-ngl", str(ngl))
         add(f"c8192-faon-ngl{ngl}-ub2048", CUDA_24, "-c", "8192", "-fa", "on", "-ngl", str(ngl), "-b", "2048",
@@ -1073,6 +1082,12 @@ def _layers_and_moe(name: str) -> tuple[int, bool]:
     return n_layer, any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts"))
 
 
+def _recurrent(name: str) -> bool:
+    """Whether a sparse model has recurrent layers (Mamba or a gated delta net; its published configuration)."""
+    cfg = sparse_models.CONFIGS[name]
+    return any(k in cfg for k in ("mamba_d_state", "linear_num_value_heads"))
+
+
 def grid_standin(env: Env, only: list[str] | None) -> None:
     for name in STANDIN_MODELS:
         if only and name not in only:
@@ -1080,7 +1095,7 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
         path, model = sparse_model(env, name)
         n_layer, moe = _layers_and_moe(name)
         t0 = time.time()
-        cases = _standin_cases(env, path, standin_settings(n_layer, moe))
+        cases = _standin_cases(env, path, standin_settings(n_layer, moe, _recurrent(name)))
         write_fixture("standin", name, fixture_doc("membreak", model, cases), started=t0)
     for doc_path in sorted((FIXTURES / "archs").glob("*.json")):
         name = doc_path.stem

@@ -134,10 +134,12 @@ class KpoolSelection:
     glm5-next (`gather`: src/models/glm5-next.cpp) also has the graph input `gather_mask` `[n_sel, n_tok]` f32,
     which gives each slot's liveness (`ggml_exp` of it). Its peak (the allocator's lists on the smoke model): the
     indexer query `[n_indexer_head x key_length, n_tok]` with the score at short contexts; else the score and
-    the top-k, the selected cells and one `[n_sel, n_tok]` tensor of the chain (two when top_k caps the selection
-    below the pools: c131072, and c32768 with four slots); without flash attention the layer's scores `kq`, two
-    chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered into, and where
-    the k-pool layer is the graph's first, that layer replayed through the allocator (`first_layer`).
+    the top-k, the selected cells and one `[n_sel, n_tok]` tensor of the chain (two when the f32 cast of the
+    selection does not fit the selected cells' freed block, `cast_above`: c131072 at `-ub 512`, c32768 with four
+    slots; at `-ub 2048` `q_resid` lies in that block and the cast fits); without flash attention the layer's
+    scores `kq`, two chain tensors and the f32 `mask_all` `[n_kv + n_sel, n_tok]` that the selection is scattered
+    into, and where the k-pool layer is the graph's first, that layer replayed through the allocator
+    (`first_layer`).
     """
 
     n_tok: int
@@ -187,7 +189,9 @@ class KpoolSelection:
                 if self.mla_rows:
                     return self.first_layer(nb)
                 return max(q + score, kq + 2 * chain + F32 * (nb + n_sel) * self.n_tok)
-            chains = 2 if n_top < n_pool or self.cast_above(nb) else 1
+            # the cast above the selected cells' block (`cast_above`); without the MLA rows, where top-k caps the
+            # selection below the pools
+            chains = 2 if (self.cast_above(nb) if self.mla_rows else n_top < n_pool) else 1
             return max(q + score, score + top + sel_rows + chains * chain)
         if not self.flash_attn:
             return replay(self.scatter_ops(nb), ())
@@ -207,19 +211,34 @@ class KpoolSelection:
         n_tok]` f32 and the pool inputs); an absorbed query that does not fit there takes the block's start.
         The f16 zeros `[n_sel, n_tok]` come next, then the cast `[n_sel, n_tok]` f32, a tail of kpool - 1 cells
         longer than the selected cells: when the two do not fit the block, the cast goes above (c4096: by 6
-        KiB), else it stays inside (c32768). Not modelled: whether `q_resid` lies next to the indexer query
-        depends on the holes the graph inputs leave (at c131072 with `-ub 2048` it does and the cast fits with
-        two chains counted: 24% over there)."""
+        KiB), else it stays inside (c32768). `q_resid` is in that block only where it does not fit the hole the
+        graph inputs leave lower down (`_q_resid_in_block`)."""
         if not self.mla_rows:
             return False
         n_pool, n_top, n_sel = self.sizes(nb)
         t = self.n_tok
-        q_a, q_b, q_abs, _ = (F32 * t * r for r in self.mla_rows)
+        _, q_b, q_abs, _ = (F32 * t * r for r in self.mla_rows)
         low = F32 * self.heads * t + F16 * n_pool * t + I32 * n_pool * (1 + self.kpool)
         block = (
-            q_a + 2 * I32 * n_top * t + I32 * self.kpool * n_top * t - (0 if q_b + q_abs <= low else q_abs)
+            self._q_resid_in_block(nb)
+            + 2 * I32 * n_top * t
+            + I32 * self.kpool * n_top * t
+            - (0 if q_b + q_abs <= low else q_abs)
         )
         return F16 * n_sel * t + F32 * n_sel * t > block
+
+    def _q_resid_in_block(self, nb: int) -> int:
+        """`q_resid`'s bytes in the block under the selected cells: 0 where it fits the hole the graph inputs read
+        by the indexer's cache row leave below the layer (the zero seed of the pooled half `[key_length, n_tok]`
+        f32, the K row indices `[n_tok]` i64, `new_pool_idxs` `[kpool, n_new]` i32 and `new_pool_rep` `[n_new]`
+        i64; the allocator's traces on the smoke model at 131072 cells: at `-ub 512` the 1 MiB `q_resid` in
+        that 1.004 MiB hole, the cast above the block; at `-ub 2048` the 4 MiB one above the 1.77 MiB hole, next
+        to the top-k's freed space, and the cast inside the block)."""
+        t = self.n_tok
+        q_a = F32 * t * self.mla_rows[0]
+        n_new = max(nb // self.kpool * self.n_seqs, 1)
+        hole = F32 * self.head * t + I64 * t + (I32 * self.kpool + I64) * n_new
+        return 0 if q_a <= hole else q_a
 
     def first_layer(self, nb: int) -> int:
         """glm5-next's first layer without flash attention, bytes over what the plan counts under every transient

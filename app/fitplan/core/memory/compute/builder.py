@@ -1181,16 +1181,10 @@ class PlanBuilder:
             m, vi = Affine(), 0
             blocks, out_blocks = self._pipeline_blocks(first, runs)
             out_extra = 0
-        output: tuple[Term, ...] = ()
-        if has_out and self.logits:
-            below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
-            output = (
-                Fixed(LOGITS, self.logits),
-                Fixed("output norm", out_blocks * self.embd_block),
-                Fixed("last MoE layer under the logits", out_extra),
-                Linear("inputs under the logits (copy)", below),
-                Fixed("op-offload weight copy", self._output_copy(gi, has_out)),
-            )
+        below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
+        output, above = self._output_terms(layers, has_out, below, out_blocks * self.embd_block, out_extra)
+        if output:  # the output matrix's copy comes with the output layer's split (`_output_copy`)
+            output = (*output, Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
             return DevicePlan(
@@ -1220,6 +1214,51 @@ class PlanBuilder:
             under=nonzero(under),
             max_chunk=chunk,
             freed_chunk=_freed_chunk(att),
+            output_above_layer=above,
+        )
+
+    def _output_terms(
+        self, layers: list[int], has_out: bool, below: Affine, out_blocks: int, out_extra: int
+    ) -> tuple[tuple[Term, ...], bool]:
+        """A GPU's output phase (none where it does not compute the logits), and whether it goes on top of the
+        layer phase (`_unmerged_free_end`: the logits alone then)."""
+        if not has_out or not self.logits:
+            return (), False
+        if self._unmerged_free_end(layers):
+            return (Fixed(LOGITS, self.logits),), True
+        return (
+            Fixed(LOGITS, self.logits),
+            Fixed("output norm", out_blocks),
+            Fixed("last MoE layer under the logits", out_extra),
+            Linear("inputs under the logits (copy)", below),
+        ), False
+
+    def _unmerged_free_end(self, layers: list[int]) -> bool:
+        """Whether the GPU runs a Mamba block whose states are in host memory (`-nkvo`) for one sequence: its scan
+        reads the states through its own getter, so the gather of the others skips the first state
+        (llama-graph.cpp `build_rs`: `ggml_get_rows(states, state_copy)` with `s_copy_tail`, n_rs - 1 rows; the
+        reserve's n_rs is n_seq_max) and has no row with one sequence, a zero-byte tensor on the GPU.
+        With the states copied in from the host it is placed at the end of the space the copy then frees and
+        merges into, and freed as a block of its own inside that free block (ggml-alloc.c
+        `ggml_dyn_tallocr_free_bytes` adds one where no block ends or starts at its offset); the next tensor taken
+        from that free block moves the block's start past it (`ggml_dyn_tallocr_alloc`), and the free list is out
+        of order from then on: a freed tensor merges only with its neighbours in the list, so the freed space
+        stops merging back into the free end. The logits go on the free end, which stays within the layer phase:
+        they are counted on top of the layer phase without its scores (`DevicePlan.output_above_layer`; the
+        scores, larger than any free block, are taken from the free end and merge back into it). The allocator's
+        lists on the CUDA-shaped stand-in, granite-4.0-h-tiny at 8192 cells with `-nkvo`: with flash attention the
+        free end stays at 52.50 MiB from layer 35's down outputs on, everything from 21.00 MiB up free, the peak
+        before the logits 66.63 MiB, the logits at 52.50 (248.50 MiB; 216.0 counted before with the logits above
+        the blocks and the mask, 252.1 now); without flash attention each layer's 192 MiB scores go on the free
+        end and give it back, the logits at 46.50 (242.50 MiB; 228.0 before, 262.0 now). With two slots the
+        gather has a row and the list stays in order (205.0 MiB recorded, 212.0 counted). The Mamba-1/2 smoke
+        models' lists go out of order the same way with `-nkvo`; the gated delta nets' and lfm2's do not (their
+        gather reads every state)."""
+        if self.inputs.kv_offload or self.inputs.n_seqs != 1 or not self.profile.traits.graph.mamba_scan:
+            return False
+        return any(
+            self.profile.layers[il].is_recurrent and self.placement.layer_device[il] is not None
+            for il in layers
         )
 
     def _split_first(self, gi: int, first: bool, pp: bool) -> bool:

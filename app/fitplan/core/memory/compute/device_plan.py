@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
 from fitplan.core.memory.compute.inputs import ComputeBuffer, ComputePart
 from fitplan.core.memory.compute.terms import FA_COPIES, FFN, LOGITS, SCAN, SCORES, Cells, Fixed, Term
 
+#: The part under the logits where the free end stays within the layer phase (`DevicePlan.output_above_layer`).
+BELOW_FREE_END = "layer phase under the logits"
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -35,7 +38,12 @@ class DevicePlan:
     highest ends. The output phase's logits (`LOGITS` in `output`) that do not fit above what lies under them in
     the first chunk take a chunk of their own: the buffer is then the larger of the layer phase and what is under
     the logits, plus the logits. A layer phase larger than a chunk leaves the logits a chunk its scores had to
-    themselves (`freed_chunk`) where they fit there; where they do not, they take one of their own too."""
+    themselves (`freed_chunk`) where they fit there; where they do not, they take one of their own too.
+
+    `output_above_layer`: the allocator could not merge the layer phase's freed space back into its free end (an
+    out-of-order free list, `PlanBuilder._unmerged_free_end`): the output phase's terms sit on top of the layer
+    phase without the attention's scores (`BELOW_FREE_END`; the scores are taken from the free end and merge back
+    into it when freed), the larger of that and the layer phase live (one chunk: no recording has both)."""
 
     device: int | None  # GPU index, None = host
     layer_phase: bool  # the device runs layers (attention or FFN)
@@ -49,6 +57,7 @@ class DevicePlan:
     under: tuple[Term, ...] = ()  # below both phases (pipeline-parallel copies)
     max_chunk: int = 0  # the largest chunk ggml-alloc makes of the buffer (0: no limit)
     freed_chunk: Term | None = None  # the largest chunk the layer phase's scores had to themselves
+    output_above_layer: bool = False  # the output phase above the layer phase without its scores
 
     def terms(self) -> tuple[Term, ...]:
         """Every term of the plan: the groups, then the attention's CUDA copies, the host's logits and the chunk
@@ -199,6 +208,10 @@ def _output_phase(
     logits that do not fit in the first chunk above what is under them sit in a chunk of their own, next to the
     larger of the layer phase and what is under the logits."""
     out = _read(p.output, s)
+    if p.output_above_layer:
+        below = _below_free_end(p, s)
+        on_top = s.ge(layer_total, s.add(below, _total(out, s)))
+        return [*_within(layer, on_top, s), (s.no(on_top), [(BELOW_FREE_END, below), *out])]
     first = s.ge(layer_total, _total(out, s))
     if not p.max_chunk:
         return [*_within(layer, first, s), (s.no(first), out)]
@@ -219,6 +232,18 @@ def _output_phase(
         (s.no(layer_live), rest),
         (s.either(chunk, s.no(first)), logits),
     ]
+
+
+def _below_free_end(p: DevicePlan, s: Space[V, B]) -> V:
+    """The layer phase without the attention's scores: how high the free end stays with an out-of-order free
+    list (`DevicePlan.output_above_layer`)."""
+    att, ffn = s.zero(), s.zero()
+    for t in p.attention:
+        if t.label != SCORES:
+            att = s.larger(att, s.of(t))
+    for t in p.ffn:
+        ffn = s.larger(ffn, s.of(t))
+    return s.add(s.add(_total(_read(p.inputs, s), s), s.larger(att, ffn)), _total(_read(p.after, s), s))
 
 
 def _const(s: Space[V, B], n: int) -> V:
