@@ -415,6 +415,7 @@ def compute_inputs(
         pipeline_parallel=_pipeline_parallel(profile, settings, gpus, placement),
         n_stream=ctx.n_stream,
         fork_graph=engine.fork_graph(profile, settings),
+        kv_offload=not settings.no_kv_offload,
     )
 
 

@@ -1005,7 +1005,13 @@ class PlanBuilder:
         # blocks as a single backend does (the recordings with one RPC device show five).
         first = bool(self.trunk) and self.compute_dev[self.trunk[0]] == gi
         pp = self.inputs.pipeline_parallel and (runs or has_out)
-        m = self.masks(layers)
+        # -nkvo with flash attention on a CUDA-shaped GPU: the flash-attention ops read the cache where it is, in
+        # host memory, so the host runs them and the GPU copies neither the masks nor a quantized cache's f16 views
+        # (the CUDA stand-in recordings of tests/fixtures/llamacpp/finer and standin: the GPU's buffer the same at
+        # 4096 and 32768 cells, the masks' bytes over it before); a loopback RPC device still takes the masks (the
+        # placement grid)
+        host_fa = self.fa and not self.inputs.kv_offload and self.gpu_vendors[gi] in CUDA_VENDORS
+        m = Affine() if host_fa else self.masks(layers)
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
@@ -1041,7 +1047,7 @@ class PlanBuilder:
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
-        fa = self.fa_copies(layers) if self.gpu_vendors[gi] in CUDA_VENDORS else ()
+        fa = () if host_fa or self.gpu_vendors[gi] not in CUDA_VENDORS else self.fa_copies(layers)
         if self.gpu_vendors[gi] is Vendor.APPLE:
             fa = self.metal_fa_scratch(layers)
         att = self._attention(layers, kq, fa, ssm, chunk)

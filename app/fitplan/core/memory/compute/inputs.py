@@ -27,6 +27,7 @@ class ComputeInputs:
     # a fork's own attention graph, bound to the fork's settings (`memory.fork_graph`), with the output layer
     # reserved for every token and the host's output phase on its own; None = mainline's graph
     fork_graph: ForkGraph | None = None
+    kv_offload: bool = True  # False with -nkvo: the KV cache (and flash attention over it) stays on the host
 
     @property
     def fork_attention(self) -> bool:
