@@ -56,7 +56,11 @@ def test_the_partial_layer_moves_what_fit_cpp_names() -> None:
 
     assert gpu("ngl17-part16-gate", "context") - gpu("ngl16-ub512", "context") == 32 << 20
     assert round((gpu("ngl17-part16-gate", "model") - gpu("ngl16-ub512", "model")) / (1 << 20), 1) == 86.6
-    assert gpu("ngl17-part16-attn", "model") < gpu("ngl17-part16-up", "model") < gpu("ngl17-part16-gate", "model")
+    assert (
+        gpu("ngl17-part16-attn", "model")
+        < gpu("ngl17-part16-up", "model")
+        < gpu("ngl17-part16-gate", "model")
+    )
     assert gpu("ngl16-ub512", "model") < gpu("ngl17-part16-attn", "model")
 
 

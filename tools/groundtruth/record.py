@@ -1090,7 +1090,6 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
         )
 
 
-
 # grid l. finer (`--grids finer`): placements finer than whole layers on the CUDA stand-in, for the planner's finer
 # options (fitplan.core.plan.space): the first offloaded layer of a dense model with its FFN tensors in host memory,
 # as common/fit.cpp's LAYER_FRACTION_ATTN / _UP / _GATE patterns name them; the KV cache in host memory (-nkvo) with
@@ -1127,7 +1126,9 @@ def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
         out.append((f"nkvo-c{c}", CUDA_24, ["-ngl", "999", "-np", "1", "-c", str(c), "-fa", "on", "-nkvo"]))
     out.append(("nkvo-c8192-ub2048", CUDA_24, ["-ngl", "999", *base, "-nkvo", "-b", "2048", "-ub", "2048"]))
     out.append(("nkvo-c8192-q8_0", CUDA_24, ["-ngl", "999", *base, "-nkvo", "-ctk", "q8_0", "-ctv", "q8_0"]))
-    out.append(("nkvo-c8192-faoff", CUDA_24, ["-ngl", "999", "-np", "1", "-c", "8192", "-fa", "off", "-nkvo"]))
+    out.append(
+        ("nkvo-c8192-faoff", CUDA_24, ["-ngl", "999", "-np", "1", "-c", "8192", "-fa", "off", "-nkvo"])
+    )
     out.append((f"nkvo-ngl{half}", CUDA_24, ["-ngl", str(half), *base, "-nkvo"]))
     gate = FINER_FRACTIONS["gate"].format(il=n_layer - half) + "=CPU"
     out.append((f"nkvo-ngl{half + 1}-part{n_layer - half}-gate", CUDA_24, ["-ngl", str(half + 1), *base, "-nkvo",
@@ -1144,6 +1145,7 @@ def grid_finer(env: Env, only: list[str] | None) -> None:
         t0 = time.time()
         cases = _standin_cases(env, path, finer_settings(n_layer))
         write_fixture("finer", name, fixture_doc("membreak", model, cases), started=t0)
+
 
 # grid j. standin_vulkan / standin_metal (`--grids standin_vulkan,standin_metal`): the same published-shape models on
 # Vulkan- and Metal-shaped stand-ins (standin.cpp: ggml-vulkan's 1 GiB buffers, storage-range limit and pinned

@@ -995,6 +995,24 @@ class PlanBuilder:
         out_mats = self.host_mats.get(None, {})
         return out_mats.get("output.weight") or max(out_mats.values(), default=0)
 
+    def _host_attention(self, gi: int) -> bool:
+        """-nkvo with flash attention on a CUDA-shaped GPU: the flash-attention ops read the cache where it is, in
+        host memory, so the host runs them and the GPU copies neither the masks nor a quantized cache's f16 views
+        (the CUDA stand-in recordings of tests/fixtures/llamacpp/finer and standin: the GPU's buffer the same at
+        4096 and 32768 cells, the masks' bytes over it before); a loopback RPC device still takes the masks (the
+        placement grid)."""
+        return self.fa and not self.inputs.kv_offload and self.gpu_vendors[gi] in CUDA_VENDORS
+
+    def _gpu_masks(self, gi: int, layers: list[int]) -> Affine:
+        """The masks GPU `gi` copies in for `layers` (none when the host runs the attention)."""
+        return Affine() if self._host_attention(gi) else self.masks(layers)
+
+    def _gpu_fa_copies(self, gi: int, layers: list[int]) -> tuple[Affine, ...]:
+        """CUDA's f16 copies of a quantized cache for flash attention on GPU `gi` (`fa_copies`)."""
+        if self.gpu_vendors[gi] not in CUDA_VENDORS or self._host_attention(gi):
+            return ()
+        return self.fa_copies(layers)
+
     def gpu_plan(self, gi: int) -> DevicePlan:
         """The compute plan of GPU `gi`."""
         layers = self.by_dev.get(gi, [])
@@ -1005,13 +1023,7 @@ class PlanBuilder:
         # blocks as a single backend does (the recordings with one RPC device show five).
         first = bool(self.trunk) and self.compute_dev[self.trunk[0]] == gi
         pp = self.inputs.pipeline_parallel and (runs or has_out)
-        # -nkvo with flash attention on a CUDA-shaped GPU: the flash-attention ops read the cache where it is, in
-        # host memory, so the host runs them and the GPU copies neither the masks nor a quantized cache's f16 views
-        # (the CUDA stand-in recordings of tests/fixtures/llamacpp/finer and standin: the GPU's buffer the same at
-        # 4096 and 32768 cells, the masks' bytes over it before); a loopback RPC device still takes the masks (the
-        # placement grid)
-        host_fa = self.fa and not self.inputs.kv_offload and self.gpu_vendors[gi] in CUDA_VENDORS
-        m = Affine() if host_fa else self.masks(layers)
+        m = self._gpu_masks(gi, layers)
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0
@@ -1047,7 +1059,7 @@ class PlanBuilder:
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
-        fa = () if host_fa or self.gpu_vendors[gi] not in CUDA_VENDORS else self.fa_copies(layers)
+        fa = self._gpu_fa_copies(gi, layers)
         if self.gpu_vendors[gi] is Vendor.APPLE:
             fa = self.metal_fa_scratch(layers)
         att = self._attention(layers, kq, fa, ssm, chunk)
