@@ -61,7 +61,7 @@ def fake_speed(p: Plan) -> float:
     """A stand-in speed model with the objective's assumption: 5 t/s per offloaded layer index, less than 4 t/s for
     the bytes off the GPUs (so a larger `placement_key` is never slower), less for a longer context."""
     off_gib = p.placement.off_gpu_bytes / GIB
-    return 5.0 * p.placement.n_gpu_layers + 4.0 / (1.0 + off_gib) - p.settings.n_ctx / 65536
+    return 5.0 * p.placement.objective_layers + 4.0 / (1.0 + off_gib) - p.settings.n_ctx / 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +127,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
 
 def _key(p: Plan) -> PlacementKey:
-    return placement_key(p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
+    return placement_key(p.placement.objective_layers, p.placement.off_gpu_bytes)
 
 
 def _exported_fits(prof: ModelProfile, p: Plan, m: Machine) -> bool:
@@ -170,6 +170,9 @@ def _check_monotone(prof: ModelProfile, sc: Scenario, pins: Pins, p: Plan) -> li
                 n_gpu_layers=p.placement.n_gpu_layers,
                 n_cpu_moe=p.placement.n_cpu_moe,
                 tensor_split=p.settings.tensor_split or pins.tensor_split,
+                # the partial layer's -ot and -nkvo, when the plan chose them
+                no_kv_offload=True if p.placement.finer.no_kv_offload else pins.no_kv_offload,
+                base=dataclasses.replace(pins.base, tensor_overrides=p.settings.tensor_overrides),
             )
             again = _plan(prof, m, same, obj)
             if again.settings.n_ctx < p.settings.n_ctx:
