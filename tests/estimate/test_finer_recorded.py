@@ -80,3 +80,19 @@ def test_nkvo_with_flash_attention_keeps_the_masks_on_the_host(cases: list[Any],
     for r in got.values():
         gpu = [d for d in r.devices if d.name == "CUDA0"]
         assert gpu and abs(gpu[0].compute[1] - gpu[0].compute[0]) < (1 << 20) // 4, (r.key, gpu[0].compute)
+
+
+def test_dropping_the_draft_frees_its_buffers_only() -> None:
+    """qwen3-30b-a3b on the CUDA stand-in with and without its qwen3-8b draft (llama-server, the standin_server
+    grid): without the draft the target's three allocations are the same bytes and the draft's are gone (4.59 GiB of
+    weights, 576 MiB of cache, 108 MiB of compute); the estimate without the draft matches it on every device."""
+    doc = json.loads((report.FIXTURES / "standin_server" / "qwen3-30b-a3b.json").read_text())
+    by_id = {c["id"]: c for c in doc["cases"]}
+    with_draft = by_id["draft-np1-c4096"]["results"]["standin_alloc"]
+    without = by_id["nodraft-np1-c4096"]["results"]["standin_alloc"]
+    assert with_draft[: len(without)] == without and len(with_draft) == len(without) + 3
+    header = report.FIXTURES / doc["model"]["header"]
+    r = report.run_case("standin_server", "qwen3-30b-a3b", header, by_id["nodraft-np1-c4096"])
+    assert not r.error and {d.name for d in r.devices} == {"CUDA0", "Host"}
+    assert r.context_exact and r.weights_exact_mib
+    assert all(abs(d.compute[0] - d.compute[1]) < (1 << 20) // 100 for d in r.devices)

@@ -47,6 +47,7 @@ TALLY = {
     "placement": 0,
     "context": 0,
     "floor": 0,
+    "finer": 0,
 }
 
 #: few layers, so 3 GPUs stay enumerable: (kind, largest GPU count)
@@ -206,6 +207,7 @@ def check_scenario(sc: Scenario) -> list[str]:
     TALLY[sc.goal.value] += 1
     TALLY["floor"] += sc.floor is not None
     TALLY["fits" if p.fits else "no_fit"] += 1
+    TALLY["finer"] += p.fits and (p.placement.finer.ffn_cpu > 0 or p.placement.finer.no_kv_offload)
     TALLY["points"] += o.points
     TALLY["violations"] += len(bad)
     return [f"{sc}: {b}" for b in bad]
@@ -239,6 +241,23 @@ def test_planner_matches_the_exhaustive_search(sc: Scenario) -> None:
     ],
 )
 def test_fixed_scenarios_match_the_exhaustive_search(sc: Scenario) -> None:
+    assert check_scenario(sc) == []
+
+
+@pytest.mark.parametrize(
+    ("sc", "partial", "nkvo"),
+    [
+        # placements finer than whole layers as the best answer (`finer`): a partial layer with the placement
+        # first and with the context first, and -nkvo with every weight kept on the GPU (measured)
+        (Scenario("dense", (2.0,), False, 3.0, "none"), 2, False),
+        (Scenario("dense-swa", (3.25,), False, 3.0, "none", Goal.CONTEXT), 1, False),
+        (Scenario("dense", (3.0,), False, 2.0, "all_on_gpu", Goal.CONTEXT), 0, True),
+    ],
+)
+def test_finer_placements_match_the_exhaustive_search(sc: Scenario, partial: int, nkvo: bool) -> None:
+    prof = small_model(sc.kind)
+    p = _plan(prof, sc.machine(), sc.pins(prof), sc.objective())
+    assert (p.placement.finer.ffn_cpu, p.placement.finer.no_kv_offload) == (partial, nkvo)
     assert check_scenario(sc) == []
 
 

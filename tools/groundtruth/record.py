@@ -1474,6 +1474,14 @@ STANDIN_SERVER_CASES: list[tuple[str, str | None, str | None, str, list[str]]] =
         "draft-ngld0-np1-c4096",
         ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup", "-ngld", "0"],
     ),
+    # the same launch without the draft: what dropping it frees (the planner's "without the draft model")
+    (
+        "qwen3-30b-a3b",
+        None,
+        None,
+        "nodraft-np1-c4096",
+        ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup"],
+    ),
 ]
 RE_STANDIN_ALLOC = re.compile(r"^standin: alloc (\S+) (\d+)$")
 DRAFT_START = "loading draft model"
