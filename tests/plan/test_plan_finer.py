@@ -154,3 +154,20 @@ def test_what_would_change_offers_dropping_the_draft(llama8b: ModelProfile) -> N
     drop = next(a for a in alts if a.change.startswith("without the draft model"))
     assert drop.fits and drop.placement == "all layers on the GPU"
     assert drop.generation_tps > 0
+
+
+def test_a_given_kvo_or_ot_is_kept(llama8b: ModelProfile) -> None:
+    """The user's -kvo keeps the cache on the GPU (the plan does not fit rather than choose -nkvo), and an -ot of the
+    user's turns the partial layer off (whole layers then), as every pin is kept."""
+    from fitplan.core.launch.command_line import given_keys
+    from fitplan.core.plan.pins import pins_from_settings
+
+    m = _machine(6.1, 32)
+    for flags, fits in ((("-kvo",), False), ((), True)):
+        s = parse_flags(list(flags)).settings
+        p = plan(llama8b, m, pins_from_settings(s, given_keys(flags), all_on_gpu=True))
+        assert (p.fits, p.settings.no_kv_offload) == (fits, fits)
+    flags = ("-ot", r"token_embd\.weight=CPU")
+    s = parse_flags(list(flags)).settings
+    p = plan(llama8b, _machine(5.5, 32), pins_from_settings(s, given_keys(flags)))
+    assert p.fits and not p.placement.finer.ffn_cpu and p.placement.cpu_layers == 8
