@@ -68,12 +68,12 @@ def test_the_partial_layer_is_the_best_placement(llama8b: ModelProfile) -> None:
     p = plan(llama8b, m, Pins())
     assert p.fits
     assert p.placement.n_gpu_layers == 26 and p.placement.cpu_layers == 7
-    assert p.placement.description == "ffn_down and ffn_gate of layer 7 on CPU, 7 of 32 layers on CPU"
+    assert p.placement.description == "ffn_down+gate of layer 7 on CPU, 7 of 32 layers on CPU"
     args = _args(p)
     assert args[args.index("-ot") + 1] == r"blk\.7\.ffn_(gate|gate_up|down).*=CPU"
     assert args[args.index("-ngl") + 1] == "26"
     assert _exported_fits(llama8b, p, m)
-    assert any("layer 7 is split" in n for n in p.notes)
+    assert any(n.startswith("layer 7 split: attention and cache on the GPU") for n in p.notes)
     _matches_the_oracle(llama8b, m, Pins(), p)
 
 
@@ -99,7 +99,7 @@ def test_nkvo_keeps_every_weight_on_the_gpu(llama8b: ModelProfile) -> None:
     assert p.fits, p.binding
     assert p.settings.no_kv_offload and p.placement.cpu_layers == 0
     assert "-nkvo" in _args(p)
-    assert p.placement.description == "all layers on the GPU, KV cache in host memory (-nkvo)"
+    assert p.placement.description == "all layers on the GPU, KV cache on the host (-nkvo)"
     assert _exported_fits(llama8b, p, m)
     _matches_the_oracle(llama8b, m, pins, p)
 

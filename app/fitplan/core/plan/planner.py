@@ -629,8 +629,8 @@ def plan_verdict(p: Plan, machine: Machine) -> Verdict:
 
 def _finer_of(pb: Problem, p: Point) -> Finer | None:
     """The point's finer options; a -nkvo of the user's is described too (and ranked as given: no KV count)."""
-    if p.finer is None and pb.base.no_kv_offload:
-        return Finer(no_kv_offload=True)
+    if pb.base.no_kv_offload and (p.finer is None or not p.finer.no_kv_offload):
+        return dataclasses.replace(p.finer or Finer(), no_kv_offload=True, kv_bytes=0)
     return p.finer
 
 
@@ -642,7 +642,7 @@ def finer_reasons(space: PlacementSpace, placement: Placement) -> list[str]:
         il = space.first_gpu_layer(placement.n_gpu_layers)
         out.append(f"{FFN_FRACTION_WORDS[f.ffn_cpu]} of layer {il} on CPU (a partial layer)")
     if f.no_kv_offload:
-        out.append("KV cache in host memory (-nkvo)")
+        out.append("KV cache on the host (-nkvo)")
     return out
 
 
@@ -654,9 +654,8 @@ def finer_notes(space: PlacementSpace, placement: Placement) -> list[str]:
         il = space.first_gpu_layer(placement.n_gpu_layers)
         ot = f.overrides(space, placement.n_gpu_layers)[0].pattern
         out.append(
-            f"layer {il} is split: its attention and cache on the GPU, {FFN_FRACTION_WORDS[f.ffn_cpu]} on the CPU "
-            f"(-ot {ot}=CPU, the pattern llama.cpp's --fit writes for a partial layer): whole layers leave more on "
-            "the CPU"
+            f"layer {il} split: attention and cache on the GPU, {FFN_FRACTION_WORDS[f.ffn_cpu]} on the CPU "
+            f"(-ot {ot}=CPU)"
         )
     if f.no_kv_offload:
         out.append(

@@ -47,7 +47,7 @@ FFN_FRACTION_PATTERNS = {
     3: r"blk\.{il}\.ffn_(gate|up|gate_up|down).*",
 }
 #: the same in words
-FFN_FRACTION_WORDS = {1: "ffn_down", 2: "ffn_down and ffn_gate", 3: "the FFN"}
+FFN_FRACTION_WORDS = {1: "ffn_down", 2: "ffn_down+gate", 3: "the FFN"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +244,7 @@ def describe_placement(
         if act == 0:
             parts.append("nothing offloaded")
     if finer.no_kv_offload:
-        parts.append("KV cache in host memory (-nkvo)")
+        parts.append("KV cache on the host (-nkvo)")
     if len(split) > 1:
         parts.append("split " + ":".join(str(x) for x in split) + " layers across GPUs")
     return Placement(
