@@ -6,6 +6,7 @@ placements are checked against llama.cpp in tests/estimate/test_finer_recorded.p
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,29 @@ def test_a_given_kvo_or_ot_is_kept(llama8b: ModelProfile) -> None:
     s = parse_flags(list(flags)).settings
     p = plan(llama8b, _machine(5.5, 32), pins_from_settings(s, given_keys(flags)))
     assert p.fits and not p.placement.finer.ffn_cpu and p.placement.cpu_layers == 8
+
+
+def test_the_speed_model_counts_the_host_round_trips(llama8b: ModelProfile) -> None:
+    """-nkvo runs each layer's attention on the host: the recorded reserve graph of llama-3.1-8b has 66 splits with
+    -nkvo against 2 without (tests/fixtures/llamacpp/finer and standin), two per layer, and the speed model counts
+    those 64 device changes per token (before: none, -nkvo as fast as the cache on the GPU at an empty context);
+    a partial layer's FFN on the host is two more."""
+    import json
+
+    from fitplan.core.speed.work import model_work
+
+    fixtures = SPARSE.parents[1]
+    rec = {
+        c["id"]: c["results"]["graph"]["splits"]
+        for grid, ids in (("finer", ("nkvo-c4096",)), ("standin", ("c4096-faon",)))
+        for c in json.loads((fixtures / grid / "llama-3.1-8b.json").read_text())["cases"]
+        if c["id"] in ids
+    }
+    m = _machine(24, 64)
+    base = parse_flags(["-ngl", "999", "-c", "4096", "-np", "1", "-fa", "on"]).settings
+    plain = model_work(llama8b, base, m).boundaries
+    nkvo = model_work(llama8b, dataclasses.replace(base, no_kv_offload=True), m).boundaries
+    assert nkvo - plain == rec["nkvo-c4096"] - rec["c4096-faon"] == 64
+    part = parse_flags(["-ngl", "26", "-ot", r"blk\.7\.ffn_down.*=CPU", "-c", "4096"]).settings
+    whole = parse_flags(["-ngl", "26", "-c", "4096"]).settings
+    assert model_work(llama8b, part, m).boundaries - model_work(llama8b, whole, m).boundaries == 2
