@@ -105,7 +105,9 @@ def finer_search(
         c = _partial(pb, solver, found, last, n_ctx)
         if c is not None and c.fits:
             cands.append(c)
-    if nkvo_allowed(pb, solver):
+    # -nkvo counts at least one layer fewer (a cache of any size): it cannot beat a plan that keeps every layer on
+    # the GPUs (only experts off them), so it is not estimated there
+    if nkvo_allowed(pb, solver) and (best is None or best[0] < min(pb.ngl_choices[1], pb.space.L + 1)):
         ngl, ncmoe = pb.ngl_choices[1], pb.ncmoe_choices[0]
         c = _check(solver, ngl, ncmoe, nkvo_finer(solver, ngl, ncmoe, n_ctx), n_ctx)
         if c.fits:
