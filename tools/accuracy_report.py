@@ -67,6 +67,7 @@ STANDIN_BACKENDS = {
     "standin": "cuda",
     "standinarchs": "cuda",
     "standin_server": "cuda",
+    "finer": "cuda",
     "standin_vulkan": "vulkan",
     "standin_metal": "metal",
 }

@@ -50,6 +50,7 @@ TALLY = {
     "placement": 0,
     "context": 0,
     "floor": 0,
+    "finer": 0,
 }
 
 #: few layers, so 3 GPUs stay enumerable: (kind, largest GPU count)
@@ -64,7 +65,7 @@ def fake_speed(p: Plan) -> float:
     """A stand-in speed model with the objective's assumption: 5 t/s per offloaded layer index, less than 4 t/s for
     the bytes off the GPUs (so a larger `placement_key` is never slower), less for a longer context."""
     off_gib = p.placement.off_gpu_bytes / GIB
-    return 5.0 * p.placement.n_gpu_layers + 4.0 / (1.0 + off_gib) - p.settings.n_ctx / 65536
+    return 5.0 * p.placement.objective_layers + 4.0 / (1.0 + off_gib) - p.settings.n_ctx / 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +133,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
 
 def _key(p: Plan) -> PlacementKey:
-    return placement_key(p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
+    return placement_key(p.placement.objective_layers, p.placement.off_gpu_bytes)
 
 
 def _exported_fits(prof: ModelProfile, p: Plan, m: Machine) -> bool:
@@ -175,6 +176,9 @@ def _check_monotone(prof: ModelProfile, sc: Scenario, pins: Pins, p: Plan) -> li
                 n_gpu_layers=p.placement.n_gpu_layers,
                 n_cpu_moe=p.placement.n_cpu_moe,
                 tensor_split=p.settings.tensor_split or pins.tensor_split,
+                # the partial layer's -ot and -nkvo, when the plan chose them
+                no_kv_offload=True if p.placement.finer.no_kv_offload else pins.no_kv_offload,
+                base=dataclasses.replace(pins.base, tensor_overrides=p.settings.tensor_overrides),
             )
             again = _plan(prof, m, same, obj)
             if again.settings.n_ctx < p.settings.n_ctx:
@@ -208,6 +212,7 @@ def check_scenario(sc: Scenario) -> list[str]:
     TALLY[sc.goal.value] += 1
     TALLY["floor"] += sc.floor is not None
     TALLY["fits" if p.fits else "no_fit"] += 1
+    TALLY["finer"] += p.fits and (p.placement.finer.ffn_cpu > 0 or p.placement.finer.no_kv_offload)
     TALLY["points"] += o.points
     TALLY["violations"] += len(bad)
     return [f"{sc}: {b}" for b in bad]
@@ -317,6 +322,23 @@ def test_a_planner_assuming_monotone_memory_misses_them(monkeypatch: pytest.Monk
             assert all(check_scenario(sc) for sc in DEARER_AT_NGL0)
     finally:
         TALLY.update(saved)
+
+
+@pytest.mark.parametrize(
+    ("sc", "partial", "nkvo"),
+    [
+        # placements finer than whole layers as the best answer (`finer`): a partial layer with the placement
+        # first and with the context first, and -nkvo with every weight kept on the GPU (measured)
+        (Scenario("dense", (2.0,), False, 3.0, "none"), 2, False),
+        (Scenario("dense-swa", (3.25,), False, 3.0, "none", Goal.CONTEXT), 1, False),
+        (Scenario("dense", (3.0,), False, 2.0, "all_on_gpu", Goal.CONTEXT), 0, True),
+    ],
+)
+def test_finer_placements_match_the_exhaustive_search(sc: Scenario, partial: int, nkvo: bool) -> None:
+    prof = small_model(sc.kind)
+    p = _plan(prof, sc.machine(), sc.pins(prof), sc.objective())
+    assert (p.placement.finer.ffn_cpu, p.placement.finer.no_kv_offload) == (partial, nkvo)
+    assert check_scenario(sc) == []
 
 
 def test_oracle_tally(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1109,6 +1109,63 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
         )
 
 
+# grid l. finer (`--grids finer`): placements finer than whole layers on the CUDA stand-in, for the planner's finer
+# options (fitplan.core.plan.space): the first offloaded layer of a dense model with its FFN tensors in host memory,
+# as common/fit.cpp's LAYER_FRACTION_ATTN / _UP / _GATE patterns name them; the KV cache in host memory (-nkvo) with
+# every layer or half of them on the GPU. Fixtures in finer/, checked by tests/estimate/test_finer_recorded.py.
+FINER_MODELS = ["llama-3.1-8b", "gemma-3-27b"]
+#: common/fit.cpp:get_overflow_pattern, what stays on the GPU of the partial layer: attention only, + ffn_up,
+#: + ffn_gate (ffn_down, the largest, goes first)
+FINER_FRACTIONS = {
+    "attn": r"blk\.{il}\.ffn_(gate|up|gate_up|down).*",
+    "up": r"blk\.{il}\.ffn_(gate|gate_up|down).*",
+    "gate": r"blk\.{il}\.ffn_down.*",
+}
+
+
+def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
+    """(id, device spec, args) of grid l: -ngl N+1 with the FFN tensors of layer L-N on the CPU (the partial layer
+    after N whole ones, output layer included) for N = 0 (the output layer only), L/2 and L (the first block), at
+    -ub 512 and 2048; -nkvo at full offload (4096, 32768 cells, -ub 2048), at -ngl L/2 and with a partial layer."""
+    half = n_layer // 2
+    out: list[tuple[str, str, list[str]]] = []
+    base = ["-np", "1", "-c", "8192", "-fa", "on"]
+    for n_whole in (half, n_layer):
+        il = n_layer - n_whole
+        for frac, pattern in FINER_FRACTIONS.items():
+            ot = ["-ot", pattern.format(il=il) + "=CPU"]
+            ngl = ["-ngl", str(n_whole + 1)]
+            out.append((f"ngl{n_whole + 1}-part{il}-{frac}", CUDA_24, [*ngl, *base, *ot]))
+            if frac != "up":
+                ub = ["-b", "2048", "-ub", "2048"]
+                out.append((f"ngl{n_whole + 1}-part{il}-{frac}-ub2048", CUDA_24, [*ngl, *base, *ot, *ub]))
+    for ub in (512, 2048):
+        out.append((f"ngl{half}-ub{ub}", CUDA_24, ["-ngl", str(half), *base, "-b", str(ub), "-ub", str(ub)]))
+    for c in (4096, 32768):
+        out.append((f"nkvo-c{c}", CUDA_24, ["-ngl", "999", "-np", "1", "-c", str(c), "-fa", "on", "-nkvo"]))
+    out.append(("nkvo-c8192-ub2048", CUDA_24, ["-ngl", "999", *base, "-nkvo", "-b", "2048", "-ub", "2048"]))
+    out.append(("nkvo-c8192-q8_0", CUDA_24, ["-ngl", "999", *base, "-nkvo", "-ctk", "q8_0", "-ctv", "q8_0"]))
+    out.append(
+        ("nkvo-c8192-faoff", CUDA_24, ["-ngl", "999", "-np", "1", "-c", "8192", "-fa", "off", "-nkvo"])
+    )
+    out.append((f"nkvo-ngl{half}", CUDA_24, ["-ngl", str(half), *base, "-nkvo"]))
+    gate = FINER_FRACTIONS["gate"].format(il=n_layer - half) + "=CPU"
+    out.append((f"nkvo-ngl{half + 1}-part{n_layer - half}-gate", CUDA_24, ["-ngl", str(half + 1), *base, "-nkvo",
+                "-ot", gate]))  # fmt: skip
+    return out
+
+
+def grid_finer(env: Env, only: list[str] | None) -> None:
+    for name in FINER_MODELS:
+        if only and name not in only:
+            continue
+        path, model = sparse_model(env, name)
+        n_layer, _ = _layers_and_moe(name)
+        t0 = time.time()
+        cases = _standin_cases(env, path, finer_settings(n_layer))
+        write_fixture("finer", name, fixture_doc("membreak", model, cases), started=t0)
+
+
 # grid j. standin_vulkan / standin_metal (`--grids standin_vulkan,standin_metal`): the same published-shape models on
 # Vulkan- and Metal-shaped stand-ins (standin.cpp: ggml-vulkan's 1 GiB buffers, storage-range limit and pinned
 # Vulkan_Host buffer; ggml-metal's 32-byte alignment, its flash-attention and MUL_MAT_ID allocation extras and no
@@ -1435,6 +1492,14 @@ STANDIN_SERVER_CASES: list[tuple[str, str | None, str | None, str, list[str]]] =
         "qwen3-8b",
         "draft-ngld0-np1-c4096",
         ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup", "-ngld", "0"],
+    ),
+    # the same launch without the draft: what dropping it frees (the planner's "without the draft model")
+    (
+        "qwen3-30b-a3b",
+        None,
+        None,
+        "nodraft-np1-c4096",
+        ["-c", "4096", "-np", "1", "-fa", "on", "--no-warmup"],
     ),
 ]
 RE_STANDIN_ALLOC = re.compile(r"^standin: alloc (\S+) (\d+)$")
@@ -1858,6 +1923,7 @@ GRIDS = {
     "standin_server": grid_standin_server,
     "terms": grid_terms,
     "mmproj_images": grid_mmproj_images,
+    "finer": grid_finer,
 }
 
 

@@ -48,6 +48,9 @@ class Alternative:
     #: and a 512-token prompt); 0 when it does not fit or the speed cannot be estimated
     generation_tps: float = 0.0
     prompt_tps: float = 0.0
+    #: with -nkvo: generation with the cache filled to the changed plan's context (the host reads all of it for
+    #: every token, so the empty-context figure alone would flatter it); 0 otherwise
+    generation_full_tps: float = 0.0
 
     def describe(self) -> str:
         return f"{self.change}: {self.effect}"
@@ -56,12 +59,19 @@ class Alternative:
         """ "about 45 t/s generating, 1,200 t/s prompt" ("" without a speed)."""
         if self.generation_tps <= 0:
             return ""
-        return f"about {_rate(self.generation_tps)} t/s generating, {_rate(self.prompt_tps)} t/s prompt"
+        full = (
+            f" ({_rate(self.generation_full_tps)} with the cache full)"
+            if self.generation_full_tps > 0
+            else ""
+        )
+        return f"about {_rate(self.generation_tps)} t/s generating{full}, {_rate(self.prompt_tps)} t/s prompt"
 
     def brief(self) -> str:
         """The change, its effect and its generation speed in a few words: "-np 1: context 40,960 -> 41,216, ~29
         t/s" (the window's rows; `speed_words` in full)."""
         tps = f", ~{_rate(self.generation_tps)} t/s" if self.generation_tps > 0 else ""
+        if self.generation_full_tps > 0:
+            tps += f" ({_rate(self.generation_full_tps)} full)"
         return self.describe() + tps
 
 
@@ -71,17 +81,19 @@ def _rate(x: float) -> str:
 
 def _speed(
     profile: ModelProfile, machine: Machine, alt: Plan, host_bandwidth: float | None
-) -> tuple[float, float]:
-    """(generation, prompt) tokens/s of a changed plan that fits, by the speed model; (0, 0) otherwise."""
+) -> tuple[float, float, float]:
+    """(generation, prompt, generation with the cache full when the plan keeps it in host memory) tokens/s of a
+    changed plan that fits, by the speed model; zeros otherwise."""
     if not alt.fits:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     from fitplan.core.speed import plan_speed  # the speed tables load with the first alternative
 
     try:
         ps = plan_speed(profile, machine, alt.settings, host_bandwidth=host_bandwidth)
     except (FitplanError, ValueError, KeyError):
-        return 0.0, 0.0
-    return ps.generation.tps, ps.prompt.tps
+        return 0.0, 0.0, 0.0
+    full = ps.generation_full.tps if alt.settings.no_kv_offload else 0.0
+    return ps.generation.tps, ps.prompt.tps, full
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +172,31 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
         n = base.placement.n_cpu_moe + max(2, profile.n_layer_all // 8)
         if n <= profile.n_layer_all:
             out.append(_Candidate(f"--n-cpu-moe {n}", dataclasses.replace(pins, n_cpu_moe=n), machine))
+    out.extend(_finer_candidates(base, pins, machine))
     out.extend(_unpinned(pins, machine))
+    return out
+
+
+def _finer_candidates(base: Plan, pins: Pins, machine: Machine) -> list[_Candidate]:
+    """-nkvo (every layer on the GPUs, the cache in host memory) where the plan keeps layers on the CPU or does
+    not fit, and the plan without the draft model the user gave (its weights, cache and compute freed)."""
+    s = base.settings
+    out: list[_Candidate] = []
+    # layers on the CPU (whole or in part): -nkvo can bring them back; experts on the CPU it leaves there
+    on_cpu = base.placement.cpu_layers or base.placement.finer.ffn_cpu
+    if (
+        machine.gpus
+        and pins.no_kv_offload is None
+        and not s.no_kv_offload
+        and s.engine is Engine.LLAMA_CPP
+        and (on_cpu or not base.fits)
+    ):
+        out.append(_Candidate("-nkvo", dataclasses.replace(pins, no_kv_offload=True), machine))
+    if pins.base.draft is not None:
+        no_draft = dataclasses.replace(pins, base=dataclasses.replace(pins.base, draft=None))
+        out.append(
+            _Candidate(f"without the draft model (-md {pins.base.draft.model_path})", no_draft, machine)
+        )
     return out
 
 
@@ -205,8 +241,8 @@ def _improves(base: Plan, alt: Plan) -> bool:
         return True
     if (alt.settings.n_ctx, alt.placement.description) == (base.settings.n_ctx, base.placement.description):
         return False
-    more_gpu = placement_key(alt.placement.n_gpu_layers, alt.placement.off_gpu_bytes) > placement_key(
-        base.placement.n_gpu_layers, base.placement.off_gpu_bytes
+    more_gpu = placement_key(alt.placement.objective_layers, alt.placement.off_gpu_bytes) > placement_key(
+        base.placement.objective_layers, base.placement.off_gpu_bytes
     )
     return alt.settings.n_ctx > base.settings.n_ctx or more_gpu
 

@@ -15,7 +15,12 @@ Then plans are ranked by `key`, larger is better, each criterion only breaking t
    the fewest expert bytes on the CPU (`--n-cpu-moe`; `PlacementSpace.off_gpu_bytes`). A layer on the CPU runs
    its attention there and every token reads all of its weights; of a layer's experts each token reads only
    n_expert_used of n_expert, so experts leave the GPUs before layers do (llama.cpp's `--fit` order). Leaving
-   the GPUs out (`-dev none`) keeps every weight off them, like `-ngl 0`;
+   the GPUs out (`-dev none`) keeps every weight off them, like `-ngl 0`. Finer than whole layers
+   (`space.Finer`): a dense model's partial layer counts as a layer on the GPU with its FFN bytes on the host off
+   them (so it ranks between the whole layer and none of it); `-nkvo` counts its cache's bytes off the GPUs (at
+   the context floor, or at the context itself when the context comes first), and as many whole layers fewer as
+   that cache is worth (`PlacementSpace.key_layers`: a layer on the CPU costs each token its weights and its share
+   of the cache, -nkvo the whole cache), so it wins only where it costs less than the layers it keeps on the GPU;
 4. then it has the largest context on llama.cpp's grid (`engines.context_grid`);
 5. then the fewest `--n-cpu-moe` (pipeline parallelism kept);
 6. then the best balance across GPUs: the largest smallest headroom.
@@ -47,7 +52,7 @@ if TYPE_CHECKING:  # annotations only: the window reads the goals before the mod
     from fitplan.core.base.devices import Machine
     from fitplan.core.model.profile import ModelProfile
     from fitplan.core.plan.planner import Plan
-    from fitplan.core.plan.space import PlacementSpace
+    from fitplan.core.plan.space import Finer, PlacementSpace
     from fitplan.core.plan.usage import DeviceUse
 
 __all__ = [
@@ -124,10 +129,15 @@ def placement_key(n_gpu_layers: int, off_gpu_bytes: int) -> PlacementKey:
     return (n_gpu_layers, -off_gpu_bytes)
 
 
-def point_key(space: PlacementSpace, ngl: int, ncmoe: int, has_gpu: bool) -> PlacementKey:
-    """Criterion 3 of a point of the placement space (-ngl as asked, clamped to the layers there are)."""
+def point_key(
+    space: PlacementSpace, ngl: int, ncmoe: int, has_gpu: bool, finer: Finer | None = None
+) -> PlacementKey:
+    """Criterion 3 of a point of the placement space (-ngl as asked, clamped to the layers there are; `finer`: its
+    partial layer and -nkvo, counted by `PlacementSpace.key_layers` and `off_gpu_bytes`)."""
     act = min(ngl, space.L + 1) if has_gpu else 0
-    return placement_key(act, space.off_gpu_bytes(act, ncmoe))
+    if finer is None or not has_gpu:
+        return placement_key(act, space.off_gpu_bytes(act, ncmoe))
+    return placement_key(space.key_layers(act, finer), space.off_gpu_bytes(act, ncmoe, finer))
 
 
 def tie_key(n_ctx: int, n_cpu_moe: int, min_headroom: int) -> TieKey:

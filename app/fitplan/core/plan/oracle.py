@@ -1,7 +1,8 @@
 """The exhaustive search the planner is checked against: every point of the placement space, the same estimator.
 
 For spaces small enough to enumerate (the test suite's scenarios, `bench/plan.py`): every -ngl, every --n-cpu-moe
-and, with several GPUs and no -ts pin, every split of the offloaded layers, each estimated at the context floor, and
+and, with several GPUs and no -ts pin, every split of the offloaded layers, each estimated at the context floor, the
+finer points where the pins allow them (`finer.finer_points`: each -ngl's partial layer at each fraction, -nkvo), and
 the GPUs left out (`-dev none`) where the planner may leave them out; of the points that fit there (and keep the
 speed floor, when the objective has one), the best by the objective (`objective.key`, in the goal's order) wins.
 The largest context of a point is found by bisection over the grid (memory only grows with the context; a speed
@@ -14,6 +15,7 @@ planner, and none of the planner's search.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,6 +23,7 @@ from fitplan.core.base.devices import Machine
 from fitplan.core.engines import context_grid
 from fitplan.core.memory.context import trained_context
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.finer import finer_points, nkvo_finer
 from fitplan.core.plan.objective import (
     Goal,
     Key,
@@ -67,6 +70,7 @@ def _points(pb: Problem, solver: Solver) -> Iterator[Point]:
         for ncmoe in range(lo_n, hi_n + 1):
             for split in splits:
                 yield Point(ngl, ncmoe, split)
+    yield from finer_points(pb, solver)
 
 
 def _problems(profile: ModelProfile, machine: Machine, pins: Pins) -> list[Problem]:
@@ -136,10 +140,19 @@ def _feasible(ev: Evaluator, rank: _Ranker, problems: list[Problem]) -> tuple[li
         solver = Solver(ev, pb.base, pb.space, tensor_split=pb.pins.tensor_split)
         for p in _points(pb, solver):
             count += 1
-            c = _Candidate(pb, solver, p, point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu))
+            c = _Candidate(pb, solver, p, point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu, p.finer))
             if rank.ok(c, pb.need_ctx):
                 cands.append(c)
     return cands, count
+
+
+def _at_context(c: _Candidate, n_ctx: int, goal: Goal) -> _Candidate:
+    """With the context first, -nkvo is counted by its cache at that context (`finer`)."""
+    f = c.point.finer
+    if goal is not Goal.CONTEXT or f is None or not f.no_kv_offload:
+        return c
+    p = dataclasses.replace(c.point, finer=nkvo_finer(c.solver, c.point.ngl, c.point.ncmoe, n_ctx))
+    return _Candidate(c.pb, c.solver, p, point_key(c.pb.space, p.ngl, p.ncmoe, c.pb.has_gpu, p.finer))
 
 
 def exhaustive_plan(
@@ -169,6 +182,7 @@ def exhaustive_plan(
         n_ctx = rank.largest_context(c, floor)
         if n_ctx == 0:
             continue
+        c = _at_context(c, n_ctx, objective.goal)
         head = min_gpu_headroom(c.solver.usage(c.point, n_ctx))
         k = key(c.placement, tie_key(n_ctx, c.point.ncmoe, head), objective.goal)
         if best is None or k > best[0]:

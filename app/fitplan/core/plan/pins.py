@@ -48,4 +48,6 @@ def pins_from_settings(
         n_cpu_moe=settings.n_cpu_moe if "n_cpu_moe" in given else None,
         mmproj=settings.mmproj if given & {"no_mmproj_offload", "mmproj_offload"} else None,
         all_weights_on_gpu=all_on_gpu,
+        # -nkvo or -kvo as given; without either the plan may keep the cache in host memory (`finer`)
+        no_kv_offload=settings.no_kv_offload if given & {"no_kv_offload", "kv_offload"} else None,
     )

@@ -34,6 +34,7 @@ from fitplan.core.base.results import Estimate
 from fitplan.core.engines import context_grid
 from fitplan.core.memory.context import N_CTX_PAD, trained_context
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.finer import finer_search
 from fitplan.core.plan.objective import (
     Goal,
     Key,
@@ -58,7 +59,14 @@ from fitplan.core.plan.search import (
     training_cap,
 )
 from fitplan.core.plan.solver import Check, Point, Solver
-from fitplan.core.plan.space import Placement, PlacementSpace, cpu_experts_words, describe_placement
+from fitplan.core.plan.space import (
+    FFN_FRACTION_WORDS,
+    Finer,
+    Placement,
+    PlacementSpace,
+    cpu_experts_words,
+    describe_placement,
+)
 from fitplan.core.plan.usage import DeviceUse, MarginPolicy, Shortfall, device_label, shortfalls
 from fitplan.core.plan.verdict import FitLevel, Verdict, judge
 
@@ -112,7 +120,7 @@ class Pins:
     n_cpu_moe: int | None = None  # --n-cpu-moe
     mmproj: MmprojPlacement | None = None
     all_weights_on_gpu: bool = False  # "keep all weights on GPU": never move experts or layers to the CPU
-    no_kv_offload: bool | None = None  # -nkvo: the KV cache stays in host memory (the solver never picks it)
+    no_kv_offload: bool | None = None  # -nkvo / -kvo (None: the plan may choose -nkvo, `finer`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +313,7 @@ def _left_out(cpu: Plan, with_gpus: Plan) -> Plan:
 
 def plan_key(p: Plan) -> Key:
     """`objective.key` of a plan that fits, by the goal it was planned for."""
-    pk = placement_key(p.placement.n_gpu_layers, p.placement.off_gpu_bytes)
+    pk = placement_key(p.placement.objective_layers, p.placement.off_gpu_bytes)
     ties = tie_key(p.settings.n_ctx, p.placement.n_cpu_moe, min_gpu_headroom(p.context.usage))
     return key(pk, ties, p.objective.goal)
 
@@ -328,7 +336,7 @@ def _plan_problem(
     floor_ctx = pb.need_ctx
     if objective.goal is Goal.CONTEXT and pb.pinned_ctx is None:
         floor_ctx = _context_first(pb, solver, margin, objective, speed_of)
-    found, last = solver.search(pb.ngl_choices, pb.ncmoe_choices, floor_ctx)
+    found, last = search_all(pb, solver, floor_ctx)
     if not found:
         return _no_fit(pb, solver, last, margin, objective)
     point, cf = _best_context(pb, solver, found, floor_ctx, objective.goal)
@@ -336,6 +344,12 @@ def _plan_problem(
     if objective.min_gen_tps is not None and speed_of is not None:
         return _speed_floor(pb, solver, best, point, objective.min_gen_tps, speed_of)
     return best
+
+
+def search_all(pb: Problem, solver: Solver, n_ctx: int) -> tuple[list[Check], Check]:
+    """The whole-layer search, then the placements finer than whole layers where they may do better (`finer`)."""
+    found, last = solver.search(pb.ngl_choices, pb.ncmoe_choices, n_ctx)
+    return finer_search(pb, solver, found, last, n_ctx)
 
 
 def _context_first(
@@ -349,7 +363,7 @@ def _context_first(
     k_hi = max(k_lo, grid.training_cap(trained_context(pb.profile, pb.base)) // step)
 
     def feasible(k: int) -> bool:
-        found, _ = solver.search(pb.ngl_choices, pb.ncmoe_choices, k * step)
+        found, _ = search_all(pb, solver, k * step)
         if not found:
             return False
         if objective.min_gen_tps is None or speed_of is None:
@@ -411,7 +425,7 @@ def _fixed_context(pb: Problem, solver: Solver, p: Point, n_ctx: int, goal: Goal
     """One point at a given context (its split rebalanced for it)."""
     ev = solver.ev
     split = solver.balance(p.ngl, p.ncmoe, p.split, n_ctx) if p.split is not None else None
-    q = Point(p.ngl, p.ncmoe, split)
+    q = dataclasses.replace(p, split=split)
     est, usage = ev(solver.settings(q, n_ctx))
     step = context_grid(pb.profile, pb.base).step
     cap = training_cap(pb.profile, pb.base)
@@ -432,7 +446,7 @@ def _context_at(pb: Problem, solver: Solver, p: Point, floor_ctx: int, goal: Goa
         better = solver.balance(q.ngl, q.ncmoe, q.split, cf.n_ctx)
         if better == q.split:
             break
-        cand = Point(q.ngl, q.ncmoe, better)
+        cand = dataclasses.replace(q, split=better)
         cf2 = context_fit(ev, solver.settings(cand, 0), min_ctx=floor_ctx)
         if cf2.n_ctx < cf.n_ctx:
             break
@@ -442,7 +456,7 @@ def _context_at(pb: Problem, solver: Solver, p: Point, floor_ctx: int, goal: Goa
 
 def _scored(pb: Problem, p: Point, cf: ContextFit, goal: Goal) -> _Scored:
     ties = tie_key(cf.n_ctx, p.ncmoe, min_gpu_headroom(cf.usage))
-    return _Scored(p, cf, key(point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu), ties, goal))
+    return _Scored(p, cf, key(point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu, p.finer), ties, goal))
 
 
 def _by_key(s: _Scored) -> Key:
@@ -465,7 +479,9 @@ def _no_fit(pb: Problem, solver: Solver, last: Check, margin: MarginPolicy, obje
     est, usage = solver.ev(s)
     shorts = shortfalls(usage)
     n_gpus = len(pb.machine.gpus) if pb.has_gpu else 0
-    placement = describe_placement(pb.space, p.ngl if pb.has_gpu else 0, p.ncmoe, p.split or (), n_gpus)
+    placement = describe_placement(
+        pb.space, p.ngl if pb.has_gpu else 0, p.ncmoe, p.split or (), n_gpus, _finer_of(pb, p)
+    )
     what = f"-c {pb.need_ctx}" if pb.pinned_ctx is not None else f"the minimum context {pb.need_ctx}"
     lead = "does not fit with all weights on the GPU" if pb.pins.all_weights_on_gpu else "does not fit"
     binding = f"{lead} at {what}: " + "; ".join(sh.describe() for sh in shorts)
@@ -500,7 +516,9 @@ def _fit(
     """The plan of point `p` at the context of `cf`; `why`: what else limited the context (a speed floor)."""
     s = dataclasses.replace(solver.settings(p, 0), n_ctx=cf.n_ctx)
     n_gpus = len(pb.machine.gpus) if pb.has_gpu else 0
-    placement = describe_placement(pb.space, p.ngl if pb.has_gpu else 0, p.ncmoe, p.split or (), n_gpus)
+    placement = describe_placement(
+        pb.space, p.ngl if pb.has_gpu else 0, p.ncmoe, p.split or (), n_gpus, _finer_of(pb, p)
+    )
     pinned = _pinned_offload(pb, placement)
     fixed = pb.pinned_ctx is not None or bool(why)
     largest = context_fit(solver.ev, solver.settings(p, 0)) if fixed else cf
@@ -544,6 +562,7 @@ def _reasons(pb: Problem, placement: Placement, cf: ContextFit, objective: Objec
         )
     if placement.cpu_layers and pb.has_gpu:
         reasons.append(f"{placement.cpu_layers} of {pb.profile.n_layer} layers on CPU")
+    reasons += finer_reasons(pb.space, placement)
     return reasons
 
 
@@ -594,6 +613,7 @@ def _fit_notes(pb: Problem, p: Point, placement: Placement, objective: Objective
             )
     if pinned:
         notes.append(f"weights kept on the CPU by {pinned}, as given")
+    notes += finer_notes(pb.space, placement)
     return notes
 
 
@@ -601,9 +621,47 @@ def plan_verdict(p: Plan, machine: Machine) -> Verdict:
     """The verdict on a plan (`verdict.judge` of its estimate, OFFLOAD when it keeps weights on the CPU)."""
     if p.estimate is None:
         raise ValueError("a plan without an estimate has no verdict")
-    on_cpu = bool(p.placement.cpu_layers or p.placement.cpu_expert_layers)
+    on_cpu = bool(p.placement.cpu_layers or p.placement.cpu_expert_layers or p.placement.finer.ffn_cpu)
     v = judge(p.estimate, machine, p.margin, weights_on_cpu=on_cpu)
     if not p.fits and v.fits:
         # the pins could not be met (e.g. the minimum context): the plan's own answer stands
         v = dataclasses.replace(v, level=FitLevel.NO_FIT, fits=False)
     return v
+
+
+def _finer_of(pb: Problem, p: Point) -> Finer | None:
+    """The point's finer options; a -nkvo of the user's is described too (and ranked as given: no KV count)."""
+    if pb.base.no_kv_offload and (p.finer is None or not p.finer.no_kv_offload):
+        return dataclasses.replace(p.finer or Finer(), no_kv_offload=True, kv_bytes=0)
+    return p.finer
+
+
+def finer_reasons(space: PlacementSpace, placement: Placement) -> list[str]:
+    """The finer options a plan chose, as reasons (`finer`)."""
+    f = placement.finer
+    out: list[str] = []
+    if f.ffn_cpu:
+        il = space.first_gpu_layer(placement.n_gpu_layers)
+        out.append(f"{FFN_FRACTION_WORDS[f.ffn_cpu]} of layer {il} on CPU (a partial layer)")
+    if f.no_kv_offload:
+        out.append("KV cache on the host (-nkvo)")
+    return out
+
+
+def finer_notes(space: PlacementSpace, placement: Placement) -> list[str]:
+    """What the finer options cost, in words."""
+    f = placement.finer
+    out: list[str] = []
+    if f.ffn_cpu:
+        il = space.first_gpu_layer(placement.n_gpu_layers)
+        ot = f.overrides(space, placement.n_gpu_layers)[0].pattern
+        out.append(
+            f"layer {il} split: attention and cache on the GPU, {FFN_FRACTION_WORDS[f.ffn_cpu]} on the CPU "
+            f"(-ot {ot}=CPU)"
+        )
+    if f.no_kv_offload:
+        out.append(
+            "-nkvo keeps the KV cache in host memory: the host runs the attention and reads the whole cache for "
+            "every token (generation slows as the context fills)"
+        )
+    return out

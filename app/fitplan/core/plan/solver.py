@@ -23,7 +23,7 @@ from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, SplitMode
 from fitplan.core.base.results import Estimate, TermKind
 from fitplan.core.plan.objective import point_key
 from fitplan.core.plan.search import Evaluator, largest_true, smallest_true_from
-from fitplan.core.plan.space import PlacementSpace, proportional_split
+from fitplan.core.plan.space import Finer, PlacementSpace, proportional_split
 from fitplan.core.plan.usage import DeviceUse
 
 __all__ = ["Check", "Point", "Solver"]
@@ -36,6 +36,7 @@ class Point:
     ngl: int
     ncmoe: int
     split: tuple[int, ...] | None  # layers per GPU (None: one GPU, or -ts pinned)
+    finer: Finer | None = None  # a partial layer or -nkvo (`space.Finer`; one GPU or -ts pinned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +110,19 @@ class Solver:
             ts = tuple(float(x) for x in p.split)
         else:
             ts = ()
-        return dataclasses.replace(
+        s = dataclasses.replace(
             self.base,
             n_ctx=n_ctx,
             n_gpu_layers=NGL_ALL if p.ngl >= self.L + 1 else p.ngl,
             n_cpu_moe=p.ncmoe,
             tensor_split=ts,
+        )
+        if p.finer is None:
+            return s
+        return dataclasses.replace(
+            s,
+            tensor_overrides=(*s.tensor_overrides, *p.finer.overrides(self.space, p.ngl)),
+            no_kv_offload=s.no_kv_offload or p.finer.no_kv_offload,
         )
 
     def usage(self, p: Point, n_ctx: int) -> tuple[DeviceUse, ...]:

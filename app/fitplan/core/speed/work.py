@@ -10,7 +10,10 @@ The placement is the estimator's own (`memory.weights.place_weights`), so the sp
 * matrix FLOPs per token: 2 x the elements of those weights (the same expert share);
 * KV cache per token of context: K and V rows of the layers whose cache it holds (`-nkvo` keeps them on the host);
 * the layer boundaries where the hidden state crosses from one device to the next
-  (`ggml-backend.cpp:ggml_backend_sched_split_graph` cuts the graph there and copies the input of each split);
+  (`ggml-backend.cpp:ggml_backend_sched_split_graph` cuts the graph there and copies the input of each split), and
+  the round trips to the host inside a GPU layer (`host_round_trips`): with `-nkvo` each attention layer's
+  attention runs on the host (two splits per layer: 66 for llama-3.1-8b's 32 layers in the recorded reserve,
+  tests/fixtures/llamacpp/finer), and a dense FFN tensor on the host (a partial layer's `-ot`) takes the FFN there;
 * whether llama.cpp pipelines the micro-batches of a prompt across the GPUs (`src/llama-context.cpp`: more than one
   device, every layer and the output on a GPU, layer split, the KV cache offloaded and no tensor overrides, which
   `--n-cpu-moe` and `-ot` are; the scheduler then keeps up to 4 copies of the inputs in flight).
@@ -193,6 +196,7 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
         _add_kv(sums[None if settings.no_kv_offload else slot], profile, il, settings)
     chain = [*(layer_dev[il] for il in range(profile.n_layer)), placement.output_device]
     boundaries = sum(1 for a, b in itertools.pairwise(chain) if a != b)
+    boundaries += 2 * host_round_trips(profile, placement, settings, n_dev)
     devices = tuple(
         DeviceWork(
             s,
@@ -217,6 +221,25 @@ def model_work(profile: ModelProfile, settings: LaunchSettings, machine: Machine
     share = used / n_exp if n_exp else 1.0
     pipeline = _pipelined(settings, n_dev, sums[None].n_layers == 0 and placement.output_device is not None)
     return ModelWork(devices, share, n_exp, used, profile.n_embd, boundaries, profile.n_layer, pipeline)
+
+
+def host_round_trips(
+    profile: ModelProfile, placement: WeightPlacement, settings: LaunchSettings, n_dev: int
+) -> int:
+    """GPU layers whose token goes to the host and back inside the layer: with -nkvo each one with a KV cache (its
+    attention runs where the cache is), else each one with a dense weight (not a routed expert, whose share the
+    first GPU's expert copies or the host's expert pass account for) in a host buffer."""
+    on_gpu = {
+        il for il, d in enumerate(placement.layer_device[: profile.n_layer]) if d is not None and d < n_dev
+    }
+    if settings.no_kv_offload:
+        return sum(1 for il in on_gpu if _kv_cell_bytes(profile, il, settings)[0] > 0)
+    hosted = {
+        tp.layer
+        for tp in placement.tensors
+        if tp.device is None and tp.layer in on_gpu and tp.matrix and tp.role is not TensorRole.EXPERTS
+    }
+    return len(hosted)
 
 
 def _pipelined(settings: LaunchSettings, n_dev: int, all_on_gpus: bool) -> bool:

@@ -818,7 +818,7 @@ class PlanBuilder:
         if vendor is Vendor.APPLE:
             scratch = self.metal_fa_scratch(layers)
             return kq, scratch, scratch
-        fa = self.fa_copies(layers) if vendor in CUDA_VENDORS else ()
+        fa = self._gpu_fa_copies(gi, layers)  # none where the host runs the attention (-nkvo)
         if fa and not self.inputs.fork_attention and self._cuda_fa_runs(layers):
             split = self._split_first(gi, first, pp) and self._attention_one_block_fewer()
             return self._fa_op_live(layers, kq, split), fa, ()
@@ -1152,6 +1152,24 @@ class PlanBuilder:
         out_mats = self.host_mats.get(None, {})
         return out_mats.get("output.weight") or max(out_mats.values(), default=0)
 
+    def _host_attention(self, gi: int) -> bool:
+        """-nkvo with flash attention on a CUDA-shaped GPU: the flash-attention ops read the cache where it is, in
+        host memory, so the host runs them and the GPU copies neither the masks nor a quantized cache's f16 views
+        (the CUDA stand-in recordings of tests/fixtures/llamacpp/finer and standin: the GPU's buffer the same at
+        4096 and 32768 cells, the masks' bytes over it before); a loopback RPC device still takes the masks (the
+        placement grid)."""
+        return self.fa and not self.inputs.kv_offload and self.gpu_vendors[gi] in CUDA_VENDORS
+
+    def _gpu_masks(self, gi: int, layers: list[int]) -> Affine:
+        """The masks GPU `gi` copies in for `layers` (none when the host runs the attention)."""
+        return Affine() if self._host_attention(gi) else self.masks(layers)
+
+    def _gpu_fa_copies(self, gi: int, layers: list[int]) -> tuple[Affine, ...]:
+        """CUDA's f16 copies of a quantized cache for flash attention on GPU `gi` (`fa_copies`)."""
+        if self.gpu_vendors[gi] not in CUDA_VENDORS or self._host_attention(gi):
+            return ()
+        return self.fa_copies(layers)
+
     def gpu_plan(self, gi: int) -> DevicePlan:
         """The compute plan of GPU `gi`."""
         layers = self.by_dev.get(gi, [])
@@ -1162,7 +1180,7 @@ class PlanBuilder:
         # blocks as a single backend does (the recordings with one RPC device show five).
         first = bool(self.trunk) and self.compute_dev[self.trunk[0]] == gi
         pp = self.inputs.pipeline_parallel and (runs or has_out)
-        m = self.masks(layers)
+        m = self._gpu_masks(gi, layers)
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
         vi = self.v_idxs(layers) if runs else 0

@@ -1,0 +1,139 @@
+"""Placements finer than whole layers, tried after the whole-layer search (`solver.Solver.search`) and only where it
+leaves weights on the CPU or nothing fits, so that a plan whose layers all fit costs no extra estimate.
+
+Two options (`space.Finer`), each measured against llama.cpp (tests/fixtures/llamacpp/finer):
+
+* the partial layer of a dense model: one layer more than the best whole-layer -ngl whose GPUs fit, with the FFN
+  tensors of that layer on the host by common/fit.cpp's patterns (ffn_down first, then ffn_gate, then the whole FFN;
+  `space.FFN_FRACTION_PATTERNS`; at the targeted commit --fit itself writes them for a MoE model's first partial
+  layer only, and fills a dense model with whole layers): the first of the three whose GPUs fit is the best (each
+  moves more off them);
+* `-nkvo`: every layer the pins allow on the GPUs, the KV cache in host memory.
+
+Both need one GPU or a pinned `-ts` (no layer split to balance) and llama.cpp itself as the engine; the partial layer
+also a free `-ngl`, no `-ot` of the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was),
+-nkvo no `-nkvo`/`-kvo` of the user's. The candidates are ranked with the whole-layer ones by `objective.point_key`, which counts -nkvo by the
+cache's bytes in host memory (`Finer.kv_bytes`) at the context the search runs at: the floor when the placement
+comes first, the context found when the context does (a long context read from host memory for every token).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from fitplan.core.base.launch_settings import Engine
+from fitplan.core.base.results import TermKind
+from fitplan.core.plan.objective import point_key
+from fitplan.core.plan.solver import Check, Point, Solver
+from fitplan.core.plan.space import FFN_FRACTION_PATTERNS, Finer
+
+if TYPE_CHECKING:
+    from fitplan.core.plan.planner import Problem
+
+__all__ = ["finer_points", "finer_search", "nkvo_allowed", "nkvo_finer", "partial_allowed"]
+
+
+def _common(pb: Problem, solver: Solver) -> bool:
+    return pb.has_gpu and not solver.split_free and pb.base.engine is Engine.LLAMA_CPP
+
+
+def partial_allowed(pb: Problem, solver: Solver) -> bool:
+    """Whether the plan may put part of a dense layer's FFN on the host (-ngl free)."""
+    lo, hi = pb.ngl_choices
+    return (
+        _common(pb, solver)
+        and lo < hi
+        and not pb.space.is_moe
+        and not pb.base.tensor_overrides
+        and not pb.pins.all_weights_on_gpu
+    )
+
+
+def nkvo_allowed(pb: Problem, solver: Solver) -> bool:
+    """Whether the plan may keep the KV cache in host memory (-nkvo)."""
+    return _common(pb, solver) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
+
+
+def nkvo_finer(solver: Solver, ngl: int, ncmoe: int, n_ctx: int) -> Finer:
+    """-nkvo at (ngl, ncmoe), with the host's KV and recurrent-state bytes at `n_ctx` (the objective's count: the
+    context floor when the placement comes first, the context itself when the context does)."""
+    probe = Finer(no_kv_offload=True)
+    est = solver.ev(solver.settings(Point(ngl, ncmoe, None, probe), n_ctx))[0]
+    host = est.devices[-1]
+    kv = host.bytes_of(TermKind.KV) + host.bytes_of(TermKind.RECURRENT)
+    return dataclasses.replace(probe, kv_bytes=kv)
+
+
+def _check(solver: Solver, ngl: int, ncmoe: int, finer: Finer, n_ctx: int) -> Check:
+    p = Point(ngl, ncmoe, None, finer)
+    usage = solver.usage(p, n_ctx)
+    gpus = all(u.fits for u in usage if u.gpu_index is not None)
+    host = all(u.fits for u in usage if u.gpu_index is None)
+    return Check(p, gpus, host)
+
+
+def _partial(pb: Problem, solver: Solver, found: list[Check], last: Check, n_ctx: int) -> Check | None:
+    """The best partial layer: one layer above the best whole -ngl whose GPUs fit, the least of its FFN moved."""
+    if found:
+        g = found[0].point.ngl
+    elif last.gpus_fit:
+        g = last.point.ngl  # the GPUs fit there, the host is short: a layer more on the GPUs may relieve it
+    else:
+        return None
+    ngl = g + 1
+    if ngl > pb.ngl_choices[1] or not pb.space.partial_ok(ngl):
+        return None
+    for frac in sorted(FFN_FRACTION_PATTERNS):
+        c = _check(solver, ngl, pb.ncmoe_choices[0], Finer(ffn_cpu=frac), n_ctx)
+        if c.gpus_fit:
+            return c  # the next fraction moves more to the host: no better
+    return None
+
+
+def finer_search(
+    pb: Problem, solver: Solver, found: list[Check], last: Check, n_ctx: int
+) -> tuple[list[Check], Check]:
+    """The whole-layer search's answer (`found`, `last`) with the finer options added where they may do better:
+    the feasible points best by `objective.point_key`, ties included, and the point to report when none is."""
+    top = point_key(pb.space, pb.ngl_choices[1], pb.ncmoe_choices[0], pb.has_gpu)
+    best = max((_key(pb, c.point) for c in found), default=None)
+    if best is not None and best >= top:
+        return found, last  # every layer the pins allow is on the GPUs
+    cands = list(found)
+    if partial_allowed(pb, solver):
+        c = _partial(pb, solver, found, last, n_ctx)
+        if c is not None and c.fits:
+            cands.append(c)
+    # -nkvo counts at least one layer fewer (a cache of any size): it cannot beat a plan that keeps every layer on
+    # the GPUs (only experts off them), so it is not estimated there
+    if nkvo_allowed(pb, solver) and (best is None or best[0] < min(pb.ngl_choices[1], pb.space.L + 1)):
+        ngl, ncmoe = pb.ngl_choices[1], pb.ncmoe_choices[0]
+        c = _check(solver, ngl, ncmoe, nkvo_finer(solver, ngl, ncmoe, n_ctx), n_ctx)
+        if c.fits:
+            cands.append(c)
+    if not cands:
+        return [], last
+    k = max(_key(pb, c.point) for c in cands)
+    return [c for c in cands if _key(pb, c.point) == k], last
+
+
+def _key(pb: Problem, p: Point) -> tuple[int, int]:
+    return point_key(pb.space, p.ngl, p.ncmoe, pb.has_gpu, p.finer)
+
+
+def finer_points(pb: Problem, solver: Solver) -> list[Point]:
+    """Every finer point of the space, for the exhaustive search (`oracle`): each -ngl's partial layer at every
+    fraction, and -nkvo with every layer the pins allow on the GPUs."""
+    out: list[Point] = []
+    lo_g, hi_g = pb.ngl_choices
+    if partial_allowed(pb, solver):
+        for ngl in range(hi_g, lo_g - 1, -1):
+            if pb.space.partial_ok(ngl):
+                out += [
+                    Point(ngl, pb.ncmoe_choices[0], None, Finer(ffn_cpu=f)) for f in FFN_FRACTION_PATTERNS
+                ]
+    if nkvo_allowed(pb, solver):
+        ngl, ncmoe = hi_g, pb.ncmoe_choices[0]
+        out.append(Point(ngl, ncmoe, None, nkvo_finer(solver, ngl, ncmoe, pb.need_ctx)))
+    return out
