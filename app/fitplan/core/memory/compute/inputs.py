@@ -23,7 +23,8 @@ class ComputeInputs:
     pipeline_parallel: bool = (
         False  # more than one device, everything offloaded, no overrides (llama-context.cpp)
     )
-    kv_offload: bool = True  # the KV and recurrent caches (and flash attention over them) on the layers' devices; False: -nkvo, on the host
+    # the KV and recurrent caches (and flash attention over them) on the layers' devices; False: -nkvo, on the host
+    kv_offload: bool = True
     n_stream: int = 1  # KV streams (n_seq_max without a unified cache): n_kv_* are cells per stream
     # a fork's own attention graph, bound to the fork's settings (`memory.fork_graph`), with the output layer
     # reserved for every token and the host's output phase on its own; None = mainline's graph
