@@ -563,8 +563,12 @@ class PlanBuilder:
             q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
             out.add(Affine(c=F32 * self.n_tok * (q_k_v - (kv_min if kv_min <= self.profile.n_embd else 0))))
         if self.fa:
-            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
-            out.add(Affine(c=q + F32 * self.n_tok * lp.n_head * lp.n_embd_head_v))
+            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores; without a cache it
+            # takes V's freed block, and the f16 casts of K and V (src/llama-graph.cpp `build_attn_mha`) the freed
+            # attention norm's (the allocator's list on the CUDA stand-in, the dream smoke model at c512: the casts
+            # at 0 and 0.25 MiB, `node_26` at 0.5 MiB, below the layer input)
+            fa_out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v if self.profile.has_memory else 0
+            out.add(Affine(c=q + fa_out))
             if self.inputs.fork_graph is not None and self.inputs.fork_graph.has_mla(self.profile):
                 self.fork_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
             return
@@ -585,8 +589,12 @@ class PlanBuilder:
         if mla is not None and self.profile.traits.graph.kimi_mla:
             out.add(self._kimi_mla_concat(lp, mla))
         if not self.profile.has_memory:
-            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
-            q += F32 * self.n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+            # no cache: this batch's roped K [n_embd_k_gqa, n_tok] feeds the attention directly, next to Q; V's
+            # projection takes K's freed projection, and its copy (contiguous, or an f16 cast under flash
+            # attention) the freed attention norm's block (the allocator's lists on the CUDA stand-in, the dream
+            # smoke model at c512: `Qcur-0` and `Kcur-0` above `node_2`, 3.51 MiB with flash attention; without,
+            # `v_cont-0` at 0 and Q, K and the scores `kq-0` on top, 6.01 MiB)
+            q += F32 * self.n_tok * lp.n_embd_k_gqa
         if qkv and not self.fa and self.profile.traits.graph.no_rope_qkv:
             q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
         return q
@@ -918,7 +926,7 @@ class PlanBuilder:
         return per_cell, pad + tmp + mask_blocks  # the block mask's last, partial group of cells at most
 
     def ffn_holes(
-        self, layers: list[int], flayers: list[int], m: Affine, vi: int, split: bool = False
+        self, layers: list[int], flayers: list[int], m: Affine, vi: int, split: bool = False, cast: bool = False
     ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
         """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
@@ -929,7 +937,7 @@ class PlanBuilder:
         # (`ffn_layer`), and the freed inputs take the FFN (the cohere2moe smoke model at c512 without flash
         # attention: the fused gate_up and the GLU output inside the freed f32 masks and V's indices, 9.02 MiB)
         if not (m.a_base or m.a_swa or m.c or vi) or not (base or swa):
-            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot, split), ()
+            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot, split, cast), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
         holes: set[tuple[int, int, int, tuple[Affine, ...]]] = set()
@@ -942,10 +950,10 @@ class PlanBuilder:
             if not any(freed):
                 rest.append(il)
                 continue
-            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split)
+            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split, cast)
             holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed)))
         key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
-        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split), tuple(sorted(holes, key=key))
+        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split, cast), tuple(sorted(holes, key=key))
 
     def _freed_space(
         self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool]
@@ -1337,7 +1345,9 @@ class PlanBuilder:
         """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
         freed = Affine(m.a_base, m.a_swa, m.c + small)
         split = self._split_first(gi, first, pp)
-        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split)
+        # without a cache, flash attention's f16 casts of K and V leave the FFN norm's hole two blocks (`ffn_layer`)
+        cast = not self.profile.has_memory
+        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, cast)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
         metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
