@@ -1346,7 +1346,7 @@ class PlanBuilder:
         freed = Affine(m.a_base, m.a_swa, m.c + small)
         split = self._split_first(gi, first, pp)
         # without a cache, flash attention's f16 casts of K and V leave the FFN norm's hole two blocks (`ffn_layer`)
-        cast = not self.profile.has_memory
+        cast = self.fa and not self.profile.has_memory
         ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, cast)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
