@@ -29,8 +29,6 @@ KNOWN_FAR_UNDER = frozenset(
         # granite-4.0-h-tiny with -nkvo: the host's copies are counted, the GPU's logits go above a free end
         # that the zero-byte copies of `rs_s_copy` keep from falling back (docs/accuracy.md)
         "standin/granite-4.0-h-tiny/c8192-faon-nkvo",
-        # Llama-4-Scout at 32768 cells with a q8_0 cache: its down copy above the full-attention mask
-        "standin/llama-4-scout-17b-16e/c32768-faon-q8_0-cmoe-ub512",
     }
 )
 
@@ -573,3 +571,42 @@ def test_attention_without_a_cache_on_the_first_gpu(name: str) -> None:
             assert abs(est - real) <= 64 * 1024, (
                 f"{case['id']} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
             )
+
+
+def test_a_down_copy_above_the_full_attention_mask_with_a_quantized_cache() -> None:
+    """Llama-4-Scout at 32768 cells with q8_0 caches, flash attention and `-cmoe` at `-ub 512`: the rotated
+    attention output keeps one block of the FFN norm's hole, so the 16 MiB GLU output does not fit there and takes
+    layer 2's freed down copy's space, and layer 3's 525 MiB down copy goes above the full-attention mask (the
+    allocator's list: 1146.59 MiB; the estimate was 641.67 MiB, 44% under). Within 5%, never under."""
+    import json
+
+    name = "llama-4-scout-17b-16e"
+    doc = json.loads((report.FIXTURES / "standin" / f"{name}.json").read_text())
+    case = next(c for c in doc["cases"] if c["id"] == "c32768-faon-q8_0-cmoe-ub512")
+    r = report.run_case("standin", name, report.FIXTURES / doc["model"]["header"], case)
+    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    assert real <= est <= 1.05 * real, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
+
+
+@pytest.mark.parametrize(
+    ("name", "case_id"),
+    [
+        ("gpt-oss-20b", "c32768-faon-q8_0-cmoe-ub512"),
+        ("gpt-oss-20b", "c32768-faon-q8_0-cmoe-ub2048"),
+        ("gpt-oss-120b", "c32768-faon-q8_0-cmoe-ub2048"),
+        ("llama-4-scout-17b-16e", "c32768-faon-q8_0-cmoe-ub2048"),
+    ],
+)
+def test_only_the_first_splits_masks_under_the_logits(name: str, case_id: str) -> None:
+    """With the experts in host memory a sliding-window first layer reads its mask in the first split, and the
+    full-attention mask is copied in with the first full-attention layer's split, after the expert copies: that
+    one is freed after its last reader, and only the first split's mask stays under the logits (gpt-oss-20b at
+    32768 cells: the logits at 23.29 MiB, 416.04 MiB; the 32 MiB full mask counted under them made 448.1, 128 MiB
+    over at `-ub 2048`). The first GPU's buffer as recorded, to the 1 MiB."""
+    import json
+
+    doc = json.loads((report.FIXTURES / "standin" / f"{name}.json").read_text())
+    case = next(c for c in doc["cases"] if c["id"] == case_id)
+    r = report.run_case("standin", name, report.FIXTURES / doc["model"]["header"], case)
+    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    assert abs(est - real) <= 2**20, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"

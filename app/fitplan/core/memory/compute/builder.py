@@ -1083,7 +1083,10 @@ class PlanBuilder:
         lists on a CUDA-shaped stand-in: Llama-4-Scout without flash attention, `-cmoe`: the full-attention mask
         at 600 MiB above layer 2's down copy and layer 3's 640 MiB of KQ scores above it; Qwen3-Next-80B-A3B:
         layer 3's 420 MiB down copy above its mask, its GLU output having taken part of the space below; with
-        flash attention Llama-4-Scout's later copies fit below (its 16 MiB GLU output in the norm's hole)."""
+        flash attention Llama-4-Scout's later copies fit below (its 16 MiB GLU output in the norm's hole), but not
+        with q8_0 caches: the rotated attention output leaves the norm's hole one block (`ffn_layer`), the 16 MiB
+        GLU output takes layer 2's freed down copy's space and layer 3's 525 MiB copy goes above the mask (its
+        allocator's list at `-ub 512`: the copy at 622.6 MiB, 1146.59 MiB)."""
         out = set(kq_gi)
         on = set(flayers)
         hole = FFN_HOLE_BLOCKS * self.embd_block
@@ -1101,7 +1104,9 @@ class PlanBuilder:
                     out.add(Affine(a.a_base, a.a_swa, a.c + top, room=top))
             above = max(
                 (
-                    offloaded_ffn_above(self.profile, il, self.n_tok, self.host_mats[il], (top, hole))
+                    offloaded_ffn_above(
+                        self.profile, il, self.n_tok, self.host_mats[il], (top, hole - self._rotated_block(il))
+                    )
                     for il in later
                     if il in self.host_mats and il in on
                 ),
@@ -1110,6 +1115,12 @@ class PlanBuilder:
             if above:
                 out.add(Affine(c=top + above))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c, x.room)))
+
+    def _rotated_block(self, il: int) -> int:
+        """The block of the FFN norm's hole a layer's rotated attention output keeps (`ffn_layer`'s `v_rot`)."""
+        graph = self.profile.traits.graph
+        rotated = il in self.v_rot and not (graph.embd_skip or graph.parallel_attn_ffn)
+        return self.embd_block if rotated else 0
 
     def _output_layout(self, gi: int, first: bool, has_out: bool) -> tuple[bool, int]:
         """Whether the graph inputs stay under the logits on GPU `gi` (the first GPU that holds the first layer,
@@ -1133,15 +1144,35 @@ class PlanBuilder:
         the logits (the allocator's peaks on the CUDA-shaped stand-in, granite-4.0-h-tiny with `-cmoe`: the mask
         copied at layer 4's experts, above its down matrix's copy, the logits at 12.00 MiB with nothing under
         them but the blocks; 208.0 MiB, 240.1 counted with the 32 MiB mask under them before)."""
+        late = self._late_mask_groups(gi)
+        return bool(late) and all(late)
+
+    def _masks_under_logits(self, gi: int, m: Affine, small: int) -> Affine:
+        """The masks and small inputs under the logits: those of the first split (`_late_mask_groups`)."""
         base, swa = attn_layers(self.profile, self.by_dev.get(gi, []))
-        if not (base or swa):
-            return False
-        first_attn = min(base + swa)
-        return any(
-            il in self.host_mats or self.ffn_dev.get(il, gi) != gi or self.compute_dev[il] != gi
-            for il in self.trunk
-            if il < first_attn
-        )
+        late = iter(self._late_mask_groups(gi))
+        late_base = next(late) if base else False
+        late_swa = next(late) if swa else False
+        return Affine(0 if late_base else m.a_base, 0 if late_swa else m.a_swa, m.c + small)
+
+    def _late_mask_groups(self, gi: int) -> tuple[bool, ...]:
+        """For each cache whose layers GPU `gi` runs (full attention, then sliding window), whether its mask is
+        copied in after the first split (`_masks_in_later_split`): only the masks of the first split stay under
+        the logits (the allocator's peak on the CUDA-shaped stand-in, gpt-oss-20b at 32768 cells with `-cmoe`:
+        the sliding-window layer 0 reads its mask in the first split, the full-attention mask comes with layer
+        1's split after layer 0's expert copies; the logits at 23.29 MiB, 416.04 MiB, where the 32 MiB full
+        mask under them made 448.1)."""
+        late: list[bool] = []
+        for group in attn_layers(self.profile, self.by_dev.get(gi, [])):
+            if group:
+                late.append(
+                    any(
+                        il in self.host_mats or self.ffn_dev.get(il, gi) != gi or self.compute_dev[il] != gi
+                        for il in self.trunk
+                        if il < min(group)
+                    )
+                )
+        return tuple(late)
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
         """The output matrix's copy under the logits when the first GPU takes the host's output layer: copied in
@@ -1191,7 +1222,7 @@ class PlanBuilder:
             out_extra = 0
         output: tuple[Term, ...] = ()
         if has_out and self.logits:
-            below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
+            below = self._masks_under_logits(gi, m, vi + small) if out_inputs else Affine()
             output = (
                 Fixed(LOGITS, self.logits),
                 Fixed("output norm", out_blocks * self.embd_block),
