@@ -1376,8 +1376,10 @@ class PlanBuilder:
         """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
         freed = Affine(m.a_base, m.a_swa, m.c + small)
         split = self._split_first(gi, first, pp)
-        # without a cache, flash attention's f16 casts of K and V leave the FFN norm's hole two blocks (`ffn_layer`)
-        cast = self.fa and not self.profile.has_memory
+        # without a cache, flash attention's f16 casts of K and V leave the FFN norm's hole two blocks (`ffn_layer`),
+        # as does an attention norm's block kept through the attention (`attn_out_below`)
+        graph = self.profile.traits.graph
+        cast = self.fa and (not self.profile.has_memory or graph.attn_out_below)
         ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, cast)
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
@@ -1404,7 +1406,6 @@ class PlanBuilder:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
             kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest)
-        graph = self.profile.traits.graph
         # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
         jamba = graph.residual_into_input and not graph.plamo2_mamba
         lead = self._jamba_lead(layers, m) if ssm_ops and jamba else None

@@ -114,7 +114,8 @@ def ffn_layer(
     (`no_ffn_hole`: the diffusion models, whose mask the host allocates between the blocks; on a GPU it is a
     copied input, allocated before them). The allocator's list on the CUDA stand-in, the dream smoke model at
     c512: `node_28` at 0, `norm-0` above it, the GLU output in the norm's and the embeddings' freed blocks
-    (4.01 MiB).
+    (4.01 MiB). So too where the attention norm's block is still taken when the attention output is allocated
+    (`attn_out_below`: plamo3's Q norm, muse-glimmer's attention gate).
 
     `v_rot`: the layer's attention output is rotated back (`hadamard_rotations`), which leaves one block of the
     hole: the output chain (flash attention, the rotation's product, the output projection with the residual added
