@@ -951,12 +951,12 @@ class PlanBuilder:
                 rest.append(il)
                 continue
             f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split, cast)
-            holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed)))
+            holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed, split)))
         key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
         return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split, cast), tuple(sorted(holes, key=key))
 
     def _freed_space(
-        self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool]
+        self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool], split: bool = False
     ) -> tuple[Affine, ...]:
         """The space layer `il`'s FFN finds freed (the alternatives it chooses the better of): the masks and V's
         indices of the caches whose last reader it follows (`freed`: base, SWA), with the input block."""
@@ -966,6 +966,12 @@ class PlanBuilder:
         # with parallel attention and FFN a MoE layer's attention output waits for the FFN in that block (the
         # cohere2moe smoke model with four streams: `node_73` next to inp_embd, the freed masks above it)
         first_layer = il == first_il and not self.profile.traits.graph.residual_into_input
+        if split and self.profile.traits.graph.residual_into_input:
+            # on the first GPU the residual is added into the copied embeddings' block, which stays between the
+            # freed blocks and the copied mask (the allocator's list on the CUDA stand-in, the lfm2 smoke model at
+            # c512: `node_47` in `model.embed_tokens`' block at 1.0 MiB, the freed mask above it, 0.51 MiB, and
+            # gate, up and the GLU output on top, 4.77 MiB)
+            first_layer = True
         parallel = self.profile.traits.graph.parallel_attn_ffn
         freed_input = 0 if first_layer or (parallel and self.profile.is_moe) else self.embd_block
         if freed_base and freed_swa and parallel and any(self.rot_bytes):
@@ -1267,11 +1273,11 @@ class PlanBuilder:
         attention output sits between the freed blocks (the allocator's list on the CUDA stand-in, llama-3.1-8b at
         4096 cells: three block spaces with `attn_out-0` in the middle one, the mask, `node_2`, then gate, up and
         the GLU output, 120.01 MiB; the llama smoke model at c512, 4.77 MiB). Not on an RPC server (its
-        recordings show five blocks) nor with pipeline parallelism (its copies are never freed); not where the
-        residual is added into the layer input (lfm2: its FFN's reuse of the freed inputs is the CPU's layout,
-        which the GPU's list does not show, 3.5% under before; left as it was)."""
-        graph = self.profile.traits.graph
-        return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC and not graph.residual_into_input
+        recordings show five blocks) nor with pipeline parallelism (its copies are never freed). Where the
+        residual is added into the layer input (lfm2) the freed inputs there are not next to the mask
+        (`_freed_space`): the lfm2moe smoke model at c512, the blocks, the mask's space and `node_2` under gate,
+        up and the GLU output, 7.02 MiB."""
+        return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
 
     def _first_gpu_recurrent(
         self, gi: int, layers: list[int], first: bool, pp: bool
