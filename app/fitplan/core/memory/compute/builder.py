@@ -331,6 +331,7 @@ class PlanBuilder:
         self.dsa_top_k = dsa_top_k
         self.idx_rows = idx_rows
         self.kv_a_mqa = kv_a_mqa
+        self.kv_a_mqa_first: dict[Affine, Affine] = {}  # the first GPU's live set for each (`_layer_q`)
         self.hc_block = hc_block
         self.shapes = shapes
         self.fork_q = fork_q
@@ -584,8 +585,15 @@ class PlanBuilder:
         if il in self.kv_a_mqa:
             # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
             # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
-            rows, lora = self.kv_a_mqa[il]
-            out.add(Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+            rows, lora, kv_b = self.kv_a_mqa[il]
+            full = Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora))
+            out.add(full)
+            if lora <= FFN_HOLE_BLOCKS * self.profile.n_embd:
+                # on the first GPU the normed latent takes the two blocks of the mixed batch's freed copies, and
+                # the decompressed K and V [kv_b rows, n_tok] stand on top instead (the allocator's list on the
+                # CUDA stand-in, the minicpm3 smoke model at c512: `norm-0` at 0-1 MiB, then `q_states`,
+                # `kv_pe_compresseed` and `kv` above `node_2`, 0.5 + 1.25 + 0.5 MiB, 4.77 MiB)
+                self.kv_a_mqa_first[full] = Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + kv_b))
         if mla is not None and self.profile.traits.graph.kimi_mla:
             out.add(self._kimi_mla_concat(lp, mla))
         if not self.profile.has_memory:
@@ -1338,6 +1346,7 @@ class PlanBuilder:
         """The attention's live sets on the GPU that holds the input blocks (`_split_first`): one block space
         fewer (`_attention_one_block_fewer`), and a Mamba-1 block in that GPU's layout (`mamba1_first_gpu`)."""
         block = self.embd_block
+        kq = tuple(self.kv_a_mqa_first.get(a, a) for a in kq)
         if self._attention_one_block_fewer():
             kq = tuple(Affine(a.a_base, a.a_swa, a.c - block, a.room) for a in kq)
         mamba1 = mamba1_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)
