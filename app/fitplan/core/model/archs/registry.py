@@ -326,8 +326,11 @@ LIGHTNING_ARCHS = frozenset({"minimax-01"})
 #: MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
 KIMI_MLA_ARCHS = frozenset({"kimi-linear", "kimi-k3"})
 #: The absorbed MLA query of src/models/deepseek2.cpp (llama_model_deepseek2::graph; mistral4 reuses it): q, the
-#: absorbed q_nope and the roped q_pe, then their concatenation Qcur, then K's compressed KV.
-DEEPSEEK2_MLA_ARCHS = frozenset({"deepseek2", "mistral4"})
+#: absorbed q_nope and the roped q_pe, then their concatenation Qcur, then K's compressed KV. bailingmoe3's MLA
+#: layers build the same sequence (src/models/bailingmoe3.cpp; the allocator's list on the CUDA stand-in at c512:
+#: `q_a`, `q_b`, the absorbed `node_12`, the roped `node_15`, their concatenation `node_16`, then the compressed
+#: KV `node_17`, 5.27 MiB).
+DEEPSEEK2_MLA_ARCHS = frozenset({"deepseek2", "mistral4", "bailingmoe3"})
 #: Recurrent layers are gated delta nets (src/models/qwen3next.cpp, qwen35.cpp, qwen35moe.cpp through
 #: `llm_build_delta_net_base`), run as one fused `ggml_gated_delta_net` op.
 GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
