@@ -42,8 +42,8 @@ from fitplan.core.memory.compute.recurrent import (
     gdn_host_conv_copy,
     gdn_output,
     gdn_transient,
-    mamba2_host_state_copies,
     mamba1_first_gpu,
+    mamba2_host_state_copies,
     mamba2_split_below_logits,
     mamba_first_gpu,
     mamba_ops,
@@ -593,7 +593,9 @@ class PlanBuilder:
                 # the decompressed K and V [kv_b rows, n_tok] stand on top instead (the allocator's list on the
                 # CUDA stand-in, the minicpm3 smoke model at c512: `norm-0` at 0-1 MiB, then `q_states`,
                 # `kv_pe_compresseed` and `kv` above `node_2`, 0.5 + 1.25 + 0.5 MiB, 4.77 MiB)
-                self.kv_a_mqa_first[full] = Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + kv_b))
+                self.kv_a_mqa_first[full] = Affine(
+                    c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + kv_b)
+                )
         if mla is not None and self.profile.traits.graph.kimi_mla:
             out.add(self._kimi_mla_concat(lp, mla))
         if not self.profile.has_memory:
@@ -934,7 +936,13 @@ class PlanBuilder:
         return per_cell, pad + tmp + mask_blocks  # the block mask's last, partial group of cells at most
 
     def ffn_holes(
-        self, layers: list[int], flayers: list[int], m: Affine, vi: int, split: bool = False, cast: bool = False
+        self,
+        layers: list[int],
+        flayers: list[int],
+        m: Affine,
+        vi: int,
+        split: bool = False,
+        cast: bool = False,
     ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
         """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
@@ -961,7 +969,9 @@ class PlanBuilder:
             f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split, cast)
             holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed, split)))
         key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
-        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split, cast), tuple(sorted(holes, key=key))
+        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split, cast), tuple(
+            sorted(holes, key=key)
+        )
 
     def _freed_space(
         self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool], split: bool = False
@@ -1119,7 +1129,11 @@ class PlanBuilder:
             above = max(
                 (
                     offloaded_ffn_above(
-                        self.profile, il, self.n_tok, self.host_mats[il], (top, hole - self._rotated_block(il))
+                        self.profile,
+                        il,
+                        self.n_tok,
+                        self.host_mats[il],
+                        (top, hole - self._rotated_block(il)),
                     )
                     for il in later
                     if il in self.host_mats and il in on
@@ -1329,6 +1343,7 @@ class PlanBuilder:
         if self._mamba_only_first(gi, layers, first, pp):
             return FFN_HOLE_BLOCKS + self.skip
         return self._gpu_blocks(layers, flayers, first)
+
     def _attention_one_block_fewer(self) -> bool:
         """Whether the first GPU's attention phase has one block space fewer, as its FFN phase (`_split_first`):
         the copies of the embeddings inputs are freed once the first layer's input is built, and the attention's
@@ -1391,11 +1406,7 @@ class PlanBuilder:
         """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
         freed = Affine(m.a_base, m.a_swa, m.c + small)
         split = self._split_first(gi, first, pp)
-        # without a cache, flash attention's f16 casts of K and V leave the FFN norm's hole two blocks (`ffn_layer`),
-        # as does an attention norm's block kept through the attention (`attn_out_below`)
-        graph = self.profile.traits.graph
-        cast = self.fa and (not self.profile.has_memory or graph.attn_out_below)
-        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, cast)
+        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, self._cast_hole())
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
         metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
@@ -1421,6 +1432,7 @@ class PlanBuilder:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
             kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest)
+        graph = self.profile.traits.graph
         # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
         jamba = graph.residual_into_input and not graph.plamo2_mamba
         lead = self._jamba_lead(layers, m) if ssm_ops and jamba else None
@@ -1431,6 +1443,12 @@ class PlanBuilder:
                 layers, ssm_ops, ssm_hole, lead, first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
             ),
         )
+
+    def _cast_hole(self) -> bool:
+        """Without a cache, flash attention's f16 casts of K and V leave a GPU's FFN norm's hole two blocks
+        (`ffn_layer`'s `cast_hole`), as does an attention norm's block kept through the attention
+        (`attn_out_below`)."""
+        return self.fa and (not self.profile.has_memory or self.profile.traits.graph.attn_out_below)
 
     def _ffn_terms(
         self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...], less: int = 0

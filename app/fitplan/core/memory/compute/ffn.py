@@ -84,7 +84,9 @@ def ffn_transient(
     cast_hole: bool = False,
 ) -> int:
     """Largest FFN intermediate set of the given layers, f32 (see `ffn_layer`)."""
-    return max((ffn_layer(profile, il, n_tok, il in v_rot, split_hole, cast_hole)[0] for il in layers), default=0)
+    return max(
+        (ffn_layer(profile, il, n_tok, il in v_rot, split_hole, cast_hole)[0] for il in layers), default=0
+    )
 
 
 def ffn_layer(
