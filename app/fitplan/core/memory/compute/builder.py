@@ -1406,7 +1406,7 @@ class PlanBuilder:
         """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
         freed = Affine(m.a_base, m.a_swa, m.c + small)
         split = self._split_first(gi, first, pp)
-        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, self._cast_hole())
+        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, split and self._cast_hole())
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
         metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
@@ -1445,9 +1445,11 @@ class PlanBuilder:
         )
 
     def _cast_hole(self) -> bool:
-        """Without a cache, flash attention's f16 casts of K and V leave a GPU's FFN norm's hole two blocks
-        (`ffn_layer`'s `cast_hole`), as does an attention norm's block kept through the attention
-        (`attn_out_below`)."""
+        """Without a cache, flash attention's f16 casts of K and V leave the first GPU's FFN norm's hole two
+        blocks (`ffn_layer`'s `cast_hole`), as does an attention norm's block kept through the attention
+        (`attn_out_below`). Only where the embeddings' copies are freed next to it (`_split_first`): with pipeline
+        parallelism the FFN norm's freed block is a hole of its own (the dream smoke model over two GPUs: gate, up
+        and the GLU output above it, 11.78 MiB)."""
         return self.fa and (not self.profile.has_memory or self.profile.traits.graph.attn_out_below)
 
     def _ffn_terms(
