@@ -108,11 +108,12 @@ def ffn_layer(
     `split_hole`: the first GPU's FFN phase, where the freed copies of the embeddings inputs leave one-block holes
     with the attention output between them (`PlanBuilder._gpu_blocks`): the hole is one block at most.
 
-    `cast_hole`: a GPU's layer without a cache under flash attention, whose K and V are cast to f16 copies
+    `cast_hole`: the first GPU's layer (without pipeline parallelism) without a cache under flash attention,
+    whose K and V are cast to f16 copies
     (src/llama-graph.cpp `build_attn_mha`: "this can happen when KV cache is not used"). The casts take the
     freed attention norm's block, the attention output V's freed block and the output projection the casts'
     freed space at the bottom, so the FFN norm lands in the attention output's freed block next to the freed
-    embeddings, and the hole is two blocks, on the first GPU too, in the graphs without one on the host
+    embeddings, and the hole is two blocks, in the graphs without one on the host too
     (`no_ffn_hole`: the diffusion models, whose mask the host allocates between the blocks; on a GPU it is a
     copied input, allocated before them). The allocator's list on the CUDA stand-in, the dream smoke model at
     c512: `node_28` at 0, `norm-0` above it, the GLU output in the norm's and the embeddings' freed blocks
