@@ -1007,9 +1007,25 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   46.50 MiB, the bound 66.0). With two slots the gather has a row and the list stays in order (unchanged, +3.0%);
   a gated delta net's gather reads every state (Qwen3-Next-80B-A3B with `-nkvo`: +0.7..+2.3%). The Mamba-1/2
   smoke models' lists go out of order the same way with `-nkvo` (not recorded; the rule applies to them too).
+* **Where the attention output lands** on the first GPU (smoke models): without a cache V's projection takes K's
+  freed projection and its copy (contiguous, or the f16 cast flash attention reads) the freed attention norm's
+  block, so only Q and the roped K stand on top; with the casts, plamo3's Q norm (a new tensor from a view of the
+  fused QKV output) or muse-glimmer's attention gate (read from the attention norm after the attention) the
+  attention norm's block is taken through the attention, the output projection lands at the bottom and the FFN
+  norm's hole is two blocks (`attn_out_below`; dream, llada, plamo3, muse-glimmer +5.5..+11.4% -> exact, and the
+  diffusion models' CPU recordings without flash attention +7.6% -> exact). LFM2 adds the residual into the
+  copied embeddings' block, which stays between the freed blocks and the mask (lfm2moe +5.2% -> exact, lfm2
+  -3.5% -> exact); MiniCPM3's normed latent takes the mixed batch's two freed blocks and the decompressed K and V
+  stand on top (+6.8% -> exact); bailingmoe3's MLA layers build deepseek2's absorbed query and are replayed the
+  same way (+8.4..+15.2% -> +3.2%).
+* **Only the first split's masks stay under the logits.** A sliding-window first layer reads its mask in the
+  first split; the full-attention mask comes with a later split after the expert copies and is freed after its
+  last reader (gpt-oss-20b/120b and Llama-4-Scout with `-cmoe`, q8_0 caches at 32768 cells: +6.1..+6.8% -> exact,
+  and every f16 `-cmoe` case exact, 1.6-1.8% over before; `_late_mask_groups`). A rotated attention output (q8_0
+  caches) keeps one block of the FFN norm's hole, so Llama-4-Scout's 16 MiB GLU output takes layer 2's freed down
+  copy's space and layer 3's 525 MiB down copy goes above the full-attention mask (-41.1% -> +0.8%).
 
-Left: some architecture smoke models (hidden size 128-512) are still one or two blocks off on the first GPU
-(the diffusion models dream and llada, MiniCPM3's compressed KV); on a second GPU with only the output layer the
+Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`), the hyper-connection streams the output head
 reads (hy_v4 20.5 MiB, qwen4exp 12 MiB) and kimi-k3's last-layer tail that follows the output weights; hrm_text's
 layers split back and forth between the GPUs (23 splits, 60% under); `-fa on` where ggml-cuda refuses the shape
@@ -1022,8 +1038,12 @@ blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logit
 whole graph's allocations would place them) and over two GPUs with
 `-ncmoe 20` (-5.0%: the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's
 down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
-keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); Llama-4-Scout at 32768 cells with a q8_0 cache
-and `-cmoe` (its down copy above the full-attention mask).
+keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); DeepSeek-V2-Lite at `-ngl 13 -ub 2048` (-9.0%:
+the output phase's input block lands above the last MoE layer's freed space, 96 MiB higher) and with
+`--no-op-offload` (+9.4%); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
+MoE output's copy back from the host stays under the logits); cogvlm and falcon-h1 with q8_0 caches (-9.3%,
+-11.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
+(-8.8%, -5.9%).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are
 planned with the same compute model and shown their own stand-ins' band.

@@ -20,17 +20,12 @@ from support.tools import load_tool
 
 report = load_tool("tools/accuracy_report.py")
 
-#: The share of published-shape recordings within 5% (measured: 376 of 394, with six recordings of recurrent states in
-#: host memory added; 370 of 388 before the logits above an unmerged free end, 360 before the host's copies for
-#: recurrent states in host memory and the masks copied at a later split).
-PUBLISHED_SHARE = 0.95
+#: The share of published-shape recordings within 5% (measured: 383 of 388; 378 before only the first split's
+#: masks were kept under the logits and the rotated attention output's one-block FFN hole; 360 before the host's
+#: copies for recurrent states in host memory and the masks copied at a later split).
+PUBLISHED_SHARE = 0.98
 #: Published-shape recordings the estimate is more than 10% under, each with the reason in docs/accuracy.md.
-KNOWN_FAR_UNDER = frozenset(
-    {
-        # Llama-4-Scout at 32768 cells with a q8_0 cache: its down copy above the full-attention mask
-        "standin/llama-4-scout-17b-16e/c32768-faon-q8_0-cmoe-ub512",
-    }
-)
+KNOWN_FAR_UNDER: frozenset[str] = frozenset()
 
 
 @pytest.fixture(scope="module")
@@ -584,3 +579,132 @@ def test_a_draft_on_the_host_copies_no_output_matrix(gpu: Any) -> None:
     r = next(r for r in gpu.measured if r.key == "standin_server/qwen3-30b-a3b/draft-ngld0-np1-c4096")
     d = next(d for d in r.devices if d.name == "draft CUDA0")
     assert abs(d.compute[0] - d.compute[1]) <= report.MIB // 50, d
+
+
+@pytest.mark.parametrize("name", ["dream-dense", "llada-dense"])
+def test_attention_without_a_cache_on_the_first_gpu(name: str) -> None:
+    """The cacheless diffusion models on one CUDA stand-in: V's projection takes K's freed projection and its copy
+    (contiguous, or the f16 cast flash attention reads) the freed attention norm's block, so only Q and the roped K
+    stand above the blocks (3.51 MiB at c512 with flash attention, 6.01 MiB without, with the scores); under flash
+    attention the output projection lands at the bottom and the GLU output in the FFN norm's and the embeddings'
+    freed blocks (4.01 MiB). Every one-GPU case to the 64 KiB (before: 0.5 and 0.75 MiB, 5.5% and 11.4%, over)."""
+    import json
+
+    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
+    cases = [c for c in doc["cases"] if not str(c["id"]).startswith("2dev")]
+    assert len(cases) >= 4
+    for case in cases:
+        r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+        for d in r.devices:
+            real, est = d.compute
+            assert abs(est - real) <= 64 * 1024, (
+                f"{case['id']} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
+            )
+
+
+def test_a_down_copy_above_the_full_attention_mask_with_a_quantized_cache() -> None:
+    """Llama-4-Scout at 32768 cells with q8_0 caches, flash attention and `-cmoe` at `-ub 512`: the rotated
+    attention output keeps one block of the FFN norm's hole, so the 16 MiB GLU output does not fit there and takes
+    layer 2's freed down copy's space, and layer 3's 525 MiB down copy goes above the full-attention mask (the
+    allocator's list: 1146.59 MiB; the estimate was 641.67 MiB, 44% under). Within 5%, never under."""
+    import json
+
+    name = "llama-4-scout-17b-16e"
+    doc = json.loads((report.FIXTURES / "standin" / f"{name}.json").read_text())
+    case = next(c for c in doc["cases"] if c["id"] == "c32768-faon-q8_0-cmoe-ub512")
+    r = report.run_case("standin", name, report.FIXTURES / doc["model"]["header"], case)
+    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    assert real <= est <= 1.05 * real, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
+
+
+@pytest.mark.parametrize(
+    ("name", "case_id"),
+    [
+        ("gpt-oss-20b", "c32768-faon-q8_0-cmoe-ub512"),
+        ("gpt-oss-20b", "c32768-faon-q8_0-cmoe-ub2048"),
+        ("gpt-oss-120b", "c32768-faon-q8_0-cmoe-ub2048"),
+        ("llama-4-scout-17b-16e", "c32768-faon-q8_0-cmoe-ub2048"),
+    ],
+)
+def test_only_the_first_splits_masks_under_the_logits(name: str, case_id: str) -> None:
+    """With the experts in host memory a sliding-window first layer reads its mask in the first split, and the
+    full-attention mask is copied in with the first full-attention layer's split, after the expert copies: that
+    one is freed after its last reader, and only the first split's mask stays under the logits (gpt-oss-20b at
+    32768 cells: the logits at 23.29 MiB, 416.04 MiB; the 32 MiB full mask counted under them made 448.1, 128 MiB
+    over at `-ub 2048`). The first GPU's buffer as recorded, to the 1 MiB."""
+    import json
+
+    doc = json.loads((report.FIXTURES / "standin" / f"{name}.json").read_text())
+    case = next(c for c in doc["cases"] if c["id"] == case_id)
+    r = report.run_case("standin", name, report.FIXTURES / doc["model"]["header"], case)
+    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    assert abs(est - real) <= 2**20, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
+
+
+@pytest.mark.parametrize("name", ["plamo3-dense", "muse-glimmer-dense"])
+def test_the_attention_output_below_the_ffn_norm_on_the_first_gpu(name: str) -> None:
+    """plamo3's new Q norm (Q a view of the fused QKV output) and muse-glimmer's attention gate (read from the
+    attention norm after the attention) keep the attention norm's block through the attention on the CUDA stand-in:
+    the output projection lands at the bottom and the FFN norm's hole is two blocks, where the GLU output goes
+    (4.52 MiB at c512 for both; the estimate was 5.26, 9.7% over). Every one-GPU case to the 64 KiB."""
+    import json
+
+    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
+    cases = [c for c in doc["cases"] if not str(c["id"]).startswith("2dev")]
+    assert len(cases) >= 4
+    for case in cases:
+        r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+        for d in r.devices:
+            real, est = d.compute
+            assert abs(est - real) <= 64 * 1024, (
+                f"{case['id']} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
+            )
+
+
+@pytest.mark.parametrize(("name", "case_id"), [("lfm2-dense", "c512-np1"), ("lfm2moe-moe", "c512-np1")])
+def test_the_residual_into_the_copied_embeddings_on_the_first_gpu(name: str, case_id: str) -> None:
+    """LFM2 adds the attention's residual into the layer input: on the first GPU that is the copied embeddings'
+    block, which stays between the freed blocks and the copied mask, so the FFN finds no freed space it fits in and
+    goes on top of four block spaces, the mask's and `node_2` (the allocator's lists on the CUDA stand-in at c512:
+    4.77 and 7.02 MiB; the estimate was 4.52, 3.5% under, and 7.52, 5.2% over). To the 64 KiB."""
+    import json
+
+    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
+    case = next(c for c in doc["cases"] if c["id"] == case_id)
+    r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    assert abs(est - real) <= 64 * 1024, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
+
+
+def test_minicpm3s_normed_latent_on_the_first_gpu() -> None:
+    """MiniCPM3 on one CUDA stand-in: the normed latent [kv_lora, n_tok] takes the two blocks the mixed batch's
+    copies free, and the decompressed K and V stand above `node_2` with Q and the compressed KV (the allocator's
+    list at c512: 4.77 MiB; counted with the latent on top the estimate was 5.27, 6.8% over). Every one-GPU case to
+    the 64 KiB."""
+    import json
+
+    doc = json.loads((report.FIXTURES / "standinarchs" / "minicpm3-dense.json").read_text())
+    cases = [c for c in doc["cases"] if not str(c["id"]).startswith("2dev")]
+    assert len(cases) >= 4
+    for case in cases:
+        r = report.run_case("standinarchs", "minicpm3-dense", report.FIXTURES / doc["model"]["header"], case)
+        real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+        assert abs(est - real) <= 64 * 1024, f"{case['id']}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
+
+
+def test_bailingmoe3s_absorbed_mla_query() -> None:
+    """bailingmoe3's MLA layers build deepseek2's absorbed query (q_a, q_b, the absorbed q_nope, the roped q_pe,
+    their concatenation, then the compressed KV), replayed through the allocator: every CUDA stand-in case within
+    5% (c512: 5.27 MiB recorded; the estimate was 5.88, 8.4% over, 15.2% with two sequences) and the CPU smoke
+    recordings to the 64 KiB (6.7% over without flash attention before)."""
+    import json
+
+    doc = json.loads((report.FIXTURES / "standinarchs" / "bailingmoe3-moe.json").read_text())
+    for case in doc["cases"]:
+        r = report.run_case("standinarchs", "bailingmoe3-moe", report.FIXTURES / doc["model"]["header"], case)
+        assert abs(r.compute_rel) <= 0.05, f"{case['id']}: {r.compute_rel:+.1%}"
+    doc = json.loads((report.FIXTURES / "archs" / "bailingmoe3-moe.json").read_text())
+    for case in doc["cases"]:
+        r = report.run_case("archs", "bailingmoe3-moe", report.FIXTURES / doc["model"]["header"], case)
+        real, est = r.devices[0].compute
+        assert abs(est - real) <= 64 * 1024, f"{case['id']}: {real / 2**20:.2f} vs {est / 2**20:.2f}"

@@ -331,6 +331,7 @@ class PlanBuilder:
         self.dsa_top_k = dsa_top_k
         self.idx_rows = idx_rows
         self.kv_a_mqa = kv_a_mqa
+        self.kv_a_mqa_first: dict[Affine, Affine] = {}  # the first GPU's live set for each (`_layer_q`)
         self.hc_block = hc_block
         self.shapes = shapes
         self.fork_q = fork_q
@@ -563,8 +564,12 @@ class PlanBuilder:
             q_k_v = lp.n_head * lp.n_embd_head_k + lp.n_embd_k_gqa + lp.n_embd_v_gqa
             out.add(Affine(c=F32 * self.n_tok * (q_k_v - (kv_min if kv_min <= self.profile.n_embd else 0))))
         if self.fa:
-            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores
-            out.add(Affine(c=q + F32 * self.n_tok * lp.n_head * lp.n_embd_head_v))
+            # flash attention: its output [n_embd_head_v, n_head, n_tok] next to Q, no scores; without a cache it
+            # takes V's freed block, and the f16 casts of K and V (src/llama-graph.cpp `build_attn_mha`) the freed
+            # attention norm's (the allocator's list on the CUDA stand-in, the dream smoke model at c512: the casts
+            # at 0 and 0.25 MiB, `node_26` at 0.5 MiB, below the layer input)
+            fa_out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v if self.profile.has_memory else 0
+            out.add(Affine(c=q + fa_out))
             if self.inputs.fork_graph is not None and self.inputs.fork_graph.has_mla(self.profile):
                 self.fork_q.add((is_swa, q))  # ik's decompressed MLA product (mla 2/3), in -amb chunks
             return
@@ -580,13 +585,26 @@ class PlanBuilder:
         if il in self.kv_a_mqa:
             # Q [n_head x head_k, n_tok], the compressed KV with its rope part [kv_a_mqa rows, n_tok]
             # and the normed latent [kv_lora, n_tok] (minicpm3 smoke model's peak: 0.5 + 1.25 + 1.0 MiB)
-            rows, lora = self.kv_a_mqa[il]
-            out.add(Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora)))
+            rows, lora, kv_b = self.kv_a_mqa[il]
+            full = Affine(c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + lora))
+            out.add(full)
+            if lora <= FFN_HOLE_BLOCKS * self.profile.n_embd:
+                # on the first GPU the normed latent takes the two blocks of the mixed batch's freed copies, and
+                # the decompressed K and V [kv_b rows, n_tok] stand on top instead (the allocator's list on the
+                # CUDA stand-in, the minicpm3 smoke model at c512: `norm-0` at 0-1 MiB, then `q_states`,
+                # `kv_pe_compresseed` and `kv` above `node_2`, 0.5 + 1.25 + 0.5 MiB, 4.77 MiB)
+                self.kv_a_mqa_first[full] = Affine(
+                    c=F32 * self.n_tok * (lp.n_head * lp.n_embd_head_k + rows + kv_b)
+                )
         if mla is not None and self.profile.traits.graph.kimi_mla:
             out.add(self._kimi_mla_concat(lp, mla))
         if not self.profile.has_memory:
-            # no cache: this batch's K and V [n_embd_{k,v}_gqa, n_tok] feed the attention directly
-            q += F32 * self.n_tok * (lp.n_embd_k_gqa + lp.n_embd_v_gqa)
+            # no cache: this batch's roped K [n_embd_k_gqa, n_tok] feeds the attention directly, next to Q; V's
+            # projection takes K's freed projection, and its copy (contiguous, or an f16 cast under flash
+            # attention) the freed attention norm's block (the allocator's lists on the CUDA stand-in, the dream
+            # smoke model at c512: `Qcur-0` and `Kcur-0` above `node_2`, 3.51 MiB with flash attention; without,
+            # `v_cont-0` at 0 and Q, K and the scores `kq-0` on top, 6.01 MiB)
+            q += F32 * self.n_tok * lp.n_embd_k_gqa
         if qkv and not self.fa and self.profile.traits.graph.no_rope_qkv:
             q = F32 * self.n_tok * qkv  # Q stays a view of the fused QKV output: all of it stays live
         return q
@@ -918,7 +936,13 @@ class PlanBuilder:
         return per_cell, pad + tmp + mask_blocks  # the block mask's last, partial group of cells at most
 
     def ffn_holes(
-        self, layers: list[int], flayers: list[int], m: Affine, vi: int, split: bool = False
+        self,
+        layers: list[int],
+        flayers: list[int],
+        m: Affine,
+        vi: int,
+        split: bool = False,
+        cast: bool = False,
     ) -> tuple[int, tuple[tuple[int, int, int, tuple[Affine, ...]], ...]]:
         """The FFN transient of the layers that cannot reuse freed inputs, and (FFN, first intermediate, hole)
         of those that can: a mask and V's indices are freed after the last layer that reads them, so that
@@ -929,7 +953,7 @@ class PlanBuilder:
         # (`ffn_layer`), and the freed inputs take the FFN (the cohere2moe smoke model at c512 without flash
         # attention: the fused gate_up and the GLU output inside the freed f32 masks and V's indices, 9.02 MiB)
         if not (m.a_base or m.a_swa or m.c or vi) or not (base or swa):
-            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot, split), ()
+            return ffn_transient(self.profile, flayers, self.n_tok, self.v_rot, split, cast), ()
         v_one = vi // ((1 if base else 0) + (1 if swa else 0))
         rest: list[int] = []
         holes: set[tuple[int, int, int, tuple[Affine, ...]]] = set()
@@ -942,13 +966,15 @@ class PlanBuilder:
             if not any(freed):
                 rest.append(il)
                 continue
-            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split)
-            holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed)))
+            f, first, held = ffn_layer(self.profile, il, self.n_tok, il in self.v_rot, split, cast)
+            holes.add((f, first, held, self._freed_space(il, min(layers), m, v_one, freed, split)))
         key = lambda h: (h[0], h[1], h[2], tuple((a.a_base, a.a_swa, a.c) for a in h[3]))  # noqa: E731
-        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split), tuple(sorted(holes, key=key))
+        return ffn_transient(self.profile, rest, self.n_tok, self.v_rot, split, cast), tuple(
+            sorted(holes, key=key)
+        )
 
     def _freed_space(
-        self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool]
+        self, il: int, first_il: int, m: Affine, v_one: int, freed: tuple[bool, bool], split: bool = False
     ) -> tuple[Affine, ...]:
         """The space layer `il`'s FFN finds freed (the alternatives it chooses the better of): the masks and V's
         indices of the caches whose last reader it follows (`freed`: base, SWA), with the input block."""
@@ -958,6 +984,12 @@ class PlanBuilder:
         # with parallel attention and FFN a MoE layer's attention output waits for the FFN in that block (the
         # cohere2moe smoke model with four streams: `node_73` next to inp_embd, the freed masks above it)
         first_layer = il == first_il and not self.profile.traits.graph.residual_into_input
+        if split and self.profile.traits.graph.residual_into_input:
+            # on the first GPU the residual is added into the copied embeddings' block, which stays between the
+            # freed blocks and the copied mask (the allocator's list on the CUDA stand-in, the lfm2 smoke model at
+            # c512: `node_47` in `model.embed_tokens`' block at 1.0 MiB, the freed mask above it, 0.51 MiB, and
+            # gate, up and the GLU output on top, 4.77 MiB)
+            first_layer = True
         parallel = self.profile.traits.graph.parallel_attn_ffn
         freed_input = 0 if first_layer or (parallel and self.profile.is_moe) else self.embd_block
         if freed_base and freed_swa and parallel and any(self.rot_bytes):
@@ -1075,7 +1107,10 @@ class PlanBuilder:
         lists on a CUDA-shaped stand-in: Llama-4-Scout without flash attention, `-cmoe`: the full-attention mask
         at 600 MiB above layer 2's down copy and layer 3's 640 MiB of KQ scores above it; Qwen3-Next-80B-A3B:
         layer 3's 420 MiB down copy above its mask, its GLU output having taken part of the space below; with
-        flash attention Llama-4-Scout's later copies fit below (its 16 MiB GLU output in the norm's hole)."""
+        flash attention Llama-4-Scout's later copies fit below (its 16 MiB GLU output in the norm's hole), but not
+        with q8_0 caches: the rotated attention output leaves the norm's hole one block (`ffn_layer`), the 16 MiB
+        GLU output takes layer 2's freed down copy's space and layer 3's 525 MiB copy goes above the mask (its
+        allocator's list at `-ub 512`: the copy at 622.6 MiB, 1146.59 MiB)."""
         out = set(kq_gi)
         on = set(flayers)
         hole = FFN_HOLE_BLOCKS * self.embd_block
@@ -1093,7 +1128,13 @@ class PlanBuilder:
                     out.add(Affine(a.a_base, a.a_swa, a.c + top, room=top))
             above = max(
                 (
-                    offloaded_ffn_above(self.profile, il, self.n_tok, self.host_mats[il], (top, hole))
+                    offloaded_ffn_above(
+                        self.profile,
+                        il,
+                        self.n_tok,
+                        self.host_mats[il],
+                        (top, hole - self._rotated_block(il)),
+                    )
                     for il in later
                     if il in self.host_mats and il in on
                 ),
@@ -1102,6 +1143,12 @@ class PlanBuilder:
             if above:
                 out.add(Affine(c=top + above))
         return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c, x.room)))
+
+    def _rotated_block(self, il: int) -> int:
+        """The block of the FFN norm's hole a layer's rotated attention output keeps (`ffn_layer`'s `v_rot`)."""
+        graph = self.profile.traits.graph
+        rotated = il in self.v_rot and not (graph.embd_skip or graph.parallel_attn_ffn)
+        return self.embd_block if rotated else 0
 
     def _output_layout(self, gi: int, first: bool, has_out: bool) -> tuple[bool, int]:
         """Whether the graph inputs stay under the logits on GPU `gi` (the first GPU that holds the first layer,
@@ -1125,15 +1172,35 @@ class PlanBuilder:
         the logits (the allocator's peaks on the CUDA-shaped stand-in, granite-4.0-h-tiny with `-cmoe`: the mask
         copied at layer 4's experts, above its down matrix's copy, the logits at 12.00 MiB with nothing under
         them but the blocks; 208.0 MiB, 240.1 counted with the 32 MiB mask under them before)."""
+        late = self._late_mask_groups(gi)
+        return bool(late) and all(late)
+
+    def _masks_under_logits(self, gi: int, m: Affine, small: int) -> Affine:
+        """The masks and small inputs under the logits: those of the first split (`_late_mask_groups`)."""
         base, swa = attn_layers(self.profile, self.by_dev.get(gi, []))
-        if not (base or swa):
-            return False
-        first_attn = min(base + swa)
-        return any(
-            il in self.host_mats or self.ffn_dev.get(il, gi) != gi or self.compute_dev[il] != gi
-            for il in self.trunk
-            if il < first_attn
-        )
+        late = iter(self._late_mask_groups(gi))
+        late_base = next(late) if base else False
+        late_swa = next(late) if swa else False
+        return Affine(0 if late_base else m.a_base, 0 if late_swa else m.a_swa, m.c + small)
+
+    def _late_mask_groups(self, gi: int) -> tuple[bool, ...]:
+        """For each cache whose layers GPU `gi` runs (full attention, then sliding window), whether its mask is
+        copied in after the first split (`_masks_in_later_split`): only the masks of the first split stay under
+        the logits (the allocator's peak on the CUDA-shaped stand-in, gpt-oss-20b at 32768 cells with `-cmoe`:
+        the sliding-window layer 0 reads its mask in the first split, the full-attention mask comes with layer
+        1's split after layer 0's expert copies; the logits at 23.29 MiB, 416.04 MiB, where the 32 MiB full
+        mask under them made 448.1)."""
+        late: list[bool] = []
+        for group in attn_layers(self.profile, self.by_dev.get(gi, [])):
+            if group:
+                late.append(
+                    any(
+                        il in self.host_mats or self.ffn_dev.get(il, gi) != gi or self.compute_dev[il] != gi
+                        for il in self.trunk
+                        if il < min(group)
+                    )
+                )
+        return tuple(late)
 
     def _output_copy(self, gi: int, has_out: bool) -> int:
         """The output matrix's copy under the logits when the first GPU takes the host's output layer: copied in
@@ -1199,7 +1266,7 @@ class PlanBuilder:
             m, vi = Affine(), 0
             blocks, out_blocks = self._pipeline_blocks(first, runs)
             out_extra = 0
-        below = Affine(m.a_base, m.a_swa, m.c + vi + small) if out_inputs else Affine()
+        below = self._masks_under_logits(gi, m, vi + small) if out_inputs else Affine()
         output, above = self._output_terms(layers, has_out, below, out_blocks * self.embd_block, out_extra)
         if output:  # the output matrix's copy comes with the output layer's split (`_output_copy`)
             output = (*output, Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
@@ -1285,11 +1352,11 @@ class PlanBuilder:
         attention output sits between the freed blocks (the allocator's list on the CUDA stand-in, llama-3.1-8b at
         4096 cells: three block spaces with `attn_out-0` in the middle one, the mask, `node_2`, then gate, up and
         the GLU output, 120.01 MiB; the llama smoke model at c512, 4.77 MiB). Not on an RPC server (its
-        recordings show five blocks) nor with pipeline parallelism (its copies are never freed); not where the
-        residual is added into the layer input (lfm2: its FFN's reuse of the freed inputs is the CPU's layout,
-        which the GPU's list does not show, 3.5% under before; left as it was)."""
-        graph = self.profile.traits.graph
-        return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC and not graph.residual_into_input
+        recordings show five blocks) nor with pipeline parallelism (its copies are never freed). Where the
+        residual is added into the layer input (lfm2) the freed inputs there are not next to the mask
+        (`_freed_space`): the lfm2moe smoke model at c512, the blocks, the mask's space and `node_2` under gate,
+        up and the GLU output, 7.02 MiB."""
+        return first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
 
     def _first_gpu_recurrent(
         self, gi: int, layers: list[int], first: bool, pp: bool
@@ -1351,6 +1418,7 @@ class PlanBuilder:
         """The attention's live sets on the GPU that holds the input blocks (`_split_first`): one block space
         fewer (`_attention_one_block_fewer`), and a Mamba-1 block in that GPU's layout (`mamba1_first_gpu`)."""
         block = self.embd_block
+        kq = tuple(self.kv_a_mqa_first.get(a, a) for a in kq)
         if self._attention_one_block_fewer():
             kq = tuple(Affine(a.a_base, a.a_swa, a.c - block, a.room) for a in kq)
         mamba1 = mamba1_first_gpu(self.profile, self.n_tok, self.inputs.n_seqs)
@@ -1395,7 +1463,7 @@ class PlanBuilder:
         """A GPU's attention live sets, its FFN terms and its replayed Mamba blocks."""
         freed = Affine(m.a_base, m.a_swa, m.c + small)
         split = self._split_first(gi, first, pp)
-        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split)
+        ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, split and self._cast_hole())
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
         own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
         metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
@@ -1432,6 +1500,14 @@ class PlanBuilder:
                 layers, ssm_ops, ssm_hole, lead, first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
             ),
         )
+
+    def _cast_hole(self) -> bool:
+        """Without a cache, flash attention's f16 casts of K and V leave the first GPU's FFN norm's hole two
+        blocks (`ffn_layer`'s `cast_hole`), as does an attention norm's block kept through the attention
+        (`attn_out_below`). Only where the embeddings' copies are freed next to it (`_split_first`): with pipeline
+        parallelism the FFN norm's freed block is a hole of its own (the dream smoke model over two GPUs: gate, up
+        and the GLU output above it, 11.78 MiB)."""
+        return self.fa and (not self.profile.has_memory or self.profile.traits.graph.attn_out_below)
 
     def _ffn_terms(
         self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...], less: int = 0

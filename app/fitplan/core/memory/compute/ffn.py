@@ -81,13 +81,21 @@ def ffn_transient(
     n_tok: int,
     v_rot: frozenset[int] = frozenset(),
     split_hole: bool = False,
+    cast_hole: bool = False,
 ) -> int:
     """Largest FFN intermediate set of the given layers, f32 (see `ffn_layer`)."""
-    return max((ffn_layer(profile, il, n_tok, il in v_rot, split_hole)[0] for il in layers), default=0)
+    return max(
+        (ffn_layer(profile, il, n_tok, il in v_rot, split_hole, cast_hole)[0] for il in layers), default=0
+    )
 
 
 def ffn_layer(
-    profile: ModelProfile, il: int, n_tok: int, v_rot: bool = False, split_hole: bool = False
+    profile: ModelProfile,
+    il: int,
+    n_tok: int,
+    v_rot: bool = False,
+    split_hole: bool = False,
+    cast_hole: bool = False,
 ) -> tuple[int, int, int]:
     """One layer's FFN intermediate set, its first (largest-shape) intermediate and the input it holds through the
     experts (llama4's router-weighted copy of the FFN input), bytes f32.
@@ -100,14 +108,26 @@ def ffn_layer(
     `split_hole`: the first GPU's FFN phase, where the freed copies of the embeddings inputs leave one-block holes
     with the attention output between them (`PlanBuilder._gpu_blocks`): the hole is one block at most.
 
+    `cast_hole`: the first GPU's layer (without pipeline parallelism) without a cache under flash attention,
+    whose K and V are cast to f16 copies
+    (src/llama-graph.cpp `build_attn_mha`: "this can happen when KV cache is not used"). The casts take the
+    freed attention norm's block, the attention output V's freed block and the output projection the casts'
+    freed space at the bottom, so the FFN norm lands in the attention output's freed block next to the freed
+    embeddings, and the hole is two blocks, in the graphs without one on the host too
+    (`no_ffn_hole`: the diffusion models, whose mask the host allocates between the blocks; on a GPU it is a
+    copied input, allocated before them). The allocator's list on the CUDA stand-in, the dream smoke model at
+    c512: `node_28` at 0, `norm-0` above it, the GLU output in the norm's and the embeddings' freed blocks
+    (4.01 MiB). So too where the attention norm's block is still taken when the attention output is allocated
+    (`attn_out_below`: plamo3's Q norm, muse-glimmer's attention gate).
+
     `v_rot`: the layer's attention output is rotated back (`hadamard_rotations`), which leaves one block of the
     hole: the output chain (flash attention, the rotation's product, the output projection with the residual added
     in place) has one more block-sized tensor, so the FFN input lands next to the FFN norm's block instead of in a
     block of its own (the allocator's trace on the llama smoke model with q8_0 caches: `ffn_inp-0` right above
     `norm-0`, and the GLU output above gate and up, where with f16 caches it takes the norm's two freed blocks).
     """
-    hole, above, skip_in_hole = _ffn_hole(profile, v_rot)
-    if split_hole:
+    hole, above, skip_in_hole = _ffn_hole(profile, v_rot, cast_hole)
+    if split_hole and not cast_hole:
         hole = min(hole, profile.n_embd)
     moe = profile.moe
     lp = profile.layers[il]
@@ -127,11 +147,11 @@ def ffn_layer(
     return F32 * n_tok * (f + held + above), F32 * n_tok * first, F32 * n_tok * held
 
 
-def _ffn_hole(profile: ModelProfile, v_rot: bool) -> tuple[int, int, bool]:
+def _ffn_hole(profile: ModelProfile, v_rot: bool, cast_hole: bool = False) -> tuple[int, int, bool]:
     """The hole under a layer's FFN in `[n_tok]` rows of f32 (`ffn_layer`), the rows allocated above the blocks
     besides the FFN, and whether the skip block sits in the hole."""
     graph = profile.traits.graph
-    hole = 0 if graph.no_ffn_hole else FFN_HOLE_BLOCKS * profile.n_embd
+    hole = 0 if graph.no_ffn_hole and not cast_hole else FFN_HOLE_BLOCKS * profile.n_embd
     if graph.no_mixed_batch:
         # the FFN norm output takes the one-block hole of the token-embedding rows (NO_MIXED_BATCH_BLOCKS): once
         # it is freed after up, that block is the only space under the FFN (the cogvlm smoke model's peak: gate,

@@ -135,14 +135,20 @@ def _split_attn_layers(profile: ModelProfile, layers: list[int]) -> tuple[tuple[
     return tuple(base), tuple(swa)
 
 
-def kv_a_mqa_rows(profile: ModelProfile) -> dict[int, tuple[int, int]]:
-    """Per layer, the rows of `attn_kv_a_mqa` and of its norm (minicpm3), empty for other architectures."""
-    kv_a_mqa: dict[int, tuple[int, int]] = {}
+def kv_a_mqa_rows(profile: ModelProfile) -> dict[int, tuple[int, int, int]]:
+    """Per layer, the rows of `attn_kv_a_mqa`, of its norm and of `attn_kv_b` (minicpm3), empty for other
+    architectures."""
+    kv_a_mqa: dict[int, tuple[int, int, int]] = {}
     if profile.traits.graph.kv_a_mqa:
         norms = {t.layer: t.shape[0] for t in profile.tensors if t.name.endswith(".attn_kv_a_norm.weight")}
+        kv_b = {
+            t.layer: t.shape[1]
+            for t in profile.tensors
+            if t.name.endswith(".attn_kv_b.weight") and len(t.shape) > 1
+        }
         for t in profile.tensors:
             if t.layer is not None and t.name.endswith(".attn_kv_a_mqa.weight") and len(t.shape) > 1:
-                kv_a_mqa[t.layer] = (t.shape[1], norms.get(t.layer, 0))
+                kv_a_mqa[t.layer] = (t.shape[1], norms.get(t.layer, 0), kv_b.get(t.layer, 0))
     return kv_a_mqa
 
 

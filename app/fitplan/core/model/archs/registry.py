@@ -283,6 +283,15 @@ EMBD_SKIP_ARCHS = frozenset({"talkie", "hrm_text"})
 #: free end. The smoke model's peak at c8192 with flash attention: `ffn_norm` freed at 9.78-10.28 MiB, `ffn_inp`
 #: (node_40) and `node_2` above it, up and the GLU output on top (12.78 MiB).
 NO_FFN_HOLE_ARCHS = frozenset({"openelm", "plamo3", "hrm_text", "dream", "llada", "afmoe"})
+#: On a GPU the attention norm's block is still taken when the flash-attention output is allocated, so the output
+#: goes one block up and the output projection takes the bottom block: the FFN norm then lands beside the freed
+#: embeddings, a two-block hole on the first GPU too (compute `ffn_layer`'s `cast_hole`). plamo3 normalizes Q as a
+#: new tensor (src/models/plamo3.cpp: Q is a view of the fused QKV output, `build_norm` cannot work in place), which
+#: takes the attention norm's freed block and is read by the attention; muse-glimmer's attention gate reads the
+#: attention norm after the attention (src/models/muse-glimmer.cpp: `attn_gate_proj` from `attn_norm`, applied to
+#: the attention output). The allocator's lists on the CUDA stand-in at c512: `node_28` (plamo3) and `node_38`
+#: (muse-glimmer) at 0, the GLU output in the freed blocks above, 4.52 MiB each.
+ATTN_OUT_BELOW_ARCHS = frozenset({"plamo3", "muse-glimmer"})
 #: `llm_arch_supports_mixed_batch` (src/llama-arch.cpp) is false: `llm_graph_context::build_inp_embd` builds no
 #: mixed-batch inputs (`inp_mixed_embd` and its token rows), so the first backend's layer phase holds three
 #: blocks, not five: the embeddings input, the FFN input and a one-block hole (the freed token-embedding rows
@@ -317,8 +326,11 @@ LIGHTNING_ARCHS = frozenset({"minimax-01"})
 #: MLA attention concatenates K after the absorbed Q (src/models/kimi-linear.cpp, kimi-k3.cpp).
 KIMI_MLA_ARCHS = frozenset({"kimi-linear", "kimi-k3"})
 #: The absorbed MLA query of src/models/deepseek2.cpp (llama_model_deepseek2::graph; mistral4 reuses it): q, the
-#: absorbed q_nope and the roped q_pe, then their concatenation Qcur, then K's compressed KV.
-DEEPSEEK2_MLA_ARCHS = frozenset({"deepseek2", "mistral4"})
+#: absorbed q_nope and the roped q_pe, then their concatenation Qcur, then K's compressed KV. bailingmoe3's MLA
+#: layers build the same sequence (src/models/bailingmoe3.cpp; the allocator's list on the CUDA stand-in at c512:
+#: `q_a`, `q_b`, the absorbed `node_12`, the roped `node_15`, their concatenation `node_16`, then the compressed
+#: KV `node_17`, 5.27 MiB).
+DEEPSEEK2_MLA_ARCHS = frozenset({"deepseek2", "mistral4", "bailingmoe3"})
 #: Recurrent layers are gated delta nets (src/models/qwen3next.cpp, qwen35.cpp, qwen35moe.cpp through
 #: `llm_build_delta_net_base`), run as one fused `ggml_gated_delta_net` op.
 GDN_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
@@ -417,6 +429,7 @@ def _graph(a: str) -> GraphTraits:
         weight_before_ffn=a in WEIGHT_BEFORE_FFN_ARCHS,
         embd_skip=a in EMBD_SKIP_ARCHS,
         no_ffn_hole=a in NO_FFN_HOLE_ARCHS,
+        attn_out_below=a in ATTN_OUT_BELOW_ARCHS,
         no_mixed_batch=a in NO_MIXED_BATCH_ARCHS,
         residual_into_input=a in RESIDUAL_INTO_INPUT_ARCHS,
         kv_a_mqa=a in KV_A_MQA_ARCHS,

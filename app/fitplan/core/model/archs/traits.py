@@ -114,6 +114,7 @@ class GraphTraits:
     weight_before_ffn: bool = False  # build_moe_ffn: llama4 scales the input by the router weights first
     embd_skip: bool = False  # the input embeddings stay live for a skip connection (talkie, hrm_text)
     no_ffn_hole: bool = False  # no two-block hole under the FFN (see compute)
+    attn_out_below: bool = False  # on a GPU the attention output takes the attention norm's block
     no_mixed_batch: bool = False  # src/llama-arch.cpp llm_arch_supports_mixed_batch is false
     residual_into_input: bool = False  # the attention's residual is added into the layer input (lfm2)
     kv_a_mqa: bool = False  # models/minicpm3.cpp: compressed K/V without MLA's absorbed query
