@@ -165,9 +165,10 @@ def test_scores_that_open_a_chunk_count_twice_when_the_ffn_follows_them_there() 
     kq = (Affine(a_base=262144, c=48 * MIB),)
     twice = AttentionScores(kq, chunks=_chunks(ffn_first=112 * MIB))
     assert twice.at(4096, 0) == 48 * MIB + 2 * 1024 * MIB
-    # the FFN fits in the space the first chunk has free (a smaller layer shape's live set): once
+    # the FFN fits in the space the first chunk has free (a smaller layer shape's live set): once, in a chunk
+    # next to the first one, whose highest end is that larger live set (the chunks' highest ends add up)
     fits = AttentionScores((*kq, Affine(a_swa=65536, c=8 * MIB)), chunks=_chunks(ffn_first=112 * MIB))
-    assert fits.at(4096, 2048) == 48 * MIB + 1024 * MIB
+    assert fits.at(4096, 2048) == (8 + 128) * MIB + 1024 * MIB
     # one attention layer, or scores that fit in a chunk: once
     assert AttentionScores(kq, chunks=_chunks(112 * MIB, many=False)).at(4096, 0) == 1072 * MIB
     assert twice.at(2048, 0) == 48 * MIB + 512 * MIB
@@ -176,6 +177,30 @@ def test_scores_that_open_a_chunk_count_twice_when_the_ffn_follows_them_there() 
     assert twice.at(16384, 0) == 48 * MIB
     host = HostScores(((kq[0], Affine(a_base=4096)),), 4096 * MIB)
     assert host.at(16384, 0) == 4096 * MIB + 64 * MIB and host.at(8192, 0) == 0
+
+
+def test_scores_of_two_caches_take_the_chunks_they_fit_in_graph_order() -> None:
+    """gpt-oss-20b on the Vulkan stand-in at `-ub 2048` without flash attention (the allocator's peaks): at 4096
+    cells `kq-0` (sliding window, 1152 MiB) opens chunk 1 and the FFN follows it there, `kq-1` (full, 2048 MiB)
+    opens chunk 2, where every later layer's scores fit: 3420 MiB with chunk 0's 220. At 32768 cells the full
+    layers' 16 GiB scores run on the host, their FFN stays in chunk 0, and every sliding-window layer's scores go
+    back into chunk 1 (then the 1571 MiB logits take a chunk of their own: 2911 MiB)."""
+    swa, full = Affine(a_swa=524288, c=10 * MIB), Affine(a_base=524288, c=10 * MIB)
+    order = (True, False) * 12
+    chunks = dataclasses.replace(_chunks(ffn_first=90 * MIB), order=order)
+    att = AttentionScores((swa, full), chunks=chunks)
+    assert att.at(4096, 2304) == 10 * MIB + 1152 * MIB + 2048 * MIB
+    assert att.at(32768, 2304) == 10 * MIB + 1152 * MIB  # the full layers' scores are on the host
+    # the full layers first: their chunk, held at its start by the FFN's output, still takes the sliding-window
+    # scores, and the next full scores open a second chunk
+    first_full = AttentionScores((swa, full), chunks=dataclasses.replace(chunks, order=(False, True) * 12))
+    assert first_full.at(4096, 2304) == 10 * MIB + 2048 * MIB + 2048 * MIB
+    # full layers only: the FFN's output holds the first chunk and the next scores open another; where the FFN
+    # fits in chunk 0, one chunk
+    only_full = dataclasses.replace(chunks, order=(False,) * 12)
+    assert AttentionScores((full,), chunks=only_full).at(4096, 0) == 10 * MIB + 2 * 2048 * MIB
+    roomy = AttentionScores((full,), chunks=dataclasses.replace(only_full, ffn_first=8 * MIB))
+    assert roomy.at(4096, 0) == 10 * MIB + 2048 * MIB
 
 
 @pytest.mark.parametrize(

@@ -1566,8 +1566,9 @@ class PlanBuilder:
         if not size:
             return None
         first = max((ffn_layer(self.profile, il, self.n_tok)[1] for il in layers), default=0)
-        many = sum(len(g) for g in attn_layers(self.profile, layers)) > 1
-        return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, many)
+        base, swa = attn_layers(self.profile, layers)
+        order = tuple(il in swa for il in sorted([*base, *swa]))
+        return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, len(order) > 1, order)
 
     def _host_scores(self) -> tuple[Term, ...]:
         """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views

@@ -146,6 +146,47 @@ class Chunks:
     block: int
     ffn_first: int
     many: bool
+    # the device's attention layers in graph order, True where the layer reads the SWA cache (empty: layers of
+    # the base cache, two of them where `many`)
+    order: tuple[bool, ...] = ()
+
+    def score_chunks(self, base: int, swa: int, twice: bool) -> int:
+        """The bytes of the chunks the scores open (each chunk's highest end), the layers' scores taken in graph
+        order (`order`; `base` and `swa`: the largest scores of each cache's layers that take a chunk of their
+        own, 0: none). A layer's scores go into the chunk ggml-alloc picks (ggml-alloc.c `ggml_dyn_tallocr_alloc`:
+        among the chunks whose free end holds them, the one they fill best without growing it, else the one that
+        grows least), or open one (`ggml_dyn_tallocr_new_chunk`, `MAX(size, max_chunk_size)`). `twice`: the FFN
+        after the first such scores goes into their freed chunk and the layer's output stays at its start, so no
+        scores of that size fit there again (`AttentionScores`). gpt-oss-20b on the Vulkan-shaped stand-in at
+        4096 cells, `-ub 2048`, no flash attention: `kq-0` (sliding window, 1152 MiB) opens chunk 1, `kq-1` (full,
+        2048 MiB) chunk 2, and the later layers' scores fit in chunk 2: 220 + 1152 + 2048 = 3420 MiB."""
+        chunks: list[list[int]] = []  # capacity, highest end, bytes held at its start
+        used_first = False
+        for is_swa in self.order or ((False, False) if self.many else (False,)):
+            need = swa if is_swa else base
+            if not need:
+                for ch in chunks:
+                    ch[2] = 0
+                continue
+            best: tuple[tuple[int, int], list[int]] | None = None
+            for ch in chunks:
+                cap, top, held = ch
+                if cap - held < need:
+                    continue
+                reuse = top - held - need
+                key = (0, reuse) if reuse >= 0 else (1, -reuse)
+                if best is None or key < best[0]:
+                    best = (key, ch)
+            if best is None:
+                ch = [max(need, self.size), need, 0]
+                chunks.append(ch)
+            else:
+                ch = best[1]
+                ch[1] = max(ch[1], ch[2] + need)
+            if twice and not used_first:
+                ch[2] = self.block
+            used_first = True
+        return sum(ch[1] for ch in chunks)
 
     def on_device(self, scores: int) -> bool:
         return scores < self.tensor_limit
@@ -198,14 +239,15 @@ class AttentionScores:
         room = max((v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
                    default=0)  # fmt: skip
         twice = c.many and c.ffn_first > room
-        kq = max(
-            (
-                v + _scores(a, nb, ns) if o and twice else v
-                for a, v, o in zip(self.kq, live, own, strict=True)
-            ),
-            default=0,
+        rest = max(
+            (v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)), default=0
         )
-        return kq + max_at(self.fa, nb, ns)
+        sizes = [0, 0]  # the largest own-chunk scores of the base and the SWA layers
+        for a, o in zip(self.kq, own, strict=True):
+            if o:
+                i = 1 if a.a_swa and not a.a_base else 0
+                sizes[i] = max(sizes[i], _scores(a, nb, ns))
+        return rest + c.score_chunks(sizes[0], sizes[1], twice) + max_at(self.fa, nb, ns)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
         if self.chunks is not None:
