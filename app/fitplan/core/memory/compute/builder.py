@@ -1371,6 +1371,7 @@ class PlanBuilder:
         if self._mamba_only_first(gi, layers, first, pp):
             return FFN_HOLE_BLOCKS + self.skip
         return self._gpu_blocks(layers, flayers, first)
+
     def _attention_one_block_fewer(self) -> bool:
         """Whether the first GPU's attention phase has one block space fewer, as its FFN phase (`_split_first`):
         the copies of the embeddings inputs are freed once the first layer's input is built, and the attention's

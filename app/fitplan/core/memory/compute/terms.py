@@ -240,7 +240,8 @@ class AttentionScores:
                    default=0)  # fmt: skip
         twice = c.many and c.ffn_first > room
         rest = max(
-            (v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)), default=0
+            (v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
+            default=0,
         )
         sizes = [0, 0]  # the largest own-chunk scores of the base and the SWA layers
         for a, o in zip(self.kq, own, strict=True):
