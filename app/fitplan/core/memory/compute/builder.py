@@ -14,6 +14,7 @@ from fitplan.core.memory.compute.attention import (
     IndexerScores,
     KpoolSelection,
     absorbed_mla_attention,
+    absorbed_mla_ops,
     hadamard_rotations,
     indexer_queries,
     rotation_size,
@@ -66,6 +67,7 @@ from fitplan.core.memory.compute.terms import (
     FFN,
     LOGITS,
     AttentionScores,
+    ChunkSpill,
     Chunks,
     DsaZeros,
     Dsv4Inputs,
@@ -267,7 +269,7 @@ _COPY_ORDER = ("ffn_gate_up", "ffn_gate", "ffn_up", "ffn_down")
 
 def _own_chunk_copies(
     mats: dict[int | None, dict[str, int]], chunk: int, trunk: list[int]
-) -> tuple[dict[int | None, dict[str, int]], int]:
+) -> tuple[dict[int | None, dict[str, int]], tuple[int, ...]]:
     """Op offload on a device whose buffer is made of chunks (Vulkan's; `max_chunk`): a copied host matrix larger
     than a chunk fits in no chunk's free space and opens a chunk of its own, sized to it (ggml-alloc.c
     `ggml_dyn_tallocr_new_chunk`: `MAX(min_size, max_chunk_size)`); a later copy goes into a free chunk at least
@@ -275,7 +277,7 @@ def _own_chunk_copies(
     (`ffn._offloaded_ffn`), so these chunks are as many as the distinct sizes that do not fit the earlier ones
     require: DeepSeek-V3 with its experts on the host, on a Vulkan-shaped stand-in, `-cmoe`: chunk 1 of 2016 MiB
     for `blk.3.ffn_gate_exps` (and up's copy after it), chunk 2 of 2940 MiB for `blk.3.ffn_down_exps`, the
-    rest of the graph in chunk 0 (400 MiB; 5356 MiB in all). The matrices without those copies, and the bytes of
+    rest of the graph in chunk 0 (400 MiB; 5356 MiB in all). The matrices without those copies, and the sizes of
     the chunks they took."""
     caps: list[int] = []
     kept: dict[int | None, dict[str, int]] = {}
@@ -292,7 +294,7 @@ def _own_chunk_copies(
             fits = [c for c in caps if c >= size]
             if not fits:
                 caps.append(size)
-    return kept, sum(caps)
+    return kept, tuple(caps)
 
 
 def _ffn_devices(
@@ -387,7 +389,7 @@ class PlanBuilder:
         # the host-resident weights the first GPU copies in, one split at a time (`host_matrices`)
         self.host_mats = host_matrices(placement) if offload_gpu0 else {}
         # Vulkan: the copies too large for a chunk take chunks of their own (`_own_chunk_copies`)
-        self.copy_chunks = 0
+        self.copy_chunks: tuple[int, ...] = ()
         if self.host_mats and max_chunk(gpu_vendors[0]):
             self.host_mats, self.copy_chunks = _own_chunk_copies(
                 self.host_mats, max_chunk(gpu_vendors[0]), trunk
@@ -1268,6 +1270,7 @@ class PlanBuilder:
         out_inputs, out_blocks = self._output_layout(gi, first, has_out)
         out_extra = self._gpu_below_logits(gi, layers, first, has_out, runs)
         under: list[Term] = []
+        pp_inputs = Affine()
         if pp:
             pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
             under.append(Linear("pipeline-parallel input copies", pp_inputs))
@@ -1286,7 +1289,15 @@ class PlanBuilder:
             )
         chunk = max_chunk(self.gpu_vendors[gi])
         if gi == 0 and self.copy_chunks:
-            under.append(Fixed("op-offload weight copies (chunks of their own)", self.copy_chunks))
+            under.append(Fixed("op-offload weight copies (chunks of their own)", sum(self.copy_chunks)))
+        if chunk and layers:
+            base = Affine(
+                m.a_base + pp_inputs.a_base,
+                m.a_swa + pp_inputs.a_swa,
+                m.c + vi + small + blocks * self.embd_block + pp_inputs.c,
+            )
+            spill = self._chunk_spill(layers, base, chunk, self.logits if has_out else 0, out_blocks)
+            under.extend(t for t in (spill,) if t is not None)
         if not runs:
             return DevicePlan(
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
@@ -1472,6 +1483,21 @@ class PlanBuilder:
                 layers, ssm_ops, ssm_hole, lead, first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
             ),
         )
+
+    def _chunk_spill(
+        self, layers: list[int], base: Affine, chunk: int, logits: int, out_blocks: int
+    ) -> ChunkSpill | None:
+        """An absorbed-MLA layer phase on a device whose buffer is made of chunks (`ChunkSpill`), replayed with
+        the same sequence and hole as `absorbed_mla_attention` (the first layer's shape; None: another graph),
+        next to the chunks the first GPU's expert copies opened (`_own_chunk_copies`)."""
+        mla = self.profile.mla
+        if mla is None or not self._replayed_mla() or self.inputs.fork_attention:
+            return None
+        lp = self.profile.layers[layers[0]]
+        ops = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, self.fa)
+        hole = self.embd_block + (I32 + I64) * self.n_tok
+        others = self.copy_chunks if layers[0] in self.by_dev.get(0, []) else ()
+        return ChunkSpill(base, ops, hole, chunk, logits, out_blocks * self.embd_block, others)
 
     def _host_glu_on_gpu(self) -> int:
         """The first GPU's part of the host layers' FFNs in `host_glu_offloaded`: the GLU output, the copy of the

@@ -14,7 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-from fitplan.core.memory.compute.allocator import Affine, ffn_reuse, max_at, reuse_array
+from fitplan.core.memory.compute.allocator import (
+    Affine,
+    BestFit,
+    ChunkedFit,
+    ReplayOp,
+    ffn_reuse,
+    max_at,
+    reuse_array,
+)
 from fitplan.core.memory.compute.attention import Dsv4Attention, IndexerScores, KpoolSelection
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
@@ -349,6 +357,46 @@ class DsaZeros:
     def over(self, nb: Cells, ns: Cells) -> Cells:
         out: Cells = np.minimum(nb, self.top_k) * self.per_cell
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSpill:
+    """A layer phase that outgrows the first chunk with no tensor that opens one by itself (Vulkan's 1 GiB chunks,
+    `Chunks`): the layer's attention replayed over chunks (`ChunkedFit`) above what lies under it in the first
+    chunk (`base`: the copied masks and indices, the blocks, pipeline-parallel copies), then the output phase's
+    logits placed where ggml-alloc puts them once the attention is freed. The bytes those chunks add to the
+    single-buffer figure of the other terms (the larger of the layer phase, `base` and the replay's peak, and the
+    logits over `out_rest`); 0 where everything fits in one chunk. DeepSeek-V3 on the Vulkan-shaped stand-in at
+    4096 cells, `-ub 2048`, flash attention: q, q_nope_absorbed and q_pe fill chunk 0 to 1008 MiB, Qcur (576 MiB)
+    opens chunk 1, the 1010 MiB logits grow chunk 1 (2018 MiB recorded, 1584 in one buffer); at 32768 cells the
+    larger masks leave q_nope_absorbed chunk 1 and Qcur chunk 2 (2194 MiB recorded)."""
+
+    base: Affine
+    ops: tuple[ReplayOp, ...]
+    hole: int
+    size: int
+    logits: int
+    out_rest: int
+    others: tuple[int, ...] = ()  # chunks already there, counted elsewhere (`PlanBuilder.copy_chunks`)
+    label: str = "chunks the layer phase spills into"
+
+    def at(self, nb: int, ns: int) -> int:
+        base = self.base.at(nb, ns)
+        sim = ChunkedFit(self.size, base, (self.hole,))
+        for cap in self.others:
+            sim.chunks.append([cap, 0, cap])
+            sim.free.append([])
+        sim.run(self.ops)
+        if len(sim.chunks) == 1 + len(self.others):
+            return 0
+        sim.release(*list(sim.live))
+        if self.logits:
+            sim.alloc("logits", self.logits)
+        plain = max(base + BestFit((self.hole,)).run(self.ops), self.logits + self.out_rest)
+        return max(0, sim.total - sum(self.others) - plain)
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
 
 
 @dataclass(frozen=True, slots=True)
