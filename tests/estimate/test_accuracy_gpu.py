@@ -210,23 +210,14 @@ def test_no_new_case_far_under(gpu: Any) -> None:
 # ---- Vulkan and Metal: the standin_vulkan and standin_metal grids (`record.py --grids standin_vulkan,standin_metal`)
 
 _MODELS = ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "gemma-3-27b")
-#: The share of Vulkan recordings within 5% (measured: 86 of 90; 76 before the copies larger than a chunk and the
-#: scores' chunks in graph order were modelled, 44 before ggml-alloc's 1 GiB chunks and the storage-range limit).
-VULKAN_SHARE = 0.95
-#: Vulkan recordings the estimate is more than 10% under (docs/accuracy.md, Vulkan section): DeepSeek-V3's layer
-#: phase at -ub 2048 packed into chunks of 1 GiB (no single tensor opens one: its absorbed query's parts, then the
-#: logits, spill into further chunks).
-KNOWN_FAR_UNDER_VULKAN = frozenset(
-    {
-        f"standin_vulkan/deepseek-v3/{c}"
-        for c in (
-            "c4096-faon-ub2048",
-            "c4096-faoff-ub2048",
-            "c32768-faon-ub2048",
-            "2dev-c8192-faon-ts3,1-ub2048",
-        )
-    }
-)
+#: The share of Vulkan recordings within 5% (measured: 88 of 90; 76 before the copies larger than a chunk, the
+#: scores' chunks in graph order and the absorbed-MLA layer phase over chunks were modelled, 44 before ggml-alloc's
+#: 1 GiB chunks and the storage-range limit).
+VULKAN_SHARE = 0.97
+#: Vulkan recordings the estimate is more than 10% under (docs/accuracy.md, Vulkan section): DeepSeek-V3 on two
+#: devices with `-ts 3,1` at -ub 2048, whose pipeline-parallel copies leave later layers' query parts drifting over
+#: four chunks (the replay covers the first layer's).
+KNOWN_FAR_UNDER_VULKAN = frozenset({"standin_vulkan/deepseek-v3/2dev-c8192-faon-ts3,1-ub2048"})
 #: The share of Metal recordings within 5% (measured: 78 of 78; 70 before the host layers' GLU and down
 #: multiplication on the GPU were modelled, 58 before flash attention's always-reserved scratch and the offload of
 #: matrix multiplications).
@@ -248,6 +239,21 @@ def test_vulkan_expert_copies_larger_than_a_chunk_take_chunks_of_their_own(every
     assert all(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases), [
         (r.key, round(r.compute_rel, 3)) for r in cases
     ]
+
+
+def test_vulkan_absorbed_mla_layer_phase_over_chunks(everything: Any) -> None:
+    """DeepSeek-V3 at `-ub 2048` on the Vulkan stand-in: q, q_nope_absorbed and q_pe fill the first chunk, Qcur
+    opens the next and the logits grow it (2018 MiB recorded at 4096 cells, 1584 estimated before in one buffer;
+    2194 at 32768 cells, 1696 before), next to the expert copies' chunks with `-cmoe`."""
+    keys = {
+        f"standin_vulkan/deepseek-v3/{c}"
+        for c in ("c4096-faon-ub2048", "c32768-faon-ub2048", "c8192-faon-cmoe-ub2048")
+    }
+    cases = [r for r in everything.on("vulkan").measured if r.key in keys]
+    assert len(cases) == 3
+    for r in cases:
+        real, est = next(d.compute for d in r.devices if d.name == "Vulkan0")
+        assert abs(est - real) <= 0.05 * real, (r.key, real / 2**20, est / 2**20)
 
 
 def test_vulkan_scores_of_both_caches_in_their_chunks(everything: Any) -> None:

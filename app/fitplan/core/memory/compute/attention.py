@@ -543,6 +543,10 @@ def absorbed_mla_ops(
     ops += [("k_pe", f * rope), ("kv_cmpr_pe", 0), ("Kcur", f * (kv + rope)), ("kv_cmpr", 0), ("k_pe", 0)]
     ops.append(("Kcur", 0))
     if fa:
-        ops += [("fattn", f * h * head_v + fa_extra), ("Qcur", 0), ("fattn_mla", f * h * mla.value_length_mla)]
+        ops += [
+            ("fattn", f * h * head_v + fa_extra),
+            ("Qcur", 0),
+            ("fattn_mla", f * h * mla.value_length_mla),
+        ]
         ops += [("fattn", 0), ("cont", f * h * mla.value_length_mla), ("fattn_mla", 0), ("wo", f * n_embd)]
     return tuple(ops)
