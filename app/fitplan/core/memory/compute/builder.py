@@ -1288,16 +1288,13 @@ class PlanBuilder:
                 Fixed("op-offload weight copy", self._output_copy(gi, has_out)),
             )
         chunk = max_chunk(self.gpu_vendors[gi])
-        if gi == 0 and self.copy_chunks:
-            under.append(Fixed("op-offload weight copies (chunks of their own)", sum(self.copy_chunks)))
-        if chunk and layers:
+        if chunk:
             base = Affine(
                 m.a_base + pp_inputs.a_base,
                 m.a_swa + pp_inputs.a_swa,
                 m.c + vi + small + blocks * self.embd_block + pp_inputs.c,
             )
-            spill = self._chunk_spill(layers, base, chunk, self.logits if has_out else 0, out_blocks)
-            under.extend(t for t in (spill,) if t is not None)
+            under += self._chunk_terms(gi, layers, base, chunk, self.logits if has_out else 0, out_blocks)
         if not runs:
             return DevicePlan(
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
@@ -1483,6 +1480,20 @@ class PlanBuilder:
                 layers, ssm_ops, ssm_hole, lead, first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
             ),
         )
+
+    def _chunk_terms(
+        self, gi: int, layers: list[int], base: Affine, chunk: int, logits: int, out_blocks: int
+    ) -> list[Term]:
+        """What a device whose buffer is made of chunks has below both phases: the chunks of the first GPU's
+        expert copies (`_own_chunk_copies`) and what its layer phase spills into (`_chunk_spill`), with `base`
+        under the layer's attention in the first chunk."""
+        out: list[Term] = []
+        if gi == 0 and self.copy_chunks:
+            out.append(Fixed("op-offload weight copies (chunks of their own)", sum(self.copy_chunks)))
+        spill = self._chunk_spill(layers, base, chunk, logits, out_blocks) if layers else None
+        if spill is not None:
+            out.append(spill)
+        return out
 
     def _chunk_spill(
         self, layers: list[int], base: Affine, chunk: int, logits: int, out_blocks: int
