@@ -839,9 +839,13 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   (`ggml_dyn_tallocr_new_chunk`), which the next copies of that size reuse (`_own_chunk_copies`): DeepSeek-V3
   with `-cmoe`, chunk 1 of 2016 MiB for gate's and up's copies, chunk 2 of 2940 MiB for down's, the rest of the
   graph in chunk 0 (5356 MiB recorded, 3162 estimated before, 5356 now; -ngl 30 and `-ub 2048` alike).
-  Not modelled: a layer phase larger than a chunk with no tensor that opens one (DeepSeek-V3 at `-ub 2048`: its
-  absorbed query's parts spill into further chunks and the logits grow one of them, 2018 MiB recorded, 1584
-  estimated; the same on two devices with `-ts 3,1`, and without flash attention 12.6% under).
+* **A layer phase larger than a chunk** with no tensor that opens one by itself: DeepSeek-V3's absorbed query at
+  `-ub 2048`, whose parts fill the first chunk (q, q_nope_absorbed, q_pe) until Qcur opens the next, where the
+  logits grow once the attention is freed. The first layer's attention is replayed over chunks
+  (`allocator.ChunkedFit`, `terms.ChunkSpill`) above what lies under it: 2018 MiB recorded at 4096 cells, 1584
+  estimated before in one buffer, 1954 now; 2194 at 32768 cells, 1696 before, 2130 now. Not modelled: the later
+  layers' query parts drifting over four chunks on two devices with `-ts 3,1` (pipeline-parallel copies under
+  them: 2888 and 2998 MiB recorded, 2368 and 2522 estimated, 15% under).
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and
