@@ -1511,8 +1511,10 @@ class PlanBuilder:
         return ChunkSpill(base, ops, hole, chunk, logits, out_blocks * self.embd_block, others)
 
     def _host_glu_on_gpu(self) -> int:
-        """The first GPU's part of the host layers' FFNs in `host_glu_offloaded`: the GLU output, the copy of the
-        down matrix and the down output, live together (the allocator's peak on a Metal-shaped stand-in,
+        """The first GPU's part of the host layers' FFNs in `host_glu_offloaded`: the copies of gate's and up's
+        outputs with the GLU output (llama-3.1-8b with `-ngl 16`: `MTL0#ffn_gate-0#0`, `MTL0#ffn_up-0#0`,
+        `ffn_swiglu-0`), then the GLU output, the copy of the down matrix and the down output, live together (the
+        allocator's peak on a Metal-shaped stand-in,
         DeepSeek-V3 with `-ngl 30`: `ffn_moe_swiglu-3` (32 MiB), `MTL0#blk.3.ffn_down_exps.weight#0` (2940 MiB)
         and `ffn_moe_down-3` (112 MiB) over the copied mask)."""
         if not self.host_glu_offloaded:
@@ -1528,7 +1530,9 @@ class PlanBuilder:
             routed = self.profile.layers[il].is_moe and moe is not None
             used = (self.profile.layers[il].n_expert_used or moe.n_expert_used) if routed and moe else 1
             out = F32 * self.n_tok * used * self.profile.n_embd
-            peak = max(peak, gate_up_outputs(self.profile, il, self.n_tok) // 2 + p.n_bytes + out)
+            glu = gate_up_outputs(self.profile, il, self.n_tok) // 2
+            # the copies of gate's and up's outputs with the GLU output, then the GLU output with the down copy
+            peak = max(peak, 3 * glu, glu + p.n_bytes + out)
         return peak
 
     def _ffn_terms(
