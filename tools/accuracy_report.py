@@ -851,7 +851,9 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and
   their softmax run on the host, with copies of the K and V views (`terms.HostScores`): llama-3.1-8b's host
   8656 MiB recorded, 8720 estimated (400 before, with the scores on the GPU). The GPU's buffer there is still
-  over (1770 MiB for 1482: its mask copy, which the host's softmax reads, is counted on it).""",
+  over (1770 MiB for 1482: its mask copy, which the host's softmax reads, is counted on it). The host copies Q
+  in too, a whole `[n_head x head_k, n_tok]` f32 (`CPU#Qcur-0`): small for llama-3.1-8b (32 MiB), 576 MiB for
+  DeepSeek-V3's absorbed query (its host at 4096 cells: 4816 MiB recorded, 4357 estimated before, 4933 now).""",
     ),
     "metal": (
         "Metal (device-shaped stand-in)",

@@ -210,10 +210,10 @@ def test_no_new_case_far_under(gpu: Any) -> None:
 # ---- Vulkan and Metal: the standin_vulkan and standin_metal grids (`record.py --grids standin_vulkan,standin_metal`)
 
 _MODELS = ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "gemma-3-27b")
-#: The share of Vulkan recordings within 5% (measured: 88 of 90; 76 before the copies larger than a chunk, the
-#: scores' chunks in graph order and the absorbed-MLA layer phase over chunks were modelled, 44 before ggml-alloc's
-#: 1 GiB chunks and the storage-range limit).
-VULKAN_SHARE = 0.97
+#: The share of Vulkan recordings within 5% (measured: 89 of 90; 76 before the copies larger than a chunk, the
+#: scores' chunks in graph order, the absorbed-MLA layer phase over chunks and Q's copy next to the host's scores
+#: were modelled, 44 before ggml-alloc's 1 GiB chunks and the storage-range limit).
+VULKAN_SHARE = 0.98
 #: Vulkan recordings the estimate is more than 10% under (docs/accuracy.md, Vulkan section): DeepSeek-V3 on two
 #: devices with `-ts 3,1` at -ub 2048, whose pipeline-parallel copies leave later layers' query parts drifting over
 #: four chunks (the replay covers the first layer's).
@@ -254,6 +254,20 @@ def test_vulkan_absorbed_mla_layer_phase_over_chunks(everything: Any) -> None:
     for r in cases:
         real, est = next(d.compute for d in r.devices if d.name == "Vulkan0")
         assert abs(est - real) <= 0.05 * real, (r.key, real / 2**20, est / 2**20)
+
+
+def test_vulkan_host_scores_come_with_a_copy_of_q(everything: Any) -> None:
+    """DeepSeek-V3 at 4096 cells, `-ub 2048`, no flash attention: the 4 GiB scores run on the host, which copies
+    in the absorbed query (`CPU#Qcur-0`, 576 MiB) next to them: 4816 MiB recorded on the host, 4357 estimated
+    before (-7.2% in all), 4933 now."""
+    r = next(
+        r
+        for r in everything.on("vulkan").measured
+        if r.key == "standin_vulkan/deepseek-v3/c4096-faoff-ub2048"
+    )
+    real, est = next(d.compute for d in r.devices if d.name == "Host")
+    assert real <= est <= 1.05 * real, (real / 2**20, est / 2**20)
+    assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE
 
 
 def test_vulkan_scores_of_both_caches_in_their_chunks(everything: Any) -> None:

@@ -1613,8 +1613,9 @@ class PlanBuilder:
         return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, len(order) > 1, order)
 
     def _host_scores(self) -> tuple[Term, ...]:
-        """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views
-        (`HostScores`)."""
+        """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views and of Q
+        (`HostScores`; DeepSeek-V3 at 4096 cells, `-ub 2048`, no flash attention: `CPU#Qcur-0` 576 MiB next to
+        the 4 GiB `kq-0` in the host's buffer)."""
         tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
         shapes: set[tuple[Affine, Affine]] = set()
         for gi, vendor in enumerate(self.gpu_vendors):
@@ -1622,16 +1623,19 @@ class PlanBuilder:
             if not max_chunk(vendor) or not layers or self.fa:
                 continue
             base, swa = attn_layers(self.profile, layers)
-            view = [0, 0]
+            view, q = [0, 0], [0, 0]
             for i, group in enumerate((base, swa)):
                 for il in group:
                     lp = self.profile.layers[il]
                     row = row_bytes(tk, lp.n_embd_k_gqa)
                     row += 0 if self.profile.is_mla else row_bytes(tv, lp.n_embd_v_gqa)
                     view[i] = max(view[i], row)
+                    q[i] = max(q[i], F32 * self.n_tok * lp.n_head * lp.n_embd_head_k)
             for a in self.kq(layers):
                 if a.a_base or a.a_swa:
-                    shapes.add((a, Affine(a_base=view[0]) if a.a_base else Affine(a_swa=view[1])))
+                    shapes.add(
+                        (a, Affine(a_base=view[0], c=q[0]) if a.a_base else Affine(a_swa=view[1], c=q[1]))
+                    )
         key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c)  # noqa: E731
         return (HostScores(tuple(sorted(shapes, key=key)), VULKAN_TENSOR_LIMIT),) if shapes else ()
 

@@ -290,8 +290,8 @@ class FreedChunk:
 @dataclass(frozen=True, slots=True)
 class HostScores:
     """KQ scores a Vulkan device refuses (`Chunks.tensor_limit`) run on the host: the largest such scores, with the
-    f16 K and V views (`views`: bytes per cell, `a_base` and `a_swa`) the host's KQ and KQV multiplications read
-    copied in (the trace on the Vulkan stand-in, llama-3.1-8b at 32768 cells, `-ub 2048`: `CPU#cache_k_l0`,
+    f16 K and V views (`views`: bytes per cell, `a_base` and `a_swa`) and Q (`views.c`) the host's KQ and KQV
+    multiplications read copied in (the trace on the Vulkan stand-in, llama-3.1-8b at 32768 cells, `-ub 2048`: `CPU#cache_k_l0`,
     `CPU#cache_v_l0` and the 8 GiB `kq-0` in the host's buffer; Qwen3-30B-A3B: 8584 MiB recorded, 8192 of scores
     and its 2 x 32 MiB views above the host's graph inputs)."""
 
