@@ -814,7 +814,7 @@ pinned `Vulkan_Host` buffer; `supports_op` with its size limit: an op whose tens
 maxStorageBufferRange or buffer size runs on the CPU; `offload_op` from 32 tokens), one and two 16 GiB cards.
 fitplan plans a GPU with ggml-vulkan's rules when it is neither NVIDIA, AMD nor Apple (Intel): an NVIDIA or AMD
 card on a Vulkan build is planned with ggml-cuda's rules. Weights and caches are exact (64-byte alignment, no row
-padding); the compute model has the two effects of the buffer type's limits (`DevicePlan.max_chunk`,
+padding); the compute model has the effects of the buffer type's limits (`DevicePlan.max_chunk`,
 `terms.Chunks`):""",
         """* **1 GiB chunks.** ggml-alloc's compute buffer on a Vulkan device is made of chunks of at most 1 GiB
   (`ggml_dyn_tallocr`, `max_size` = `ggml_backend_vk_buffer_type_get_max_size`): a tensor that does not fit in
@@ -828,17 +828,33 @@ padding); the compute model has the two effects of the buffer type's limits (`De
   allocator's trace, llama-3.1-8b at 32768 cells and `-ub 512` without flash attention: `kq-0` in chunk 1,
   `ffn_out-0` at offset 0 of chunk 1, `kq-1` in chunk 2; 4204 MiB recorded, 2164 estimated before, 4212 now).
   Where a smaller layer shape's live set leaves the FFN room in the first chunk (gemma-3-27b's sliding-window
-  layers) or the FFN's output goes back to the first chunk (gpt-oss's expert sum), the scores count once; the
-  rule does not see the second case (gpt-oss at 4096 cells and `-ub 2048` without flash attention: +24.8%).
-  Not modelled: a layer phase larger than a chunk with no tensor that opens one (DeepSeek-V3 at `-ub 2048`: its
-  tensors packed into two chunks, 2018 MiB recorded, 1640 estimated) and DeepSeek-V3's expert copies of more than
-  1 GiB with `-cmoe` or half the layers on the host (5356 MiB recorded, 3162 estimated).
+  layers), the scores count once. With two caches the layers' scores take chunks in graph order, each into the
+  chunk ggml-alloc picks (the free end it fills best without growing, else the least growth) or a new one
+  (`Chunks.score_chunks`): gpt-oss at 4096 cells and `-ub 2048` without flash attention, `kq-0` (sliding window,
+  1152 MiB) opens chunk 1, `kq-1` (full, 2048 MiB) chunk 2 where the later scores fit (3420 MiB recorded, 4284
+  estimated before, 3392 now); the FFN's hold on a chunk ends at a layer whose scores stay in the first chunk or
+  run on the host (gpt-oss at 32768 cells: 2911 MiB recorded, 4287 before, 3139 now; gemma-3-27b at 4096 cells:
+  4245 recorded, 3393 before, 4161 now).
+* **Expert copies larger than a chunk.** With op offload the GPU copies in each host matrix it multiplies by, one
+  at a time; a copy larger than a chunk fits in none and opens a chunk of its own sized to it
+  (`ggml_dyn_tallocr_new_chunk`), which the next copies of that size reuse (`_own_chunk_copies`): DeepSeek-V3
+  with `-cmoe`, chunk 1 of 2016 MiB for gate's and up's copies, chunk 2 of 2940 MiB for down's, the rest of the
+  graph in chunk 0 (5356 MiB recorded, 3162 estimated before, 5356 now; -ngl 30 and `-ub 2048` alike).
+* **A layer phase larger than a chunk** with no tensor that opens one by itself: DeepSeek-V3's absorbed query at
+  `-ub 2048`, whose parts fill the first chunk (q, q_nope_absorbed, q_pe) until Qcur opens the next, where the
+  logits grow once the attention is freed. The first layer's attention is replayed over chunks
+  (`allocator.ChunkedFit`, `terms.ChunkSpill`) above what lies under it: 2018 MiB recorded at 4096 cells, 1584
+  estimated before in one buffer, 1954 now; 2194 at 32768 cells, 1696 before, 2130 now. Not modelled: the later
+  layers' query parts drifting over four chunks on two devices with `-ts 3,1` (pipeline-parallel copies under
+  them: 2888 and 2998 MiB recorded, 2368 and 2522 estimated, 15% under).
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and
   their softmax run on the host, with copies of the K and V views (`terms.HostScores`): llama-3.1-8b's host
   8656 MiB recorded, 8720 estimated (400 before, with the scores on the GPU). The GPU's buffer there is still
-  over (1770 MiB for 1482: its mask copy, which the host's softmax reads, is counted on it).""",
+  over (1770 MiB for 1482: its mask copy, which the host's softmax reads, is counted on it). The host copies Q
+  in too, a whole `[n_head x head_k, n_tok]` f32 (`CPU#Qcur-0`): small for llama-3.1-8b (32 MiB), 576 MiB for
+  DeepSeek-V3's absorbed query (its host at 4096 cells: 4816 MiB recorded, 4357 estimated before, 4933 now).""",
     ),
     "metal": (
         "Metal (device-shaped stand-in)",
@@ -848,7 +864,7 @@ allocation extras of `ggml_backend_metal_buffer_type_get_alloc_size` for MUL_MAT
 TOP_K, no host buffer type, so host weights and compute stay in CPU buffers, `supports_op` of an Apple7+ GPU,
 `offload_op` for matrix multiplications only), one 64 GiB device. The host side is the recording host's CPU
 (x86-64 AVX2/AVX-512 repacking), not an Apple CPU's. Weights and caches are exact; the compute model has Metal's
-two rules:""",
+rules:""",
         """* **Flash attention's scratch is always reserved** on Metal (`ggml_metal_op_flash_attn_ext_extra_*`:
   "always reserve the temp buffer to avoid graph reallocations"): each FLASH_ATTN_EXT output is larger by the
   f16 size of its K and V views (one view when V is a view of K), a padding block of 64 cells, the block mask and
@@ -860,10 +876,14 @@ two rules:""",
   MUL_MAT_ID from 32 tokens, not the other ops of a host layer. With experts in host memory, the expert matrices
   in a host buffer (not repacked for the CPU: a CPU_REPACK buffer is not a host buffer, so its multiplications
   stay) are copied into the GPU's buffer one at a time and the experts run there (`matmul_offload`; DeepSeek-V3
-  `-cmoe`: 3212.5 MiB recorded, 808 before, 3194 now). Not modelled: a host layer's own multiplications
-  (DeepSeek-V3 with half its layers on the host: 3189 MiB recorded, 766 estimated), and the host's buffer with
-  dense layers on the host is one intermediate over (llama-3.1-8b `-ngl 16`: host 104 MiB recorded, 132
-  estimated; within 8% in total).""",
+  `-cmoe`: 3212.5 MiB recorded, 808 before, 3194 now). A host layer's down matrix in a host buffer (Q6_K in the
+  K-quant mixes, not repacked) is multiplied on the GPU too, and the scheduler's upward expansion gives the GPU
+  the GLU that feeds it: the host keeps gate's and up's outputs only (`_host_glu_offloaded`; llama-3.1-8b
+  `-ngl 16`: host 104 MiB recorded, 132 estimated before, 104 now; `-ot ffn=CPU` and Qwen3-30B-A3B alike), and
+  the GPU holds the GLU output, the down matrix's copy and the down output. An absorbed-MLA host layer whose
+  `attn_k_b` is not repacked runs its attention on the GPU (`_host_mla_offloaded`): DeepSeek-V3 with half its
+  layers on the host, 3189 MiB recorded on MTL0 (766 before, 3120 now) and 150 on the host (414 before, 150
+  now).""",
     ),
 }
 

@@ -13,7 +13,7 @@ import pytest
 from fitplan.core.base.devices import GIB, Device, Machine, Vendor, assumed_gpu, host_device
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputePlan
-from fitplan.core.memory.compute.allocator import Affine
+from fitplan.core.memory.compute.allocator import Affine, ChunkedFit
 from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
 from fitplan.core.memory.compute.terms import (
     FA_COPIES,
@@ -23,6 +23,7 @@ from fitplan.core.memory.compute.terms import (
     SCORES,
     AttentionScores,
     Chunks,
+    ChunkSpill,
     Fixed,
     HostScores,
     LogitsOnTop,
@@ -188,9 +189,10 @@ def test_scores_that_open_a_chunk_count_twice_when_the_ffn_follows_them_there() 
     kq = (Affine(a_base=262144, c=48 * MIB),)
     twice = AttentionScores(kq, chunks=_chunks(ffn_first=112 * MIB))
     assert twice.at(4096, 0) == 48 * MIB + 2 * 1024 * MIB
-    # the FFN fits in the space the first chunk has free (a smaller layer shape's live set): once
+    # the FFN fits in the space the first chunk has free (a smaller layer shape's live set): once, in a chunk
+    # next to the first one, whose highest end is that larger live set (the chunks' highest ends add up)
     fits = AttentionScores((*kq, Affine(a_swa=65536, c=8 * MIB)), chunks=_chunks(ffn_first=112 * MIB))
-    assert fits.at(4096, 2048) == 48 * MIB + 1024 * MIB
+    assert fits.at(4096, 2048) == (8 + 128) * MIB + 1024 * MIB
     # one attention layer, or scores that fit in a chunk: once
     assert AttentionScores(kq, chunks=_chunks(112 * MIB, many=False)).at(4096, 0) == 1072 * MIB
     assert twice.at(2048, 0) == 48 * MIB + 512 * MIB
@@ -199,6 +201,62 @@ def test_scores_that_open_a_chunk_count_twice_when_the_ffn_follows_them_there() 
     assert twice.at(16384, 0) == 48 * MIB
     host = HostScores(((kq[0], Affine(a_base=4096)),), 4096 * MIB)
     assert host.at(16384, 0) == 4096 * MIB + 64 * MIB and host.at(8192, 0) == 0
+
+
+def test_scores_of_two_caches_take_the_chunks_they_fit_in_graph_order() -> None:
+    """gpt-oss-20b on the Vulkan stand-in at `-ub 2048` without flash attention (the allocator's peaks): at 4096
+    cells `kq-0` (sliding window, 1152 MiB) opens chunk 1 and the FFN follows it there, `kq-1` (full, 2048 MiB)
+    opens chunk 2, where every later layer's scores fit: 3420 MiB with chunk 0's 220. At 32768 cells the full
+    layers' 16 GiB scores run on the host, their FFN stays in chunk 0, and every sliding-window layer's scores go
+    back into chunk 1 (then the 1571 MiB logits take a chunk of their own: 2911 MiB)."""
+    swa, full = Affine(a_swa=524288, c=10 * MIB), Affine(a_base=524288, c=10 * MIB)
+    order = (True, False) * 12
+    chunks = dataclasses.replace(_chunks(ffn_first=90 * MIB), order=order)
+    att = AttentionScores((swa, full), chunks=chunks)
+    assert att.at(4096, 2304) == 10 * MIB + 1152 * MIB + 2048 * MIB
+    assert att.at(32768, 2304) == 10 * MIB + 1152 * MIB  # the full layers' scores are on the host
+    # the full layers first: their chunk, held at its start by the FFN's output, still takes the sliding-window
+    # scores, and the next full scores open a second chunk
+    first_full = AttentionScores((swa, full), chunks=dataclasses.replace(chunks, order=(False, True) * 12))
+    assert first_full.at(4096, 2304) == 10 * MIB + 2048 * MIB + 2048 * MIB
+    # full layers only: the FFN's output holds the first chunk and the next scores open another; where the FFN
+    # fits in chunk 0, one chunk
+    only_full = dataclasses.replace(chunks, order=(False,) * 12)
+    assert AttentionScores((full,), chunks=only_full).at(4096, 0) == 10 * MIB + 2 * 2048 * MIB
+    roomy = AttentionScores((full,), chunks=dataclasses.replace(only_full, ffn_first=8 * MIB))
+    assert roomy.at(4096, 0) == 10 * MIB + 2048 * MIB
+
+
+def test_chunked_fit_opens_a_chunk_for_what_fits_in_none() -> None:
+    """The allocator's list on the Vulkan stand-in, DeepSeek-V3 at 4096 cells, `-ub 2048`, flash attention: 240 MiB
+    of blocks and inputs, q (192 MiB), q_nope_absorbed (512) and q_pe (64) fill chunk 0 to 1008 MiB; Qcur (576) fits
+    in no chunk's free space and opens chunk 1; once the attention is freed the 1010 MiB logits do not fit above
+    the blocks in chunk 0 and grow chunk 1: 2018 MiB."""
+    sim = ChunkedFit(1024 * MIB, 240 * MIB)
+    sim.run([("q", 192 * MIB), ("q_nope", 512 * MIB), ("q_pe", 64 * MIB), ("q", 0), ("Qcur", 576 * MIB)])
+    assert [c[2] for c in sim.chunks] == [1008 * MIB, 576 * MIB]
+    # the next tensor takes q's freed block below chunk 0's end (a fit below an end comes first)
+    sim.alloc("k", 100 * MIB)
+    assert sim.live["k"] == (0, 240 * MIB, 100 * MIB)
+    sim.release(*list(sim.live))
+    sim.alloc("logits", 1010 * MIB)
+    assert sim.live["logits"][0] == 1 and sim.total == 2018 * MIB
+    # one chunk: as one buffer
+    one = ChunkedFit(1024 * MIB, 100 * MIB)
+    assert one.run([("a", 300 * MIB), ("b", 200 * MIB), ("a", 0), ("c", 250 * MIB)]) == 600 * MIB
+
+
+def test_chunk_spill_adds_what_the_chunks_hold_beyond_one_buffer() -> None:
+    """`ChunkSpill` over the same sequence: the layer phase in two chunks and the logits in the second, less the
+    single-buffer figure (the base and the replay's peak); nothing where the sequence fits in one chunk."""
+    ops = (("q", 192 * MIB), ("q_nope", 512 * MIB), ("q_pe", 64 * MIB), ("q", 0), ("Qcur", 576 * MIB))
+    spill = ChunkSpill(Affine(c=240 * MIB), ops, 0, 1024 * MIB, 1010 * MIB, 56 * MIB)
+    assert spill.at(0, 0) == 2018 * MIB - (240 + 192 + 512 + 64 + 576) * MIB
+    small = ChunkSpill(Affine(c=40 * MIB), ops[:3], 0, 1024 * MIB, 1010 * MIB, 56 * MIB)
+    assert small.at(0, 0) == 0
+    # chunks already there (expert copies) take the spill without growing: nothing added
+    copies = dataclasses.replace(spill, others=(2016 * MIB, 2940 * MIB))
+    assert copies.at(0, 0) == 0
 
 
 @pytest.mark.parametrize(

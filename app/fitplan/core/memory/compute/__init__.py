@@ -46,12 +46,14 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
 * pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
   freed, below the rest of the graph (see `PIPELINE_COPIES`);
 * Vulkan: the compute buffer is made of chunks of at most 1 GiB (`DevicePlan.max_chunk`: the logits in a chunk of
-  their own where they do not fit above what is under them; KQ scores that open a chunk and count twice where the
-  FFN follows them into it, `terms.Chunks`), and KQ scores above the 4 GiB storage range run on the host
+  their own where they do not fit above what is under them; KQ scores that open chunks in graph order, counted
+  again where the FFN follows them into one, `terms.Chunks`; op-offload copies larger than a chunk in chunks of
+  their own, `_own_chunk_copies`), and KQ scores above the 4 GiB storage range run on the host
   (`terms.HostScores`);
 * Metal: flash attention's always-reserved scratch in each output's allocation (`metal_fa_scratch`) and the
   offload of matrix multiplications only: host expert matrices not repacked for the CPU are copied in
-  (`matmul_offload`).
+  (`matmul_offload`); a host layer's down matrix in a host buffer takes its GLU to the GPU
+  (`_host_glu_offloaded`), an absorbed-MLA host layer's `attn_k_b` its attention (`_host_mla_offloaded`).
 
 Each of these is a term object (`terms`: a label, its bytes at one context and over arrays of contexts); the builder
 (`PlanBuilder`) puts a device's terms in the groups of its `DevicePlan` that say how they combine, and one

@@ -140,6 +140,98 @@ class BestFit:
         return max((size for _, size in self.free), default=0)
 
 
+class ChunkedFit:
+    """`BestFit` over a buffer made of chunks of at most `size` bytes (ggml-alloc.c `ggml_dyn_tallocr_alloc` with
+    the buffer type's maximum size, Vulkan's 1 GiB): a free block below a chunk's end, the best fit (the last chunk
+    with one that fits wins, as the loop there keeps its best size per chunk); else the free end of a chunk with
+    room, the one it fills without growing it (the best such fit), else the one that grows least; else a new chunk
+    of `MAX(size, tensor)` (`ggml_dyn_tallocr_new_chunk`). Chunk 0 starts with `base` bytes live and `holes` free
+    blocks among them. `total` is the sum of the chunks' highest ends (the buffer ggml-alloc reserves)."""
+
+    def __init__(self, size: int, base: int, holes: tuple[int, ...] = ()) -> None:
+        self.size = size
+        # per chunk: [capacity, end, highest end]; free blocks below the ends per chunk: [offset, size]
+        self.chunks: list[list[int]] = [[max(size, base), base, base]]
+        self.free: list[list[list[int]]] = [[]]
+        at = 0
+        for h in holes:
+            if h and at + h < base:
+                self.free[0].append([at, h])
+                at += h + 1  # separate blocks, never adjacent to each other
+        self.live: dict[str, tuple[int, int, int]] = {}  # name: chunk, offset, size
+
+    @property
+    def total(self) -> int:
+        return sum(top for _, _, top in self.chunks)
+
+    def alloc(self, name: str, size: int) -> None:
+        where = self._below(size)
+        if where is not None:
+            c, i = where
+            off = self.free[c][i][0]
+            self.free[c][i][0] += size
+            self.free[c][i][1] -= size
+            if not self.free[c][i][1]:
+                del self.free[c][i]
+        else:
+            c = self._end(size)
+            if c < 0:
+                self.chunks.append([max(size, self.size), 0, 0])
+                self.free.append([])
+                c = len(self.chunks) - 1
+            chunk = self.chunks[c]
+            off = chunk[1]
+            chunk[1] += size
+            chunk[2] = max(chunk[2], chunk[1])
+        self.live[name] = (c, off, size)
+
+    def _below(self, size: int) -> tuple[int, int] | None:
+        found: tuple[int, int] | None = None
+        for c, blocks in enumerate(self.free):
+            best = -1
+            for i, (_, bsize) in enumerate(blocks):
+                if bsize >= size and (best < 0 or bsize <= blocks[best][1]):
+                    best = i
+            if best >= 0:
+                found = (c, best)
+        return found
+
+    def _end(self, size: int) -> int:
+        best, best_reuse = -1, 0
+        for c, (cap, end, top) in enumerate(self.chunks):
+            if cap - end < size:
+                continue
+            reuse = top - end - size
+            better_reuse = (best < 0 or best_reuse < 0) and (best < 0 or reuse > best_reuse)
+            better_fit = best >= 0 and 0 <= reuse < best_reuse
+            if better_reuse or better_fit:
+                best, best_reuse = c, reuse
+        return best
+
+    def release(self, *names: str) -> None:
+        for name in names:
+            c, off, size = self.live.pop(name)
+            blocks = sorted([*self.free[c], [off, size]])
+            merged: list[list[int]] = []
+            for blk in blocks:
+                if merged and merged[-1][0] + merged[-1][1] == blk[0]:
+                    merged[-1][1] += blk[1]
+                else:
+                    merged.append(blk)
+            if merged and merged[-1][0] + merged[-1][1] == self.chunks[c][1]:
+                self.chunks[c][1] = merged.pop()[0]
+            self.free[c] = merged
+
+    def run(self, ops: tuple[ReplayOp, ...] | list[ReplayOp]) -> int:
+        """Replay `ops` (a size allocates the name, 0 frees it if live) and give the buffer's size."""
+        for name, size in ops:
+            if size:
+                self.alloc(name, size)
+            elif name in self.live:
+                self.release(name)
+        return self.total
+
+
 def ffn_reuse(first: int, held: int, room: int, f: int = 0) -> int:
     """What of the FFN's intermediates fits into the freed inputs' space: all of them (`f`, the whole set) when
     they fit there together, else the first intermediate and the held block (the larger first), and as many of

@@ -540,31 +540,32 @@ def _replay_absorbed_mla(
 ) -> tuple[int, int, int]:
     """`absorbed_mla_attention` on the shapes it reads (kept: every layer of a model and every estimate of a
     plan replay the same sequence)."""
+    sim = BestFit((hole,))
+    sim.run(absorbed_mla_ops(n_embd, h, head_v, mla, n_tok, fa, fa_extra))
+    return sim.peak, sim.end, sim.largest_hole()
+
+
+def absorbed_mla_ops(
+    n_embd: int, h: int, head_v: int, mla: MlaParams, n_tok: int, fa: bool, fa_extra: int = 0
+) -> tuple[ReplayOp, ...]:
+    """The allocations and frees of `absorbed_mla_attention`, in graph order (a size allocates, 0 frees)."""
     f = F32 * n_tok
     kv, rope = mla.kv_lora_rank, mla.n_rot
-    sim = BestFit((hole,))
+    ops: list[ReplayOp] = []
     if mla.q_lora_rank:
-        sim.alloc("q_a", f * mla.q_lora_rank)
-    sim.alloc("q", f * h * mla.key_length_mla)
+        ops.append(("q_a", f * mla.q_lora_rank))
+    ops.append(("q", f * h * mla.key_length_mla))
     if mla.q_lora_rank:
-        sim.release("q_a")
-    sim.alloc("q_nope_absorbed", f * h * kv)
-    sim.alloc("q_pe", f * h * rope)
-    sim.release("q")
-    sim.alloc("Qcur", f * h * (kv + rope))
-    sim.release("q_nope_absorbed", "q_pe")
-    sim.alloc("kv_cmpr_pe", f * (kv + rope))
-    sim.alloc("kv_cmpr", f * kv)
-    sim.alloc("k_pe", f * rope)
-    sim.release("kv_cmpr_pe")
-    sim.alloc("Kcur", f * (kv + rope))
-    sim.release("kv_cmpr", "k_pe", "Kcur")
+        ops.append(("q_a", 0))
+    ops += [("q_nope_absorbed", f * h * kv), ("q_pe", f * h * rope), ("q", 0), ("Qcur", f * h * (kv + rope))]
+    ops += [("q_nope_absorbed", 0), ("q_pe", 0), ("kv_cmpr_pe", f * (kv + rope)), ("kv_cmpr", f * kv)]
+    ops += [("k_pe", f * rope), ("kv_cmpr_pe", 0), ("Kcur", f * (kv + rope)), ("kv_cmpr", 0), ("k_pe", 0)]
+    ops.append(("Kcur", 0))
     if fa:
-        sim.alloc("fattn", f * h * head_v + fa_extra)
-        sim.release("Qcur")
-        sim.alloc("fattn_mla", f * h * mla.value_length_mla)
-        sim.release("fattn")
-        sim.alloc("cont", f * h * mla.value_length_mla)
-        sim.release("fattn_mla")
-        sim.alloc("wo", f * n_embd)
-    return sim.peak, sim.end, sim.largest_hole()
+        ops += [
+            ("fattn", f * h * head_v + fa_extra),
+            ("Qcur", 0),
+            ("fattn_mla", f * h * mla.value_length_mla),
+        ]
+        ops += [("fattn", 0), ("cont", f * h * mla.value_length_mla), ("fattn_mla", 0), ("wo", f * n_embd)]
+    return tuple(ops)

@@ -14,6 +14,7 @@ from fitplan.core.memory.compute.attention import (
     IndexerScores,
     KpoolSelection,
     absorbed_mla_attention,
+    absorbed_mla_ops,
     hadamard_rotations,
     indexer_queries,
     rotation_size,
@@ -27,6 +28,7 @@ from fitplan.core.memory.compute.ffn import (
     ffn_in_hole,
     ffn_layer,
     ffn_transient,
+    gate_up_outputs,
     moe_split_below_logits,
     offloaded_down_top,
     offloaded_ffn_above,
@@ -66,6 +68,7 @@ from fitplan.core.memory.compute.terms import (
     LOGITS,
     AttentionScores,
     Chunks,
+    ChunkSpill,
     DsaZeros,
     Dsv4Inputs,
     Dsv4Peak,
@@ -212,6 +215,88 @@ def _host_expert_matrices(
     return out
 
 
+def _host_glu_offloaded(
+    profile: ModelProfile, placement: WeightPlacement, ffn_dev: dict[int, int | None]
+) -> frozenset[int]:
+    """With matrix multiplications offloaded (`matmul_offload`): the gated layers whose FFN runs on the host with
+    a down matrix in a host buffer (not repacked for the CPU: a K-quant mix's Q6_K down). The first GPU takes that
+    multiplication (ggml-metal.cpp `ggml_backend_metal_device_offload_op`), and the scheduler's pass that expands
+    a GPU's ops up the graph (ggml-backend.cpp `ggml_backend_sched_split_graph`, "expand gpu up") gives it the
+    GLU that feeds it too: the host keeps gate's and up's outputs only (`gate_up_outputs`; the allocator's list on
+    a Metal-shaped stand-in, llama-3.1-8b with `-ngl 16`: the host's peak at `ffn_gate-0` and `ffn_up-0`, with
+    `MTL0#ffn_gate-0#0`, `MTL0#ffn_up-0#0` and `ffn_swiglu-0` on the GPU; Qwen3-30B-A3B with `-ngl 24`: the
+    same with `ffn_moe_gate-0` and `ffn_moe_up-0`)."""
+    gated = layer_shapes(profile).gated
+    out: set[int] = set()
+    for p in placement.tensors:
+        il = p.layer
+        if il is None or p.device is not None or not p.matrix or p.buffer_type == CPU_REPACK_BUFT:
+            continue
+        if not p.name.endswith((".ffn_down.weight", ".ffn_down_exps.weight")):
+            continue
+        moe = profile.layers[il].is_moe and profile.moe is not None
+        if ffn_dev.get(il, placement.layer_device[il]) is None and (moe or il in gated):
+            out.add(il)
+    return frozenset(out)
+
+
+def _host_mla_offloaded(
+    profile: ModelProfile, placement: WeightPlacement, compute_dev: tuple[int | None, ...]
+) -> frozenset[int]:
+    """With matrix multiplications offloaded (`matmul_offload`): the host layers of an MLA model whose absorbed
+    key matrix (`attn_k_b`) is in a host buffer, not repacked. The first GPU takes the absorbed query's
+    multiplication, and the scheduler's pass that expands a GPU's ops down the graph (ggml-backend.cpp
+    `ggml_backend_sched_split_graph`, "expand gpu down") gives it the rest of the attention: the host keeps none
+    of its live set (the allocator's list on a Metal-shaped stand-in, DeepSeek-V3 with `-ngl 30`:
+    `MTL0#blk.0.attn_k_b.weight#0`, `q_nope_absorbed-0`, `Qcur-0` and the copied K views of host layer 0 on the
+    GPU, the host's peak at its dense FFN's gate and up)."""
+    if profile.mla is None:
+        return frozenset()
+    return frozenset(
+        p.layer
+        for p in placement.tensors
+        if p.layer is not None
+        and p.device is None
+        and p.buffer_type != CPU_REPACK_BUFT
+        and p.name.endswith(".attn_k_b.weight")
+        and compute_dev[p.layer] is None
+    )
+
+
+#: The order in which a layer's FFN copies its host matrices in (`ffn._offloaded_ffn`).
+_COPY_ORDER = ("ffn_gate_up", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def _own_chunk_copies(
+    mats: dict[int | None, dict[str, int]], chunk: int, trunk: list[int]
+) -> tuple[dict[int | None, dict[str, int]], tuple[int, ...]]:
+    """Op offload on a device whose buffer is made of chunks (Vulkan's; `max_chunk`): a copied host matrix larger
+    than a chunk fits in no chunk's free space and opens a chunk of its own, sized to it (ggml-alloc.c
+    `ggml_dyn_tallocr_new_chunk`: `MAX(min_size, max_chunk_size)`); a later copy goes into a free chunk at least
+    its size, the best fit (`ggml_dyn_tallocr_alloc`), else opens another. The copies follow each other
+    (`ffn._offloaded_ffn`), so these chunks are as many as the distinct sizes that do not fit the earlier ones
+    require: DeepSeek-V3 with its experts on the host, on a Vulkan-shaped stand-in, `-cmoe`: chunk 1 of 2016 MiB
+    for `blk.3.ffn_gate_exps` (and up's copy after it), chunk 2 of 2940 MiB for `blk.3.ffn_down_exps`, the
+    rest of the graph in chunk 0 (400 MiB; 5356 MiB in all). The matrices without those copies, and the sizes of
+    the chunks they took."""
+    caps: list[int] = []
+    kept: dict[int | None, dict[str, int]] = {}
+    order = [il for il in trunk if il in mats] + [il for il in mats if il not in trunk]
+    for il in order:
+        layer = mats[il]
+        names = sorted(layer, key=lambda n: next((i for i, k in enumerate(_COPY_ORDER) if f".{k}" in n), 9))
+        kept[il] = {}
+        for name in names:
+            size = layer[name]
+            if size <= chunk:
+                kept[il][name] = size
+                continue
+            fits = [c for c in caps if c >= size]
+            if not fits:
+                caps.append(size)
+    return kept, tuple(caps)
+
+
 def _ffn_devices(
     profile: ModelProfile, placement: WeightPlacement, trunk: list[int], offload_gpu0: bool
 ) -> tuple[dict[int, int | None], dict[int | None, list[int]]]:
@@ -303,12 +388,22 @@ class PlanBuilder:
         ffn_dev, ffn_by_dev = _ffn_devices(profile, placement, trunk, offload_gpu0)
         # the host-resident weights the first GPU copies in, one split at a time (`host_matrices`)
         self.host_mats = host_matrices(placement) if offload_gpu0 else {}
+        # Vulkan: the copies too large for a chunk take chunks of their own (`_own_chunk_copies`)
+        self.copy_chunks: tuple[int, ...] = ()
+        if self.host_mats and max_chunk(gpu_vendors[0]):
+            self.host_mats, self.copy_chunks = _own_chunk_copies(
+                self.host_mats, max_chunk(gpu_vendors[0]), trunk
+            )
+        self.host_glu_offloaded: frozenset[int] = frozenset()
+        self.host_mla_offloaded: frozenset[int] = frozenset()
         if matmul_offload(inputs, gpu_vendors):
             self.host_mats = _host_expert_matrices(placement, compute_dev)
             ffn_dev = {il: (0 if il in self.host_mats else d) for il, d in ffn_dev.items()}
             ffn_by_dev = {}
             for il in trunk:
                 ffn_by_dev.setdefault(ffn_dev.get(il, placement.layer_device[il]), []).append(il)
+            self.host_glu_offloaded = _host_glu_offloaded(profile, placement, ffn_dev)
+            self.host_mla_offloaded = _host_mla_offloaded(profile, placement, compute_dev)
 
         self.rot_bytes, self.v_rot_bytes, self.v_rot = _rotations(profile, inputs, trunk)
 
@@ -1260,6 +1355,7 @@ class PlanBuilder:
         out_inputs, out_blocks = self._output_layout(gi, first, has_out)
         out_extra = self._gpu_below_logits(gi, layers, first, has_out, runs)
         under: list[Term] = []
+        pp_inputs = Affine()
         if pp:
             pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
             under.append(Linear("pipeline-parallel input copies", pp_inputs))
@@ -1271,6 +1367,13 @@ class PlanBuilder:
         if output:  # the output matrix's copy comes with the output layer's split (`_output_copy`)
             output = (*output, Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         chunk = max_chunk(self.gpu_vendors[gi])
+        if chunk:
+            base = Affine(
+                m.a_base + pp_inputs.a_base,
+                m.a_swa + pp_inputs.a_swa,
+                m.c + vi + small + blocks * self.embd_block + pp_inputs.c,
+            )
+            under += self._chunk_terms(gi, layers, base, chunk, self.logits if has_out else 0, out_blocks)
         if not runs:
             return DevicePlan(
                 device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
@@ -1489,6 +1592,8 @@ class PlanBuilder:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
             kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest)
+        if gi == 0:
+            ffn_rest = max(ffn_rest, self._host_glu_on_gpu())
         graph = self.profile.traits.graph
         # jamba's Mamba-1 block in graph order over its freed inputs, as on the host
         jamba = graph.residual_into_input and not graph.plamo2_mamba
@@ -1508,6 +1613,60 @@ class PlanBuilder:
         parallelism the FFN norm's freed block is a hole of its own (the dream smoke model over two GPUs: gate, up
         and the GLU output above it, 11.78 MiB)."""
         return self.fa and (not self.profile.has_memory or self.profile.traits.graph.attn_out_below)
+
+    def _chunk_terms(
+        self, gi: int, layers: list[int], base: Affine, chunk: int, logits: int, out_blocks: int
+    ) -> list[Term]:
+        """What a device whose buffer is made of chunks has below both phases: the chunks of the first GPU's
+        expert copies (`_own_chunk_copies`) and what its layer phase spills into (`_chunk_spill`), with `base`
+        under the layer's attention in the first chunk."""
+        out: list[Term] = []
+        if gi == 0 and self.copy_chunks:
+            out.append(Fixed("op-offload weight copies (chunks of their own)", sum(self.copy_chunks)))
+        spill = self._chunk_spill(layers, base, chunk, logits, out_blocks) if layers else None
+        if spill is not None:
+            out.append(spill)
+        return out
+
+    def _chunk_spill(
+        self, layers: list[int], base: Affine, chunk: int, logits: int, out_blocks: int
+    ) -> ChunkSpill | None:
+        """An absorbed-MLA layer phase on a device whose buffer is made of chunks (`ChunkSpill`), replayed with
+        the same sequence and hole as `absorbed_mla_attention` (the first layer's shape; None: another graph),
+        next to the chunks the first GPU's expert copies opened (`_own_chunk_copies`)."""
+        mla = self.profile.mla
+        if mla is None or not self._replayed_mla() or self.inputs.fork_attention:
+            return None
+        lp = self.profile.layers[layers[0]]
+        ops = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, self.fa)
+        hole = self.embd_block + (I32 + I64) * self.n_tok
+        others = self.copy_chunks if layers[0] in self.by_dev.get(0, []) else ()
+        return ChunkSpill(base, ops, hole, chunk, logits, out_blocks * self.embd_block, others)
+
+    def _host_glu_on_gpu(self) -> int:
+        """The first GPU's part of the host layers' FFNs in `host_glu_offloaded`: the copies of gate's and up's
+        outputs with the GLU output (llama-3.1-8b with `-ngl 16`: `MTL0#ffn_gate-0#0`, `MTL0#ffn_up-0#0`,
+        `ffn_swiglu-0`), then the GLU output, the copy of the down matrix and the down output, live together (the
+        allocator's peak on a Metal-shaped stand-in,
+        DeepSeek-V3 with `-ngl 30`: `ffn_moe_swiglu-3` (32 MiB), `MTL0#blk.3.ffn_down_exps.weight#0` (2940 MiB)
+        and `ffn_moe_down-3` (112 MiB) over the copied mask)."""
+        if not self.host_glu_offloaded:
+            return 0
+        moe = self.profile.moe
+        peak = 0
+        for p in self.placement.tensors:
+            il = p.layer
+            if il not in self.host_glu_offloaded or p.device is not None:
+                continue
+            if not p.name.endswith((".ffn_down.weight", ".ffn_down_exps.weight")):
+                continue
+            routed = self.profile.layers[il].is_moe and moe is not None
+            used = (self.profile.layers[il].n_expert_used or moe.n_expert_used) if routed and moe else 1
+            out = F32 * self.n_tok * used * self.profile.n_embd
+            glu = gate_up_outputs(self.profile, il, self.n_tok) // 2
+            # the copies of gate's and up's outputs with the GLU output, then the GLU output with the down copy
+            peak = max(peak, 3 * glu, glu + p.n_bytes + out)
+        return peak
 
     def _ffn_terms(
         self, ffn_rest: int, holes: tuple[tuple[int, int, int, tuple[Affine, ...]], ...], less: int = 0
@@ -1582,12 +1741,14 @@ class PlanBuilder:
         if not size:
             return None
         first = max((ffn_layer(self.profile, il, self.n_tok)[1] for il in layers), default=0)
-        many = sum(len(g) for g in attn_layers(self.profile, layers)) > 1
-        return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, many)
+        base, swa = attn_layers(self.profile, layers)
+        order = tuple(il in swa for il in sorted([*base, *swa]))
+        return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, len(order) > 1, order)
 
     def _host_scores(self) -> tuple[Term, ...]:
-        """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views
-        (`HostScores`)."""
+        """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views and of Q
+        (`HostScores`; DeepSeek-V3 at 4096 cells, `-ub 2048`, no flash attention: `CPU#Qcur-0` 576 MiB next to
+        the 4 GiB `kq-0` in the host's buffer)."""
         tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
         shapes: set[tuple[Affine, Affine]] = set()
         for gi, vendor in enumerate(self.gpu_vendors):
@@ -1595,16 +1756,19 @@ class PlanBuilder:
             if not max_chunk(vendor) or not layers or self.fa:
                 continue
             base, swa = attn_layers(self.profile, layers)
-            view = [0, 0]
+            view, q = [0, 0], [0, 0]
             for i, group in enumerate((base, swa)):
                 for il in group:
                     lp = self.profile.layers[il]
                     row = row_bytes(tk, lp.n_embd_k_gqa)
                     row += 0 if self.profile.is_mla else row_bytes(tv, lp.n_embd_v_gqa)
                     view[i] = max(view[i], row)
+                    q[i] = max(q[i], F32 * self.n_tok * lp.n_head * lp.n_embd_head_k)
             for a in self.kq(layers):
                 if a.a_base or a.a_swa:
-                    shapes.add((a, Affine(a_base=view[0]) if a.a_base else Affine(a_swa=view[1])))
+                    shapes.add(
+                        (a, Affine(a_base=view[0], c=q[0]) if a.a_base else Affine(a_swa=view[1], c=q[1]))
+                    )
         key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c)  # noqa: E731
         return (HostScores(tuple(sorted(shapes, key=key)), VULKAN_TENSOR_LIMIT),) if shapes else ()
 
@@ -1783,6 +1947,8 @@ class PlanBuilder:
         if not host_last:
             freed = Affine()
         vi = n_copies * self.v_idxs(self.trunk) if host_last else 0
+        glu_gpu = [il for il in host_flayers if il in self.host_glu_offloaded]
+        host_flayers = [il for il in host_flayers if il not in self.host_glu_offloaded]
         ffn_rest, holes = self.ffn_holes(host_layers, host_flayers, freed, vi)
         replayed, ssm_ops, ssm_hole = self.ssm_after(host_layers, freed, vi)
         moe = self.profile.moe
@@ -1796,9 +1962,11 @@ class PlanBuilder:
             )
             ffn_rest += I32 * self.n_tok * moe.n_expert
             holes = ()
+        ffn_rest = max([ffn_rest] + [gate_up_outputs(self.profile, il, self.n_tok) for il in glu_gpu])
         lead = self._ssm_lead(host_layers, m) if ssm_ops and host_last and n_copies == 1 else None
         ssm = self._ssm_replay(host_layers, ssm_ops, ssm_hole, lead)
-        return self.kq(host_layers, replayed), self._ffn_terms(ffn_rest, holes), ssm
+        attends = [il for il in host_layers if il not in self.host_mla_offloaded]
+        return self.kq(attends, replayed), self._ffn_terms(ffn_rest, holes), ssm
 
     def _host_output(self, runs: bool, last_layers: list[int] | None) -> tuple[Term | None, tuple[Term, ...]]:
         """The host's logits: a fork's output phase on its own (the logits with the output norm's block), else

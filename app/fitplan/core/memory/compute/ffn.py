@@ -147,6 +147,20 @@ def ffn_layer(
     return F32 * n_tok * (f + held + above), F32 * n_tok * first, F32 * n_tok * held
 
 
+def gate_up_outputs(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """The outputs of a layer's gate and up multiplications alone, f32: `[n_ff, n_tok]` each, a MoE layer's
+    `[n_ff_exp, n_used, n_tok]` each (a fused gate_up output is both). What the host keeps of an FFN whose GLU and
+    down projection run on a GPU (ggml-metal's matrix offload, `PlanBuilder.host_glu_offloaded`): the GLU reads
+    both, so they are live together, and nothing of the FFN comes after them on the host."""
+    lp = profile.layers[il]
+    moe = profile.moe
+    if lp.is_moe and moe is not None:
+        rows = (lp.n_expert_used or moe.n_expert_used) * (moe.n_ff_exp or lp.n_ff)
+    else:
+        rows = lp.n_ff
+    return F32 * n_tok * 2 * rows
+
+
 def _ffn_hole(profile: ModelProfile, v_rot: bool, cast_hole: bool = False) -> tuple[int, int, bool]:
     """The hole under a layer's FFN in `[n_tok]` rows of f32 (`ffn_layer`), the rows allocated above the blocks
     besides the FFN, and whether the skip block sits in the hole."""

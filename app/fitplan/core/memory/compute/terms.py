@@ -14,7 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-from fitplan.core.memory.compute.allocator import Affine, ffn_reuse, max_at, reuse_array
+from fitplan.core.memory.compute.allocator import (
+    Affine,
+    BestFit,
+    ChunkedFit,
+    ReplayOp,
+    ffn_reuse,
+    max_at,
+    reuse_array,
+)
 from fitplan.core.memory.compute.attention import Dsv4Attention, IndexerScores, KpoolSelection
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
@@ -146,6 +154,47 @@ class Chunks:
     block: int
     ffn_first: int
     many: bool
+    # the device's attention layers in graph order, True where the layer reads the SWA cache (empty: layers of
+    # the base cache, two of them where `many`)
+    order: tuple[bool, ...] = ()
+
+    def score_chunks(self, base: int, swa: int, twice: bool) -> int:
+        """The bytes of the chunks the scores open (each chunk's highest end), the layers' scores taken in graph
+        order (`order`; `base` and `swa`: the largest scores of each cache's layers that take a chunk of their
+        own, 0: none). A layer's scores go into the chunk ggml-alloc picks (ggml-alloc.c `ggml_dyn_tallocr_alloc`:
+        among the chunks whose free end holds them, the one they fill best without growing it, else the one that
+        grows least), or open one (`ggml_dyn_tallocr_new_chunk`, `MAX(size, max_chunk_size)`). `twice`: the FFN
+        after the first such scores goes into their freed chunk and the layer's output stays at its start, so no
+        scores of that size fit there again (`AttentionScores`). gpt-oss-20b on the Vulkan-shaped stand-in at
+        4096 cells, `-ub 2048`, no flash attention: `kq-0` (sliding window, 1152 MiB) opens chunk 1, `kq-1` (full,
+        2048 MiB) chunk 2, and the later layers' scores fit in chunk 2: 220 + 1152 + 2048 = 3420 MiB."""
+        chunks: list[list[int]] = []  # capacity, highest end, bytes held at its start
+        used_first = False
+        for is_swa in self.order or ((False, False) if self.many else (False,)):
+            need = swa if is_swa else base
+            if not need:
+                for ch in chunks:
+                    ch[2] = 0
+                continue
+            best: tuple[tuple[int, int], list[int]] | None = None
+            for ch in chunks:
+                cap, top, held = ch
+                if cap - held < need:
+                    continue
+                reuse = top - held - need
+                key = (0, reuse) if reuse >= 0 else (1, -reuse)
+                if best is None or key < best[0]:
+                    best = (key, ch)
+            if best is None:
+                ch = [max(need, self.size), need, 0]
+                chunks.append(ch)
+            else:
+                ch = best[1]
+                ch[1] = max(ch[1], ch[2] + need)
+            if twice and not used_first:
+                ch[2] = self.block
+            used_first = True
+        return sum(ch[1] for ch in chunks)
 
     def on_device(self, scores: int) -> bool:
         return scores < self.tensor_limit
@@ -198,14 +247,16 @@ class AttentionScores:
         room = max((v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
                    default=0)  # fmt: skip
         twice = c.many and c.ffn_first > room
-        kq = max(
-            (
-                v + _scores(a, nb, ns) if o and twice else v
-                for a, v, o in zip(self.kq, live, own, strict=True)
-            ),
+        rest = max(
+            (v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
             default=0,
         )
-        return kq + max_at(self.fa, nb, ns)
+        sizes = [0, 0]  # the largest own-chunk scores of the base and the SWA layers
+        for a, o in zip(self.kq, own, strict=True):
+            if o:
+                i = 1 if a.a_swa and not a.a_base else 0
+                sizes[i] = max(sizes[i], _scores(a, nb, ns))
+        return rest + c.score_chunks(sizes[0], sizes[1], twice) + max_at(self.fa, nb, ns)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
         if self.chunks is not None:
@@ -239,8 +290,8 @@ class FreedChunk:
 @dataclass(frozen=True, slots=True)
 class HostScores:
     """KQ scores a Vulkan device refuses (`Chunks.tensor_limit`) run on the host: the largest such scores, with the
-    f16 K and V views (`views`: bytes per cell, `a_base` and `a_swa`) the host's KQ and KQV multiplications read
-    copied in (the trace on the Vulkan stand-in, llama-3.1-8b at 32768 cells, `-ub 2048`: `CPU#cache_k_l0`,
+    f16 K and V views (`views`: bytes per cell, `a_base` and `a_swa`) and Q (`views.c`) the host's KQ and KQV
+    multiplications read copied in (the trace on the Vulkan stand-in, llama-3.1-8b at 32768 cells, `-ub 2048`: `CPU#cache_k_l0`,
     `CPU#cache_v_l0` and the 8 GiB `kq-0` in the host's buffer; Qwen3-30B-A3B: 8584 MiB recorded, 8192 of scores
     and its 2 x 32 MiB views above the host's graph inputs)."""
 
@@ -306,6 +357,46 @@ class DsaZeros:
     def over(self, nb: Cells, ns: Cells) -> Cells:
         out: Cells = np.minimum(nb, self.top_k) * self.per_cell
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSpill:
+    """A layer phase that outgrows the first chunk with no tensor that opens one by itself (Vulkan's 1 GiB chunks,
+    `Chunks`): the layer's attention replayed over chunks (`ChunkedFit`) above what lies under it in the first
+    chunk (`base`: the copied masks and indices, the blocks, pipeline-parallel copies), then the output phase's
+    logits placed where ggml-alloc puts them once the attention is freed. The bytes those chunks add to the
+    single-buffer figure of the other terms (the larger of the layer phase, `base` and the replay's peak, and the
+    logits over `out_rest`); 0 where everything fits in one chunk. DeepSeek-V3 on the Vulkan-shaped stand-in at
+    4096 cells, `-ub 2048`, flash attention: q, q_nope_absorbed and q_pe fill chunk 0 to 1008 MiB, Qcur (576 MiB)
+    opens chunk 1, the 1010 MiB logits grow chunk 1 (2018 MiB recorded, 1584 in one buffer); at 32768 cells the
+    larger masks leave q_nope_absorbed chunk 1 and Qcur chunk 2 (2194 MiB recorded)."""
+
+    base: Affine
+    ops: tuple[ReplayOp, ...]
+    hole: int
+    size: int
+    logits: int
+    out_rest: int
+    others: tuple[int, ...] = ()  # chunks already there, counted elsewhere (`PlanBuilder.copy_chunks`)
+    label: str = "chunks the layer phase spills into"
+
+    def at(self, nb: int, ns: int) -> int:
+        base = self.base.at(nb, ns)
+        sim = ChunkedFit(self.size, base, (self.hole,))
+        for cap in self.others:
+            sim.chunks.append([cap, 0, cap])
+            sim.free.append([])
+        sim.run(self.ops)
+        if len(sim.chunks) == 1 + len(self.others):
+            return 0
+        sim.release(*list(sim.live))
+        if self.logits:
+            sim.alloc("logits", self.logits)
+        plain = max(base + BestFit((self.hole,)).run(self.ops), self.logits + self.out_rest)
+        return max(0, sim.total - sum(self.others) - plain)
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
 
 
 @dataclass(frozen=True, slots=True)
