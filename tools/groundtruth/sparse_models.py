@@ -347,6 +347,37 @@ MMPROJ_CONFIGS: dict[str, dict[str, object]] = {
         "window_size": 112,
         "text_hidden_size": 3584,
     },
+    "mmproj-qwen2-vl-7b": {
+        "source": "Qwen/Qwen2-VL-7B-Instruct config.json (vision_config: embed_dim 1280, depth 32, mlp_ratio 4)",
+        "projector_type": "qwen2vl_merger",
+        "text_model": "qwen2.5-vl-7b",
+        "hidden_size": 1280,
+        "intermediate_size": 5120,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 560,
+        "layer_norm_eps": 1e-6,
+        "spatial_merge_size": 2,
+        "text_hidden_size": 3584,
+        "note": "text_model: Qwen2-VL-7B's language model has Qwen2.5-VL-7B's shapes (the projector is what differs)",
+    },
+    "mmproj-qwen3-vl-8b": {
+        "source": "Qwen/Qwen3-VL-8B-Instruct config.json (vision_config)",
+        "projector_type": "qwen3vl_merger",
+        "text_model": "qwen3-8b",
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "patch_size": 16,
+        "image_size": 768,
+        "layer_norm_eps": 1e-6,
+        "spatial_merge_size": 2,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [8, 16, 24],
+        "text_hidden_size": 4096,
+    },
 }
 
 # typical "Q4_K_M"-like mix: the matrix types by role (norms, biases and small vectors are always F32)
@@ -1045,10 +1076,79 @@ def build_mmproj_qwen2_5_vl_7b() -> ModelSpec:
     return spec
 
 
+def build_mmproj_qwen2_vl_7b() -> ModelSpec:
+    """Qwen2-VL's tower: LayerNorm with bias, a GELU MLP (fc1/fc2), no window attention; the merger's LayerNorm
+    (ln_q) is v.post_ln."""
+    cfg = MMPROJ_CONFIGS["mmproj-qwen2-vl-7b"]
+    spec = ModelSpec("mmproj-qwen2-vl-7b", "clip")
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    merge = cfg_int(cfg, "spatial_merge_size")
+    _vit_common(spec, cfg, gelu=True)
+    spec.u32("clip.vision.spatial_merge_size", merge)
+    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
+    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+    vit_blocks(spec, cfg, ln_bias=True, gated=False)
+    spec.t("v.post_ln.weight", (d,))
+    spec.t("v.post_ln.bias", (d,))
+    d_merge = d * merge * merge
+    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
+    spec.t("mm.0.bias", (d_merge,))
+    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
+    spec.t("mm.2.bias", (n_out,))
+    return spec
+
+
+def build_mmproj_qwen3_vl_8b() -> ModelSpec:
+    """Qwen3-VL's tower: a fused QKV, LayerNorm with bias, a GELU MLP, a patch bias and learned position
+    embeddings (resized to the image), and deepstack mergers (postshuffle norm, fc1, fc2) after the listed
+    blocks whose outputs are concatenated to the main merger's."""
+    cfg = MMPROJ_CONFIGS["mmproj-qwen3-vl-8b"]
+    spec = ModelSpec("mmproj-qwen3-vl-8b", "clip")
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    ff, merge = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "spatial_merge_size")
+    deep = cfg["deepstack_visual_indexes"]
+    assert isinstance(deep, list)
+    _vit_common(spec, cfg, gelu=True)
+    spec.u32("clip.vision.spatial_merge_size", merge)
+    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
+    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+    spec.t("v.patch_embd.bias", (d,))
+    spec.t("v.position_embd.weight", (d, cfg_int(cfg, "num_position_embeddings")))  # F32: ggml_interpolate
+    for il in range(cfg_int(cfg, "num_hidden_layers")):
+        spec.tq(f"v.blk.{il}.attn_qkv.weight", (d, 3 * d), Q.F16)
+        spec.t(f"v.blk.{il}.attn_qkv.bias", (3 * d,))
+        spec.tq(f"v.blk.{il}.attn_out.weight", (d, d), Q.F16)
+        spec.t(f"v.blk.{il}.attn_out.bias", (d,))
+        for ln in ("ln1", "ln2"):
+            spec.t(f"v.blk.{il}.{ln}.weight", (d,))
+            spec.t(f"v.blk.{il}.{ln}.bias", (d,))
+        spec.tq(f"v.blk.{il}.ffn_up.weight", (d, ff), Q.F16)
+        spec.t(f"v.blk.{il}.ffn_up.bias", (ff,))
+        spec.tq(f"v.blk.{il}.ffn_down.weight", (ff, d), Q.F16)
+        spec.t(f"v.blk.{il}.ffn_down.bias", (d,))
+    d_merge = d * merge * merge
+    for il in deep:
+        spec.t(f"v.deepstack.{il}.norm.weight", (d_merge,))
+        spec.t(f"v.deepstack.{il}.norm.bias", (d_merge,))
+        spec.tq(f"v.deepstack.{il}.fc1.weight", (d_merge, d_merge), Q.F16)
+        spec.t(f"v.deepstack.{il}.fc1.bias", (d_merge,))
+        spec.tq(f"v.deepstack.{il}.fc2.weight", (d_merge, n_out), Q.F16)
+        spec.t(f"v.deepstack.{il}.fc2.bias", (n_out,))
+    spec.t("v.post_ln.weight", (d,))
+    spec.t("v.post_ln.bias", (d,))
+    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
+    spec.t("mm.0.bias", (d_merge,))
+    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
+    spec.t("mm.2.bias", (n_out,))
+    return spec
+
+
 MMPROJ_BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "mmproj-gemma-3-27b": build_mmproj_gemma_3_27b,
     "mmproj-llava-llama-3-8b": build_mmproj_llava_llama_3_8b,
     "mmproj-qwen2.5-vl-7b": build_mmproj_qwen2_5_vl_7b,
+    "mmproj-qwen2-vl-7b": build_mmproj_qwen2_vl_7b,
+    "mmproj-qwen3-vl-8b": build_mmproj_qwen3_vl_8b,
 }
 
 
