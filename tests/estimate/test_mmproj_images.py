@@ -1,10 +1,11 @@
 """The projector's memory per image at run time (`--image-max-tokens`, images beyond the warm-up one), against
 llama.cpp.
 
-Two recordings: tests/fixtures/llamacpp/terms/qwen2.5-vl-7b-mmproj.json (llama-server with --mmproj and
+Recordings: tests/fixtures/llamacpp/terms/qwen2.5-vl-7b-mmproj.json (llama-server with --mmproj and
 --image-max-tokens: the warm-up buffer it prints at start) and mmproj-qwen2.5-vl-7b-images.json
 (tools/groundtruth/mmproj_image.cpp, `record.py --grids mmproj_images`: clip's compute buffer after one image of
-each size, to the byte, the buffer grown by ggml_backend_sched to that image's graph)."""
+each size, to the byte, the buffer grown by ggml_backend_sched to that image's graph), and the same for Qwen2-VL
+(mmproj-qwen2-vl-7b-images.json) and Qwen3-VL (mmproj-qwen3-vl-8b-images.json)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.base.results import MMPROJ_IMAGES_LABEL, Estimate, TermKind
 from fitplan.core.estimate.estimator import (
     QWEN25VL_EXACT_PATCHES,
+    deepstack_layers,
     estimate,
     mmproj_image_growth,
     qwen25vl_graph_bytes,
+    qwen_vl_full_graph_bytes,
 )
 from fitplan.core.launch.flags import parse_flags, written_flags
 from support.models import TESTS
@@ -92,7 +95,9 @@ def test_the_estimate_carries_the_largest_image_beyond_the_warm_up(text: Any, pr
     warm = _mmproj(est, "mmproj compute")
     assert abs(warm - warm_mib * MIB) <= 0.005 * MIB
     assert warm + _mmproj(est, MMPROJ_IMAGES_LABEL) == after
-    assert any("largest image (4096 tokens)" in a for a in est.assumptions)
+    assert any(
+        "largest image (4096 tokens, Qwen2.5-VL's measured per-image rule)" in a for a in est.assumptions
+    )
 
 
 def test_image_max_tokens_sizes_the_warm_up_llama_server_prints(text: Any, proj: Any) -> None:
@@ -161,9 +166,67 @@ def test_on_a_gpu_the_growth_is_split_like_the_warm_up(text: Any, proj: Any) -> 
     assert _mmproj(est, MMPROJ_IMAGES_LABEL) == g.host_input_bytes > 0
 
 
-def test_other_projectors_keep_the_warm_up_assumption() -> None:
+def test_other_projectors_keep_the_warm_up_assumption(text: Any) -> None:
+    """Gemma 3's projector has one image size: no growth, and the assumption line names the projectors that have
+    a measured per-image rule."""
     gemma = load_profile(str(SPARSE / "mmproj-gemma-3-27b.header.gguf"), True)
     assert mmproj_image_growth(gemma, True) is None
+    settings = LaunchSettings(n_ctx=4096, n_parallel=1, repack=False, mmproj_path="p.gguf")
+    est = estimate(text, settings, cpu_machine(), mmproj=gemma)
+    assert _mmproj(est, MMPROJ_IMAGES_LABEL) == 0
+    (line,) = [a for a in est.assumptions if a.startswith("mmproj compute is the warm-up image's")]
+    assert "measured per-image rule exists for Qwen2-VL, Qwen2.5-VL and Qwen3-VL projectors only" in line
+
+
+# Qwen2-VL and Qwen3-VL: full attention in every block (no window mask); Qwen3-VL adds deepstack mergers.
+FULL_ATTENTION = {"mmproj-qwen2-vl-7b": 14, "mmproj-qwen3-vl-8b": 16}
+
+
+def _full_cases() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name in FULL_ATTENTION:
+        cases = _doc(f"{name}-images")["cases"]
+        assert len(cases) == 25 and not any("error" in c for c in cases)
+        out += [(name, c) for c in cases if c["settings"]["image_max_tokens"] == 16]
+    return out
+
+
+@pytest.mark.parametrize("name,case", _full_cases(), ids=lambda v: v if isinstance(v, str) else v["id"])
+def test_full_attention_projectors_each_image_size_to_the_byte(name: str, case: dict[str, Any]) -> None:
+    """Qwen2-VL's graph (inputs + the larger of a block's attention and FFN) and Qwen3-VL's (the held deepstack
+    block outputs, then the deepstack mergers replayed with the allocator's best fit): every recorded image size,
+    64 to 32768 patches, square and wide, flash attention on and off, to the byte."""
+    proj = load_profile(str(SPARSE / f"{name}.header.gguf"), True)
+    patch = FULL_ATTENTION[name]
+    ((w, h),) = [(i["width"], i["height"]) for i in case["results"]["images"]]
+    fa = case["settings"]["flash_attn"] == "auto"
+    n_pos = (w // patch) * (h // patch)
+    assert qwen_vl_full_graph_bytes(proj, n_pos, fa) == case["results"]["images"][0]["compute_bytes"]
+
+
+@pytest.mark.parametrize("name", list(FULL_ATTENTION))
+def test_full_attention_projectors_warm_up_and_largest_image(name: str, text: Any) -> None:
+    """Default limits: the 46 x 46 token warm-up buffer clip prints (Qwen2-VL 267.08 MiB, Qwen3-VL 372.08 MiB,
+    where the shapes-only approximation said otherwise) and, after a 64 x 64 token image (4096, the projector's
+    largest), the buffer the scheduler grew to: warm-up plus the "mmproj images" term."""
+    proj = load_profile(str(SPARSE / f"{name}.header.gguf"), True)
+    (case,) = [c for c in _doc(f"{name}-images")["cases"] if c["settings"]["image_max_tokens"] == -1]
+    settings = LaunchSettings(n_ctx=4096, n_parallel=1, repack=False, mmproj_path="p.gguf")
+    est = estimate(text, settings, cpu_machine(), mmproj=proj)
+    warm = _mmproj(est, "mmproj compute")
+    assert abs(warm - case["results"]["warmup_compute_mib"] * MIB) <= 0.005 * MIB
+    assert warm + _mmproj(est, MMPROJ_IMAGES_LABEL) == case["results"]["images"][-1]["compute_bytes"]
+    label = "Qwen3-VL" if "qwen3" in name else "Qwen2-VL"
+    assert any(
+        f"largest image (4096 tokens, {label}'s measured per-image rule)" in a for a in est.assumptions
+    )
+    assert not any("approximated from the vision tower's shapes" in a for a in est.assumptions)
+
+
+def test_qwen3vl_deepstack_layers_are_read_from_the_tensors() -> None:
+    proj = load_profile(str(SPARSE / "mmproj-qwen3-vl-8b.header.gguf"), True)
+    assert deepstack_layers(proj) == (8, 16, 24)
+    assert deepstack_layers(load_profile(str(SPARSE / "mmproj-qwen2-vl-7b.header.gguf"), True)) == ()
 
 
 def test_the_launch_check_compares_the_start_up_buffers_only(text: Any, proj: Any) -> None:

@@ -43,6 +43,7 @@ from fitplan.core.base.results import (
 from fitplan.core.base.units import pad
 from fitplan.core.memory import context as context_memory
 from fitplan.core.memory.compute import ComputeBuffer, ComputeInputs, compute_buffers
+from fitplan.core.memory.compute.allocator import BestFit
 from fitplan.core.memory.reserve import (
     CUDA_RESERVE_ASSUMPTION,
     matmul_shapes,
@@ -521,13 +522,14 @@ def _add_mmproj(
         )
     if detail.endswith("approximation)"):
         assumptions.append(
-            "mmproj compute buffer approximated from the vision tower's shapes (only LLaVA MLP, Gemma 3 and "
-            "Qwen2.5-VL projector graphs are modelled)"
+            "mmproj compute buffer approximated from the vision tower's shapes (only LLaVA MLP, Gemma 3, "
+            "Qwen2-VL, Qwen2.5-VL and Qwen3-VL projector graphs are modelled)"
         )
     growth = mmproj_image_growth(mmproj, ctx.flash_attn, align, imt, settings.image_min_tokens)
     if growth is None:
         assumptions.append(
-            "mmproj compute is the warm-up image's; real images larger than it grow the buffer"
+            "mmproj compute is the warm-up image's; real images larger than it grow the buffer (a measured "
+            f"per-image rule exists for {MEASURED_IMAGE_RULES} projectors only)"
         )
         return
     parts.add(dev, Term(TermKind.MMPROJ, growth.device_bytes, growth.explain(), MMPROJ_IMAGES_LABEL))
@@ -603,6 +605,8 @@ def mmproj_compute(
         fa = "flash attention" if flash_attn else "no flash attention"
         if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
             return _qwen25vl_compute(clip, flash_attn, align, fa, image_max_tokens)
+        if clip.projector_type in QWEN_VL_FULL_ATTENTION:
+            return _qwen_vl_full_compute(mmproj, flash_attn, align, fa, image_max_tokens)
         if clip.projector_type == "gemma3":
             return _siglip_compute(clip, flash_attn, fa)
         if clip.projector_type == "mlp":
@@ -625,6 +629,9 @@ def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT, image_
         if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
             n_pos = _qwen25vl_patches(clip, qwen_vl_warmup_side(image_max_tokens) ** 2)
             return sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
+        if clip.projector_type in QWEN_VL_FULL_ATTENTION:
+            n_pos = _qwen25vl_patches(clip, qwen_vl_warmup_side(image_max_tokens) ** 2)
+            return sum(pad(b, align) for b in _qwen_vl_full_inputs(clip, n_pos))
         if clip.projector_type == "mlp":
             return sum(pad(b, align) for b in _llava_inputs(clip, shapes))
         if clip.projector_type == "gemma3":
@@ -667,6 +674,119 @@ def _qwen25vl_compute(
     )
 
 
+#: Qwen-VL projectors without window attention (every block attends over the whole image): Qwen2-VL's graph
+#: (models/qwen2vl.cpp without the window inputs) and Qwen3-VL's (models/qwen3vl.cpp, with deepstack mergers).
+QWEN_VL_FULL_ATTENTION = ("qwen2vl_merger", "qwen3vl_merger")
+_QWEN_VL_NAMES = {
+    "qwen2vl_merger": "Qwen2-VL",
+    "qwen2.5vl_merger": "Qwen2.5-VL",
+    "qwen3vl_merger": "Qwen3-VL",
+}
+#: the projectors whose per-image compute is modelled from a measured graph (the assumption line names them)
+MEASURED_IMAGE_RULES = "Qwen2-VL, Qwen2.5-VL and Qwen3-VL"
+
+
+def _qwen_vl_full_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
+    """inp_raw (f32 RGB, patch^2 pixels a patch) and the M-RoPE positions (4 n_pos i32)."""
+    return (4 * 3 * n_pos * clip.patch_size**2, 16 * n_pos)
+
+
+def deepstack_layers(mmproj: ModelProfile) -> tuple[int, ...]:
+    """The blocks whose outputs feed a Qwen3-VL deepstack merger (`v.deepstack.N.fc2.weight`), in order."""
+    found = set()
+    for t in mmproj.tensors:
+        parts = t.name.split(".")
+        if len(parts) == 5 and parts[:2] == ["v", "deepstack"] and parts[3] == "fc2" and parts[2].isdigit():
+            found.add(int(parts[2]))
+    return tuple(sorted(found))
+
+
+def qwen2vl_graph_bytes(clip: ClipParams, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT) -> int:
+    """The compute buffer of Qwen2-VL's graph (models/qwen2vl.cpp, no window attention) for `n_pos` patches, from
+    the allocator's list of live tensors at each new peak: the inputs (raw image, positions) at the bottom, then
+    the larger of a block's attention (`5E`: the residual, the normed input, V, the roped Q and K; plus the
+    `KQ` scores without flash attention) and its FFN (`2E + F`: the residual, the normed input and FFN up, the
+    GELU in place). Measured byte-exact from 64 to 32768 patches (tools/groundtruth/mmproj_image.cpp)."""
+    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
+    inputs = sum(pad(b, align) for b in _qwen_vl_full_inputs(clip, n_pos))
+    attn = 5 * e + (0 if flash_attn else 4 * n_pos * n_pos * clip.n_head)
+    return inputs + max(attn, 2 * e + f)
+
+
+def qwen3vl_graph_bytes(
+    clip: ClipParams, deepstack: tuple[int, ...], n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT
+) -> int:
+    """The compute buffer of Qwen3-VL's graph (models/qwen3vl.cpp) for `n_pos` patches, from the allocator's
+    lists: the graph is built from its output, the main merger's path first, so the deepstack mergers run last
+    and the outputs of their blocks stay live through the later blocks (`k` of them). Three phases peak:
+
+    * a late block's attention: `k E`, the residual, the fused QKV (`3E`), the roped Q and K (`(k + 6) E`);
+      without flash attention the QKV's space is a hole under V's copy and the scores (`(k + 7) E + KQ`);
+    * its FFN: `k E`, the residual, the normed input, FFN up (`(k + 2) E + F`);
+    * the deepstack mergers, replayed with the allocator's best fit (`BestFit`) from the layout the lists show at
+      the main merger's end: the freed inputs, the first held block output, the main merger's output (`O`, the
+      projection width per merged token) in a block output's slot, the other held outputs; each merger's norm,
+      fc1 (GELU in place) and fc2, and the concatenations, which find no hole and go on top.
+
+    Measured byte-exact from 64 to 32768 patches with flash attention, from 1024 without
+    (tools/groundtruth/mmproj_image.cpp)."""
+    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
+    inputs = sum(pad(b, align) for b in _qwen_vl_full_inputs(clip, n_pos))
+    held = sum(1 for il in deepstack if il < clip.n_layer - 1)
+    attn = (held + 6) * e if flash_attn else (held + 7) * e + 4 * n_pos * n_pos * clip.n_head
+    peak = inputs + max(attn, (held + 2) * e + f)
+    if deepstack:
+        o = 4 * (n_pos // (clip.spatial_merge_size or 2) ** 2) * clip.projection_dim
+        peak = max(peak, _qwen3vl_deepstack_peak(len(deepstack), inputs, e, o))
+    return peak
+
+
+def _qwen3vl_deepstack_peak(k: int, inputs: int, e: int, o: int) -> int:
+    layout: list[tuple[str, int]] = [("", inputs), ("held0", e), ("main", o), ("", e - o)]
+    layout += [(f"held{i}", e) for i in range(1, k)]
+    ops: list[tuple[str, int]] = []
+    for i in range(k):
+        ops += [
+            (f"norm{i}", e),
+            (f"held{i}", 0),
+            (f"fc1_{i}", e),
+            (f"norm{i}", 0),
+            (f"fc2_{i}", o),
+            (f"fc1_{i}", 0),
+        ]
+        if i:
+            prev = f"cat{i - 1}" if i > 1 else "fc2_0"
+            ops += [(f"cat{i}", (i + 1) * o), (prev, 0), (f"fc2_{i}", 0)]
+    ops += [("out", (k + 1) * o), ("main", 0), (f"cat{k - 1}" if k > 1 else "fc2_0", 0)]
+    sim = BestFit.from_layout(tuple(layout))
+    return sum(size for _, size in layout) + sim.run(ops)
+
+
+def qwen_vl_full_graph_bytes(
+    mmproj: ModelProfile, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT
+) -> int:
+    """Qwen2-VL's or Qwen3-VL's compute buffer for an image of `n_pos` patches."""
+    assert mmproj.clip is not None
+    if mmproj.clip.projector_type == "qwen3vl_merger":
+        return qwen3vl_graph_bytes(mmproj.clip, deepstack_layers(mmproj), n_pos, flash_attn, align)
+    return qwen2vl_graph_bytes(mmproj.clip, n_pos, flash_attn, align)
+
+
+def _qwen_vl_full_compute(
+    mmproj: ModelProfile, flash_attn: bool, align: int, fa: str, image_max_tokens: int = -1
+) -> tuple[int, str]:
+    clip = mmproj.clip
+    assert clip is not None
+    tokens_side = qwen_vl_warmup_side(image_max_tokens)
+    n_pos = _qwen25vl_patches(clip, tokens_side**2)
+    side = tokens_side * (clip.spatial_merge_size or 2) * clip.patch_size
+    name = _QWEN_VL_NAMES[clip.projector_type]
+    extra = f", {len(deepstack_layers(mmproj))} deepstack mergers" if name == "Qwen3-VL" else ""
+    return qwen_vl_full_graph_bytes(mmproj, n_pos, flash_attn, align), (
+        f"{name} warm-up image {side}x{side} ({n_pos} patches, width {clip.n_embd}, FFN {clip.n_ff}{extra}, {fa})"
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProjectorImageGrowth:
     """What the largest image a projector accepts adds to its warm-up compute at run time: ggml_backend_sched
@@ -679,6 +799,7 @@ class ProjectorImageGrowth:
     host_input_bytes: int  # with the projector on a GPU: its graph inputs beyond the warm-up's, on the host
     from_flag: bool  # the limit is --image-max-tokens (else the projector's own)
     exact: bool  # within the sizes the rule was measured byte-exact at
+    projector: str = "Qwen2.5-VL"  # whose measured per-image rule
 
     def explain(self) -> str:
         src = "--image-max-tokens" if self.from_flag else "the projector's limit"
@@ -690,8 +811,8 @@ class ProjectorImageGrowth:
 
     def assumption(self) -> str:
         text = (
-            f"mmproj compute is sized for the largest image ({self.tokens} tokens); "
-            "lower it with --image-max-tokens"
+            f"mmproj compute is sized for the largest image ({self.tokens} tokens, {self.projector}'s measured "
+            "per-image rule); lower it with --image-max-tokens"
         )
         if not self.exact:
             text += "; under 784 tokens an image's buffer is estimated high (up to a fifth)"
@@ -711,16 +832,18 @@ def mmproj_image_growth(
     image_min_tokens: int = -1,
 ) -> ProjectorImageGrowth | None:
     """The run-time growth of the projector's compute for its largest image, or None where it is not modelled
-    (only Qwen2.5-VL's graph is: the other dynamic-resolution projectors keep the warm-up assumption).
+    (Qwen2.5-VL's, Qwen2-VL's and Qwen3-VL's graphs are: the other dynamic-resolution projectors keep the warm-up
+    assumption).
 
     clip.cpp lets a Qwen-VL image take up to 4096 merged tokens (or --image-max-tokens) and warms up with at
     most 46 x 46 of them, so an image larger than the warm-up one makes the scheduler reserve its graph and
     grow the buffer (the buffer never shrinks). --image-min-tokens above the maximum is refused as llama.cpp
     refuses it (`image_max_pixels is less than image_min_pixels`)."""
     clip = mmproj.clip
-    if clip is None or clip.projector_type != "qwen2.5vl_merger" or clip.n_wa_pattern <= 0:
+    if clip is None or clip.n_embd <= 0 or clip.patch_size <= 0 or clip.n_head <= 0:
         return None
-    if clip.n_embd <= 0 or clip.patch_size <= 0 or clip.n_head <= 0:
+    windowed = clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0
+    if not windowed and clip.projector_type not in QWEN_VL_FULL_ATTENTION:
         return None
     tokens = image_max_tokens if image_max_tokens > 0 else QWEN_VL_MAX_TOKENS
     low = image_min_tokens if image_min_tokens > 0 else QWEN_VL_MIN_TOKENS
@@ -731,15 +854,17 @@ def mmproj_image_growth(
         )
     warm = qwen_vl_warmup_side(image_max_tokens) ** 2
     n_max, n_warm = _qwen25vl_patches(clip, tokens), _qwen25vl_patches(clip, warm)
-    grow = max(
-        0,
-        qwen25vl_graph_bytes(clip, n_max, flash_attn, align)
-        - qwen25vl_graph_bytes(clip, n_warm, flash_attn, align),
-    )
+    if windowed:
+        graph = functools.partial(qwen25vl_graph_bytes, clip)
+        inputs = functools.partial(_qwen25vl_inputs, clip)
+    else:
+        graph = functools.partial(qwen_vl_full_graph_bytes, mmproj)
+        inputs = functools.partial(_qwen_vl_full_inputs, clip)
+    grow = max(0, graph(n_max, flash_attn, align) - graph(n_warm, flash_attn, align))
     host = max(
         0,
-        sum(pad(b, CPU_ALIGNMENT) for b in _qwen25vl_inputs(clip, n_max))
-        - sum(pad(b, CPU_ALIGNMENT) for b in _qwen25vl_inputs(clip, n_warm)),
+        sum(pad(b, CPU_ALIGNMENT) for b in inputs(n_max))
+        - sum(pad(b, CPU_ALIGNMENT) for b in inputs(n_warm)),
     )
     return ProjectorImageGrowth(
         tokens=tokens,
@@ -748,7 +873,8 @@ def mmproj_image_growth(
         device_bytes=grow,
         host_input_bytes=host,
         from_flag=image_max_tokens > 0,
-        exact=not flash_attn or n_max >= QWEN25VL_EXACT_PATCHES,
+        exact=not windowed or not flash_attn or n_max >= QWEN25VL_EXACT_PATCHES,
+        projector=_QWEN_VL_NAMES.get(clip.projector_type, clip.projector_type),
     )
 
 
