@@ -243,3 +243,41 @@ def test_the_launch_check_compares_the_start_up_buffers_only(text: Any, proj: An
 
 def _mmproj_bytes(dev: Any, label: str) -> int:
     return sum(t.bytes for t in dev.terms if t.kind is TermKind.MMPROJ and t.label == label)
+
+
+@pytest.mark.parametrize("name", list(FULL_ATTENTION))
+def test_llama_server_caps_image_tokens_to_the_ubatch_for_a_one_ubatch_prompt(name: str, text: Any) -> None:
+    """A text model that takes the prompt in one ubatch (non-causal attention) gets images of at most half the
+    ubatch (tools/server/server-context.cpp: "cap image_max_tokens"): with -ub 512 the projector loads with 256
+    tokens, so its warm-up is the 16 x 16 token image (the recorded buffer of that image, to the byte) and no
+    image grows it; -ub 8192 leaves the projector's own 4096."""
+    proj = load_profile(str(SPARSE / f"{name}.header.gguf"), True)
+    patch = FULL_ATTENTION[name]
+    (case,) = [c for c in _full_cases() if c[0] == name and c[1]["id"] == "fa-auto-16x16"]
+    assert case[1]["results"]["images"][0]["width"] == 16 * 2 * patch
+    non_causal = dataclasses.replace(text, causal_attn=False)
+    settings = LaunchSettings(n_ctx=4096, n_parallel=1, repack=False, mmproj_path="p.gguf", n_ubatch=512)
+    est = estimate(non_causal, settings, cpu_machine(), mmproj=proj)
+    assert _mmproj(est, "mmproj compute") == case[1]["results"]["images"][0]["compute_bytes"]
+    assert _mmproj(est, MMPROJ_IMAGES_LABEL) == 0
+    assert any("caps the projector's image tokens to 256 (n_ubatch 512" in a for a in est.assumptions)
+    wide = dataclasses.replace(settings, n_ubatch=8192, n_batch=8192)
+    est = estimate(non_causal, wide, cpu_machine(), mmproj=proj)
+    assert not any("caps the projector's image tokens" in a for a in est.assumptions)
+    assert any("largest image (4096 tokens" in a for a in est.assumptions)
+    causal = estimate(text, settings, cpu_machine(), mmproj=proj)
+    assert not any("caps the projector's image tokens" in a for a in causal.assumptions)
+
+
+def test_the_cap_follows_the_flag_and_the_projector() -> None:
+    """Only a limit above the ubatch is capped (the flag, else Qwen-VL's own 4096); Gemma 3's projector, decoded
+    with non-causal attention, has a fixed image and no limit (clip ignores --image-max-tokens there)."""
+    from fitplan.core.estimate.estimator import server_image_token_cap
+
+    qwen = load_profile(str(SPARSE / "mmproj-qwen2-vl-7b.header.gguf"), True)
+    gemma = load_profile(str(SPARSE / "mmproj-gemma-3-27b.header.gguf"), True)
+    assert server_image_token_cap(qwen, -1, 512, text_causal=False) == 256
+    assert server_image_token_cap(qwen, 200, 512, text_causal=False) is None
+    assert server_image_token_cap(qwen, 1024, 512, text_causal=True) is None
+    assert server_image_token_cap(gemma, 1024, 512, text_causal=True) is None
+    assert server_image_token_cap(gemma, -1, 512, text_causal=True) is None

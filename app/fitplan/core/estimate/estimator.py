@@ -226,7 +226,7 @@ def estimate(
 
     # mmproj.
     if mmproj is not None:
-        _add_mmproj(parts, mmproj, settings, gpus, ctx, assumptions)
+        _add_mmproj(parts, mmproj, settings, gpus, ctx, assumptions, profile.causal_attn)
 
     # Draft model: same n_ctx as the target, its own cache types and -ngld.
     if draft is not None and settings.draft is not None:
@@ -485,6 +485,38 @@ def mmproj_on_gpu(placement: MmprojPlacement, active_gpus: int) -> bool:
     return placement is MmprojPlacement.GPU and active_gpus > 0
 
 
+#: tools/mtmd/mtmd.cpp `mtmd_decode_use_non_causal`: projectors whose images are decoded with non-causal attention
+#: (Gemma 4's vision projector only at widths other than 1536 and 2560).
+NON_CAUSAL_PROJECTORS = ("gemma3", "gemma4uv", "deepseek4v")
+
+
+def server_image_token_cap(
+    mmproj: ModelProfile, image_max_tokens: int, n_ubatch: int, text_causal: bool
+) -> int | None:
+    """The --image-max-tokens llama-server passes to the projector where it caps it, else None.
+
+    tools/server/server-context.cpp (loading the projector): an image must fit in one ubatch when the text model
+    processes the prompt in one ubatch (non-causal attention or no memory: half of it, the other half is left to
+    the text) or when the projector needs non-causal attention on the image (the whole ubatch); a limit above
+    that (the flag, else the projector's own: 4096 tokens for the Qwen-VL family) is lowered to it, and
+    --image-min-tokens with it. Only the Qwen-VL family's limit is known here (clip.cpp applies the flag where
+    load_hparams sets a limit, `set_limit_image_tokens`); other projectors are left uncapped."""
+    clip = mmproj.clip
+    if clip is None:
+        return None
+    ptype = clip.projector_type
+    non_causal = ptype in NON_CAUSAL_PROJECTORS or (
+        ptype == "gemma4v" and clip.projection_dim not in (1536, 2560)
+    )
+    if text_causal and not non_causal:
+        return None
+    if ptype not in (*QWEN_VL_FULL_ATTENTION, "qwen2.5vl_merger"):
+        return None  # no token limit known here (clip applies the flag only where it sets one)
+    n_max = n_ubatch // 2 if not text_causal else n_ubatch
+    own = image_max_tokens if image_max_tokens > 0 else QWEN_VL_MAX_TOKENS
+    return n_max if own > n_max else None
+
+
 def _add_mmproj(
     parts: _Parts,
     mmproj: ModelProfile,
@@ -492,7 +524,22 @@ def _add_mmproj(
     gpus: Sequence[Device],
     ctx: ResolvedContext,
     assumptions: list[str],
+    text_causal: bool = True,
 ) -> None:
+    capped = server_image_token_cap(mmproj, settings.image_max_tokens, ctx.n_ubatch, text_causal)
+    if capped is not None:
+        settings = dataclasses.replace(
+            settings, image_max_tokens=capped, image_min_tokens=min(settings.image_min_tokens, capped)
+        )
+        assumptions.append(
+            f"llama-server caps the projector's image tokens to {capped} (n_ubatch {ctx.n_ubatch}: "
+            + (
+                "the model processes the prompt in one ubatch"
+                if not text_causal
+                else "non-causal attention on images"
+            )
+            + "); a larger -ub raises it"
+        )
     on_gpu = mmproj_on_gpu(settings.mmproj, len(gpus))
     dev: int | None = 0 if on_gpu else None
     align = gpu_backend(gpus[0], 0).alignment if on_gpu else CPU_ALIGNMENT
