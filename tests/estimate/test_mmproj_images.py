@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from fitplan.core.estimate.estimator import (
     deepstack_layers,
     estimate,
     mmproj_image_growth,
+    pixtral_graph_bytes,
     qwen25vl_graph_bytes,
     qwen_vl_full_graph_bytes,
 )
@@ -175,7 +177,10 @@ def test_other_projectors_keep_the_warm_up_assumption(text: Any) -> None:
     est = estimate(text, settings, cpu_machine(), mmproj=gemma)
     assert _mmproj(est, MMPROJ_IMAGES_LABEL) == 0
     (line,) = [a for a in est.assumptions if a.startswith("mmproj compute is the warm-up image's")]
-    assert "measured per-image rule exists for Qwen2-VL, Qwen2.5-VL and Qwen3-VL projectors only" in line
+    assert (
+        "per-image rule exists for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Pixtral (Mistral Small 3.x) projectors"
+        in line
+    )
 
 
 # Qwen2-VL and Qwen3-VL: full attention in every block (no window mask); Qwen3-VL adds deepstack mergers.
@@ -281,3 +286,42 @@ def test_the_cap_follows_the_flag_and_the_projector() -> None:
     assert server_image_token_cap(qwen, 1024, 512, text_causal=True) is None
     assert server_image_token_cap(gemma, 1024, 512, text_causal=True) is None
     assert server_image_token_cap(gemma, -1, 512, text_causal=True) is None
+
+
+PIXTRAL = "mmproj-mistral-small-3.1-24b"
+
+
+def _pixtral_cases() -> list[dict[str, Any]]:
+    cases = _doc(f"{PIXTRAL}-images")["cases"]
+    assert len(cases) == 25 and not any("error" in c for c in cases)
+    return [c for c in cases if c["settings"]["image_max_tokens"] == 16]
+
+
+@pytest.mark.parametrize("case", _pixtral_cases(), ids=lambda c: c["id"])
+def test_pixtral_each_image_size_against_the_recording(case: dict[str, Any]) -> None:
+    """Mistral Small 3.1's Pixtral tower, the blocks replayed with the allocator's best fit (flash attention) or
+    `5E + KQ` (without): square images to the byte; a wide image differs only by the [IMG_BREAK] leaf, one
+    row of the text width per merged row (the rule takes a square image of the same patches)."""
+    proj = load_profile(str(SPARSE / f"{PIXTRAL}.header.gguf"), True)
+    ((w, h),) = [(i["width"], i["height"]) for i in case["results"]["images"]]
+    fa = case["settings"]["flash_attn"] == "auto"
+    n_pos = (w // 14) * (h // 14)
+    got = pixtral_graph_bytes(proj, n_pos, fa)
+    recorded = case["results"]["images"][0]["compute_bytes"]
+    side = math.isqrt(n_pos)
+    assert got - recorded == 4 * 5120 * (side // 2 - (h // 14) // 2)
+
+
+def test_pixtral_warm_up_and_largest_image(text: Any) -> None:
+    """Default limits: the 16 x 16 token warm-up (64.62 MiB) and a 1024-token image (Pixtral's largest, 32 x 32
+    tokens: the recorded 32 x 32 token buffer) on top of it; the assumption names Pixtral's rule."""
+    proj = load_profile(str(SPARSE / f"{PIXTRAL}.header.gguf"), True)
+    (case,) = [c for c in _doc(f"{PIXTRAL}-images")["cases"] if c["settings"]["image_max_tokens"] == -1]
+    (largest,) = [c for c in _pixtral_cases() if c["id"] == "fa-auto-32x32"]
+    settings = LaunchSettings(n_ctx=4096, n_parallel=1, repack=False, mmproj_path="p.gguf")
+    est = estimate(text, settings, cpu_machine(), mmproj=proj)
+    warm = _mmproj(est, "mmproj compute")
+    assert abs(warm - case["results"]["warmup_compute_mib"] * MIB) <= 0.005 * MIB
+    assert warm + _mmproj(est, MMPROJ_IMAGES_LABEL) == largest["results"]["images"][0]["compute_bytes"]
+    assert any("largest image (1024 tokens, Pixtral's measured per-image rule)" in a for a in est.assumptions)
+    assert not any("approximated from the vision tower's shapes" in a for a in est.assumptions)

@@ -1793,6 +1793,7 @@ MMPROJ_IMAGE_PROJECTORS: dict[str, int] = {
     "mmproj-qwen2.5-vl-7b": 28,
     "mmproj-qwen2-vl-7b": 28,
     "mmproj-qwen3-vl-8b": 32,
+    "mmproj-mistral-small-3.1-24b": 28,
 }
 
 

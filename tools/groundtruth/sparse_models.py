@@ -378,6 +378,22 @@ MMPROJ_CONFIGS: dict[str, dict[str, object]] = {
         "deepstack_visual_indexes": [8, 16, 24],
         "text_hidden_size": 4096,
     },
+    "mmproj-mistral-small-3.1-24b": {
+        "source": "mistralai/Mistral-Small-3.1-24B-Instruct-2503 config.json (vision_config: Pixtral tower; "
+        "spatial_merge_size 2, multimodal_projector_bias false, text hidden_size 5120)",
+        "projector_type": "pixtral",
+        "text_model": "llama-3.1-8b",
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 1540,
+        "layer_norm_eps": 1e-5,
+        "spatial_merge_size": 2,
+        "text_hidden_size": 5120,
+        "note": "text_model: any text model serves the projector's recordings (mmproj_image.cpp loads it alone)",
+    },
 }
 
 # typical "Q4_K_M"-like mix: the matrix types by role (norms, biases and small vectors are always F32)
@@ -1143,12 +1159,41 @@ def build_mmproj_qwen3_vl_8b() -> ModelSpec:
     return spec
 
 
+def build_mmproj_mistral_small_3_1_24b() -> ModelSpec:
+    """Pixtral's tower as Mistral Small 3.1 has it: RMS norms (weights only), no biases, a SiLU-gated FFN, 2D RoPE
+    (no position embedding), then the patch merger (RMS norm, 2 x 2 unfold, a linear layer back to the tower's
+    width), the two-layer GELU projector without biases, and the [IMG_BREAK] embedding."""
+    cfg = MMPROJ_CONFIGS["mmproj-mistral-small-3.1-24b"]
+    spec = ModelSpec("mmproj-mistral-small-3.1-24b", "clip")
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    ff, merge = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "spatial_merge_size")
+    _vit_common(spec, cfg, gelu=False)
+    spec.u32("clip.vision.spatial_merge_size", merge)
+    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
+    spec.t("v.pre_ln.weight", (d,))
+    for il in range(cfg_int(cfg, "num_hidden_layers")):
+        for w in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            spec.tq(f"v.blk.{il}.{w}.weight", (d, d), Q.F16)
+        spec.t(f"v.blk.{il}.ln1.weight", (d,))
+        spec.t(f"v.blk.{il}.ln2.weight", (d,))
+        spec.tq(f"v.blk.{il}.ffn_gate.weight", (d, ff), Q.F16)
+        spec.tq(f"v.blk.{il}.ffn_up.weight", (d, ff), Q.F16)
+        spec.tq(f"v.blk.{il}.ffn_down.weight", (ff, d), Q.F16)
+    spec.t("mm.input_norm.weight", (d,))
+    spec.tq("mm.patch_merger.weight", (d * merge * merge, d), Q.F16)
+    spec.tq("mm.1.weight", (d, n_out), Q.F16)
+    spec.tq("mm.2.weight", (n_out, n_out), Q.F16)
+    spec.t("v.token_embd.img_break", (n_out,))
+    return spec
+
+
 MMPROJ_BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "mmproj-gemma-3-27b": build_mmproj_gemma_3_27b,
     "mmproj-llava-llama-3-8b": build_mmproj_llava_llama_3_8b,
     "mmproj-qwen2.5-vl-7b": build_mmproj_qwen2_5_vl_7b,
     "mmproj-qwen2-vl-7b": build_mmproj_qwen2_vl_7b,
     "mmproj-qwen3-vl-8b": build_mmproj_qwen3_vl_8b,
+    "mmproj-mistral-small-3.1-24b": build_mmproj_mistral_small_3_1_24b,
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fitplan.core import engines
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
@@ -498,8 +498,8 @@ def server_image_token_cap(
     tools/server/server-context.cpp (loading the projector): an image must fit in one ubatch when the text model
     processes the prompt in one ubatch (non-causal attention or no memory: half of it, the other half is left to
     the text) or when the projector needs non-causal attention on the image (the whole ubatch); a limit above
-    that (the flag, else the projector's own: 4096 tokens for the Qwen-VL family) is lowered to it, and
-    --image-min-tokens with it. Only the Qwen-VL family's limit is known here (clip.cpp applies the flag where
+    that (the flag, else the projector's own: 4096 tokens for the Qwen-VL family, 1024 for Pixtral) is lowered to
+    it, and --image-min-tokens with it. Only the Qwen-VL family's and Pixtral's limits are known here (clip.cpp applies the flag where
     load_hparams sets a limit, `set_limit_image_tokens`); other projectors are left uncapped."""
     clip = mmproj.clip
     if clip is None:
@@ -510,10 +510,14 @@ def server_image_token_cap(
     )
     if text_causal and not non_causal:
         return None
-    if ptype not in (*QWEN_VL_FULL_ATTENTION, "qwen2.5vl_merger"):
+    if ptype not in (*QWEN_VL_FULL_ATTENTION, "qwen2.5vl_merger", "pixtral"):
         return None  # no token limit known here (clip applies the flag only where it sets one)
     n_max = n_ubatch // 2 if not text_causal else n_ubatch
-    own = image_max_tokens if image_max_tokens > 0 else QWEN_VL_MAX_TOKENS
+    own = (
+        image_max_tokens
+        if image_max_tokens > 0
+        else (PIXTRAL_MAX_TOKENS if ptype == "pixtral" else QWEN_VL_MAX_TOKENS)
+    )
     return n_max if own > n_max else None
 
 
@@ -605,10 +609,9 @@ QWEN_VL_MIN_TOKENS = 8
 QWEN_VL_MAX_TOKENS = 4096
 
 
-def qwen_vl_warmup_side(image_max_tokens: int = -1) -> int:
-    """Merged tokens on a side of the Qwen-VL warm-up image: 46, or `int(sqrt(N))` (at least 1) when
-    --image-max-tokens N allows fewer than 46 x 46 (clip-model.h `set_warmup_n_tokens`)."""
-    side = QWEN_VL_WARMUP_SIDE
+def qwen_vl_warmup_side(image_max_tokens: int = -1, side: int = QWEN_VL_WARMUP_SIDE) -> int:
+    """Merged tokens on a side of the Qwen-VL warm-up image: 46 (Pixtral: 16), or `int(sqrt(N))` (at least 1) when
+    --image-max-tokens N allows fewer than that squared (clip-model.h `set_warmup_n_tokens`)."""
     if 0 < image_max_tokens < side * side:
         side = max(1, math.isqrt(image_max_tokens))
     return side
@@ -654,6 +657,8 @@ def mmproj_compute(
             return _qwen25vl_compute(clip, flash_attn, align, fa, image_max_tokens)
         if clip.projector_type in QWEN_VL_FULL_ATTENTION:
             return _qwen_vl_full_compute(mmproj, flash_attn, align, fa, image_max_tokens)
+        if clip.projector_type == "pixtral":
+            return _pixtral_compute(mmproj, flash_attn, align, fa, image_max_tokens)
         if clip.projector_type == "gemma3":
             return _siglip_compute(clip, flash_attn, fa)
         if clip.projector_type == "mlp":
@@ -679,6 +684,11 @@ def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT, image_
         if clip.projector_type in QWEN_VL_FULL_ATTENTION:
             n_pos = _qwen25vl_patches(clip, qwen_vl_warmup_side(image_max_tokens) ** 2)
             return sum(pad(b, align) for b in _qwen_vl_full_inputs(clip, n_pos))
+        if clip.projector_type == "pixtral":
+            n_pos = (
+                qwen_vl_warmup_side(image_max_tokens, PIXTRAL_WARMUP_SIDE) * (clip.spatial_merge_size or 1)
+            ) ** 2
+            return sum(pad(b, align) for b in _pixtral_inputs(clip, n_pos))
         if clip.projector_type == "mlp":
             return sum(pad(b, align) for b in _llava_inputs(clip, shapes))
         if clip.projector_type == "gemma3":
@@ -728,9 +738,10 @@ _QWEN_VL_NAMES = {
     "qwen2vl_merger": "Qwen2-VL",
     "qwen2.5vl_merger": "Qwen2.5-VL",
     "qwen3vl_merger": "Qwen3-VL",
+    "pixtral": "Pixtral",
 }
 #: the projectors whose per-image compute is modelled from a measured graph (the assumption line names them)
-MEASURED_IMAGE_RULES = "Qwen2-VL, Qwen2.5-VL and Qwen3-VL"
+MEASURED_IMAGE_RULES = "Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Pixtral (Mistral Small 3.x)"
 
 
 def _qwen_vl_full_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
@@ -834,6 +845,83 @@ def _qwen_vl_full_compute(
     )
 
 
+#: clip.cpp load_hparams (PROJECTOR_TYPE_PIXTRAL): 8 to 1024 merged tokens an image, warm-up with 256 (16 x 16).
+PIXTRAL_MIN_TOKENS = 8
+PIXTRAL_MAX_TOKENS = 1024
+PIXTRAL_WARMUP_SIDE = 16
+
+
+def _pixtral_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
+    """inp_raw (f32 RGB) and the 2D RoPE positions pos_h, pos_w (n_pos i32 each): the graph inputs."""
+    return (4 * 3 * n_pos * clip.patch_size**2, 4 * n_pos, 4 * n_pos)
+
+
+def pixtral_graph_bytes(
+    mmproj: ModelProfile, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT
+) -> int:
+    """The compute buffer of Pixtral's graph (models/pixtral.cpp: Pixtral 12B, Mistral Small 3.x) for a square image
+    of `n_pos` patches, from the allocator's lists (`tools/groundtruth/mmproj_image.cpp`).
+
+    Below everything: the inputs (raw image, pos_h, pos_w) and the [IMG_BREAK] rows' leaf (`[n_text, 1, rows]`
+    f32, one row per merged row). With flash attention the blocks are replayed with the allocator's best fit: the
+    patch embedding (an f16 im2col, the conv output and two copies), then per block the norm, Q / K / V with their
+    2D RoPE copies, the f16 copies of K and V, the attention output, the FFN norm, gate, up and SwiGLU (`3F` live
+    at once), the FFN output; the freed raw image and the holes the attention leaves set where each goes. Without
+    flash attention: V's copy, the residual, a freed block's hole, the roped Q and K and the scores
+    (`5E + KQ`), or under 1024 patches the FFN phase, taken from the replay with flash attention (3% over at 64
+    patches). Measured byte-exact from 64 to 32768 patches with flash attention (square images; wide ones differ
+    only by the [IMG_BREAK] leaf) and from 1024 without; the patch merger and projector stay below the blocks'
+    peak."""
+    clip = mmproj.clip
+    assert clip is not None
+    merge = clip.spatial_merge_size or 1
+    side = math.isqrt(n_pos)
+    shapes = {t.name: t.shape for t in mmproj.tensors}
+    brk = shapes.get("v.token_embd.img_break")
+    leaf = 4 * brk[0] * max(1, side // merge) if brk else 0
+    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
+    base = [pad(b, align) for b in _pixtral_inputs(clip, n_pos)] + [pad(leaf, align)]
+    blocks = _pixtral_replay(clip, base, n_pos, e, f, align)
+    if not flash_attn:  # the FFN phase (replayed with flash attention) where the scores are small
+        return max(sum(base) + 5 * e + 4 * n_pos * n_pos * clip.n_head, blocks)
+    return blocks
+
+
+def _pixtral_replay(clip: ClipParams, base: list[int], n_pos: int, e: int, f: int, align: int) -> int:
+    raw, pos_h, pos_w, leaf = base
+    ops: list[tuple[str, int]] = [
+        ("raw", raw), ("pos_h", pos_h), ("pos_w", pos_w), ("brk", leaf),
+        ("im2col", pad(2 * 3 * clip.patch_size**2 * n_pos, align)), ("raw", 0),
+        ("conv", e), ("im2col", 0), ("cont1", e), ("conv", 0), ("cont2", e), ("cont1", 0), ("res0", e), ("cont2", 0),
+    ]  # fmt: skip
+    half = pad(e // 2, align)
+    for il in range(clip.n_layer):
+        res, out = (
+            f"res{il}",
+            f"res{il + 1}",
+        )  # the attention output is the next block's residual (adds in place)
+        ops += [
+            ("norm", e), ("q", e), ("q_rope", e), ("q", 0), ("k", e), ("k_rope", e), ("k", 0), ("v", e),
+            ("norm", 0), ("k16", half), ("k_rope", 0), ("v16", half), ("v", 0), ("attn", e), ("q_rope", 0),
+            ("k16", 0), ("v16", 0), (out, e), ("attn", 0), (res, 0), ("ffn_norm", e), ("gate", f), ("up", f),
+            ("ffn_norm", 0), ("swiglu", f), ("gate", 0), ("up", 0), ("ffn_out", e), ("swiglu", 0), ("ffn_out", 0),
+        ]  # fmt: skip
+    return BestFit().run(ops)
+
+
+def _pixtral_compute(
+    mmproj: ModelProfile, flash_attn: bool, align: int, fa: str, image_max_tokens: int = -1
+) -> tuple[int, str]:
+    clip = mmproj.clip
+    assert clip is not None
+    tokens_side = qwen_vl_warmup_side(image_max_tokens, PIXTRAL_WARMUP_SIDE)
+    n_pos = (tokens_side * (clip.spatial_merge_size or 1)) ** 2
+    side = tokens_side * (clip.spatial_merge_size or 1) * clip.patch_size
+    return pixtral_graph_bytes(mmproj, n_pos, flash_attn, align), (
+        f"Pixtral warm-up image {side}x{side} ({n_pos} patches, width {clip.n_embd}, FFN {clip.n_ff}, {fa})"
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProjectorImageGrowth:
     """What the largest image a projector accepts adds to its warm-up compute at run time: ggml_backend_sched
@@ -871,6 +959,43 @@ class ProjectorImageGrowth:
 QWEN25VL_EXACT_PATCHES = 3136
 
 
+_GraphFn = Callable[[int, bool, int], int]
+_InputsFn = Callable[[int], tuple[int, ...]]
+
+
+def _image_family(
+    mmproj: ModelProfile,
+) -> tuple[ClipParams, int, int, int, int, _GraphFn, _InputsFn] | None:
+    """A projector with a measured per-image rule: its parameters, token limits (max, min), warm-up side, merge
+    and graph / inputs functions of the patch count; None for the others."""
+    clip = mmproj.clip
+    if clip is None or clip.n_embd <= 0 or clip.patch_size <= 0 or clip.n_head <= 0:
+        return None
+    ptype = clip.projector_type
+    if ptype == "pixtral":
+        merge = clip.spatial_merge_size or 1
+        graph: _GraphFn = functools.partial(pixtral_graph_bytes, mmproj)
+        return (
+            clip,
+            PIXTRAL_MAX_TOKENS,
+            PIXTRAL_MIN_TOKENS,
+            PIXTRAL_WARMUP_SIDE,
+            merge,
+            graph,
+            functools.partial(_pixtral_inputs, clip),
+        )
+    merge = clip.spatial_merge_size or 2
+    if ptype == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
+        graph = functools.partial(qwen25vl_graph_bytes, clip)
+        inputs: _InputsFn = functools.partial(_qwen25vl_inputs, clip)
+    elif ptype in QWEN_VL_FULL_ATTENTION:
+        graph = functools.partial(qwen_vl_full_graph_bytes, mmproj)
+        inputs = functools.partial(_qwen_vl_full_inputs, clip)
+    else:
+        return None
+    return clip, QWEN_VL_MAX_TOKENS, QWEN_VL_MIN_TOKENS, QWEN_VL_WARMUP_SIDE, merge, graph, inputs
+
+
 def mmproj_image_growth(
     mmproj: ModelProfile,
     flash_attn: bool,
@@ -879,34 +1004,27 @@ def mmproj_image_growth(
     image_min_tokens: int = -1,
 ) -> ProjectorImageGrowth | None:
     """The run-time growth of the projector's compute for its largest image, or None where it is not modelled
-    (Qwen2.5-VL's, Qwen2-VL's and Qwen3-VL's graphs are: the other dynamic-resolution projectors keep the warm-up
-    assumption).
+    (Qwen2.5-VL's, Qwen2-VL's, Qwen3-VL's and Pixtral's graphs are: the other dynamic-resolution projectors keep
+    the warm-up assumption).
 
-    clip.cpp lets a Qwen-VL image take up to 4096 merged tokens (or --image-max-tokens) and warms up with at
-    most 46 x 46 of them, so an image larger than the warm-up one makes the scheduler reserve its graph and
+    clip.cpp lets a Qwen-VL image take up to 4096 merged tokens (Pixtral 1024, or --image-max-tokens) and warms
+    up with at most 46 x 46 of them (Pixtral 16 x 16), so an image larger than the warm-up one makes the scheduler reserve its graph and
     grow the buffer (the buffer never shrinks). --image-min-tokens above the maximum is refused as llama.cpp
     refuses it (`image_max_pixels is less than image_min_pixels`)."""
-    clip = mmproj.clip
-    if clip is None or clip.n_embd <= 0 or clip.patch_size <= 0 or clip.n_head <= 0:
+    family = _image_family(mmproj)
+    if family is None:
         return None
-    windowed = clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0
-    if not windowed and clip.projector_type not in QWEN_VL_FULL_ATTENTION:
-        return None
-    tokens = image_max_tokens if image_max_tokens > 0 else QWEN_VL_MAX_TOKENS
-    low = image_min_tokens if image_min_tokens > 0 else QWEN_VL_MIN_TOKENS
+    clip, own_max, own_min, side, merge, graph, inputs = family
+    windowed = clip.projector_type == "qwen2.5vl_merger"
+    tokens = image_max_tokens if image_max_tokens > 0 else own_max
+    low = image_min_tokens if image_min_tokens > 0 else own_min
     if low > tokens:
         raise SettingsError(
             f"--image-min-tokens {low} is above the largest image's {tokens} tokens: llama.cpp refuses to load "
             "the projector (image_max_pixels is less than image_min_pixels)"
         )
-    warm = qwen_vl_warmup_side(image_max_tokens) ** 2
-    n_max, n_warm = _qwen25vl_patches(clip, tokens), _qwen25vl_patches(clip, warm)
-    if windowed:
-        graph = functools.partial(qwen25vl_graph_bytes, clip)
-        inputs = functools.partial(_qwen25vl_inputs, clip)
-    else:
-        graph = functools.partial(qwen_vl_full_graph_bytes, mmproj)
-        inputs = functools.partial(_qwen_vl_full_inputs, clip)
+    warm = qwen_vl_warmup_side(image_max_tokens, side) ** 2
+    n_max, n_warm = tokens * merge * merge, warm * merge * merge
     grow = max(0, graph(n_max, flash_attn, align) - graph(n_warm, flash_attn, align))
     host = max(
         0,
