@@ -1106,18 +1106,22 @@ MODEL_NOTES = """\
   live through the later blocks (its graph runs the deepstack mergers last), so a late block holds `(k + 6)E` or
   `(k + 2)E + F`, and the deepstack mergers' concatenations, replayed with the allocator's best fit, go on top
   (the peak for Qwen3-VL-8B). Warm-up (46 x 46 tokens): Qwen2-VL-7B 267.08 MiB, Qwen3-VL-8B 372.08 MiB, exact
-  (the shapes-only approximation said 390.94 and 359.55). Other projectors keep an approximation from the tensor
+  (the shapes-only approximation said 390.94 and 359.55). Pixtral (Mistral Small 3.1, `pixtral_graph_bytes`):
+  with flash attention the blocks are replayed with the allocator's best fit (the freed raw image and the holes
+  the attention leaves decide where each tensor goes; three FFN intermediates live at once), without it
+  `5E + KQ`; warm-up 16 x 16 tokens, 64.62 MiB, exact. Other projectors keep an approximation from the tensor
   shapes (raw image, one block or the projector); the estimate says so in its assumptions. `--image-max-tokens`
   shrinks a Qwen-VL warm-up image (recorded: 292.13 MiB at 1024 tokens, exact). An image larger than the warm-up
   one grows the buffer at run time (`mmproj_image_growth`, its own term "mmproj images"), recorded with
   `tools/groundtruth/mmproj_image.cpp` at 64 to 32768 patches: Qwen2.5-VL's graph is byte-exact from 784 tokens
   up (flash attention: the f32 window mask's space holds as many of a block's three FFN intermediates as fit)
-  and at every size without flash attention, under 784 tokens 7-20% over; Qwen2-VL's and Qwen3-VL's are
-  byte-exact at every recorded size (without flash attention from 1024 patches; at a 64-patch warm-up, 4 x 4
-  tokens, Qwen2-VL's is 13% under and Qwen3-VL's 8% over). The default limit, 4096 tokens, takes 1893.0 MiB
-  (Qwen2.5-VL), 517.0 MiB (Qwen2-VL), 720.3 MiB (Qwen3-VL). llama-server caps a Qwen-VL image at half the ubatch
-  when the text model takes the prompt in one ubatch (non-causal attention), and the estimate follows it.
-  Pixtral, Kimi-VL, GLM-4.xV, LFM2-VL, InternVL and the other dynamic-resolution projectors keep the warm-up
+  and at every size without flash attention, under 784 tokens 7-20% over; Qwen2-VL's, Qwen3-VL's and
+  Pixtral's are byte-exact at every recorded size (Pixtral: square images, a wide one differs by its [IMG_BREAK]
+  rows; without flash attention from 1024 patches; at a 64-patch warm-up, 4 x 4 tokens, Qwen2-VL's is 13%
+  under, Qwen3-VL's 8% over, Pixtral's 3% over). The default limit, 4096 tokens, takes 1893.0 MiB (Qwen2.5-VL),
+  517.0 MiB (Qwen2-VL), 720.3 MiB (Qwen3-VL); Pixtral's 1024 tokens 257.8 MiB. llama-server caps an image at
+  half the ubatch when the text model takes the prompt in one ubatch (non-causal attention), and the estimate
+  follows it. Kimi-VL, GLM-4.xV, LFM2-VL, InternVL and the other dynamic-resolution projectors keep the warm-up
   and say so.
 
 ## Known gaps (compute)

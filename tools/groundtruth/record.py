@@ -36,8 +36,8 @@ without -c (llama-server's own sizing of the KV pool); YaRN context extension (`
 training context); the projector's warm-up with `--image-max-tokens` (Qwen2.5-VL). `-t 2`; about 12 minutes on 2
 cores (`--only qwen2.5-vl-7b` or `--only llama-3.1-8b` for one part).
 `--grids mmproj_images` (not a default; needs FITPLAN_LLAMA_SRC for the headers): the projector's compute buffer
-after one image of each size beyond its warm-up image (tools/groundtruth/mmproj_image.cpp; Qwen2.5-VL, Qwen2-VL and
-Qwen3-VL on the CPU, `--only mmproj-qwen3-vl-8b` for one;
+after one image of each size beyond its warm-up image (tools/groundtruth/mmproj_image.cpp; Qwen2.5-VL, Qwen2-VL,
+Qwen3-VL and Mistral Small 3.1's Pixtral on the CPU, `--only mmproj-qwen3-vl-8b` for one;
 the evaluation callback stops each graph after its first node, so the allocation is llama.cpp's and the arithmetic
 is skipped); about 2 minutes.
 """
