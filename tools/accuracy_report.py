@@ -1113,10 +1113,11 @@ MODEL_NOTES = """\
   shapes (raw image, one block or the projector); the estimate says so in its assumptions. `--image-max-tokens`
   shrinks a Qwen-VL warm-up image (recorded: 292.13 MiB at 1024 tokens, exact). An image larger than the warm-up
   one grows the buffer at run time (`mmproj_image_growth`, its own term "mmproj images"), recorded with
-  `tools/groundtruth/mmproj_image.cpp` at 64 to 32768 patches: Qwen2.5-VL's graph is byte-exact from 784 tokens
-  up (flash attention: the f32 window mask's space holds as many of a block's three FFN intermediates as fit)
-  and at every size without flash attention, under 784 tokens 7-20% over; Qwen2-VL's, Qwen3-VL's and
-  Pixtral's are byte-exact at every recorded size (Pixtral: square images, a wide one differs by its [IMG_BREAK]
+  `tools/groundtruth/mmproj_image.cpp` at 64 to 32768 patches: Qwen2.5-VL's graph with flash attention is
+  replayed block by block with the allocator's best fit (the f32 window mask's space holds as many of a block's
+  three FFN intermediates as fit; under 784 tokens other holes take more, where the former closed rule was 7-20%
+  over), without it `5E + KQ`: byte-exact at every size. Qwen2-VL's, Qwen3-VL's and Pixtral's are byte-exact at
+  every recorded size (Pixtral: square images, a wide one differs by its [IMG_BREAK]
   rows; without flash attention from 1024 patches; at a 64-patch warm-up, 4 x 4 tokens, Qwen2-VL's is 13%
   under, Qwen3-VL's 8% over, Pixtral's 3% over). The default limit, 4096 tokens, takes 1893.0 MiB (Qwen2.5-VL),
   517.0 MiB (Qwen2-VL), 720.3 MiB (Qwen3-VL); Pixtral's 1024 tokens 257.8 MiB. llama-server caps an image at

@@ -640,10 +640,11 @@ def mmproj_compute(
       with flash attention the mask's f16 copy is allocated above four blocks in the first block (no hole fits it)
       and lives until the last windowed block, the f32 mask is freed once cast, and of a windowed block's three
       FFN intermediates (gate, up, SwiGLU output, `F` each) as many as fit go into the f32 mask's space, the rest
-      above: `inputs + 4E + mask16 + (3 - k) F` with `k = min(3, mask32 // F)` (one above it at the warm-up image);
-      without it, `inputs + 5E + KQ`. Measured (`tools/groundtruth/mmproj_image.cpp`) from 64 to 32768 patches:
-      byte-exact from 3136 patches (784 tokens) up, and at every size without flash attention; below 784 tokens
-      other holes take more of the blocks and the rule is above the allocation (by 7% to 20.4%).
+      above (`inputs + 4E + mask16 + (3 - k) F` with `k = min(3, mask32 // F)` from 784 tokens up; the whole
+      graph is replayed with the allocator's best fit, `_qwen25vl_replay`, which also holds below 784 tokens,
+      where other holes take more of the blocks); without it, `inputs + 5E + KQ`. Measured
+      (`tools/groundtruth/mmproj_image.cpp`) from 64 to 32768 patches: byte-exact at every size.
+    * Qwen2-VL, Qwen3-VL and Pixtral: `qwen2vl_graph_bytes`, `qwen3vl_graph_bytes`, `pixtral_graph_bytes`.
 
     Other projectors: the raw f32 image, then the larger of one block's live set (`2E + F`, plus `KQ` without
     flash attention) and the projector's (`4 * n_pos * (n_embd + 2 proj)`), an approximation read from the
@@ -710,12 +711,46 @@ def _qwen25vl_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
 def qwen25vl_graph_bytes(clip: ClipParams, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT) -> int:
     """The compute buffer of Qwen2.5-VL's graph for an image of `n_pos` patches (see `mmproj_compute`): the graph
     depends on the patch count, not on the image's shape."""
-    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
-    inputs = sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
     if not flash_attn:
-        return inputs + 5 * e + 4 * n_pos * n_pos * clip.n_head
-    in_mask_hole = min(3, pad(4 * n_pos * n_pos, align) // f) if f else 3
-    return inputs + 4 * e + pad(2 * n_pos * n_pos, align) + (3 - in_mask_hole) * f
+        inputs = sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
+        return inputs + 5 * 4 * n_pos * clip.n_embd + 4 * n_pos * n_pos * clip.n_head
+    return _qwen25vl_replay(clip, n_pos, align)
+
+
+def _qwen25vl_replay(clip: ClipParams, n_pos: int, align: int) -> int:
+    """Qwen2.5-VL's graph with flash attention replayed with the allocator's best fit, in the order of the
+    allocator's trace: the inputs (raw image, inverse window index, positions, the f32 window mask, window index);
+    the two patch embeddings (f16 im2col, conv, a copy each), their sum and the window reordering; per block the
+    norm, Q / K / V and the roped Q and K, the f16 copies of K and V, in a windowed block the mask's f16 copy
+    (cast once in the first, freed after the last) and its per-block copy, the attention output and its
+    projection (the next residual), the FFN norm, gate, up and SwiGLU, the FFN output. The merger stays below."""
+    e, f = pad(4 * n_pos * clip.n_embd, align), pad(4 * n_pos * clip.n_ff, align)
+    raw, inv, positions, mask, widx = (pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
+    im2col, half, mask16 = (
+        pad(b, align) for b in (2 * 3 * clip.patch_size**2 * n_pos, e // 2, 2 * n_pos * n_pos)
+    )
+    ops: list[tuple[str, int]] = [
+        ("raw", raw), ("inv", inv), ("pos", positions), ("mask", mask), ("widx", widx),
+        ("im0", im2col), ("cv0", e), ("im0", 0), ("c1", e), ("cv0", 0), ("im1", im2col), ("raw", 0), ("cv1", e),
+        ("im1", 0), ("c2", e), ("cv1", 0), ("c2", 0), ("p1", e), ("c1", 0), ("p2", e), ("p1", 0), ("res0", e),
+        ("p2", 0), ("inv", 0),
+    ]  # fmt: skip
+    windowed = [il for il in range(clip.n_layer) if (il + 1) % clip.n_wa_pattern]
+    for il in range(clip.n_layer):
+        ops += [
+            ("ln", e), ("q", e), ("qr", e), ("q", 0), ("k", e), ("kr", e), ("k", 0), ("v", e), ("ln", 0),
+            ("kc", half), ("kr", 0), ("vc", half), ("v", 0),
+        ]  # fmt: skip
+        if windowed and il == windowed[0]:
+            ops += [("m16", mask16), ("mask", 0)]
+        if il in windowed:
+            ops += [("mc", mask16), *([("m16", 0)] if il == windowed[-1] else [])]
+        ops += [
+            ("fa", e), ("qr", 0), ("kc", 0), ("vc", 0), ("mc", 0), (f"res{il + 1}", e), ("fa", 0), (f"res{il}", 0),
+            ("fn", e), ("gate", f), ("up", f), ("fn", 0), ("sw", f), ("gate", 0), ("up", 0), ("dn", e), ("sw", 0),
+            ("dn", 0),
+        ]  # fmt: skip
+    return BestFit().run(ops)
 
 
 def _qwen25vl_compute(
@@ -933,7 +968,6 @@ class ProjectorImageGrowth:
     device_bytes: int  # on the projector's device, beyond the warm-up buffer
     host_input_bytes: int  # with the projector on a GPU: its graph inputs beyond the warm-up's, on the host
     from_flag: bool  # the limit is --image-max-tokens (else the projector's own)
-    exact: bool  # within the sizes the rule was measured byte-exact at
     projector: str = "Qwen2.5-VL"  # whose measured per-image rule
 
     def explain(self) -> str:
@@ -945,18 +979,10 @@ class ProjectorImageGrowth:
         )
 
     def assumption(self) -> str:
-        text = (
+        return (
             f"mmproj compute is sized for the largest image ({self.tokens} tokens, {self.projector}'s measured "
             "per-image rule); lower it with --image-max-tokens"
         )
-        if not self.exact:
-            text += "; under 784 tokens an image's buffer is estimated high (up to a fifth)"
-        return text
-
-
-#: Below this many patches (784 tokens) Qwen2.5-VL's flash-attention graph places more in other holes than
-#: `qwen25vl_graph_bytes` counts (measured; the rule is then above the allocation).
-QWEN25VL_EXACT_PATCHES = 3136
 
 
 _GraphFn = Callable[[int, bool, int], int]
@@ -1015,7 +1041,6 @@ def mmproj_image_growth(
     if family is None:
         return None
     clip, own_max, own_min, side, merge, graph, inputs = family
-    windowed = clip.projector_type == "qwen2.5vl_merger"
     tokens = image_max_tokens if image_max_tokens > 0 else own_max
     low = image_min_tokens if image_min_tokens > 0 else own_min
     if low > tokens:
@@ -1038,7 +1063,6 @@ def mmproj_image_growth(
         device_bytes=grow,
         host_input_bytes=host,
         from_flag=image_max_tokens > 0,
-        exact=not windowed or not flash_attn or n_max >= QWEN25VL_EXACT_PATCHES,
         projector=_QWEN_VL_NAMES.get(clip.projector_type, clip.projector_type),
     )
 
