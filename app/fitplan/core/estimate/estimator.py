@@ -717,6 +717,7 @@ def qwen25vl_graph_bytes(clip: ClipParams, n_pos: int, flash_attn: bool, align: 
     return _qwen25vl_replay(clip, n_pos, align)
 
 
+@functools.lru_cache(maxsize=256)  # a replay per image size; estimates repeat them
 def _qwen25vl_replay(clip: ClipParams, n_pos: int, align: int) -> int:
     """Qwen2.5-VL's graph with flash attention replayed with the allocator's best fit, in the order of the
     allocator's trace: the inputs (raw image, inverse window index, positions, the f32 window mask, window index);
@@ -834,6 +835,7 @@ def qwen3vl_graph_bytes(
     return peak
 
 
+@functools.lru_cache(maxsize=256)  # a replay per image size; estimates repeat them
 def _qwen3vl_deepstack_peak(k: int, inputs: int, e: int, o: int) -> int:
     layout: list[tuple[str, int]] = [("", inputs), ("held0", e), ("main", o), ("", e - o)]
     layout += [(f"held{i}", e) for i in range(1, k)]
@@ -915,14 +917,15 @@ def pixtral_graph_bytes(
     brk = shapes.get("v.token_embd.img_break")
     leaf = 4 * brk[0] * max(1, side // merge) if brk else 0
     e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
-    base = [pad(b, align) for b in _pixtral_inputs(clip, n_pos)] + [pad(leaf, align)]
+    base = (*(pad(b, align) for b in _pixtral_inputs(clip, n_pos)), pad(leaf, align))
     blocks = _pixtral_replay(clip, base, n_pos, e, f, align)
     if not flash_attn:  # the FFN phase (replayed with flash attention) where the scores are small
         return max(sum(base) + 5 * e + 4 * n_pos * n_pos * clip.n_head, blocks)
     return blocks
 
 
-def _pixtral_replay(clip: ClipParams, base: list[int], n_pos: int, e: int, f: int, align: int) -> int:
+@functools.lru_cache(maxsize=256)  # a replay per image size; estimates repeat them
+def _pixtral_replay(clip: ClipParams, base: tuple[int, ...], n_pos: int, e: int, f: int, align: int) -> int:
     raw, pos_h, pos_w, leaf = base
     ops: list[tuple[str, int]] = [
         ("raw", raw), ("pos_h", pos_h), ("pos_w", pos_w), ("brk", leaf),
