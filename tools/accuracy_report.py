@@ -1140,14 +1140,31 @@ MODEL_NOTES = """\
   activations), Gemma 3's SigLIP tower (three blocks and an FFN intermediate) and Qwen2.5-VL (warm-up image of
   46 x 46 merged tokens, 8464 patches: the inputs with the f32 window mask, four blocks, the mask's f16 copy and
   an FFN intermediate: 704.79 MiB). Measured by loading the projector through libmtmd (`mtmd_init_from_file` with
-  warm-up, next to a vocab-only text model) with the GGML_ALLOCATOR_DEBUG `ggml-base`. Other projectors keep an
-  approximation from the tensor shapes (raw image, one block or the projector), with the Qwen-VL warm-up size for
-  Qwen2-VL and Qwen3-VL; the estimate says so in its assumptions. `--image-max-tokens` shrinks a Qwen-VL warm-up
-  image (recorded: 292.13 MiB at 1024 tokens, exact). An image larger than the warm-up one grows the buffer at run
-  time (`mmproj_image_growth`, its own term "mmproj images"): Qwen2.5-VL's graph per image size, recorded with
-  `tools/groundtruth/mmproj_image.cpp` at 64 to 32768 patches, is byte-exact from 784 tokens up (flash attention:
-  the f32 window mask's space holds as many of a block's three FFN intermediates as fit) and at every size without
-  flash attention; under 784 tokens it is 7-20% over. The default limit, 4096 tokens, takes 1893.0 MiB.
+  warm-up, next to a vocab-only text model) with the GGML_ALLOCATOR_DEBUG `ggml-base`. Qwen2-VL and Qwen3-VL
+  (`qwen2vl_graph_bytes`, `qwen3vl_graph_bytes`) are named the same way from the allocator's lists of
+  `tools/groundtruth/mmproj_image.cpp` runs: Qwen2-VL the inputs and the larger of a block's attention (`5E`,
+  plus the scores without flash attention) and FFN (`2E + F`); Qwen3-VL keeps the outputs of its deepstack blocks
+  live through the later blocks (its graph runs the deepstack mergers last), so a late block holds `(k + 6)E` or
+  `(k + 2)E + F`, and the deepstack mergers' concatenations, replayed with the allocator's best fit, go on top
+  (the peak for Qwen3-VL-8B). Warm-up (46 x 46 tokens): Qwen2-VL-7B 267.08 MiB, Qwen3-VL-8B 372.08 MiB, exact
+  (the shapes-only approximation said 390.94 and 359.55). Pixtral (Mistral Small 3.1, `pixtral_graph_bytes`):
+  with flash attention the blocks are replayed with the allocator's best fit (the freed raw image and the holes
+  the attention leaves decide where each tensor goes; three FFN intermediates live at once), without it
+  `5E + KQ`; warm-up 16 x 16 tokens, 64.62 MiB, exact. Other projectors keep an approximation from the tensor
+  shapes (raw image, one block or the projector); the estimate says so in its assumptions. `--image-max-tokens`
+  shrinks a Qwen-VL warm-up image (recorded: 292.13 MiB at 1024 tokens, exact). An image larger than the warm-up
+  one grows the buffer at run time (`mmproj_image_growth`, its own term "mmproj images"), recorded with
+  `tools/groundtruth/mmproj_image.cpp` at 64 to 32768 patches: Qwen2.5-VL's graph with flash attention is
+  replayed block by block with the allocator's best fit (the f32 window mask's space holds as many of a block's
+  three FFN intermediates as fit; under 784 tokens other holes take more, where the former closed rule was 7-20%
+  over), without it `5E + KQ`: byte-exact at every size. Qwen2-VL's, Qwen3-VL's and Pixtral's are byte-exact at
+  every recorded size (Pixtral: square images, a wide one differs by its [IMG_BREAK]
+  rows; without flash attention from 1024 patches; at a 64-patch warm-up, 4 x 4 tokens, Qwen2-VL's is 13%
+  under, Qwen3-VL's 8% over, Pixtral's 3% over). The default limit, 4096 tokens, takes 1893.0 MiB (Qwen2.5-VL),
+  517.0 MiB (Qwen2-VL), 720.3 MiB (Qwen3-VL); Pixtral's 1024 tokens 257.8 MiB. llama-server caps an image at
+  half the ubatch when the text model takes the prompt in one ubatch (non-causal attention), and the estimate
+  follows it. Kimi-VL, GLM-4.xV, LFM2-VL, InternVL and the other dynamic-resolution projectors keep the warm-up
+  and say so.
 
 ## Known gaps (compute)
 

@@ -107,7 +107,10 @@ def test_recorded_files_are_where_the_tests_read_them() -> None:
     assert sorted(p.name for p in Path(TERMS).glob("*.json")) == [
         "llama-3.1-8b-server.json",
         "llama-3.1-8b-yarn.json",
+        "mmproj-mistral-small-3.1-24b-images.json",  # tests/estimate/test_mmproj_images.py
+        "mmproj-qwen2-vl-7b-images.json",  # tests/estimate/test_mmproj_images.py
         "mmproj-qwen2.5-vl-7b-images.json",  # tests/estimate/test_mmproj_images.py
+        "mmproj-qwen3-vl-8b-images.json",  # tests/estimate/test_mmproj_images.py
         "qwen2.5-vl-7b-mmproj.json",  # tests/estimate/test_mmproj_images.py
     ]
 

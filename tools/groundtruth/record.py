@@ -36,7 +36,8 @@ without -c (llama-server's own sizing of the KV pool); YaRN context extension (`
 training context); the projector's warm-up with `--image-max-tokens` (Qwen2.5-VL). `-t 2`; about 12 minutes on 2
 cores (`--only qwen2.5-vl-7b` or `--only llama-3.1-8b` for one part).
 `--grids mmproj_images` (not a default; needs FITPLAN_LLAMA_SRC for the headers): the projector's compute buffer
-after one image of each size beyond its warm-up image (tools/groundtruth/mmproj_image.cpp, Qwen2.5-VL on the CPU;
+after one image of each size beyond its warm-up image (tools/groundtruth/mmproj_image.cpp; Qwen2.5-VL, Qwen2-VL,
+Qwen3-VL and Mistral Small 3.1's Pixtral on the CPU, `--only mmproj-qwen3-vl-8b` for one;
 the evaluation callback stops each graph after its first node, so the allocation is llama.cpp's and the arithmetic
 is skipped); about 2 minutes.
 """
@@ -1837,17 +1838,28 @@ def grid_terms(env: Env, only: list[str] | None) -> None:
 #: of 4 to 64 merged tokens a side and wide images, flash attention auto (enabled on the CPU) with a 4 x 4 token
 #: warm-up (--image-max-tokens 16), so that each image's own graph sets the buffer; off for a few sizes; and the
 #: default warm-up (46 x 46) followed by an image of the projector's largest size.
-MMPROJ_IMAGE_CASES: list[tuple[str, int, int, list[tuple[int, int]]]] = [
-    *[
-        (f"fa-auto-{k}x{k}", -1, 16, [(28 * k, 28 * k)])
-        for k in (4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 46, 52, 56, 60, 64)
-    ],
-    ("fa-auto-128x32", -1, 16, [(3584, 896)]),
-    ("fa-auto-72x52", -1, 16, [(2016, 1456)]),
-    ("fa-auto-64x128", -1, 16, [(1792, 3584)]),
-    *[(f"fa-off-{k}x{k}", 0, 16, [(28 * k, 28 * k)]) for k in (16, 32, 40, 46, 52, 64)],
-    ("fa-auto-default-warmup-then-64x64", -1, -1, [(448, 448), (1792, 1792)]),
-]
+def _mmproj_image_cases(unit: int) -> list[tuple[str, int, int, list[tuple[int, int]]]]:
+    """The cases for a projector whose merged token is `unit` pixels a side (patch size x spatial merge)."""
+    return [
+        *[
+            (f"fa-auto-{k}x{k}", -1, 16, [(unit * k, unit * k)])
+            for k in (4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 46, 52, 56, 60, 64)
+        ],
+        ("fa-auto-128x32", -1, 16, [(unit * 128, unit * 32)]),
+        ("fa-auto-72x52", -1, 16, [(unit * 72, unit * 52)]),
+        ("fa-auto-64x128", -1, 16, [(unit * 64, unit * 128)]),
+        *[(f"fa-off-{k}x{k}", 0, 16, [(unit * k, unit * k)]) for k in (16, 32, 40, 46, 52, 64)],
+        ("fa-auto-default-warmup-then-64x64", -1, -1, [(unit * 16, unit * 16), (unit * 64, unit * 64)]),
+    ]
+
+
+#: the projectors recorded (`--only` picks among them) and the pixels a side of one merged token
+MMPROJ_IMAGE_PROJECTORS: dict[str, int] = {
+    "mmproj-qwen2.5-vl-7b": 28,
+    "mmproj-qwen2-vl-7b": 28,
+    "mmproj-qwen3-vl-8b": 32,
+    "mmproj-mistral-small-3.1-24b": 28,
+}
 
 
 def _mmproj_image_tool(env: Env, src: Path) -> Path:
@@ -1869,11 +1881,19 @@ def grid_mmproj_images(env: Env, only: list[str] | None) -> None:
         print("mmproj_images needs FITPLAN_LLAMA_SRC (the llama.cpp source of the build)", file=sys.stderr)
         return
     tool = _mmproj_image_tool(env, Path(src))
-    mmproj = TERMS_MMPROJ[1]
+    for mmproj, unit in MMPROJ_IMAGE_PROJECTORS.items():
+        if only and mmproj not in only:
+            continue
+        _record_mmproj_images(env, tool, mmproj, _mmproj_image_cases(unit))
+
+
+def _record_mmproj_images(
+    env: Env, tool: Path, mmproj: str, spec: list[tuple[str, int, int, list[tuple[int, int]]]]
+) -> None:
     mm_path = sparse_models.generate(mmproj, env.work / "sparse")
     hdr = sparse_models.generate(mmproj, MODELS_DIR / "sparse", header_only=True)
     cases: list[dict[str, Any]] = []
-    for cid, fa, imt, sizes in MMPROJ_IMAGE_CASES:
+    for cid, fa, imt, sizes in spec:
         argv = [str(tool), str(mm_path), str(fa), str(imt), *[str(v) for wh in sizes for v in wh]]
         p = subprocess.run(argv, capture_output=True, text=True, env=env.env, timeout=600, check=False)
         images = [

@@ -347,6 +347,53 @@ MMPROJ_CONFIGS: dict[str, dict[str, object]] = {
         "window_size": 112,
         "text_hidden_size": 3584,
     },
+    "mmproj-qwen2-vl-7b": {
+        "source": "Qwen/Qwen2-VL-7B-Instruct config.json (vision_config: embed_dim 1280, depth 32, mlp_ratio 4)",
+        "projector_type": "qwen2vl_merger",
+        "text_model": "qwen2.5-vl-7b",
+        "hidden_size": 1280,
+        "intermediate_size": 5120,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 560,
+        "layer_norm_eps": 1e-6,
+        "spatial_merge_size": 2,
+        "text_hidden_size": 3584,
+        "note": "text_model: Qwen2-VL-7B's language model has Qwen2.5-VL-7B's shapes (the projector is what differs)",
+    },
+    "mmproj-qwen3-vl-8b": {
+        "source": "Qwen/Qwen3-VL-8B-Instruct config.json (vision_config)",
+        "projector_type": "qwen3vl_merger",
+        "text_model": "qwen3-8b",
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "patch_size": 16,
+        "image_size": 768,
+        "layer_norm_eps": 1e-6,
+        "spatial_merge_size": 2,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [8, 16, 24],
+        "text_hidden_size": 4096,
+    },
+    "mmproj-mistral-small-3.1-24b": {
+        "source": "mistralai/Mistral-Small-3.1-24B-Instruct-2503 config.json (vision_config: Pixtral tower; "
+        "spatial_merge_size 2, multimodal_projector_bias false, text hidden_size 5120)",
+        "projector_type": "pixtral",
+        "text_model": "llama-3.1-8b",
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "patch_size": 14,
+        "image_size": 1540,
+        "layer_norm_eps": 1e-5,
+        "spatial_merge_size": 2,
+        "text_hidden_size": 5120,
+        "note": "text_model: any text model serves the projector's recordings (mmproj_image.cpp loads it alone)",
+    },
 }
 
 # typical "Q4_K_M"-like mix: the matrix types by role (norms, biases and small vectors are always F32)
@@ -1045,10 +1092,108 @@ def build_mmproj_qwen2_5_vl_7b() -> ModelSpec:
     return spec
 
 
+def build_mmproj_qwen2_vl_7b() -> ModelSpec:
+    """Qwen2-VL's tower: LayerNorm with bias, a GELU MLP (fc1/fc2), no window attention; the merger's LayerNorm
+    (ln_q) is v.post_ln."""
+    cfg = MMPROJ_CONFIGS["mmproj-qwen2-vl-7b"]
+    spec = ModelSpec("mmproj-qwen2-vl-7b", "clip")
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    merge = cfg_int(cfg, "spatial_merge_size")
+    _vit_common(spec, cfg, gelu=True)
+    spec.u32("clip.vision.spatial_merge_size", merge)
+    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
+    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+    vit_blocks(spec, cfg, ln_bias=True, gated=False)
+    spec.t("v.post_ln.weight", (d,))
+    spec.t("v.post_ln.bias", (d,))
+    d_merge = d * merge * merge
+    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
+    spec.t("mm.0.bias", (d_merge,))
+    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
+    spec.t("mm.2.bias", (n_out,))
+    return spec
+
+
+def build_mmproj_qwen3_vl_8b() -> ModelSpec:
+    """Qwen3-VL's tower: a fused QKV, LayerNorm with bias, a GELU MLP, a patch bias and learned position
+    embeddings (resized to the image), and deepstack mergers (postshuffle norm, fc1, fc2) after the listed
+    blocks whose outputs are concatenated to the main merger's."""
+    cfg = MMPROJ_CONFIGS["mmproj-qwen3-vl-8b"]
+    spec = ModelSpec("mmproj-qwen3-vl-8b", "clip")
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    ff, merge = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "spatial_merge_size")
+    deep = cfg["deepstack_visual_indexes"]
+    assert isinstance(deep, list)
+    _vit_common(spec, cfg, gelu=True)
+    spec.u32("clip.vision.spatial_merge_size", merge)
+    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
+    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+    spec.t("v.patch_embd.bias", (d,))
+    spec.t("v.position_embd.weight", (d, cfg_int(cfg, "num_position_embeddings")))  # F32: ggml_interpolate
+    for il in range(cfg_int(cfg, "num_hidden_layers")):
+        spec.tq(f"v.blk.{il}.attn_qkv.weight", (d, 3 * d), Q.F16)
+        spec.t(f"v.blk.{il}.attn_qkv.bias", (3 * d,))
+        spec.tq(f"v.blk.{il}.attn_out.weight", (d, d), Q.F16)
+        spec.t(f"v.blk.{il}.attn_out.bias", (d,))
+        for ln in ("ln1", "ln2"):
+            spec.t(f"v.blk.{il}.{ln}.weight", (d,))
+            spec.t(f"v.blk.{il}.{ln}.bias", (d,))
+        spec.tq(f"v.blk.{il}.ffn_up.weight", (d, ff), Q.F16)
+        spec.t(f"v.blk.{il}.ffn_up.bias", (ff,))
+        spec.tq(f"v.blk.{il}.ffn_down.weight", (ff, d), Q.F16)
+        spec.t(f"v.blk.{il}.ffn_down.bias", (d,))
+    d_merge = d * merge * merge
+    for il in deep:
+        spec.t(f"v.deepstack.{il}.norm.weight", (d_merge,))
+        spec.t(f"v.deepstack.{il}.norm.bias", (d_merge,))
+        spec.tq(f"v.deepstack.{il}.fc1.weight", (d_merge, d_merge), Q.F16)
+        spec.t(f"v.deepstack.{il}.fc1.bias", (d_merge,))
+        spec.tq(f"v.deepstack.{il}.fc2.weight", (d_merge, n_out), Q.F16)
+        spec.t(f"v.deepstack.{il}.fc2.bias", (n_out,))
+    spec.t("v.post_ln.weight", (d,))
+    spec.t("v.post_ln.bias", (d,))
+    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
+    spec.t("mm.0.bias", (d_merge,))
+    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
+    spec.t("mm.2.bias", (n_out,))
+    return spec
+
+
+def build_mmproj_mistral_small_3_1_24b() -> ModelSpec:
+    """Pixtral's tower as Mistral Small 3.1 has it: RMS norms (weights only), no biases, a SiLU-gated FFN, 2D RoPE
+    (no position embedding), then the patch merger (RMS norm, 2 x 2 unfold, a linear layer back to the tower's
+    width), the two-layer GELU projector without biases, and the [IMG_BREAK] embedding."""
+    cfg = MMPROJ_CONFIGS["mmproj-mistral-small-3.1-24b"]
+    spec = ModelSpec("mmproj-mistral-small-3.1-24b", "clip")
+    d, p, n_out = cfg_int(cfg, "hidden_size"), cfg_int(cfg, "patch_size"), cfg_int(cfg, "text_hidden_size")
+    ff, merge = cfg_int(cfg, "intermediate_size"), cfg_int(cfg, "spatial_merge_size")
+    _vit_common(spec, cfg, gelu=False)
+    spec.u32("clip.vision.spatial_merge_size", merge)
+    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
+    spec.t("v.pre_ln.weight", (d,))
+    for il in range(cfg_int(cfg, "num_hidden_layers")):
+        for w in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            spec.tq(f"v.blk.{il}.{w}.weight", (d, d), Q.F16)
+        spec.t(f"v.blk.{il}.ln1.weight", (d,))
+        spec.t(f"v.blk.{il}.ln2.weight", (d,))
+        spec.tq(f"v.blk.{il}.ffn_gate.weight", (d, ff), Q.F16)
+        spec.tq(f"v.blk.{il}.ffn_up.weight", (d, ff), Q.F16)
+        spec.tq(f"v.blk.{il}.ffn_down.weight", (ff, d), Q.F16)
+    spec.t("mm.input_norm.weight", (d,))
+    spec.tq("mm.patch_merger.weight", (d * merge * merge, d), Q.F16)
+    spec.tq("mm.1.weight", (d, n_out), Q.F16)
+    spec.tq("mm.2.weight", (n_out, n_out), Q.F16)
+    spec.t("v.token_embd.img_break", (n_out,))
+    return spec
+
+
 MMPROJ_BUILDERS: dict[str, Callable[[], ModelSpec]] = {
     "mmproj-gemma-3-27b": build_mmproj_gemma_3_27b,
     "mmproj-llava-llama-3-8b": build_mmproj_llava_llama_3_8b,
     "mmproj-qwen2.5-vl-7b": build_mmproj_qwen2_5_vl_7b,
+    "mmproj-qwen2-vl-7b": build_mmproj_qwen2_vl_7b,
+    "mmproj-qwen3-vl-8b": build_mmproj_qwen3_vl_8b,
+    "mmproj-mistral-small-3.1-24b": build_mmproj_mistral_small_3_1_24b,
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fitplan.core import engines
 from fitplan.core.base.devices import MIB, Device, DeviceKind, Machine, Vendor
@@ -43,6 +43,7 @@ from fitplan.core.base.results import (
 from fitplan.core.base.units import pad
 from fitplan.core.memory import context as context_memory
 from fitplan.core.memory.compute import ComputeBuffer, ComputeInputs, compute_buffers
+from fitplan.core.memory.compute.allocator import BestFit
 from fitplan.core.memory.reserve import (
     CUDA_RESERVE_ASSUMPTION,
     matmul_shapes,
@@ -225,7 +226,7 @@ def estimate(
 
     # mmproj.
     if mmproj is not None:
-        _add_mmproj(parts, mmproj, settings, gpus, ctx, assumptions)
+        _add_mmproj(parts, mmproj, settings, gpus, ctx, assumptions, profile.causal_attn)
 
     # Draft model: same n_ctx as the target, its own cache types and -ngld.
     if draft is not None and settings.draft is not None:
@@ -484,6 +485,42 @@ def mmproj_on_gpu(placement: MmprojPlacement, active_gpus: int) -> bool:
     return placement is MmprojPlacement.GPU and active_gpus > 0
 
 
+#: tools/mtmd/mtmd.cpp `mtmd_decode_use_non_causal`: projectors whose images are decoded with non-causal attention
+#: (Gemma 4's vision projector only at widths other than 1536 and 2560).
+NON_CAUSAL_PROJECTORS = ("gemma3", "gemma4uv", "deepseek4v")
+
+
+def server_image_token_cap(
+    mmproj: ModelProfile, image_max_tokens: int, n_ubatch: int, text_causal: bool
+) -> int | None:
+    """The --image-max-tokens llama-server passes to the projector where it caps it, else None.
+
+    tools/server/server-context.cpp (loading the projector): an image must fit in one ubatch when the text model
+    processes the prompt in one ubatch (non-causal attention or no memory: half of it, the other half is left to
+    the text) or when the projector needs non-causal attention on the image (the whole ubatch); a limit above
+    that (the flag, else the projector's own: 4096 tokens for the Qwen-VL family, 1024 for Pixtral) is lowered to
+    it, and --image-min-tokens with it. Only the Qwen-VL family's and Pixtral's limits are known here (clip.cpp applies the flag where
+    load_hparams sets a limit, `set_limit_image_tokens`); other projectors are left uncapped."""
+    clip = mmproj.clip
+    if clip is None:
+        return None
+    ptype = clip.projector_type
+    non_causal = ptype in NON_CAUSAL_PROJECTORS or (
+        ptype == "gemma4v" and clip.projection_dim not in (1536, 2560)
+    )
+    if text_causal and not non_causal:
+        return None
+    if ptype not in (*QWEN_VL_FULL_ATTENTION, "qwen2.5vl_merger", "pixtral"):
+        return None  # no token limit known here (clip applies the flag only where it sets one)
+    n_max = n_ubatch // 2 if not text_causal else n_ubatch
+    own = (
+        image_max_tokens
+        if image_max_tokens > 0
+        else (PIXTRAL_MAX_TOKENS if ptype == "pixtral" else QWEN_VL_MAX_TOKENS)
+    )
+    return n_max if own > n_max else None
+
+
 def _add_mmproj(
     parts: _Parts,
     mmproj: ModelProfile,
@@ -491,7 +528,22 @@ def _add_mmproj(
     gpus: Sequence[Device],
     ctx: ResolvedContext,
     assumptions: list[str],
+    text_causal: bool = True,
 ) -> None:
+    capped = server_image_token_cap(mmproj, settings.image_max_tokens, ctx.n_ubatch, text_causal)
+    if capped is not None:
+        settings = dataclasses.replace(
+            settings, image_max_tokens=capped, image_min_tokens=min(settings.image_min_tokens, capped)
+        )
+        assumptions.append(
+            f"llama-server caps the projector's image tokens to {capped} (n_ubatch {ctx.n_ubatch}: "
+            + (
+                "the model processes the prompt in one ubatch"
+                if not text_causal
+                else "non-causal attention on images"
+            )
+            + "); a larger -ub raises it"
+        )
     on_gpu = mmproj_on_gpu(settings.mmproj, len(gpus))
     dev: int | None = 0 if on_gpu else None
     align = gpu_backend(gpus[0], 0).alignment if on_gpu else CPU_ALIGNMENT
@@ -521,13 +573,14 @@ def _add_mmproj(
         )
     if detail.endswith("approximation)"):
         assumptions.append(
-            "mmproj compute buffer approximated from the vision tower's shapes (only LLaVA MLP, Gemma 3 and "
-            "Qwen2.5-VL projector graphs are modelled)"
+            "mmproj compute buffer approximated from the vision tower's shapes (only LLaVA MLP, Gemma 3, "
+            "Qwen2-VL, Qwen2.5-VL and Qwen3-VL projector graphs are modelled)"
         )
     growth = mmproj_image_growth(mmproj, ctx.flash_attn, align, imt, settings.image_min_tokens)
     if growth is None:
         assumptions.append(
-            "mmproj compute is the warm-up image's; real images larger than it grow the buffer"
+            "mmproj compute is the warm-up image's; real images larger than it grow the buffer (a measured "
+            f"per-image rule exists for {MEASURED_IMAGE_RULES} projectors only)"
         )
         return
     parts.add(dev, Term(TermKind.MMPROJ, growth.device_bytes, growth.explain(), MMPROJ_IMAGES_LABEL))
@@ -556,10 +609,9 @@ QWEN_VL_MIN_TOKENS = 8
 QWEN_VL_MAX_TOKENS = 4096
 
 
-def qwen_vl_warmup_side(image_max_tokens: int = -1) -> int:
-    """Merged tokens on a side of the Qwen-VL warm-up image: 46, or `int(sqrt(N))` (at least 1) when
-    --image-max-tokens N allows fewer than 46 x 46 (clip-model.h `set_warmup_n_tokens`)."""
-    side = QWEN_VL_WARMUP_SIDE
+def qwen_vl_warmup_side(image_max_tokens: int = -1, side: int = QWEN_VL_WARMUP_SIDE) -> int:
+    """Merged tokens on a side of the Qwen-VL warm-up image: 46 (Pixtral: 16), or `int(sqrt(N))` (at least 1) when
+    --image-max-tokens N allows fewer than that squared (clip-model.h `set_warmup_n_tokens`)."""
     if 0 < image_max_tokens < side * side:
         side = max(1, math.isqrt(image_max_tokens))
     return side
@@ -588,10 +640,11 @@ def mmproj_compute(
       with flash attention the mask's f16 copy is allocated above four blocks in the first block (no hole fits it)
       and lives until the last windowed block, the f32 mask is freed once cast, and of a windowed block's three
       FFN intermediates (gate, up, SwiGLU output, `F` each) as many as fit go into the f32 mask's space, the rest
-      above: `inputs + 4E + mask16 + (3 - k) F` with `k = min(3, mask32 // F)` (one above it at the warm-up image);
-      without it, `inputs + 5E + KQ`. Measured (`tools/groundtruth/mmproj_image.cpp`) from 64 to 32768 patches:
-      byte-exact from 3136 patches (784 tokens) up, and at every size without flash attention; below 784 tokens
-      other holes take more of the blocks and the rule is above the allocation (by 7% to 20.4%).
+      above (`inputs + 4E + mask16 + (3 - k) F` with `k = min(3, mask32 // F)` from 784 tokens up; the whole
+      graph is replayed with the allocator's best fit, `_qwen25vl_replay`, which also holds below 784 tokens,
+      where other holes take more of the blocks); without it, `inputs + 5E + KQ`. Measured
+      (`tools/groundtruth/mmproj_image.cpp`) from 64 to 32768 patches: byte-exact at every size.
+    * Qwen2-VL, Qwen3-VL and Pixtral: `qwen2vl_graph_bytes`, `qwen3vl_graph_bytes`, `pixtral_graph_bytes`.
 
     Other projectors: the raw f32 image, then the larger of one block's live set (`2E + F`, plus `KQ` without
     flash attention) and the projector's (`4 * n_pos * (n_embd + 2 proj)`), an approximation read from the
@@ -603,6 +656,10 @@ def mmproj_compute(
         fa = "flash attention" if flash_attn else "no flash attention"
         if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
             return _qwen25vl_compute(clip, flash_attn, align, fa, image_max_tokens)
+        if clip.projector_type in QWEN_VL_FULL_ATTENTION:
+            return _qwen_vl_full_compute(mmproj, flash_attn, align, fa, image_max_tokens)
+        if clip.projector_type == "pixtral":
+            return _pixtral_compute(mmproj, flash_attn, align, fa, image_max_tokens)
         if clip.projector_type == "gemma3":
             return _siglip_compute(clip, flash_attn, fa)
         if clip.projector_type == "mlp":
@@ -625,6 +682,14 @@ def mmproj_graph_inputs(mmproj: ModelProfile, align: int = CPU_ALIGNMENT, image_
         if clip.projector_type == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
             n_pos = _qwen25vl_patches(clip, qwen_vl_warmup_side(image_max_tokens) ** 2)
             return sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
+        if clip.projector_type in QWEN_VL_FULL_ATTENTION:
+            n_pos = _qwen25vl_patches(clip, qwen_vl_warmup_side(image_max_tokens) ** 2)
+            return sum(pad(b, align) for b in _qwen_vl_full_inputs(clip, n_pos))
+        if clip.projector_type == "pixtral":
+            n_pos = (
+                qwen_vl_warmup_side(image_max_tokens, PIXTRAL_WARMUP_SIDE) * (clip.spatial_merge_size or 1)
+            ) ** 2
+            return sum(pad(b, align) for b in _pixtral_inputs(clip, n_pos))
         if clip.projector_type == "mlp":
             return sum(pad(b, align) for b in _llava_inputs(clip, shapes))
         if clip.projector_type == "gemma3":
@@ -646,12 +711,47 @@ def _qwen25vl_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
 def qwen25vl_graph_bytes(clip: ClipParams, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT) -> int:
     """The compute buffer of Qwen2.5-VL's graph for an image of `n_pos` patches (see `mmproj_compute`): the graph
     depends on the patch count, not on the image's shape."""
-    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
-    inputs = sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
     if not flash_attn:
-        return inputs + 5 * e + 4 * n_pos * n_pos * clip.n_head
-    in_mask_hole = min(3, pad(4 * n_pos * n_pos, align) // f) if f else 3
-    return inputs + 4 * e + pad(2 * n_pos * n_pos, align) + (3 - in_mask_hole) * f
+        inputs = sum(pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
+        return inputs + 5 * 4 * n_pos * clip.n_embd + 4 * n_pos * n_pos * clip.n_head
+    return _qwen25vl_replay(clip, n_pos, align)
+
+
+@functools.lru_cache(maxsize=256)  # a replay per image size; estimates repeat them
+def _qwen25vl_replay(clip: ClipParams, n_pos: int, align: int) -> int:
+    """Qwen2.5-VL's graph with flash attention replayed with the allocator's best fit, in the order of the
+    allocator's trace: the inputs (raw image, inverse window index, positions, the f32 window mask, window index);
+    the two patch embeddings (f16 im2col, conv, a copy each), their sum and the window reordering; per block the
+    norm, Q / K / V and the roped Q and K, the f16 copies of K and V, in a windowed block the mask's f16 copy
+    (cast once in the first, freed after the last) and its per-block copy, the attention output and its
+    projection (the next residual), the FFN norm, gate, up and SwiGLU, the FFN output. The merger stays below."""
+    e, f = pad(4 * n_pos * clip.n_embd, align), pad(4 * n_pos * clip.n_ff, align)
+    raw, inv, positions, mask, widx = (pad(b, align) for b in _qwen25vl_inputs(clip, n_pos))
+    im2col, half, mask16 = (
+        pad(b, align) for b in (2 * 3 * clip.patch_size**2 * n_pos, e // 2, 2 * n_pos * n_pos)
+    )
+    ops: list[tuple[str, int]] = [
+        ("raw", raw), ("inv", inv), ("pos", positions), ("mask", mask), ("widx", widx),
+        ("im0", im2col), ("cv0", e), ("im0", 0), ("c1", e), ("cv0", 0), ("im1", im2col), ("raw", 0), ("cv1", e),
+        ("im1", 0), ("c2", e), ("cv1", 0), ("c2", 0), ("p1", e), ("c1", 0), ("p2", e), ("p1", 0), ("res0", e),
+        ("p2", 0), ("inv", 0),
+    ]  # fmt: skip
+    windowed = [il for il in range(clip.n_layer) if (il + 1) % clip.n_wa_pattern]
+    for il in range(clip.n_layer):
+        ops += [
+            ("ln", e), ("q", e), ("qr", e), ("q", 0), ("k", e), ("kr", e), ("k", 0), ("v", e), ("ln", 0),
+            ("kc", half), ("kr", 0), ("vc", half), ("v", 0),
+        ]  # fmt: skip
+        if windowed and il == windowed[0]:
+            ops += [("m16", mask16), ("mask", 0)]
+        if il in windowed:
+            ops += [("mc", mask16), *([("m16", 0)] if il == windowed[-1] else [])]
+        ops += [
+            ("fa", e), ("qr", 0), ("kc", 0), ("vc", 0), ("mc", 0), (f"res{il + 1}", e), ("fa", 0), (f"res{il}", 0),
+            ("fn", e), ("gate", f), ("up", f), ("fn", 0), ("sw", f), ("gate", 0), ("up", 0), ("dn", e), ("sw", 0),
+            ("dn", 0),
+        ]  # fmt: skip
+    return BestFit().run(ops)
 
 
 def _qwen25vl_compute(
@@ -667,6 +767,199 @@ def _qwen25vl_compute(
     )
 
 
+#: Qwen-VL projectors without window attention (every block attends over the whole image): Qwen2-VL's graph
+#: (models/qwen2vl.cpp without the window inputs) and Qwen3-VL's (models/qwen3vl.cpp, with deepstack mergers).
+QWEN_VL_FULL_ATTENTION = ("qwen2vl_merger", "qwen3vl_merger")
+_QWEN_VL_NAMES = {
+    "qwen2vl_merger": "Qwen2-VL",
+    "qwen2.5vl_merger": "Qwen2.5-VL",
+    "qwen3vl_merger": "Qwen3-VL",
+    "pixtral": "Pixtral",
+}
+#: the projectors whose per-image compute is modelled from a measured graph (the assumption line names them)
+MEASURED_IMAGE_RULES = "Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Pixtral (Mistral Small 3.x)"
+
+
+def _qwen_vl_full_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
+    """inp_raw (f32 RGB, patch^2 pixels a patch) and the M-RoPE positions (4 n_pos i32)."""
+    return (4 * 3 * n_pos * clip.patch_size**2, 16 * n_pos)
+
+
+def deepstack_layers(mmproj: ModelProfile) -> tuple[int, ...]:
+    """The blocks whose outputs feed a Qwen3-VL deepstack merger (`v.deepstack.N.fc2.weight`), in order."""
+    found = set()
+    for t in mmproj.tensors:
+        parts = t.name.split(".")
+        if len(parts) == 5 and parts[:2] == ["v", "deepstack"] and parts[3] == "fc2" and parts[2].isdigit():
+            found.add(int(parts[2]))
+    return tuple(sorted(found))
+
+
+def qwen2vl_graph_bytes(clip: ClipParams, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT) -> int:
+    """The compute buffer of Qwen2-VL's graph (models/qwen2vl.cpp, no window attention) for `n_pos` patches, from
+    the allocator's list of live tensors at each new peak: the inputs (raw image, positions) at the bottom, then
+    the larger of a block's attention (`5E`: the residual, the normed input, V, the roped Q and K; plus the
+    `KQ` scores without flash attention) and its FFN (`2E + F`: the residual, the normed input and FFN up, the
+    GELU in place). Measured byte-exact from 64 to 32768 patches (tools/groundtruth/mmproj_image.cpp)."""
+    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
+    inputs = sum(pad(b, align) for b in _qwen_vl_full_inputs(clip, n_pos))
+    attn = 5 * e + (0 if flash_attn else 4 * n_pos * n_pos * clip.n_head)
+    return inputs + max(attn, 2 * e + f)
+
+
+def qwen3vl_graph_bytes(
+    clip: ClipParams, deepstack: tuple[int, ...], n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT
+) -> int:
+    """The compute buffer of Qwen3-VL's graph (models/qwen3vl.cpp) for `n_pos` patches, from the allocator's
+    lists: the graph is built from its output, the main merger's path first, so the deepstack mergers run last
+    and the outputs of their blocks stay live through the later blocks (`k` of them). Three phases peak:
+
+    * a late block's attention: `k E`, the residual, the fused QKV (`3E`), the roped Q and K (`(k + 6) E`);
+      without flash attention the QKV's space is a hole under V's copy and the scores (`(k + 7) E + KQ`);
+    * its FFN: `k E`, the residual, the normed input, FFN up (`(k + 2) E + F`);
+    * the deepstack mergers, replayed with the allocator's best fit (`BestFit`) from the layout the lists show at
+      the main merger's end: the freed inputs, the first held block output, the main merger's output (`O`, the
+      projection width per merged token) in a block output's slot, the other held outputs; each merger's norm,
+      fc1 (GELU in place) and fc2, and the concatenations, which find no hole and go on top.
+
+    Measured byte-exact from 64 to 32768 patches with flash attention, from 1024 without
+    (tools/groundtruth/mmproj_image.cpp)."""
+    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
+    inputs = sum(pad(b, align) for b in _qwen_vl_full_inputs(clip, n_pos))
+    held = sum(1 for il in deepstack if il < clip.n_layer - 1)
+    attn = (held + 6) * e if flash_attn else (held + 7) * e + 4 * n_pos * n_pos * clip.n_head
+    peak = inputs + max(attn, (held + 2) * e + f)
+    if deepstack:
+        o = 4 * (n_pos // (clip.spatial_merge_size or 2) ** 2) * clip.projection_dim
+        peak = max(peak, _qwen3vl_deepstack_peak(len(deepstack), inputs, e, o))
+    return peak
+
+
+@functools.lru_cache(maxsize=256)  # a replay per image size; estimates repeat them
+def _qwen3vl_deepstack_peak(k: int, inputs: int, e: int, o: int) -> int:
+    layout: list[tuple[str, int]] = [("", inputs), ("held0", e), ("main", o), ("", e - o)]
+    layout += [(f"held{i}", e) for i in range(1, k)]
+    ops: list[tuple[str, int]] = []
+    for i in range(k):
+        ops += [
+            (f"norm{i}", e),
+            (f"held{i}", 0),
+            (f"fc1_{i}", e),
+            (f"norm{i}", 0),
+            (f"fc2_{i}", o),
+            (f"fc1_{i}", 0),
+        ]
+        if i:
+            prev = f"cat{i - 1}" if i > 1 else "fc2_0"
+            ops += [(f"cat{i}", (i + 1) * o), (prev, 0), (f"fc2_{i}", 0)]
+    ops += [("out", (k + 1) * o), ("main", 0), (f"cat{k - 1}" if k > 1 else "fc2_0", 0)]
+    sim = BestFit.from_layout(tuple(layout))
+    return sum(size for _, size in layout) + sim.run(ops)
+
+
+def qwen_vl_full_graph_bytes(
+    mmproj: ModelProfile, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT
+) -> int:
+    """Qwen2-VL's or Qwen3-VL's compute buffer for an image of `n_pos` patches."""
+    assert mmproj.clip is not None
+    if mmproj.clip.projector_type == "qwen3vl_merger":
+        return qwen3vl_graph_bytes(mmproj.clip, deepstack_layers(mmproj), n_pos, flash_attn, align)
+    return qwen2vl_graph_bytes(mmproj.clip, n_pos, flash_attn, align)
+
+
+def _qwen_vl_full_compute(
+    mmproj: ModelProfile, flash_attn: bool, align: int, fa: str, image_max_tokens: int = -1
+) -> tuple[int, str]:
+    clip = mmproj.clip
+    assert clip is not None
+    tokens_side = qwen_vl_warmup_side(image_max_tokens)
+    n_pos = _qwen25vl_patches(clip, tokens_side**2)
+    side = tokens_side * (clip.spatial_merge_size or 2) * clip.patch_size
+    name = _QWEN_VL_NAMES[clip.projector_type]
+    extra = f", {len(deepstack_layers(mmproj))} deepstack mergers" if name == "Qwen3-VL" else ""
+    return qwen_vl_full_graph_bytes(mmproj, n_pos, flash_attn, align), (
+        f"{name} warm-up image {side}x{side} ({n_pos} patches, width {clip.n_embd}, FFN {clip.n_ff}{extra}, {fa})"
+    )
+
+
+#: clip.cpp load_hparams (PROJECTOR_TYPE_PIXTRAL): 8 to 1024 merged tokens an image, warm-up with 256 (16 x 16).
+PIXTRAL_MIN_TOKENS = 8
+PIXTRAL_MAX_TOKENS = 1024
+PIXTRAL_WARMUP_SIDE = 16
+
+
+def _pixtral_inputs(clip: ClipParams, n_pos: int) -> tuple[int, ...]:
+    """inp_raw (f32 RGB) and the 2D RoPE positions pos_h, pos_w (n_pos i32 each): the graph inputs."""
+    return (4 * 3 * n_pos * clip.patch_size**2, 4 * n_pos, 4 * n_pos)
+
+
+def pixtral_graph_bytes(
+    mmproj: ModelProfile, n_pos: int, flash_attn: bool, align: int = CPU_ALIGNMENT
+) -> int:
+    """The compute buffer of Pixtral's graph (models/pixtral.cpp: Pixtral 12B, Mistral Small 3.x) for a square image
+    of `n_pos` patches, from the allocator's lists (`tools/groundtruth/mmproj_image.cpp`).
+
+    Below everything: the inputs (raw image, pos_h, pos_w) and the [IMG_BREAK] rows' leaf (`[n_text, 1, rows]`
+    f32, one row per merged row). With flash attention the blocks are replayed with the allocator's best fit: the
+    patch embedding (an f16 im2col, the conv output and two copies), then per block the norm, Q / K / V with their
+    2D RoPE copies, the f16 copies of K and V, the attention output, the FFN norm, gate, up and SwiGLU (`3F` live
+    at once), the FFN output; the freed raw image and the holes the attention leaves set where each goes. Without
+    flash attention: V's copy, the residual, a freed block's hole, the roped Q and K and the scores
+    (`5E + KQ`), or under 1024 patches the FFN phase, taken from the replay with flash attention (3% over at 64
+    patches). Measured byte-exact from 64 to 32768 patches with flash attention (square images; wide ones differ
+    only by the [IMG_BREAK] leaf) and from 1024 without; the patch merger and projector stay below the blocks'
+    peak."""
+    clip = mmproj.clip
+    assert clip is not None
+    merge = clip.spatial_merge_size or 1
+    side = math.isqrt(n_pos)
+    shapes = {t.name: t.shape for t in mmproj.tensors}
+    brk = shapes.get("v.token_embd.img_break")
+    leaf = 4 * brk[0] * max(1, side // merge) if brk else 0
+    e, f = 4 * n_pos * clip.n_embd, 4 * n_pos * clip.n_ff
+    base = (*(pad(b, align) for b in _pixtral_inputs(clip, n_pos)), pad(leaf, align))
+    blocks = _pixtral_replay(clip, base, n_pos, e, f, align)
+    if not flash_attn:  # the FFN phase (replayed with flash attention) where the scores are small
+        return max(sum(base) + 5 * e + 4 * n_pos * n_pos * clip.n_head, blocks)
+    return blocks
+
+
+@functools.lru_cache(maxsize=256)  # a replay per image size; estimates repeat them
+def _pixtral_replay(clip: ClipParams, base: tuple[int, ...], n_pos: int, e: int, f: int, align: int) -> int:
+    raw, pos_h, pos_w, leaf = base
+    ops: list[tuple[str, int]] = [
+        ("raw", raw), ("pos_h", pos_h), ("pos_w", pos_w), ("brk", leaf),
+        ("im2col", pad(2 * 3 * clip.patch_size**2 * n_pos, align)), ("raw", 0),
+        ("conv", e), ("im2col", 0), ("cont1", e), ("conv", 0), ("cont2", e), ("cont1", 0), ("res0", e), ("cont2", 0),
+    ]  # fmt: skip
+    half = pad(e // 2, align)
+    for il in range(clip.n_layer):
+        res, out = (
+            f"res{il}",
+            f"res{il + 1}",
+        )  # the attention output is the next block's residual (adds in place)
+        ops += [
+            ("norm", e), ("q", e), ("q_rope", e), ("q", 0), ("k", e), ("k_rope", e), ("k", 0), ("v", e),
+            ("norm", 0), ("k16", half), ("k_rope", 0), ("v16", half), ("v", 0), ("attn", e), ("q_rope", 0),
+            ("k16", 0), ("v16", 0), (out, e), ("attn", 0), (res, 0), ("ffn_norm", e), ("gate", f), ("up", f),
+            ("ffn_norm", 0), ("swiglu", f), ("gate", 0), ("up", 0), ("ffn_out", e), ("swiglu", 0), ("ffn_out", 0),
+        ]  # fmt: skip
+    return BestFit().run(ops)
+
+
+def _pixtral_compute(
+    mmproj: ModelProfile, flash_attn: bool, align: int, fa: str, image_max_tokens: int = -1
+) -> tuple[int, str]:
+    clip = mmproj.clip
+    assert clip is not None
+    tokens_side = qwen_vl_warmup_side(image_max_tokens, PIXTRAL_WARMUP_SIDE)
+    n_pos = (tokens_side * (clip.spatial_merge_size or 1)) ** 2
+    side = tokens_side * (clip.spatial_merge_size or 1) * clip.patch_size
+    return pixtral_graph_bytes(mmproj, n_pos, flash_attn, align), (
+        f"Pixtral warm-up image {side}x{side} ({n_pos} patches, width {clip.n_embd}, FFN {clip.n_ff}, {fa})"
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProjectorImageGrowth:
     """What the largest image a projector accepts adds to its warm-up compute at run time: ggml_backend_sched
@@ -678,7 +971,7 @@ class ProjectorImageGrowth:
     device_bytes: int  # on the projector's device, beyond the warm-up buffer
     host_input_bytes: int  # with the projector on a GPU: its graph inputs beyond the warm-up's, on the host
     from_flag: bool  # the limit is --image-max-tokens (else the projector's own)
-    exact: bool  # within the sizes the rule was measured byte-exact at
+    projector: str = "Qwen2.5-VL"  # whose measured per-image rule
 
     def explain(self) -> str:
         src = "--image-max-tokens" if self.from_flag else "the projector's limit"
@@ -689,18 +982,47 @@ class ProjectorImageGrowth:
         )
 
     def assumption(self) -> str:
-        text = (
-            f"mmproj compute is sized for the largest image ({self.tokens} tokens); "
-            "lower it with --image-max-tokens"
+        return (
+            f"mmproj compute is sized for the largest image ({self.tokens} tokens, {self.projector}'s measured "
+            "per-image rule); lower it with --image-max-tokens"
         )
-        if not self.exact:
-            text += "; under 784 tokens an image's buffer is estimated high (up to a fifth)"
-        return text
 
 
-#: Below this many patches (784 tokens) Qwen2.5-VL's flash-attention graph places more in other holes than
-#: `qwen25vl_graph_bytes` counts (measured; the rule is then above the allocation).
-QWEN25VL_EXACT_PATCHES = 3136
+_GraphFn = Callable[[int, bool, int], int]
+_InputsFn = Callable[[int], tuple[int, ...]]
+
+
+def _image_family(
+    mmproj: ModelProfile,
+) -> tuple[ClipParams, int, int, int, int, _GraphFn, _InputsFn] | None:
+    """A projector with a measured per-image rule: its parameters, token limits (max, min), warm-up side, merge
+    and graph / inputs functions of the patch count; None for the others."""
+    clip = mmproj.clip
+    if clip is None or clip.n_embd <= 0 or clip.patch_size <= 0 or clip.n_head <= 0:
+        return None
+    ptype = clip.projector_type
+    if ptype == "pixtral":
+        merge = clip.spatial_merge_size or 1
+        graph: _GraphFn = functools.partial(pixtral_graph_bytes, mmproj)
+        return (
+            clip,
+            PIXTRAL_MAX_TOKENS,
+            PIXTRAL_MIN_TOKENS,
+            PIXTRAL_WARMUP_SIDE,
+            merge,
+            graph,
+            functools.partial(_pixtral_inputs, clip),
+        )
+    merge = clip.spatial_merge_size or 2
+    if ptype == "qwen2.5vl_merger" and clip.n_wa_pattern > 0:
+        graph = functools.partial(qwen25vl_graph_bytes, clip)
+        inputs: _InputsFn = functools.partial(_qwen25vl_inputs, clip)
+    elif ptype in QWEN_VL_FULL_ATTENTION:
+        graph = functools.partial(qwen_vl_full_graph_bytes, mmproj)
+        inputs = functools.partial(_qwen_vl_full_inputs, clip)
+    else:
+        return None
+    return clip, QWEN_VL_MAX_TOKENS, QWEN_VL_MIN_TOKENS, QWEN_VL_WARMUP_SIDE, merge, graph, inputs
 
 
 def mmproj_image_growth(
@@ -711,35 +1033,31 @@ def mmproj_image_growth(
     image_min_tokens: int = -1,
 ) -> ProjectorImageGrowth | None:
     """The run-time growth of the projector's compute for its largest image, or None where it is not modelled
-    (only Qwen2.5-VL's graph is: the other dynamic-resolution projectors keep the warm-up assumption).
+    (Qwen2.5-VL's, Qwen2-VL's, Qwen3-VL's and Pixtral's graphs are: the other dynamic-resolution projectors keep
+    the warm-up assumption).
 
-    clip.cpp lets a Qwen-VL image take up to 4096 merged tokens (or --image-max-tokens) and warms up with at
-    most 46 x 46 of them, so an image larger than the warm-up one makes the scheduler reserve its graph and
+    clip.cpp lets a Qwen-VL image take up to 4096 merged tokens (Pixtral 1024, or --image-max-tokens) and warms
+    up with at most 46 x 46 of them (Pixtral 16 x 16), so an image larger than the warm-up one makes the scheduler reserve its graph and
     grow the buffer (the buffer never shrinks). --image-min-tokens above the maximum is refused as llama.cpp
     refuses it (`image_max_pixels is less than image_min_pixels`)."""
-    clip = mmproj.clip
-    if clip is None or clip.projector_type != "qwen2.5vl_merger" or clip.n_wa_pattern <= 0:
+    family = _image_family(mmproj)
+    if family is None:
         return None
-    if clip.n_embd <= 0 or clip.patch_size <= 0 or clip.n_head <= 0:
-        return None
-    tokens = image_max_tokens if image_max_tokens > 0 else QWEN_VL_MAX_TOKENS
-    low = image_min_tokens if image_min_tokens > 0 else QWEN_VL_MIN_TOKENS
+    clip, own_max, own_min, side, merge, graph, inputs = family
+    tokens = image_max_tokens if image_max_tokens > 0 else own_max
+    low = image_min_tokens if image_min_tokens > 0 else own_min
     if low > tokens:
         raise SettingsError(
             f"--image-min-tokens {low} is above the largest image's {tokens} tokens: llama.cpp refuses to load "
             "the projector (image_max_pixels is less than image_min_pixels)"
         )
-    warm = qwen_vl_warmup_side(image_max_tokens) ** 2
-    n_max, n_warm = _qwen25vl_patches(clip, tokens), _qwen25vl_patches(clip, warm)
-    grow = max(
-        0,
-        qwen25vl_graph_bytes(clip, n_max, flash_attn, align)
-        - qwen25vl_graph_bytes(clip, n_warm, flash_attn, align),
-    )
+    warm = qwen_vl_warmup_side(image_max_tokens, side) ** 2
+    n_max, n_warm = tokens * merge * merge, warm * merge * merge
+    grow = max(0, graph(n_max, flash_attn, align) - graph(n_warm, flash_attn, align))
     host = max(
         0,
-        sum(pad(b, CPU_ALIGNMENT) for b in _qwen25vl_inputs(clip, n_max))
-        - sum(pad(b, CPU_ALIGNMENT) for b in _qwen25vl_inputs(clip, n_warm)),
+        sum(pad(b, CPU_ALIGNMENT) for b in inputs(n_max))
+        - sum(pad(b, CPU_ALIGNMENT) for b in inputs(n_warm)),
     )
     return ProjectorImageGrowth(
         tokens=tokens,
@@ -748,7 +1066,7 @@ def mmproj_image_growth(
         device_bytes=grow,
         host_input_bytes=host,
         from_flag=image_max_tokens > 0,
-        exact=not flash_attn or n_max >= QWEN25VL_EXACT_PATCHES,
+        projector=_QWEN_VL_NAMES.get(clip.projector_type, clip.projector_type),
     )
 
 
