@@ -1568,15 +1568,7 @@ class PlanBuilder:
         split = self._split_first(gi, first, pp)
         ffn_rest, holes = self.ffn_holes(layers, flayers, freed, vi, split, split and self._cast_hole())
         replayed, ssm_ops, ssm_hole = self.ssm_after(layers, freed, vi)
-        own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
-        metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
-        kq_gi = self.kq(
-            layers,
-            replayed | own_layers,
-            self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0,
-        )
-        if own:
-            kq_gi += (Affine(c=own),)
+        kq_gi = self._gpu_attention_sets(gi, layers, replayed, first, pp)
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
@@ -1605,6 +1597,20 @@ class PlanBuilder:
                 layers, ssm_ops, ssm_hole, lead, first and not pp and self.gpu_vendors[gi] is not Vendor.RPC
             ),
         )
+
+    def _gpu_attention_sets(
+        self, gi: int, layers: list[int], replayed: frozenset[int], first: bool, pp: bool
+    ) -> tuple[Affine, ...]:
+        """GPU `gi`'s attention live sets (`kq`) with the recurrent layers the first GPU counts on its own layout
+        (`_first_gpu_recurrent`) and Metal's flash-attention extra for an MLA layer."""
+        own_layers, own = self._first_gpu_recurrent(gi, layers, first, pp)
+        metal = self.gpu_vendors[gi] is Vendor.APPLE and self.profile.mla is not None and bool(layers)
+        kq_gi = self.kq(
+            layers,
+            replayed | own_layers,
+            self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0,
+        )
+        return (*kq_gi, Affine(c=own)) if own else kq_gi
 
     def _cast_hole(self) -> bool:
         """Without a cache, flash attention's f16 casts of K and V leave the first GPU's FFN norm's hole two
