@@ -182,7 +182,8 @@ def test_mamba_blocks_on_the_first_gpu(gpu: Any, model: str) -> None:
     +1.9%. After an attention layer with an FFN (granitehybrid): the copies' blocks and the masks' space one free
     block (before: +4.1% with flash attention, +19.2% without, 9.02 MiB recorded, 11.52 estimated); jamba's
     residual kept in the embeddings' copy between them (before: +5.0..+13.3%; its q8_0 case is 2.1% over);
-    falcon-h1's parallel attention output and z's copy in the copies' blocks (before: +8.4..+11.9%)."""
+    falcon-h1's parallel attention output and z's copy in the copies' blocks (before: +8.4..+11.9%), with a q8_0
+    cache the flash-attention output's f16 copies live through the SSM (before: 11.61 MiB, 13.61 recorded)."""
     cases = [
         r
         for r in gpu.measured

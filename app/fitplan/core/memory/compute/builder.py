@@ -1382,6 +1382,21 @@ class PlanBuilder:
             return frozenset(), 0
         return hybrid, ssm_transient(self.profile, self.n_tok, self.inputs.n_seqs, True)
 
+    def _hybrid_fa_copies(
+        self, gi: int, layers: list[int], own_layers: frozenset[int], own: int
+    ) -> tuple[Affine, ...]:
+        """falcon-h1's SSM live set on the first GPU (`_first_gpu_recurrent`) with CUDA's f16 copies of a
+        quantized cache: they are part of the flash-attention output's allocation (`_fa_op_live`), which waits
+        for the SSM beside it, so they stay live through the scan. The output itself keeps its one-block place
+        (the allocator's trace on the CUDA stand-in, falcon-h1 smoke model at c2048 with q8_0 caches: `node_39`,
+        2.5 MiB with its 2 MiB of copies, above `node_2`, then zxBCdt, the conv input and the conv output on top,
+        13.61 MiB, 11.61 counted before; at c512 the output with its 0.5 MiB of copies, 10.61 MiB)."""
+        if not any(self.profile.layers[il].kind is LayerKind.HYBRID for il in own_layers):
+            return ()
+        if self.inputs.fork_attention or not self._cuda_fa_runs(layers):
+            return ()
+        return tuple(Affine(a.a_base, a.a_swa, own) for a in self._gpu_fa_copies(gi, layers))
+
     def _mamba_only_first(self, gi: int, layers: list[int], first: bool, pp: bool) -> bool:
         """The first GPU of a Mamba model without attention layers there (`mamba_first_gpu`), where the
         scheduler's copies of the embeddings inputs are freed (`_split_first`)."""
@@ -1473,7 +1488,7 @@ class PlanBuilder:
             self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0,
         )
         if own:
-            kq_gi += (Affine(c=own),)
+            kq_gi += (Affine(c=own),) + self._hybrid_fa_copies(gi, layers, own_layers, own)
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
