@@ -85,7 +85,7 @@ from fitplan.core.memory.compute.terms import (
 )
 from fitplan.core.memory.context import cuda_flash_attn_supported
 from fitplan.core.memory.weights import CPU_REPACK_BUFT, CUDA_VENDORS, WeightPlacement, row_bytes
-from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
+from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, HcHead, KpoolGraph
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 #: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
@@ -1036,11 +1036,38 @@ class PlanBuilder:
         if first and self.pos_embd:
             n_hidden = PP_INPUT_BLOCKS_POSITIONS
         hidden = n_hidden * self.embd_block
+        if not layers and self.hc_head()[0]:
+            hidden = self.hc_head()[0]
         return Affine(
             PIPELINE_COPIES * m.a_base,
             PIPELINE_COPIES * m.a_swa,
             PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
         )
+
+    def hc_head(self) -> tuple[int, int]:
+        """A hyper-connection model's output head on a GPU that runs only the output layer: the split inputs it
+        reads from the last layer's GPU (per copy) and its live set above them, bytes; (0, 0) for other models.
+        The weightless norms run where their source is, the first weighted op here (ggml-backend.cpp
+        `ggml_backend_sched_split_graph`, pass 2). hy_v4 (`build_hc_head`, `hy_v4_hc_reduce`): the streams' norm
+        `[hc n_embd, n_out]` and one view of each stream, a split input each, its size spanning the streams
+        (`[n_embd, n_out]` with the streams' row stride); the mixes `[hc, n_out]`, the running sum and a
+        product above them (the allocator's peak on the smoke model over two CUDA stand-ins at c1024: four
+        copies of five 1 MiB inputs, `hc_head_mixes` and two 0.25 MiB blocks, 20.48 MiB). qwen4exp
+        (`build_hc_mix`): the streams' grouped norm, then its weighted copy `[hc n_embd, n_out]`, the down
+        projection `[hc_lr, n_out]` and the gate `[hc n_embd, n_out]` (four 2 MiB copies, `node_388`, `node_390`
+        and `hc_gate`: 12.02 MiB)."""
+        kind = self.profile.traits.graph.hc_head
+        width = hc_width(self.profile)
+        n_embd, n = self.profile.n_embd, self.n_out
+        if kind is HcHead.NONE or not width or not n_embd:
+            return 0, 0
+        stream = F32 * width * n
+        if kind is HcHead.STREAM_VIEWS:
+            hc = width // n_embd
+            view = F32 * n_embd * (hc * n - hc + 1)
+            return stream + hc * view, F32 * hc * n + 2 * F32 * n_embd * n
+        low = next((t.shape[1] for t in self.profile.tensors if t.name == "output_hc_down.weight"), 0)
+        return stream, 2 * stream + F32 * low * n
 
     def _expert_copy_terms(
         self, gi: int, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], ffn_rest: int
@@ -1272,8 +1299,15 @@ class PlanBuilder:
             output = (*output, Fixed("op-offload weight copy", self._output_copy(gi, has_out)))
         chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
+            # a hyper-connection head's live set, the larger of it and the output phase (`hc_head`)
+            head = (Fixed("hyper-connection head", self.hc_head()[1]),) if pp and has_out else ()
             return DevicePlan(
-                device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
+                device=gi,
+                layer_phase=False,
+                inputs=nonzero(head),
+                output=nonzero(output),
+                under=nonzero(under),
+                max_chunk=chunk,
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
