@@ -1069,6 +1069,38 @@ class PlanBuilder:
         low = next((t.shape[1] for t in self.profile.tensors if t.name == "output_hc_down.weight"), 0)
         return stream, 2 * stream + F32 * low * n
 
+    def host_expert_down(self) -> tuple[dict[int, int], int]:
+        """With pipeline parallelism, the experts' down products a CUDA GPU refuses (`moe_down_f32_src1`: MUL_MAT_ID
+        with f32 precision, ggml-cuda.cu `ggml_backend_cuda_device_supports_op`) run on the host, a split of their
+        own: per MoE layer the host holds four copies of the down weights, of the GLU output
+        `[n_ff_exp, n_used, n_tok]` and of the selected experts' ids, the GPU four copies of the product
+        `[n_embd, n_used, n_tok]` it reads back, all never freed (`PIPELINE_COPIES`). The allocator's peaks on
+        the mistral4 smoke model over two CUDA stand-ins at c1024: `ffn_moe_down-1` four times 0.5 MiB on the
+        first GPU, 18.42 MiB; `blk.1.ffn_down_exps.weight`, `ffn_moe_swiglu-1` and `ffn_moe_topk-1` four times
+        each on the host, 14.33 MiB. Per GPU and the host's, bytes; without pipeline parallelism not modelled."""
+        moe = self.profile.moe
+        if (
+            not self.inputs.pipeline_parallel
+            or not self.profile.traits.graph.moe_down_f32_src1
+            or moe is None
+        ):
+            return {}, 0
+        gpu: dict[int, int] = {}
+        host = 0
+        for il in self.trunk:
+            lp = self.profile.layers[il]
+            gi = self.ffn_dev.get(il)
+            if not lp.is_moe or gi is None or self.gpu_vendors[gi] not in CUDA_VENDORS:
+                continue
+            used = lp.n_expert_used or moe.n_expert_used
+            n_ff_exp = moe.n_ff_exp or lp.n_ff
+            weight = sum(
+                t.n_bytes for t in self.profile.tensors if t.name == f"blk.{il}.ffn_down_exps.weight"
+            )
+            gpu[gi] = gpu.get(gi, 0) + PIPELINE_COPIES * F32 * self.profile.n_embd * used * self.n_tok
+            host += PIPELINE_COPIES * (weight + (F32 * n_ff_exp + I32) * used * self.n_tok)
+        return gpu, host
+
     def _expert_copy_terms(
         self, gi: int, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], ffn_rest: int
     ) -> tuple[tuple[Affine, ...], int]:
@@ -1290,6 +1322,7 @@ class PlanBuilder:
         if pp:
             pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
             under.append(Linear("pipeline-parallel input copies", pp_inputs))
+            under.append(Fixed("experts' down products from the host", self.host_expert_down()[0].get(gi, 0)))
             m, vi = Affine(), 0
             blocks, out_blocks = self._pipeline_blocks(first, runs)
             out_extra = 0
@@ -1790,7 +1823,10 @@ class PlanBuilder:
             ffn=ffn,
             logits=logits,
             output=nonzero(output),
-            under=self._host_scores(),
+            under=(
+                *self._host_scores(),
+                *nonzero((Fixed("experts' down products", self.host_expert_down()[1]),)),
+            ),
         )
 
     def _host_state_copies(self) -> int:

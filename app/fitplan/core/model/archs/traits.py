@@ -138,6 +138,9 @@ class GraphTraits:
     indexer_q_copies: int = 0  # indexer query projections live together at the indexer's peak
     hc_streams: int = 0  # hyper-connection residual streams live through the layers
     hc_head: HcHead = HcHead.NONE  # how the output head reduces the streams
+    moe_down_f32_src1: bool = (
+        False  # llama-graph.cpp build_moe_ffn: the experts' down product in f32 (mistral4)
+    )
     dsv4_attention: bool = (
         False  # models/deepseek4.cpp: compressed attention (CSA/HCA) and its lightning indexer
     )
