@@ -1555,7 +1555,7 @@ class PlanBuilder:
             self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0,
         )
         if own:
-            kq_gi += (Affine(c=own),) + self._hybrid_fa_copies(gi, layers, own_layers, own)
+            kq_gi += (Affine(c=own), *self._hybrid_fa_copies(gi, layers, own_layers, own))
         shexp_ffn = shexp_only_ffn(
             self.profile, [il for il in layers if self.ffn_dev.get(il, gi) != gi], self.n_tok
         )
