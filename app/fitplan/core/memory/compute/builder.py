@@ -1036,13 +1036,50 @@ class PlanBuilder:
         if first and self.pos_embd:
             n_hidden = PP_INPUT_BLOCKS_POSITIONS
         hidden = n_hidden * self.embd_block
-        if not layers and self.hc_head()[0]:
-            hidden = self.hc_head()[0]
+        if not layers and self.output_head()[0]:
+            hidden = self.output_head()[0]
+        elif last and not has_out and self.res_stack_head()[0]:
+            # the norm of the last MoE output the output GPU computes comes back (`res_stack_head`: four copies
+            # of `norm-1` on the first GPU of the kimi-k3 smoke model)
+            hidden += self._routed_norm_block()
         return Affine(
             PIPELINE_COPIES * m.a_base,
             PIPELINE_COPIES * m.a_swa,
             PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
         )
+
+    def output_head(self) -> tuple[int, int]:
+        """What a GPU that runs only the output layer reads per copy and computes above them beyond the output
+        norm's input (`hc_head`, `res_stack_head`), bytes; (0, 0): the output norm's one block."""
+        hc = self.hc_head()
+        return hc if hc[0] else self.res_stack_head()
+
+    def res_stack_head(self) -> tuple[int, int]:
+        """kimi-k3's final residual mix (src/models/kimi-k3.cpp `res_mix` with `output_res_score`) on a GPU that
+        runs only the output layer: its weightless norms run there, and the scheduler interleaves them with the
+        last layer's tail (ggml-backend.cpp `ggml_backend_sched_split_graph`, pass 2), so that GPU reads the
+        banked stack `[n_embd, n_ckpt, n_tok]` (a checkpoint every `attn_res.block_size` layers) and its norm, the
+        last layer's output and its norm, the output ids and the last MoE output `[n_embd_latent, n_tok]`, whose
+        norm it computes for the first GPU; above them the stack's scores and their sums and that norm. The
+        allocator's peak on the smoke model over two CUDA stand-ins at c1024: four copies of `node_227`,
+        `ffn_moe_out-1`, `node_248`, `inp_embd (reshaped)`, `l_out-1` and `out_ids`, then `node_228` (freed),
+        `node_229` and `norm-1`, 6.13 MiB. (0, 0) for other models."""
+        bs = self.profile.attn_res_block_size
+        if not bs or not any(t.name == "output_res_score.weight" for t in self.profile.tensors):
+            return 0, 0
+        n_ckpt = len(range(0, len(self.profile.layers), bs))
+        block, lat = self.embd_block, self._routed_norm_block()
+        inputs = (2 * n_ckpt + 2) * block + lat + I32 * self.n_out
+        return inputs, n_ckpt * block + F32 * n_ckpt * self.n_out + lat
+
+    def _routed_norm_block(self) -> int:
+        """The last layer's latent MoE output `[n_embd_latent, n_tok]` whose norm the output GPU computes
+        (`res_stack_head`), f32 bytes; 0 without kimi-k3's residual stack or a latent last layer."""
+        if not self.profile.attn_res_block_size:
+            return 0
+        name = f"blk.{len(self.profile.layers) - 1}.ffn_routed_norm.weight"
+        latent = next((t.shape[0] for t in self.profile.tensors if t.name == name), 0)
+        return F32 * latent * self.n_out
 
     def hc_head(self) -> tuple[int, int]:
         """A hyper-connection model's output head on a GPU that runs only the output layer: the split inputs it
@@ -1333,7 +1370,7 @@ class PlanBuilder:
         chunk = max_chunk(self.gpu_vendors[gi])
         if not runs:
             # a hyper-connection head's live set, the larger of it and the output phase (`hc_head`)
-            head = (Fixed("hyper-connection head", self.hc_head()[1]),) if pp and has_out else ()
+            head = (Fixed("output head", self.output_head()[1]),) if pp and has_out else ()
             return DevicePlan(
                 device=gi,
                 layer_phase=False,
