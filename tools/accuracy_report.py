@@ -1030,9 +1030,7 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   down product asks for f32 precision, which ggml-cuda refuses: the host runs it, with four copies of the down
   weights, the GLU output and the ids there and of the product on the GPU (`host_expert_down`; -17.6% -> -0.7%).
   falcon-h1's flash-attention output waits for the SSM beside it with CUDA's f16 copies of a q8_0 cache inside
-  its allocation (-11.3% -> exact).
-
-  kimi-k3's final residual mix runs its weightless norms on a GPU with only the output layer, interleaved with
+  its allocation (-11.3% -> exact). kimi-k3's final residual mix runs its weightless norms on a GPU with only the output layer, interleaved with
   the last layer's tail: the residual stack, its norm, the last output, its norm and the last latent MoE output
   there, that output's norm back on the first GPU (`res_stack_head`; -17.3% -> +0.1%).
 
