@@ -1044,14 +1044,22 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   and every f16 `-cmoe` case exact, 1.6-1.8% over before; `_late_mask_groups`). A rotated attention output (q8_0
   caches) keeps one block of the FFN norm's hole, so Llama-4-Scout's 16 MiB GLU output takes layer 2's freed down
   copy's space and layer 3's 525 MiB down copy goes above the full-attention mask (-41.1% -> +0.8%).
+* **Hyper-connection output heads on a GPU with only the output layer** (pipeline parallelism): hy_v4 reads the
+  streams' norm and one view of each stream (each spanning the streams), qwen4exp the grouped norm, with the
+  head's live set above them (`hc_head`; hy_v4 -19.1% -> +1.2%, qwen4exp -12.3% -> +0.7%). mistral4's experts'
+  down product asks for f32 precision, which ggml-cuda refuses: the host runs it, with four copies of the down
+  weights, the GLU output and the ids there and of the product on the GPU (`host_expert_down`; -17.6% -> -0.7%).
+  falcon-h1's flash-attention output waits for the SSM beside it with CUDA's f16 copies of a q8_0 cache inside
+  its allocation (-11.3% -> exact). kimi-k3's final residual mix runs its weightless norms on a GPU with only the output layer, interleaved with
+  the last layer's tail: the residual stack, its norm, the last output, its norm and the last latent MoE output
+  there, that output's norm back on the first GPU (`res_stack_head`; -17.3% -> +0.1%).
 
 Left: on a second GPU with only the output layer the
-norm output an MTP graph keeps before the output ids (`h_nextn`), the hyper-connection streams the output head
-reads (hy_v4 20.5 MiB, qwen4exp 12 MiB) and kimi-k3's last-layer tail that follows the output weights; hrm_text's
-layers split back and forth between the GPUs (23 splits, 60% under); `-fa on` where ggml-cuda refuses the shape
-(the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied there, so
-the GPU's and the host's parts are swapped, the totals within 5%); mistral4's expert multiplication the stand-in
-runs on the host; MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies
+norm output an MTP graph keeps before the output ids (`h_nextn`); hrm_text's slots on the second GPU use the first GPU's shared weights, so
+the layers split back and forth between the GPUs (23 splits, 60% under); `-fa on` where ggml-cuda refuses the
+shape (the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied
+there, so the GPU's and the host's parts are swapped, the totals within 5%); mistral4's down product on the host
+without pipeline parallelism (-3.4%); MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies
 there); the layer phase of granite-4.0-h-tiny with `-nkvo` (RPC0 of the two-RPC placement recording: 59.0 MiB counted,
 66.6 recorded; on one stand-in card the out-of-order list sends layer 2's 18 MiB down outputs above two free
 blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logits there; only a replay of the
@@ -1061,8 +1069,7 @@ down copy goes above it, where `_late_masks` finds room in the FFN norm's two bl
 keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); DeepSeek-V2-Lite at `-ngl 13 -ub 2048` (-9.0%:
 the output phase's input block lands above the last MoE layer's freed space, 96 MiB higher) and with
 `--no-op-offload` (+9.4%); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
-MoE output's copy back from the host stays under the logits); cogvlm and falcon-h1 with q8_0 caches (-9.3%,
--11.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
+MoE output's copy back from the host stays under the logits); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
 (-8.8%, -5.9%).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are

@@ -817,6 +817,8 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         warnings=(*hparam_warnings, *_arch_warnings(t), *d.warnings, *meta.warnings),
         indexer_head_size=_indexer_width(meta, t, d) if any(indexer) else 0,
         indexer_top_k=meta.num(Keys.Attention.Indexer.TOP_K),
+        # not in gguf-py's Keys: src/llama-arch.cpp LLM_KV_ATTN_RES_BLOCK_SIZE
+        attn_res_block_size=meta.num("{arch}.attn_res.block_size"),
         # not in gguf-py's Keys: src/llama-arch.cpp LLM_KV_ATTENTION_INDEXER_BLOCK_SIZE
         indexer_block_size=meta.num("{arch}.attention.indexer.block_size"),
         indexer_kpool=_indexer_kpool(meta, t, d) if any(indexer) else 0,

@@ -194,6 +194,9 @@ class ModelProfile:
     clip: ClipParams | None = None  # the vision tower of an mmproj file
     #: attention.indexer.top_k: KV cells a DSA indexer keeps per token (0 = no top-k mask)
     indexer_top_k: int = 0
+    #: attn_res.block_size: kimi-k3's cross-layer residual attention banks the layer input every that many layers
+    #: (0 = none)
+    attn_res_block_size: int = 0
     #: attention.indexer.block_size: positions per block of MiniMax-M3's block-sparse indexer (0 = none)
     indexer_block_size: int = 0
     #: the k-pool indexer's pool size (attention.indexer.kpool, qwen4exp: its compress ratio; 0 = no k-pool) and

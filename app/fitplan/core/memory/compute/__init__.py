@@ -44,7 +44,10 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
   host's copy of the conv input's view for the state's copy back, and for Mamba-2 layers with their weights on
   the host the scan's copied sources and output (`mamba2_host_state_copies`, `gdn_host_conv_copy`);
 * pipeline parallelism: four copies of every graph input on the host and of every split input on each GPU, never
-  freed, below the rest of the graph (see `PIPELINE_COPIES`);
+  freed, below the rest of the graph (see `PIPELINE_COPIES`); on a GPU with only the output layer a
+  hyper-connection head's stream inputs and live set (`GraphTraits.hc_head`, `PlanBuilder.hc_head`); the experts'
+  f32 down product ggml-cuda refuses, run on the host with its inputs' copies there and the product's on the GPU
+  (`GraphTraits.moe_down_f32_src1`, `PlanBuilder.host_expert_down`);
 * Vulkan: the compute buffer is made of chunks of at most 1 GiB (`DevicePlan.max_chunk`: the logits in a chunk of
   their own where they do not fit above what is under them; KQ scores that open chunks in graph order, counted
   again where the FFN follows them into one, `terms.Chunks`; op-offload copies larger than a chunk in chunks of

@@ -88,7 +88,7 @@ from fitplan.core.memory.compute.terms import (
 )
 from fitplan.core.memory.context import cuda_flash_attn_supported
 from fitplan.core.memory.weights import CPU_REPACK_BUFT, CUDA_VENDORS, WeightPlacement, row_bytes
-from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, KpoolGraph
+from fitplan.core.model.archs import DSV4_CSA_RATIO, DSV4_HCA_RATIO, HcHead, KpoolGraph
 from fitplan.core.model.profile import LayerKind, LayerProfile, MlaParams, ModelProfile, TensorRole
 
 #: `ggml-backend.cpp`: ops whose weight is on the host go to the GPU only for batches of at least 32 tokens.
@@ -1131,11 +1131,107 @@ class PlanBuilder:
         if first and self.pos_embd:
             n_hidden = PP_INPUT_BLOCKS_POSITIONS
         hidden = n_hidden * self.embd_block
+        if not layers and self.output_head()[0]:
+            hidden = self.output_head()[0]
+        elif last and not has_out and self.res_stack_head()[0]:
+            # the norm of the last MoE output the output GPU computes comes back (`res_stack_head`: four copies
+            # of `norm-1` on the first GPU of the kimi-k3 smoke model)
+            hidden += self._routed_norm_block()
         return Affine(
             PIPELINE_COPIES * m.a_base,
             PIPELINE_COPIES * m.a_swa,
             PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
         )
+
+    def output_head(self) -> tuple[int, int]:
+        """What a GPU that runs only the output layer reads per copy and computes above them beyond the output
+        norm's input (`hc_head`, `res_stack_head`), bytes; (0, 0): the output norm's one block."""
+        hc = self.hc_head()
+        return hc if hc[0] else self.res_stack_head()
+
+    def res_stack_head(self) -> tuple[int, int]:
+        """kimi-k3's final residual mix (src/models/kimi-k3.cpp `res_mix` with `output_res_score`) on a GPU that
+        runs only the output layer: its weightless norms run there, and the scheduler interleaves them with the
+        last layer's tail (ggml-backend.cpp `ggml_backend_sched_split_graph`, pass 2), so that GPU reads the
+        banked stack `[n_embd, n_ckpt, n_tok]` (a checkpoint every `attn_res.block_size` layers) and its norm, the
+        last layer's output and its norm, the output ids and the last MoE output `[n_embd_latent, n_tok]`, whose
+        norm it computes for the first GPU; above them the stack's scores and their sums and that norm. The
+        allocator's peak on the smoke model over two CUDA stand-ins at c1024: four copies of `node_227`,
+        `ffn_moe_out-1`, `node_248`, `inp_embd (reshaped)`, `l_out-1` and `out_ids`, then `node_228` (freed),
+        `node_229` and `norm-1`, 6.13 MiB. (0, 0) for other models."""
+        bs = self.profile.attn_res_block_size
+        if not bs or not any(t.name == "output_res_score.weight" for t in self.profile.tensors):
+            return 0, 0
+        n_ckpt = len(range(0, len(self.profile.layers), bs))
+        block, lat = self.embd_block, self._routed_norm_block()
+        inputs = (2 * n_ckpt + 2) * block + lat + I32 * self.n_out
+        return inputs, n_ckpt * block + F32 * n_ckpt * self.n_out + lat
+
+    def _routed_norm_block(self) -> int:
+        """The last layer's latent MoE output `[n_embd_latent, n_tok]` whose norm the output GPU computes
+        (`res_stack_head`), f32 bytes; 0 without kimi-k3's residual stack or a latent last layer."""
+        if not self.profile.attn_res_block_size:
+            return 0
+        name = f"blk.{len(self.profile.layers) - 1}.ffn_routed_norm.weight"
+        latent = next((t.shape[0] for t in self.profile.tensors if t.name == name), 0)
+        return F32 * latent * self.n_out
+
+    def hc_head(self) -> tuple[int, int]:
+        """A hyper-connection model's output head on a GPU that runs only the output layer: the split inputs it
+        reads from the last layer's GPU (per copy) and its live set above them, bytes; (0, 0) for other models.
+        The weightless norms run where their source is, the first weighted op here (ggml-backend.cpp
+        `ggml_backend_sched_split_graph`, pass 2). hy_v4 (`build_hc_head`, `hy_v4_hc_reduce`): the streams' norm
+        `[hc n_embd, n_out]` and one view of each stream, a split input each, its size spanning the streams
+        (`[n_embd, n_out]` with the streams' row stride); the mixes `[hc, n_out]`, the running sum and a
+        product above them (the allocator's peak on the smoke model over two CUDA stand-ins at c1024: four
+        copies of five 1 MiB inputs, `hc_head_mixes` and two 0.25 MiB blocks, 20.48 MiB). qwen4exp
+        (`build_hc_mix`): the streams' grouped norm, then its weighted copy `[hc n_embd, n_out]`, the down
+        projection `[hc_lr, n_out]` and the gate `[hc n_embd, n_out]` (four 2 MiB copies, `node_388`, `node_390`
+        and `hc_gate`: 12.02 MiB)."""
+        kind = self.profile.traits.graph.hc_head
+        width = hc_width(self.profile)
+        n_embd, n = self.profile.n_embd, self.n_out
+        if kind is HcHead.NONE or not width or not n_embd:
+            return 0, 0
+        stream = F32 * width * n
+        if kind is HcHead.STREAM_VIEWS:
+            hc = width // n_embd
+            view = F32 * n_embd * (hc * n - hc + 1)
+            return stream + hc * view, F32 * hc * n + 2 * F32 * n_embd * n
+        low = next((t.shape[1] for t in self.profile.tensors if t.name == "output_hc_down.weight"), 0)
+        return stream, 2 * stream + F32 * low * n
+
+    def host_expert_down(self) -> tuple[dict[int, int], int]:
+        """With pipeline parallelism, the experts' down products a CUDA GPU refuses (`moe_down_f32_src1`: MUL_MAT_ID
+        with f32 precision, ggml-cuda.cu `ggml_backend_cuda_device_supports_op`) run on the host, a split of their
+        own: per MoE layer the host holds four copies of the down weights, of the GLU output
+        `[n_ff_exp, n_used, n_tok]` and of the selected experts' ids, the GPU four copies of the product
+        `[n_embd, n_used, n_tok]` it reads back, all never freed (`PIPELINE_COPIES`). The allocator's peaks on
+        the mistral4 smoke model over two CUDA stand-ins at c1024: `ffn_moe_down-1` four times 0.5 MiB on the
+        first GPU, 18.42 MiB; `blk.1.ffn_down_exps.weight`, `ffn_moe_swiglu-1` and `ffn_moe_topk-1` four times
+        each on the host, 14.33 MiB. Per GPU and the host's, bytes; without pipeline parallelism not modelled."""
+        moe = self.profile.moe
+        if (
+            not self.inputs.pipeline_parallel
+            or not self.profile.traits.graph.moe_down_f32_src1
+            or moe is None
+        ):
+            return {}, 0
+        gpu: dict[int, int] = {}
+        host = 0
+        for il in self.trunk:
+            lp = self.profile.layers[il]
+            gi = self.ffn_dev.get(il)
+            if not lp.is_moe or gi is None or self.gpu_vendors[gi] not in CUDA_VENDORS:
+                continue
+            used = lp.n_expert_used or moe.n_expert_used
+            n_ff_exp = moe.n_ff_exp or lp.n_ff
+            weight = sum(
+                t.n_bytes for t in self.profile.tensors if t.name == f"blk.{il}.ffn_down_exps.weight"
+            )
+            gpu[gi] = gpu.get(gi, 0) + PIPELINE_COPIES * F32 * self.profile.n_embd * used * self.n_tok
+            host += PIPELINE_COPIES * (weight + (F32 * n_ff_exp + I32) * used * self.n_tok)
+        return gpu, host
 
     def _expert_copy_terms(
         self, gi: int, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], ffn_rest: int
@@ -1359,6 +1455,7 @@ class PlanBuilder:
         if pp:
             pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
             under.append(Linear("pipeline-parallel input copies", pp_inputs))
+            under.append(Fixed("experts' down products from the host", self.host_expert_down()[0].get(gi, 0)))
             m, vi = Affine(), 0
             blocks, out_blocks = self._pipeline_blocks(first, runs)
             out_extra = 0
@@ -1375,8 +1472,15 @@ class PlanBuilder:
             )
             under += self._chunk_terms(gi, layers, base, chunk, self.logits if has_out else 0, out_blocks)
         if not runs:
+            # a hyper-connection head's live set, the larger of it and the output phase (`hc_head`)
+            head = (Fixed("output head", self.output_head()[1]),) if pp and has_out else ()
             return DevicePlan(
-                device=gi, layer_phase=False, output=nonzero(output), under=nonzero(under), max_chunk=chunk
+                device=gi,
+                layer_phase=False,
+                inputs=nonzero(head),
+                output=nonzero(output),
+                under=nonzero(under),
+                max_chunk=chunk,
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
@@ -1484,6 +1588,21 @@ class PlanBuilder:
         if not hybrid or not first or pp or self.gpu_vendors[gi] is Vendor.RPC:
             return frozenset(), 0
         return hybrid, ssm_transient(self.profile, self.n_tok, self.inputs.n_seqs, True)
+
+    def _hybrid_fa_copies(
+        self, gi: int, layers: list[int], own_layers: frozenset[int], own: int
+    ) -> tuple[Affine, ...]:
+        """falcon-h1's SSM live set on the first GPU (`_first_gpu_recurrent`) with CUDA's f16 copies of a
+        quantized cache: they are part of the flash-attention output's allocation (`_fa_op_live`), which waits
+        for the SSM beside it, so they stay live through the scan. The output itself keeps its one-block place
+        (the allocator's trace on the CUDA stand-in, falcon-h1 smoke model at c2048 with q8_0 caches: `node_39`,
+        2.5 MiB with its 2 MiB of copies, above `node_2`, then zxBCdt, the conv input and the conv output on top,
+        13.61 MiB, 11.61 counted before; at c512 the output with its 0.5 MiB of copies, 10.61 MiB)."""
+        if not any(self.profile.layers[il].kind is LayerKind.HYBRID for il in own_layers):
+            return ()
+        if self.inputs.fork_attention or not self._cuda_fa_runs(layers):
+            return ()
+        return tuple(Affine(a.a_base, a.a_swa, own) for a in self._gpu_fa_copies(gi, layers))
 
     def _mamba_only_first(self, gi: int, layers: list[int], first: bool, pp: bool) -> bool:
         """The first GPU of a Mamba model without attention layers there (`mamba_first_gpu`), where the
@@ -1610,7 +1729,9 @@ class PlanBuilder:
             replayed | own_layers,
             self._metal_fa_extra(self.profile.layers[layers[0]])[1] if metal else 0,
         )
-        return (*kq_gi, Affine(c=own)) if own else kq_gi
+        if not own:
+            return kq_gi
+        return (*kq_gi, Affine(c=own), *self._hybrid_fa_copies(gi, layers, own_layers, own))
 
     def _cast_hole(self) -> bool:
         """Without a cache, flash attention's f16 casts of K and V leave the first GPU's FFN norm's hole two
@@ -1911,7 +2032,10 @@ class PlanBuilder:
             ffn=ffn,
             logits=logits,
             output=nonzero(output),
-            under=self._host_scores(),
+            under=(
+                *self._host_scores(),
+                *nonzero((Fixed("experts' down products", self.host_expert_down()[1]),)),
+            ),
         )
 
     def _host_state_copies(self) -> int:

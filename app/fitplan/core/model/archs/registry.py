@@ -25,6 +25,7 @@ from fitplan.core.model.archs.traits import (
     ArchTraits,
     ForkTraits,
     GraphTraits,
+    HcHead,
     HParamTraits,
     IndexerRule,
     KpoolGraph,
@@ -358,6 +359,11 @@ INDEXER_ROTATION_ARCHS = frozenset({"deepseek32", "deepseek4", "glm-dsa", "dots3
 #: second one: qwen4exp's grouped norm of the streams (`hc_norm`, read again by the inject projection at the
 #: combine), glm5-next's second stream tensor next to `hc_init`.
 HC_STREAMS: Mapping[str, int] = {"deepseek4": 1, "hy_v4": 1, "qwen4exp": 2, "glm5-next": 2}
+HC_HEADS: Mapping[str, HcHead] = {"hy_v4": HcHead.STREAM_VIEWS, "qwen4exp": HcHead.GROUPED_MIX}
+#: src/llama-graph.cpp build_moe_ffn: `ggml_prec_set_src(experts, GGML_PREC_F32, 1)` on the experts' down
+#: product, which ggml-cuda refuses (ggml-cuda.cu `ggml_backend_cuda_device_supports_op`, MUL_MAT_ID with f32
+#: precision): the host runs it.
+MOE_DOWN_F32_SRC1_ARCHS = frozenset({"mistral4"})
 
 # -- the forks --------------------------------------------------------------------------------------------------
 
@@ -443,6 +449,8 @@ def _graph(a: str) -> GraphTraits:
         gated_delta_net=a in GDN_ARCHS,
         indexer_q_copies=INDEXER_Q_COPIES.get(a, 0),
         hc_streams=HC_STREAMS.get(a, 0),
+        hc_head=HC_HEADS.get(a, HcHead.NONE),
+        moe_down_f32_src1=a in MOE_DOWN_F32_SRC1_ARCHS,
         dsv4_attention=a in DSV4_ARCHS,
         msa_attention=a in MSA_ARCHS,
         kpool_graph=KPOOL_GRAPHS.get(a, KpoolGraph.NONE),

@@ -57,6 +57,15 @@ class KpoolGraph(StrEnum):
     GATHER_MASK = "gather_mask"  # models/glm5-next.cpp: liveness from the graph input `gather_mask`
 
 
+class HcHead(StrEnum):
+    """How a hyper-connection model's output head reduces its streams (src/models/<arch>.cpp `build_hc_head`,
+    `build_hc_mix`): what a GPU that runs only the output layer reads and computes."""
+
+    NONE = "none"
+    STREAM_VIEWS = "stream_views"  # models/hy-v4.cpp: the streams' norm, then a view of each stream weighted
+    GROUPED_MIX = "grouped_mix"  # models/qwen4exp.cpp: grouped norm, down/up gate over all streams
+
+
 @dataclass(frozen=True, slots=True)
 class HParamTraits:
     """src/models/<arch>.cpp:load_arch_hparams and src/llama-model.cpp:load_hparams."""
@@ -128,6 +137,10 @@ class GraphTraits:
     gated_delta_net: bool = False  # fused ggml_gated_delta_net (qwen3next, qwen35, qwen35moe)
     indexer_q_copies: int = 0  # indexer query projections live together at the indexer's peak
     hc_streams: int = 0  # hyper-connection residual streams live through the layers
+    hc_head: HcHead = HcHead.NONE  # how the output head reduces the streams
+    moe_down_f32_src1: bool = (
+        False  # llama-graph.cpp build_moe_ffn: the experts' down product in f32 (mistral4)
+    )
     dsv4_attention: bool = (
         False  # models/deepseek4.cpp: compressed attention (CSA/HCA) and its lightning indexer
     )
