@@ -1052,11 +1052,13 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   falcon-h1's flash-attention output waits for the SSM beside it with CUDA's f16 copies of a q8_0 cache inside
   its allocation (-11.3% -> exact). kimi-k3's final residual mix runs its weightless norms on a GPU with only the output layer, interleaved with
   the last layer's tail: the residual stack, its norm, the last output, its norm and the last latent MoE output
-  there, that output's norm back on the first GPU (`res_stack_head`; -17.3% -> +0.1%).
+  there, that output's norm back on the first GPU (`res_stack_head`; -17.3% -> +0.1%). hrm_text's later stack
+  passes reuse the first passes' weights, so over two GPUs its alias slots split between the slot's GPU and the
+  weights' (23 splits): eight blocks per alias slot copied in on the slot's GPU, six on the weights' GPU, four
+  times each (`HRM_ALIAS_INPUTS_CACHE`/`_WEIGHTS`; -60.7% -> +4.1%, an upper bound on the slots' GPU, +9%).
 
 Left: on a second GPU with only the output layer the
-norm output an MTP graph keeps before the output ids (`h_nextn`); hrm_text's slots on the second GPU use the first GPU's shared weights, so
-the layers split back and forth between the GPUs (23 splits, 60% under); `-fa on` where ggml-cuda refuses the
+norm output an MTP graph keeps before the output ids (`h_nextn`); `-fa on` where ggml-cuda refuses the
 shape (the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied
 there, so the GPU's and the host's parts are swapped, the totals within 5%); mistral4's down product on the host
 without pipeline parallelism (-3.4%); MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies

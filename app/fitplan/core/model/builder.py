@@ -819,6 +819,12 @@ def build_profile(files: ModelFiles | GGUFHeader) -> ModelProfile:
         indexer_top_k=meta.num(Keys.Attention.Indexer.TOP_K),
         # not in gguf-py's Keys: src/llama-arch.cpp LLM_KV_ATTN_RES_BLOCK_SIZE
         attn_res_block_size=meta.num("{arch}.attn_res.block_size"),
+        # not in gguf-py's Keys: src/llama-arch.cpp LLM_KV_HRM_LAYERS_PER_STACK, LLM_KV_HRM_H_CYCLES, _L_CYCLES
+        hrm_cycles=(
+            meta.num("{arch}.hrm.layers_per_stack"),
+            meta.num("{arch}.hrm.h_cycles"),
+            meta.num("{arch}.hrm.l_cycles"),
+        ),
         # not in gguf-py's Keys: src/llama-arch.cpp LLM_KV_ATTENTION_INDEXER_BLOCK_SIZE
         indexer_block_size=meta.num("{arch}.attention.indexer.block_size"),
         indexer_kpool=_indexer_kpool(meta, t, d) if any(indexer) else 0,

@@ -197,6 +197,9 @@ class ModelProfile:
     #: attn_res.block_size: kimi-k3's cross-layer residual attention banks the layer input every that many layers
     #: (0 = none)
     attn_res_block_size: int = 0
+    #: hrm.layers_per_stack, hrm.h_cycles, hrm.l_cycles: HRM-Text's cache slots reuse the weights of its first low
+    #: and high stack passes (src/models/hrm-text.cpp `load_arch_tensors`); (0, 0, 0) for other models
+    hrm_cycles: tuple[int, int, int] = (0, 0, 0)
     #: attention.indexer.block_size: positions per block of MiniMax-M3's block-sparse indexer (0 = none)
     indexer_block_size: int = 0
     #: the k-pool indexer's pool size (attention.indexer.kpool, qwen4exp: its compress ratio; 0 = no k-pool) and

@@ -124,6 +124,22 @@ PP_INPUT_BLOCKS_OUTPUT = 1
 #: stand-ins at c1024: 10.54 MiB).
 PP_INPUT_BLOCKS_POSITIONS = 2
 PP_LAYER_BLOCKS_POSITIONS = 2
+#: HRM-Text's alias slots (src/models/hrm-text.cpp `load_arch_tensors`: the later low and high stack passes reuse
+#: the layers of the first ones, whose weights stay on the device of their own block). Where a slot's cache and its
+#: weights are on different GPUs the scheduler splits the layer between them (ggml-backend.cpp
+#: `ggml_backend_sched_split_graph`, pass 1: an op runs where its weight is, the cache writes where the cache is;
+#: pass 2: a weightless op takes its neighbour's backend), and every tensor that crosses is a split input held
+#: PIPELINE_COPIES times. Counted per alias slot from the allocator's peaks on the hrm_text smoke model over two
+#: CUDA stand-ins at c1024 (slots 4 and 5 on CUDA1 use blk.0's and blk.1's weights on CUDA0): the slot's GPU
+#: reads eight `[n_embd, n_tok]` blocks (the norm fed to the projections' split, Q, K and V back for the cache and
+#: the attention, the gated attention output and the residual sums: `node_170`, `node_175`, `node_179`,
+#: `Kcur-4 (view)`, `Vcur-4 (view)`, `Qcur-4 (view) (permuted)`, `node_199`, `node_168`), the weights' GPU six
+#: (`Qcur-4`, `Kcur-4`, `Vcur-4`, `attn_pregate-4`, `ffn_norm-4`, `attn_add-4`). On the slots' GPU this is an upper
+#: bound: the first alias slot's input and its norm are also the layer input blocks PP_INPUT_BLOCKS_OTHER counts,
+#: and the layer phase is counted as if the slots ran there (recorded 38.31 MiB on CUDA0 and 39.03 on CUDA1,
+#: estimated 38.30 and 42.54, +4.1% in all; before, 14.3 and 10.5: 60.7% under).
+HRM_ALIAS_INPUTS_CACHE = 8
+HRM_ALIAS_INPUTS_WEIGHTS = 6
 #: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
 #: (`node_2`), the two-block hole of the FFN norm and the attention output; on a later GPU the hole and the
 #: attention output. (Measured with the allocator's debug dump: the dumps list every live tensor at each new peak.)
@@ -1113,7 +1129,9 @@ class PlanBuilder:
             out_blocks = 0
         return blocks, out_blocks
 
-    def _pipeline_inputs(self, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int) -> Affine:
+    def _pipeline_inputs(
+        self, gi: int, layers: list[int], first: bool, has_out: bool, m: Affine, vi: int
+    ) -> Affine:
         """Every split input is held PIPELINE_COPIES times below the rest of the graph: the masks, V's indices,
         the small inputs, the hidden-state blocks, and the output ids on the GPU that runs the last layer. The
         layer phase then adds its own blocks; the output phase its norm output and the logits."""
@@ -1131,6 +1149,7 @@ class PlanBuilder:
         if first and self.pos_embd:
             n_hidden = PP_INPUT_BLOCKS_POSITIONS
         hidden = n_hidden * self.embd_block
+        hidden += self._alias_slot_inputs(gi, layers)
         if not layers and self.output_head()[0]:
             hidden = self.output_head()[0]
         elif last and not has_out and self.res_stack_head()[0]:
@@ -1142,6 +1161,31 @@ class PlanBuilder:
             PIPELINE_COPIES * m.a_swa,
             PIPELINE_COPIES * (m.c + vi + pp_small + hidden),
         )
+
+    def weight_block(self, il: int) -> int:
+        """The block whose weights layer slot `il` uses: HRM-Text's later low passes use the first low pass's
+        layers (blocks `[0, lps)`), its high passes the first high pass's (blocks `[lps, 2 lps)`,
+        src/models/hrm-text.cpp `load_arch_tensors`); every other model's slot uses its own."""
+        lps, _h_cycles, l_cycles = self.profile.hrm_cycles
+        if not lps:
+            return il
+        group, i = divmod(il, lps)
+        return (lps if group % (l_cycles + 1) == l_cycles else 0) + i
+
+    def _alias_slot_inputs(self, gi: int, layers: list[int]) -> int:
+        """Per copy, the bytes of the blocks GPU `gi` reads for HRM-Text's alias slots split between two GPUs
+        (HRM_ALIAS_INPUTS_CACHE per slot of its own whose weights are elsewhere, HRM_ALIAS_INPUTS_WEIGHTS per slot
+        elsewhere that uses its weights); 0 for other models. Weights on the host are not modelled here."""
+        if not self.profile.hrm_cycles[0]:
+            return 0
+        where = self.placement.layer_device
+        own = sum(1 for il in layers if where[self.weight_block(il)] not in (gi, None))
+        lent = sum(
+            1
+            for il in self.trunk
+            if where[il] is not None and where[il] != gi and where[self.weight_block(il)] == gi
+        )
+        return (HRM_ALIAS_INPUTS_CACHE * own + HRM_ALIAS_INPUTS_WEIGHTS * lent) * self.embd_block
 
     def output_head(self) -> tuple[int, int]:
         """What a GPU that runs only the output layer reads per copy and computes above them beyond the output
@@ -1453,7 +1497,7 @@ class PlanBuilder:
         under: list[Term] = []
         pp_inputs = Affine()
         if pp:
-            pp_inputs = self._pipeline_inputs(layers, first, has_out, m, vi)
+            pp_inputs = self._pipeline_inputs(gi, layers, first, has_out, m, vi)
             under.append(Linear("pipeline-parallel input copies", pp_inputs))
             under.append(Fixed("experts' down products from the host", self.host_expert_down()[0].get(gi, 0)))
             m, vi = Affine(), 0
