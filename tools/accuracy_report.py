@@ -846,7 +846,11 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   (`allocator.ChunkedFit`, `terms.ChunkSpill`) above what lies under it: 2018 MiB recorded at 4096 cells, 1584
   estimated before in one buffer, 1954 now; 2194 at 32768 cells, 1696 before, 2130 now. Not modelled: the later
   layers' query parts drifting over four chunks on two devices with `-ts 3,1` (pipeline-parallel copies under
-  them: 2888 and 2998 MiB recorded, 2368 and 2522 estimated, 15% under).
+  them: 2888 and 2998 MiB recorded, 2368 and 2522 estimated, 15% under). The allocator's peaks on Vulkan0: chunk
+  0 976 MiB, chunk 1 704 (q-0 and q_nope_absorbed-0), chunk 2 632 (ffn_out-0 left there under Qcur-1), chunk 3
+  576 (at layer 4 norm-4, q_pe-4 and node_220 in chunk 1 push q_nope_absorbed-4 to chunk 2 and Qcur-4 to a
+  chunk of its own); the replay, which has the first layer's attention only, puts q_pe-0 in chunk 1 and opens no
+  fourth chunk. Placing them needs the whole layer (norms, FFN or experts) replayed over several layers.
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and
