@@ -817,12 +817,14 @@ def test_residual_stack_head_on_the_output_gpu() -> None:
 def test_hrm_alias_slots_split_between_two_gpus(gpu: Any) -> None:
     """HRM-Text's later stack passes reuse the first passes' weights (slots 4 and 5 on CUDA1 use blk.0's and
     blk.1's weights on CUDA0): the scheduler splits those slots between the GPUs and every crossing tensor is a
-    split input held four times (`HRM_ALIAS_INPUTS_CACHE`, `HRM_ALIAS_INPUTS_WEIGHTS`). Neither GPU more than 1%
-    under its recording, the two within 5% (before: 14.3 MiB estimated for 38.31 recorded on CUDA0, 10.5 for
+    split input held four times (`HRM_ALIAS_INPUTS_CACHE`, `HRM_ALIAS_INPUTS_WEIGHTS`), and the output ids go to
+    the weights' GPU, where the last slot's tail runs (`_reads_out_ids`). Neither GPU under its recording (the
+    weights' GPU exact), the two within 5% (before: 14.3 MiB estimated for 38.31 recorded on CUDA0, 10.5 for
     39.03 on CUDA1, 60.7% under)."""
     r = next(r for r in gpu.measured if r.key == "standinarchs/hrm_text-dense/2dev-c1024-np1")
     for d in r.devices:
         if d.name.startswith("CUDA"):
             real, est = d.compute
-            assert 0.99 * real <= est <= 1.10 * real, (d.name, real / 2**20, est / 2**20)
+            assert real <= est <= 1.10 * real, (d.name, real / 2**20, est / 2**20)
+        assert d.name != "CUDA0" or d.compute[1] == d.compute[0], d.compute
     assert abs(r.compute_rel) <= report.COMPUTE_TOLERANCE, r.compute_rel

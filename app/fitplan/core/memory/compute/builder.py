@@ -137,7 +137,8 @@ PP_LAYER_BLOCKS_POSITIONS = 2
 #: (`Qcur-4`, `Kcur-4`, `Vcur-4`, `attn_pregate-4`, `ffn_norm-4`, `attn_add-4`). On the slots' GPU this is an upper
 #: bound: the first alias slot's input and its norm are also the layer input blocks PP_INPUT_BLOCKS_OTHER counts,
 #: and the layer phase is counted as if the slots ran there (recorded 38.31 MiB on CUDA0 and 39.03 on CUDA1,
-#: estimated 38.30 and 42.54, +4.1% in all; before, 14.3 and 10.5: 60.7% under).
+#: estimated 38.31 (exact, with the output ids: `_reads_out_ids`) and 42.53, +4.1% in all; before, 14.3 and 10.5:
+#: 60.7% under).
 HRM_ALIAS_INPUTS_CACHE = 8
 HRM_ALIAS_INPUTS_WEIGHTS = 6
 #: Blocks of the layer phase allocated after the copies: on the first GPU the copy of the embeddings input
@@ -1136,7 +1137,7 @@ class PlanBuilder:
         the small inputs, the hidden-state blocks, and the output ids on the GPU that runs the last layer. The
         layer phase then adds its own blocks; the output phase its norm output and the logits."""
         last = bool(layers) and layers[-1] == self.trunk[-1]
-        pp_small = self.small_inputs(layers) + (I32 * self.n_out if last else 0)
+        pp_small = self.small_inputs(layers) + (I32 * self.n_out if self._reads_out_ids(gi, layers) else 0)
         if first and not self.pos_embd:
             pp_small += I64 * self.n_tok  # the mixed batch's slots: its rows are set on the first GPU
         if any(self.profile.layers[il].is_recurrent for il in layers):
@@ -1171,6 +1172,19 @@ class PlanBuilder:
             return il
         group, i = divmod(il, lps)
         return (lps if group % (l_cycles + 1) == l_cycles else 0) + i
+
+    def _reads_out_ids(self, gi: int, layers: list[int]) -> bool:
+        """Whether GPU `gi` reads the output ids: the last layer's `get_rows` runs where that layer's tail runs,
+        on the GPU of the last layer, or for an HRM-Text alias slot on the GPU of its weights (the hrm_text smoke
+        model over two CUDA stand-ins: the four copies of `out_ids` on CUDA0, none on CUDA1)."""
+        if not self.trunk:
+            return False
+        il = self.trunk[-1]
+        where = self.placement.layer_device
+        weights = where[self.weight_block(il)]
+        if weights is not None and where[il] is not None and weights != where[il]:
+            return weights == gi
+        return bool(layers) and layers[-1] == il
 
     def _alias_slot_inputs(self, gi: int, layers: list[int]) -> int:
         """Per copy, the bytes of the blocks GPU `gi` reads for HRM-Text's alias slots split between two GPUs
