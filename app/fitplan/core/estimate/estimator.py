@@ -31,6 +31,7 @@ from fitplan.core.base.launch_settings import (
     MmprojPlacement,
     SplitMode,
 )
+from fitplan.core.base.numbers import int_or_none
 from fitplan.core.base.results import (
     MMPROJ_IMAGES_LABEL,
     DeviceEstimate,
@@ -790,8 +791,10 @@ def deepstack_layers(mmproj: ModelProfile) -> tuple[int, ...]:
     found = set()
     for t in mmproj.tensors:
         parts = t.name.split(".")
-        if len(parts) == 5 and parts[:2] == ["v", "deepstack"] and parts[3] == "fc2" and parts[2].isdigit():
-            found.add(int(parts[2]))
+        if len(parts) == 5 and parts[:2] == ["v", "deepstack"] and parts[3] == "fc2":
+            block = int_or_none(parts[2], 0, 1 << 20)
+            if block is not None:
+                found.add(block)
     return tuple(sorted(found))
 
 
