@@ -141,15 +141,40 @@ class FitScrollArea(QScrollArea):
         room = self.contentsRect().size()
         need = max(widget.minimumSizeHint().height(), widget.minimumHeight())
         # A word-wrapped label's minimum is one line; at the width it has it may need more.
-        for label in widget.findChildren(QLabel):
-            if label.wordWrap() and label.isVisible() and label.width() > 0:
-                need += max(
-                    0,
-                    label.heightForWidth(label.width())
-                    - max(label.minimumSizeHint().height(), label.minimumHeight()),
-                )
-        width = room.width() - (self.verticalScrollBar().sizeHint().width() if need > room.height() else 0)
-        widget.resize(width, max(room.height(), need))
+        for label in self._wrapped_labels():
+            need += max(
+                0,
+                label.heightForWidth(label.width())
+                - max(label.minimumSizeHint().height(), label.minimumHeight()),
+            )
+        for _ in range(8):
+            width = room.width() - (
+                self.verticalScrollBar().sizeHint().width() if need > room.height() else 0
+            )
+            widget.resize(width, max(room.height(), need))
+            # The estimate above misses what the layout takes from the labels when it is short (it shrinks the
+            # tallest parts first, the chart's as much as the verdict's) and the lines a label gains when a scroll
+            # bar narrows it: grow by what is still cut until nothing is.
+            layout = widget.layout()
+            if layout is not None:
+                layout.activate()
+            short = sum(
+                max(0, label.heightForWidth(label.width()) - label.height())
+                for label in self._wrapped_labels()
+            )
+            if short == 0:
+                return
+            need = widget.height() + short
+
+    def _wrapped_labels(self) -> list[QLabel]:
+        widget = self.widget()
+        if widget is None:
+            return []
+        return [
+            label
+            for label in widget.findChildren(QLabel)
+            if label.wordWrap() and label.isVisible() and label.width() > 0
+        ]
 
 
 class MainWindow(QMainWindow):
