@@ -55,3 +55,27 @@ def test_rows_of_several_lines_are_whole(qtbot: Any, private_config: Path, size:
     qtbot.wait(50)  # the column's refit after the rows arrived
     assert _cut(w) == []
     w.close()
+
+
+def test_the_row_without_the_draft_model_applies(qtbot: Any, private_config: Path) -> None:
+    w = _with_draft(qtbot, private_config, (1280, 800))
+    qtbot.waitUntil(lambda: any("draft" in r.change for r in w.verdict.alternative_buttons), timeout=15000)
+    row = next(r for r in w.verdict.alternative_buttons if "draft" in r.change)
+    assert row.isEnabled() and row.plain.endswith("(apply)")
+    row.click()
+    out = wait_settled(qtbot, w)
+    assert w.settings.draft_path() == "" and w.settings.draft.currentText() == "none"
+    assert out.estimate.settings.draft is None and "-md" not in w.command.text.toPlainText()
+    assert not any("draft" in r.change for r in w.verdict.alternative_buttons)
+    w.close()
+
+
+def test_the_speed_with_the_cache_full_says_so(qtbot: Any, private_config: Path) -> None:
+    """The -nkvo row's second speed is with the cache full (the host reads all of it per token), in those words."""
+    w = _with_draft(qtbot, private_config, (1280, 800))
+    qtbot.waitUntil(lambda: any(r.change == "-nkvo" for r in w.verdict.alternative_buttons), timeout=15000)
+    row = next(r for r in w.verdict.alternative_buttons if r.change == "-nkvo")
+    assert " with the cache full)" in row.plain and " full)" not in row.plain.replace(
+        " with the cache full)", ""
+    )
+    w.close()

@@ -25,10 +25,19 @@ from fitplan.core.plan.planner import Pins, Plan, plan, plan_key
 from fitplan.core.plan.search import EstimateFn
 from fitplan.core.plan.usage import MarginPolicy, device_label
 
-__all__ = ["CARD_SIZES", "OBJECTIVE_FLAG", "Alternative", "what_would_change", "why_this_context"]
+__all__ = [
+    "CARD_SIZES",
+    "DROP_DRAFT",
+    "OBJECTIVE_FLAG",
+    "Alternative",
+    "what_would_change",
+    "why_this_context",
+]
 
 #: how the CLI spells a goal (`--objective placement|context`)
 OBJECTIVE_FLAG = "--objective"
+#: how the change that drops the user's draft model (-md) begins; the window applies it by choosing no draft
+DROP_DRAFT = "without the draft model"
 
 #: GPU sizes people buy (GiB): "a 32 GiB card" is the next one up
 CARD_SIZES = (8, 12, 16, 24, 32, 48, 80, 96, 141)
@@ -71,7 +80,7 @@ class Alternative:
         t/s" (the window's rows; `speed_words` in full)."""
         tps = f", ~{_rate(self.generation_tps)} t/s" if self.generation_tps > 0 else ""
         if self.generation_full_tps > 0:
-            tps += f" ({_rate(self.generation_full_tps)} full)"
+            tps += f" ({_rate(self.generation_full_tps)} with the cache full)"
         return self.describe() + tps
 
 
@@ -194,9 +203,7 @@ def _finer_candidates(base: Plan, pins: Pins, machine: Machine) -> list[_Candida
         out.append(_Candidate("-nkvo", dataclasses.replace(pins, no_kv_offload=True), machine))
     if pins.base.draft is not None:
         no_draft = dataclasses.replace(pins, base=dataclasses.replace(pins.base, draft=None))
-        out.append(
-            _Candidate(f"without the draft model (-md {pins.base.draft.model_path})", no_draft, machine)
-        )
+        out.append(_Candidate(f"{DROP_DRAFT} (-md {pins.base.draft.model_path})", no_draft, machine))
     return out
 
 

@@ -30,8 +30,11 @@ class AlternativeRow(QLabel):
     applied = Signal(str)  # the alternative's flags
 
     def __init__(self, alternative: Alternative, parent: QWidget | None = None) -> None:
+        from fitplan.core.plan.alternatives import DROP_DRAFT  # loaded with the plan that made the row
+
         self.change = alternative.change
-        self.applies = alternative.change.startswith("-")
+        # a change of flags, or dropping the draft model (no draft chosen); a change of hardware is only shown
+        self.applies = alternative.change.startswith(("-", DROP_DRAFT))
         self.plain = alternative.brief() + (APPLY_SUFFIX if self.applies else "")
         text = html.escape(alternative.brief())
         if self.applies:
