@@ -1,6 +1,7 @@
 """What a walk through the window at 1024x640 found: the verdict's "what would change it" rows of several lines
 were cut (the centre column was sized for their one-line minimum, and the layout took the rest from the verdict),
-and the row that drops the draft model could not be applied."""
+a row wrapped inside "t/s", the row that drops the draft model could not be applied and the -nkvo row's "(14 full)"
+did not say what was full."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QLabel
 
 from fitplan.core.base.devices import GIB, Device, DeviceKind, Vendor, host_device
+from fitplan.core.plan.alternatives import Alternative
 from fitplan.gui.backend import Detection
 from fitplan.gui.main_window import MainWindow
+from fitplan.gui.panels.verdict import NO_BREAK, AlternativeRow
 
 from .conftest import GEMMA, LLAMA, make_window, wait_settled
 
@@ -79,3 +83,49 @@ def test_the_speed_with_the_cache_full_says_so(qtbot: Any, private_config: Path)
         " with the cache full)", ""
     )
     w.close()
+
+
+def _lines(row: QLabel, width: int) -> list[str]:
+    doc = QTextDocument()
+    doc.setDefaultFont(row.font())
+    doc.setDocumentMargin(0)
+    doc.setHtml(row.text())
+    doc.setTextWidth(width)
+    doc.size()  # laid out
+    block, out = doc.begin(), []
+    while block.isValid():
+        layout, text = block.layout(), block.text()
+        for i in range(layout.lineCount()):
+            line = layout.lineAt(i)
+            out.append(text[line.textStart() : line.textStart() + line.textLength()].replace(NO_BREAK, ""))
+        block = block.next()
+    return out
+
+
+def test_a_row_wraps_only_between_words(qtbot: Any) -> None:
+    """At 1024x640 the -c row ended "~51 t/" with "s  (apply)" on the next line: "t/s", "->" and a flag's dashes
+    never end a line; a path may still wrap at its slashes."""
+    alt = Alternative(
+        "-ctk q8_0 -ctv q8_0",
+        "context 32,768 -> 131,072 (4 of 32 layers on CPU)",
+        True,
+        131072,
+        "4 of 32 layers on CPU",
+        28,
+        51.0,
+        1200.0,
+    )
+    row = AlternativeRow(alt)
+    qtbot.addWidget(row)
+    assert (
+        row.plain
+        == "-ctk q8_0 -ctv q8_0: context 32,768 -> 131,072 (4 of 32 layers on CPU), ~51 t/s  (apply)"
+    )
+    cut = {
+        line.rstrip()[-12:]
+        for width in range(60, 600)
+        for line in _lines(row, width)[:-1]
+        if line.rstrip().endswith(("t/", "-", "--"))
+    }
+    assert cut == set()
+    assert "".join(_lines(row, 100)).replace("\xa0", " ") == row.plain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from fitplan.core.plan.alternatives import Alternative
 
 APPLY_SUFFIX = "  (apply)"
+#: U+2060 WORD JOINER: no line break here (the text layout breaks after "/" and "-" inside a word: "~51 t/" over
+#: "s", "-" over "ctv q8_0")
+NO_BREAK = "\u2060"
 EMPTY_TEXT = "Drop a .gguf here or pick one from your models to see whether it fits."
 ERROR_LEVEL = "error"
 
@@ -36,7 +40,7 @@ class AlternativeRow(QLabel):
         # a change of flags, or dropping the draft model (no draft chosen); a change of hardware is only shown
         self.applies = alternative.change.startswith(("-", DROP_DRAFT))
         self.plain = alternative.brief() + (APPLY_SUFFIX if self.applies else "")
-        text = html.escape(alternative.brief())
+        text = html.escape(unbroken_words(alternative.brief()))
         if self.applies:
             text += '&nbsp;&nbsp;<a href="apply">(apply)</a>'
         super().__init__(text, parent)
@@ -63,6 +67,13 @@ class AlternativeRow(QLabel):
         """Apply the alternative's flags (what the link does)."""
         if self.applies:
             self.applied.emit(self.change)
+
+
+def unbroken_words(text: str) -> str:
+    """The text with no line break inside "t/s", "->" or a flag's leading dashes ("-ctk", "--objective"); a path
+    still wraps at its slashes."""
+    text = re.sub(r"(?<!\S)(-+)(?=\S)", lambda m: NO_BREAK.join(m.group(1)) + NO_BREAK, text)
+    return text.replace("->", "-" + NO_BREAK + ">").replace("t/s", "t/" + NO_BREAK + "s")
 
 
 class VerdictPanel(QFrame):
