@@ -129,3 +129,21 @@ def test_a_row_wraps_only_between_words(qtbot: Any) -> None:
     }
     assert cut == set()
     assert "".join(_lines(row, 100)).replace("\xa0", " ") == row.plain
+
+
+def test_the_next_card_is_an_8_gib_card(qtbot: Any, private_config: Path) -> None:
+    """The 8B example on a 6 GiB card at 64K: the bigger card offered reads "an 8 GiB card", not "a 8 GiB card"."""
+    six = Detection(
+        (Device("RTX 2060", DeviceKind.GPU, 6 * GIB, 6 * GIB, Vendor.NVIDIA),),
+        host_device(64 * GIB, 48 * GIB),
+    )
+    w: MainWindow = make_window(qtbot, six, private_config)  # type: ignore[assignment]
+    w.show()
+    w.planner.start(str(LLAMA))
+    wait_settled(qtbot, w)
+    w.settings.set_context(65536)
+    wait_settled(qtbot, w)
+    qtbot.waitUntil(lambda: bool(w.verdict.alternative_buttons), timeout=15000)
+    cards = [r.plain for r in w.verdict.alternative_buttons if "GiB card" in r.change]
+    assert cards and cards[0].startswith("an 8 GiB card: "), cards
+    w.close()

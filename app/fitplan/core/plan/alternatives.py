@@ -131,7 +131,8 @@ def _machine_candidates(machine: Machine, pins: Pins, base: Plan) -> list[_Candi
         now = max(d.total_bytes for d in gpus) / GIB
         size = next((s for s in CARD_SIZES if s > now + 0.5), None)
         if size is not None:
-            what = f"a {size} GiB card" if len(gpus) == 1 else f"{len(gpus)} x {size} GiB cards"
+            article = "an" if str(size).startswith("8") else "a"  # "an 8 GiB card", "an 80 GiB card"
+            what = f"{article} {size} GiB card" if len(gpus) == 1 else f"{len(gpus)} x {size} GiB cards"
             out.append(_Candidate(what, pins, Machine(tuple(_bigger(d, size) for d in gpus), machine.host)))
     host = machine.host
     if host.total_bytes > 0:
