@@ -147,3 +147,26 @@ def test_the_next_card_is_an_8_gib_card(qtbot: Any, private_config: Path) -> Non
     cards = [r.plain for r in w.verdict.alternative_buttons if "GiB card" in r.change]
     assert cards and cards[0].startswith("an 8 GiB card: "), cards
     w.close()
+
+
+def test_image_tokens_follow_the_projector_choice(qtbot: Any, private_config: Path) -> None:
+    """With the projector "not loaded" the Image tokens control was still live; it greys, keeping its value."""
+    w: MainWindow = make_window(qtbot, CARD_8, private_config)  # type: ignore[assignment]
+    w.show()
+    w.planner.start(str(GEMMA))
+    wait_settled(qtbot, w)
+    s = w.settings
+    s.image_tokens.setValue(512)
+    wait_settled(qtbot, w)
+    assert s.image_tokens.isEnabled()
+    s.mmproj.setCurrentIndex(s.mmproj.findData("none"))
+    wait_settled(qtbot, w)
+    label = s._form.labelForField(s.image_tokens)
+    assert not s.image_tokens.isEnabled() and label is not None and not label.isEnabled()
+    s.mmproj.setCurrentIndex(s.mmproj.findData("cpu"))
+    wait_settled(qtbot, w)
+    assert s.image_tokens.isEnabled() and s.image_tokens.value() == 512
+    w.planner.open(str(LLAMA))  # no projector: greyed
+    wait_settled(qtbot, w)
+    assert not s.image_tokens.isEnabled()
+    w.close()
