@@ -170,3 +170,29 @@ def test_image_tokens_follow_the_projector_choice(qtbot: Any, private_config: Pa
     wait_settled(qtbot, w)
     assert not s.image_tokens.isEnabled()
     w.close()
+
+
+def test_the_row_without_a_pin_applies(qtbot: Any, private_config: Path) -> None:
+    """The 8B example with -ngl 33 on a 5.5 GiB card does not fit; "without -ngl" fits, and one click sets GPU
+    layers back to auto (it was greyed, not applicable)."""
+    card = Detection(
+        (Device("RTX 2060", DeviceKind.GPU, int(5.5 * GIB), int(5.5 * GIB), Vendor.NVIDIA),),
+        host_device(32 * GIB, 28 * GIB),
+    )
+    w: MainWindow = make_window(qtbot, card, private_config)  # type: ignore[assignment]
+    w.show()
+    w.planner.start(str(LLAMA))
+    wait_settled(qtbot, w)
+    w.settings.gpu_layers.setValue(33)
+    out = wait_settled(qtbot, w)
+    assert out.max_context == 0  # every layer on a 5.5 GiB card: no context fits
+    qtbot.waitUntil(
+        lambda: any(r.change == "without -ngl" for r in w.verdict.alternative_buttons), timeout=15000
+    )
+    row = next(r for r in w.verdict.alternative_buttons if r.change == "without -ngl")
+    assert row.isEnabled() and row.plain.endswith("(apply)")
+    row.click()
+    out = wait_settled(qtbot, w)
+    assert w.settings.gpu_layers.value() == -1 and w.settings.gpu_layers.is_auto()
+    assert out.max_context > 0 and out.plan_settings is not None and 0 < out.plan_settings.n_gpu_layers < 33
+    w.close()

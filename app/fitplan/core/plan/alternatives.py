@@ -29,6 +29,7 @@ __all__ = [
     "CARD_SIZES",
     "DROP_DRAFT",
     "OBJECTIVE_FLAG",
+    "UNPIN",
     "Alternative",
     "what_would_change",
     "why_this_context",
@@ -38,6 +39,8 @@ __all__ = [
 OBJECTIVE_FLAG = "--objective"
 #: how the change that drops the user's draft model (-md) begins; the window applies it by choosing no draft
 DROP_DRAFT = "without the draft model"
+#: how a change that drops one of the user's placement pins begins: "without -ngl"
+UNPIN = "without "
 
 #: GPU sizes people buy (GiB): "a 32 GiB card" is the next one up
 CARD_SIZES = (8, 12, 16, 24, 32, 48, 80, 96, 141)
@@ -224,7 +227,7 @@ def _unpinned(pins: Pins, machine: Machine) -> list[_Candidate]:
         ("--all-on-gpu", pins.all_weights_on_gpu or None, {"all_weights_on_gpu": False}),
     ]
     return [
-        _Candidate(f"without {flag}", dataclasses.replace(pins, **changes), machine)  # type: ignore[arg-type]
+        _Candidate(f"{UNPIN}{flag}", dataclasses.replace(pins, **changes), machine)  # type: ignore[arg-type]
         for flag, value, changes in drops
         if value is not None
     ]

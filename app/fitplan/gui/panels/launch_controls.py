@@ -882,6 +882,14 @@ class SettingsPanel(QWidget):
         self.cpu_moe.show_planned(planned.n_cpu_moe if moe else None)
         self._show_mmproj_gpu(has_gpu)
 
+    def unpin(self, flag: str) -> bool:
+        """The control that holds this placement flag back to auto ("without -ngl"); False when none holds it."""
+        box = {"-ngl": self.gpu_layers, "--n-cpu-moe": self.cpu_moe}.get(flag)
+        if box is None or not box.isEnabled():
+            return False
+        box.setValue(box.minimum())  # a planned spin box's lowest value is auto
+        return True
+
     def _show_image_tokens(self) -> None:
         """Image tokens apply to a projector that is loaded: greyed without one or with "not loaded" (the value
         stays for when it is loaded again)."""

@@ -34,11 +34,12 @@ class AlternativeRow(QLabel):
     applied = Signal(str)  # the alternative's flags
 
     def __init__(self, alternative: Alternative, parent: QWidget | None = None) -> None:
-        from fitplan.core.plan.alternatives import DROP_DRAFT  # loaded with the plan that made the row
+        from fitplan.core.plan.alternatives import DROP_DRAFT, UNPIN  # loaded with the plan that made the row
 
         self.change = alternative.change
-        # a change of flags, or dropping the draft model (no draft chosen); a change of hardware is only shown
-        self.applies = alternative.change.startswith(("-", DROP_DRAFT))
+        # a change of flags, dropping the draft model (no draft chosen) or a pin (its control back to auto); a
+        # change of hardware is only shown
+        self.applies = alternative.change.startswith(("-", DROP_DRAFT, UNPIN))
         self.plain = alternative.brief() + (APPLY_SUFFIX if self.applies else "")
         text = html.escape(unbroken_words(alternative.brief()))
         if self.applies:
