@@ -196,3 +196,22 @@ def test_the_row_without_a_pin_applies(qtbot: Any, private_config: Path) -> None
     assert w.settings.gpu_layers.value() == -1 and w.settings.gpu_layers.is_auto()
     assert out.max_context > 0 and out.plan_settings is not None and 0 < out.plan_settings.n_gpu_layers < 33
     w.close()
+
+
+def test_the_column_is_not_refitted_while_nothing_changes(qtbot: Any, private_config: Path) -> None:
+    """Growing the column until no row is cut must settle: a refit that resized again from its first estimate
+    posted a new layout request each time (a refit every few milliseconds, for as long as the window was open)."""
+    from fitplan.gui.main_window import FitScrollArea
+
+    w = _with_draft(qtbot, private_config, (1024, 640))
+    qtbot.waitUntil(lambda: len(w.verdict.alternative_buttons) >= 3, timeout=15000)
+    qtbot.wait(200)
+    area = next(a for a in w.findChildren(FitScrollArea) if a.widget() is w.verdict.parentWidget())
+    calls = []
+    fit = area.fit_widget
+    area.fit_widget = lambda: (calls.append(1), fit())[1]  # type: ignore[method-assign]
+    area._refit.timeout.disconnect()
+    area._refit.timeout.connect(area.fit_widget)
+    qtbot.wait(500)
+    assert calls == [] and _cut(w) == []
+    w.close()

@@ -113,6 +113,7 @@ class FitScrollArea(QScrollArea):
         self._refit.setSingleShot(True)
         self._refit.setInterval(0)
         self._refit.timeout.connect(self.fit_widget)
+        self._fitted: tuple[tuple[int, int, int, int], QSize] = ((0, 0, 0, 0), QSize())
 
     def minimumSizeHint(self) -> QSize:
         widget = self.widget()
@@ -141,12 +142,17 @@ class FitScrollArea(QScrollArea):
         room = self.contentsRect().size()
         need = max(widget.minimumSizeHint().height(), widget.minimumHeight())
         # A word-wrapped label's minimum is one line; at the width it has it may need more.
-        for label in self._wrapped_labels():
+        labels = self._wrapped_labels()
+        for label in labels:
             need += max(
                 0,
                 label.heightForWidth(label.width())
                 - max(label.minimumSizeHint().height(), label.minimumHeight()),
             )
+        key = (room.width(), room.height(), need, len(labels))
+        if key == self._fitted[0]:
+            widget.resize(self._fitted[1])  # the same content in the same room: the size found last time
+            return
         for _ in range(8):
             width = room.width() - (
                 self.verticalScrollBar().sizeHint().width() if need > room.height() else 0
@@ -163,8 +169,11 @@ class FitScrollArea(QScrollArea):
                 for label in self._wrapped_labels()
             )
             if short == 0:
-                return
+                break
             need = widget.height() + short
+        # Remembered: a refit with the same estimate (the layout request this resize posts) keeps this size
+        # instead of starting again from the estimate (which re-posted a request: a refit every few milliseconds).
+        self._fitted = (key, widget.size())
 
     def _wrapped_labels(self) -> list[QLabel]:
         widget = self.widget()
