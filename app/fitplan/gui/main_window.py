@@ -113,7 +113,7 @@ class FitScrollArea(QScrollArea):
         self._refit.setSingleShot(True)
         self._refit.setInterval(0)
         self._refit.timeout.connect(self.fit_widget)
-        self._fitted: tuple[tuple[int, int, int, int], QSize] = ((0, 0, 0, 0), QSize())
+        self._fitted: dict[tuple[int, int, int, int], QSize] = {}  # the last few sizes found, by estimate
 
     def minimumSizeHint(self) -> QSize:
         widget = self.widget()
@@ -150,8 +150,8 @@ class FitScrollArea(QScrollArea):
                 - max(label.minimumSizeHint().height(), label.minimumHeight()),
             )
         key = (room.width(), room.height(), need, len(labels))
-        if key == self._fitted[0]:
-            widget.resize(self._fitted[1])  # the same content in the same room: the size found last time
+        if key in self._fitted:
+            widget.resize(self._fitted[key])  # the same content in the same room: the size found before
             return
         for _ in range(8):
             width = room.width() - (
@@ -172,8 +172,10 @@ class FitScrollArea(QScrollArea):
                 break
             need = widget.height() + short
         # Remembered: a refit with the same estimate (the layout request this resize posts) keeps this size
-        # instead of starting again from the estimate (which re-posted a request: a refit every few milliseconds).
-        self._fitted = (key, widget.size())
+        # instead of starting again from the estimate (which re-posted a request: a refit every few milliseconds);
+        # a few, for the estimates with and without the scroll bar's width taken.
+        self._fitted = {k: v for k, v in list(self._fitted.items())[-3:]}
+        self._fitted[key] = widget.size()
 
     def _wrapped_labels(self) -> list[QLabel]:
         widget = self.widget()
