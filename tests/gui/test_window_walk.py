@@ -215,3 +215,11 @@ def test_the_column_is_not_refitted_while_nothing_changes(qtbot: Any, private_co
     qtbot.wait(500)
     assert calls == [] and _cut(w) == []
     w.close()
+
+
+def test_host_ram_is_the_limit_in_plain_words(qtbot: Any, private_config: Path) -> None:
+    """The plan on the CPU only: the verdict said "host RAM memory is the limit"."""
+    w = _with_draft(qtbot, private_config, (1280, 800))
+    verdict = w.verdict.label.text()
+    assert "host RAM is the limit" in verdict and "RAM memory" not in verdict, verdict
+    w.close()
