@@ -244,6 +244,7 @@ def shoot(
         "command": window.command.text.toPlainText(),
         "not_in_view": not_in_view(window),
         "list_name_width": window.models.table.columnWidth(0),
+        "alternatives": [row.plain for row in window.verdict.alternative_buttons],
     }
     window.close()
     window.deleteLater()
@@ -289,6 +290,15 @@ def devices_and_draft(window: MainWindow) -> None:
     area = _scroll_area_of(s)
     if area is not None:
         area.ensureWidgetVisible(s.draft_cache_k, 10, 10)
+
+
+#: An 8 GiB card: the 12B example with the 8B as its draft keeps layers on the CPU; -nkvo and dropping the draft
+#: are offered in rows of two and three lines
+CARD_8 = Detection((gpu("RTX 4060", 8),), host_device(32 * GIB, 28 * GIB))
+
+
+def draft_on_a_small_card(window: MainWindow) -> None:
+    window.settings.choose_draft(str(LLAMA))
 
 
 TWO_3060 = Detection((gpu("RTX 3060", 12, 11.5), gpu("RTX 3060", 12, 11.5)), host_device(64 * GIB, 52 * GIB))
@@ -425,6 +435,8 @@ def main(argv: list[str]) -> int:
         ("more-gpus-1024", SMALL_GPU, QWEN, SIZES["1024"], two_more_gpus),
         ("held-by-others-1280", SHARED_CARD, LLAMA, SIZES["1280"], None),
         ("held-by-others-1024", SHARED_CARD, LLAMA, SIZES["1024"], None),
+        ("many-rows-1280", CARD_8, GEMMA, SIZES["1280"], draft_on_a_small_card),
+        ("many-rows-1024", CARD_8, GEMMA, SIZES["1024"], draft_on_a_small_card),
     ]
     states += [(f"main-{key}", DESKTOP, DEEPSEEK, size, None) for key, size in SIZES.items()]
     if dark:

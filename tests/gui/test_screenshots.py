@@ -44,12 +44,17 @@ STATES = (
     "more-gpus-1024",
     "held-by-others-1280",
     "held-by-others-1024",
+    "many-rows-1280",
+    "many-rows-1024",
     "main-1024",
     "main-1280",
     "main-1920",
 )
-#: With no message above the verdict the whole column fits: verdict, chart and command, nothing scrolled away.
-NO_MESSAGE_STATES = tuple(s for s in STATES if not s.startswith(("error", "messages", "long-paste")))
+#: With no message above the verdict the whole column fits: verdict, chart and command, nothing scrolled away
+#: (four "what would change it" rows of up to three lines take the command's place: it scrolls into view).
+NO_MESSAGE_STATES = tuple(
+    s for s in STATES if not s.startswith(("error", "messages", "long-paste", "many-rows"))
+)
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +163,10 @@ def test_states_say_what_they_show(report: dict[str, dict[str, object]]) -> None
     assert "-ctk kvarn4" in str(report["beellama-kvarn4"]["command"])
     ollama = str(report["ollama"]["command"])
     assert "export OLLAMA_NUM_PARALLEL=2" in ollama and "PARAMETER num_ctx" in ollama
+    for size in ("1024", "1280"):  # the rows of several lines, whole (the clipped check) and applicable
+        rows = report[f"many-rows-{size}"]["alternatives"]
+        assert any(r.startswith("-nkvo: ") for r in rows), rows  # type: ignore[union-attr]
+        assert any(r.startswith("without the draft model") and r.endswith("(apply)") for r in rows), rows  # type: ignore[union-attr]
     both = str(report["devices-and-draft"]["command"])
     assert "-dev CUDA1" in both and "-md " in both and "-ngld 20" in both
 

@@ -139,10 +139,23 @@ class Configurations(QObject):
         """One click on a "what would change it" row: its flags are applied to the current settings (the other
         objective goes to "Plan for:")."""
         from fitplan.core.launch.flags import parse_flags
-        from fitplan.core.plan.alternatives import OBJECTIVE_FLAG
+        from fitplan.core.plan.alternatives import DROP_DRAFT, OBJECTIVE_FLAG, UNPIN
 
         req = self.planner.current_request()
         if req is None:
+            return
+        if change.startswith(DROP_DRAFT):
+            self.p.settings.choose_draft("")  # "none" in the draft list: the plan follows the control
+            self.p.status.showMessage("Applied: no draft model", 4000)
+            return
+        if change.startswith(UNPIN):
+            flag = change.removeprefix(UNPIN)
+            if self.p.settings.unpin(flag):
+                self.p.status.showMessage(f"Applied: {flag} back to auto", 4000)
+            else:
+                self.p.banner.show_message(
+                    "error", f"{flag} is not set by a control: remove it from Extra flags", key="alternative"
+                )
             return
         if change.startswith(OBJECTIVE_FLAG + " "):
             self.p.settings.set_goal(change.removeprefix(OBJECTIVE_FLAG + " "))

@@ -113,6 +113,7 @@ class FitScrollArea(QScrollArea):
         self._refit.setSingleShot(True)
         self._refit.setInterval(0)
         self._refit.timeout.connect(self.fit_widget)
+        self._fitted: dict[tuple[int, int, int, int], QSize] = {}  # the last few sizes found, by estimate
 
     def minimumSizeHint(self) -> QSize:
         widget = self.widget()
@@ -141,15 +142,50 @@ class FitScrollArea(QScrollArea):
         room = self.contentsRect().size()
         need = max(widget.minimumSizeHint().height(), widget.minimumHeight())
         # A word-wrapped label's minimum is one line; at the width it has it may need more.
-        for label in widget.findChildren(QLabel):
-            if label.wordWrap() and label.isVisible() and label.width() > 0:
-                need += max(
-                    0,
-                    label.heightForWidth(label.width())
-                    - max(label.minimumSizeHint().height(), label.minimumHeight()),
-                )
-        width = room.width() - (self.verticalScrollBar().sizeHint().width() if need > room.height() else 0)
-        widget.resize(width, max(room.height(), need))
+        labels = self._wrapped_labels()
+        for label in labels:
+            need += max(
+                0,
+                label.heightForWidth(label.width())
+                - max(label.minimumSizeHint().height(), label.minimumHeight()),
+            )
+        key = (room.width(), room.height(), need, len(labels))
+        if key in self._fitted:
+            widget.resize(self._fitted[key])  # the same content in the same room: the size found before
+            return
+        for _ in range(8):
+            width = room.width() - (
+                self.verticalScrollBar().sizeHint().width() if need > room.height() else 0
+            )
+            widget.resize(width, max(room.height(), need))
+            # The estimate above misses what the layout takes from the labels when it is short (it shrinks the
+            # tallest parts first, the chart's as much as the verdict's) and the lines a label gains when a scroll
+            # bar narrows it: grow by what is still cut until nothing is.
+            layout = widget.layout()
+            if layout is not None:
+                layout.activate()
+            short = sum(
+                max(0, label.heightForWidth(label.width()) - label.height())
+                for label in self._wrapped_labels()
+            )
+            if short == 0:
+                break
+            need = widget.height() + short
+        # Remembered: a refit with the same estimate (the layout request this resize posts) keeps this size
+        # instead of starting again from the estimate (which re-posted a request: a refit every few milliseconds);
+        # a few, for the estimates with and without the scroll bar's width taken.
+        self._fitted = {k: v for k, v in list(self._fitted.items())[-3:]}
+        self._fitted[key] = widget.size()
+
+    def _wrapped_labels(self) -> list[QLabel]:
+        widget = self.widget()
+        if widget is None:
+            return []
+        return [
+            label
+            for label in widget.findChildren(QLabel)
+            if label.wordWrap() and label.isVisible() and label.width() > 0
+        ]
 
 
 class MainWindow(QMainWindow):

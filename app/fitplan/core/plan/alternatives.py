@@ -25,10 +25,22 @@ from fitplan.core.plan.planner import Pins, Plan, plan, plan_key
 from fitplan.core.plan.search import EstimateFn
 from fitplan.core.plan.usage import MarginPolicy, device_label
 
-__all__ = ["CARD_SIZES", "OBJECTIVE_FLAG", "Alternative", "what_would_change", "why_this_context"]
+__all__ = [
+    "CARD_SIZES",
+    "DROP_DRAFT",
+    "OBJECTIVE_FLAG",
+    "UNPIN",
+    "Alternative",
+    "what_would_change",
+    "why_this_context",
+]
 
 #: how the CLI spells a goal (`--objective placement|context`)
 OBJECTIVE_FLAG = "--objective"
+#: how the change that drops the user's draft model (-md) begins; the window applies it by choosing no draft
+DROP_DRAFT = "without the draft model"
+#: how a change that drops one of the user's placement pins begins: "without -ngl"
+UNPIN = "without "
 
 #: GPU sizes people buy (GiB): "a 32 GiB card" is the next one up
 CARD_SIZES = (8, 12, 16, 24, 32, 48, 80, 96, 141)
@@ -71,7 +83,7 @@ class Alternative:
         t/s" (the window's rows; `speed_words` in full)."""
         tps = f", ~{_rate(self.generation_tps)} t/s" if self.generation_tps > 0 else ""
         if self.generation_full_tps > 0:
-            tps += f" ({_rate(self.generation_full_tps)} full)"
+            tps += f" ({_rate(self.generation_full_tps)} with the cache full)"
         return self.describe() + tps
 
 
@@ -122,7 +134,8 @@ def _machine_candidates(machine: Machine, pins: Pins, base: Plan) -> list[_Candi
         now = max(d.total_bytes for d in gpus) / GIB
         size = next((s for s in CARD_SIZES if s > now + 0.5), None)
         if size is not None:
-            what = f"a {size} GiB card" if len(gpus) == 1 else f"{len(gpus)} x {size} GiB cards"
+            article = "an" if str(size).startswith("8") else "a"  # "an 8 GiB card", "an 80 GiB card"
+            what = f"{article} {size} GiB card" if len(gpus) == 1 else f"{len(gpus)} x {size} GiB cards"
             out.append(_Candidate(what, pins, Machine(tuple(_bigger(d, size) for d in gpus), machine.host)))
     host = machine.host
     if host.total_bytes > 0:
@@ -194,9 +207,7 @@ def _finer_candidates(base: Plan, pins: Pins, machine: Machine) -> list[_Candida
         out.append(_Candidate("-nkvo", dataclasses.replace(pins, no_kv_offload=True), machine))
     if pins.base.draft is not None:
         no_draft = dataclasses.replace(pins, base=dataclasses.replace(pins.base, draft=None))
-        out.append(
-            _Candidate(f"without the draft model (-md {pins.base.draft.model_path})", no_draft, machine)
-        )
+        out.append(_Candidate(f"{DROP_DRAFT} (-md {pins.base.draft.model_path})", no_draft, machine))
     return out
 
 
@@ -216,7 +227,7 @@ def _unpinned(pins: Pins, machine: Machine) -> list[_Candidate]:
         ("--all-on-gpu", pins.all_weights_on_gpu or None, {"all_weights_on_gpu": False}),
     ]
     return [
-        _Candidate(f"without {flag}", dataclasses.replace(pins, **changes), machine)  # type: ignore[arg-type]
+        _Candidate(f"{UNPIN}{flag}", dataclasses.replace(pins, **changes), machine)  # type: ignore[arg-type]
         for flag, value, changes in drops
         if value is not None
     ]

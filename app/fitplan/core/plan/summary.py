@@ -87,9 +87,7 @@ def verdict_words(plan: Plan, v: Verdict, n_ctx: int, has_gpu: bool) -> VerdictW
         if largest.capped_by_training:
             more = f" Up to {fmt_ctx(largest.n_ctx)} context fits (the model's training length)."
         else:
-            more = (
-                f" Up to {fmt_ctx(largest.n_ctx)} context fits; {largest.binding_label} memory is the limit."
-            )
+            more = f" Up to {fmt_ctx(largest.n_ctx)} context fits; {_memory_of(largest.binding_label)} is the limit."
     if v.level is FitLevel.OFFLOAD:
         binding = largest.binding_label if largest is not None else ""
         # weights the user's pins keep on the CPU are not what the machine needs ("without --n-cpu-moe" says
@@ -108,3 +106,8 @@ def verdict_words(plan: Plan, v: Verdict, n_ctx: int, has_gpu: bool) -> VerdictW
         f"Fits: {spare} to spare on {where} after the margin.{more}{slots}",
         tight.label if tight is not None else "",
     )
+
+
+def _memory_of(label: str) -> str:
+    """ "GPU0 (RTX 4090) memory", "host RAM" (not "host RAM memory")."""
+    return label if label.endswith("RAM") else f"{label} memory"

@@ -494,6 +494,7 @@ class SettingsPanel(QWidget):
             combo.currentIndexChanged.connect(self._emit)
         self.objective.currentIndexChanged.connect(self._objective_changed)
         self.draft.currentIndexChanged.connect(self._draft_changed)
+        self.mmproj.currentIndexChanged.connect(self._show_image_tokens)
         self.draft_browse.clicked.connect(self.ask_draft_file)
         for spin in (
             self.slots,
@@ -714,10 +715,7 @@ class SettingsPanel(QWidget):
         if label is not None:
             label.setEnabled(profile.is_moe)
         self.mmproj.setEnabled(has_projector)
-        self.image_tokens.setEnabled(has_projector)
-        label = self._form.labelForField(self.image_tokens)
-        if label is not None:
-            label.setEnabled(has_projector)
+        self._show_image_tokens()
         self.mmproj.setToolTip(
             self._mmproj_tip if has_projector else "No projector (mmproj) file was found next to this model"
         )
@@ -883,6 +881,23 @@ class SettingsPanel(QWidget):
         moe = self.cpu_moe.isEnabled() and self._engine is not Engine.OLLAMA
         self.cpu_moe.show_planned(planned.n_cpu_moe if moe else None)
         self._show_mmproj_gpu(has_gpu)
+
+    def unpin(self, flag: str) -> bool:
+        """The control that holds this placement flag back to auto ("without -ngl"); False when none holds it."""
+        box = {"-ngl": self.gpu_layers, "--n-cpu-moe": self.cpu_moe}.get(flag)
+        if box is None or not box.isEnabled():
+            return False
+        box.setValue(box.minimum())  # a planned spin box's lowest value is auto
+        return True
+
+    def _show_image_tokens(self) -> None:
+        """Image tokens apply to a projector that is loaded: greyed without one or with "not loaded" (the value
+        stays for when it is loaded again)."""
+        on = self.mmproj.isEnabled() and self.mmproj.currentData() != MmprojPlacement.NONE.value
+        self.image_tokens.setEnabled(on)
+        label = self._form.labelForField(self.image_tokens)
+        if label is not None:
+            label.setEnabled(on)
 
     def forget_plan(self) -> None:
         """No plan holds for the controls now (another model): auto shows plain "auto" until the next one."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from fitplan.core.plan.alternatives import Alternative
 
 APPLY_SUFFIX = "  (apply)"
+#: U+2060 WORD JOINER: no line break here (the text layout breaks after "/" and "-" inside a word: "~51 t/" over
+#: "s", "-" over "ctv q8_0")
+NO_BREAK = "\u2060"
 EMPTY_TEXT = "Drop a .gguf here or pick one from your models to see whether it fits."
 ERROR_LEVEL = "error"
 
@@ -30,10 +34,14 @@ class AlternativeRow(QLabel):
     applied = Signal(str)  # the alternative's flags
 
     def __init__(self, alternative: Alternative, parent: QWidget | None = None) -> None:
+        from fitplan.core.plan.alternatives import DROP_DRAFT, UNPIN  # loaded with the plan that made the row
+
         self.change = alternative.change
-        self.applies = alternative.change.startswith("-")
+        # a change of flags, dropping the draft model (no draft chosen) or a pin (its control back to auto); a
+        # change of hardware is only shown
+        self.applies = alternative.change.startswith(("-", DROP_DRAFT, UNPIN))
         self.plain = alternative.brief() + (APPLY_SUFFIX if self.applies else "")
-        text = html.escape(alternative.brief())
+        text = html.escape(unbroken_words(alternative.brief()))
         if self.applies:
             text += '&nbsp;&nbsp;<a href="apply">(apply)</a>'
         super().__init__(text, parent)
@@ -60,6 +68,13 @@ class AlternativeRow(QLabel):
         """Apply the alternative's flags (what the link does)."""
         if self.applies:
             self.applied.emit(self.change)
+
+
+def unbroken_words(text: str) -> str:
+    """The text with no line break inside "t/s", "->" or a flag's leading dashes ("-ctk", "--objective"); a path
+    still wraps at its slashes."""
+    text = re.sub(r"(?<!\S)(-+)(?=\S)", lambda m: NO_BREAK.join(m.group(1)) + NO_BREAK, text)
+    return text.replace("->", "-" + NO_BREAK + ">").replace("t/s", "t/" + NO_BREAK + "s")
 
 
 class VerdictPanel(QFrame):
