@@ -1127,7 +1127,8 @@ FINER_FRACTIONS = {
 def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
     """(id, device spec, args) of grid l: -ngl N+1 with the FFN tensors of layer L-N on the CPU (the partial layer
     after N whole ones, output layer included) for N = 0 (the output layer only), L/2 and L (the first block), at
-    -ub 512 and 2048; -nkvo at full offload (4096, 32768 cells, -ub 2048), at -ngl L/2 and with a partial layer."""
+    -ub 512 and 2048; -nkvo at full offload (4096, 32768 cells, -ub 2048), at -ngl L/2 and with a partial layer;
+    on two devices split in layers (-ts): the partial layer after L/2 whole ones, -nkvo at full offload and at L/2."""
     half = n_layer // 2
     out: list[tuple[str, str, list[str]]] = []
     base = ["-np", "1", "-c", "8192", "-fa", "on"]

@@ -10,8 +10,9 @@ Two options (`space.Finer`), each measured against llama.cpp (tests/fixtures/lla
   moves more off them);
 * `-nkvo`: every layer the pins allow on the GPUs, the KV cache in host memory.
 
-Both need one GPU or a pinned `-ts` (no layer split to balance) and llama.cpp itself as the engine; the partial layer
-also a free `-ngl`, no `-ot` of the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was),
+Both need llama.cpp itself as the engine. With several GPUs and a free split each finer point's split is balanced
+with its finer option in place (`solver.Solver.check`), from the whole-layer split nearest to it. The partial layer
+also needs a free `-ngl`, no `-ot` of the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was),
 -nkvo no `-nkvo`/`-kvo` of the user's. The candidates are ranked with the whole-layer ones by `objective.point_key`, which counts -nkvo by the
 cache's bytes in host memory (`Finer.kv_bytes`) at the context the search runs at: the floor when the placement
 comes first, the context found when the context does (a long context read from host memory for every token).
@@ -26,7 +27,7 @@ from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import TermKind
 from fitplan.core.plan.objective import point_key
 from fitplan.core.plan.solver import Check, Point, Solver
-from fitplan.core.plan.space import FFN_FRACTION_PATTERNS, Finer
+from fitplan.core.plan.space import FFN_FRACTION_PATTERNS, Finer, compositions
 
 if TYPE_CHECKING:
     from fitplan.core.plan.planner import Problem
@@ -34,15 +35,15 @@ if TYPE_CHECKING:
 __all__ = ["finer_points", "finer_search", "nkvo_allowed", "nkvo_finer", "partial_allowed"]
 
 
-def _common(pb: Problem, solver: Solver) -> bool:
-    return pb.has_gpu and not solver.split_free and pb.base.engine is Engine.LLAMA_CPP
+def _common(pb: Problem) -> bool:
+    return pb.has_gpu and pb.base.engine is Engine.LLAMA_CPP
 
 
 def partial_allowed(pb: Problem, solver: Solver) -> bool:
     """Whether the plan may put part of a dense layer's FFN on the host (-ngl free)."""
     lo, hi = pb.ngl_choices
     return (
-        _common(pb, solver)
+        _common(pb)
         and lo < hi
         and not pb.space.is_moe
         and not pb.base.tensor_overrides
@@ -52,7 +53,7 @@ def partial_allowed(pb: Problem, solver: Solver) -> bool:
 
 def nkvo_allowed(pb: Problem, solver: Solver) -> bool:
     """Whether the plan may keep the KV cache in host memory (-nkvo)."""
-    return _common(pb, solver) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
+    return _common(pb) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
 
 
 def nkvo_finer(solver: Solver, ngl: int, ncmoe: int, n_ctx: int) -> Finer:
@@ -66,29 +67,40 @@ def nkvo_finer(solver: Solver, ngl: int, ncmoe: int, n_ctx: int) -> Finer:
 
 
 def _check(solver: Solver, ngl: int, ncmoe: int, finer: Finer, n_ctx: int) -> Check:
-    p = Point(ngl, ncmoe, None, finer)
-    usage = solver.usage(p, n_ctx)
-    gpus = all(u.fits for u in usage if u.gpu_index is not None)
-    host = all(u.fits for u in usage if u.gpu_index is None)
-    return Check(p, gpus, host)
+    return solver.check(ngl, ncmoe, n_ctx, finer)
 
 
 def _partial(pb: Problem, solver: Solver, found: list[Check], last: Check, n_ctx: int) -> Check | None:
     """The best partial layer: one layer above the best whole -ngl whose GPUs fit, the least of its FFN moved."""
     if found:
-        g = found[0].point.ngl
+        whole = found[0].point
     elif last.gpus_fit:
-        g = last.point.ngl  # the GPUs fit there, the host is short: a layer more on the GPUs may relieve it
+        whole = last.point  # the GPUs fit there, the host is short: a layer more on the GPUs may relieve it
     else:
         return None
-    ngl = g + 1
+    ngl = whole.ngl + 1
     if ngl > pb.ngl_choices[1] or not pb.space.partial_ok(ngl):
         return None
     for frac in sorted(FFN_FRACTION_PATTERNS):
-        c = _check(solver, ngl, pb.ncmoe_choices[0], Finer(ffn_cpu=frac), n_ctx)
+        c = _partial_at(solver, ngl, pb.ncmoe_choices[0], whole.split, Finer(ffn_cpu=frac), n_ctx)
         if c.gpus_fit:
             return c  # the next fraction moves more to the host: no better
     return None
+
+
+def _partial_at(
+    solver: Solver, ngl: int, ncmoe: int, whole: tuple[int, ...] | None, finer: Finer, n_ctx: int
+) -> Check:
+    """The partial layer at `ngl` over the whole layers' split `whole` (free split: the partial layer added to
+    each GPU in turn, first GPU first, where it is the first offloaded layer; the split balanced when none fits)."""
+    if whole is not None and solver.split_free:
+        for i in range(len(whole)):
+            split = tuple(k + (j == i) for j, k in enumerate(whole))
+            p = Point(ngl, ncmoe, split, finer)
+            usage = solver.usage(p, n_ctx)
+            if all(u.fits for u in usage if u.gpu_index is not None):
+                return Check(p, True, all(u.fits for u in usage if u.gpu_index is None))
+    return solver.check(ngl, ncmoe, n_ctx, finer)
 
 
 def finer_search(
@@ -124,16 +136,26 @@ def _key(pb: Problem, p: Point) -> tuple[int, int]:
 
 def finer_points(pb: Problem, solver: Solver) -> list[Point]:
     """Every finer point of the space, for the exhaustive search (`oracle`): each -ngl's partial layer at every
-    fraction, and -nkvo with every layer the pins allow on the GPUs."""
+    fraction, and -nkvo with every layer the pins allow on the GPUs; with a free split over several GPUs, each at
+    every split of its offloaded layers."""
     out: list[Point] = []
     lo_g, hi_g = pb.ngl_choices
+    ncmoe = pb.ncmoe_choices[0]
+
+    def splits(ngl: int) -> list[tuple[int, ...] | None]:
+        if not solver.split_free:
+            return [None]
+        return list(compositions(min(ngl, pb.space.L + 1), len(solver.gpus)))
+
     if partial_allowed(pb, solver):
         for ngl in range(hi_g, lo_g - 1, -1):
             if pb.space.partial_ok(ngl):
                 out += [
-                    Point(ngl, pb.ncmoe_choices[0], None, Finer(ffn_cpu=f)) for f in FFN_FRACTION_PATTERNS
+                    Point(ngl, ncmoe, split, Finer(ffn_cpu=f))
+                    for f in FFN_FRACTION_PATTERNS
+                    for split in splits(ngl)
                 ]
     if nkvo_allowed(pb, solver):
-        ngl, ncmoe = hi_g, pb.ncmoe_choices[0]
-        out.append(Point(ngl, ncmoe, None, nkvo_finer(solver, ngl, ncmoe, pb.need_ctx)))
+        f = nkvo_finer(solver, hi_g, ncmoe, pb.need_ctx)
+        out += [Point(hi_g, ncmoe, split, f) for split in splits(hi_g)]
     return out
