@@ -10,8 +10,8 @@ Two options (`space.Finer`), each measured against llama.cpp (tests/fixtures/lla
   moves more off them);
 * `-nkvo`: every layer the pins allow on the GPUs, the KV cache in host memory.
 
-Both need llama.cpp itself as the engine. With several GPUs and a free split each finer point's split is balanced
-with its finer option in place (`solver.Solver.check`), from the whole-layer split nearest to it. The partial layer
+Both need llama.cpp itself as the engine and one GPU, a pinned `-ts`, or two GPUs with a free split; then each
+finer point's split is balanced with its finer option in place (`solver.Solver.check`), from the whole-layer split nearest to it. The partial layer
 also needs a free `-ngl`, no `-ot` of the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was),
 -nkvo no `-nkvo`/`-kvo` of the user's. The candidates are ranked with the whole-layer ones by `objective.point_key`, which counts -nkvo by the
 cache's bytes in host memory (`Finer.kv_bytes`) at the context the search runs at: the floor when the placement
@@ -35,15 +35,18 @@ if TYPE_CHECKING:
 __all__ = ["finer_points", "finer_search", "nkvo_allowed", "nkvo_finer", "partial_allowed"]
 
 
-def _common(pb: Problem) -> bool:
-    return pb.has_gpu and pb.base.engine is Engine.LLAMA_CPP
+def _common(pb: Problem, solver: Solver) -> bool:
+    # a free split over two GPUs, not more: over three the whole-layer split the partial layer starts from is
+    # balanced less well (the exhaustive search finds partial layers further up that the planner does not try)
+    two = not solver.split_free or len(solver.gpus) == 2
+    return pb.has_gpu and two and pb.base.engine is Engine.LLAMA_CPP
 
 
 def partial_allowed(pb: Problem, solver: Solver) -> bool:
     """Whether the plan may put part of a dense layer's FFN on the host (-ngl free)."""
     lo, hi = pb.ngl_choices
     return (
-        _common(pb)
+        _common(pb, solver)
         and lo < hi
         and not pb.space.is_moe
         and not pb.base.tensor_overrides
@@ -53,7 +56,7 @@ def partial_allowed(pb: Problem, solver: Solver) -> bool:
 
 def nkvo_allowed(pb: Problem, solver: Solver) -> bool:
     """Whether the plan may keep the KV cache in host memory (-nkvo)."""
-    return _common(pb) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
+    return _common(pb, solver) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
 
 
 def nkvo_finer(solver: Solver, ngl: int, ncmoe: int, n_ctx: int) -> Finer:
