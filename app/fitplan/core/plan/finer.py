@@ -11,9 +11,10 @@ Two options (`space.Finer`), each measured against llama.cpp (tests/fixtures/lla
 * `-nkvo`: every layer the pins allow on the GPUs, the KV cache in host memory.
 
 Both need llama.cpp itself as the engine and one GPU, a pinned `-ts`, or two GPUs with a free split; then each
-finer point's split is balanced with its finer option in place (`solver.Solver.check`), from the whole-layer split nearest to it. The partial layer
-also needs a free `-ngl`, no `-ot` of the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was),
--nkvo no `-nkvo`/`-kvo` of the user's. The candidates are ranked with the whole-layer ones by `objective.point_key`, which counts -nkvo by the
+finer point's split is balanced with its finer option in place (`solver.Solver.check`), the partial layer's from the
+whole layers' split with the layer added to each GPU in turn. The partial layer also needs a free `-ngl`, no `-ot` of
+the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was), -nkvo no `-nkvo`/`-kvo` of the
+user's. The candidates are ranked with the whole-layer ones by `objective.point_key`, which counts -nkvo by the
 cache's bytes in host memory (`Finer.kv_bytes`) at the context the search runs at: the floor when the placement
 comes first, the context found when the context does (a long context read from host memory for every token).
 """
