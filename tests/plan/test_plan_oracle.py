@@ -339,6 +339,9 @@ def test_a_planner_assuming_monotone_memory_misses_them(monkeypatch: pytest.Monk
         # not with a free split over three GPUs (`finer._common`)
         (Scenario("dense", (2.5, 2.5, 2.5), True, 2.0, "fa_off", Goal.CONTEXT), 0, False),
         (Scenario("dense", (2.25, 2.25), True, 3.0, "all_on_gpu", Goal.CONTEXT), 0, True),
+        # two unlike GPUs where the whole layers' search finds no split that fits beyond a short context: the
+        # partial layer at the top -ngl from the split balanced there (all on the second GPU) reaches 15104
+        (Scenario("dense", (1.25, 3.0), False, 1.5, "none", Goal.CONTEXT), 1, False),
     ],
 )
 def test_finer_placements_match_the_exhaustive_search(sc: Scenario, partial: int, nkvo: bool) -> None:

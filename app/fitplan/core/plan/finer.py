@@ -77,16 +77,22 @@ def _check(solver: Solver, ngl: int, ncmoe: int, finer: Finer, n_ctx: int) -> Ch
 def _partial(pb: Problem, solver: Solver, found: list[Check], last: Check, n_ctx: int) -> Check | None:
     """The best partial layer: one layer above the best whole -ngl whose GPUs fit, the least of its FFN moved."""
     if found:
-        whole = found[0].point
+        whole: Point | None = found[0].point
+        ngl = found[0].point.ngl + 1
     elif last.gpus_fit:
         whole = last.point  # the GPUs fit there, the host is short: a layer more on the GPUs may relieve it
+        ngl = last.point.ngl + 1
+    elif solver.split_free:
+        # no whole -ngl's split was found to fit the GPUs (the balancing is not exhaustive): the partial layer with
+        # every other layer the pins allow, from the split the whole layers' search balanced there
+        whole, ngl = None, pb.ngl_choices[1]
     else:
         return None
-    ngl = whole.ngl + 1
     if ngl > pb.ngl_choices[1] or not pb.space.partial_ok(ngl):
         return None
     for frac in sorted(FFN_FRACTION_PATTERNS):
-        c = _partial_at(solver, ngl, pb.ncmoe_choices[0], whole.split, Finer(ffn_cpu=frac), n_ctx)
+        split = whole.split if whole is not None else None
+        c = _partial_at(solver, ngl, pb.ncmoe_choices[0], split, Finer(ffn_cpu=frac), n_ctx)
         if c.gpus_fit:
             return c  # the next fraction moves more to the host: no better
     return None
