@@ -17,7 +17,15 @@ report = load_tool("tools/accuracy_report.py")
 MODELS = ("llama-3.1-8b", "gemma-3-27b")
 #: flash attention off with -nkvo: the GPU's buffer is 20 MiB (llama) and 42.5 MiB (gemma) over the estimate; the
 #: scores' graph with the cache in host memory is not traced yet
-KNOWN_UNDER = frozenset({"finer/gemma-3-27b/nkvo-c8192-faoff"})
+KNOWN_UNDER = frozenset(
+    {
+        "finer/gemma-3-27b/nkvo-c8192-faoff",
+        # two devices, the cache in host memory: the first device's compute buffer is under (see
+        # test_two_devices_first_gpu_compute below), -7.2% and -5.3% of the total compute
+        "finer/llama-3.1-8b/2dev-nkvo-c8192",
+        "finer/llama-3.1-8b/2dev-nkvo-ngl16",
+    }
+)
 
 
 def _cases() -> list[Any]:
@@ -35,7 +43,7 @@ def cases() -> list[Any]:
 
 
 def test_the_finer_recordings_are_there(cases: list[Any]) -> None:
-    assert len(cases) == 2 * 19
+    assert len(cases) == 2 * 23
     assert not [r.key for r in cases if r.error]
 
 
@@ -80,6 +88,33 @@ def test_nkvo_with_flash_attention_keeps_the_masks_on_the_host(cases: list[Any],
     for r in got.values():
         gpu = [d for d in r.devices if d.name == "CUDA0"]
         assert gpu and abs(gpu[0].compute[1] - gpu[0].compute[0]) < (1 << 20) // 4, (r.key, gpu[0].compute)
+
+
+def test_two_devices_weights_and_caches_exact(cases: list[Any]) -> None:
+    """Two CUDA stand-ins with a layer split (-ts in layers, as a plan with a free split writes it): the partial
+    layer's FFN tensors in the host's buffer and its attention and cache on the first device, and -nkvo's cache in
+    host memory, byte-exact on every device."""
+    two = [r for r in cases if r.case.startswith("2dev-")]
+    assert len(two) == 2 * 4
+    assert all(r.weights_exact_mib and r.context_exact for r in two), [r.key for r in two]
+    assert all({d.name for d in r.devices} == {"CUDA0", "CUDA1", "Host"} for r in two)
+
+
+def test_two_devices_first_gpu_compute(cases: list[Any]) -> None:
+    """Two devices with layers on the CPU or the cache in host memory (no pipeline parallelism): the estimate of the
+    first device's compute buffer is under by 1.5 to 40.5 MiB (llama-3.1-8b: 16 MiB at -ngl 17 with layer 16's FFN
+    on the host, 32 MiB with -nkvo and every layer offloaded; gemma-3-27b up to 40.5 MiB), as with whole layers
+    (standin/llama-3.1-8b/2dev-c8192-faon-ngl16: 135.5 estimated, 151.5 recorded); the second device within
+    10.5 MiB, the host exact. Not traced yet; well inside the planner's default margin of 1 GiB per GPU. This pins
+    the gap so that it cannot grow unseen."""
+    mib = 1 << 20
+    for r in (r for r in cases if r.case.startswith("2dev-")):
+        real, est = {d.name: d.compute for d in r.devices}["CUDA0"]
+        assert 0 <= real - est <= 41 * mib, (r.key, real / mib, est / mib)
+        real, est = {d.name: d.compute for d in r.devices}["CUDA1"]
+        assert 0 <= real - est <= 11 * mib, (r.key, real / mib, est / mib)
+        real, est = {d.name: d.compute for d in r.devices}["Host"]
+        assert abs(real - est) < mib // 10, (r.key, real / mib, est / mib)
 
 
 def test_dropping_the_draft_frees_its_buffers_only() -> None:

@@ -91,6 +91,61 @@ def test_the_partial_layer_fits_where_whole_layers_do_not(llama8b: ModelProfile)
         assert not plan(llama8b, m, Pins(n_gpu_layers=ngl)).fits
 
 
+def _two(gpu_gib: float, host_gib: float) -> Machine:
+    gpu = assumed_gpu(f"{gpu_gib:g} GiB GPU", gpu_gib)
+    return Machine((gpu, gpu), host_device(int(host_gib * GIB)))
+
+
+def test_the_partial_layer_with_a_free_split_over_two_gpus(llama8b: ModelProfile) -> None:
+    """Two 2.75 GiB cards, the split free: 14 whole layers fit; the 15th with its
+    ffn_down and ffn_gate on the host goes to the first card (-ts 9,6 in layers: the first card takes the first
+    offloaded indices, the partial layer among them). Before: -ngl 14, whole layers only with several GPUs."""
+    m = _two(2.75, 32)
+    p = plan(llama8b, m, Pins())
+    assert p.fits, p.binding
+    assert p.placement.description == (
+        "ffn_down+gate of layer 18 on CPU, 18 of 32 layers on CPU, split 9:6 layers across GPUs"
+    )
+    args = _args(p)
+    assert args[args.index("-ngl") + 1] == "15"
+    assert args[args.index("-ts") + 1] == "9,6"
+    assert args[args.index("-ot") + 1] == r"blk\.18\.ffn_(gate|gate_up|down).*=CPU"
+    assert _exported_fits(llama8b, p, m)
+    _matches_the_oracle(llama8b, m, Pins(), p)
+
+
+def test_the_partial_layer_of_a_27b_model_on_two_8gib_cards() -> None:
+    """gemma-3-27b on two 8.25 GiB cards: 45 whole layers fit, the 46th with its ffn_down on the host too (the
+    exhaustive search over this model's splits is too large for a unit test; llama-3.1-8b's case above checks the
+    same search against it). Before: -ngl 45."""
+    prof = _profile("gemma-3-27b")
+    m = _two(8.25, 32)
+    p = plan(prof, m, Pins())
+    assert p.fits, p.binding
+    args = _args(p)
+    assert args[args.index("-ngl") + 1] == "46"
+    assert args[args.index("-ot") + 1] == r"blk\.17\.ffn_down.*=CPU"
+    assert "-ts" in args
+    assert _exported_fits(prof, p, m)
+    whole = plan(prof, m, Pins(n_gpu_layers=46, no_kv_offload=False))  # the 46th layer whole does not fit
+    assert not whole.fits
+
+
+def test_nkvo_with_a_free_split_over_two_gpus(llama8b: ModelProfile) -> None:
+    """--all-on-gpu on two 4 GiB cards: the weights fit split 17:16, the cache of 4096 cells does not; with -nkvo
+    it lives in host memory and the plan fits. Before: does not fit with all weights on the GPU."""
+    m = _two(4.0, 32)
+    pins = Pins(all_weights_on_gpu=True)
+    p = plan(llama8b, m, pins)
+    assert p.fits, p.binding
+    assert p.placement.finer.no_kv_offload and p.placement.cpu_layers == 0
+    args = _args(p)
+    assert "-nkvo" in args and args[args.index("-ts") + 1] == "17,16"
+    assert _exported_fits(llama8b, p, m)
+    _matches_the_oracle(llama8b, m, pins, p)
+    assert not plan(llama8b, m, dataclasses.replace(pins, no_kv_offload=False)).fits
+
+
 def test_nkvo_keeps_every_weight_on_the_gpu(llama8b: ModelProfile) -> None:
     """--all-on-gpu on a 6.1 GiB card: the weights and compute fit, the cache of 4096 cells does not;
     with -nkvo the cache lives in host memory and the plan fits. Before: does not fit with all weights on the GPU."""

@@ -1127,7 +1127,8 @@ FINER_FRACTIONS = {
 def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
     """(id, device spec, args) of grid l: -ngl N+1 with the FFN tensors of layer L-N on the CPU (the partial layer
     after N whole ones, output layer included) for N = 0 (the output layer only), L/2 and L (the first block), at
-    -ub 512 and 2048; -nkvo at full offload (4096, 32768 cells, -ub 2048), at -ngl L/2 and with a partial layer."""
+    -ub 512 and 2048; -nkvo at full offload (4096, 32768 cells, -ub 2048), at -ngl L/2 and with a partial layer;
+    on two devices split in layers (-ts): the partial layer after L/2 whole ones, -nkvo at full offload and at L/2."""
     half = n_layer // 2
     out: list[tuple[str, str, list[str]]] = []
     base = ["-np", "1", "-c", "8192", "-fa", "on"]
@@ -1153,6 +1154,18 @@ def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
     gate = FINER_FRACTIONS["gate"].format(il=n_layer - half) + "=CPU"
     out.append((f"nkvo-ngl{half + 1}-part{n_layer - half}-gate", CUDA_24, ["-ngl", str(half + 1), *base, "-nkvo",
                 "-ot", gate]))  # fmt: skip
+    # two devices with a layer split (-ts in layers, as the planner writes it for a free split): a partial layer at
+    # the first offloaded index (on the first device), and -nkvo with the cache of each device's layers on the host
+    two = ",".join([CUDA_24] * 2)
+    part = n_layer - half
+    for frac in ("attn", "gate"):
+        ot = ["-ot", FINER_FRACTIONS[frac].format(il=part) + "=CPU"]
+        ts = ["-ts", f"{(half + 1) // 2},{half + 1 - (half + 1) // 2}"]
+        out.append((f"2dev-ngl{half + 1}-part{part}-{frac}", two, ["-ngl", str(half + 1), *base, *ts, *ot]))
+    ts = ["-ts", f"{n_layer // 2 + 1},{n_layer - n_layer // 2}"]
+    out.append(("2dev-nkvo-c8192", two, ["-ngl", "999", *base, *ts, "-nkvo"]))
+    out.append((f"2dev-nkvo-ngl{half}", two, ["-ngl", str(half), *base, "-ts", f"{half // 2},{half - half // 2}",
+                "-nkvo"]))  # fmt: skip
     return out
 
 

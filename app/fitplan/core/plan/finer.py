@@ -10,9 +10,11 @@ Two options (`space.Finer`), each measured against llama.cpp (tests/fixtures/lla
   moves more off them);
 * `-nkvo`: every layer the pins allow on the GPUs, the KV cache in host memory.
 
-Both need one GPU or a pinned `-ts` (no layer split to balance) and llama.cpp itself as the engine; the partial layer
-also a free `-ngl`, no `-ot` of the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was),
--nkvo no `-nkvo`/`-kvo` of the user's. The candidates are ranked with the whole-layer ones by `objective.point_key`, which counts -nkvo by the
+Both need llama.cpp itself as the engine and one GPU, a pinned `-ts`, or two GPUs with a free split; then each
+finer point's split is balanced with its finer option in place (`solver.Solver.check`), the partial layer's from the
+whole layers' split with the layer added to each GPU in turn. The partial layer also needs a free `-ngl`, no `-ot` of
+the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was), -nkvo no `-nkvo`/`-kvo` of the
+user's. The candidates are ranked with the whole-layer ones by `objective.point_key`, which counts -nkvo by the
 cache's bytes in host memory (`Finer.kv_bytes`) at the context the search runs at: the floor when the placement
 comes first, the context found when the context does (a long context read from host memory for every token).
 """
@@ -26,7 +28,7 @@ from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import TermKind
 from fitplan.core.plan.objective import point_key
 from fitplan.core.plan.solver import Check, Point, Solver
-from fitplan.core.plan.space import FFN_FRACTION_PATTERNS, Finer
+from fitplan.core.plan.space import FFN_FRACTION_PATTERNS, Finer, compositions
 
 if TYPE_CHECKING:
     from fitplan.core.plan.planner import Problem
@@ -35,7 +37,10 @@ __all__ = ["finer_points", "finer_search", "nkvo_allowed", "nkvo_finer", "partia
 
 
 def _common(pb: Problem, solver: Solver) -> bool:
-    return pb.has_gpu and not solver.split_free and pb.base.engine is Engine.LLAMA_CPP
+    # a free split over two GPUs, not more: over three the whole-layer split the partial layer starts from is
+    # balanced less well (the exhaustive search finds partial layers further up that the planner does not try)
+    two = not solver.split_free or len(solver.gpus) == 2
+    return pb.has_gpu and two and pb.base.engine is Engine.LLAMA_CPP
 
 
 def partial_allowed(pb: Problem, solver: Solver) -> bool:
@@ -66,29 +71,46 @@ def nkvo_finer(solver: Solver, ngl: int, ncmoe: int, n_ctx: int) -> Finer:
 
 
 def _check(solver: Solver, ngl: int, ncmoe: int, finer: Finer, n_ctx: int) -> Check:
-    p = Point(ngl, ncmoe, None, finer)
-    usage = solver.usage(p, n_ctx)
-    gpus = all(u.fits for u in usage if u.gpu_index is not None)
-    host = all(u.fits for u in usage if u.gpu_index is None)
-    return Check(p, gpus, host)
+    return solver.check(ngl, ncmoe, n_ctx, finer)
 
 
 def _partial(pb: Problem, solver: Solver, found: list[Check], last: Check, n_ctx: int) -> Check | None:
     """The best partial layer: one layer above the best whole -ngl whose GPUs fit, the least of its FFN moved."""
     if found:
-        g = found[0].point.ngl
+        whole: Point | None = found[0].point
+        ngl = found[0].point.ngl + 1
     elif last.gpus_fit:
-        g = last.point.ngl  # the GPUs fit there, the host is short: a layer more on the GPUs may relieve it
+        whole = last.point  # the GPUs fit there, the host is short: a layer more on the GPUs may relieve it
+        ngl = last.point.ngl + 1
+    elif solver.split_free:
+        # no whole -ngl's split was found to fit the GPUs (the balancing is not exhaustive): the partial layer with
+        # every other layer the pins allow, from the split the whole layers' search balanced there
+        whole, ngl = None, pb.ngl_choices[1]
     else:
         return None
-    ngl = g + 1
     if ngl > pb.ngl_choices[1] or not pb.space.partial_ok(ngl):
         return None
     for frac in sorted(FFN_FRACTION_PATTERNS):
-        c = _check(solver, ngl, pb.ncmoe_choices[0], Finer(ffn_cpu=frac), n_ctx)
+        split = whole.split if whole is not None else None
+        c = _partial_at(solver, ngl, pb.ncmoe_choices[0], split, Finer(ffn_cpu=frac), n_ctx)
         if c.gpus_fit:
             return c  # the next fraction moves more to the host: no better
     return None
+
+
+def _partial_at(
+    solver: Solver, ngl: int, ncmoe: int, whole: tuple[int, ...] | None, finer: Finer, n_ctx: int
+) -> Check:
+    """The partial layer at `ngl` over the whole layers' split `whole` (free split: the partial layer added to
+    each GPU in turn, first GPU first, where it is the first offloaded layer; the split balanced when none fits)."""
+    if whole is not None and solver.split_free:
+        for i in range(len(whole)):
+            split = tuple(k + (j == i) for j, k in enumerate(whole))
+            p = Point(ngl, ncmoe, split, finer)
+            usage = solver.usage(p, n_ctx)
+            if all(u.fits for u in usage if u.gpu_index is not None):
+                return Check(p, True, all(u.fits for u in usage if u.gpu_index is None))
+    return solver.check(ngl, ncmoe, n_ctx, finer)
 
 
 def finer_search(
@@ -124,16 +146,26 @@ def _key(pb: Problem, p: Point) -> tuple[int, int]:
 
 def finer_points(pb: Problem, solver: Solver) -> list[Point]:
     """Every finer point of the space, for the exhaustive search (`oracle`): each -ngl's partial layer at every
-    fraction, and -nkvo with every layer the pins allow on the GPUs."""
+    fraction, and -nkvo with every layer the pins allow on the GPUs; with a free split over several GPUs, each at
+    every split of its offloaded layers."""
     out: list[Point] = []
     lo_g, hi_g = pb.ngl_choices
+    ncmoe = pb.ncmoe_choices[0]
+
+    def splits(ngl: int) -> list[tuple[int, ...] | None]:
+        if not solver.split_free:
+            return [None]
+        return list(compositions(min(ngl, pb.space.L + 1), len(solver.gpus)))
+
     if partial_allowed(pb, solver):
         for ngl in range(hi_g, lo_g - 1, -1):
             if pb.space.partial_ok(ngl):
                 out += [
-                    Point(ngl, pb.ncmoe_choices[0], None, Finer(ffn_cpu=f)) for f in FFN_FRACTION_PATTERNS
+                    Point(ngl, ncmoe, split, Finer(ffn_cpu=f))
+                    for f in FFN_FRACTION_PATTERNS
+                    for split in splits(ngl)
                 ]
     if nkvo_allowed(pb, solver):
-        ngl, ncmoe = hi_g, pb.ncmoe_choices[0]
-        out.append(Point(ngl, ncmoe, None, nkvo_finer(solver, ngl, ncmoe, pb.need_ctx)))
+        f = nkvo_finer(solver, hi_g, ncmoe, pb.need_ctx)
+        out += [Point(hi_g, ncmoe, split, f) for split in splits(hi_g)]
     return out

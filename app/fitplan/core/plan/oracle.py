@@ -109,7 +109,9 @@ class _Ranker:
         floor = self.objective.min_gen_tps
         if floor is None or self.speed_of is None:
             return True
-        return self.speed_of(plan_at(c.pb, c.solver, c.point, n_ctx, self.objective)) >= floor
+        # -nkvo's speed as the planner counts it: with the context first, by its cache at this context
+        p = _at_context(c, n_ctx, self.objective.goal).point
+        return self.speed_of(plan_at(c.pb, c.solver, p, n_ctx, self.objective)) >= floor
 
     def largest_context(self, c: _Candidate, at_least: int) -> int:
         """The largest context of `c` that keeps the floors, when it is at least `at_least` (else 0)."""

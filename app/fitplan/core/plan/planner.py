@@ -424,7 +424,7 @@ class _Scored:
 def _fixed_context(pb: Problem, solver: Solver, p: Point, n_ctx: int, goal: Goal) -> _Scored:
     """One point at a given context (its split rebalanced for it)."""
     ev = solver.ev
-    split = solver.balance(p.ngl, p.ncmoe, p.split, n_ctx) if p.split is not None else None
+    split = solver.balance(p.ngl, p.ncmoe, p.split, n_ctx, p.finer) if p.split is not None else None
     q = dataclasses.replace(p, split=split)
     est, usage = ev(solver.settings(q, n_ctx))
     step = context_grid(pb.profile, pb.base).step
@@ -443,7 +443,7 @@ def _context_at(pb: Problem, solver: Solver, p: Point, floor_ctx: int, goal: Goa
     for _ in range(3):  # rebalance for the context found, then search again while that raises the context
         if q.split is None or not cf.fits:
             break
-        better = solver.balance(q.ngl, q.ncmoe, q.split, cf.n_ctx)
+        better = solver.balance(q.ngl, q.ncmoe, q.split, cf.n_ctx, q.finer)
         if better == q.split:
             break
         cand = dataclasses.replace(q, split=better)

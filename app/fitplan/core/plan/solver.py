@@ -36,7 +36,7 @@ class Point:
     ngl: int
     ncmoe: int
     split: tuple[int, ...] | None  # layers per GPU (None: one GPU, or -ts pinned)
-    finer: Finer | None = None  # a partial layer or -nkvo (`space.Finer`; one GPU or -ts pinned)
+    finer: Finer | None = None  # a partial layer or -nkvo (`space.Finer`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,28 +133,35 @@ class Solver:
             return None
         return proportional_split(min(ngl, self.L + 1), self.caps)
 
-    def _heads(self, ngl: int, ncmoe: int, counts: Sequence[int], n_ctx: int) -> list[int]:
-        usage = self.usage(Point(ngl, ncmoe, tuple(counts)), n_ctx)
+    def _heads(
+        self, ngl: int, ncmoe: int, counts: Sequence[int], n_ctx: int, finer: Finer | None = None
+    ) -> list[int]:
+        usage = self.usage(Point(ngl, ncmoe, tuple(counts), finer), n_ctx)
         return [u.headroom_bytes for u in usage[: len(self.gpus)]]
 
     def balance(
-        self, ngl: int, ncmoe: int, split: tuple[int, ...] | None, n_ctx: int
+        self,
+        ngl: int,
+        ncmoe: int,
+        split: tuple[int, ...] | None,
+        n_ctx: int,
+        finer: Finer | None = None,
     ) -> tuple[int, ...] | None:
         """Move layers from the GPU with the least headroom to the one with the most while the headrooms, smallest
         first, grow (compared in order, so that of two equally tight GPUs one can be relieved first); stop where
         moving one more layer no longer helps. When one layer helps, the headroom it shifts
         predicts how many layers would even out the two GPUs; that jump is tried once and kept when it leaves
-        more headroom on the tightest GPU than the single move."""
+        more headroom on the tightest GPU than the single move. `finer`: the point's partial layer or -nkvo."""
         if split is None or not self.split_free:
             return split
         counts = list(split)
         n_gpu = len(self.gpus)
-        cur = self._heads(ngl, ncmoe, counts, n_ctx)
+        cur = self._heads(ngl, ncmoe, counts, n_ctx, finer)
         for _ in range(4):  # jump to the split the layer sizes predict, then walk from there
-            pred = self._predicted_split(ngl, ncmoe, counts, n_ctx)
+            pred = self._predicted_split(ngl, ncmoe, counts, n_ctx, finer)
             if pred is None or pred == counts:
                 break
-            heads = self._heads(ngl, ncmoe, pred, n_ctx)
+            heads = self._heads(ngl, ncmoe, pred, n_ctx, finer)
             if sorted(heads) <= sorted(cur):
                 break
             counts, cur = pred, heads
@@ -162,24 +169,27 @@ class Solver:
             lo = min(range(n_gpu), key=lambda i: cur[i])
             if counts[lo] == 0:
                 break
-            step = self._relieve(ngl, ncmoe, counts, cur, lo, n_ctx)
+            step = self._relieve(ngl, ncmoe, counts, cur, lo, n_ctx, finer)
             if step is None:
                 break
             counts, cur = step
         return tuple(counts)
 
     def _layer_costs(
-        self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int
+        self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int, finer: Finer | None = None
     ) -> tuple[list[int], list[int]]:
         """Per offloaded layer index, the bytes it brings to its GPU (its weights, less the experts --n-cpu-moe
         keeps on the CPU, plus an even share of what the estimate adds: KV cache, recurrent state, row padding);
-        per GPU, what it uses besides its layers (compute buffers, reserve). From one estimate at `counts`."""
-        est = self.ev(self.settings(Point(ngl, ncmoe, tuple(counts)), n_ctx))[0]
+        per GPU, what it uses besides its layers (compute buffers, reserve). From one estimate at `counts`. A
+        partial layer (`finer`) brings its first layer less the FFN tensors it keeps on the host."""
+        est = self.ev(self.settings(Point(ngl, ncmoe, tuple(counts), finer), n_ctx))[0]
         first = self.space.first_gpu_layer(ngl)
         base = [
             self.space.layer_bytes[il] - (self.space.expert_bytes[il] if il < ncmoe else 0)
             for il in range(first, self.L + 1)
         ]
+        if finer is not None and finer.ffn_cpu and base:
+            base[0] -= self.space.partial_bytes(first, finer.ffn_cpu)
         n = len(self.gpus)
         conserved = [sum(de.bytes_of(k) for k in _CONSERVED) for de in est.devices[:n]]
         extra = (sum(conserved) - sum(base)) // max(1, len(base))
@@ -189,10 +199,12 @@ class Solver:
         top = max(seen) if seen else 0
         return costs, [f if k > 0 else top for f, k in zip(fixed, counts, strict=True)]
 
-    def _predicted_split(self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int) -> list[int] | None:
+    def _predicted_split(
+        self, ngl: int, ncmoe: int, counts: list[int], n_ctx: int, finer: Finer | None = None
+    ) -> list[int] | None:
         """The split that maximises the smallest predicted headroom (bisection on the headroom, each GPU in order
         taking the layers that keep it above; an empty GPU keeps all of its capacity)."""
-        costs, fixed = self._layer_costs(ngl, ncmoe, counts, n_ctx)
+        costs, fixed = self._layer_costs(ngl, ncmoe, counts, n_ctx, finer)
 
         def fill(h: int) -> list[int] | None:
             out: list[int] = []
@@ -223,7 +235,14 @@ class Solver:
         return fill(lo)
 
     def _relieve(
-        self, ngl: int, ncmoe: int, counts: list[int], cur: list[int], lo: int, n_ctx: int
+        self,
+        ngl: int,
+        ncmoe: int,
+        counts: list[int],
+        cur: list[int],
+        lo: int,
+        n_ctx: int,
+        finer: Finer | None = None,
     ) -> tuple[list[int], list[int]] | None:
         """One layer (or the predicted jump) from GPU `lo` to the GPU with the most headroom where that helps;
         a GPU without layers may look roomy but takes its compute buffer with the first layer, so the roomiest GPU
@@ -235,10 +254,10 @@ class Solver:
             trial = list(counts)
             trial[lo] -= 1
             trial[hi] += 1
-            new = self._heads(ngl, ncmoe, trial, n_ctx)
+            new = self._heads(ngl, ncmoe, trial, n_ctx, finer)
             if sorted(new) <= sorted(cur):  # the smallest headroom, then the next smallest ...: no better
                 continue
-            far = self._jump(ngl, ncmoe, counts, cur, new, lo, hi, n_ctx)
+            far = self._jump(ngl, ncmoe, counts, (cur, new), (lo, hi), n_ctx, finer)
             if far is not None and sorted(far[1]) > sorted(new):
                 return far
             return trial, new
@@ -249,12 +268,15 @@ class Solver:
         ngl: int,
         ncmoe: int,
         counts: list[int],
-        cur: list[int],
-        new: list[int],
-        lo: int,
-        hi: int,
+        heads: tuple[list[int], list[int]],
+        moved: tuple[int, int],
         n_ctx: int,
+        finer: Finer | None,
     ) -> tuple[list[int], list[int]] | None:
+        """The predicted jump of `_relieve`: the headrooms before and after one layer (`heads`) moved from GPU
+        `lo` to GPU `hi` (`moved`) predict how many layers even out the two."""
+        cur, new = heads
+        lo, hi = moved
         gain, loss = new[lo] - cur[lo], cur[hi] - new[hi]  # what one layer gives `lo` and takes from `hi`
         if gain <= 0 or loss < 0:
             return None
@@ -268,7 +290,7 @@ class Solver:
         far = list(counts)
         far[lo] -= jump
         far[hi] += jump
-        return far, self._heads(ngl, ncmoe, far, n_ctx)
+        return far, self._heads(ngl, ncmoe, far, n_ctx, finer)
 
     def start_split(self, ngl: int, ncmoe: int) -> tuple[int, ...] | None:
         """Where balancing starts: the balanced split of the nearest placement already tried, else the split by
@@ -295,15 +317,17 @@ class Solver:
         moved = sum(de.bytes_of(k) for de in est.devices[:n] for k in _CONSERVED)
         return moved > sum(max(0, c) for c in self.caps)
 
-    def check(self, ngl: int, ncmoe: int, n_ctx: int) -> Check:
-        """The point (ngl, ncmoe) at `n_ctx`, with its split balanced when the first split does not fit."""
+    def check(self, ngl: int, ncmoe: int, n_ctx: int, finer: Finer | None = None) -> Check:
+        """The point (ngl, ncmoe) at `n_ctx`, with its split balanced when the first split does not fit. A finer
+        point (`finer`) starts from the nearest whole-layer split and does not become one to start from."""
         split = self.start_split(ngl, ncmoe)
-        est, usage = self.ev(self.settings(Point(ngl, ncmoe, split), n_ctx))
+        est, usage = self.ev(self.settings(Point(ngl, ncmoe, split, finer), n_ctx))
         if not _gpus_fit(usage) and split is not None and self.split_free and not self._hopeless(est):
-            split = self.balance(ngl, ncmoe, split, n_ctx) or split
-            self.balanced[(ngl, ncmoe)] = split
-            usage = self.usage(Point(ngl, ncmoe, split), n_ctx)
-        return Check(Point(ngl, ncmoe, split), _gpus_fit(usage), _host_fits(usage))
+            split = self.balance(ngl, ncmoe, split, n_ctx, finer) or split
+            if finer is None:
+                self.balanced[(ngl, ncmoe)] = split
+            usage = self.usage(Point(ngl, ncmoe, split, finer), n_ctx)
+        return Check(Point(ngl, ncmoe, split, finer), _gpus_fit(usage), _host_fits(usage))
 
     # -- the search -------------------------------------------------------------------------------------------
 
