@@ -131,19 +131,17 @@ def test_the_partial_layer_of_a_27b_model_on_two_8gib_cards() -> None:
     assert not whole.fits
 
 
-def test_nkvo_with_a_free_split_over_two_gpus(llama8b: ModelProfile) -> None:
-    """--all-on-gpu on two 4 GiB cards: the weights fit split 17:16, the cache of 4096 cells does not; with -nkvo
-    it lives in host memory and the plan fits. Before: does not fit with all weights on the GPU."""
+def test_nkvo_is_not_chosen_over_two_gpus(llama8b: ModelProfile) -> None:
+    """--all-on-gpu on two 4 GiB cards: the weights fit split 17:16, the cache of 4096 cells does not. -nkvo would
+    keep it in host memory, but over two GPUs the scheduler runs each layer's flash attention on the GPU that holds
+    Q and copies the layer's K and V views and mask in from host memory, which the estimate does not count yet (the
+    first stand-in GPU 116.0 MiB estimated against 148.0 recorded, grid `finer`): the plan does not choose it there,
+    and the exhaustive search agrees (on one GPU it still may: `test_nkvo_keeps_every_weight_on_the_gpu`)."""
     m = _two(4.0, 32)
     pins = Pins(all_weights_on_gpu=True)
     p = plan(llama8b, m, pins)
-    assert p.fits, p.binding
-    assert p.placement.finer.no_kv_offload and p.placement.cpu_layers == 0
-    args = _args(p)
-    assert "-nkvo" in args and args[args.index("-ts") + 1] == "17,16"
-    assert _exported_fits(llama8b, p, m)
-    _matches_the_oracle(llama8b, m, pins, p)
-    assert not plan(llama8b, m, dataclasses.replace(pins, no_kv_offload=False)).fits
+    assert not p.fits and not p.placement.finer.no_kv_offload
+    assert not exhaustive_plan(llama8b, m, pins, objective=Objective(Goal.PLACEMENT)).fits
 
 
 def test_nkvo_keeps_every_weight_on_the_gpu(llama8b: ModelProfile) -> None:

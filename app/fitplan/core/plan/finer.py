@@ -56,8 +56,14 @@ def partial_allowed(pb: Problem, solver: Solver) -> bool:
 
 
 def nkvo_allowed(pb: Problem, solver: Solver) -> bool:
-    """Whether the plan may keep the KV cache in host memory (-nkvo)."""
-    return _common(pb, solver) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
+    """Whether the plan may keep the KV cache in host memory (-nkvo): on one GPU only. Over two the scheduler
+    runs a layer's flash attention on the GPU that holds Q (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`
+    skips FLASH_ATTN_EXT when it places ops by their weights), so that GPU copies in the layer's K and V views and
+    its mask from host memory; the estimate does not count those copies yet (grid `finer`, two stand-ins: the first
+    GPU 116.0 MiB estimated against 148.0 recorded at 8192 cells, and the gap grows with the context), so the plan
+    does not choose -nkvo there. A user's -nkvo is estimated as given."""
+    one_gpu = len(solver.gpus) == 1
+    return one_gpu and _common(pb, solver) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
 
 
 def nkvo_finer(solver: Solver, ngl: int, ncmoe: int, n_ctx: int) -> Finer:
