@@ -62,6 +62,20 @@ def max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:
     return max((a.at(nb, ns) for a in affs), default=0)
 
 
+def merge_free(blocks: list[list[int]], end: int) -> tuple[list[list[int]], int]:
+    """Sorted free blocks `[offset, size]` with neighbours merged, and the end lowered past a last block that
+    reaches it (ggml-alloc.c `ggml_dyn_tallocr_free_bytes` merges a freed range with adjacent free blocks)."""
+    merged: list[list[int]] = []
+    for blk in blocks:
+        if merged and merged[-1][0] + merged[-1][1] == blk[0]:
+            merged[-1][1] += blk[1]
+        else:
+            merged.append(blk)
+    if merged and merged[-1][0] + merged[-1][1] == end:
+        end = merged.pop()[0]
+    return merged, end
+
+
 class BestFit:
     """A few allocations replayed the way `ggml_dyn_tallocr_alloc` (ggml/src/ggml-alloc.c) places them: the
     smallest free block below the end that fits (the later one on a tie), else the free end of the buffer; a freed
@@ -117,15 +131,7 @@ class BestFit:
             else:
                 self.free.append([off, size])
                 self.free.sort()
-            merged: list[list[int]] = []
-            for blk in self.free:
-                if merged and merged[-1][0] + merged[-1][1] == blk[0]:
-                    merged[-1][1] += blk[1]
-                else:
-                    merged.append(blk)
-            if merged and merged[-1][0] + merged[-1][1] == self.end:
-                self.end = merged.pop()[0]
-            self.free = merged
+            self.free, self.end = merge_free(self.free, self.end)
 
     def run(self, ops: tuple[ReplayOp, ...] | list[ReplayOp]) -> int:
         """Replay `ops` (a size allocates the name, 0 frees it if live) and give the highest end reached."""
@@ -211,16 +217,9 @@ class ChunkedFit:
     def release(self, *names: str) -> None:
         for name in names:
             c, off, size = self.live.pop(name)
-            blocks = sorted([*self.free[c], [off, size]])
-            merged: list[list[int]] = []
-            for blk in blocks:
-                if merged and merged[-1][0] + merged[-1][1] == blk[0]:
-                    merged[-1][1] += blk[1]
-                else:
-                    merged.append(blk)
-            if merged and merged[-1][0] + merged[-1][1] == self.chunks[c][1]:
-                self.chunks[c][1] = merged.pop()[0]
-            self.free[c] = merged
+            self.free[c], self.chunks[c][1] = merge_free(
+                sorted([*self.free[c], [off, size]]), self.chunks[c][1]
+            )
 
     def run(self, ops: tuple[ReplayOp, ...] | list[ReplayOp]) -> int:
         """Replay `ops` (a size allocates the name, 0 frees it if live) and give the buffer's size."""
