@@ -191,14 +191,15 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
 
 
 def _finer_candidates(base: Plan, pins: Pins, machine: Machine) -> list[_Candidate]:
-    """-nkvo (every layer on the GPUs, the cache in host memory) where the plan keeps layers on the CPU or does
-    not fit, and the plan without the draft model the user gave (its weights, cache and compute freed)."""
+    """-nkvo (every layer on the GPU, the cache in host memory) where the plan keeps layers on the CPU or does
+    not fit, on one GPU as the planner chooses it (`finer.nkvo_allowed`), and the plan without the draft model the
+    user gave (its weights, cache and compute freed)."""
     s = base.settings
     out: list[_Candidate] = []
     # layers on the CPU (whole or in part): -nkvo can bring them back; experts on the CPU it leaves there
     on_cpu = base.placement.cpu_layers or base.placement.finer.ffn_cpu
     if (
-        machine.gpus
+        len(machine.gpus) == 1
         and pins.no_kv_offload is None
         and not s.no_kv_offload
         and s.engine is Engine.LLAMA_CPP
