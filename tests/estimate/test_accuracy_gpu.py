@@ -42,6 +42,16 @@ def _published(s: Any) -> list[Any]:
     return [r for r in s.measured if r.grid == "standin"]
 
 
+def _result(s: Any, key: str) -> Any:
+    """The report's result for one recorded case, `GRID/MODEL/CASE` (computed once for the module)."""
+    return next(r for r in s.measured if r.key == key)
+
+
+def _model_results(s: Any, grid: str, model: str) -> list[Any]:
+    """The report's results for every recorded case of one model in one grid."""
+    return [r for r in s.measured if r.grid == grid and r.model == model]
+
+
 def test_the_stand_in_recordings_are_there(gpu: Any) -> None:
     assert len(_published(gpu)) >= 380
     assert len([r for r in gpu.measured if r.grid == "standinarchs"]) >= 600
@@ -55,7 +65,7 @@ def test_weights_and_caches_exact_with_the_devices_padding(gpu: Any) -> None:
     assert not gpu.context_misses, [r.key for r in gpu.context_misses]
 
 
-def test_the_padded_cache_rows_are_what_llama_cpp_allocated() -> None:
+def test_the_padded_cache_rows_are_what_llama_cpp_allocated(gpu: Any) -> None:
     """deepseek-v2-lite at 4096 cells with a q8_0 MLA cache on one stand-in card: llama.cpp's context buffer is
     67696128 bytes (the recording c4096-faon-q8_0), 27 x 512 bytes more than the rows alone."""
     import json
@@ -64,7 +74,7 @@ def test_the_padded_cache_rows_are_what_llama_cpp_allocated() -> None:
     case = next(c for c in doc["cases"] if c["id"] == "c4096-faon-q8_0")
     gpu_buf = next(b for b in case["results"]["buffers"] if not b["is_host"])
     assert gpu_buf["context"] == 67696128 == 27 * 576 * 4096 * 34 // 32 + 27 * 512
-    r = report.run_case("standin", "deepseek-v2-lite", report.FIXTURES / doc["model"]["header"], case)
+    r = _result(gpu, "standin/deepseek-v2-lite/c4096-faon-q8_0")
     assert [d.context for d in r.devices if d.name == "CUDA0"] == [(67696128, 67696128)]
 
 
@@ -502,7 +512,7 @@ def test_flash_attention_auto_resolves_as_on_the_cuda_stand_in() -> None:
     assert not wrong, wrong
 
 
-def test_a_second_gpu_with_only_the_output_layer() -> None:
+def test_a_second_gpu_with_only_the_output_layer(gpu: Any) -> None:
     """With every layer offloaded over two GPUs (pipeline parallelism) the smoke models put their layers on the
     first GPU and the output layer alone on the second: that GPU reads one hidden-state block from the first, the
     weightless output norm, in four copies, then the output norm's block and the logits (the allocator's peak on
@@ -530,7 +540,7 @@ def test_a_second_gpu_with_only_the_output_layer() -> None:
             second = [d for d in res.get("layer_devices", []) if d[2] == "CUDA1"]
             if not second or second[0][0] != n_layer or model["name"] in known:
                 continue  # not a second GPU with the output layer alone
-            r = report.run_case("standinarchs", model["name"], report.FIXTURES / model["header"], case)
+            r = _result(gpu, f"standinarchs/{model['name']}/{case['id']}")
             real, est = next(d.compute for d in r.devices if d.name == "CUDA1")
             checked += 1
             if abs(est - real) > 0.05 * real:
@@ -557,92 +567,68 @@ FA_COPY_LAYOUTS = (
 
 
 @pytest.mark.parametrize("name", FA_COPY_LAYOUTS)
-def test_the_flash_attention_copies_of_a_quantized_cache(name: str) -> None:
+def test_the_flash_attention_copies_of_a_quantized_cache(gpu: Any, name: str) -> None:
     """Each backend's compute buffer as recorded, to the 64 KiB (the recordings: 6.59, 6.59, 8.09, 7.34, 11.09 and
     7.59 MiB on the GPU; without the copies' own layout the estimate was 1 to 2 MiB over, arctic 2.5 MiB under)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
-    case = next(c for c in doc["cases"] if c["id"] == "c2048-np1-faon-q8_0")
-    r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+    r = _result(gpu, f"standinarchs/{name}/c2048-np1-faon-q8_0")
     for d in r.devices:
         real, est = d.compute
         assert abs(est - real) <= 64 * 1024, f"{d.name}: {real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
 @pytest.mark.parametrize("name", ["gpt2-dense", "mpt-dense", "starcoder-dense"])
-def test_learned_position_embeddings_on_the_cuda_stand_in(name: str) -> None:
+def test_learned_position_embeddings_on_the_cuda_stand_in(gpu: Any, name: str) -> None:
     """The smoke models with learned position rows (`position_embd`): the host computes the position rows next to
     the token rows and keeps the mixed batch's rows (the position rows' get_rows, a host op, stops the scheduler's
     expansion), so the first GPU reads two blocks, not the mixed batch's three (five with the residual blocks);
     every recorded case to the 64 KiB on every backend (before: CUDA0 1 to 3 MiB over, the host 0.5 MiB under)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
-    for case in doc["cases"]:
-        r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+    for r in _model_results(gpu, "standinarchs", name):
         for d in r.devices:
             real, est = d.compute
-            assert abs(est - real) <= 64 * 1024, (
-                f"{case['id']} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
-            )
+            assert abs(est - real) <= 64 * 1024, f"{r.case} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
 
 
 @pytest.mark.parametrize("name", ["minimax-01-moe", "glm5-next-moe"])
-def test_the_host_holds_the_graph_inputs_the_gpu_reads(name: str) -> None:
+def test_the_host_holds_the_graph_inputs_the_gpu_reads(gpu: Any, name: str) -> None:
     """Graph inputs are allocated on the host, which fills them, and copied to the GPU that reads them (four
     times with pipeline parallelism, never freed): MiniMax-01's lightning decay input `diag_decay_exp`
     `[n_st, n_st, n_head, n_seqs]` f32 (2 MiB at c512) and glm5-next's k-pool selection inputs (1.7 MiB). Before,
     the host was 1.7 to 11 MiB under in every case and the two-GPU cases 17% and 30% under. The host's buffer as
     recorded in every stand-in case, the two-GPU case within 5%."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
-    for case in doc["cases"]:
-        r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+    for r in _model_results(gpu, "standinarchs", name):
         real, est = next(d.compute for d in r.devices if d.name == "Host")
-        assert abs(est - real) <= 64 * 1024, (
-            f"{case['id']}: {real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
-        )
-        if case["id"] == "2dev-c1024-np1":
+        assert abs(est - real) <= 64 * 1024, f"{r.case}: {real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
+        if r.case == "2dev-c1024-np1":
             assert abs(r.compute_rel) <= 0.05, r.compute_rel
 
 
-def test_a_mamba1_block_on_the_first_gpu() -> None:
+def test_a_mamba1_block_on_the_first_gpu(gpu: Any) -> None:
     """The Mamba-1 smoke model on one CUDA stand-in: the freed copies of the mixed batch's inputs leave a two-block
     hole that takes the conv output (`node_28` at 0-1 MiB), x_db goes above with dt and the scan output; four block
     spaces, not five. Every one-GPU case to the 64 KiB (before: 1 MiB, 11%, over)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / "mamba-dense.json").read_text())
-    cases = [c for c in doc["cases"] if not str(c["id"]).startswith("2dev")]
+    cases = [r for r in _model_results(gpu, "standinarchs", "mamba-dense") if not r.case.startswith("2dev")]
     assert len(cases) >= 4
-    for case in cases:
-        r = report.run_case("standinarchs", "mamba-dense", report.FIXTURES / doc["model"]["header"], case)
+    for r in cases:
         for d in r.devices:
             real, est = d.compute
-            assert abs(est - real) <= 64 * 1024, (
-                f"{case['id']} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
-            )
+            assert abs(est - real) <= 64 * 1024, f"{r.case} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
 
 
-def test_deepseek_v3_with_a_quantized_cache() -> None:
+def test_deepseek_v3_with_a_quantized_cache(gpu: Any) -> None:
     """The absorbed MLA attention's replayed peak is larger than its flash-attention op's live set (Q, the output
     and the f16 copy of the compressed rows), so the copy adds nothing: DeepSeek-V3's one-GPU stand-in recordings
     with a q8_0 or q4_0 cache, the experts on the GPU, as recorded (before 3-10% over: the 36 MiB copy at 32768
     cells on top)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standin" / "deepseek-v3.json").read_text())
-    cases = [c for c in doc["cases"] if "faon-q" in str(c["id"]) and "cmoe" not in str(c["id"])]
+    cases = [
+        r
+        for r in _model_results(gpu, "standin", "deepseek-v3")
+        if "faon-q" in r.case and "cmoe" not in r.case
+    ]
     assert len(cases) >= 8
-    for case in cases:
-        r = report.run_case("standin", "deepseek-v3", report.FIXTURES / doc["model"]["header"], case)
+    for r in cases:
         for d in r.devices:
             real, est = d.compute
-            assert abs(est - real) <= 64 * 1024, (
-                f"{case['id']} {d.name}: {real / 2**20:.1f} vs {est / 2**20:.1f}"
-            )
+            assert abs(est - real) <= 64 * 1024, f"{r.case} {d.name}: {real / 2**20:.1f} vs {est / 2**20:.1f}"
 
 
 def test_a_draft_on_the_host_copies_no_output_matrix(gpu: Any) -> None:
@@ -656,37 +642,26 @@ def test_a_draft_on_the_host_copies_no_output_matrix(gpu: Any) -> None:
 
 
 @pytest.mark.parametrize("name", ["dream-dense", "llada-dense"])
-def test_attention_without_a_cache_on_the_first_gpu(name: str) -> None:
+def test_attention_without_a_cache_on_the_first_gpu(gpu: Any, name: str) -> None:
     """The cacheless diffusion models on one CUDA stand-in: V's projection takes K's freed projection and its copy
     (contiguous, or the f16 cast flash attention reads) the freed attention norm's block, so only Q and the roped K
     stand above the blocks (3.51 MiB at c512 with flash attention, 6.01 MiB without, with the scores); under flash
     attention the output projection lands at the bottom and the GLU output in the FFN norm's and the embeddings'
     freed blocks (4.01 MiB). Every one-GPU case to the 64 KiB (before: 0.5 and 0.75 MiB, 5.5% and 11.4%, over)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
-    cases = [c for c in doc["cases"] if not str(c["id"]).startswith("2dev")]
+    cases = [r for r in _model_results(gpu, "standinarchs", name) if not r.case.startswith("2dev")]
     assert len(cases) >= 4
-    for case in cases:
-        r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+    for r in cases:
         for d in r.devices:
             real, est = d.compute
-            assert abs(est - real) <= 64 * 1024, (
-                f"{case['id']} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
-            )
+            assert abs(est - real) <= 64 * 1024, f"{r.case} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
 
 
-def test_a_down_copy_above_the_full_attention_mask_with_a_quantized_cache() -> None:
+def test_a_down_copy_above_the_full_attention_mask_with_a_quantized_cache(gpu: Any) -> None:
     """Llama-4-Scout at 32768 cells with q8_0 caches, flash attention and `-cmoe` at `-ub 512`: the rotated
     attention output keeps one block of the FFN norm's hole, so the 16 MiB GLU output does not fit there and takes
     layer 2's freed down copy's space, and layer 3's 525 MiB down copy goes above the full-attention mask (the
     allocator's list: 1146.59 MiB; the estimate was 641.67 MiB, 44% under). Within 5%, never under."""
-    import json
-
-    name = "llama-4-scout-17b-16e"
-    doc = json.loads((report.FIXTURES / "standin" / f"{name}.json").read_text())
-    case = next(c for c in doc["cases"] if c["id"] == "c32768-faon-q8_0-cmoe-ub512")
-    r = report.run_case("standin", name, report.FIXTURES / doc["model"]["header"], case)
+    r = _result(gpu, "standin/llama-4-scout-17b-16e/c32768-faon-q8_0-cmoe-ub512")
     real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
     assert real <= est <= 1.05 * real, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
@@ -700,115 +675,85 @@ def test_a_down_copy_above_the_full_attention_mask_with_a_quantized_cache() -> N
         ("llama-4-scout-17b-16e", "c32768-faon-q8_0-cmoe-ub2048"),
     ],
 )
-def test_only_the_first_splits_masks_under_the_logits(name: str, case_id: str) -> None:
+def test_only_the_first_splits_masks_under_the_logits(gpu: Any, name: str, case_id: str) -> None:
     """With the experts in host memory a sliding-window first layer reads its mask in the first split, and the
     full-attention mask is copied in with the first full-attention layer's split, after the expert copies: that
     one is freed after its last reader, and only the first split's mask stays under the logits (gpt-oss-20b at
     32768 cells: the logits at 23.29 MiB, 416.04 MiB; the 32 MiB full mask counted under them made 448.1, 128 MiB
     over at `-ub 2048`). The first GPU's buffer as recorded, to the 1 MiB."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standin" / f"{name}.json").read_text())
-    case = next(c for c in doc["cases"] if c["id"] == case_id)
-    r = report.run_case("standin", name, report.FIXTURES / doc["model"]["header"], case)
+    r = _result(gpu, f"standin/{name}/{case_id}")
     real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
     assert abs(est - real) <= 2**20, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
 @pytest.mark.parametrize("name", ["plamo3-dense", "muse-glimmer-dense"])
-def test_the_attention_output_below_the_ffn_norm_on_the_first_gpu(name: str) -> None:
+def test_the_attention_output_below_the_ffn_norm_on_the_first_gpu(gpu: Any, name: str) -> None:
     """plamo3's new Q norm (Q a view of the fused QKV output) and muse-glimmer's attention gate (read from the
     attention norm after the attention) keep the attention norm's block through the attention on the CUDA stand-in:
     the output projection lands at the bottom and the FFN norm's hole is two blocks, where the GLU output goes
     (4.52 MiB at c512 for both; the estimate was 5.26, 9.7% over). Every one-GPU case to the 64 KiB."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
-    cases = [c for c in doc["cases"] if not str(c["id"]).startswith("2dev")]
+    cases = [r for r in _model_results(gpu, "standinarchs", name) if not r.case.startswith("2dev")]
     assert len(cases) >= 4
-    for case in cases:
-        r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+    for r in cases:
         for d in r.devices:
             real, est = d.compute
-            assert abs(est - real) <= 64 * 1024, (
-                f"{case['id']} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
-            )
+            assert abs(est - real) <= 64 * 1024, f"{r.case} {d.name}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
 
 
 @pytest.mark.parametrize(("name", "case_id"), [("lfm2-dense", "c512-np1"), ("lfm2moe-moe", "c512-np1")])
-def test_the_residual_into_the_copied_embeddings_on_the_first_gpu(name: str, case_id: str) -> None:
+def test_the_residual_into_the_copied_embeddings_on_the_first_gpu(gpu: Any, name: str, case_id: str) -> None:
     """LFM2 adds the attention's residual into the layer input: on the first GPU that is the copied embeddings'
     block, which stays between the freed blocks and the copied mask, so the FFN finds no freed space it fits in and
     goes on top of four block spaces, the mask's and `node_2` (the allocator's lists on the CUDA stand-in at c512:
     4.77 and 7.02 MiB; the estimate was 4.52, 3.5% under, and 7.52, 5.2% over). To the 64 KiB."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / f"{name}.json").read_text())
-    case = next(c for c in doc["cases"] if c["id"] == case_id)
-    r = report.run_case("standinarchs", name, report.FIXTURES / doc["model"]["header"], case)
+    r = _result(gpu, f"standinarchs/{name}/{case_id}")
     real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
     assert abs(est - real) <= 64 * 1024, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
-def test_minicpm3s_normed_latent_on_the_first_gpu() -> None:
+def test_minicpm3s_normed_latent_on_the_first_gpu(gpu: Any) -> None:
     """MiniCPM3 on one CUDA stand-in: the normed latent [kv_lora, n_tok] takes the two blocks the mixed batch's
     copies free, and the decompressed K and V stand above `node_2` with Q and the compressed KV (the allocator's
     list at c512: 4.77 MiB; counted with the latent on top the estimate was 5.27, 6.8% over). Every one-GPU case to
     the 64 KiB."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / "minicpm3-dense.json").read_text())
-    cases = [c for c in doc["cases"] if not str(c["id"]).startswith("2dev")]
+    cases = [
+        r for r in _model_results(gpu, "standinarchs", "minicpm3-dense") if not r.case.startswith("2dev")
+    ]
     assert len(cases) >= 4
-    for case in cases:
-        r = report.run_case("standinarchs", "minicpm3-dense", report.FIXTURES / doc["model"]["header"], case)
+    for r in cases:
         real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
-        assert abs(est - real) <= 64 * 1024, f"{case['id']}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
+        assert abs(est - real) <= 64 * 1024, f"{r.case}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
 
 
-def test_bailingmoe3s_absorbed_mla_query() -> None:
+def test_bailingmoe3s_absorbed_mla_query(everything: Any) -> None:
     """bailingmoe3's MLA layers build deepseek2's absorbed query (q_a, q_b, the absorbed q_nope, the roped q_pe,
     their concatenation, then the compressed KV), replayed through the allocator: every CUDA stand-in case within
     5% (c512: 5.27 MiB recorded; the estimate was 5.88, 8.4% over, 15.2% with two sequences) and the CPU smoke
     recordings to the 64 KiB (6.7% over without flash attention before)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / "bailingmoe3-moe.json").read_text())
-    for case in doc["cases"]:
-        r = report.run_case("standinarchs", "bailingmoe3-moe", report.FIXTURES / doc["model"]["header"], case)
-        assert abs(r.compute_rel) <= 0.05, f"{case['id']}: {r.compute_rel:+.1%}"
-    doc = json.loads((report.FIXTURES / "archs" / "bailingmoe3-moe.json").read_text())
-    for case in doc["cases"]:
-        r = report.run_case("archs", "bailingmoe3-moe", report.FIXTURES / doc["model"]["header"], case)
+    for r in _model_results(everything, "standinarchs", "bailingmoe3-moe"):
+        assert abs(r.compute_rel) <= 0.05, f"{r.case}: {r.compute_rel:+.1%}"
+    for r in _model_results(everything, "archs", "bailingmoe3-moe"):
         real, est = r.devices[0].compute
-        assert abs(est - real) <= 64 * 1024, f"{case['id']}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
+        assert abs(est - real) <= 64 * 1024, f"{r.case}: {real / 2**20:.2f} vs {est / 2**20:.2f}"
 
 
-def test_experts_down_product_on_the_host_with_pipeline_parallelism() -> None:
+def test_experts_down_product_on_the_host_with_pipeline_parallelism(gpu: Any) -> None:
     """mistral4's experts' down product asks for f32 precision, which ggml-cuda refuses: the host runs it, with four
     copies of the down weights, the GLU output and the ids there and four copies of the product on the GPU
     (`PlanBuilder.host_expert_down`; before: the first GPU 16.2 MiB counted, 18.42 recorded, the host 10.6 and
     14.33)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / "mistral4-moe.json").read_text())
-    case = next(c for c in doc["cases"] if c["id"] == "2dev-c1024-np1")
-    r = report.run_case("standinarchs", "mistral4-moe", report.FIXTURES / doc["model"]["header"], case)
+    r = _result(gpu, "standinarchs/mistral4-moe/2dev-c1024-np1")
     for d in r.devices:
         real, est = d.compute
         assert abs(est - real) <= 0.02 * real, f"{d.name}: {real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
-def test_residual_stack_head_on_the_output_gpu() -> None:
+def test_residual_stack_head_on_the_output_gpu(gpu: Any) -> None:
     """kimi-k3 over two GPUs, the output layer alone on the second: that GPU reads the residual stack, its norm,
     the last layer's output, its norm and the last MoE output, and computes that output's norm, which the first
     GPU reads back in four copies (`PlanBuilder.res_stack_head`; before: the second GPU 1.5 MiB counted, 6.13
     recorded, the first 17.2 and 18.66)."""
-    import json
-
-    doc = json.loads((report.FIXTURES / "standinarchs" / "kimi-k3-moe.json").read_text())
-    case = next(c for c in doc["cases"] if c["id"] == "2dev-c1024-np1")
-    r = report.run_case("standinarchs", "kimi-k3-moe", report.FIXTURES / doc["model"]["header"], case)
+    r = _result(gpu, "standinarchs/kimi-k3-moe/2dev-c1024-np1")
     for d in r.devices:
         real, est = d.compute
         assert abs(est - real) <= 0.02 * real, f"{d.name}: {real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
