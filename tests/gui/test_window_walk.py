@@ -223,3 +223,33 @@ def test_host_ram_is_the_limit_in_plain_words(qtbot: Any, private_config: Path) 
     verdict = w.verdict.label.text()
     assert "host RAM is the limit" in verdict and "RAM memory" not in verdict, verdict
     w.close()
+
+
+def test_the_model_summary_is_whole_after_a_longer_one_at_the_same_width(qtbot: Any) -> None:
+    """A sequence: a model whose summary is short, then, without a resize, one whose rows wrap to more lines (a
+    new model, or the one a pasted command names). Each word-wrapped value gets the height its text needs in the
+    narrow column; before, the scroll area kept the first model's height and cut the longer texts."""
+    from PySide6.QtWidgets import QScrollArea
+
+    from fitplan.gui.backend import LoadedModel
+    from fitplan.gui.panels.summary import SummaryPanel
+    from support.models import profile_at
+
+    panel = SummaryPanel()
+    area = QScrollArea()
+    area.setWidget(panel)
+    area.setWidgetResizable(True)
+    area.resize(190, 300)
+    qtbot.addWidget(area)
+    area.show()
+    short = profile_at(GEMMA)
+    panel.set_model(LoadedModel(str(GEMMA), short))
+    qtbot.wait(50)
+    panel.set_model(LoadedModel(str(LLAMA), profile_at(LLAMA), mmproj_note="x " * 40))
+    qtbot.wait(50)
+    cut = [
+        (name, label.height(), label.heightForWidth(label.width()))
+        for name, label in panel.values.items()
+        if label.height() < label.heightForWidth(label.width())
+    ]
+    assert not cut, cut

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
 from fitplan.core.base.devices import GIB
@@ -80,3 +81,17 @@ class SummaryPanel(QWidget):
         }
         for name, text in values.items():
             self.values[name].setText(text)
+        self._fit_height()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """At least the height the word-wrapped rows need at this width: the scroll area around the panel sizes it
+        by its size hints, which do not follow the wrapping, so another model's longer texts (a new model, a pasted
+        command's) would be cut until the next resize."""
+        layout = self.layout()
+        need = layout.heightForWidth(self.width()) if layout is not None else -1
+        if need > 0 and need != self.minimumHeight():
+            self.setMinimumHeight(need)
