@@ -1,0 +1,159 @@
+"""A device's whole layer phase replayed through the graph allocator, layer after layer, for a buffer made of
+chunks (Vulkan's 1 GiB suballocation blocks, `ChunkedFit`).
+
+Where a layer's tensors go depends on the free blocks the layers before it left: the block that carries the
+residual from one layer to the next lands where the previous layer's FFN output landed, and the next layer's
+query parts go around it. Replaying one layer above a fixed base misses that (DeepSeek-V3 over two Vulkan-shaped
+stand-ins, `-ts 3,1 -ub 2048`: the later layers' Q tensors spread over four chunks, 976 + 704 + 632 + 576 MiB on
+the first device, where one layer's replay gives three). This module gives each layer's sequence of allocations
+and frees in graph order (src/models/deepseek2.cpp `llm_build_deepseek2`, src/llama-graph.cpp `build_moe_ffn`
+and `build_ffn`; an op ggml-alloc.c `ggml_op_can_inplace` lets reuse its parent's block allocates nothing) and
+runs them over the chunks, stopping a run of same-shaped layers once a layer leaves the allocator as it found it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from fitplan.core.memory.compute.allocator import F32, I32, ChunkedFit, ReplayOp
+from fitplan.core.memory.compute.attention import absorbed_mla_ops
+from fitplan.core.model.profile import LayerProfile, MlaParams, ModelProfile
+
+#: The residual a layer reads (freed once its attention output is added) and the one it leaves for the next.
+LAYER_IN = "layer input"
+LAYER_OUT = "layer output"
+#: A run of layers with the same sequence: (ops, how many layers).
+LayerRun = tuple[tuple[ReplayOp, ...], int]
+
+
+def deepseek2_layer_ops(profile: ModelProfile, lp: LayerProfile, mla: MlaParams, n_tok: int) -> tuple[ReplayOp, ...]:
+    """One absorbed-MLA layer with flash attention, in graph order: the attention norm, the attention
+    (`absorbed_mla_ops`; the norm is freed once the compressed KV is made from it), the output projection (the
+    residual added in place: `ffn_inp`), the FFN norm and the FFN (dense or routed experts with the shared
+    expert), the layer's output left live (the allocator's trace of DeepSeek-V3 on the Vulkan-shaped stand-in,
+    `-ub 2048`: `attn_norm` freed after `kv_cmpr_pe`, `l_out` of the layer before freed after `ffn_inp`)."""
+    f = F32 * n_tok
+    block = f * profile.n_embd
+    ops: list[ReplayOp] = [("attn_norm", block)]
+    for op in absorbed_mla_ops(profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, n_tok, fa=True):
+        ops.append(op)
+        if op[0] == "kv_cmpr_pe" and op[1]:
+            ops.append(("attn_norm", 0))
+    ops += [("cont", 0), (LAYER_IN, 0), ("ffn_norm", block)]
+    moe = profile.moe
+    if lp.is_moe and moe is not None:
+        ops += _moe_ops(profile, lp, n_tok)
+    else:
+        glu = f * lp.n_ff
+        ops += [("gate", glu), ("up", glu), ("ffn_norm", 0), ("glu", glu), ("gate", 0), ("up", 0)]
+        ops += [(LAYER_OUT, block), ("glu", 0)]
+    ops.append(("wo", 0))
+    return tuple(ops)
+
+
+def _moe_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> list[ReplayOp]:
+    """`build_moe_ffn` for deepseek2: the router (`_router_ops`), the experts' gate, up, GLU and down outputs, their
+    weighted sum (the first add of the experts' views allocates, the others add in place), then the shared
+    expert added in place (`ffn_out`)."""
+    moe = profile.moe
+    assert moe is not None
+    f = F32 * n_tok
+    block = f * profile.n_embd
+    used = lp.n_expert_used or moe.n_expert_used
+    ops, weights = _router_ops(profile, lp, n_tok)
+    glu = f * moe.n_ff_exp * used
+    ops += [("moe_gate", glu), ("moe_up", glu), ("moe_glu", glu), ("moe_gate", 0), ("moe_up", 0)]
+    ops += [("moe_down", f * profile.n_embd * used), ("moe_glu", 0), ("argsort", 0), (weights, 0)]
+    ops += [(LAYER_OUT, block), ("moe_down", 0)]
+    shared = f * (moe.n_ff_shexp or moe.n_ff_exp * moe.n_expert_shared)
+    if shared:
+        ops += [("sh_gate", shared), ("sh_up", shared), ("ffn_norm", 0), ("sh_glu", shared)]
+        ops += [("sh_gate", 0), ("sh_up", 0), ("sh_out", block), ("sh_glu", 0), ("sh_out", 0)]
+    else:
+        ops.append(("ffn_norm", 0))
+    return ops
+
+
+def _router_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> tuple[list[ReplayOp], str]:
+    """The router of `build_moe_ffn`: the logits (the gating function in place), the selection bias
+    (`exp_probs_b`), DeepSeek-V3's group-limited selection (the top two per group, their sums, the top groups,
+    the chosen groups' rows set into a filled copy), the top experts' argsort, and the weights gathered,
+    normalised and scaled. The name of the weights the experts' outputs are multiplied by comes with it."""
+    moe = profile.moe
+    assert moe is not None
+    f, n_exp = F32 * n_tok, moe.n_expert
+    used = lp.n_expert_used or moe.n_expert_used
+    biased = any(t.layer == lp.index and t.name.endswith(".exp_probs_b.bias") for t in profile.tensors)
+    ops: list[ReplayOp] = [("logits", f * n_exp)]
+    sel = "logits"
+    if biased:
+        ops.append(("biased", f * n_exp))
+        sel = "biased"
+    groups = moe.n_expert_groups
+    if groups > 1:
+        per_group = n_exp // groups
+        ops += [("g_sort", I32 * n_tok * n_exp), ("g_top2", f * 2 * groups), ("g_sort", 0)]
+        ops += [("g_sum", f * groups), ("g_top2", 0), ("g_idx", I32 * n_tok * groups), ("g_sum", 0)]
+        ops += [("g_rows", f * per_group * moe.n_group_used), ("masked", f * n_exp), (sel, 0)]
+        ops += [("g_rows", 0), ("g_idx", 0)]
+        sel = "masked"
+    ops += [("argsort", I32 * n_tok * n_exp), (sel, 0), ("weights", f * used), ("logits", 0)]
+    weights = "weights"
+    if moe.weights_norm:
+        ops += [("w_sum", f), ("w_norm", f * used), ("weights", 0), ("w_sum", 0)]
+        weights = "w_norm"
+    if moe.weights_scale not in (0.0, 1.0):
+        ops += [("w_scaled", f * used), (weights, 0)]
+        weights = "w_scaled"
+    return ops, weights
+
+
+def layer_runs(ops: list[tuple[ReplayOp, ...]]) -> tuple[LayerRun, ...]:
+    """Consecutive layers with the same sequence, as runs."""
+    runs: list[LayerRun] = []
+    for seq in ops:
+        if runs and runs[-1][0] == seq:
+            runs[-1] = (seq, runs[-1][1] + 1)
+        else:
+            runs.append((seq, 1))
+    return tuple(runs)
+
+
+@lru_cache(maxsize=512)
+def replay_layers(
+    size: int,
+    prelude: tuple[tuple[str, int], ...],
+    runs: tuple[LayerRun, ...],
+    tail: tuple[ReplayOp, ...],
+) -> int:
+    """The buffer `runs` of layers need over chunks of at most `size` bytes (the sum of the chunks' highest
+    ends), with `prelude` live in the first chunk from the bottom up ("" a free block; a segment named like a
+    tensor of the first layer is that tensor, which the layer then does not allocate again) and `tail` after the
+    last layer (the output phase). A run stops replaying once a layer leaves the chunks, the free blocks and the
+    live tensors as an earlier layer of the run left them: the layers after it repeat that cycle."""
+    sim = ChunkedFit.from_layout(size, prelude)
+    placed = {name for name, _ in prelude if name}
+    for seq, count in runs:
+        seen: dict[object, int] = {}
+        i = 0
+        while i < count:
+            key = sim.state()
+            if key in seen:
+                period = i - seen[key]
+                i += (count - i) // period * period
+                seen.clear()
+                if i >= count:
+                    break
+            seen[key] = i
+            for name, nbytes in seq:
+                if nbytes and name in placed:
+                    placed.discard(name)
+                elif nbytes:
+                    sim.alloc(name, nbytes)
+                elif name in sim.live:
+                    sim.release(name)
+            if LAYER_OUT in sim.live:
+                sim.live[LAYER_IN] = sim.live.pop(LAYER_OUT)
+            i += 1
+    sim.run(tail)
+    return sim.total
