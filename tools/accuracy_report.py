@@ -842,15 +842,20 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   graph in chunk 0 (5356 MiB recorded, 3162 estimated before, 5356 now; -ngl 30 and `-ub 2048` alike).
 * **A layer phase larger than a chunk** with no tensor that opens one by itself: DeepSeek-V3's absorbed query at
   `-ub 2048`, whose parts fill the first chunk (q, q_nope_absorbed, q_pe) until Qcur opens the next, where the
-  logits grow once the attention is freed. The first layer's attention is replayed over chunks
-  (`allocator.ChunkedFit`, `terms.ChunkSpill`) above what lies under it: 2018 MiB recorded at 4096 cells, 1584
-  estimated before in one buffer, 1954 now; 2194 at 32768 cells, 1696 before, 2130 now. Not modelled: the later
-  layers' query parts drifting over four chunks on two devices with `-ts 3,1` (pipeline-parallel copies under
-  them: 2888 and 2998 MiB recorded, 2368 and 2522 estimated, 15% under). The allocator's peaks on Vulkan0: chunk
-  0 976 MiB, chunk 1 704 (q-0 and q_nope_absorbed-0), chunk 2 632 (ffn_out-0 left there under Qcur-1), chunk 3
-  576 (at layer 4 norm-4, q_pe-4 and node_220 in chunk 1 push q_nope_absorbed-4 to chunk 2 and Qcur-4 to a
-  chunk of its own); the replay, which has the first layer's attention only, puts q_pe-0 in chunk 1 and opens no
-  fourth chunk. Placing them needs the whole layer (norms, FFN or experts) replayed over several layers.
+  logits grow once the attention is freed. Where a layer's tensors go depends on the free blocks the layers
+  before it left (the residual each layer leaves where its FFN output landed, the experts' outputs, the router's
+  small tensors), so with flash attention and every layer's FFN on the device the device's whole layer phase is
+  replayed over chunks, layer after layer from what lies in the first chunk when its first layer starts, then the
+  output phase, and again in one buffer: the difference is what the chunks add (`layer_replay.replay_layers`,
+  `terms.ChunkSpill`; a run of same-shaped layers stops once a layer leaves the allocator as it found it).
+  2018 MiB recorded at 4096 cells, 1954 estimated with the first layer's attention replayed alone, 2018 now;
+  2194 at 32768 cells, 2130 before, 2194 now; on two devices with `-ts 3,1` and pipeline-parallel copies under
+  the layers, where the later layers' query parts spread over four chunks (Vulkan0: 976, 704, 632 and 576 MiB),
+  2888 and 2998 MiB recorded, 2368 and 2522 before (15% under), 2824 and 2998 now. Left: on that first device
+  the single-buffer terms are 64 MiB under the recording in one buffer (2368 for 2432 with the chunk limit
+  lifted), 2.2%; without flash attention, with the experts' copies in chunks of their own or a layer's FFN
+  elsewhere, the first layer's attention is still replayed alone (DeepSeek-V3 at 32768 cells without flash
+  attention: 2002 MiB recorded on the GPU, 2258 estimated).
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and

@@ -15,6 +15,13 @@ from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputePlan
 from fitplan.core.memory.compute.allocator import Affine, ChunkedFit
 from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
+from fitplan.core.memory.compute.layer_replay import (
+    LAYER_IN,
+    ONE_BUFFER,
+    deepseek2_layer_ops,
+    layer_runs,
+    replay_layers,
+)
 from fitplan.core.memory.compute.terms import (
     FA_COPIES,
     FFN,
@@ -257,6 +264,112 @@ def test_chunk_spill_adds_what_the_chunks_hold_beyond_one_buffer() -> None:
     # chunks already there (expert copies) take the spill without growing: nothing added
     copies = dataclasses.replace(spill, others=(2016 * MIB, 2940 * MIB))
     assert copies.at(0, 0) == 0
+
+
+def _deepseek_v3_runs(first: int, last: int) -> tuple[tuple[tuple[tuple[str, int], ...], int], ...]:
+    profile = profile_at(SPARSE / "deepseek-v3.header.gguf")
+    assert profile.mla is not None
+    ops = [
+        deepseek2_layer_ops(profile, profile.layers[il], profile.mla, 2048) for il in range(first, last + 1)
+    ]
+    return layer_runs(ops)
+
+
+#: DeepSeek-V3's 2048-token f32 row block (n_embd 7168) and logits (vocabulary 129280).
+_BLOCK = 4 * 2048 * 7168
+_LOGITS = 4 * 2048 * 129280
+
+
+@pytest.mark.parametrize(
+    ("prelude", "layers", "tail", "chunked", "one_buffer"),
+    [
+        # one device, 4096 and 32768 cells: the first layer's norm in the mixed batch's freed rows, the rest of
+        # them and the slots free, the embeddings' copy, positions, K indices, the mask and the output ids, the
+        # assembled embeddings
+        (
+            (
+                ("attn_norm", _BLOCK),
+                ("", _BLOCK + 8 * 2048),
+                (LAYER_IN, _BLOCK),
+                ("in", 32768 + 2048 * 4096 * 2),
+            ),
+            (0, 60),
+            (("logits", _LOGITS),),
+            2116075520,
+            1660993536,
+        ),
+        (
+            (
+                ("attn_norm", _BLOCK),
+                ("", _BLOCK + 8 * 2048),
+                (LAYER_IN, _BLOCK),
+                ("in", 32768 + 2048 * 32768 * 2),
+            ),
+            (0, 60),
+            (("logits", _LOGITS),),
+            2300624896,
+            1778434048,
+        ),
+        # two devices, -ts 3,1, pipeline parallelism (four copies of each split input): layers 0-46, then 47-60
+        # with the output
+        (
+            (("copies", 4 * (3 * _BLOCK + 16384 + 8192 + 16384 + 33554432)), ("embeddings", _BLOCK)),
+            (0, 46),
+            (("next norm", _BLOCK),),
+            3028451328,
+            2550300672,
+        ),
+        (
+            (("copies", 4 * (2 * _BLOCK + 8192 + 16384 + 33554432 + 8192)),),
+            (47, 60),
+            (("logits", _LOGITS),),
+            3143761920,
+            2189557760,
+        ),
+    ],
+    ids=["c4096", "c32768", "ts3,1-Vulkan0", "ts3,1-Vulkan1"],
+)
+def test_layer_replay_places_every_layer_where_the_allocator_does(
+    prelude: tuple[tuple[str, int], ...],
+    layers: tuple[int, int],
+    tail: tuple[tuple[str, int], ...],
+    chunked: int,
+    one_buffer: int,
+) -> None:
+    """DeepSeek-V3 at `-ub 2048` with flash attention on the Vulkan-shaped stand-in: the whole layer phase over 1
+    GiB chunks gives the recorded compute buffers (tests/fixtures/llamacpp/standin_vulkan/deepseek-v3.json), and
+    in one buffer what the same runs give with the chunk limit lifted (`GGML_VK_SUBALLOCATION_BLOCK_SIZE=
+    17179869184`, `--standin vulkan:16GiB:maxalloc=16GiB`: 1584.05, 1696.05, 2432.16 and 2088.12 MiB). With -ts
+    3,1 the later layers' query parts spread over four chunks on Vulkan0 (976, 704, 632, 576 MiB); the first
+    layer's attention replayed alone above a fixed base gave 2368 and 2522 MiB there."""
+    vram = 4 * (1 << 30)
+    keep = (("keep", _BLOCK),) if layers == (0, 60) else ()
+    segments = (*prelude, *keep)
+    runs = _deepseek_v3_runs(*layers)
+    assert replay_layers(1 << 30, segments, runs, tail) == chunked
+    assert replay_layers(ONE_BUFFER, segments, runs, tail) == one_buffer < vram
+    # a run stops once a layer repeats an earlier one's state: the same as replaying each layer
+    each = tuple((seq, 1) for seq, n in runs for _ in range(n))
+    assert replay_layers(1 << 30, segments, each, tail) == chunked
+
+
+def test_chunk_spill_with_runs_adds_the_chunks_over_one_buffer() -> None:
+    """`ChunkSpill` with the device's layer runs: the replay over chunks less the same replay in one buffer, the
+    prelude read at the cells (the copied mask follows them)."""
+    runs = _deepseek_v3_runs(0, 60)
+    prelude = (
+        ("attn_norm", Affine(c=_BLOCK)),
+        ("", Affine(c=_BLOCK + 8 * 2048)),
+        (LAYER_IN, Affine(c=_BLOCK)),
+        ("in", Affine(a_base=2048 * 2, c=32768)),
+        ("keep", Affine(c=_BLOCK)),
+    )
+    spill = ChunkSpill(
+        Affine(), (), 0, 1 << 30, 0, 0, prelude=prelude, runs=runs, tail=(("logits", _LOGITS),)
+    )
+    assert spill.at(4096, 0) == 2116075520 - 1660993536
+    assert spill.at(32768, 0) == 2300624896 - 1778434048
+    assert list(spill.over(np.array([4096, 32768]), np.array([0, 0]))) == [455081984, 522190848]
 
 
 @pytest.mark.parametrize(

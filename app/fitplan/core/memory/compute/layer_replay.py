@@ -22,11 +22,15 @@ from fitplan.core.model.profile import LayerProfile, MlaParams, ModelProfile
 #: The residual a layer reads (freed once its attention output is added) and the one it leaves for the next.
 LAYER_IN = "layer input"
 LAYER_OUT = "layer output"
+#: A chunk size no buffer reaches: the replay in one buffer.
+ONE_BUFFER = 1 << 62
 #: A run of layers with the same sequence: (ops, how many layers).
 LayerRun = tuple[tuple[ReplayOp, ...], int]
 
 
-def deepseek2_layer_ops(profile: ModelProfile, lp: LayerProfile, mla: MlaParams, n_tok: int) -> tuple[ReplayOp, ...]:
+def deepseek2_layer_ops(
+    profile: ModelProfile, lp: LayerProfile, mla: MlaParams, n_tok: int
+) -> tuple[ReplayOp, ...]:
     """One absorbed-MLA layer with flash attention, in graph order: the attention norm, the attention
     (`absorbed_mla_ops`; the norm is freed once the compressed KV is made from it), the output projection (the
     residual added in place: `ffn_inp`), the FFN norm and the FFN (dense or routed experts with the shared

@@ -24,6 +24,7 @@ from fitplan.core.memory.compute.allocator import (
     reuse_array,
 )
 from fitplan.core.memory.compute.attention import Dsv4Attention, IndexerScores, KpoolSelection
+from fitplan.core.memory.compute.layer_replay import ONE_BUFFER, LayerRun, replay_layers
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
 
@@ -369,7 +370,14 @@ class ChunkSpill:
     logits over `out_rest`); 0 where everything fits in one chunk. DeepSeek-V3 on the Vulkan-shaped stand-in at
     4096 cells, `-ub 2048`, flash attention: q, q_nope_absorbed and q_pe fill chunk 0 to 1008 MiB, Qcur (576 MiB)
     opens chunk 1, the 1010 MiB logits grow chunk 1 (2018 MiB recorded, 1584 in one buffer); at 32768 cells the
-    larger masks leave q_nope_absorbed chunk 1 and Qcur chunk 2 (2194 MiB recorded)."""
+    larger masks leave q_nope_absorbed chunk 1 and Qcur chunk 2 (2194 MiB recorded).
+
+    With `runs` the device's whole layer phase is replayed instead, layer after layer from the `prelude` (what
+    lies in the first chunk when its first layer starts, bottom up), then `tail` (the output phase), once over
+    chunks and once in one buffer (`layer_replay.replay_layers`): the bytes the chunks add are the difference.
+    The free blocks one layer leaves decide where the next one's tensors go (DeepSeek-V3 over two Vulkan-shaped
+    stand-ins, `-ts 3,1 -ub 2048`: the later layers' Q tensors over four chunks, 2888.16 and 2998.12 MiB
+    recorded against 2432.16 and 2088.12 in one buffer; one layer's replay gave 0 and 434 MiB more)."""
 
     base: Affine
     ops: tuple[ReplayOp, ...]
@@ -379,8 +387,15 @@ class ChunkSpill:
     out_rest: int
     others: tuple[int, ...] = ()  # chunks already there, counted elsewhere (`PlanBuilder.copy_chunks`)
     label: str = "chunks the layer phase spills into"
+    prelude: tuple[tuple[str, Affine], ...] = ()
+    runs: tuple[LayerRun, ...] = ()
+    tail: tuple[ReplayOp, ...] = ()
 
     def at(self, nb: int, ns: int) -> int:
+        if self.runs:
+            prelude = tuple((name, a.at(nb, ns)) for name, a in self.prelude)
+            chunked = replay_layers(self.size, prelude, self.runs, self.tail)
+            return max(0, chunked - replay_layers(ONE_BUFFER, prelude, self.runs, self.tail))
         base = self.base.at(nb, ns)
         sim = ChunkedFit(self.size, base, (self.hole,))
         for cap in self.others:
