@@ -346,11 +346,11 @@ def test_layer_replay_places_every_layer_where_the_allocator_does(
     keep = (("keep", _BLOCK),) if layers == (0, 60) else ()
     segments = (*prelude, *keep)
     runs = _deepseek_v3_runs(*layers)
-    assert replay_layers(1 << 30, segments, runs, tail) == chunked
-    assert replay_layers(ONE_BUFFER, segments, runs, tail) == one_buffer < vram
+    assert replay_layers(1 << 30, segments, runs, tail)[1] == chunked
+    assert replay_layers(ONE_BUFFER, segments, runs, tail)[1] == one_buffer < vram
     # a run stops once a layer repeats an earlier one's state: the same as replaying each layer
     each = tuple((seq, 1) for seq, n in runs for _ in range(n))
-    assert replay_layers(1 << 30, segments, each, tail) == chunked
+    assert replay_layers(1 << 30, segments, each, tail)[1] == chunked
 
 
 def test_chunk_spill_with_runs_adds_the_chunks_over_one_buffer() -> None:

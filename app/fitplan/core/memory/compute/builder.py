@@ -1569,7 +1569,8 @@ class PlanBuilder:
             after=nonzero(self._graph_inputs(layers, PIPELINE_COPIES if pp else 1)),
             output=nonzero(output),
             under=nonzero(under),
-            max_chunk=chunk,
+            # a layer phase replayed whole over the chunks counts the output phase's chunks too (`ChunkSpill.runs`)
+            max_chunk=0 if any(isinstance(t, ChunkSpill) and t.runs for t in under) else chunk,
             freed_chunk=_freed_chunk(att),
             output_above_layer=above,
         )

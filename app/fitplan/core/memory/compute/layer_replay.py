@@ -101,7 +101,10 @@ def _router_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> tuple[li
         ops += [("g_rows", f * per_group * moe.n_group_used), ("masked", f * n_exp), (sel, 0)]
         ops += [("g_rows", 0), ("g_idx", 0)]
         sel = "masked"
-    ops += [("argsort", I32 * n_tok * n_exp), (sel, 0), ("weights", f * used), ("logits", 0)]
+    ops.append(("argsort", I32 * n_tok * n_exp))
+    if sel != "logits":  # the probabilities (the logits' block) are read again for the weights
+        ops.append((sel, 0))
+    ops += [("weights", f * used), ("logits", 0)]
     weights = "weights"
     if moe.weights_norm:
         ops += [("w_sum", f), ("w_norm", f * used), ("weights", 0), ("w_sum", 0)]
@@ -123,17 +126,17 @@ def layer_runs(ops: list[tuple[ReplayOp, ...]]) -> tuple[LayerRun, ...]:
     return tuple(runs)
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=4096)
 def replay_layers(
     size: int,
     prelude: tuple[tuple[str, int], ...],
     runs: tuple[LayerRun, ...],
     tail: tuple[ReplayOp, ...],
-) -> int:
+) -> tuple[int, int]:
     """The buffer `runs` of layers need over chunks of at most `size` bytes (the sum of the chunks' highest
-    ends), with `prelude` live in the first chunk from the bottom up ("" a free block; a segment named like a
-    tensor of the first layer is that tensor, which the layer then does not allocate again) and `tail` after the
-    last layer (the output phase). A run stops replaying once a layer leaves the chunks, the free blocks and the
+    ends) after the layers and after `tail` (the output phase), with `prelude` live in the first chunk from the
+    bottom up ("" a free block; a segment named like a tensor of the first layer is that tensor, which the layer
+    then does not allocate again). A run stops replaying once a layer leaves the chunks, the free blocks and the
     live tensors as an earlier layer of the run left them: the layers after it repeat that cycle."""
     sim = ChunkedFit.from_layout(size, prelude)
     placed = {name for name, _ in prelude if name}
@@ -159,5 +162,6 @@ def replay_layers(
             if LAYER_OUT in sim.live:
                 sim.live[LAYER_IN] = sim.live.pop(LAYER_OUT)
             i += 1
+    layers = sim.total
     sim.run(tail)
-    return sim.total
+    return layers, sim.total

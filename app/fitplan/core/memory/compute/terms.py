@@ -374,7 +374,9 @@ class ChunkSpill:
 
     With `runs` the device's whole layer phase is replayed instead, layer after layer from the `prelude` (what
     lies in the first chunk when its first layer starts, bottom up), then `tail` (the output phase), once over
-    chunks and once in one buffer (`layer_replay.replay_layers`): the bytes the chunks add are the difference.
+    chunks and once in one buffer (`layer_replay.replay_layers`): the bytes the chunks add are the difference,
+    the output phase's chunks included (the device's plan then counts its phases as in one buffer,
+    `DevicePlan.max_chunk` 0: DeepSeek-V2-Lite's 1600 MiB logits at `-ub 4096` in a chunk of their own).
     The free blocks one layer leaves decide where the next one's tensors go (DeepSeek-V3 over two Vulkan-shaped
     stand-ins, `-ts 3,1 -ub 2048`: the later layers' Q tensors over four chunks, 2888.16 and 2998.12 MiB
     recorded against 2432.16 and 2088.12 in one buffer; one layer's replay gave 0 and 434 MiB more)."""
@@ -394,8 +396,10 @@ class ChunkSpill:
     def at(self, nb: int, ns: int) -> int:
         if self.runs:
             prelude = tuple((name, a.at(nb, ns)) for name, a in self.prelude)
-            chunked = replay_layers(self.size, prelude, self.runs, self.tail)
-            return max(0, chunked - replay_layers(ONE_BUFFER, prelude, self.runs, self.tail))
+            one = replay_layers(ONE_BUFFER, prelude, self.runs, self.tail)[1]
+            if one <= self.size:  # all in the first chunk: as in one buffer
+                return 0
+            return max(0, replay_layers(self.size, prelude, self.runs, self.tail)[1] - one)
         base = self.base.at(nb, ns)
         sim = ChunkedFit(self.size, base, (self.hole,))
         for cap in self.others:
