@@ -851,11 +851,19 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   2018 MiB recorded at 4096 cells, 1954 estimated with the first layer's attention replayed alone, 2018 now;
   2194 at 32768 cells, 2130 before, 2194 now; on two devices with `-ts 3,1` and pipeline-parallel copies under
   the layers, where the later layers' query parts spread over four chunks (Vulkan0: 976, 704, 632 and 576 MiB),
-  2888 and 2998 MiB recorded, 2368 and 2522 before (15% under), 2824 and 2998 now. Left: on that first device
-  the single-buffer terms are 64 MiB under the recording in one buffer (2368 for 2432 with the chunk limit
-  lifted), 2.2%; without flash attention, with the experts' copies in chunks of their own or a layer's FFN
-  elsewhere, the first layer's attention is still replayed alone (DeepSeek-V3 at 32768 cells without flash
-  attention: 2002 MiB recorded on the GPU, 2258 estimated).
+  2888 and 2998 MiB recorded, 2368 and 2522 before (15% under), 2824 and 2998 now. The replay's output phase
+  counts the logits' chunk too, so such a device's phases are otherwise counted as in one buffer: with
+  pipeline-parallel copies under the logits the own-chunk rule of the other devices missed them (DeepSeek-V2-Lite
+  with `-ts 3,1`: Vulkan1 1412 MiB recorded, 1072 before, 1380 now), and DeepSeek-V2-Lite's 1600 MiB logits at
+  `-ub 4096` take a chunk of their own once (2273 MiB recorded and estimated). Left: on those first devices the
+  single-buffer terms are under the recording in one buffer (DeepSeek-V3: 2368 MiB for 2432 with the chunk limit
+  lifted, 2.2%; DeepSeek-V2-Lite: 641 for 676); without flash attention, with the experts' copies in chunks of
+  their own or a layer's FFN elsewhere, the first layer's attention is still replayed alone (DeepSeek-V3 at 32768
+  cells without flash attention: 2002 MiB recorded on the GPU, 2258 estimated; DeepSeek-V2-Lite there, with its
+  scores on the host: 864 recorded, 1376 estimated, +9.5% in all, not traced). DeepSeek-V2-Lite's KQ scores at
+  32768 cells and `-ub 2048` are exactly 4 GiB: a device with 64-bit shader indexing takes them (the buffer limit
+  holds `n <= max_buffer_size`), one without refuses them (maxStorageBufferRange, 4 GiB - 1); fitplan cannot tell
+  the two apart and plans the latter (the `idx64` recording: 34% under).
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and
