@@ -184,6 +184,12 @@ def max_chunk(vendor: Vendor) -> int:
     return VULKAN_MAX_CHUNK
 
 
+def _output_chunk(under: list[Term], chunk: int) -> int:
+    """The chunk size a device plan's output phase is counted with (`DevicePlan.max_chunk`): 0 where the layer
+    phase is replayed whole over the chunks, whose output phase counts the logits' chunk too (`ChunkSpill.runs`)."""
+    return 0 if any(isinstance(t, ChunkSpill) and t.runs for t in under) else chunk
+
+
 def compute_devices(
     inputs: ComputeInputs, placement: WeightPlacement, gpu_vendors: tuple[Vendor, ...]
 ) -> tuple[bool, tuple[int | None, ...]]:
@@ -1569,8 +1575,7 @@ class PlanBuilder:
             after=nonzero(self._graph_inputs(layers, PIPELINE_COPIES if pp else 1)),
             output=nonzero(output),
             under=nonzero(under),
-            # a layer phase replayed whole over the chunks counts the output phase's chunks too (`ChunkSpill.runs`)
-            max_chunk=0 if any(isinstance(t, ChunkSpill) and t.runs for t in under) else chunk,
+            max_chunk=_output_chunk(under, chunk),
             freed_chunk=_freed_chunk(att),
             output_above_layer=above,
         )
