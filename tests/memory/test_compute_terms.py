@@ -18,8 +18,7 @@ from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, t
 from fitplan.core.memory.compute.layer_replay import (
     LAYER_IN,
     ONE_BUFFER,
-    deepseek2_layer_ops,
-    layer_runs,
+    deepseek2_runs,
     replay_layers,
 )
 from fitplan.core.memory.compute.terms import (
@@ -269,10 +268,7 @@ def test_chunk_spill_adds_what_the_chunks_hold_beyond_one_buffer() -> None:
 def _deepseek_v3_runs(first: int, last: int) -> tuple[tuple[tuple[tuple[str, int], ...], int], ...]:
     profile = profile_at(SPARSE / "deepseek-v3.header.gguf")
     assert profile.mla is not None
-    ops = [
-        deepseek2_layer_ops(profile, profile.layers[il], profile.mla, 2048) for il in range(first, last + 1)
-    ]
-    return layer_runs(ops)
+    return deepseek2_runs(profile, list(range(first, last + 1)), profile.mla, 2048)
 
 
 #: DeepSeek-V3's 2048-token f32 row block (n_embd 7168) and logits (vocabulary 129280).

@@ -40,7 +40,7 @@ from fitplan.core.memory.compute.ffn import (
     shexp_only_ffn,
 )
 from fitplan.core.memory.compute.inputs import ComputeInputs
-from fitplan.core.memory.compute.layer_replay import LAYER_IN, deepseek2_layer_ops, layer_runs
+from fitplan.core.memory.compute.layer_replay import LAYER_IN, deepseek2_runs
 from fitplan.core.memory.compute.recurrent import (
     SsmLead,
     SsmReplay,
@@ -1864,16 +1864,16 @@ class PlanBuilder:
             or (logits and self.n_out < self.n_tok)
         ):
             return spill
-        seqs = [deepseek2_layer_ops(self.profile, self.profile.layers[il], mla, self.n_tok) for il in layers]
         # the output phase: the logits above the last layer's output; a device before the output's hands its
         # last layer's output on after the next layer's first norm, made where the output is (the trace of
         # DeepSeek-V3 over two Vulkan-shaped stand-ins: `norm-47` on the first)
         tail = (("logits", logits),) if logits else (("next norm", self.embd_block),)
-        return dataclasses.replace(spill, prelude=prelude, runs=layer_runs(seqs), tail=tail)
+        runs = deepseek2_runs(self.profile, layers, mla, self.n_tok)
+        return dataclasses.replace(spill, prelude=prelude, runs=runs, tail=tail)
 
     def _whole_layers_on(self, gi: int, layers: list[int]) -> bool:
         """Whether GPU `gi` runs all of its layers' graphs, FFNs included, with flash attention and no weight
-        copied in from the host: the sequence `deepseek2_layer_ops` replays."""
+        copied in from the host: the sequence `deepseek2_runs` replays."""
         if not self.fa or self.ffn_by_dev.get(gi, []) != layers or any(il in self.host_mats for il in layers):
             return False
         return all(self.compute_dev[il] == gi and not self.profile.layers[il].is_nextn for il in layers)

@@ -28,14 +28,34 @@ ONE_BUFFER = 1 << 62
 LayerRun = tuple[tuple[ReplayOp, ...], int]
 
 
+def deepseek2_runs(
+    profile: ModelProfile, layers: list[int], mla: MlaParams, n_tok: int
+) -> tuple[LayerRun, ...]:
+    """The runs of `deepseek2_layer_ops` over `layers`."""
+    biased = {t.layer for t in profile.tensors if t.name.endswith(".exp_probs_b.bias")}
+    merged = {t.layer for t in profile.tensors if ".ffn_gate_up_exps." in t.name}
+    seqs = [
+        deepseek2_layer_ops(profile, profile.layers[il], mla, n_tok, il in biased, il in merged)
+        for il in layers
+    ]
+    return layer_runs(seqs)
+
+
 def deepseek2_layer_ops(
-    profile: ModelProfile, lp: LayerProfile, mla: MlaParams, n_tok: int
+    profile: ModelProfile,
+    lp: LayerProfile,
+    mla: MlaParams,
+    n_tok: int,
+    biased: bool = False,
+    merged: bool = False,
 ) -> tuple[ReplayOp, ...]:
     """One absorbed-MLA layer with flash attention, in graph order: the attention norm, the attention
     (`absorbed_mla_ops`; the norm is freed once the compressed KV is made from it), the output projection (the
     residual added in place: `ffn_inp`), the FFN norm and the FFN (dense or routed experts with the shared
     expert), the layer's output left live (the allocator's trace of DeepSeek-V3 on the Vulkan-shaped stand-in,
-    `-ub 2048`: `attn_norm` freed after `kv_cmpr_pe`, `l_out` of the layer before freed after `ffn_inp`)."""
+    `-ub 2048`: `attn_norm` freed after `kv_cmpr_pe`, `l_out` of the layer before freed after `ffn_inp`).
+    `biased`: the layer has the router's selection bias (`exp_probs_b`); `merged`: its experts' gate and up
+    are one tensor (`ffn_gate_up_exps`: one output, gate and up views of it)."""
     f = F32 * n_tok
     block = f * profile.n_embd
     ops: list[ReplayOp] = [("attn_norm", block)]
@@ -46,7 +66,7 @@ def deepseek2_layer_ops(
     ops += [("cont", 0), (LAYER_IN, 0), ("ffn_norm", block)]
     moe = profile.moe
     if lp.is_moe and moe is not None:
-        ops += _moe_ops(profile, lp, n_tok)
+        ops += _moe_ops(profile, lp, n_tok, biased, merged)
     else:
         glu = f * lp.n_ff
         ops += [("gate", glu), ("up", glu), ("ffn_norm", 0), ("glu", glu), ("gate", 0), ("up", 0)]
@@ -55,7 +75,9 @@ def deepseek2_layer_ops(
     return tuple(ops)
 
 
-def _moe_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> list[ReplayOp]:
+def _moe_ops(
+    profile: ModelProfile, lp: LayerProfile, n_tok: int, biased: bool, merged: bool
+) -> list[ReplayOp]:
     """`build_moe_ffn` for deepseek2: the router (`_router_ops`), the experts' gate, up, GLU and down outputs, their
     weighted sum (the first add of the experts' views allocates, the others add in place), then the shared
     expert added in place (`ffn_out`)."""
@@ -64,9 +86,12 @@ def _moe_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> list[Replay
     f = F32 * n_tok
     block = f * profile.n_embd
     used = lp.n_expert_used or moe.n_expert_used
-    ops, weights = _router_ops(profile, lp, n_tok)
+    ops, weights = _router_ops(profile, lp, n_tok, biased)
     glu = f * moe.n_ff_exp * used
-    ops += [("moe_gate", glu), ("moe_up", glu), ("moe_glu", glu), ("moe_gate", 0), ("moe_up", 0)]
+    if merged:
+        ops += [("moe_gate_up", 2 * glu), ("moe_glu", glu), ("moe_gate_up", 0)]
+    else:
+        ops += [("moe_gate", glu), ("moe_up", glu), ("moe_glu", glu), ("moe_gate", 0), ("moe_up", 0)]
     ops += [("moe_down", f * profile.n_embd * used), ("moe_glu", 0), ("argsort", 0), (weights, 0)]
     ops += [(LAYER_OUT, block), ("moe_down", 0)]
     shared = f * (moe.n_ff_shexp or moe.n_ff_exp * moe.n_expert_shared)
@@ -78,7 +103,9 @@ def _moe_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> list[Replay
     return ops
 
 
-def _router_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> tuple[list[ReplayOp], str]:
+def _router_ops(
+    profile: ModelProfile, lp: LayerProfile, n_tok: int, biased: bool
+) -> tuple[list[ReplayOp], str]:
     """The router of `build_moe_ffn`: the logits (the gating function in place), the selection bias
     (`exp_probs_b`), DeepSeek-V3's group-limited selection (the top two per group, their sums, the top groups,
     the chosen groups' rows set into a filled copy), the top experts' argsort, and the weights gathered,
@@ -87,7 +114,6 @@ def _router_ops(profile: ModelProfile, lp: LayerProfile, n_tok: int) -> tuple[li
     assert moe is not None
     f, n_exp = F32 * n_tok, moe.n_expert
     used = lp.n_expert_used or moe.n_expert_used
-    biased = any(t.layer == lp.index and t.name.endswith(".exp_probs_b.bias") for t in profile.tensors)
     ops: list[ReplayOp] = [("logits", f * n_exp)]
     sel = "logits"
     if biased:
