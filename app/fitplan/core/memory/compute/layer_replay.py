@@ -6,9 +6,13 @@ residual from one layer to the next lands where the previous layer's FFN output 
 query parts go around it. Replaying one layer above a fixed base misses that (DeepSeek-V3 over two Vulkan-shaped
 stand-ins, `-ts 3,1 -ub 2048`: the later layers' Q tensors spread over four chunks, 976 + 704 + 632 + 576 MiB on
 the first device, where one layer's replay gives three). This module gives each layer's sequence of allocations
-and frees in graph order (src/models/deepseek2.cpp `llm_build_deepseek2`, src/llama-graph.cpp `build_moe_ffn`
-and `build_ffn`; an op ggml-alloc.c `ggml_op_can_inplace` lets reuse its parent's block allocates nothing) and
-runs them over the chunks, stopping a run of same-shaped layers once a layer leaves the allocator as it found it.
+and frees in graph order (llama.cpp 515e85511: src/models/deepseek2.cpp, the layer loop from line 466;
+src/llama-graph.cpp `build_moe_ffn`, line 2044, and `build_ffn`; an op ggml-alloc.c `ggml_op_can_inplace` lets
+reuse its parent's block allocates nothing, `ggml_gallocr_allocate_node` line 623, `ggml_gallocr_free_node` line
+691) and runs them over the chunks (`ggml_dyn_tallocr_alloc`, line 202), stopping a run of same-shaped layers once
+a layer leaves the allocator as it found it. Checked against the allocator's list of every allocation and free
+(DeepSeek-V3 and DeepSeek-V2-Lite on the Vulkan-shaped stand-in, one and two devices, `-ub 2048` and 4096): the
+chunks' highest ends to the byte, over chunks and with the chunk limit lifted.
 """
 
 from __future__ import annotations
