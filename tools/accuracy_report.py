@@ -854,10 +854,12 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   2888 and 2998 MiB recorded, 2368 and 2522 before (15% under), 2824 and 2998 now. The replay's output phase
   counts the logits' chunk too, so such a device's phases are otherwise counted as in one buffer: with
   pipeline-parallel copies under the logits the own-chunk rule of the other devices missed them (DeepSeek-V2-Lite
-  with `-ts 3,1`: Vulkan1 1412 MiB recorded, 1072 before, 1380 now), and DeepSeek-V2-Lite's 1600 MiB logits at
-  `-ub 4096` take a chunk of their own once (2273 MiB recorded and estimated). Left: on those first devices the
-  single-buffer terms are under the recording in one buffer (DeepSeek-V3: 2368 MiB for 2432 with the chunk limit
-  lifted, 2.2%; DeepSeek-V2-Lite: 641 for 676); without flash attention, with the experts' copies in chunks of
+  with `-ts 3,1`: Vulkan1 1412 MiB recorded, 1072 before, 1396 now), and DeepSeek-V2-Lite's 1600 MiB logits at
+  `-ub 4096` take a chunk of their own once (2273 MiB recorded and estimated). Left: with `-ts 3,1` the
+  single-buffer terms are under the recording in one buffer (with the chunk limit lifted: DeepSeek-V3's Vulkan0
+  2368 MiB for 2432, 2.2%, its peak at layer 2 with layer 1's output carried above a 120 MiB hole the layers
+  before left; DeepSeek-V2-Lite 641 for 676 and 1072 for 1088; the same on the CUDA stand-in); without flash
+  attention, with the experts' copies in chunks of
   their own or a layer's FFN elsewhere, the first layer's attention is still replayed alone (DeepSeek-V3 at 32768
   cells without flash attention: 2002 MiB recorded on the GPU, 2258 estimated; DeepSeek-V2-Lite there, with its
   scores on the host: 864 recorded, 1376 estimated, +9.5% in all, not traced). DeepSeek-V2-Lite's KQ scores at

@@ -18,6 +18,7 @@ from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, t
 from fitplan.core.memory.compute.layer_replay import (
     LAYER_IN,
     ONE_BUFFER,
+    LayerRun,
     deepseek2_runs,
     replay_layers,
 )
@@ -265,94 +266,151 @@ def test_chunk_spill_adds_what_the_chunks_hold_beyond_one_buffer() -> None:
     assert copies.at(0, 0) == 0
 
 
-def _deepseek_v3_runs(first: int, last: int) -> tuple[tuple[tuple[tuple[str, int], ...], int], ...]:
-    profile = profile_at(SPARSE / "deepseek-v3.header.gguf")
+def _mla_runs(model: str, first: int, last: int, n_tok: int = 2048) -> tuple[LayerRun, ...]:
+    profile = profile_at(SPARSE / f"{model}.header.gguf")
     assert profile.mla is not None
-    return deepseek2_runs(profile, list(range(first, last + 1)), profile.mla, 2048)
+    return deepseek2_runs(profile, list(range(first, last + 1)), profile.mla, n_tok)
 
 
 #: DeepSeek-V3's 2048-token f32 row block (n_embd 7168) and logits (vocabulary 129280).
 _BLOCK = 4 * 2048 * 7168
 _LOGITS = 4 * 2048 * 129280
+#: DeepSeek-V2-Lite's (n_embd 2048, vocabulary 102400) at 2048 and 4096 tokens.
+_LITE = 4 * 2048 * 2048
+_LITE_LOGITS = 4 * 2048 * 102400
+
+
+def _one_device(block: int, n_tok: int, mask: int) -> tuple[tuple[str, int], ...]:
+    """One device's first chunk when its first layer starts: the first layer's norm in the mixed batch's freed
+    rows, the rest of them and the slots free, the embeddings' copy, positions, K indices, the mask and the output
+    ids, the assembled embeddings."""
+    return (
+        ("attn_norm", block),
+        ("", block + 8 * n_tok),
+        (LAYER_IN, block),
+        ("in", 16 * n_tok + mask),
+        ("keep", block),
+    )
+
+
+def _copies(blocks: int, block: int, n_tok: int, mask: int, out_ids: bool) -> int:
+    """Four pipeline-parallel copies of each split input: `blocks` row blocks (and the slots on the first
+    device), positions, K indices, the mask, the output ids where the output is."""
+    first = 8 * n_tok if blocks == 3 else 0
+    return 4 * (blocks * block + first + 4 * n_tok + 8 * n_tok + mask + (4 * n_tok if out_ids else 0))
 
 
 @pytest.mark.parametrize(
-    ("prelude", "layers", "tail", "chunked", "one_buffer"),
+    ("model", "n_tok", "prelude", "layers", "tail", "chunked", "one_buffer"),
     [
-        # one device, 4096 and 32768 cells: the first layer's norm in the mixed batch's freed rows, the rest of
-        # them and the slots free, the embeddings' copy, positions, K indices, the mask and the output ids, the
-        # assembled embeddings
+        # DeepSeek-V3, one device at 4096 and 32768 cells
         (
-            (
-                ("attn_norm", _BLOCK),
-                ("", _BLOCK + 8 * 2048),
-                (LAYER_IN, _BLOCK),
-                ("in", 32768 + 2048 * 4096 * 2),
-            ),
+            "deepseek-v3",
+            2048,
+            _one_device(_BLOCK, 2048, 2048 * 4096 * 2),
             (0, 60),
-            (("logits", _LOGITS),),
+            _LOGITS,
             2116075520,
             1660993536,
         ),
         (
-            (
-                ("attn_norm", _BLOCK),
-                ("", _BLOCK + 8 * 2048),
-                (LAYER_IN, _BLOCK),
-                ("in", 32768 + 2048 * 32768 * 2),
-            ),
+            "deepseek-v3",
+            2048,
+            _one_device(_BLOCK, 2048, 2048 * 32768 * 2),
             (0, 60),
-            (("logits", _LOGITS),),
+            _LOGITS,
             2300624896,
             1778434048,
         ),
-        # two devices, -ts 3,1, pipeline parallelism (four copies of each split input): layers 0-46, then 47-60
-        # with the output
+        # two devices, -ts 3,1: layers 0-46, then 47-60 with the output
         (
-            (("copies", 4 * (3 * _BLOCK + 16384 + 8192 + 16384 + 33554432)), ("embeddings", _BLOCK)),
+            "deepseek-v3",
+            2048,
+            (("copies", _copies(3, _BLOCK, 2048, 2048 * 8192 * 2, False)), ("embeddings", _BLOCK)),
             (0, 46),
-            (("next norm", _BLOCK),),
+            0,
             3028451328,
             2550300672,
         ),
         (
-            (("copies", 4 * (2 * _BLOCK + 8192 + 16384 + 33554432 + 8192)),),
+            "deepseek-v3",
+            2048,
+            (("copies", _copies(2, _BLOCK, 2048, 2048 * 8192 * 2, True)),),
             (47, 60),
-            (("logits", _LOGITS),),
+            _LOGITS,
             3143761920,
             2189557760,
         ),
+        # DeepSeek-V2-Lite (no router groups, no selection bias): -ts 3,1 (layers 0-20, then 21-26), and one
+        # device at -ub 4096 with its 1600 MiB logits in a chunk of their own
+        (
+            "deepseek-v2-lite",
+            2048,
+            (("copies", _copies(3, _LITE, 2048, 2048 * 8192 * 2, False)), ("embeddings", _LITE)),
+            (0, 20),
+            0,
+            709001216,
+            709001216,
+        ),
+        (
+            "deepseek-v2-lite",
+            2048,
+            (("copies", _copies(2, _LITE, 2048, 2048 * 8192 * 2, True)),),
+            (21, 26),
+            _LITE_LOGITS,
+            1480720384,
+            1140981760,
+        ),
+        (
+            "deepseek-v2-lite",
+            4096,
+            _one_device(2 * _LITE, 4096, 4096 * 4096 * 2),
+            (0, 26),
+            2 * _LITE_LOGITS,
+            2383511552,
+            1845592064,
+        ),
     ],
-    ids=["c4096", "c32768", "ts3,1-Vulkan0", "ts3,1-Vulkan1"],
+    ids=[
+        "v3-c4096",
+        "v3-c32768",
+        "v3-ts3,1-Vulkan0",
+        "v3-ts3,1-Vulkan1",
+        "lite-Vulkan0",
+        "lite-Vulkan1",
+        "lite-ub4096",
+    ],
 )
 def test_layer_replay_places_every_layer_where_the_allocator_does(
+    model: str,
+    n_tok: int,
     prelude: tuple[tuple[str, int], ...],
     layers: tuple[int, int],
-    tail: tuple[tuple[str, int], ...],
+    tail: int,
     chunked: int,
     one_buffer: int,
 ) -> None:
-    """DeepSeek-V3 at `-ub 2048` with flash attention on the Vulkan-shaped stand-in: the whole layer phase over 1
-    GiB chunks gives the recorded compute buffers (tests/fixtures/llamacpp/standin_vulkan/deepseek-v3.json), and
-    in one buffer what the same runs give with the chunk limit lifted (`GGML_VK_SUBALLOCATION_BLOCK_SIZE=
-    17179869184`, `--standin vulkan:16GiB:maxalloc=16GiB`: 1584.05, 1696.05, 2432.16 and 2088.12 MiB). With -ts
-    3,1 the later layers' query parts spread over four chunks on Vulkan0 (976, 704, 632, 576 MiB); the first
-    layer's attention replayed alone above a fixed base gave 2368 and 2522 MiB there."""
-    vram = 4 * (1 << 30)
-    keep = (("keep", _BLOCK),) if layers == (0, 60) else ()
-    segments = (*prelude, *keep)
-    runs = _deepseek_v3_runs(*layers)
-    assert replay_layers(1 << 30, segments, runs, tail)[1] == chunked
-    assert replay_layers(ONE_BUFFER, segments, runs, tail)[1] == one_buffer < vram
+    """DeepSeek-V3 and DeepSeek-V2-Lite with flash attention on the Vulkan-shaped stand-in: the whole layer phase
+    over 1 GiB chunks, then the logits (or, on a device before the output's, the next layer's first norm), gives
+    the recorded compute buffers (tests/fixtures/llamacpp/standin_vulkan/), and in one buffer what the same runs
+    give with the chunk limit lifted (`GGML_VK_SUBALLOCATION_BLOCK_SIZE=17179869184`, `--standin
+    vulkan:16GiB:maxalloc=16GiB`). With -ts 3,1 the later layers' query parts spread over four chunks on
+    DeepSeek-V3's Vulkan0 (976, 704, 632, 576 MiB); the first layer's attention replayed alone above a fixed base
+    gave 2368 and 2522 MiB there. The last layer gathers its output rows (`inp_out_ids`)."""
+    block = 4 * n_tok * profile_at(SPARSE / f"{model}.header.gguf").n_embd
+    ops = (("logits", tail),) if tail else (("next norm", block),)
+    runs = _mla_runs(model, *layers, n_tok=n_tok)
+    assert replay_layers(1 << 30, prelude, runs, ops)[1] == chunked
+    assert replay_layers(ONE_BUFFER, prelude, runs, ops)[1] == one_buffer
     # a run stops once a layer repeats an earlier one's state: the same as replaying each layer
     each = tuple((seq, 1) for seq, n in runs for _ in range(n))
-    assert replay_layers(1 << 30, segments, each, tail)[1] == chunked
+    assert replay_layers(1 << 30, prelude, each, ops)[1] == chunked
 
 
 def test_chunk_spill_with_runs_adds_the_chunks_over_one_buffer() -> None:
     """`ChunkSpill` with the device's layer runs: the replay over chunks less the same replay in one buffer, the
     prelude read at the cells (the copied mask follows them)."""
-    runs = _deepseek_v3_runs(0, 60)
+    runs = _mla_runs("deepseek-v3", 0, 60)
     prelude = (
         ("attn_norm", Affine(c=_BLOCK)),
         ("", Affine(c=_BLOCK + 8 * 2048)),

@@ -59,7 +59,8 @@ def deepseek2_layer_ops(
     expert), the layer's output left live (the allocator's trace of DeepSeek-V3 on the Vulkan-shaped stand-in,
     `-ub 2048`: `attn_norm` freed after `kv_cmpr_pe`, `l_out` of the layer before freed after `ffn_inp`).
     `biased`: the layer has the router's selection bias (`exp_probs_b`); `merged`: its experts' gate and up
-    are one tensor (`ffn_gate_up_exps`: one output, gate and up views of it)."""
+    are one tensor (`ffn_gate_up_exps`: one output, gate and up views of it). As many output rows as tokens
+    (`ChunkSpill` is built with the full replay only then)."""
     f = F32 * n_tok
     block = f * profile.n_embd
     ops: list[ReplayOp] = [("attn_norm", block)]
@@ -67,7 +68,15 @@ def deepseek2_layer_ops(
         ops.append(op)
         if op[0] == "kv_cmpr_pe" and op[1]:
             ops.append(("attn_norm", 0))
-    ops += [("cont", 0), (LAYER_IN, 0), ("ffn_norm", block)]
+    ffn_inp = "wo"
+    if lp.index == profile.n_layer - 1:
+        # the last layer gathers the output rows of the attention's output and of the residual (deepseek2.cpp
+        # line 637, `inp_out_ids`, built whatever the output count: n_tok rows in the reserve), added in place
+        ops += [("cont", 0), ("rows", block), ("wo", 0), ("residual rows", block), (LAYER_IN, 0)]
+        ops += [("residual rows", 0), ("ffn_norm", block)]
+        ffn_inp = "rows"
+    else:
+        ops += [("cont", 0), (LAYER_IN, 0), ("ffn_norm", block)]
     moe = profile.moe
     if lp.is_moe and moe is not None:
         ops += _moe_ops(profile, lp, n_tok, biased, merged)
@@ -75,7 +84,7 @@ def deepseek2_layer_ops(
         glu = f * lp.n_ff
         ops += [("gate", glu), ("up", glu), ("ffn_norm", 0), ("glu", glu), ("gate", 0), ("up", 0)]
         ops += [(LAYER_OUT, block), ("glu", 0)]
-    ops.append(("wo", 0))
+    ops.append((ffn_inp, 0))
     return tuple(ops)
 
 
