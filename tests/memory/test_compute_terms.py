@@ -269,7 +269,7 @@ def test_chunk_spill_adds_what_the_chunks_hold_beyond_one_buffer() -> None:
 def _mla_runs(model: str, first: int, last: int, n_tok: int = 2048) -> tuple[LayerRun, ...]:
     profile = profile_at(SPARSE / f"{model}.header.gguf")
     assert profile.mla is not None
-    return deepseek2_runs(profile, list(range(first, last + 1)), profile.mla, n_tok)
+    return deepseek2_runs(profile, list(range(first, last + 1)), profile.mla, n_tok, n_tok)
 
 
 #: DeepSeek-V3's 2048-token f32 row block (n_embd 7168) and logits (vocabulary 129280).

@@ -1857,13 +1857,13 @@ class PlanBuilder:
         hole = self.embd_block + (I32 + I64) * self.n_tok
         others = self.copy_chunks if layers[0] in self.by_dev.get(0, []) else ()
         spill = ChunkSpill(base, ops, hole, chunk, logits, out_blocks * self.embd_block, others)
-        if not prelude or others or not self._whole_layers_on(gi, layers) or self.n_out != self.n_tok:
+        if not prelude or others or not self._whole_layers_on(gi, layers):
             return spill
         # the output phase: the logits above the last layer's output; a device before the output's hands its
         # last layer's output on after the next layer's first norm, made where the output is (the trace of
         # DeepSeek-V3 over two Vulkan-shaped stand-ins: `norm-47` on the first)
         tail = (("logits", logits),) if logits else (("next norm", self.embd_block),)
-        runs = deepseek2_runs(self.profile, layers, mla, self.n_tok)
+        runs = deepseek2_runs(self.profile, layers, mla, self.n_tok, self.n_out)
         return dataclasses.replace(spill, prelude=prelude, runs=runs, tail=tail)
 
     def _whole_layers_on(self, gi: int, layers: list[int]) -> bool:

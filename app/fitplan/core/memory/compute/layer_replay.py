@@ -33,13 +33,16 @@ LayerRun = tuple[tuple[ReplayOp, ...], int]
 
 
 def deepseek2_runs(
-    profile: ModelProfile, layers: list[int], mla: MlaParams, n_tok: int
+    profile: ModelProfile, layers: list[int], mla: MlaParams, n_tok: int, n_out: int
 ) -> tuple[LayerRun, ...]:
-    """The runs of `deepseek2_layer_ops` over `layers`."""
+    """The runs of `deepseek2_layer_ops` over `layers` (`n_out`: the output rows of the model's last layer)."""
     biased = {t.layer for t in profile.tensors if t.name.endswith(".exp_probs_b.bias")}
     merged = {t.layer for t in profile.tensors if ".ffn_gate_up_exps." in t.name}
+    last = profile.n_layer - 1
     seqs = [
-        deepseek2_layer_ops(profile, profile.layers[il], mla, n_tok, il in biased, il in merged)
+        deepseek2_layer_ops(
+            profile, profile.layers[il], mla, n_tok, il in biased, il in merged, n_out if il == last else 0
+        )
         for il in layers
     ]
     return layer_runs(seqs)
@@ -52,6 +55,7 @@ def deepseek2_layer_ops(
     n_tok: int,
     biased: bool = False,
     merged: bool = False,
+    rows: int = 0,
 ) -> tuple[ReplayOp, ...]:
     """One absorbed-MLA layer with flash attention, in graph order: the attention norm, the attention
     (`absorbed_mla_ops`; the norm is freed once the compressed KV is made from it), the output projection (the
@@ -59,8 +63,11 @@ def deepseek2_layer_ops(
     expert), the layer's output left live (the allocator's trace of DeepSeek-V3 on the Vulkan-shaped stand-in,
     `-ub 2048`: `attn_norm` freed after `kv_cmpr_pe`, `l_out` of the layer before freed after `ffn_inp`).
     `biased`: the layer has the router's selection bias (`exp_probs_b`); `merged`: its experts' gate and up
-    are one tensor (`ffn_gate_up_exps`: one output, gate and up views of it). As many output rows as tokens
-    (`ChunkSpill` is built with the full replay only then)."""
+    are one tensor (`ffn_gate_up_exps`: one output, gate and up views of it). `rows` > 0: the model's last
+    layer, which gathers that many output rows of its attention's output and of the residual before its FFN
+    (deepseek2.cpp line 637, `inp_out_ids`, built whatever the output count; added in place), and runs its FFN
+    on them (llama-server's reserve: one row per sequence; DeepSeek-V3 with `--server-defaults`, `-ts 3,1`:
+    Vulkan1's chunks 2564.09 MiB, 2088.09 in one buffer)."""
     f = F32 * n_tok
     block = f * profile.n_embd
     ops: list[ReplayOp] = [("attn_norm", block)]
@@ -68,22 +75,21 @@ def deepseek2_layer_ops(
         ops.append(op)
         if op[0] == "kv_cmpr_pe" and op[1]:
             ops.append(("attn_norm", 0))
-    ffn_inp = "wo"
-    if lp.index == profile.n_layer - 1:
-        # the last layer gathers the output rows of the attention's output and of the residual (deepseek2.cpp
-        # line 637, `inp_out_ids`, built whatever the output count: n_tok rows in the reserve), added in place
-        ops += [("cont", 0), ("rows", block), ("wo", 0), ("residual rows", block), (LAYER_IN, 0)]
-        ops += [("residual rows", 0), ("ffn_norm", block)]
-        ffn_inp = "rows"
+    ffn_inp, n = "wo", n_tok
+    if rows:
+        out = F32 * rows * profile.n_embd
+        ops += [("cont", 0), ("rows", out), ("wo", 0), ("residual rows", out), (LAYER_IN, 0)]
+        ops += [("residual rows", 0), ("ffn_norm", out)]
+        ffn_inp, n = "rows", rows
     else:
         ops += [("cont", 0), (LAYER_IN, 0), ("ffn_norm", block)]
     moe = profile.moe
     if lp.is_moe and moe is not None:
-        ops += _moe_ops(profile, lp, n_tok, biased, merged)
+        ops += _moe_ops(profile, lp, n, biased, merged)
     else:
-        glu = f * lp.n_ff
+        glu = F32 * n * lp.n_ff
         ops += [("gate", glu), ("up", glu), ("ffn_norm", 0), ("glu", glu), ("gate", 0), ("up", 0)]
-        ops += [(LAYER_OUT, block), ("glu", 0)]
+        ops += [(LAYER_OUT, F32 * n * profile.n_embd), ("glu", 0)]
     ops.append((ffn_inp, 0))
     return tuple(ops)
 
