@@ -845,27 +845,30 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   logits grow once the attention is freed. Where a layer's tensors go depends on the free blocks the layers
   before it left (the residual each layer leaves where its FFN output landed, the experts' outputs, the router's
   small tensors), so with flash attention and every layer's FFN on the device the device's whole layer phase is
-  replayed over chunks, layer after layer from what lies in the first chunk when its first layer starts, then the
-  output phase, and again in one buffer: the difference is what the chunks add (`layer_replay.replay_layers`,
-  `terms.ChunkSpill`; a run of same-shaped layers stops once a layer leaves the allocator as it found it).
-  2018 MiB recorded at 4096 cells, 1954 estimated with the first layer's attention replayed alone, 2018 now;
-  2194 at 32768 cells, 2130 before, 2194 now; on two devices with `-ts 3,1` and pipeline-parallel copies under
-  the layers, where the later layers' query parts spread over four chunks (Vulkan0: 976, 704, 632 and 576 MiB),
-  2888 and 2998 MiB recorded, 2368 and 2522 before (15% under), 2824 and 2998 now. The replay's output phase
-  counts the logits' chunk too, so such a device's phases are otherwise counted as in one buffer: with
-  pipeline-parallel copies under the logits the own-chunk rule of the other devices missed them (DeepSeek-V2-Lite
-  with `-ts 3,1`: Vulkan1 1412 MiB recorded, 1072 before, 1396 now), and DeepSeek-V2-Lite's 1600 MiB logits at
-  `-ub 4096` take a chunk of their own once (2273 MiB recorded and estimated). Left: with `-ts 3,1` the
-  single-buffer terms are under the recording in one buffer (with the chunk limit lifted: DeepSeek-V3's Vulkan0
-  2368 MiB for 2432, 2.2%, its peak at layer 2 with layer 1's output carried above a 120 MiB hole the layers
-  before left; DeepSeek-V2-Lite 641 for 676 and 1072 for 1088; the same on the CUDA stand-in); without flash
-  attention, with the experts' copies in chunks of
-  their own or a layer's FFN elsewhere, the first layer's attention is still replayed alone (DeepSeek-V3 at 32768
-  cells without flash attention: 2002 MiB recorded on the GPU, 2258 estimated; DeepSeek-V2-Lite there, with its
-  scores on the host: 864 recorded, 1376 estimated, +9.5% in all, not traced). DeepSeek-V2-Lite's KQ scores at
-  32768 cells and `-ub 2048` are exactly 4 GiB: a device with 64-bit shader indexing takes them (the buffer limit
-  holds `n <= max_buffer_size`), one without refuses them (maxStorageBufferRange, 4 GiB - 1); fitplan cannot tell
-  the two apart and plans the latter (the `idx64` recording: 34% under).
+  replayed, layer after layer from what lies in the first chunk when its first layer starts (the
+  pipeline-parallel copies too), then the output phase (the last layer's output rows, the logits), over chunks
+  and in one buffer (`layer_replay.replay_layers`; a run of same-shaped layers stops once a layer leaves the
+  allocator as it found it). The difference is what the chunks add (`terms.ChunkSpill`, the logits' chunk
+  included: the device's phases are otherwise counted as in one buffer), and the replay over chunks is a floor
+  on the device's terms: what it holds beyond them are the free blocks the layers leave between the tensors
+  they carry (`terms.ReplayedBuffer`, `DevicePlan.replayed`; DeepSeek-V3 over two devices in one buffer: the
+  peak at layer 2's Qcur with layer 1's output above a 120 MiB hole, 2432 MiB recorded, 2368 from the other
+  terms). DeepSeek-V3: 2018 MiB recorded at 4096 cells, 1954 estimated with the first layer's attention
+  replayed alone, 2018 now; 2194 at 32768 cells, 2130 before, 2194 now; over two devices with `-ts 3,1`, where
+  the later layers' query parts spread over four chunks (Vulkan0: 976, 704, 632 and 576 MiB), 2888 and 2998 MiB
+  recorded, 2368 and 2522 before (15% under), 2888 and 2998 now, and with llama-server's reserve (one output
+  row) 2888 and 2564, 2368 and 2088 before. DeepSeek-V2-Lite with `-ts 3,1`: the pipeline-parallel copies under
+  the 800 MiB logits send them to a chunk of their own, which the output phase's own-chunk rule missed (Vulkan1
+  1412 MiB recorded, 1072 before, 1412 now); its 1600 MiB logits at `-ub 4096` take a chunk of their own once
+  (2273 MiB recorded and estimated). Left: without flash attention, with the experts' copies in chunks of their
+  own or a layer's FFN elsewhere, the first layer's attention is still replayed alone (DeepSeek-V3 at 32768 cells
+  without flash attention: 2002 MiB recorded on the GPU, 2258 estimated; DeepSeek-V2-Lite there, with its scores
+  on the host: 864 recorded, 1376 estimated, +9.5% in all, not traced); the same fragmentation on the CUDA
+  stand-in, which has no replay (DeepSeek-V3 `-ts 3,1`: CUDA0 2432 MiB recorded, 2368 estimated).
+  DeepSeek-V2-Lite's KQ scores at 32768 cells and `-ub 2048` are exactly 4 GiB: a device with 64-bit shader
+  indexing takes them (the buffer limit holds `n <= max_buffer_size`), one without refuses them
+  (maxStorageBufferRange, 4 GiB - 1); fitplan cannot tell the two apart and plans the latter (the `idx64`
+  recording: 34% under).
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and

@@ -111,6 +111,26 @@ def test_the_transient_is_the_larger_of_attention_and_ffn() -> None:
     assert _buffer(dataclasses.replace(att, layer_phase=False)) == {"blocks": 7}
 
 
+def test_a_replayed_buffer_counts_what_it_holds_beyond_the_other_terms() -> None:
+    """`DevicePlan.replayed`: the device's whole buffer replayed; where it is larger than the other terms' sum the
+    difference is a part of its own (the free blocks the layers leave), where smaller nothing changes."""
+    plan = DevicePlan(
+        device=0,
+        layer_phase=True,
+        inputs=(Fixed("blocks", 7),),
+        ffn=(Fixed(FFN, 25),),
+        output=(Fixed(LOGITS, 20),),
+        under=(Fixed("copies", 10),),
+        replayed=Fixed("free blocks", 50),
+    )
+    assert _buffer(plan) == {"blocks": 7, FFN: 25, "copies": 10, "free blocks": 8}
+    assert _buffer(dataclasses.replace(plan, replayed=Fixed("free blocks", 30))) == {
+        "blocks": 7,
+        FFN: 25,
+        "copies": 10,
+    }
+
+
 def test_the_buffer_is_the_larger_phase_with_what_is_under_both() -> None:
     layer = DevicePlan(
         device=0,

@@ -324,6 +324,7 @@ def case_from_membreak(
 ) -> dict[str, Any]:
     argv, data, err = run_membreak(env, model, args, server_defaults)
     rec_args = [x.replace(str(env.work), "$MODELS") for x in args]
+    server_defaults = server_defaults or "--server-defaults" in args  # membreak reads it anywhere
     if data is None:
         return {
             "id": case_id,
@@ -1246,6 +1247,22 @@ def standin_backend_settings(
         add(
             "2dev-c8192-faon-ts3,1-ub2048",
             two,
+            "-c",
+            "8192",
+            "-fa",
+            "on",
+            "-ts",
+            "3,1",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+        )
+        # llama-server's own reserve (one output row per sequence) over the same split
+        add(
+            "2dev-c8192-faon-ts3,1-ub2048-server",
+            two,
+            "--server-defaults",
             "-c",
             "8192",
             "-fa",

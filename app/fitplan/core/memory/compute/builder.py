@@ -86,6 +86,7 @@ from fitplan.core.memory.compute.terms import (
     Largest,
     Linear,
     LogitsOnTop,
+    ReplayedBuffer,
     Term,
     nonzero,
 )
@@ -188,6 +189,14 @@ def _output_chunk(under: list[Term], chunk: int) -> int:
     """The chunk size a device plan's output phase is counted with (`DevicePlan.max_chunk`): 0 where the layer
     phase is replayed whole over the chunks, whose output phase counts the logits' chunk too (`ChunkSpill.runs`)."""
     return 0 if any(isinstance(t, ChunkSpill) and t.runs for t in under) else chunk
+
+
+def _replayed(under: list[Term]) -> ReplayedBuffer | None:
+    """The device's whole buffer replayed where its layer phase is (`ChunkSpill.runs`, `DevicePlan.replayed`)."""
+    for t in under:
+        if isinstance(t, ChunkSpill) and t.runs:
+            return ReplayedBuffer(t.prelude, t.runs, t.tail, t.size)
+    return None
 
 
 def compute_devices(
@@ -1576,6 +1585,7 @@ class PlanBuilder:
             output=nonzero(output),
             under=nonzero(under),
             max_chunk=_output_chunk(under, chunk),
+            replayed=_replayed(under),
             freed_chunk=_freed_chunk(att),
             output_above_layer=above,
         )

@@ -418,6 +418,33 @@ class ChunkSpill:
         return loop_over(self, nb, ns)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ReplayedBuffer:
+    """A device's whole compute buffer as its layers replayed one after the other give it (`ChunkSpill.runs`:
+    the first chunk's layout when the first layer starts, every layer, the output phase; over chunks of at most
+    `size` bytes). The other terms take each phase's live set above what lies under it; the replay also has the
+    free blocks the layers leave between the tensors they carry (DeepSeek-V3 over two stand-ins with `-ts 3,1`,
+    `-ub 2048`, in one buffer: the peak at layer 2's Qcur with layer 1's output above a 120 MiB hole, 2432.16 MiB
+    recorded, 2368 from the other terms), which the device plan counts where the replay is larger
+    (`DevicePlan.replayed`)."""
+
+    prelude: tuple[tuple[str, Affine], ...]
+    runs: tuple[LayerRun, ...]
+    tail: tuple[ReplayOp, ...]
+    size: int
+    label: str = "free blocks between the layers' tensors"
+
+    def at(self, nb: int, ns: int) -> int:
+        prelude = tuple((name, a.at(nb, ns)) for name, a in self.prelude)
+        one = replay_layers(ONE_BUFFER, prelude, self.runs, self.tail)[1]
+        if one <= self.size:  # all in the first chunk (the same replay as `ChunkSpill`'s)
+            return one
+        return replay_layers(self.size, prelude, self.runs, self.tail)[1]
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
+
+
 @dataclass(frozen=True, slots=True)
 class LogitsOnTop:
     """The host's logits where they raise the buffer: nothing when a freed mask (`room`, one per cache the last
