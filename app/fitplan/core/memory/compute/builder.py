@@ -1877,9 +1877,11 @@ class PlanBuilder:
         return dataclasses.replace(spill, prelude=prelude, runs=runs, tail=tail)
 
     def _whole_layers_on(self, gi: int, layers: list[int]) -> bool:
-        """Whether GPU `gi` runs all of its layers' graphs, FFNs included, with flash attention and no weight
-        copied in from the host: the sequence `deepseek2_runs` replays."""
-        if not self.fa or self.ffn_by_dev.get(gi, []) != layers or any(il in self.host_mats for il in layers):
+        """Whether GPU `gi` runs all of its layers' graphs, FFNs included, with flash attention, the cache on the
+        GPUs and no weight copied in from the host: the sequence `deepseek2_runs` replays."""
+        if not (self.fa and self.inputs.kv_offload) or self.ffn_by_dev.get(gi, []) != layers:
+            return False
+        if any(il in self.host_mats for il in layers):
             return False
         return all(self.compute_dev[il] == gi and not self.profile.layers[il].is_nextn for il in layers)
 
