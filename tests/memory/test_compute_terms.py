@@ -34,6 +34,7 @@ from fitplan.core.memory.compute.terms import (
     Fixed,
     HostScores,
     LogitsOnTop,
+    ReplayedBuffer,
 )
 from fitplan.core.memory.weights import place_weights
 from support.compute import compute_inputs
@@ -425,6 +426,58 @@ def test_layer_replay_places_every_layer_where_the_allocator_does(
     # a run stops once a layer repeats an earlier one's state: the same as replaying each layer
     each = tuple((seq, 1) for seq, n in runs for _ in range(n))
     assert replay_layers(1 << 30, prelude, each, ops)[1] == chunked
+
+
+@pytest.mark.parametrize(
+    ("model", "layers", "prelude", "tail"),
+    [
+        (
+            "deepseek-v3",
+            (0, 60),
+            (
+                ("attn_norm", Affine(c=_BLOCK)),
+                ("", Affine(c=_BLOCK + 8 * 2048)),
+                (LAYER_IN, Affine(c=_BLOCK)),
+                ("in", Affine(a_base=2048 * 2, c=32768)),
+                ("keep", Affine(c=_BLOCK)),
+            ),
+            (("logits", _LOGITS),),
+        ),
+        (
+            "deepseek-v3",
+            (0, 46),
+            (
+                ("copies", Affine(a_base=4 * 2048 * 2, c=4 * (3 * _BLOCK + 40960))),
+                ("embeddings", Affine(c=_BLOCK)),
+            ),
+            (("next norm", _BLOCK),),
+        ),
+        (
+            "deepseek-v2-lite",
+            (21, 26),
+            (("copies", Affine(a_base=4 * 2048 * 2, c=4 * (2 * _LITE + 32768))),),
+            (("logits", _LITE_LOGITS),),
+        ),
+    ],
+    ids=["v3-one-device", "v3-pipeline-first", "lite-pipeline-output"],
+)
+def test_replayed_terms_over_a_curve_equal_them_at_each_context(
+    model: str,
+    layers: tuple[int, int],
+    prelude: tuple[tuple[str, Affine], ...],
+    tail: tuple[tuple[str, int], ...],
+) -> None:
+    """`ChunkSpill` and `ReplayedBuffer` over a context curve (`replay_curve`: few replays, the totals between two
+    alike ones taken from the size of the copied mask) equal them replayed at each context."""
+    runs = _mla_runs(model, *layers)
+    spill = ChunkSpill(Affine(), (), 0, 1 << 30, 0, 0, prelude=prelude, runs=runs, tail=tail)
+    whole = ReplayedBuffer(prelude, runs, tail, 1 << 30)
+    nb = np.arange(256, 131072 + 1, 256, dtype=np.int64)
+    ns = np.zeros_like(nb)
+    for term in (spill, whole):
+        curve = term.over(nb, ns)
+        assert curve.tolist() == [term.at(int(b), 0) for b in nb]
+    assert len(set(spill.over(nb, ns).tolist())) > 1  # the layout changes along the curve
 
 
 def test_chunk_spill_with_runs_adds_the_chunks_over_one_buffer() -> None:

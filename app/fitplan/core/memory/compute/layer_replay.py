@@ -171,7 +171,6 @@ def layer_runs(ops: list[tuple[ReplayOp, ...]]) -> tuple[LayerRun, ...]:
     return tuple(runs)
 
 
-@lru_cache(maxsize=4096)
 def replay_layers(
     size: int,
     prelude: tuple[tuple[str, int], ...],
@@ -183,8 +182,33 @@ def replay_layers(
     bottom up ("" a free block; a segment named like a tensor of the first layer is that tensor, which the layer
     then does not allocate again). A run stops replaying once a layer leaves the chunks, the free blocks and the
     live tensors as an earlier layer of the run left them: the layers after it repeat that cycle."""
+    layers, total, _ = traced_replay(size, prelude, runs, tail, -1)
+    return layers, total
+
+
+@lru_cache(maxsize=4096)
+def traced_replay(
+    size: int,
+    prelude: tuple[tuple[str, int], ...],
+    runs: tuple[LayerRun, ...],
+    tail: tuple[ReplayOp, ...],
+    vary: int,
+) -> tuple[int, int, tuple[int, ...]]:
+    """`replay_layers` with where each allocation went (chunk, offset), in order; offsets in the first chunk
+    above prelude segment `vary` (-1: none) are taken less its size, so that two replays whose segment `vary`
+    differs in size (the copied mask) give the same placements when the allocator decides the same at every
+    step (`replay_curve`)."""
+    start = sum(n for _, n in prelude[:vary]) if vary >= 0 else -1
+    shift = prelude[vary][1] if vary >= 0 else 0
     sim = ChunkedFit.from_layout(size, prelude)
     placed = {name for name, _ in prelude if name}
+    where: list[int] = []
+
+    def alloc(name: str, nbytes: int) -> None:
+        sim.alloc(name, nbytes)
+        c, off, _ = sim.live[name]
+        where.extend((c, off - shift if c == 0 and off > start else off))
+
     for seq, count in runs:
         seen: dict[object, int] = {}
         i = 0
@@ -201,12 +225,55 @@ def replay_layers(
                 if nbytes and name in placed:
                     placed.discard(name)
                 elif nbytes:
-                    sim.alloc(name, nbytes)
+                    alloc(name, nbytes)
                 elif name in sim.live:
                     sim.release(name)
             if LAYER_OUT in sim.live:
                 sim.live[LAYER_IN] = sim.live.pop(LAYER_OUT)
             i += 1
     layers = sim.total
-    sim.run(tail)
-    return layers, sim.total
+    for name, nbytes in tail:
+        if nbytes:
+            alloc(name, nbytes)
+        elif name in sim.live:
+            sim.release(name)
+    return layers, sim.total, tuple(where)
+
+
+def replay_curve(
+    size: int,
+    preludes: list[tuple[tuple[str, int], ...]],
+    runs: tuple[LayerRun, ...],
+    tail: tuple[ReplayOp, ...],
+) -> list[int]:
+    """`replay_layers`' total at each of many preludes that differ in one segment's size at most (the copied
+    mask over a context curve), with few replays. Only the first chunk's free end depends on that size, and the
+    allocator's choice at each step is monotone in it, so two replays that place every tensor alike (less the
+    segment's size, `traced_replay`) place them alike at every size between, where the total is the lower
+    one's plus the difference in size; elsewhere the sizes are split in two."""
+    if not preludes:
+        return []
+    first = preludes[0]
+    vary = [k for k in range(len(first)) if any(p[k][1] != first[k][1] for p in preludes)]
+    if len(vary) > 1:
+        return [replay_layers(size, p, runs, tail)[1] for p in preludes]
+    k = vary[0] if vary else -1
+    by_size = {p[k][1] if k >= 0 else 0: p for p in preludes}
+    sizes = sorted(by_size)
+    totals: dict[int, int] = {}
+
+    def solve(lo: int, hi: int) -> None:
+        _, t_lo, w_lo = traced_replay(size, by_size[sizes[lo]], runs, tail, k)
+        _, t_hi, w_hi = traced_replay(size, by_size[sizes[hi]], runs, tail, k)
+        if w_lo == w_hi:
+            for j in range(lo, hi + 1):
+                totals[sizes[j]] = t_lo + sizes[j] - sizes[lo]
+        elif hi - lo <= 1:
+            totals[sizes[lo]], totals[sizes[hi]] = t_lo, t_hi
+        else:
+            mid = (lo + hi) // 2
+            solve(lo, mid)
+            solve(mid, hi)
+
+    solve(0, len(sizes) - 1)
+    return [totals[p[k][1] if k >= 0 else 0] for p in preludes]

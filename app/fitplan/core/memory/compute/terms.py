@@ -24,7 +24,7 @@ from fitplan.core.memory.compute.allocator import (
     reuse_array,
 )
 from fitplan.core.memory.compute.attention import Dsv4Attention, IndexerScores, KpoolSelection
-from fitplan.core.memory.compute.layer_replay import ONE_BUFFER, LayerRun, replay_layers
+from fitplan.core.memory.compute.layer_replay import ONE_BUFFER, LayerRun, replay_curve, replay_layers
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
 
@@ -415,7 +415,29 @@ class ChunkSpill:
         return max(0, sim.total - sum(self.others) - plain)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        return loop_over(self, nb, ns)
+        if not self.runs:
+            return loop_over(self, nb, ns)
+        one, chunked = replayed_over(self.size, self.prelude, self.runs, self.tail, nb, ns)
+        out: Cells = np.where(one <= self.size, 0, np.maximum(0, chunked - one))
+        return out
+
+
+def replayed_over(
+    size: int,
+    prelude: tuple[tuple[str, Affine], ...],
+    runs: tuple[LayerRun, ...],
+    tail: tuple[ReplayOp, ...],
+    nb: Cells,
+    ns: Cells,
+) -> tuple[Cells, Cells]:
+    """A layer phase's replay in one buffer and over chunks of `size` at each context (`replay_curve`)."""
+    preludes = [
+        tuple((name, a.at(b, w)) for name, a in prelude)
+        for b, w in zip(nb.tolist(), ns.tolist(), strict=True)
+    ]
+    one = np.array(replay_curve(ONE_BUFFER, preludes, runs, tail), dtype=np.int64)
+    chunked = np.array(replay_curve(size, preludes, runs, tail), dtype=np.int64)
+    return one.reshape(nb.shape), chunked.reshape(nb.shape)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -442,7 +464,9 @@ class ReplayedBuffer:
         return replay_layers(self.size, prelude, self.runs, self.tail)[1]
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        return loop_over(self, nb, ns)
+        one, chunked = replayed_over(self.size, self.prelude, self.runs, self.tail, nb, ns)
+        out: Cells = np.where(one <= self.size, one, chunked)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
