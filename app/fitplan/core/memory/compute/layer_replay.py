@@ -186,7 +186,7 @@ def replay_layers(
     return layers, total
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=2048)
 def traced_replay(
     size: int,
     prelude: tuple[tuple[str, int], ...],
@@ -195,9 +195,9 @@ def traced_replay(
     vary: int,
 ) -> tuple[int, int, tuple[int, ...]]:
     """`replay_layers` with where each allocation went (chunk, offset), in order; offsets in the first chunk
-    above prelude segment `vary` (-1: none) are taken less its size, so that two replays whose segment `vary`
-    differs in size (the copied mask) give the same placements when the allocator decides the same at every
-    step (`replay_curve`)."""
+    above prelude segment `vary` (-1: none, and no placements kept) are taken less its size, so that two
+    replays whose segment `vary` differs in size (the copied mask) give the same placements when the allocator
+    decides the same at every step (`replay_curve`)."""
     start = sum(n for _, n in prelude[:vary]) if vary >= 0 else -1
     shift = prelude[vary][1] if vary >= 0 else 0
     sim = ChunkedFit.from_layout(size, prelude)
@@ -206,8 +206,9 @@ def traced_replay(
 
     def alloc(name: str, nbytes: int) -> None:
         sim.alloc(name, nbytes)
-        c, off, _ = sim.live[name]
-        where.extend((c, off - shift if c == 0 and off > start else off))
+        if vary >= 0:  # kept only where a curve compares them
+            c, off, _ = sim.live[name]
+            where.extend((c, off - shift if c == 0 and off > start else off))
 
     for seq, count in runs:
         seen: dict[object, int] = {}
