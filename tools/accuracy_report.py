@@ -842,15 +842,33 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   graph in chunk 0 (5356 MiB recorded, 3162 estimated before, 5356 now; -ngl 30 and `-ub 2048` alike).
 * **A layer phase larger than a chunk** with no tensor that opens one by itself: DeepSeek-V3's absorbed query at
   `-ub 2048`, whose parts fill the first chunk (q, q_nope_absorbed, q_pe) until Qcur opens the next, where the
-  logits grow once the attention is freed. The first layer's attention is replayed over chunks
-  (`allocator.ChunkedFit`, `terms.ChunkSpill`) above what lies under it: 2018 MiB recorded at 4096 cells, 1584
-  estimated before in one buffer, 1954 now; 2194 at 32768 cells, 1696 before, 2130 now. Not modelled: the later
-  layers' query parts drifting over four chunks on two devices with `-ts 3,1` (pipeline-parallel copies under
-  them: 2888 and 2998 MiB recorded, 2368 and 2522 estimated, 15% under). The allocator's peaks on Vulkan0: chunk
-  0 976 MiB, chunk 1 704 (q-0 and q_nope_absorbed-0), chunk 2 632 (ffn_out-0 left there under Qcur-1), chunk 3
-  576 (at layer 4 norm-4, q_pe-4 and node_220 in chunk 1 push q_nope_absorbed-4 to chunk 2 and Qcur-4 to a
-  chunk of its own); the replay, which has the first layer's attention only, puts q_pe-0 in chunk 1 and opens no
-  fourth chunk. Placing them needs the whole layer (norms, FFN or experts) replayed over several layers.
+  logits grow once the attention is freed. Where a layer's tensors go depends on the free blocks the layers
+  before it left (the residual each layer leaves where its FFN output landed, the experts' outputs, the router's
+  small tensors), so with flash attention and every layer's FFN on the device the device's whole layer phase is
+  replayed, layer after layer from what lies in the first chunk when its first layer starts (the
+  pipeline-parallel copies too), then the output phase (the last layer's output rows, the logits), over chunks
+  and in one buffer (`layer_replay.replay_layers`; a run of same-shaped layers stops once a layer leaves the
+  allocator as it found it). The difference is what the chunks add (`terms.ChunkSpill`, the logits' chunk
+  included: the device's phases are otherwise counted as in one buffer), and the replay over chunks is a floor
+  on the device's terms: what it holds beyond them are the free blocks the layers leave between the tensors
+  they carry (`terms.ReplayedBuffer`, `DevicePlan.replayed`; DeepSeek-V3 over two devices in one buffer: the
+  peak at layer 2's Qcur with layer 1's output above a 120 MiB hole, 2432 MiB recorded, 2368 from the other
+  terms). DeepSeek-V3: 2018 MiB recorded at 4096 cells, 1954 estimated with the first layer's attention
+  replayed alone, 2018 now; 2194 at 32768 cells, 2130 before, 2194 now; over two devices with `-ts 3,1`, where
+  the later layers' query parts spread over four chunks (Vulkan0: 976, 704, 632 and 576 MiB), 2888 and 2998 MiB
+  recorded, 2368 and 2522 before (15% under), 2888 and 2998 now, and with llama-server's reserve (one output
+  row) 2888 and 2564, 2368 and 2088 before. DeepSeek-V2-Lite with `-ts 3,1`: the pipeline-parallel copies under
+  the 800 MiB logits send them to a chunk of their own, which the output phase's own-chunk rule missed (Vulkan1
+  1412 MiB recorded, 1072 before, 1412 now); its 1600 MiB logits at `-ub 4096` take a chunk of their own once
+  (2273 MiB recorded and estimated). Left: without flash attention, with the experts' copies in chunks of their
+  own or a layer's FFN elsewhere, the first layer's attention is still replayed alone (DeepSeek-V3 at 32768 cells
+  without flash attention: 2002 MiB recorded on the GPU, 2258 estimated; DeepSeek-V2-Lite there, with its scores
+  on the host: 864 recorded, 1376 estimated, +9.5% in all, not traced); the same fragmentation on the CUDA
+  stand-in, which has no replay (DeepSeek-V3 `-ts 3,1`: CUDA0 2432 MiB recorded, 2368 estimated).
+  DeepSeek-V2-Lite's KQ scores at 32768 cells and `-ub 2048` are exactly 4 GiB: a device with 64-bit shader
+  indexing takes them (the buffer limit holds `n <= max_buffer_size`), one without refuses them
+  (maxStorageBufferRange, 4 GiB - 1); fitplan cannot tell the two apart and plans the latter (the `idx64`
+  recording: 34% under).
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and

@@ -268,8 +268,8 @@ def test_vulkan_and_metal_plans_get_their_stand_ins_band() -> None:
 
 
 def test_the_compute_assumption_says_what_measured_a_vulkan_or_metal_plan() -> None:
-    """The estimate's assumption line for a Metal or Vulkan GPU names its stand-ins and where their recordings
-    show the compute model under (before: "not measured")."""
+    """The estimate's assumption line for a Metal or Vulkan GPU names its stand-ins and, for Metal, where their
+    recordings show the compute model under; for Vulkan the limits it models (before: "not measured")."""
     p = sparse("llama-3.1-8b")
     apple = _est(p, Machine((assumed_gpu("M2", 64, Vendor.APPLE),), HOST), "-fa", "on", "-ngl", "all")
     intel = _est(p, Machine((assumed_gpu("Arc", 16, Vendor.INTEL),), HOST), "-fa", "on", "-ngl", "all")

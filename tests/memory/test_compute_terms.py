@@ -15,6 +15,13 @@ from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputePlan
 from fitplan.core.memory.compute.allocator import Affine, ChunkedFit
 from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
+from fitplan.core.memory.compute.layer_replay import (
+    LAYER_IN,
+    ONE_BUFFER,
+    LayerRun,
+    deepseek2_runs,
+    replay_layers,
+)
 from fitplan.core.memory.compute.terms import (
     FA_COPIES,
     FFN,
@@ -27,6 +34,7 @@ from fitplan.core.memory.compute.terms import (
     Fixed,
     HostScores,
     LogitsOnTop,
+    ReplayedBuffer,
 )
 from fitplan.core.memory.weights import place_weights
 from support.compute import compute_inputs
@@ -102,6 +110,26 @@ def test_the_transient_is_the_larger_of_attention_and_ffn() -> None:
     assert _buffer(scores) == {"blocks": 7, SCORES: 26, FA_COPIES: 4}
     # no layers here: no transient
     assert _buffer(dataclasses.replace(att, layer_phase=False)) == {"blocks": 7}
+
+
+def test_a_replayed_buffer_counts_what_it_holds_beyond_the_other_terms() -> None:
+    """`DevicePlan.replayed`: the device's whole buffer replayed; where it is larger than the other terms' sum the
+    difference is a part of its own (the free blocks the layers leave), where smaller nothing changes."""
+    plan = DevicePlan(
+        device=0,
+        layer_phase=True,
+        inputs=(Fixed("blocks", 7),),
+        ffn=(Fixed(FFN, 25),),
+        output=(Fixed(LOGITS, 20),),
+        under=(Fixed("copies", 10),),
+        replayed=Fixed("free blocks", 50),
+    )
+    assert _buffer(plan) == {"blocks": 7, FFN: 25, "copies": 10, "free blocks": 8}
+    assert _buffer(dataclasses.replace(plan, replayed=Fixed("free blocks", 30))) == {
+        "blocks": 7,
+        FFN: 25,
+        "copies": 10,
+    }
 
 
 def test_the_buffer_is_the_larger_phase_with_what_is_under_both() -> None:
@@ -257,6 +285,218 @@ def test_chunk_spill_adds_what_the_chunks_hold_beyond_one_buffer() -> None:
     # chunks already there (expert copies) take the spill without growing: nothing added
     copies = dataclasses.replace(spill, others=(2016 * MIB, 2940 * MIB))
     assert copies.at(0, 0) == 0
+
+
+def _mla_runs(model: str, first: int, last: int, n_tok: int = 2048) -> tuple[LayerRun, ...]:
+    profile = profile_at(SPARSE / f"{model}.header.gguf")
+    assert profile.mla is not None
+    return deepseek2_runs(profile, list(range(first, last + 1)), profile.mla, n_tok, n_tok)
+
+
+#: DeepSeek-V3's 2048-token f32 row block (n_embd 7168) and logits (vocabulary 129280).
+_BLOCK = 4 * 2048 * 7168
+_LOGITS = 4 * 2048 * 129280
+#: DeepSeek-V2-Lite's (n_embd 2048, vocabulary 102400) at 2048 and 4096 tokens.
+_LITE = 4 * 2048 * 2048
+_LITE_LOGITS = 4 * 2048 * 102400
+
+
+def _one_device(block: int, n_tok: int, mask: int) -> tuple[tuple[str, int], ...]:
+    """One device's first chunk when its first layer starts: the first layer's norm in the mixed batch's freed
+    rows, the rest of them and the slots free, the embeddings' copy, positions, K indices, the mask and the output
+    ids, the assembled embeddings."""
+    return (
+        ("attn_norm", block),
+        ("", block + 8 * n_tok),
+        (LAYER_IN, block),
+        ("in", 16 * n_tok + mask),
+        ("keep", block),
+    )
+
+
+def _copies(blocks: int, block: int, n_tok: int, mask: int, out_ids: bool) -> int:
+    """Four pipeline-parallel copies of each split input: `blocks` row blocks (and the slots on the first
+    device), positions, K indices, the mask, the output ids where the output is."""
+    first = 8 * n_tok if blocks == 3 else 0
+    return 4 * (blocks * block + first + 4 * n_tok + 8 * n_tok + mask + (4 * n_tok if out_ids else 0))
+
+
+@pytest.mark.parametrize(
+    ("model", "n_tok", "prelude", "layers", "tail", "chunked", "one_buffer"),
+    [
+        # DeepSeek-V3, one device at 4096 and 32768 cells
+        (
+            "deepseek-v3",
+            2048,
+            _one_device(_BLOCK, 2048, 2048 * 4096 * 2),
+            (0, 60),
+            _LOGITS,
+            2116075520,
+            1660993536,
+        ),
+        (
+            "deepseek-v3",
+            2048,
+            _one_device(_BLOCK, 2048, 2048 * 32768 * 2),
+            (0, 60),
+            _LOGITS,
+            2300624896,
+            1778434048,
+        ),
+        # two devices, -ts 3,1: layers 0-46, then 47-60 with the output
+        (
+            "deepseek-v3",
+            2048,
+            (("copies", _copies(3, _BLOCK, 2048, 2048 * 8192 * 2, False)), ("embeddings", _BLOCK)),
+            (0, 46),
+            0,
+            3028451328,
+            2550300672,
+        ),
+        (
+            "deepseek-v3",
+            2048,
+            (("copies", _copies(2, _BLOCK, 2048, 2048 * 8192 * 2, True)),),
+            (47, 60),
+            _LOGITS,
+            3143761920,
+            2189557760,
+        ),
+        # DeepSeek-V2-Lite (no router groups, no selection bias): -ts 3,1 (layers 0-20, then 21-26), and one
+        # device at -ub 4096 with its 1600 MiB logits in a chunk of their own
+        (
+            "deepseek-v2-lite",
+            2048,
+            (("copies", _copies(3, _LITE, 2048, 2048 * 8192 * 2, False)), ("embeddings", _LITE)),
+            (0, 20),
+            0,
+            709001216,
+            709001216,
+        ),
+        (
+            "deepseek-v2-lite",
+            2048,
+            (("copies", _copies(2, _LITE, 2048, 2048 * 8192 * 2, True)),),
+            (21, 26),
+            _LITE_LOGITS,
+            1480720384,
+            1140981760,
+        ),
+        (
+            "deepseek-v2-lite",
+            4096,
+            _one_device(2 * _LITE, 4096, 4096 * 4096 * 2),
+            (0, 26),
+            2 * _LITE_LOGITS,
+            2383511552,
+            1845592064,
+        ),
+    ],
+    ids=[
+        "v3-c4096",
+        "v3-c32768",
+        "v3-ts3,1-Vulkan0",
+        "v3-ts3,1-Vulkan1",
+        "lite-Vulkan0",
+        "lite-Vulkan1",
+        "lite-ub4096",
+    ],
+)
+def test_layer_replay_places_every_layer_where_the_allocator_does(
+    model: str,
+    n_tok: int,
+    prelude: tuple[tuple[str, int], ...],
+    layers: tuple[int, int],
+    tail: int,
+    chunked: int,
+    one_buffer: int,
+) -> None:
+    """DeepSeek-V3 and DeepSeek-V2-Lite with flash attention on the Vulkan-shaped stand-in: the whole layer phase
+    over 1 GiB chunks, then the logits (or, on a device before the output's, the next layer's first norm), gives
+    the recorded compute buffers (tests/fixtures/llamacpp/standin_vulkan/), and in one buffer what the same runs
+    give with the chunk limit lifted (`GGML_VK_SUBALLOCATION_BLOCK_SIZE=17179869184`, `--standin
+    vulkan:16GiB:maxalloc=16GiB`). With -ts 3,1 the later layers' query parts spread over four chunks on
+    DeepSeek-V3's Vulkan0 (976, 704, 632, 576 MiB); the first layer's attention replayed alone above a fixed base
+    gave 2368 and 2522 MiB there. The last layer gathers its output rows (`inp_out_ids`)."""
+    block = 4 * n_tok * profile_at(SPARSE / f"{model}.header.gguf").n_embd
+    ops = (("logits", tail),) if tail else (("next norm", block),)
+    runs = _mla_runs(model, *layers, n_tok=n_tok)
+    assert replay_layers(1 << 30, prelude, runs, ops)[1] == chunked
+    assert replay_layers(ONE_BUFFER, prelude, runs, ops)[1] == one_buffer
+    # a run stops once a layer repeats an earlier one's state: the same as replaying each layer
+    each = tuple((seq, 1) for seq, n in runs for _ in range(n))
+    assert replay_layers(1 << 30, prelude, each, ops)[1] == chunked
+
+
+@pytest.mark.parametrize(
+    ("model", "layers", "prelude", "tail"),
+    [
+        (
+            "deepseek-v3",
+            (0, 60),
+            (
+                ("attn_norm", Affine(c=_BLOCK)),
+                ("", Affine(c=_BLOCK + 8 * 2048)),
+                (LAYER_IN, Affine(c=_BLOCK)),
+                ("in", Affine(a_base=2048 * 2, c=32768)),
+                ("keep", Affine(c=_BLOCK)),
+            ),
+            (("logits", _LOGITS),),
+        ),
+        (
+            "deepseek-v3",
+            (0, 46),
+            (
+                ("copies", Affine(a_base=4 * 2048 * 2, c=4 * (3 * _BLOCK + 40960))),
+                ("embeddings", Affine(c=_BLOCK)),
+            ),
+            (("next norm", _BLOCK),),
+        ),
+        (
+            "deepseek-v2-lite",
+            (21, 26),
+            (("copies", Affine(a_base=4 * 2048 * 2, c=4 * (2 * _LITE + 32768))),),
+            (("logits", _LITE_LOGITS),),
+        ),
+    ],
+    ids=["v3-one-device", "v3-pipeline-first", "lite-pipeline-output"],
+)
+def test_replayed_terms_over_a_curve_equal_them_at_each_context(
+    model: str,
+    layers: tuple[int, int],
+    prelude: tuple[tuple[str, Affine], ...],
+    tail: tuple[tuple[str, int], ...],
+) -> None:
+    """`ChunkSpill` and `ReplayedBuffer` over a context curve (`replay_curve`: few replays, the totals between two
+    alike ones taken from the size of the copied mask) equal them replayed at each context."""
+    runs = _mla_runs(model, *layers)
+    spill = ChunkSpill(Affine(), (), 0, 1 << 30, 0, 0, prelude=prelude, runs=runs, tail=tail)
+    whole = ReplayedBuffer(prelude, runs, tail, 1 << 30)
+    nb = np.arange(256, 131072 + 1, 256, dtype=np.int64)
+    ns = np.zeros_like(nb)
+    for term in (spill, whole):
+        curve = term.over(nb, ns)
+        assert curve.tolist() == [term.at(int(b), 0) for b in nb]
+    assert len(set(spill.over(nb, ns).tolist())) > 1  # the layout changes along the curve
+
+
+def test_chunk_spill_with_runs_adds_the_chunks_over_one_buffer() -> None:
+    """`ChunkSpill` with the device's layer runs: the replay over chunks less the same replay in one buffer, the
+    prelude read at the cells (the copied mask follows them)."""
+    runs = _mla_runs("deepseek-v3", 0, 60)
+    prelude = (
+        ("attn_norm", Affine(c=_BLOCK)),
+        ("", Affine(c=_BLOCK + 8 * 2048)),
+        (LAYER_IN, Affine(c=_BLOCK)),
+        ("in", Affine(a_base=2048 * 2, c=32768)),
+        ("keep", Affine(c=_BLOCK)),
+    )
+    spill = ChunkSpill(
+        Affine(), (), 0, 1 << 30, 0, 0, prelude=prelude, runs=runs, tail=(("logits", _LOGITS),)
+    )
+    assert spill.at(4096, 0) == 2116075520 - 1660993536
+    assert spill.at(32768, 0) == 2300624896 - 1778434048
+    assert list(spill.over(np.array([4096, 32768]), np.array([0, 0]))) == [455081984, 522190848]
 
 
 @pytest.mark.parametrize(

@@ -324,6 +324,7 @@ def case_from_membreak(
 ) -> dict[str, Any]:
     argv, data, err = run_membreak(env, model, args, server_defaults)
     rec_args = [x.replace(str(env.work), "$MODELS") for x in args]
+    server_defaults = server_defaults or "--server-defaults" in args  # membreak reads it anywhere
     if data is None:
         return {
             "id": case_id,
@@ -1193,14 +1194,20 @@ STANDIN_BACKEND_MODELS = [
     "deepseek-v3",
     "gemma-3-27b",
 ]
+#: Vulkan only: DeepSeek-V2-Lite, an absorbed-MLA model whose logits at `-ub 4096` (1600 MiB) are larger than a
+#: chunk, next to its layer phase over chunks (`c4096-faon-ub4096`).
+STANDIN_VULKAN_EXTRA_MODELS = ["deepseek-v2-lite"]
 #: One 16 GiB Vulkan card with the stand-in's default limits (64-byte offsets, 4 GiB allocations and storage range).
 VULKAN_16 = "vulkan:16GiB"
 #: An Apple Silicon GPU with a 64 GiB working set.
 METAL_64 = "metal:64GiB"
 
 
-def standin_backend_settings(spec: str, n_layer: int, moe: bool) -> list[tuple[str, str, list[str]]]:
-    """(id, device spec, args) of grid j for one device kind (`spec`: VULKAN_16 or METAL_64)."""
+def standin_backend_settings(
+    spec: str, n_layer: int, moe: bool, wide_ub: bool = False
+) -> list[tuple[str, str, list[str]]]:
+    """(id, device spec, args) of grid j for one device kind (`spec`: VULKAN_16 or METAL_64); `wide_ub`: also
+    `-ub 4096` at 4096 cells with flash attention (`STANDIN_VULKAN_EXTRA_MODELS`)."""
     half = n_layer // 2
     out: list[tuple[str, str, list[str]]] = []
 
@@ -1212,6 +1219,8 @@ def standin_backend_settings(spec: str, n_layer: int, moe: bool) -> list[tuple[s
         for fa in ("on", "off"):
             for ub in (512, 2048):
                 add(f"c{c}-fa{fa}-ub{ub}", spec, "-c", str(c), "-fa", fa, "-b", str(ub), "-ub", str(ub))
+    if wide_ub:
+        add("c4096-faon-ub4096", spec, "-c", "4096", "-fa", "on", "-b", "4096", "-ub", "4096")
     add("c32768-faon-q8_0", spec, "-c", "32768", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0")
     add(f"c8192-faon-ngl{half}", spec, "-c", "8192", "-fa", "on", "-ngl", str(half))
     for ub in (512, 2048):
@@ -1249,6 +1258,22 @@ def standin_backend_settings(spec: str, n_layer: int, moe: bool) -> list[tuple[s
             "-ub",
             "2048",
         )
+        # llama-server's own reserve (one output row per sequence) over the same split
+        add(
+            "2dev-c8192-faon-ts3,1-ub2048-server",
+            two,
+            "--server-defaults",
+            "-c",
+            "8192",
+            "-fa",
+            "on",
+            "-ts",
+            "3,1",
+            "-b",
+            "2048",
+            "-ub",
+            "2048",
+        )
         # 64-bit shader indexing lifts the storage-range limit (the 4 GiB buffer limit stays)
         add(
             "idx64-c32768-faoff-ub2048",
@@ -1267,14 +1292,20 @@ def standin_backend_settings(spec: str, n_layer: int, moe: bool) -> list[tuple[s
     return out
 
 
+def standin_grid_models(grid: str) -> list[str]:
+    """The models of a stand-in grid of grid j."""
+    return STANDIN_BACKEND_MODELS + (STANDIN_VULKAN_EXTRA_MODELS if grid == "standin_vulkan" else [])
+
+
 def _grid_standin_backend(env: Env, only: list[str] | None, grid: str, spec: str) -> None:
-    for name in STANDIN_BACKEND_MODELS:
+    for name in standin_grid_models(grid):
         if only and name not in only:
             continue
         path, model = sparse_model(env, name)
         n_layer, moe = _layers_and_moe(name)
         t0 = time.time()
-        cases = _standin_cases(env, path, standin_backend_settings(spec, n_layer, moe))
+        wide = name in STANDIN_VULKAN_EXTRA_MODELS
+        cases = _standin_cases(env, path, standin_backend_settings(spec, n_layer, moe, wide))
         write_fixture(grid, name, fixture_doc("membreak", model, cases), started=t0)
 
 

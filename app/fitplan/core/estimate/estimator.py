@@ -148,8 +148,8 @@ def _gpu_compute_note(gpus: Sequence[Device]) -> str:
         )
     if any(v != Vendor.APPLE.value for v in others):
         notes.append(
-            "on Vulkan, planned with the CUDA-shaped compute model and measured on Vulkan-shaped stand-ins: under "
-            "where ggml-alloc's 1 GiB chunks split the buffer (-ub 2048, tensors over 1 GiB; docs/accuracy.md)"
+            "on Vulkan, planned with the CUDA-shaped compute model and ggml-vulkan's limits (ggml-alloc's 1 GiB "
+            "chunks, the 4 GiB storage range) and measured on Vulkan-shaped stand-ins (docs/accuracy.md)"
         )
     return "GPU compute buffers " + "; ".join(notes)
 

@@ -725,6 +725,9 @@ def _moe(meta: _Meta, d: _Dims) -> MoeParams | None:
         n_ff_shexp=meta.num(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH),
         n_layer_dense_lead=meta.num(Keys.LLM.LEADING_DENSE_BLOCK_COUNT),
         n_group_used=meta.num(Keys.LLM.EXPERT_GROUP_USED_COUNT),
+        n_expert_groups=meta.num(Keys.LLM.EXPERT_GROUP_COUNT),
+        weights_norm=meta.flag(Keys.LLM.EXPERT_WEIGHTS_NORM, False),
+        weights_scale=meta.real(Keys.LLM.EXPERT_WEIGHTS_SCALE),
     )
 
 

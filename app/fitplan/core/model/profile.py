@@ -109,6 +109,9 @@ class MoeParams:
     n_ff_shexp: int = 0
     n_layer_dense_lead: int = 0
     n_group_used: int = 0
+    n_expert_groups: int = 0  # expert_group_count: the router's group-limited selection when > 1
+    weights_norm: bool = False  # expert_weights_norm: the selected weights divided by their sum
+    weights_scale: float = 0.0  # expert_weights_scale: the weights scaled when neither 0 nor 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,29 @@ class ChunkedFit:
                 at += h + 1  # separate blocks, never adjacent to each other
         self.live: dict[str, tuple[int, int, int]] = {}  # name: chunk, offset, size
 
+    @classmethod
+    def from_layout(cls, size: int, segments: tuple[tuple[str, int], ...]) -> ChunkedFit:
+        """The first chunk holding `segments` from the bottom up: ("", size) a free block, (name, size) a live
+        tensor (released by name); zero-sized segments are skipped."""
+        sim = cls(size, sum(n for _, n in segments))
+        at = 0
+        for name, n in segments:
+            if n and name:
+                sim.live[name] = (0, at, n)
+            elif n:
+                sim.free[0].append([at, n])
+            at += n
+        sim.free[0], sim.chunks[0][1] = merge_free(sim.free[0], sim.chunks[0][1])
+        return sim
+
+    def state(self) -> tuple[object, ...]:
+        """Everything the next allocations depend on: the chunks, their free blocks and the live tensors."""
+        return (
+            tuple(map(tuple, self.chunks)),
+            tuple(tuple(map(tuple, blocks)) for blocks in self.free),
+            tuple(sorted(self.live.items())),
+        )
+
     @property
     def total(self) -> int:
         return sum(top for _, _, top in self.chunks)

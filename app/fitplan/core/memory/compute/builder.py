@@ -3,6 +3,8 @@ device's peak (see the package's docstring for the terms)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from fitplan.core.base.devices import Vendor
 from fitplan.core.memory.compute.allocator import F16, F32, I32, I64, Affine, ReplayOp, in_hole
 from fitplan.core.memory.compute.attention import (
@@ -38,6 +40,7 @@ from fitplan.core.memory.compute.ffn import (
     shexp_only_ffn,
 )
 from fitplan.core.memory.compute.inputs import ComputeInputs
+from fitplan.core.memory.compute.layer_replay import LAYER_IN, deepseek2_runs
 from fitplan.core.memory.compute.recurrent import (
     SsmLead,
     SsmReplay,
@@ -83,6 +86,7 @@ from fitplan.core.memory.compute.terms import (
     Largest,
     Linear,
     LogitsOnTop,
+    ReplayedBuffer,
     Term,
     nonzero,
 )
@@ -179,6 +183,20 @@ def max_chunk(vendor: Vendor) -> int:
     if vendor in CUDA_VENDORS or vendor in (Vendor.APPLE, Vendor.RPC, Vendor.HOST):
         return 0
     return VULKAN_MAX_CHUNK
+
+
+def _output_chunk(under: list[Term], chunk: int) -> int:
+    """The chunk size a device plan's output phase is counted with (`DevicePlan.max_chunk`): 0 where the layer
+    phase is replayed whole over the chunks, whose output phase counts the logits' chunk too (`ChunkSpill.runs`)."""
+    return 0 if any(isinstance(t, ChunkSpill) and t.runs for t in under) else chunk
+
+
+def _replayed(under: list[Term]) -> ReplayedBuffer | None:
+    """The device's whole buffer replayed where its layer phase is (`ChunkSpill.runs`, `DevicePlan.replayed`)."""
+    for t in under:
+        if isinstance(t, ChunkSpill) and t.runs:
+            return ReplayedBuffer(t.prelude, t.runs, t.tail, t.size)
+    return None
 
 
 def compute_devices(
@@ -1528,7 +1546,11 @@ class PlanBuilder:
                 m.a_swa + pp_inputs.a_swa,
                 m.c + vi + small + blocks * self.embd_block + pp_inputs.c,
             )
-            under += self._chunk_terms(gi, layers, base, chunk, self.logits if has_out else 0, out_blocks)
+            inputs = Affine(m.a_base, m.a_swa, m.c + vi + small)
+            prelude = self._chunk_prelude(layers, first, pp, inputs, pp_inputs)
+            under += self._chunk_terms(
+                gi, layers, base, chunk, self.logits if has_out else 0, out_blocks, prelude
+            )
         if not runs:
             # a hyper-connection head's live set, the larger of it and the output phase (`hc_head`)
             head = (Fixed("output head", self.output_head()[1]),) if pp and has_out else ()
@@ -1562,7 +1584,8 @@ class PlanBuilder:
             after=nonzero(self._graph_inputs(layers, PIPELINE_COPIES if pp else 1)),
             output=nonzero(output),
             under=nonzero(under),
-            max_chunk=chunk,
+            max_chunk=_output_chunk(under, chunk),
+            replayed=_replayed(under),
             freed_chunk=_freed_chunk(att),
             output_above_layer=above,
         )
@@ -1800,25 +1823,42 @@ class PlanBuilder:
         return self.fa and (not self.profile.has_memory or self.profile.traits.graph.attn_out_below)
 
     def _chunk_terms(
-        self, gi: int, layers: list[int], base: Affine, chunk: int, logits: int, out_blocks: int
+        self,
+        gi: int,
+        layers: list[int],
+        base: Affine,
+        chunk: int,
+        logits: int,
+        out_blocks: int,
+        prelude: tuple[tuple[str, Affine], ...] = (),
     ) -> list[Term]:
         """What a device whose buffer is made of chunks has below both phases: the chunks of the first GPU's
         expert copies (`_own_chunk_copies`) and what its layer phase spills into (`_chunk_spill`), with `base`
-        under the layer's attention in the first chunk."""
+        under the layer's attention in the first chunk (`prelude`: the layout `_chunk_prelude` gives for the
+        replay of the whole layer phase)."""
         out: list[Term] = []
         if gi == 0 and self.copy_chunks:
             out.append(Fixed("op-offload weight copies (chunks of their own)", sum(self.copy_chunks)))
-        spill = self._chunk_spill(layers, base, chunk, logits, out_blocks) if layers else None
+        spill = self._chunk_spill(gi, layers, base, chunk, logits, out_blocks, prelude) if layers else None
         if spill is not None:
             out.append(spill)
         return out
 
     def _chunk_spill(
-        self, layers: list[int], base: Affine, chunk: int, logits: int, out_blocks: int
+        self,
+        gi: int,
+        layers: list[int],
+        base: Affine,
+        chunk: int,
+        logits: int,
+        out_blocks: int,
+        prelude: tuple[tuple[str, Affine], ...],
     ) -> ChunkSpill | None:
-        """An absorbed-MLA layer phase on a device whose buffer is made of chunks (`ChunkSpill`), replayed with
-        the same sequence and hole as `absorbed_mla_attention` (the first layer's shape; None: another graph),
-        next to the chunks the first GPU's expert copies opened (`_own_chunk_copies`)."""
+        """An absorbed-MLA layer phase on a device whose buffer is made of chunks (`ChunkSpill`): the device's
+        layers replayed one after the other from `prelude` where `_chunk_prelude` knows the layout and every
+        layer's FFN runs on the device, else the first layer's attention with the same sequence and hole as
+        `absorbed_mla_attention` (None: another graph), next to the chunks the first GPU's expert copies opened
+        (`_own_chunk_copies`)."""
         mla = self.profile.mla
         if mla is None or not self._replayed_mla() or self.inputs.fork_attention:
             return None
@@ -1826,7 +1866,52 @@ class PlanBuilder:
         ops = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, self.fa)
         hole = self.embd_block + (I32 + I64) * self.n_tok
         others = self.copy_chunks if layers[0] in self.by_dev.get(0, []) else ()
-        return ChunkSpill(base, ops, hole, chunk, logits, out_blocks * self.embd_block, others)
+        spill = ChunkSpill(base, ops, hole, chunk, logits, out_blocks * self.embd_block, others)
+        if not prelude or others or not self._whole_layers_on(gi, layers):
+            return spill
+        # the output phase: the logits above the last layer's output; a device before the output's hands its
+        # last layer's output on after the next layer's first norm, made where the output is (the trace of
+        # DeepSeek-V3 over two Vulkan-shaped stand-ins: `norm-47` on the first)
+        tail = (("logits", logits),) if logits else (("next norm", self.embd_block),)
+        runs = deepseek2_runs(self.profile, layers, mla, self.n_tok, self.n_out)
+        return dataclasses.replace(spill, prelude=prelude, runs=runs, tail=tail)
+
+    def _whole_layers_on(self, gi: int, layers: list[int]) -> bool:
+        """Whether GPU `gi` runs all of its layers' graphs, FFNs included, with flash attention, the cache on the
+        GPUs and no weight copied in from the host: the sequence `deepseek2_runs` replays."""
+        if not (self.fa and self.inputs.kv_offload) or self.ffn_by_dev.get(gi, []) != layers:
+            return False
+        if any(il in self.host_mats for il in layers):
+            return False
+        return all(self.compute_dev[il] == gi and not self.profile.layers[il].is_nextn for il in layers)
+
+    def _chunk_prelude(
+        self, layers: list[int], first: bool, pp: bool, inputs: Affine, pp_inputs: Affine
+    ) -> tuple[tuple[str, Affine], ...]:
+        """What lies in GPU `gi`'s first chunk when its first layer starts, from the bottom up, for the replay of
+        its whole layer phase (`ChunkSpill.runs`); () where it was not traced. The allocator's trace of
+        DeepSeek-V3 on the Vulkan-shaped stand-in at `-ub 2048`: on one device the first layer's attention norm
+        in the copy of the mixed batch's rows, what is left of them and of the gathered token rows and slots
+        free above it, the copy of the embeddings (the first layer's residual, freed after its attention), the
+        copied masks and small inputs (`inputs`), then the block the embeddings are assembled in, live to the
+        end. With pipeline parallelism the input copies (`pp_inputs`, never freed) and, on the GPU that takes
+        the embeddings, that block above them; the first layer makes its norm itself."""
+        block = self.embd_block
+        if not layers:
+            return ()
+        if not pp:
+            if not first:
+                return ()
+            free = Affine(c=block + I64 * self.n_tok)
+            return (
+                ("attn_norm", Affine(c=block)),
+                ("", free),
+                (LAYER_IN, Affine(c=block)),
+                ("inputs", inputs),
+                ("embeddings", Affine(c=block)),
+            )
+        copies = ("pipeline-parallel copies", pp_inputs)
+        return (copies, ("embeddings", Affine(c=block))) if first else (copies,)
 
     def _host_glu_on_gpu(self) -> int:
         """The first GPU's part of the host layers' FFNs in `host_glu_offloaded`: the copies of gate's and up's

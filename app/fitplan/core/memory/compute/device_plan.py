@@ -43,7 +43,11 @@ class DevicePlan:
     `output_above_layer`: the allocator could not merge the layer phase's freed space back into its free end (an
     out-of-order free list, `PlanBuilder._unmerged_free_end`): the output phase's terms sit on top of the layer
     phase without the attention's scores (`BELOW_FREE_END`; the scores are taken from the free end and merge back
-    into it when freed), the larger of that and the layer phase live (one chunk: no recording has both)."""
+    into it when freed), the larger of that and the layer phase live (one chunk: no recording has both).
+
+    `replayed`: the device's whole buffer as its layers replayed one after the other give it
+    (`terms.ReplayedBuffer`); what it holds beyond the other terms is a part of its own (the free blocks the
+    layers leave between the carried tensors)."""
 
     device: int | None  # GPU index, None = host
     layer_phase: bool  # the device runs layers (attention or FFN)
@@ -58,12 +62,15 @@ class DevicePlan:
     max_chunk: int = 0  # the largest chunk ggml-alloc makes of the buffer (0: no limit)
     freed_chunk: Term | None = None  # the largest chunk the layer phase's scores had to themselves
     output_above_layer: bool = False  # the output phase above the layer phase without its scores
+    replayed: Term | None = None  # the whole buffer, replayed (a floor on the other terms' sum)
 
     def terms(self) -> tuple[Term, ...]:
-        """Every term of the plan: the groups, then the attention's CUDA copies, the host's logits and the chunk
-        the scores freed."""
+        """Every term of the plan: the groups, then the attention's CUDA copies, the host's logits, the chunk
+        the scores freed and the replayed buffer."""
         groups = (self.inputs, self.attention, self.ffn, self.after, self.output, self.under)
-        extra = tuple(t for t in (self.fa_copies, self.logits, self.freed_chunk) if t is not None)
+        extra = tuple(
+            t for t in (self.fa_copies, self.logits, self.freed_chunk, self.replayed) if t is not None
+        )
         return tuple(t for g in groups for t in g) + extra
 
 
@@ -198,7 +205,15 @@ def device_parts(p: DevicePlan, s: Space[V, B]) -> list[Segment[B, V]]:
     if p.output:
         layer_total = s.add(s.add(_total(inputs, s), trans_total), _total(after, s))
         layer = _output_phase(p, layer, layer_total, s)
-    return [*layer, (None, _read(p.under, s))]
+    segments = [*layer, (None, _read(p.under, s))]
+    if p.replayed is not None:
+        total = s.zero()
+        for live, seg in segments:
+            t = _total(seg, s)
+            total = s.add(total, t if live is None else s.when(live, t))
+        short = s.larger(s.zero(), s.sub(s.of(p.replayed), total))
+        segments.append((None, [(p.replayed.label, short)]))
+    return segments
 
 
 def _output_phase(

@@ -24,6 +24,7 @@ from fitplan.core.memory.compute.allocator import (
     reuse_array,
 )
 from fitplan.core.memory.compute.attention import Dsv4Attention, IndexerScores, KpoolSelection
+from fitplan.core.memory.compute.layer_replay import ONE_BUFFER, LayerRun, replay_curve, replay_layers
 from fitplan.core.memory.fork_graph import ForkGraph
 from fitplan.core.model.profile import ModelProfile
 
@@ -369,7 +370,16 @@ class ChunkSpill:
     logits over `out_rest`); 0 where everything fits in one chunk. DeepSeek-V3 on the Vulkan-shaped stand-in at
     4096 cells, `-ub 2048`, flash attention: q, q_nope_absorbed and q_pe fill chunk 0 to 1008 MiB, Qcur (576 MiB)
     opens chunk 1, the 1010 MiB logits grow chunk 1 (2018 MiB recorded, 1584 in one buffer); at 32768 cells the
-    larger masks leave q_nope_absorbed chunk 1 and Qcur chunk 2 (2194 MiB recorded)."""
+    larger masks leave q_nope_absorbed chunk 1 and Qcur chunk 2 (2194 MiB recorded).
+
+    With `runs` the device's whole layer phase is replayed instead, layer after layer from the `prelude` (what
+    lies in the first chunk when its first layer starts, bottom up), then `tail` (the output phase), once over
+    chunks and once in one buffer (`layer_replay.replay_layers`): the bytes the chunks add are the difference,
+    the output phase's chunks included (the device's plan then counts its phases as in one buffer,
+    `DevicePlan.max_chunk` 0: DeepSeek-V2-Lite's 1600 MiB logits at `-ub 4096` in a chunk of their own).
+    The free blocks one layer leaves decide where the next one's tensors go (DeepSeek-V3 over two Vulkan-shaped
+    stand-ins, `-ts 3,1 -ub 2048`: the later layers' Q tensors over four chunks, 2888.16 and 2998.12 MiB
+    recorded against 2432.16 and 2088.12 in one buffer; one layer's replay gave 0 and 434 MiB more)."""
 
     base: Affine
     ops: tuple[ReplayOp, ...]
@@ -379,8 +389,17 @@ class ChunkSpill:
     out_rest: int
     others: tuple[int, ...] = ()  # chunks already there, counted elsewhere (`PlanBuilder.copy_chunks`)
     label: str = "chunks the layer phase spills into"
+    prelude: tuple[tuple[str, Affine], ...] = ()
+    runs: tuple[LayerRun, ...] = ()
+    tail: tuple[ReplayOp, ...] = ()
 
     def at(self, nb: int, ns: int) -> int:
+        if self.runs:
+            prelude = tuple((name, a.at(nb, ns)) for name, a in self.prelude)
+            one = replay_layers(ONE_BUFFER, prelude, self.runs, self.tail)[1]
+            if one <= self.size:  # all in the first chunk: as in one buffer
+                return 0
+            return max(0, replay_layers(self.size, prelude, self.runs, self.tail)[1] - one)
         base = self.base.at(nb, ns)
         sim = ChunkedFit(self.size, base, (self.hole,))
         for cap in self.others:
@@ -396,7 +415,58 @@ class ChunkSpill:
         return max(0, sim.total - sum(self.others) - plain)
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
-        return loop_over(self, nb, ns)
+        if not self.runs:
+            return loop_over(self, nb, ns)
+        one, chunked = replayed_over(self.size, self.prelude, self.runs, self.tail, nb, ns)
+        out: Cells = np.where(one <= self.size, 0, np.maximum(0, chunked - one))
+        return out
+
+
+def replayed_over(
+    size: int,
+    prelude: tuple[tuple[str, Affine], ...],
+    runs: tuple[LayerRun, ...],
+    tail: tuple[ReplayOp, ...],
+    nb: Cells,
+    ns: Cells,
+) -> tuple[Cells, Cells]:
+    """A layer phase's replay in one buffer and over chunks of `size` at each context (`replay_curve`)."""
+    preludes = [
+        tuple((name, a.at(b, w)) for name, a in prelude)
+        for b, w in zip(nb.tolist(), ns.tolist(), strict=True)
+    ]
+    one = np.array(replay_curve(ONE_BUFFER, preludes, runs, tail), dtype=np.int64)
+    chunked = np.array(replay_curve(size, preludes, runs, tail), dtype=np.int64)
+    return one.reshape(nb.shape), chunked.reshape(nb.shape)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ReplayedBuffer:
+    """A device's whole compute buffer as its layers replayed one after the other give it (`ChunkSpill.runs`:
+    the first chunk's layout when the first layer starts, every layer, the output phase; over chunks of at most
+    `size` bytes). The other terms take each phase's live set above what lies under it; the replay also has the
+    free blocks the layers leave between the tensors they carry (DeepSeek-V3 over two stand-ins with `-ts 3,1`,
+    `-ub 2048`, in one buffer: the peak at layer 2's Qcur with layer 1's output above a 120 MiB hole, 2432.16 MiB
+    recorded, 2368 from the other terms), which the device plan counts where the replay is larger
+    (`DevicePlan.replayed`)."""
+
+    prelude: tuple[tuple[str, Affine], ...]
+    runs: tuple[LayerRun, ...]
+    tail: tuple[ReplayOp, ...]
+    size: int
+    label: str = "free blocks between the layers' tensors"
+
+    def at(self, nb: int, ns: int) -> int:
+        prelude = tuple((name, a.at(nb, ns)) for name, a in self.prelude)
+        one = replay_layers(ONE_BUFFER, prelude, self.runs, self.tail)[1]
+        if one <= self.size:  # all in the first chunk (the same replay as `ChunkSpill`'s)
+            return one
+        return replay_layers(self.size, prelude, self.runs, self.tail)[1]
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        one, chunked = replayed_over(self.size, self.prelude, self.runs, self.tail, nb, ns)
+        out: Cells = np.where(one <= self.size, one, chunked)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
