@@ -74,6 +74,7 @@ from fitplan.core.memory.compute.terms import (
     Dsv4Peak,
     FfnReuse,
     Fixed,
+    HostCacheAttention,
     ForkAttention,
     FreedChunk,
     HostScores,
@@ -1476,6 +1477,86 @@ class PlanBuilder:
         placement grid)."""
         return self.fa and not self.inputs.kv_offload and self.gpu_vendors[gi] in CUDA_VENDORS
 
+    def _host_cache_attention(
+        self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine
+    ) -> tuple[Term, ...]:
+        """GPU `gi`'s first layer of each cache (full attention, sliding window) when it runs the flash attention
+        over a cache in host memory (`-nkvo`, or a host layer whose multiplications the first GPU takes): the K
+        and V views and that cache's mask copied in at the layer's split, replayed over the blocks live there
+        (`HostCacheAttention`). The layout at the split, from the allocator's lists on the CUDA-shaped stand-in
+        (llama-3.1-8b and gemma-3-27b over one and two GPUs with `-nkvo`): at the GPU's first layer, on the GPU
+        that runs the model's first layer, the two blocks the attention norm and Q's product freed at the bottom,
+        then the embeddings and the residual, Q on top; on a later GPU its input block, a freed block, then Q; at
+        the first layer of the GPU's other cache (gemma-3-27b's layer 5, the first full-attention layer after
+        five sliding-window ones) four blocks, the freed block of the previous Q and Q. CUDA only (the
+        recordings); none with pipeline parallelism, MLA or a fork's graph."""
+        if (
+            not layers
+            or not self.fa
+            or self.gpu_vendors[gi] not in CUDA_VENDORS
+            or self.profile.mla is not None
+            or self.inputs.fork_attention
+        ):
+            return ()
+        out: list[Term] = []
+        for swa, group in enumerate(attn_layers(self.profile, layers)):
+            il = group[0] if group else -1
+            if il < 0 or (self.inputs.kv_offload and self.placement.layer_device[il] is not None):
+                continue
+            if not self._cuda_fa_runs([il]):
+                continue
+            q = F32 * self.n_tok * self.profile.layers[il].n_head * self.profile.layers[il].n_embd_head_k
+            blk = self.embd_block
+            if il != layers[0]:
+                layout = (("blk", max(0, blocks - 1) * blk), ("", q), ("q", q))
+            elif first:
+                layout = (("", 2 * blk), ("blk", max(0, blocks - 3) * blk), ("q", q))
+            else:
+                layout = (("blk", max(0, blocks - 1) * blk), ("", blk), ("q", q))
+            lead = self._next_lead(gi, layers, first) if il == layers[0] else -1
+            out.append(self._host_cache_layer(gi, il, bool(swa), layout, base, lead))
+        return tuple(out)
+
+    def _host_cache_layer(
+        self, gi: int, il: int, swa: bool, layout: tuple[tuple[str, int], ...], base: Affine, lead: int
+    ) -> HostCacheAttention:
+        """One layer's `HostCacheAttention` over `layout`: its views' copies in the cache types, its mask, the
+        attention's output (with CUDA's f16 copies of a quantized cache) and its FFN as one block."""
+        lp = self.profile.layers[il]
+        streams = self.inputs.n_stream
+        k = row_bytes(kv_type_id(self.inputs.cache_type_k), lp.n_embd_k_gqa) * streams
+        v = row_bytes(kv_type_id(self.inputs.cache_type_v), lp.n_embd_v_gqa) * streams
+        out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v
+        fa16 = max(self.fa_copies([il]), key=lambda a: (a.a_base, a.a_swa), default=Affine())
+        if self.ffn_dev.get(il, gi) != gi:
+            ffn = 0
+        elif il in self.host_mats:
+            ffn = offloaded_ffn_peak(self.profile, il, self.n_tok, self.host_mats[il])
+        else:
+            ffn = ffn_layer(self.profile, il, self.n_tok)[0]
+        return HostCacheAttention(
+            layout=layout,
+            k=Affine(a_swa=k) if swa else Affine(a_base=k),
+            v=Affine(a_swa=v) if swa else Affine(a_base=v),
+            mask=self.masks([il]),
+            out=Affine(fa16.a_base, fa16.a_swa, out),
+            ffn=ffn,
+            base=base,
+            next_lead=lead,
+        )
+
+    def _next_lead(self, gi: int, layers: list[int], first: bool) -> int:
+        """The weight copy the first GPU's second layer over a host cache makes before its Q (`HostCacheAttention`:
+        a host layer's V matrix; 0: none, a GPU layer); -1 where that layer is not replayed (a later GPU, no such
+        second layer)."""
+        if not first or len(layers) < 2:
+            return -1
+        il = layers[1]
+        if self.inputs.kv_offload and self.placement.layer_device[il] is not None:
+            return -1
+        mats = self.host_mats.get(il, {})
+        return next((b for n, b in mats.items() if ".attn_v." in n), 0)
+
     def _gpu_masks(self, gi: int, layers: list[int]) -> Affine:
         """The masks GPU `gi` copies in for `layers` (none when the host runs the attention)."""
         return Affine() if self._host_attention(gi) else self.masks(layers)
@@ -1543,6 +1624,9 @@ class PlanBuilder:
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
         att = self._attention(layers, kq, fa_added, ssm, chunk)
+        if not pp:
+            below_layer = Affine(m.a_base, m.a_swa, m.c + vi + small + blocks * self.embd_block + self.hc_block)
+            att += self._host_cache_attention(gi, layers, first, blocks, below_layer)
         return DevicePlan(
             device=gi,
             layer_phase=True,

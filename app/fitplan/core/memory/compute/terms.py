@@ -400,6 +400,57 @@ class ChunkSpill:
 
 
 @dataclass(frozen=True, slots=True)
+class HostCacheAttention:
+    """The first layer a GPU runs over a KV cache in host memory (`-nkvo`, or a host layer whose multiplications
+    the first GPU takes): ggml-backend.cpp's `ggml_backend_sched_backend_id_from_cur` (lines 1098-1099 at
+    515e85511) skips FLASH_ATTN_EXT when it places ops by their weights, so the attention runs on the GPU that holds
+    its Q, and the cache's K and V views and the mask are split inputs copied into that GPU at the start of the
+    layer's split (`ggml_backend_sched_split_graph`: the copies are graph nodes placed before the split's ops, in
+    the order the op reads them: K, V, the mask). K's and V's copies are freed after the attention; the mask's copy
+    is made once per GPU and stays live to the last layer that reads it. Replayed with the allocator's best fit
+    (`BestFit`) over the blocks live at the split (`layout`, bottom up: ("", bytes) a free block, (name, bytes) a
+    live tensor, Q last), then the FFN's whole set (`ffn`) above the mask when no freed block holds it. The bytes
+    this live set reaches above the plan's layer inputs (`base`): the allocator's lists on the CUDA-shaped
+    stand-in, llama-3.1-8b over two GPUs with `-nkvo`: at 8192 cells K's 16 MiB copy in the two freed blocks, V's
+    and the 8 MiB mask above Q, the FFN above the mask (148.0 MiB); at 32768 cells K, V and the mask above Q
+    (200.0 MiB) and the FFN in K's and V's freed space. The next layer (`next_lead` >= 0) takes its Q where this
+    layer's Q was, after the copy of a weight its split reads first (`next_lead` bytes: a host layer's V matrix,
+    copied in before Q's rotated product is allocated), with the bottom blocks taken again: its K and V copies
+    then fit where this layer's did only without that copy (-ngl 16 at 32768 cells: layer 1's 3.3 MiB attn_v
+    copy, Q after it, K after Q, and V above the mask, 264.0 MiB). Later layers are not replayed (on a second GPU
+    at 32768 cells layer 18's V copy goes above the mask left by layer 17); the FFN is placed as one tensor, an
+    upper bound where its first intermediates alone would fit in a freed block."""
+
+    layout: tuple[tuple[str, int], ...]
+    k: Affine  # the K view's copy, f32 rows of the cache type per cell
+    v: Affine  # the V view's copy (0: V is not copied)
+    mask: Affine  # the mask's copy (0: copied before, or counted in `base`)
+    out: Affine  # the attention's output (with CUDA's f16 copies of a quantized cache)
+    ffn: int  # the layer's FFN live set as one block
+    base: Affine  # what the plan counts under the transient (the layer inputs)
+    next_lead: int = -1  # the next layer's weight copy before its Q (-1: the next layer is not replayed)
+    label: str = "host-cache K/V, mask copies"
+
+    def at(self, nb: int, ns: int) -> int:
+        sim = BestFit.from_layout(self.layout)
+        below = sum(size for _, size in self.layout)
+        sim.run([("k", self.k.at(nb, ns)), ("v", self.v.at(nb, ns)), ("m", self.mask.at(nb, ns))])
+        sim.run([("o", self.out.at(nb, ns)), ("k", 0), ("v", 0), ("q", 0), ("o", 0)])
+        top = sim.peak
+        if self.ffn > sim.largest_hole():
+            top = max(top, sim.end + self.ffn)
+        if self.next_lead >= 0:
+            q = dict(self.layout)["q"]
+            bottom = self.layout[0][1] if not self.layout[0][0] else 0
+            sim.run([("bottom", bottom), ("lead", self.next_lead), ("q", q), ("lead", 0)])
+            top = max(top, sim.run([("k", self.k.at(nb, ns)), ("v", self.v.at(nb, ns))]))
+        return max(0, below + top - self.base.at(nb, ns))
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
+
+
+@dataclass(frozen=True, slots=True)
 class LogitsOnTop:
     """The host's logits where they raise the buffer: nothing when a freed mask (`room`, one per cache the last
     layers read) holds them. The graph allocator (ggml-alloc.c, `ggml_dyn_tallocr_alloc`) gives a tensor the
