@@ -1173,9 +1173,15 @@ def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
     # cache, host layers (-ngl L/2) with their cache on the host, and one device past the logits (65536 cells)
     big = ["-np", "1", "-c", "32768", "-fa", "on"]
     for c in (4096, 32768):
-        out.append((f"2dev-nkvo-c{c}", two, ["-ngl", "999", "-np", "1", "-c", str(c), "-fa", "on", *ts, "-nkvo"]))
-    out.append(("2dev-nkvo-c8192-faoff", two, ["-ngl", "999", "-np", "1", "-c", "8192", "-fa", "off", *ts, "-nkvo"]))
-    out.append(("2dev-nkvo-c8192-q8_0", two, ["-ngl", "999", *base, *ts, "-nkvo", "-ctk", "q8_0", "-ctv", "q8_0"]))
+        out.append(
+            (f"2dev-nkvo-c{c}", two, ["-ngl", "999", "-np", "1", "-c", str(c), "-fa", "on", *ts, "-nkvo"])
+        )
+    out.append(
+        ("2dev-nkvo-c8192-faoff", two, ["-ngl", "999", "-np", "1", "-c", "8192", "-fa", "off", *ts, "-nkvo"])
+    )
+    out.append(
+        ("2dev-nkvo-c8192-q8_0", two, ["-ngl", "999", *base, *ts, "-nkvo", "-ctk", "q8_0", "-ctv", "q8_0"])
+    )
     half_ts = ["-ts", f"{half // 2},{half - half // 2}"]
     out.append((f"2dev-ngl{half}-c32768", two, ["-ngl", str(half), *big, *half_ts]))
     out.append((f"2dev-nkvo-ngl{half}-c32768", two, ["-ngl", str(half), *big, *half_ts, "-nkvo"]))

@@ -3,6 +3,8 @@ device's peak (see the package's docstring for the terms)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fitplan.core.base.devices import Vendor
 from fitplan.core.memory.compute.allocator import F16, F32, I32, I64, Affine, ReplayOp, in_hole
 from fitplan.core.memory.compute.attention import (
@@ -74,9 +76,9 @@ from fitplan.core.memory.compute.terms import (
     Dsv4Peak,
     FfnReuse,
     Fixed,
-    HostCacheAttention,
     ForkAttention,
     FreedChunk,
+    HostCacheAttention,
     HostScores,
     IndexerPeak,
     KpoolInputs,
@@ -949,7 +951,7 @@ class PlanBuilder:
         if vendor is Vendor.APPLE:
             scratch = self.metal_fa_scratch(layers)
             return kq, scratch, scratch
-        fa = self._gpu_fa_copies(gi, layers)  # none where the host runs the attention (-nkvo)
+        fa = self._gpu_fa_copies(gi, layers)  # none over copied host-cache views (-nkvo)
         if fa and not self.inputs.fork_attention and self._cuda_fa_runs(layers):
             split = self._split_first(gi, first, pp) and self._attention_one_block_fewer()
             return self._fa_op_live(layers, kq, split), fa, ()
@@ -1470,12 +1472,26 @@ class PlanBuilder:
         return out_mats.get("output.weight") or max(out_mats.values(), default=0)
 
     def _host_attention(self, gi: int) -> bool:
-        """-nkvo with flash attention on a CUDA-shaped GPU: the flash-attention ops read the cache where it is, in
-        host memory, so the host runs them and the GPU copies neither the masks nor a quantized cache's f16 views
-        (the CUDA stand-in recordings of tests/fixtures/llamacpp/finer and standin: the GPU's buffer the same at
-        4096 and 32768 cells, the masks' bytes over it before); a loopback RPC device still takes the masks (the
-        placement grid)."""
+        """-nkvo with flash attention on a CUDA-shaped GPU: the GPU still runs the attention (the scheduler skips
+        FLASH_ATTN_EXT when it places ops by their weights, ggml-backend.cpp lines 1098-1099), but its masks are
+        split inputs of the layers' second splits (after the stores into the host cache, which run on the host):
+        copied in at each cache's first layer, above what lies there, never under the logits. They are counted
+        there, with the K and V views' copies (`_host_cache_attention`), not as inputs under the blocks; and no f16
+        copies of a quantized cache come with the copied views (`_host_cache_layer`). The CUDA stand-in recordings
+        of tests/fixtures/llamacpp/finer and standin: one GPU's buffer the same at 4096 and 32768 cells (the
+        logits above the layer phase), 360.0 MiB at 65536 cells (the copies above them); a loopback RPC device
+        still takes the masks under its blocks (the placement grid)."""
         return self.fa and not self.inputs.kv_offload and self.gpu_vendors[gi] in CUDA_VENDORS
+
+    def _gpu_masks(self, gi: int, layers: list[int]) -> Affine:
+        """The masks GPU `gi` copies in under its blocks (none with `_host_attention`: the replay counts them)."""
+        return Affine() if self._host_attention(gi) else self.masks(layers)
+
+    def _gpu_fa_copies(self, gi: int, layers: list[int]) -> tuple[Affine, ...]:
+        """CUDA's f16 copies of a quantized cache for flash attention on GPU `gi` (`fa_copies`)."""
+        if self.gpu_vendors[gi] not in CUDA_VENDORS or self._host_attention(gi):
+            return ()
+        return self.fa_copies(layers)
 
     def _host_cache_attention(
         self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine
@@ -1492,7 +1508,6 @@ class PlanBuilder:
         recordings); none with pipeline parallelism, MLA or a fork's graph."""
         if (
             not layers
-            or not self.fa
             or self.gpu_vendors[gi] not in CUDA_VENDORS
             or self.profile.mla is not None
             or self.inputs.fork_attention
@@ -1501,9 +1516,7 @@ class PlanBuilder:
         out: list[Term] = []
         for swa, group in enumerate(attn_layers(self.profile, layers)):
             il = group[0] if group else -1
-            if il < 0 or (self.inputs.kv_offload and self.placement.layer_device[il] is not None):
-                continue
-            if not self._cuda_fa_runs([il]):
+            if il < 0 or not self._host_cache(il) or (self.fa and not self._cuda_fa_runs([il])):
                 continue
             q = F32 * self.n_tok * self.profile.layers[il].n_head * self.profile.layers[il].n_embd_head_k
             blk = self.embd_block
@@ -1514,32 +1527,41 @@ class PlanBuilder:
             else:
                 layout = (("blk", max(0, blocks - 1) * blk), ("", blk), ("q", q))
             lead = self._next_lead(gi, layers, first) if il == layers[0] else -1
-            out.append(self._host_cache_layer(gi, il, bool(swa), layout, base, lead))
+            term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
+            out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
         return tuple(out)
+
+    def _host_cache(self, il: int) -> bool:
+        """Whether layer `il`'s KV cache is in host memory: `-nkvo`, or a layer whose weights stay on the host
+        (llama-kv-cache.cpp puts a layer's cache on its layer's device unless offload_kqv is off)."""
+        return not self.inputs.kv_offload or self.placement.layer_device[il] is None
 
     def _host_cache_layer(
         self, gi: int, il: int, swa: bool, layout: tuple[tuple[str, int], ...], base: Affine, lead: int
     ) -> HostCacheAttention:
         """One layer's `HostCacheAttention` over `layout`: its views' copies in the cache types, its mask, the
-        attention's output (with CUDA's f16 copies of a quantized cache) and its FFN as one block."""
+        attention's output or, without flash attention, its scores, and its FFN as one block."""
         lp = self.profile.layers[il]
         streams = self.inputs.n_stream
         k = row_bytes(kv_type_id(self.inputs.cache_type_k), lp.n_embd_k_gqa) * streams
         v = row_bytes(kv_type_id(self.inputs.cache_type_v), lp.n_embd_v_gqa) * streams
+        # the attention's output alone: the copied views are contiguous, and no f16 copies of a quantized cache
+        # come with it (the allocator's list with q8_0 caches over two GPUs with `-nkvo`: node_33, 8.00 MiB)
         out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v
-        fa16 = max(self.fa_copies([il]), key=lambda a: (a.a_base, a.a_swa), default=Affine())
         if self.ffn_dev.get(il, gi) != gi:
             ffn = 0
         elif il in self.host_mats:
             ffn = offloaded_ffn_peak(self.profile, il, self.n_tok, self.host_mats[il])
         else:
             ffn = ffn_layer(self.profile, il, self.n_tok)[0]
+        per_cell = 0 if self.fa else F32 * self.n_tok * lp.n_head
         return HostCacheAttention(
+            scores=Affine(a_swa=per_cell) if swa else Affine(a_base=per_cell),
             layout=layout,
             k=Affine(a_swa=k) if swa else Affine(a_base=k),
             v=Affine(a_swa=v) if swa else Affine(a_base=v),
             mask=self.masks([il]),
-            out=Affine(fa16.a_base, fa16.a_swa, out),
+            out=Affine(c=out),
             ffn=ffn,
             base=base,
             next_lead=lead,
@@ -1552,20 +1574,10 @@ class PlanBuilder:
         if not first or len(layers) < 2:
             return -1
         il = layers[1]
-        if self.inputs.kv_offload and self.placement.layer_device[il] is not None:
+        if not self.fa or not self._host_cache(il):
             return -1
         mats = self.host_mats.get(il, {})
         return next((b for n, b in mats.items() if ".attn_v." in n), 0)
-
-    def _gpu_masks(self, gi: int, layers: list[int]) -> Affine:
-        """The masks GPU `gi` copies in for `layers` (none when the host runs the attention)."""
-        return Affine() if self._host_attention(gi) else self.masks(layers)
-
-    def _gpu_fa_copies(self, gi: int, layers: list[int]) -> tuple[Affine, ...]:
-        """CUDA's f16 copies of a quantized cache for flash attention on GPU `gi` (`fa_copies`)."""
-        if self.gpu_vendors[gi] not in CUDA_VENDORS or self._host_attention(gi):
-            return ()
-        return self.fa_copies(layers)
 
     def gpu_plan(self, gi: int) -> DevicePlan:
         """The compute plan of GPU `gi`."""
@@ -1580,7 +1592,9 @@ class PlanBuilder:
         m = self._gpu_masks(gi, layers)
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
-        vi = self.v_idxs(layers) if runs else 0
+        # V's row indices feed the stores into the cache (set_rows), which run where the cache is: none are copied
+        # to a GPU whose layers all keep their cache in host memory (the allocator's lists with `-nkvo`)
+        vi = self.v_idxs(layers) if runs and not all(self._host_cache(il) for il in layers) else 0
         blocks = self._layer_blocks(gi, layers, flayers, first, pp)
         # The first GPU's output phase: the graph inputs it copied at the start of its first split (the masks, V's
         # indices and the small inputs) stay where they were put, above the input blocks they were copied next
@@ -1624,8 +1638,12 @@ class PlanBuilder:
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
         att = self._attention(layers, kq, fa_added, ssm, chunk)
-        if not pp:
-            below_layer = Affine(m.a_base, m.a_swa, m.c + vi + small + blocks * self.embd_block + self.hc_block)
+        if (
+            not pp and not above
+        ):  # (a Mamba block's unmerged free end: the recordings do not show these copies)
+            below_layer = Affine(
+                m.a_base, m.a_swa, m.c + vi + small + blocks * self.embd_block + self.hc_block
+            )
             att += self._host_cache_attention(gi, layers, first, blocks, below_layer)
         return DevicePlan(
             device=gi,

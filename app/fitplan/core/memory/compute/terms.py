@@ -425,18 +425,32 @@ class HostCacheAttention:
     k: Affine  # the K view's copy, f32 rows of the cache type per cell
     v: Affine  # the V view's copy (0: V is not copied)
     mask: Affine  # the mask's copy (0: copied before, or counted in `base`)
-    out: Affine  # the attention's output (with CUDA's f16 copies of a quantized cache)
+    out: Affine  # the attention's output
     ffn: int  # the layer's FFN live set as one block
     base: Affine  # what the plan counts under the transient (the layer inputs)
     next_lead: int = -1  # the next layer's weight copy before its Q (-1: the next layer is not replayed)
+    scores: Affine = Affine()  # without flash attention: the KQ scores (then `out` is not allocated)
+    scores_next: bool = False  # the next layer reads the same cache: its copies and scores above the mask
     label: str = "host-cache K/V, mask copies"
 
     def at(self, nb: int, ns: int) -> int:
         sim = BestFit.from_layout(self.layout)
         below = sum(size for _, size in self.layout)
-        sim.run([("k", self.k.at(nb, ns)), ("v", self.v.at(nb, ns)), ("m", self.mask.at(nb, ns))])
-        sim.run([("o", self.out.at(nb, ns)), ("k", 0), ("v", 0), ("q", 0), ("o", 0)])
+        k, v, kq = self.k.at(nb, ns), self.v.at(nb, ns), self.scores.at(nb, ns)
+        if kq:
+            # the scores' product reads K, the softmax the mask, the product with V after it: the split's copies
+            # in that order, then the scores
+            sim.run([("k", k), ("m", self.mask.at(nb, ns)), ("v", v), ("o", kq)])
+        else:
+            sim.run([("k", k), ("v", v), ("m", self.mask.at(nb, ns)), ("o", self.out.at(nb, ns))])
+        sim.run([("k", 0), ("v", 0), ("q", 0), ("o", 0)])
         top = sim.peak
+        if kq and self.scores_next:
+            # the next layer's copies and scores above the mask left there (llama-3.1-8b with `-nkvo`, flash
+            # attention off, 8192 cells: layer 1's K and V copies and its 512 MiB scores above layer 0's mask,
+            # 600.0 MiB where layer 0 reached 584.0; gemma-3-27b's next full-attention layer comes six layers
+            # later, after other scores: its peak is layer 5's, 650.0 MiB)
+            top = max(top, sim.end + k + v + kq)
         if self.ffn > sim.largest_hole():
             top = max(top, sim.end + self.ffn)
         if self.next_lead >= 0:
