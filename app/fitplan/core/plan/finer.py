@@ -59,9 +59,10 @@ def nkvo_allowed(pb: Problem, solver: Solver) -> bool:
     """Whether the plan may keep the KV cache in host memory (-nkvo): on one GPU only. Over two the scheduler
     runs a layer's flash attention on the GPU that holds Q (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`
     skips FLASH_ATTN_EXT when it places ops by their weights), so that GPU copies in the layer's K and V views and
-    its mask from host memory; the estimate does not count those copies yet (grid `finer`, two stand-ins: the first
-    GPU 116.0 MiB estimated against 148.0 recorded at 8192 cells, and the gap grows with the context), so the plan
-    does not choose -nkvo there. A user's -nkvo is estimated as given."""
+    its mask from host memory. The estimate counts those copies (`HostCacheAttention`: grid `finer`, two stand-ins,
+    within 2.8% with every layer on the GPUs) but not yet where a later layer's copies land above the mask
+    (gemma-3-27b with -nkvo and -ngl 31 at 32768 cells: the first GPU 346.0 MiB estimated against 466.0
+    recorded), so the plan does not choose -nkvo there. A user's -nkvo is estimated as given."""
     one_gpu = len(solver.gpus) == 1
     return one_gpu and _common(pb, solver) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
 
