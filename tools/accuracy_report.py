@@ -1060,20 +1060,23 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   passes reuse the first passes' weights, so over two GPUs its alias slots split between the slot's GPU and the
   weights' (23 splits): eight blocks per alias slot copied in on the slot's GPU, six on the weights' GPU, four
   times each (`HRM_ALIAS_INPUTS_CACHE`/`_WEIGHTS`; -60.7% -> +4.1%, an upper bound on the slots' GPU, +9%).
-* **Attention over a cache in host memory on the GPU** (`-nkvo`, or host layers whose multiplications the first
-  GPU takes): the scheduler skips FLASH_ATTN_EXT when it places ops by their weights (ggml-backend.cpp
-  `ggml_backend_sched_backend_id_from_cur`), so the attention runs on the GPU that holds Q, with the cache's K and
-  V views and the mask copied in at the layer's split; the mask stays there to the last layer, and the FFN goes
-  above it when the freed views' space does not hold it. Each cache's first layer on a GPU and the next one are
-  replayed with the allocator's best fit (`HostCacheAttention`; llama-3.1-8b over two GPUs: -7.2% -> exact at
-  8192 cells, -17.3% -> -1.5% at 32768, -9.5% -> exact at `-ngl 16`, 32768 cells; one GPU at 65536 cells -17.0%
-  -> exact; gemma-3-27b's first full-attention layer -19.7% -> -1.1%, and without flash attention, K's and V's
-  copies beside the scores and no V indices on the GPU, -7.3% -> exact).
+* **Attention over a cache in host memory on the GPU** (`-nkvo`): the scheduler skips FLASH_ATTN_EXT when it
+  places ops by their weights (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`), so the attention runs
+  on the GPU that holds Q, with the cache's K and V views and the mask copied in at the layer's split; the mask
+  stays there to the last layer, and the FFN goes above it when the freed views' space does not hold it. Each
+  cache's first layer on a GPU and the next one are replayed with the allocator's best fit (`HostCacheAttention`;
+  llama-3.1-8b over two GPUs: -7.2% -> exact at 8192 cells, -17.3% -> -1.5% at 32768, -12.1% -> -1.3% at
+  `-ngl 16`, 32768 cells; one GPU at 65536 and 131072 cells -17.0% -> exact; gemma-3-27b's first full-attention
+  layer -19.7% -> -1.1%, and without flash attention, K's and V's copies beside the scores and no V indices on the
+  GPU, -7.3% -> exact).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); gemma-3-27b over two GPUs with `-nkvo -ngl 31`
 at 32768 cells (-11.3%: the first GPU layer after the host layers puts its Q above layer 5's freed K copy and its
-V copy above layer 5's mask; the replay covers each cache's first layer and the one after it); q8_0 caches with
+V copy above layer 5's mask; the replay covers each cache's first layer and the one after it); host layers
+whose cache stays on the host without `-nkvo` (llama-3.1-8b over two GPUs at `-ngl 16`: -3.6% at 8192 cells, -9.5%
+at 32768; the same copies on the first GPU, left out: counted, the first GPU would hold more as layers leave it,
+which the planner's search does not allow for); q8_0 caches with
 `-nkvo` over two GPUs (+2.0%: the rotated caches' inputs put the mask in the freed blocks, below the FFN); `-fa on` where ggml-cuda refuses the
 shape (the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied
 there, so the GPU's and the host's parts are swapped, the totals within 5%); mistral4's down product on the host
