@@ -1494,7 +1494,7 @@ class PlanBuilder:
         return self.fa_copies(layers)
 
     def _host_cache_attention(
-        self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine
+        self, gi: int, layers: list[int], where: tuple[bool, bool, bool], blocks: int, base: Affine
     ) -> tuple[Term, ...]:
         """GPU `gi`'s first layer of each cache (full attention, sliding window) when it runs the flash attention
         over a cache in host memory (`-nkvo`, or a host layer whose multiplications the first GPU takes): the K
@@ -1504,10 +1504,15 @@ class PlanBuilder:
         that runs the model's first layer, the two blocks the attention norm and Q's product freed at the bottom,
         then the embeddings and the residual, Q on top; on a later GPU its input block, a freed block, then Q; at
         the first layer of the GPU's other cache (gemma-3-27b's layer 5, the first full-attention layer after
-        five sliding-window ones) four blocks, the freed block of the previous Q and Q. CUDA only (the
-        recordings); none with pipeline parallelism, MLA or a fork's graph."""
+        five sliding-window ones) four blocks, the freed block of the previous Q and Q. `where`: whether the GPU
+        runs the model's first layer, pipeline parallelism, and a Mamba block's unmerged free end
+        (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, MLA, a fork's graph or
+        an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak)."""
+        first, pp, unmerged = where
         if (
-            not layers
+            pp
+            or unmerged
+            or not layers
             or self.gpu_vendors[gi] not in CUDA_VENDORS
             or self.profile.mla is not None
             or self.inputs.fork_attention
@@ -1530,6 +1535,12 @@ class PlanBuilder:
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
             out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
         return tuple(out)
+
+    def _gpu_v_idxs(self, layers: list[int]) -> int:
+        """V's row indices a GPU copies in: they feed the stores into the cache (set_rows), which run where the
+        cache is, so none are copied to a GPU whose layers all keep their cache in host memory (the allocator's
+        lists with `-nkvo`, flash attention off: no `attn_inp_v_idxs` copy on the GPU)."""
+        return 0 if all(self._host_cache(il) for il in layers) else self.v_idxs(layers)
 
     def _host_cache(self, il: int) -> bool:
         """Whether layer `il`'s attention runs on a GPU over copies of a cache in host memory, as counted here:
@@ -1598,9 +1609,7 @@ class PlanBuilder:
         m = self._gpu_masks(gi, layers)
         # the copies of the small split inputs: positions, K/V row indices, the output ids
         small = self.small_inputs(layers) + (I32 * self.n_out if has_out else 0) if runs and not pp else 0
-        # V's row indices feed the stores into the cache (set_rows), which run where the cache is: none are copied
-        # to a GPU whose layers all keep their cache in host memory (the allocator's lists with `-nkvo`)
-        vi = self.v_idxs(layers) if runs and not all(self._host_cache(il) for il in layers) else 0
+        vi = self._gpu_v_idxs(layers) if runs else 0
         blocks = self._layer_blocks(gi, layers, flayers, first, pp)
         # The first GPU's output phase: the graph inputs it copied at the start of its first split (the masks, V's
         # indices and the small inputs) stay where they were put, above the input blocks they were copied next
@@ -1644,13 +1653,8 @@ class PlanBuilder:
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
         att = self._attention(layers, kq, fa_added, ssm, chunk)
-        if (
-            not pp and not above
-        ):  # (a Mamba block's unmerged free end: the recordings do not show these copies)
-            below_layer = Affine(
-                m.a_base, m.a_swa, m.c + vi + small + blocks * self.embd_block + self.hc_block
-            )
-            att += self._host_cache_attention(gi, layers, first, blocks, below_layer)
+        under_layer = Affine(m.a_base, m.a_swa, m.c + vi + small + blocks * self.embd_block + self.hc_block)
+        att += self._host_cache_attention(gi, layers, (first, pp, above), blocks, under_layer)
         return DevicePlan(
             device=gi,
             layer_phase=True,
