@@ -448,6 +448,7 @@ class PlanBuilder:
         self.kv_a_mqa = kv_a_mqa
         self.kv_a_mqa_first: dict[Affine, Affine] = {}  # the first GPU's live set for each (`_layer_q`)
         self.hc_block = hc_block
+        self._tensor_names = frozenset(t.name for t in profile.tensors)
         self.shapes = shapes
         self.fork_q = fork_q
         self.offload_gpu0 = offload_gpu0
@@ -1504,7 +1505,7 @@ class PlanBuilder:
         that runs the model's first layer, the two blocks the attention norm and Q's product freed at the bottom,
         then the embeddings and the residual, Q on top; on a later GPU its input block, a freed block, then Q; at
         the first layer of the GPU's other cache (gemma-3-27b's layer 5, the first full-attention layer after
-        five sliding-window ones) four blocks, the freed block of the previous Q and Q. `where`: whether the GPU
+        five sliding-window ones) the blocks with one freed among them, then Q `_q_shift` up. `where`: whether the GPU
         runs the model's first layer, pipeline parallelism, and a Mamba block's unmerged free end
         (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, MLA, a fork's graph or
         an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak)."""
@@ -1526,12 +1527,14 @@ class PlanBuilder:
             q = F32 * self.n_tok * self.profile.layers[il].n_head * self.profile.layers[il].n_embd_head_k
             blk = self.embd_block
             if il != layers[0]:
-                layout = (("blk", max(0, blocks - 1) * blk), ("", q), ("q", q))
+                rest = max(0, blocks - 3) * blk
+                layout = (("blk", blk), ("", blk), ("blk", rest), ("", self._q_shift(il)), ("q", q))
             elif first:
                 layout = (("", 2 * blk), ("blk", max(0, blocks - 3) * blk), ("q", q))
             else:
                 layout = (("blk", max(0, blocks - 1) * blk), ("", blk), ("q", q))
-            lead = self._next_lead(gi, layers, first) if il == layers[0] else -1
+            later = [self._q_shift(j) for j in group[1:] if self._host_cache(j)]
+            lead = max(later) if self.fa and later and (first or il != layers[0]) else -1
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
             out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
         return tuple(out)
@@ -1584,16 +1587,18 @@ class PlanBuilder:
             next_lead=lead,
         )
 
-    def _next_lead(self, gi: int, layers: list[int], first: bool) -> int:
-        """The weight copy the first GPU's second layer over a host cache makes before its Q (`HostCacheAttention`:
-        a host layer's V matrix; 0: none, a GPU layer); -1 where that layer is not replayed (a later GPU, no such
-        second layer)."""
-        if not first or len(layers) < 2:
-            return -1
-        il = layers[1]
-        if not self.fa or not self._host_cache(il):
-            return -1
-        mats = self.host_mats.get(il, {})
+    def _q_shift(self, il: int) -> int:
+        """How far above the blocks a later layer's Q lands at its split (`HostCacheAttention.next_lead`, the
+        layout of a cache's first layer after the GPU's first): after the copy of the V matrix a host layer's split
+        makes first; with a Q norm, a layer on the GPU puts its product there and the normed Q above it, while a
+        host layer's product goes above its weight copies and the normed Q into that space. The allocator's lists
+        on the CUDA-shaped stand-in: llama-3.1-8b at `-ngl 16`, layer 1's Q after the 3.3 MiB attn_v copy;
+        gemma-3-27b over two GPUs with `-nkvo -ngl 31` at 32768 cells, host layer 5's normed Q right above the
+        blocks and GPU layer 35's one Q higher, its V copy then above layer 5's mask (466.0 MiB)."""
+        mats = {n: b for n, b in self.host_mats.get(il, {}).items() if ".attn_" in n}
+        if f"blk.{il}.attn_q_norm.weight" in self._tensor_names:
+            lp = self.profile.layers[il]
+            return 0 if mats else F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
         return next((b for n, b in mats.items() if ".attn_v." in n), 0)
 
     def gpu_plan(self, gi: int) -> DevicePlan:

@@ -413,13 +413,15 @@ class HostCacheAttention:
     this live set reaches above the plan's layer inputs (`base`): the allocator's lists on the CUDA-shaped
     stand-in, llama-3.1-8b over two GPUs with `-nkvo`: at 8192 cells K's 16 MiB copy in the two freed blocks, V's
     and the 8 MiB mask above Q, the FFN above the mask (148.0 MiB); at 32768 cells K, V and the mask above Q
-    (200.0 MiB) and the FFN in K's and V's freed space. The next layer (`next_lead` >= 0) takes its Q where this
-    layer's Q was, after the copy of a weight its split reads first (`next_lead` bytes: a host layer's V matrix,
-    copied in before Q's rotated product is allocated), with the bottom blocks taken again: its K and V copies
-    then fit where this layer's did only without that copy (-ngl 16 at 32768 cells: layer 1's 3.3 MiB attn_v
-    copy, Q after it, K after Q, and V above the mask, 264.0 MiB). Later layers are not replayed (on a second GPU
-    at 32768 cells layer 18's V copy goes above the mask left by layer 17); the FFN is placed as one tensor, an
-    upper bound where its first intermediates alone would fit in a freed block."""
+    (200.0 MiB) and the FFN in K's and V's freed space. A later layer of the same cache (`next_lead` >= 0: the
+    highest of them) takes its Q from where this layer's space starts, `next_lead` bytes up (a host layer's V
+    matrix copied in first, or a Q norm's product below the normed Q), with the layout's other free blocks taken
+    again: its K and V copies fit where this layer's did only when it lands no higher (-ngl 16 at 32768 cells:
+    layer 1's 3.3 MiB attn_v copy, Q after it, K after Q, V above the mask, 264.0 MiB; gemma-3-27b with `-nkvo
+    -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). Not replayed:
+    a later GPU's next layer (layer 18's V copy above the mask left by layer 17 at 32768 cells, under the logits
+    there); the FFN is placed as one tensor, an upper bound where its first intermediates alone would fit in a
+    freed block."""
 
     layout: tuple[tuple[str, int], ...]
     k: Affine  # the K view's copy, f32 rows of the cache type per cell
@@ -428,7 +430,7 @@ class HostCacheAttention:
     out: Affine  # the attention's output
     ffn: int  # the layer's FFN live set as one block
     base: Affine  # what the plan counts under the transient (the layer inputs)
-    next_lead: int = -1  # the next layer's weight copy before its Q (-1: the next layer is not replayed)
+    next_lead: int = -1  # how far up a later layer's Q lands (-1: no later layer is replayed)
     scores: Affine = Affine()  # without flash attention: the KQ scores (then `out` is not allocated)
     scores_next: bool = False  # the next layer reads the same cache: its copies and scores above the mask
     label: str = "host-cache K/V, mask copies"
@@ -455,8 +457,10 @@ class HostCacheAttention:
             top = max(top, sim.end + self.ffn)
         if self.next_lead >= 0:
             q = dict(self.layout)["q"]
-            bottom = self.layout[0][1] if not self.layout[0][0] else 0
-            sim.run([("bottom", bottom), ("lead", self.next_lead), ("q", q), ("lead", 0)])
+            # the blocks' free space is taken again by the next layer's own tensors; only the space from where
+            # this layer's Q was up is left to its Q and copies
+            taken = [(f"taken{i}", size) for i, (name, size) in enumerate(self.layout[:-2]) if not name]
+            sim.run([*taken, ("lead", self.next_lead), ("q", q), ("lead", 0)])
             top = max(top, sim.run([("k", self.k.at(nb, ns)), ("v", self.v.at(nb, ns))]))
         return max(0, below + top - self.base.at(nb, ns))
 
