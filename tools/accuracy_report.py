@@ -1067,13 +1067,12 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   cache's first layer on a GPU and the next one are replayed with the allocator's best fit (`HostCacheAttention`;
   llama-3.1-8b over two GPUs: -7.2% -> exact at 8192 cells, -17.3% -> -1.5% at 32768, -12.1% -> -1.3% at
   `-ngl 16`, 32768 cells; one GPU at 65536 and 131072 cells -17.0% -> exact; gemma-3-27b's first full-attention
-  layer -19.7% -> -1.1%, and without flash attention, K's and V's copies beside the scores and no V indices on the
-  GPU, -7.3% -> exact).
+  layer -19.7% -> -1.1%; a later layer whose Q lands higher puts its V copy above the mask (gemma-3-27b with
+  `-ngl 31`: the first GPU layer's normed Q one Q above host layer 5's, -14.3% -> exact); without flash attention,
+  K's and V's copies beside the scores and no V indices on the GPU, -7.3% -> exact).
 
 Left: on a second GPU with only the output layer the
-norm output an MTP graph keeps before the output ids (`h_nextn`); gemma-3-27b over two GPUs with `-nkvo -ngl 31`
-at 32768 cells (-11.3%: the first GPU layer after the host layers puts its Q above layer 5's freed K copy and its
-V copy above layer 5's mask; the replay covers each cache's first layer and the one after it); host layers
+norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
 whose cache stays on the host without `-nkvo` (llama-3.1-8b over two GPUs at `-ngl 16`: -3.6% at 8192 cells, -9.5%
 at 32768; the same copies on the first GPU, left out: counted, the first GPU would hold more as layers leave it,
 which the planner's search does not allow for); q8_0 caches with
