@@ -350,6 +350,12 @@ def _rotations(
     return (rot_bytes[0], rot_bytes[1]), (v_rot_bytes[0], v_rot_bytes[1]), frozenset(v_rot)
 
 
+def _q_norm_layers(profile: ModelProfile) -> frozenset[int]:
+    """The layers with a Q norm (`attn_q_norm`): their normed Q is a tensor of its own, allocated above Q's
+    product (`PlanBuilder._q_shift`)."""
+    return frozenset(t.layer for t in profile.tensors if t.layer is not None and "attn_q_norm" in t.name)
+
+
 def _freed_chunk(attention: tuple[Term, ...]) -> Term | None:
     """The chunk the scores had to themselves, where the device's buffer is made of chunks (`FreedChunk`)."""
     att = attention[0] if attention else None
@@ -448,7 +454,6 @@ class PlanBuilder:
         self.kv_a_mqa = kv_a_mqa
         self.kv_a_mqa_first: dict[Affine, Affine] = {}  # the first GPU's live set for each (`_layer_q`)
         self.hc_block = hc_block
-        self._tensor_names = frozenset(t.name for t in profile.tensors)
         self.shapes = shapes
         self.fork_q = fork_q
         self.offload_gpu0 = offload_gpu0
@@ -1510,34 +1515,44 @@ class PlanBuilder:
         (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, MLA, a fork's graph or
         an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak)."""
         first, pp, unmerged = where
-        if (
-            pp
-            or unmerged
-            or not layers
-            or self.gpu_vendors[gi] not in CUDA_VENDORS
-            or self.profile.mla is not None
-            or self.inputs.fork_attention
-        ):
+        if pp or unmerged or not layers or not self._host_cache_replayed(gi):
             return ()
         out: list[Term] = []
+        q_norm = _q_norm_layers(self.profile)
         for swa, group in enumerate(attn_layers(self.profile, layers)):
             il = group[0] if group else -1
             if il < 0 or not self._host_cache(il) or (self.fa and not self._cuda_fa_runs([il])):
                 continue
-            q = F32 * self.n_tok * self.profile.layers[il].n_head * self.profile.layers[il].n_embd_head_k
-            blk = self.embd_block
-            if il != layers[0]:
-                rest = max(0, blocks - 3) * blk
-                layout = (("blk", blk), ("", blk), ("blk", rest), ("", self._q_shift(il)), ("q", q))
-            elif first:
-                layout = (("", 2 * blk), ("blk", max(0, blocks - 3) * blk), ("q", q))
-            else:
-                layout = (("blk", max(0, blocks - 1) * blk), ("", blk), ("q", q))
-            later = [self._q_shift(j) for j in group[1:] if self._host_cache(j)]
+            layout = self._host_cache_layout(il, il == layers[0], first, blocks, q_norm)
+            later = [self._q_shift(j, q_norm) for j in group[1:] if self._host_cache(j)]
             lead = max(later) if self.fa and later and (first or il != layers[0]) else -1
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
             out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
         return tuple(out)
+
+    def _host_cache_replayed(self, gi: int) -> bool:
+        """Whether GPU `gi`'s copies of a host cache are replayed: a CUDA GPU (the recordings), mainline's graph,
+        no MLA."""
+        return (
+            self.gpu_vendors[gi] in CUDA_VENDORS
+            and self.profile.mla is None
+            and not self.inputs.fork_attention
+        )
+
+    def _host_cache_layout(
+        self, il: int, gpu_first: bool, first: bool, blocks: int, q_norm: frozenset[int]
+    ) -> tuple[tuple[str, int], ...]:
+        """The blocks live at layer `il`'s split, bottom up (`HostCacheAttention.layout`; `_host_cache_attention`):
+        `gpu_first`: the GPU's first layer; `first`: the GPU runs the model's first layer."""
+        lp = self.profile.layers[il]
+        q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+        blk = self.embd_block
+        if not gpu_first:
+            rest = max(0, blocks - 3) * blk
+            return (("blk", blk), ("", blk), ("blk", rest), ("", self._q_shift(il, q_norm)), ("q", q))
+        if first:
+            return (("", 2 * blk), ("blk", max(0, blocks - 3) * blk), ("q", q))
+        return (("blk", max(0, blocks - 1) * blk), ("", blk), ("q", q))
 
     def _gpu_v_idxs(self, layers: list[int]) -> int:
         """V's row indices a GPU copies in: they feed the stores into the cache (set_rows), which run where the
@@ -1587,7 +1602,7 @@ class PlanBuilder:
             next_lead=lead,
         )
 
-    def _q_shift(self, il: int) -> int:
+    def _q_shift(self, il: int, q_norm: frozenset[int]) -> int:
         """How far above the blocks a later layer's Q lands at its split (`HostCacheAttention.next_lead`, the
         layout of a cache's first layer after the GPU's first): after the copy of the V matrix a host layer's split
         makes first; with a Q norm, a layer on the GPU puts its product there and the normed Q above it, while a
@@ -1596,7 +1611,7 @@ class PlanBuilder:
         gemma-3-27b over two GPUs with `-nkvo -ngl 31` at 32768 cells, host layer 5's normed Q right above the
         blocks and GPU layer 35's one Q higher, its V copy then above layer 5's mask (466.0 MiB)."""
         mats = {n: b for n, b in self.host_mats.get(il, {}).items() if ".attn_" in n}
-        if f"blk.{il}.attn_q_norm.weight" in self._tensor_names:
+        if il in q_norm:
             lp = self.profile.layers[il]
             return 0 if mats else F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
         return next((b for n, b in mats.items() if ".attn_v." in n), 0)
