@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from fitplan.core.memory.compute.allocator import (
@@ -436,6 +437,10 @@ class HostCacheAttention:
     label: str = "host-cache K/V, mask copies"
 
     def at(self, nb: int, ns: int) -> int:
+        return _host_cache_at(self, nb, ns)
+
+    def replay(self, nb: int, ns: int) -> int:
+        """`at` without the cache of the last replays (`_host_cache_at`)."""
         sim = BestFit.from_layout(self.layout)
         below = sum(size for _, size in self.layout)
         k, v, kq = self.k.at(nb, ns), self.v.at(nb, ns), self.scores.at(nb, ns)
@@ -466,6 +471,13 @@ class HostCacheAttention:
 
     def over(self, nb: Cells, ns: Cells) -> Cells:
         return loop_over(self, nb, ns)
+
+
+@lru_cache(maxsize=8192)
+def _host_cache_at(term: HostCacheAttention, nb: int, ns: int) -> int:
+    """`HostCacheAttention.replay`, kept for the last contexts asked: a curve asks for the same few hundred again
+    as a slider moves, and each is a replay."""
+    return term.replay(nb, ns)
 
 
 @dataclass(frozen=True, slots=True)
