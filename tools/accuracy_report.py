@@ -1078,9 +1078,23 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   passes reuse the first passes' weights, so over two GPUs its alias slots split between the slot's GPU and the
   weights' (23 splits): eight blocks per alias slot copied in on the slot's GPU, six on the weights' GPU, four
   times each (`HRM_ALIAS_INPUTS_CACHE`/`_WEIGHTS`; -60.7% -> +4.1%, an upper bound on the slots' GPU, +9%).
+* **Attention over a cache in host memory on the GPU** (`-nkvo`): the scheduler skips FLASH_ATTN_EXT when it
+  places ops by their weights (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`), so the attention runs
+  on the GPU that holds Q, with the cache's K and V views and the mask copied in at the layer's split; the mask
+  stays there to the last layer, and the FFN goes above it when the freed views' space does not hold it. Each
+  cache's first layer on a GPU and the next one are replayed with the allocator's best fit (`HostCacheAttention`;
+  llama-3.1-8b over two GPUs: -7.2% -> exact at 8192 cells, -17.3% -> -1.5% at 32768, -12.1% -> -1.3% at
+  `-ngl 16`, 32768 cells; one GPU at 65536 and 131072 cells -17.0% -> exact; gemma-3-27b's first full-attention
+  layer -19.7% -> -1.1%; a later layer whose Q lands higher puts its V copy above the mask (gemma-3-27b with
+  `-ngl 31`: the first GPU layer's normed Q one Q above host layer 5's, -14.3% -> exact); without flash attention,
+  K's and V's copies beside the scores and no V indices on the GPU, -7.3% -> exact).
 
 Left: on a second GPU with only the output layer the
-norm output an MTP graph keeps before the output ids (`h_nextn`); `-fa on` where ggml-cuda refuses the
+norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
+whose cache stays on the host without `-nkvo` (llama-3.1-8b over two GPUs at `-ngl 16`: -3.6% at 8192 cells, -9.5%
+at 32768; the same copies on the first GPU, left out: counted, the first GPU would hold more as layers leave it,
+which the planner's search does not allow for); q8_0 caches with
+`-nkvo` over two GPUs (+2.0%: the rotated caches' inputs put the mask in the freed blocks, below the FFN); `-fa on` where ggml-cuda refuses the
 shape (the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied
 there, so the GPU's and the host's parts are swapped, the totals within 5%); mistral4's down product on the host
 without pipeline parallelism (-3.4%); MiniMax-M3's block-sparse inputs on a pipeline-parallel GPU (not counted as never-freed copies

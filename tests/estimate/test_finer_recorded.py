@@ -15,17 +15,11 @@ from support.tools import load_tool
 report = load_tool("tools/accuracy_report.py")
 
 MODELS = ("llama-3.1-8b", "gemma-3-27b")
-#: flash attention off with -nkvo: the GPU's buffer is 20 MiB (llama) and 42.5 MiB (gemma) over the estimate; the
-#: scores' graph with the cache in host memory is not traced yet
-KNOWN_UNDER = frozenset(
-    {
-        "finer/gemma-3-27b/nkvo-c8192-faoff",
-        # two devices, the cache in host memory: the first device's compute buffer is under (see
-        # test_two_devices_first_gpu_compute below), -7.2% and -5.3% of the total compute
-        "finer/llama-3.1-8b/2dev-nkvo-c8192",
-        "finer/llama-3.1-8b/2dev-nkvo-ngl16",
-    }
-)
+#: two devices, -ngl 16 at 32768 cells with the cache offloaded: the host layers' attention runs on the first GPU
+#: over copies of their host-memory cache as with -nkvo (264.0 MiB recorded, 208.0 estimated: -9.5%); the rule is
+#: applied with -nkvo only (`PlanBuilder._host_cache`: the planner's search assumes the first GPU's compute does not
+#: grow as layers leave it)
+KNOWN_UNDER = frozenset({"finer/llama-3.1-8b/2dev-ngl16-c32768"})
 
 
 def _cases() -> list[Any]:
@@ -43,7 +37,7 @@ def cases() -> list[Any]:
 
 
 def test_the_finer_recordings_are_there(cases: list[Any]) -> None:
-    assert len(cases) == 2 * 23
+    assert len(cases) == 2 * 31
     assert not [r.key for r in cases if r.error]
 
 
@@ -78,11 +72,14 @@ def test_compute_within_tolerance(cases: list[Any]) -> None:
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_nkvo_with_flash_attention_keeps_the_masks_on_the_host(cases: list[Any], model: str) -> None:
-    """-nkvo with flash attention: the host runs the attention over its cache, so the GPU's compute buffer does not
-    grow with the context (282.5 MiB for llama-3.1-8b at 4096 and 32768 cells) and holds neither the masks nor a
-    quantized cache's f16 copies. Before: the masks counted on the GPU (+9.2% at 32768 cells)."""
-    ids = ("nkvo-c4096", "nkvo-c32768", "nkvo-c8192-ub2048", "nkvo-c8192-q8_0")
+def test_nkvo_one_gpu_copies_against_the_logits(cases: list[Any], model: str) -> None:
+    """-nkvo with flash attention on one GPU: the GPU runs the attention with the cache's K and V views and the mask
+    copied in (`HostCacheAttention`). Up to 32768 cells that layer phase stays under the output phase's logits
+    (282.5 MiB for llama-3.1-8b at 4096 and 32768 cells); at 65536 cells the copies exceed them (360.0 MiB: 128 MiB
+    for each view, 64 MiB of mask above the 40 MiB of blocks; 680.0 MiB at 131072 cells; gemma-3-27b 634.0 and
+    1210.0 MiB at its first full-attention layer). The estimate matches every one; before, the copies were not
+    counted (282.5 and 554.1 MiB at 65536 and 131072 cells)."""
+    ids = ("nkvo-c4096", "nkvo-c32768", "nkvo-c8192-ub2048", "nkvo-c8192-q8_0", "nkvo-c65536", "nkvo-c131072")
     got = {r.case: r for r in cases if r.model == model and r.case in ids}
     assert len(got) == len(ids)
     for r in got.values():
@@ -95,24 +92,45 @@ def test_two_devices_weights_and_caches_exact(cases: list[Any]) -> None:
     layer's FFN tensors in the host's buffer and its attention and cache on the first device, and -nkvo's cache in
     host memory, byte-exact on every device."""
     two = [r for r in cases if r.case.startswith("2dev-")]
-    assert len(two) == 2 * 4
+    assert len(two) == 2 * 10
     assert all(r.weights_exact_mib and r.context_exact for r in two), [r.key for r in two]
     assert all({d.name for d in r.devices} == {"CUDA0", "CUDA1", "Host"} for r in two)
 
 
-def test_two_devices_first_gpu_compute(cases: list[Any]) -> None:
-    """Two devices with layers on the CPU or the cache in host memory (no pipeline parallelism): the estimate of the
-    first device's compute buffer is under by 1.5 to 40.5 MiB (llama-3.1-8b: 16 MiB at -ngl 17 with layer 16's FFN
-    on the host, 32 MiB with -nkvo and every layer offloaded; gemma-3-27b up to 40.5 MiB), as with whole layers
-    (standin/llama-3.1-8b/2dev-c8192-faon-ngl16: 135.5 estimated, 151.5 recorded); the second device within
-    10.5 MiB, the host exact. Not traced yet; well inside the planner's default margin of 1 GiB per GPU. This pins
-    the gap so that it cannot grow unseen."""
+#: the first GPU's compute buffer (MiB, recorded) where its first layer reads a cache in host memory (-nkvo, with
+#: every layer on the GPUs or host layers whose multiplications it takes)
+FIRST_GPU_HOST_CACHE = {
+    "llama-3.1-8b/2dev-nkvo-c4096": 128.0,
+    "llama-3.1-8b/2dev-nkvo-c8192": 148.0,
+    "llama-3.1-8b/2dev-nkvo-c32768": 200.0,
+    "llama-3.1-8b/2dev-nkvo-ngl16": 151.5,
+    "llama-3.1-8b/2dev-nkvo-ngl16-c32768": 264.0,
+    "llama-3.1-8b/2dev-nkvo-c8192-faoff": 600.0,
+    "gemma-3-27b/2dev-nkvo-c32768": 346.0,
+    "gemma-3-27b/2dev-nkvo-ngl31-c32768": 466.0,
+    "gemma-3-27b/2dev-nkvo-c8192-faoff": 650.0,
+}
+
+
+def test_two_devices_first_gpu_host_cache_attention(cases: list[Any]) -> None:
+    """Two devices, the first GPU's first layer over a cache in host memory: ggml-backend.cpp's scheduler skips
+    FLASH_ATTN_EXT when it places ops by their weights, so the attention runs on the GPU that holds Q, with the K and
+    V views and the mask copied in at the layer's split; where they land decides the peak (K in the two freed blocks
+    at 8192 cells, V and the mask above Q and the FFN above the mask; at 32768 cells all three above Q and the FFN
+    in the freed views' space; a later layer's V above the mask where its Q lands higher: after a host layer's weight
+    copy, or above its product with a Q norm on a GPU layer after host ones, gemma-3-27b's layer 35). The replay
+    (`HostCacheAttention`) gives the recorded buffer to the 0.1 MiB; before, 116.0 MiB at every -nkvo context (-32,
+    -84 MiB) and 176.0 at -ngl 16, 32768 cells (264.0). The second device within 21.5 MiB (gemma-3-27b without flash
+    attention: its later layers' scores over the copies), the host exact."""
     mib = 1 << 20
+    got = {f"{r.model}/{r.case}": r for r in cases}
+    for key, recorded in FIRST_GPU_HOST_CACHE.items():
+        real, est = {d.name: d.compute for d in got[key].devices}["CUDA0"]
+        assert round(real / mib, 1) == recorded, (key, real / mib)
+        assert abs(real - est) < mib // 10, (key, real / mib, est / mib)
     for r in (r for r in cases if r.case.startswith("2dev-")):
-        real, est = {d.name: d.compute for d in r.devices}["CUDA0"]
-        assert 0 <= real - est <= 41 * mib, (r.key, real / mib, est / mib)
         real, est = {d.name: d.compute for d in r.devices}["CUDA1"]
-        assert 0 <= real - est <= 11 * mib, (r.key, real / mib, est / mib)
+        assert abs(real - est) <= 21.5 * mib, (r.key, real / mib, est / mib)
         real, est = {d.name: d.compute for d in r.devices}["Host"]
         assert abs(real - est) < mib // 10, (r.key, real / mib, est / mib)
 

@@ -333,12 +333,13 @@ def test_a_planner_assuming_monotone_memory_misses_them(monkeypatch: pytest.Monk
         (Scenario("dense-swa", (3.25,), False, 3.0, "none", Goal.CONTEXT), 1, False),
         (Scenario("dense", (3.0,), False, 2.0, "all_on_gpu", Goal.CONTEXT), 0, True),
         # the same with a free split over two GPUs: the partial layer on top of the whole layers' split, with
-        # the placement and with the context first; -nkvo is not chosen over two GPUs (`finer.nkvo_allowed`)
+        # the placement and with the context first
         (Scenario("dense", (2.0, 2.0), True, 2.0, "none"), 3, False),
         (Scenario("dense-swa", (2.5, 2.5), True, 3.0, "none", Goal.CONTEXT), 1, False),
         # not with a free split over three GPUs (`finer._common`)
         (Scenario("dense", (2.5, 2.5, 2.5), True, 2.0, "fa_off", Goal.CONTEXT), 0, False),
-        (Scenario("dense", (2.25, 2.25), True, 3.0, "all_on_gpu", Goal.CONTEXT), 0, False),
+        # -nkvo over two GPUs with every weight kept on them (`finer.nkvo_devices`)
+        (Scenario("dense", (2.25, 2.25), True, 3.0, "all_on_gpu", Goal.CONTEXT), 0, True),
         # two unlike GPUs where the whole layers' search finds no split that fits beyond a short context: the
         # partial layer at the top -ngl from the split balanced there (all on the second GPU) reaches 15104
         (Scenario("dense", (1.25, 3.0), False, 1.5, "none", Goal.CONTEXT), 1, False),
@@ -362,8 +363,9 @@ def test_oracle_space_is_the_whole_space() -> None:
     # a 6-layer dense model on 2 GPUs: -ngl 0..7 (7 = the 6 blocks and the output layer), each with every split of
     # the offloaded indices over 2 GPUs (n + 1 of them): sum over n = 0..7 of (n + 1) = 36 points; the partial
     # layers (-ngl 2..7, the first offloaded index a block) at 3 fractions, each at every split: 3 * (3 + 4 + ... +
-    # 8) = 99; no -nkvo over two GPUs (`finer.nkvo_allowed`); and the GPUs left out (-dev none): 136
+    # 8) = 99; -nkvo at -ngl 7, at every split (`finer.nkvo_devices`: two GPUs of ggml-cuda's, an assumed GPU's
+    # make unknown): 8; and the GPUs left out (-dev none): 144
     prof = small_model("dense")
     o = exhaustive_plan(prof, Machine((assumed_gpu("A", 8), assumed_gpu("B", 8)), host_device(64 * GIB)))
-    assert o.points == 36 + 99 + 1
+    assert o.points == 36 + 99 + 8 + 1
     assert o.fits and o.point is not None and o.point.ngl == 7

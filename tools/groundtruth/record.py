@@ -1129,7 +1129,9 @@ def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
     """(id, device spec, args) of grid l: -ngl N+1 with the FFN tensors of layer L-N on the CPU (the partial layer
     after N whole ones, output layer included) for N = 0 (the output layer only), L/2 and L (the first block), at
     -ub 512 and 2048; -nkvo at full offload (4096, 32768 cells, -ub 2048), at -ngl L/2 and with a partial layer;
-    on two devices split in layers (-ts): the partial layer after L/2 whole ones, -nkvo at full offload and at L/2."""
+    on two devices split in layers (-ts): the partial layer after L/2 whole ones, -nkvo at full offload and at L/2;
+    the cache in host memory over the cells (-nkvo at 4096 to 131072 cells, two devices without flash attention and
+    with a q8_0 cache, -ngl L/2 at 32768 cells with and without -nkvo)."""
     half = n_layer // 2
     out: list[tuple[str, str, list[str]]] = []
     base = ["-np", "1", "-c", "8192", "-fa", "on"]
@@ -1167,6 +1169,25 @@ def finer_settings(n_layer: int) -> list[tuple[str, str, list[str]]]:
     out.append(("2dev-nkvo-c8192", two, ["-ngl", "999", *base, *ts, "-nkvo"]))
     out.append((f"2dev-nkvo-ngl{half}", two, ["-ngl", str(half), *base, "-ts", f"{half // 2},{half - half // 2}",
                 "-nkvo"]))  # fmt: skip
+    # the first GPU's flash attention over a cache in host memory (the K/V views and the mask copied in at each
+    # layer's split, `PlanBuilder._host_cache_attention`): over the cells, without flash attention, with a quantized
+    # cache, host layers (-ngl L/2) with their cache on the host, and one device past the logits (65536, 131072)
+    big = ["-np", "1", "-c", "32768", "-fa", "on"]
+    for c in (4096, 32768):
+        out.append(
+            (f"2dev-nkvo-c{c}", two, ["-ngl", "999", "-np", "1", "-c", str(c), "-fa", "on", *ts, "-nkvo"])
+        )
+    out.append(
+        ("2dev-nkvo-c8192-faoff", two, ["-ngl", "999", "-np", "1", "-c", "8192", "-fa", "off", *ts, "-nkvo"])
+    )
+    out.append(
+        ("2dev-nkvo-c8192-q8_0", two, ["-ngl", "999", *base, *ts, "-nkvo", "-ctk", "q8_0", "-ctv", "q8_0"])
+    )
+    half_ts = ["-ts", f"{half // 2},{half - half // 2}"]
+    out.append((f"2dev-ngl{half}-c32768", two, ["-ngl", str(half), *big, *half_ts]))
+    out.append((f"2dev-nkvo-ngl{half}-c32768", two, ["-ngl", str(half), *big, *half_ts, "-nkvo"]))
+    for c in (65536, 131072):
+        out.append((f"nkvo-c{c}", CUDA_24, ["-ngl", "999", "-np", "1", "-c", str(c), "-fa", "on", "-nkvo"]))
     return out
 
 

@@ -20,6 +20,7 @@ from fitplan.core.base.errors import FitplanError
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.gguf.ggml_types import is_quantized_cache_type
 from fitplan.core.model.profile import ModelProfile
+from fitplan.core.plan.finer import nkvo_devices
 from fitplan.core.plan.objective import Goal, Objective, SpeedOf, placement_key
 from fitplan.core.plan.planner import Pins, Plan, plan, plan_key
 from fitplan.core.plan.search import EstimateFn
@@ -192,14 +193,14 @@ def _pin_candidates(profile: ModelProfile, base: Plan, pins: Pins, machine: Mach
 
 def _finer_candidates(base: Plan, pins: Pins, machine: Machine) -> list[_Candidate]:
     """-nkvo (every layer on the GPU, the cache in host memory) where the plan keeps layers on the CPU or does
-    not fit, on one GPU as the planner chooses it (`finer.nkvo_allowed`), and the plan without the draft model the
+    not fit, on the GPUs the planner chooses it on (`finer.nkvo_devices`), and the plan without the draft model the
     user gave (its weights, cache and compute freed)."""
     s = base.settings
     out: list[_Candidate] = []
     # layers on the CPU (whole or in part): -nkvo can bring them back; experts on the CPU it leaves there
     on_cpu = base.placement.cpu_layers or base.placement.finer.ffn_cpu
     if (
-        len(machine.gpus) == 1
+        nkvo_devices(machine.gpus)
         and pins.no_kv_offload is None
         and not s.no_kv_offload
         and s.engine is Engine.LLAMA_CPP

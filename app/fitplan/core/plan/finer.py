@@ -10,7 +10,8 @@ Two options (`space.Finer`), each measured against llama.cpp (tests/fixtures/lla
   moves more off them);
 * `-nkvo`: every layer the pins allow on the GPUs, the KV cache in host memory.
 
-Both need llama.cpp itself as the engine and one GPU, a pinned `-ts`, or two GPUs with a free split; then each
+Both need llama.cpp itself as the engine and one GPU, a pinned `-ts`, or two GPUs with a free split (-nkvo: one
+GPU or two of ggml-cuda's, `nkvo_devices`); then each
 finer point's split is balanced with its finer option in place (`solver.Solver.check`), the partial layer's from the
 whole layers' split with the layer added to each GPU in turn. The partial layer also needs a free `-ngl`, no `-ot` of
 the user's and no "all weights on the GPU" (-nkvo keeps every weight where it was), -nkvo no `-nkvo`/`-kvo` of the
@@ -22,10 +23,13 @@ comes first, the context found when the context does (a long context read from h
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from fitplan.core.base.devices import Device
 from fitplan.core.base.launch_settings import Engine
 from fitplan.core.base.results import TermKind
+from fitplan.core.memory.weights import CUDA_VENDORS
 from fitplan.core.plan.objective import point_key
 from fitplan.core.plan.solver import Check, Point, Solver
 from fitplan.core.plan.space import FFN_FRACTION_PATTERNS, Finer, compositions
@@ -33,7 +37,7 @@ from fitplan.core.plan.space import FFN_FRACTION_PATTERNS, Finer, compositions
 if TYPE_CHECKING:
     from fitplan.core.plan.planner import Problem
 
-__all__ = ["finer_points", "finer_search", "nkvo_allowed", "nkvo_finer", "partial_allowed"]
+__all__ = ["finer_points", "finer_search", "nkvo_allowed", "nkvo_devices", "nkvo_finer", "partial_allowed"]
 
 
 def _common(pb: Problem, solver: Solver) -> bool:
@@ -56,14 +60,24 @@ def partial_allowed(pb: Problem, solver: Solver) -> bool:
 
 
 def nkvo_allowed(pb: Problem, solver: Solver) -> bool:
-    """Whether the plan may keep the KV cache in host memory (-nkvo): on one GPU only. Over two the scheduler
-    runs a layer's flash attention on the GPU that holds Q (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur`
-    skips FLASH_ATTN_EXT when it places ops by their weights), so that GPU copies in the layer's K and V views and
-    its mask from host memory; the estimate does not count those copies yet (grid `finer`, two stand-ins: the first
-    GPU 116.0 MiB estimated against 148.0 recorded at 8192 cells, and the gap grows with the context), so the plan
-    does not choose -nkvo there. A user's -nkvo is estimated as given."""
-    one_gpu = len(solver.gpus) == 1
-    return one_gpu and _common(pb, solver) and pb.pins.no_kv_offload is None and not pb.base.no_kv_offload
+    """Whether the plan may keep the KV cache in host memory (-nkvo), on the GPUs `nkvo_devices` allows."""
+    return (
+        nkvo_devices(solver.gpus)
+        and _common(pb, solver)
+        and pb.pins.no_kv_offload is None
+        and not pb.base.no_kv_offload
+    )
+
+
+def nkvo_devices(gpus: Sequence[Device]) -> bool:
+    """Whether -nkvo may be planned on `gpus`: one GPU, or two of ggml-cuda's (`CUDA_VENDORS`). Over two the
+    scheduler runs a layer's flash attention on the GPU that holds its Q (ggml-backend.cpp
+    `ggml_backend_sched_backend_id_from_cur` skips FLASH_ATTN_EXT when it places ops by their weights), so that GPU
+    copies in the layer's K and V views and its mask from host memory; the estimate counts those copies
+    (`HostCacheAttention`), recorded on two CUDA stand-ins (grid `finer`: every two-GPU -nkvo case within 2.8%).
+    Not recorded over more GPUs or on another backend's devices: the plan does not choose -nkvo there, and a
+    user's -nkvo is estimated as given."""
+    return len(gpus) == 1 or (len(gpus) == 2 and all(d.vendor in CUDA_VENDORS for d in gpus))
 
 
 def nkvo_finer(solver: Solver, ngl: int, ncmoe: int, n_ctx: int) -> Finer:

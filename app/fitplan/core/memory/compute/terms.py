@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from fitplan.core.memory.compute.allocator import (
@@ -467,6 +468,86 @@ class ReplayedBuffer:
         one, chunked = replayed_over(self.size, self.prelude, self.runs, self.tail, nb, ns)
         out: Cells = np.where(one <= self.size, one, chunked)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class HostCacheAttention:
+    """The first layer a GPU runs over a KV cache in host memory (`-nkvo`, or a host layer whose multiplications
+    the first GPU takes): ggml-backend.cpp's `ggml_backend_sched_backend_id_from_cur` (lines 1098-1099 at
+    515e85511) skips FLASH_ATTN_EXT when it places ops by their weights, so the attention runs on the GPU that holds
+    its Q, and the cache's K and V views and the mask are split inputs copied into that GPU at the start of the
+    layer's split (`ggml_backend_sched_split_graph`: the copies are graph nodes placed before the split's ops, in
+    the order the op reads them: K, V, the mask). K's and V's copies are freed after the attention; the mask's copy
+    is made once per GPU and stays live to the last layer that reads it. Replayed with the allocator's best fit
+    (`BestFit`) over the blocks live at the split (`layout`, bottom up: ("", bytes) a free block, (name, bytes) a
+    live tensor, Q last), then the FFN's whole set (`ffn`) above the mask when no freed block holds it. The bytes
+    this live set reaches above the plan's layer inputs (`base`): the allocator's lists on the CUDA-shaped
+    stand-in, llama-3.1-8b over two GPUs with `-nkvo`: at 8192 cells K's 16 MiB copy in the two freed blocks, V's
+    and the 8 MiB mask above Q, the FFN above the mask (148.0 MiB); at 32768 cells K, V and the mask above Q
+    (200.0 MiB) and the FFN in K's and V's freed space. A later layer of the same cache (`next_lead` >= 0: the
+    highest of them) takes its Q from where this layer's space starts, `next_lead` bytes up (a host layer's V
+    matrix copied in first, or a Q norm's product below the normed Q), with the layout's other free blocks taken
+    again: its K and V copies fit where this layer's did only when it lands no higher (-ngl 16 at 32768 cells:
+    layer 1's 3.3 MiB attn_v copy, Q after it, K after Q, V above the mask, 264.0 MiB; gemma-3-27b with `-nkvo
+    -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). Not replayed:
+    a later GPU's next layer (layer 18's V copy above the mask left by layer 17 at 32768 cells, under the logits
+    there); the FFN is placed as one tensor, an upper bound where its first intermediates alone would fit in a
+    freed block."""
+
+    layout: tuple[tuple[str, int], ...]
+    k: Affine  # the K view's copy, f32 rows of the cache type per cell
+    v: Affine  # the V view's copy (0: V is not copied)
+    mask: Affine  # the mask's copy (0: copied before, or counted in `base`)
+    out: Affine  # the attention's output
+    ffn: int  # the layer's FFN live set as one block
+    base: Affine  # what the plan counts under the transient (the layer inputs)
+    next_lead: int = -1  # how far up a later layer's Q lands (-1: no later layer is replayed)
+    scores: Affine = Affine()  # without flash attention: the KQ scores (then `out` is not allocated)
+    scores_next: bool = False  # the next layer reads the same cache: its copies and scores above the mask
+    label: str = "host-cache K/V, mask copies"
+
+    def at(self, nb: int, ns: int) -> int:
+        return _host_cache_at(self, nb, ns)
+
+    def replay(self, nb: int, ns: int) -> int:
+        """`at` without the cache of the last replays (`_host_cache_at`)."""
+        sim = BestFit.from_layout(self.layout)
+        below = sum(size for _, size in self.layout)
+        k, v, kq = self.k.at(nb, ns), self.v.at(nb, ns), self.scores.at(nb, ns)
+        if kq:
+            # the scores' product reads K, the softmax the mask, the product with V after it: the split's copies
+            # in that order, then the scores
+            sim.run([("k", k), ("m", self.mask.at(nb, ns)), ("v", v), ("o", kq)])
+        else:
+            sim.run([("k", k), ("v", v), ("m", self.mask.at(nb, ns)), ("o", self.out.at(nb, ns))])
+        sim.run([("k", 0), ("v", 0), ("q", 0), ("o", 0)])
+        top = sim.peak
+        if kq and self.scores_next:
+            # the next layer's copies and scores above the mask left there (llama-3.1-8b with `-nkvo`, flash
+            # attention off, 8192 cells: layer 1's K and V copies and its 512 MiB scores above layer 0's mask,
+            # 600.0 MiB where layer 0 reached 584.0; gemma-3-27b's next full-attention layer comes six layers
+            # later, after other scores: its peak is layer 5's, 650.0 MiB)
+            top = max(top, sim.end + k + v + kq)
+        if self.ffn > sim.largest_hole():
+            top = max(top, sim.end + self.ffn)
+        if self.next_lead >= 0:
+            q = dict(self.layout)["q"]
+            # the blocks' free space is taken again by the next layer's own tensors; only the space from where
+            # this layer's Q was up is left to its Q and copies
+            taken = [(f"taken{i}", size) for i, (name, size) in enumerate(self.layout[:-2]) if not name]
+            sim.run([*taken, ("lead", self.next_lead), ("q", q), ("lead", 0)])
+            top = max(top, sim.run([("k", self.k.at(nb, ns)), ("v", self.v.at(nb, ns))]))
+        return max(0, below + top - self.base.at(nb, ns))
+
+    def over(self, nb: Cells, ns: Cells) -> Cells:
+        return loop_over(self, nb, ns)
+
+
+@lru_cache(maxsize=8192)
+def _host_cache_at(term: HostCacheAttention, nb: int, ns: int) -> int:
+    """`HostCacheAttention.replay`, kept for the last contexts asked: a curve asks for the same few hundred again
+    as a slider moves, and each is a replay."""
+    return term.replay(nb, ns)
 
 
 @dataclass(frozen=True, slots=True)
