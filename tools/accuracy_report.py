@@ -175,11 +175,12 @@ STANDIN_VENDORS = {
 
 
 def standin_machine(spec: str) -> Machine:
-    """The devices of a `--standin` recording (`cuda:24GiB:cc=89,...`), named as llama.cpp named them."""
+    """The devices of a `--standin` recording (`cuda:24GiB:cc=89,...`), named as llama.cpp named them; a Vulkan
+    device's `idx64=1` gives it 64-bit shader indexing (tools/groundtruth/standin/standin.cpp `parse_vulkan`)."""
     gpus: list[Device] = []
     counts: dict[str, int] = {}
     for one in spec.split(","):
-        kind, size = one.split(":")[:2]
+        kind, size, *options = one.split(":")
         vendor, prefix = STANDIN_VENDORS[kind]
         total = int(float(size.removesuffix("GiB")) * GIB)
         i = counts.get(kind, 0)
@@ -192,6 +193,7 @@ def standin_machine(spec: str) -> Machine:
                 free_bytes=total,
                 vendor=vendor,
                 backend_name=f"{prefix}{i}",
+                shader_64bit_indexing=kind == "vulkan" and "idx64=1" in options,
             )
         )
     return Machine(tuple(gpus), host_device(64 * GIB))

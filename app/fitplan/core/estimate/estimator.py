@@ -219,7 +219,13 @@ def estimate(
 
     # Compute buffers.
     cinputs = compute_inputs(profile, settings, ctx, caches, gpus, placement)
-    cbufs = compute_buffers(profile, cinputs, placement, tuple(d.vendor for d in gpus))
+    cbufs = compute_buffers(
+        profile,
+        cinputs,
+        placement,
+        tuple(d.vendor for d in gpus),
+        tuple(d.shader_64bit_indexing for d in gpus),
+    )
     for cb in cbufs:
         parts.add(cb.device, _compute_term(cb, cinputs))
     if gpus:

@@ -105,9 +105,10 @@ class ComputePlan:
         inputs: ComputeInputs,
         placement: WeightPlacement,
         gpu_vendors: tuple[Vendor, ...] = (),
+        gpu_idx64: tuple[bool, ...] = (),
     ) -> None:
         self.inputs = inputs
-        b = PlanBuilder(profile, inputs, placement, gpu_vendors)
+        b = PlanBuilder(profile, inputs, placement, gpu_vendors, gpu_idx64)
         self.plans = (*(b.gpu_plan(gi) for gi in range(len(gpu_vendors))), b.host_plan())
 
     def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
@@ -124,14 +125,16 @@ def compute_buffers(
     inputs: ComputeInputs,
     placement: WeightPlacement,
     gpu_vendors: tuple[Vendor, ...] = (),
+    gpu_idx64: tuple[bool, ...] = (),
 ) -> tuple[ComputeBuffer, ...]:
-    """The compute buffer of every backend: one per GPU in use (in order), then the host's.
+    """The compute buffer of every backend: one per GPU in use (in order), then the host's. `gpu_idx64`: per GPU,
+    whether its Vulkan driver has 64-bit shader indexing (`Device.shader_64bit_indexing`; empty: none has).
 
     The plan does not depend on the KV cells, so the last few are kept (a search over contexts at one placement
     resolves it once)."""
-    key = (id(profile), replace(inputs, n_kv_base=0, n_kv_swa=0), id(placement), gpu_vendors)
+    key = (id(profile), replace(inputs, n_kv_base=0, n_kv_swa=0), id(placement), gpu_vendors, gpu_idx64)
     plan = _PLANS.get_or_compute(
-        key, (profile, placement), lambda: ComputePlan(profile, inputs, placement, gpu_vendors)
+        key, (profile, placement), lambda: ComputePlan(profile, inputs, placement, gpu_vendors, gpu_idx64)
     )
     return plan.evaluate(inputs.n_kv_base, inputs.n_kv_swa)
 
