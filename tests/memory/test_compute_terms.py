@@ -14,6 +14,7 @@ from fitplan.core.base.devices import GIB, Device, Machine, Vendor, assumed_gpu,
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputePlan
 from fitplan.core.memory.compute.allocator import Affine, ChunkedFit
+from fitplan.core.memory.compute.builder import tensor_limit
 from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
 from fitplan.core.memory.compute.layer_replay import (
     LAYER_IN,
@@ -22,7 +23,6 @@ from fitplan.core.memory.compute.layer_replay import (
     deepseek2_runs,
     replay_layers,
 )
-from fitplan.core.memory.compute.builder import tensor_limit
 from fitplan.core.memory.compute.terms import (
     FA_COPIES,
     FFN,
