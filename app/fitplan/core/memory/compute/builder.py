@@ -186,6 +186,11 @@ def tensor_limit(shader_64bit_indexing: bool) -> int:
     return (VULKAN_MAX_BUFFER if shader_64bit_indexing else VULKAN_STORAGE_RANGE) + 1
 
 
+def tensor_limits(n_gpu: int, gpu_idx64: tuple[bool, ...]) -> tuple[int, ...]:
+    """`tensor_limit` of each of `n_gpu` GPUs (`gpu_idx64`: which have 64-bit shader indexing; none past its end)."""
+    return tuple(tensor_limit(i < len(gpu_idx64) and gpu_idx64[i]) for i in range(n_gpu))
+
+
 def max_chunk(vendor: Vendor) -> int:
     """The largest chunk of a GPU's compute buffer (0: no limit): Vulkan's suballocation block on a GPU fitplan
     plans with ggml-vulkan (`weights.gpu_backend`: neither ggml-cuda's makers nor Apple nor an RPC server)."""
@@ -401,9 +406,7 @@ class PlanBuilder:
     ) -> None:
         self.inputs = inputs
         #: per GPU, the first tensor size its Vulkan driver refuses (`tensor_limit`)
-        self.tensor_limits = tuple(
-            tensor_limit(gi < len(gpu_idx64) and gpu_idx64[gi]) for gi in range(len(gpu_vendors))
-        )
+        self.tensor_limits = tensor_limits(len(gpu_vendors), gpu_idx64)
         n_tok, n_out = inputs.n_tok, inputs.n_out
         fa = inputs.flash_attn
         n_gpu = len(gpu_vendors)
