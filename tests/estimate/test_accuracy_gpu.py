@@ -248,8 +248,8 @@ def test_no_new_case_far_under(gpu: Any) -> None:
 # ---- Vulkan and Metal: the standin_vulkan and standin_metal grids (`record.py --grids standin_vulkan,standin_metal`)
 
 _MODELS = ("llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "gemma-3-27b")
-#: The share of Vulkan recordings within 5% (measured: 111 of 113 with DeepSeek-V2-Lite's recordings and
-#: llama-server's reserve over two devices; 89 of 90 before the absorbed-MLA layer phase was replayed layer after
+#: The share of Vulkan recordings within 5% (measured: 112 of 113 with 64-bit shader indexing as a device property;
+#: 111 of 113 with DeepSeek-V2-Lite's recordings and llama-server's reserve over two devices; 89 of 90 before the absorbed-MLA layer phase was replayed layer after
 #: layer, 76 before the copies larger than a chunk, the scores' chunks in graph order, the
 #: absorbed-MLA layer phase over chunks and Q's copy next to the host's scores were modelled, 44 before
 #: ggml-alloc's 1 GiB chunks and the storage-range limit).
