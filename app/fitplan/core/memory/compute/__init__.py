@@ -51,8 +51,9 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
 * Vulkan: the compute buffer is made of chunks of at most 1 GiB (`DevicePlan.max_chunk`: the logits in a chunk of
   their own where they do not fit above what is under them; KQ scores that open chunks in graph order, counted
   again where the FFN follows them into one, `terms.Chunks`; op-offload copies larger than a chunk in chunks of
-  their own, `_own_chunk_copies`), and KQ scores above the 4 GiB storage range run on the host
-  (`terms.HostScores`);
+  their own, `_own_chunk_copies`), and KQ scores above the GPU's tensor limit run on the host
+  (`terms.HostScores`; `builder.tensor_limit`: the 4 GiB storage range, or the buffer size on a GPU with 64-bit
+  shader indexing, `gpu_idx64`);
 * Metal: flash attention's always-reserved scratch in each output's allocation (`metal_fa_scratch`) and the
   offload of matrix multiplications only: host expert matrices not repacked for the CPU are copied in
   (`matmul_offload`); a host layer's down matrix in a host buffer takes its GLU to the GPU
