@@ -175,11 +175,12 @@ STANDIN_VENDORS = {
 
 
 def standin_machine(spec: str) -> Machine:
-    """The devices of a `--standin` recording (`cuda:24GiB:cc=89,...`), named as llama.cpp named them."""
+    """The devices of a `--standin` recording (`cuda:24GiB:cc=89,...`), named as llama.cpp named them; a Vulkan
+    device's `idx64=1` gives it 64-bit shader indexing (tools/groundtruth/standin/standin.cpp `parse_vulkan`)."""
     gpus: list[Device] = []
     counts: dict[str, int] = {}
     for one in spec.split(","):
-        kind, size = one.split(":")[:2]
+        kind, size, *options = one.split(":")
         vendor, prefix = STANDIN_VENDORS[kind]
         total = int(float(size.removesuffix("GiB")) * GIB)
         i = counts.get(kind, 0)
@@ -192,6 +193,7 @@ def standin_machine(spec: str) -> Machine:
                 free_bytes=total,
                 vendor=vendor,
                 backend_name=f"{prefix}{i}",
+                shader_64bit_indexing=kind == "vulkan" and "idx64=1" in options,
             )
         )
     return Machine(tuple(gpus), host_device(64 * GIB))
@@ -865,10 +867,16 @@ padding); the compute model has the effects of the buffer type's limits (`Device
   without flash attention: 2002 MiB recorded on the GPU, 2258 estimated; DeepSeek-V2-Lite there, with its scores
   on the host: 864 recorded, 1376 estimated, +9.5% in all, not traced); the same fragmentation on the CUDA
   stand-in, which has no replay (DeepSeek-V3 `-ts 3,1`: CUDA0 2432 MiB recorded, 2368 estimated).
-  DeepSeek-V2-Lite's KQ scores at 32768 cells and `-ub 2048` are exactly 4 GiB: a device with 64-bit shader
-  indexing takes them (the buffer limit holds `n <= max_buffer_size`), one without refuses them
-  (maxStorageBufferRange, 4 GiB - 1); fitplan cannot tell the two apart and plans the latter (the `idx64`
-  recording: 34% under).
+* **64-bit shader indexing is a device property.** DeepSeek-V2-Lite's KQ scores at 32768 cells and `-ub 2048`
+  are exactly 4 GiB: a device with VK_EXT_shader_64bit_indexing takes them (`supports_op`: up to
+  `max_buffer_size`), one without refuses them (maxStorageBufferRange, 4 GiB - 1). `Device.shader_64bit_indexing`
+  says which (the stand-in's `idx64=1`); fitplan detects no Vulkan extension and plans a real GPU without it, the
+  lower limit (the extension was released in late 2025, and the public sources searched show no Intel driver,
+  Mesa ANV or Windows, exposing it). On the device the scores count twice: gate and up (85.5 MiB each) exceed the space Qcur
+  leaves in chunk 0, `ffn_up-0` goes into the first scores' freed chunk, the layer's output follows it there and
+  the next layer's scores open another chunk (the allocator's trace: 8672 MiB recorded, 1376.5 estimated with the
+  scores on the host, 34% under; 8672 now). At `-ub 512` V's MLA copy lies above Qcur and its freed space holds the
+  FFN: the 1 GiB scores count once (1176 MiB).
 * **Tensors above the storage range run on the host.** Without 64-bit shader indexing a tensor above
   maxStorageBufferRange (4 GiB) or the buffer size (4 GiB here: the `idx64` recordings keep the buffer limit) is
   refused by `supports_op`, so at 32768 cells and `-ub 2048` without flash attention the 8 GiB KQ scores and

@@ -14,6 +14,7 @@ from fitplan.core.base.devices import GIB, Device, Machine, Vendor, assumed_gpu,
 from fitplan.core.base.launch_settings import LaunchSettings
 from fitplan.core.memory.compute import ComputePlan
 from fitplan.core.memory.compute.allocator import Affine, ChunkedFit
+from fitplan.core.memory.compute.builder import tensor_limit
 from fitplan.core.memory.compute.device_plan import DevicePlan, evaluate_plan, total_array
 from fitplan.core.memory.compute.layer_replay import (
     LAYER_IN,
@@ -227,8 +228,45 @@ def test_scores_that_open_a_chunk_count_twice_when_the_ffn_follows_them_there() 
     assert twice.freed_chunk(4096, 0) == 1024 * MIB and twice.freed_chunk(2048, 0) == 0
     # at or above the storage range the scores leave the device (`HostScores` counts them on the host)
     assert twice.at(16384, 0) == 48 * MIB
-    host = HostScores(((kq[0], Affine(a_base=4096)),), 4096 * MIB)
+    host = HostScores(((kq[0], Affine(a_base=4096), 4096 * MIB),))
     assert host.at(16384, 0) == 4096 * MIB + 64 * MIB and host.at(8192, 0) == 0
+
+
+def test_vulkan_tensor_limit_with_and_without_64bit_shader_indexing() -> None:
+    """ggml-vulkan `supports_op` refuses a tensor above the buffer size (4 GiB) and, without
+    VK_EXT_shader_64bit_indexing, above maxStorageBufferRange (4 GiB - 1, the stand-in's `maxrange=4294967295`):
+    DeepSeek-V2-Lite's exactly 4 GiB scores (16 heads x 32768 cells x 2048 tokens, f32) stay on a device with the
+    extension only (the stand-in's `idx64=1` recording: `kq-0` in chunk 1 of Vulkan0)."""
+    assert tensor_limit(False) == 4 << 30 and tensor_limit(True) == (4 << 30) + 1
+    kq = (Affine(a_base=16 * 2048 * 4, c=144 * MIB),)
+    views = Affine(a_base=576 * 2)
+    for idx64, on_device in ((False, False), (True, True)):
+        chunks = dataclasses.replace(_chunks(ffn_first=0), tensor_limit=tensor_limit(idx64))
+        assert chunks.on_device(4 << 30) is on_device
+        assert chunks.on_device((4 << 30) - 1)
+        host = HostScores(((kq[0], views, tensor_limit(idx64)),))
+        assert host.at(32768, 0) == (0 if on_device else (4 << 30) + 36 * MIB)
+        assert AttentionScores(kq, chunks=chunks).at(32768, 0) == 144 * MIB + (4096 * MIB if on_device else 0)
+
+
+def test_the_ffn_takes_the_space_of_vs_mla_copy_before_the_scores_chunk() -> None:
+    """DeepSeek-V2-Lite on the Vulkan stand-in at 32768 cells, no flash attention (the allocator's traces): gate and
+    up (85.5 MiB each at `-ub 2048`) exceed the 144 MiB Qcur's replay leaves free in chunk 0, `ffn_up-0` goes into
+    the freed chunk of the 4 GiB `kq-0` and the scores count twice; at `-ub 512` V's 32 MiB MLA copy `v_cont-0` lies
+    above Qcur (it does not fit in Qcur's 18 MiB) and its freed space holds gate and up (21.4 MiB each) next to
+    Qcur's 36: the 1 GiB scores count once."""
+    kq = (Affine(a_base=16 * 512 * 4, c=36 * MIB),)
+    v_copy = Affine(a_base=512 * 2, room=18 * MIB)
+    gate_up = 2 * 10944 * 512 * 4
+    chunks = dataclasses.replace(_chunks(ffn_first=gate_up), block=4 * MIB, v_copy=v_copy)
+    assert AttentionScores(kq, chunks=chunks).at(32768, 0) == (36 + 1024) * MIB
+    # V's copy inside Qcur's freed space (a larger Qcur): it adds no room, gate and up go to the scores' chunk
+    inside = dataclasses.replace(chunks, v_copy=dataclasses.replace(v_copy, room=40 * MIB))
+    assert AttentionScores(kq, chunks=inside).at(32768, 0) == (36 + 2 * 1024) * MIB
+    assert (
+        AttentionScores(kq, chunks=dataclasses.replace(chunks, v_copy=Affine())).at(32768, 0)
+        == (36 + 2 * 1024) * MIB
+    )
 
 
 def test_scores_of_two_caches_take_the_chunks_they_fit_in_graph_order() -> None:

@@ -55,6 +55,10 @@ class Device:
     host_shared_bytes: int = 0
     #: Windows: the shared GPU memory (system RAM) the driver lets a discrete GPU spill into instead of failing
     os_shared_bytes: int = 0
+    #: the GPU's Vulkan driver has VK_EXT_shader_64bit_indexing: ggml-vulkan then lets an op touch a tensor up to
+    #: the maximum buffer size instead of maxStorageBufferRange (`ggml_backend_vk_device_supports_op`). Not
+    #: detected (no Vulkan query here): False, the limit ggml-vulkan has without the extension
+    shader_64bit_indexing: bool = False
 
     def host_spill(self, used_bytes: int) -> int:
         """The bytes of `used_bytes` on this GPU that come out of host RAM (0 for a discrete card's VRAM)."""

@@ -160,7 +160,9 @@ def estimate_curve(
     nb, ns = _add_caches(out, idx, caches, ctx_objs, dev_row, layer_dev, padding)
 
     cin = compute_inputs(profile, ref_settings, ref_ctx, caches, gpus, placement)
-    plan = ComputePlan(profile, cin, placement, tuple(d.vendor for d in gpus))
+    plan = ComputePlan(
+        profile, cin, placement, tuple(d.vendor for d in gpus), tuple(d.shader_64bit_indexing for d in gpus)
+    )
     totals = plan.totals_array(nb, ns)
     for row_i, p in enumerate(plan.plans):
         out[dev_row[p.device], _KIND_INDEX[TermKind.COMPUTE], idx] = totals[row_i]

@@ -149,7 +149,8 @@ def _gpu_compute_note(gpus: Sequence[Device]) -> str:
     if any(v != Vendor.APPLE.value for v in others):
         notes.append(
             "on Vulkan, planned with the CUDA-shaped compute model and ggml-vulkan's limits (ggml-alloc's 1 GiB "
-            "chunks, the 4 GiB storage range) and measured on Vulkan-shaped stand-ins (docs/accuracy.md)"
+            "chunks, the 4 GiB storage range: no 64-bit shader indexing assumed) and measured on Vulkan-shaped "
+            "stand-ins (docs/accuracy.md)"
         )
     return "GPU compute buffers " + "; ".join(notes)
 
@@ -219,7 +220,13 @@ def estimate(
 
     # Compute buffers.
     cinputs = compute_inputs(profile, settings, ctx, caches, gpus, placement)
-    cbufs = compute_buffers(profile, cinputs, placement, tuple(d.vendor for d in gpus))
+    cbufs = compute_buffers(
+        profile,
+        cinputs,
+        placement,
+        tuple(d.vendor for d in gpus),
+        tuple(d.shader_64bit_indexing for d in gpus),
+    )
     for cb in cbufs:
         parts.add(cb.device, _compute_term(cb, cinputs))
     if gpus:

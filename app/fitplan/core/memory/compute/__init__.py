@@ -54,8 +54,9 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
 * Vulkan: the compute buffer is made of chunks of at most 1 GiB (`DevicePlan.max_chunk`: the logits in a chunk of
   their own where they do not fit above what is under them; KQ scores that open chunks in graph order, counted
   again where the FFN follows them into one, `terms.Chunks`; op-offload copies larger than a chunk in chunks of
-  their own, `_own_chunk_copies`), and KQ scores above the 4 GiB storage range run on the host
-  (`terms.HostScores`);
+  their own, `_own_chunk_copies`), and KQ scores above the GPU's tensor limit run on the host
+  (`terms.HostScores`; `builder.tensor_limit`: the 4 GiB storage range, or the buffer size on a GPU with 64-bit
+  shader indexing, `gpu_idx64`);
 * Metal: flash attention's always-reserved scratch in each output's allocation (`metal_fa_scratch`) and the
   offload of matrix multiplications only: host expert matrices not repacked for the CPU are copied in
   (`matmul_offload`); a host layer's down matrix in a host buffer takes its GLU to the GPU
@@ -108,9 +109,10 @@ class ComputePlan:
         inputs: ComputeInputs,
         placement: WeightPlacement,
         gpu_vendors: tuple[Vendor, ...] = (),
+        gpu_idx64: tuple[bool, ...] = (),
     ) -> None:
         self.inputs = inputs
-        b = PlanBuilder(profile, inputs, placement, gpu_vendors)
+        b = PlanBuilder(profile, inputs, placement, gpu_vendors, gpu_idx64)
         self.plans = (*(b.gpu_plan(gi) for gi in range(len(gpu_vendors))), b.host_plan())
 
     def evaluate(self, n_kv_base: int, n_kv_swa: int) -> tuple[ComputeBuffer, ...]:
@@ -127,14 +129,16 @@ def compute_buffers(
     inputs: ComputeInputs,
     placement: WeightPlacement,
     gpu_vendors: tuple[Vendor, ...] = (),
+    gpu_idx64: tuple[bool, ...] = (),
 ) -> tuple[ComputeBuffer, ...]:
-    """The compute buffer of every backend: one per GPU in use (in order), then the host's.
+    """The compute buffer of every backend: one per GPU in use (in order), then the host's. `gpu_idx64`: per GPU,
+    whether its Vulkan driver has 64-bit shader indexing (`Device.shader_64bit_indexing`; empty: none has).
 
     The plan does not depend on the KV cells, so the last few are kept (a search over contexts at one placement
     resolves it once)."""
-    key = (id(profile), replace(inputs, n_kv_base=0, n_kv_swa=0), id(placement), gpu_vendors)
+    key = (id(profile), replace(inputs, n_kv_base=0, n_kv_swa=0), id(placement), gpu_vendors, gpu_idx64)
     plan = _PLANS.get_or_compute(
-        key, (profile, placement), lambda: ComputePlan(profile, inputs, placement, gpu_vendors)
+        key, (profile, placement), lambda: ComputePlan(profile, inputs, placement, gpu_vendors, gpu_idx64)
     )
     return plan.evaluate(inputs.n_kv_base, inputs.n_kv_swa)
 

@@ -173,10 +173,24 @@ METAL_KV_F16_TYPES = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
 #: `suballocation_block_size`, 1 GiB unless maxMemoryAllocationSize is smaller, ggml-vulkan.cpp `ggml_vk_get_device`):
 #: ggml-alloc makes the compute buffer of chunks of at most this size.
 VULKAN_MAX_CHUNK = 1 << 30
-#: ggml-vulkan's `supports_op` refuses an op with a tensor above maxStorageBufferRange or the maximum buffer size
-#: (4 GiB on a typical desktop card, without VK_EXT_shader_64bit_indexing; `ggml_vk_get_device`): the scheduler
-#: runs it on the host. The first size refused.
-VULKAN_TENSOR_LIMIT = 4 << 30
+#: ggml-vulkan's `supports_op` (`ggml_backend_vk_device_supports_op`, `tensor_size_supported`) refuses an op with
+#: a tensor above the maximum buffer size (`device->max_buffer_size`, maintenance4's maxBufferSize: 4 GiB on a
+#: typical desktop card) and, unless the device has VK_EXT_shader_64bit_indexing (`device->shader_64b_indexing`),
+#: above maxStorageBufferRange (4 GiB - 1): the scheduler runs it on the host.
+VULKAN_MAX_BUFFER = 4 << 30
+VULKAN_STORAGE_RANGE = (4 << 30) - 1
+
+
+def tensor_limit(shader_64bit_indexing: bool) -> int:
+    """The first tensor size a Vulkan GPU refuses (`VULKAN_MAX_BUFFER`): the buffer size is allowed with 64-bit
+    shader indexing, the storage range without (the stand-in with `idx64=1`, DeepSeek-V2-Lite at 32768 cells,
+    `-ub 2048`, no flash attention: its 4 GiB `kq-0` on the device, in the host's buffer without)."""
+    return (VULKAN_MAX_BUFFER if shader_64bit_indexing else VULKAN_STORAGE_RANGE) + 1
+
+
+def tensor_limits(n_gpu: int, gpu_idx64: tuple[bool, ...]) -> tuple[int, ...]:
+    """`tensor_limit` of each of `n_gpu` GPUs (`gpu_idx64`: which have 64-bit shader indexing; none past its end)."""
+    return tuple(tensor_limit(i < len(gpu_idx64) and gpu_idx64[i]) for i in range(n_gpu))
 
 
 def max_chunk(vendor: Vendor) -> int:
@@ -396,8 +410,11 @@ class PlanBuilder:
         inputs: ComputeInputs,
         placement: WeightPlacement,
         gpu_vendors: tuple[Vendor, ...],
+        gpu_idx64: tuple[bool, ...] = (),
     ) -> None:
         self.inputs = inputs
+        #: per GPU, the first tensor size its Vulkan driver refuses (`tensor_limit`)
+        self.tensor_limits = tensor_limits(len(gpu_vendors), gpu_idx64)
         n_tok, n_out = inputs.n_tok, inputs.n_out
         fa = inputs.flash_attn
         n_gpu = len(gpu_vendors)
@@ -1693,7 +1710,7 @@ class PlanBuilder:
             )
         kq, ffn, ssm = self._gpu_transient(gi, layers, flayers, first, pp, m, small, vi)
         kq, fa, fa_added = self._fa_terms(gi, layers, kq, first, pp)
-        att = self._attention(layers, kq, fa_added, ssm, chunk)
+        att = self._attention(layers, kq, fa_added, ssm, chunk, gi)
         under_layer = Affine(m.a_base, m.a_swa, m.c + vi + small + blocks * self.embd_block + self.hc_block)
         att += self._host_cache_attention(gi, layers, (first, pp, above), blocks, under_layer)
         return DevicePlan(
@@ -2114,10 +2131,11 @@ class PlanBuilder:
         fa: tuple[Affine, ...],
         ssm: SsmReplay | None,
         chunk: int = 0,
+        gi: int = 0,
     ) -> tuple[Term, ...]:
         """The attention's live sets on a backend running `layers` (the transient takes the largest); `chunk`:
-        the device's largest chunk (`AttentionScores`), with more than one layer."""
-        out: list[Term] = [AttentionScores(kq, fa, self._chunks(layers, chunk))]
+        the device's largest chunk (`AttentionScores`), with more than one layer; `gi`: the GPU (with `chunk`)."""
+        out: list[Term] = [AttentionScores(kq, fa, self._chunks(layers, chunk, gi))]
         graph = self.inputs.fork_graph
         groups = self.fork_groups(layers) if graph is not None else ()
         if graph is not None and groups:
@@ -2137,21 +2155,34 @@ class PlanBuilder:
             out.append(KpoolPeak(kpool))
         return tuple(out)
 
-    def _chunks(self, layers: list[int], size: int) -> Chunks | None:
+    def _chunks(self, layers: list[int], size: int, gi: int) -> Chunks | None:
         """The chunk rules of a device whose buffer type has a maximum size (`Chunks`; None: no limit)."""
         if not size:
             return None
-        first = max((ffn_layer(self.profile, il, self.n_tok)[1] for il in layers), default=0)
+        first = max((self._ffn_start(il) for il in layers), default=0)
         base, swa = attn_layers(self.profile, layers)
         order = tuple(il in swa for il in sorted([*base, *swa]))
-        return Chunks(size, VULKAN_TENSOR_LIMIT, self.embd_block, first, len(order) > 1, order)
+        block = self.embd_block
+        return Chunks(size, self.tensor_limits[gi], block, first, len(order) > 1, order, self.mla_v(layers))
+
+    def _ffn_start(self, il: int) -> int:
+        """The FFN intermediates a layer allocates before it frees any (`Chunks.ffn_first`): the outputs of gate and
+        up, both read by the GLU (`gate_up_outputs`), or the first intermediate alone (`ffn_layer`; no gate). The
+        allocator's trace on the Vulkan stand-in with 64-bit indexing, DeepSeek-V2-Lite at 32768 cells, `-ub 2048`,
+        no flash attention: `ffn_gate-0` (85.5 MiB) fits in chunk 0, `ffn_up-0` does not and goes into the freed
+        chunk of the 4 GiB `kq-0`, where `ffn_out-0` follows it, so `kq-1` opens chunk 2."""
+        first = ffn_layer(self.profile, il, self.n_tok)[1]
+        lp = self.profile.layers[il]
+        if (lp.is_moe and self.profile.moe is not None) or il in layer_shapes(self.profile).gated:
+            return max(first, gate_up_outputs(self.profile, il, self.n_tok))
+        return first
 
     def _host_scores(self) -> tuple[Term, ...]:
         """The KQ scores the Vulkan GPUs refuse, run on the host with copies of their K and V views and of Q
         (`HostScores`; DeepSeek-V3 at 4096 cells, `-ub 2048`, no flash attention: `CPU#Qcur-0` 576 MiB next to
         the 4 GiB `kq-0` in the host's buffer)."""
         tk, tv = kv_type_id(self.inputs.cache_type_k), kv_type_id(self.inputs.cache_type_v)
-        shapes: set[tuple[Affine, Affine]] = set()
+        shapes: set[tuple[Affine, Affine, int]] = set()
         for gi, vendor in enumerate(self.gpu_vendors):
             layers = self.by_dev.get(gi, [])
             if not max_chunk(vendor) or not layers or self.fa:
@@ -2167,11 +2198,10 @@ class PlanBuilder:
                     q[i] = max(q[i], F32 * self.n_tok * lp.n_head * lp.n_embd_head_k)
             for a in self.kq(layers):
                 if a.a_base or a.a_swa:
-                    shapes.add(
-                        (a, Affine(a_base=view[0], c=q[0]) if a.a_base else Affine(a_swa=view[1], c=q[1]))
-                    )
-        key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c)  # noqa: E731
-        return (HostScores(tuple(sorted(shapes, key=key)), VULKAN_TENSOR_LIMIT),) if shapes else ()
+                    views = Affine(a_base=view[0], c=q[0]) if a.a_base else Affine(a_swa=view[1], c=q[1])
+                    shapes.add((a, views, self.tensor_limits[gi]))
+        key = lambda x: (x[0].a_base, x[0].a_swa, x[0].c, x[2])  # noqa: E731
+        return (HostScores(tuple(sorted(shapes, key=key))),) if shapes else ()
 
     def _graph_inputs(self, layers: list[int], copies: int = 1) -> tuple[Term, ...]:
         """The cell-sized graph inputs and copies of a backend running `layers`: V's MLA copy, the DSA top-k

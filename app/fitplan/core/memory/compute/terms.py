@@ -149,7 +149,10 @@ class Chunks:
     suballocation block). `tensor_limit`: the largest tensor an op may touch on the device (ggml-vulkan
     `supports_op` refuses a tensor above maxStorageBufferRange or the buffer size, 4 GiB: the op runs on the host).
     `block`: one `[n_embd, n_tok]` block (the layer output that stays where the FFN put it). `ffn_first`: the
-    largest first FFN intermediate of the device's layers. `many`: more than one attention layer on the device."""
+    largest FFN intermediates the device's layers allocate before freeing any (gate's and up's outputs;
+    `PlanBuilder._ffn_start`). `many`: more than one attention layer on the device. `v_copy`: V's contiguous
+    MLA copy (`PlanBuilder.mla_v`), made after the scores and freed before the FFN: where Qcur's freed space does
+    not hold it, it lies above the attention's live set and its space is free to the FFN too."""
 
     size: int
     tensor_limit: int
@@ -159,6 +162,7 @@ class Chunks:
     # the device's attention layers in graph order, True where the layer reads the SWA cache (empty: layers of
     # the base cache, two of them where `many`)
     order: tuple[bool, ...] = ()
+    v_copy: Affine = Affine()
 
     def score_chunks(self, base: int, swa: int, twice: bool) -> int:
         """The bytes of the chunks the scores open (each chunk's highest end), the layers' scores taken in graph
@@ -248,7 +252,7 @@ class AttentionScores:
         own = [c.own_chunk(_scores(a, nb, ns)) for a in self.kq]
         room = max((v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
                    default=0)  # fmt: skip
-        twice = c.many and c.ffn_first > room
+        twice = c.many and c.ffn_first > room + c.v_copy.at(nb, ns)
         rest = max(
             (v - _scores(a, nb, ns) if o else v for a, v, o in zip(self.kq, live, own, strict=True)),
             default=0,
@@ -297,16 +301,16 @@ class HostScores:
     `CPU#cache_v_l0` and the 8 GiB `kq-0` in the host's buffer; Qwen3-30B-A3B: 8584 MiB recorded, 8192 of scores
     and its 2 x 32 MiB views above the host's graph inputs)."""
 
-    kq: tuple[tuple[Affine, Affine], ...]  # (the live set, the views) per layer shape
-    limit: int
-    label: str = "KQ scores on the host (above the GPU's storage range)"
+    # (the live set, the views, the first scores size the GPU refuses: `Chunks.tensor_limit`) per layer shape
+    kq: tuple[tuple[Affine, Affine, int], ...]
+    label: str = "KQ scores on the host (above the GPU's tensor limit)"
 
     def at(self, nb: int, ns: int) -> int:
         return max(
             (
                 _scores(a, nb, ns) + views.at(nb, ns)
-                for a, views in self.kq
-                if _scores(a, nb, ns) >= self.limit
+                for a, views, limit in self.kq
+                if _scores(a, nb, ns) >= limit
             ),
             default=0,
         )
