@@ -255,7 +255,7 @@ def test_fixed_scenarios_match_the_exhaustive_search(sc: Scenario) -> None:
 #: tie's last criterion); with 32 outputs the first GPU copies the output matrix in at -ngl 0, so it holds more there
 #: than at -ngl 1 with the output layer on the second GPU, and nothing fits at -ngl 0 that fits at -ngl 1 or more.
 CHEAPER_AT_NGL0 = [
-    Scenario("hybrid-moe", (1.5, 1.25), False, 2.0, "none", Goal.CONTEXT),
+    Scenario("hybrid-next", (2.0, 1.25), False, 6.0, "ncmoe", Goal.CONTEXT),
     Scenario("moe", (1.75,), False, 6.0, "ncmoe", Goal.CONTEXT),
     Scenario("dense", (1.75, 1.5, 1.5), False, 32.0, "ctx", Goal.CONTEXT),
 ]

@@ -1051,6 +1051,14 @@ def standin_settings(n_layer: int, moe: bool, recurrent: bool = False) -> list[t
         "-ctv", "q8_0")  # fmt: skip
     if moe:
         add("rocm-gfx1100-c8192-faon-cmoe", "rocm:24GiB:arch=gfx1100", "-c", "8192", "-fa", "on", "-cmoe")
+    # llama-server's own reserve (one output row, `--server-defaults`): the layer phase, not the logits, sets the
+    # first GPU's buffer at a partial -ngl, where it runs the host layers' attention over copies of their cache
+    for ngl in (0, half):
+        for c in (4096, 32768):
+            add(f"c{c}-faon-ngl{ngl}-server", CUDA_24, "--server-defaults", "-c", str(c), "-fa", "on", "-ngl",
+                str(ngl))  # fmt: skip
+    add(f"2dev-c32768-faon-ngl{half}-server", two, "--server-defaults", "-c", "32768", "-fa", "on", "-ngl",
+        str(half))  # fmt: skip
     return out
 
 

@@ -231,6 +231,19 @@ def layer_devices(n_layer_all: int, ngl: int, fractions: Sequence[float]) -> tup
     return tuple(out)
 
 
+def output_device(n_layer_all: int, ngl: int, fractions: Sequence[float]) -> int | None:
+    """The GPU index of the output layer (index `n_layer_all`) at `ngl`: `layer_devices`' last entry, without the
+    others."""
+    import bisect
+
+    n_dev = len(fractions)
+    if n_dev == 0 or ngl <= 0:
+        return None
+    act = min(ngl, n_layer_all + 1)
+    x = _f32((act - 1) / act)
+    return min(bisect.bisect_right([_f32(f) for f in fractions], x), n_dev - 1)
+
+
 def _f32(x: float) -> float:
     import struct
 

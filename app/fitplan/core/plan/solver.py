@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from fitplan.core.base.launch_settings import NGL_ALL, LaunchSettings, SplitMode
 from fitplan.core.base.results import Estimate, TermKind
+from fitplan.core.memory.weights import output_device, split_fractions
 from fitplan.core.plan.objective import point_key
 from fitplan.core.plan.search import Evaluator, largest_true, smallest_true_from
 from fitplan.core.plan.space import Finer, PlacementSpace, proportional_split
@@ -52,17 +53,26 @@ class Check:
         return self.gpus_fit and self.host_fits
 
 
-def _largest_gpu_fit(lo: int, hi: int, pred: Callable[[int], bool]) -> int | None:
+def _largest_gpu_fit(lo: int, hi: int, pred: Callable[[int], bool], edge: int | None = None) -> int | None:
     """The largest -ngl in [lo, hi] whose GPUs fit. Fewer layers on the GPUs take memory off them, except that
     with -ngl below all a GPU that holds no layer still gets a compute buffer (the CPU layers' matrix products are
     offloaded to it), and at -ngl 0 the first GPU copies the output matrix in for the logits (from 32 outputs),
     more than it holds at -ngl 1 with the output layer on another GPU: when even `lo` does not fit, the points are
     tried from the top down instead of bisected. (Below 32 outputs nothing is copied and -ngl 0 is the cheapest
-    point: the planner weighs it against -dev none, `planner._cpu_may_win`.)"""
+    point: the planner weighs it against -dev none, `planner._cpu_may_win`.)
+
+    `edge` (`Solver.output_settled`): the -ngl from which the output layer stays on the last GPU. Below it the
+    output layer (its weights and the logits) sits on an earlier GPU, which then holds more than with one layer
+    more (two GPUs, `-ts 1,1`: at -ngl 1 the output layer on the first GPU, at -ngl 2 on the second), and the
+    first GPU runs the host layers' attention over copies of their cache wherever the output is: the bisection
+    runs from the edge up, and the points below it are tried from the edge down."""
     if pred(hi):
         return hi
-    if lo < hi and pred(lo):
-        return largest_true(lo, hi, pred)
+    start = lo if edge is None else min(max(edge, lo), hi)
+    if start < hi and pred(start):
+        return largest_true(start, hi, pred)
+    if start > lo:
+        return next((g for g in range(start - 1, lo - 1, -1) if pred(g)), None)
     return next((g for g in range(hi - 1, lo, -1) if pred(g)), None)
 
 
@@ -127,6 +137,24 @@ class Solver:
 
     def usage(self, p: Point, n_ctx: int) -> tuple[DeviceUse, ...]:
         return self.ev(self.settings(p, n_ctx))[1]
+
+    def output_settled(self, lo: int, hi: int) -> int:
+        """The smallest -ngl in [lo, hi] from which the output layer is on the last GPU at every larger -ngl under a
+        pinned split (`_largest_gpu_fit`); `lo` with one GPU (the output layer is always on it) and with a free
+        split, where the balancing moves layers off a GPU that does not fit (and starts from the balanced split
+        of the nearest point tried, so the order of the points stays the bisection's)."""
+        n = len(self.gpus)
+        if n < 2 or self.pinned_split is None or self.base.split_mode is not SplitMode.LAYER:
+            return lo
+        if self.base.devices is not None:
+            return lo
+        fractions = split_fractions(dataclasses.replace(self.base, tensor_split=self.pinned_split), self.gpus)
+        edge = hi
+        for g in range(hi, max(lo, 1) - 1, -1):
+            if output_device(self.L, g, fractions) != n - 1:
+                break
+            edge = g
+        return edge
 
     def initial_split(self, ngl: int) -> tuple[int, ...] | None:
         if not self.split_free:
@@ -351,7 +379,7 @@ class Solver:
             seen[g] = self.check(g, ncmoe, n_ctx)
             return seen[g].gpus_fit
 
-        best = _largest_gpu_fit(lo, hi, gpus_ok)
+        best = _largest_gpu_fit(lo, hi, gpus_ok, self.output_settled(lo, hi))
         if best is None:
             return [], seen[lo]
         chosen = seen[best]
@@ -366,7 +394,9 @@ class Solver:
         if first.fits:  # everything the pins allow on the GPUs: nothing can be better
             return self._with_noop(first, hi_n, n_ctx), first
         # the largest -ngl whose GPUs can fit at all (every expert that can go to the CPU there)
-        top = _largest_gpu_fit(lo_g, hi_g, lambda g: self.check(g, hi_n, n_ctx).gpus_fit)
+        top = _largest_gpu_fit(
+            lo_g, hi_g, lambda g: self.check(g, hi_n, n_ctx).gpus_fit, self.output_settled(lo_g, hi_g)
+        )
         if top is None:
             return [], self.check(lo_g, hi_n, n_ctx)
         last = self.check(top, hi_n, n_ctx)

@@ -1595,15 +1595,20 @@ class PlanBuilder:
         return 0 if all(self._host_cache(il) for il in layers) else self.v_idxs(layers)
 
     def _host_cache(self, il: int) -> bool:
-        """Whether layer `il`'s attention runs on a GPU over copies of a cache in host memory, as counted here:
-        `-nkvo` (offload_kqv off: llama-kv-cache.cpp keeps every layer's cache on the host). A host layer's cache
-        is on the host too, and the first GPU that takes its multiplications copies its views and mask the same
-        way (the stand-in recordings: llama-3.1-8b over two GPUs at `-ngl 16`, 151.5 MiB recorded at 8192 cells
-        and 264.0 at 32768, 135.5 and 208.0 counted), but counting them makes the first GPU's compute at a
-        partial `-ngl` larger than at full offload and at `-ngl 0` larger than the planner's search assumes
-        (tests/plan/test_plan_oracle.py), so they are left out until the search allows for it."""
-        del il  # the rule is per context today; a per-layer one would read placement.layer_device[il]
-        return not self.inputs.kv_offload
+        """Whether layer `il`'s attention runs on a GPU over copies of a cache in host memory: with `-nkvo`
+        (offload_kqv off: llama-kv-cache.cpp keeps every layer's cache on the host), and for a host layer whose
+        multiplications the first GPU takes (op offload, `compute_devices`): its cache is on the host too, and the
+        scheduler places its flash attention with Q, on that GPU, which copies its views and mask in the same way
+        (ggml-backend.cpp `ggml_backend_sched_backend_id_from_cur` skips FLASH_ATTN_EXT where it places ops by
+        their weights). The stand-in recordings: llama-3.1-8b over two GPUs at `-ngl 16`, 151.5 MiB at 8192 cells
+        and 264.0 at 32768 (135.5 and 208.0 without these copies); with llama-server's reserve of one output row,
+        where the layer phase and not the logits sets the first GPU's buffer, at `-ngl 0` and `-ngl 16` at 32768
+        cells 264.0 MiB (208.0 without: 17% under). The first GPU can so hold more at a partial `-ngl` than with
+        every layer offloaded, and more at `-ngl 1` than at `-ngl 2` where the output layer moves to a second GPU:
+        the planner's search allows for both (`solver._largest_gpu_fit`, `Solver.output_settled`)."""
+        return not self.inputs.kv_offload or (
+            self.placement.layer_device[il] is None and self.compute_dev[il] is not None
+        )
 
     def _host_cache_layer(
         self, gi: int, il: int, swa: bool, layout: tuple[tuple[str, int], ...], base: Affine, lead: int
