@@ -388,6 +388,12 @@ def _q_norm_layers(profile: ModelProfile) -> frozenset[int]:
     return frozenset(t.layer for t in profile.tensors if t.layer is not None and "attn_q_norm" in t.name)
 
 
+def _q_bias_layers(profile: ModelProfile) -> frozenset[int]:
+    """The layers whose Q product has a bias added (`attn_q.bias`): on a host layer, a tensor of its own
+    (`PlanBuilder._q_second`)."""
+    return frozenset(t.layer for t in profile.tensors if t.layer is not None and ".attn_q.bias" in t.name)
+
+
 def _freed_chunk(attention: tuple[Term, ...]) -> Term | None:
     """The chunk the scores had to themselves, where the device's buffer is made of chunks (`FreedChunk`)."""
     att = attention[0] if attention else None
@@ -455,10 +461,7 @@ class PlanBuilder:
             self.host_mats, self.copy_chunks = _own_chunk_copies(
                 self.host_mats, max_chunk(gpu_vendors[0]), trunk
             )
-        # the layers whose Q product has a bias added (`_q_shift`)
-        self.q_bias = frozenset(
-            t.layer for t in profile.tensors if t.layer is not None and ".attn_q.bias" in t.name
-        )
+        self.q_bias = _q_bias_layers(profile)
         self.host_glu_offloaded: frozenset[int] = frozenset()
         self.host_mla_offloaded: frozenset[int] = frozenset()
         if matmul_offload(inputs, gpu_vendors):
