@@ -496,8 +496,9 @@ class HostCacheAttention:
     layer 1's 3.3 MiB attn_v copy, Q after it, K after Q, V above the mask, 264.0 MiB; gemma-3-27b with `-nkvo
     -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). Not replayed:
     a later GPU's next layer (layer 18's V copy above the mask left by layer 17 at 32768 cells, under the logits
-    there); the FFN is placed as one tensor, an upper bound where its first intermediates alone would fit in a
-    freed block."""
+    there); a GPU layer's FFN is placed as one tensor, an upper bound where its first intermediates alone would fit
+    in a freed block; a host layer's (`ffn_ops`) is replayed, its matrices' copies and products one after the
+    other."""
 
     layout: tuple[tuple[str, int], ...]
     k: Affine  # the K view's copy, f32 rows of the cache type per cell
