@@ -331,7 +331,7 @@ def test_a_planner_assuming_monotone_memory_misses_them(monkeypatch: pytest.Monk
             m.setattr(planner, "_cpu_may_win", _cpu_may_win_by_context_only)
             assert all(check_scenario(sc) for sc in CHEAPER_AT_NGL0)
         with monkeypatch.context() as m:
-            m.setattr(solver, "_largest_gpu_fit", largest_true)
+            m.setattr(solver, "_largest_gpu_fit", lambda lo, hi, pred, edge=None: largest_true(lo, hi, pred))
             assert all(check_scenario(sc) for sc in DEARER_AT_NGL0)
     finally:
         TALLY.update(saved)
