@@ -17,6 +17,7 @@ from fitplan.core.memory.weights import (
     CpuFeatures,
     layer_devices,
     mapped_span_bytes,
+    output_device,
     place_weights,
     resolve_n_gpu_layers,
     row_bytes,
@@ -54,6 +55,18 @@ def test_ngl_counts_the_output_layer_first() -> None:
     devs = layer_devices(32, 32, [1.0])
     assert devs[0] is None and all(d == 0 for d in devs[1:])
     assert all(d == 0 for d in layer_devices(32, 33, [1.0]))
+
+
+def test_the_output_layers_device_is_layer_devices_last() -> None:
+    """`output_device` (the planner's edge of the -ngl bisection) reads the output layer's GPU without the others:
+    the same as `layer_devices`' last entry over splits and -ngl, the float32 split points included."""
+    splits = ([1.0], [0.5, 1.0], [0.75, 1.0], [1 / 3, 2 / 3, 1.0], [0.1, 0.2, 0.9, 1.0], [0.999, 1.0])
+    for n_layer in (1, 5, 6, 32, 61):
+        for fractions in splits:
+            for ngl in range(n_layer + 3):
+                assert output_device(n_layer, ngl, fractions) == layer_devices(n_layer, ngl, fractions)[-1]
+    # -ts 1,1: the output layer on the first GPU at -ngl 1, on the second from -ngl 2
+    assert [output_device(6, g, [0.5, 1.0]) for g in range(4)] == [None, 0, 1, 1]
 
 
 def test_auto_and_all_mean_every_layer() -> None:

@@ -272,6 +272,19 @@ def _solver(sc: Scenario) -> tuple[Solver, int]:
     return Solver(ev, pb.base, pb.space, tensor_split=pb.pins.tensor_split), pb.ncmoe_choices[0]
 
 
+#: Where the first GPU holds more at -ngl 1 than at -ngl 2 under a pinned split (the output layer on it, with the
+#: host layers' attention over copies of their cache): a bisection of -ngl from 0 probes -ngl 3 (no fit) and 1 (no
+#: fit) and returns 0, where -ngl 2 with every expert on the CPU fits (`Solver.output_settled`).
+OUTPUT_LAYER_MOVES = [Scenario("hybrid-moe", (1.5, 1.5), True, 2.0, "ts", Goal.PLACEMENT)]
+
+
+@pytest.mark.parametrize("sc", OUTPUT_LAYER_MOVES)
+def test_the_output_layers_gpu_bounds_the_bisection(sc: Scenario) -> None:
+    s, _ = _solver(sc)
+    assert s.check(2, 6, 4096).gpus_fit and not s.check(1, 6, 4096).gpus_fit
+    assert check_scenario(sc) == []
+
+
 @pytest.mark.parametrize("sc", CHEAPER_AT_NGL0 + DEARER_AT_NGL0)
 def test_ngl0_off_the_order_matches_the_exhaustive_search(sc: Scenario) -> None:
     assert check_scenario(sc) == []
@@ -318,7 +331,7 @@ def test_a_planner_assuming_monotone_memory_misses_them(monkeypatch: pytest.Monk
             m.setattr(planner, "_cpu_may_win", _cpu_may_win_by_context_only)
             assert all(check_scenario(sc) for sc in CHEAPER_AT_NGL0)
         with monkeypatch.context() as m:
-            m.setattr(solver, "_largest_gpu_fit", largest_true)
+            m.setattr(solver, "_largest_gpu_fit", lambda lo, hi, pred, edge=None: largest_true(lo, hi, pred))
             assert all(check_scenario(sc) for sc in DEARER_AT_NGL0)
     finally:
         TALLY.update(saved)
