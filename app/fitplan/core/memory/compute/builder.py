@@ -1668,7 +1668,7 @@ class PlanBuilder:
             return second[0]
         if il in q_norm:
             lp = self.profile.layers[il]
-            return F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+            return 0 if mats else F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
         return next((b for n, b in mats.items() if ".attn_v." in n), 0)
 
     def _q_second(self, il: int, q_norm: frozenset[int]) -> tuple[int, int] | None:
@@ -1687,6 +1687,8 @@ class PlanBuilder:
         lp = self.profile.layers[il]
         q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
         wq = next((b for n, b in mats.items() if ".attn_q." in n), 0)
+        if not wq:
+            return None  # no Q matrix of its own (a fused QKV): not traced
         full = 2 * q if self._gated_product() else 0
         if q <= wq:
             return 0, wq + full if full else q
