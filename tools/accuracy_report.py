@@ -1095,13 +1095,20 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   `-ngl 16`, 32768 cells; one GPU at 65536 and 131072 cells -17.0% -> exact; gemma-3-27b's first full-attention
   layer -19.7% -> -1.1%; a later layer whose Q lands higher puts its V copy above the mask (gemma-3-27b with
   `-ngl 31`: the first GPU layer's normed Q one Q above host layer 5's, -14.3% -> exact); without flash attention,
-  K's and V's copies beside the scores and no V indices on the GPU, -7.3% -> exact).
+  K's and V's copies beside the scores and no V indices on the GPU, -7.3% -> exact). A host layer there (op
+  offload) has its FFN's copies and products replayed over the freed views (the expert copy right above the mask,
+  the products in K's and V's space), and its Q where the Q matrix's copy puts it: a Q bias or norm makes a second
+  Q, in the copy's freed space where it fits, else above the product, and qwen3-next's gated product stays live
+  under it (llama-server's reserve at `-ngl 0` and 32768 cells: gpt-oss-20b +14.7%, gpt-oss-120b +6.5%,
+  qwen3-30b-a3b +9.3%, qwen3-next-80b-a3b +5.4% -> exact, the same at the partial `-ngl` and over two GPUs).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
-whose cache stays on the host without `-nkvo` (llama-3.1-8b over two GPUs at `-ngl 16`: -3.6% at 8192 cells, -9.5%
-at 32768; the same copies on the first GPU, left out: counted, the first GPU would hold more as layers leave it,
-which the planner's search does not allow for); q8_0 caches with
+at 4096 cells with llama-server's reserve of one output row (`-ngl 0`: gemma-3-27b -6.3%, llama-3.1-8b -4.6%; the
+first host layer and the next one's K and V are replayed, not the later layers' splits: on llama-3.1-8b layer 1's
+Q product lands above the mask, its attention output in the 8 MiB that product freed and its FFN above that, 139.5
+MiB where layer 0 reaches 131.5; on gemma-3-27b layers 5-59 one block higher than layers 0-4 and layer 60, after
+the full-attention mask is freed, higher again, 220.8 MiB); q8_0 caches with
 `-nkvo` over two GPUs (+2.0%: the rotated caches' inputs put the mask in the freed blocks, below the FFN); `-fa on` where ggml-cuda refuses the
 shape (the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied
 there, so the GPU's and the host's parts are swapped, the totals within 5%); mistral4's down product on the host

@@ -35,6 +35,7 @@ from fitplan.core.memory.compute.ffn import (
     moe_split_below_logits,
     offloaded_down_top,
     offloaded_ffn_above,
+    offloaded_ffn_ops,
     offloaded_ffn_peak,
     residual_blocks,
     routed_sum_inputs,
@@ -387,6 +388,12 @@ def _q_norm_layers(profile: ModelProfile) -> frozenset[int]:
     return frozenset(t.layer for t in profile.tensors if t.layer is not None and "attn_q_norm" in t.name)
 
 
+def _q_bias_layers(profile: ModelProfile) -> frozenset[int]:
+    """The layers whose Q product has a bias added (`attn_q.bias`): on a host layer, a tensor of its own
+    (`PlanBuilder._q_second`)."""
+    return frozenset(t.layer for t in profile.tensors if t.layer is not None and ".attn_q.bias" in t.name)
+
+
 def _freed_chunk(attention: tuple[Term, ...]) -> Term | None:
     """The chunk the scores had to themselves, where the device's buffer is made of chunks (`FreedChunk`)."""
     att = attention[0] if attention else None
@@ -454,6 +461,7 @@ class PlanBuilder:
             self.host_mats, self.copy_chunks = _own_chunk_copies(
                 self.host_mats, max_chunk(gpu_vendors[0]), trunk
             )
+        self.q_bias = _q_bias_layers(profile)
         self.host_glu_offloaded: frozenset[int] = frozenset()
         self.host_mla_offloaded: frozenset[int] = frozenset()
         if matmul_offload(inputs, gpu_vendors):
@@ -655,8 +663,7 @@ class PlanBuilder:
         the freed token rows' block (the allocator's trace on the qwen35 smoke model with four slots at c4096). A
         query larger than a block does not add it: qwen3-next at `-ub 2048` on the CUDA stand-in is within 1%
         without it, 5% over with it."""
-        gated = self.profile.traits.graph.gated_delta_net and self.profile.has_memory
-        return 2 * q if gated and q <= self.embd_block else q
+        return 2 * q if self._gated_product() and q <= self.embd_block else q
 
     def _row_indices_room(self, il: int, last: bool) -> int:
         """The space the scores of the last layer of a cache may take without raising the peak: that layer has
@@ -1581,12 +1588,15 @@ class PlanBuilder:
         lp = self.profile.layers[il]
         q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
         blk = self.embd_block
+        shift, q = self._q_second(il, q_norm) or (-1, q)
         if not gpu_first:
             rest = max(0, blocks - 3) * blk
-            return (("blk", blk), ("", blk), ("blk", rest), ("", self._q_shift(il, q_norm)), ("q", q))
+            shift = self._q_shift(il, q_norm) if shift < 0 else shift
+            return (("blk", blk), ("", blk), ("blk", rest), ("", shift), ("q", q))
+        shift = max(0, shift)
         if first:
-            return (("", 2 * blk), ("blk", max(0, blocks - 3) * blk), ("q", q))
-        return (("blk", max(0, blocks - 1) * blk), ("", blk), ("q", q))
+            return (("", 2 * blk), ("blk", max(0, blocks - 3) * blk), ("", shift), ("q", q))
+        return (("blk", max(0, blocks - 1) * blk), ("", blk + shift), ("q", q))
 
     def _gpu_v_idxs(self, layers: list[int]) -> int:
         """V's row indices a GPU copies in: they feed the stores into the cache (set_rows), which run where the
@@ -1622,10 +1632,12 @@ class PlanBuilder:
         # the attention's output alone: the copied views are contiguous, and no f16 copies of a quantized cache
         # come with it (the allocator's list with q8_0 caches over two GPUs with `-nkvo`: node_33, 8.00 MiB)
         out = F32 * self.n_tok * lp.n_head * lp.n_embd_head_v
+        ffn_ops: tuple[ReplayOp, ...] = ()
         if self.ffn_dev.get(il, gi) != gi:
             ffn = 0
         elif il in self.host_mats:
             ffn = offloaded_ffn_peak(self.profile, il, self.n_tok, self.host_mats[il])
+            ffn_ops = offloaded_ffn_ops(self.profile, il, self.n_tok, self.host_mats[il])
         else:
             ffn = ffn_layer(self.profile, il, self.n_tok)[0]
         per_cell = 0 if self.fa else F32 * self.n_tok * lp.n_head
@@ -1639,6 +1651,7 @@ class PlanBuilder:
             ffn=ffn,
             base=base,
             next_lead=lead,
+            ffn_ops=ffn_ops,
         )
 
     def _q_shift(self, il: int, q_norm: frozenset[int]) -> int:
@@ -1650,10 +1663,40 @@ class PlanBuilder:
         gemma-3-27b over two GPUs with `-nkvo -ngl 31` at 32768 cells, host layer 5's normed Q right above the
         blocks and GPU layer 35's one Q higher, its V copy then above layer 5's mask (466.0 MiB)."""
         mats = {n: b for n, b in self.host_mats.get(il, {}).items() if ".attn_" in n}
+        second = self._q_second(il, q_norm)
+        if second is not None:
+            return second[0]
         if il in q_norm:
             lp = self.profile.layers[il]
             return 0 if mats else F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
         return next((b for n, b in mats.items() if ".attn_v." in n), 0)
+
+    def _q_second(self, il: int, q_norm: frozenset[int]) -> tuple[int, int] | None:
+        """A host layer's second Q at its split (None: none): the free space under it above the blocks and the
+        live block it ends (the Q, or from the normed Q to the end of a gated product). With a Q norm or a Q
+        bias, the product goes above the copy of the Q matrix, which lies on the blocks, and the normed or biased
+        Q into the copy's freed space where it fits there, else above the product; a product that carries the
+        output gate (`Qcur_full`) stays live through the attention. The allocator's lists on the CUDA-shaped
+        stand-in at `-ngl 0`, 32768 cells: gpt-oss-20b's biased Qcur-1 at 22.5 MiB in its 12.0 MiB attn_q copy's
+        place, K's copy right above it; qwen3-30b-a3b's 8 MiB normed Q at 28.5 MiB above its 4.5 MiB attn_q copy
+        and its product, K's copy right above it; qwen3-next-80b-a3b's normed Q at 16 MiB in its 9 MiB attn_q
+        copy's place, its 16 MiB Qcur_full-3 above the copy, K's copy above that at 41 MiB, the mask at 105."""
+        mats = self.host_mats.get(il, {})
+        if not any(".attn_" in n for n in mats) or (il not in q_norm and il not in self.q_bias):
+            return None
+        lp = self.profile.layers[il]
+        q = F32 * self.n_tok * lp.n_head * lp.n_embd_head_k
+        wq = next((b for n, b in mats.items() if ".attn_q." in n), 0)
+        if not wq:
+            return None  # no Q matrix of its own (a fused QKV): not traced
+        full = 2 * q if self._gated_product() else 0
+        if q <= wq:
+            return 0, wq + full if full else q
+        return wq + (0 if full else q), full + q
+
+    def _gated_product(self) -> bool:
+        """Whether one projection gives the query and its output gate (`_gated_query`)."""
+        return self.profile.traits.graph.gated_delta_net and self.profile.has_memory
 
     def gpu_plan(self, gi: int) -> DevicePlan:
         """The compute plan of GPU `gi`."""

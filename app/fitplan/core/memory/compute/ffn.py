@@ -337,6 +337,22 @@ def _offloaded_ffn(
     output, up's copy in gate's space and its output, the GLU output in the freed copies' space, down's 157.5 MiB
     copy above it and its output on top). Replayed with the allocator's best fit (`BestFit`); the highest end above
     what stays live under the FFN."""
+    ops = offloaded_ffn_ops(profile, il, n_tok, mats)
+    if not ops:
+        return 0, 0
+    sim = BestFit(holes)
+    sim.run(ops[:-3])
+    down = "w" in sim.live
+    at, size = sim.live["w"] if down else (0, 0)
+    return sim.run(ops[-3:]), at + size if down else 0
+
+
+def offloaded_ffn_ops(
+    profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]
+) -> tuple[ReplayOp, ...]:
+    """`_offloaded_ffn`'s allocations in order (none: no matrix of the FFN is copied in): each matrix's copy
+    ("w"), freed after its product; the last three ops are the down projection's output and the frees of the GLU
+    output and the down copy."""
     lp = profile.layers[il]
     moe = profile.moe
     if lp.is_moe and moe is not None:
@@ -350,7 +366,7 @@ def _offloaded_ffn(
         keys = ("ffn_gate_up.", "ffn_gate.", "ffn_up.", "ffn_down.")
     w = [next((b for n, b in mats.items() if k in n and n.endswith(".weight")), 0) for k in keys]
     if not rows or not any(w):
-        return 0, 0
+        return ()
     fused, gate, up, down = w
     ops: list[ReplayOp] = []
     if fused:
@@ -360,7 +376,4 @@ def _offloaded_ffn(
             ops += [("w", gate), ("g", rows), ("w", 0)]
         ops += [("w", up), ("u", rows), ("w", 0)]
     ops += [("glu", rows), ("gu", 0), ("g", 0), ("u", 0), ("w", down)]
-    sim = BestFit(holes)
-    sim.run(ops)
-    at, size = sim.live["w"] if down else (0, 0)
-    return sim.run([("d", out), ("glu", 0), ("w", 0)]), at + size if down else 0
+    return (*ops, ("d", out), ("glu", 0), ("w", 0))

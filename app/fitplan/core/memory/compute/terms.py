@@ -10,6 +10,7 @@ replay), added to the right group of the plan in `PlanBuilder` (docs/architectur
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -495,8 +496,9 @@ class HostCacheAttention:
     layer 1's 3.3 MiB attn_v copy, Q after it, K after Q, V above the mask, 264.0 MiB; gemma-3-27b with `-nkvo
     -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). Not replayed:
     a later GPU's next layer (layer 18's V copy above the mask left by layer 17 at 32768 cells, under the logits
-    there); the FFN is placed as one tensor, an upper bound where its first intermediates alone would fit in a
-    freed block."""
+    there); a GPU layer's FFN is placed as one tensor, an upper bound where its first intermediates alone would fit
+    in a freed block; a host layer's (`ffn_ops`) is replayed, its matrices' copies and products one after the
+    other."""
 
     layout: tuple[tuple[str, int], ...]
     k: Affine  # the K view's copy, f32 rows of the cache type per cell
@@ -506,6 +508,7 @@ class HostCacheAttention:
     ffn: int  # the layer's FFN live set as one block
     base: Affine  # what the plan counts under the transient (the layer inputs)
     next_lead: int = -1  # how far up a later layer's Q lands (-1: no later layer is replayed)
+    ffn_ops: tuple[ReplayOp, ...] = ()  # a host layer's FFN copies and products (`offloaded_ffn_ops`)
     scores: Affine = Affine()  # without flash attention: the KQ scores (then `out` is not allocated)
     scores_next: bool = False  # the next layer reads the same cache: its copies and scores above the mask
     label: str = "host-cache K/V, mask copies"
@@ -532,7 +535,12 @@ class HostCacheAttention:
             # 600.0 MiB where layer 0 reached 584.0; gemma-3-27b's next full-attention layer comes six layers
             # later, after other scores: its peak is layer 5's, 650.0 MiB)
             top = max(top, sim.end + k + v + kq)
-        if self.ffn > sim.largest_hole():
+        if self.ffn_ops:
+            # a host layer's FFN (op offload): its copies and products replayed over the freed K, V and Q
+            # (gpt-oss-20b at `-ngl 0`, 32768 cells: layer 1's 134.5 MiB gate copy right above the mask, its
+            # 22.5 MiB products in K's and V's freed space, 261.0 MiB where the FFN as one block gave 307.5)
+            top = max(top, copy.deepcopy(sim).run(self.ffn_ops))
+        elif self.ffn > sim.largest_hole():
             top = max(top, sim.end + self.ffn)
         if self.next_lead >= 0:
             q = dict(self.layout)["q"]
