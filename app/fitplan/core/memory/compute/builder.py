@@ -35,6 +35,7 @@ from fitplan.core.memory.compute.ffn import (
     moe_split_below_logits,
     offloaded_down_top,
     offloaded_ffn_above,
+    offloaded_ffn_ops,
     offloaded_ffn_peak,
     residual_blocks,
     routed_sum_inputs,
@@ -42,6 +43,7 @@ from fitplan.core.memory.compute.ffn import (
 )
 from fitplan.core.memory.compute.inputs import ComputeInputs
 from fitplan.core.memory.compute.layer_replay import LAYER_IN, deepseek2_runs
+from fitplan.core.memory.compute.mla_host import MlaHostCache
 from fitplan.core.memory.compute.recurrent import (
     SsmLead,
     SsmReplay,
@@ -1549,6 +1551,8 @@ class PlanBuilder:
         (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, MLA, a fork's graph or
         an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak)."""
         first, pp, unmerged = where
+        if self.profile.mla is not None and not (pp or unmerged):
+            return self._mla_host_cache(gi, layers, first, blocks, base)
         if pp or unmerged or not layers or not self._host_cache_replayed(gi):
             return ()
         out: list[Term] = []
@@ -1563,6 +1567,62 @@ class PlanBuilder:
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
             out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
         return tuple(out)
+
+    def _mla_host_cache(
+        self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine
+    ) -> tuple[MlaHostCache, ...]:
+        """`_host_cache_attention` with MLA (`MlaHostCache`): the GPU's first layer when it runs the model's first
+        layer over a host cache, mainline's absorbed graph with flash attention on a CUDA GPU (the recordings).
+        The blocks at its start, from the allocator's list on the CUDA-shaped stand-in (DeepSeek-V2-Lite with
+        llama-server's reserve at `-ngl 0`): the attention norm's block, a block the mixed batch's rows left (the
+        copies of the host layer's attention matrices and the positions go there), the embeddings and the
+        residual; q goes above them."""
+        mla = self.profile.mla
+        il = layers[0] if layers else -1
+        if (
+            mla is None
+            or il < 0
+            or not first
+            or not self.fa
+            or self.gpu_vendors[gi] not in CUDA_VENDORS
+            or not self._replayed_mla()
+            or self.inputs.fork_attention
+            or not self._host_cache(il)
+            or not self._cuda_fa_runs([il])
+        ):
+            return ()
+        lp = self.profile.layers[il]
+        blk = self.embd_block
+        layout = (("norm", blk), ("", blk), ("blk", max(0, blocks - 3) * blk))
+        full = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, True)
+        head = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, False)
+        # the attention norm's output is read by the compressed KV's product and freed after it
+        at = next(i for i, (name, _) in enumerate(head) if name == "kv_cmpr_pe") + 1
+        query = (*head[:at], ("norm", 0), *head[at:])
+        tail = full[len(head) :]
+        attend = (*tail[:2], ("k", 0), ("v", 0), *tail[2:])  # the copies freed with Qcur, after the attention
+        cache = kv_type_id(self.inputs.cache_type_k)
+        row = row_bytes(cache, mla.kv_lora_rank + mla.n_rot) * self.inputs.n_stream
+        short = row_bytes(cache, mla.kv_lora_rank + mla.n_rot) - row_bytes(cache, mla.kv_lora_rank)
+        ffns = {self._mla_host_ffn(j) for j in layers if self.ffn_dev.get(j, gi) == gi}
+        term = MlaHostCache(
+            layout=layout,
+            query=query,
+            k=Affine(a_base=row),
+            v=Affine(a_base=row, c=-short),
+            mask=self.masks([il]),
+            attend=attend,
+            ffns=tuple(sorted(f for f in ffns if f)),
+            base=base,
+        )
+        return (term,)
+
+    def _mla_host_ffn(self, il: int) -> tuple[ReplayOp, ...]:
+        """Layer `il`'s FFN as `MlaHostCache` replays it: a host layer's copies (`offloaded_ffn_ops`), else its
+        live set as one block."""
+        if il in self.host_mats:
+            return offloaded_ffn_ops(self.profile, il, self.n_tok, self.host_mats[il])
+        return (("ffn", ffn_layer(self.profile, il, self.n_tok)[0]), ("ffn", 0))
 
     def _host_cache_replayed(self, gi: int) -> bool:
         """Whether GPU `gi`'s copies of a host cache are replayed: a CUDA GPU (the recordings), mainline's graph,

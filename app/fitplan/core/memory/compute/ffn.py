@@ -337,6 +337,26 @@ def _offloaded_ffn(
     output, up's copy in gate's space and its output, the GLU output in the freed copies' space, down's 157.5 MiB
     copy above it and its output on top). Replayed with the allocator's best fit (`BestFit`); the highest end above
     what stays live under the FFN."""
+    ops, out, down = _offloaded_ffn_ops(profile, il, n_tok, mats)
+    if not ops:
+        return 0, 0
+    sim = BestFit(holes)
+    sim.run(ops)
+    at, size = sim.live["w"] if down else (0, 0)
+    return sim.run([("d", out), ("glu", 0), ("w", 0)]), at + size if down else 0
+
+
+def offloaded_ffn_ops(profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]) -> tuple[ReplayOp, ...]:
+    """`offloaded_ffn_peak`'s allocations and frees in graph order, to the down product's output (empty: nothing of
+    the FFN is copied in), for a replay over a live set it does not know (`MlaHostCache`)."""
+    ops, out, _ = _offloaded_ffn_ops(profile, il, n_tok, mats)
+    return (*ops, ("d", out), ("glu", 0), ("w", 0), ("d", 0)) if ops else ()
+
+
+def _offloaded_ffn_ops(
+    profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]
+) -> tuple[list[ReplayOp], int, int]:
+    """`_offloaded_ffn`'s ops to the down matrix's copy, the down product's bytes and the copy's (no ops: none)."""
     lp = profile.layers[il]
     moe = profile.moe
     if lp.is_moe and moe is not None:
@@ -350,7 +370,7 @@ def _offloaded_ffn(
         keys = ("ffn_gate_up.", "ffn_gate.", "ffn_up.", "ffn_down.")
     w = [next((b for n, b in mats.items() if k in n and n.endswith(".weight")), 0) for k in keys]
     if not rows or not any(w):
-        return 0, 0
+        return [], 0, 0
     fused, gate, up, down = w
     ops: list[ReplayOp] = []
     if fused:
@@ -360,7 +380,4 @@ def _offloaded_ffn(
             ops += [("w", gate), ("g", rows), ("w", 0)]
         ops += [("w", up), ("u", rows), ("w", 0)]
     ops += [("glu", rows), ("gu", 0), ("g", 0), ("u", 0), ("w", down)]
-    sim = BestFit(holes)
-    sim.run(ops)
-    at, size = sim.live["w"] if down else (0, 0)
-    return sim.run([("d", out), ("glu", 0), ("w", 0)]), at + size if down else 0
+    return ops, out, down
