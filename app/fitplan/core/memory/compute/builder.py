@@ -1571,18 +1571,18 @@ class PlanBuilder:
     def _mla_host_cache(
         self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine
     ) -> tuple[MlaHostCache, ...]:
-        """`_host_cache_attention` with MLA (`MlaHostCache`): the GPU's first layer when it runs the model's first
-        layer over a host cache, mainline's absorbed graph with flash attention on a CUDA GPU (the recordings).
-        The blocks at its start, from the allocator's list on the CUDA-shaped stand-in (DeepSeek-V2-Lite with
-        llama-server's reserve at `-ngl 0`): the attention norm's block, a block the mixed batch's rows left (the
-        copies of the host layer's attention matrices and the positions go there), the embeddings and the
-        residual; q goes above them."""
+        """`_host_cache_attention` with MLA (`MlaHostCache`): the GPU's first layer over a host cache, mainline's
+        absorbed graph with flash attention on a CUDA GPU (the recordings). The blocks at its start, from the
+        allocator's lists on the CUDA-shaped stand-in: on the GPU that runs the model's first layer (DeepSeek-V2-
+        Lite with llama-server's reserve at `-ngl 0`) the attention norm's block, a block the mixed batch's rows
+        left (the copies of the host layer's attention matrices and the positions go there), the embeddings and
+        the residual, q above them; on a later GPU (DeepSeek-V3 over two GPUs with `-nkvo`) the norm's block
+        alone, the layer input copied in at the attention's split."""
         mla = self.profile.mla
         il = layers[0] if layers else -1
         if (
             mla is None
             or il < 0
-            or not first
             or not self.fa
             or self.gpu_vendors[gi] not in CUDA_VENDORS
             or not self._replayed_mla()
@@ -1593,7 +1593,7 @@ class PlanBuilder:
             return ()
         lp = self.profile.layers[il]
         blk = self.embd_block
-        layout = (("norm", blk), ("", blk), ("blk", max(0, blocks - 3) * blk))
+        layout = (("norm", blk), ("", blk), ("blk", max(0, blocks - 3) * blk)) if first else (("norm", blk),)
         full = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, True)
         head = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, False)
         # the attention norm's output is read by the compressed KV's product and freed after it
@@ -1614,6 +1614,7 @@ class PlanBuilder:
             attend=attend,
             ffns=tuple(sorted(f for f in ffns if f)),
             base=base,
+            residual=0 if first else blk,
         )
         return (term,)
 

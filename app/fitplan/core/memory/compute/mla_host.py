@@ -21,12 +21,16 @@ class MlaHostCache:
     reads them), each view as its whole extent (`ggml_nbytes`: V's ends one row's rope part short of K's). Replayed
     with the allocator's best fit (`BestFit`) over the blocks live at the layer's start (`layout`, bottom up; the
     attention norm's block "norm" is freed after the compressed KV's product): the query's ops (`query`,
-    `attention.absorbed_mla_ops` to Kcur's store), the copies, the attention's ops (`attend`), then with only the
+    `attention.absorbed_mla_ops` to Kcur's store), the copies (on a later GPU first the layer input, `residual`,
+    a split input of the attention's split as the stores into the cache before it ran on the host), the
+    attention's ops (`attend`), then with only the
     blocks and the mask live each of the GPU's FFNs (`ffns`): a host layer's copied matrices and outputs
     (`ffn.offloaded_ffn_ops`), else its live set as one block. The allocator's list on the CUDA-shaped stand-in,
     DeepSeek-V2-Lite with llama-server's reserve at `-ngl 0` and 32768 cells: q and q_nope_absorbed above the
     blocks, Qcur above them (56 MiB), K's 36 MiB copy, V's, the 32 MiB mask at 128 MiB; layer 1's 187 MiB copy of
-    its down experts above the mask (347.0 MiB, where the gate's and up's 99 MiB copies fit under it). The bytes
+    its down experts above the mask (347.0 MiB, where the gate's and up's 99 MiB copies fit under it); DeepSeek-V3
+    over two GPUs with `-nkvo` at 32768 cells, on the second: the layer input, K, V and the mask in the space
+    q_nope_absorbed and q_pe left under Qcur, the 128 MiB attention output above Qcur (481.0 MiB). The bytes
     above the plan's layer inputs (`base`)."""
 
     layout: tuple[tuple[str, int], ...]
@@ -37,6 +41,7 @@ class MlaHostCache:
     attend: tuple[ReplayOp, ...]  # the flash attention's output and what follows it to the output projection
     ffns: tuple[tuple[ReplayOp, ...], ...]
     base: Affine
+    residual: int = 0  # the layer input a later GPU copies in at the split, before K (0: live in `layout`)
     label: str = "host-cache K/V, mask copies (MLA)"
 
     def at(self, nb: int, ns: int) -> int:
@@ -51,10 +56,11 @@ class MlaHostCache:
     def _attention(self, nb: int, ns: int) -> BestFit:
         sim = BestFit.from_layout(self.layout)
         sim.run(self.query)
-        copies = [("k", max(0, self.k.at(nb, ns))), ("v", max(0, self.v.at(nb, ns))), ("m", self.mask.at(nb, ns))]
+        copies = [("res", self.residual), ("k", max(0, self.k.at(nb, ns))), ("v", max(0, self.v.at(nb, ns)))]
+        copies.append(("m", self.mask.at(nb, ns)))
         sim.run([*copies, *self.attend])
         # everything of the attention freed; the blocks and the mask stay
-        sim.run([(name, 0) for name in list(sim.live) if name not in {"m", *dict(self.layout)}])
+        sim.run([(name, 0) for name in list(sim.live) if name not in {"m", "res", *dict(self.layout)}])
         return sim
 
     def _ffn_peak(self, ops: tuple[ReplayOp, ...], nb: int, ns: int) -> int:
