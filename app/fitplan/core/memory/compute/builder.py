@@ -43,7 +43,6 @@ from fitplan.core.memory.compute.ffn import (
 )
 from fitplan.core.memory.compute.inputs import ComputeInputs
 from fitplan.core.memory.compute.layer_replay import LAYER_IN, deepseek2_runs
-from fitplan.core.memory.compute.mla_host import MlaHostCache
 from fitplan.core.memory.compute.recurrent import (
     SsmLead,
     SsmReplay,
@@ -90,6 +89,7 @@ from fitplan.core.memory.compute.terms import (
     Largest,
     Linear,
     LogitsOnTop,
+    MlaHostCache,
     ReplayedBuffer,
     Term,
     nonzero,

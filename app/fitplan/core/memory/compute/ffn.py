@@ -346,7 +346,9 @@ def _offloaded_ffn(
     return sim.run([("d", out), ("glu", 0), ("w", 0)]), at + size if down else 0
 
 
-def offloaded_ffn_ops(profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]) -> tuple[ReplayOp, ...]:
+def offloaded_ffn_ops(
+    profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]
+) -> tuple[ReplayOp, ...]:
     """`offloaded_ffn_peak`'s allocations and frees in graph order, to the down product's output (empty: nothing of
     the FFN is copied in), for a replay over a live set it does not know (`MlaHostCache`)."""
     ops, out, _ = _offloaded_ffn_ops(profile, il, n_tok, mats)
