@@ -1548,12 +1548,15 @@ class PlanBuilder:
         the first layer of the GPU's other cache (gemma-3-27b's layer 5, the first full-attention layer after
         five sliding-window ones) the blocks with one freed among them, then Q `_q_shift` up. `where`: whether the GPU
         runs the model's first layer, pipeline parallelism, and a Mamba block's unmerged free end
-        (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, MLA, a fork's graph or
-        an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak)."""
+        (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, a fork's graph or
+        an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak); MLA's own form
+        in `_mla_host_cache`."""
         first, pp, unmerged = where
-        if self.profile.mla is not None and not (pp or unmerged):
+        if pp or unmerged or not layers:
+            return ()
+        if self.profile.mla is not None:
             return self._mla_host_cache(gi, layers, first, blocks, base)
-        if pp or unmerged or not layers or not self._host_cache_replayed(gi):
+        if not self._host_cache_replayed(gi):
             return ()
         out: list[Term] = []
         q_norm = _q_norm_layers(self.profile)
@@ -1627,7 +1630,7 @@ class PlanBuilder:
 
     def _host_cache_replayed(self, gi: int) -> bool:
         """Whether GPU `gi`'s copies of a host cache are replayed: a CUDA GPU (the recordings), mainline's graph,
-        no MLA."""
+        no MLA (`_mla_host_cache`)."""
         return (
             self.gpu_vendors[gi] in CUDA_VENDORS
             and self.profile.mla is None
