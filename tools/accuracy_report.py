@@ -1095,7 +1095,14 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   `-ngl 16`, 32768 cells; one GPU at 65536 and 131072 cells -17.0% -> exact; gemma-3-27b's first full-attention
   layer -19.7% -> -1.1%; a later layer whose Q lands higher puts its V copy above the mask (gemma-3-27b with
   `-ngl 31`: the first GPU layer's normed Q one Q above host layer 5's, -14.3% -> exact); without flash attention,
-  K's and V's copies beside the scores and no V indices on the GPU, -7.3% -> exact).
+  K's and V's copies beside the scores and no V indices on the GPU, -7.3% -> exact). With MLA the cache holds the
+  compressed KV and the absorbed attention reads K as its view and V as a view of its first kv_lora_rank dims:
+  both views' copies and the mask go above the absorbed query's Qcur, and a host layer's expert copies above the
+  mask left there (`MlaHostCache`; DeepSeek-V2-Lite with llama-server's reserve at `-ngl 0` and `-ngl 13`, 32768
+  cells: 279.5 MiB estimated before, 347.0 recorded and now, -17.1% -> exact; with `-nkvo` -38.4% -> exact, over
+  two GPUs -18.0% -> exact; DeepSeek-V3 at `-ngl 0` -1.7% -> exact, with `-nkvo` -21.1% -> exact, over two GPUs,
+  where the second copies its layer input in at the attention's split and the 128 MiB attention output goes
+  above Qcur, -22.5% -> exact).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
@@ -1114,7 +1121,9 @@ whole graph's allocations would place them) and over two GPUs with
 down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
 keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); DeepSeek-V2-Lite at `-ngl 13 -ub 2048` (-9.0%:
 the output phase's input block lands above the last MoE layer's freed space, 96 MiB higher) and with
-`--no-op-offload` (+9.4%); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
+`--no-op-offload` (+9.4%); MLA's copies of a host cache without flash attention (not recorded, not replayed);
+DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
+counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
 MoE output's copy back from the host stays under the logits); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
 (-8.8%, -5.9%).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
