@@ -1102,7 +1102,8 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   cells: 279.5 MiB estimated before, 347.0 recorded and now, -17.1% -> exact; with `-nkvo` -38.4% -> exact, over
   two GPUs -18.0% -> exact; DeepSeek-V3 at `-ngl 0` -1.7% -> exact, with `-nkvo` -21.1% -> exact, over two GPUs,
   where the second copies its layer input in at the attention's split and the 128 MiB attention output goes
-  above Qcur, -22.5% -> exact).
+  above Qcur, -22.5% -> exact; at 131072 cells and `-ngl 0` the second host layer's query-matrix copy lifts its
+  K copy, and its V copy goes above the mask: DeepSeek-V2-Lite -31.6% -> exact, DeepSeek-V3 -8.6% -> -0.1%).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
@@ -1121,7 +1122,10 @@ whole graph's allocations would place them) and over two GPUs with
 down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
 keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); DeepSeek-V2-Lite at `-ngl 13 -ub 2048` (-9.0%:
 the output phase's input block lands above the last MoE layer's freed space, 96 MiB higher) and with
-`--no-op-offload` (+9.4%); MLA's copies of a host cache without flash attention (not recorded, not replayed);
+`--no-op-offload` (+9.4%); MLA's copies of a host cache without flash attention (not recorded, not replayed),
+with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells, not recorded: 637.1 MiB in a dry run, 427.1 counted,
+392.0 before) and a later GPU's next layer's attention output above its V copy (DeepSeek-V3 over two GPUs with
+`-nkvo` at 131072 cells, not recorded: 897.0 MiB on the second, 769.0 counted);
 DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
 counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
 MoE output's copy back from the host stays under the logits); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences

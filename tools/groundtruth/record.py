@@ -1068,6 +1068,10 @@ def standin_settings(
         add(f"c32768-faon-ngl{half}-nkvo-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on", "-ngl",
             str(half), "-nkvo")  # fmt: skip
         add("2dev-c32768-faon-nkvo", two, "-c", "32768", "-fa", "on", "-nkvo")
+        # the second host layer's K copy a query-matrix copy higher, its V copy above the mask
+        add(
+            "c131072-faon-ngl0-server", CUDA_24, "--server-defaults", "-c", "131072", "-fa", "on", "-ngl", "0"
+        )
     return out
 
 

@@ -1618,8 +1618,29 @@ class PlanBuilder:
             ffns=tuple(sorted(f for f in ffns if f)),
             base=base,
             residual=0 if first else blk,
+            next_query=self._mla_next_query(layers, layout, query),
         )
         return (term,)
+
+    def _mla_next_query(
+        self, layers: list[int], layout: tuple[tuple[str, int], ...], query: tuple[ReplayOp, ...]
+    ) -> tuple[ReplayOp, ...]:
+        """`MlaHostCache.next_query`: the GPU's second layer over the host cache takes its attention norm's block
+        again; a host layer also the mixed batch's block (the previous layer's output and the positions are
+        there) and copies its first query matrix in above the blocks before its first product, freed after it
+        (the allocator's list, DeepSeek-V2-Lite with llama-server's reserve at `-ngl 0`, 131072 cells: layer 1's
+        attn_q copy at the blocks' top, q-1 above it, Qcur-1 3.4 MiB higher than Qcur-0; with `-nkvo` and the
+        weights on the GPU layer 1's copies where layer 0's were, 472.0 MiB)."""
+        mla = self.profile.mla
+        nxt = layers[1] if len(layers) > 1 else -1
+        if mla is None or nxt < 0 or not self._host_cache(nxt):
+            return ()
+        name = ".attn_q_a.weight" if mla.q_lora_rank else ".attn_q.weight"
+        lead = next((b for n, b in self.host_mats.get(nxt, {}).items() if n.endswith(name)), 0)
+        if not lead:
+            return (("taken", layout[0][1]), *query)
+        retake = tuple((f"taken{i}", size) for i, (name, size) in enumerate(layout) if name != "blk")
+        return (*retake, ("lead", lead), query[0], ("lead", 0), *query[1:])
 
     def _mla_host_ffn(self, il: int) -> tuple[ReplayOp, ...]:
         """Layer `il`'s FFN as `MlaHostCache` replays it: a host layer's copies (`offloaded_ffn_ops`), else its

@@ -702,7 +702,10 @@ class MlaHostCache:
     (`ffn.offloaded_ffn_ops`), else its live set as one block. The allocator's list on the CUDA-shaped stand-in,
     DeepSeek-V2-Lite with llama-server's reserve at `-ngl 0` and 32768 cells: q and q_nope_absorbed above the
     blocks, Qcur above them (56 MiB), K's 36 MiB copy, V's, the 32 MiB mask at 128 MiB; layer 1's 187 MiB copy of
-    its down experts above the mask (347.0 MiB, where the gate's and up's 99 MiB copies fit under it); DeepSeek-V3
+    its down experts above the mask (347.0 MiB, where the gate's and up's 99 MiB copies fit under it); at 131072
+    cells layer 1's V copy above the mask (616.0 MiB): its attention norm's block and the mixed batch's block
+    are taken again, and the copy of its query matrix (3.4 MiB) lands above the blocks, q above it, so its K copy
+    lands 3.4 MiB higher than layer 0's and V no longer fits under the mask (`next_query`); DeepSeek-V3
     over two GPUs with `-nkvo` at 32768 cells, on the second: the layer input, K, V and the mask in the space
     q_nope_absorbed and q_pe left under Qcur, the 128 MiB attention output above Qcur (481.0 MiB). The bytes
     above the plan's layer inputs (`base`)."""
@@ -716,6 +719,7 @@ class MlaHostCache:
     ffns: tuple[tuple[ReplayOp, ...], ...]
     base: Affine
     residual: int = 0  # the layer input a later GPU copies in at the split, before K (0: live in `layout`)
+    next_query: tuple[ReplayOp, ...] = ()  # the next layer's blocks taken again and its query (empty: none)
     label: str = "host-cache K/V, mask copies (MLA)"
 
     def at(self, nb: int, ns: int) -> int:
@@ -725,6 +729,11 @@ class MlaHostCache:
         """The highest end of the replays, above `base` (`at` without its cache)."""
         below = sum(size for _, size in self.layout)
         top = max((self._ffn_peak(ops, nb, ns) for ops in self.ffns), default=self._attention(nb, ns).peak)
+        if self.next_query:
+            # the next layer of the cache over the mask left there: its K and V copies where they fit
+            sim = self._attention(nb, ns)
+            sim.run(self.next_query)
+            top = max(top, sim.run([("k", max(0, self.k.at(nb, ns))), ("v", max(0, self.v.at(nb, ns)))]))
         return max(0, below + top - self.base.at(nb, ns))
 
     def _attention(self, nb: int, ns: int) -> BestFit:
