@@ -1072,6 +1072,11 @@ def standin_settings(
         add(
             "c131072-faon-ngl0-server", CUDA_24, "--server-defaults", "-c", "131072", "-fa", "on", "-ngl", "0"
         )
+        # quantized caches: the f16 copies of both copied views in the attention's output
+        add("c32768-faon-q8_0-ngl0-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on", "-ctk",
+            "q8_0", "-ctv", "q8_0", "-ngl", "0")  # fmt: skip
+        add("c131072-faon-q4_0-nkvo-server", CUDA_24, "--server-defaults", "-c", "131072", "-fa", "on", "-ctk",
+            "q4_0", "-ctv", "q4_0", "-nkvo")  # fmt: skip
     return out
 
 

@@ -1619,6 +1619,9 @@ class PlanBuilder:
             base=base,
             residual=0 if first else blk,
             next_query=self._mla_next_query(layers, layout, query),
+            fa_f16=Affine(a_base=F16 * (2 * mla.kv_lora_rank + mla.n_rot) * self.inputs.n_stream)
+            if self.inputs.cache_type_k != "f16"
+            else Affine(),
         )
         return (term,)
 

@@ -705,7 +705,10 @@ class MlaHostCache:
     its down experts above the mask (347.0 MiB, where the gate's and up's 99 MiB copies fit under it); at 131072
     cells layer 1's V copy above the mask (616.0 MiB): its attention norm's block and the mixed batch's block
     are taken again, and the copy of its query matrix (3.4 MiB) lands above the blocks, q above it, so its K copy
-    lands 3.4 MiB higher than layer 0's and V no longer fits under the mask (`next_query`); DeepSeek-V3
+    lands 3.4 MiB higher than layer 0's and V no longer fits under the mask (`next_query`); with a quantized
+    cache the attention's output holds the f16 copies of both copied views, V's copy no longer a view of K's
+    (fattn-common.cuh `ggml_cuda_flash_attn_ext_get_f16_extra_data`, `V_is_K_view`; DeepSeek-V3 with q8_0 caches
+    and `-nkvo` at 32768 cells: the 128 MiB output, K's 36 MiB and V's 32 MiB f16 copies above Qcur); DeepSeek-V3
     over two GPUs with `-nkvo` at 32768 cells, on the second: the layer input, K, V and the mask in the space
     q_nope_absorbed and q_pe left under Qcur, the 128 MiB attention output above Qcur (481.0 MiB). The bytes
     above the plan's layer inputs (`base`)."""
@@ -720,6 +723,7 @@ class MlaHostCache:
     base: Affine
     residual: int = 0  # the layer input a later GPU copies in at the split, before K (0: live in `layout`)
     next_query: tuple[ReplayOp, ...] = ()  # the next layer's blocks taken again and its query (empty: none)
+    fa_f16: Affine = Affine()  # CUDA's f16 copies of a quantized cache's copied views in the attention's output
     label: str = "host-cache K/V, mask copies (MLA)"
 
     def at(self, nb: int, ns: int) -> int:
@@ -741,7 +745,8 @@ class MlaHostCache:
         sim.run(self.query)
         copies = [("res", self.residual), ("k", max(0, self.k.at(nb, ns))), ("v", max(0, self.v.at(nb, ns)))]
         copies.append(("m", self.mask.at(nb, ns)))
-        sim.run([*copies, *self.attend])
+        f16 = self.fa_f16.at(nb, ns)
+        sim.run([*copies, *((n, b + f16 if n == "fattn" and b else b) for n, b in self.attend)])
         # everything of the attention freed; the blocks and the mask stay
         sim.run([(name, 0) for name in list(sim.live) if name not in {"m", "res", *dict(self.layout)}])
         return sim
