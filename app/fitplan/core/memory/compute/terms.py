@@ -723,7 +723,7 @@ class MlaHostCache:
     base: Affine
     residual: int = 0  # the layer input a later GPU copies in at the split, before K (0: live in `layout`)
     next_query: tuple[ReplayOp, ...] = ()  # the next layer's blocks taken again and its query (empty: none)
-    fa_f16: Affine = Affine()  # CUDA's f16 copies of a quantized cache's copied views in the attention's output
+    fa_f16: Affine = Affine()  # CUDA's f16 copies of the copied views, in the attention's output
     label: str = "host-cache K/V, mask copies (MLA)"
 
     def at(self, nb: int, ns: int) -> int:
