@@ -1105,7 +1105,8 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   above Qcur, -22.5% -> exact; at 131072 cells and `-ngl 0` the second host layer's query-matrix copy lifts its
   K copy, and its V copy goes above the mask: DeepSeek-V2-Lite -31.6% -> exact, DeepSeek-V3 -8.6% -> -0.1%; with
   a quantized cache the attention's output holds the f16 copies of both copied views, V's copy no longer a view
-  of K's: q4_0 with `-nkvo` at 131072 cells, DeepSeek-V2-Lite -67.8% -> exact, q8_0 at `-ngl 0` -4.3% -> exact).
+  of K's: q4_0 with `-nkvo` at 131072 cells, DeepSeek-V2-Lite -67.8% -> exact, q8_0 at `-ngl 0` -4.3% -> exact;
+  a GPU layer's FFN outputs replayed around the mask, over two GPUs with `-nkvo` at `-ub 2048` -32.4% -> exact).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
@@ -1127,7 +1128,8 @@ the output phase's input block lands above the last MoE layer's freed space, 96 
 `--no-op-offload` (+9.4%); MLA's copies of a host cache without flash attention (not recorded, not replayed),
 with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells, not recorded: 637.1 MiB in a dry run, 588.0 counted,
 392.0 before; layer 0's FFN output lands above the mask and lifts layer 1's query, not replayed) and a later GPU's next layer's attention output above its V copy (DeepSeek-V3 over two GPUs with
-`-nkvo` at 131072 cells, not recorded: 897.0 MiB on the second, 769.0 counted);
+`-nkvo` at 131072 cells, not recorded: 897.0 MiB on the second, 769.0 counted); DeepSeek-V3 with two sequences and
+`-nkvo` at 65536 cells (not recorded: 632.0 MiB in a dry run, 520.0 counted, 392.0 before, not traced);
 DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
 counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
 MoE output's copy back from the host stays under the logits); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences

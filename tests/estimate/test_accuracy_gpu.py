@@ -246,6 +246,7 @@ def test_masks_copied_after_the_first_split_are_not_under_the_logits(gpu: Any, k
         "deepseek-v2-lite/c131072-faon-ngl0-server",
         "deepseek-v2-lite/c32768-faon-q8_0-ngl0-server",
         "deepseek-v2-lite/c131072-faon-q4_0-nkvo-server",
+        "deepseek-v2-lite/2dev-c32768-faon-nkvo-ub2048-server",
         "deepseek-v3/c32768-faon-ngl0-server",
         "deepseek-v3/c131072-faon-q4_0-nkvo-server",
         "deepseek-v3/c32768-faon-nkvo-server",
@@ -260,7 +261,9 @@ def test_mla_attention_over_copies_of_a_host_cache(gpu: Any, key: str) -> None:
     llama-server's reserve 80.1 against 160.0; DeepSeek-V3's second GPU with `-nkvo` 364.0 against 481.0; at
     131072 cells, where the second host layer's V copy goes above the mask, 375.5 against 616.0, and 472.0 with
     the first layer's copies alone; with q4_0 caches and `-nkvo` at 131072 cells, where the attention's output
-    holds the f16 copies of both copied views, 80.1 against 553.0)."""
+    holds the f16 copies of both copied views, 80.1 against 553.0; over two GPUs at `-ub 2048`, where layer 0's
+    gate output fits under the mask and up's and the GLU's go above it, 320.5 and 230.0 against 523.0 and 384.0,
+    608.5 and 510.0 with each FFN as one block above the mask)."""
     r = _result(gpu, f"standin/{key}")
     gpus = [d for d in r.devices if d.name.startswith("CUDA")]
     assert gpus

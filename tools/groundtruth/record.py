@@ -1077,6 +1077,9 @@ def standin_settings(
             "q8_0", "-ctv", "q8_0", "-ngl", "0")  # fmt: skip
         add("c131072-faon-q4_0-nkvo-server", CUDA_24, "--server-defaults", "-c", "131072", "-fa", "on", "-ctk",
             "q4_0", "-ctv", "q4_0", "-nkvo")  # fmt: skip
+        # the GPU layers' FFN outputs around the mask at -ub 2048
+        add("2dev-c32768-faon-nkvo-ub2048-server", two, "--server-defaults", "-c", "32768", "-fa", "on", "-nkvo",
+            "-b", "2048", "-ub", "2048")  # fmt: skip
     return out
 
 

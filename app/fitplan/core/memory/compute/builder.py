@@ -32,6 +32,7 @@ from fitplan.core.memory.compute.ffn import (
     ffn_layer,
     ffn_transient,
     gate_up_outputs,
+    glu_ffn_ops,
     moe_split_below_logits,
     offloaded_down_top,
     offloaded_ffn_above,
@@ -1647,10 +1648,10 @@ class PlanBuilder:
 
     def _mla_host_ffn(self, il: int) -> tuple[ReplayOp, ...]:
         """Layer `il`'s FFN as `MlaHostCache` replays it: a host layer's copies (`offloaded_ffn_ops`), else its
-        live set as one block."""
+        outputs (`glu_ffn_ops`)."""
         if il in self.host_mats:
             return offloaded_ffn_ops(self.profile, il, self.n_tok, self.host_mats[il])
-        return (("ffn", ffn_layer(self.profile, il, self.n_tok)[0]), ("ffn", 0))
+        return glu_ffn_ops(self.profile, il, self.n_tok)
 
     def _host_cache_replayed(self, gi: int) -> bool:
         """Whether GPU `gi`'s copies of a host cache are replayed: a CUDA GPU (the recordings), mainline's graph,
