@@ -1101,6 +1101,18 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   Q, in the copy's freed space where it fits, else above the product, and qwen3-next's gated product stays live
   under it (llama-server's reserve at `-ngl 0` and 32768 cells: gpt-oss-20b +14.7%, gpt-oss-120b +6.5%,
   qwen3-30b-a3b +9.3%, qwen3-next-80b-a3b +5.4% -> exact, the same at the partial `-ngl` and over two GPUs).
+  With MLA the cache holds the compressed KV and the absorbed attention reads K as its view and V as a view of its
+  first kv_lora_rank dims:
+  both views' copies and the mask go above the absorbed query's Qcur, and a host layer's expert copies above the
+  mask left there (`MlaHostCache`; DeepSeek-V2-Lite with llama-server's reserve at `-ngl 0` and `-ngl 13`, 32768
+  cells: 279.5 MiB estimated before, 347.0 recorded and now, -17.1% -> exact; with `-nkvo` -38.4% -> exact, over
+  two GPUs -18.0% -> exact; DeepSeek-V3 at `-ngl 0` -1.7% -> exact, with `-nkvo` -21.1% -> exact, over two GPUs,
+  where the second copies its layer input in at the attention's split and the 128 MiB attention output goes
+  above Qcur, -22.5% -> exact; at 131072 cells and `-ngl 0` the second host layer's query-matrix copy lifts its
+  K copy, and its V copy goes above the mask: DeepSeek-V2-Lite -31.6% -> exact, DeepSeek-V3 -8.6% -> -0.1%; with
+  a quantized cache the attention's output holds the f16 copies of both copied views, V's copy no longer a view
+  of K's: q4_0 with `-nkvo` at 131072 cells, DeepSeek-V2-Lite -67.8% -> exact, q8_0 at `-ngl 0` -4.3% -> exact;
+  a GPU layer's FFN outputs replayed around the mask, over two GPUs with `-nkvo` at `-ub 2048` -32.4% -> exact).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
@@ -1121,7 +1133,13 @@ whole graph's allocations would place them) and over two GPUs with
 down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
 keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); DeepSeek-V2-Lite at `-ngl 13 -ub 2048` (-9.0%:
 the output phase's input block lands above the last MoE layer's freed space, 96 MiB higher) and with
-`--no-op-offload` (+9.4%); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
+`--no-op-offload` (+9.4%); MLA's copies of a host cache without flash attention (not recorded, not replayed),
+with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells, not recorded: 637.1 MiB in a dry run, 588.0 counted,
+392.0 before; layer 0's FFN output lands above the mask and lifts layer 1's query, not replayed) and a later GPU's next layer's attention output above its V copy (DeepSeek-V3 over two GPUs with
+`-nkvo` at 131072 cells, not recorded: 897.0 MiB on the second, 769.0 counted); DeepSeek-V3 with two sequences and
+`-nkvo` at 65536 cells (not recorded: 632.0 MiB in a dry run, 520.0 counted, 392.0 before, not traced);
+DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
+counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
 MoE output's copy back from the host stays under the logits); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
 (-8.8%, -5.9%).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing

@@ -234,6 +234,44 @@ def test_masks_copied_after_the_first_split_are_not_under_the_logits(gpu: Any, k
     assert abs(r.compute_rel) <= 0.02, r.compute_rel
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "deepseek-v2-lite/c32768-faon-ngl0-server",
+        "deepseek-v2-lite/c32768-faon-ngl13-server",
+        "deepseek-v2-lite/2dev-c32768-faon-ngl13-server",
+        "deepseek-v2-lite/c32768-faon-nkvo-server",
+        "deepseek-v2-lite/c32768-faon-ngl13-nkvo-server",
+        "deepseek-v2-lite/2dev-c32768-faon-nkvo",
+        "deepseek-v2-lite/c131072-faon-ngl0-server",
+        "deepseek-v2-lite/c32768-faon-q8_0-ngl0-server",
+        "deepseek-v2-lite/c131072-faon-q4_0-nkvo-server",
+        "deepseek-v2-lite/2dev-c32768-faon-nkvo-ub2048-server",
+        "deepseek-v3/c32768-faon-ngl0-server",
+        "deepseek-v3/c131072-faon-q4_0-nkvo-server",
+        "deepseek-v3/c32768-faon-nkvo-server",
+        "deepseek-v3/2dev-c32768-faon-nkvo",
+    ],
+)
+def test_mla_attention_over_copies_of_a_host_cache(gpu: Any, key: str) -> None:
+    """MLA layers whose cache is in host memory (host layers with op offload, or `-nkvo`): the GPU copies in the
+    compressed cache's K view, V's view of it and the mask above the absorbed query, and a host layer's expert
+    copies go above the mask left there (`MlaHostCache`). Every GPU within 0.5% of the recording (before:
+    DeepSeek-V2-Lite at `-ngl 0` 279.5 MiB estimated against 347.0 recorded, 17.1% under; with `-nkvo` and
+    llama-server's reserve 80.1 against 160.0; DeepSeek-V3's second GPU with `-nkvo` 364.0 against 481.0; at
+    131072 cells, where the second host layer's V copy goes above the mask, 375.5 against 616.0, and 472.0 with
+    the first layer's copies alone; with q4_0 caches and `-nkvo` at 131072 cells, where the attention's output
+    holds the f16 copies of both copied views, 80.1 against 553.0; over two GPUs at `-ub 2048`, where layer 0's
+    gate output fits under the mask and up's and the GLU's go above it, 320.5 and 230.0 against 523.0 and 384.0,
+    608.5 and 510.0 with each FFN as one block above the mask)."""
+    r = _result(gpu, f"standin/{key}")
+    gpus = [d for d in r.devices if d.name.startswith("CUDA")]
+    assert gpus
+    for d in gpus:
+        recorded, estimated = d.compute
+        assert abs(estimated - recorded) <= 0.005 * recorded, (d.name, recorded / 2**20, estimated / 2**20)
+
+
 def test_published_shapes_share_within_tolerance(gpu: Any) -> None:
     cases = _published(gpu)
     ok = sum(abs(r.compute_rel) <= report.COMPUTE_TOLERANCE for r in cases)

@@ -932,7 +932,9 @@ STANDIN_MODELS = [
 CUDA_24 = "cuda:24GiB:cc=89"
 
 
-def standin_settings(n_layer: int, moe: bool, recurrent: bool = False) -> list[tuple[str, str, list[str]]]:
+def standin_settings(
+    n_layer: int, moe: bool, recurrent: bool = False, mla: bool = False
+) -> list[tuple[str, str, list[str]]]:
     """(id, device spec, args) of grid i: full offload over context, flash attention, -ub and cache types; partial
     -ngl; experts on the host (-ncmoe, -cmoe, -ot) at -ub 512 and 2048, with and without op offload; -nkvo (for a
     model with recurrent layers also without flash attention, at -ub 2048 and with two slots: the recurrent states
@@ -1059,6 +1061,25 @@ def standin_settings(n_layer: int, moe: bool, recurrent: bool = False) -> list[t
                 str(ngl))  # fmt: skip
     add(f"2dev-c32768-faon-ngl{half}-server", two, "--server-defaults", "-c", "32768", "-fa", "on", "-ngl",
         str(half))  # fmt: skip
+    if mla:
+        # -nkvo with MLA: the first GPU's attention over copies of the compressed cache (K the cache's view, V a
+        # view of its first kv_lora_rank dims), with one output row and over two GPUs
+        add("c32768-faon-nkvo-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on", "-nkvo")
+        add(f"c32768-faon-ngl{half}-nkvo-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on", "-ngl",
+            str(half), "-nkvo")  # fmt: skip
+        add("2dev-c32768-faon-nkvo", two, "-c", "32768", "-fa", "on", "-nkvo")
+        # the second host layer's K copy a query-matrix copy higher, its V copy above the mask
+        add(
+            "c131072-faon-ngl0-server", CUDA_24, "--server-defaults", "-c", "131072", "-fa", "on", "-ngl", "0"
+        )
+        # quantized caches: the f16 copies of both copied views in the attention's output
+        add("c32768-faon-q8_0-ngl0-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on", "-ctk",
+            "q8_0", "-ctv", "q8_0", "-ngl", "0")  # fmt: skip
+        add("c131072-faon-q4_0-nkvo-server", CUDA_24, "--server-defaults", "-c", "131072", "-fa", "on", "-ctk",
+            "q4_0", "-ctv", "q4_0", "-nkvo")  # fmt: skip
+        # the GPU layers' FFN outputs around the mask at -ub 2048
+        add("2dev-c32768-faon-nkvo-ub2048-server", two, "--server-defaults", "-c", "32768", "-fa", "on", "-nkvo",
+            "-b", "2048", "-ub", "2048")  # fmt: skip
     return out
 
 
@@ -1098,6 +1119,11 @@ def _recurrent(name: str) -> bool:
     return any(k in cfg for k in ("mamba_d_state", "linear_num_value_heads"))
 
 
+def _mla(name: str) -> bool:
+    """Whether a sparse model's attention is MLA (a compressed KV cache; its published configuration)."""
+    return "kv_lora_rank" in sparse_models.CONFIGS[name]
+
+
 def grid_standin(env: Env, only: list[str] | None) -> None:
     for name in STANDIN_MODELS:
         if only and name not in only:
@@ -1105,7 +1131,7 @@ def grid_standin(env: Env, only: list[str] | None) -> None:
         path, model = sparse_model(env, name)
         n_layer, moe = _layers_and_moe(name)
         t0 = time.time()
-        cases = _standin_cases(env, path, standin_settings(n_layer, moe, _recurrent(name)))
+        cases = _standin_cases(env, path, standin_settings(n_layer, moe, _recurrent(name), _mla(name)))
         write_fixture("standin", name, fixture_doc("membreak", model, cases), started=t0)
     for doc_path in sorted((FIXTURES / "archs").glob("*.json")):
         name = doc_path.stem

@@ -43,6 +43,8 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
 * the KV cache in host memory (`-nkvo`) on a CUDA GPU: the GPU still runs the attention, over copies of each
   layer's K and V views and of the mask made at the layer's split; each cache's first layer on the GPU and the
   next one are replayed over the blocks live there (`HostCacheAttention`), and V's row indices are not copied;
+  with MLA the copies of the compressed cache's K view and of V's view of it, over the absorbed query, and the
+  FFNs above the mask (`MlaHostCache`);
 * recurrent states in host memory while a GPU runs the layers (`-nkvo`, or host layers with op offload): the
   host's copy of the conv input's view for the state's copy back, and for Mamba-2 layers with their weights on
   the host the scan's copied sources and output (`mamba2_host_state_copies`, `gdn_host_conv_copy`);

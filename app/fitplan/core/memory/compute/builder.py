@@ -32,6 +32,7 @@ from fitplan.core.memory.compute.ffn import (
     ffn_layer,
     ffn_transient,
     gate_up_outputs,
+    glu_ffn_ops,
     moe_split_below_logits,
     offloaded_down_top,
     offloaded_ffn_above,
@@ -89,6 +90,7 @@ from fitplan.core.memory.compute.terms import (
     Largest,
     Linear,
     LogitsOnTop,
+    MlaHostCache,
     ReplayedBuffer,
     Term,
     nonzero,
@@ -1553,10 +1555,15 @@ class PlanBuilder:
         the first layer of the GPU's other cache (gemma-3-27b's layer 5, the first full-attention layer after
         five sliding-window ones) the blocks with one freed among them, then Q `_q_shift` up. `where`: whether the GPU
         runs the model's first layer, pipeline parallelism, and a Mamba block's unmerged free end
-        (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, MLA, a fork's graph or
-        an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak)."""
+        (`_unmerged_free_end`). CUDA only (the recordings); none with pipeline parallelism, a fork's graph or
+        an unmerged free end (granite-4.0-h-tiny with `-nkvo`: its recordings show no such peak); MLA's own form
+        in `_mla_host_cache`."""
         first, pp, unmerged = where
-        if pp or unmerged or not layers or not self._host_cache_replayed(gi):
+        if pp or unmerged or not layers:
+            return ()
+        if self.profile.mla is not None:
+            return self._mla_host_cache(gi, layers, first, blocks, base)
+        if not self._host_cache_replayed(gi):
             return ()
         out: list[Term] = []
         q_norm = _q_norm_layers(self.profile)
@@ -1571,9 +1578,91 @@ class PlanBuilder:
             out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
         return tuple(out)
 
+    def _mla_host_cache(
+        self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine
+    ) -> tuple[MlaHostCache, ...]:
+        """`_host_cache_attention` with MLA (`MlaHostCache`): the GPU's first layer over a host cache, mainline's
+        absorbed graph with flash attention on a CUDA GPU (the recordings). The blocks at its start, from the
+        allocator's lists on the CUDA-shaped stand-in: on the GPU that runs the model's first layer (DeepSeek-V2-
+        Lite with llama-server's reserve at `-ngl 0`) the attention norm's block, a block the mixed batch's rows
+        left (the copies of the host layer's attention matrices and the positions go there), the embeddings and
+        the residual, q above them; on a later GPU (DeepSeek-V3 over two GPUs with `-nkvo`) the norm's block
+        alone, the layer input copied in at the attention's split."""
+        mla = self.profile.mla
+        il = layers[0] if layers else -1
+        if (
+            mla is None
+            or il < 0
+            or not self.fa
+            or self.gpu_vendors[gi] not in CUDA_VENDORS
+            or not self._replayed_mla()
+            or self.inputs.fork_attention
+            or not self._host_cache(il)
+            or not self._cuda_fa_runs([il])
+        ):
+            return ()
+        lp = self.profile.layers[il]
+        blk = self.embd_block
+        layout = (("norm", blk), ("", blk), ("blk", max(0, blocks - 3) * blk)) if first else (("norm", blk),)
+        full = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, True)
+        head = absorbed_mla_ops(self.profile.n_embd, lp.n_head, lp.n_embd_head_v, mla, self.n_tok, False)
+        # the attention norm's output is read by the compressed KV's product and freed after it
+        at = next(i for i, (name, _) in enumerate(head) if name == "kv_cmpr_pe") + 1
+        query = (*head[:at], ("norm", 0), *head[at:])
+        tail = full[len(head) :]
+        attend = (*tail[:2], ("k", 0), ("v", 0), *tail[2:])  # the copies freed with Qcur, after the attention
+        cache = kv_type_id(self.inputs.cache_type_k)
+        row = row_bytes(cache, mla.kv_lora_rank + mla.n_rot) * self.inputs.n_stream
+        short = row_bytes(cache, mla.kv_lora_rank + mla.n_rot) - row_bytes(cache, mla.kv_lora_rank)
+        ffns = {self._mla_host_ffn(j) for j in layers if self.ffn_dev.get(j, gi) == gi}
+        term = MlaHostCache(
+            layout=layout,
+            query=query,
+            k=Affine(a_base=row),
+            v=Affine(a_base=row, c=-short),
+            mask=self.masks([il]),
+            attend=attend,
+            ffns=tuple(sorted(f for f in ffns if f)),
+            base=base,
+            residual=0 if first else blk,
+            next_query=self._mla_next_query(layers, layout, query),
+            fa_f16=Affine(a_base=F16 * (2 * mla.kv_lora_rank + mla.n_rot) * self.inputs.n_stream)
+            if self.inputs.cache_type_k != "f16"
+            else Affine(),
+        )
+        return (term,)
+
+    def _mla_next_query(
+        self, layers: list[int], layout: tuple[tuple[str, int], ...], query: tuple[ReplayOp, ...]
+    ) -> tuple[ReplayOp, ...]:
+        """`MlaHostCache.next_query`: the GPU's second layer over the host cache takes its attention norm's block
+        again; a host layer also the mixed batch's block (the previous layer's output and the positions are
+        there) and copies its first query matrix in above the blocks before its first product, freed after it
+        (the allocator's list, DeepSeek-V2-Lite with llama-server's reserve at `-ngl 0`, 131072 cells: layer 1's
+        attn_q copy at the blocks' top, q-1 above it, Qcur-1 3.4 MiB higher than Qcur-0; with `-nkvo` and the
+        weights on the GPU layer 1's copies where layer 0's were, 472.0 MiB)."""
+        mla = self.profile.mla
+        nxt = layers[1] if len(layers) > 1 else -1
+        if mla is None or nxt < 0 or not self._host_cache(nxt):
+            return ()
+        name = ".attn_q_a.weight" if mla.q_lora_rank else ".attn_q.weight"
+        lead = next((b for n, b in self.host_mats.get(nxt, {}).items() if n.endswith(name)), 0)
+        if not lead:
+            return (("taken", layout[0][1]), *query)
+        retake = tuple((f"taken{i}", size) for i, (name, size) in enumerate(layout) if name != "blk")
+        return (*retake, ("lead", lead), query[0], ("lead", 0), *query[1:])
+
+    def _mla_host_ffn(self, il: int) -> tuple[ReplayOp, ...]:
+        """Layer `il`'s FFN as `MlaHostCache` replays it: a host layer's copies (`offloaded_ffn_ops`), else its
+        outputs (`glu_ffn_ops`)."""
+        if il in self.host_mats:
+            ops = offloaded_ffn_ops(self.profile, il, self.n_tok, self.host_mats[il])
+            return (*ops, ("d", 0)) if ops else ()
+        return glu_ffn_ops(self.profile, il, self.n_tok)
+
     def _host_cache_replayed(self, gi: int) -> bool:
         """Whether GPU `gi`'s copies of a host cache are replayed: a CUDA GPU (the recordings), mainline's graph,
-        no MLA."""
+        no MLA (`_mla_host_cache`)."""
         return (
             self.gpu_vendors[gi] in CUDA_VENDORS
             and self.profile.mla is None

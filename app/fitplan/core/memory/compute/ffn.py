@@ -337,36 +337,59 @@ def _offloaded_ffn(
     output, up's copy in gate's space and its output, the GLU output in the freed copies' space, down's 157.5 MiB
     copy above it and its output on top). Replayed with the allocator's best fit (`BestFit`); the highest end above
     what stays live under the FFN."""
-    ops = offloaded_ffn_ops(profile, il, n_tok, mats)
+    ops, out, down = _offloaded_ffn_ops(profile, il, n_tok, mats)
     if not ops:
         return 0, 0
     sim = BestFit(holes)
-    sim.run(ops[:-3])
-    down = "w" in sim.live
+    sim.run(ops)
     at, size = sim.live["w"] if down else (0, 0)
-    return sim.run(ops[-3:]), at + size if down else 0
+    return sim.run([("d", out), ("glu", 0), ("w", 0)]), at + size if down else 0
 
 
 def offloaded_ffn_ops(
     profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]
 ) -> tuple[ReplayOp, ...]:
-    """`_offloaded_ffn`'s allocations in order (none: no matrix of the FFN is copied in): each matrix's copy
-    ("w"), freed after its product; the last three ops are the down projection's output and the frees of the GLU
-    output and the down copy."""
+    """`offloaded_ffn_peak`'s allocations and frees in graph order (empty: nothing of the FFN is copied in), for a
+    replay over a live set it does not know (`HostCacheAttention`, `MlaHostCache`): each matrix's copy ("w"),
+    freed after its product; the last three ops are the down projection's output ("d", live after them) and the
+    frees of the GLU output and the down copy."""
+    ops, out, _ = _offloaded_ffn_ops(profile, il, n_tok, mats)
+    return (*ops, ("d", out), ("glu", 0), ("w", 0)) if ops else ()
+
+
+def glu_ffn_ops(profile: ModelProfile, il: int, n_tok: int) -> tuple[ReplayOp, ...]:
+    """A layer's gate, up, GLU and down outputs in graph order with its matrices on the GPU (`offloaded_ffn_ops`
+    without the copies), for a replay over a live set it does not know (`MlaHostCache`): the allocator's list on
+    the CUDA-shaped stand-in, DeepSeek-V2-Lite over two GPUs with `-nkvo` at `-ub 2048`: layer 0's 85.5 MiB gate
+    output under the mask, up's and the GLU's above it (523.0 MiB)."""
+    rows, out, _ = _glu_rows(profile, il, n_tok)
+    if not rows:
+        return ()
+    return (("g", rows), ("u", rows), ("glu", rows), ("g", 0), ("u", 0), ("d", out), ("glu", 0), ("d", 0))
+
+
+def _glu_rows(profile: ModelProfile, il: int, n_tok: int) -> tuple[int, int, tuple[str, ...]]:
+    """A layer's gate (and up, GLU) output bytes, its down output's, and the names of its matrices (fused gate
+    and up, gate, up, down): the routed experts' for a MoE layer."""
     lp = profile.layers[il]
     moe = profile.moe
     if lp.is_moe and moe is not None:
         used = lp.n_expert_used or moe.n_expert_used
         rows = F32 * n_tok * used * (moe.n_ff_exp or lp.n_ff)
         out = F32 * n_tok * used * profile.n_embd
-        keys = ("ffn_gate_up_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-    else:
-        rows = F32 * n_tok * lp.n_ff
-        out = F32 * n_tok * profile.n_embd
-        keys = ("ffn_gate_up.", "ffn_gate.", "ffn_up.", "ffn_down.")
+        return rows, out, ("ffn_gate_up_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+    rows = F32 * n_tok * lp.n_ff
+    return rows, F32 * n_tok * profile.n_embd, ("ffn_gate_up.", "ffn_gate.", "ffn_up.", "ffn_down.")
+
+
+def _offloaded_ffn_ops(
+    profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int]
+) -> tuple[list[ReplayOp], int, int]:
+    """`_offloaded_ffn`'s ops to the down matrix's copy, the down product's bytes and the copy's (no ops: none)."""
+    rows, out, keys = _glu_rows(profile, il, n_tok)
     w = [next((b for n, b in mats.items() if k in n and n.endswith(".weight")), 0) for k in keys]
     if not rows or not any(w):
-        return ()
+        return [], 0, 0
     fused, gate, up, down = w
     ops: list[ReplayOp] = []
     if fused:
@@ -376,4 +399,4 @@ def offloaded_ffn_ops(
             ops += [("w", gate), ("g", rows), ("w", 0)]
         ops += [("w", up), ("u", rows), ("w", 0)]
     ops += [("glu", rows), ("gu", 0), ("g", 0), ("u", 0), ("w", down)]
-    return (*ops, ("d", out), ("glu", 0), ("w", 0))
+    return ops, out, down
