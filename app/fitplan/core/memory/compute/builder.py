@@ -33,6 +33,7 @@ from fitplan.core.memory.compute.ffn import (
     ffn_transient,
     gate_up_outputs,
     glu_ffn_ops,
+    moe_down_outputs,
     moe_split_below_logits,
     offloaded_down_top,
     offloaded_ffn_above,
@@ -2029,6 +2030,11 @@ class PlanBuilder:
             return 0
         # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
         out_extra = self.below_logits if not first and self.compute_dev[self.trunk[-1]] == gi else 0
+        if out_extra and self._after_host_ffn(layers):
+            # the layers' outputs stay in the lowest blocks: the experts' sum takes a freed one
+            out_extra = self.embd_block
+        if first and has_out and self._host_first_layer(gi) and self.compute_dev[self.trunk[-1]] == gi:
+            out_extra = moe_down_outputs(self.profile, self.trunk[-1], self.n_tok)
         if has_out and not first and not out_extra and layers and layers[-1] == self.trunk[-1]:
             out_extra = mamba2_split_below_logits(
                 self.profile, layers, self.ffn_dev.get(self.trunk[-1], gi) == gi, self.n_tok
@@ -2036,6 +2042,38 @@ class PlanBuilder:
         if has_out and not runs:
             out_extra = routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
         return out_extra
+
+    def _after_host_ffn(self, layers: list[int]) -> bool:
+        """Whether a GPU's first layer follows a layer whose FFN ran on the host (`--no-op-offload` at a partial
+        `-ngl`). The ops after that FFN carry no weights and run in the GPU's first split, over copies of the
+        FFN's outputs and its input at the bottom of the buffer, so the layers' outputs stay in the lowest blocks
+        there. The last layer's attention output rows then leave a freed block under the experts' down outputs,
+        which the router's outputs use and give back: the experts' sum takes it, not the space above the down
+        outputs (`moe_split_below_logits`), and the logits go above the FFN input's block, two blocks up (the
+        allocator's trace on the CUDA-shaped stand-in, deepseek-v2-lite at `-ngl 13 --no-op-offload`: the copies
+        of ffn_moe_out-14, ffn_shexp-14 and ffn_inp-14 at 0, 4 and 8 MiB, l_out-25 at 0, node_1731 at 4 MiB and
+        freed, the experts' sum node_1753 at 4 MiB, the logits at 8 MiB: 208.0 MiB, 236.3 counted before)."""
+        if not layers or layers[0] == self.trunk[0]:
+            return False
+        prev = self.trunk[self.trunk.index(layers[0]) - 1]
+        return self.compute_dev[prev] is None and self.ffn_dev.get(prev, self.placement.layer_device[prev]) is None
+
+    def _host_first_layer(self, gi: int) -> bool:
+        """Whether GPU `gi` runs the first layer over weights left in host memory (op offload at a partial
+        `-ngl`). Its inputs and the host layers' replayed attention leave the blocks under the last layer's
+        experts in use or a few bytes short of a block (the small inputs copied next to the first block), so the
+        experts' sum goes above their down outputs, or into the last layer's freed input right above them, and
+        the logits above it (with the output layer's weights on the GPU; at `-ngl 0` the output matrix's copy
+        comes first, `_output_copy`): the down outputs `[n_embd, n_used, n_tok]` lie under the logits besides the blocks
+        (`moe_down_outputs`; the allocator's traces on the CUDA-shaped stand-in, deepseek-v2-lite at `-ngl 13`:
+        at `-ub 2048` ffn_moe_down-26 at 64-160 MiB, the 15.99 MiB hole at 32.02-48.02 MiB too short for
+        node_1753, which goes to 160 MiB, the logits at 176 MiB: 976.0 MiB, 880.0 counted before; at `-ub 512`
+        ffn_moe_down-26 at 16-40 MiB, node_1753 at 40 MiB in l_out-25's place, the logits at 44 MiB)."""
+        return (
+            bool(self.host_mats)
+            and self.placement.layer_device[self.trunk[0]] != gi
+            and self.placement.output_device == gi
+        )
 
     def _gpu_transient(
         self,

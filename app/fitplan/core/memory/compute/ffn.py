@@ -58,6 +58,16 @@ def moe_split_below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
     return 2 * F32 * n_tok * profile.n_embd + router + down
 
 
+def moe_down_outputs(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """The routed experts' down outputs `[n_embd, n_used, n_tok]` of layer `il` where the sum of the experts
+    lands above them (`moe_split_below_logits` non-zero), else 0."""
+    moe = profile.moe
+    if not moe_split_below_logits(profile, il, n_tok) or moe is None:
+        return 0
+    used = profile.layers[il].n_expert_used or moe.n_expert_used
+    return F32 * n_tok * used * profile.n_embd
+
+
 def routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
     """Bytes under the logits on a GPU that holds the output layer and no block (`-ngl 1`), when the last block is a
     MoE without a shared expert (read from the allocator's traces of qwen3-30b-a3b and gpt-oss-20b).
