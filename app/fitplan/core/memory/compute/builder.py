@@ -42,6 +42,7 @@ from fitplan.core.memory.compute.ffn import (
     residual_blocks,
     routed_sum_inputs,
     shexp_only_ffn,
+    weighted_input_below_logits,
 )
 from fitplan.core.memory.compute.inputs import ComputeInputs
 from fitplan.core.memory.compute.layer_replay import LAYER_IN, deepseek2_runs
@@ -2030,9 +2031,11 @@ class PlanBuilder:
             return 0
         # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
         out_extra = self.below_logits if not first and self.compute_dev[self.trunk[-1]] == gi else 0
-        if out_extra and self._after_host_ffn(layers):
-            # the layers' outputs stay in the lowest blocks: the experts' sum takes a freed one
-            out_extra = self.embd_block
+        if not first and self.compute_dev[self.trunk[-1]] == gi and self._after_host_ffn(layers):
+            # the layers' outputs stay in the lowest blocks: the experts' sum takes a freed one, or a MoE that
+            # weights its input first leaves its down outputs and their sum under the logits
+            last = weighted_input_below_logits(self.profile, self.trunk[-1], self.n_tok)
+            out_extra = self.embd_block if out_extra else last
         if first and has_out and self._host_first_layer(gi) and self.compute_dev[self.trunk[-1]] == gi:
             out_extra = moe_down_outputs(self.profile, self.trunk[-1], self.n_tok)
         if has_out and not first and not out_extra and layers and layers[-1] == self.trunk[-1]:
