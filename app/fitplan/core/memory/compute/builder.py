@@ -2059,7 +2059,10 @@ class PlanBuilder:
         if not layers or layers[0] == self.trunk[0]:
             return False
         prev = self.trunk[self.trunk.index(layers[0]) - 1]
-        return self.compute_dev[prev] is None and self.ffn_dev.get(prev, self.placement.layer_device[prev]) is None
+        return (
+            self.compute_dev[prev] is None
+            and self.ffn_dev.get(prev, self.placement.layer_device[prev]) is None
+        )
 
     def _host_first_layer(self, gi: int) -> bool:
         """Whether GPU `gi` runs the first layer over weights left in host memory (op offload at a partial
