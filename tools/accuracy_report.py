@@ -1118,7 +1118,8 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   (DeepSeek-V2-Lite at `-ngl 13 -ub 2048`, -9.0% -> exact); without it the layers' outputs stay in the lowest
   blocks and the sum takes a freed one (`--no-op-offload`, +9.4% -> exact), and Llama-4-Scout's input-weighting
   MoE leaves its two lowest blocks, the router's outputs, the down outputs and their sum under the logits
-  (`-ngl 24 --no-op-offload`, -5.4% -> exact).
+  (`-ngl 24 --no-op-offload`, -5.4% -> exact); on a later GPU its one expert's sum takes the previous layer's
+  freed output block, a block above the lowest (the second GPU at `-ngl 24`, -2.4% -> exact on that GPU).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
@@ -1144,10 +1145,8 @@ with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells, not recorded: 637.1 Mi
 `-nkvo` at 65536 cells (not recorded: 632.0 MiB in a dry run, 520.0 counted, 392.0 before, not traced);
 DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
 counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` and `-cmoe` (-1.9%: the last
-MoE output's copy back from the host stays under the logits); Llama-4-Scout's later GPU over two or four GPUs
-(-2.4% to -5.2% on that GPU, one to three blocks under the logits not counted: at `-ngl 24` the last expert output
-takes the previous layer's freed output block, two blocks under the logits where one is counted; the
-pipeline-parallel ones not traced); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
+MoE output's copy back from the host stays under the logits); Llama-4-Scout's last GPU with pipeline parallelism
+(-4.4% to -5.2% on that GPU, three blocks under the logits not counted, not traced); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
 (-8.8%, -5.9%).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are

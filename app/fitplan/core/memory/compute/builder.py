@@ -2036,6 +2036,12 @@ class PlanBuilder:
             # weights its input first leaves its down outputs and their sum under the logits
             last = weighted_input_below_logits(self.profile, self.trunk[-1], self.n_tok)
             out_extra = self.embd_block if out_extra else last
+        elif not first and self.compute_dev[self.trunk[-1]] == gi and self._weighted_input_last():
+            # llama4's sum of one expert (a copy) takes the previous layer's freed output block, one block above
+            # the lowest: the logits go above it (the allocator's trace on the CUDA-shaped stand-in,
+            # Llama-4-Scout over two GPUs at `-ngl 24`: ffn_moe_out-47 at 10 MiB in l_out-46's place, the logits
+            # at 20 MiB; 414.6 MiB on the second GPU, 404.6 counted with the output norm's block alone)
+            out_extra = self.embd_block
         if first and has_out and self._host_first_layer(gi) and self.compute_dev[self.trunk[-1]] == gi:
             out_extra = moe_down_outputs(self.profile, self.trunk[-1], self.n_tok)
         if has_out and not first and not out_extra and layers and layers[-1] == self.trunk[-1]:
@@ -2063,6 +2069,10 @@ class PlanBuilder:
             self.compute_dev[prev] is None
             and self.ffn_dev.get(prev, self.placement.layer_device[prev]) is None
         )
+
+    def _weighted_input_last(self) -> bool:
+        """Whether the last layer is a MoE that weights its input before the experts (llama4)."""
+        return weighted_input_below_logits(self.profile, self.trunk[-1], self.n_tok) > 0
 
     def _host_first_layer(self, gi: int) -> bool:
         """Whether GPU `gi` runs the first layer over weights left in host memory (op offload at a partial
