@@ -2029,20 +2029,10 @@ class PlanBuilder:
         """What of the last layer stays under the logits on GPU `gi` (without pipeline parallelism)."""
         if not self.trunk:
             return 0
+        runs_last = self.compute_dev[self.trunk[-1]] == gi
         # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
-        out_extra = self.below_logits if not first and self.compute_dev[self.trunk[-1]] == gi else 0
-        if not first and self.compute_dev[self.trunk[-1]] == gi and self._after_host_ffn(layers):
-            # the layers' outputs stay in the lowest blocks: the experts' sum takes a freed one, or a MoE that
-            # weights its input first leaves its down outputs and their sum under the logits
-            last = weighted_input_below_logits(self.profile, self.trunk[-1], self.n_tok)
-            out_extra = self.embd_block if out_extra else last
-        elif not first and self.compute_dev[self.trunk[-1]] == gi and self._weighted_input_last():
-            # llama4's sum of one expert (a copy) takes the previous layer's freed output block, one block above
-            # the lowest: the logits go above it (the allocator's trace on the CUDA-shaped stand-in,
-            # Llama-4-Scout over two GPUs at `-ngl 24`: ffn_moe_out-47 at 10 MiB in l_out-46's place, the logits
-            # at 20 MiB; 414.6 MiB on the second GPU, 404.6 counted with the output norm's block alone)
-            out_extra = self.embd_block
-        if first and has_out and self._host_first_layer(gi) and self.compute_dev[self.trunk[-1]] == gi:
+        out_extra = self._later_gpu_below_logits(layers) if not first and runs_last else 0
+        if first and has_out and runs_last and self._host_first_layer(gi):
             out_extra = moe_down_outputs(self.profile, self.trunk[-1], self.n_tok)
         if has_out and not first and not out_extra and layers and layers[-1] == self.trunk[-1]:
             out_extra = mamba2_split_below_logits(
@@ -2051,6 +2041,21 @@ class PlanBuilder:
         if has_out and not runs:
             out_extra = routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
         return out_extra
+
+    def _later_gpu_below_logits(self, layers: list[int]) -> int:
+        """What of the last layer's FFN stays under the logits on a later GPU that runs it."""
+        if self._after_host_ffn(layers):
+            # the layers' outputs stay in the lowest blocks: the experts' sum takes a freed one, or a MoE that
+            # weights its input first leaves its down outputs and their sum under the logits
+            last = weighted_input_below_logits(self.profile, self.trunk[-1], self.n_tok)
+            return self.embd_block if self.below_logits else last
+        if self._weighted_input_last():
+            # llama4's sum of one expert (a copy) takes the previous layer's freed output block, one block above
+            # the lowest: the logits go above it (the allocator's trace on the CUDA-shaped stand-in,
+            # Llama-4-Scout over two GPUs at `-ngl 24`: ffn_moe_out-47 at 10 MiB in l_out-46's place, the logits
+            # at 20 MiB; 414.6 MiB on the second GPU, 404.6 counted with the output norm's block alone)
+            return self.embd_block
+        return self.below_logits
 
     def _after_host_ffn(self, layers: list[int]) -> bool:
         """Whether a GPU's first layer follows a layer whose FFN ran on the host (`--no-op-offload` at a partial
