@@ -1113,6 +1113,13 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   a quantized cache the attention's output holds the f16 copies of both copied views, V's copy no longer a view
   of K's: q4_0 with `-nkvo` at 131072 cells, DeepSeek-V2-Lite -67.8% -> exact, q8_0 at `-ngl 0` -4.3% -> exact;
   a GPU layer's FFN outputs replayed around the mask, over two GPUs with `-nkvo` at `-ub 2048` -32.4% -> exact).
+  The output phase after host layers (`PlanBuilder._host_first_layer`, `_after_host_ffn`): with op offload the
+  last shared-expert layer's experts' sum goes above its down outputs, which stay under the logits
+  (DeepSeek-V2-Lite at `-ngl 13 -ub 2048`, -9.0% -> exact); without it the layers' outputs stay in the lowest
+  blocks and the sum takes a freed one (`--no-op-offload`, +9.4% -> exact), and Llama-4-Scout's input-weighting
+  MoE leaves its two lowest blocks, the router's outputs, the down outputs and their sum under the logits
+  (`-ngl 24 --no-op-offload`, -5.4% -> exact); on a later GPU its one expert's sum takes the previous layer's
+  freed output block, a block above the lowest (the second GPU at `-ngl 24`, -2.4% -> exact on that GPU).
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
@@ -1131,16 +1138,15 @@ blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logit
 whole graph's allocations would place them) and over two GPUs with
 `-ncmoe 20` (-5.0%: the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's
 down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
-keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); DeepSeek-V2-Lite at `-ngl 13 -ub 2048` (-9.0%:
-the output phase's input block lands above the last MoE layer's freed space, 96 MiB higher) and with
-`--no-op-offload` (+9.4%); MLA's copies of a host cache without flash attention (not recorded, not replayed),
+keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); MLA's copies of a host cache without flash attention (not recorded, not replayed),
 with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells, not recorded: 637.1 MiB in a dry run, 588.0 counted,
 392.0 before; layer 0's FFN output lands above the mask and lifts layer 1's query, not replayed) and a later GPU's next layer's attention output above its V copy (DeepSeek-V3 over two GPUs with
 `-nkvo` at 131072 cells, not recorded: 897.0 MiB on the second, 769.0 counted); DeepSeek-V3 with two sequences and
 `-nkvo` at 65536 cells (not recorded: 632.0 MiB in a dry run, 520.0 counted, 392.0 before, not traced);
 DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
-counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` (-5.4% at `-ngl 24`, -1.9% with `-cmoe`: the last
-MoE output's copy back from the host stays under the logits); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
+counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` and `-cmoe` (-1.9%: the last
+MoE output's copy back from the host stays under the logits); Llama-4-Scout's last GPU with pipeline parallelism
+(-4.4% to -5.2% on that GPU, three blocks under the logits not counted, not traced); cogvlm with q8_0 caches (-9.3%), cohere2 and talkie with q8_0 caches (+12.0%, +8.9%); MiniMax-01 and MiniMax-M3 with two sequences
 (-8.8%, -5.9%).
 Not reproduced by the stand-in: the alloc dependencies ggml-cuda's `graph_optimize` adds for fused MoE routing
 and shared experts, and `-sm row`. Vulkan and Metal have their own stand-ins and sections below; their GPUs are

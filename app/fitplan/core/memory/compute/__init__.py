@@ -33,7 +33,10 @@ This package names the tensors that make up that peak (all sizes in bytes, f32 a
   lightning indexer's score and top-k (`IndexerScores`), DeepSeek-V4's compressed attention (`Dsv4Attention`),
   MiniMax-M3's block-sparse mask per stream (`PlanBuilder._msa_mask`) and the k-pool selection of qwen4exp and glm5-next
   (`KpoolSelection`);
-* the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend);
+* the logits `[n_vocab, n_out]` on the output layer's device, with one block (five on the first backend), and
+  what of the last MoE layer stays under them where its experts' sum cannot take a freed block (a later GPU,
+  `moe_split_below_logits`; the first GPU running host layers with op offload, `moe_down_outputs`; a GPU after
+  host layers without it, `PlanBuilder._after_host_ffn`);
 * with `--op-offload` and `n_ubatch >= 32`, on the first GPU of a backend that offloads ops (CUDA, Vulkan, SYCL;
   not RPC): the copies of the host-resident matrix weights one layer multiplies, one at a time; the output
   matrix's copy is made at the output layer's split, so it sits under the logits in the output phase only;

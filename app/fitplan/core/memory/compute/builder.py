@@ -33,6 +33,7 @@ from fitplan.core.memory.compute.ffn import (
     ffn_transient,
     gate_up_outputs,
     glu_ffn_ops,
+    moe_down_outputs,
     moe_split_below_logits,
     offloaded_down_top,
     offloaded_ffn_above,
@@ -41,6 +42,7 @@ from fitplan.core.memory.compute.ffn import (
     residual_blocks,
     routed_sum_inputs,
     shexp_only_ffn,
+    weighted_input_below_logits,
 )
 from fitplan.core.memory.compute.inputs import ComputeInputs
 from fitplan.core.memory.compute.layer_replay import LAYER_IN, deepseek2_runs
@@ -2027,8 +2029,11 @@ class PlanBuilder:
         """What of the last layer stays under the logits on GPU `gi` (without pipeline parallelism)."""
         if not self.trunk:
             return 0
+        runs_last = self.compute_dev[self.trunk[-1]] == gi
         # a later GPU that runs the last layer: what of that layer's FFN stays under the logits
-        out_extra = self.below_logits if not first and self.compute_dev[self.trunk[-1]] == gi else 0
+        out_extra = self._later_gpu_below_logits(layers) if not first and runs_last else 0
+        if first and has_out and runs_last and self._host_first_layer(gi):
+            out_extra = moe_down_outputs(self.profile, self.trunk[-1], self.n_tok)
         if has_out and not first and not out_extra and layers and layers[-1] == self.trunk[-1]:
             out_extra = mamba2_split_below_logits(
                 self.profile, layers, self.ffn_dev.get(self.trunk[-1], gi) == gi, self.n_tok
@@ -2036,6 +2041,60 @@ class PlanBuilder:
         if has_out and not runs:
             out_extra = routed_sum_inputs(self.profile, self.trunk[-1], self.n_tok)
         return out_extra
+
+    def _later_gpu_below_logits(self, layers: list[int]) -> int:
+        """What of the last layer's FFN stays under the logits on a later GPU that runs it."""
+        if self._after_host_ffn(layers):
+            # the layers' outputs stay in the lowest blocks: the experts' sum takes a freed one, or a MoE that
+            # weights its input first leaves its down outputs and their sum under the logits
+            last = weighted_input_below_logits(self.profile, self.trunk[-1], self.n_tok)
+            return self.embd_block if self.below_logits else last
+        if self._weighted_input_last():
+            # llama4's sum of one expert (a copy) takes the previous layer's freed output block, one block above
+            # the lowest: the logits go above it (the allocator's trace on the CUDA-shaped stand-in,
+            # Llama-4-Scout over two GPUs at `-ngl 24`: ffn_moe_out-47 at 10 MiB in l_out-46's place, the logits
+            # at 20 MiB; 414.6 MiB on the second GPU, 404.6 counted with the output norm's block alone)
+            return self.embd_block
+        return self.below_logits
+
+    def _after_host_ffn(self, layers: list[int]) -> bool:
+        """Whether a GPU's first layer follows a layer whose FFN ran on the host (`--no-op-offload` at a partial
+        `-ngl`). The ops after that FFN carry no weights and run in the GPU's first split, over copies of the
+        FFN's outputs and its input at the bottom of the buffer, so the layers' outputs stay in the lowest blocks
+        there. The last layer's attention output rows then leave a freed block under the experts' down outputs,
+        which the router's outputs use and give back: the experts' sum takes it, not the space above the down
+        outputs (`moe_split_below_logits`), and the logits go above the FFN input's block, two blocks up (the
+        allocator's trace on the CUDA-shaped stand-in, deepseek-v2-lite at `-ngl 13 --no-op-offload`: the copies
+        of ffn_moe_out-14, ffn_shexp-14 and ffn_inp-14 at 0, 4 and 8 MiB, l_out-25 at 0, node_1731 at 4 MiB and
+        freed, the experts' sum node_1753 at 4 MiB, the logits at 8 MiB: 208.0 MiB, 236.3 counted before)."""
+        if not layers or layers[0] == self.trunk[0]:
+            return False
+        prev = self.trunk[self.trunk.index(layers[0]) - 1]
+        return (
+            self.compute_dev[prev] is None
+            and self.ffn_dev.get(prev, self.placement.layer_device[prev]) is None
+        )
+
+    def _weighted_input_last(self) -> bool:
+        """Whether the last layer is a MoE that weights its input before the experts (llama4)."""
+        return weighted_input_below_logits(self.profile, self.trunk[-1], self.n_tok) > 0
+
+    def _host_first_layer(self, gi: int) -> bool:
+        """Whether GPU `gi` runs the first layer over weights left in host memory (op offload at a partial
+        `-ngl`). Its inputs and the host layers' replayed attention leave the blocks under the last layer's
+        experts in use or a few bytes short of a block (the small inputs copied next to the first block), so the
+        experts' sum goes above their down outputs, or into the last layer's freed input right above them, and
+        the logits above it (with the output layer's weights on the GPU; at `-ngl 0` the output matrix's copy
+        comes first, `_output_copy`): the down outputs `[n_embd, n_used, n_tok]` lie under the logits besides the blocks
+        (`moe_down_outputs`; the allocator's traces on the CUDA-shaped stand-in, deepseek-v2-lite at `-ngl 13`:
+        at `-ub 2048` ffn_moe_down-26 at 64-160 MiB, the 15.99 MiB hole at 32.02-48.02 MiB too short for
+        node_1753, which goes to 160 MiB, the logits at 176 MiB: 976.0 MiB, 880.0 counted before; at `-ub 512`
+        ffn_moe_down-26 at 16-40 MiB, node_1753 at 40 MiB in l_out-25's place, the logits at 44 MiB)."""
+        return (
+            bool(self.host_mats)
+            and self.placement.layer_device[self.trunk[0]] != gi
+            and self.placement.output_device == gi
+        )
 
     def _gpu_transient(
         self,

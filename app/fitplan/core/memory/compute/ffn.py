@@ -58,6 +58,36 @@ def moe_split_below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
     return 2 * F32 * n_tok * profile.n_embd + router + down
 
 
+def moe_down_outputs(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """The routed experts' down outputs `[n_embd, n_used, n_tok]` of layer `il` where the sum of the experts
+    lands above them (`moe_split_below_logits` non-zero), else 0."""
+    moe = profile.moe
+    if not moe_split_below_logits(profile, il, n_tok) or moe is None:
+        return 0
+    used = profile.layers[il].n_expert_used or moe.n_expert_used
+    return F32 * n_tok * used * profile.n_embd
+
+
+def weighted_input_below_logits(profile: ModelProfile, il: int, n_tok: int) -> int:
+    """Bytes under the logits besides the output norm's block on a GPU whose layers keep their outputs in the lowest
+    blocks (`PlanBuilder._after_host_ffn`), when the last layer is a MoE that weights its input before the experts
+    (llama4; read from the allocator's trace of Llama-4-Scout at `-ngl 24 --no-op-offload` on the CUDA-shaped
+    stand-in).
+
+    The FFN input and the FFN norm's output take the two lowest blocks, the router's logits, probabilities and
+    top-k indices `[n_expert, n_tok]` follow, and the repeated, weighted input above them gives its place to the
+    experts' down outputs `[n_embd, n_used, n_tok]`; their sum (a copy, with one expert used) goes above those,
+    and the residual, the output norm and the logits in its place (ffn_inp-47 at 0, the norm at 10 MiB, the
+    router's 96 KiB, ffn_moe_down-47 at 20.09 MiB, ffn_moe_out-47 at 30.09 MiB, the logits at 40.09 MiB)."""
+    moe = profile.moe
+    lp = profile.layers[il]
+    if not (lp.is_moe and moe is not None and profile.traits.graph.weight_before_ffn):
+        return 0
+    used = lp.n_expert_used or moe.n_expert_used
+    router = 3 * F32 * n_tok * moe.n_expert
+    return 2 * F32 * n_tok * profile.n_embd + router + F32 * n_tok * used * profile.n_embd
+
+
 def routed_sum_inputs(profile: ModelProfile, il: int, n_tok: int) -> int:
     """Bytes under the logits on a GPU that holds the output layer and no block (`-ngl 1`), when the last block is a
     MoE without a shared expert (read from the allocator's traces of qwen3-30b-a3b and gpt-oss-20b).
