@@ -1080,6 +1080,11 @@ def standin_settings(
         # the GPU layers' FFN outputs around the mask at -ub 2048
         add("2dev-c32768-faon-nkvo-ub2048-server", two, "--server-defaults", "-c", "32768", "-fa", "on", "-nkvo",
             "-b", "2048", "-ub", "2048")  # fmt: skip
+    if moe:
+        # the experts in host memory as llama-server reserves them (24 GiB card, -ub 512 and 2048)
+        for ub in (512, 2048):
+            add(f"c32768-faon-cmoe-ub{ub}-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on",
+                "-cmoe", "-b", str(ub), "-ub", str(ub))  # fmt: skip
     return out
 
 
