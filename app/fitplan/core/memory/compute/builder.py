@@ -1575,8 +1575,75 @@ class PlanBuilder:
             later = [self._q_shift(j, q_norm) for j in group[1:] if self._host_cache(j)]
             lead = max(later) if self.fa and later and (first or il != layers[0]) else -1
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
-            out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
+            adjacent = len(group) > 1 and group[1] == il + 1
+            nxt = self._next_host_layer(gi, il + 1) if adjacent and first else ((), ())
+            scores_next = il + 1 in group and self._host_cache(il + 1)
+            out.append(replace(term, scores_next=scores_next, next_layer=nxt))
         return tuple(out)
+
+    def _next_host_layer(self, gi: int, il: int) -> tuple[tuple[ReplayOp, ...], tuple[ReplayOp, ...]]:
+        """`HostCacheAttention.next_layer`: host layer `il`, the GPU's second layer over the same host cache, whose
+        attention matrices the GPU copies in (op offload), with flash attention, no Q norm, bias or gate, and its
+        FFN copied in too. Graph order from the allocator's list on the CUDA-shaped stand-in (llama-3.1-8b with
+        llama-server's reserve at `-ngl 0`, 4096 cells): the attention norm in Q's freed block, the Q matrix's copy
+        in the blocks' free space, Q's product above the mask (the copy leaves too little room), the V matrix's
+        copy, the roped Q in the blocks' space after it (the product freed), V's and K's products and copies
+        there; after the attention the output matrix's copy in the blocks' space and its product (the residual,
+        live through the FFN) in the V view's freed block above the mask, the later of two equal fits (ggml-alloc.c
+        `ggml_dyn_tallocr_alloc`), so the FFN's copies go one block higher than the first layer's: 139.5 MiB
+        where the first layer reaches 131.5. Empty where not traced."""
+        mats = self.host_mats.get(il, {})
+        lp = self.profile.layers[il]
+
+        def mat(key: str) -> int:
+            return next((b for n, b in mats.items() if f".{key}." in n and n.endswith(".weight")), 0)
+
+        wq, wk, wv, wo = mat("attn_q"), mat("attn_k"), mat("attn_v"), mat("attn_output")
+        if (
+            not self.fa
+            or not (wq and wk and wv and wo)
+            or il in _q_norm_layers(self.profile)
+            or il in self.q_bias
+            or self._gated_product()
+            or self.ffn_dev.get(il, gi) != gi
+        ):
+            return (), ()
+        ffn = offloaded_ffn_ops(self.profile, il, self.n_tok, mats)
+        if not ffn:
+            return (), ()
+        f = F32 * self.n_tok
+        q, kc, vc = f * lp.n_head * lp.n_embd_head_k, f * lp.n_embd_k_gqa, f * lp.n_embd_v_gqa
+        out = f * lp.n_head * lp.n_embd_head_v
+        head: tuple[ReplayOp, ...] = (
+            ("norm", self.embd_block),
+            ("wq", wq),
+            ("qp", q),
+            ("wq", 0),
+            ("wv", wv),
+            ("q1", q),
+            ("qp", 0),
+            ("vc", vc),
+            ("wv", 0),
+            ("wk", wk),
+            ("kc", kc),
+            ("wk", 0),
+            ("norm", 0),
+            ("kr", kc),
+            ("kc", 0),
+            ("kr", 0),
+            ("vc", 0),
+        )
+        tail: tuple[ReplayOp, ...] = (
+            ("q1", 0),
+            ("k", 0),
+            ("v", 0),
+            ("wo", wo),
+            ("res", out),
+            ("wo", 0),
+            ("o", 0),
+            *ffn,
+        )
+        return head, tail
 
     def _mla_host_cache(
         self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine

@@ -511,6 +511,9 @@ class HostCacheAttention:
     ffn_ops: tuple[ReplayOp, ...] = ()  # a host layer's FFN copies and products (`offloaded_ffn_ops`)
     scores: Affine = Affine()  # without flash attention: the KQ scores (then `out` is not allocated)
     scores_next: bool = False  # the next layer reads the same cache: its copies and scores above the mask
+    # the next host layer's ops in graph order before its K and V views' copies and after its attention's
+    # output (replaces `next_lead`; empty: not replayed)
+    next_layer: tuple[tuple[ReplayOp, ...], tuple[ReplayOp, ...]] = ((), ())
     label: str = "host-cache K/V, mask copies"
 
     def at(self, nb: int, ns: int) -> int:
@@ -542,7 +545,13 @@ class HostCacheAttention:
             top = max(top, copy.deepcopy(sim).run(self.ffn_ops))
         elif self.ffn > sim.largest_hole():
             top = max(top, sim.end + self.ffn)
-        if self.next_lead >= 0:
+        head, tail = self.next_layer
+        if head:
+            # the next layer replayed whole over what this one's attention left (`PlanBuilder._next_host_layer`)
+            sim.run(head)
+            sim.run([("k", k), ("v", v), ("o", self.out.at(nb, ns))])
+            top = max(top, sim.run(tail))
+        elif self.next_lead >= 0:
             q = dict(self.layout)["q"]
             # the blocks' free space is taken again by the next layer's own tensors; only the space from where
             # this layer's Q was up is left to its Q and copies
