@@ -1575,16 +1575,18 @@ class PlanBuilder:
             later = [self._q_shift(j, q_norm) for j in group[1:] if self._host_cache(j)]
             lead = max(later) if self.fa and later and (first or il != layers[0]) else -1
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
-            adjacent = len(group) > 1 and group[1] == il + 1
-            nxt = self._next_host_layer(gi, il + 1) if adjacent and first else ((), ())
+            nxt = self._next_host_layer(gi, il + 1, first and il + 1 in group[1:2])
             scores_next = il + 1 in group and self._host_cache(il + 1)
             out.append(replace(term, scores_next=scores_next, next_layer=nxt))
         return tuple(out)
 
-    def _next_host_layer(self, gi: int, il: int) -> tuple[tuple[ReplayOp, ...], tuple[ReplayOp, ...]]:
+    def _next_host_layer(
+        self, gi: int, il: int, adjacent: bool
+    ) -> tuple[tuple[ReplayOp, ...], tuple[ReplayOp, ...]]:
         """`HostCacheAttention.next_layer`: host layer `il`, the GPU's second layer over the same host cache, whose
-        attention matrices the GPU copies in (op offload), with flash attention, no Q norm, bias or gate, and its
-        FFN copied in too. Graph order from the allocator's list on the CUDA-shaped stand-in (llama-3.1-8b with
+        attention matrices the GPU copies in (op offload), next to the GPU's first layer (`adjacent`: another
+        layer between them, as a hybrid's recurrent layers, leaves other blocks), with flash attention, no Q
+        norm, bias or gate, and its FFN copied in too. Graph order from the allocator's list on the CUDA-shaped stand-in (llama-3.1-8b with
         llama-server's reserve at `-ngl 0`, 4096 cells): the attention norm in Q's freed block, the Q matrix's copy
         in the blocks' free space, Q's product above the mask (the copy leaves too little room), the V matrix's
         copy, the roped Q in the blocks' space after it (the product freed), V's and K's products and copies
@@ -1600,7 +1602,8 @@ class PlanBuilder:
 
         wq, wk, wv, wo = mat("attn_q"), mat("attn_k"), mat("attn_v"), mat("attn_output")
         if (
-            not self.fa
+            not adjacent
+            or not self.fa
             or not (wq and wk and wv and wo)
             or il in _q_norm_layers(self.profile)
             or il in self.q_bias
