@@ -494,7 +494,10 @@ class HostCacheAttention:
     matrix copied in first, or a Q norm's product below the normed Q), with the layout's other free blocks taken
     again: its K and V copies fit where this layer's did only when it lands no higher (-ngl 16 at 32768 cells:
     layer 1's 3.3 MiB attn_v copy, Q after it, K after Q, V above the mask, 264.0 MiB; gemma-3-27b with `-nkvo
-    -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). Not replayed:
+    -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). The GPU's
+    second host layer, where traced (`next_layer`, `PlanBuilder._next_host_layer`), is replayed whole instead:
+    its Q's product above the mask, its residual in V's freed block above it, its FFN one block higher than the
+    first layer's (llama-3.1-8b with llama-server's reserve at 4096 cells: 139.5 MiB). Not replayed:
     a later GPU's next layer (layer 18's V copy above the mask left by layer 17 at 32768 cells, under the logits
     there); a GPU layer's FFN is placed as one tensor, an upper bound where its first intermediates alone would fit
     in a freed block; a host layer's (`ffn_ops`) is replayed, its matrices' copies and products one after the
