@@ -1567,7 +1567,9 @@ class PlanBuilder:
             return ()
         out: list[Term] = []
         q_norm = _q_norm_layers(self.profile)
-        for swa, group in enumerate(attn_layers(self.profile, layers)):
+        groups = attn_layers(self.profile, layers)
+        first_attn = min((g[0] for g in groups if g), default=-1)
+        for swa, group in enumerate(groups):
             il = group[0] if group else -1
             if il < 0 or not self._host_cache(il) or (self.fa and not self._cuda_fa_runs([il])):
                 continue
@@ -1575,10 +1577,36 @@ class PlanBuilder:
             later = [self._q_shift(j, q_norm) for j in group[1:] if self._host_cache(j)]
             lead = max(later) if self.fa and later and (first or il != layers[0]) else -1
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
-            nxt = self._next_host_layer(gi, il + 1, first and il + 1 in group[1:2])
-            scores_next = il + 1 in group and self._host_cache(il + 1)
-            out.append(replace(term, scores_next=scores_next, next_layer=nxt))
+            out.append(self._host_cache_later(term, gi, group, first, first_attn))
         return tuple(out)
+
+    def _host_cache_later(
+        self, term: HostCacheAttention, gi: int, group: list[int], first: bool, first_attn: int
+    ) -> HostCacheAttention:
+        """`term` (the first layer of `group` on GPU `gi`) with what comes after its attention: the next layer's
+        copies and scores, its whole replay (`_next_host_layer`), the residual before the FFN
+        (`_second_cache_residual`)."""
+        il = group[0]
+        return replace(
+            term,
+            scores_next=il + 1 in group and self._host_cache(il + 1),
+            next_layer=self._next_host_layer(gi, il + 1, first and il + 1 in group[1:2]),
+            residual=self._second_cache_residual(il, first_attn),
+        )
+
+    def _second_cache_residual(self, il: int, first_attn: int) -> tuple[ReplayOp, ...]:
+        """`HostCacheAttention.residual`: host layer `il`, the GPU's first layer of its second cache (after the
+        first cache's layer `first_attn`), copies its output matrix into Q's freed block and the space above it,
+        and its product, the residual live through the FFN, goes right above the copy, so the FFN's copies go
+        above both. The allocator's list on the CUDA-shaped stand-in, gemma-3-27b with llama-server's reserve at
+        4096 cells: layer 5's 11.8 MiB attn_output copy at Q's 42.0 MiB, the residual at 53.8 MiB, its FFN's
+        copies at 64.3 (210.3 MiB, the peak at `-ngl 31`), where layers 0-4 keep their residual under the blocks'
+        top (188.0 MiB). Empty for a cache's first layer on the GPU (a hybrid's first attention layer after
+        recurrent ones: not traced)."""
+        wo = next((b for n, b in self.host_mats.get(il, {}).items() if ".attn_output.weight" in n), 0)
+        if not wo or il <= first_attn:
+            return ()
+        return (("wo", wo), ("res", self.embd_block), ("wo", 0))
 
     def _next_host_layer(
         self, gi: int, il: int, adjacent: bool

@@ -517,6 +517,7 @@ class HostCacheAttention:
     # the next host layer's ops in graph order before its K and V views' copies and after its attention's
     # output (replaces `next_lead`; empty: not replayed)
     next_layer: tuple[tuple[ReplayOp, ...], tuple[ReplayOp, ...]] = ((), ())
+    residual: tuple[ReplayOp, ...] = ()  # the output matrix's copy and product before the FFN (empty: none)
     label: str = "host-cache K/V, mask copies"
 
     def at(self, nb: int, ns: int) -> int:
@@ -545,7 +546,7 @@ class HostCacheAttention:
             # a host layer's FFN (op offload): its copies and products replayed over the freed K, V and Q
             # (gpt-oss-20b at `-ngl 0`, 32768 cells: layer 1's 134.5 MiB gate copy right above the mask, its
             # 22.5 MiB products in K's and V's freed space, 261.0 MiB where the FFN as one block gave 307.5)
-            top = max(top, copy.deepcopy(sim).run(self.ffn_ops))
+            top = max(top, copy.deepcopy(sim).run((*self.residual, *self.ffn_ops)))
         elif self.ffn > sim.largest_hole():
             top = max(top, sim.end + self.ffn)
         head, tail = self.next_layer
