@@ -1120,7 +1120,7 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
-at 4096 cells with llama-server's reserve of one output row on gemma-3-27b at `-ngl 0` (-4.8%: layer 5's residual
+at 4096 cells with llama-server's reserve of one output row on gemma-3-27b at `-ngl 0` (-3.9%: layer 5's residual
 above its output matrix's copy is replayed, 210.3 MiB, but the later layers are not: layer 60, after the
 full-attention mask is freed, sits one block higher, 220.8 MiB; only a replay of every layer from the first would
 place it); q8_0 caches with
