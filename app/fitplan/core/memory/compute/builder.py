@@ -1622,6 +1622,8 @@ class PlanBuilder:
         live through the FFN) in the V view's freed block above the mask, the later of two equal fits (ggml-alloc.c
         `ggml_dyn_tallocr_alloc`), so the FFN's copies go one block higher than the first layer's: 139.5 MiB
         where the first layer reaches 131.5. Empty where not traced."""
+        if not adjacent:
+            return (), ()
         mats = self.host_mats.get(il, {})
         lp = self.profile.layers[il]
 
@@ -1630,8 +1632,7 @@ class PlanBuilder:
 
         wq, wk, wv, wo = mat("attn_q"), mat("attn_k"), mat("attn_v"), mat("attn_output")
         if (
-            not adjacent
-            or not self.fa
+            not self.fa
             or not (wq and wk and wv and wo)
             or il in _q_norm_layers(self.profile)
             or il in self.q_bias
