@@ -1621,7 +1621,8 @@ class PlanBuilder:
         there; after the attention the output matrix's copy in the blocks' space and its product (the residual,
         live through the FFN) in the V view's freed block above the mask, the later of two equal fits (ggml-alloc.c
         `ggml_dyn_tallocr_alloc`), so the FFN's copies go one block higher than the first layer's: 139.5 MiB
-        where the first layer reaches 131.5. Empty where not traced."""
+        where the first layer reaches 131.5. Layers 2-31 leave the allocator as layer 1 found it (their FFN's
+        gate copies at layer 1's offset), so no later layer is replayed. Empty where not traced."""
         if not adjacent:
             return (), ()
         mats = self.host_mats.get(il, {})
