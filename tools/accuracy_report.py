@@ -1091,6 +1091,10 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   on the GPU that holds Q, with the cache's K and V views and the mask copied in at the layer's split; the mask
   stays there to the last layer, and the FFN goes above it when the freed views' space does not hold it. Each
   cache's first layer on a GPU and the next one are replayed with the allocator's best fit (`HostCacheAttention`;
+  the second host layer whole, without a Q norm: its Q product above the mask, its residual in V's freed block
+  above it, its FFN one block higher, llama-3.1-8b with llama-server's reserve at 4096 cells -4.6% -> exact; the
+  first layer of a GPU's second cache its residual above its output matrix's copy in Q's freed block, the FFN
+  above both, gemma-3-27b's layer 5 at `-ngl 31` -2.5% -> exact;
   llama-3.1-8b over two GPUs: -7.2% -> exact at 8192 cells, -17.3% -> -1.5% at 32768, -12.1% -> -1.3% at
   `-ngl 16`, 32768 cells; one GPU at 65536 and 131072 cells -17.0% -> exact; gemma-3-27b's first full-attention
   layer -19.7% -> -1.1%; a later layer whose Q lands higher puts its V copy above the mask (gemma-3-27b with
@@ -1123,11 +1127,10 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
 
 Left: on a second GPU with only the output layer the
 norm output an MTP graph keeps before the output ids (`h_nextn`); host layers
-at 4096 cells with llama-server's reserve of one output row (`-ngl 0`: gemma-3-27b -6.3%, llama-3.1-8b -4.6%; the
-first host layer and the next one's K and V are replayed, not the later layers' splits: on llama-3.1-8b layer 1's
-Q product lands above the mask, its attention output in the 8 MiB that product freed and its FFN above that, 139.5
-MiB where layer 0 reaches 131.5; on gemma-3-27b layers 5-59 one block higher than layers 0-4 and layer 60, after
-the full-attention mask is freed, higher again, 220.8 MiB); q8_0 caches with
+at 4096 cells with llama-server's reserve of one output row on gemma-3-27b at `-ngl 0` (-3.9%: layer 5's residual
+above its output matrix's copy is replayed, 210.3 MiB, but the later layers are not: layer 60, after the
+full-attention mask is freed, sits one block higher, 220.8 MiB; only a replay of every layer from the first would
+place it); q8_0 caches with
 `-nkvo` over two GPUs (+2.0%: the rotated caches' inputs put the mask in the freed blocks, below the FFN); `-fa on` where ggml-cuda refuses the
 shape (the MLA smoke models with a q8_0 cache: the flash-attention op runs on the host with its inputs copied
 there, so the GPU's and the host's parts are swapped, the totals within 5%); mistral4's down product on the host

@@ -1569,7 +1569,9 @@ class PlanBuilder:
             return ()
         out: list[Term] = []
         q_norm = _q_norm_layers(self.profile)
-        for swa, group in enumerate(attn_layers(self.profile, layers)):
+        groups = attn_layers(self.profile, layers)
+        first_attn = min((g[0] for g in groups if g), default=-1)
+        for swa, group in enumerate(groups):
             il = group[0] if group else -1
             if il < 0 or not self._host_cache(il) or (self.fa and not self._cuda_fa_runs([il])):
                 continue
@@ -1577,8 +1579,106 @@ class PlanBuilder:
             later = [self._q_shift(j, q_norm) for j in group[1:] if self._host_cache(j)]
             lead = max(later) if self.fa and later and (first or il != layers[0]) else -1
             term = self._host_cache_layer(gi, il, bool(swa), layout, base, lead)
-            out.append(replace(term, scores_next=il + 1 in group and self._host_cache(il + 1)))
+            out.append(self._host_cache_later(term, gi, group, first, first_attn))
         return tuple(out)
+
+    def _host_cache_later(
+        self, term: HostCacheAttention, gi: int, group: list[int], first: bool, first_attn: int
+    ) -> HostCacheAttention:
+        """`term` (the first layer of `group` on GPU `gi`) with what comes after its attention: the next layer's
+        copies and scores, its whole replay (`_next_host_layer`), the residual before the FFN
+        (`_second_cache_residual`)."""
+        il = group[0]
+        return replace(
+            term,
+            scores_next=il + 1 in group and self._host_cache(il + 1),
+            next_layer=self._next_host_layer(gi, il + 1, first and il + 1 in group[1:2]),
+            residual=self._second_cache_residual(il, first_attn),
+        )
+
+    def _second_cache_residual(self, il: int, first_attn: int) -> tuple[ReplayOp, ...]:
+        """`HostCacheAttention.residual`: host layer `il`, the GPU's first layer of its second cache (after the
+        first cache's layer `first_attn`), copies its output matrix into Q's freed block and the space above it,
+        and its product, the residual live through the FFN, goes right above the copy, so the FFN's copies go
+        above both. The allocator's list on the CUDA-shaped stand-in, gemma-3-27b with llama-server's reserve at
+        4096 cells: layer 5's 11.8 MiB attn_output copy at Q's 42.0 MiB, the residual at 53.8 MiB, its FFN's
+        copies at 64.3 (210.3 MiB, the peak at `-ngl 31`), where layers 0-4 keep their residual under the blocks'
+        top (188.0 MiB). Empty for a cache's first layer on the GPU (a hybrid's first attention layer after
+        recurrent ones: not traced)."""
+        wo = next((b for n, b in self.host_mats.get(il, {}).items() if ".attn_output.weight" in n), 0)
+        if not wo or il <= first_attn:
+            return ()
+        return (("wo", wo), ("res", self.embd_block), ("wo", 0))
+
+    def _next_host_layer(
+        self, gi: int, il: int, adjacent: bool
+    ) -> tuple[tuple[ReplayOp, ...], tuple[ReplayOp, ...]]:
+        """`HostCacheAttention.next_layer`: host layer `il`, the GPU's second layer over the same host cache, whose
+        attention matrices the GPU copies in (op offload), next to the GPU's first layer (`adjacent`: another
+        layer between them, as a hybrid's recurrent layers, leaves other blocks), with flash attention, no Q
+        norm, bias or gate, and its FFN copied in too. Graph order from the allocator's list on the CUDA-shaped stand-in (llama-3.1-8b with
+        llama-server's reserve at `-ngl 0`, 4096 cells): the attention norm in Q's freed block, the Q matrix's copy
+        in the blocks' free space, Q's product above the mask (the copy leaves too little room), the V matrix's
+        copy, the roped Q in the blocks' space after it (the product freed), V's and K's products and copies
+        there; after the attention the output matrix's copy in the blocks' space and its product (the residual,
+        live through the FFN) in the V view's freed block above the mask, the later of two equal fits (ggml-alloc.c
+        `ggml_dyn_tallocr_alloc`), so the FFN's copies go one block higher than the first layer's: 139.5 MiB
+        where the first layer reaches 131.5. Layers 2-31 leave the allocator as layer 1 found it (their FFN's
+        gate copies at layer 1's offset), so no later layer is replayed. Empty where not traced."""
+        if not adjacent:
+            return (), ()
+        mats = self.host_mats.get(il, {})
+        lp = self.profile.layers[il]
+
+        def mat(key: str) -> int:
+            return next((b for n, b in mats.items() if f".{key}." in n and n.endswith(".weight")), 0)
+
+        wq, wk, wv, wo = mat("attn_q"), mat("attn_k"), mat("attn_v"), mat("attn_output")
+        if (
+            not self.fa
+            or not (wq and wk and wv and wo)
+            or il in _q_norm_layers(self.profile)
+            or il in self.q_bias
+            or self._gated_product()
+            or self.ffn_dev.get(il, gi) != gi
+        ):
+            return (), ()
+        ffn = offloaded_ffn_ops(self.profile, il, self.n_tok, mats)
+        if not ffn:
+            return (), ()
+        f = F32 * self.n_tok
+        q, kc, vc = f * lp.n_head * lp.n_embd_head_k, f * lp.n_embd_k_gqa, f * lp.n_embd_v_gqa
+        out = f * lp.n_head * lp.n_embd_head_v
+        head: tuple[ReplayOp, ...] = (
+            ("norm", self.embd_block),
+            ("wq", wq),
+            ("qp", q),
+            ("wq", 0),
+            ("wv", wv),
+            ("q1", q),
+            ("qp", 0),
+            ("vc", vc),
+            ("wv", 0),
+            ("wk", wk),
+            ("kc", kc),
+            ("wk", 0),
+            ("norm", 0),
+            ("kr", kc),
+            ("kc", 0),
+            ("kr", 0),
+            ("vc", 0),
+        )
+        tail: tuple[ReplayOp, ...] = (
+            ("q1", 0),
+            ("k", 0),
+            ("v", 0),
+            ("wo", wo),
+            ("res", out),
+            ("wo", 0),
+            ("o", 0),
+            *ffn,
+        )
+        return head, tail
 
     def _mla_host_cache(
         self, gi: int, layers: list[int], first: bool, blocks: int, base: Affine

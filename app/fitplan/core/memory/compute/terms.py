@@ -494,7 +494,10 @@ class HostCacheAttention:
     matrix copied in first, or a Q norm's product below the normed Q), with the layout's other free blocks taken
     again: its K and V copies fit where this layer's did only when it lands no higher (-ngl 16 at 32768 cells:
     layer 1's 3.3 MiB attn_v copy, Q after it, K after Q, V above the mask, 264.0 MiB; gemma-3-27b with `-nkvo
-    -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). Not replayed:
+    -ngl 31`: GPU layer 35's normed Q one Q above host layer 5's, its V above the mask, 466.0 MiB). The GPU's
+    second host layer, where traced (`next_layer`, `PlanBuilder._next_host_layer`), is replayed whole instead:
+    its Q's product above the mask, its residual in V's freed block above it, its FFN one block higher than the
+    first layer's (llama-3.1-8b with llama-server's reserve at 4096 cells: 139.5 MiB). Not replayed:
     a later GPU's next layer (layer 18's V copy above the mask left by layer 17 at 32768 cells, under the logits
     there); a GPU layer's FFN is placed as one tensor, an upper bound where its first intermediates alone would fit
     in a freed block; a host layer's (`ffn_ops`) is replayed, its matrices' copies and products one after the
@@ -511,6 +514,10 @@ class HostCacheAttention:
     ffn_ops: tuple[ReplayOp, ...] = ()  # a host layer's FFN copies and products (`offloaded_ffn_ops`)
     scores: Affine = Affine()  # without flash attention: the KQ scores (then `out` is not allocated)
     scores_next: bool = False  # the next layer reads the same cache: its copies and scores above the mask
+    # the next host layer's ops in graph order before its K and V views' copies and after its attention's
+    # output (replaces `next_lead`; empty: not replayed)
+    next_layer: tuple[tuple[ReplayOp, ...], tuple[ReplayOp, ...]] = ((), ())
+    residual: tuple[ReplayOp, ...] = ()  # the output matrix's copy and product before the FFN (empty: none)
     label: str = "host-cache K/V, mask copies"
 
     def at(self, nb: int, ns: int) -> int:
@@ -539,10 +546,16 @@ class HostCacheAttention:
             # a host layer's FFN (op offload): its copies and products replayed over the freed K, V and Q
             # (gpt-oss-20b at `-ngl 0`, 32768 cells: layer 1's 134.5 MiB gate copy right above the mask, its
             # 22.5 MiB products in K's and V's freed space, 261.0 MiB where the FFN as one block gave 307.5)
-            top = max(top, copy.deepcopy(sim).run(self.ffn_ops))
+            top = max(top, copy.deepcopy(sim).run((*self.residual, *self.ffn_ops)))
         elif self.ffn > sim.largest_hole():
             top = max(top, sim.end + self.ffn)
-        if self.next_lead >= 0:
+        head, tail = self.next_layer
+        if head:
+            # the next layer replayed whole over what this one's attention left (`PlanBuilder._next_host_layer`)
+            sim.run(head)
+            sim.run([("k", k), ("v", v), ("o", self.out.at(nb, ns))])
+            top = max(top, sim.run(tail))
+        elif self.next_lead >= 0:
             q = dict(self.layout)["q"]
             # the blocks' free space is taken again by the next layer's own tensors; only the space from where
             # this layer's Q was up is left to its Q and copies
