@@ -969,7 +969,11 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   its oracle scenarios have both cases (`tests/plan/test_plan_oracle.py`).
 * **A mask first read after a copied down matrix** is allocated with that copy, right above it, and stays until
   its last reader: Qwen3-Next's first attention layer after its delta-net layers, Llama-4-Scout's full-attention
-  layer after its chunked ones (`_late_masks`).
+  layer after its chunked ones (`_late_masks`). On the first GPU the FFN norm's hole is one block
+  (`ffn_norm_hole`): a larger GLU output splits the space under the mask and the next down copy goes above it,
+  and llama4's router-weighted input under gate and up is part of the copies' replay; a mask that fits in the
+  hole goes there instead (llama-server's reserve at 32768 cells, `-cmoe -ub 512`: Llama-4-Scout -41.2% -> +0.8%,
+  granite-4.0-h-tiny -10.6% -> +1.7%; granite over two GPUs with `-ncmoe 20` -5.0% -> +0.8%).
 * **The first GPU's output phase** keeps the graph inputs it copied at the start (masks, V's indices, positions,
   output ids) under the logits, with four blocks (before: five blocks, which matched only where the mask happened
   to be one block; up to 9.5% under at 32768 cells).
@@ -1138,10 +1142,7 @@ without pipeline parallelism (-3.4%); MiniMax-M3's block-sparse inputs on a pipe
 there); the layer phase of granite-4.0-h-tiny with `-nkvo` (RPC0 of the two-RPC placement recording: 59.0 MiB counted,
 66.6 recorded; on one stand-in card the out-of-order list sends layer 2's 18 MiB down outputs above two free
 blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logits there; only a replay of the
-whole graph's allocations would place them) and over two GPUs with
-`-ncmoe 20` (-5.0%: the mask, copied in at layer 4's down-matrix split, sits above that copy and the next layer's
-down copy goes above it, where `_late_masks` finds room in the FFN norm's two blocks; on granite the shared expert
-keeps the norm live, the same rule holds on Llama-4-Scout, +2.7%); MLA's copies of a host cache without flash attention (not recorded, not replayed),
+whole graph's allocations would place them); MLA's copies of a host cache without flash attention (not recorded, not replayed),
 with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells, not recorded: 637.1 MiB in a dry run, 588.0 counted,
 392.0 before; layer 0's FFN output lands above the mask and lifts layer 1's query, not replayed) and a later GPU's next layer's attention output above its V copy (DeepSeek-V3 over two GPUs with
 `-nkvo` at 131072 cells, not recorded: 897.0 MiB on the second, 769.0 counted); DeepSeek-V3 with two sequences and

@@ -19,10 +19,14 @@ MODELS = ("gpt-oss-20b", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-next-80b-a3b")
 
 
 def _server_cases(model: str) -> list[Any]:
+    """The `-server` cases with host layers (`-ngl`), not those with every layer on the GPU and the experts in host
+    memory (`-cmoe`, held by tests/estimate/test_accuracy_gpu.py)."""
     doc = json.loads((report.FIXTURES / "standin" / f"{model}.json").read_text())
     header = report.FIXTURES / doc["model"]["header"]
     return [
-        report.run_case("standin", model, header, c) for c in doc["cases"] if str(c["id"]).endswith("-server")
+        report.run_case("standin", model, header, c)
+        for c in doc["cases"]
+        if str(c["id"]).endswith("-server") and "-cmoe-" not in str(c["id"])
     ]
 
 

@@ -44,18 +44,21 @@ class Affine:
 
     `room` > 0: the cell-dependent part is a tensor that goes into a free block of that size while it fits there;
     it then adds nothing (and `c` is not reached: a separate term holds what is live in that case).
+    `flat`: that tensor is counted elsewhere (a graph input under the blocks); only where it lands depends on its
+    size, so past `room` the term is `c` alone.
     """
 
     a_base: int = 0
     a_swa: int = 0
     c: int = 0
     room: int = 0
+    flat: bool = False
 
     def at(self, n_kv_base: int, n_kv_swa: int) -> int:
         grow = self.a_base * n_kv_base + self.a_swa * n_kv_swa
         if self.room and grow <= self.room:
             return 0
-        return grow + self.c
+        return self.c if self.flat else grow + self.c
 
 
 def max_at(affs: tuple[Affine, ...], nb: int, ns: int) -> int:

@@ -30,6 +30,7 @@ from fitplan.core.memory.compute.ffn import (
     expert_copy_hole,
     ffn_in_hole,
     ffn_layer,
+    ffn_norm_hole,
     ffn_transient,
     gate_up_outputs,
     glu_ffn_ops,
@@ -1368,7 +1369,12 @@ class PlanBuilder:
         return kq_gi, ffn_rest
 
     def _offloaded_terms(
-        self, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], ffn_rest: int
+        self,
+        layers: list[int],
+        flayers: list[int],
+        kq_gi: tuple[Affine, ...],
+        ffn_rest: int,
+        split: tuple[bool, bool],
     ) -> tuple[tuple[Affine, ...], int]:
         """The first GPU with op offload: the FFNs whose matrices are in host memory with their copies
         (`offloaded_ffn_peak`), and the attention of a layer whose K/V cache is in host memory with the copies of
@@ -1379,7 +1385,7 @@ class PlanBuilder:
             if il in self.host_mats
         ]
         ffn_rest = max([ffn_rest, *peaks])
-        kq_gi = self._late_masks(layers, flayers, kq_gi)
+        kq_gi = self._late_masks(layers, flayers, kq_gi, split)
         host_kv = [il for il in layers if self.placement.layer_device[il] is None]
         if host_kv:
             base, swa = attn_layers(self.profile, host_kv)
@@ -1402,21 +1408,23 @@ class PlanBuilder:
         return kq_gi, ffn_rest
 
     def _late_masks(
-        self, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...]
+        self, layers: list[int], flayers: list[int], kq_gi: tuple[Affine, ...], split: tuple[bool, bool]
     ) -> tuple[Affine, ...]:
         """A mask first read after a layer whose down matrix the first GPU copies in lands right above that copy
         (`offloaded_down_top`) and stays until its last reader: what a later layer allocates goes above it when it
-        does not fit in the space below (the copy's, and the two-block hole the FFN norm leaves). The allocator's
-        lists on a CUDA-shaped stand-in: Llama-4-Scout without flash attention, `-cmoe`: the full-attention mask
-        at 600 MiB above layer 2's down copy and layer 3's 640 MiB of KQ scores above it; Qwen3-Next-80B-A3B:
-        layer 3's 420 MiB down copy above its mask, its GLU output having taken part of the space below; with
-        flash attention Llama-4-Scout's later copies fit below (its 16 MiB GLU output in the norm's hole), but not
-        with q8_0 caches: the rotated attention output leaves the norm's hole one block (`ffn_layer`), the 16 MiB
-        GLU output takes layer 2's freed down copy's space and layer 3's 525 MiB copy goes above the mask (its
-        allocator's list at `-ub 512`: the copy at 622.6 MiB, 1146.59 MiB)."""
+        does not fit in the space below (the copy's, and the hole the FFN norm leaves, `ffn_norm_hole`: one block
+        on the first GPU). The allocator's lists on a CUDA-shaped stand-in: Llama-4-Scout without flash attention,
+        `-cmoe`: the full-attention mask at 600 MiB above layer 2's down copy and layer 3's 640 MiB of KQ scores
+        above it; Qwen3-Next-80B-A3B: layer 3's 420 MiB down copy above its mask, its GLU output having taken part
+        of the space below; Llama-4-Scout with flash attention at 32768 cells, f16 or q8_0 caches, `-ub 512`: the
+        16 MiB GLU output does not fit in the one-block hole and takes the space left above the outputs of gate
+        and up, and layer 3's 525 MiB copy goes above the 32 MiB mask (1146.51 MiB; granite-4.0-h-tiny: layer 5's
+        39.4 MiB copy above its mask, 128.75 MiB). A mask that fits in the hole goes there instead, with nothing
+        above the copy (Llama-4-Scout at 8192 cells: the 8 MiB full-attention mask at 20.09 MiB, in layer 2's
+        norm's hole; its 32 MiB at 32768 cells does not fit there), so the term is past that room only (`flat`:
+        the mask is counted under the blocks)."""
         out = set(kq_gi)
         on = set(flayers)
-        hole = FFN_HOLE_BLOCKS * self.embd_block
         for group in attn_layers(self.profile, layers):
             # a reader whose own attention weights are copied in starts a split of its own with them
             if not group or group[0] - 1 not in on or self.placement.layer_device[group[0]] is None:
@@ -1426,6 +1434,7 @@ class PlanBuilder:
             if not top:
                 continue
             later = [il for il in layers if il >= group[0]]
+            hole = F32 * self.n_tok * ffn_norm_hole(self.profile, group[0] - 1 in self.v_rot, *split)
             for a in self.kq(later):
                 if a.a_base or a.a_swa:  # the scores go above while they do not fit below
                     out.add(Affine(a.a_base, a.a_swa, a.c + top, room=top))
@@ -1436,7 +1445,7 @@ class PlanBuilder:
                         il,
                         self.n_tok,
                         self.host_mats[il],
-                        (top, hole - self._rotated_block(il)),
+                        (top, F32 * self.n_tok * ffn_norm_hole(self.profile, il in self.v_rot, *split)),
                     )
                     for il in later
                     if il in self.host_mats and il in on
@@ -1444,14 +1453,11 @@ class PlanBuilder:
                 default=0,
             )
             if above:
-                out.add(Affine(c=top + above))
-        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c, x.room)))
-
-    def _rotated_block(self, il: int) -> int:
-        """The block of the FFN norm's hole a layer's rotated attention output keeps (`ffn_layer`'s `v_rot`)."""
-        graph = self.profile.traits.graph
-        rotated = il in self.v_rot and not (graph.embd_skip or graph.parallel_attn_ffn)
-        return self.embd_block if rotated else 0
+                # only where the mask does not fit in the FFN norm's hole of the layer before (it is counted
+                # under the blocks already)
+                mask = self.masks(group[:1])
+                out.add(Affine(mask.a_base, mask.a_swa, top + above, room=hole, flat=True))
+        return tuple(sorted(out, key=lambda x: (x.a_base, x.a_swa, x.c, x.room, x.flat)))
 
     def _output_layout(self, gi: int, first: bool, has_out: bool) -> tuple[bool, int]:
         """Whether the graph inputs stay under the logits on GPU `gi` (the first GPU that holds the first layer,
@@ -2227,7 +2233,8 @@ class PlanBuilder:
         if not pp:
             kq_gi, ffn_rest = self._expert_copy_terms(gi, layers, flayers, kq_gi, ffn_rest)
         if self.host_mats and gi == 0:
-            kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest)
+            hole_of = (split, split and self._cast_hole())
+            kq_gi, ffn_rest = self._offloaded_terms(layers, flayers, kq_gi, ffn_rest, hole_of)
         if gi == 0:
             ffn_rest = max(ffn_rest, self._host_glu_on_gpu())
         graph = self.profile.traits.graph

@@ -157,8 +157,7 @@ def ffn_layer(
     `norm-0`, and the GLU output above gate and up, where with f16 caches it takes the norm's two freed blocks).
     """
     hole, above, skip_in_hole = _ffn_hole(profile, v_rot, cast_hole)
-    if split_hole and not cast_hole:
-        hole = min(hole, profile.n_embd)
+    hole = _split(profile, hole, split_hole, cast_hole)
     moe = profile.moe
     lp = profile.layers[il]
     held = 0
@@ -189,6 +188,20 @@ def gate_up_outputs(profile: ModelProfile, il: int, n_tok: int) -> int:
     else:
         rows = lp.n_ff
     return F32 * n_tok * 2 * rows
+
+
+def ffn_norm_hole(profile: ModelProfile, v_rot: bool, split_hole: bool, cast_hole: bool) -> int:
+    """The free space under a layer's FFN in `[n_tok]` rows of f32 (`ffn_layer`'s hole): what a later tensor
+    can use there (`offloaded_ffn_above`: whether the GLU output of a layer whose matrices
+    are copied in fits in it rather than in the space under a mask copied in late)."""
+    hole = _ffn_hole(profile, v_rot, cast_hole)[0]
+    return _split(profile, hole, split_hole, cast_hole)
+
+
+def _split(profile: ModelProfile, hole: int, split_hole: bool, cast_hole: bool) -> int:
+    """`ffn_layer`'s `split_hole`: on the first GPU the hole is one block at most (not where the casts of a layer
+    without a cache leave two)."""
+    return min(hole, profile.n_embd) if split_hole and not cast_hole else hole
 
 
 def _ffn_hole(profile: ModelProfile, v_rot: bool, cast_hole: bool = False) -> tuple[int, int, bool]:
@@ -343,11 +356,12 @@ def offloaded_ffn_above(
     profile: ModelProfile, il: int, n_tok: int, mats: dict[str, int], holes: tuple[int, ...]
 ) -> int:
     """`offloaded_ffn_peak`'s replay over free blocks of `holes` (the space under a tensor that stays, and the
-    FFN norm's hole) under that tensor: how far it reaches above it (0: everything fits below). Where the GLU
-    output fits in the norm's hole, the copies keep the space under the tensor to themselves and fit there (the
-    allocator's list on Llama-4-Scout with flash attention and `-cmoe`: its 16 MiB GLU outputs beside 20 MiB of
-    freed blocks, no copy above the full-attention mask); where it does not, it splits that space and the down
-    copy goes above (Qwen3-Next-80B-A3B: the 10 MiB GLU output beside an 8 MiB hole)."""
+    FFN norm's hole, `ffn_norm_hole`) under that tensor: how far it reaches above it (0: everything fits below).
+    Where the GLU output fits in the norm's hole, the copies keep the space under the tensor to themselves and fit
+    there; where it does not, it splits that space and the down copy goes above (Qwen3-Next-80B-A3B: the 10 MiB
+    GLU output beside an 8 MiB hole; Llama-4-Scout at 32768 cells with `-cmoe` at `-ub 512`, on the first GPU
+    whose norm's hole is one 10 MiB block: the 16 MiB GLU output right above the outputs of gate and up, layer 3's
+    525 MiB down copy above the full-attention mask, 1146.51 MiB)."""
     lp = profile.layers[il]
     moe = profile.moe
     used = (lp.n_expert_used or moe.n_expert_used) if lp.is_moe and moe is not None else 1
@@ -421,12 +435,21 @@ def _offloaded_ffn_ops(
     if not rows or not any(w):
         return [], 0, 0
     fused, gate, up, down = w
-    ops: list[ReplayOp] = []
+    # llama4's router-weighted input `[n_embd, n_used, n_tok]` (`_moe_ffn`'s held input), read by gate and up and
+    # freed after them, before the GLU output (the allocator's list on the CUDA-shaped stand-in, Llama-4-Scout at
+    # 32768 cells with `-cmoe`: `ffn_moe_weighted-3` at the bottom of the space under the late mask, layer 3's gate
+    # and up copies above it, and at `-ub 2048` the 64 MiB GLU output no longer fits over the outputs of gate and up
+    # there, so it goes to the bottom and the 525 MiB down copy fits above it)
+    moe = profile.moe
+    held = (
+        F32 * n_tok * _moe_ffn(profile, moe, il, 0)[2] if moe is not None and profile.layers[il].is_moe else 0
+    )
+    ops: list[ReplayOp] = [("wi", held)] if held else []
     if fused:
         ops += [("w", fused), ("gu", 2 * rows), ("w", 0)]
     else:
         if gate:
             ops += [("w", gate), ("g", rows), ("w", 0)]
         ops += [("w", up), ("u", rows), ("w", 0)]
-    ops += [("glu", rows), ("gu", 0), ("g", 0), ("u", 0), ("w", down)]
+    ops += [("wi", 0), ("glu", rows), ("gu", 0), ("g", 0), ("u", 0), ("w", down)]
     return ops, out, down

@@ -88,7 +88,7 @@ def affine_over(a: Affine, nb: Cells, ns: Cells) -> Cells:
     """`Affine.at` over arrays of cells."""
     grow = a.a_base * nb + a.a_swa * ns
     if a.room:
-        out: Cells = np.where(grow <= a.room, 0, grow + a.c)
+        out: Cells = np.where(grow <= a.room, 0, a.c if a.flat else grow + a.c)
         return out
     return grow + a.c
 
