@@ -1085,6 +1085,14 @@ def standin_settings(
         for ub in (512, 2048):
             add(f"c32768-faon-cmoe-ub{ub}-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on",
                 "-cmoe", "-b", str(ub), "-ub", str(ub))  # fmt: skip
+    if mla:
+        # a later layer's copies where the free blocks the first left decide (q8_0 caches; two sequences; a later
+        # GPU at 131072 cells)
+        add("c32768-faon-q8_0-nkvo-server", CUDA_24, "--server-defaults", "-c", "32768", "-fa", "on", "-ctk",
+            "q8_0", "-ctv", "q8_0", "-nkvo")  # fmt: skip
+        out.append(("c65536-np2-faon-nkvo-server", CUDA_24, ["-ngl", "999", "-np", "2", "--server-defaults", "-c",
+                    "65536", "-fa", "on", "-nkvo"]))  # fmt: skip
+        add("2dev-c131072-faon-nkvo-server", two, "--server-defaults", "-c", "131072", "-fa", "on", "-nkvo")
     return out
 
 
