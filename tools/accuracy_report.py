@@ -1123,7 +1123,8 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   a GPU layer's FFN outputs replayed around the mask, over two GPUs with `-nkvo` at `-ub 2048` -32.4% -> exact;
   the GPU's second layer's query, copies and attention output replayed over what the first left, DeepSeek-V3 with
   `-nkvo` and two sequences at 65536 cells, its K copy in the block q_nope_absorbed freed above the mask, -15.6% ->
-  exact).
+  exact; on a later GPU the next layer's norm and input above the freed copy of the split's input, DeepSeek-V3
+  over two GPUs with `-nkvo` at 131072 cells -6.8% -> exact, at `-ub 2048` -2.0% -> -0.5%).
   The output phase after host layers (`PlanBuilder._host_first_layer`, `_after_host_ffn`): with op offload the
   last shared-expert layer's experts' sum goes above its down outputs, which stay under the logits
   (DeepSeek-V2-Lite at `-ngl 13 -ub 2048`, -9.0% -> exact); without it the layers' outputs stay in the lowest
@@ -1148,9 +1149,7 @@ blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logit
 whole graph's allocations would place them); MLA's copies of a host cache without flash attention (not recorded, not replayed),
 with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells: 637.1 MiB recorded, 623.1 counted, -1.9%, 588.0 before
 the second layer's attention output was replayed; layer 0's FFN output lands above the mask and lifts layer 1's
-query, not replayed) and a later GPU's next layer's attention output above its V copy (DeepSeek-V3 over two GPUs with
-`-nkvo` at 131072 cells: 897.0 MiB recorded on the second, 769.0 counted; the FFN before that layer places its
-input and norm, not replayed);
+query, not replayed);
 DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
 counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` and `-cmoe` (-1.9%: the last
 MoE output's copy back from the host stays under the logits); Llama-4-Scout's last GPU with pipeline parallelism

@@ -730,8 +730,10 @@ class MlaHostCache:
     runs the model's first layer the next layer's attention output is replayed above what its copies left
     (DeepSeek-V3 with `-nkvo`, two sequences at 65536 cells: layer 1's q_nope_absorbed above the mask, its K copy
     in the 128 MiB block that leaves, the smallest that holds it, V's in the 144 MiB hole under the mask, the
-    128 MiB output above Qcur-1, 632.0 MiB; on a later GPU the FFN before the next layer places its input and
-    norm, which is not replayed, so only its copies are placed there); with a quantized
+    128 MiB output above Qcur-1, 632.0 MiB; on a later GPU the input copied in at the split is freed by the FFN's
+    residual add and the next layer's norm and input take the two blocks above it: DeepSeek-V3 over two GPUs with
+    `-nkvo` at 131072 cells, layer 32's K copy in the block its q and q_nope_absorbed left, V's and the 128 MiB
+    output above the mask, 897.0 MiB on the second); with a quantized
     cache the attention's output holds the f16 copies of both copied views, V's copy no longer a view of K's
     (fattn-common.cuh `ggml_cuda_flash_attn_ext_get_f16_extra_data`, `V_is_K_view`; DeepSeek-V3 with q8_0 caches
     and `-nkvo` at 32768 cells: the 128 MiB output, K's 36 MiB and V's 32 MiB f16 copies above Qcur); DeepSeek-V3
@@ -761,12 +763,10 @@ class MlaHostCache:
         top = max((self._ffn_peak(ops, nb, ns) for ops in self.ffns), default=self._attention(nb, ns).peak)
         if self.next_query:
             # the next layer of the cache over the mask left there: its query, its K and V copies where they fit
-            # and, on the GPU that runs the model's first layer, its attention's output above what they left (on a
-            # later GPU the FFN before it places the next layer's input and norm, not replayed: its copies alone)
+            # and its attention's output above what they left
             sim = self._attention(nb, ns)
             sim.run(self.next_query)
-            ops = self._copied(nb, ns, [])
-            top = max(top, sim.run(ops if not self.residual else ops[:2]))  # a later GPU: K's and V's
+            top = max(top, sim.run(self._copied(nb, ns, [])))
         return max(0, below + top - self.base.at(nb, ns))
 
     def _attention(self, nb: int, ns: int) -> BestFit:
