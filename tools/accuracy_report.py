@@ -1120,7 +1120,11 @@ new peak, `GGML_ALLOCATOR_DEBUG`):
   K copy, and its V copy goes above the mask: DeepSeek-V2-Lite -31.6% -> exact, DeepSeek-V3 -8.6% -> -0.1%; with
   a quantized cache the attention's output holds the f16 copies of both copied views, V's copy no longer a view
   of K's: q4_0 with `-nkvo` at 131072 cells, DeepSeek-V2-Lite -67.8% -> exact, q8_0 at `-ngl 0` -4.3% -> exact;
-  a GPU layer's FFN outputs replayed around the mask, over two GPUs with `-nkvo` at `-ub 2048` -32.4% -> exact).
+  a GPU layer's FFN outputs replayed around the mask, over two GPUs with `-nkvo` at `-ub 2048` -32.4% -> exact;
+  the GPU's second layer's query, copies and attention output replayed over what the first left, DeepSeek-V3 with
+  `-nkvo` and two sequences at 65536 cells, its K copy in the block q_nope_absorbed freed above the mask, -15.6% ->
+  exact; on a later GPU the next layer's norm and input above the freed copy of the split's input, DeepSeek-V3
+  over two GPUs with `-nkvo` at 131072 cells -6.8% -> exact, at `-ub 2048` -2.0% -> -0.5%).
   The output phase after host layers (`PlanBuilder._host_first_layer`, `_after_host_ffn`): with op offload the
   last shared-expert layer's experts' sum goes above its down outputs, which stay under the logits
   (DeepSeek-V2-Lite at `-ngl 13 -ub 2048`, -9.0% -> exact); without it the layers' outputs stay in the lowest
@@ -1143,10 +1147,9 @@ there); the layer phase of granite-4.0-h-tiny with `-nkvo` (RPC0 of the two-RPC 
 66.6 recorded; on one stand-in card the out-of-order list sends layer 2's 18 MiB down outputs above two free
 blocks of 17.6 MiB each, a 66.63 MiB peak where 56.1 is counted, under the logits there; only a replay of the
 whole graph's allocations would place them); MLA's copies of a host cache without flash attention (not recorded, not replayed),
-with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells, not recorded: 637.1 MiB in a dry run, 588.0 counted,
-392.0 before; layer 0's FFN output lands above the mask and lifts layer 1's query, not replayed) and a later GPU's next layer's attention output above its V copy (DeepSeek-V3 over two GPUs with
-`-nkvo` at 131072 cells, not recorded: 897.0 MiB on the second, 769.0 counted); DeepSeek-V3 with two sequences and
-`-nkvo` at 65536 cells (not recorded: 632.0 MiB in a dry run, 520.0 counted, 392.0 before, not traced);
+with q8_0 caches and `-nkvo` (DeepSeek-V3 at 32768 cells: 637.1 MiB recorded, 623.1 counted, -1.9%, 588.0 before
+the second layer's attention output was replayed; layer 0's FFN output lands above the mask and lifts layer 1's
+query, not replayed);
 DeepSeek-V3's second GPU at `-ngl 30` over two GPUs with llama-server's reserve (410.0 MiB recorded, 396.0
 counted, -3.4% there, not traced); Llama-4-Scout with `--no-op-offload` and `-cmoe` (-1.9%: the last
 MoE output's copy back from the host stays under the logits); Llama-4-Scout's last GPU with pipeline parallelism

@@ -274,6 +274,30 @@ def test_mla_attention_over_copies_of_a_host_cache(gpu: Any, key: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("key", "device", "within"),
+    [
+        ("deepseek-v3/c65536-np2-faon-nkvo-server", "CUDA0", 0.005),
+        ("deepseek-v3/c32768-faon-q8_0-nkvo-server", "CUDA0", 0.05),
+        ("deepseek-v3/2dev-c131072-faon-nkvo-server", "CUDA1", 0.005),
+    ],
+)
+def test_mla_host_cache_next_layer_attention_replayed(gpu: Any, key: str, device: str, within: float) -> None:
+    """DeepSeek-V3 (q_lora) with `-nkvo` and every layer on the GPU: the second layer's query, its K and V copies
+    and its attention's output replayed over what the first left (`MlaHostCache.next_query`). The allocator's list
+    with two sequences at 65536 cells: layer 1's q_nope_absorbed above the mask (232 MiB), Qcur-1 above it; K's
+    72 MiB copy takes that 128 MiB block back (the smallest that holds it), V's the 144 MiB hole under the mask,
+    and the 128 MiB attention output lands above Qcur-1 at 504 MiB (632.0 recorded and estimated; 520.0 before,
+    15.6% under, with layer 1's copies placed but not its attention output). With q8_0 caches at 32768 cells
+    623.1 against 637.1 (588.0 before, 6.8% under). On the second of two GPUs at 131072 cells the input copied in
+    at layer 31's split is freed and layer 32's norm and input sit in the two blocks above it: its q in that block,
+    its K copy where q and q_nope_absorbed were, V's and the output above the mask (897.0 MiB recorded and
+    estimated; 769.0 before, 14.3% under on that GPU)."""
+    r = _result(gpu, f"standin/{key}")
+    recorded, estimated = next(d.compute for d in r.devices if d.name == device)
+    assert abs(estimated - recorded) <= within * recorded, (recorded / 2**20, estimated / 2**20)
+
+
+@pytest.mark.parametrize(
     ("key", "device"),
     [
         ("deepseek-v2-lite/c8192-faon-ngl13-ub2048", "CUDA0"),
@@ -749,11 +773,12 @@ def test_deepseek_v3_with_a_quantized_cache(gpu: Any) -> None:
     """The absorbed MLA attention's replayed peak is larger than its flash-attention op's live set (Q, the output
     and the f16 copy of the compressed rows), so the copy adds nothing: DeepSeek-V3's one-GPU stand-in recordings
     with a q8_0 or q4_0 cache, the experts on the GPU, as recorded (before 3-10% over: the 36 MiB copy at 32768
-    cells on top)."""
+    cells on top). The cache in host memory (`-nkvo`) is `MlaHostCache`'s, held by
+    `test_mla_host_cache_next_layer_attention_replayed`."""
     cases = [
         r
         for r in _model_results(gpu, "standin", "deepseek-v3")
-        if "faon-q" in r.case and "cmoe" not in r.case
+        if "faon-q" in r.case and "cmoe" not in r.case and "nkvo" not in r.case
     ]
     assert len(cases) >= 8
     for r in cases:

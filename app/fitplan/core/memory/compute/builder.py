@@ -1748,13 +1748,20 @@ class PlanBuilder:
         there) and copies its first query matrix in above the blocks before its first product, freed after it
         (the allocator's list, DeepSeek-V2-Lite with llama-server's reserve at `-ngl 0`, 131072 cells: layer 1's
         attn_q copy at the blocks' top, q-1 above it, Qcur-1 3.4 MiB higher than Qcur-0; with `-nkvo` and the
-        weights on the GPU layer 1's copies where layer 0's were, 472.0 MiB)."""
+        weights on the GPU layer 1's copies where layer 0's were, 472.0 MiB); on a later GPU (`layout` the norm's
+        block alone) the next layer's norm and input take the two blocks above the bottom one and the input copied
+        in at the split is freed (DeepSeek-V3 over two GPUs with `-nkvo` at 131072 cells: norm-32 and l_out-31
+        above the freed copy of l_out-30, q-32 in that copy's block, 897.0 MiB)."""
         mla = self.profile.mla
         nxt = layers[1] if len(layers) > 1 else -1
         if mla is None or nxt < 0 or not self._host_cache(nxt):
             return ()
         name = ".attn_q_a.weight" if mla.q_lora_rank else ".attn_q.weight"
         lead = next((b for n, b in self.host_mats.get(nxt, {}).items() if n.endswith(name)), 0)
+        if not lead and len(layout) == 1:
+            # a later GPU: the next layer's norm and input in the two blocks above the bottom one, where the input
+            # copied in at the split is freed after the FFN's residual add
+            return (("taken", layout[0][1]), ("taken1", layout[0][1]), ("res", 0), *query)
         if not lead:
             return (("taken", layout[0][1]), *query)
         retake = tuple((f"taken{i}", size) for i, (name, size) in enumerate(layout) if name != "blk")

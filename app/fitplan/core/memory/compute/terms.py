@@ -726,7 +726,14 @@ class MlaHostCache:
     its down experts above the mask (347.0 MiB, where the gate's and up's 99 MiB copies fit under it); at 131072
     cells layer 1's V copy above the mask (616.0 MiB): its attention norm's block and the mixed batch's block
     are taken again, and the copy of its query matrix (3.4 MiB) lands above the blocks, q above it, so its K copy
-    lands 3.4 MiB higher than layer 0's and V no longer fits under the mask (`next_query`); with a quantized
+    lands 3.4 MiB higher than layer 0's and V no longer fits under the mask (`next_query`), and on the GPU that
+    runs the model's first layer the next layer's attention output is replayed above what its copies left
+    (DeepSeek-V3 with `-nkvo`, two sequences at 65536 cells: layer 1's q_nope_absorbed above the mask, its K copy
+    in the 128 MiB block that leaves, the smallest that holds it, V's in the 144 MiB hole under the mask, the
+    128 MiB output above Qcur-1, 632.0 MiB; on a later GPU the input copied in at the split is freed by the FFN's
+    residual add and the next layer's norm and input take the two blocks above it: DeepSeek-V3 over two GPUs with
+    `-nkvo` at 131072 cells, layer 32's K copy in the block its q and q_nope_absorbed left, V's and the 128 MiB
+    output above the mask, 897.0 MiB on the second); with a quantized
     cache the attention's output holds the f16 copies of both copied views, V's copy no longer a view of K's
     (fattn-common.cuh `ggml_cuda_flash_attn_ext_get_f16_extra_data`, `V_is_K_view`; DeepSeek-V3 with q8_0 caches
     and `-nkvo` at 32768 cells: the 128 MiB output, K's 36 MiB and V's 32 MiB f16 copies above Qcur); DeepSeek-V3
@@ -755,22 +762,26 @@ class MlaHostCache:
         below = sum(size for _, size in self.layout)
         top = max((self._ffn_peak(ops, nb, ns) for ops in self.ffns), default=self._attention(nb, ns).peak)
         if self.next_query:
-            # the next layer of the cache over the mask left there: its K and V copies where they fit
+            # the next layer of the cache over the mask left there: its query, its K and V copies where they fit
+            # and its attention's output above what they left
             sim = self._attention(nb, ns)
             sim.run(self.next_query)
-            top = max(top, sim.run([("k", max(0, self.k.at(nb, ns))), ("v", max(0, self.v.at(nb, ns)))]))
+            top = max(top, sim.run(self._copied(nb, ns, [])))
         return max(0, below + top - self.base.at(nb, ns))
 
     def _attention(self, nb: int, ns: int) -> BestFit:
         sim = BestFit.from_layout(self.layout)
         sim.run(self.query)
-        copies = [("res", self.residual), ("k", max(0, self.k.at(nb, ns))), ("v", max(0, self.v.at(nb, ns)))]
-        copies.append(("m", self.mask.at(nb, ns)))
-        f16 = self.fa_f16.at(nb, ns)
-        sim.run([*copies, *((n, b + f16 if n == "fattn" and b else b) for n, b in self.attend)])
+        sim.run(self._copied(nb, ns, [("res", self.residual)], ("m", self.mask.at(nb, ns))))
         # everything of the attention freed; the blocks and the mask stay
         sim.run([(name, 0) for name in list(sim.live) if name not in {"m", "res", *dict(self.layout)}])
         return sim
+
+    def _copied(self, nb: int, ns: int, lead: list[ReplayOp], *mask: ReplayOp) -> list[ReplayOp]:
+        """The copies in at the attention's split (`lead`, K's, V's, the `mask`'s) and the attention's ops."""
+        f16 = self.fa_f16.at(nb, ns)
+        copies = [*lead, ("k", max(0, self.k.at(nb, ns))), ("v", max(0, self.v.at(nb, ns))), *mask]
+        return [*copies, *((n, b + f16 if n == "fattn" and b else b) for n, b in self.attend)]
 
     def _ffn_peak(self, ops: tuple[ReplayOp, ...], nb: int, ns: int) -> int:
         sim = self._attention(nb, ns)
