@@ -49,6 +49,12 @@ def _result(s: Any, key: str) -> Any:
     return next(r for r in s.measured if r.key == key)
 
 
+def _compute(s: Any, key: str, device: str = "CUDA0") -> tuple[int, int]:
+    """One device's compute buffer in one recorded case, `GRID/MODEL/CASE`: (recorded, estimated) bytes."""
+    recorded, estimated = next(d.compute for d in _result(s, key).devices if d.name == device)
+    return recorded, estimated
+
+
 def _model_results(s: Any, grid: str, model: str) -> list[Any]:
     """The report's results for every recorded case of one model in one grid."""
     return [r for r in s.measured if r.grid == grid and r.model == model]
@@ -293,8 +299,7 @@ def test_mla_host_cache_next_layer_attention_replayed(gpu: Any, key: str, device
     at layer 31's split is freed and layer 32's norm and input sit in the two blocks above it: its q in that block,
     its K copy where q and q_nope_absorbed were, V's and the output above the mask (897.0 MiB recorded and
     estimated; 769.0 before, 14.3% under on that GPU)."""
-    r = _result(gpu, f"standin/{key}")
-    recorded, estimated = next(d.compute for d in r.devices if d.name == device)
+    recorded, estimated = _compute(gpu, f"standin/{key}", device)
     assert abs(estimated - recorded) <= within * recorded, (recorded / 2**20, estimated / 2**20)
 
 
@@ -321,8 +326,7 @@ def test_the_last_shared_expert_layer_under_the_logits_after_host_layers(
     434.7 MiB, 404.6 estimated before with the output norm's block alone); on a later GPU its one expert's sum
     takes the previous layer's freed output block, one block above the lowest (414.6 MiB recorded on the second
     GPU, 404.6 estimated before). Each within 0.5%."""
-    r = _result(gpu, f"standin/{key}")
-    recorded, estimated = {d.name: d.compute for d in r.devices}[device]
+    recorded, estimated = _compute(gpu, f"standin/{key}", device)
     assert abs(estimated - recorded) <= 0.005 * recorded, (recorded / 2**20, estimated / 2**20)
 
 
@@ -341,8 +345,7 @@ def test_later_host_layer_replayed_over_the_first(gpu: Any, key: str) -> None:
     copy's freed block above it, its FFN one block higher than the first layer's (before: 131.5 MiB estimated at
     4096 cells against 139.5 recorded, 4.6% under; 264.0 at 32768 cells, where the first layer's copies set the
     peak)."""
-    r = _result(gpu, f"standin/{key}")
-    recorded, estimated = next(d.compute for d in r.devices if d.name == "CUDA0")
+    recorded, estimated = _compute(gpu, f"standin/{key}")
     assert abs(estimated - recorded) <= 0.002 * recorded, (recorded / 2**20, estimated / 2**20)
 
 
@@ -351,8 +354,7 @@ def test_second_cache_residual_above_the_output_matrix_copy(gpu: Any) -> None:
     full-attention layer after five sliding-window ones, copies its output matrix into Q's freed block, its
     residual right above the copy and its FFN's copies above both (`HostCacheAttention.residual`): 210.3 MiB
     recorded and estimated (204.0 before, 2.5% under)."""
-    r = _result(gpu, "standin/gemma-3-27b/c4096-faon-ngl31-server")
-    recorded, estimated = next(d.compute for d in r.devices if d.name == "CUDA0")
+    recorded, estimated = _compute(gpu, "standin/gemma-3-27b/c4096-faon-ngl31-server")
     assert abs(estimated - recorded) <= 0.002 * recorded, (recorded / 2**20, estimated / 2**20)
 
 
@@ -818,8 +820,7 @@ def test_a_down_copy_above_the_full_attention_mask_with_a_quantized_cache(gpu: A
     attention output keeps one block of the FFN norm's hole, so the 16 MiB GLU output does not fit there and takes
     layer 2's freed down copy's space, and layer 3's 525 MiB down copy goes above the full-attention mask (the
     allocator's list: 1146.59 MiB; the estimate was 641.67 MiB, 44% under). Within 5%, never under."""
-    r = _result(gpu, "standin/llama-4-scout-17b-16e/c32768-faon-q8_0-cmoe-ub512")
-    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    real, est = _compute(gpu, "standin/llama-4-scout-17b-16e/c32768-faon-q8_0-cmoe-ub512")
     assert real <= est <= 1.05 * real, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
@@ -841,8 +842,7 @@ def test_a_late_mask_outside_the_first_gpus_one_block_norm_hole(gpu: Any, name: 
     gate and up leaves too little above their outputs for the GLU output, which goes to the bottom, and the copy
     fits below the mask (957.05 MiB); at 8192 cells the 8 MiB mask fits in the norm's hole, nothing above the
     copy (599.01 MiB). The first GPU's buffer within 5%, never under."""
-    r = _result(gpu, f"standin/{name}/{case_id}")
-    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    real, est = _compute(gpu, f"standin/{name}/{case_id}")
     assert real <= est <= 1.05 * real, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
@@ -861,8 +861,7 @@ def test_only_the_first_splits_masks_under_the_logits(gpu: Any, name: str, case_
     one is freed after its last reader, and only the first split's mask stays under the logits (gpt-oss-20b at
     32768 cells: the logits at 23.29 MiB, 416.04 MiB; the 32 MiB full mask counted under them made 448.1, 128 MiB
     over at `-ub 2048`). The first GPU's buffer as recorded, to the 1 MiB."""
-    r = _result(gpu, f"standin/{name}/{case_id}")
-    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    real, est = _compute(gpu, f"standin/{name}/{case_id}")
     assert abs(est - real) <= 2**20, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
@@ -886,8 +885,7 @@ def test_the_residual_into_the_copied_embeddings_on_the_first_gpu(gpu: Any, name
     block, which stays between the freed blocks and the copied mask, so the FFN finds no freed space it fits in and
     goes on top of four block spaces, the mask's and `node_2` (the allocator's lists on the CUDA stand-in at c512:
     4.77 and 7.02 MiB; the estimate was 4.52, 3.5% under, and 7.52, 5.2% over). To the 64 KiB."""
-    r = _result(gpu, f"standinarchs/{name}/{case_id}")
-    real, est = next(d.compute for d in r.devices if d.name == "CUDA0")
+    real, est = _compute(gpu, f"standinarchs/{name}/{case_id}")
     assert abs(est - real) <= 64 * 1024, f"{real / 2**20:.2f} recorded, {est / 2**20:.2f} MiB"
 
 
