@@ -1069,6 +1069,20 @@ def build_mmproj_llava_llama_3_8b() -> ModelSpec:
     return spec
 
 
+def _qwen_vl_patches(spec: ModelSpec, p: int, d: int) -> None:
+    """The Qwen-VL towers' patch embedding: two frames of a temporal patch, one kernel each."""
+    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
+    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+
+
+def _qwen_vl_merger(spec: ModelSpec, d_merge: int, n_out: int) -> None:
+    """The Qwen-VL mergers' two-layer projector (mm.0, mm.2) from the merged patches to the text width."""
+    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
+    spec.t("mm.0.bias", (d_merge,))
+    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
+    spec.t("mm.2.bias", (n_out,))
+
+
 def build_mmproj_qwen2_5_vl_7b() -> ModelSpec:
     cfg = MMPROJ_CONFIGS["mmproj-qwen2.5-vl-7b"]
     spec = ModelSpec("mmproj-qwen2.5-vl-7b", "clip")
@@ -1080,15 +1094,11 @@ def build_mmproj_qwen2_5_vl_7b() -> ModelSpec:
     spec.u32("clip.vision.spatial_merge_size", merge)
     spec.u32("clip.vision.n_wa_pattern", full[0] + 1)
     spec.u32("clip.vision.window_size", cfg_int(cfg, "window_size"))
-    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
-    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+    _qwen_vl_patches(spec, p, d)
     vit_blocks(spec, cfg, ln_bias=False, gated=True)
     spec.t("v.post_ln.weight", (d,))
     d_merge = d * merge * merge
-    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
-    spec.t("mm.0.bias", (d_merge,))
-    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
-    spec.t("mm.2.bias", (n_out,))
+    _qwen_vl_merger(spec, d_merge, n_out)
     return spec
 
 
@@ -1101,16 +1111,12 @@ def build_mmproj_qwen2_vl_7b() -> ModelSpec:
     merge = cfg_int(cfg, "spatial_merge_size")
     _vit_common(spec, cfg, gelu=True)
     spec.u32("clip.vision.spatial_merge_size", merge)
-    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
-    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+    _qwen_vl_patches(spec, p, d)
     vit_blocks(spec, cfg, ln_bias=True, gated=False)
     spec.t("v.post_ln.weight", (d,))
     spec.t("v.post_ln.bias", (d,))
     d_merge = d * merge * merge
-    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
-    spec.t("mm.0.bias", (d_merge,))
-    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
-    spec.t("mm.2.bias", (n_out,))
+    _qwen_vl_merger(spec, d_merge, n_out)
     return spec
 
 
@@ -1126,8 +1132,7 @@ def build_mmproj_qwen3_vl_8b() -> ModelSpec:
     assert isinstance(deep, list)
     _vit_common(spec, cfg, gelu=True)
     spec.u32("clip.vision.spatial_merge_size", merge)
-    spec.tq("v.patch_embd.weight", (p, p, 3, d), Q.F16)
-    spec.tq("v.patch_embd.weight.1", (p, p, 3, d), Q.F16)
+    _qwen_vl_patches(spec, p, d)
     spec.t("v.patch_embd.bias", (d,))
     spec.t("v.position_embd.weight", (d, cfg_int(cfg, "num_position_embeddings")))  # F32: ggml_interpolate
     for il in range(cfg_int(cfg, "num_hidden_layers")):
@@ -1152,10 +1157,7 @@ def build_mmproj_qwen3_vl_8b() -> ModelSpec:
         spec.t(f"v.deepstack.{il}.fc2.bias", (n_out,))
     spec.t("v.post_ln.weight", (d,))
     spec.t("v.post_ln.bias", (d,))
-    spec.tq("mm.0.weight", (d_merge, d_merge), Q.F16)
-    spec.t("mm.0.bias", (d_merge,))
-    spec.tq("mm.2.weight", (d_merge, n_out), Q.F16)
-    spec.t("mm.2.bias", (n_out,))
+    _qwen_vl_merger(spec, d_merge, n_out)
     return spec
 
 
